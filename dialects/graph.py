@@ -1,0 +1,1237 @@
+"""The `graph` dialect: value-semantic model-level ops on builtin tensors.
+
+Every frontend (ONNX, torch.export, Hugging Face checkpoints) produces this
+level, and its reference interpreter (`infer.dialects.graph_interpreter`) is the
+golden model every lower level is checked against.
+
+Conventions
+- Operands and results are ranked builtin tensors. Shapes are static; a `?`
+  dimension in a result is allowed and is refined by `graph-shape-inference`.
+- Every op computes its result types from its operands and properties
+  (`infer_result_types`); the verifier checks the declared result types agree,
+  so a shape error is reported at the op that causes it.
+- Elementwise binary ops broadcast like numpy. Layouts follow PyTorch/ONNX:
+  NCHW activations, OIHW conv weights, [out, in] linear weights.
+- Large constants live outside the text: `graph.weight @name` refers to the
+  module's weight store (see `infer.dialects.weights`). `graph.constant` holds
+  small inline values.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    ParamAttrConstraint,
+    VarConstraint,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from infer.dialects.dtypes import element_type_name, is_bool, is_float, is_integer
+
+Shape = tuple[int, ...]
+DYNAMIC = -1  # how a `?` dimension reads from TensorType.get_shape()
+
+# --------------------------------------------------------------------------
+# Small helpers shared by the shape functions
+# --------------------------------------------------------------------------
+
+
+def _tensor(value: SSAValue) -> TensorType:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _shape(value: SSAValue) -> Shape:
+    return _tensor(value).get_shape()
+
+
+def _elem(value: SSAValue) -> Attribute:
+    return _tensor(value).get_element_type()
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "x".join("?" if d == DYNAMIC else str(d) for d in shape) or "scalar"
+
+
+def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
+    if attr is None:
+        return ()
+    return tuple(int(v) for v in attr.get_values())
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def i64_attr(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
+
+
+def f64_attr(value: float) -> FloatAttr:
+    return FloatAttr(value, Float64Type())
+
+
+def bool_attr(value: bool) -> IntegerAttr:
+    return IntegerAttr(int(value), i1)
+
+
+def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
+    """Numpy broadcasting of static shapes, with a message naming both shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(rank):
+        dim = 1
+        for s in shapes:
+            d = s[i - rank + len(s)] if i - rank + len(s) >= 0 else 1
+            if d == 1:
+                continue
+            if dim in (1, DYNAMIC) or d == DYNAMIC and dim == 1:
+                dim = d
+            elif d != dim and d != DYNAMIC:
+                raise VerifyException(
+                    f"{op_name}: shapes "
+                    + ", ".join(_fmt_shape(s) for s in shapes)
+                    + " are not broadcast-compatible (dimension "
+                    f"{i - rank} is {dim} in one operand and {d} in another)"
+                )
+        out.append(dim)
+    return tuple(out)
+
+
+def normalize_axis(op_name: str, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise VerifyException(
+            f"{op_name}: {what} {axis} is out of range for a rank-{rank} operand "
+            f"(expected {-rank} <= {what} < {rank})"
+        )
+    return axis % rank if rank else 0
+
+
+class GraphOp(IRDLOperation, ABC):
+    """Base of all graph ops: verification by shape inference."""
+
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def infer_result_types(self) -> list[TensorType]:
+        """Result types computed from operands and properties alone."""
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        inferred = self.infer_result_types()
+        for i, (result, expected) in enumerate(zip(self.results, inferred, strict=True)):
+            declared = result.type
+            assert isinstance(declared, TensorType)
+            if declared.get_element_type() != expected.get_element_type():
+                raise VerifyException(
+                    f"{self.name}: result #{i} has element type "
+                    f"{element_type_name(declared.get_element_type())} but the operands "
+                    f"give {element_type_name(expected.get_element_type())}"
+                )
+            d_shape, e_shape = declared.get_shape(), expected.get_shape()
+            compatible = len(d_shape) == len(e_shape) and all(
+                d == DYNAMIC or e == DYNAMIC or d == e for d, e in zip(d_shape, e_shape)
+            )
+            if not compatible:
+                raise VerifyException(
+                    f"{self.name}: result #{i} has shape {_fmt_shape(d_shape)} but the "
+                    f"operands and attributes give {_fmt_shape(e_shape)}"
+                )
+
+
+_FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
+
+
+def _require_float(op: GraphOp, value: SSAValue, what: str) -> None:
+    if not is_float(_elem(value)):
+        raise VerifyException(
+            f"{op.name}: {what} must have a floating-point element type "
+            f"(f32, f16, bf16, f64), got {element_type_name(_elem(value))}"
+        )
+
+
+def _require_same_elem(op: GraphOp, values: Sequence[SSAValue]) -> Attribute:
+    elems = [_elem(v) for v in values]
+    if any(e != elems[0] for e in elems):
+        raise VerifyException(
+            f"{op.name}: operands must share one element type, got "
+            + ", ".join(element_type_name(e) for e in elems)
+        )
+    return elems[0]
+
+
+def _require_rank(op: GraphOp, value: SSAValue, what: str, ranks: Sequence[int]) -> Shape:
+    shape = _shape(value)
+    if len(shape) not in ranks:
+        expected = " or ".join(str(r) for r in ranks)
+        raise VerifyException(
+            f"{op.name}: {what} must have rank {expected}, got shape {_fmt_shape(shape)}"
+        )
+    return shape
+
+
+# --------------------------------------------------------------------------
+# Constants and weights
+# --------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConstantOp(GraphOp):
+    """A small constant inlined in the IR (large ones belong in `graph.weight`)."""
+
+    name = "graph.constant"
+    _T: ClassVar = VarConstraint("T", AnyAttr())
+    value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (_T, AnyAttr())))
+    output = result_def(_T)
+    traits = traits_def(Pure(), ConstantLike())
+    assembly_format = "$value attr-dict"
+
+    def __init__(self, value: DenseIntOrFPElementsAttr):
+        super().__init__(result_types=[value.type], properties={"value": value})
+
+    def infer_result_types(self) -> list[TensorType]:
+        t = self.value.type
+        assert isinstance(t, TensorType)
+        return [t]
+
+
+@irdl_op_definition
+class WeightOp(GraphOp):
+    """A named tensor from the module's weight store (kept out of the text)."""
+
+    name = "graph.weight"
+    weight_name = prop_def(SymbolRefAttr, prop_name="name")
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$name attr-dict `:` type($output)"
+
+    def __init__(self, name: str, type: TensorType):
+        super().__init__(result_types=[type], properties={"name": SymbolRefAttr(name)})
+
+    @property
+    def weight_key(self) -> str:
+        return self.weight_name.root_reference.data
+
+    def infer_result_types(self) -> list[TensorType]:
+        t = self.output.type
+        assert isinstance(t, TensorType)
+        if any(d == DYNAMIC for d in t.get_shape()):
+            raise VerifyException(f"{self.name}: a weight must have a static shape")
+        return [t]
+
+
+# --------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------
+
+
+class UnaryOp(GraphOp, ABC):
+    """`y = f(x)` elementwise; same shape and element type."""
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    FLOAT_ONLY: ClassVar[bool] = True
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def __init__(self, input: SSAValue | Operation, properties: dict[str, Attribute] | None = None):
+        super().__init__(
+            operands=[input], result_types=[SSAValue.get(input).type], properties=properties or {}
+        )
+
+    def infer_result_types(self) -> list[TensorType]:
+        if self.FLOAT_ONLY:
+            _require_float(self, self.input, "the operand")
+        return [_tensor(self.input)]
+
+
+def _unary(op_name: str, doc: str, float_only: bool = True) -> type[UnaryOp]:
+    cls = type(
+        "".join(p.capitalize() for p in op_name.split("_")) + "Op",
+        (UnaryOp,),
+        {
+            "name": f"graph.{op_name}",
+            "__doc__": doc,
+            "FLOAT_ONLY": float_only,
+            "__annotations__": {"FLOAT_ONLY": ClassVar[bool]},
+        },
+    )
+    return irdl_op_definition(cls)
+
+
+NegOp = _unary("neg", "y = -x", float_only=False)
+AbsOp = _unary("abs", "y = |x|", float_only=False)
+SignOp = _unary("sign", "y = sign(x)", float_only=False)
+ExpOp = _unary("exp", "y = e^x")
+LogOp = _unary("log", "natural logarithm")
+SqrtOp = _unary("sqrt", "square root")
+RsqrtOp = _unary("rsqrt", "1 / sqrt(x)")
+ReciprocalOp = _unary("reciprocal", "1 / x")
+TanhOp = _unary("tanh", "hyperbolic tangent")
+SigmoidOp = _unary("sigmoid", "1 / (1 + e^-x)")
+ErfOp = _unary("erf", "Gauss error function")
+SinOp = _unary("sin", "sine")
+CosOp = _unary("cos", "cosine")
+FloorOp = _unary("floor", "round down")
+CeilOp = _unary("ceil", "round up")
+RoundOp = _unary("round", "round half to even")
+ReluOp = _unary("relu", "max(x, 0)", float_only=False)
+SiluOp = _unary("silu", "x * sigmoid(x) (a.k.a. swish)")
+SoftplusOp = _unary("softplus", "log(1 + e^x)")
+NotOp = _unary("not", "logical not of an i1 tensor", float_only=False)
+
+
+@irdl_op_definition
+class GeluOp(UnaryOp):
+    """GELU: exact (`approximate = "none"`, erf form) or the tanh approximation."""
+
+    name = "graph.gelu"
+    approximate = prop_def(StringAttr, default_value=StringAttr("none"))
+
+    def infer_result_types(self) -> list[TensorType]:
+        if self.approximate.data not in ("none", "tanh"):
+            raise VerifyException(
+                f"{self.name}: approximate must be \"none\" or \"tanh\", got \"{self.approximate.data}\""
+            )
+        return super().infer_result_types()
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """min(max(x, min), max); either bound may be absent (relu6 = clip 0..6)."""
+
+    name = "graph.clip"
+    FLOAT_ONLY: ClassVar[bool] = False
+    min = opt_prop_def(FloatAttr)
+    max = opt_prop_def(FloatAttr)
+
+    def infer_result_types(self) -> list[TensorType]:
+        if self.min is not None and self.max is not None and self.min.value.data > self.max.value.data:
+            raise VerifyException(
+                f"{self.name}: min ({self.min.value.data}) must not exceed max ({self.max.value.data})"
+            )
+        return super().infer_result_types()
+
+
+@irdl_op_definition
+class LeakyReluOp(UnaryOp):
+    """x if x >= 0 else alpha * x."""
+
+    name = "graph.leaky_relu"
+    alpha = prop_def(FloatAttr, default_value=f64_attr(0.01))
+
+
+@irdl_op_definition
+class EluOp(UnaryOp):
+    """x if x > 0 else alpha * (e^x - 1)."""
+
+    name = "graph.elu"
+    alpha = prop_def(FloatAttr, default_value=f64_attr(1.0))
+
+
+@irdl_op_definition
+class HardSigmoidOp(UnaryOp):
+    """clip(alpha * x + beta, 0, 1) (ONNX HardSigmoid; hard_swish = x * hard_sigmoid)."""
+
+    name = "graph.hard_sigmoid"
+    alpha = prop_def(FloatAttr, default_value=f64_attr(0.2))
+    beta = prop_def(FloatAttr, default_value=f64_attr(0.5))
+
+
+class BinaryOp(GraphOp, ABC):
+    """`z = x op y` elementwise with numpy broadcasting; operands share an element type."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    RESULT_IS_BOOL: ClassVar[bool] = False
+    OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops)
+    assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
+        elem = i1 if self.RESULT_IS_BOOL else _elem(lhs)
+        shape = broadcast_shapes(self.name, _shape(lhs), _shape(rhs))
+        super().__init__(operands=[lhs, rhs], result_types=[TensorType(elem, shape)])
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.lhs, self.rhs])
+        if self.OPERAND_KIND == "bool" and not is_bool(elem):
+            raise VerifyException(
+                f"{self.name}: operands must be i1 tensors, got {element_type_name(elem)}"
+            )
+        shape = broadcast_shapes(self.name, _shape(self.lhs), _shape(self.rhs))
+        return [TensorType(i1 if self.RESULT_IS_BOOL else elem, shape)]
+
+
+def _binary(op_name: str, doc: str, result_is_bool: bool = False, operand_kind: str = "any") -> type[BinaryOp]:
+    cls = type(
+        "".join(p.capitalize() for p in op_name.split("_")) + "Op",
+        (BinaryOp,),
+        {
+            "name": f"graph.{op_name}",
+            "__doc__": doc,
+            "RESULT_IS_BOOL": result_is_bool,
+            "OPERAND_KIND": operand_kind,
+            "__annotations__": {"RESULT_IS_BOOL": ClassVar[bool], "OPERAND_KIND": ClassVar[str]},
+        },
+    )
+    return irdl_op_definition(cls)
+
+
+AddOp = _binary("add", "x + y")
+SubOp = _binary("sub", "x - y")
+MulOp = _binary("mul", "x * y")
+DivOp = _binary("div", "x / y (integer division truncates toward zero)")
+PowOp = _binary("pow", "x ** y")
+MaximumOp = _binary("maximum", "elementwise max(x, y)")
+MinimumOp = _binary("minimum", "elementwise min(x, y)")
+ModOp = _binary("mod", "x mod y with the sign of y (floor modulo, as Python and ONNX fmod=0)")
+EqualOp = _binary("equal", "x == y", result_is_bool=True)
+LessOp = _binary("less", "x < y", result_is_bool=True)
+LessEqualOp = _binary("less_equal", "x <= y", result_is_bool=True)
+GreaterOp = _binary("greater", "x > y", result_is_bool=True)
+GreaterEqualOp = _binary("greater_equal", "x >= y", result_is_bool=True)
+AndOp = _binary("and", "logical and", operand_kind="bool")
+OrOp = _binary("or", "logical or", operand_kind="bool")
+XorOp = _binary("xor", "logical xor", operand_kind="bool")
+
+
+@irdl_op_definition
+class WhereOp(GraphOp):
+    """`cond ? x : y` elementwise, all three broadcast together."""
+
+    name = "graph.where"
+    condition = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$condition `,` $lhs `,` $rhs " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not is_bool(_elem(self.condition)):
+            raise VerifyException(
+                f"{self.name}: the condition must be an i1 tensor, got "
+                f"{element_type_name(_elem(self.condition))}"
+            )
+        elem = _require_same_elem(self, [self.lhs, self.rhs])
+        shape = broadcast_shapes(self.name, _shape(self.condition), _shape(self.lhs), _shape(self.rhs))
+        return [TensorType(elem, shape)]
+
+
+@irdl_op_definition
+class CastOp(GraphOp):
+    """Convert the element type (float->int truncates toward zero; int->bool is x != 0)."""
+
+    name = "graph.cast"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def __init__(self, input: SSAValue | Operation, element_type: Attribute):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[TensorType(element_type, _shape(input))])
+
+    def infer_result_types(self) -> list[TensorType]:
+        return [TensorType(_elem(self.output), _shape(self.input))]
+
+
+# --------------------------------------------------------------------------
+# Linear algebra
+# --------------------------------------------------------------------------
+
+
+def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_b: bool) -> Shape:
+    """numpy.matmul semantics (rank-1 promotion, batch broadcasting), optional transposes."""
+    if not a or not b:
+        raise VerifyException(f"{op_name}: operands must have rank >= 1 (scalars cannot be multiplied)")
+    if (transpose_a and len(a) < 2) or (transpose_b and len(b) < 2):
+        raise VerifyException(f"{op_name}: a transposed operand must have rank >= 2")
+    if transpose_a:
+        a = (*a[:-2], a[-1], a[-2])
+    if transpose_b:
+        b = (*b[:-2], b[-1], b[-2])
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    k_a, k_b = a2[-1], b2[-2]
+    if DYNAMIC not in (k_a, k_b) and k_a != k_b:
+        raise VerifyException(
+            f"{op_name}: contraction dimensions differ: lhs {_fmt_shape(a)} has K={k_a}, "
+            f"rhs {_fmt_shape(b)} has K={k_b}"
+        )
+    batch = broadcast_shapes(op_name, a2[:-2], b2[:-2])
+    out = [*batch, a2[-2], b2[-1]]
+    if len(b) == 1:
+        out.pop(-1)
+    if len(a) == 1:
+        out.pop(-1 if len(b) == 1 else -2)
+    return tuple(out)
+
+
+@irdl_op_definition
+class MatmulOp(GraphOp):
+    """Batched matrix product, numpy.matmul semantics, with optional transposes of
+    the last two dimensions of either operand."""
+
+    name = "graph.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    output = result_def(TensorType)
+    transpose_a = prop_def(BoolAttr, default_value=bool_attr(False))
+    transpose_b = prop_def(BoolAttr, default_value=bool_attr(False))
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.lhs, self.rhs])
+        shape = matmul_shape(
+            self.name, _shape(self.lhs), _shape(self.rhs),
+            bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
+        )
+        return [TensorType(elem, shape)]
+
+
+@irdl_op_definition
+class LinearOp(GraphOp):
+    """y = x @ W^T + b with W of shape [out, in] (torch.nn.Linear layout)."""
+
+    name = "graph.linear"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias else [])
+        elem = _require_same_elem(self, operands)
+        x = _shape(self.input)
+        w = _require_rank(self, self.weight, "the weight [out, in]", [2])
+        if not x:
+            raise VerifyException(f"{self.name}: the input must have rank >= 1")
+        if DYNAMIC not in (x[-1], w[1]) and x[-1] != w[1]:
+            raise VerifyException(
+                f"{self.name}: input features {x[-1]} (shape {_fmt_shape(x)}) do not match "
+                f"the weight's in-features {w[1]} (weight shape {_fmt_shape(w)}, expected [out, in])"
+            )
+        if self.bias is not None and _shape(self.bias) != (w[0],):
+            raise VerifyException(
+                f"{self.name}: bias must have shape {w[0]}, got {_fmt_shape(_shape(self.bias))}"
+            )
+        return [TensorType(elem, (*x[:-1], w[0]))]
+
+
+# --------------------------------------------------------------------------
+# Convolution, pooling, normalization (CNN)
+# --------------------------------------------------------------------------
+
+
+def _window_out(op_name: str, size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int, ceil_mode: bool = False) -> int:
+    if size == DYNAMIC:
+        return DYNAMIC
+    span = dilation * (kernel - 1) + 1
+    padded = size + pad_lo + pad_hi
+    if padded < span:
+        raise VerifyException(
+            f"{op_name}: the window (kernel {kernel}, dilation {dilation}) is larger than the "
+            f"padded input ({size} + padding {pad_lo}+{pad_hi})"
+        )
+    if ceil_mode:
+        out = -(-(padded - span) // stride) + 1
+        # the last window must start inside the input or left padding (PyTorch rule)
+        if (out - 1) * stride >= size + pad_lo:
+            out -= 1
+        return out
+    return (padded - span) // stride + 1
+
+
+class WindowedOp(GraphOp, ABC):
+    """Shared attributes of conv and pooling: 2-D stride, dilation and padding
+    given as [top, left, bottom, right]."""
+
+    stride = prop_def(DenseArrayBase, default_value=i64_array([1, 1]))
+    padding = prop_def(DenseArrayBase, default_value=i64_array([0, 0, 0, 0]))
+    dilation = prop_def(DenseArrayBase, default_value=i64_array([1, 1]))
+
+    def _check_window_attrs(self) -> tuple[Shape, Shape, Shape]:
+        stride, padding, dilation = _ints(self.stride), _ints(self.padding), _ints(self.dilation)
+        if len(stride) != 2 or any(s < 1 for s in stride):
+            raise VerifyException(f"{self.name}: stride must be 2 positive integers, got {list(stride)}")
+        if len(dilation) != 2 or any(d < 1 for d in dilation):
+            raise VerifyException(f"{self.name}: dilation must be 2 positive integers, got {list(dilation)}")
+        if len(padding) != 4 or any(p < 0 for p in padding):
+            raise VerifyException(
+                f"{self.name}: padding must be 4 non-negative integers [top, left, bottom, right], "
+                f"got {list(padding)}"
+            )
+        return stride, padding, dilation
+
+    def _spatial_out(self, hw: Shape, kernel: Shape, ceil_mode: bool = False) -> Shape:
+        stride, padding, dilation = self._check_window_attrs()
+        return tuple(
+            _window_out(self.name, hw[i], kernel[i], stride[i], padding[i], padding[i + 2], dilation[i], ceil_mode)
+            for i in range(2)
+        )
+
+
+@irdl_op_definition
+class Conv2dOp(WindowedOp):
+    """2-D convolution (cross-correlation) of NCHW input with OIHW weights; `groups`
+    splits channels (groups == C for depthwise)."""
+
+    name = "graph.conv2d"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias else [])
+        elem = _require_same_elem(self, operands)
+        n, c, h, w = _require_rank(self, self.input, "the input (NCHW)", [4])
+        o, ci, kh, kw = _require_rank(self, self.weight, "the weight (OIHW)", [4])
+        groups = self.groups.value.data
+        if groups < 1:
+            raise VerifyException(f"{self.name}: groups must be >= 1, got {groups}")
+        if c % groups or o % groups:
+            raise VerifyException(
+                f"{self.name}: input channels ({c}) and output channels ({o}) must both be "
+                f"divisible by groups ({groups})"
+            )
+        if ci * groups != c:
+            raise VerifyException(
+                f"{self.name}: the weight expects {ci} input channels per group, but the input has "
+                f"{c} channels in {groups} group(s) ({c // groups} per group)"
+            )
+        if self.bias is not None and _shape(self.bias) != (o,):
+            raise VerifyException(
+                f"{self.name}: bias must have shape {o} (one per output channel), got "
+                f"{_fmt_shape(_shape(self.bias))}"
+            )
+        oh, ow = self._spatial_out((h, w), (kh, kw))
+        return [TensorType(elem, (n, o, oh, ow))]
+
+
+class Pool2dOp(WindowedOp, ABC):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase)
+    ceil_mode = prop_def(BoolAttr, default_value=bool_attr(False))
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        n, c, h, w = _require_rank(self, self.input, "the input (NCHW)", [4])
+        kernel = _ints(self.kernel)
+        if len(kernel) != 2 or any(k < 1 for k in kernel):
+            raise VerifyException(f"{self.name}: kernel must be 2 positive integers, got {list(kernel)}")
+        padding = _ints(self.padding)
+        if len(padding) == 4 and any(padding[i] > kernel[i % 2] // 2 for i in range(4)):
+            raise VerifyException(
+                f"{self.name}: padding {list(padding)} must be at most half the kernel {list(kernel)}"
+            )
+        oh, ow = self._spatial_out((h, w), kernel, bool(self.ceil_mode.value.data))
+        return [TensorType(_elem(self.input), (n, c, oh, ow))]
+
+
+@irdl_op_definition
+class MaxPool2dOp(Pool2dOp):
+    """Max over each window; padding never wins (acts as -inf)."""
+
+    name = "graph.max_pool2d"
+
+
+@irdl_op_definition
+class AvgPool2dOp(Pool2dOp):
+    """Mean over each window; `count_include_pad` chooses the divisor at the borders."""
+
+    name = "graph.avg_pool2d"
+    count_include_pad = prop_def(BoolAttr, default_value=bool_attr(False))
+
+    def infer_result_types(self) -> list[TensorType]:
+        if _ints(self.dilation) not in ((1, 1), ()):
+            raise VerifyException(f"{self.name}: dilation is not supported for average pooling")
+        return super().infer_result_types()
+
+
+class GlobalPoolOp(GraphOp, ABC):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        shape = _shape(self.input)
+        if len(shape) < 3:
+            raise VerifyException(
+                f"{self.name}: the input must be N x C x spatial... (rank >= 3), got {_fmt_shape(shape)}"
+            )
+        return [TensorType(_elem(self.input), (*shape[:2], *([1] * (len(shape) - 2))))]
+
+
+@irdl_op_definition
+class GlobalAvgPoolOp(GlobalPoolOp):
+    """Mean over all spatial dimensions, kept as size-1 dims."""
+
+    name = "graph.global_avg_pool"
+
+
+@irdl_op_definition
+class GlobalMaxPoolOp(GlobalPoolOp):
+    """Max over all spatial dimensions, kept as size-1 dims."""
+
+    name = "graph.global_max_pool"
+
+
+@irdl_op_definition
+class BatchNormOp(GraphOp):
+    """Inference batch norm over dim 1: (x - mean) / sqrt(var + eps) * scale + bias."""
+
+    name = "graph.batch_norm"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    var = operand_def(TensorType)
+    output = result_def(TensorType)
+    epsilon = prop_def(FloatAttr, default_value=f64_attr(1e-5))
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $scale `,` $bias `,` $mean `,` $var " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        params = [self.scale, self.bias, self.mean, self.var]
+        elem = _require_same_elem(self, [self.input, *params])
+        _require_float(self, self.input, "the input")
+        x = _shape(self.input)
+        if len(x) < 2:
+            raise VerifyException(f"{self.name}: the input must have rank >= 2 (N x C x ...), got {_fmt_shape(x)}")
+        for what, p in zip(("scale", "bias", "mean", "var"), params, strict=True):
+            if _shape(p) != (x[1],):
+                raise VerifyException(
+                    f"{self.name}: {what} must have shape {x[1]} (one per channel), got {_fmt_shape(_shape(p))}"
+                )
+        if self.epsilon.value.data < 0:
+            raise VerifyException(f"{self.name}: epsilon must be >= 0")
+        return [TensorType(elem, x)]
+
+
+class NormOp(GraphOp, ABC):
+    """Normalization over the trailing dimensions starting at `axis`."""
+
+    axis = prop_def(IntegerAttr[I64], default_value=i64_attr(-1))
+    epsilon = prop_def(FloatAttr, default_value=f64_attr(1e-5))
+
+    def _check(self, x: SSAValue, params: Sequence[tuple[str, SSAValue]]) -> TensorType:
+        elem = _require_same_elem(self, [x, *(p for _, p in params)])
+        _require_float(self, x, "the input")
+        shape = _shape(x)
+        axis = normalize_axis(self.name, self.axis.value.data, len(shape))
+        normalized = shape[axis:]
+        for what, p in params:
+            ps = _shape(p)
+            try:
+                ok = broadcast_shapes(self.name, ps, normalized) == normalized
+            except VerifyException:
+                ok = False
+            if not ok:
+                raise VerifyException(
+                    f"{self.name}: {what} of shape {_fmt_shape(ps)} does not broadcast to the "
+                    f"normalized shape {_fmt_shape(normalized)}"
+                )
+        if self.epsilon.value.data < 0:
+            raise VerifyException(f"{self.name}: epsilon must be >= 0")
+        return TensorType(elem, shape)
+
+
+@irdl_op_definition
+class LayerNormOp(NormOp):
+    """(x - mean) / sqrt(var + eps) * scale (+ bias), statistics over dims >= axis."""
+
+    name = "graph.layer_norm"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $scale (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        params = [("scale", self.scale)] + ([("bias", self.bias)] if self.bias else [])
+        return [self._check(self.input, params)]
+
+
+@irdl_op_definition
+class RmsNormOp(NormOp):
+    """x / sqrt(mean(x^2) + eps) * scale, statistics over dims >= axis (Llama RMSNorm)."""
+
+    name = "graph.rms_norm"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $scale " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        return [self._check(self.input, [("scale", self.scale)])]
+
+
+class AxisOp(GraphOp, ABC):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64], default_value=i64_attr(-1))
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        _require_float(self, self.input, "the input")
+        normalize_axis(self.name, self.axis.value.data, len(_shape(self.input)))
+        return [_tensor(self.input)]
+
+
+@irdl_op_definition
+class SoftmaxOp(AxisOp):
+    """exp(x - max) / sum(exp(x - max)) along `axis`."""
+
+    name = "graph.softmax"
+
+
+@irdl_op_definition
+class LogSoftmaxOp(AxisOp):
+    """log(softmax(x)) along `axis`, computed stably."""
+
+    name = "graph.log_softmax"
+
+
+# --------------------------------------------------------------------------
+# Transformer ops
+# --------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class AttentionOp(GraphOp):
+    """Scaled dot-product attention with grouped-query heads.
+
+    q: [B, Hq, Sq, D], k: [B, Hkv, Skv, D], v: [B, Hkv, Skv, Dv], Hq % Hkv == 0
+    (query head h reads kv head h // (Hq / Hkv)). `scale` defaults to 1/sqrt(D).
+    `causal`: query i sees keys j <= i + (Skv - Sq), i.e. the queries are the last
+    Sq positions (a decode step with a KV cache). An optional `mask` broadcasting to
+    [B, Hq, Sq, Skv] is boolean (true = attend) or additive (added to the scores).
+    """
+
+    name = "graph.attention"
+    query = operand_def(TensorType)
+    key = operand_def(TensorType)
+    value = operand_def(TensorType)
+    mask = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    causal = prop_def(BoolAttr, default_value=bool_attr(False))
+    scale = opt_prop_def(FloatAttr)
+    traits = traits_def(Pure())
+    assembly_format = "$query `,` $key `,` $value (`,` $mask^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.query, self.key, self.value])
+        _require_float(self, self.query, "the query")
+        b, hq, sq, d = _require_rank(self, self.query, "the query [B, Hq, Sq, D]", [4])
+        bk, hkv, skv, dk = _require_rank(self, self.key, "the key [B, Hkv, Skv, D]", [4])
+        bv, hv, sv, dv = _require_rank(self, self.value, "the value [B, Hkv, Skv, Dv]", [4])
+        if (bk, hkv, skv) != (bv, hv, sv):
+            raise VerifyException(
+                f"{self.name}: key {_fmt_shape(_shape(self.key))} and value "
+                f"{_fmt_shape(_shape(self.value))} must agree on batch, heads and length"
+            )
+        if b != bk:
+            raise VerifyException(f"{self.name}: query batch {b} differs from key batch {bk}")
+        if d != dk:
+            raise VerifyException(f"{self.name}: query head dim {d} differs from key head dim {dk}")
+        if hkv < 1 or hq % hkv:
+            raise VerifyException(
+                f"{self.name}: query heads ({hq}) must be a multiple of key/value heads ({hkv})"
+            )
+        if self.causal.value.data and sq > skv:
+            raise VerifyException(
+                f"{self.name}: causal attention needs at least as many keys ({skv}) as queries ({sq})"
+            )
+        if self.mask is not None:
+            m_elem = _elem(self.mask)
+            if not is_bool(m_elem) and m_elem != elem:
+                raise VerifyException(
+                    f"{self.name}: the mask must be i1 (true = attend) or additive with the "
+                    f"query's element type, got {element_type_name(m_elem)}"
+                )
+            target = (b, hq, sq, skv)
+            if broadcast_shapes(self.name, _shape(self.mask), target) != target:
+                raise VerifyException(
+                    f"{self.name}: mask {_fmt_shape(_shape(self.mask))} does not broadcast to the "
+                    f"scores' shape {_fmt_shape(target)}"
+                )
+        return [TensorType(elem, (b, hq, sq, dv))]
+
+
+@irdl_op_definition
+class RotaryOp(GraphOp):
+    """Rotary position embedding on the first R = cos.shape[-1] features of x.
+
+    x: [..., S, D]; cos, sin broadcast to [..., S, R], R even, R <= D (partial
+    rotary leaves the rest untouched). `interleaved = false` rotates halves
+    (x[:R/2], x[R/2:]) as in Llama/GPT-NeoX; `true` rotates pairs (x[2i], x[2i+1])
+    as in GPT-J. cos/sin hold the angle per feature (HF layout: halves repeated).
+    """
+
+    name = "graph.rotary"
+    input = operand_def(TensorType)
+    cos = operand_def(TensorType)
+    sin = operand_def(TensorType)
+    output = result_def(TensorType)
+    interleaved = prop_def(BoolAttr, default_value=bool_attr(False))
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $cos `,` $sin " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.input, self.cos, self.sin])
+        _require_float(self, self.input, "the input")
+        x = _shape(self.input)
+        if len(x) < 2:
+            raise VerifyException(f"{self.name}: the input must be [..., S, D], got {_fmt_shape(x)}")
+        cos, sin = _shape(self.cos), _shape(self.sin)
+        if cos != sin:
+            raise VerifyException(f"{self.name}: cos {_fmt_shape(cos)} and sin {_fmt_shape(sin)} differ")
+        if not cos:
+            raise VerifyException(f"{self.name}: cos/sin must have rank >= 1")
+        r = cos[-1]
+        if r % 2 or r > x[-1]:
+            raise VerifyException(
+                f"{self.name}: the rotary dim (cos.shape[-1] = {r}) must be even and at most the "
+                f"feature dim {x[-1]}"
+            )
+        target = (*x[:-1], r)
+        if broadcast_shapes(self.name, cos, target) != target:
+            raise VerifyException(
+                f"{self.name}: cos/sin {_fmt_shape(cos)} do not broadcast to {_fmt_shape(target)}"
+            )
+        return [TensorType(elem, x)]
+
+
+@irdl_op_definition
+class GatherOp(GraphOp):
+    """Take slices of `input` along `axis` at `indices` (embedding lookup = axis 0).
+    Result shape: input[:axis] + indices + input[axis+1:]. Negative indices count
+    from the end; out-of-range indices are an error at run time."""
+
+    name = "graph.gather"
+    input = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $indices " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = _shape(self.input)
+        if not is_integer(_elem(self.indices)):
+            raise VerifyException(
+                f"{self.name}: indices must be integers, got {element_type_name(_elem(self.indices))}"
+            )
+        axis = normalize_axis(self.name, self.axis.value.data, len(x))
+        if not x:
+            raise VerifyException(f"{self.name}: cannot gather from a scalar")
+        return [TensorType(_elem(self.input), (*x[:axis], *_shape(self.indices), *x[axis + 1 :]))]
+
+
+# --------------------------------------------------------------------------
+# Structure
+# --------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ReshapeOp(GraphOp):
+    """Reinterpret the elements (row-major) in the result type's static shape."""
+
+    name = "graph.reshape"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[TensorType(_elem(input), shape)])
+
+    def infer_result_types(self) -> list[TensorType]:
+        src, dst = _shape(self.input), _shape(self.output)
+        if DYNAMIC in dst:
+            raise VerifyException(f"{self.name}: the result shape must be static, got {_fmt_shape(dst)}")
+        if DYNAMIC not in src and math.prod(src) != math.prod(dst):
+            raise VerifyException(
+                f"{self.name}: cannot reshape {_fmt_shape(src)} ({math.prod(src)} elements) to "
+                f"{_fmt_shape(dst)} ({math.prod(dst)} elements)"
+            )
+        return [TensorType(_elem(self.input), dst)]
+
+
+@irdl_op_definition
+class TransposeOp(GraphOp):
+    """Permute dimensions: result dim i is input dim perm[i]."""
+
+    name = "graph.transpose"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    perm = prop_def(DenseArrayBase)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = _shape(self.input)
+        perm = _ints(self.perm)
+        if sorted(perm) != list(range(len(x))):
+            raise VerifyException(
+                f"{self.name}: perm {list(perm)} is not a permutation of 0..{len(x) - 1} "
+                f"(input rank {len(x)})"
+            )
+        return [TensorType(_elem(self.input), tuple(x[p] for p in perm))]
+
+
+@irdl_op_definition
+class ConcatOp(GraphOp):
+    """Join tensors along `axis`; all other dimensions must agree."""
+
+    name = "graph.concat"
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+    assembly_format = "$inputs " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not self.inputs:
+            raise VerifyException(f"{self.name}: needs at least one input")
+        elem = _require_same_elem(self, list(self.inputs))
+        shapes = [_shape(v) for v in self.inputs]
+        rank = len(shapes[0])
+        axis = normalize_axis(self.name, self.axis.value.data, rank)
+        for s in shapes:
+            if len(s) != rank or any(s[i] != shapes[0][i] for i in range(rank) if i != axis):
+                raise VerifyException(
+                    f"{self.name}: shapes " + ", ".join(_fmt_shape(s) for s in shapes)
+                    + f" must agree on every dimension except axis {axis}"
+                )
+        total = DYNAMIC if any(s[axis] == DYNAMIC for s in shapes) else sum(s[axis] for s in shapes)
+        return [TensorType(elem, (*shapes[0][:axis], total, *shapes[0][axis + 1 :]))]
+
+
+@irdl_op_definition
+class SliceOp(GraphOp):
+    """Strided slice with one (start, end, step) per dimension, already normalized:
+    step != 0; for step > 0, 0 <= start <= end <= dim; for step < 0,
+    -1 <= end <= start < dim where end = -1 means "past index 0"."""
+
+    name = "graph.slice"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    starts = prop_def(DenseArrayBase)
+    ends = prop_def(DenseArrayBase)
+    steps = prop_def(DenseArrayBase)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = _shape(self.input)
+        starts, ends, steps = _ints(self.starts), _ints(self.ends), _ints(self.steps)
+        if not len(starts) == len(ends) == len(steps) == len(x):
+            raise VerifyException(
+                f"{self.name}: starts, ends and steps need one entry per dimension ({len(x)}), got "
+                f"{len(starts)}, {len(ends)} and {len(steps)}"
+            )
+        out = []
+        for i, (d, s, e, st) in enumerate(zip(x, starts, ends, steps, strict=True)):
+            if st == 0:
+                raise VerifyException(f"{self.name}: step of dimension {i} is 0")
+            if st > 0 and not 0 <= s <= e <= d:
+                raise VerifyException(
+                    f"{self.name}: dimension {i} (size {d}): need 0 <= start ({s}) <= end ({e}) <= {d}"
+                )
+            if st < 0 and not -1 <= e <= s < d:
+                raise VerifyException(
+                    f"{self.name}: dimension {i} (size {d}): with a negative step need "
+                    f"-1 <= end ({e}) <= start ({s}) < {d}"
+                )
+            out.append(max(0, -(-(e - s) // st)))
+        return [TensorType(_elem(self.input), tuple(out))]
+
+
+@irdl_op_definition
+class BroadcastOp(GraphOp):
+    """Broadcast to the result type's shape (numpy.broadcast_to rules)."""
+
+    name = "graph.broadcast"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        src, dst = _shape(self.input), _shape(self.output)
+        ok = len(dst) >= len(src) and all(
+            s in (1, d) for s, d in zip(src[::-1], dst[::-1])
+        )
+        if not ok:
+            raise VerifyException(f"{self.name}: cannot broadcast {_fmt_shape(src)} to {_fmt_shape(dst)}")
+        return [TensorType(_elem(self.input), dst)]
+
+
+@irdl_op_definition
+class PadOp(GraphOp):
+    """Constant padding: `pads` = [before_0, ..., before_n-1, after_0, ..., after_n-1]."""
+
+    name = "graph.pad"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    pads = prop_def(DenseArrayBase)
+    value = prop_def(FloatAttr, default_value=f64_attr(0.0))
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = _shape(self.input)
+        pads = _ints(self.pads)
+        if len(pads) != 2 * len(x) or any(p < 0 for p in pads):
+            raise VerifyException(
+                f"{self.name}: pads must hold {2 * len(x)} non-negative integers (before..., after...), "
+                f"got {list(pads)}"
+            )
+        n = len(x)
+        return [TensorType(_elem(self.input), tuple(d + pads[i] + pads[i + n] for i, d in enumerate(x)))]
+
+
+class ReduceOp(GraphOp, ABC):
+    """Reduce over `axes` (all axes when empty), keeping them as size 1 if `keepdims`."""
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    axes = prop_def(DenseArrayBase, default_value=i64_array([]))
+    keepdims = prop_def(BoolAttr, default_value=bool_attr(True))
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def reduced_axes(self) -> tuple[int, ...]:
+        rank = len(_shape(self.input))
+        axes = _ints(self.axes)
+        if not axes:
+            return tuple(range(rank))
+        return tuple(sorted(normalize_axis(self.name, a, rank, "reduction axis") for a in axes))
+
+    def result_element_type(self) -> Attribute:
+        return _elem(self.input)
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = _shape(self.input)
+        axes = self.reduced_axes()
+        if len(set(axes)) != len(axes):
+            raise VerifyException(f"{self.name}: axes {list(_ints(self.axes))} repeat a dimension")
+        if self.keepdims.value.data:
+            shape = tuple(1 if i in axes else d for i, d in enumerate(x))
+        else:
+            shape = tuple(d for i, d in enumerate(x) if i not in axes)
+        return [TensorType(self.result_element_type(), shape)]
+
+
+def _reduce(op_name: str, doc: str) -> type[ReduceOp]:
+    cls = type(
+        "".join(p.capitalize() for p in op_name.split("_")) + "Op",
+        (ReduceOp,),
+        {"name": f"graph.{op_name}", "__doc__": doc},
+    )
+    return irdl_op_definition(cls)
+
+
+ReduceSumOp = _reduce("reduce_sum", "sum over axes")
+ReduceMeanOp = _reduce("reduce_mean", "mean over axes")
+ReduceMaxOp = _reduce("reduce_max", "max over axes")
+ReduceMinOp = _reduce("reduce_min", "min over axes")
+ReduceProdOp = _reduce("reduce_prod", "product over axes")
+
+
+class ArgReduceOp(ReduceOp, ABC):
+    """Index of the extreme value along one axis (first occurrence), as i64."""
+
+    def result_element_type(self) -> Attribute:
+        return i64
+
+    def infer_result_types(self) -> list[TensorType]:
+        if len(_ints(self.axes)) != 1:
+            raise VerifyException(f"{self.name}: axes must name exactly one axis, got {list(_ints(self.axes))}")
+        return super().infer_result_types()
+
+
+@irdl_op_definition
+class ArgmaxOp(ArgReduceOp):
+    name = "graph.argmax"
+
+
+@irdl_op_definition
+class ArgminOp(ArgReduceOp):
+    name = "graph.argmin"
+
+
+Graph = Dialect(
+    "graph",
+    [
+        ConstantOp, WeightOp,
+        NegOp, AbsOp, SignOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp,
+        ErfOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp, ReluOp, SiluOp, SoftplusOp, NotOp,
+        GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,
+        AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, ModOp,
+        EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp,
+        WhereOp, CastOp,
+        MatmulOp, LinearOp,
+        Conv2dOp, MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp, GlobalMaxPoolOp,
+        BatchNormOp, LayerNormOp, RmsNormOp, SoftmaxOp, LogSoftmaxOp,
+        AttentionOp, RotaryOp, GatherOp,
+        ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
+        ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
+    ],
+    [],
+)
+"""The graph dialect."""
+
+__all__ = ["Graph", "GraphOp", "ArrayAttr"]
