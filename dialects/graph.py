@@ -123,7 +123,7 @@ def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
                 dim = d
             elif d != dim and d != DYNAMIC:
                 raise VerifyException(
-                    f"{op_name}: shapes "
+                    f"shapes "
                     + ", ".join(_fmt_shape(s) for s in shapes)
                     + " are not broadcast-compatible (dimension "
                     f"{i - rank} is {dim} in one operand and {d} in another)"
@@ -135,7 +135,7 @@ def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
 def normalize_axis(op_name: str, axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise VerifyException(
-            f"{op_name}: {what} {axis} is out of range for a rank-{rank} operand "
+            f"{what} {axis} is out of range for a rank-{rank} operand "
             f"(expected {-rank} <= {what} < {rank})"
         )
     return axis % rank if rank else 0
@@ -157,7 +157,7 @@ class GraphOp(IRDLOperation, ABC):
             assert isinstance(declared, TensorType)
             if declared.get_element_type() != expected.get_element_type():
                 raise VerifyException(
-                    f"{self.name}: result #{i} has element type "
+                    f"result #{i} has element type "
                     f"{element_type_name(declared.get_element_type())} but the operands "
                     f"give {element_type_name(expected.get_element_type())}"
                 )
@@ -167,7 +167,7 @@ class GraphOp(IRDLOperation, ABC):
             )
             if not compatible:
                 raise VerifyException(
-                    f"{self.name}: result #{i} has shape {_fmt_shape(d_shape)} but the "
+                    f"result #{i} has shape {_fmt_shape(d_shape)} but the "
                     f"operands and attributes give {_fmt_shape(e_shape)}"
                 )
 
@@ -249,7 +249,7 @@ class WeightOp(GraphOp):
         t = self.output.type
         assert isinstance(t, TensorType)
         if any(d == DYNAMIC for d in t.get_shape()):
-            raise VerifyException(f"{self.name}: a weight must have a static shape")
+            raise VerifyException(f"a weight must have a static shape")
         return [t]
 
 
@@ -324,7 +324,7 @@ class GeluOp(UnaryOp):
     def infer_result_types(self) -> list[TensorType]:
         if self.approximate.data not in ("none", "tanh"):
             raise VerifyException(
-                f"{self.name}: approximate must be \"none\" or \"tanh\", got \"{self.approximate.data}\""
+                f"approximate must be \"none\" or \"tanh\", got \"{self.approximate.data}\""
             )
         return super().infer_result_types()
 
@@ -341,7 +341,7 @@ class ClipOp(UnaryOp):
     def infer_result_types(self) -> list[TensorType]:
         if self.min is not None and self.max is not None and self.min.value.data > self.max.value.data:
             raise VerifyException(
-                f"{self.name}: min ({self.min.value.data}) must not exceed max ({self.max.value.data})"
+                f"min ({self.min.value.data}) must not exceed max ({self.max.value.data})"
             )
         return super().infer_result_types()
 
@@ -392,7 +392,7 @@ class BinaryOp(GraphOp, ABC):
         elem = _require_same_elem(self, [self.lhs, self.rhs])
         if self.OPERAND_KIND == "bool" and not is_bool(elem):
             raise VerifyException(
-                f"{self.name}: operands must be i1 tensors, got {element_type_name(elem)}"
+                f"operands must be i1 tensors, got {element_type_name(elem)}"
             )
         shape = broadcast_shapes(self.name, _shape(self.lhs), _shape(self.rhs))
         return [TensorType(i1 if self.RESULT_IS_BOOL else elem, shape)]
@@ -446,7 +446,7 @@ class WhereOp(GraphOp):
     def infer_result_types(self) -> list[TensorType]:
         if not is_bool(_elem(self.condition)):
             raise VerifyException(
-                f"{self.name}: the condition must be an i1 tensor, got "
+                f"the condition must be an i1 tensor, got "
                 f"{element_type_name(_elem(self.condition))}"
             )
         elem = _require_same_elem(self, [self.lhs, self.rhs])
@@ -480,9 +480,9 @@ class CastOp(GraphOp):
 def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_b: bool) -> Shape:
     """numpy.matmul semantics (rank-1 promotion, batch broadcasting), optional transposes."""
     if not a or not b:
-        raise VerifyException(f"{op_name}: operands must have rank >= 1 (scalars cannot be multiplied)")
+        raise VerifyException(f"operands must have rank >= 1 (scalars cannot be multiplied)")
     if (transpose_a and len(a) < 2) or (transpose_b and len(b) < 2):
-        raise VerifyException(f"{op_name}: a transposed operand must have rank >= 2")
+        raise VerifyException(f"a transposed operand must have rank >= 2")
     if transpose_a:
         a = (*a[:-2], a[-1], a[-2])
     if transpose_b:
@@ -492,7 +492,7 @@ def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_
     k_a, k_b = a2[-1], b2[-2]
     if DYNAMIC not in (k_a, k_b) and k_a != k_b:
         raise VerifyException(
-            f"{op_name}: contraction dimensions differ: lhs {_fmt_shape(a)} has K={k_a}, "
+            f"contraction dimensions differ: lhs {_fmt_shape(a)} has K={k_a}, "
             f"rhs {_fmt_shape(b)} has K={k_b}"
         )
     batch = broadcast_shapes(op_name, a2[:-2], b2[:-2])
@@ -545,15 +545,15 @@ class LinearOp(GraphOp):
         x = _shape(self.input)
         w = _require_rank(self, self.weight, "the weight [out, in]", [2])
         if not x:
-            raise VerifyException(f"{self.name}: the input must have rank >= 1")
+            raise VerifyException(f"the input must have rank >= 1")
         if DYNAMIC not in (x[-1], w[1]) and x[-1] != w[1]:
             raise VerifyException(
-                f"{self.name}: input features {x[-1]} (shape {_fmt_shape(x)}) do not match "
+                f"input features {x[-1]} (shape {_fmt_shape(x)}) do not match "
                 f"the weight's in-features {w[1]} (weight shape {_fmt_shape(w)}, expected [out, in])"
             )
         if self.bias is not None and _shape(self.bias) != (w[0],):
             raise VerifyException(
-                f"{self.name}: bias must have shape {w[0]}, got {_fmt_shape(_shape(self.bias))}"
+                f"bias must have shape {w[0]}, got {_fmt_shape(_shape(self.bias))}"
             )
         return [TensorType(elem, (*x[:-1], w[0]))]
 
@@ -570,7 +570,7 @@ def _window_out(op_name: str, size: int, kernel: int, stride: int, pad_lo: int, 
     padded = size + pad_lo + pad_hi
     if padded < span:
         raise VerifyException(
-            f"{op_name}: the window (kernel {kernel}, dilation {dilation}) is larger than the "
+            f"the window (kernel {kernel}, dilation {dilation}) is larger than the "
             f"padded input ({size} + padding {pad_lo}+{pad_hi})"
         )
     if ceil_mode:
@@ -593,12 +593,12 @@ class WindowedOp(GraphOp, ABC):
     def _check_window_attrs(self) -> tuple[Shape, Shape, Shape]:
         stride, padding, dilation = _ints(self.stride), _ints(self.padding), _ints(self.dilation)
         if len(stride) != 2 or any(s < 1 for s in stride):
-            raise VerifyException(f"{self.name}: stride must be 2 positive integers, got {list(stride)}")
+            raise VerifyException(f"stride must be 2 positive integers, got {list(stride)}")
         if len(dilation) != 2 or any(d < 1 for d in dilation):
-            raise VerifyException(f"{self.name}: dilation must be 2 positive integers, got {list(dilation)}")
+            raise VerifyException(f"dilation must be 2 positive integers, got {list(dilation)}")
         if len(padding) != 4 or any(p < 0 for p in padding):
             raise VerifyException(
-                f"{self.name}: padding must be 4 non-negative integers [top, left, bottom, right], "
+                f"padding must be 4 non-negative integers [top, left, bottom, right], "
                 f"got {list(padding)}"
             )
         return stride, padding, dilation
@@ -632,20 +632,20 @@ class Conv2dOp(WindowedOp):
         o, ci, kh, kw = _require_rank(self, self.weight, "the weight (OIHW)", [4])
         groups = self.groups.value.data
         if groups < 1:
-            raise VerifyException(f"{self.name}: groups must be >= 1, got {groups}")
+            raise VerifyException(f"groups must be >= 1, got {groups}")
         if c % groups or o % groups:
             raise VerifyException(
-                f"{self.name}: input channels ({c}) and output channels ({o}) must both be "
+                f"input channels ({c}) and output channels ({o}) must both be "
                 f"divisible by groups ({groups})"
             )
         if ci * groups != c:
             raise VerifyException(
-                f"{self.name}: the weight expects {ci} input channels per group, but the input has "
+                f"the weight expects {ci} input channels per group, but the input has "
                 f"{c} channels in {groups} group(s) ({c // groups} per group)"
             )
         if self.bias is not None and _shape(self.bias) != (o,):
             raise VerifyException(
-                f"{self.name}: bias must have shape {o} (one per output channel), got "
+                f"bias must have shape {o} (one per output channel), got "
                 f"{_fmt_shape(_shape(self.bias))}"
             )
         oh, ow = self._spatial_out((h, w), (kh, kw))
@@ -664,11 +664,11 @@ class Pool2dOp(WindowedOp, ABC):
         n, c, h, w = _require_rank(self, self.input, "the input (NCHW)", [4])
         kernel = _ints(self.kernel)
         if len(kernel) != 2 or any(k < 1 for k in kernel):
-            raise VerifyException(f"{self.name}: kernel must be 2 positive integers, got {list(kernel)}")
+            raise VerifyException(f"kernel must be 2 positive integers, got {list(kernel)}")
         padding = _ints(self.padding)
         if len(padding) == 4 and any(padding[i] > kernel[i % 2] // 2 for i in range(4)):
             raise VerifyException(
-                f"{self.name}: padding {list(padding)} must be at most half the kernel {list(kernel)}"
+                f"padding {list(padding)} must be at most half the kernel {list(kernel)}"
             )
         oh, ow = self._spatial_out((h, w), kernel, bool(self.ceil_mode.value.data))
         return [TensorType(_elem(self.input), (n, c, oh, ow))]
@@ -690,7 +690,7 @@ class AvgPool2dOp(Pool2dOp):
 
     def infer_result_types(self) -> list[TensorType]:
         if _ints(self.dilation) not in ((1, 1), ()):
-            raise VerifyException(f"{self.name}: dilation is not supported for average pooling")
+            raise VerifyException(f"dilation is not supported for average pooling")
         return super().infer_result_types()
 
 
@@ -704,7 +704,7 @@ class GlobalPoolOp(GraphOp, ABC):
         shape = _shape(self.input)
         if len(shape) < 3:
             raise VerifyException(
-                f"{self.name}: the input must be N x C x spatial... (rank >= 3), got {_fmt_shape(shape)}"
+                f"the input must be N x C x spatial... (rank >= 3), got {_fmt_shape(shape)}"
             )
         return [TensorType(_elem(self.input), (*shape[:2], *([1] * (len(shape) - 2))))]
 
@@ -744,14 +744,14 @@ class BatchNormOp(GraphOp):
         _require_float(self, self.input, "the input")
         x = _shape(self.input)
         if len(x) < 2:
-            raise VerifyException(f"{self.name}: the input must have rank >= 2 (N x C x ...), got {_fmt_shape(x)}")
+            raise VerifyException(f"the input must have rank >= 2 (N x C x ...), got {_fmt_shape(x)}")
         for what, p in zip(("scale", "bias", "mean", "var"), params, strict=True):
             if _shape(p) != (x[1],):
                 raise VerifyException(
-                    f"{self.name}: {what} must have shape {x[1]} (one per channel), got {_fmt_shape(_shape(p))}"
+                    f"{what} must have shape {x[1]} (one per channel), got {_fmt_shape(_shape(p))}"
                 )
         if self.epsilon.value.data < 0:
-            raise VerifyException(f"{self.name}: epsilon must be >= 0")
+            raise VerifyException(f"epsilon must be >= 0")
         return [TensorType(elem, x)]
 
 
@@ -775,11 +775,11 @@ class NormOp(GraphOp, ABC):
                 ok = False
             if not ok:
                 raise VerifyException(
-                    f"{self.name}: {what} of shape {_fmt_shape(ps)} does not broadcast to the "
+                    f"{what} of shape {_fmt_shape(ps)} does not broadcast to the "
                     f"normalized shape {_fmt_shape(normalized)}"
                 )
         if self.epsilon.value.data < 0:
-            raise VerifyException(f"{self.name}: epsilon must be >= 0")
+            raise VerifyException(f"epsilon must be >= 0")
         return TensorType(elem, shape)
 
 
@@ -877,32 +877,32 @@ class AttentionOp(GraphOp):
         bv, hv, sv, dv = _require_rank(self, self.value, "the value [B, Hkv, Skv, Dv]", [4])
         if (bk, hkv, skv) != (bv, hv, sv):
             raise VerifyException(
-                f"{self.name}: key {_fmt_shape(_shape(self.key))} and value "
+                f"key {_fmt_shape(_shape(self.key))} and value "
                 f"{_fmt_shape(_shape(self.value))} must agree on batch, heads and length"
             )
         if b != bk:
-            raise VerifyException(f"{self.name}: query batch {b} differs from key batch {bk}")
+            raise VerifyException(f"query batch {b} differs from key batch {bk}")
         if d != dk:
-            raise VerifyException(f"{self.name}: query head dim {d} differs from key head dim {dk}")
+            raise VerifyException(f"query head dim {d} differs from key head dim {dk}")
         if hkv < 1 or hq % hkv:
             raise VerifyException(
-                f"{self.name}: query heads ({hq}) must be a multiple of key/value heads ({hkv})"
+                f"query heads ({hq}) must be a multiple of key/value heads ({hkv})"
             )
         if self.causal.value.data and sq > skv:
             raise VerifyException(
-                f"{self.name}: causal attention needs at least as many keys ({skv}) as queries ({sq})"
+                f"causal attention needs at least as many keys ({skv}) as queries ({sq})"
             )
         if self.mask is not None:
             m_elem = _elem(self.mask)
             if not is_bool(m_elem) and m_elem != elem:
                 raise VerifyException(
-                    f"{self.name}: the mask must be i1 (true = attend) or additive with the "
+                    f"the mask must be i1 (true = attend) or additive with the "
                     f"query's element type, got {element_type_name(m_elem)}"
                 )
             target = (b, hq, sq, skv)
             if broadcast_shapes(self.name, _shape(self.mask), target) != target:
                 raise VerifyException(
-                    f"{self.name}: mask {_fmt_shape(_shape(self.mask))} does not broadcast to the "
+                    f"mask {_fmt_shape(_shape(self.mask))} does not broadcast to the "
                     f"scores' shape {_fmt_shape(target)}"
                 )
         return [TensorType(elem, (b, hq, sq, dv))]
@@ -932,22 +932,22 @@ class RotaryOp(GraphOp):
         _require_float(self, self.input, "the input")
         x = _shape(self.input)
         if len(x) < 2:
-            raise VerifyException(f"{self.name}: the input must be [..., S, D], got {_fmt_shape(x)}")
+            raise VerifyException(f"the input must be [..., S, D], got {_fmt_shape(x)}")
         cos, sin = _shape(self.cos), _shape(self.sin)
         if cos != sin:
-            raise VerifyException(f"{self.name}: cos {_fmt_shape(cos)} and sin {_fmt_shape(sin)} differ")
+            raise VerifyException(f"cos {_fmt_shape(cos)} and sin {_fmt_shape(sin)} differ")
         if not cos:
-            raise VerifyException(f"{self.name}: cos/sin must have rank >= 1")
+            raise VerifyException(f"cos/sin must have rank >= 1")
         r = cos[-1]
         if r % 2 or r > x[-1]:
             raise VerifyException(
-                f"{self.name}: the rotary dim (cos.shape[-1] = {r}) must be even and at most the "
+                f"the rotary dim (cos.shape[-1] = {r}) must be even and at most the "
                 f"feature dim {x[-1]}"
             )
         target = (*x[:-1], r)
         if broadcast_shapes(self.name, cos, target) != target:
             raise VerifyException(
-                f"{self.name}: cos/sin {_fmt_shape(cos)} do not broadcast to {_fmt_shape(target)}"
+                f"cos/sin {_fmt_shape(cos)} do not broadcast to {_fmt_shape(target)}"
             )
         return [TensorType(elem, x)]
 
@@ -970,11 +970,11 @@ class GatherOp(GraphOp):
         x = _shape(self.input)
         if not is_integer(_elem(self.indices)):
             raise VerifyException(
-                f"{self.name}: indices must be integers, got {element_type_name(_elem(self.indices))}"
+                f"indices must be integers, got {element_type_name(_elem(self.indices))}"
             )
         axis = normalize_axis(self.name, self.axis.value.data, len(x))
         if not x:
-            raise VerifyException(f"{self.name}: cannot gather from a scalar")
+            raise VerifyException(f"cannot gather from a scalar")
         return [TensorType(_elem(self.input), (*x[:axis], *_shape(self.indices), *x[axis + 1 :]))]
 
 
@@ -1000,10 +1000,10 @@ class ReshapeOp(GraphOp):
     def infer_result_types(self) -> list[TensorType]:
         src, dst = _shape(self.input), _shape(self.output)
         if DYNAMIC in dst:
-            raise VerifyException(f"{self.name}: the result shape must be static, got {_fmt_shape(dst)}")
+            raise VerifyException(f"the result shape must be static, got {_fmt_shape(dst)}")
         if DYNAMIC not in src and math.prod(src) != math.prod(dst):
             raise VerifyException(
-                f"{self.name}: cannot reshape {_fmt_shape(src)} ({math.prod(src)} elements) to "
+                f"cannot reshape {_fmt_shape(src)} ({math.prod(src)} elements) to "
                 f"{_fmt_shape(dst)} ({math.prod(dst)} elements)"
             )
         return [TensorType(_elem(self.input), dst)]
@@ -1025,7 +1025,7 @@ class TransposeOp(GraphOp):
         perm = _ints(self.perm)
         if sorted(perm) != list(range(len(x))):
             raise VerifyException(
-                f"{self.name}: perm {list(perm)} is not a permutation of 0..{len(x) - 1} "
+                f"perm {list(perm)} is not a permutation of 0..{len(x) - 1} "
                 f"(input rank {len(x)})"
             )
         return [TensorType(_elem(self.input), tuple(x[p] for p in perm))]
@@ -1044,7 +1044,7 @@ class ConcatOp(GraphOp):
 
     def infer_result_types(self) -> list[TensorType]:
         if not self.inputs:
-            raise VerifyException(f"{self.name}: needs at least one input")
+            raise VerifyException(f"needs at least one input")
         elem = _require_same_elem(self, list(self.inputs))
         shapes = [_shape(v) for v in self.inputs]
         rank = len(shapes[0])
@@ -1052,7 +1052,7 @@ class ConcatOp(GraphOp):
         for s in shapes:
             if len(s) != rank or any(s[i] != shapes[0][i] for i in range(rank) if i != axis):
                 raise VerifyException(
-                    f"{self.name}: shapes " + ", ".join(_fmt_shape(s) for s in shapes)
+                    f"shapes " + ", ".join(_fmt_shape(s) for s in shapes)
                     + f" must agree on every dimension except axis {axis}"
                 )
         total = DYNAMIC if any(s[axis] == DYNAMIC for s in shapes) else sum(s[axis] for s in shapes)
@@ -1079,20 +1079,20 @@ class SliceOp(GraphOp):
         starts, ends, steps = _ints(self.starts), _ints(self.ends), _ints(self.steps)
         if not len(starts) == len(ends) == len(steps) == len(x):
             raise VerifyException(
-                f"{self.name}: starts, ends and steps need one entry per dimension ({len(x)}), got "
+                f"starts, ends and steps need one entry per dimension ({len(x)}), got "
                 f"{len(starts)}, {len(ends)} and {len(steps)}"
             )
         out = []
         for i, (d, s, e, st) in enumerate(zip(x, starts, ends, steps, strict=True)):
             if st == 0:
-                raise VerifyException(f"{self.name}: step of dimension {i} is 0")
+                raise VerifyException(f"step of dimension {i} is 0")
             if st > 0 and not 0 <= s <= e <= d:
                 raise VerifyException(
-                    f"{self.name}: dimension {i} (size {d}): need 0 <= start ({s}) <= end ({e}) <= {d}"
+                    f"dimension {i} (size {d}): need 0 <= start ({s}) <= end ({e}) <= {d}"
                 )
             if st < 0 and not -1 <= e <= s < d:
                 raise VerifyException(
-                    f"{self.name}: dimension {i} (size {d}): with a negative step need "
+                    f"dimension {i} (size {d}): with a negative step need "
                     f"-1 <= end ({e}) <= start ({s}) < {d}"
                 )
             out.append(max(0, -(-(e - s) // st)))
@@ -1115,7 +1115,7 @@ class BroadcastOp(GraphOp):
             s in (1, d) for s, d in zip(src[::-1], dst[::-1])
         )
         if not ok:
-            raise VerifyException(f"{self.name}: cannot broadcast {_fmt_shape(src)} to {_fmt_shape(dst)}")
+            raise VerifyException(f"cannot broadcast {_fmt_shape(src)} to {_fmt_shape(dst)}")
         return [TensorType(_elem(self.input), dst)]
 
 
@@ -1136,7 +1136,7 @@ class PadOp(GraphOp):
         pads = _ints(self.pads)
         if len(pads) != 2 * len(x) or any(p < 0 for p in pads):
             raise VerifyException(
-                f"{self.name}: pads must hold {2 * len(x)} non-negative integers (before..., after...), "
+                f"pads must hold {2 * len(x)} non-negative integers (before..., after...), "
                 f"got {list(pads)}"
             )
         n = len(x)
@@ -1167,7 +1167,7 @@ class ReduceOp(GraphOp, ABC):
         x = _shape(self.input)
         axes = self.reduced_axes()
         if len(set(axes)) != len(axes):
-            raise VerifyException(f"{self.name}: axes {list(_ints(self.axes))} repeat a dimension")
+            raise VerifyException(f"axes {list(_ints(self.axes))} repeat a dimension")
         if self.keepdims.value.data:
             shape = tuple(1 if i in axes else d for i, d in enumerate(x))
         else:
@@ -1199,7 +1199,7 @@ class ArgReduceOp(ReduceOp, ABC):
 
     def infer_result_types(self) -> list[TensorType]:
         if len(_ints(self.axes)) != 1:
-            raise VerifyException(f"{self.name}: axes must name exactly one axis, got {list(_ints(self.axes))}")
+            raise VerifyException(f"axes must name exactly one axis, got {list(_ints(self.axes))}")
         return super().infer_result_types()
 
 

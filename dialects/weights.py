@@ -127,7 +127,7 @@ def attach_weights(module: ModuleOp, store: WeightStore) -> None:
 def referenced_weights(module: ModuleOp) -> list[str]:
     from infer.dialects.graph import WeightOp
 
-    return [op.weight_name.data for op in module.walk() if isinstance(op, WeightOp)]
+    return [op.weight_key for op in module.walk() if isinstance(op, WeightOp)]
 
 
 def save_weights(

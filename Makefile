@@ -1,0 +1,40 @@
+# infer: every set-up step is here, so a fresh machine needs only `make test` or `make demo`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: all env test lit pytest demo bench eval clean
+
+all: test
+
+# The environment: a venv with infer installed editable plus the test tools.
+# torch is pinned to 2.13.0 (the CPU wheel available offline on these machines).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+env: $(STAMP)
+
+lit: $(STAMP)
+	$(BIN)/lit -v test/filecheck
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -W error -m "not slow" test/unit
+
+test: lit pytest
+
+# Heavy model tests (marked slow) that do not fit the 15-minute test budget.
+eval: $(STAMP)
+	$(BIN)/python -m pytest -W error -m slow test/unit
+
+demo: $(STAMP)
+	$(BIN)/python -m infer.tools.demo
+
+bench: $(STAMP)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info test/filecheck/**/Output

@@ -1,0 +1,149 @@
+"""Reading and writing textual IR: one MLIR context with every
+dialect registered, a parser that records source locations, and verification
+that names the file:line of the failing op.
+
+Both `infer-opt` and the `infer` CLI go through here, so a bad file gives the
+same one-line diagnostic everywhere.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import sys
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.universe import Universe
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+from infer.dialects import infer_dialects
+from infer.dialects.weights import WeightStoreError, save_weights, weights_of
+
+
+class IRError(Exception):
+    """Bad IR input: the message is one line, starting with `file:line:col:` when known."""
+
+
+def make_context(allow_unregistered: bool = False) -> Context:
+    ctx = Context(allow_unregistered=allow_unregistered)
+    for name, factory in Universe.get_multiverse().all_dialects.items():
+        ctx.register_dialect(name, factory)
+    for name, factory in infer_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+class LocatingParser(Parser):
+    """A parser that attaches `file:line:col` to every op written without `loc(...)`,
+    so diagnostics after parsing (verification, passes) can point at the source."""
+
+    def __init__(self, ctx: Context, text: str, name: str, line_offset: int = 0):
+        super().__init__(ctx, text, name)
+        self._file_attr = StringAttr(name)
+        self._line_offset = line_offset
+        # Offsets of line starts, so an op's line is a bisection, not a rescan.
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        if not isinstance(op.location, FileLineColLoc):
+            line = bisect.bisect_right(self._line_starts, start)
+            col = start - self._line_starts[line - 1] + 1
+            op.location = FileLineColLoc(
+                self._file_attr, IntAttr(line + self._line_offset), IntAttr(col)
+            )
+        return op
+
+
+def decode_source(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise IRError(f"{name}:{line}: error: input is not valid UTF-8 (byte 0x{data[e.start]:02x})") from None
+
+
+def parse_ir(ctx: Context, text: str, name: str, line_offset: int = 0) -> ModuleOp:
+    """Parse one module; every failure becomes an IRError with file:line:col.
+    An input of only whitespace and comments is an empty module, as in mlir-opt."""
+    if all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines()):
+        return ModuleOp([])
+    try:
+        return LocatingParser(ctx, text, name, line_offset).parse_module()
+    except ParseError as e:
+        _, line, col = e.span.get_location()
+        raise IRError(f"{name}:{line + line_offset}:{col}: error: {e.msg}") from None
+    except RecursionError:
+        raise IRError(
+            f"{name}: error: the input nests regions or attributes too deeply for the parser "
+            f"(Python recursion limit {sys.getrecursionlimit()})"
+        ) from None
+
+
+def describe_location(op: Operation) -> str:
+    loc = op.location
+    if isinstance(loc, FileLineColLoc):
+        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    parent = op.parent_op()
+    return describe_location(parent) if parent is not None else "<unknown location>"
+
+
+def first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else message
+
+
+def verify_module(module: ModuleOp) -> None:
+    """Verify op by op so the error names the op that failed and where it is."""
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+        except DiagnosticException as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            raise IRError(
+                f"{describe_location(op)}: error: '{op.name}' op {first_line(str(cause))}"
+            ) from None
+        except RecursionError:
+            raise IRError(f"{describe_location(op)}: error: '{op.name}' op nests too deeply to verify") from None
+
+
+def load_ir_file(path: str | os.PathLike[str], ctx: Context | None = None) -> ModuleOp:
+    """Parse and verify an IR file; its weights resolve relative to its folder."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise IRError(f"{path}: error: cannot read file: {e.strerror}") from None
+    module = parse_ir(ctx or make_context(), decode_source(data, str(path)), str(path))
+    verify_module(module)
+    bind_weights(module, path.parent)
+    return module
+
+
+def bind_weights(module: ModuleOp, base_dir: str | os.PathLike[str]) -> None:
+    try:
+        weights_of(module, base_dir)
+    except WeightStoreError as e:
+        raise IRError(f"error: {e}") from None
+
+
+def module_to_text(module: ModuleOp, out_path: str | os.PathLike[str] | None = None, stem: str = "module") -> str:
+    """Print a module, first writing any weights created in memory beside `out_path`
+    (or in the working directory when printing to stdout)."""
+    if out_path is not None:
+        out_dir = Path(out_path).resolve().parent
+        save_weights(module, out_dir, Path(out_path).stem, relative_to=out_dir)
+    else:
+        save_weights(module, Path.cwd(), stem)
+    import io
+
+    stream = io.StringIO()
+    Printer(stream=stream).print_op(module)
+    stream.write("\n")
+    return stream.getvalue()
