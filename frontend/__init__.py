@@ -1,1 +1,66 @@
-"""infer.frontend"""
+"""infer.frontend: model files and framework objects into the graph dialect.
+
+`import_model` dispatches on what it is given:
+- a path ending in .onnx, or an onnx.ModelProto            -> infer.frontend.onnx_import
+- a path ending in .pt2, a torch.export.ExportedProgram,
+  or a torch.nn.Module with example_inputs                   -> infer.frontend.torch_import
+- a Hugging Face folder (config.json + *.safetensors)        -> infer.frontend.hf_import
+- a path ending in .mlir                                     -> parsed graph IR
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from infer.frontend.model import Model, ModelImportError
+
+
+def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Model:
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if path.is_dir():
+            from infer.frontend.hf_import import import_hf_folder
+
+            return Model(import_hf_folder(path, **options))
+        if not path.exists():
+            raise ModelImportError(f"{path}: no such file or folder")
+        suffix = path.suffix.lower()
+        if suffix == ".onnx":
+            from infer.frontend.onnx_import import import_onnx
+
+            return Model(import_onnx(path, **options))
+        if suffix == ".pt2":
+            from infer.frontend.torch_import import import_pt2
+
+            return Model(import_pt2(path, **options))
+        if suffix == ".mlir":
+            from infer.dialects.ir_io import IRError, load_ir_file
+
+            try:
+                return Model(load_ir_file(path))
+            except IRError as e:
+                raise ModelImportError(str(e)) from None
+        raise ModelImportError(
+            f"{path}: unsupported model format '{suffix}' (supported: .onnx, .pt2, .mlir, "
+            "or a Hugging Face folder with config.json and *.safetensors)"
+        )
+    kind = type(source).__module__.split(".")[0]
+    if kind == "onnx":
+        from infer.frontend.onnx_import import import_onnx
+
+        return Model(import_onnx(source, **options))
+    if kind == "torch":
+        from infer.frontend.torch_import import import_torch
+
+        return Model(import_torch(source, example_inputs, **options))
+    if isinstance(source, Model):
+        return source
+    raise ModelImportError(
+        f"cannot import a {type(source).__name__}: give a path (.onnx, .pt2, .mlir, Hugging Face "
+        "folder), an onnx.ModelProto, a torch.nn.Module with example_inputs, or an ExportedProgram"
+    )
+
+
+__all__ = ["Model", "ModelImportError", "import_model"]
