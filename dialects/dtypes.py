@@ -10,6 +10,8 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -106,3 +108,25 @@ def is_integer(t: Attribute) -> bool:
 
 def is_bool(t: Attribute) -> bool:
     return isinstance(t, IntegerType) and t.width.data == 1
+
+
+def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:
+    """A builtin dense attribute holding `array` (any supported dtype)."""
+    array = np.ascontiguousarray(array)
+    t = tensor_type(array.shape, array.dtype)
+    if array.dtype == np.bool_:
+        return DenseIntOrFPElementsAttr.from_list(t, [int(v) for v in array.reshape(-1)])
+    return DenseIntOrFPElementsAttr(t, BytesAttr(array.tobytes()))
+
+
+def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    t = attr.type
+    assert isinstance(t, TensorType)
+    dtype = to_numpy_dtype(t.get_element_type())
+    shape = t.get_shape()
+    if dtype == np.bool_:
+        return np.array([bool(v) for v in attr.get_values()], dtype=np.bool_).reshape(shape)
+    data = np.frombuffer(attr.data.data, dtype=dtype)
+    if data.size == 1 and int(np.prod(shape)) != 1:  # splat
+        return np.full(shape, data[0], dtype=dtype)
+    return data.reshape(shape).copy()

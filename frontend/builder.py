@@ -18,7 +18,6 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     ModuleOp,
     StringAttr,
@@ -28,7 +27,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from infer.dialects import graph
-from infer.dialects.dtypes import from_numpy_dtype, tensor_type, to_numpy_dtype
+from infer.dialects.dtypes import dense_attr, dense_to_numpy, from_numpy_dtype, tensor_type
 from infer.dialects.weights import WeightStore, attach_weights
 
 NAME_ATTR = "graph.name"
@@ -36,34 +35,6 @@ NAME_ATTR = "graph.name"
 
 INLINE_CONSTANT_LIMIT = 16
 """Constants with more elements than this become weights (kept out of the text)."""
-
-
-def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """A builtin dense attribute holding `array` (any supported dtype)."""
-    array = np.ascontiguousarray(array)
-    t = tensor_type(array.shape, array.dtype)
-    if array.dtype == np.bool_:
-        return DenseIntOrFPElementsAttr.from_list(t, [int(v) for v in array.reshape(-1)])
-    return DenseIntOrFPElementsAttr(t, _bytes_attr(array))
-
-
-def _bytes_attr(array: np.ndarray):
-    from xdsl.dialects.builtin import BytesAttr
-
-    return BytesAttr(array.tobytes())
-
-
-def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    t = attr.type
-    assert isinstance(t, TensorType)
-    dtype = to_numpy_dtype(t.get_element_type())
-    shape = t.get_shape()
-    if dtype == np.bool_:
-        return np.array([bool(v) for v in attr.get_values()], dtype=np.bool_).reshape(shape)
-    data = np.frombuffer(attr.data.data, dtype=dtype)
-    if data.size == 1 and int(np.prod(shape)) != 1:  # splat
-        return np.full(shape, data[0], dtype=dtype)
-    return data.reshape(shape).copy()
 
 
 class GraphBuilder:
@@ -140,3 +111,6 @@ def _name_attrs(names: Sequence[str]):
     from xdsl.dialects.builtin import ArrayAttr
 
     return ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
+
+
+__all__ = ["GraphBuilder", "NAME_ATTR", "dense_attr", "dense_to_numpy"]
