@@ -1,0 +1,226 @@
+"""The `infer` command line.
+
+    infer import MODEL [-o OUT.mlir] [--input-shape NAME=1x3x224x224] [--list-unsupported]
+    infer run-ir FILE.mlir [--inputs IN.npz] [--output OUT.npz]
+
+Exit status: 0 success; 1 bad or unsupported input (one message on stderr);
+2 wrong usage. No command prints a Python traceback for bad input
+(INFER_DEBUG=1 shows one for internal errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+# Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
+_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds"]
+
+
+class CLIError(Exception):
+    """Bad input for a command: printed as one line, exit status 1."""
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from infer.dialects.ir_io import IRError
+    from infer.dialects.weights import WeightStoreError
+    from infer.frontend.model import ModelImportError
+
+    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError]
+    try:
+        from infer.dialects.graph_interpreter import InterpreterError
+
+        errors.append(InterpreterError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+# ---------------------------------------------------------------------------
+# Inputs and outputs
+# ---------------------------------------------------------------------------
+
+
+def function_signature(module, entry: str = "main") -> tuple[list[str], list[tuple[tuple[int, ...], np.dtype]]]:
+    """Input names and (shape, dtype) of function `entry`."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import StringAttr, TensorType
+
+    from infer.dialects.dtypes import to_numpy_dtype
+
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == entry:
+            names, specs = [], []
+            arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else [None] * len(op.args)
+            for i, (arg, attrs) in enumerate(zip(op.args, arg_attrs, strict=True)):
+                name = attrs.data.get("graph.name") if attrs is not None else None
+                names.append(name.data if isinstance(name, StringAttr) else f"arg{i}")
+                t = arg.type
+                if not isinstance(t, TensorType):
+                    raise CLIError(f"function @{entry}: argument {i} is not a tensor ({t})")
+                specs.append((t.get_shape(), to_numpy_dtype(t.get_element_type())))
+            return names, specs
+    raise CLIError(f"the module has no function @{entry}")
+
+
+def random_inputs(specs: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int = 0) -> list[np.ndarray]:
+    """Deterministic inputs: floats ~ N(0, 1), integers in [0, 8), booleans fair."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for shape, dtype in specs:
+        if dtype == np.bool_:
+            arrays.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(dtype, np.integer):
+            arrays.append(rng.integers(0, 8, size=shape).astype(dtype))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(np.float32).astype(dtype))
+    return arrays
+
+
+def load_inputs(path: str | None, names: list[str], specs) -> list[np.ndarray]:
+    if path is None:
+        print(f"note: no --inputs given; using deterministic random inputs for {', '.join(names)}", file=sys.stderr)
+        return random_inputs(specs)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            given = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise CLIError(f"{path}: cannot read inputs as .npz: {e}") from None
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise CLIError(
+            f"{path}: missing input(s) {', '.join(missing)} (the model's inputs are {', '.join(names)}; "
+            f"the file has {', '.join(given) or 'none'})"
+        )
+    return [given[n] for n in names]
+
+
+def summarize(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
+    lines = []
+    for name, a in zip(names, arrays, strict=True):
+        stats = ""
+        if a.size and (np.issubdtype(a.dtype, np.number) or a.dtype.kind == "V" or str(a.dtype) == "bfloat16"):
+            f = a.astype(np.float64)
+            stats = f"  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}"
+        lines.append(f"{name}: {a.dtype} {'x'.join(map(str, a.shape)) or 'scalar'}{stats}")
+    return "\n".join(lines)
+
+
+def output_names(module, count: int, entry: str = "main") -> list[str]:
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import StringAttr
+
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == entry and op.res_attrs is not None:
+            names = []
+            for i, attrs in enumerate(op.res_attrs.data):
+                name = attrs.data.get("graph.name")
+                names.append(name.data if isinstance(name, StringAttr) else f"output{i}")
+            return names
+    return [f"output{i}" for i in range(count)]
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+def _parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            raise CLIError(f"--input-shape '{spec}': expected NAME=DxDxD, e.g. input=1x3x224x224") from None
+    return shapes
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from infer.frontend import import_model
+
+    options = {}
+    if args.input_shape:
+        options["input_shapes"] = _parse_input_shapes(args.input_shape)
+    if args.list_unsupported:
+        options["list_unsupported"] = True
+    model = import_model(args.model, **options)
+    if args.output:
+        model.save(args.output)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(str(model))
+    return 0
+
+
+def cmd_run_ir(args: argparse.Namespace) -> int:
+    from infer.dialects.graph_interpreter import run_module
+    from infer.dialects.ir_io import load_ir_file
+
+    module = load_ir_file(args.file)
+    names, specs = function_signature(module, args.entry)
+    inputs = load_inputs(args.inputs, names, specs)
+    outputs = run_module(module, inputs, entry=args.entry)
+    out_names = output_names(module, len(outputs), args.entry)
+    print(summarize(out_names, outputs))
+    if args.output:
+        np.savez(args.output, **dict(zip(out_names, outputs, strict=True)))
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infer", description="infer: compile and run models on the infer accelerator")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("import", help="import a model (.onnx, .pt2, Hugging Face folder) to graph-level IR")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", help="write IR here (weights go beside it); default: stdout")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
+                   help="static shape for a model input with dynamic dims (repeatable)")
+    p.add_argument("--list-unsupported", action="store_true",
+                   help="list every unsupported op/attribute instead of stopping at the first")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("run-ir", help="run IR on the reference interpreter")
+    p.add_argument("file")
+    p.add_argument("--inputs", help=".npz keyed by input name (default: deterministic random inputs)")
+    p.add_argument("--output", help="write outputs to this .npz")
+    p.add_argument("--entry", default="main", help="function to run (default: main)")
+    p.set_defaults(func=cmd_run_ir)
+
+    for name in _SUBCOMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except _user_errors() as e:
+        print(f"infer {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # never a traceback for the user; INFER_DEBUG=1 shows it
+        if os.environ.get("INFER_DEBUG"):
+            raise
+        print(f"infer {args.command}: internal error: {type(e).__name__}: {e} (set INFER_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
