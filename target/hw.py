@@ -1,0 +1,212 @@
+"""Hardware description: one `HardwareConfig` loaded from a TOML file (target/*.toml).
+
+Every number the timing model and the compiler use comes from here.
+`load_config("edge" | "server" | path)`; invalid configs raise `ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from infer.target import isa
+
+_HERE = Path(__file__).resolve().parent
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    rows: int
+    cols: int
+    dtypes: tuple[str, ...]
+    fill_drain_cycles: int
+    cycles_per_row: int
+    weight_load_bytes_per_cycle: int
+    weight_buffers: int
+    queue_depth: int
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    lanes: int
+    latency: int
+    queue_depth: int
+    cost: dict[str, int]
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    scratchpad_bytes: int
+    scratchpad_banks: int
+    accumulator_bytes: int
+    accumulator_banks: int
+    dram_bytes: int
+
+
+@dataclass(frozen=True)
+class DramConfig:
+    bytes_per_cycle: int
+    latency_cycles: int
+    burst_bytes: int
+
+
+@dataclass(frozen=True)
+class DmaConfig:
+    channels: int
+    setup_cycles: int
+    queue_depth: int
+
+
+@dataclass(frozen=True)
+class ScalarConfig:
+    registers: int
+    semaphores: int
+    loop_depth: int
+    queue_depth: int
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    name: str
+    clock_ghz: float
+    matrix: MatrixConfig
+    vector: VectorConfig
+    memory: MemoryConfig
+    dram: DramConfig
+    dma: DmaConfig
+    scalar: ScalarConfig
+    source: str = "<dict>"
+
+    @property
+    def peak_macs_per_cycle(self) -> int:
+        return self.matrix.rows * self.matrix.cols
+
+    def queue_depth(self, engine: str) -> int:
+        return {"scalar": self.scalar.queue_depth, "dma_load": self.dma.queue_depth,
+                "dma_store": self.dma.queue_depth, "matrix": self.matrix.queue_depth,
+                "vector": self.vector.queue_depth}[engine]
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / (self.clock_ghz * 1e9)
+
+
+_SECTIONS = {"matrix": MatrixConfig, "vector": VectorConfig, "memory": MemoryConfig,
+             "dram": DramConfig, "dma": DmaConfig, "scalar": ScalarConfig}
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
+    """Validate and build a config from parsed TOML."""
+
+    def err(path: str, msg: str) -> ConfigError:
+        return ConfigError(f"{source}: {path} {msg}")
+
+    def get_int(sec: dict[str, Any], path: str, key: str, lo: int = 1) -> int:
+        if key not in sec:
+            raise err(f"{path}.{key}", "is missing")
+        v = sec[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise err(f"{path}.{key}", f"must be an integer, got {v!r}")
+        if v < lo:
+            raise err(f"{path}.{key}", f"must be >= {lo}, got {v}")
+        return v
+
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise err("name", f"must be a non-empty string, got {name!r}")
+    clock = data.get("clock_ghz")
+    if isinstance(clock, bool) or not isinstance(clock, int | float) or clock <= 0:
+        raise err("clock_ghz", f"must be a positive number, got {clock!r}")
+    unknown = set(data) - {"name", "clock_ghz", *_SECTIONS}
+    if unknown:
+        raise err(sorted(unknown)[0], "is not a known config field")
+
+    built: dict[str, Any] = {}
+    for secname, cls in _SECTIONS.items():
+        sec = data.get(secname)
+        if not isinstance(sec, dict):
+            raise err(secname, "section is missing")
+        known = {f.name for f in fields(cls)}
+        extra = set(sec) - known
+        if extra:
+            raise err(f"{secname}.{sorted(extra)[0]}", "is not a known config field")
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            p = f"{secname}.{f.name}"
+            if f.name == "dtypes":
+                v = sec.get("dtypes")
+                if not isinstance(v, list) or not v or any(x not in isa.MATMUL_DTYPES[:-1]
+                                                           for x in v):
+                    raise err(p, f"must be a non-empty list from {list(isa.MATMUL_DTYPES[:-1])},"
+                              f" got {v!r}")
+                kw[f.name] = tuple(v)
+            elif f.name == "cost":
+                v = sec.get("cost")
+                if not isinstance(v, dict):
+                    raise err(p, "section is missing")
+                for op in isa.VECTOR_OPS:
+                    get_int(v, p, op.name)
+                extra = set(v) - {o.name for o in isa.VECTOR_OPS}
+                if extra:
+                    raise err(f"{p}.{sorted(extra)[0]}", "is not a vector op")
+                kw[f.name] = dict(v)
+            else:
+                lo = 0 if f.name in ("latency", "latency_cycles", "setup_cycles",
+                                     "fill_drain_cycles") else 1
+                kw[f.name] = get_int(sec, secname, f.name, lo)
+        built[secname] = cls(**kw)
+
+    m, mem, sc = built["matrix"], built["memory"], built["scalar"]
+    for key in ("rows", "cols"):
+        if not _pow2(getattr(m, key)) or getattr(m, key) > 4095:
+            raise err(f"matrix.{key}", f"must be a positive power of two <= 2048, got "
+                      f"{getattr(m, key)}")
+    if not _pow2(built["vector"].lanes):
+        raise err("vector.lanes", f"must be a positive power of two, got {built['vector'].lanes}")
+    for key in ("scratchpad_bytes", "accumulator_bytes"):
+        v = getattr(mem, key)
+        if v > isa.ACC_BASE:
+            raise err(f"memory.{key}", f"must be <= {isa.ACC_BASE} (local address map), got {v}")
+        if v % 64:
+            raise err(f"memory.{key}", f"must be a multiple of 64, got {v}")
+    for key in ("scratchpad_banks", "accumulator_banks"):
+        if not _pow2(getattr(mem, key)):
+            raise err(f"memory.{key}", f"must be a positive power of two, got {getattr(mem, key)}")
+    if sc.registers > isa.MAX_REGISTERS:
+        raise err("scalar.registers", f"must be <= {isa.MAX_REGISTERS}, got {sc.registers}")
+    if sc.semaphores > isa.MAX_SEMAPHORES:
+        raise err("scalar.semaphores", f"must be <= {isa.MAX_SEMAPHORES}, got {sc.semaphores}")
+    if m.weight_buffers > 2:
+        raise err("matrix.weight_buffers", f"must be 1 or 2, got {m.weight_buffers}")
+    return HardwareConfig(name=name, clock_ghz=float(clock), source=source, **built)
+
+
+def bundled_configs() -> list[str]:
+    return sorted(p.stem for p in _HERE.glob("*.toml"))
+
+
+def load_config(name_or_path: str | Path | HardwareConfig) -> HardwareConfig:
+    """`"edge"`, `"server"` (bundled target/<name>.toml) or a path to a TOML file."""
+    if isinstance(name_or_path, HardwareConfig):
+        return name_or_path
+    s = str(name_or_path)
+    path = Path(s)
+    if not s.endswith(".toml") and (_HERE / f"{s}.toml").is_file():
+        path = _HERE / f"{s}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown hardware config '{s}' (bundled: "
+                          f"{', '.join(bundled_configs())}; or give a .toml path)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path.name}: invalid TOML: {e}") from None
+    return from_dict(data, path.name)

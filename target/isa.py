@@ -1,0 +1,474 @@
+"""The NPU instruction set, defined once.
+
+Every instruction is one `InstrDef` in `INSTRUCTIONS`: mnemonic, opcode, engine, an ordered list
+of bit fields (width, signedness, kind) and a doc string. The encoder/decoder, the assembler and
+disassembler (`infer.target.asm`), the simulator (`infer.target.sim`), the xDSL `npu` dialect
+(`infer.dialects.npu`) and docs/isa.md all read this table.
+
+Encoding: every instruction is one 256-bit word (32 bytes, little-endian in memory).
+    bits [0, 8)    opcode
+    bits [8, 13)   wait:   semaphore to wait on (decrement) before starting, 0 = none
+    bits [13, 18)  signal: semaphore to signal (increment) on completion, 0 = none
+    bits [18, 23)  signal2: a second semaphore to signal on completion, 0 = none
+    bits [23, ...) the instruction's fields, packed LSB-first in table order
+All bits above the last field are reserved and must be zero.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+WORD_BITS = 256
+WORD_BYTES = WORD_BITS // 8
+HEADER_BITS = 23
+OPCODE_BITS = 8
+SEM_BITS = 5
+MAX_SEMAPHORES = (1 << SEM_BITS) - 1  # s1..s31, s0 = "none"
+REG_BITS = 5
+MAX_REGISTERS = 1 << REG_BITS  # r0 (always zero) .. r31
+LOCAL_ADDR_BITS = 26
+#: Local (on-chip) address space: scratchpad at [0, ACC_BASE), accumulator at [ACC_BASE, 2*ACC_BASE)
+ACC_BASE = 1 << 25
+REG_MIN, REG_MAX = -(1 << 63), (1 << 63) - 1
+
+ENGINES = ("scalar", "dma_load", "dma_store", "matrix", "vector")
+
+# ----------------------------------------------------------------------------- data types
+#: code -> (name, element bytes or None if not byte-addressable/reserved)
+DTYPES: dict[int, tuple[str, int | None]] = {
+    0: ("int8", 1),
+    1: ("int32", 4),
+    2: ("fp32", 4),
+    3: ("bf16", 2),
+    4: ("fp8e4m3", 1),
+    5: ("fp8e5m2", 1),
+    6: ("int4", None),  # reserved: packed int4 weights (two per byte), not yet implemented
+    7: ("reserved7", None),
+}
+DTYPE_CODE = {name: code for code, (name, _) in DTYPES.items()}
+MATMUL_DTYPES = ("int8", "bf16", "fp8e4m3", "fp8e5m2", "int4")  # int4 reserved
+VECTOR_DTYPES = ("int8", "int32", "fp32", "bf16", "fp8e4m3", "fp8e5m2")
+
+
+def dtype_size(code: int) -> int | None:
+    return DTYPES.get(code, ("?", None))[1]
+
+
+#: vector broadcast modes for operand b
+BMODES = {0: "tile", 1: "row", 2: "col", 3: "imm"}
+BMODE_CODE = {v: k for k, v in BMODES.items()}
+
+# ----------------------------------------------------------------------------- vector ops
+@dataclass(frozen=True)
+class VecOpDef:
+    name: str
+    form: str  # "binary" | "unary" | "reduce" | "requant"
+    doc: str
+
+
+VECTOR_OPS: tuple[VecOpDef, ...] = (
+    VecOpDef("add", "binary", "d = a + b"),
+    VecOpDef("sub", "binary", "d = a - b"),
+    VecOpDef("mul", "binary", "d = a * b"),
+    VecOpDef("max", "binary", "d = max(a, b)"),
+    VecOpDef("min", "binary", "d = min(a, b)"),
+    VecOpDef("copy", "unary", "d = a (converting a's dtype to d's dtype: the cast instruction)"),
+    VecOpDef("neg", "unary", "d = -a"),
+    VecOpDef("abs", "unary", "d = |a|"),
+    VecOpDef("relu", "unary", "d = max(a, 0)"),
+    VecOpDef("gelu", "unary", "d = 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))) (fp32)"),
+    VecOpDef("silu", "unary", "d = a * sigmoid(a) (fp32)"),
+    VecOpDef("sigmoid", "unary", "d = 1 / (1 + exp(-a)) (fp32)"),
+    VecOpDef("tanh", "unary", "d = tanh(a) (fp32)"),
+    VecOpDef("exp", "unary", "d = exp(a) (fp32)"),
+    VecOpDef("sqrt", "unary", "d = sqrt(a) (fp32)"),
+    VecOpDef("rsqrt", "unary", "d = 1 / sqrt(a) (fp32)"),
+    VecOpDef("recip", "unary", "d = 1 / a (fp32)"),
+    VecOpDef("rsum", "reduce", "row reduction: d[i] = sum_j a[i, j] (d is a column vector)"),
+    VecOpDef("rmax", "reduce", "row reduction: d[i] = max_j a[i, j] (d is a column vector)"),
+    VecOpDef(
+        "requant",
+        "requant",
+        "d = saturate_int8(round_half_even(fp32(a) * b)), b = fp32 per-column scales "
+        "(bmode=row) or an fp32 immediate (bmode=imm)",
+    ),
+)
+VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
+
+
+# ----------------------------------------------------------------------------- fields
+@dataclass(frozen=True)
+class FieldDef:
+    """One bit field. kind: reg | sem | imm | count | stride | dtype | bmode | f32 | flag |
+    dram_off | local_off. Offsets (`*_off`) pair with a base register field named `<base>`
+    and print in assembly as `name=rB+off`."""
+
+    name: str
+    bits: int
+    signed: bool = False
+    kind: str = "imm"
+    doc: str = ""
+    base: str | None = None  # for *_off kinds: the name of the base-register field
+
+    @property
+    def lo(self) -> int:
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def hi(self) -> int:
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+
+#: constraint(values) -> error message or None. values maps field name -> int.
+Constraint = Callable[[dict[str, int]], "str | None"]
+
+
+@dataclass(frozen=True)
+class InstrDef:
+    name: str
+    opcode: int
+    engine: str
+    fields: tuple[FieldDef, ...]
+    doc: str
+    constraints: tuple[Constraint, ...] = ()
+    vop: VecOpDef | None = None
+    # derived
+    layout: tuple[tuple[FieldDef, int], ...] = field(default=(), compare=False)
+
+    def field(self, name: str) -> FieldDef:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+
+def _reg(name: str, doc: str) -> FieldDef:
+    return FieldDef(name, REG_BITS, kind="reg", doc=doc)
+
+
+def _dram(name: str, doc: str) -> tuple[FieldDef, FieldDef]:
+    return (
+        FieldDef(name + "_base", REG_BITS, kind="reg", doc=f"base register of {doc}"),
+        FieldDef(name, 32, True, "dram_off", f"{doc}: byte offset added to the base register",
+                 base=name + "_base"),
+    )
+
+
+def _local(name: str, doc: str) -> tuple[FieldDef, FieldDef]:
+    return (
+        FieldDef(name + "_base", REG_BITS, kind="reg", doc=f"base register of {doc}"),
+        FieldDef(name, LOCAL_ADDR_BITS, False, "local_off",
+                 f"{doc}: local address (scratchpad, or accumulator at {ACC_BASE:#x}+) "
+                 "added to the base register", base=name + "_base"),
+    )
+
+
+def _aligned(fieldname: str, dtype_field: str | None, fixed: int | None = None) -> Constraint:
+    def check(v: dict[str, int]) -> str | None:
+        size = fixed if fixed is not None else dtype_size(v[dtype_field])  # type: ignore[index]
+        if size and v[fieldname] % size:
+            return f"{fieldname} = {v[fieldname]} is not aligned to {size} bytes"
+        return None
+
+    return check
+
+
+def _dtype_in(fieldname: str, allowed: tuple[str, ...]) -> Constraint:
+    def check(v: dict[str, int]) -> str | None:
+        name = DTYPES[v[fieldname]][0]
+        if name not in allowed:
+            return f"{fieldname} = {name} is not one of {', '.join(allowed)}"
+        return None
+
+    return check
+
+
+def _positive(*names: str) -> Constraint:
+    def check(v: dict[str, int]) -> str | None:
+        for n in names:
+            if v[n] <= 0:
+                return f"{n} must be positive, got {v[n]}"
+        return None
+
+    return check
+
+
+def _dma_fields() -> tuple[FieldDef, ...]:
+    return (
+        *_dram("dram", "DRAM address"),
+        *_local("local", "local address"),
+        FieldDef("n0", 20, kind="count", doc="bytes per row (contiguous burst)"),
+        FieldDef("n1", 16, kind="count", doc="rows per plane"),
+        FieldDef("n2", 12, kind="count", doc="planes"),
+        FieldDef("ds1", 32, True, "stride", "DRAM byte stride between rows"),
+        FieldDef("ds2", 32, True, "stride", "DRAM byte stride between planes"),
+        FieldDef("ls1", 24, True, "stride", "local byte stride between rows"),
+        FieldDef("ls2", 24, True, "stride", "local byte stride between planes"),
+    )
+
+
+_IMM48 = FieldDef("imm", 48, True, "imm", "signed immediate")
+
+_defs: list[InstrDef] = [
+    # ---------------------------------------------------------------- scalar / control
+    InstrDef("nop", 0x00, "scalar", (), "No operation (its wait/signal still act: `nop signal=s1` "
+             "pre-loads a token)."),
+    InstrDef("halt", 0x01, "scalar", (), "End of program: waits until every engine is idle."),
+    InstrDef("li", 0x02, "scalar", (_reg("rd", "destination"), _IMM48), "rd = imm"),
+    InstrDef("addi", 0x03, "scalar", (_reg("rd", "destination"), _reg("rs", "source"), _IMM48),
+             "rd = rs + imm"),
+    InstrDef("add", 0x04, "scalar",
+             (_reg("rd", "destination"), _reg("rs", "source 1"), _reg("rt", "source 2")),
+             "rd = rs + rt"),
+    InstrDef("sub", 0x05, "scalar",
+             (_reg("rd", "destination"), _reg("rs", "source 1"), _reg("rt", "source 2")),
+             "rd = rs - rt"),
+    InstrDef("mul", 0x06, "scalar",
+             (_reg("rd", "destination"), _reg("rs", "source 1"), _reg("rt", "source 2")),
+             "rd = rs * rt"),
+    InstrDef("muli", 0x07, "scalar", (_reg("rd", "destination"), _reg("rs", "source"), _IMM48),
+             "rd = rs * imm"),
+    InstrDef("ld", 0x08, "scalar", (_reg("rd", "destination"), *_dram("addr", "DRAM address")),
+             "rd = sign-extended little-endian int32 at DRAM[addr] (4-byte aligned); stalls the "
+             "front end for the DRAM latency (page-table lookups).",
+             (_aligned("addr", None, 4),)),
+    InstrDef("loop", 0x09, "scalar",
+             (_reg("count_base", "base register of the trip count"),
+              FieldDef("count", 32, True, "imm", "trip count = count_base + count",
+                       base="count_base"),
+              FieldDef("body", 16, kind="count", doc="number of instructions in the body, which "
+                       "follows the loop instruction")),
+             "Hardware loop: runs the next `body` instructions `count` times (zero iterations "
+             "skip the body). Zero overhead per iteration; nests up to scalar.loop_depth.",
+             (_positive("body"),)),
+    InstrDef("fence", 0x0A, "scalar", (), "The front end waits until every engine is idle."),
+    # ---------------------------------------------------------------- DMA
+    InstrDef("dma.load", 0x10, "dma_load", _dma_fields(),
+             "3-D strided copy DRAM -> local: for p < n2, r < n1: copy n0 bytes from "
+             "dram + p*ds2 + r*ds1 to local + p*ls2 + r*ls1.", (_positive("n0", "n1", "n2"),)),
+    InstrDef("dma.store", 0x11, "dma_store", _dma_fields(),
+             "3-D strided copy local -> DRAM (same shape fields as dma.load).",
+             (_positive("n0", "n1", "n2"),)),
+    # ---------------------------------------------------------------- matrix
+    InstrDef("mx.loadw", 0x20, "matrix",
+             (*_local("w", "weight tile (row-major k x n)"),
+              FieldDef("k", 12, kind="count", doc="rows of the weight tile (<= matrix.rows)"),
+              FieldDef("n", 12, kind="count", doc="columns of the weight tile (<= matrix.cols)"),
+              FieldDef("stride", 20, kind="stride", doc="byte stride between weight rows"),
+              FieldDef("dtype", 3, kind="dtype", doc="weight/activation type")),
+             "Load a k x n weight tile into the systolic array's next weight buffer "
+             "(weight-stationary; double-buffered so it overlaps the previous matmul).",
+             (_positive("k", "n"), _dtype_in("dtype", MATMUL_DTYPES), _aligned("w", "dtype"),
+              _aligned("stride", "dtype"))),
+    InstrDef("mx.matmul", 0x21, "matrix",
+             (*_local("act", "activations (m x k, row-major)"),
+              *_local("acc", "accumulator output (m x n, 4-byte elements)"),
+              FieldDef("m", 20, kind="count", doc="activation rows streamed through the array"),
+              FieldDef("astride", 20, kind="stride", doc="byte stride between activation rows"),
+              FieldDef("cstride", 20, kind="stride", doc="byte stride between output rows"),
+              FieldDef("dtype", 3, kind="dtype", doc="activation type (must match the weights)"),
+              FieldDef("accum", 1, kind="flag", doc="1: add into the accumulator, 0: overwrite")),
+             "acc[m x n] (+)= act[m x k] @ W[k x n] with the most recently loaded weights; int8 "
+             "-> int32 (exact, saturating), bf16/fp8 -> fp32.",
+             (_positive("m"), _dtype_in("dtype", MATMUL_DTYPES), _aligned("act", "dtype"),
+              _aligned("astride", "dtype"), _aligned("acc", None, 4),
+              _aligned("cstride", None, 4))),
+]
+
+
+def _vec_fields(form: str) -> tuple[FieldDef, ...]:
+    fs: list[FieldDef] = [*_local("dst", "destination tile")]
+    fs += _local("a", "operand a tile")
+    if form in ("binary", "requant"):
+        fs += _local("b", "operand b (tile, row vector, column vector; unused for bmode=imm)")
+    fs += [
+        FieldDef("rows", 16, kind="count", doc="tile rows"),
+        FieldDef("cols", 16, kind="count", doc="tile columns"),
+        FieldDef("dstride", 20, kind="stride", doc="destination byte stride between rows"),
+        FieldDef("astride", 20, kind="stride", doc="operand a byte stride between rows"),
+    ]
+    if form in ("binary", "requant"):
+        fs += [FieldDef("bstride", 20, kind="stride",
+                        doc="operand b byte stride between rows (bmode=tile) or elements (col)")]
+    fs += [FieldDef("dt", 3, kind="dtype", doc="destination dtype"),
+           FieldDef("at", 3, kind="dtype", doc="operand a dtype")]
+    if form in ("binary", "requant"):
+        fs += [FieldDef("bt", 3, kind="dtype", doc="operand b dtype"),
+               FieldDef("bmode", 2, kind="bmode", doc="b broadcast: tile | row (one value per "
+                        "column) | col (one value per row) | imm"),
+               FieldDef("imm", 32, kind="f32", doc="fp32 immediate (bmode=imm)")]
+    return tuple(fs)
+
+
+def _vec_constraints(form: str) -> tuple[Constraint, ...]:
+    cs: list[Constraint] = [_positive("rows", "cols"), _dtype_in("dt", VECTOR_DTYPES),
+                            _dtype_in("at", VECTOR_DTYPES), _aligned("dst", "dt"),
+                            _aligned("a", "at"), _aligned("dstride", "dt"), _aligned("astride", "at")]
+    if form in ("binary", "requant"):
+        cs += [_dtype_in("bt", VECTOR_DTYPES), _aligned("b", "bt"), _aligned("bstride", "bt")]
+    if form == "requant":
+        def rq(v: dict[str, int]) -> str | None:
+            if DTYPES[v["dt"]][0] != "int8" or DTYPES[v["bt"]][0] != "fp32":
+                return "requant needs dt = int8 and bt = fp32"
+            if BMODES[v["bmode"]] not in ("row", "imm"):
+                return "requant needs bmode = row or imm"
+            return None
+        cs.append(rq)
+    return tuple(cs)
+
+
+for _i, _v in enumerate(VECTOR_OPS):
+    _defs.append(InstrDef("vec." + _v.name, 0x40 + _i, "vector", _vec_fields(_v.form),
+                          "Vector unit: " + _v.doc + ".", _vec_constraints(_v.form), vop=_v))
+
+
+def _with_layout(d: InstrDef) -> InstrDef:
+    pos = HEADER_BITS
+    layout = []
+    for f in d.fields:
+        layout.append((f, pos))
+        pos += f.bits
+    assert pos <= WORD_BITS, f"{d.name} needs {pos} bits"
+    return InstrDef(d.name, d.opcode, d.engine, d.fields, d.doc, d.constraints, d.vop,
+                    tuple(layout))
+
+
+INSTRUCTIONS: tuple[InstrDef, ...] = tuple(_with_layout(d) for d in _defs)
+BY_NAME: dict[str, InstrDef] = {d.name: d for d in INSTRUCTIONS}
+BY_OPCODE: dict[int, InstrDef] = {d.opcode: d for d in INSTRUCTIONS}
+assert len(BY_NAME) == len(BY_OPCODE) == len(INSTRUCTIONS)
+
+
+def used_bits(d: InstrDef) -> int:
+    return HEADER_BITS + sum(f.bits for f in d.fields)
+
+
+# ----------------------------------------------------------------------------- instructions
+class EncodingError(ValueError):
+    """A field value out of range, a violated constraint, or an undecodable word."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One decoded instruction: definition + field values (ints) + sync semaphores."""
+
+    d: InstrDef
+    values: tuple[int, ...]
+    wait: int = 0
+    signal: int = 0
+    signal2: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.d.name
+
+    def __getitem__(self, name: str) -> int:
+        return self.values[self.d.field_names.index(name)]
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(zip(self.d.field_names, self.values))
+
+
+def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
+          signal2: int = 0) -> list[str]:
+    """All problems with these field values (range, then constraints); empty if valid."""
+    errs: list[str] = []
+    for name, s in (("wait", wait), ("signal", signal), ("signal2", signal2)):
+        if not 0 <= s <= MAX_SEMAPHORES:
+            errs.append(f"{name} = {s} out of range [0, {MAX_SEMAPHORES}]")
+    for f in d.fields:
+        if f.name not in values:
+            errs.append(f"missing field {f.name}")
+            continue
+        v = values[f.name]
+        if not f.lo <= v <= f.hi:
+            errs.append(f"{f.name} = {v} out of range [{f.lo}, {f.hi}] ({f.bits}-bit "
+                        f"{'signed' if f.signed else 'unsigned'})")
+        elif f.kind == "dtype" and DTYPES[v][1] is None and not (
+                d.engine == "matrix" and DTYPES[v][0] == "int4"):
+            errs.append(f"{f.name} = {v} is a reserved dtype code")
+    extra = set(values) - set(d.field_names)
+    if extra:
+        errs.append(f"unknown field(s) {', '.join(sorted(extra))}")
+    if errs:
+        return errs
+    for c in d.constraints:
+        msg = c(values)
+        if msg:
+            errs.append(msg)
+    return errs
+
+
+def make(name: str, wait: int = 0, signal: int = 0, signal2: int = 0, **values: int) -> Instr:
+    """Build a checked instruction; missing fields default to 0."""
+    d = BY_NAME.get(name)
+    if d is None:
+        raise EncodingError(f"unknown instruction '{name}'")
+    full = {f.name: 0 for f in d.fields}
+    full.update(values)
+    errs = check(d, full, wait, signal, signal2)
+    if errs:
+        raise EncodingError(f"{name}: " + "; ".join(errs))
+    return Instr(d, tuple(full[f.name] for f in d.fields), wait, signal, signal2)
+
+
+def encode_word(ins: Instr) -> int:
+    w = ins.d.opcode | (ins.wait << 8) | (ins.signal << 13) | (ins.signal2 << 18)
+    for (f, pos), v in zip(ins.d.layout, ins.values):
+        w |= (v & ((1 << f.bits) - 1)) << pos
+    return w
+
+
+def decode_word(w: int) -> Instr:
+    """Decode one 256-bit word; raises EncodingError (unknown opcode, reserved bits, invalid
+    field values)."""
+    op = w & 0xFF
+    d = BY_OPCODE.get(op)
+    if d is None:
+        raise EncodingError(f"unknown opcode {op:#04x}")
+    if w >> used_bits(d):
+        raise EncodingError(f"{d.name}: reserved bits set")
+    wait = (w >> 8) & 0x1F
+    signal = (w >> 13) & 0x1F
+    signal2 = (w >> 18) & 0x1F
+    vals = []
+    for f, pos in d.layout:
+        v = (w >> pos) & ((1 << f.bits) - 1)
+        if f.signed and v >> (f.bits - 1):
+            v -= 1 << f.bits
+        vals.append(v)
+    errs = check(d, dict(zip(d.field_names, vals)), wait, signal, signal2)
+    if errs:
+        raise EncodingError(f"{d.name}: " + "; ".join(errs))
+    return Instr(d, tuple(vals), wait, signal, signal2)
+
+
+def encode(instrs: list[Instr]) -> bytes:
+    """Raw words, little-endian, 32 bytes each (no header)."""
+    return b"".join(encode_word(i).to_bytes(WORD_BYTES, "little") for i in instrs)
+
+
+def decode(raw: bytes) -> list[Instr]:
+    if len(raw) % WORD_BYTES:
+        raise EncodingError(f"code size {len(raw)} is not a multiple of {WORD_BYTES} bytes")
+    out = []
+    for i in range(0, len(raw), WORD_BYTES):
+        try:
+            out.append(decode_word(int.from_bytes(raw[i:i + WORD_BYTES], "little")))
+        except EncodingError as e:
+            raise EncodingError(f"instruction {i // WORD_BYTES}: {e}") from None
+    return out
+
+
+def f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def bits_f32(b: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", b))[0]
