@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from infer.target import isa
 from infer.target.isa import EncodingError, Instr
 
@@ -54,7 +56,8 @@ def format_value(f: isa.FieldDef, v: int, base: int | None = None) -> str:
     if f.kind == "f32":
         x = isa.bits_f32(v)
         if math.isfinite(x) and isa.f32_bits(x) == v:
-            return repr(x)
+            short = str(np.float32(x))  # shortest text that round-trips through fp32
+            return short if isa.f32_bits(float(short)) == v else repr(x)
         return hex(v)
     return str(v)
 
