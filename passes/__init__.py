@@ -12,6 +12,12 @@ from xdsl.passes import ModulePass
 
 # name -> "module:ClassName"; imported lazily so infer-opt starts fast.
 _PASSES: dict[str, str] = {
+    "graph-canonicalize": "infer.passes.graph_canonicalize:GraphCanonicalizePass",
+    "graph-constant-fold": "infer.passes.graph_constant_fold:GraphConstantFoldPass",
+    "graph-dce": "infer.passes.graph_dce:GraphDCEPass",
+    "graph-shape-inference": "infer.passes.graph_shape_inference:GraphShapeInferencePass",
+    "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
+    "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
 }
 
 
