@@ -1006,8 +1006,13 @@ def _evaluate(op: Operation, inputs: list[np.ndarray], env: _Env) -> list[np.nda
     kernel = _KERNELS.get(type(op))
     if kernel is None:
         raise InterpreterError(f"no graph interpreter kernel for op {op.name}")
-    with np.errstate(all="ignore"):
-        value = kernel(op, inputs, env)
+    try:
+        with np.errstate(all="ignore"):
+            value = kernel(op, inputs, env)
+    except InterpreterError:
+        raise
+    except Exception as e:  # a kernel bug or an unsupported corner: still an interpreter error
+        raise InterpreterError(f"{op.name}: {type(e).__name__}: {e}") from e
     return _finish(op, value if isinstance(value, list) else [value])
 
 
@@ -1033,9 +1038,24 @@ class _GraphFunctionsBase(InterpreterFunctions):
         self.env = _Env(weights, module)
 
 
+def _describe(op: Operation) -> str:
+    """`%name = graph.op in @function` for error messages."""
+    names = [f"%{r.name_hint}" for r in op.results if r.name_hint]
+    where = ""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        parent = parent.parent_op()
+    if isinstance(parent, func.FuncOp):
+        where = f" in @{parent.sym_name.data}"
+    return (", ".join(names) + " = " if names else "") + op.name + where
+
+
 def _make_impl(op_type: type[Operation]) -> Any:
     def run(self: _GraphFunctionsBase, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]):
-        return tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
+        try:
+            return tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
+        except InterpreterError as e:
+            raise InterpreterError(f"{e} [at {_describe(op)}]") from None
 
     run.__name__ = f"run_{op_type.name.split('.', 1)[1]}"
     return impl(op_type)(run)
@@ -1158,12 +1178,11 @@ def run_module(
     interpreter.register_implementations(FuncFunctions())
     try:
         results = interpreter.call_op(fn, tuple(arrays))
-    except InterpreterError:
-        raise
     except Exception as e:
         inner = _innermost_interpreter_error(e)
         if inner is not None:
-            raise inner from None
+            # a fresh exception: xDSL attaches the whole printed module as a note
+            raise InterpreterError(str(inner)) from None
         raise InterpreterError(f"@{entry}: {type(e).__name__}: {e}") from e
     outs = []
     result_types = list(fn.function_type.outputs.data)
