@@ -1,0 +1,64 @@
+"""Hardware configs: bundled ones load, invalid ones are rejected naming the field."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infer.target.hw import ConfigError, bundled_configs, load_config
+
+TARGET = Path(__file__).resolve().parents[3] / "target"
+
+
+def test_bundled():
+    assert {"edge", "server"} <= set(bundled_configs())
+    e, s = load_config("edge"), load_config("server")
+    assert (e.matrix.rows, e.matrix.cols) == (16, 16)
+    assert e.memory.scratchpad_bytes == 256 * 1024 and e.memory.accumulator_bytes == 64 * 1024
+    assert (s.matrix.rows, s.matrix.cols) == (128, 128)
+    assert s.memory.scratchpad_bytes >= 16 * 2**20
+    assert s.dram.bytes_per_cycle >= 900 and e.dram.bytes_per_cycle == 16
+    assert load_config(TARGET / "edge.toml") == e
+
+
+def _write(tmp_path, mutate):
+    data = tomllib.loads((TARGET / "server.toml").read_text())
+    mutate(data)
+    lines = []
+
+    def dump(d, prefix):
+        for k, v in d.items():
+            if not isinstance(v, dict):
+                lines.append(f"{k} = {v!r}".replace("'", '"'))
+        for k, v in d.items():
+            if isinstance(v, dict):
+                lines.append(f"[{prefix}{k}]")
+                dump(v, f"{prefix}{k}.")
+
+    dump(data, "")
+    p = tmp_path / "server.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda d: d["matrix"].update(rows=100),
+     "server.toml: matrix.rows must be a positive power of two <= 2048, got 100"),
+    (lambda d: d["dram"].pop("bytes_per_cycle"), "server.toml: dram.bytes_per_cycle is missing"),
+    (lambda d: d["vector"]["cost"].pop("exp"), "server.toml: vector.cost.exp is missing"),
+    (lambda d: d["memory"].update(scratchpad_bytes=2**30), "memory.scratchpad_bytes must be <="),
+    (lambda d: d["scalar"].update(registers=64), "scalar.registers must be <= 32"),
+    (lambda d: d["dma"].update(channels=0), "dma.channels must be >= 1, got 0"),
+    (lambda d: d["dma"].update(bogus=1), "dma.bogus is not a known config field"),
+    (lambda d: d.update(clock_ghz="fast"), "clock_ghz must be a positive number"),
+    (lambda d: d["matrix"].update(dtypes=["int3"]), "matrix.dtypes must be a non-empty list"),
+])
+def test_invalid_configs(tmp_path, mutate, msg):
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, mutate))
+    assert msg in str(e.value)
+
+
+def test_unknown_name():
+    with pytest.raises(ConfigError, match="unknown hardware config 'tpu9'"):
+        load_config("tpu9")

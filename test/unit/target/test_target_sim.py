@@ -1,0 +1,274 @@
+"""Simulator semantics, every fault kind, timing model and counters."""
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from infer.target import isa, kernels
+from infer.target.asm import Program
+from infer.target.sim import SimFault, Simulator
+
+ACC = isa.ACC_BASE
+
+
+def run(text, dram=None, cfg="edge", **kw):
+    s = Simulator(cfg)
+    return s, s.run(Program.from_asm(text), dram if dram is not None else np.zeros(4096, np.uint8),
+                    **kw)
+
+
+def fault(text, kind, match, dram=None, cfg="edge", **kw):
+    with pytest.raises(SimFault) as e:
+        run(text, dram, cfg, **kw)
+    assert e.value.kind == kind
+    msg = str(e.value)
+    assert "at instruction" in msg and match in msg, msg
+    return e.value
+
+
+# ------------------------------------------------------------------ faults
+def test_fault_out_of_bounds_dram():
+    f = fault("nop\ndma.load dram=0xff0, local=0, n0=32, n1=1, n2=1\n", "out-of-bounds",
+              "outside DRAM")
+    assert f.index == 1 and f.text.startswith("dma.load dram=r0+0xff0")
+
+
+def test_fault_out_of_bounds_local():
+    fault("dma.load dram=0, local=0x3fff0, n0=32, n1=1, n2=1\n", "out-of-bounds",
+          "outside the scratchpad")
+    fault("vec.relu dst=0x2010000, a=0, rows=1, cols=4, dt=fp32, at=fp32", "out-of-bounds",
+          "exceeds the accumulator")
+
+
+def test_fault_out_of_bounds_via_register():
+    fault("li rd=r1, imm=-64\ndma.store dram=r1+0, local=0, n0=4, n1=1, n2=1",
+          "out-of-bounds", "outside DRAM")
+
+
+def test_fault_misaligned():
+    f = fault("li rd=r1, imm=2\nvec.relu dst=0, a=r1+0, rows=1, cols=4, dt=fp32, at=fp32",
+              "misaligned", "not aligned to 4 bytes")
+    assert f.index == 1
+    fault("li rd=r1, imm=2\nld rd=r2, addr=r1+0", "misaligned", "not 4-byte aligned")
+
+
+def test_fault_bad_encoding():
+    prog = Program.from_asm("halt").to_bytes()
+    bad = prog[:16] + b"\xee" + prog[17:]
+    with pytest.raises(isa.EncodingError, match="instruction 0: unknown opcode 0xee"):
+        Simulator("edge").run(bad, np.zeros(16, np.uint8))
+
+
+def test_fault_deadlock():
+    f = fault("dma.load dram=0, local=0, n0=4, n1=1, n2=1, wait=s3\nhalt", "deadlock",
+              "wait on s3 can never be satisfied")
+    assert f.index == 0
+    # a token can be consumed only once
+    fault("nop signal=s1\nnop wait=s1\nnop wait=s1", "deadlock", "s1")
+
+
+def test_fault_register_out_of_range(tmp_path):
+    text = (__import__("pathlib").Path(isa.__file__).parent / "edge.toml").read_text()
+    p = tmp_path / "small.toml"
+    p.write_text(text.replace("registers = 32", "registers = 8").replace(
+        "semaphores = 16", "semaphores = 4"))
+    fault("nop\nli rd=r9, imm=1", "register", "r9 out of range", cfg=str(p))
+    fault("nop signal=s5", "register", "s5 out of range", cfg=str(p))
+    fault("li rd=r1, imm=0x7fffffffffff\nmul rd=r1, rs=r1, rt=r1\nmul rd=r1, rs=r1, rt=r1",
+          "register", "overflows 64-bit register r1")
+    with pytest.raises(ValueError, match="register 'r40' out of range"):
+        run("halt", regs={"r40": 1})
+
+
+def test_fault_matrix_state_and_shape():
+    fault("mx.matmul m=1, acc=0x2000000, dtype=int8", "state", "before any mx.loadw")
+    fault("mx.loadw k=32, n=16, stride=16, dtype=int8", "shape", "exceeds the 16x16 array")
+    fault("mx.loadw k=16, n=16, stride=16, dtype=fp8e4m3", "unsupported", "fp8e4m3 not supported")
+
+
+def test_fault_loop_depth():
+    fault("loop count=2, body=5\nloop count=2, body=4\nloop count=2, body=3\nloop count=2, body=2"
+          "\nloop count=2, body=1\nnop", "loop", "loop_depth = 4")
+
+
+# ------------------------------------------------------------------ semantics
+def test_scalar_registers_and_loops():
+    dram = np.zeros(256, np.uint8)
+    dram[64:68] = np.frombuffer(np.int32(7).tobytes(), np.uint8)
+    s, c = run("""
+        ld rd=r1, addr=r2+0            # r2 = 64 from the runtime: r1 = 7
+        li rd=r3, imm=0
+        loop count=r1+1, body=1        # 8 iterations
+          addi rd=r3, rs=r3, imm=3
+        muli rd=r4, rs=r3, imm=2
+        sub rd=r5, rs=r4, rt=r1
+        loop count=0, body=1           # zero-trip loop skips its body
+          addi rd=r5, rs=r5, imm=1000
+        vec.copy dst=0, a=0, rows=1, cols=1, dt=int32, at=int32
+        halt
+        """, dram, regs={"r2": 64})
+    assert c.instructions == 2 + 1 + 8 + 2 + 1 + 2
+    # r5 = 2 * 24 - 7 = 41; observe it through a DMA address
+    s2, _ = run("li rd=r6, imm=41\ndma.store dram=r6+0, local=0, n0=1, n1=1, n2=1", dram)
+
+
+def test_paged_dma_addressing_with_runtime_registers():
+    # page table at 0: [3, 1]; pages of 16 bytes at 0x100 + 16*p; gather 2 pages by table
+    dram = np.zeros(1024, np.uint8)
+    dram[0:8] = np.frombuffer(np.array([3, 1], np.int32).tobytes(), np.uint8)
+    for p in range(4):
+        dram[0x100 + 16 * p:0x110 + 16 * p] = p + 1
+    text = """
+        li rd=r3, imm=0                # local cursor
+        loop count=r1+0, body=6        # r1 = number of pages (runtime)
+          ld rd=r4, addr=r2+0          # r2 = page-table pointer (runtime)
+          muli rd=r4, rs=r4, imm=16
+          dma.load dram=r4+0x100, local=r3+0, n0=16, n1=1, n2=1, signal=s1
+          nop wait=s1
+          addi rd=r2, rs=r2, imm=4
+          addi rd=r3, rs=r3, imm=16
+        dma.store dram=0x200, local=0, n0=32, n1=1, n2=1
+        halt
+    """
+    run(text, dram, regs={"r1": 2, "r2": 0})
+    assert list(dram[0x200:0x220]) == [4] * 16 + [2] * 16
+
+
+def test_dma_3d_and_negative_strides():
+    dram = np.arange(256, dtype=np.uint8)
+    run("""
+        dma.load dram=0, local=0, n0=2, n1=3, n2=2, ds1=8, ds2=64, ls1=2, ls2=6
+        dma.store dram=0x80, local=0, n0=12, n1=1, n2=1
+        dma.store dram=0xc0, local=10, n0=2, n1=6, n2=1, ls1=-2, ds1=2
+        halt""", dram)
+    exp = np.array([0, 1, 8, 9, 16, 17, 64, 65, 72, 73, 80, 81], np.uint8)
+    assert list(dram[0x80:0x8c]) == list(exp)
+    assert list(dram[0xc0:0xcc]) == list(exp.reshape(6, 2)[::-1].ravel())
+
+
+def vec_run(op, a, b=None, bmode="tile", imm=0.0, dt="fp32", at="fp32", bt=None,
+            cfg="edge"):
+    s = Simulator(cfg)
+    rows, cols = a.shape
+    npd = kernels.NPD
+    a = a.astype(npd[at])
+    s.spad[0:a.nbytes] = a.view(np.uint8).ravel()
+    kw = ""
+    if b is not None or bmode == "imm":
+        bt = bt or at
+        if b is not None:
+            b = b.astype(npd[bt])
+            s.spad[4096:4096 + b.nbytes] = b.view(np.uint8).ravel()
+        bs = b.strides[0] if b is not None and b.ndim == 2 and bmode != "col" else (
+            b.itemsize if b is not None else 0)
+        kw = f", b=4096, bstride={bs}, bt={bt}, bmode={bmode}, imm={imm}"
+    red = op in ("rsum", "rmax")
+    esz = np.dtype(npd[dt]).itemsize
+    dst_cols = 1 if red else cols
+    s.run(Program.from_asm(f"vec.{op} dst=8192, a=0, rows={rows}, cols={cols}, "
+                           f"dstride={dst_cols * esz}, astride={a.strides[0]}, dt={dt}, at={at}"
+                           f"{kw}\nhalt"), np.zeros(64, np.uint8))
+    n = rows * dst_cols * esz
+    return s.spad[8192:8192 + n].view(npd[dt]).reshape(rows, dst_cols)
+
+
+def test_vector_ops_match_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 33)).astype(np.float32)
+    y = rng.standard_normal((5, 33)).astype(np.float32)
+    r = rng.standard_normal((1, 33)).astype(np.float32)
+    c = rng.standard_normal((5, 1)).astype(np.float32)
+    np.testing.assert_array_equal(vec_run("add", x, y), x + y)
+    np.testing.assert_array_equal(vec_run("max", x, r, "row"), np.maximum(x, r))
+    np.testing.assert_array_equal(vec_run("sub", x, c, "col"), x - c)
+    np.testing.assert_array_equal(vec_run("mul", x, None, "imm", imm=0.25), x * np.float32(0.25))
+    np.testing.assert_array_equal(vec_run("relu", x), np.maximum(x, 0))
+    np.testing.assert_allclose(vec_run("exp", x), np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(vec_run("silu", x), x / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)
+    gelu_erf = 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))
+    np.testing.assert_allclose(vec_run("gelu", x), gelu_erf, atol=1e-3)
+    np.testing.assert_allclose(vec_run("rsum", x), x.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(vec_run("rmax", x), x.max(1, keepdims=True))
+    np.testing.assert_allclose(vec_run("rsqrt", np.abs(x) + 1), 1 / np.sqrt(np.abs(x) + 1),
+                               rtol=1e-6)
+    # casts: fp32 -> bf16 rounds to nearest even
+    np.testing.assert_array_equal(vec_run("copy", x, dt="bf16").view(np.uint16),
+                                  x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_int_ops_saturate_and_requant():
+    a = np.array([[2**31 - 10, -(2**31) + 5, 100, -7]], np.int64)
+    out = vec_run("add", a, np.array([[100, -100, 1, 1]]), dt="int32", at="int32")
+    assert out.tolist() == [[2**31 - 1, -(2**31), 101, -6]]
+    acc = np.array([[1000, -1000, 250, 3], [5, 6, 7, 8]], np.int64)
+    sc = np.array([[0.1, 0.2, 0.5, 0.5]], np.float32)
+    q = vec_run("requant", acc, sc, "row", dt="int8", at="int32", bt="fp32")
+    ref = np.clip(np.rint(acc.astype(np.float32) * sc), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(q, ref)
+    assert q[0].tolist() == [100, -128, 125, 2]  # 1.5 -> 2 (half to even)
+
+
+def test_matmul_int8_saturates_and_counts():
+    s = Simulator("edge")
+    s.spad[0:256] = np.full(256, 127, np.uint8).view(np.uint8)  # int8 127
+    s.acc[0:64] = np.full(16, 2**31 - 100, np.int32).view(np.uint8)
+    c = s.run(Program.from_asm(
+        "mx.loadw w=0, k=16, n=16, stride=16, dtype=int8\n"
+        f"mx.matmul act=0, acc={ACC:#x}, m=1, astride=16, cstride=64, dtype=int8, accum=1\nhalt"),
+        np.zeros(16, np.uint8))
+    assert c.acc_saturations == 16
+    assert (s.acc[0:64].view(np.int32) == 2**31 - 1).all()
+
+
+# ------------------------------------------------------------------ timing
+def test_double_buffering_is_faster_and_gemm_near_peak():
+    k2 = kernels.gemm("edge", 256, 128, 256, double_buffer=True)
+    k1 = kernels.gemm("edge", 256, 128, 256, double_buffer=False)
+    c2 = Simulator("edge").run(k2.program, k2.dram)
+    c1 = Simulator("edge").run(k1.program, k1.dram)
+    assert c1.cycles > 1.1 * c2.cycles
+    assert c2.matrix_utilization > 0.85
+    assert c2.macs == c1.macs == 256 * 128 * 256
+
+
+def test_dram_bandwidth_bound_transfer():
+    cfg = Simulator("edge").cfg
+    n = 64 * 1024
+    _, c = run(f"dma.load dram=0, local=0, n0={n}, n1=1, n2=1\nhalt",
+               np.zeros(n, np.uint8))
+    ideal = n / cfg.dram.bytes_per_cycle
+    assert ideal <= c.cycles <= ideal + cfg.dram.latency_cycles + 20
+    assert c.dram_read_bytes == n
+    # short rows pay whole bursts
+    _, c2 = run(f"dma.load dram=0, local=0, n0=16, n1={n // 16}, n2=1, ds1=16, ls1=16\nhalt",
+                np.zeros(n, np.uint8))
+    assert c2.cycles > 3 * c.cycles
+
+
+def test_semaphore_serialises_engines():
+    base = "dma.load dram=0, local=0, n0=4096, n1=1, n2=1{}\n" \
+           "vec.relu dst=0x2000, a=0, rows=64, cols=16, dstride=64, astride=64, dt=fp32, " \
+           "at=fp32{}\nhalt"
+    _, free = run(base.format("", ""), np.zeros(4096, np.uint8))
+    _, synced = run(base.format(", signal=s1", ", wait=s1"), np.zeros(4096, np.uint8))
+    assert synced.cycles > free.cycles
+    assert synced.stalls.get("semaphore_vector", 0) > 0
+
+
+def test_counters_and_trace(tmp_path):
+    k = kernels.gemv("edge", 64, 64)
+    c = Simulator("edge").run(k.program, k.dram, trace=True)
+    d = c.as_dict()
+    assert d["macs"] == 64 * 64 and d["dram_read_bytes"] >= 64 * 64
+    assert d["busy_cycles"]["matrix"] > 0 and d["cycles"] == c.cycles
+    assert "MACs" in c.summary()
+    path = tmp_path / "t.json"
+    c.to_chrome_trace(path)
+    doc = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"scalar", "dma_load", "dma_store", "matrix", "vector"}
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == sum(c.per_engine_instructions[1:])
+    assert all(e["dur"] > 0 for e in xs)
