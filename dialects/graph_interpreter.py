@@ -30,7 +30,10 @@ Numerics
 - i1 arithmetic is modulo 2 (add/sub = xor, mul = and); neg/abs/relu of i1 are
   the identity.
 - Float -> int `cast` truncates toward zero (NaN / out-of-range values are
-  unspecified); anything -> i1 is `x != 0`.
+  unspecified); anything -> i1 is `x != 0`; int -> int wraps. f64 -> bf16 rounds
+  via f32 (as PyTorch and ml_dtypes do); every other float cast rounds once.
+- `clip` of an integer tensor uses ceil(min) and floor(max); integer
+  `avg_pool2d` is an `InterpreterError`.
 - `attention`: a query row whose keys are all masked out (by the mask and/or
   causality) produces zeros (as PyTorch's math SDPA backend does), not NaN.
 - Floating-point exceptions (overflow, division by zero, invalid) produce IEEE
@@ -69,6 +72,7 @@ __all__ = [
     "evaluate_op",
     "run_module",
     "erf",
+    "dense_to_numpy",
     "INPUT_NAME_ATTR",
 ]
 
@@ -187,9 +191,22 @@ _ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1
 _SQRPI = 5.6418958354775628695e-1  # 1 / sqrt(pi)
 
 
+_ERF_CHUNK = 1 << 15  # elements per cache-sized block
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """Vectorized Gauss error function in float64 (max abs error ~1e-16)."""
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if x.size <= _ERF_CHUNK:
+        return _erf_block(x.astype(np.float64))
+    flat = x.reshape(-1)
+    out = np.empty(flat.shape, np.float64)
+    for i in range(0, flat.size, _ERF_CHUNK):
+        out[i : i + _ERF_CHUNK] = _erf_block(flat[i : i + _ERF_CHUNK].astype(np.float64))
+    return out.reshape(x.shape)
+
+
+def _erf_block(x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         y = np.abs(x)
         out = np.empty_like(y)
@@ -336,8 +353,9 @@ def _erf_like(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_exact(x: np.ndarray) -> np.ndarray:
-    xf = x.astype(np.float64)
-    return (0.5 * xf * (1.0 + erf(xf * (1.0 / math.sqrt(2.0))))).astype(x.dtype)
+    e = erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))).astype(x.dtype)
+    half, one = _scalar(x, 0.5), _scalar(x, 1.0)
+    return half * x * (one + e)
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -637,11 +655,9 @@ def _conv2d(op: g.Conv2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     groups = _iattr(op.groups)
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
-    out_shape = _result_type(op).get_shape()
     xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
     oh = (xp.shape[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (xp.shape[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
-    del out_shape
     win = _windows(xp, (kh, kw), stride, dil, (oh, ow))  # N C OH OW KH KW
     og = o // groups
     win = win.reshape(n, groups, cg, oh, ow, kh, kw)
@@ -800,9 +816,10 @@ def _attention(op: g.AttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
     dv = v.shape[-1]
     group = hq // hkv
     scale = _fattr(op.scale) if op.scale is not None else 1.0 / math.sqrt(d)
-    # query head h reads kv head h // group
-    qg = q.reshape(b, hkv, group, sq, d)
-    scores = np.matmul(qg, np.swapaxes(k, -1, -2)[:, :, None]) * _scalar(q, scale)
+    # query head h reads kv head h // group: fold the group into the rows so
+    # every kv head does one plain matmul ([G*Sq, D] @ [D, Skv])
+    qg = q.reshape(b, hkv, group * sq, d)
+    scores = np.matmul(qg, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
     scores = scores.reshape(b, hq, sq, skv)
     allowed = None
     if len(xs) > 3:
@@ -822,7 +839,7 @@ def _attention(op: g.AttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
     e = np.exp(scores - m)
     s = np.sum(e, axis=-1, keepdims=True)
     p = np.where(dead, q.dtype.type(0), e / np.where(dead, q.dtype.type(1), s))
-    out = np.matmul(p.reshape(b, hkv, group, sq, skv), v[:, :, None])
+    out = np.matmul(p.reshape(b, hkv, group * sq, skv), v)
     return out.reshape(b, hq, sq, dv)
 
 
