@@ -1,0 +1,120 @@
+// Every instruction in npu IR: -t npu-bin hex words disassemble to exactly -t npu-asm.
+// RUN: infer-opt %s -t npu-asm > %t.s
+// RUN: infer-opt %s -t npu-bin > %t.hex
+// RUN: infer disasm %t.hex -o %t2.s
+// RUN: diff %t.s %t2.s
+// RUN: filecheck %s --input-file %t.s --match-full-lines
+// RUN: filecheck %s --input-file %t.hex --check-prefix=HEX
+
+npu.program {
+  npu.nop wait=s7, signal=s20, signal2=s6
+  npu.halt wait=s14, signal=s26, signal2=s31
+  npu.li rd=r28, imm=-139310528704029, wait=s5, signal=s7, signal2=s18
+  npu.addi rd=r6, rs=r28, imm=-22392609860338, wait=s25, signal=s16, signal2=s22
+  npu.add rd=r22, rs=r24, rt=r4, wait=s21, signal=s5, signal2=s18
+  npu.sub rd=r18, rs=r29, rt=r9, wait=s19, signal=s1, signal2=s23
+  npu.mul rd=r23, rs=r29, rt=r27, wait=s5, signal=s25, signal2=s31
+  npu.muli rd=r7, rs=r27, imm=83401783914573, wait=s16, signal=s26, signal2=s30
+  npu.ld rd=r1, addr=r14-0x3df3dcc4, wait=s3, signal=s6, signal2=s27
+  npu.loop count=r30-1535826372, body=1, wait=s14, signal=s7, signal2=s29
+  npu.nop
+  npu.fence wait=s30, signal=s16, signal2=s25
+  npu.dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
+  npu.dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
+  npu.mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
+  npu.mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+  npu.vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
+  npu.vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
+  npu.vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+  npu.vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
+  npu.vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
+  npu.vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1
+  npu.vec.neg dst=r22+0x1410aec, a=r22+0x1bb7a98, rows=7189, cols=40684, dstride=588192, astride=449700, dt=fp8e4m3, at=fp32, wait=s17, signal=s8, signal2=s6
+  npu.vec.abs dst=r16+0xc57d78, a=r27+0x15ec578, rows=6950, cols=44863, dstride=126720, astride=747116, dt=fp8e5m2, at=int32, wait=s6, signal=s20, signal2=s17
+  npu.vec.relu dst=r4+0x2540ac0, a=r20+0x14a874c, rows=17096, cols=16786, dstride=131864, astride=29088, dt=bf16, at=fp32, wait=s26, signal2=s3
+  npu.vec.gelu dst=r6+0x1e1bdd8, a=r1+0x27ab6a4, rows=8063, cols=6152, dstride=734644, astride=660548, dt=bf16, at=fp8e4m3, wait=s2, signal=s25, signal2=s20
+  npu.vec.silu dst=r13+0x3b38c3c, a=r27+0xf49d14, rows=44989, cols=24521, dstride=527596, astride=815888, dt=fp32, at=fp32, wait=s3, signal=s27, signal2=s1
+  npu.vec.sigmoid dst=r18+0x2a4f660, a=r18+0xfa8068, rows=19461, cols=50325, dstride=873748, astride=668744, dt=fp8e4m3, at=int8, wait=s21, signal=s12, signal2=s3
+  npu.vec.tanh dst=r7+0x14c07bc, a=r7+0xf23e54, rows=2446, cols=8237, dstride=742476, astride=633844, dt=int8, at=bf16, wait=s8, signal=s22, signal2=s26
+  npu.vec.exp dst=r24+0x3047814, a=r15+0x35e2d9c, rows=43424, cols=14390, dstride=262580, astride=384756, dt=fp8e4m3, at=int8, wait=s25, signal=s16, signal2=s9
+  npu.vec.sqrt dst=r14+0x2fd868, a=r1+0x236f374, rows=35465, cols=31382, dstride=876356, astride=553260, dt=fp32, at=int32, wait=s5, signal=s11, signal2=s2
+  npu.vec.rsqrt dst=r16+0x2b9c7bc, a=r20+0x733634, rows=43115, cols=55093, dstride=23924, astride=509200, dt=bf16, at=int8, wait=s14, signal=s9, signal2=s25
+  npu.vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
+  npu.vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
+  npu.vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+  npu.vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
+}
+
+// CHECK: nop wait=s7, signal=s20, signal2=s6
+// CHECK-NEXT: halt wait=s14, signal=s26, signal2=s31
+// CHECK-NEXT: li rd=r28, imm=-139310528704029, wait=s5, signal=s7, signal2=s18
+// CHECK-NEXT: addi rd=r6, rs=r28, imm=-22392609860338, wait=s25, signal=s16, signal2=s22
+// CHECK-NEXT: add rd=r22, rs=r24, rt=r4, wait=s21, signal=s5, signal2=s18
+// CHECK-NEXT: sub rd=r18, rs=r29, rt=r9, wait=s19, signal=s1, signal2=s23
+// CHECK-NEXT: mul rd=r23, rs=r29, rt=r27, wait=s5, signal=s25, signal2=s31
+// CHECK-NEXT: muli rd=r7, rs=r27, imm=83401783914573, wait=s16, signal=s26, signal2=s30
+// CHECK-NEXT: ld rd=r1, addr=r14-0x3df3dcc4, wait=s3, signal=s6, signal2=s27
+// CHECK-NEXT: loop count=r30-1535826372, body=1, wait=s14, signal=s7, signal2=s29
+// CHECK-NEXT: nop
+// CHECK-NEXT: fence wait=s30, signal=s16, signal2=s25
+// CHECK-NEXT: dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
+// CHECK-NEXT: dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
+// CHECK-NEXT: mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
+// CHECK-NEXT: mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+// CHECK-NEXT: vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
+// CHECK-NEXT: vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
+// CHECK-NEXT: vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+// CHECK-NEXT: vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
+// CHECK-NEXT: vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
+// CHECK-NEXT: vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1
+// CHECK-NEXT: vec.neg dst=r22+0x1410aec, a=r22+0x1bb7a98, rows=7189, cols=40684, dstride=588192, astride=449700, dt=fp8e4m3, at=fp32, wait=s17, signal=s8, signal2=s6
+// CHECK-NEXT: vec.abs dst=r16+0xc57d78, a=r27+0x15ec578, rows=6950, cols=44863, dstride=126720, astride=747116, dt=fp8e5m2, at=int32, wait=s6, signal=s20, signal2=s17
+// CHECK-NEXT: vec.relu dst=r4+0x2540ac0, a=r20+0x14a874c, rows=17096, cols=16786, dstride=131864, astride=29088, dt=bf16, at=fp32, wait=s26, signal2=s3
+// CHECK-NEXT: vec.gelu dst=r6+0x1e1bdd8, a=r1+0x27ab6a4, rows=8063, cols=6152, dstride=734644, astride=660548, dt=bf16, at=fp8e4m3, wait=s2, signal=s25, signal2=s20
+// CHECK-NEXT: vec.silu dst=r13+0x3b38c3c, a=r27+0xf49d14, rows=44989, cols=24521, dstride=527596, astride=815888, dt=fp32, at=fp32, wait=s3, signal=s27, signal2=s1
+// CHECK-NEXT: vec.sigmoid dst=r18+0x2a4f660, a=r18+0xfa8068, rows=19461, cols=50325, dstride=873748, astride=668744, dt=fp8e4m3, at=int8, wait=s21, signal=s12, signal2=s3
+// CHECK-NEXT: vec.tanh dst=r7+0x14c07bc, a=r7+0xf23e54, rows=2446, cols=8237, dstride=742476, astride=633844, dt=int8, at=bf16, wait=s8, signal=s22, signal2=s26
+// CHECK-NEXT: vec.exp dst=r24+0x3047814, a=r15+0x35e2d9c, rows=43424, cols=14390, dstride=262580, astride=384756, dt=fp8e4m3, at=int8, wait=s25, signal=s16, signal2=s9
+// CHECK-NEXT: vec.sqrt dst=r14+0x2fd868, a=r1+0x236f374, rows=35465, cols=31382, dstride=876356, astride=553260, dt=fp32, at=int32, wait=s5, signal=s11, signal2=s2
+// CHECK-NEXT: vec.rsqrt dst=r16+0x2b9c7bc, a=r20+0x733634, rows=43115, cols=55093, dstride=23924, astride=509200, dt=bf16, at=int8, wait=s14, signal=s9, signal2=s25
+// CHECK-NEXT: vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
+// CHECK-NEXT: vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
+// CHECK-NEXT: vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+// CHECK-NEXT: vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
+
+// HEX: 00000000000000000000000000000000000000000000000000000000001a8700
+// HEX-NEXT: 00000000000000000000000000000000000000000000000000000000007f4e01
+// HEX-NEXT: 000000000000000000000000000000000000000000000814c3d6c51e3e48e502
+// HEX-NEXT: 00000000000000000000000000000000000000000001d744a0e32a1dc35a1903
+// HEX-NEXT: 000000000000000000000000000000000000000000000000000000098b48b504
+// HEX-NEXT: 00000000000000000000000000000000000000000000000000000013d95c3305
+// HEX-NEXT: 00000000000000000000000000000000000000000000000000000037dbff2506
+// HEX-NEXT: 0000000000000000000000000000000000000000000097b4fb68609bb3fb5007
+// HEX-NEXT: 00000000000000000000000000000000000000000000000184184678e0ecc308
+// HEX-NEXT: 0000000000000000000000000000000000000000000000001a475263cf74ee09
+// HEX-NEXT: 0000000000000000000000000000000000000000000000000000000000000000
+// HEX-NEXT: 0000000000000000000000000000000000000000000000000000000000661e0a
+// HEX-NEXT: 0665c284879d8425ff87c04df8a126a825ae99ec96edd7799753173589dffd10
+// HEX-NEXT: 00a41f8489b502f29a9f03f45b09669ce223c1713f776c61f052d34a061bb411
+// HEX-NEXT: 000000000000000000000000000000000000001576e23b05d02121610e449e20
+// HEX-NEXT: 000000000000000000000000000a95df1a52e97ebf2c741b61af60610ff00521
+// HEX-NEXT: 0780071ca72a02a084f3ccb6e98c1f7ab22897d9b047bb7f23d9720182a3ce40
+// HEX-NEXT: 071a278e1e0364b544c0ccc7e34697c81f99cac9910a3f6e468aceb5095ac341
+// HEX-NEXT: 01a7e817b264eee3cfec143e248e9fa5378e678cc274fa0547834647c0bbb542
+// HEX-NEXT: 043d4f60996b6086ce755018ac08b76a5f317294016c82f8e0b31794022d4843
+// HEX-NEXT: 03bdd9b2a4db86e2059718b02942fed4e0fc430de0ba8065c6e2eb560c73d444
+// HEX-NEXT: 000000000000000000000002bd10305f5a802847672db79941a30cf2c3857a45
+// HEX-NEXT: 0000000000000000000000028db9491f3413dd8382addbd4c59410aecb191146
+// HEX-NEXT: 000000000000000000000001b6ccd83de015e7e364caf62bc6cc57d788468647
+// HEX-NEXT: 00000000000000000000000260e3404063083248590a543a652540ac020c1a48
+// HEX-NEXT: 00000000000000000000000474288966b6830103eff3d5b5205e1bdd83532249
+// HEX-NEXT: 00000000000000000000000258e621019d8bf935f7a7a4e8a6fb38c3c687634a
+// HEX-NEXT: 000000000000000000000000946891aaa29892a980a7d40344aa4f66090d954b
+// HEX-NEXT: 0000000000000000000000031357e96a898405a131c791f2a1d4c07bc3eac84c
+// HEX-NEXT: 0000000000000000000000008bbde880368706d5341af16ce3f047814c26194d
+// HEX-NEXT: 00000000000000000000000150e259abe88f52d15131b79ba042fd868709654e
+// HEX-NEXT: 0000000000000000000000006f8a200bae9ae6b50d6399b1a52b9c7bc8652e4f
+// HEX-NEXT: 00000000000000000000000576fba17fb8066e9b8f35fefba45dc2fa0bcfdd50
+// HEX-NEXT: 00000000000000000000000596af0005701c9a0f8409d786869442fc062c5a51
+// HEX-NEXT: 000000000000000000000001812ca8672b16df046a50f600e5e646d182e45352
+// HEX-NEXT: 034f9cb3428001c2c9f078a473c3c2a6a97326a002dd457661f2e2ba86fd8653

@@ -1,0 +1,80 @@
+# Every instruction: assembly -> binary -> assembly is lossless, and re-assembling
+# the disassembly gives the identical binary.
+# RUN: infer asm %s -o %t.bin
+# RUN: infer disasm %t.bin -o %t.s
+# RUN: infer asm %t.s -o %t2.bin
+# RUN: cmp %t.bin %t2.bin
+# RUN: filecheck %s --input-file %t.s --match-full-lines
+
+nop wait=s7, signal=s20, signal2=s6
+halt wait=s14, signal=s26, signal2=s31
+li rd=r28, imm=-139310528704029, wait=s5, signal=s7, signal2=s18
+addi rd=r6, rs=r28, imm=-22392609860338, wait=s25, signal=s16, signal2=s22
+add rd=r22, rs=r24, rt=r4, wait=s21, signal=s5, signal2=s18
+sub rd=r18, rs=r29, rt=r9, wait=s19, signal=s1, signal2=s23
+mul rd=r23, rs=r29, rt=r27, wait=s5, signal=s25, signal2=s31
+muli rd=r7, rs=r27, imm=83401783914573, wait=s16, signal=s26, signal2=s30
+ld rd=r1, addr=r14-0x3df3dcc4, wait=s3, signal=s6, signal2=s27
+loop count=r30-1535826372, body=1, wait=s14, signal=s7, signal2=s29
+  nop
+fence wait=s30, signal=s16, signal2=s25
+dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
+dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
+mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
+mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
+vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
+vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
+vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
+vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1
+vec.neg dst=r22+0x1410aec, a=r22+0x1bb7a98, rows=7189, cols=40684, dstride=588192, astride=449700, dt=fp8e4m3, at=fp32, wait=s17, signal=s8, signal2=s6
+vec.abs dst=r16+0xc57d78, a=r27+0x15ec578, rows=6950, cols=44863, dstride=126720, astride=747116, dt=fp8e5m2, at=int32, wait=s6, signal=s20, signal2=s17
+vec.relu dst=r4+0x2540ac0, a=r20+0x14a874c, rows=17096, cols=16786, dstride=131864, astride=29088, dt=bf16, at=fp32, wait=s26, signal2=s3
+vec.gelu dst=r6+0x1e1bdd8, a=r1+0x27ab6a4, rows=8063, cols=6152, dstride=734644, astride=660548, dt=bf16, at=fp8e4m3, wait=s2, signal=s25, signal2=s20
+vec.silu dst=r13+0x3b38c3c, a=r27+0xf49d14, rows=44989, cols=24521, dstride=527596, astride=815888, dt=fp32, at=fp32, wait=s3, signal=s27, signal2=s1
+vec.sigmoid dst=r18+0x2a4f660, a=r18+0xfa8068, rows=19461, cols=50325, dstride=873748, astride=668744, dt=fp8e4m3, at=int8, wait=s21, signal=s12, signal2=s3
+vec.tanh dst=r7+0x14c07bc, a=r7+0xf23e54, rows=2446, cols=8237, dstride=742476, astride=633844, dt=int8, at=bf16, wait=s8, signal=s22, signal2=s26
+vec.exp dst=r24+0x3047814, a=r15+0x35e2d9c, rows=43424, cols=14390, dstride=262580, astride=384756, dt=fp8e4m3, at=int8, wait=s25, signal=s16, signal2=s9
+vec.sqrt dst=r14+0x2fd868, a=r1+0x236f374, rows=35465, cols=31382, dstride=876356, astride=553260, dt=fp32, at=int32, wait=s5, signal=s11, signal2=s2
+vec.rsqrt dst=r16+0x2b9c7bc, a=r20+0x733634, rows=43115, cols=55093, dstride=23924, astride=509200, dt=bf16, at=int8, wait=s14, signal=s9, signal2=s25
+vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
+vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
+vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
+# CHECK: nop wait=s7, signal=s20, signal2=s6
+# CHECK-NEXT: halt wait=s14, signal=s26, signal2=s31
+# CHECK-NEXT: li rd=r28, imm=-139310528704029, wait=s5, signal=s7, signal2=s18
+# CHECK-NEXT: addi rd=r6, rs=r28, imm=-22392609860338, wait=s25, signal=s16, signal2=s22
+# CHECK-NEXT: add rd=r22, rs=r24, rt=r4, wait=s21, signal=s5, signal2=s18
+# CHECK-NEXT: sub rd=r18, rs=r29, rt=r9, wait=s19, signal=s1, signal2=s23
+# CHECK-NEXT: mul rd=r23, rs=r29, rt=r27, wait=s5, signal=s25, signal2=s31
+# CHECK-NEXT: muli rd=r7, rs=r27, imm=83401783914573, wait=s16, signal=s26, signal2=s30
+# CHECK-NEXT: ld rd=r1, addr=r14-0x3df3dcc4, wait=s3, signal=s6, signal2=s27
+# CHECK-NEXT: loop count=r30-1535826372, body=1, wait=s14, signal=s7, signal2=s29
+# CHECK-NEXT:   nop
+# CHECK-NEXT: fence wait=s30, signal=s16, signal2=s25
+# CHECK-NEXT: dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
+# CHECK-NEXT: dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
+# CHECK-NEXT: mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
+# CHECK-NEXT: mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+# CHECK-NEXT: vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
+# CHECK-NEXT: vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
+# CHECK-NEXT: vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+# CHECK-NEXT: vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
+# CHECK-NEXT: vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
+# CHECK-NEXT: vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1
+# CHECK-NEXT: vec.neg dst=r22+0x1410aec, a=r22+0x1bb7a98, rows=7189, cols=40684, dstride=588192, astride=449700, dt=fp8e4m3, at=fp32, wait=s17, signal=s8, signal2=s6
+# CHECK-NEXT: vec.abs dst=r16+0xc57d78, a=r27+0x15ec578, rows=6950, cols=44863, dstride=126720, astride=747116, dt=fp8e5m2, at=int32, wait=s6, signal=s20, signal2=s17
+# CHECK-NEXT: vec.relu dst=r4+0x2540ac0, a=r20+0x14a874c, rows=17096, cols=16786, dstride=131864, astride=29088, dt=bf16, at=fp32, wait=s26, signal2=s3
+# CHECK-NEXT: vec.gelu dst=r6+0x1e1bdd8, a=r1+0x27ab6a4, rows=8063, cols=6152, dstride=734644, astride=660548, dt=bf16, at=fp8e4m3, wait=s2, signal=s25, signal2=s20
+# CHECK-NEXT: vec.silu dst=r13+0x3b38c3c, a=r27+0xf49d14, rows=44989, cols=24521, dstride=527596, astride=815888, dt=fp32, at=fp32, wait=s3, signal=s27, signal2=s1
+# CHECK-NEXT: vec.sigmoid dst=r18+0x2a4f660, a=r18+0xfa8068, rows=19461, cols=50325, dstride=873748, astride=668744, dt=fp8e4m3, at=int8, wait=s21, signal=s12, signal2=s3
+# CHECK-NEXT: vec.tanh dst=r7+0x14c07bc, a=r7+0xf23e54, rows=2446, cols=8237, dstride=742476, astride=633844, dt=int8, at=bf16, wait=s8, signal=s22, signal2=s26
+# CHECK-NEXT: vec.exp dst=r24+0x3047814, a=r15+0x35e2d9c, rows=43424, cols=14390, dstride=262580, astride=384756, dt=fp8e4m3, at=int8, wait=s25, signal=s16, signal2=s9
+# CHECK-NEXT: vec.sqrt dst=r14+0x2fd868, a=r1+0x236f374, rows=35465, cols=31382, dstride=876356, astride=553260, dt=fp32, at=int32, wait=s5, signal=s11, signal2=s2
+# CHECK-NEXT: vec.rsqrt dst=r16+0x2b9c7bc, a=r20+0x733634, rows=43115, cols=55093, dstride=23924, astride=509200, dt=bf16, at=int8, wait=s14, signal=s9, signal2=s25
+# CHECK-NEXT: vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
+# CHECK-NEXT: vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
+# CHECK-NEXT: vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+# CHECK-NEXT: vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
