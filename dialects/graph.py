@@ -311,7 +311,19 @@ RoundOp = _unary("round", "round half to even")
 ReluOp = _unary("relu", "max(x, 0)", float_only=False)
 SiluOp = _unary("silu", "x * sigmoid(x) (a.k.a. swish)")
 SoftplusOp = _unary("softplus", "log(1 + e^x)")
-NotOp = _unary("not", "logical not of an i1 tensor", float_only=False)
+
+
+@irdl_op_definition
+class NotOp(UnaryOp):
+    """Logical not of an i1 tensor."""
+
+    name = "graph.not"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not is_bool(_elem(self.input)):
+            raise VerifyException(f"the operand must be an i1 tensor, got {element_type_name(_elem(self.input))}")
+        return [_tensor(self.input)]
 
 
 @irdl_op_definition
@@ -364,7 +376,8 @@ class EluOp(UnaryOp):
 
 @irdl_op_definition
 class HardSigmoidOp(UnaryOp):
-    """clip(alpha * x + beta, 0, 1) (ONNX HardSigmoid; hard_swish = x * hard_sigmoid)."""
+    """clip(alpha * x + beta, 0, 1) (ONNX HardSigmoid; hard_swish = x * hard_sigmoid).
+    The defaults are ONNX's; torch's hardsigmoid is alpha = 1/6, beta = 0.5."""
 
     name = "graph.hard_sigmoid"
     alpha = prop_def(FloatAttr, default_value=f64_attr(0.2))
@@ -683,7 +696,9 @@ class MaxPool2dOp(Pool2dOp):
 
 @irdl_op_definition
 class AvgPool2dOp(Pool2dOp):
-    """Mean over each window; `count_include_pad` chooses the divisor at the borders."""
+    """Mean over each window; `count_include_pad` chooses the divisor at the borders.
+    With `ceil_mode`, the part of a window past the bottom/right padding never
+    counts in the divisor (PyTorch's rule)."""
 
     name = "graph.avg_pool2d"
     count_include_pad = prop_def(BoolAttr, default_value=bool_attr(False))
@@ -856,6 +871,7 @@ class AttentionOp(GraphOp):
     `causal`: query i sees keys j <= i + (Skv - Sq), i.e. the queries are the last
     Sq positions (a decode step with a KV cache). An optional `mask` broadcasting to
     [B, Hq, Sq, Skv] is boolean (true = attend) or additive (added to the scores).
+    A query row whose keys are all masked out yields zeros (as PyTorch's SDPA math path).
     """
 
     name = "graph.attention"
