@@ -107,3 +107,15 @@ def test_asm_syntax_forms():
     assert "imm=0xff800000" in p.to_asm()
     assert load_program(p.to_hex()).to_asm() == p.to_asm()
     assert load_program(p.to_bytes()).to_asm() == p.to_asm()
+
+
+def test_docs_encoding_section_matches_table():
+    from pathlib import Path
+
+    from infer.target import isa_doc
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "isa.md"
+    assert isa_doc.generated_section(doc.read_text()) == isa_doc.render(), (
+        "docs/isa.md is stale: run python -m infer.target.isa_doc docs/isa.md")
+    for d in isa.INSTRUCTIONS:
+        assert f"`{d.name}` — opcode `{d.opcode:#04x}`" in doc.read_text()
