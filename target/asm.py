@@ -250,7 +250,9 @@ class Program:
             try:
                 out.append(isa.decode_word(w))
             except EncodingError as e:
-                raise EncodingError(f"instruction {i}: {e}") from None
+                err = EncodingError(f"instruction {i}: {e}")
+                err.index, err.word, err.cause = i, w, str(e)
+                raise err from None
         p = Program(out)
         p.check_structure()
         return p

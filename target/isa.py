@@ -351,7 +351,12 @@ def used_bits(d: InstrDef) -> int:
 
 # ----------------------------------------------------------------------------- instructions
 class EncodingError(ValueError):
-    """A field value out of range, a violated constraint, or an undecodable word."""
+    """A field value out of range, a violated constraint, or an undecodable word.
+    When raised while decoding a program: `index` and `word` name the instruction."""
+
+    index: int | None = None
+    word: int | None = None
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -459,10 +464,13 @@ def decode(raw: bytes) -> list[Instr]:
         raise EncodingError(f"code size {len(raw)} is not a multiple of {WORD_BYTES} bytes")
     out = []
     for i in range(0, len(raw), WORD_BYTES):
+        w = int.from_bytes(raw[i:i + WORD_BYTES], "little")
         try:
-            out.append(decode_word(int.from_bytes(raw[i:i + WORD_BYTES], "little")))
+            out.append(decode_word(w))
         except EncodingError as e:
-            raise EncodingError(f"instruction {i // WORD_BYTES}: {e}") from None
+            err = EncodingError(f"instruction {i // WORD_BYTES}: {e}")
+            err.index, err.word, err.cause = i // WORD_BYTES, w, str(e)
+            raise err from None
     return out
 
 

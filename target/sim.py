@@ -211,7 +211,13 @@ class Simulator:
         if not isinstance(program, Program):
             from infer.target.asm import load_program
 
-            program = load_program(program)
+            try:
+                program = load_program(program)
+            except isa.EncodingError as e:
+                if e.index is None:
+                    raise
+                raise SimFault(e.index, f"undecodable word {e.word:#066x}", e.cause,
+                               "bad-encoding") from None
         if dram is None:
             dram = np.zeros(0, np.uint8)
         if isinstance(dram, bytearray | memoryview):

@@ -57,8 +57,15 @@ def test_fault_misaligned():
 def test_fault_bad_encoding():
     prog = Program.from_asm("halt").to_bytes()
     bad = prog[:16] + b"\xee" + prog[17:]
-    with pytest.raises(isa.EncodingError, match="instruction 0: unknown opcode 0xee"):
+    with pytest.raises(SimFault) as e:
         Simulator("edge").run(bad, np.zeros(16, np.uint8))
+    assert e.value.kind == "bad-encoding" and e.value.index == 0
+    assert "at instruction 0 (undecodable word 0x" in str(e.value)
+    assert str(e.value).endswith("unknown opcode 0xee")
+    good = Program.from_asm("nop\nhalt").to_bytes()
+    bad2 = good[:16 + 32 + 20] + b"\x01" + good[16 + 32 + 21:]  # reserved bit of halt
+    with pytest.raises(SimFault, match=r"instruction 1 .*halt: reserved bits set"):
+        Simulator("edge").run(bad2, np.zeros(16, np.uint8))
 
 
 def test_fault_deadlock():
@@ -110,8 +117,22 @@ def test_scalar_registers_and_loops():
         halt
         """, dram, regs={"r2": 64})
     assert c.instructions == 2 + 1 + 8 + 2 + 1 + 2
-    # r5 = 2 * 24 - 7 = 41; observe it through a DMA address
-    s2, _ = run("li rd=r6, imm=41\ndma.store dram=r6+0, local=0, n0=1, n1=1, n2=1", dram)
+    # r5 = 2 * 24 - 7 = 41: observe it through a DMA address
+    s.spad[0] = 0xAB
+    s.run(Program.from_asm("dma.store dram=r5+0, local=0, n0=1, n1=1, n2=1"), dram,
+          regs={"r5": 41})
+    assert dram[41] == 0xAB
+    s.spad[0] = 0xCD
+    s.run(Program.from_asm("""
+        li rd=r3, imm=24
+        muli rd=r4, rs=r3, imm=2
+        li rd=r1, imm=7
+        sub rd=r5, rs=r4, rt=r1
+        mul rd=r6, rs=r1, rt=r1       # 49
+        add rd=r5, rs=r5, rt=r6       # 90
+        dma.store dram=r5+0, local=0, n0=1, n1=1, n2=1
+        """), dram)
+    assert dram[90] == 0xCD
 
 
 def test_paged_dma_addressing_with_runtime_registers():
