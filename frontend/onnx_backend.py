@@ -39,7 +39,9 @@ def _runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def _static_shape(vi: onnx.ValueInfoProto) -> bool:
     t = vi.type
-    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+    if t.WhichOneof("value") != "tensor_type":
+        return True  # not a tensor: let the import say so at once
+    if not t.tensor_type.HasField("shape"):
         return False
     return all(d.HasField("dim_value") for d in t.tensor_type.shape.dim)
 
@@ -137,9 +139,12 @@ class ReferenceBackend(Backend):
         vi_in = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in zip(names, arrays)]
         if outputs_info is not None:
             vi_out = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape) for o, (dt, shape) in zip(node.output, outputs_info)]
-        else:
-            vi_out = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
+        if outputs_info is None:
+            schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+            types = {vi.name: vi.type for vi in vi_in}
+            inferred = onnx.shape_inference.infer_node_outputs(schema, node, types)
+            vi_out = [helper.make_value_info(o, inferred[o]) for o in node.output if o]
         model = helper.make_model(helper.make_graph([node], "node", vi_in, vi_out), opset_imports=[helper.make_opsetid(node.domain or "", opset)])
         return cls.run_model(model, arrays, device)
 

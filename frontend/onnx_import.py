@@ -330,10 +330,15 @@ class _Importer:
         array = np.asarray(array)
         if array.size > WEIGHT_LIMIT:
             return self.b.weight(_weight_name(name), array)
+        if array.ndim == 0:
+            # GraphBuilder.constant turns a 0-d array into shape (1,)
+            # (np.ascontiguousarray); build it 1-d and reshape back.
+            one = self.b.constant(array.reshape(1), name=_weight_name(name))
+            return self.op(g.ReshapeOp, [one], TensorType(_type(one).get_element_type(), []))
         return self.b.constant(array, name=_weight_name(name))
 
     def const(self, array: Any, dtype: np.dtype | type) -> SSAValue:
-        return self.b.constant(np.asarray(array, dtype=dtype))
+        return self.materialise(np.asarray(array, dtype=dtype))
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
@@ -1209,7 +1214,10 @@ def _lp_norm(imp: _Importer, node: onnx.NodeProto):
         norm = imp.op(g.SqrtOp, [imp.reduce(g.ReduceSumOp, imp.op(g.MulOp, [x, x]), [axis], True)])
     else:
         raise _NodeProblem(f"p = {p} is not supported (1 or 2)")
-    return [imp.op(g.DivOp, [x, norm])]
+    zero = imp.scalar(0, x)
+    is_zero = imp.op(g.EqualOp, [norm, zero])
+    safe = imp.op(g.WhereOp, [is_zero, imp.scalar(1, x), norm])
+    return [imp.op(g.WhereOp, [is_zero, zero, imp.op(g.DivOp, [x, safe])])]
 
 
 @_handler("MeanVarianceNormalization", attrs=("axes",))

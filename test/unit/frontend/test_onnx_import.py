@@ -1,0 +1,380 @@
+"""ONNX import: models built with onnx.helper and exported from torch, checked
+against onnxruntime; and the error paths (bad files, unsafe external data,
+unsupported ops, dynamic shapes)."""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import infer
+from infer.dialects.graph_interpreter import run_module
+from infer.frontend import ModelImportError
+from infer.frontend.onnx_import import import_onnx
+
+RNG = np.random.default_rng(0)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _check_against_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    module = import_onnx(model)
+    ours = run_module(module, feeds)
+    ref = _ort(model, feeds)
+    assert len(ours) == len(ref)
+    for a, r in zip(ours, ref):
+        assert a.dtype == r.dtype and a.shape == r.shape
+        np.testing.assert_allclose(a, r, rtol=rtol, atol=atol)
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _out(name: str, rank: int, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    """An output of known rank and element type, dims left symbolic."""
+    return helper.make_tensor_value_info(name, elem, [f"{name}_d{i}" for i in range(rank)])
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _init(name: str, array: np.ndarray) -> TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+# --------------------------------------------------------------------------
+# Models built with onnx.helper
+# --------------------------------------------------------------------------
+
+
+def test_helper_mlp_matches_onnxruntime():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])
+    y = _out("probs", 2)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1, name="fc1"),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["z"], alpha=0.5, beta=2.0, name="fc2"),
+        helper.make_node("Softmax", ["z"], ["probs"], axis=-1),
+    ]
+    inits = [_init("w1", _f32(64, 32)), _init("b1", _f32(64)), _init("w2", _f32(64, 10)), _init("b2", _f32(10))]
+    model = _model(nodes, [x], [y], inits)
+    _check_against_ort(model, {"x": _f32(4, 32)})
+    text = str(infer.import_model(model))
+    assert "graph.linear" in text and "graph.weight @w1" in text
+    assert "dense<" not in text.split("graph.weight @w1")[0] or len(text) < 4000  # weights kept out of the text
+
+
+def test_helper_cnn_matches_onnxruntime():
+    x = helper.make_tensor_value_info("image", TensorProto.FLOAT, [2, 3, 16, 16])
+    y = _out("logits", 2)
+    nodes = [
+        helper.make_node("Conv", ["image", "cw", "cb"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c", "s", "bi", "m", "v"], ["bn"], epsilon=1e-3),
+        helper.make_node("Clip", ["bn", "lo", "hi"], ["r6"]),
+        helper.make_node("Conv", ["r6", "dw"], ["d"], group=8, auto_pad="SAME_UPPER", kernel_shape=[3, 3]),
+        helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+        helper.make_node("AveragePool", ["p"], ["ap"], kernel_shape=[2, 2], pads=[1, 1, 0, 0], count_include_pad=1),
+        helper.make_node("GlobalAveragePool", ["ap"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("MatMul", ["f", "fw"], ["mm"]),
+        helper.make_node("Add", ["mm", "fb"], ["logits"]),
+    ]
+    inits = [
+        _init("cw", _f32(8, 3, 3, 3)), _init("cb", _f32(8)),
+        _init("s", _f32(8)), _init("bi", _f32(8)), _init("m", _f32(8)),
+        _init("v", np.abs(_f32(8)) + 0.5),
+        _init("lo", np.array(0, np.float32)), _init("hi", np.array(6, np.float32)),
+        _init("dw", _f32(8, 1, 3, 3)), _init("fw", _f32(8, 5)), _init("fb", _f32(5)),
+    ]
+    _check_against_ort(_model(nodes, [x], [y], inits), {"image": _f32(2, 3, 16, 16)})
+
+
+def test_shape_arithmetic_is_folded_to_static_attributes():
+    # y = reshape(x, [shape(x)[0], -1]) then slice/expand/pad driven by shapes
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = _out("y", 2)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Slice", ["r", "st", "en", "ax", "sp"], ["sl"]),
+        helper.make_node("Pad", ["sl", "pads"], ["pd"], mode="constant"),
+        helper.make_node("ReduceSum", ["pd", "axes1"], ["y"], keepdims=1),
+    ]
+    inits = [
+        _init("zero", np.array(0, np.int64)), _init("axes0", np.array([0], np.int64)),
+        _init("minus1", np.array([-1], np.int64)),
+        _init("st", np.array([-1, 100], np.int64)), _init("en", np.array([-100, -1000], np.int64)),
+        _init("ax", np.array([1, 0], np.int64)), _init("sp", np.array([-2, -1], np.int64)),
+        _init("pads", np.array([1, 0, 0, 2], np.int64)), _init("axes1", np.array([1], np.int64)),
+    ]
+    model = _model(nodes, [x], [y], inits, opset=18)
+    _check_against_ort(model, {"x": _f32(2, 3, 4)})
+    text = str(infer.import_model(model))
+    import re
+
+    assert set(re.findall(r"= graph\.(\w+)", text)) == {"reshape", "slice", "pad", "reduce_sum"}
+
+
+def test_old_opset_forms_and_integer_ops():
+    # Softmax-11 flattens at `axis`; Reduce axes as attribute; Split attribute.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    outs = [_out("sm", 3), _out("rs", 1), _out("a", 3), _out("b", 3)]
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["sm"], axis=1),
+        helper.make_node("ReduceMean", ["x"], ["rs"], axes=[0, 2], keepdims=0),
+        helper.make_node("Split", ["x"], ["a", "b"], axis=2, split=[1, 3]),
+    ]
+    model = _model(nodes, [x], outs, opset=11)
+    _check_against_ort(model, {"x": _f32(2, 3, 4)})
+
+
+def test_input_shapes_make_dynamic_dims_static():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+    y = _out("y", 2)
+    model = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [x], [y])
+    with pytest.raises(ModelImportError, match=r"input 'x' has dynamic dimension\(s\) batch"):
+        import_onnx(model)
+    module = import_onnx(model, input_shapes={"x": (3, 8)})
+    xs = _f32(3, 8)
+    np.testing.assert_allclose(run_module(module, {"x": xs})[0], 1 / (1 + np.exp(-xs)), rtol=1e-6)
+    with pytest.raises(ModelImportError, match="dimension 1 = 8"):
+        import_onnx(model, input_shapes={"x": (3, 9)})
+    with pytest.raises(ModelImportError, match="unknown input"):
+        import_onnx(model, input_shapes={"nope": (1,)})
+
+
+def test_names_are_preserved_and_import_model_reads_files(tmp_path: Path):
+    x = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [2, 2])
+    y = _out("out:0", 2)
+    model = _model([helper.make_node("Neg", ["input.1"], ["out:0"])], [x], [y])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    m = infer.import_model(path)
+    text = str(m)
+    assert '"input.1"' in text and '"out:0"' in text
+    np.testing.assert_array_equal(m.run({"input.1": np.ones((2, 2), np.float32)})[0], -np.ones((2, 2)))
+
+
+# --------------------------------------------------------------------------
+# Models exported from torch
+# --------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def _export(module, args, names_in, names_out, opset=17) -> onnx.ModelProto:
+    f = io.BytesIO()
+    module.eval()
+    with warnings.catch_warnings():
+        # The TorchScript exporter (dynamo=False) is deprecated; it needs no onnxscript.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, f, dynamo=False, input_names=names_in, output_names=names_out, opset_version=opset)
+    return onnx.load_model_from_string(f.getvalue())
+
+
+def test_torch_mlp():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.LogSoftmax(-1))
+    x = torch.randn(3, 16)
+    model = _export(m, (x,), ["x"], ["y"])
+    _check_against_ort(model, {"x": x.numpy()})
+
+
+def test_torch_cnn():
+    torch.manual_seed(0)
+
+    class CNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, groups=2)
+            self.pool = torch.nn.MaxPool2d(2, ceil_mode=True)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = torch.nn.functional.relu6(self.bn(self.conv(x)))
+            x = torch.nn.functional.hardswish(self.conv2(x))
+            x = self.pool(x)
+            x = torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+            return self.fc(x)
+
+    m = CNN()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-1, 1)
+        m.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 20, 20)
+    _check_against_ort(_export(m, (x,), ["x"], ["logits"]), {"x": x.numpy()})
+
+
+def test_torch_transformer_block():
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self, d=32, heads=4):
+            super().__init__()
+            self.heads = heads
+            self.ln1 = torch.nn.LayerNorm(d)
+            self.qkv = torch.nn.Linear(d, 3 * d)
+            self.proj = torch.nn.Linear(d, d)
+            self.ln2 = torch.nn.LayerNorm(d)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(4 * d, d))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+            mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(b, s, d)
+            x = x + self.proj(y)
+            return x + self.mlp(self.ln2(x))
+
+    x = torch.randn(2, 6, 32)
+    model = _export(Block(), (x,), ["x"], ["y"])
+    _check_against_ort(model, {"x": x.numpy()}, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------
+
+
+def _tiny() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = _out("y", 2)
+    return _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+
+
+def test_truncated_protobuf(tmp_path: Path):
+    path = tmp_path / "model.onnx"
+    model = _tiny()
+    data = model.SerializeToString()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelImportError) as e:
+        import_onnx(path)
+    msg = str(e.value)
+    assert msg.startswith("model.onnx: not a valid ONNX model: ") and "\n" not in msg
+
+
+def test_garbage_file(tmp_path: Path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x00\xffnot a model at all\x13\x37" * 5)
+    with pytest.raises(ModelImportError, match="^model.onnx: not a valid ONNX model: ") as e:
+        infer.import_model(path)
+    assert "\n" not in str(e.value)
+
+
+def _external_model(tmp_path: Path, location: str) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    y = _out("y", 2)
+    w = _init("secret_w", _f32(8, 8))
+    model = _model([helper.make_node("MatMul", ["x", "secret_w"], ["y"])], [x], [y], [w])
+    from onnx.external_data_helper import set_external_data
+
+    tensor = model.graph.initializer[0]
+    raw = tensor.raw_data
+    set_external_data(tensor, location=location, offset=0, length=len(raw))
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path, raw
+
+
+def test_external_data_inside_folder_loads(tmp_path: Path):
+    path, raw = _external_model(tmp_path, "weights.bin")
+    (path.parent / "weights.bin").write_bytes(raw)
+    module = import_onnx(path)
+    x = _f32(4, 8)
+    w = np.frombuffer(raw, np.float32).reshape(8, 8)
+    np.testing.assert_allclose(run_module(module, [x])[0], x @ w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink"])
+def test_external_data_escaping_the_folder(tmp_path: Path, kind: str):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"\0" * 256)
+    location = {"dotdot": "../outside.bin", "absolute": str(outside), "symlink": "link.bin"}[kind]
+    path, _ = _external_model(tmp_path, location)
+    if kind == "symlink":
+        os.symlink(outside, path.parent / "link.bin")
+    with pytest.raises(ModelImportError) as e:
+        import_onnx(path)
+    msg = str(e.value)
+    assert "secret_w" in msg and location in msg
+    assert {"dotdot": "escapes", "absolute": "absolute", "symlink": "outside the model's folder"}[kind] in msg
+
+
+def test_unknown_op_names_op_type_and_node():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = _out("y", 2)
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("TopK", ["r", "k"], ["y", "i"], name="my_topk")],
+                   [x], [y], [_init("k", np.array([1], np.int64))])
+    with pytest.raises(ModelImportError, match=r"TopK node 'my_topk': op type 'TopK' is not supported"):
+        import_onnx(model)
+
+
+def test_list_unsupported_collects_every_problem():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    y = _out("y", 4)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("LpPool", ["a"], ["b"], kernel_shape=[2, 2], name="pool"),
+        helper.make_node("Sigmoid", ["b"], ["c"]),  # downstream of a problem: not reported
+        helper.make_node("Pad", ["a", "pads"], ["d"], mode="mirror_universe", name="weird_pad"),
+        helper.make_node("MaxPool", ["x"], ["e"], name="odd_pool", kernel_shape=[1, 1], storage_order=1),
+        helper.make_node("Sum", ["c", "d", "e"], ["y"]),
+    ]
+    model = _model(nodes, [x], [y], [_init("pads", np.zeros(8, np.int64))], opset=18)
+    with pytest.raises(ModelImportError) as e:
+        import_onnx(model, list_unsupported=True)
+    msg = str(e.value)
+    assert "3 problem(s)" in msg
+    assert "LpPool node 'pool': op type 'LpPool' is not supported" in msg
+    assert "Pad node 'weird_pad': mode 'mirror_universe' is not supported" in msg
+    assert "MaxPool node 'odd_pool': storage_order = 1 is not supported" in msg
+    assert "Sigmoid" not in msg
+    with pytest.raises(ModelImportError, match="LpPool") as e1:
+        import_onnx(model)
+    assert "problem(s)" not in str(e1.value)
+
+
+def test_runtime_shape_input_is_reported():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    s = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = _out("y", 2)
+    model = _model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")], [x, s], [y])
+    with pytest.raises(ModelImportError, match="Reshape node 'rs'.*graph input 'shape'.*known at import time"):
+        import_onnx(model)
+
+
+def test_unsupported_element_type_is_reported():
+    x = helper.make_tensor_value_info("x", TensorProto.STRING, [2])
+    y = _out("y", 1, TensorProto.STRING)
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], [x], [y])
+    with pytest.raises(ModelImportError, match="graph input 'x'.*STRING"):
+        import_onnx(model)
