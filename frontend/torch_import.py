@@ -340,6 +340,7 @@ class _Importer:
         unsupported: dict[str, list[str]] = defaultdict(list)
         errors: list[str] = []
         outputs: list[Any] = []
+        failed: set[Any] = set()
         for node in ep.graph.nodes:
             self.node = node
             if node.op == "placeholder":
@@ -362,15 +363,20 @@ class _Importer:
                 else:
                     unsupported[f"input kind {kind}"].append(node.name)
             elif node.op == "call_function":
+                if any(a in failed for a in node.all_input_nodes):
+                    failed.add(node)  # already reported at its failing input
+                    continue
                 try:
                     self.env[node] = self.call(node)
                 except _Unsupported as e:
+                    failed.add(node)
                     msg = str(e)
                     if msg.startswith("op:"):
                         unsupported[msg[3:]].append(node.name)
                     else:
                         errors.append(f"{node.name} ({_target_name(node.target)}): {msg}")
                 except Exception as e:  # a verifier error for an op we emitted
+                    failed.add(node)
                     errors.append(f"{node.name} ({_target_name(node.target)}): {type(e).__name__}: {e}")
             elif node.op == "output":
                 outputs = list(node.args[0])
@@ -907,6 +913,24 @@ for _op, _gop in [
     (aten.amin.default, g.ReduceMinOp), (aten.mean.default, g.ReduceMeanOp), (aten.sum.default, g.ReduceSumOp),
 ]:
     _HANDLERS[_op] = _reduce(_gop)
+
+
+@_handles(aten.linalg_vector_norm.default)
+def _vector_norm(imp, node, args, kwargs):
+    x = imp.cast(imp.value(args[0]), imp.out_dtype())
+    order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
+    dims = args[2] if len(args) > 2 else kwargs.get("dim")
+    keep = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
+    rank = len(_shape(x))
+    dims = [dims] if isinstance(dims, int) else list(dims or range(rank))
+    props = dict(axes=_i64([_norm_dim(d, rank) for d in dims]), keepdims=g.bool_attr(bool(keep)))
+    if order == 2:
+        return imp.b.op(g.SqrtOp, [imp.b.op(g.ReduceSumOp, [imp.b.op(g.MulOp, [x, x])], **props)])
+    if order == 1:
+        return imp.b.op(g.ReduceSumOp, [imp.b.op(g.AbsOp, [x])], **props)
+    if order == float("inf"):
+        return imp.b.op(g.ReduceMaxOp, [imp.b.op(g.AbsOp, [x])], **props)
+    raise _Unsupported(f"op:aten.linalg_vector_norm with ord={order}")
 
 
 @_handles(aten.prod.dim_int)

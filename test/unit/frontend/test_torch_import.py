@@ -1,0 +1,164 @@
+"""torch.export frontend against eager PyTorch / transformers / sentence-transformers."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from infer.dialects.graph_interpreter import run_module
+from infer.frontend import ModelImportError, import_model
+
+torch = pytest.importorskip("torch")
+from infer.frontend.torch_import import import_pt2, import_torch  # noqa: E402
+
+TOL = 1e-4
+
+
+def _ops(module) -> list[str]:
+    return [op.name for op in module.walk()]
+
+
+def test_llama_gqa_logits(llama_model):
+    ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    module = import_torch(llama_model, {"input_ids": ids, "use_cache": False})
+    with torch.no_grad():
+        ref = llama_model(ids, use_cache=False).logits.numpy()
+    out = run_module(module, [ids.numpy()])
+    assert np.abs(out[0] - ref).max() <= TOL
+    ops = _ops(module)
+    # causal mask and RoPE tables are folded at import: no mask math on inputs
+    assert ops.count("graph.attention") == 2 and "graph.cumsum" not in ops
+    assert "graph.linear" in ops
+
+
+def test_gpt2_logits(gpt2_model):
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(1))
+    module = import_torch(gpt2_model, {"input_ids": ids, "use_cache": False})
+    with torch.no_grad():
+        ref = gpt2_model(ids, use_cache=False).logits.numpy()
+    out = run_module(module, [ids.numpy()])
+    assert np.abs(out[0] - ref).max() <= TOL
+
+
+def test_bert_with_padding_mask(bert_model):
+    ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    module = import_torch(bert_model, {"input_ids": ids, "attention_mask": mask})
+    with torch.no_grad():
+        ref = bert_model(input_ids=ids, attention_mask=mask)
+    hidden, pooled = run_module(module, [ids.numpy(), mask.numpy()])
+    assert np.abs(hidden - ref.last_hidden_state.numpy()).max() <= TOL
+    assert np.abs(pooled - ref.pooler_output.numpy()).max() <= TOL
+
+
+class _SentenceEmbedder(torch.nn.Module):
+    """The whole sentence-transformers pipeline (BERT, mean pooling, Normalize)."""
+
+    def __init__(self, st):
+        super().__init__()
+        self.st = st
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.st({"input_ids": input_ids, "attention_mask": attention_mask,
+                        "token_type_ids": token_type_ids})["sentence_embedding"]
+
+
+def test_minilm_sentence_embeddings(minilm_st, minilm_batch):
+    feeds, ref = minilm_batch
+    example = tuple(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))
+    module = import_torch(_SentenceEmbedder(minilm_st), example)
+    (emb,) = run_module(module, [feeds["input_ids"], feeds["attention_mask"], feeds["token_type_ids"]])
+    cos = (emb * ref).sum(-1) / np.linalg.norm(emb, axis=-1) / np.linalg.norm(ref, axis=-1)
+    assert cos.min() >= 0.9999, cos
+
+
+class _Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        x = torch.nn.functional.max_pool2d(x, 2)
+        x = torch.nn.functional.hardswish(self.dw(x))
+        x = torch.nn.functional.avg_pool2d(x, 2, ceil_mode=True)
+        x = torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+        return torch.softmax(self.fc(x), -1), x.mean(dim=1, keepdim=True) * 2 - 1
+
+
+def test_small_cnn():
+    torch.manual_seed(0)
+    m = _Cnn().eval()
+    with torch.no_grad():
+        m.bn.running_mean.normal_()
+        m.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 20, 20)
+    module = import_torch(m, (x,))
+    with torch.no_grad():
+        ref = [r.numpy() for r in m(x)]
+    out = run_module(module, [x.numpy()])
+    for o, r in zip(out, ref, strict=True):
+        assert np.abs(o - r).max() <= TOL
+    ops = _ops(module)
+    assert {"graph.conv2d", "graph.batch_norm", "graph.max_pool2d", "graph.avg_pool2d"} <= set(ops)
+
+
+def test_pt2_round_trip(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 3)).eval()
+    x = torch.randn(2, 4)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(m, (x,)), str(path))
+    model = import_model(path)
+    with torch.no_grad():
+        ref = m(x).numpy()
+    assert np.abs(model.run([x.numpy()])[0] - ref).max() <= TOL
+    # parameters keep their state_dict names
+    assert "@\"0.weight\"" in str(model) or "@0.weight" in str(model)
+
+
+def test_pt2_with_pickled_payload_is_refused(tmp_path):
+    m = torch.nn.Linear(2, 2)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(m, (torch.randn(1, 2),)), str(path))
+    evil = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(evil, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("_weights_config.json"):
+                cfg = json.loads(data)
+                for meta in cfg["config"].values():
+                    meta["use_pickle"] = True
+                data = json.dumps(cfg).encode()
+            dst.writestr(info, data)
+    with pytest.raises(ModelImportError, match="refusing to load.*pickled tensor"):
+        import_pt2(evil)
+    (tmp_path / "junk.pt2").write_bytes(b"not a zip")
+    with pytest.raises(ModelImportError, match="not a torch.export archive"):
+        import_pt2(tmp_path / "junk.pt2")
+
+
+def test_unsupported_ops_are_collected():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = torch.cumsum(x, 1)
+            z = torch.fft.rfft(x).abs()
+            return y.sum() + z.sum() + torch.cumsum(x, 0).sum()
+
+    with pytest.raises(ModelImportError) as e:
+        import_torch(M(), (torch.randn(3, 4),))
+    msg = str(e.value)
+    assert "aten.cumsum.default" in msg and "cumsum" in msg and "cumsum_1" in msg
+    assert "fft" in msg
+
+
+def test_module_needs_example_inputs():
+    with pytest.raises(ModelImportError, match="example_inputs"):
+        import_torch(torch.nn.Linear(2, 2))
