@@ -22,7 +22,8 @@ Patterns (root op: rewrite)
 - clip: no bounds -> x; clip(relu(x)), relu(clip(x)), clip(clip(x)) -> one clip
 - where: constant condition -> the chosen operand; where(c, x, x) -> x
 - matmul: a transpose of the last two dims of an operand -> transpose_a/b flag
-- reduce_{sum,mean,max,min,prod}: only size-1 axes with keepdims -> x
+- reduce_{sum,mean,max,min,prod}: over size-1 axes only -> x, or reshape(x)
+  without keepdims
 
 `patterns_for(op_type)` serves `HasCanonicalizationPatternsTrait`, so with the
 trait attached to the graph ops the upstream `canonicalize` pass applies the
@@ -385,7 +386,8 @@ class FoldTransposeIntoMatmul(RewritePattern):
 
 
 class FoldTrivialReduce(RewritePattern):
-    """A sum/mean/max/min/prod over size-1 axes only, keeping them -> x."""
+    """A sum/mean/max/min/prod over size-1 axes only -> x (keepdims) or a reshape
+    of x dropping those axes."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(
@@ -394,11 +396,13 @@ class FoldTrivialReduce(RewritePattern):
         rewriter: PatternRewriter,
         /,
     ):
-        if not op.keepdims.value.data:
-            return
         shape = _shape(op.input)
-        if all(shape[a] == 1 for a in op.reduced_axes()):
+        if not all(shape[a] == 1 for a in op.reduced_axes()):
+            return
+        if op.keepdims.value.data:
             _replace_with(rewriter, op, op.input)
+        elif all(d >= 0 for d in _shape(op.output)):
+            rewriter.replace(op, g.ReshapeOp(op.input, _shape(op.output)))
 
 
 # --------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 An op whose every operand is a `graph.constant` or a `graph.weight` is
 evaluated with the reference interpreter (`evaluate_op`), so folding computes
 exactly what the op would compute at run time. Each result becomes
-- a `graph.constant` when it has at most `inline-limit` elements, or
+- a `graph.constant` when it has at most `inline-limit` elements or all its
+  elements are equal (a splat, printed as one value), or
 - a new weight in the module's weight store (`weights_of(module).add`),
   referenced by a `graph.weight` op; the name is derived from the first weight
   operand (`fc.weight` -> `fc.weight.transpose`) or the op (`folded.transpose`).
@@ -43,17 +44,30 @@ DEFAULT_MAX_ELEMENTS = 1 << 24
 DEFAULT_INLINE_LIMIT = 16
 
 
+def is_splat(array: np.ndarray) -> bool:
+    """All elements equal (bitwise, so -0.0 vs 0.0 and NaN payloads count as different)."""
+    if array.size <= 1:
+        return True
+    flat = np.ascontiguousarray(array).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool(np.all(raw == raw[0]))
+
+
 def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """A dense elements attribute holding `array` (any dtype of infer.dialects.dtypes).
+    """A dense elements attribute holding `array` (any dtype of infer.dialects.dtypes);
+    an array whose elements are all equal is stored as a splat (one element).
 
     Kept here until a shared numpy<->attribute helper lives in infer.dialects
     (frontend.builder.dense_attr turns a 0-d array into shape [1])."""
     array = np.asarray(array)
     t = tensor_type(array.shape, array.dtype)
+    if array.size > 1 and is_splat(array):
+        array = array.reshape(-1)[:1]
     if array.dtype == np.bool_:
-        return DenseIntOrFPElementsAttr.from_list(t, [int(v) for v in array.reshape(-1)])
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False)  # the attribute's byte order
-    return DenseIntOrFPElementsAttr(t, BytesAttr(little.tobytes(order="C")))
+        data = array.astype(np.uint8)  # one byte per i1, as the parser stores it
+    else:
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False)  # the attribute's byte order
+    return DenseIntOrFPElementsAttr(t, BytesAttr(data.tobytes(order="C")))
 
 
 def _static(t: object) -> bool:
@@ -100,7 +114,7 @@ class FoldConstantOp(RewritePattern):
         hint = self._hint(op)
         new_ops: list[Operation] = []
         for result, array in zip(op.results, results, strict=True):
-            if array.size <= self.inline_limit:
+            if array.size <= self.inline_limit or is_splat(array):
                 new: Operation = g.ConstantOp(numpy_to_dense(array))
             else:
                 name = self.store.add(hint, array)
