@@ -29,7 +29,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects import graph as g
-from infer.dialects.ir_io import describe_location
+from infer.dialects.ir_io import IRError, describe_location
 
 DYNAMIC = DYNAMIC_INDEX  # how `?` reads from TensorType.get_shape()
 
@@ -47,8 +47,9 @@ def refine(declared: Attribute, inferred: Attribute) -> Attribute:
     return TensorType(declared.get_element_type(), shape)
 
 
-def _fail(op: Operation, message: str) -> VerifyException:
-    return VerifyException(f"{describe_location(op)}: '{op.name}' op {message}")
+def _fail(op: Operation, message: str) -> IRError:
+    """The error infer-opt reports as `file:line:col: error: 'op' op message`."""
+    return IRError(f"{describe_location(op)}: error: '{op.name}' op {message}")
 
 
 def _infer_function(fn: func.FuncOp) -> bool:
@@ -98,7 +99,8 @@ def _check_static(module: ModuleOp) -> None:
             for i, r in enumerate(op.results):
                 if isinstance(r.type, TensorType) and DYNAMIC in r.type.get_shape():
                     raise _fail(op, f"result #{i} still has a dynamic shape {r.type} after shape inference")
-        elif isinstance(op, func.FuncOp):
+    for op in module.walk():
+        if isinstance(op, func.FuncOp):
             for i, t in enumerate(op.function_type.outputs.data):
                 if isinstance(t, TensorType) and DYNAMIC in t.get_shape():
                     raise _fail(op, f"@{op.sym_name.data} result #{i} still has a dynamic shape {t}")
