@@ -162,3 +162,52 @@ def test_unsupported_ops_are_collected():
 def test_module_needs_example_inputs():
     with pytest.raises(ModelImportError, match="example_inputs"):
         import_torch(torch.nn.Linear(2, 2))
+
+
+# -- KV cache through torch.export ------------------------------------------------------
+# The exported graphs take and return the cache as explicit tensors: a prefill
+# program returns logits and k/v per layer, a decode program (exported for one
+# past length; the cache grows by one per step) takes the new token and the
+# past k/v. Masks and positions are folded at import for that past length.
+
+
+class _Prefill(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        out = self.model(input_ids=input_ids, use_cache=True)
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
+
+class _Decode(_Prefill):
+    def forward(self, input_ids, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for i in range(len(past) // 2):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
+
+@pytest.mark.parametrize("which", ["llama", "gpt2"])
+def test_prefill_then_decode_with_kv_cache(which, llama_model, gpt2_model):
+    model = llama_model if which == "llama" else gpt2_model
+    S, steps = 8, 3
+    ids = torch.randint(0, 256, (2, S + steps), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = model(ids, use_cache=False).logits.numpy()
+    prefill = import_torch(_Prefill(model), (ids[:, :S],))
+    outs = run_module(prefill, [ids[:, :S].numpy()])
+    errs = [np.abs(outs[0] - ref[:, :S]).max()]
+    cache = outs[1:]
+    for t in range(steps):
+        tok = ids[:, S + t : S + t + 1]
+        decode = import_torch(_Decode(model), (tok, *[torch.from_numpy(c) for c in cache]))
+        outs = run_module(decode, [tok.numpy(), *cache])
+        cache = outs[1:]
+        assert cache[0].shape[2] == S + t + 1
+        errs.append(np.abs(outs[0][:, 0] - ref[:, S + t]).max())
+    assert max(errs) <= TOL, errs
