@@ -15,7 +15,8 @@ Not folded: results with more than `max-elements` elements, results whose
 type has a `?` dimension (run `graph-shape-inference` first), and ops the
 interpreter refuses (integer division by zero, out-of-range gather indices,
 ...), which are left for run time to report. Constants and weights that no
-longer have users are erased.
+longer have users are erased. A weight operand missing from the store is an
+error (`file:line:col: error: 'graph.weight' op weight 'w' not found ...`).
 
 Options:
   max-elements: do not fold a result with more elements (default 1 << 24).
@@ -38,6 +39,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from infer.dialects import graph as g
 from infer.dialects.dtypes import tensor_type
 from infer.dialects.graph_interpreter import InterpreterError, dense_to_numpy, evaluate_op
+from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 
 DEFAULT_MAX_ELEMENTS = 1 << 24
@@ -91,7 +93,10 @@ class FoldConstantOp(RewritePattern):
             if isinstance(op, g.ConstantOp):
                 self._values[op] = dense_to_numpy(op.value)
             else:
-                self._values[op] = np.asarray(self.store.get(op.weight_key))
+                try:
+                    self._values[op] = np.asarray(self.store.get(op.weight_key))
+                except WeightStoreError as e:
+                    raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
         return self._values[op]
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
