@@ -301,7 +301,12 @@ class _Importer:
     # -- problems ---------------------------------------------------------
     def _node_label(self, node: onnx.NodeProto) -> str:
         domain = f"{node.domain}:" if node.domain not in ("", "ai.onnx") else ""
-        name = node.name or f"#{list(self.graph.node).index(node)} -> {', '.join(o for o in node.output if o)}"
+        outs = ", ".join(o for o in node.output if o)
+        if node.name:
+            name = node.name
+        else:
+            index = next((i for i, n in enumerate(self.graph.node) if n is node), None)
+            name = f"#{index} -> {outs}" if index is not None else f"-> {outs}"
         return f"{domain}{node.op_type} node '{name}'"
 
     def fail(self, where: str, text: str) -> None:
@@ -516,6 +521,12 @@ class _Importer:
             self.poisoned.update(outs)
             return
         spec = _HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if spec is None:
+            body = self._function_body(node)
+            if body is not None:
+                for inner in body:
+                    self._import_node(inner)
+                return
         try:
             if spec is None:
                 raise _NodeProblem(
@@ -558,6 +569,51 @@ class _Importer:
         except VerifyException as e:
             self.fail(where, f"the graph op does not verify: {_one_line(e)}")
             self.poisoned.update(outs)
+
+
+    def _function_body(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        """The nodes of an op defined as an ONNX function (its schema's body
+        for this opset), renamed into this graph; None if it has none."""
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, "")
+        except Exception:
+            return None
+        try:
+            from onnx import FunctionProto
+            from onnx.backend.test.case.node import function_expand_helper
+
+            fn = None
+            versions = [v for v in schema.function_opset_versions if v <= self.opset]
+            if versions:
+                fn = FunctionProto.FromString(schema.get_function_with_opset_version(max(versions)))
+            else:
+                versions = [v for v in schema.context_dependent_function_opset_versions if v <= self.opset]
+                if not versions:
+                    return None
+                types = []
+                for name in node.input:
+                    if not name:
+                        types.append(onnx.TypeProto())
+                        continue
+                    elem = helper.np_dtype_to_tensor_dtype(self.dtype(name))
+                    types.append(helper.make_tensor_type_proto(elem, self.shape(name)))
+                full = onnx.NodeProto()
+                full.CopyFrom(node)
+                fn = FunctionProto.FromString(schema.get_context_dependent_function_with_opset_version(
+                    max(versions), full.SerializeToString(), [t.SerializeToString() for t in types]))
+            call = onnx.NodeProto()
+            call.CopyFrom(node)
+            present = {a.name for a in call.attribute}
+            for attr_name, attr in schema.attributes.items():
+                if attr_name not in present and attr.default_value and attr.default_value.name:
+                    call.attribute.append(attr.default_value)
+            self._expansions = getattr(self, "_expansions", 0) + 1
+            prefix = f"{node.op_type}_{self._expansions}__"
+            return function_expand_helper(call, fn, prefix)
+        except Exception:
+            return None
 
 
 def _weight_name(name: str) -> str:
@@ -1720,3 +1776,177 @@ def import_onnx(
         if _used_static_inputs is not None:
             _used_static_inputs.update(imp.used_static_inputs)
     return module
+
+
+# --------------------------------------------------------------------------
+# Handlers added after the first cut: Resize, GatherElements, LpPool
+# --------------------------------------------------------------------------
+
+
+def _resize_matrix(imp: _Importer, node: onnx.NodeProto, n: int, out: int | None, scale: float | None, roi: tuple[float, float] | None) -> np.ndarray:
+    """The [out, n] interpolation matrix of one axis: Resize is separable and
+    linear, so the reference Resize of an identity basis gives its weights."""
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = [a for a in node.attribute if a.name not in ("axes", "keep_aspect_ratio_policy")]
+    eye = np.eye(n, dtype=np.float64)
+    names = ["X", "roi", "scales", "sizes"]
+    feeds: dict[str, np.ndarray] = {"X": eye}
+    if roi is not None:
+        feeds["roi"] = np.array([roi[0], 0.0, roi[1], 1.0], dtype=np.float32)
+    if scale is not None:
+        feeds["scales"] = np.array([scale, 1.0], dtype=np.float32)
+    else:
+        feeds["sizes"] = np.array([out, n], dtype=np.int64)
+    inputs = [nm if nm in feeds else "" for nm in names]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    rn = helper.make_node("Resize", inputs, ["Y"])
+    rn.attribute.extend(attrs)
+    vi = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
+    m = helper.make_model(
+        helper.make_graph([rn], "resize_basis", vi, [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, None)]),
+        opset_imports=[helper.make_opsetid("", max(imp.opset, 19))],
+    )
+    (y,) = ReferenceEvaluator(m).run(None, feeds)
+    return np.asarray(y)  # [out, n]
+
+
+@_handler("Resize", "Upsample", attrs=(
+    "antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+    "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode", "scales", "height_scale", "width_scale",
+))
+def _resize(imp: _Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xs = sshape(x)
+    rank = len(xs)
+    mode = _attr(node, "mode", "nearest")
+    ctm = _attr(node, "coordinate_transformation_mode", "half_pixel")
+    if node.op_type == "Upsample" or imp.opset < 11:
+        # Upsample-7/9 and Resize-10: asymmetric coordinates, floor for nearest
+        scales = _attr(node, "scales")
+        if scales is None:
+            scales = [float(s) for s in imp.static(node.input[1], "the scales").reshape(-1)]
+        sizes, roi = None, None
+        ctm = "asymmetric"
+        node = helper.make_node("Resize", [], [], mode="linear" if mode in ("linear", "bilinear") else "nearest",
+                                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        mode = "linear" if mode in ("linear", "bilinear") else "nearest"
+        axes = list(range(rank))
+    else:
+        axes = [_norm_axis(a, rank) for a in (_attr(node, "axes") or range(rank))]
+        roi_v = imp.static(node.input[1], "the roi").reshape(-1) if _input(node, 1) else None
+        scales = [float(s) for s in imp.static(node.input[2], "the scales").reshape(-1)] if _input(node, 2) else None
+        sizes = [int(s) for s in imp.static(node.input[3], "the sizes").reshape(-1)] if _input(node, 3) else None
+        if scales is not None and len(scales) == 0:
+            scales = None
+        roi = None
+        if ctm == "tf_crop_and_resize":
+            if roi_v is None:
+                raise _NodeProblem("tf_crop_and_resize needs a roi")
+            if float(_attr(node, "extrapolation_value", 0.0)) != 0.0:
+                raise _NodeProblem("a non-zero extrapolation_value is not supported")
+            k = len(axes)
+            roi = [(float(roi_v[i]), float(roi_v[i + k])) for i in range(k)]
+    if mode not in ("nearest", "linear", "cubic"):
+        raise _NodeProblem(f"mode '{mode}' is not supported")
+    outs: list[int] = []
+    per_axis_scale: list[float | None] = []
+    if scales is not None:
+        for a, s in zip(axes, scales, strict=True):
+            lo, hi = roi[axes.index(a)] if roi else (0.0, 1.0)
+            outs.append(int(math.floor(xs[a] * (hi - lo) * s)) if roi else int(math.floor(xs[a] * s)))
+            per_axis_scale.append(s)
+    else:
+        if sizes is None:
+            raise _NodeProblem("neither scales nor sizes is given")
+        policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            outs = list(sizes)
+            per_axis_scale = [None] * len(axes)
+        else:
+            ratios = [sz / xs[a] for a, sz in zip(axes, sizes)]
+            s = min(ratios) if policy == "not_larger" else max(ratios)
+            outs = [int(round(xs[a] * s)) for a in axes]
+            if any(o != math.floor(xs[a] * s) for o, a in zip(outs, axes)):
+                raise _NodeProblem(f"keep_aspect_ratio_policy '{policy}' with these sizes is not supported")
+            per_axis_scale = [s] * len(axes)
+    y = x
+    for k, a in enumerate(axes):
+        n, out, s = xs[a], outs[k], per_axis_scale[k]
+        if out == n and (s is None or s == 1.0) and not roi:
+            continue
+        m = _resize_matrix(imp, node, n, out, s, roi[k] if roi else None)
+        if m.shape[0] != out:
+            raise _NodeProblem(f"axis {a}: expected {out} outputs, the basis gave {m.shape[0]}")
+        one_hot = np.all((m == 0) | (m == 1)) and np.all(m.sum(axis=1) == 1)
+        if one_hot:
+            idx = imp.materialise(m.argmax(axis=1).astype(np.int64), "resize_index")
+            y = imp.op(g.GatherOp, [y, idx], axis=g.i64_attr(a))
+            continue
+        if not _is_float(sdtype(y)):
+            raise _NodeProblem(f"mode '{mode}' on {sdtype(y)} is not supported")
+        perm = [d for d in range(rank) if d != a] + [a]
+        yt = imp.transpose(y, perm)
+        wt = imp.materialise(np.ascontiguousarray(m.T).astype(sdtype(y)), "resize_weight")
+        y = imp.transpose(imp.op(g.MatmulOp, [yt, wt]), list(np.argsort(perm)))
+    return [y]
+
+
+@_handler("GatherElements", attrs=("axis",))
+def _gather_elements(imp: _Importer, node: onnx.NodeProto):
+    """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis`, as a one-hot
+    select-and-sum: sum_d where(idx == d, x[.., d, ..], 0)."""
+    x, idx = imp.value(node.input[0]), imp.value(node.input[1])
+    xs, ish = sshape(x), sshape(idx)
+    rank = len(xs)
+    axis = _norm_axis(int(_attr(node, "axis", 0)), rank)
+    d = xs[axis]
+    # x restricted to idx's extent on the other axes
+    ends = [ish[i] if i != axis else xs[i] for i in range(rank)]
+    if ends != list(xs):
+        x = imp.slice(x, [0] * rank, ends, [1] * rank)
+    idx = imp.cast(idx, np.dtype(np.int64))
+    idx = imp.op(g.WhereOp, [imp.op(g.LessOp, [idx, imp.scalar(0, idx)]), imp.op(g.AddOp, [idx, imp.scalar(d, idx)]), idx])
+    xe = imp.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
+    ie = imp.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
+    iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
+    eq = imp.op(g.EqualOp, [ie, imp.materialise(iota, "iota")])
+    if sdtype(x) == np.bool_:
+        picked = imp.op(g.AndOp, [eq, xe])
+        return [imp.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
+    picked = imp.op(g.WhereOp, [eq, xe, imp.scalar(0, xe)])
+    return [imp.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
+
+
+@_handler("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
+def _lp_pool(imp: _Importer, node: onnx.NodeProto):
+    """(sum over the window of |x|^p)^(1/p) = (avg_pool(|x|^p, pads counted) * k)^(1/p)."""
+    x = imp.value(node.input[0])
+    _require_float(x, "LpPool")
+    xs = sshape(x)
+    r = len(xs) - 2
+    if r not in (1, 2):
+        raise _NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
+    p = float(_attr(node, "p", 2))
+    kernel = _attr(node, "kernel_shape")
+    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    if any(d != 1 for d in dilations):
+        raise _NodeProblem("dilations are not supported for LpPool")
+    strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
+    if r == 1:
+        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
+    xp = imp.op(g.PowOp, [imp.op(g.AbsOp, [x]), imp.scalar(p, x)])
+    avg = imp.op(
+        g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
+        ceil_mode=_bool(_attr(node, "ceil_mode", 0)), count_include_pad=_bool(True),
+    )
+    total = imp.op(g.MulOp, [avg, imp.scalar(math.prod(kernel2), avg)])
+    y = imp.op(g.PowOp, [total, imp.scalar(1.0 / p, total)])
+    if r == 1:
+        ys = sshape(y)
+        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
+    return [y]
+
+
+SUPPORTED_OPS = frozenset(_HANDLERS)

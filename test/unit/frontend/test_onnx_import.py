@@ -343,22 +343,22 @@ def test_list_unsupported_collects_every_problem():
     y = _out("y", 4)
     nodes = [
         helper.make_node("Relu", ["x"], ["a"]),
-        helper.make_node("LpPool", ["a"], ["b"], kernel_shape=[2, 2], name="pool"),
+        helper.make_node("TopK", ["a", "k"], ["b", "bi"], name="topk"),
         helper.make_node("Sigmoid", ["b"], ["c"]),  # downstream of a problem: not reported
         helper.make_node("Pad", ["a", "pads"], ["d"], mode="mirror_universe", name="weird_pad"),
         helper.make_node("MaxPool", ["x"], ["e"], name="odd_pool", kernel_shape=[1, 1], storage_order=1),
         helper.make_node("Sum", ["c", "d", "e"], ["y"]),
     ]
-    model = _model(nodes, [x], [y], [_init("pads", np.zeros(8, np.int64))], opset=18)
+    model = _model(nodes, [x], [y], [_init("pads", np.zeros(8, np.int64)), _init("k", np.array([4], np.int64))], opset=18)
     with pytest.raises(ModelImportError) as e:
         import_onnx(model, list_unsupported=True)
     msg = str(e.value)
     assert "3 problem(s)" in msg
-    assert "LpPool node 'pool': op type 'LpPool' is not supported" in msg
+    assert "TopK node 'topk': op type 'TopK' is not supported" in msg
     assert "Pad node 'weird_pad': mode 'mirror_universe' is not supported" in msg
     assert "MaxPool node 'odd_pool': storage_order = 1 is not supported" in msg
     assert "Sigmoid" not in msg
-    with pytest.raises(ModelImportError, match="LpPool") as e1:
+    with pytest.raises(ModelImportError, match="TopK") as e1:
         import_onnx(model)
     assert "problem(s)" not in str(e1.value)
 
