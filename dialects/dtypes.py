@@ -112,7 +112,7 @@ def is_bool(t: Attribute) -> bool:
 
 def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     """A builtin dense attribute holding `array` (any supported dtype)."""
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(np.shape(array))  # keep 0-d arrays 0-d
     t = tensor_type(array.shape, array.dtype)
     if array.dtype == np.bool_:
         return DenseIntOrFPElementsAttr.from_list(t, [int(v) for v in array.reshape(-1)])

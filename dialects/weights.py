@@ -79,7 +79,7 @@ class WeightStore:
 
     # -- writing ---------------------------------------------------------
     def set(self, name: str, array: np.ndarray) -> None:
-        self._local[name] = np.ascontiguousarray(array)
+        self._local[name] = np.ascontiguousarray(array).reshape(np.shape(array))  # keeps 0-d
 
     def add(self, hint: str, array: np.ndarray) -> str:
         """Store `array` under a fresh name derived from `hint`; return the name."""
@@ -95,7 +95,7 @@ class WeightStore:
         return bool(self._local)
 
     def save(self, path: str | os.PathLike[str], names: Iterable[str]) -> None:
-        tensors = {n: np.ascontiguousarray(self.get(n)) for n in sorted(set(names))}
+        tensors = {n: np.ascontiguousarray(a).reshape(a.shape) for n in sorted(set(names)) if (a := self.get(n)) is not None}
         save_file(tensors, str(path))
 
 
