@@ -52,11 +52,12 @@ import ml_dtypes
 import numpy as np
 import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import from_numpy_dtype, is_float
 from infer.frontend.builder import GraphBuilder
+from infer.frontend.hf_import import drop_phantom_uses
 from infer.frontend.model import ModelImportError
 
 aten = torch.ops.aten
@@ -408,6 +409,8 @@ class _Importer:
                 v = _Const(torch.tensor(v))
             out_values.append(self.value(v))
             out_names.append(names[i])
+        keep = {id(v.owner) for v in out_values if not isinstance(v.owner, Block)}
+        _erase_dead(self.b.block, keep)
         return self.b.finish(out_values, out_names)
 
     def call(self, node) -> Any:
@@ -438,6 +441,14 @@ class _Importer:
         if isinstance(a, list | tuple):
             return type(a)(self._arg(x) for x in a)
         return a
+
+
+def _erase_dead(block: Block, keep: set[int]) -> None:
+    """Drop ops whose results are unused (left behind by the fusions below)."""
+    drop_phantom_uses(block)
+    for op in reversed(list(block.ops)):
+        if id(op) not in keep and all(not r.uses for r in op.results):
+            block.erase_op(op)
 
 
 def _target_name(target: Any) -> str:
@@ -558,6 +569,20 @@ def _alpha(imp, y, kwargs):
 
 @_handles(aten.add.Tensor, aten.add.Scalar)
 def _add(imp, node, args, kwargs):
+    m = _match_rotary(node) if node.target == aten.add.Tensor else None
+    if m is not None:
+        q, cos, sin = (imp.env.get(n) for n in m)
+        if q is not None and cos is not None and sin is not None:
+            qv = imp.value(q)
+            cv, sv = imp.value(cos), imp.value(sin)
+            dt = imp.out_dtype()
+            try:
+                if _elem_np(qv) == _elem_np(cv) == _elem_np(sv) == dt and _shape(cv) == _shape(sv):
+                    target = (*_shape(qv)[:-1], _shape(cv)[-1])
+                    if g.broadcast_shapes("", _shape(cv), target) == target and _shape(cv)[-1] == _shape(qv)[-1]:
+                        return imp.b.op(g.RotaryOp, [qv, cv, sv])
+            except Exception:
+                pass  # not broadcastable the rotary way: emit the elementwise ops
     return _broadcast_binary(imp, g.AddOp, args[0], _alpha(imp, args[1], kwargs))
 
 
@@ -571,8 +596,79 @@ def _rsub(imp, node, args, kwargs):
     return _broadcast_binary(imp, g.SubOp, args[1], _alpha(imp, args[0], kwargs))
 
 
+# -- fusions: exact rewrites of what transformers' modules decompose into ---------
+
+
+def _is(n: Any, target: Any) -> bool:
+    return hasattr(n, "target") and n.target == target
+
+
+def _last_dim(n: Any, d: Any) -> bool:
+    val = n.meta.get("val") if hasattr(n, "meta") else None
+    return val is not None and isinstance(d, int) and d in (-1, val.dim() - 1)
+
+
+def _match_rms(n: Any) -> tuple[Any, float] | None:
+    """n = x * rsqrt(mean(x ** 2, -1, keepdim) + eps) -> (x, eps)."""
+    if not _is(n, aten.mul.Tensor):
+        return None
+    for x, r in (n.args, n.args[::-1]):
+        if not _is(r, aten.rsqrt.default) or not _is(r.args[0], aten.add.Tensor):
+            continue
+        mean, eps = r.args[0].args
+        if not isinstance(eps, float) or not _is(mean, aten.mean.dim) or len(mean.args) < 3 or not mean.args[2]:
+            continue
+        if len(mean.args[1]) != 1 or not _last_dim(mean.args[0], mean.args[1][0]):
+            continue
+        p = mean.args[0]
+        if _is(p, aten.pow.Tensor_Scalar) and p.args[0] is x and p.args[1] == 2:
+            return x, eps
+    return None
+
+
+def _match_rotary(n: Any) -> tuple[Any, Any, Any] | None:
+    """n = q * cos + cat(-q[..., h:], q[..., :h]) * sin -> (q, cos, sin) (rotate_half)."""
+    if not _is(n, aten.add.Tensor) or len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
+        return None
+    for m1, m2 in (n.args, n.args[::-1]):
+        if not (_is(m1, aten.mul.Tensor) and _is(m2, aten.mul.Tensor)):
+            continue
+        for q, cos in (m1.args, m1.args[::-1]):
+            for cat, sin in (m2.args, m2.args[::-1]):
+                if not _is(cat, aten.cat.default) or len(cat.args[0]) != 2 or not hasattr(q, "meta"):
+                    continue
+                if not _last_dim(q, cat.args[1] if len(cat.args) > 1 else 0):
+                    continue
+                neg, lo = cat.args[0]
+                if not (_is(neg, aten.neg.default) and _is(neg.args[0], aten.slice.Tensor) and _is(lo, aten.slice.Tensor)):
+                    continue
+                hi = neg.args[0]
+                d = q.meta["val"].shape[-1]
+                if hi.args[0] is not q or lo.args[0] is not q or d % 2:
+                    continue
+                if not (_last_dim(q, hi.args[1]) and _last_dim(q, lo.args[1])):
+                    continue
+                lo_range = slice(*(list(lo.args[2:4]) + [None] * 2)[:2]).indices(d)
+                hi_range = slice(*(list(hi.args[2:4]) + [None] * 2)[:2]).indices(d)
+                steps_ok = all(len(x.args) < 5 or x.args[4] == 1 for x in (lo, hi))
+                if steps_ok and lo_range[:2] == (0, d // 2) and hi_range[:2] == (d // 2, d):
+                    return q, cos, sin
+    return None
+
+
 @_handles(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(imp, node, args, kwargs):
+    for w, h in (node.args, node.args[::-1]):
+        m = _match_rms(h) if node.target == aten.mul.Tensor else None
+        if m is None or not hasattr(w, "meta"):
+            continue
+        x, wv = imp.env.get(m[0]), imp.env.get(w)
+        if x is None or wv is None:
+            continue
+        xv, wv = imp.value(x), imp.value(wv)
+        dt = imp.out_dtype()
+        if _shape(wv) == _shape(xv)[-1:] and _elem_np(xv) == _elem_np(wv) == dt:
+            return imp.b.op(g.RmsNormOp, [xv, wv], epsilon=g.f64_attr(m[1]))
     return _broadcast_binary(imp, g.MulOp, args[0], args[1])
 
 
