@@ -381,6 +381,15 @@ class _Importer:
                     errors.append(f"{node.name} ({_target_name(node.target)}): {type(e).__name__}: {e}")
             elif node.op == "output":
                 outputs = list(node.args[0])
+                kinds = [spec.kind.name for spec in sig.output_specs]
+                mutated = [spec.target for spec in sig.output_specs if spec.kind.name != "USER_OUTPUT"]
+                if mutated:
+                    errors.append(
+                        "the program mutates state (" + ", ".join(map(str, mutated[:5]))
+                        + "): stateful modules (a StaticCache, BatchNorm in training mode, ...) are not "
+                        "supported; pass the state as explicit inputs and outputs"
+                    )
+                outputs = [o for o, k in zip(outputs, kinds, strict=True) if k == "USER_OUTPUT"]
             elif node.op == "get_attr":
                 obj = getattr(ep.graph_module, node.target)
                 if isinstance(obj, torch.Tensor):

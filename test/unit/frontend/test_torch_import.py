@@ -213,3 +213,17 @@ def test_prefill_then_decode_with_kv_cache(which, llama_model, gpt2_model):
         assert cache[0].shape[2] == S + t + 1
         errs.append(np.abs(outs[0][:, 0] - ref[:, S + t]).max())
     assert max(errs) <= TOL, errs
+
+
+def test_stateful_program_is_refused():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("n", torch.zeros(1))
+
+        def forward(self, x):
+            self.n.add_(1)
+            return x * self.n
+
+    with pytest.raises(ModelImportError, match="mutates state"):
+        import_torch(Counter(), (torch.randn(2),))
