@@ -55,7 +55,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, is_float
+from infer.dialects.dtypes import from_numpy_dtype
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.hf_import import drop_phantom_uses
 from infer.frontend.model import ModelImportError
