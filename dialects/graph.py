@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     I64,
     ArrayAttr,
     BoolAttr,
@@ -56,13 +57,13 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
-from xdsl.traits import ConstantLike, Pure
+from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from infer.dialects.dtypes import element_type_name, is_bool, is_float, is_integer
+from infer.dialects.dtypes import SUPPORTED_ELEMENT_TYPES, element_type_name, is_bool, is_float, is_integer
 
 Shape = tuple[int, ...]
-DYNAMIC = -1  # how a `?` dimension reads from TensorType.get_shape()
+DYNAMIC = DYNAMIC_INDEX  # how a `?` dimension reads from TensorType.get_shape()
 
 # --------------------------------------------------------------------------
 # Small helpers shared by the shape functions
@@ -151,6 +152,14 @@ class GraphOp(IRDLOperation, ABC):
         raise NotImplementedError
 
     def verify_(self) -> None:
+        for kind, values in (("operand", self.operands), ("result", self.results)):
+            for i, v in enumerate(values):
+                elem = element_type_name(_elem(v))
+                if elem not in SUPPORTED_ELEMENT_TYPES:
+                    raise VerifyException(
+                        f"{kind} #{i} has element type {elem}, which the graph level does not "
+                        f"support (supported: {', '.join(SUPPORTED_ELEMENT_TYPES)})"
+                    )
         inferred = self.infer_result_types()
         for i, (result, expected) in enumerate(zip(self.results, inferred, strict=True)):
             declared = result.type
@@ -178,7 +187,7 @@ _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
 def _require_float(op: GraphOp, value: SSAValue, what: str) -> None:
     if not is_float(_elem(value)):
         raise VerifyException(
-            f"{op.name}: {what} must have a floating-point element type "
+            f"{what} must have a floating-point element type "
             f"(f32, f16, bf16, f64), got {element_type_name(_elem(value))}"
         )
 
@@ -187,7 +196,7 @@ def _require_same_elem(op: GraphOp, values: Sequence[SSAValue]) -> Attribute:
     elems = [_elem(v) for v in values]
     if any(e != elems[0] for e in elems):
         raise VerifyException(
-            f"{op.name}: operands must share one element type, got "
+            f"operands must share one element type, got "
             + ", ".join(element_type_name(e) for e in elems)
         )
     return elems[0]
@@ -198,7 +207,7 @@ def _require_rank(op: GraphOp, value: SSAValue, what: str, ranks: Sequence[int])
     if len(shape) not in ranks:
         expected = " or ".join(str(r) for r in ranks)
         raise VerifyException(
-            f"{op.name}: {what} must have rank {expected}, got shape {_fmt_shape(shape)}"
+            f"{what} must have rank {expected}, got shape {_fmt_shape(shape)}"
         )
     return shape
 
@@ -1229,6 +1238,19 @@ class ArgminOp(ArgReduceOp):
     name = "graph.argmin"
 
 
+class GraphCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
+    """Lets upstream `canonicalize` use the graph patterns (infer.passes.graph_canonicalize)."""
+
+    def get_patterns(self, op):
+        from infer.passes.graph_canonicalize import patterns_for
+
+        return patterns_for(op)
+
+    @classmethod
+    def get_canonicalization_patterns(cls):
+        return ()
+
+
 Graph = Dialect(
     "graph",
     [
@@ -1249,5 +1271,8 @@ Graph = Dialect(
     [],
 )
 """The graph dialect."""
+
+for _op in Graph.operations:
+    _op.traits.add_trait(GraphCanonicalizationPatterns())
 
 __all__ = ["Graph", "GraphOp", "ArrayAttr"]

@@ -133,9 +133,27 @@ def bind_weights(module: ModuleOp, base_dir: str | os.PathLike[str]) -> None:
         raise IRError(f"error: {e}") from None
 
 
+def check_weights_present(module: ModuleOp) -> None:
+    """Every `graph.weight` must name a tensor the module's store has."""
+    from infer.dialects.graph import WeightOp
+
+    store = weights_of(module)
+    for op in module.walk():
+        if not isinstance(op, WeightOp):
+            continue
+        try:
+            present = op.weight_key in store
+        except WeightStoreError as e:
+            raise IRError(f"{describe_location(op)}: error: 'graph.weight' op {e}") from None
+        if not present:
+            where = f"'{store.file}'" if store.file else "the module (it has no graph.weights file attribute)"
+            raise IRError(f"{describe_location(op)}: error: 'graph.weight' op weight '{op.weight_key}' not found in {where}")
+
+
 def module_to_text(module: ModuleOp, out_path: str | os.PathLike[str] | None = None, stem: str = "module") -> str:
     """Print a module, first writing any weights created in memory beside `out_path`
     (or in the working directory when printing to stdout)."""
+    check_weights_present(module)
     if out_path is not None:
         out_dir = Path(out_path).resolve().parent
         save_weights(module, out_dir, Path(out_path).stem, relative_to=out_dir)

@@ -81,6 +81,10 @@ class WeightStore:
     def set(self, name: str, array: np.ndarray) -> None:
         self._local[name] = np.ascontiguousarray(array).reshape(np.shape(array))  # keeps 0-d
 
+    def discard(self, name: str) -> None:
+        """Forget an in-memory weight (weights in the backing file are not touched)."""
+        self._local.pop(name, None)
+
     def add(self, hint: str, array: np.ndarray) -> str:
         """Store `array` under a fresh name derived from `hint`; return the name."""
         name, i = hint, 0

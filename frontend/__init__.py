@@ -17,6 +17,16 @@ from typing import Any
 from infer.frontend.model import Model, ModelImportError
 
 
+def _is_instance_of(obj: Any, module: str, name: str) -> bool:
+    """isinstance against a framework class without importing the framework
+    (if the caller has such an object, the framework is already imported)."""
+    import sys
+
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return cls is not None and isinstance(obj, cls)
+
+
 def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Model:
     if isinstance(source, str | os.PathLike):
         path = Path(source)
@@ -46,17 +56,16 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
             f"{path}: unsupported model format '{suffix}' (supported: .onnx, .pt2, .mlir, "
             "or a Hugging Face folder with config.json and *.safetensors)"
         )
-    kind = type(source).__module__.split(".")[0]
-    if kind == "onnx":
+    if isinstance(source, Model):
+        return source
+    if _is_instance_of(source, "onnx", "ModelProto"):
         from infer.frontend.onnx_import import import_onnx
 
         return Model(import_onnx(source, **options))
-    if kind == "torch":
+    if _is_instance_of(source, "torch.nn", "Module") or _is_instance_of(source, "torch.export", "ExportedProgram"):
         from infer.frontend.torch_import import import_torch
 
         return Model(import_torch(source, example_inputs, **options))
-    if isinstance(source, Model):
-        return source
     raise ModelImportError(
         f"cannot import a {type(source).__name__}: give a path (.onnx, .pt2, .mlir, Hugging Face "
         "folder), an onnx.ModelProto, a torch.nn.Module with example_inputs, or an ExportedProgram"

@@ -86,6 +86,7 @@ class GraphBuilder:
         op = op_type.create(operands=present, result_types=result_types, properties=dict(properties))
         if result_type is None:
             inferred = op.infer_result_types()
+            op.drop_all_references()  # the probe op must not stay a user of its operands
             op = op_type.create(operands=present, result_types=inferred, properties=dict(properties))
         self.block.add_op(op)
         return op.results[0]

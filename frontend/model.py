@@ -49,7 +49,8 @@ class Model:
         path.write_text(stream.getvalue() + "\n")
         return path
 
-    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], entry: str = "main") -> list[np.ndarray]:
+        """Run function `entry` (decoders have `prefill` and `decode`) on the reference interpreter."""
         from infer.dialects.graph_interpreter import run_module
 
-        return run_module(self.module, inputs)
+        return run_module(self.module, inputs, entry=entry)

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.exceptions import DiagnosticException
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from infer.dialects import infer_dialects
+from infer.dialects.weights import WeightStoreError
 from infer.dialects.ir_io import IRError, bind_weights, decode_source, first_line, module_to_text, parse_ir, verify_module
 from infer.passes import infer_passes
 
@@ -85,10 +86,17 @@ class InferOptMain(xDSLOptMain):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [a for a in argv if a != "-"]  # "-" means stdin, as when no file is given
     try:
         opt = InferOptMain(args=argv)
     except ValueError as e:  # unknown pass, bad pass options
         print(f"infer-opt: error: {first_line(str(e))}", file=sys.stderr)
+        return 1
+    except ArgSpecParseError as e:  # a BaseException in xDSL, not caught above
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        detail = lines[-1] if lines else str(e)
+        print(f"infer-opt: error: malformed pass pipeline: {detail}", file=sys.stderr)
         return 1
     except SystemExit as e:
         return int(e.code or 0)
@@ -96,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         opt.run()
     except IRError as e:
         print(str(e), file=sys.stderr)
+        return 1
+    except WeightStoreError as e:
+        print(f"{opt.get_input_name()}: error: {e}", file=sys.stderr)
         return 1
     except DiagnosticException as e:
         cause = e.__cause__ if e.__cause__ is not None else e

@@ -21,7 +21,7 @@ func.func @f(%x: tensor<2x3xi32>) {
   %0 = graph.exp %x : (tensor<2x3xi32>) -> tensor<2x3xi32>
   func.return
 }
-// CHECK: graph.exp: the operand must have a floating-point element type (f32, f16, bf16, f64), got i32
+// CHECK: the operand must have a floating-point element type (f32, f16, bf16, f64), got i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -31,7 +31,7 @@ func.func @f(%x: tensor<4xi1>) {
   %0 = graph.sigmoid %x : (tensor<4xi1>) -> tensor<4xi1>
   func.return
 }
-// CHECK: graph.sigmoid: the operand must have a floating-point element type (f32, f16, bf16, f64), got i1
+// CHECK: the operand must have a floating-point element type (f32, f16, bf16, f64), got i1
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -91,7 +91,7 @@ func.func @f(%x: tensor<2xi8>) {
   %0 = graph.leaky_relu %x : (tensor<2xi8>) -> tensor<2xi8>
   func.return
 }
-// CHECK: graph.leaky_relu: the operand must have a floating-point element type (f32, f16, bf16, f64), got i8
+// CHECK: the operand must have a floating-point element type (f32, f16, bf16, f64), got i8
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -111,7 +111,7 @@ func.func @f(%x: tensor<2xi32>) {
   %0 = graph.elu %x : (tensor<2xi32>) -> tensor<2xi32>
   func.return
 }
-// CHECK: graph.elu: the operand must have a floating-point element type (f32, f16, bf16, f64), got i32
+// CHECK: the operand must have a floating-point element type (f32, f16, bf16, f64), got i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -161,7 +161,7 @@ func.func @f(%x: tensor<2x3xf32>, %y: tensor<3xf16>) {
   %0 = graph.mul %x, %y : (tensor<2x3xf32>, tensor<3xf16>) -> tensor<2x3xf32>
   func.return
 }
-// CHECK: graph.mul: operands must share one element type, got f32, f16
+// CHECK: operands must share one element type, got f32, f16
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -221,7 +221,7 @@ func.func @f(%x: tensor<4xi64>, %y: tensor<4xi32>) {
   %0 = graph.mod %x, %y : (tensor<4xi64>, tensor<4xi32>) -> tensor<4xi64>
   func.return
 }
-// CHECK: graph.mod: operands must share one element type, got i64, i32
+// CHECK: operands must share one element type, got i64, i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -231,7 +231,7 @@ func.func @f(%x: tensor<4xf32>, %y: tensor<4xf64>) {
   %0 = graph.pow %x, %y : (tensor<4xf32>, tensor<4xf64>) -> tensor<4xf32>
   func.return
 }
-// CHECK: graph.pow: operands must share one element type, got f32, f64
+// CHECK: operands must share one element type, got f32, f64
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -261,7 +261,7 @@ func.func @f(%c: tensor<4xi1>, %x: tensor<4xf32>, %y: tensor<4xi32>) {
   %0 = graph.where %c, %x, %y : (tensor<4xi1>, tensor<4xf32>, tensor<4xi32>) -> tensor<4xf32>
   func.return
 }
-// CHECK: graph.where: operands must share one element type, got f32, i32
+// CHECK: operands must share one element type, got f32, i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----

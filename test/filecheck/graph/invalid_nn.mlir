@@ -61,7 +61,7 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x5xbf16>) {
   %0 = graph.matmul %a, %b : (tensor<2x3xf32>, tensor<3x5xbf16>) -> tensor<2x5xf32>
   func.return
 }
-// CHECK: graph.matmul: operands must share one element type, got f32, bf16
+// CHECK: operands must share one element type, got f32, bf16
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -91,7 +91,7 @@ func.func @f(%x: tensor<2x3xf32>, %w: tensor<3xf32>) {
   %0 = graph.linear %x, %w : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2xf32>
   func.return
 }
-// CHECK: graph.linear: the weight [out, in] must have rank 2, got shape 3
+// CHECK: the weight [out, in] must have rank 2, got shape 3
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -121,7 +121,7 @@ func.func @f(%x: tensor<1x4x8xf32>, %w: tensor<8x4x3x3xf32>) {
   %0 = graph.conv2d %x, %w : (tensor<1x4x8xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
   func.return
 }
-// CHECK: graph.conv2d: the input (NCHW) must have rank 4, got shape 1x4x8
+// CHECK: the input (NCHW) must have rank 4, got shape 1x4x8
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -131,7 +131,7 @@ func.func @f(%x: tensor<1x4x8x8xf32>, %w: tensor<8x4x3xf32>) {
   %0 = graph.conv2d %x, %w : (tensor<1x4x8x8xf32>, tensor<8x4x3xf32>) -> tensor<1x8x6x6xf32>
   func.return
 }
-// CHECK: graph.conv2d: the weight (OIHW) must have rank 4, got shape 8x4x3
+// CHECK: the weight (OIHW) must have rank 4, got shape 8x4x3
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -231,7 +231,7 @@ func.func @f(%x: tensor<1x4x8x8xf16>, %w: tensor<8x4x3x3xf32>) {
   %0 = graph.conv2d %x, %w : (tensor<1x4x8x8xf16>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf16>
   func.return
 }
-// CHECK: graph.conv2d: operands must share one element type, got f16, f32
+// CHECK: operands must share one element type, got f16, f32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -261,7 +261,7 @@ func.func @f(%x: tensor<4x8x8xf32>) {
   %0 = graph.max_pool2d %x {kernel = array<i64: 2, 2>} : (tensor<4x8x8xf32>) -> tensor<4x4x4xf32>
   func.return
 }
-// CHECK: graph.max_pool2d: the input (NCHW) must have rank 4, got shape 4x8x8
+// CHECK: the input (NCHW) must have rank 4, got shape 4x8x8
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -331,7 +331,7 @@ func.func @f(%x: tensor<1x4x8x8xi32>, %s: tensor<4xi32>) {
   %0 = graph.batch_norm %x, %s, %s, %s, %s : (tensor<1x4x8x8xi32>, tensor<4xi32>, tensor<4xi32>, tensor<4xi32>, tensor<4xi32>) -> tensor<1x4x8x8xi32>
   func.return
 }
-// CHECK: graph.batch_norm: the input must have a floating-point element type (f32, f16, bf16, f64), got i32
+// CHECK: the input must have a floating-point element type (f32, f16, bf16, f64), got i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -381,7 +381,7 @@ func.func @f(%x: tensor<2x5x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf16>) {
   %0 = graph.layer_norm %x, %g, %b : (tensor<2x5x8xf32>, tensor<8xf32>, tensor<8xf16>) -> tensor<2x5x8xf32>
   func.return
 }
-// CHECK: graph.layer_norm: operands must share one element type, got f32, f32, f16
+// CHECK: operands must share one element type, got f32, f32, f16
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -421,7 +421,7 @@ func.func @f(%x: tensor<2x8xi32>) {
   %0 = graph.softmax %x : (tensor<2x8xi32>) -> tensor<2x8xi32>
   func.return
 }
-// CHECK: graph.softmax: the input must have a floating-point element type (f32, f16, bf16, f64), got i32
+// CHECK: the input must have a floating-point element type (f32, f16, bf16, f64), got i32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----

@@ -81,7 +81,7 @@ func.func @f(%x: tensor<2x3xf32>, %y: tensor<2x3xf16>) {
   %0 = graph.concat %x, %y {axis = 0 : i64} : (tensor<2x3xf32>, tensor<2x3xf16>) -> tensor<4x3xf32>
   func.return
 }
-// CHECK: graph.concat: operands must share one element type, got f32, f16
+// CHECK: operands must share one element type, got f32, f16
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----

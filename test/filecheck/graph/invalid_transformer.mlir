@@ -11,7 +11,7 @@ func.func @f(%q: tensor<8x4x16xf32>, %k: tensor<1x2x6x16xf32>, %v: tensor<1x2x6x
   %0 = graph.attention %q, %k, %v : (tensor<8x4x16xf32>, tensor<1x2x6x16xf32>, tensor<1x2x6x32xf32>) -> tensor<1x8x4x32xf32>
   func.return
 }
-// CHECK: graph.attention: the query [B, Hq, Sq, D] must have rank 4, got shape 8x4x16
+// CHECK: the query [B, Hq, Sq, D] must have rank 4, got shape 8x4x16
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -101,7 +101,7 @@ func.func @f(%q: tensor<1x8x4x16xi8>, %k: tensor<1x2x6x16xi8>, %v: tensor<1x2x6x
   %0 = graph.attention %q, %k, %v : (tensor<1x8x4x16xi8>, tensor<1x2x6x16xi8>, tensor<1x2x6x32xi8>) -> tensor<1x8x4x32xi8>
   func.return
 }
-// CHECK: graph.attention: the query must have a floating-point element type (f32, f16, bf16, f64), got i8
+// CHECK: the query must have a floating-point element type (f32, f16, bf16, f64), got i8
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
@@ -171,7 +171,7 @@ func.func @f(%x: tensor<4x16xf16>, %c: tensor<4x16xf32>) {
   %0 = graph.rotary %x, %c, %c : (tensor<4x16xf16>, tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf16>
   func.return
 }
-// CHECK: graph.rotary: operands must share one element type, got f16, f32, f32
+// CHECK: operands must share one element type, got f16, f32, f32
 // CHECK-NEXT: "builtin.module"() ({
 
 // -----
