@@ -21,6 +21,12 @@ def _npu() -> Dialect:
     return NPU
 
 
+def _tile() -> Dialect:
+    from infer.dialects.tile import Tile
+
+    return Tile
+
+
 def infer_dialects() -> dict[str, Callable[[], Dialect]]:
     """Name -> factory for every infer dialect (registered by infer-opt)."""
-    return {"graph": _graph, "npu": _npu}
+    return {"graph": _graph, "tile": _tile, "npu": _npu}

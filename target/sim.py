@@ -602,14 +602,14 @@ class _Run:
                 x = sim._local(base, rows, 1, bstride, bt, "operand b (col)")
             return x.astype(ctype)
 
-        fn = _VEC_FN[name]
+        fn = VECTOR_FUNCTIONS[name]
 
         def f() -> int:
             a = sim._local(regs[ab] + ao, rows, cols, astride, at, "operand a").astype(ctype)
             dst = sim._local(regs[db] + do, dshape[0], dshape[1], dstride, dt, "destination")
             with np.errstate(all="ignore"):
                 r = fn(a, read_b()) if binary else fn(a)
-                _store(dst, r, dt)
+                store_converted(dst, r, dt)
             c.vector_elements += nelem
             ready = self.dispatch(E_VECTOR, wait)
             self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
@@ -645,7 +645,9 @@ class _Run:
         return self.c
 
 
-def _store(dst: np.ndarray, r: Any, dt: int) -> None:
+def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
+    """Write r into dst with the hardware's conversion: float -> int rounds half to even and
+    saturates; int -> int saturates; float -> bf16/fp8 rounds to nearest even (numpy astype)."""
     r = np.asarray(r)
     if dt in _INT_RANGE:
         lo, hi = _INT_RANGE[dt]
@@ -665,7 +667,7 @@ def _sigmoid(a: np.ndarray) -> np.ndarray:
     return np.float32(1) / (np.float32(1) + np.exp(-a))
 
 
-_VEC_FN: dict[str, Any] = {
+VECTOR_FUNCTIONS: dict[str, Any] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
     "min": np.minimum, "copy": lambda a: a, "neg": np.negative, "abs": np.abs,
     "relu": lambda a: np.maximum(a, 0), "gelu": _gelu, "silu": lambda a: a * _sigmoid(a),

@@ -1,0 +1,427 @@
+"""The `tile` dialect: the tensor level, between model ops and instructions.
+
+Each op is work one engine of the accelerator does on one tile; loops are
+`scf.for`, index arithmetic is `arith`, and buffers are builtin memrefs whose
+memory space says where they live:
+
+    "dram"  main memory (function arguments, weights, the activation arena)
+    "spad"  the on-chip scratchpad (matmul operands, vector tiles)
+    "acc"   the accumulator memory (matmul results, fp32/int32)
+
+Ops
+- `tile.alloc`: a buffer. In "spad"/"acc" it is a tile buffer of one tile loop
+  (`buffers = 2` reserves two copies for double buffering); in "dram" it is an
+  intermediate activation. `offset` (bytes) is set by memory planning.
+- `tile.weight @name`: a weight in DRAM, already in the layout the kernel reads
+  (pre-packed at compile time), from the module's weight store.
+- `tile.view`: the same bytes seen with another (row-major) shape; free.
+- `tile.dma`: copy a box of `shape` elements between DRAM and a local memory
+  (one DMA instruction: up to 3 dimensions, source steps for strided reads).
+- `tile.matmul`: acc[m x n] (+)= lhs[m x k] @ rhs[k x n] with k <= array rows and
+  n <= array columns: one weight tile through the systolic array.
+- `tile.vector`: one vector-unit op (`op` is an ISA vector op name) on a
+  rows x cols tile; binary ops take b as a tile, a row vector, a column vector
+  or an immediate (`bmode`).
+- `tile.fill`: set a local tile to a constant (vector unit).
+
+Every op addresses its memrefs with index operands giving the tile's origin in
+elements (`%buf[%i, %j]`), so a loop nest of tile ops reads like the program the
+hardware runs. Limits that depend on the hardware (array shape, memory sizes)
+are checked against the config named by the module attribute `tile.target`
+("edge", "server" or a TOML path), loaded through `infer.target.hw`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    Float32Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from infer.dialects.dtypes import element_type_name
+from infer.target.isa import VECTOR_OP_BY_NAME
+
+SPACES = ("dram", "spad", "acc")
+LOCAL_SPACES = ("spad", "acc")
+TARGET_ATTR = "tile.target"
+
+# Element types each engine reads/writes (graph-level names).
+MATMUL_INPUT_TYPES = {"bf16": "bf16", "i8": "int8"}
+ACC_TYPES = ("f32", "i32")
+VECTOR_TYPES = ("f32", "bf16", "i8", "i32")
+BMODES = ("tile", "row", "col", "imm")
+
+
+def space_of(value: SSAValue) -> str:
+    t = value.type
+    assert isinstance(t, MemRefType)
+    ms = t.memory_space
+    return ms.data if isinstance(ms, StringAttr) else "dram"
+
+
+def memref(shape: Sequence[int], element_type: Attribute, space: str) -> MemRefType:
+    return MemRefType(element_type, list(shape), memory_space=StringAttr(space))
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    t = value.type
+    assert isinstance(t, MemRefType)
+    return t.get_shape()
+
+
+def _elem(value: SSAValue) -> str:
+    t = value.type
+    assert isinstance(t, MemRefType)
+    return element_type_name(t.get_element_type())
+
+
+def elem_bytes(value: SSAValue) -> int:
+    t = value.type
+    assert isinstance(t, MemRefType)
+    return _ELEM_BYTES[_elem(value)]
+
+
+_ELEM_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i8": 1, "i32": 4, "i64": 8, "f64": 8, "i1": 1, "ui8": 1}
+
+
+def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
+    return () if attr is None else tuple(int(v) for v in attr.get_values())
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_target(name: str):
+    from infer.target.hw import load_config
+
+    return load_config(name)
+
+
+def target_of(op: Operation):
+    """The hardware config named by the enclosing module's `tile.target`, or None."""
+    parent = op
+    while parent is not None and not isinstance(parent, ModuleOp):
+        parent = parent.parent_op()
+    if parent is None:
+        return None
+    attr = parent.attributes.get(TARGET_ATTR)
+    if not isinstance(attr, StringAttr):
+        return None
+    try:
+        return _load_target(attr.data)
+    except Exception as e:  # ConfigError: name the attribute
+        raise VerifyException(f"module attribute {TARGET_ATTR} = \"{attr.data}\": {e}") from None
+
+
+def _check_space(value: SSAValue, what: str, spaces: Sequence[str]) -> str:
+    space = space_of(value)
+    if space not in spaces:
+        raise VerifyException(f"{what} must be in {' or '.join(spaces)}, got a {space} memref")
+    return space
+
+
+def _check_box(what: str, buf: SSAValue, indices: Sequence[SSAValue], box: Sequence[int]) -> None:
+    shape = _shape(buf)
+    if len(indices) != len(shape):
+        raise VerifyException(f"{what} has rank {len(shape)} but is indexed with {len(indices)} indices")
+    if len(box) != len(shape):
+        raise VerifyException(f"{what}: the tile has {len(box)} dims but the memref has rank {len(shape)}")
+    for d, (extent, size) in enumerate(zip(box, shape, strict=True)):
+        if extent < 1 or extent > size:
+            raise VerifyException(f"{what}: tile extent {extent} in dim {d} must be in 1..{size} (the buffer's size)")
+
+
+class TileOp(IRDLOperation):
+    irdl_options = (ParsePropInAttrDict(),)
+
+
+@irdl_op_definition
+class AllocOp(TileOp):
+    """A buffer in one memory space; `offset` (bytes) is assigned by memory planning."""
+
+    name = "tile.alloc"
+    buffer = result_def(MemRefType)
+    offset = opt_prop_def(IntegerAttr[I64])
+    buffers = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    assembly_format = "attr-dict `:` type($buffer)"
+
+    def __init__(self, type: MemRefType, buffers: int = 1, offset: int | None = None):
+        props: dict[str, Attribute] = {"buffers": IntegerAttr(buffers, i64)}
+        if offset is not None:
+            props["offset"] = IntegerAttr(offset, i64)
+        super().__init__(result_types=[type], properties=props)
+
+    @property
+    def size_bytes(self) -> int:
+        return math.prod(_shape(self.buffer)) * elem_bytes(self.buffer) * self.buffers.value.data
+
+    def verify_(self) -> None:
+        space = _check_space(self.buffer, "a tile.alloc", SPACES)
+        if self.buffers.value.data not in (1, 2):
+            raise VerifyException(f"buffers must be 1 or 2 (double buffering), got {self.buffers.value.data}")
+        if space == "acc" and _elem(self.buffer) not in ACC_TYPES:
+            raise VerifyException(f"accumulator buffers hold {' or '.join(ACC_TYPES)}, got {_elem(self.buffer)}")
+        offset = self.offset.value.data if self.offset is not None else 0
+        if offset < 0:
+            raise VerifyException(f"offset must be >= 0, got {offset}")
+        hw = target_of(self)
+        if hw is not None and space in LOCAL_SPACES:
+            capacity = hw.memory.scratchpad_bytes if space == "spad" else hw.memory.accumulator_bytes
+            if offset + self.size_bytes > capacity:
+                raise VerifyException(
+                    f"{space} buffer of {self.size_bytes} bytes at offset {offset} does not fit the "
+                    f"{capacity}-byte {space} of target '{hw.name}'"
+                )
+
+
+@irdl_op_definition
+class WeightOp(TileOp):
+    """A weight in DRAM from the module's weight store, in the layout kernels read."""
+
+    name = "tile.weight"
+    weight_name = prop_def(SymbolRefAttr, prop_name="name")
+    buffer = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "$name attr-dict `:` type($buffer)"
+
+    def __init__(self, name: str, type: MemRefType):
+        super().__init__(result_types=[type], properties={"name": SymbolRefAttr(name)})
+
+    @property
+    def weight_key(self) -> str:
+        return self.weight_name.root_reference.data
+
+    def verify_(self) -> None:
+        _check_space(self.buffer, "a weight", ("dram",))
+
+
+@irdl_op_definition
+class ViewOp(TileOp):
+    """The same bytes with another row-major shape (and element count) in the same space."""
+
+    name = "tile.view"
+    source = operand_def(MemRefType)
+    result = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def verify_(self) -> None:
+        if space_of(self.source) != space_of(self.result):
+            raise VerifyException("a view cannot change the memory space")
+        if _elem(self.source) != _elem(self.result):
+            raise VerifyException("a view cannot change the element type")
+        if math.prod(_shape(self.source)) != math.prod(_shape(self.result)):
+            raise VerifyException(
+                f"a view must keep the element count: {math.prod(_shape(self.source))} vs "
+                f"{math.prod(_shape(self.result))}"
+            )
+
+
+@irdl_op_definition
+class DmaOp(TileOp):
+    """Copy `shape` elements from src (origin src_indices, stepping `src_steps`
+    elements per dim) to dst (origin dst_indices): dst[j + b] = src[i + b * step].
+    One side is DRAM, the other local (DRAM -> local is a load, local -> DRAM a store).
+    The box has at most 3 dimensions (one DMA instruction)."""
+
+    name = "tile.dma"
+    src = operand_def(MemRefType)
+    src_indices = var_operand_def(IndexType)
+    dst = operand_def(MemRefType)
+    dst_indices = var_operand_def(IndexType)
+    shape = prop_def(DenseArrayBase)
+    src_steps = opt_prop_def(DenseArrayBase)
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$src `[` $src_indices `]` `,` $dst `[` $dst_indices `]` attr-dict `:` type($src) `,` type($dst)"
+    )
+
+    @property
+    def is_load(self) -> bool:
+        return space_of(self.src) == "dram"
+
+    def steps(self) -> tuple[int, ...]:
+        return _ints(self.src_steps) or (1,) * len(_ints(self.shape))
+
+    def verify_(self) -> None:
+        box = _ints(self.shape)
+        spaces = (space_of(self.src), space_of(self.dst))
+        if (spaces[0] == "dram") == (spaces[1] == "dram"):
+            raise VerifyException(f"a DMA moves data between DRAM and a local memory, got {spaces[0]} -> {spaces[1]}")
+        if _elem(self.src) != _elem(self.dst):
+            raise VerifyException(f"a DMA copies bytes: element types differ ({_elem(self.src)} vs {_elem(self.dst)})")
+        if not 1 <= len(box) <= 3:
+            raise VerifyException(f"a DMA box has 1 to 3 dimensions, got {len(box)}")
+        steps = self.steps()
+        if len(steps) != len(box) or any(s < 1 for s in steps):
+            raise VerifyException(f"src_steps must be {len(box)} positive integers, got {list(steps)}")
+        src_extent = [(b - 1) * s + 1 for b, s in zip(box, steps, strict=True)]
+        _check_box("the source", self.src, self.src_indices, src_extent)
+        _check_box("the destination", self.dst, self.dst_indices, box)
+
+
+@irdl_op_definition
+class MatmulOp(TileOp):
+    """acc[m x n] (+)= lhs[m x k] @ rhs[k x n]: one weight tile (rhs, k <= array
+    rows, n <= array columns) with m activation rows streamed through the array."""
+
+    name = "tile.matmul"
+    lhs = operand_def(MemRefType)
+    lhs_indices = var_operand_def(IndexType)
+    rhs = operand_def(MemRefType)
+    rhs_indices = var_operand_def(IndexType)
+    acc = operand_def(MemRefType)
+    acc_indices = var_operand_def(IndexType)
+    m = prop_def(IntegerAttr[I64])
+    k = prop_def(IntegerAttr[I64])
+    n = prop_def(IntegerAttr[I64])
+    accumulate = prop_def(IntegerAttr, default_value=IntegerAttr(0, 1))
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$lhs `[` $lhs_indices `]` `,` $rhs `[` $rhs_indices `]` `,` $acc `[` $acc_indices `]` "
+        "attr-dict `:` type($lhs) `,` type($rhs) `,` type($acc)"
+    )
+
+    def verify_(self) -> None:
+        m, k, n = self.m.value.data, self.k.value.data, self.n.value.data
+        _check_space(self.lhs, "lhs", ("spad",))
+        _check_space(self.rhs, "rhs (the weight tile)", ("spad",))
+        _check_space(self.acc, "acc", ("acc",))
+        for what, buf in (("lhs", self.lhs), ("rhs", self.rhs), ("acc", self.acc)):
+            if len(_shape(buf)) != 2:
+                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(_shape(buf))}")
+        if _elem(self.lhs) != _elem(self.rhs) or _elem(self.lhs) not in MATMUL_INPUT_TYPES:
+            raise VerifyException(
+                f"lhs and rhs must both be bf16 or both i8, got {_elem(self.lhs)} and {_elem(self.rhs)}"
+            )
+        expected_acc = "f32" if _elem(self.lhs) == "bf16" else "i32"
+        if _elem(self.acc) != expected_acc:
+            raise VerifyException(f"{_elem(self.lhs)} products accumulate in {expected_acc}, got {_elem(self.acc)}")
+        _check_box("lhs", self.lhs, self.lhs_indices, (m, k))
+        _check_box("rhs", self.rhs, self.rhs_indices, (k, n))
+        _check_box("acc", self.acc, self.acc_indices, (m, n))
+        hw = target_of(self)
+        if hw is not None:
+            if k > hw.matrix.rows or n > hw.matrix.cols:
+                raise VerifyException(
+                    f"the weight tile {k}x{n} exceeds the {hw.matrix.rows}x{hw.matrix.cols} array of target '{hw.name}'"
+                )
+            if MATMUL_INPUT_TYPES[_elem(self.lhs)] not in hw.matrix.dtypes:
+                raise VerifyException(f"target '{hw.name}' has no {_elem(self.lhs)} matrix unit")
+
+
+@irdl_op_definition
+class VectorOp(TileOp):
+    """One vector-unit op on a rows x cols tile: dst = op(a[, b]). `bmode` says how
+    b broadcasts: "tile" (rows x cols), "row" (1 x cols: one value per column),
+    "col" (rows x 1: one value per row) or "imm" (the `imm` constant, no b).
+    Reductions (rsum, rmax) write dst as a rows x 1 column."""
+
+    name = "tile.vector"
+    OPS: ClassVar = VECTOR_OP_BY_NAME
+    dst = operand_def(MemRefType)
+    dst_indices = var_operand_def(IndexType)
+    a = operand_def(MemRefType)
+    a_indices = var_operand_def(IndexType)
+    b = var_operand_def(MemRefType)
+    b_indices = var_operand_def(IndexType)
+    op = prop_def(StringAttr)
+    rows = prop_def(IntegerAttr[I64])
+    cols = prop_def(IntegerAttr[I64])
+    bmode = opt_prop_def(StringAttr)
+    imm = opt_prop_def(FloatAttr)
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$op $dst `[` $dst_indices `]` `,` $a `[` $a_indices `]` (`,` $b^ `[` $b_indices `]`)? "
+        "attr-dict `:` type($dst) `,` type($a) (`,` type($b)^)?"
+    )
+
+    @property
+    def form(self) -> str:
+        return self.OPS[self.op.data].form
+
+    def verify_(self) -> None:
+        name = self.op.data
+        if name not in self.OPS:
+            raise VerifyException(f"unknown vector op '{name}' (the vector unit has: {', '.join(self.OPS)})")
+        form = self.OPS[name].form
+        rows, cols = self.rows.value.data, self.cols.value.data
+        for what, buf in (("dst", self.dst), ("a", self.a), *(("b", b) for b in self.b)):
+            _check_space(buf, what, LOCAL_SPACES)
+            if len(_shape(buf)) != 2:
+                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(_shape(buf))}")
+            if _elem(buf) not in VECTOR_TYPES:
+                raise VerifyException(f"{what}: the vector unit reads {', '.join(VECTOR_TYPES)}, got {_elem(buf)}")
+        _check_box("a", self.a, self.a_indices, (rows, cols))
+        _check_box("dst", self.dst, self.dst_indices, (rows, 1) if form == "reduce" else (rows, cols))
+        bmode = self.bmode.data if self.bmode is not None else None
+        if form in ("binary", "requant"):
+            if bmode not in BMODES:
+                raise VerifyException(f"binary op '{name}' needs bmode = tile, row, col or imm")
+            if bmode == "imm":
+                if self.b or self.imm is None:
+                    raise VerifyException("bmode = imm takes the `imm` attribute and no b operand")
+            else:
+                if len(self.b) != 1:
+                    raise VerifyException(f"bmode = {bmode} needs one b operand")
+                box = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[bmode]
+                _check_box("b", self.b[0], self.b_indices, box)
+        elif self.b or bmode is not None:
+            raise VerifyException(f"'{name}' takes no b operand or bmode")
+        if name == "requant" and (_elem(self.dst) != "i8"):
+            raise VerifyException("requant writes i8")
+
+
+@irdl_op_definition
+class FillOp(TileOp):
+    """dst[rows x cols] = value (vector unit)."""
+
+    name = "tile.fill"
+    dst = operand_def(MemRefType)
+    dst_indices = var_operand_def(IndexType)
+    rows = prop_def(IntegerAttr[I64])
+    cols = prop_def(IntegerAttr[I64])
+    value = prop_def(FloatAttr)
+    assembly_format = "$dst `[` $dst_indices `]` attr-dict `:` type($dst)"
+
+    def verify_(self) -> None:
+        _check_space(self.dst, "dst", LOCAL_SPACES)
+        if len(_shape(self.dst)) != 2:
+            raise VerifyException("dst must be a 2-D memref")
+        _check_box("dst", self.dst, self.dst_indices, (self.rows.value.data, self.cols.value.data))
+
+
+Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp], [])
+
+__all__ = ["Tile", "memref", "space_of", "target_of", "Float32Type"]
