@@ -15,6 +15,9 @@ Conventions
 - Large constants live outside the text: `graph.weight @name` refers to the
   module's weight store (see `infer.dialects.weights`). `graph.constant` holds
   small inline values.
+- `graph.kernel` groups an anchor op (matmul, conv, norm, ...) with its
+  elementwise epilogue, or a chain of elementwise ops, into one isolated region
+  (formed by `graph-fuse`); the tile lowering turns each into one kernel.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -53,11 +56,22 @@ from xdsl.irdl import (
     opt_operand_def,
     opt_prop_def,
     prop_def,
+    region_def,
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
-from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, Pure
+from xdsl.traits import (
+    ConstantLike,
+    HasCanonicalizationPatternsTrait,
+    HasParent,
+    IsolatedFromAbove,
+    IsTerminator,
+    Pure,
+    RecursiveMemoryEffect,
+    RecursivelySpeculatable,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import SUPPORTED_ELEMENT_TYPES, element_type_name, is_bool, is_float, is_integer
@@ -1238,6 +1252,159 @@ class ArgminOp(ArgReduceOp):
     name = "graph.argmin"
 
 
+# --------------------------------------------------------------------------
+# Fusion groups
+# --------------------------------------------------------------------------
+
+ELEMENTWISE_OPS: tuple[type[GraphOp], ...] = (UnaryOp, BinaryOp, WhereOp, CastOp)
+"""Op classes (and their subclasses) a kernel may hold besides its anchor."""
+
+KERNEL_ANCHORS: dict[str, tuple[type[GraphOp], ...]] = {
+    "matmul": (MatmulOp, LinearOp),
+    "conv": (Conv2dOp,),
+    "norm": (LayerNormOp, RmsNormOp),
+    "softmax": (SoftmaxOp, LogSoftmaxOp),
+    "attention": (AttentionOp,),
+    "pool": (MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp, GlobalMaxPoolOp),
+    "elementwise": (),
+}
+"""Kernel kind -> the op classes that may anchor a kernel of that kind."""
+
+ANCHOR_OPS: tuple[type[GraphOp], ...] = tuple(c for cs in KERNEL_ANCHORS.values() for c in cs)
+
+
+def kernel_kind_of(op: Operation) -> str | None:
+    """The kernel kind `op` anchors, or None if it is not an anchor op."""
+    for kind, classes in KERNEL_ANCHORS.items():
+        if isinstance(op, classes):
+            return kind
+    return None
+
+
+@irdl_op_definition
+class KernelOp(GraphOp):
+    """A fusion group (like an IREE dispatch region): the region computes the
+    results from the operands and nothing else.
+
+        %r = graph.kernel "matmul" (%x, %w, %b) : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32> {
+        ^bb0(%a: tensor<4x8xf32>, %wa: tensor<16x8xf32>, %ba: tensor<16xf32>):
+          %y = graph.linear %a, %wa, %ba : (...) -> tensor<4x16xf32>
+          %z = graph.gelu %y : (tensor<4x16xf32>) -> tensor<4x16xf32>
+          graph.yield %z : tensor<4x16xf32>
+        }
+
+    The region is isolated from above and has one block whose arguments are the
+    operands (same types, same order); `graph.yield` returns the results. `kind`
+    names the kernel class the lowering uses (see `KERNEL_ANCHORS`): every kind
+    but "elementwise" holds exactly one anchor op of that kind; all other ops
+    are elementwise (`ELEMENTWISE_OPS`) or `graph.constant`.
+    """
+
+    name = "graph.kernel"
+    kind = prop_def(StringAttr)
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(IsolatedFromAbove(), RecursiveMemoryEffect(), RecursivelySpeculatable())
+    assembly_format = "$kind ` ` `(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs) $body"
+
+    def __init__(
+        self,
+        kind: str,
+        inputs: Sequence[SSAValue | Operation],
+        result_types: Sequence[Attribute],
+        body: Region,
+    ):
+        super().__init__(
+            operands=[[SSAValue.get(v) for v in inputs]],
+            result_types=[list(result_types)],
+            properties={"kind": StringAttr(kind)},
+            regions=[body],
+        )
+
+    @property
+    def yield_op(self) -> YieldOp | None:
+        block = self.body.block
+        last = block.last_op
+        return last if isinstance(last, YieldOp) else None
+
+    def anchor(self) -> Operation | None:
+        """The kernel's anchor op (None for an "elementwise" kernel)."""
+        return next((o for o in self.body.block.ops if isinstance(o, ANCHOR_OPS)), None)
+
+    def infer_result_types(self) -> list[TensorType]:
+        yield_op = self.yield_op
+        if yield_op is None:
+            raise VerifyException("the body must end with graph.yield")
+        return [_tensor(v) for v in yield_op.values]
+
+    def verify_(self) -> None:
+        kind = self.kind.data
+        if kind not in KERNEL_ANCHORS:
+            raise VerifyException(
+                f"unknown kernel kind \"{kind}\" (expected one of "
+                + ", ".join(f'"{k}"' for k in KERNEL_ANCHORS) + ")"
+            )
+        if not self.outputs:
+            raise VerifyException("a kernel must have at least one result")
+        block = self.body.block
+        arg_types = [a.type for a in block.args]
+        operand_types = [v.type for v in self.inputs]
+        if arg_types != operand_types:
+            raise VerifyException(
+                "the body's arguments must match the operands: got ("
+                + ", ".join(str(t) for t in arg_types) + "), operands are ("
+                + ", ".join(str(t) for t in operand_types) + ")"
+            )
+        yield_op = self.yield_op
+        if yield_op is None:
+            raise VerifyException("the body must end with graph.yield")
+        yielded = [v.type for v in yield_op.values]
+        results = [r.type for r in self.outputs]
+        if yielded != results:
+            raise VerifyException(
+                "graph.yield returns (" + ", ".join(str(t) for t in yielded)
+                + ") but the kernel's results are (" + ", ".join(str(t) for t in results) + ")"
+            )
+        anchors = [o for o in block.ops if isinstance(o, ANCHOR_OPS)]
+        expected = KERNEL_ANCHORS[kind]
+        if kind == "elementwise":
+            if anchors:
+                raise VerifyException(
+                    f"an \"elementwise\" kernel holds no anchor op, found {anchors[0].name}"
+                )
+        elif len(anchors) != 1 or not isinstance(anchors[0], expected):
+            raise VerifyException(
+                f"a \"{kind}\" kernel must hold exactly one anchor op ("
+                + " or ".join(c.name for c in expected) + "), found "
+                + (", ".join(o.name for o in anchors) or "none")
+            )
+        for o in block.ops:
+            if o is yield_op or isinstance(o, ANCHOR_OPS + ELEMENTWISE_OPS + (ConstantOp,)):
+                continue
+            raise VerifyException(
+                f"{o.name} cannot be part of a kernel (only its anchor, elementwise ops "
+                "and graph.constant)"
+            )
+        super().verify_()
+
+
+@irdl_op_definition
+class YieldOp(GraphOp):
+    """Terminator of `graph.kernel`: its operands are the kernel's results."""
+
+    name = "graph.yield"
+    values = var_operand_def(TensorType)
+    traits = traits_def(IsTerminator(), HasParent(KernelOp), Pure())
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
+    def __init__(self, *values: SSAValue | Operation):
+        super().__init__(operands=[[SSAValue.get(v) for v in values]])
+
+    def infer_result_types(self) -> list[TensorType]:
+        return []
+
+
 class GraphCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
     """Lets upstream `canonicalize` use the graph patterns (infer.passes.graph_canonicalize)."""
 
@@ -1267,6 +1434,7 @@ Graph = Dialect(
         AttentionOp, RotaryOp, GatherOp,
         ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
         ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
+        KernelOp, YieldOp,
     ],
     [],
 )

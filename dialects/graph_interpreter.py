@@ -10,6 +10,9 @@ Public API
 - `run_module(module, inputs, entry="main", weights=None)`: run a function of
   a module on the xDSL interpreter (`GraphFunctions` + xDSL's `FuncFunctions`
   for func.func / func.return / func.call).
+- `graph.kernel` runs its body on its operands (in `run_module` with the xDSL
+  interpreter's `run_ssacfg_region`, in `evaluate_op` op by op); `graph.yield`
+  returns its operands. A kernel computes exactly what its ops compute unfused.
 - `InterpreterError`: bad inputs, out-of-range gather indices, integer division
   by zero, missing weights, ...
 
@@ -57,7 +60,14 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    ReturnedValues,
+    impl,
+    impl_terminator,
+    register_impls,
+)
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
@@ -990,6 +1000,27 @@ def _arg_reduce(op: g.ArgReduceOp, xs: list[np.ndarray], env: _Env) -> np.ndarra
     return fn(x, axis=axis, keepdims=_battr(op.keepdims)).astype(np.int64)
 
 
+# -- fusion groups ---------------------------------------------------------------------------------
+
+
+@_kernel(g.KernelOp)
+def _kernel_region(op: g.KernelOp, xs: list[np.ndarray], env: _Env) -> list[np.ndarray]:
+    """Run the body on the operands, op by op (as the xDSL interpreter does in run_module)."""
+    values: dict[Any, np.ndarray] = dict(zip(op.body.block.args, xs, strict=True))
+    for inner in op.body.block.ops:
+        args = [values[v] for v in inner.operands]
+        if isinstance(inner, g.YieldOp):
+            return args
+        for result, value in zip(inner.results, _evaluate(inner, args, env), strict=True):
+            values[result] = value
+    raise InterpreterError(f"{op.name}: the body does not end with graph.yield")
+
+
+@_kernel(g.YieldOp)
+def _yield(op: g.YieldOp, xs: list[np.ndarray], env: _Env) -> list[np.ndarray]:
+    raise InterpreterError(f"{op.name} is evaluated as the terminator of its graph.kernel")
+
+
 # --------------------------------------------------------------------------
 # Single-op evaluation
 # --------------------------------------------------------------------------
@@ -1078,13 +1109,33 @@ def _make_impl(op_type: type[Operation]) -> Any:
     return impl(op_type)(run)
 
 
+@impl(g.KernelOp)
+def _run_kernel(self: _GraphFunctionsBase, interpreter: Interpreter, op: g.KernelOp, args: tuple[Any, ...]):
+    values = interpreter.run_ssacfg_region(op.body, args, op.name)
+    try:
+        return tuple(_finish(op, [np.asarray(v) for v in values]))
+    except InterpreterError as e:
+        raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+
+
+@impl_terminator(g.YieldOp)
+def _run_yield(self: _GraphFunctionsBase, interpreter: Interpreter, op: g.YieldOp, args: tuple[Any, ...]):
+    return ReturnedValues(args), ()
+
+
+_REGION_IMPLS = {g.KernelOp: _run_kernel, g.YieldOp: _run_yield}
+
 GraphFunctions = register_impls(
     type(
         "GraphFunctions",
         (_GraphFunctionsBase,),
         {
-            "__doc__": "xDSL interpreter functions for every graph op (one @impl per op).",
-            **{f"run_{t.name.split('.', 1)[1]}": _make_impl(t) for t in _KERNELS},
+            "__doc__": "xDSL interpreter functions for every graph op (one @impl per op; "
+            "graph.kernel runs its body with run_ssacfg_region, graph.yield returns its operands).",
+            **{
+                f"run_{t.name.split('.', 1)[1]}": _REGION_IMPLS.get(t) or _make_impl(t)
+                for t in _KERNELS
+            },
         },
     )
 )
