@@ -27,12 +27,24 @@ def _is_instance_of(obj: Any, module: str, name: str) -> bool:
     return cls is not None and isinstance(obj, cls)
 
 
+_ONNX_ONLY_OPTIONS = ("input_shapes", "list_unsupported")
+
+
+def _reject_onnx_options(kind: str, options: dict[str, Any]) -> None:
+    given = [o for o in _ONNX_ONLY_OPTIONS if options.get(o)]
+    if given:
+        raise ModelImportError(f"option(s) {', '.join(given)} apply to ONNX models only, not to {kind}")
+    for o in _ONNX_ONLY_OPTIONS:
+        options.pop(o, None)
+
+
 def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Model:
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if path.is_dir():
             from infer.frontend.hf_import import import_hf_folder
 
+            _reject_onnx_options("a Hugging Face folder", options)
             return Model(import_hf_folder(path, **options))
         if not path.exists():
             raise ModelImportError(f"{path}: no such file or folder")
@@ -44,10 +56,12 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
         if suffix == ".pt2":
             from infer.frontend.torch_import import import_pt2
 
+            _reject_onnx_options(".pt2 files", options)
             return Model(import_pt2(path, **options))
         if suffix == ".mlir":
             from infer.dialects.ir_io import IRError, load_ir_file
 
+            _reject_onnx_options(".mlir files", options)
             try:
                 return Model(load_ir_file(path))
             except IRError as e:
