@@ -17,6 +17,7 @@ _PASSES: dict[str, str] = {
     "graph-dce": "infer.passes.graph_dce:GraphDCEPass",
     "graph-shape-inference": "infer.passes.graph_shape_inference:GraphShapeInferencePass",
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
+    "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
 }
 
