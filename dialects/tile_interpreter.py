@@ -1,0 +1,523 @@
+"""Reference interpreter for tile-level IR (the `tile` dialect + scf/arith/func).
+
+Tile-level IR is run on xDSL's `Interpreter`: `TileFunctions` implements the
+tile ops, xDSL's `ScfFunctions`, `ArithFunctions` and `FuncFunctions` run
+`scf.for`/`scf.if`, index arithmetic and calls (`IndexArithFunctions` adds the
+`arith.minsi`, `arith.maxsi` and `arith.ceildivsi` xDSL 0.75 lacks).
+
+Runtime values
+- Every memref is a C-contiguous numpy array of the memref's shape and element
+  type (bf16 is `ml_dtypes.bfloat16`): function arguments in DRAM, weights,
+  DRAM activations and local (spad/acc) tile buffers alike. Memory spaces and
+  `offset`s only matter to the hardware: `tile.alloc` makes a fresh zeroed
+  array each time it runs, so two buffers never alias unless one is a
+  `tile.view` of the other (a reshaped view of the same array: writes through
+  either are seen by both).
+- Index values are xDSL's runtime integers (the `IntegerAttr`s xDSL's
+  arith/scf interpreters produce); tile ops read them as Python ints. A tile
+  whose box leaves its buffer (origin < 0 or origin + extent > size) is an
+  `InterpreterError`.
+- `tile.weight @name` reads the module's weight store (`weights_of(module)`,
+  or the `weights=` argument) and must match the memref's dtype and shape; the
+  array is read-only (a kernel writing a weight is an error).
+
+Numerics: exactly those of the instruction-set simulator (`infer.target.sim`),
+so a tile program and the npu program it lowers to compute the same bits.
+- `tile.matmul`: bf16 operands are converted to fp32, multiplied with an fp32
+  matmul and accumulated in fp32 (`acc += r` or `acc = r`); i8 operands are
+  multiplied exactly, the accumulator (int32) is added in int64 and the sum
+  saturates to int32 (as `mx.matmul`).
+- `tile.vector`: `infer.target.sim.VECTOR_FUNCTIONS[op]` in the simulator's
+  compute type: fp32 if a or b is a float type, if the op is transcendental
+  (gelu, silu, sigmoid, tanh, exp, sqrt, rsqrt, recip) or requant, or if an
+  `imm` is not an integer; int64 otherwise. The result is stored with
+  `infer.target.sim.store_converted` (float -> int rounds half to even and
+  saturates, int -> int saturates, float -> bf16 rounds to nearest even). For
+  `bmode = imm` the immediate is rounded to fp32 and counts as an integer
+  operand when it is integral (the tile -> npu lowering encodes `bt` as an
+  integer type then, unless a is a float type).
+- `tile.fill`: the fp32 value stored with `store_converted`.
+- `tile.dma`: a bit copy, dst[j + b] = src[i + b * step].
+
+Calling convention (destination-passing style)
+- A tile-level function takes its inputs as DRAM memrefs first, then one DRAM
+  memref per output. Output arguments carry the argument attribute
+  `tile.output` (a unit attribute, or `true`); every argument may carry
+  `graph.name` (the graph-level name of the input or output).
+- The function returns nothing (if it does return memrefs, their contents are
+  appended to the outputs).
+- `run_tile_module(module, inputs)` binds `inputs` (by position, or by
+  `graph.name` / "arg<i>" of the input arguments) to fresh copies, passes a
+  zeroed array for each output argument, runs the function, and returns the
+  output arguments' contents after the call, in argument order.
+
+Public API
+- `run_tile_module(module, inputs, entry="main", weights=None) -> list[np.ndarray]`
+- `is_tile_function(fn)`: whether a function takes memrefs (tile level).
+- `output_arguments(fn)`: the indices of the `tile.output` arguments.
+- `TileFunctions`, `IndexArithFunctions`: the xDSL interpreter functions.
+- Errors are `infer.dialects.graph_interpreter.InterpreterError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+)
+from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
+from xdsl.interpreters.arith import ArithFunctions
+from xdsl.interpreters.builtin import scalar_attr
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.interpreters.scf import ScfFunctions
+from xdsl.ir import Operation, SSAValue
+from xdsl.traits import SymbolTable
+
+from infer.dialects import tile as t
+from infer.dialects.dtypes import element_type_name, to_numpy_dtype
+from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError
+from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
+from infer.target.sim import VECTOR_FUNCTIONS, store_converted
+
+__all__ = [
+    "OUTPUT_ATTR",
+    "IndexArithFunctions",
+    "InterpreterError",
+    "TileFunctions",
+    "is_tile_function",
+    "output_arguments",
+    "run_tile_module",
+]
+
+OUTPUT_ATTR = "tile.output"
+"""Function argument attribute marking an output (destination) memref."""
+
+# isa dtype codes of the vector unit's element types (infer.target.isa.DTYPES)
+_DT_CODE = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
+_TRANSCENDENTAL = ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip")
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "x".join("?" if d < 0 else str(d) for d in shape) or "scalar"
+
+
+def _memref_type(value: SSAValue | MemRefType) -> MemRefType:
+    ty = value if isinstance(value, MemRefType) else value.type
+    if not isinstance(ty, MemRefType):
+        raise InterpreterError(f"expected a memref, got {ty}")
+    return ty
+
+
+def _np_dtype(ty: MemRefType) -> np.dtype:
+    try:
+        return to_numpy_dtype(ty.get_element_type())
+    except ValueError as e:
+        raise InterpreterError(str(e)) from None
+
+
+def _static_shape(ty: MemRefType) -> tuple[int, ...]:
+    shape = tuple(ty.get_shape())
+    if any(d < 0 for d in shape):
+        raise InterpreterError(f"memref {_fmt(shape)} has a dynamic dimension")
+    return shape
+
+
+def _index(v: Any) -> int:
+    if isinstance(v, IntegerAttr):
+        return int(v.value.data)
+    if isinstance(v, int | np.integer):
+        return int(v)
+    raise InterpreterError(f"expected an index value, got {v!r}")
+
+
+def _box(what: str, arr: np.ndarray, origin: Sequence[Any], extent: Sequence[int],
+         steps: Sequence[int] | None = None) -> np.ndarray:
+    """The view arr[origin + b * step] for b < extent (bounds-checked)."""
+    idx = [_index(i) for i in origin]
+    steps = steps or (1,) * len(extent)
+    if len(idx) != arr.ndim or len(extent) != arr.ndim:
+        raise InterpreterError(
+            f"{what}: a rank-{arr.ndim} buffer addressed with {len(idx)} indices and a "
+            f"{len(extent)}-d tile"
+        )
+    slices = []
+    for d, (i, e, s, size) in enumerate(zip(idx, extent, steps, arr.shape, strict=True)):
+        last = i + (e - 1) * s
+        if i < 0 or last >= size:
+            span = f"[{i}, {last + 1})" + (f" step {s}" if s != 1 else "")
+            raise InterpreterError(
+                f"{what}: tile {span} in dim {d} is outside the buffer ({_fmt(arr.shape)})"
+            )
+        slices.append(slice(i, last + 1, s))
+    return arr[tuple(slices)]
+
+
+def _describe(op: Operation) -> str:
+    names = [f"%{r.name_hint}" for r in op.results if r.name_hint]
+    where = ""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        parent = parent.parent_op()
+    if isinstance(parent, func.FuncOp):
+        where = f" in @{parent.sym_name.data}"
+    return (", ".join(names) + " = " if names else "") + op.name + where
+
+
+def _located(fn: Any) -> Any:
+    """Wrap an impl so errors name the op (`... [at %x = tile.dma in @main]`)."""
+
+    def run(self: Any, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]) -> Any:
+        try:
+            return fn(self, interpreter, op, args)
+        except InterpreterError as e:
+            raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+        except (ValueError, TypeError) as e:  # numpy: read-only weights, bad broadcasts
+            raise InterpreterError(f"{op.name}: {e} [at {_describe(op)}]") from None
+
+    run.__name__ = fn.__name__
+    return run
+
+
+# --------------------------------------------------------------------------
+# tile ops
+# --------------------------------------------------------------------------
+
+
+@register_impls
+class TileFunctions(InterpreterFunctions):
+    """xDSL interpreter functions for the tile ops. `weights` defaults to the
+    weight store of the module being run."""
+
+    def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None):
+        self._weights = weights
+        self._module = module
+
+    def _store(self, op: Operation) -> WeightStore:
+        if self._weights is None:
+            module = self._module
+            if module is None:
+                top = op.get_toplevel_object()
+                module = top if isinstance(top, ModuleOp) else None
+            if module is None:
+                raise InterpreterError(f"{op.name}: no weight store given and the op is not in a module")
+            self._weights = weights_of(module)
+        return self._weights
+
+    @impl(t.AllocOp)
+    @_located
+    def run_alloc(self, interpreter: Interpreter, op: t.AllocOp, args: tuple[Any, ...]):
+        ty = _memref_type(op.buffer)
+        return (np.zeros(_static_shape(ty), _np_dtype(ty)),)
+
+    @impl(t.WeightOp)
+    @_located
+    def run_weight(self, interpreter: Interpreter, op: t.WeightOp, args: tuple[Any, ...]):
+        name = op.weight_key
+        try:
+            arr = np.asarray(self._store(op).get(name))
+        except WeightStoreError as e:
+            raise InterpreterError(f"{op.name} @{name}: {e}") from None
+        ty = _memref_type(op.buffer)
+        dt, shape = _np_dtype(ty), _static_shape(ty)
+        if arr.dtype != dt or tuple(arr.shape) != shape:
+            raise InterpreterError(
+                f"{op.name} @{name}: the store holds {arr.dtype} {_fmt(arr.shape)}, but the op "
+                f"declares {dt} {_fmt(shape)} ({element_type_name(ty.get_element_type())})"
+            )
+        view = np.ascontiguousarray(arr).view()
+        view.flags.writeable = False
+        return (view,)
+
+    @impl(t.ViewOp)
+    @_located
+    def run_view(self, interpreter: Interpreter, op: t.ViewOp, args: tuple[Any, ...]):
+        (src,) = args
+        shape = _static_shape(_memref_type(op.result))
+        try:
+            return (np.reshape(src, shape, copy=False),)
+        except ValueError as e:  # not contiguous: cannot happen for buffers we create
+            raise InterpreterError(f"cannot view {_fmt(src.shape)} as {_fmt(shape)}: {e}") from None
+
+    @impl(t.DmaOp)
+    @_located
+    def run_dma(self, interpreter: Interpreter, op: t.DmaOp, args: tuple[Any, ...]):
+        nsrc = len(op.src_indices)
+        src, *rest = args
+        src_idx, (dst, *dst_idx) = rest[:nsrc], rest[nsrc:]
+        box = t._ints(op.shape)
+        s = _box("dma source", src, src_idx, box, op.steps())
+        d = _box("dma destination", dst, dst_idx, box)
+        np.copyto(d, s)
+        return ()
+
+    @impl(t.MatmulOp)
+    @_located
+    def run_matmul(self, interpreter: Interpreter, op: t.MatmulOp, args: tuple[Any, ...]):
+        nl, nr = len(op.lhs_indices), len(op.rhs_indices)
+        lhs, *rest = args
+        lhs_idx, rest = rest[:nl], rest[nl:]
+        rhs, *rest = rest
+        rhs_idx, (acc, *acc_idx) = rest[:nr], rest[nr:]
+        m, k, n = op.m.value.data, op.k.value.data, op.n.value.data
+        a = _box("lhs", lhs, lhs_idx, (m, k))
+        w = _box("rhs", rhs, rhs_idx, (k, n))
+        out = _box("acc", acc, acc_idx, (m, n))
+        accumulate = bool(op.accumulate.value.data)
+        matmul_tile(a, w, out, accumulate)
+        return ()
+
+    @impl(t.VectorOp)
+    @_located
+    def run_vector(self, interpreter: Interpreter, op: t.VectorOp, args: tuple[Any, ...]):
+        nd, na = len(op.dst_indices), len(op.a_indices)
+        dst, *rest = args
+        dst_idx, rest = rest[:nd], rest[nd:]
+        a_buf, *rest = rest
+        a_idx, rest = rest[:na], rest[na:]
+        b_buf = rest[0] if op.b else None
+        b_idx = rest[1:] if op.b else ()
+        name = op.op.data
+        if name not in VECTOR_FUNCTIONS:
+            raise InterpreterError(f"unknown vector op '{name}'")
+        form = op.form
+        binary = form in ("binary", "requant")
+        rows, cols = op.rows.value.data, op.cols.value.data
+        at = _DT_CODE[element_type_name(_memref_type(op.a).get_element_type())]
+        dt = _DT_CODE[element_type_name(_memref_type(op.dst).get_element_type())]
+        bmode = op.bmode.data if op.bmode is not None else None
+        imm = np.float32(op.imm.value.data) if op.imm is not None else None
+        float_in = at >= 2
+        if binary:
+            if bmode == "imm":
+                if imm is None:
+                    raise InterpreterError("bmode = imm without an `imm` attribute")
+                float_in = float_in or not float(imm).is_integer()
+            else:
+                bt = _DT_CODE[element_type_name(_memref_type(op.b[0]).get_element_type())]
+                float_in = float_in or bt >= 2
+        use_float = float_in or name in _TRANSCENDENTAL or name == "requant"
+        ctype = np.float32 if use_float else np.int64
+        a = _box("a", a_buf, a_idx, (rows, cols)).astype(ctype)
+        dshape = (rows, 1) if form == "reduce" else (rows, cols)
+        d = _box("dst", dst, dst_idx, dshape)
+        fn = VECTOR_FUNCTIONS[name]
+        b: Any = None
+        if binary:
+            if bmode == "imm":
+                b = imm if use_float else np.int64(int(imm))  # type: ignore[arg-type]
+            else:
+                bbox = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}.get(bmode or "")
+                if bbox is None:
+                    raise InterpreterError(f"bad bmode {bmode!r}")
+                b = _box("b", b_buf, b_idx, bbox).astype(ctype)  # type: ignore[arg-type]
+        with np.errstate(all="ignore"):
+            r = fn(a, b) if binary else fn(a)
+            store_converted(d, r, dt)
+        return ()
+
+    @impl(t.FillOp)
+    @_located
+    def run_fill(self, interpreter: Interpreter, op: t.FillOp, args: tuple[Any, ...]):
+        dst, *idx = args
+        d = _box("dst", dst, idx, (op.rows.value.data, op.cols.value.data))
+        dt = _DT_CODE.get(element_type_name(_memref_type(op.dst).get_element_type()))
+        value = np.float32(op.value.value.data)
+        with np.errstate(all="ignore"):
+            if dt is None:
+                d[...] = value
+            else:
+                store_converted(d, value, dt)
+        return ()
+
+
+def matmul_tile(a: np.ndarray, w: np.ndarray, out: np.ndarray, accumulate: bool) -> None:
+    """out (+)= a @ w with `mx.matmul`'s numerics (a, w: bf16 or int8 views; out: the
+    fp32 or int32 accumulator view, updated in place)."""
+    if np.issubdtype(a.dtype, np.integer):
+        # exact: |products| < 2^14 and k is far below 2^39 (the simulator's fp32/fp64
+        # matmul is exact for its array sizes too)
+        r = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+        if accumulate:
+            r += out
+        np.clip(r, -(2**31), 2**31 - 1, out=r)
+        out[...] = r
+    else:
+        r = a.astype(np.float32) @ w.astype(np.float32)
+        if accumulate:
+            out += r
+        else:
+            out[...] = r
+
+
+def _binary_index_op(fn: Any) -> Any:
+    def run(self: Any, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]) -> Any:
+        lhs, rhs = (_index(x) for x in args)
+        return (scalar_attr(fn(lhs, rhs), op.results[0].type, interpreter.index_bitwidth),)
+
+    return run
+
+
+def _ceildiv(x: int, y: int) -> int:
+    if y == 0:
+        raise InterpreterError("arith.ceildivsi: division by zero")
+    return -((-x) // y)
+
+
+@register_impls
+class IndexArithFunctions(InterpreterFunctions):
+    """arith ops on index/integers that xDSL 0.75's ArithFunctions lacks."""
+
+    run_minsi = impl(arith.MinSIOp)(_binary_index_op(min))
+    run_maxsi = impl(arith.MaxSIOp)(_binary_index_op(max))
+    run_ceildivsi = impl(arith.CeilDivSIOp)(_binary_index_op(_ceildiv))
+
+
+# --------------------------------------------------------------------------
+# module execution
+# --------------------------------------------------------------------------
+
+
+def is_tile_function(fn: func.FuncOp) -> bool:
+    """True if the function takes or returns memrefs (tile level)."""
+    types = [*fn.function_type.inputs.data, *fn.function_type.outputs.data]
+    return any(isinstance(ty, MemRefType) for ty in types)
+
+
+def _arg_attrs(fn: func.FuncOp) -> list[dict[str, Any]]:
+    n = len(fn.function_type.inputs.data)
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    if fn.arg_attrs is not None:
+        for i, attrs in enumerate(fn.arg_attrs.data):
+            if isinstance(attrs, DictionaryAttr):
+                out[i] = dict(attrs.data)
+    return out
+
+
+def output_arguments(fn: func.FuncOp) -> list[int]:
+    """Indices of the arguments marked `tile.output` (unit attribute or true)."""
+    outs = []
+    for i, attrs in enumerate(_arg_attrs(fn)):
+        a = attrs.get(OUTPUT_ATTR)
+        if isinstance(a, UnitAttr) or (isinstance(a, IntegerAttr) and a.value.data != 0):
+            outs.append(i)
+    return outs
+
+
+def _find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
+    fn = SymbolTable.lookup_symbol(module, entry)
+    if not isinstance(fn, func.FuncOp):
+        available = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
+        raise InterpreterError(
+            f"no function @{entry} in the module (functions: "
+            + (", ".join("@" + a for a in available) or "none") + ")"
+        )
+    if not fn.body.blocks:
+        raise InterpreterError(f"function @{entry} is only a declaration")
+    return fn
+
+
+def _bind(fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    types = list(fn.function_type.inputs.data)
+    outs = set(output_arguments(fn))
+    attrs = _arg_attrs(fn)
+    fname = fn.sym_name.data
+    in_idx = [i for i in range(len(types)) if i not in outs]
+    if in_idx and outs and max(in_idx) > min(outs):
+        raise InterpreterError(f"@{fname}: output arguments must follow the inputs")
+    names = {}
+    for i in in_idx:
+        nm = attrs[i].get(INPUT_NAME_ATTR)
+        names[i] = nm.data if isinstance(nm, StringAttr) else f"arg{i}"
+    if isinstance(inputs, Mapping):
+        unknown = [k for k in inputs if k not in names.values()]
+        if unknown:
+            raise InterpreterError(
+                f"@{fname}: unknown input name(s) {', '.join(map(repr, unknown))} "
+                f"(inputs: {', '.join(names.values()) or 'none'})"
+            )
+        missing = [nm for nm in names.values() if nm not in inputs]
+        if missing:
+            raise InterpreterError(f"@{fname}: missing input(s) {', '.join(map(repr, missing))}")
+        values = [inputs[names[i]] for i in in_idx]
+    else:
+        values = list(inputs)
+        if len(values) != len(in_idx):
+            raise InterpreterError(
+                f"@{fname}: expected {len(in_idx)} input(s) ({', '.join(names.values()) or 'none'}), "
+                f"got {len(values)}"
+            )
+    args: list[np.ndarray] = []
+    for i, ty in enumerate(types):
+        if not isinstance(ty, MemRefType):
+            raise InterpreterError(f"@{fname}: argument #{i} is a {ty}, not a memref")
+        dt, shape = _np_dtype(ty), _static_shape(ty)
+        if i in outs:
+            args.append(np.zeros(shape, dt))
+            continue
+        v = np.asarray(values[in_idx.index(i)])
+        name = names[i]
+        if v.dtype != dt:
+            raise InterpreterError(f"@{fname}: input '{name}' (#{i}): expected dtype {dt}, got {v.dtype}")
+        if tuple(v.shape) != shape:
+            raise InterpreterError(
+                f"@{fname}: input '{name}' (#{i}): expected shape {_fmt(shape)}, got {_fmt(v.shape)}"
+            )
+        args.append(np.array(v, dtype=dt, order="C", copy=True))
+    return args
+
+
+def _innermost(e: BaseException | None) -> InterpreterError | None:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, InterpreterError):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def run_tile_module(
+    module: ModuleOp,
+    inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    entry: str = "main",
+    weights: WeightStore | None = None,
+) -> list[np.ndarray]:
+    """Run tile-level function `entry` of `module` (see the calling convention in
+    the module docstring): returns the contents of its `tile.output` arguments
+    after the call (then any memrefs it returns)."""
+    fn = _find_entry(module, entry)
+    args = _bind(fn, inputs)
+    outs = output_arguments(fn)
+    interpreter = Interpreter(module)
+    interpreter.register_implementations(TileFunctions(weights, module))
+    interpreter.register_implementations(ScfFunctions())
+    interpreter.register_implementations(ArithFunctions())
+    interpreter.register_implementations(IndexArithFunctions(), override=True)
+    interpreter.register_implementations(FuncFunctions())
+    try:
+        results = interpreter.call_op(fn, tuple(args))
+    except Exception as e:
+        inner = _innermost(e)
+        if inner is not None:
+            raise InterpreterError(str(inner)) from None
+        raise InterpreterError(f"@{entry}: {type(e).__name__}: {e}") from e
+    out = [args[i].copy() for i in outs]
+    for i, r in enumerate(results):
+        if not isinstance(r, np.ndarray):
+            raise InterpreterError(f"@{entry}: result #{i} is not a memref ({r!r})")
+        out.append(np.array(r, copy=True))
+    return out
