@@ -19,6 +19,7 @@ _PASSES: dict[str, str] = {
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
+    "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
 }
 
 
