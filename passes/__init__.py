@@ -18,6 +18,7 @@ _PASSES: dict[str, str] = {
     "graph-shape-inference": "infer.passes.graph_shape_inference:GraphShapeInferencePass",
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
+    "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
     "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
 }

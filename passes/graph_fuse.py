@@ -1,0 +1,189 @@
+"""`graph-fuse`: group graph ops into `graph.kernel` fusion groups.
+
+Each group becomes one kernel of the tile lowering:
+
+- An anchor op (linear/matmul -> "matmul", conv2d -> "conv", layer_norm/rms_norm
+  -> "norm", softmax/log_softmax -> "softmax", attention -> "attention",
+  max/avg/global pooling -> "pool"; see `graph.KERNEL_ANCHORS`) and the chain of
+  elementwise ops after it (its epilogue): bias add, activation, scale, cast,
+  a residual add, a gate multiply, ... Every anchor becomes a kernel, with an
+  empty epilogue if nothing follows it.
+- A chain of elementwise ops without an anchor becomes an "elementwise" kernel
+  (a single elementwise op too, so every elementwise op ends up in a kernel).
+
+The chain grows from the current value v (first the anchor's result) into its
+user u while
+- all uses of v are in u (so no intermediate is needed outside the kernel),
+- u is elementwise (`graph.ELEMENTWISE_OPS`: unary, binary, where, cast) with
+  one result in the same block,
+- u's result has v's shape: u's other operands are values from outside the
+  kernel that broadcast to v's shape (so `add(conv_out, skip)` joins the
+  conv's kernel, and `mul(silu(gate), up)` joins the gate's kernel with `up`,
+  another kernel's result, as an operand),
+- the kernel holds fewer than `max-epilogue` elementwise ops.
+
+Anchors are grouped first, in program order, so an elementwise op whose
+operands come from two anchors joins the earlier one. Values from outside the
+group (activations, `graph.weight`/`graph.constant` results, other kernels'
+results) become the kernel's operands, in order of first use; the weight and
+constant ops stay outside, so the region is isolated from above. The kernel
+replaces the group at the position of its last op. Ops inside existing kernels
+are never regrouped, so the pass is idempotent.
+
+Ops that are neither anchors nor elementwise (reshape, transpose, concat,
+slice, batch_norm, reductions, gather, rotary, ...) stay outside kernels.
+
+Options:
+  max-epilogue: most elementwise ops in one kernel (default 4; 0 wraps each
+    anchor alone and forms no elementwise kernels).
+  kinds: the kernel kinds to form (default all: matmul, conv, norm, softmax,
+    attention, pool, elementwise), e.g. `kinds=matmul,conv`. An anchor of a
+    disabled kind is left alone; its epilogue may form an elementwise kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from infer.dialects import graph as g
+
+ALL_KINDS: tuple[str, ...] = tuple(g.KERNEL_ANCHORS)
+DEFAULT_MAX_EPILOGUE = 4
+
+_ElementwiseOp = g.UnaryOp | g.BinaryOp | g.WhereOp | g.CastOp
+_AnchorOp = (
+    g.MatmulOp | g.LinearOp | g.Conv2dOp | g.LayerNormOp | g.RmsNormOp | g.SoftmaxOp
+    | g.LogSoftmaxOp | g.AttentionOp | g.MaxPool2dOp | g.AvgPool2dOp | g.GlobalAvgPoolOp
+    | g.GlobalMaxPoolOp
+)
+assert set(_AnchorOp.__args__) == set(g.ANCHOR_OPS)  # type: ignore[attr-defined]
+
+
+def _fusable(op: Operation) -> bool:
+    """A graph op in a function body (not already inside a kernel)."""
+    return op.parent_block() is not None and not isinstance(op.parent_op(), g.KernelOp)
+
+
+def _shape(value: SSAValue) -> tuple[int, ...] | None:
+    t = value.type
+    return t.get_shape() if isinstance(t, TensorType) else None
+
+
+def next_in_chain(value: SSAValue) -> Operation | None:
+    """The elementwise op that can join `value`'s kernel, or None."""
+    users = {use.operation for use in value.uses}
+    if len(users) != 1:
+        return None
+    (user,) = users
+    if not isinstance(user, g.ELEMENTWISE_OPS) or len(user.results) != 1:
+        return None
+    if user.parent_block() is not value.owner.parent_block():  # type: ignore[union-attr]
+        return None
+    if _shape(user.results[0]) != _shape(value):
+        return None
+    return user
+
+
+def collect_chain(start: Operation, limit: int) -> list[Operation]:
+    """`start` followed by at most `limit` elementwise ops that can join it."""
+    group = [start]
+    while len(group) - 1 < limit and len(group[-1].results) == 1:
+        user = next_in_chain(group[-1].results[0])
+        if user is None:
+            break
+        group.append(user)
+    return group
+
+
+def build_kernel(kind: str, group: list[Operation], rewriter: PatternRewriter) -> g.KernelOp:
+    """Replace `group` (ops in program order, each feeding the next) by one kernel."""
+    members = set(group)
+    inputs: dict[SSAValue, None] = {}
+    for op in group:
+        for v in op.operands:
+            if v.owner not in members:
+                inputs.setdefault(v)
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = {}
+    for v, arg in zip(inputs, block.args, strict=True):
+        arg.name_hint = v.name_hint
+        mapping[v] = arg
+    for op in group:
+        block.add_op(op.clone(value_mapper=mapping))
+    last = group[-1]
+    block.add_op(g.YieldOp(*(mapping[r] for r in last.results)))
+    kernel = g.KernelOp(kind, list(inputs), [r.type for r in last.results], Region(block))
+    rewriter.replace(last, kernel)
+    for op in reversed(group[:-1]):
+        rewriter.erase(op)
+    return kernel
+
+
+@dataclass
+class FuseAnchor(RewritePattern):
+    """An anchor op and its elementwise epilogue -> one kernel of the anchor's kind."""
+
+    kinds: frozenset[str]
+    max_epilogue: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: _AnchorOp, rewriter: PatternRewriter, /):
+        kind = g.kernel_kind_of(op)
+        if kind not in self.kinds or not _fusable(op):
+            return
+        build_kernel(kind, collect_chain(op, self.max_epilogue), rewriter)
+
+
+@dataclass
+class FuseElementwise(RewritePattern):
+    """A chain of elementwise ops (from its head) -> one "elementwise" kernel."""
+
+    max_ops: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: _ElementwiseOp, rewriter: PatternRewriter, /):
+        if self.max_ops < 1 or not _fusable(op):
+            return
+        # Only start at the head of a chain: an operand made by an elementwise op
+        # that would take `op` into its own chain is grouped from there.
+        for v in op.operands:
+            producer = v.owner
+            if isinstance(producer, g.ELEMENTWISE_OPS) and _fusable(producer) and next_in_chain(v) is op:
+                return
+        build_kernel("elementwise", collect_chain(op, self.max_ops - 1), rewriter)
+
+
+@dataclass(frozen=True)
+class GraphFusePass(ModulePass):
+    """Group anchors with their elementwise epilogues, and elementwise chains,
+    into graph.kernel fusion groups."""
+
+    name = "graph-fuse"
+
+    max_epilogue: int = DEFAULT_MAX_EPILOGUE
+    kinds: tuple[str, ...] = ALL_KINDS
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        unknown = [k for k in self.kinds if k not in ALL_KINDS]
+        if unknown or self.max_epilogue < 0:
+            raise ValueError(
+                f"graph-fuse: kinds must be among {', '.join(ALL_KINDS)} (got "
+                f"{', '.join(self.kinds) or 'none'}) and max-epilogue >= 0 (got {self.max_epilogue})"
+            )
+        kinds = frozenset(self.kinds)
+        anchors = FuseAnchor(kinds, self.max_epilogue)
+        PatternRewriteWalker(anchors, apply_recursively=False).rewrite_module(op)
+        if "elementwise" in kinds:
+            chains = FuseElementwise(self.max_epilogue)
+            PatternRewriteWalker(chains, apply_recursively=True).rewrite_module(op)
