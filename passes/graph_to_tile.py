@@ -1,0 +1,1143 @@
+"""`graph-to-tile`: lower graph-level functions to the tile dialect.
+
+    graph-to-tile{target=edge precision=fp32|bf16 overrides="" debug-tiling=false}
+
+Each func.func becomes a destination-passing function on DRAM memrefs: its
+tensor arguments become DRAM memrefs, each result becomes one more DRAM memref
+argument marked `tile.output` (model names stay in `graph.name`), the function
+returns nothing. Intermediates are `tile.alloc` in "dram" (offsets are left to
+memory planning), weights are `tile.weight` ops on pre-packed copies added to the
+module's weight store, and the module gets `tile.target`.
+
+Kernel classes (see docs/tiling.md for the schemes and the cost model):
+  matmul  graph.linear / graph.matmul (2-D and batched) + bias + elementwise epilogue
+  conv    graph.conv2d (NCHW) as a sum over taps of strided window loads x weight blocks
+  elementwise, pool, norm (layer/rms), softmax, attention (flash, online softmax),
+  structure (reshape = view; transpose/slice/concat/broadcast = DMA copies).
+
+Precision: the matrix unit takes bf16. `precision=bf16` rounds matmul inputs to
+bf16 (fp32 accumulation); `precision=fp32` emulates fp32 products with three
+bf16 passes (hi*hi + hi*lo + lo*hi): activations are split on the vector unit,
+weights at compile time. Vector math is fp32.
+
+Tile sizes come from the cost model in `infer.passes.tiling_cost`; each lowered
+op gets a stable name `kernel<N>` (N counts lowered ops in program order), which
+`overrides="kernel3=64x64x32,kernel5=8"` keys and `debug-tiling=true` prints.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    Float32Type,
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    bf16,
+    f32,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.dialects.dtypes import dense_to_numpy, element_type_name
+from infer.dialects.ir_io import IRError, describe_location
+from infer.dialects.weights import weights_of
+from infer.passes import tiling_cost as tc
+from infer.target.hw import HardwareConfig, load_config
+
+Index = int | SSAValue  # a tile origin: a compile-time int or an index value
+NEG = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
+
+
+class LoweringError(IRError):
+    pass
+
+
+def _err(op: Operation, msg: str) -> LoweringError:
+    return LoweringError(f"{describe_location(op)}: error: '{op.name}' op graph-to-tile: {msg}")
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    ty = v.type
+    assert isinstance(ty, TensorType | MemRefType)
+    return tuple(ty.get_shape())
+
+
+def _prod(xs: Sequence[int]) -> int:
+    return math.prod(xs) if xs else 1
+
+
+# ----------------------------------------------------------------------------
+# IR emission helpers
+# ----------------------------------------------------------------------------
+
+
+class Emitter:
+    """Builds tile IR into one function body; constants are hoisted to its entry."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.ip = InsertPoint.at_end(block)
+        self._consts: dict[int, SSAValue] = {}
+        self.alloc_after: Operation | None = None  # local buffers go before the kernel's loops
+        self._marker: Operation | None = None
+
+    def hoist(self, op: Operation) -> Operation:
+        """Insert at the function entry (constants, weights)."""
+        first = self.block.first_op
+        if first is None:
+            self.block.add_op(op)
+        else:
+            self.block.insert_op_before(op, first)
+        return op
+
+    def begin_kernel(self) -> None:
+        """Local buffers allocated from now on go here, before the kernel's loop nest."""
+        marker = arith.ConstantOp(IntegerAttr(0, IndexType()))
+        self.insert(marker)
+        self.alloc_after = marker
+        self._marker = marker
+
+    def end_kernel(self) -> None:
+        self.alloc_after = None
+        m = self._marker
+        if m is not None and not m.result.uses:
+            m.detach()
+            m.erase()
+        self._marker = None
+
+    def insert(self, op: Operation) -> Operation:
+        blk = self.ip.block
+        if self.ip.insert_before is not None:
+            blk.insert_op_before(op, self.ip.insert_before)
+        else:
+            blk.add_op(op)
+        return op
+
+    # -- index arithmetic (folded when static) --
+    def c(self, v: int) -> SSAValue:
+        if v not in self._consts:
+            op = arith.ConstantOp(IntegerAttr(v, IndexType()))
+            self.hoist(op)
+            self._consts[v] = op.result
+        return self._consts[v]
+
+    def ix(self, v: Index) -> SSAValue:
+        return self.c(v) if isinstance(v, int) else v
+
+    def add(self, a: Index, b: Index) -> Index:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if isinstance(a, int) and a == 0:
+            return b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.insert(arith.AddiOp(self.ix(a), self.ix(b))).results[0]
+
+    def sub(self, a: Index, b: Index) -> Index:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.insert(arith.SubiOp(self.ix(a), self.ix(b))).results[0]
+
+    def mul(self, a: Index, k: int) -> Index:
+        if isinstance(a, int):
+            return a * k
+        if k == 1:
+            return a
+        if k == 0:
+            return 0
+        return self.insert(arith.MuliOp(a, self.c(k))).results[0]
+
+    def clamp(self, a: Index, lo: int, hi: int) -> Index:
+        if isinstance(a, int):
+            return min(max(a, lo), hi)
+        lo_v, hi_v = self.c(lo), self.c(hi)
+        lt = self.insert(arith.CmpiOp(a, lo_v, "slt")).results[0]
+        a1 = self.insert(arith.SelectOp(lt, lo_v, a)).results[0]
+        gt = self.insert(arith.CmpiOp(a1, hi_v, "sgt")).results[0]
+        return self.insert(arith.SelectOp(gt, hi_v, a1)).results[0]
+
+    # -- loops --
+    def loop(self, lb: Index, ub: Index, step: int, body: Callable[[SSAValue], None]) -> None:
+        blk = Block(arg_types=[IndexType()])
+        op = scf.ForOp(self.ix(lb), self.ix(ub), self.c(step), [], Region(blk))
+        self.insert(op)
+        saved = self.ip
+        self.ip = InsertPoint.at_end(blk)
+        body(blk.args[0])
+        self.insert(scf.YieldOp())
+        self.ip = saved
+
+    def tiles(self, extent: int, tile: int, body: Callable[[Index, int], None]) -> None:
+        """body(origin, size) over [0, extent) in tiles: one scf.for over the full
+        tiles (never unrolled) and the remainder tile after it, sizes static."""
+        tile = max(1, min(tile, extent))
+        full, rem = divmod(extent, tile)
+        if full == 1:
+            body(0, tile)
+        elif full > 1:
+            self.loop(0, full * tile, tile, lambda iv: body(iv, tile))
+        if rem:
+            body(full * tile, rem)
+
+    def range(self, n: int, body: Callable[[Index], None]) -> None:
+        if n == 1:
+            body(0)
+        elif n > 1:
+            self.loop(0, n, 1, body)
+
+    # -- tile ops --
+    def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
+        op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
+        if space != "dram" and self.alloc_after is not None:
+            self.alloc_after.parent_block().insert_op_after(op, self.alloc_after)
+            self.alloc_after = op
+            return op.results[0]
+        return self.insert(op).results[0]
+
+    def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
+        ty = src.type
+        assert isinstance(ty, MemRefType)
+        if tuple(ty.get_shape()) == tuple(shape):
+            return src
+        out = MemRefType(ty.get_element_type(), list(shape), memory_space=ty.memory_space)
+        return self.insert(t.ViewOp.build(operands=[src], result_types=[out])).results[0]
+
+    def dma(self, src: SSAValue, si: Sequence[Index], dst: SSAValue, di: Sequence[Index],
+            shape: Sequence[int], steps: Sequence[int] | None = None) -> None:
+        props: dict[str, Attribute] = {"shape": t.i64_array(shape)}
+        if steps is not None and any(s != 1 for s in steps):
+            props["src_steps"] = t.i64_array(steps)
+        self.insert(t.DmaOp.build(operands=[src, [self.ix(i) for i in si], dst, [self.ix(i) for i in di]],
+                                  properties=props))
+
+    def matmul(self, lhs: SSAValue, li: Sequence[Index], rhs: SSAValue, ri: Sequence[Index],
+               acc: SSAValue, ai: Sequence[Index], m: int, k: int, n: int) -> None:
+        self.insert(t.MatmulOp.build(
+            operands=[lhs, [self.ix(i) for i in li], rhs, [self.ix(i) for i in ri], acc, [self.ix(i) for i in ai]],
+            properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
+                        "accumulate": IntegerAttr(1, i1)}))
+
+    def vec(self, op: str, dst: SSAValue, di: Sequence[Index], a: SSAValue, ai: Sequence[Index],
+            rows: int, cols: int, b: SSAValue | None = None, bi: Sequence[Index] = (),
+            bmode: str | None = None, imm: float | None = None) -> None:
+        props: dict[str, Attribute] = {"op": StringAttr(op), "rows": IntegerAttr(rows, i64),
+                                       "cols": IntegerAttr(cols, i64)}
+        if bmode is not None:
+            props["bmode"] = StringAttr(bmode)
+        if imm is not None:
+            props["imm"] = FloatAttr(float(np.float32(imm)), Float32Type())
+        self.insert(t.VectorOp.build(
+            operands=[dst, [self.ix(i) for i in di], a, [self.ix(i) for i in ai],
+                      [b] if b is not None else [], [self.ix(i) for i in bi]],
+            properties=props))
+
+    def fill(self, dst: SSAValue, di: Sequence[Index], rows: int, cols: int, value: float) -> None:
+        self.insert(t.FillOp.build(operands=[dst, [self.ix(i) for i in di]],
+                                   properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
+                                               "value": FloatAttr(float(value), Float32Type())}))
+
+
+# ----------------------------------------------------------------------------
+# Operands of tile epilogues: how a tensor broadcasts onto an output tile
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class TileFrame:
+    """An output tile in a 3-group view of the output shape S = B + R + C:
+    batch index `b` (over prod(B)), rows [r0, r0 + rows) of prod(R), columns
+    [c0, c0 + cols) of prod(C)."""
+
+    B: tuple[int, ...]
+    R: tuple[int, ...]
+    C: tuple[int, ...]
+    b: Index
+    r0: Index
+    c0: Index
+    rows: int
+    cols: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.B + self.R + self.C
+
+
+def classify(S_groups: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], T: Sequence[int]) -> tuple[bool, bool, bool] | None:
+    """For each group: True = full (same as S), False = broadcast (all ones); None = other."""
+    B, R, C = S_groups
+    S = B + R + C
+    if len(T) > len(S):
+        return None
+    T = (1,) * (len(S) - len(T)) + tuple(T)
+    out = []
+    pos = 0
+    for grp in (B, R, C):
+        seg = T[pos:pos + len(grp)]
+        pos += len(grp)
+        if tuple(seg) == tuple(grp):
+            out.append(True)
+        elif all(d == 1 for d in seg):
+            out.append(False)
+        else:
+            return None
+    return out[0], out[1], out[2]
+
+
+# ----------------------------------------------------------------------------
+# The lowering
+# ----------------------------------------------------------------------------
+
+UNARY_VEC = {"graph.relu": "relu", "graph.neg": "neg", "graph.abs": "abs", "graph.exp": "exp",
+             "graph.sqrt": "sqrt", "graph.rsqrt": "rsqrt", "graph.reciprocal": "recip",
+             "graph.tanh": "tanh", "graph.sigmoid": "sigmoid", "graph.silu": "silu"}
+BINARY_VEC = {"graph.add": "add", "graph.sub": "sub", "graph.mul": "mul", "graph.maximum": "max",
+              "graph.minimum": "min", "graph.div": "div"}
+# Abramowitz & Stegun 7.1.26: erf(a) = 1 - t (p1 + t (p2 + ...)) e^{-a^2}, t = 1 / (1 + p a), |err| < 1.5e-7
+_AS_P = 0.3275911
+_AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+@dataclass
+class Ctx:
+    hw: HardwareConfig
+    precision: str
+    overrides: dict[str, tuple[int, ...]]
+    debug: bool
+    module: ModuleOp
+    counter: int = 0
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def passes(self) -> int:
+        return 3 if self.precision == "fp32" else 1
+
+
+class FunctionLowering:
+    def __init__(self, ctx: Ctx, fn: func.FuncOp):
+        self.ctx = ctx
+        self.hw = ctx.hw
+        self.fn = fn
+        self.store = weights_of(ctx.module)
+        self.vmap: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref
+        self.consts: dict[SSAValue, np.ndarray] = {}
+        self.dest: dict[SSAValue, SSAValue] = {}  # tensor -> output memref to write into
+        self.weight_cache: dict[tuple, SSAValue] = {}
+        self.fused: set[Operation] = set()
+
+    # -- constants --------------------------------------------------------
+    def const(self, v: SSAValue) -> np.ndarray | None:
+        """The compile-time value of v (weights, constants, ops of those), or None."""
+        if v in self.consts:
+            return self.consts[v]
+        op = v.owner
+        val: np.ndarray | None = None
+        if isinstance(op, g.WeightOp):
+            val = np.asarray(self.store.get(op.weight_key))
+        elif isinstance(op, g.ConstantOp):
+            val = dense_to_numpy(op.value)
+        elif isinstance(op, g.GraphOp) and not isinstance(op, g.KernelOp) and op.operands and isinstance(v.type, TensorType):
+            ins = [self.const(o) for o in op.operands]
+            if all(x is not None for x in ins) and _prod(_shape(v)) <= (1 << 26):
+                from infer.dialects.graph_interpreter import evaluate_op
+
+                val = evaluate_op(op, ins, self.store)[list(op.results).index(v)]
+        if val is not None:
+            self.consts[v] = val
+        return val
+
+    def weight(self, hint: str, array: np.ndarray, elem: Attribute) -> SSAValue:
+        key = (hint, id(array), array.shape, str(elem))
+        if key not in self.weight_cache:
+            if element_type_name(elem) == "bf16":
+                import ml_dtypes
+
+                arr = np.ascontiguousarray(array.astype(ml_dtypes.bfloat16))
+            else:
+                arr = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+            name = self.store.add(hint, arr)
+            self.weight_cache[key] = self.em.hoist(
+                t.WeightOp(name, t.memref(arr.shape, elem, "dram"))).results[0]
+        return self.weight_cache[key]
+
+    def buf(self, v: SSAValue) -> SSAValue:
+        """The DRAM memref holding tensor v (constants become weights on first use)."""
+        if v in self.vmap:
+            return self.vmap[v]
+        c = self.const(v)
+        if c is None:
+            raise _err(v.owner if isinstance(v.owner, Operation) else self.fn, "value has no buffer")
+        shape = _shape(v)
+        if isinstance(v.owner, g.WeightOp) and c.dtype == np.float32 and c.shape == shape:
+            op = t.WeightOp(v.owner.weight_key, t.memref(shape, f32, "dram"))
+            self.vmap[v] = self.em.hoist(op).results[0]
+            return self.vmap[v]
+        hint = v.owner.weight_key if isinstance(v.owner, g.WeightOp) else "const"
+        arr = np.broadcast_to(c, shape).astype(np.float32)
+        self.vmap[v] = self.weight(hint, np.ascontiguousarray(arr), f32)
+        return self.vmap[v]
+
+    def out_buf(self, v: SSAValue) -> SSAValue:
+        if v in self.dest:
+            buf = self.dest[v]
+        else:
+            buf = self.em.alloc(_shape(v), f32, "dram")
+        self.vmap[v] = buf
+        return buf
+
+    def name(self) -> str:
+        n = f"kernel{self.ctx.counter}"
+        self.ctx.counter += 1
+        return n
+
+    def override(self, name: str, n: int) -> tuple[int, ...] | None:
+        o = self.ctx.overrides.get(name)
+        if o is not None and len(o) != n:
+            raise LoweringError(f"error: graph-to-tile: override for {name} needs {n} sizes, got {len(o)}")
+        return o
+
+    def debug(self, text: str) -> None:
+        if self.ctx.debug:
+            print(text, file=sys.stderr)
+        self.ctx.log.append(text)
+
+    # -- driver -----------------------------------------------------------
+    def run(self) -> func.FuncOp:
+        fn = self.fn
+        ftype = fn.function_type
+        for ty in list(ftype.inputs.data) + list(ftype.outputs.data):
+            if not isinstance(ty, TensorType) or element_type_name(ty.get_element_type()) != "f32":
+                raise _err(fn, f"only f32 tensor arguments and results are supported, got {ty}")
+        in_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.inputs.data]
+        out_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.outputs.data]
+        block = Block(arg_types=in_types + out_types)
+        self.em = Emitter(block)
+        old = fn.body.block
+        for a, na in zip(old.args, block.args[:len(in_types)], strict=True):
+            self.vmap[a] = na
+        ret = old.last_op
+        assert isinstance(ret, func.ReturnOp)
+        outs = list(block.args[len(in_types):])
+        pending_copies: list[tuple[SSAValue, SSAValue]] = []
+        for v, o in zip(ret.arguments, outs, strict=True):
+            if v in self.dest or v in self.vmap or self.const(v) is not None:
+                pending_copies.append((v, o))
+            else:
+                self.dest[v] = o
+        for op in list(old.ops):
+            if op is ret or op in self.fused:
+                continue
+            if all(self.const(r) is not None for r in op.results) and op.results:
+                continue  # folded at compile time, materialized on use
+            self.lower_op(op)
+        for v, o in pending_copies:
+            self.copy(self.buf(v), o, _shape(v))
+        # function attributes
+        arg_attrs = []
+        old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(in_types)
+        for a in old_arg_attrs:
+            arg_attrs.append(a)
+        old_res = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(out_types)
+        for i, r in enumerate(old_res):
+            d = dict(r.data)
+            d.setdefault("graph.name", StringAttr(f"output{i}" if len(old_res) > 1 else "output"))
+            d["tile.output"] = UnitAttr()
+            arg_attrs.append(DictionaryAttr(d))
+        self.em.insert(func.ReturnOp())
+        new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(in_types + out_types, []),
+                          Region(block), fn.sym_visibility)
+        from xdsl.dialects.builtin import ArrayAttr
+
+        new.arg_attrs = ArrayAttr(arg_attrs)
+        return new
+
+    # -- dispatch -----------------------------------------------------------
+    def lower_op(self, op: Operation) -> None:
+        outer = self.em.alloc_after is None
+        if outer:
+            self.em.begin_kernel()
+        try:
+            self._lower_op(op)
+        finally:
+            if outer:
+                self.em.end_kernel()
+
+    def _lower_op(self, op: Operation) -> None:
+        if isinstance(op, g.KernelOp):
+            self.lower_kernel(op)
+            return
+        for r in op.results:
+            if not isinstance(r.type, TensorType) or element_type_name(r.type.get_element_type()) != "f32":
+                raise _err(op, f"only f32 tensors are supported, got {r.type}")
+        if isinstance(op, g.LinearOp | g.MatmulOp):
+            epi = self.fusable_chain(op)
+            self.lower_gemm(op, epi, (epi[-1] if epi else op).results[0], {})
+        elif isinstance(op, g.Conv2dOp):
+            epi = self.fusable_chain(op)
+            self.lower_conv(op, epi, (epi[-1] if epi else op).results[0], {})
+        elif isinstance(op, g.BatchNormOp):
+            self.lower_batch_norm(op)
+        elif isinstance(op, (g.UnaryOp, g.BinaryOp)) and op.name not in _UNSUPPORTED_EW:
+            self.lower_elementwise([op], op.results[0], {})
+        elif isinstance(op, g.ReshapeOp):
+            self.vmap[op.output] = self.em.view(self.buf(op.input), _shape(op.output))
+            if op.output in self.dest:
+                self.copy(self.vmap[op.output], self.dest[op.output], _shape(op.output))
+        else:
+            lower = _OTHER.get(op.name)
+            if lower is None:
+                raise _err(op, "this op has no tile lowering (supported: linear, matmul, conv2d, "
+                           "elementwise, pooling, batch/layer/rms norm, softmax, attention, reshape, "
+                           "transpose, slice, concat, broadcast)")
+            lower(self, op)
+
+    def fusable_chain(self, anchor: Operation) -> list[Operation]:
+        """Elementwise ops that only consume the anchor's result (a chain of single
+        uses, same shape, other operands already available): fused as the epilogue."""
+        chain: list[Operation] = []
+        v = anchor.results[0]
+        while len(list(v.uses)) == 1:
+            user = next(iter(v.uses)).operation
+            if not isinstance(user, g.UnaryOp | g.BinaryOp) or user.name in _UNSUPPORTED_EW:
+                break
+            if isinstance(user, g.BinaryOp) and user.name == "graph.pow":
+                break
+            if _shape(user.results[0]) != _shape(v) or user.parent_block() is not anchor.parent_block():
+                break
+            others = [o for o in user.operands if o is not v]
+            if not all(o in self.vmap or self.const(o) is not None for o in others):
+                break
+            if v in self.dest:
+                break
+            chain.append(user)
+            v = user.results[0]
+        self.fused.update(chain)
+        return chain
+
+    def lower_kernel(self, k: g.KernelOp) -> None:
+        block = k.body.block
+        env: dict[SSAValue, SSAValue] = dict(zip(block.args, k.inputs, strict=True))
+        yield_op = k.yield_op
+        assert yield_op is not None
+        anchor = k.anchor()
+        ops = [o for o in block.ops if o is not yield_op]
+        # constants inside the region are plain constants
+        for o in ops:
+            if isinstance(o, g.ConstantOp):
+                self.consts[o.output] = dense_to_numpy(o.value)
+        ops = [o for o in ops if not isinstance(o, g.ConstantOp)]
+        for a, v in env.items():
+            if v in self.vmap:
+                self.vmap[a] = self.vmap[v]
+            c = self.const(v)
+            if c is not None:
+                self.consts[a] = c
+        if len(yield_op.values) != 1:
+            raise _err(k, "kernels with several results are not supported yet")
+        res = yield_op.values[0]
+        if k.outputs[0] in self.dest:
+            self.dest[res] = self.dest[k.outputs[0]]
+        if anchor is None:
+            self.lower_elementwise(ops, res, {})
+        else:
+            epi = [o for o in ops if o is not anchor]
+            ai = ops.index(anchor)
+            if ai != 0 and any(o in ops[:ai] for o in ops):
+                # ops before the anchor feed it: lower them standalone first
+                for o in ops[:ai]:
+                    self.lower_op(o)
+                epi = ops[ai + 1:]
+            if isinstance(anchor, g.LinearOp | g.MatmulOp):
+                self.lower_gemm(anchor, epi, res, {})
+            elif isinstance(anchor, g.Conv2dOp):
+                self.lower_conv(anchor, epi, res, {})
+            else:
+                self.lower_op(anchor)
+                for o in epi:
+                    self.lower_op(o)
+        self.vmap[k.outputs[0]] = self.vmap[res]
+
+    # -- copies ------------------------------------------------------------
+    def copy(self, src: SSAValue, dst: SSAValue, shape: Sequence[int]) -> None:
+        n = _prod(shape)
+        cols = shape[-1] if shape else 1
+        rows = n // cols
+        s2, d2 = self.em.view(src, (rows, cols)), self.em.view(dst, (rows, cols))
+        tr = max(1, min(rows, (self.hw.memory.scratchpad_bytes // 4) // (cols * 4 * 2)))
+        if tr < 1 or cols * 4 > self.hw.memory.scratchpad_bytes // 4:
+            s2, d2 = self.em.view(src, (n, 1)), self.em.view(dst, (n, 1))
+            rows, cols, tr = n, 1, min(n, self.hw.memory.scratchpad_bytes // 16)
+        buf = self.em.alloc((tr, cols), f32, "spad", 2)
+        self.em.tiles(rows, tr, lambda r0, r: (self.em.dma(s2, [r0, 0], buf, [0, 0], [r, cols]),
+                                               self.em.dma(buf, [0, 0], d2, [r0, 0], [r, cols])))
+
+    # -- epilogues ---------------------------------------------------------
+    def load_operand(self, v: SSAValue, frame: TileFrame, op: Operation) -> tuple[str, object]:
+        """Bring tensor v onto the tile: ("imm", float) | (bmode, local buffer)."""
+        c = self.const(v)
+        if c is not None and c.size == 1:
+            return "imm", float(c.reshape(()))
+        cls = classify((frame.B, frame.R, frame.C), _shape(v))
+        if cls is None:
+            raise _err(op, f"operand of shape {_shape(v)} broadcasts onto the output "
+                       f"{frame.shape} in a way the tile lowering does not support")
+        fb, fr, fcl = cls
+        if not fr and not fcl:
+            raise _err(op, "a runtime scalar operand is not supported (only compile-time scalars)")
+        src = self.buf(v)
+        nb = _prod(frame.B) if fb else 1
+        R, C = _prod(frame.R), _prod(frame.C)
+        b = frame.b if fb else 0
+        if fr and fcl:
+            view = self.em.view(src, (nb * R, C))
+            loc = self.em.alloc((frame.rows, frame.cols), f32, "spad", 2)
+            self.em.dma(view, [self.em.add(self.em.mul(b, R), frame.r0), frame.c0], loc, [0, 0], [frame.rows, frame.cols])
+            return "tile", loc
+        if fcl:  # row vector
+            view = self.em.view(src, (nb, C))
+            loc = self.em.alloc((1, frame.cols), f32, "spad", 2)
+            self.em.dma(view, [b, frame.c0], loc, [0, 0], [1, frame.cols])
+            return "row", loc
+        view = self.em.view(src, (nb * R, 1))
+        loc = self.em.alloc((frame.rows, 1), f32, "spad", 2)
+        self.em.dma(view, [self.em.add(self.em.mul(b, R), frame.r0), 0], loc, [0, 0], [frame.rows, 1])
+        return "col", loc
+
+    def epilogue(self, ops: Sequence[Operation], tiles: dict[SSAValue, SSAValue], frame: TileFrame,
+                 result: SSAValue) -> SSAValue:
+        """Apply elementwise ops to local tiles; `tiles` maps tensors already on the
+        tile (the anchor's result) to [rows x cols] fp32 local buffers at [0, 0]."""
+        em, rows, cols = self.em, frame.rows, frame.cols
+
+        def operand(v: SSAValue, op: Operation) -> tuple[str, object]:
+            if v in tiles:
+                return "tile", tiles[v]
+            return self.load_operand(v, frame, op)
+
+        def new_tile() -> SSAValue:
+            return em.alloc((rows, cols), f32, "spad", 2)
+
+        for op in ops:
+            out = op.results[0]
+            if _shape(out) != frame.shape:
+                raise _err(op, f"result {_shape(out)} is not the kernel's output shape {frame.shape}")
+            dst = new_tile()
+            z = [0, 0]
+            if op.name in UNARY_VEC or isinstance(op, g.UnaryOp):
+                kind, x = operand(op.operands[0], op)
+                if kind != "tile":  # broadcast operand: materialize it on the tile
+                    x = self._bcast_tile(kind, x, frame)
+                self._unary(op, dst, x, rows, cols)
+            elif isinstance(op, g.BinaryOp):
+                ka, a = operand(op.lhs, op)
+                kb, b = operand(op.rhs, op)
+                name = BINARY_VEC.get(op.name)
+                if name is None:
+                    if op.name == "graph.pow" and kb == "imm" and b in (2.0, 0.5, 1.0, -1.0, -0.5, 3.0):
+                        if ka != "tile":
+                            a = self._bcast_tile(ka, a, frame)
+                        self._pow(dst, a, b, rows, cols)
+                        tiles[out] = dst
+                        continue
+                    raise _err(op, "this elementwise op has no vector-unit lowering")
+                if ka != "tile":
+                    if name in ("add", "mul", "max", "min"):
+                        ka, a, kb, b = kb, b, ka, a
+                    else:
+                        a = self._bcast_tile(ka, a, frame)
+                        ka = "tile"
+                if ka != "tile":
+                    a = self._bcast_tile(ka, a, frame)
+                if name == "div":
+                    if kb == "imm":
+                        em.vec("mul", dst, z, a, z, rows, cols, bmode="imm", imm=1.0 / b)
+                    else:
+                        shp = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[kb]
+                        rb = em.alloc(shp, f32, "spad", 2)
+                        em.vec("recip", rb, z, b, z, *shp)
+                        em.vec("mul", dst, z, a, z, rows, cols, rb, z, bmode=kb)
+                elif kb == "imm":
+                    em.vec(name, dst, z, a, z, rows, cols, bmode="imm", imm=b)
+                else:
+                    em.vec(name, dst, z, a, z, rows, cols, b, z, bmode=kb)
+            else:
+                raise _err(op, "only elementwise unary/binary ops can follow a kernel's anchor")
+            tiles[out] = dst
+        if result not in tiles:
+            kind, x = operand(result, ops[-1] if ops else result.owner)
+            return self._bcast_tile(kind, x, frame)
+        return tiles[result]
+
+    def _bcast_tile(self, kind: str, x: object, frame: TileFrame) -> SSAValue:
+        em, rows, cols = self.em, frame.rows, frame.cols
+        if kind == "tile":
+            return x  # type: ignore[return-value]
+        dst = em.alloc((rows, cols), f32, "spad", 2)
+        em.fill(dst, [0, 0], rows, cols, 0.0)
+        if kind == "imm":
+            em.vec("add", dst, [0, 0], dst, [0, 0], rows, cols, bmode="imm", imm=x)  # type: ignore[arg-type]
+        else:
+            em.vec("add", dst, [0, 0], dst, [0, 0], rows, cols, x, [0, 0], bmode=kind)  # type: ignore[arg-type]
+        return dst
+
+    def _pow(self, dst, a, p, rows, cols):
+        em, z = self.em, [0, 0]
+        if p == 2.0:
+            em.vec("mul", dst, z, a, z, rows, cols, a, z, bmode="tile")
+        elif p == 3.0:
+            em.vec("mul", dst, z, a, z, rows, cols, a, z, bmode="tile")
+            em.vec("mul", dst, z, dst, z, rows, cols, a, z, bmode="tile")
+        elif p == 0.5:
+            em.vec("sqrt", dst, z, a, z, rows, cols)
+        elif p == -0.5:
+            em.vec("rsqrt", dst, z, a, z, rows, cols)
+        elif p == -1.0:
+            em.vec("recip", dst, z, a, z, rows, cols)
+        else:
+            em.vec("copy", dst, z, a, z, rows, cols)
+
+    def _unary(self, op: Operation, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
+        em, z = self.em, [0, 0]
+        name = op.name
+        if name in UNARY_VEC:
+            em.vec(UNARY_VEC[name], dst, z, x, z, rows, cols)
+        elif isinstance(op, g.GeluOp) and op.approximate.data == "tanh":
+            em.vec("gelu", dst, z, x, z, rows, cols)
+        elif isinstance(op, g.GeluOp):
+            # 0.5 (x + |x| erf(|x| / sqrt 2)) with A&S 7.1.26 for erf on a >= 0
+            a = em.alloc((rows, cols), f32, "spad", 1)
+            tt = em.alloc((rows, cols), f32, "spad", 1)
+            p = em.alloc((rows, cols), f32, "spad", 1)
+            em.vec("abs", a, z, x, z, rows, cols)
+            em.vec("mul", a, z, a, z, rows, cols, bmode="imm", imm=1 / math.sqrt(2))  # a = |x|/sqrt2
+            em.vec("mul", tt, z, a, z, rows, cols, bmode="imm", imm=_AS_P)
+            em.vec("add", tt, z, tt, z, rows, cols, bmode="imm", imm=1.0)
+            em.vec("recip", tt, z, tt, z, rows, cols)  # t
+            em.vec("mul", p, z, tt, z, rows, cols, bmode="imm", imm=_AS[4])
+            for coef in reversed(_AS[:4]):
+                em.vec("add", p, z, p, z, rows, cols, bmode="imm", imm=coef)
+                em.vec("mul", p, z, p, z, rows, cols, tt, z, bmode="tile")  # p = t * poly(t)
+            em.vec("mul", tt, z, a, z, rows, cols, a, z, bmode="tile")
+            em.vec("neg", tt, z, tt, z, rows, cols)
+            em.vec("exp", tt, z, tt, z, rows, cols)  # e^{-a^2}
+            em.vec("mul", p, z, p, z, rows, cols, tt, z, bmode="tile")
+            em.vec("sub", p, z, p, z, rows, cols, bmode="imm", imm=1.0)  # -(erf(a))
+            em.vec("abs", a, z, x, z, rows, cols)
+            em.vec("mul", p, z, p, z, rows, cols, a, z, bmode="tile")  # -|x| erf
+            em.vec("sub", dst, z, x, z, rows, cols, p, z, bmode="tile")
+            em.vec("mul", dst, z, dst, z, rows, cols, bmode="imm", imm=0.5)
+        elif isinstance(op, g.ClipOp):
+            src = x
+            if op.min is not None:
+                em.vec("max", dst, z, src, z, rows, cols, bmode="imm", imm=op.min.value.data)
+                src = dst
+            if op.max is not None:
+                em.vec("min", dst, z, src, z, rows, cols, bmode="imm", imm=op.max.value.data)
+                src = dst
+            if src is x:
+                em.vec("copy", dst, z, x, z, rows, cols)
+        elif isinstance(op, g.LeakyReluOp):
+            alpha = op.alpha.value.data
+            tmp = em.alloc((rows, cols), f32, "spad", 1)
+            em.vec("min", tmp, z, x, z, rows, cols, bmode="imm", imm=0.0)
+            em.vec("mul", tmp, z, tmp, z, rows, cols, bmode="imm", imm=alpha)
+            em.vec("relu", dst, z, x, z, rows, cols)
+            em.vec("add", dst, z, dst, z, rows, cols, tmp, z, bmode="tile")
+        elif isinstance(op, g.EluOp):
+            alpha = op.alpha.value.data
+            tmp = em.alloc((rows, cols), f32, "spad", 1)
+            em.vec("min", tmp, z, x, z, rows, cols, bmode="imm", imm=0.0)
+            em.vec("exp", tmp, z, tmp, z, rows, cols)
+            em.vec("add", tmp, z, tmp, z, rows, cols, bmode="imm", imm=-1.0)
+            em.vec("mul", tmp, z, tmp, z, rows, cols, bmode="imm", imm=alpha)
+            em.vec("relu", dst, z, x, z, rows, cols)
+            em.vec("add", dst, z, dst, z, rows, cols, tmp, z, bmode="tile")
+        elif isinstance(op, g.HardSigmoidOp):
+            em.vec("mul", dst, z, x, z, rows, cols, bmode="imm", imm=op.alpha.value.data)
+            em.vec("add", dst, z, dst, z, rows, cols, bmode="imm", imm=op.beta.value.data)
+            em.vec("max", dst, z, dst, z, rows, cols, bmode="imm", imm=0.0)
+            em.vec("min", dst, z, dst, z, rows, cols, bmode="imm", imm=1.0)
+        elif isinstance(op, g.CastOp) and _shape(op.input) == _shape(op.output):
+            em.vec("copy", dst, z, x, z, rows, cols)
+        else:
+            raise _err(op, "this elementwise op has no vector-unit lowering")
+
+    def epi_cost(self, ops: Sequence[Operation]) -> int:
+        cost = self.hw.vector.cost
+        total = 0
+        for o in ops:
+            if isinstance(o, g.GeluOp) and o.approximate.data == "none":
+                total += 20
+            else:
+                total += cost.get(UNARY_VEC.get(o.name, BINARY_VEC.get(o.name, "add")), 1)
+        return total
+
+    # -- elementwise kernels -------------------------------------------------
+    def lower_elementwise(self, ops: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
+        S = _shape(result)
+        inputs: list[SSAValue] = []
+        produced = {r for o in ops for r in o.results}
+        for o in ops:
+            for v in o.operands:
+                if v not in produced and v not in inputs:
+                    inputs.append(v)
+        split = None
+        rank = len(S)
+        for i in range(rank):
+            for j in range(rank - 1, i - 1, -1):
+                grp = (S[:i], S[i:j], S[j:])
+                if all(classify(grp, _shape(v)) is not None and not (
+                        (c := classify(grp, _shape(v))) and not c[1] and not c[2] and self.const(v) is None
+                        and _prod(_shape(v)) == 1) for v in inputs):
+                    split = grp
+                    break
+            if split:
+                break
+        if split is None:
+            split = ((), S[:-1] if S else (), S[-1:] if S else (1,))
+        B, R, C = split
+        if not C:
+            C = (1,)
+        nb, M, N = _prod(B), _prod(R), _prod(C)
+        name = self.name()
+        out = self.out_buf(result)
+        out2 = self.em.view(out, (nb * M, N))
+        full_in = [v for v in inputs if (c := classify(split, _shape(v))) and c[1] and c[2]]
+        live = 2 + len(full_in) + len(ops)
+        rc = tc.choose_rows(self.hw, nb * M, N, bytes_in=4 * max(1, len(full_in)), bytes_out=4,
+                            vec_cost=max(1, self.epi_cost(ops)), live_tiles=live,
+                            override=(o[0] if (o := self.override(name, 1)) else None))
+        rc.rows = min(rc.rows, M)
+        self.debug(tc.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
+                                    "x".join(map(str, S)), rc))
+
+        def body(b: Index, r0: Index, rows: int, c0: Index, cols: int) -> None:
+            frame = TileFrame(B, R, C, b, r0, c0, rows, cols)
+            res = self.epilogue(ops, {}, frame, result)
+            self.em.dma(res, [0, 0], out2, [self.em.add(self.em.mul(b, M), r0), c0], [rows, cols])
+
+        self.em.range(nb, lambda b: self.em.tiles(
+            M, rc.rows, lambda r0, rows: self.em.tiles(N, rc.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
+
+    # -- split fp32 -> bf16 hi (/lo) ---------------------------------------------
+    def split(self, src: SSAValue, hi: SSAValue, lo: SSAValue | None, rows: int, cols: int) -> None:
+        z = [0, 0]
+        self.em.vec("copy", hi, z, src, z, rows, cols)
+        if lo is not None:
+            self.em.vec("sub", src, z, src, z, rows, cols, hi, z, bmode="tile")
+            self.em.vec("copy", lo, z, src, z, rows, cols)
+
+    def packed_splits(self, arr: np.ndarray) -> list[np.ndarray]:
+        import ml_dtypes
+
+        a32 = arr.astype(np.float32)
+        hi = a32.astype(ml_dtypes.bfloat16)
+        if self.ctx.passes == 1:
+            return [hi]
+        lo = (a32 - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
+        return [hi, lo]
+
+    # -- GEMM ------------------------------------------------------------------
+    def lower_gemm(self, op: Operation, epi: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
+        em, hw = self.em, self.hw
+        R_, C_ = hw.matrix.rows, hw.matrix.cols
+        if isinstance(op, g.LinearOp):
+            x, wv, bias = op.input, op.weight, op.bias
+            w = self.const(wv)
+            xs = _shape(x)
+            K = xs[-1]
+            N = _shape(wv)[0]
+            a_batch: tuple[int, ...] = ()
+            M = _prod(xs[:-1])
+            batch: tuple[int, ...] = ()
+            wT = None if w is None else np.ascontiguousarray(np.asarray(w, np.float32).T)
+            rhs_act = None
+            if w is None:
+                raise _err(op, "graph.linear with a runtime weight is not supported (use graph.matmul)")
+            Rg: tuple[int, ...] = tuple(xs[:-1])
+        else:
+            assert isinstance(op, g.MatmulOp)
+            x, wv, bias = op.lhs, op.rhs, None
+            if op.transpose_a.value.data:
+                raise _err(op, "transpose_a is not supported by the tile lowering")
+            xs, ws = _shape(x), _shape(wv)
+            if len(xs) == 1:
+                xs = (1, xs[0])
+            if len(ws) == 1:
+                ws = (ws[0], 1)
+            tb = bool(op.transpose_b.value.data)
+            w = self.const(wv)
+            if w is not None and _prod(ws[:-2]) == 1:
+                w2 = np.asarray(w, np.float32).reshape(ws[-2:])
+                wT = np.ascontiguousarray(w2.T if tb else w2)
+                K, N = wT.shape
+                rhs_act = None
+                batch = tuple(xs[:-2])
+                a_batch = batch
+                M = xs[-2]
+            else:
+                wT = None
+                src = self.buf(wv)
+                if tb:
+                    src = self.transpose_last2(src, ws)
+                    ws = (*ws[:-2], ws[-1], ws[-2])
+                K, N = ws[-2], ws[-1]
+                M = xs[-2]
+                batch = tuple(_shape(result)[:-2]) if len(_shape(op.lhs)) > 1 and len(_shape(op.rhs)) > 1 else tuple(np.broadcast_shapes(xs[:-2], ws[:-2]))
+                a_batch = tuple(xs[:-2])
+                rhs_act = (src, tuple(ws[:-2]))
+            Rg = (M,)
+        out_shape = _shape(result)
+        nbatch = _prod(batch)
+        out = self.out_buf(result)
+        out2 = em.view(out, (nbatch * M, N))
+        a_full = _prod(a_batch) == nbatch and nbatch > 1
+        if a_batch and _prod(a_batch) not in (1, nbatch):
+            raise _err(op, "partial batch broadcasting is not supported")
+        xv = em.view(self.buf(x), ((nbatch if a_full else 1) * M, K))
+        if isinstance(op, g.LinearOp) or wT is not None:
+            frame_groups = ((), tuple(out_shape[:-1]), (N,)) if isinstance(op, g.LinearOp) else (tuple(batch), (M,), (N,))
+        else:
+            frame_groups = (tuple(batch), (M,), (N,))
+        if isinstance(op, g.LinearOp):
+            frame_groups = ((), tuple(out_shape[:-1]), (N,))
+            nbatch, M = 1, _prod(out_shape[:-1])
+        name = self.name()
+        passes = self.ctx.passes
+        spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True,
+                           rhs_bytes=(4 if rhs_act else 2 * (2 if passes == 3 else 1)),
+                           rhs_split=rhs_act is not None, passes=passes, batch=nbatch,
+                           epi_cost=self.epi_cost(epi) + (1 if bias is not None else 0),
+                           epi_tiles=sum(1 for o in epi for v in o.operands if v not in {r for e in epi for r in e.results}
+                                         and v is not op.results[0] and _shape(v) == out_shape))
+        ch = tc.choose_gemm(hw, M, N, K, spec, override=self.override(name, 3))
+        TM, TN, TK = ch.tiles
+        self.debug(tc.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}" + (f" batch={nbatch}" if nbatch > 1 else ""), ch))
+        copies = 2 if passes == 3 else 1
+        # pre-packed weights: [N/TN tiles][Kp][TN] so one weight tile is one contiguous DMA
+        packs: list[SSAValue] = []
+        Kp = -(-K // TK) * TK
+        if wT is not None:
+            Np = -(-N // TN) * TN
+            wpad = np.zeros((Kp, Np), np.float32)
+            wpad[:K, :N] = wT
+            blocked = wpad.reshape(Kp, Np // TN, TN).transpose(1, 0, 2).reshape(Np // TN * Kp, TN)
+            hint = (wv.owner.weight_key if isinstance(wv.owner, g.WeightOp) else f"{name}.weight") + ".packed"
+            for i, part in enumerate(self.packed_splits(blocked)):
+                packs.append(self.weight(hint + ("_hi" if i == 0 else "_lo") if copies == 2 else hint, part, bf16))
+        bias_v = None
+        if bias is not None:
+            bias_v = em.view(self.buf(bias), (1, N))
+        # local buffers
+        xs_ = em.alloc((TM, TK), f32, "spad", 2)
+        xh = em.alloc((TM, TK), bf16, "spad", 2)
+        xl = em.alloc((TM, TK), bf16, "spad", 2) if copies == 2 else None
+        wh = em.alloc((TK, TN), bf16, "spad", 2)
+        wl = em.alloc((TK, TN), bf16, "spad", 2) if copies == 2 else None
+        ws_ = em.alloc((TK, TN), f32, "spad", 2) if rhs_act else None
+        acc = em.alloc((TM, TN), f32, "acc", 2)
+        bias_t = em.alloc((1, TN), f32, "spad", 2) if bias_v is not None else None
+        rb = None
+        if rhs_act:
+            rsrc, rbatch = rhs_act
+            r_full = _prod(rbatch) == nbatch and nbatch > 1
+            rb = em.view(rsrc, ((nbatch if r_full else 1) * K, N))
+
+        def tile_body(b: Index, m0: Index, tm: int, jn: Index, n0: Index, tn: int) -> None:
+            em.fill(acc, [0, 0], tm, tn, 0.0)
+
+            def kstep(k0: Index, tk: int) -> None:
+                em.dma(xv, [em.add(em.mul(b, M) if a_full else 0, m0), k0], xs_, [0, 0], [tm, tk])
+                self.split(xs_, xh, xl, tm, tk)
+                if packs:
+                    row = em.add(em.mul(jn, Kp), k0)
+                    em.dma(packs[0], [row, 0], wh, [0, 0], [TK, TN])
+                    if copies == 2:
+                        em.dma(packs[1], [row, 0], wl, [0, 0], [TK, TN])
+                else:
+                    rrow = em.add(em.mul(b, K) if r_full_flag else 0, k0)
+                    em.dma(rb, [rrow, n0], ws_, [0, 0], [tk, tn])
+                    self.split(ws_, wh, wl, tk, tn)
+
+                def mm(kk: Index, kc: int) -> None:
+                    def mm2(nn: Index, nc: int) -> None:
+                        em.matmul(xh, [0, kk], wh, [kk, nn], acc, [0, nn], tm, kc, nc)
+                        if copies == 2:
+                            em.matmul(xh, [0, kk], wl, [kk, nn], acc, [0, nn], tm, kc, nc)
+                            em.matmul(xl, [0, kk], wh, [kk, nn], acc, [0, nn], tm, kc, nc)
+                    em.tiles(tn, C_, mm2)
+                em.tiles(tk, R_, mm)
+
+            em.tiles(K, TK, kstep)
+            z = [0, 0]
+            if bias_v is not None:
+                em.dma(bias_v, [0, n0], bias_t, z, [1, tn])
+                em.vec("add", acc, z, acc, z, tm, tn, bias_t, z, bmode="row")
+            B, Rg2, Cg = frame_groups
+            frame = TileFrame(B, Rg2, Cg, b, m0, n0, tm, tn)
+            res = self.epilogue(epi, {op.results[0]: acc}, frame, result)
+            em.dma(res, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
+
+        r_full_flag = bool(rhs_act) and _prod(rhs_act[1]) == nbatch and nbatch > 1
+
+        def over_n(b: Index, m0: Index, tm: int) -> None:
+            full, rem = divmod(N, TN)
+            if full == 1:
+                tile_body(b, m0, tm, 0, 0, TN)
+            elif full > 1:
+                em.loop(0, full, 1, lambda j: tile_body(b, m0, tm, j, em.mul(j, TN), TN))
+            if rem:
+                tile_body(b, m0, tm, full, full * TN, rem)
+
+        em.range(nbatch, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
+
+    def transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
+        """A DRAM copy with the last two dims swapped (column gathers through the scratchpad)."""
+        em = self.em
+        nb = _prod(shape[:-2])
+        Rr, Cc = shape[-2], shape[-1]
+        dst = em.alloc((*shape[:-2], Cc, Rr), f32, "dram")
+        s2 = em.view(src, (nb * Rr, Cc))
+        d2 = em.view(dst, (nb * Cc * Rr, 1))
+        tr = min(Rr, self.hw.memory.scratchpad_bytes // 64)
+        buf = em.alloc((tr, 1), f32, "spad", 2)
+
+        def body(b: Index, c: Index, r0: Index, rr: int) -> None:
+            em.dma(s2, [em.add(em.mul(b, Rr), r0), c], buf, [0, 0], [rr, 1])
+            em.dma(buf, [0, 0], d2, [em.add(em.add(em.mul(b, Cc * Rr), em.mul(c, Rr)), r0), 0], [rr, 1])
+
+        em.range(nb, lambda b: em.range(Cc, lambda c: em.tiles(Rr, tr, lambda r0, rr: body(b, c, r0, rr))))
+        return dst
+
+    # -- conv ------------------------------------------------------------------
+    def lower_conv(self, op: g.Conv2dOp, epi: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
+        raise _err(op, "conv2d lowering is not implemented yet")
+
+    def lower_batch_norm(self, op: g.BatchNormOp) -> None:
+        vals = [self.const(v) for v in (op.scale, op.bias, op.mean, op.var)]
+        if any(v is None for v in vals):
+            raise _err(op, "batch_norm needs compile-time scale/bias/mean/var")
+        s, b, m, v = (np.asarray(a, np.float64) for a in vals)
+        k = s / np.sqrt(v + op.epsilon.value.data)
+        shift = b - m * k
+        shp = (1, len(k)) + (1,) * (len(_shape(op.input)) - 2)
+        self._affine(op, op.input, k.astype(np.float32).reshape(shp), shift.astype(np.float32).reshape(shp), op.output)
+
+    def _affine(self, op, x, scale, shift, result) -> None:
+        """result = x * scale + shift with compile-time per-channel scale/shift."""
+        ks = g.ConstantOp  # placeholder to satisfy typing
+        _ = ks
+        S = _shape(result)
+        B, R, C = S[:1], S[1:2], S[2:]
+        nb, M, N = _prod(B), _prod(R), _prod(C)
+        out = self.out_buf(result)
+        out2 = self.em.view(out, (nb * M, N))
+        xv = self.em.view(self.buf(x), (nb * M, N))
+        sc = self.weight("bn.scale", scale.reshape(M, 1).copy(), f32)
+        sh = self.weight("bn.shift", shift.reshape(M, 1).copy(), f32)
+        name = self.name()
+        rc = tc.choose_rows(self.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
+                            override=(o[0] if (o := self.override(name, 1)) else None))
+        self.debug(tc.describe_rows(name, "batch_norm", "x".join(map(str, S)), rc))
+        em = self.em
+        xt = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
+        st = em.alloc((rc.rows, 1), f32, "spad", 2)
+        ht = em.alloc((rc.rows, 1), f32, "spad", 2)
+        z = [0, 0]
+
+        def body(b: Index, r0: Index, rows: int, c0: Index, cols: int) -> None:
+            row = em.add(em.mul(b, M), r0)
+            em.dma(xv, [row, c0], xt, z, [rows, cols])
+            em.dma(sc, [r0, 0], st, z, [rows, 1])
+            em.dma(sh, [r0, 0], ht, z, [rows, 1])
+            em.vec("mul", xt, z, xt, z, rows, cols, st, z, bmode="col")
+            em.vec("add", xt, z, xt, z, rows, cols, ht, z, bmode="col")
+            em.dma(xt, z, out2, [row, c0], [rows, cols])
+
+        em.range(nb, lambda b: em.tiles(M, rc.rows, lambda r0, rows: em.tiles(
+            N, rc.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
+
+
+_UNSUPPORTED_EW = {"graph.not", "graph.and", "graph.or", "graph.xor", "graph.equal", "graph.less",
+                   "graph.less_equal", "graph.greater", "graph.greater_equal", "graph.mod",
+                   "graph.sign", "graph.log", "graph.erf", "graph.sin", "graph.cos", "graph.floor",
+                   "graph.ceil", "graph.round", "graph.softplus"}
+
+_OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {}
+
+
+def _shape_t(ty: Attribute) -> tuple[int, ...]:
+    assert isinstance(ty, TensorType)
+    return tuple(ty.get_shape())
+
+
+def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
+        if "=" not in item:
+            raise LoweringError(f"error: graph-to-tile: override '{item}' must be NAME=TMxTNxTK")
+        k, v = item.split("=", 1)
+        try:
+            sizes = tuple(int(x) for x in v.lower().split("x"))
+        except ValueError:
+            raise LoweringError(f"error: graph-to-tile: override '{item}': sizes must be integers") from None
+        if any(s < 1 for s in sizes):
+            raise LoweringError(f"error: graph-to-tile: override '{item}': sizes must be positive")
+        out[k.strip()] = sizes
+    return out
+
+
+@dataclass(frozen=True)
+class GraphToTilePass(ModulePass):
+    """Lower graph functions to tile-level DRAM functions with cost-model tiling."""
+
+    name = "graph-to-tile"
+
+    target: str = "edge"
+    precision: str = "fp32"
+    overrides: str = ""
+    debug_tiling: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise LoweringError(f"error: graph-to-tile: precision must be fp32 or bf16, got '{self.precision}'")
+        try:
+            hw = load_config(self.target)
+        except Exception as e:
+            raise LoweringError(f"error: graph-to-tile: {e}") from None
+        if "bf16" not in hw.matrix.dtypes:
+            raise LoweringError(f"error: graph-to-tile: target '{hw.name}' has no bf16 matrix unit")
+        c = Ctx(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op)
+        weights_of(op)
+        for fn in list(op.ops):
+            if not isinstance(fn, func.FuncOp) or fn.is_declaration:
+                continue
+            new = FunctionLowering(c, fn).run()
+            op.body.block.insert_op_before(new, fn)
+            fn.detach()
+            fn.erase()
+        op.attributes[t.TARGET_ATTR] = StringAttr(self.target)
+
+
+_ = (bf16, i1, field)

@@ -1,0 +1,242 @@
+"""Cost model for tile-size selection (used by `graph-to-tile`).
+
+Every number comes from the hardware description (`infer.target.hw`): array
+rows/cols, scratchpad and accumulator capacity, DRAM bytes/cycle and burst
+size, DMA setup and channels, vector lanes and per-op costs, latencies.
+
+A GEMM-shaped kernel streams `M` rows of its left operand through the array
+against a stationary `K x N` right operand (the weight tile). Tiles are
+(TM, TN, TK); loops run m (outer), n, k (inner, accumulating in the
+accumulator), so the left operand is re-read once per n tile and the right
+operand once per m tile. Inputs are double buffered (2 copies each) and the
+accumulator tile too, so each buffer gets half the memory.
+
+    matrix  = steps * mm_per_step * max(TM * cycles_per_row, weight_load(k, n))
+              + out_tiles * fill_drain
+    memory  = sum(DMA bytes, each row rounded up to whole bursts) / bytes_per_cycle
+              + DMAs * setup_cycles / channels
+    vector  = steps * split_cost(lhs, rhs) + out_tiles * epilogue_cost
+    cycles  = max(matrix, memory, vector) + out_tiles * (fill_drain + vector.latency)
+              + dram.latency
+
+The bound of an op is the largest of the three terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from infer.target.hw import HardwareConfig
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """What a GEMM-shaped kernel moves and computes besides the MACs."""
+
+    lhs_bytes: int = 4  # DRAM bytes per lhs element as loaded (f32 activation: 4, packed bf16: 2 per pass)
+    lhs_split: bool = True  # lhs is fp32 in DRAM and is converted on the vector unit
+    rhs_bytes: int = 2
+    rhs_split: bool = False
+    passes: int = 3  # matmuls per array tile: 3 (fp32 emulation) or 1 (bf16)
+    taps: int = 1  # conv: kh * kw shifted windows accumulate into the same tile
+    batch: int = 1  # independent problems (batched matmul, conv images)
+    epi_cost: int = 0  # vector cost units per output element (sum of vector.cost of epilogue ops)
+    epi_tiles: int = 0  # extra [TM, TN] fp32 operand tiles loaded per output tile (residual, ...)
+    out_bytes: int = 4
+    lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
+
+
+@dataclass
+class Estimate:
+    tiles: tuple[int, int, int]
+    cycles: int
+    matrix: int
+    memory: int
+    vector: int
+    spad: int
+    acc: int
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.matrix, "memory": self.memory, "vector": self.vector}
+        return max(terms, key=lambda k: terms[k])
+
+
+@dataclass
+class Choice:
+    tiles: tuple[int, int, int]
+    best: Estimate
+    candidates: list[Estimate] = field(default_factory=list)
+    overridden: bool = False
+    rejected: int = 0  # candidates that did not fit the memories
+
+
+def _burst_bytes(hw: HardwareConfig, row_bytes: int) -> int:
+    b = hw.dram.burst_bytes
+    return -(-row_bytes // b) * b
+
+
+def spad_split_bytes(split: bool, passes: int) -> int:
+    """Scratchpad bytes per element of one matmul input tile: the bf16 copies
+    (hi, and lo in fp32 mode) plus the fp32 staging tile when split on chip."""
+    copies = 2 if passes == 3 else 1
+    return 2 * copies + (4 if split else 0)
+
+
+def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, tk: int,
+                  spec: GemmSpec) -> Estimate:
+    R, C = hw.matrix.rows, hw.matrix.cols
+    L = hw.vector.lanes
+    cost = hw.vector.cost
+    nm, nn, nk = -(-M // tm), -(-N // tn), -(-K // tk)
+    out_tiles = spec.batch * nm * nn
+    steps = out_tiles * nk * spec.taps
+    # memory footprint (double-buffered inputs and accumulator tile)
+    spad = 2 * (tm * tk * spad_split_bytes(spec.lhs_split, spec.passes)
+                + tk * tn * spad_split_bytes(spec.rhs_split, spec.passes))
+    spad += (spec.epi_tiles + 1) * tm * tn * 4 + 2 * max(tm, tn) * 4  # epilogue operands, bias row/col
+    acc = 2 * tm * tn * 4
+    # matrix unit
+    mm_per_step = -(-tk // R) * -(-tn // C) * spec.passes
+    wload = -(-min(tk, R) * min(tn, C) * 2 // hw.matrix.weight_load_bytes_per_cycle)
+    matrix = steps * mm_per_step * max(tm * hw.matrix.cycles_per_row, wload) + out_tiles * hw.matrix.fill_drain_cycles
+    # DRAM traffic: lhs once per n tile, rhs once per m tile
+    lhs_row = tk * spec.lhs_bytes if spec.lhs_row_contig else spec.lhs_bytes
+    lhs_rows = tm if spec.lhs_row_contig else tm * tk
+    rhs_row = tn * spec.rhs_bytes
+    lhs_b = steps * lhs_rows * _burst_bytes(hw, lhs_row)
+    rhs_b = steps * tk * _burst_bytes(hw, rhs_row)
+    out_b = out_tiles * (1 + spec.epi_tiles) * tm * _burst_bytes(hw, tn * spec.out_bytes)
+    dmas = steps * 2 + out_tiles * (1 + spec.epi_tiles)
+    memory = (lhs_b + rhs_b + out_b) // hw.dram.bytes_per_cycle + dmas * hw.dma.setup_cycles // hw.dma.channels
+    # vector unit: fp32 -> bf16 hi (/lo) splits, accumulator fill, epilogue
+    split = cost["copy"] + (cost["sub"] + cost["copy"] if spec.passes == 3 else 0)
+    vec_step = (-(-tm * tk // L) * split if spec.lhs_split else 0) + (-(-tk * tn // L) * split if spec.rhs_split else 0)
+    vector = steps * vec_step + out_tiles * -(-tm * tn // L) * (1 + spec.epi_cost)
+    overhead = out_tiles * (hw.matrix.fill_drain_cycles + hw.vector.latency) + hw.dram.latency_cycles
+    cycles = max(matrix, memory, vector) + overhead
+    return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc)
+
+
+def fits(hw: HardwareConfig, e: Estimate) -> bool:
+    return e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes
+
+
+def pow2_candidates(extent: int, unit: int, limit: int | None = None) -> list[int]:
+    """unit * 2^i below the extent, plus the extent itself when it is smaller than a
+    larger candidate (a single tile covering the whole dimension)."""
+    out: list[int] = []
+    t = unit
+    while True:
+        v = min(t, extent)
+        if limit is not None and v > limit:
+            break
+        if v not in out:
+            out.append(v)
+        if t >= extent:
+            break
+        t *= 2
+    return out or [min(extent, unit)]
+
+
+def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
+                tm_cands: list[int] | None = None, tn_cands: list[int] | None = None,
+                tk_cands: list[int] | None = None,
+                override: tuple[int, int, int] | None = None) -> Choice:
+    R, C = hw.matrix.rows, hw.matrix.cols
+    tm_cands = tm_cands or pow2_candidates(M, R)
+    tn_cands = tn_cands or pow2_candidates(N, C)
+    tk_cands = tk_cands or pow2_candidates(K, R)
+    if override is not None:
+        e = gemm_estimate(hw, M, N, K, *override, spec)
+        return Choice(override, e, [e], overridden=True)
+    cands: list[Estimate] = []
+    rejected = 0
+    for tm in tm_cands:
+        for tn in tn_cands:
+            for tk in tk_cands:
+                e = gemm_estimate(hw, M, N, K, tm, tn, tk, spec)
+                if fits(hw, e):
+                    cands.append(e)
+                else:
+                    rejected += 1
+    if not cands:  # nothing fits: the smallest tile, reported as is
+        e = gemm_estimate(hw, M, N, K, min(tm_cands), min(tn_cands), min(tk_cands), spec)
+        return Choice(e.tiles, e, [e], rejected=rejected)
+    # fewest cycles; ties -> the smaller footprint
+    cands.sort(key=lambda e: (e.cycles, e.spad + e.acc))
+    return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
+
+
+@dataclass
+class RowChoice:
+    rows: int
+    cols: int
+    cycles: int
+    memory: int
+    vector: int
+    candidates: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, cycles, bytes)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory >= self.vector else "vector"
+
+
+def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out: int,
+                vec_cost: int, live_tiles: int, override: int | None = None,
+                whole_row: bool = False) -> RowChoice:
+    """Row-tiled vector kernels (elementwise, norms, softmax, pooling): tiles of
+    [TR, TC] elements, `live_tiles` fp32 tiles of that size in the scratchpad
+    (x2 for double buffering). `whole_row` keeps TC = N (row reductions).
+    Cost per element = DRAM bytes / bandwidth vs vector ops / lanes."""
+    L = hw.vector.lanes
+    cap = hw.memory.scratchpad_bytes // 2
+    tc = N if whole_row else min(N, max(L, _largest_pow2_le(max(1, cap // (live_tiles * 4 * 2)))))
+    rows_cands = pow2_candidates(M, 1)
+    best: RowChoice | None = None
+    cands = []
+    for tr in ([override] if override else rows_cands):
+        if not override and tr * tc * 4 * live_tiles * 2 > hw.memory.scratchpad_bytes:
+            continue
+        nt = -(-M // tr) * -(-N // tc)
+        mem = nt * tr * (_burst_bytes(hw, tc * bytes_in) + _burst_bytes(hw, tc * bytes_out)) // hw.dram.bytes_per_cycle
+        mem += nt * 2 * hw.dma.setup_cycles // hw.dma.channels
+        vec = nt * -(-tr * tc // L) * vec_cost
+        cyc = max(mem, vec) + nt * hw.vector.latency // 4 + hw.dram.latency_cycles
+        cands.append((tr, cyc, mem))
+        if best is None or cyc < best.cycles:
+            best = RowChoice(tr, tc, cyc, mem, vec)
+    if best is None:
+        best = RowChoice(1, tc, 0, 0, 0)
+    best.candidates = cands
+    return best
+
+
+def _largest_pow2_le(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def describe_choice(name: str, what: str, shape: str, ch: Choice, top: int = 3) -> str:
+    b = ch.best
+    tm, tn, tk = ch.tiles
+    lines = [f"[graph-to-tile] {name}: {what} {shape} tiles TMxTNxTK = {tm}x{tn}x{tk}"
+             f"{' (override)' if ch.overridden else ''}: est {b.cycles} cycles"
+             f" (compute {b.matrix}, memory {b.memory}, vector {b.vector}) -> {b.bound}-bound;"
+             f" spad {b.spad} B, acc {b.acc} B"]
+    if not ch.overridden:
+        others = ", ".join(f"{e.tiles[0]}x{e.tiles[1]}x{e.tiles[2]}={e.cycles}" for e in ch.candidates[1:top + 1])
+        lines.append(f"[graph-to-tile] {name}:   why: fewest cycles of {len(ch.candidates)} fitting candidates"
+                     f" ({ch.rejected} over capacity); next best {others or 'none'}")
+    return "\n".join(lines)
+
+
+def describe_rows(name: str, what: str, shape: str, rc: RowChoice) -> str:
+    others = ", ".join(f"{r}={c}" for r, c, _ in sorted(rc.candidates, key=lambda t: t[1])[1:4])
+    return (f"[graph-to-tile] {name}: {what} {shape} tiles {rc.rows}x{rc.cols}: est {rc.cycles} cycles"
+            f" (memory {rc.memory}, vector {rc.vector}) -> {rc.bound}-bound\n"
+            f"[graph-to-tile] {name}:   why: fewest cycles of {len(rc.candidates)} row-tile candidates;"
+            f" next best {others or 'none'}")
+
+
+_ = math
