@@ -1,0 +1,515 @@
+// RUN: rm -rf %t && mkdir -p %t
+// RUN: sed -e 's/^name = "edge"/name = "int8only"/' -e 's/^dtypes = \[.*\]/dtypes = ["int8"]/' %S/../../../target/edge.toml > %t/int8only.toml
+// RUN: cd %t && infer-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+// Every verifier message of the tile dialect, one split-input-file chunk per
+// case; each CHECK is the message the verifier gives for the chunk. Modules name
+// their target with tile.target (edge: 16x16 array, 256 KiB scratchpad, 64 KiB
+// accumulator); one chunk uses a TOML config written by the RUN line above.
+
+// unknown target
+builtin.module attributes {tile.target = "nosuch"} {
+  %a = tile.alloc : memref<4x4xf32, "spad">
+}
+// CHECK: module attribute tile.target = "nosuch": unknown hardware config 'nosuch'
+
+// -----
+
+// target without a bf16 matrix unit (a TOML path, made by the RUN line)
+builtin.module attributes {tile.target = "int8only.toml"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %l[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "spad">, memref<4x4xbf16, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: target 'int8only' has no bf16 matrix unit
+
+// -----
+
+// alloc in an unknown memory space
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<4x4xf32, "l2">
+}
+// CHECK: a tile.alloc must be in dram or spad or acc, got a l2 memref
+
+// -----
+
+// buffers
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc {buffers = 3 : i64} : memref<4x4xf32, "spad">
+}
+// CHECK: buffers must be 1 or 2 (double buffering), got 3
+
+// -----
+
+// acc dtype
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<4x4xbf16, "acc">
+}
+// CHECK: accumulator buffers hold f32 or i32, got bf16
+
+// -----
+
+// negative offset
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc {offset = -4 : i64} : memref<4x4xf32, "spad">
+}
+// CHECK: offset must be >= 0, got -4
+
+// -----
+
+// spad larger than edge's 256 KiB scratchpad (2 buffers of 128 KiB + 4 bytes)
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc {buffers = 2 : i64, offset = 4 : i64} : memref<256x128xf32, "spad">
+}
+// CHECK: spad buffer of 262144 bytes at offset 4 does not fit the 262144-byte spad of target 'edge'
+
+// -----
+
+// acc larger than edge's 64 KiB accumulator
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<128x129xf32, "acc">
+}
+// CHECK: acc buffer of 66048 bytes at offset 0 does not fit the 65536-byte acc of target 'edge'
+
+// -----
+
+// weight outside DRAM
+builtin.module attributes {tile.target = "edge"} {
+  %w = tile.weight @w : memref<4x4xbf16, "spad">
+}
+// CHECK: a weight must be in dram, got a spad memref
+
+// -----
+
+// view changes space
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<4x4xf32, "spad">
+  %v = tile.view %a : memref<4x4xf32, "spad"> -> memref<16xf32, "acc">
+}
+// CHECK: a view cannot change the memory space
+
+// -----
+
+// view changes dtype
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<4x4xf32, "spad">
+  %v = tile.view %a : memref<4x4xf32, "spad"> -> memref<16xi32, "spad">
+}
+// CHECK: a view cannot change the element type
+
+// -----
+
+// view changes size
+builtin.module attributes {tile.target = "edge"} {
+  %a = tile.alloc : memref<4x4xf32, "spad">
+  %v = tile.view %a : memref<4x4xf32, "spad"> -> memref<15xf32, "spad">
+}
+// CHECK: a view must keep the element count: 16 vs 15
+
+// -----
+
+// dma local to local
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "spad">
+  %d = tile.alloc : memref<4x4xf32, "acc">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>} : memref<4x4xf32, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: a DMA moves data between DRAM and a local memory, got spad -> acc
+
+// -----
+
+// dma dram to dram
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "dram">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>} : memref<4x4xf32, "dram">, memref<4x4xf32, "dram">
+}
+// CHECK: a DMA moves data between DRAM and a local memory, got dram -> dram
+
+// -----
+
+// dma dtype
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "dram">
+  %d = tile.alloc : memref<4x4xi32, "spad">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>} : memref<4x4xf32, "dram">, memref<4x4xi32, "spad">
+}
+// CHECK: a DMA copies bytes: element types differ (f32 vs i32)
+
+// -----
+
+// dma box rank
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<2x2x2x2xf32, "dram">
+  %d = tile.alloc : memref<2x2x2x2xf32, "spad">
+  tile.dma %s[%c0, %c0, %c0, %c0], %d[%c0, %c0, %c0, %c0] {shape = array<i64: 2, 2, 2, 2>} : memref<2x2x2x2xf32, "dram">, memref<2x2x2x2xf32, "spad">
+}
+// CHECK: a DMA box has 1 to 3 dimensions, got 4
+
+// -----
+
+// dma steps
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>, src_steps = array<i64: 1, 0>} : memref<4x4xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: src_steps must be 2 positive integers, got [1, 0]
+
+// -----
+
+// dma indices
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  tile.dma %s[%c0], %d[%c0, %c0] {shape = array<i64: 4, 4>} : memref<4x4xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: the source has rank 2 but is indexed with 1 indices
+
+// -----
+
+// dma box vs memref rank
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4x4xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  tile.dma %s[%c0, %c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>} : memref<4x4x4xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: the source: the tile has 2 dims but the memref has rank 3
+
+// -----
+
+// dma strided source extent
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x8xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>, src_steps = array<i64: 1, 3>} : memref<4x8xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: the source: tile extent 10 in dim 1 must be in 1..8 (the buffer's size)
+
+// -----
+
+// dma destination extent
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<8x8xf32, "dram">
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 8, 4>} : memref<8x8xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: the destination: tile extent 8 in dim 0 must be in 1..4 (the buffer's size)
+
+// -----
+
+// matmul lhs space
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "dram">
+  %r = tile.alloc : memref<4x4xbf16, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "dram">, memref<4x4xbf16, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: lhs must be in spad, got a dram memref
+
+// -----
+
+// matmul rhs space
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "spad">
+  %r = tile.alloc : memref<4x4xf32, "acc">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "spad">, memref<4x4xf32, "acc">, memref<4x4xf32, "acc">
+}
+// CHECK: rhs (the weight tile) must be in spad, got a acc memref
+
+// -----
+
+// matmul acc space
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "spad">
+  %r = tile.alloc : memref<4x4xbf16, "spad">
+  %a = tile.alloc : memref<4x4xf32, "spad">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "spad">, memref<4x4xbf16, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: acc must be in acc, got a spad memref
+
+// -----
+
+// matmul rank
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4x1xbf16, "spad">
+  %r = tile.alloc : memref<4x4xbf16, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4x1xbf16, "spad">, memref<4x4xbf16, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: lhs must be a 2-D memref, got rank 3
+
+// -----
+
+// matmul input dtypes
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "spad">
+  %r = tile.alloc : memref<4x4xi8, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "spad">, memref<4x4xi8, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: lhs and rhs must both be bf16 or both i8, got bf16 and i8
+
+// -----
+
+// matmul f32 inputs
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xf32, "spad">
+  %r = tile.alloc : memref<4x4xf32, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: lhs and rhs must both be bf16 or both i8, got f32 and f32
+
+// -----
+
+// matmul acc dtype
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xi8, "spad">
+  %r = tile.alloc : memref<4x4xi8, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xi8, "spad">, memref<4x4xi8, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: i8 products accumulate in i32, got f32
+
+// -----
+
+// matmul box
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x4xbf16, "spad">
+  %r = tile.alloc : memref<4x4xbf16, "spad">
+  %a = tile.alloc : memref<4x4xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 8 : i64, k = 4 : i64, n = 4 : i64} : memref<4x4xbf16, "spad">, memref<4x4xbf16, "spad">, memref<4x4xf32, "acc">
+}
+// CHECK: lhs: tile extent 8 in dim 0 must be in 1..4 (the buffer's size)
+
+// -----
+
+// weight tile bigger than edge's 16x16 array
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<4x32xbf16, "spad">
+  %r = tile.alloc : memref<32x16xbf16, "spad">
+  %a = tile.alloc : memref<4x16xf32, "acc">
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 4 : i64, k = 32 : i64, n = 16 : i64} : memref<4x32xbf16, "spad">, memref<32x16xbf16, "spad">, memref<4x16xf32, "acc">
+}
+// CHECK: the weight tile 32x16 exceeds the 16x16 array of target 'edge'
+
+// -----
+
+// unknown vector op
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "foo" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: unknown vector op 'foo' (the vector unit has: add, sub,
+
+// -----
+
+// vector in dram
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "dram">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "relu" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "dram">, memref<4x4xf32, "spad">
+}
+// CHECK: dst must be in spad or acc, got a dram memref
+
+// -----
+
+// vector rank
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4x1xf32, "spad">
+  tile.vector "relu" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4x1xf32, "spad">
+}
+// CHECK: a must be a 2-D memref, got rank 3
+
+// -----
+
+// vector dtype
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf16, "spad">
+  tile.vector "relu" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf16, "spad">
+}
+// CHECK: a: the vector unit reads f32, bf16, i8, i32, got f16
+
+// -----
+
+// vector box
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "relu" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 5 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: a: tile extent 5 in dim 1 must be in 1..4 (the buffer's size)
+
+// -----
+
+// reduction writes a column
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "rsum" %d[%c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: dst has rank 2 but is indexed with 1 indices
+
+// -----
+
+// missing bmode
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  %b = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "add" %d[%c0, %c0], %x[%c0, %c0], %b[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: binary op 'add' needs bmode = tile, row, col or imm
+
+// -----
+
+// bad bmode
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  %b = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "add" %d[%c0, %c0], %x[%c0, %c0], %b[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "diag"} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: binary op 'add' needs bmode = tile, row, col or imm
+
+// -----
+
+// imm with b
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  %b = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "add" %d[%c0, %c0], %x[%c0, %c0], %b[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "imm", imm = 1.0 : f32} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: bmode = imm takes the `imm` attribute and no b operand
+
+// -----
+
+// imm without imm
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "add" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "imm"} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: bmode = imm takes the `imm` attribute and no b operand
+
+// -----
+
+// tile bmode without b
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "mul" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "tile"} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: bmode = tile needs one b operand
+
+// -----
+
+// row bmode: b is 1 x cols
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  %b = tile.alloc : memref<1x3xf32, "spad">
+  tile.vector "mul" %d[%c0, %c0], %x[%c0, %c0], %b[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "row"} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<1x3xf32, "spad">
+}
+// CHECK: b: tile extent 4 in dim 1 must be in 1..3 (the buffer's size)
+
+// -----
+
+// unary with bmode
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "relu" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "tile"} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: 'relu' takes no b operand or bmode
+
+// -----
+
+// unary with b
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  %b = tile.alloc : memref<4x4xf32, "spad">
+  tile.vector "exp" %d[%c0, %c0], %x[%c0, %c0], %b[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+}
+// CHECK: 'exp' takes no b operand or bmode
+
+// -----
+
+// requant writes i8
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "spad">
+  %x = tile.alloc : memref<4x4xi32, "acc">
+  tile.vector "requant" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "imm", imm = 0.5 : f32} : memref<4x4xf32, "spad">, memref<4x4xi32, "acc">
+}
+// CHECK: requant writes i8
+
+// -----
+
+// fill in dram
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x4xf32, "dram">
+  tile.fill %d[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, value = 0.0 : f32} : memref<4x4xf32, "dram">
+}
+// CHECK: dst must be in spad or acc, got a dram memref
+
+// -----
+
+// fill rank
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<16xf32, "spad">
+  tile.fill %d[%c0] {rows = 4 : i64, cols = 4 : i64, value = 0.0 : f32} : memref<16xf32, "spad">
+}
+// CHECK: dst must be a 2-D memref
+
+// -----
+
+// fill box
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x2xf32, "spad">
+  tile.fill %d[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, value = 0.0 : f32} : memref<4x2xf32, "spad">
+}
+// CHECK: dst: tile extent 4 in dim 1 must be in 1..2 (the buffer's size)
