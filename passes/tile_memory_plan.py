@@ -43,7 +43,9 @@ The planner itself is `plan_intervals(intervals) -> (offsets, arena_bytes)`.
 
 from __future__ import annotations
 
+import bisect
 import math
+import random
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +64,8 @@ WEIGHTS_ATTR = "tile.weights_bytes"
 WEIGHT_OFFSET_ATTR = "tile.offset"
 LOCAL_USED_ATTR = {"spad": "tile.spad_bytes", "acc": "tile.acc_bytes"}
 _LOOPS = (scf.ForOp, scf.WhileOp)
+_RANDOM_ORDERS = 32
+_RANDOM_ORDERS_MAX_BUFFERS = 400
 
 
 # --------------------------------------------------------------------------- planner
@@ -98,6 +102,18 @@ def peak_live_bytes(intervals: Sequence[Interval]) -> int:
     return peak
 
 
+def _breadth(intervals: Sequence[Interval]) -> list[int]:
+    """For each interval, the most bytes live at any point of its lifetime (TFLite's
+    "greedy by breadth": buffers that are live at the peak are placed first)."""
+    points = sorted({iv.start for iv in intervals})
+    live = {p: 0 for p in points}
+    for iv in intervals:
+        for p in points[bisect.bisect_left(points, iv.start):bisect.bisect_right(points, iv.end)]:
+            live[p] += iv.size
+    return [max(live[p] for p in points[bisect.bisect_left(points, iv.start):bisect.bisect_right(points, iv.end)])
+            for iv in intervals]
+
+
 def _best_fit(intervals: Sequence[Interval], order: Iterable[int]) -> tuple[list[int], int]:
     """Place buffers one by one (in `order`) into the smallest gap between the
     already placed buffers whose live ranges overlap, or on top of them."""
@@ -126,19 +142,37 @@ def plan_intervals(intervals: Sequence[Interval]) -> tuple[list[int], int]:
     """Offsets for `intervals` such that buffers live at the same time never
     overlap, each offset a multiple of its interval's `align`; returns the offsets
     and the arena size (the end of the highest buffer). Tries several orders
-    (greedy by size, by size x lifetime, by start) and keeps the smallest arena."""
+    (greedy by breadth, by size, by size x lifetime (and its square root), by lifetime, by start, and some
+    seeded size-weighted random orders when there are few buffers) and keeps the
+    smallest arena, stopping early when one reaches the peak live bytes."""
     n = len(intervals)
     if n == 0:
         return [], 0
     idx = range(n)
+    breadth = _breadth(intervals)
+
+    def lifetime(i: int) -> int:
+        return intervals[i].end - intervals[i].start + 1
+
     orders = [
+        sorted(idx, key=lambda i: (-breadth[i], -intervals[i].size, intervals[i].start)),
         sorted(idx, key=lambda i: (-intervals[i].size, intervals[i].start)),
-        sorted(idx, key=lambda i: (-intervals[i].size * (intervals[i].end - intervals[i].start + 1), i)),
+        sorted(idx, key=lambda i: (-intervals[i].size * lifetime(i), -intervals[i].size, intervals[i].start)),
+        sorted(idx, key=lambda i: (-intervals[i].size * math.sqrt(lifetime(i)), intervals[i].start)),
         sorted(idx, key=lambda i: (-(intervals[i].end - intervals[i].start), -intervals[i].size)),
         sorted(idx, key=lambda i: (intervals[i].start, -intervals[i].size)),
     ]
+    # A few seeded, size-weighted random orders for what the fixed orders miss
+    # (deterministic: the same input always gets the same plan).
+    rng = random.Random(n)
+    for _ in range(_RANDOM_ORDERS if n <= _RANDOM_ORDERS_MAX_BUFFERS else 0):
+        noise = [intervals[i].size * rng.uniform(0.5, 1.5) for i in idx]
+        orders.append(sorted(idx, key=lambda i: -noise[i]))
+    lower = peak_live_bytes(intervals)
     best: tuple[list[int], int] | None = None
     for order in orders:
+        if best is not None and best[1] <= lower:
+            break
         result = _best_fit(intervals, order)
         if best is None or result[1] < best[1]:
             best = result

@@ -1,0 +1,321 @@
+"""tile-plan-memory: the interval planner (property tests on random interval sets, quality
+on realistic chains) and the pass on tile IR (liveness through loops, views, iter_args
+and returns; local memories; idempotence)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.dialects import func
+from xdsl.utils.arg_spec import parse_pipeline
+
+from infer.dialects.ir_io import IRError, make_context, parse_ir, verify_module
+from infer.dialects.tile import AllocOp, WeightOp, space_of
+from infer.passes import infer_passes
+from infer.passes.tile_memory_plan import (
+    Interval,
+    TilePlanMemoryPass,
+    _Numbering,
+    live_range,
+    peak_live_bytes,
+    plan_intervals,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _assert_valid(intervals: list[Interval], offsets: list[int], arena: int) -> None:
+    assert len(offsets) == len(intervals)
+    for iv, off in zip(intervals, offsets, strict=True):
+        assert off >= 0 and off % iv.align == 0
+        assert off + iv.size <= arena
+    assert arena == max((o + iv.size for iv, o in zip(intervals, offsets, strict=True)), default=0)
+    for i, (a, oa) in enumerate(zip(intervals, offsets, strict=True)):
+        for b, ob in zip(intervals[i + 1:], offsets[i + 1:], strict=True):
+            if a.overlaps(b) and a.size and b.size:
+                assert oa + a.size <= ob or ob + b.size <= oa, (a, oa, b, ob)
+    assert arena >= peak_live_bytes(intervals)
+
+
+def _random_intervals(rng: random.Random) -> list[Interval]:
+    n = rng.randint(1, 60)
+    horizon = rng.randint(1, 80)
+    out = []
+    for _ in range(n):
+        s = rng.randrange(horizon)
+        e = s + int(rng.expovariate(1 / rng.choice((1, 3, 10, 40))))
+        align = rng.choice((1, 2, 4, 64))
+        size = rng.choice((0, 1, 3, 4, 64, 100, 1000, 4096, rng.randint(1, 100_000)))
+        out.append(Interval(s, e, size, align))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_intervals_never_overlap(seed: int) -> None:
+    intervals = _random_intervals(random.Random(seed))
+    offsets, arena = plan_intervals(intervals)
+    _assert_valid(intervals, offsets, arena)
+
+
+def test_empty_and_single() -> None:
+    assert plan_intervals([]) == ([], 0)
+    assert plan_intervals([Interval(3, 5, 100)]) == ([0], 100)
+    assert peak_live_bytes([]) == 0
+
+
+def test_disjoint_lifetimes_share_bytes() -> None:
+    ivs = [Interval(0, 1, 1000), Interval(2, 3, 1000), Interval(4, 5, 500)]
+    offsets, arena = plan_intervals(ivs)
+    assert offsets == [0, 0, 0] and arena == 1000
+
+
+def test_touching_lifetimes_conflict() -> None:
+    # inclusive ends: an op reading a and writing b needs both
+    ivs = [Interval(0, 2, 64), Interval(2, 4, 64)]
+    offsets, arena = plan_intervals(ivs)
+    assert arena == 128 and sorted(offsets) == [0, 64]
+
+
+def test_peak_live_bytes() -> None:
+    ivs = [Interval(0, 4, 10), Interval(1, 2, 5), Interval(3, 3, 7), Interval(5, 9, 100)]
+    assert peak_live_bytes(ivs) == 100
+    assert peak_live_bytes(ivs[:3]) == 17
+
+
+def _chain(rng: random.Random, n: int, residual_every: int) -> list[Interval]:
+    """A CNN/transformer-like chain: tensor i is read by op i+1; every few ops a
+    skip tensor stays live until a later residual add."""
+    sizes = [64 * rng.choice((256, 512, 1024, 2048, 4096)) for _ in range(n)]
+    end = [i + 1 for i in range(n)]
+    for i in range(0, n - residual_every, residual_every):
+        end[i] = i + residual_every
+    return [Interval(i, end[i], sizes[i], 64) for i in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_realistic_chains_close_to_peak(seed: int) -> None:
+    rng = random.Random(seed)
+    ivs = _chain(rng, rng.randint(10, 120), rng.choice((2, 3, 4, 5)))
+    offsets, arena = plan_intervals(ivs)
+    _assert_valid(ivs, offsets, arena)
+    assert arena <= 1.2 * peak_live_bytes(ivs)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_memory_plan", ROOT / "bench" / "bench_memory_plan.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_memory_plan", mod)  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("graph", ["resnet50", "bert"])
+def test_bench_graphs_within_target(graph: str) -> None:
+    bench = _bench()
+    g = getattr(bench, graph)()
+    ivs = g.intervals()
+    offsets, arena = plan_intervals(ivs)
+    _assert_valid(ivs, offsets, arena)
+    assert arena <= 1.2 * peak_live_bytes(ivs)
+    # the same graph as tile IR through the pass
+    module = bench.plan_ir(bench.to_tile_ir(g))
+    verify_module(module)
+    assert module.attributes["tile.arena_bytes"].value.data <= 1.2 * peak_live_bytes(ivs)
+
+
+# --------------------------------------------------------------------------- the pass on IR
+
+HEADER = 'builtin.module attributes {tile.target = "edge"} {\n'
+
+
+def _run(text: str, **options) -> object:
+    ctx = make_context()
+    module = parse_ir(ctx, text, "test.mlir")
+    verify_module(module)
+    TilePlanMemoryPass(**options).apply(ctx, module)
+    verify_module(module)
+    return module
+
+
+def _allocs(module) -> dict[str, AllocOp]:
+    return {op.results[0].name_hint: op for op in module.walk() if isinstance(op, AllocOp)}
+
+
+def _check_no_overlap(module) -> None:
+    """Every pair of allocs of one space whose live ranges overlap has disjoint bytes."""
+    for fn in module.walk():
+        if not isinstance(fn, func.FuncOp):
+            continue
+        num = _Numbering.of(fn)
+        allocs = [op for op in fn.body.walk() if isinstance(op, AllocOp)]
+        info = []
+        for a in allocs:
+            local = space_of(a.buffer) != "dram"
+            lo, hi = live_range(a, fn, num, whole_nest=local)
+            info.append((space_of(a.buffer), lo, hi, a.offset.value.data, a.size_bytes))
+        for i, (sa, la, ha, oa, za) in enumerate(info):
+            assert oa % (64 if sa == "dram" else 1) == 0
+            for sb, lb, hb, ob, zb in info[i + 1:]:
+                if sa == sb and la <= hb and lb <= ha:
+                    assert oa + za <= ob or ob + zb <= oa
+
+
+LOOPS = HEADER + """
+  func.func @main(%x: memref<64x64xf32, "dram">, %y: memref<64x64xf32, "dram">) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %early = tile.alloc : memref<64x64xf32, "dram">
+    %a = tile.alloc : memref<64x64xf32, "dram">
+    %b = tile.alloc : memref<64x64xf32, "dram">
+    %c = tile.alloc : memref<64x64xf32, "dram">
+    scf.for %i = %c0 to %c4 step %c1 {
+      %s = tile.alloc : memref<1x64xf32, "spad">
+      scf.for %j = %c0 to %c4 step %c1 {
+        tile.dma %x[%c0, %c0], %s[%c0, %c0] {shape = array<i64: 1, 64>} : memref<64x64xf32, "dram">, memref<1x64xf32, "spad">
+        tile.dma %s[%c0, %c0], %a[%c0, %c0] {shape = array<i64: 1, 64>} : memref<1x64xf32, "spad">, memref<64x64xf32, "dram">
+      }
+      tile.dma %a[%c0, %c0], %s[%c0, %c0] {shape = array<i64: 1, 64>} : memref<64x64xf32, "dram">, memref<1x64xf32, "spad">
+      tile.dma %s[%c0, %c0], %b[%c0, %c0] {shape = array<i64: 1, 64>} : memref<1x64xf32, "spad">, memref<64x64xf32, "dram">
+    }
+    scf.for %i = %c0 to %c4 step %c1 {
+      %t = tile.alloc : memref<1x64xf32, "spad">
+      tile.dma %b[%c0, %c0], %t[%c0, %c0] {shape = array<i64: 1, 64>} : memref<64x64xf32, "dram">, memref<1x64xf32, "spad">
+      tile.dma %t[%c0, %c0], %c[%c0, %c0] {shape = array<i64: 1, 64>} : memref<1x64xf32, "spad">, memref<64x64xf32, "dram">
+    }
+    scf.for %i = %c0 to %c4 step %c1 {
+      %u = tile.alloc : memref<1x64xf32, "spad">
+      tile.dma %c[%c0, %c0], %u[%c0, %c0] {shape = array<i64: 1, 64>} : memref<64x64xf32, "dram">, memref<1x64xf32, "spad">
+      tile.dma %u[%c0, %c0], %early[%c0, %c0] {shape = array<i64: 1, 64>} : memref<1x64xf32, "spad">, memref<64x64xf32, "dram">
+      tile.dma %u[%c0, %c0], %y[%c0, %c0] {shape = array<i64: 1, 64>} : memref<1x64xf32, "spad">, memref<64x64xf32, "dram">
+    }
+    func.return
+  }
+}
+"""
+
+
+def test_liveness_through_loops() -> None:
+    module = _run(LOOPS)
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    num = _Numbering.of(fn)
+    al = _allocs(module)
+    loops = [op for op in fn.body.block.ops if op.name == "scf.for"]
+    rng = {k: live_range(v, fn, num, whole_nest=False) for k, v in al.items()}
+    # a and b are written/read inside the first loop nest: live over the whole nest
+    assert rng["a"] == (num.index[loops[0]], num.last[loops[0]])
+    assert rng["b"] == (num.index[loops[0]], num.last[loops[1]])
+    assert rng["c"] == (num.index[loops[1]], num.last[loops[2]])
+    # allocated first, touched only in the last loop: live only there
+    assert rng["early"] == (num.index[loops[2]], num.last[loops[2]])
+    # a is dead after the first nest: c reuses its bytes; early reuses b's
+    assert al["a"].offset.value.data == al["c"].offset.value.data
+    assert module.attributes["tile.arena_bytes"].value.data == 2 * 64 * 64 * 4
+    # local buffers of different nests share bytes
+    assert {al[k].offset.value.data for k in "stu"} == {0}
+    _check_no_overlap(module)
+
+
+def test_view_iter_args_and_return_extend_liveness() -> None:
+    text = HEADER + """
+  func.func @main(%x: memref<64xf32, "dram">) -> memref<8x8xf32, "dram"> {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %a = tile.alloc : memref<64xf32, "dram">
+    %b = tile.alloc : memref<64xf32, "dram">
+    %s = tile.alloc : memref<64xf32, "spad">
+    %s2 = tile.alloc : memref<8x8xf32, "spad">
+    %v = tile.view %a : memref<64xf32, "dram"> -> memref<8x8xf32, "dram">
+    tile.dma %s2[%c0, %c0], %v[%c0, %c0] {shape = array<i64: 8, 8>} : memref<8x8xf32, "spad">, memref<8x8xf32, "dram">
+    %r = scf.for %i = %c0 to %c4 step %c1 iter_args(%it = %b) -> (memref<64xf32, "dram">) {
+      tile.dma %x[%c0], %s[%c0] {shape = array<i64: 64>} : memref<64xf32, "dram">, memref<64xf32, "spad">
+      tile.dma %s[%c0], %it[%c0] {shape = array<i64: 64>} : memref<64xf32, "spad">, memref<64xf32, "dram">
+      scf.yield %it : memref<64xf32, "dram">
+    }
+    tile.dma %r[%c0], %s[%c0] {shape = array<i64: 64>} : memref<64xf32, "dram">, memref<64xf32, "spad">
+    tile.dma %s[%c0], %x[%c0] {shape = array<i64: 64>} : memref<64xf32, "spad">, memref<64xf32, "dram">
+    func.return %v : memref<8x8xf32, "dram">
+  }
+}
+"""
+    module = _run(text)
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    num = _Numbering.of(fn)
+    al = _allocs(module)
+    loop = next(op for op in fn.body.block.ops if op.name == "scf.for")
+    a_lo, a_hi = live_range(al["a"], fn, num, whole_nest=False)
+    view = next(op for op in fn.body.block.ops if op.name == "tile.view")
+    assert a_lo == num.index[view] + 1  # from the store through the view (a view is free)
+    assert a_hi == num.last[fn]  # returned through the view
+    b_lo, b_hi = live_range(al["b"], fn, num, whole_nest=False)
+    assert b_lo == num.index[loop] and b_hi > num.last[loop]  # the loop result is read after it
+    assert al["a"].offset.value.data != al["b"].offset.value.data
+    _check_no_overlap(module)
+
+
+def test_weights_region_and_idempotence() -> None:
+    text = HEADER + """
+  func.func @main() {
+    %w = tile.weight @w : memref<3x3xbf16, "dram">
+    %v = tile.weight @v : memref<100xi8, "dram">
+    %w2 = tile.weight @w : memref<3x3xbf16, "dram">
+    %a = tile.alloc : memref<100xi8, "dram">
+    func.return
+  }
+}
+"""
+    module = _run(text)
+    ws = [op for op in module.walk() if isinstance(op, WeightOp)]
+    assert [w.attributes["tile.offset"].value.data for w in ws] == [0, 64, 0]
+    assert module.attributes["tile.weights_bytes"].value.data == 192
+    assert module.attributes["tile.arena_bytes"].value.data == 128  # 100 bytes, 64-byte aligned
+    again = _run(str(module))
+    assert str(again) == str(module)
+
+
+def test_alignment_option() -> None:
+    module = _run(LOOPS, alignment=4096)
+    for op in _allocs(module).values():
+        assert op.offset.value.data % 4096 == 0
+    with pytest.raises(IRError, match="power of two"):
+        _run(LOOPS, alignment=48)
+
+
+def test_double_buffers_and_capacity() -> None:
+    def prog(rows: int) -> str:
+        return HEADER + f"""
+  func.func @main() {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    scf.for %i = %c0 to %c1 step %c1 {{
+      %a = tile.alloc {{buffers = 2 : i64}} : memref<{rows}x64xf32, "acc">
+      %b = tile.alloc : memref<{rows}x64xf32, "acc">
+      tile.fill %a[%c0, %c0] {{rows = 1 : i64, cols = 64 : i64, value = 0.0 : f32}} : memref<{rows}x64xf32, "acc">
+      tile.fill %b[%c0, %c0] {{rows = 1 : i64, cols = 64 : i64, value = 0.0 : f32}} : memref<{rows}x64xf32, "acc">
+    }}
+    func.return
+  }}
+}}
+"""
+
+    module = _run(prog(64))  # 2 x 16 KiB + 16 KiB <= 64 KiB
+    al = _allocs(module)
+    assert al["a"].offset.value.data == 0 and al["b"].offset.value.data == 2 * 64 * 64 * 4
+    assert module.attributes["tile.acc_bytes"].value.data == 3 * 64 * 64 * 4
+    with pytest.raises(IRError, match=r"test.mlir:\d+:\d+: error: 'tile.alloc' op does not fit: acc .* 65536 bytes"):
+        _run(prog(96))  # 2 x 24 KiB + 24 KiB > 64 KiB
+    module = _run(prog(96).replace('"edge"', '"server"'))
+    assert module.attributes["tile.acc_bytes"].value.data == 3 * 96 * 64 * 4
+
+
+def test_registered() -> None:
+    assert infer_passes()["tile-plan-memory"]() is TilePlanMemoryPass
+    spec = next(parse_pipeline("tile-plan-memory{target=edge alignment=128 print-plan=true}"))
+    p = TilePlanMemoryPass.from_pass_spec(spec)
+    assert (p.target, p.alignment, p.print_plan) == ("edge", 128, True)
