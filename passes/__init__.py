@@ -20,6 +20,7 @@ _PASSES: dict[str, str] = {
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
+    "graph-prepare-tiling": "infer.passes.pipelines:GraphPrepareTilingPass",
     "graph-to-tile": "infer.passes.graph_to_tile:GraphToTilePass",
     "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
 }

@@ -4,6 +4,10 @@
 graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 `infer-opt -p graph-canonicalize,graph-constant-fold,graph-dce,graph-shape-inference`
 (with the options below forwarded to the pass that owns them).
+
+`graph-prepare-tiling` = graph-optimize, graph-fold-batch-norm, graph-dce,
+graph-fuse: the graph-level half of the compiler, leaving fused `graph.kernel`
+groups for graph -> tile lowering.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from infer.passes.graph_constant_fold import (
     GraphConstantFoldPass,
 )
 from infer.passes.graph_dce import GraphDCEPass
+from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
+from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
 
@@ -47,6 +53,36 @@ class GraphOptimizePass(ModulePass):
             GraphConstantFoldPass(max_elements=self.max_elements, inline_limit=self.inline_limit),
             GraphDCEPass(),
             GraphShapeInferencePass(require_static=self.require_static),
+        )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)
+
+
+@dataclass(frozen=True)
+class GraphPrepareTilingPass(ModulePass):
+    """Cleanup, batch-norm folding and fusion: what runs before graph -> tile.
+
+    Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
+    graph-fold-batch-norm; max-epilogue, kinds -> graph-fuse. Constant folding and
+    shape inference run before fusion, so kernels never wrap constant work and
+    their block arguments have final types.
+    """
+
+    name = "graph-prepare-tiling"
+
+    max_elements: int = DEFAULT_MAX_ELEMENTS
+    erase_dead: bool = True
+    max_epilogue: int = DEFAULT_MAX_EPILOGUE
+    kinds: tuple[str, ...] = ALL_KINDS
+
+    def passes(self) -> tuple[ModulePass, ...]:
+        return (
+            GraphOptimizePass(max_elements=self.max_elements),
+            GraphFoldBatchNormPass(erase_dead=self.erase_dead),
+            GraphDCEPass(),
+            GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds),
         )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

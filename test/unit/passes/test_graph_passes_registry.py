@@ -21,7 +21,8 @@ from infer.passes.graph_shape_inference import GraphShapeInferencePass
 ROOT = Path(__file__).resolve().parents[3]
 GRAPH_PASSES = {
     "graph-canonicalize", "graph-constant-fold", "graph-dce", "graph-shape-inference",
-    "graph-fold-double-transpose", "graph-optimize",
+    "graph-fold-double-transpose", "graph-optimize", "graph-fold-batch-norm", "graph-fuse",
+    "graph-prepare-tiling",
 }
 
 
@@ -102,3 +103,11 @@ def test_doc_example_is_the_pass_and_its_test() -> None:
     (mlir,) = [b for lang, b in blocks if lang == "mlir"]
     for line in mlir.splitlines():
         assert not line or line in test, f"doc line not in the lit test: {line!r}"
+
+
+def test_prepare_tiling_pipeline_forwards_options() -> None:
+    cls = infer_passes()["graph-prepare-tiling"]()
+    steps = cls(max_elements=9, erase_dead=False, max_epilogue=2, kinds=("matmul",)).passes()
+    assert [p.name for p in steps] == ["graph-optimize", "graph-fold-batch-norm", "graph-dce", "graph-fuse"]
+    assert steps[0].max_elements == 9 and not steps[1].erase_dead
+    assert steps[3].max_epilogue == 2 and steps[3].kinds == ("matmul",)
