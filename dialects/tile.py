@@ -399,8 +399,15 @@ class VectorOp(TileOp):
                 _check_box("b", self.b[0], self.b_indices, box)
         elif self.b or bmode is not None:
             raise VerifyException(f"'{name}' takes no b operand or bmode")
-        if name == "requant" and (_elem(self.dst) != "i8"):
-            raise VerifyException("requant writes i8")
+        if self.imm is not None and bmode != "imm":
+            raise VerifyException("the `imm` attribute is only used with bmode = imm")
+        if name == "requant":
+            if _elem(self.dst) != "i8":
+                raise VerifyException("requant writes i8")
+            if bmode not in ("row", "imm"):
+                raise VerifyException("requant needs bmode = row (per-column scales) or imm")
+            if self.b and _elem(self.b[0]) != "f32":
+                raise VerifyException(f"requant scales must be f32, got {_elem(self.b[0])}")
 
 
 @irdl_op_definition
@@ -419,6 +426,8 @@ class FillOp(TileOp):
         _check_space(self.dst, "dst", LOCAL_SPACES)
         if len(_shape(self.dst)) != 2:
             raise VerifyException("dst must be a 2-D memref")
+        if _elem(self.dst) not in VECTOR_TYPES:
+            raise VerifyException(f"dst: the vector unit writes {', '.join(VECTOR_TYPES)}, got {_elem(self.dst)}")
         _check_box("dst", self.dst, self.dst_indices, (self.rows.value.data, self.cols.value.data))
 
 

@@ -652,7 +652,8 @@ def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
     if dt in _INT_RANGE:
         lo, hi = _INT_RANGE[dt]
         if r.dtype.kind == "f":
-            r = np.nan_to_num(np.rint(r), nan=0.0)
+            # float64: fp32 cannot hold 2**31 - 1, so clipping in fp32 would wrap to -2**31
+            r = np.nan_to_num(np.rint(r.astype(np.float64)), nan=0.0)
         dst[...] = np.clip(r, lo, hi).astype(dst.dtype)
     else:
         dst[...] = r.astype(dst.dtype)

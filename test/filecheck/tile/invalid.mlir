@@ -513,3 +513,36 @@ builtin.module attributes {tile.target = "edge"} {
   tile.fill %d[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, value = 0.0 : f32} : memref<4x2xf32, "spad">
 }
 // CHECK: dst: tile extent 4 in dim 1 must be in 1..2 (the buffer's size)
+
+// -----
+
+module attributes {tile.target = "edge"} {
+  func.func @requant_tile_mode(%a: memref<4x4xi32, "acc">, %s: memref<4x4xf32, "spad">, %d: memref<4x4xi8, "spad">) {
+    %c0 = arith.constant 0 : index
+    tile.vector "requant" %d[%c0, %c0], %a[%c0, %c0], %s[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, bmode = "tile"} : memref<4x4xi8, "spad">, memref<4x4xi32, "acc">, memref<4x4xf32, "spad">
+    func.return
+  }
+}
+// CHECK: requant needs bmode = row (per-column scales) or imm
+
+// -----
+
+module attributes {tile.target = "edge"} {
+  func.func @stray_imm(%a: memref<4x4xf32, "spad">) {
+    %c0 = arith.constant 0 : index
+    tile.vector "relu" %a[%c0, %c0], %a[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, imm = 1.0 : f32} : memref<4x4xf32, "spad">, memref<4x4xf32, "spad">
+    func.return
+  }
+}
+// CHECK: the `imm` attribute is only used with bmode = imm
+
+// -----
+
+module attributes {tile.target = "edge"} {
+  func.func @fill_f16(%a: memref<4x4xf16, "spad">) {
+    %c0 = arith.constant 0 : index
+    tile.fill %a[%c0, %c0] {rows = 4 : i64, cols = 4 : i64, value = 0.0 : f32} : memref<4x4xf16, "spad">
+    func.return
+  }
+}
+// CHECK: dst: the vector unit writes f32, bf16, i8, i32, got f16

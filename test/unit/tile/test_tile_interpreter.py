@@ -301,11 +301,6 @@ def test_vector_casts_round_and_saturate() -> None:
     np.testing.assert_array_equal(_run_vector("copy", ai, "i8"), [[127, -128, 5]])
 
 
-@pytest.mark.xfail(
-    reason="infer.target.sim.store_converted clips fp32 at 2^31-1, which rounds to 2^31 in fp32, "
-    "so fp32 -> int32 stores of values >= 2^31 wrap to -2^31 (in the simulator too)",
-    strict=False,
-)
 def test_vector_f32_to_i32_saturates() -> None:
     big = np.array([[3e9, -3e9, 1.0]], np.float32)
     np.testing.assert_array_equal(_run_vector("copy", big, "i32"), [[2**31 - 1, -(2**31), 1]])
