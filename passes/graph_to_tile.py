@@ -1031,8 +1031,215 @@ class FunctionLowering:
         return dst
 
     # -- conv ------------------------------------------------------------------
+    def pad_copy(self, x: SSAValue, NC: int, H: int, W: int, pads: tuple[int, int, int, int],
+                 value: float) -> tuple[SSAValue, int, int]:
+        """x viewed [NC, H, W] copied into a DRAM buffer [NC, H + top + bottom, W + left + right]
+        whose border is `value` (zero padding of convs, -inf of max pooling)."""
+        em = self.em
+        pt, pl, pb, pr = pads
+        x3 = em.view(x, (NC, H, W))
+        if not any(pads):
+            return x3, H, W
+        Hp, Wp = H + pt + pb, W + pl + pr
+        xp = em.alloc((NC, Hp, Wp), f32, "dram")
+        quarter = self.hw.memory.scratchpad_bytes // 4
+        rows2 = em.view(xp, (NC * Hp, Wp))
+        zr = max(1, min(NC * Hp, quarter // (Wp * 4)))
+        z = em.alloc((zr, Wp), f32, "spad")
+        em.fill(z, [0, 0], zr, Wp, value)
+        em.tiles(NC * Hp, zr, lambda r0, r: em.dma(z, [0, 0], rows2, [r0, 0], [r, Wp]))
+        th = max(1, min(H, quarter // (W * 4 * 2)))
+        tnc = max(1, min(NC, quarter // (th * W * 4 * 2)))
+        st = em.alloc((tnc, th, W), f32, "spad", 2)
+
+        def body(c0: Index, cn: int, h0: Index, hn: int) -> None:
+            em.dma(x3, [c0, h0, 0], st, [0, 0, 0], [cn, hn, W])
+            em.dma(st, [0, 0, 0], xp, [c0, em.add(h0, pt), pl], [cn, hn, W])
+
+        em.tiles(NC, tnc, lambda c0, cn: em.tiles(H, th, lambda h0, hn: body(c0, cn, h0, hn)))
+        return xp, Hp, Wp
+
     def lower_conv(self, op: g.Conv2dOp, epi: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
-        raise _err(op, "conv2d lowering is not implemented yet")
+        em, hw = self.em, self.hw
+        R_, C_ = hw.matrix.rows, hw.matrix.cols
+        w = self.const(op.weight)
+        if w is None:
+            raise _err(op, "conv2d needs a compile-time weight")
+        N, C, H, W = _shape(op.input)
+        O, Cg, KH, KW = _shape(op.weight)
+        G = op.groups.value.data
+        Og = O // G
+        sh, sw = g._ints(op.stride)
+        dh, dw = g._ints(op.dilation)
+        pads = tuple(g._ints(op.padding))
+        _, _, OH, OW = _shape(op.results[0])
+        T = KH * KW
+        xp, Hp, Wp = self.pad_copy(self.buf(op.input), N * C, H, W, (pads[0], pads[1], pads[2], pads[3]), 0.0)
+        name = self.name()
+        passes = self.ctx.passes
+        copies = 2 if passes == 3 else 1
+        out_shape = _shape(result)
+        spec = tc.GemmSpec(lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=passes,
+                           taps=T, batch=N * G, epi_cost=self.epi_cost(epi) + (1 if op.bias else 0),
+                           epi_tiles=sum(1 for o in epi for v in o.operands if _shape(v) == out_shape
+                                         and v not in {r for e in epi for r in e.results} and v is not op.results[0]))
+        tn_cands = sorted({min(OH, 1 << i) * OW for i in range(0, max(1, OH).bit_length() + 1)})
+        ovr = self.override(name, 3)
+        if ovr is not None and ovr[1] % OW:
+            raise LoweringError(f"error: graph-to-tile: {name}: the pixel tile (TN) must be a multiple of OW = {OW}")
+        ch = tc.choose_gemm(hw, Og, OH * OW, Cg, spec, tn_cands=tn_cands, override=ovr)
+        TO, TP, TC = ch.tiles
+        TOH = max(1, TP // OW)
+        self.debug(tc.describe_choice(name, "conv2d", f"O={Og} P={OH}x{OW} C={Cg} taps={KH}x{KW}"
+                                      + (f" groups={G}" if G > 1 else "") + f" batch={N}", ch))
+        # weights: per (group, tap) a [Og, Cg] block: rows ((g*T + kh*KW + kw)*Og + o)
+        wa = np.asarray(w, np.float32).reshape(G, Og, Cg, KH, KW).transpose(0, 3, 4, 1, 2).reshape(G * T * Og, Cg)
+        hint = (op.weight.owner.weight_key if isinstance(op.weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
+        packs = [self.weight(hint + (("_hi" if i == 0 else "_lo") if copies == 2 else ""), part, bf16)
+                 for i, part in enumerate(self.packed_splits(np.ascontiguousarray(wa)))]
+        out = self.out_buf(result)
+        out2 = em.view(out, (N * O, OH * OW))
+        xs = em.alloc((TC, TOH, OW), f32, "spad", 2)
+        xs2 = em.view(xs, (TC, TOH * OW))
+        xh = em.alloc((TC, TP), bf16, "spad", 2)
+        xl = em.alloc((TC, TP), bf16, "spad", 2) if copies == 2 else None
+        wh = em.alloc((TO, TC), bf16, "spad", 2)
+        wl = em.alloc((TO, TC), bf16, "spad", 2) if copies == 2 else None
+        acc = em.alloc((TO, TP), f32, "acc", 2)
+        bias_v = em.view(self.buf(op.bias), (O, 1)) if op.bias is not None else None
+        bias_t = em.alloc((TO, 1), f32, "spad", 2) if bias_v is not None else None
+        z = [0, 0]
+
+        def tile(n: Index, gi: Index, o0: Index, to: int, oh0: Index, toh: int) -> None:
+            tp = toh * OW
+            em.fill(acc, z, to, tp, 0.0)
+
+            def cstep(c0: Index, tcn: int) -> None:
+                def tap(kh: Index, kw: Index) -> None:
+                    row = em.add(em.add(em.mul(n, C), em.mul(gi, Cg)), c0)
+                    em.dma(xp, [row, em.add(em.mul(oh0, sh), em.mul(kh, dh)), em.mul(kw, dw)], xs, [0, 0, 0],
+                           [tcn, toh, OW], [1, sh, sw])
+                    self.split(xs2, xh, xl, tcn, tp)
+                    wrow = em.add(em.mul(em.add(em.add(em.mul(gi, T), em.mul(kh, KW)), kw), Og), o0)
+                    em.dma(packs[0], [wrow, c0], wh, z, [to, tcn])
+                    if copies == 2:
+                        em.dma(packs[1], [wrow, c0], wl, z, [to, tcn])
+
+                    def mm(pp: Index, pc: int) -> None:
+                        def mm2(cc: Index, kc: int) -> None:
+                            em.matmul(wh, [0, cc], xh, [cc, pp], acc, [0, pp], to, kc, pc)
+                            if copies == 2:
+                                em.matmul(wh, [0, cc], xl, [cc, pp], acc, [0, pp], to, kc, pc)
+                                em.matmul(wl, [0, cc], xh, [cc, pp], acc, [0, pp], to, kc, pc)
+                        em.tiles(tcn, R_, mm2)
+                    em.tiles(tp, C_, mm)
+
+                em.range(KH, lambda kh: em.range(KW, lambda kw: tap(kh, kw)))
+
+            em.tiles(Cg, TC, cstep)
+            r0 = em.add(em.mul(gi, Og), o0)
+            if bias_v is not None:
+                em.dma(bias_v, [r0, 0], bias_t, z, [to, 1])
+                em.vec("add", acc, z, acc, z, to, tp, bias_t, z, bmode="col")
+            frame = TileFrame((N,), (O,), (OH, OW), n, r0, em.mul(oh0, OW), to, tp)
+            res = self.epilogue(epi, {op.results[0]: acc}, frame, result)
+            em.dma(res, z, out2, [em.add(em.mul(n, O), r0), em.mul(oh0, OW)], [to, tp])
+
+        em.range(N, lambda n: em.range(G, lambda gi: em.tiles(
+            Og, TO, lambda o0, to: em.tiles(OH, TOH, lambda oh0, toh: tile(n, gi, o0, to, oh0, toh)))))
+
+    # -- pooling -----------------------------------------------------------------
+    def lower_pool(self, op: Operation) -> None:
+        em = self.em
+        N, C, H, W = _shape(op.input)
+        _, _, OH, OW = _shape(op.results[0])
+        KH, KW = g._ints(op.kernel)
+        sh, sw = g._ints(op.stride)
+        dh, dw = g._ints(op.dilation) or (1, 1)
+        pt, pl, pb, pr = g._ints(op.padding)
+        is_max = isinstance(op, g.MaxPool2dOp)
+        # pad bottom/right so every window (ceil_mode included) stays inside
+        need_h = (OH - 1) * sh + (KH - 1) * dh + 1
+        need_w = (OW - 1) * sw + (KW - 1) * dw + 1
+        pb2 = max(pb, need_h - H - pt)
+        pr2 = max(pr, need_w - W - pl)
+        xp, Hp, Wp = self.pad_copy(self.buf(op.input), N * C, H, W, (pt, pl, pb2, pr2), NEG if is_max else 0.0)
+        name = self.name()
+        ov = self.override(name, 2)
+        rc = tc.choose_rows(self.hw, N * C, OH * OW, bytes_in=4 * KH * KW, bytes_out=4,
+                            vec_cost=KH * KW + 1, live_tiles=3, override=(ov[0] if ov else None))
+        TR = rc.rows
+        TOH = ov[1] if ov else max(1, min(OH, rc.cols // OW))
+        self.debug(tc.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", rc)
+                   + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
+        out2 = em.view(self.out_buf(op.results[0]), (N * C, OH * OW))
+        xs = em.alloc((TR, TOH, OW), f32, "spad", 2)
+        xs2 = em.view(xs, (TR, TOH * OW))
+        acc = em.alloc((TR, TOH * OW), f32, "spad", 2)
+        z = [0, 0]
+        recip = None
+        if not is_max:
+            cnt = np.zeros((OH, OW), np.float64)
+            inc = bool(op.count_include_pad.value.data)
+            lo_h, hi_h = (-pt, H + pb) if inc else (0, H)
+            lo_w, hi_w = (-pl, W + pr) if inc else (0, W)
+            for i in range(OH):
+                a = i * sh - pt
+                nh = max(0, min(a + KH, hi_h) - max(a, lo_h))
+                for j in range(OW):
+                    b = j * sw - pl
+                    cnt[i, j] = nh * max(0, min(b + KW, hi_w) - max(b, lo_w))
+            recip = self.weight(f"{name}.recip_count", (1.0 / np.maximum(cnt, 1)).reshape(1, OH * OW).astype(np.float32), f32)
+            rt = em.alloc((1, TOH * OW), f32, "spad", 2)
+
+        def tile(r0: Index, tr: int, oh0: Index, toh: int) -> None:
+            tp = toh * OW
+            em.fill(acc, z, tr, tp, NEG if is_max else 0.0)
+
+            def tap(kh: Index, kw: Index) -> None:
+                em.dma(xp, [r0, em.add(em.mul(oh0, sh), em.mul(kh, dh)), em.mul(kw, dw)], xs, [0, 0, 0],
+                       [tr, toh, OW], [1, sh, sw])
+                em.vec("max" if is_max else "add", acc, z, acc, z, tr, tp, xs2, z, bmode="tile")
+
+            em.range(KH, lambda kh: em.range(KW, lambda kw: tap(kh, kw)))
+            if recip is not None:
+                em.dma(recip, [0, em.mul(oh0, OW)], rt, z, [1, tp])
+                em.vec("mul", acc, z, acc, z, tr, tp, rt, z, bmode="row")
+            em.dma(acc, z, out2, [r0, em.mul(oh0, OW)], [tr, tp])
+
+        em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
+
+    def lower_global_pool(self, op: Operation) -> None:
+        em = self.em
+        shp = _shape(op.input)
+        NC, HW = shp[0] * shp[1], _prod(shp[2:])
+        is_max = isinstance(op, g.GlobalMaxPoolOp)
+        name = self.name()
+        ov = self.override(name, 1)
+        rc = tc.choose_rows(self.hw, NC, HW, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
+                            override=(ov[0] if ov else None))
+        self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shp)), rc))
+        x2 = em.view(self.buf(op.input), (NC, HW))
+        out2 = em.view(self.out_buf(op.results[0]), (NC, 1))
+        xs = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
+        part = em.alloc((rc.rows, 1), f32, "spad", 2)
+        res = em.alloc((rc.rows, 1), f32, "spad", 2)
+        z = [0, 0]
+
+        def tile(r0: Index, tr: int) -> None:
+            em.fill(res, z, tr, 1, NEG if is_max else 0.0)
+
+            def chunk(c0: Index, cn: int) -> None:
+                em.dma(x2, [r0, c0], xs, z, [tr, cn])
+                em.vec("rmax" if is_max else "rsum", part, z, xs, z, tr, cn)
+                em.vec("max" if is_max else "add", res, z, res, z, tr, 1, part, z, bmode="tile")
+
+            em.tiles(HW, rc.cols, chunk)
+            if not is_max:
+                em.vec("mul", res, z, res, z, tr, 1, bmode="imm", imm=1.0 / HW)
+            em.dma(res, z, out2, [r0, 0], [tr, 1])
+
+        em.tiles(NC, rc.rows, tile)
 
     def lower_batch_norm(self, op: g.BatchNormOp) -> None:
         vals = [self.const(v) for v in (op.scale, op.bias, op.mean, op.var)]
@@ -1084,7 +1291,12 @@ _UNSUPPORTED_EW = {"graph.not", "graph.and", "graph.or", "graph.xor", "graph.equ
                    "graph.sign", "graph.log", "graph.erf", "graph.sin", "graph.cos", "graph.floor",
                    "graph.ceil", "graph.round", "graph.softplus"}
 
-_OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {}
+_OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {
+    "graph.max_pool2d": FunctionLowering.lower_pool,
+    "graph.avg_pool2d": FunctionLowering.lower_pool,
+    "graph.global_avg_pool": FunctionLowering.lower_global_pool,
+    "graph.global_max_pool": FunctionLowering.lower_global_pool,
+}
 
 
 def _shape_t(ty: Attribute) -> tuple[int, ...]:

@@ -133,3 +133,66 @@ def test_override_applies():
     GraphToTilePass(overrides="kernel0=16x16x16").apply(CTX, m)
     text = str(m)
     assert "memref<16x16xbf16, \"spad\">" in text
+
+
+CNN = """
+func.func @main(%x: tensor<2x3x11x11xf32> {graph.name = "image"}) -> (tensor<2x8x6x6xf32>, tensor<2x8x1x1xf32>, tensor<2x8x3x3xf32>, tensor<2x8x4x4xf32>) {
+  %w = graph.weight @c1.weight : tensor<8x3x3x3xf32>
+  %b = graph.weight @c1.bias : tensor<8xf32>
+  %y = graph.conv2d %x, %w, %b {stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>} : (tensor<2x3x11x11xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>) -> tensor<2x8x6x6xf32>
+  %sc = graph.weight @bn.scale : tensor<8xf32>
+  %sh = graph.weight @bn.bias : tensor<8xf32>
+  %mu = graph.weight @bn.mean : tensor<8xf32>
+  %var = graph.weight @bn.var : tensor<8xf32>
+  %bn = graph.batch_norm %y, %sc, %sh, %mu, %var : (tensor<2x8x6x6xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8x6x6xf32>
+  %r = graph.relu %bn : (tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %w2 = graph.weight @c2.weight : tensor<8x4x3x3xf32>
+  %y2 = graph.conv2d %r, %w2 {padding = array<i64: 1, 1, 1, 1>, groups = 2} : (tensor<2x8x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x6x6xf32>
+  %s = graph.add %y2, %r : (tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %gp = graph.global_avg_pool %s : (tensor<2x8x6x6xf32>) -> tensor<2x8x1x1xf32>
+  %mp = graph.max_pool2d %s {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>} : (tensor<2x8x6x6xf32>) -> tensor<2x8x3x3xf32>
+  %ap = graph.avg_pool2d %s {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, ceil_mode = true} : (tensor<2x8x6x6xf32>) -> tensor<2x8x4x4xf32>
+  func.return %s, %gp, %mp, %ap : tensor<2x8x6x6xf32>, tensor<2x8x1x1xf32>, tensor<2x8x3x3xf32>, tensor<2x8x4x4xf32>
+}
+"""
+CNN_W = {"c1.weight": RNG.standard_normal((8, 3, 3, 3)) * 0.3, "c1.bias": RNG.standard_normal(8),
+         "bn.scale": RNG.uniform(0.5, 1.5, 8), "bn.bias": RNG.standard_normal(8),
+         "bn.mean": RNG.standard_normal(8) * 0.1, "bn.var": RNG.uniform(0.5, 2, 8),
+         "c2.weight": RNG.standard_normal((8, 4, 3, 3)) * 0.3}
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cnn_residual_batch_norm_pooling(target, precision):
+    check(module(CNN, CNN_W), target, precision)
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_cnn_after_fold_batch_norm_and_fuse(target):
+    m = module(CNN, CNN_W)
+    tol = TOL["fp32"]
+    r = check_pass_preserves_semantics(
+        m, f"graph-fold-batch-norm,graph-fuse,graph-to-tile{{target={target}}}", rtol=tol, atol=tol)
+    assert "graph." not in str(r.module).replace("graph.name", "")
+
+
+def test_resnet_sized_conv_is_compact():
+    """A ResNet-50 stage conv (256 -> 64 channels, 3x3, 56x56) lowers to a few ops per loop body."""
+    m = module("""
+func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
+  %w = graph.weight @w : tensor<64x256x3x3xf32>
+  %y = graph.conv2d %x, %w {padding = array<i64: 1, 1, 1, 1>} : (tensor<1x256x56x56xf32>, tensor<64x256x3x3xf32>) -> tensor<1x64x56x56xf32>
+  %r = graph.relu %y : (tensor<1x64x56x56xf32>) -> tensor<1x64x56x56xf32>
+  func.return %r : tensor<1x64x56x56xf32>
+}
+""", {"w": np.zeros((64, 256, 3, 3))})
+    for target in ("edge", "server"):
+        mm = m.clone()
+        attach_weights(mm, WeightStore())
+        from infer.dialects.weights import weights_of
+
+        weights_of(mm).set("w", np.zeros((64, 256, 3, 3), np.float32))
+        GraphToTilePass(target=target).apply(CTX, mm)
+        verify_module(mm)
+        n_ops = sum(1 for _ in mm.walk())
+        assert n_ops < 150, (target, n_ops)
