@@ -1241,6 +1241,232 @@ class FunctionLowering:
 
         em.tiles(NC, rc.rows, tile)
 
+    # -- row-wise kernels: layer_norm, rms_norm, softmax --------------------------
+    def lower_rowwise(self, op: Operation) -> None:
+        em = self.em
+        S = _shape(op.input)
+        axis = op.axis.value.data % len(S)
+        if isinstance(op, g.SoftmaxOp | g.LogSoftmaxOp):
+            if isinstance(op, g.LogSoftmaxOp):
+                raise _err(op, "log_softmax needs a logarithm, which the vector unit does not have")
+            if any(d != 1 for d in S[axis + 1:]):
+                raise _err(op, "softmax is lowered along the last (contiguous) axis only")
+            axis = len(S) - 1 if all(d == 1 for d in S[axis + 1:]) and S[axis:] else axis
+        M, D = _prod(S[:axis]), _prod(S[axis:])
+        name = self.name()
+        ov = self.override(name, 1)
+        rc = tc.choose_rows(self.hw, M, D, bytes_in=4, bytes_out=4, vec_cost=8, live_tiles=3,
+                            override=(ov[0] if ov else None), whole_row=True)
+        rc.rows = min(rc.rows, M)
+        if rc.rows * D * 4 * 3 * 2 > self.hw.memory.scratchpad_bytes:
+            raise _err(op, f"a row of {D} elements does not fit the scratchpad of target '{self.hw.name}'")
+        self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, S)), rc))
+        x2 = em.view(self.buf(op.input), (M, D))
+        out2 = em.view(self.out_buf(op.results[0]), (M, D))
+        TR = rc.rows
+        xt = em.alloc((TR, D), f32, "spad", 2)
+        yt = em.alloc((TR, D), f32, "spad", 2)
+        col = em.alloc((TR, 1), f32, "spad", 2)
+        z = [0, 0]
+        params = []
+        if not isinstance(op, g.SoftmaxOp):
+            for p in [op.scale] + ([op.bias] if isinstance(op, g.LayerNormOp) and op.bias is not None else []):
+                c = self.const(p)
+                if c is not None:
+                    arr = np.ascontiguousarray(np.broadcast_to(c, S[axis:]).reshape(1, D).astype(np.float32))
+                    params.append(self.weight(f"{name}.param", arr, f32))
+                elif _prod(_shape(p)) == D:
+                    params.append(em.view(self.buf(p), (1, D)))
+                else:
+                    raise _err(op, "a runtime scale/bias must have the normalized shape")
+        pt = [em.alloc((1, D), f32, "spad") for _ in params]
+        for src, dst in zip(params, pt):
+            em.dma(src, z, dst, z, [1, D])
+        eps = op.epsilon.value.data if not isinstance(op, g.SoftmaxOp) else 0.0
+
+        def tile(r0: Index, tr: int) -> None:
+            em.dma(x2, [r0, 0], xt, z, [tr, D])
+            if isinstance(op, g.SoftmaxOp):
+                em.vec("rmax", col, z, xt, z, tr, D)
+                em.vec("sub", yt, z, xt, z, tr, D, col, z, bmode="col")
+                em.vec("exp", yt, z, yt, z, tr, D)
+                em.vec("rsum", col, z, yt, z, tr, D)
+                em.vec("recip", col, z, col, z, tr, 1)
+                em.vec("mul", yt, z, yt, z, tr, D, col, z, bmode="col")
+            else:
+                src = xt
+                if isinstance(op, g.LayerNormOp):
+                    em.vec("rsum", col, z, xt, z, tr, D)
+                    em.vec("mul", col, z, col, z, tr, 1, bmode="imm", imm=1.0 / D)
+                    em.vec("sub", xt, z, xt, z, tr, D, col, z, bmode="col")
+                em.vec("mul", yt, z, src, z, tr, D, src, z, bmode="tile")
+                em.vec("rsum", col, z, yt, z, tr, D)
+                em.vec("mul", col, z, col, z, tr, 1, bmode="imm", imm=1.0 / D)
+                em.vec("add", col, z, col, z, tr, 1, bmode="imm", imm=eps)
+                em.vec("rsqrt", col, z, col, z, tr, 1)
+                em.vec("mul", yt, z, xt, z, tr, D, col, z, bmode="col")
+                em.vec("mul", yt, z, yt, z, tr, D, pt[0], z, bmode="row")
+                if len(pt) > 1:
+                    em.vec("add", yt, z, yt, z, tr, D, pt[1], z, bmode="row")
+            em.dma(yt, z, out2, [r0, 0], [tr, D])
+
+        em.tiles(M, TR, tile)
+
+    # -- attention: one flash kernel (online softmax, scores stay on chip) ------------
+    def lower_attention(self, op: g.AttentionOp) -> None:
+        em, hw = self.em, self.hw
+        R_, C_ = hw.matrix.rows, hw.matrix.cols
+        if op.mask is not None:
+            raise _err(op, "attention with an explicit mask is not supported yet (causal is)")
+        B, Hq, Sq, D = _shape(op.query)
+        _, Hkv, Skv, _ = _shape(op.key)
+        Dv = _shape(op.value)[-1]
+        grp = Hq // Hkv
+        scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(D)
+        causal = bool(op.causal.value.data)
+        off = Skv - Sq
+        passes = self.ctx.passes
+        copies = 2 if passes == 3 else 1
+        name = self.name()
+        spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=passes,
+                           batch=B * Hq, epi_cost=12)
+        ch = tc.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
+        ov = self.override(name, 2)
+        TQ, TKV = (ov[0], ov[1]) if ov else (ch.tiles[0], ch.tiles[1])
+        while (TQ * (D + Dv + 2 * TKV) * 10 + TKV * (D + Dv) * 10) * 2 > hw.memory.scratchpad_bytes and TKV > 1:
+            TKV = max(1, TKV // 2)
+        self.debug(tc.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
+                                      + (" causal" if causal else ""), ch)
+                   + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)")
+        kt = self.transpose_last2(self.buf(op.key), (B, Hkv, Skv, D))
+        kt2 = em.view(kt, (B * Hkv * D, Skv))
+        q2 = em.view(self.buf(op.query), (B * Hq * Sq, D))
+        v2 = em.view(self.buf(op.value), (B * Hkv * Skv, Dv))
+        out2 = em.view(self.out_buf(op.results[0]), (B * Hq * Sq, Dv))
+        qs = em.alloc((TQ, D), f32, "spad", 2)
+        qh = em.alloc((TQ, D), bf16, "spad", 2)
+        ql = em.alloc((TQ, D), bf16, "spad", 2) if copies == 2 else None
+        ks = em.alloc((D, TKV), f32, "spad", 2)
+        kh = em.alloc((D, TKV), bf16, "spad", 2)
+        kl = em.alloc((D, TKV), bf16, "spad", 2) if copies == 2 else None
+        sc = em.alloc((TQ, TKV), f32, "acc", 2)
+        ps = em.alloc((TQ, TKV), f32, "spad", 2)
+        ph = em.alloc((TQ, TKV), bf16, "spad", 2)
+        pl = em.alloc((TQ, TKV), bf16, "spad", 2) if copies == 2 else None
+        vs = em.alloc((TKV, Dv), f32, "spad", 2)
+        vh = em.alloc((TKV, Dv), bf16, "spad", 2)
+        vl = em.alloc((TKV, Dv), bf16, "spad", 2) if copies == 2 else None
+        o = em.alloc((TQ, Dv), f32, "acc", 2)
+        m = em.alloc((TQ, 1), f32, "spad", 2)
+        mn = em.alloc((TQ, 1), f32, "spad", 2)
+        lsum = em.alloc((TQ, 1), f32, "spad", 2)
+        tmp = em.alloc((TQ, 1), f32, "spad", 2)
+        K0 = TKV - 1
+        band = bt = None
+        if causal:
+            width = K0 + TQ + TKV
+            ii, cc = np.meshgrid(np.arange(TQ), np.arange(width), indexing="ij")
+            band = self.weight(f"{name}.causal_band", np.where(cc - K0 - ii > 0, NEG, 0.0).astype(np.float32), f32)
+            bt = em.alloc((TQ, TKV), f32, "spad", 2)
+        z = [0, 0]
+
+        def mm3(ah, al, bh_, bl, acc, mrows, kdim, ndim):
+            def f(kk: Index, kc: int) -> None:
+                def f2(nn: Index, nc: int) -> None:
+                    em.matmul(ah, [0, kk], bh_, [kk, nn], acc, [0, nn], mrows, kc, nc)
+                    if copies == 2:
+                        em.matmul(ah, [0, kk], bl, [kk, nn], acc, [0, nn], mrows, kc, nc)
+                        em.matmul(al, [0, kk], bh_, [kk, nn], acc, [0, nn], mrows, kc, nc)
+                em.tiles(ndim, C_, f2)
+            em.tiles(kdim, R_, f)
+
+        def qtile(b: Index, hk: Index, gi: Index, q0: Index, tq: int) -> None:
+            h = em.add(em.mul(hk, grp), gi)
+            qrow = em.add(em.mul(em.add(em.mul(b, Hq), h), Sq), q0)
+            em.dma(q2, [qrow, 0], qs, z, [tq, D])
+            em.vec("mul", qs, z, qs, z, tq, D, bmode="imm", imm=scale)
+            self.split(qs, qh, ql, tq, D)
+            em.fill(m, z, tq, 1, NEG)
+            em.fill(lsum, z, tq, 1, 0.0)
+            em.fill(o, z, tq, Dv, 0.0)
+            kvb = em.add(em.mul(b, Hkv), hk)
+
+            def kvtile(j0: Index, tkv: int) -> None:
+                em.dma(kt2, [em.mul(kvb, D), j0], ks, z, [D, tkv])
+                self.split(ks, kh, kl, D, tkv)
+                em.fill(sc, z, tq, tkv, 0.0)
+                mm3(qh, ql, kh, kl, sc, tq, D, tkv)
+                if causal:
+                    c0 = em.clamp(em.add(em.sub(j0, q0), K0 - off), 0, K0 + TQ)
+                    em.dma(band, [0, c0], bt, z, [tq, tkv])
+                    em.vec("add", sc, z, sc, z, tq, tkv, bt, z, bmode="tile")
+                em.vec("rmax", tmp, z, sc, z, tq, tkv)
+                em.vec("max", mn, z, m, z, tq, 1, tmp, z, bmode="tile")
+                em.vec("sub", tmp, z, m, z, tq, 1, mn, z, bmode="tile")
+                em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
+                em.vec("copy", m, z, mn, z, tq, 1)
+                em.vec("sub", ps, z, sc, z, tq, tkv, mn, z, bmode="col")
+                em.vec("exp", ps, z, ps, z, tq, tkv)
+                em.vec("mul", lsum, z, lsum, z, tq, 1, tmp, z, bmode="tile")
+                em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
+                em.vec("rsum", tmp, z, ps, z, tq, tkv)
+                em.vec("add", lsum, z, lsum, z, tq, 1, tmp, z, bmode="tile")
+                self.split(ps, ph, pl, tq, tkv)
+                em.dma(v2, [em.add(em.mul(kvb, Skv), j0), 0], vs, z, [tkv, Dv])
+                self.split(vs, vh, vl, tkv, Dv)
+                mm3(ph, pl, vh, vl, o, tq, tkv, Dv)
+
+            em.tiles(Skv, TKV, kvtile)
+            em.vec("recip", tmp, z, lsum, z, tq, 1)
+            em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
+            em.dma(o, z, out2, [qrow, 0], [tq, Dv])
+
+        em.range(B, lambda b: em.range(Hkv, lambda hk: em.range(grp, lambda gi: em.tiles(
+            Sq, TQ, lambda q0, tq: qtile(b, hk, gi, q0, tq)))))
+
+    # -- structure ---------------------------------------------------------------
+    def lower_transpose(self, op: g.TransposeOp) -> None:
+        """DMA copies through the scratchpad: one loop per leading output dim, each
+        iteration moves one output row (contiguous if the last dim stays last, else a
+        strided gather)."""
+        em = self.em
+        S = _shape(op.input)
+        perm = g._ints(op.perm)
+        rank = len(S)
+        total = _prod(S)
+        ist = [_prod(S[i + 1:]) for i in range(rank)]
+        O = [S[p] for p in perm]
+        L = O[-1] if O else 1
+        name = self.name()
+        self.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, S))} perm {list(perm)}: DMA copies of "
+                   f"{'contiguous rows' if perm[-1] == rank - 1 else 'strided columns'} of {L} elements")
+        src = self.buf(op.input)
+        out = self.out_buf(op.results[0])
+        contiguous = perm[-1] == rank - 1
+        if contiguous:
+            s2, d2 = em.view(src, (total // L, L)), em.view(out, (total // L, L))
+        else:
+            s2, d2 = em.view(src, (total, 1)), em.view(out, (total, 1))
+        buf = em.alloc((1, L) if contiguous else (L, 1), f32, "spad", 2)
+        z = [0, 0]
+
+        def rec(k: int, in_off: Index, out_off: Index) -> None:
+            if k == rank - 1:
+                if contiguous:
+                    em.dma(s2, [_div(em, in_off, L), 0], buf, z, [1, L])
+                    em.dma(buf, z, d2, [_div(em, out_off, L), 0], [1, L])
+                else:
+                    em.dma(s2, [in_off, 0], buf, z, [L, 1], [ist[perm[-1]], 1])
+                    em.dma(buf, z, d2, [out_off, 0], [L, 1])
+                return
+            ost = _prod(O[k + 1:])
+            em.range(O[k], lambda i: rec(k + 1, em.add(in_off, em.mul(i, ist[perm[k]])), em.add(out_off, em.mul(i, ost))))
+
+        if rank == 0:
+            self.copy(src, out, S)
+        else:
+            rec(0, 0, 0)
+
     def lower_batch_norm(self, op: g.BatchNormOp) -> None:
         vals = [self.const(v) for v in (op.scale, op.bias, op.mean, op.var)]
         if any(v is None for v in vals):
@@ -1296,7 +1522,20 @@ _OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {
     "graph.avg_pool2d": FunctionLowering.lower_pool,
     "graph.global_avg_pool": FunctionLowering.lower_global_pool,
     "graph.global_max_pool": FunctionLowering.lower_global_pool,
+    "graph.layer_norm": FunctionLowering.lower_rowwise,
+    "graph.rms_norm": FunctionLowering.lower_rowwise,
+    "graph.softmax": FunctionLowering.lower_rowwise,
+    "graph.log_softmax": FunctionLowering.lower_rowwise,
+    "graph.attention": FunctionLowering.lower_attention,
+    "graph.transpose": FunctionLowering.lower_transpose,
 }
+
+
+def _div(em: Emitter, v: Index, k: int) -> Index:
+    """v // k for offsets built from multiples of k (they are: rows of length k)."""
+    if isinstance(v, int):
+        return v // k
+    return em.insert(arith.DivSIOp(v, em.c(k))).results[0]
 
 
 def _shape_t(ty: Attribute) -> tuple[int, ...]:

@@ -196,3 +196,66 @@ func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
         verify_module(mm)
         n_ops = sum(1 for _ in mm.walk())
         assert n_ops < 150, (target, n_ops)
+
+
+BLOCK = """
+func.func @main(%x: tensor<1x24x32xf32> {graph.name = "hidden"}) -> (tensor<1x24x32xf32> {graph.name = "out"}) {
+  %g = graph.weight @ln.weight : tensor<32xf32>
+  %b = graph.weight @ln.bias : tensor<32xf32>
+  %h = graph.layer_norm %x, %g, %b : (tensor<1x24x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<1x24x32xf32>
+  %wq = graph.weight @q.weight : tensor<32x32xf32>
+  %wk = graph.weight @k.weight : tensor<16x32xf32>
+  %wv = graph.weight @v.weight : tensor<16x32xf32>
+  %q = graph.linear %h, %wq : (tensor<1x24x32xf32>, tensor<32x32xf32>) -> tensor<1x24x32xf32>
+  %k = graph.linear %h, %wk : (tensor<1x24x32xf32>, tensor<16x32xf32>) -> tensor<1x24x16xf32>
+  %v = graph.linear %h, %wv : (tensor<1x24x32xf32>, tensor<16x32xf32>) -> tensor<1x24x16xf32>
+  %q4 = graph.reshape %q : (tensor<1x24x32xf32>) -> tensor<1x24x4x8xf32>
+  %k4 = graph.reshape %k : (tensor<1x24x16xf32>) -> tensor<1x24x2x8xf32>
+  %v4 = graph.reshape %v : (tensor<1x24x16xf32>) -> tensor<1x24x2x8xf32>
+  %qt = graph.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x24x4x8xf32>) -> tensor<1x4x24x8xf32>
+  %kt = graph.transpose %k4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x24x2x8xf32>) -> tensor<1x2x24x8xf32>
+  %vt = graph.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x24x2x8xf32>) -> tensor<1x2x24x8xf32>
+  %a = graph.attention %qt, %kt, %vt {causal = true} : (tensor<1x4x24x8xf32>, tensor<1x2x24x8xf32>, tensor<1x2x24x8xf32>) -> tensor<1x4x24x8xf32>
+  %at = graph.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x24x8xf32>) -> tensor<1x24x4x8xf32>
+  %a3 = graph.reshape %at : (tensor<1x24x4x8xf32>) -> tensor<1x24x32xf32>
+  %wo = graph.weight @o.weight : tensor<32x32xf32>
+  %o = graph.linear %a3, %wo : (tensor<1x24x32xf32>, tensor<32x32xf32>) -> tensor<1x24x32xf32>
+  %r = graph.add %o, %x : (tensor<1x24x32xf32>, tensor<1x24x32xf32>) -> tensor<1x24x32xf32>
+  %w1 = graph.weight @fc1.weight : tensor<64x32xf32>
+  %h2 = graph.rms_norm %r, %g : (tensor<1x24x32xf32>, tensor<32xf32>) -> tensor<1x24x32xf32>
+  %f = graph.linear %h2, %w1 : (tensor<1x24x32xf32>, tensor<64x32xf32>) -> tensor<1x24x64xf32>
+  %fa = graph.gelu %f {approximate = "tanh"} : (tensor<1x24x64xf32>) -> tensor<1x24x64xf32>
+  %w2 = graph.weight @fc2.weight : tensor<32x64xf32>
+  %f2 = graph.linear %fa, %w2 : (tensor<1x24x64xf32>, tensor<32x64xf32>) -> tensor<1x24x32xf32>
+  %y = graph.add %f2, %r : (tensor<1x24x32xf32>, tensor<1x24x32xf32>) -> tensor<1x24x32xf32>
+  %sm = graph.softmax %y : (tensor<1x24x32xf32>) -> tensor<1x24x32xf32>
+  func.return %sm : tensor<1x24x32xf32>
+}
+"""
+BLOCK_W = {"ln.weight": RNG.uniform(0.5, 1.5, 32), "ln.bias": RNG.standard_normal(32) * 0.1,
+           "q.weight": RNG.standard_normal((32, 32)) * 0.2, "k.weight": RNG.standard_normal((16, 32)) * 0.2,
+           "v.weight": RNG.standard_normal((16, 32)) * 0.2, "o.weight": RNG.standard_normal((32, 32)) * 0.2,
+           "fc1.weight": RNG.standard_normal((64, 32)) * 0.2, "fc2.weight": RNG.standard_normal((32, 64)) * 0.2}
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_transformer_block(target, precision):
+    check(module(BLOCK, BLOCK_W), target, precision)
+
+
+@pytest.mark.parametrize("overrides", ["kernel7=8x8", "kernel7=16x8", "kernel7=8x16", "kernel7=5x7"])
+def test_flash_attention_multi_tile_causal(overrides):
+    """Several query and key tiles (online softmax rescaling, causal band masks, remainders)."""
+    m = module(BLOCK, BLOCK_W)
+    tol = TOL["fp32"]
+    r = check_pass_preserves_semantics(m, GraphToTilePass(overrides=overrides), rtol=tol, atol=tol)
+    tq, tkv = overrides.split("=")[1].split("x")
+    assert f"memref<{tq}x{tkv}xf32, \"acc\">" in str(r.module)  # the score tile, on chip
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_transformer_block_after_fuse(target):
+    tol = TOL["fp32"]
+    check_pass_preserves_semantics(module(BLOCK, BLOCK_W), f"graph-fuse,graph-to-tile{{target={target}}}",
+                                   rtol=tol, atol=tol)
