@@ -3,9 +3,37 @@
     import infer
     m = infer.import_model("model.onnx")   # graph-level IR + weights
     outputs = m.run(inputs)                 # reference interpreter
+    exe = infer.compile(m, target="edge")   # the whole pipeline -> Executable (an artifact)
+    outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
+
+Names are imported lazily, so `import infer.runtime` (running an artifact) does
+not load the compiler.
 """
 
-from infer.frontend import Model, ModelImportError, import_model
+from typing import Any
 
-__all__ = ["Model", "ModelImportError", "import_model"]
+__all__ = ["Model", "ModelImportError", "compile", "import_model", "load"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Model": ("infer.frontend", "Model"),
+    "ModelImportError": ("infer.frontend", "ModelImportError"),
+    "import_model": ("infer.frontend", "import_model"),
+    "compile": ("infer.tools.compile_cmds", "compile"),
+    "load": ("infer.runtime.executable", "load"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'infer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

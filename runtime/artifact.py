@@ -1,0 +1,472 @@
+"""The `.npu` artifact: everything needed to run a compiled model, in one file.
+
+Layout of the file (all integers little-endian):
+
+    8 bytes   magic b"INFERNPU"
+    u32       format version (FORMAT_VERSION)
+    u32       header length H
+    H bytes   header: UTF-8 JSON (see below)
+    ...       payload: the sections, back to back, at the offsets the header gives
+    32 bytes  SHA-256 of every byte before it
+
+Header keys: `format` ("infer-npu-artifact"), `format_version`, `infer_version`,
+`target` ({name, toml}: the hardware config's TOML text, so the artifact runs with
+exactly the config it was built for), `precision`, `entry`, `source` (what was
+compiled), `signature` ({inputs, outputs}: lists of {name, shape, dtype}),
+`layout` (the `npu.layout` of tile-to-npu: see docs/codegen.md), `ops` (optional
+per-op instruction ranges for the performance report), `sections`
+({name: {offset, size, sha256}}) and `meta` (free-form).
+
+Sections: `program` (the NPU binary container of target/asm.py), `weights`
+(safetensors bytes of the weights the program reads, by layout name), and
+optionally `graph_ir` (graph-level IR text the artifact was compiled from) and
+`graph_weights` (its safetensors), which `infer run --check` uses as the reference.
+
+`Artifact.from_bytes` validates everything and raises `ArtifactError` with one
+clear message for a file that is not an artifact, is truncated, is corrupt
+(checksum), has an unsupported version, or whose parts do not agree (signature vs
+layout, weights vs layout, program vs config, layout vs DRAM size).
+
+This module imports only infer.target (+ numpy, safetensors): a compiled
+artifact runs without the compiler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+MAGIC = b"INFERNPU"
+FORMAT = "infer-npu-artifact"
+FORMAT_VERSION = 1
+_PRELUDE = struct.Struct("<8sII")
+_DIGEST = 32
+_MAX_HEADER = 64 << 20
+
+
+class ArtifactError(Exception):
+    """A file is not a valid artifact, or its parts do not agree. One line."""
+
+
+def infer_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("infer")
+    except Exception:  # not installed as a distribution
+        return "0.1.0"
+
+
+# ----------------------------------------------------------------------------- dtypes
+_DTYPES: dict[str, np.dtype] = {
+    "float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "float64": np.dtype(np.float64),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16), "int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8),
+    "int16": np.dtype(np.int16), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
+    "bool": np.dtype(np.bool_),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+# aliases the compiler may use (ISA / MLIR spellings)
+_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "bf16": "bfloat16",
+            "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "i1": "bool",
+            "ui8": "uint8", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def np_dtype(name: str) -> np.dtype:
+    """A dtype name of the artifact (numpy spelling, or an ISA/MLIR alias) -> numpy dtype."""
+    key = _ALIASES.get(str(name), str(name))
+    if key not in _DTYPES:
+        raise ArtifactError(f"unsupported dtype '{name}'")
+    return _DTYPES[key]
+
+
+def dtype_name(dt: Any) -> str:
+    dt = np.dtype(dt)
+    for k, v in _DTYPES.items():
+        if v == dt:
+            return k
+    raise ArtifactError(f"unsupported dtype {dt}")
+
+
+# ----------------------------------------------------------------------------- signature / layout
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np_dtype(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.np_dtype.itemsize
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_dict(d: Any, what: str) -> TensorSpec:
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not isinstance(d.get("shape"), list):
+            raise ArtifactError(f"{what}: expected {{name, shape, dtype}}, got {d!r:.80}")
+        if not all(isinstance(x, int) and x >= 0 for x in d["shape"]):
+            raise ArtifactError(f"{what} '{d['name']}': bad shape {d['shape']}")
+        np_dtype(d.get("dtype", "?"))
+        return TensorSpec(d["name"], tuple(d["shape"]), str(d["dtype"]))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one function argument (input or output) lives in DRAM."""
+
+    name: str
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The DRAM layout of a compiled program (normalised `npu.layout`)."""
+
+    args: tuple[Placement, ...]
+    weights_offset: int
+    weights_bytes: int
+    weights: tuple[tuple[str, int, int], ...]  # (name, offset relative to weights_offset, size)
+    arena_offset: int
+    arena_bytes: int
+    total_bytes: int
+    registers: tuple[tuple[int, int], ...] = ()  # scalar registers the program expects preset
+
+    @property
+    def inputs(self) -> list[Placement]:
+        return [a for a in self.args if not a.is_output]
+
+    @property
+    def outputs(self) -> list[Placement]:
+        return [a for a in self.args if a.is_output]
+
+
+def _int(d: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ArtifactError(f"layout: {what}.{key} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def parse_layout(d: Any) -> Layout:
+    """Normalise a layout dict (the JSON form of tile-to-npu's `npu.layout`)."""
+    if not isinstance(d, dict):
+        raise ArtifactError("layout: expected an object")
+    args_raw = d.get("args", d.get("arguments"))
+    if not isinstance(args_raw, list):
+        raise ArtifactError("layout: 'args' must be a list")
+    args = []
+    for i, a in enumerate(args_raw):
+        if not isinstance(a, dict) or not isinstance(a.get("shape"), list):
+            raise ArtifactError(f"layout: argument {i} must be an object with a shape")
+        is_out = bool(a.get("is_output", a.get("output", False)))
+        dtype = str(a.get("dtype", "?"))
+        np_dtype(dtype)
+        args.append(Placement(str(a.get("name", f"arg{i}")), _int(a, "offset", f"args[{i}]"),
+                              tuple(int(x) for x in a["shape"]), dtype, is_out))
+    w = d.get("weights", {})
+    if not isinstance(w, dict):
+        raise ArtifactError("layout: 'weights' must be an object")
+    entries = []
+    for i, e in enumerate(w.get("entries", w.get("tensors", [])) or []):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            raise ArtifactError(f"layout: weights entry {i} must be an object with a name")
+        entries.append((e["name"], _int(e, "offset", f"weights[{i}]"), _int(e, "size", f"weights[{i}]")))
+    a = d.get("arena", {})
+    if not isinstance(a, dict):
+        raise ArtifactError("layout: 'arena' must be an object")
+    regs = []
+    for k, v in (d.get("registers") or {}).items():
+        r = int(str(k).lstrip("r"))
+        regs.append((r, int(v)))
+    return Layout(tuple(args), _int(w, "offset", "weights", 0), _int(w, "size", "weights", 0), tuple(entries),
+                  _int(a, "offset", "arena", 0), _int(a, "size", "arena", 0), _int(d, "total_bytes", "layout"),
+                  tuple(regs))
+
+
+# ----------------------------------------------------------------------------- the artifact
+@dataclass
+class Artifact:
+    program: bytes                      # NPU binary container (target/asm.py)
+    weights: bytes                      # safetensors
+    signature: dict[str, list[TensorSpec]]
+    layout: dict[str, Any]              # JSON form of npu.layout
+    target_name: str
+    target_toml: str
+    precision: str = "fp32"
+    entry: str = "main"
+    source: str = ""
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    graph_ir: str | None = None
+    graph_weights: bytes | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    infer_version: str = field(default_factory=infer_version)
+    format_version: int = FORMAT_VERSION
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self.signature["inputs"]
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self.signature["outputs"]
+
+    def config(self):
+        from infer.target.hw import ConfigError, from_dict
+
+        try:
+            return from_dict(tomllib.loads(self.target_toml), f"{self.target_name}.toml (in the artifact)")
+        except tomllib.TOMLDecodeError as e:
+            raise ArtifactError(f"hardware config in the artifact is not valid TOML: {e}") from None
+        except ConfigError as e:
+            raise ArtifactError(f"hardware config in the artifact is invalid: {e}") from None
+
+    def parsed_layout(self) -> Layout:
+        return parse_layout(self.layout)
+
+    def decode_program(self):
+        from infer.target.asm import Program
+        from infer.target.isa import EncodingError
+
+        try:
+            return Program.from_bytes(self.program)
+        except EncodingError as e:
+            raise ArtifactError(f"program section: {e}") from None
+
+    def weight_arrays(self) -> dict[str, np.ndarray]:
+        return _load_safetensors(self.weights, "weights")
+
+    # ---------------------------------------------------------------- serialisation
+    def to_bytes(self) -> bytes:
+        sections: dict[str, bytes] = {"program": self.program, "weights": self.weights}
+        if self.graph_ir is not None:
+            sections["graph_ir"] = self.graph_ir.encode()
+        if self.graph_weights is not None:
+            sections["graph_weights"] = self.graph_weights
+        table, payload, off = {}, [], 0
+        for name, data in sections.items():
+            table[name] = {"offset": off, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            payload.append(data)
+            off += len(data)
+        header = {
+            "format": FORMAT, "format_version": self.format_version, "infer_version": self.infer_version,
+            "target": {"name": self.target_name, "toml": self.target_toml}, "precision": self.precision,
+            "entry": self.entry, "source": self.source,
+            "signature": {k: [s.as_dict() for s in v] for k, v in self.signature.items()},
+            "layout": self.layout, "ops": self.ops, "meta": self.meta, "sections": table,
+        }
+        hbytes = json.dumps(header, sort_keys=True).encode()
+        body = _PRELUDE.pack(MAGIC, self.format_version, len(hbytes)) + hbytes + b"".join(payload)
+        return body + hashlib.sha256(body).digest()
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_bytes(self.to_bytes())
+        return path
+
+    @staticmethod
+    def load(path: str | Path) -> Artifact:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{path}: no such file") from None
+        except OSError as e:
+            raise ArtifactError(f"{path}: cannot read: {e.strerror or e}") from None
+        try:
+            return Artifact.from_bytes(data)
+        except ArtifactError as e:
+            raise ArtifactError(f"{path}: {e}") from None
+
+    @staticmethod
+    def from_bytes(data: bytes) -> Artifact:
+        if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
+            raise ArtifactError("not an infer .npu artifact (bad magic; compile one with `infer compile`)")
+        if len(data) < _PRELUDE.size:
+            raise ArtifactError("truncated artifact (incomplete file header)")
+        _, version, hlen = _PRELUDE.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise ArtifactError(f"unsupported artifact format version {version} (this runtime reads version "
+                                f"{FORMAT_VERSION}); recompile the model with this infer")
+        if hlen > _MAX_HEADER:
+            raise ArtifactError(f"corrupt artifact (header length {hlen} is implausible)")
+        hend = _PRELUDE.size + hlen
+        if len(data) < hend + _DIGEST:
+            raise ArtifactError(f"truncated artifact ({len(data)} bytes; the header alone needs {hend + _DIGEST})")
+        try:
+            header = json.loads(data[_PRELUDE.size:hend].decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ArtifactError(f"corrupt artifact (header is not valid JSON: {e})") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ArtifactError("corrupt artifact (header does not describe an infer artifact)")
+        sections = header.get("sections")
+        if not isinstance(sections, dict):
+            raise ArtifactError("corrupt artifact (no section table)")
+        payload_len = 0
+        for name, s in sections.items():
+            if not isinstance(s, dict) or not all(isinstance(s.get(k), int) for k in ("offset", "size")):
+                raise ArtifactError(f"corrupt artifact (bad entry for section '{name}')")
+            payload_len = max(payload_len, s["offset"] + s["size"])
+        expected = hend + payload_len + _DIGEST
+        if len(data) < expected:
+            raise ArtifactError(f"truncated artifact ({len(data)} bytes, expected {expected})")
+        if len(data) > expected:
+            raise ArtifactError(f"corrupt artifact ({len(data) - expected} unexpected trailing bytes)")
+        if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
+            raise ArtifactError("corrupt artifact (checksum mismatch: the file was modified or damaged)")
+        blobs: dict[str, bytes] = {}
+        for name, s in sections.items():
+            blob = data[hend + s["offset"]: hend + s["offset"] + s["size"]]
+            if hashlib.sha256(blob).hexdigest() != s.get("sha256"):
+                raise ArtifactError(f"corrupt artifact (section '{name}' checksum mismatch)")
+            blobs[name] = blob
+        for required in ("program", "weights"):
+            if required not in blobs:
+                raise ArtifactError(f"corrupt artifact (missing section '{required}')")
+        try:
+            target = header["target"]
+            sig = header["signature"]
+            art = Artifact(
+                program=blobs["program"], weights=blobs["weights"],
+                signature={k: [TensorSpec.from_dict(x, f"signature {k[:-1]}") for x in sig[k]]
+                           for k in ("inputs", "outputs")},
+                layout=header["layout"], target_name=str(target["name"]), target_toml=str(target["toml"]),
+                precision=str(header.get("precision", "fp32")), entry=str(header.get("entry", "main")),
+                source=str(header.get("source", "")), ops=list(header.get("ops") or []),
+                graph_ir=blobs["graph_ir"].decode() if "graph_ir" in blobs else None,
+                graph_weights=blobs.get("graph_weights"), meta=dict(header.get("meta") or {}),
+                infer_version=str(header.get("infer_version", "?")), format_version=version,
+            )
+        except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise ArtifactError(f"corrupt artifact (header field missing or malformed: {e})") from None
+        art.validate()
+        return art
+
+    # ---------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Check that the parts agree; raises ArtifactError naming the first mismatch."""
+        cfg = self.config()
+        if cfg.name != self.target_name:
+            raise ArtifactError(f"mismatched artifact: target name '{self.target_name}' but its config says "
+                                f"'{cfg.name}'")
+        prog = self.decode_program()
+        try:
+            from infer.target.sim import Simulator
+
+            Simulator(cfg)  # configs the simulator cannot instantiate fail here
+        except Exception as e:  # pragma: no cover - from_dict already validated
+            raise ArtifactError(f"hardware config in the artifact: {e}") from None
+        _check_program_against_config(prog, cfg)
+        lay = self.parsed_layout()
+        if lay.total_bytes > cfg.memory.dram_bytes:
+            raise ArtifactError(f"mismatched artifact: the layout needs {lay.total_bytes} bytes of DRAM, config "
+                                f"{cfg.name} has {cfg.memory.dram_bytes}")
+        for what, specs, places in (("input", self.inputs, lay.inputs), ("output", self.outputs, lay.outputs)):
+            if len(specs) != len(places):
+                raise ArtifactError(f"mismatched artifact: the signature has {len(specs)} {what}(s), the layout "
+                                    f"{len(places)}")
+            for s, p in zip(specs, places, strict=True):
+                if s.shape != p.shape or s.np_dtype.itemsize != np_dtype(p.dtype).itemsize:
+                    raise ArtifactError(f"mismatched artifact: {what} '{s.name}' is {s.dtype} {list(s.shape)} in the "
+                                        f"signature but {p.dtype} {list(p.shape)} in the layout")
+                if p.offset + s.nbytes > lay.total_bytes:
+                    raise ArtifactError(f"mismatched artifact: {what} '{s.name}' [{p.offset}, {p.offset + s.nbytes})"
+                                        f" lies outside the DRAM image ({lay.total_bytes} bytes)")
+        arrays = self.weight_arrays()
+        for name, off, size in lay.weights:
+            if name not in arrays:
+                raise ArtifactError(f"mismatched artifact: the layout places weight '{name}' but the weights "
+                                    "section does not hold it")
+            if arrays[name].nbytes != size:
+                raise ArtifactError(f"mismatched artifact: weight '{name}' has {arrays[name].nbytes} bytes, the "
+                                    f"layout reserves {size}")
+            if lay.weights_offset + off + size > lay.total_bytes:
+                raise ArtifactError(f"mismatched artifact: weight '{name}' lies outside the DRAM image")
+        for i, o in enumerate(self.ops):
+            if not isinstance(o, dict) or not all(isinstance(o.get(k), int) for k in ("start", "end")):
+                raise ArtifactError(f"corrupt artifact (op marker {i} needs integer start/end)")
+            if not 0 <= o["start"] <= o["end"] <= len(prog):
+                raise ArtifactError(f"mismatched artifact: op marker '{o.get('name')}' covers instructions "
+                                    f"[{o['start']}, {o['end']}) of a {len(prog)}-instruction program")
+
+
+def _check_program_against_config(prog, cfg) -> None:
+    nreg, nsem = cfg.scalar.registers, cfg.scalar.semaphores
+    for i, ins in enumerate(prog.instrs):
+        for f, v in zip(ins.d.fields, ins.values, strict=True):
+            if f.kind == "reg" and v >= nreg:
+                raise ArtifactError(f"mismatched artifact: instruction {i} uses r{v}, config {cfg.name} has "
+                                    f"r0..r{nreg - 1}")
+        if max(ins.wait, ins.signal, ins.signal2) > nsem:
+            raise ArtifactError(f"mismatched artifact: instruction {i} uses a semaphore beyond s{nsem} "
+                                f"(config {cfg.name})")
+        if ins.d.engine == "matrix":
+            from infer.target import isa
+
+            dname = isa.DTYPES[ins.as_dict()["dtype"]][0]
+            if dname not in cfg.matrix.dtypes:
+                raise ArtifactError(f"mismatched artifact: instruction {i} uses {dname} on the matrix unit; "
+                                    f"config {cfg.name} supports {', '.join(cfg.matrix.dtypes)}")
+
+
+_ST_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "BF16": "bfloat16", "I8": "int8",
+              "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool",
+              "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_ST_CODES = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def _load_safetensors(data: bytes, what: str) -> dict[str, np.ndarray]:
+    """Parse safetensors bytes (every dtype the NPU uses, incl. bf16/fp8) -> read-only arrays."""
+    if not data:
+        return {}
+    try:
+        (hlen,) = struct.unpack_from("<Q", data)
+        header = json.loads(data[8:8 + hlen].decode())
+        base = 8 + hlen
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dt = np_dtype(_ST_DTYPES[info["dtype"]])
+            start, end = info["data_offsets"]
+            shape = tuple(info["shape"])
+            if base + end > len(data) or end - start != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+                raise ValueError(f"tensor '{name}' runs past the data or has the wrong size")
+            count = (end - start) // dt.itemsize
+            arr = np.frombuffer(data, dt, count, base + start) if count else np.zeros(0, dt)
+            out[name] = arr.reshape(shape)
+        return out
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            ArtifactError) as e:
+        raise ArtifactError(f"{what} section is not valid safetensors: {e}") from None
+
+
+def save_safetensors(arrays: dict[str, np.ndarray]) -> bytes:
+    """Arrays -> safetensors bytes (own writer: safetensors.numpy cannot read bf16 back)."""
+    header: dict[str, Any] = {}
+    chunks, off = [], 0
+    for name in sorted(arrays):
+        a = np.asarray(arrays[name])
+        b = a.tobytes()  # C order (keeps 0-d shapes)
+        header[name] = {"dtype": _ST_CODES[dtype_name(a.dtype)], "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        chunks.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(chunks)

@@ -1,0 +1,148 @@
+"""`Executable`: a loaded artifact that runs on the instruction-set simulator.
+
+    exe = infer.load("model.npu")          # or infer.compile(...)
+    outs = exe.run([x])                    # list in signature order, or {"name": array}
+    print(exe.last_report.summary())       # cycles, utilisation, stalls, per-op roofline
+
+`run` builds the simulated DRAM image the way the artifact's layout says (weights
+at the weight region, each input at its argument offset; the activation arena and
+the outputs zeroed), runs the program on `infer.target.sim.Simulator` with the
+artifact's own hardware config, and reads each output from its offset.
+
+Imports only infer.target and numpy: no compiler needed at run time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infer.runtime.artifact import Artifact, ArtifactError, Layout
+from infer.runtime.report import Report, build_report
+
+
+class RunError(ArtifactError):
+    """Bad inputs for `Executable.run`, or a simulator fault while running."""
+
+
+class Executable:
+    def __init__(self, artifact: Artifact):
+        artifact.validate()
+        self.artifact = artifact
+        self.config = artifact.config()
+        self.program = artifact.decode_program()
+        self.layout: Layout = artifact.parsed_layout()
+        self.last_report: Report | None = None
+        self._image: np.ndarray | None = None
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.artifact.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.artifact.outputs]
+
+    @property
+    def target(self) -> str:
+        return self.artifact.target_name
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.artifact.inputs)
+        outs = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.artifact.outputs)
+        return (f"<infer.Executable target={self.target} ({sig}) -> ({outs}), "
+                f"{len(self.program)} instructions, {self.layout.total_bytes} bytes of DRAM>")
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path: str | Path) -> Path:
+        return self.artifact.save(path)
+
+    @staticmethod
+    def load(path: str | Path) -> Executable:
+        return Executable(Artifact.load(path))
+
+    # ---------------------------------------------------------------- running
+    def _base_image(self) -> np.ndarray:
+        if self._image is None:
+            lay = self.layout
+            img = np.zeros(lay.total_bytes, np.uint8)
+            arrays = self.artifact.weight_arrays()
+            for name, off, size in lay.weights:
+                start = lay.weights_offset + off
+                img[start:start + size] = np.frombuffer(arrays[name].tobytes(), np.uint8)
+            img.flags.writeable = False
+            self._image = img
+        return self._image
+
+    def _normalise_inputs(self, inputs: Any) -> list[np.ndarray]:
+        specs = self.artifact.inputs
+        names = [s.name for s in specs]
+        if isinstance(inputs, Mapping):
+            missing = [n for n in names if n not in inputs]
+            if missing:
+                raise RunError(f"missing input(s) {', '.join(missing)} (the model's inputs are {', '.join(names)})")
+            extra = [k for k in inputs if k not in names]
+            if extra:
+                raise RunError(f"unknown input(s) {', '.join(map(str, extra))} (the model's inputs are "
+                               f"{', '.join(names)})")
+            arrays = [inputs[n] for n in names]
+        elif isinstance(inputs, np.ndarray) and len(specs) == 1:
+            arrays = [inputs]
+        elif isinstance(inputs, Sequence):
+            arrays = list(inputs)
+        else:
+            raise RunError(f"inputs must be a list of arrays or a dict by name, got {type(inputs).__name__}")
+        if len(arrays) != len(specs):
+            raise RunError(f"expected {len(specs)} input(s) ({', '.join(names)}), got {len(arrays)}")
+        out = []
+        for s, a in zip(specs, arrays, strict=True):
+            a = np.asarray(a)
+            if tuple(a.shape) != s.shape:
+                raise RunError(f"input '{s.name}': expected shape {list(s.shape)}, got {list(a.shape)}")
+            want = s.np_dtype
+            if a.dtype != want:
+                if not np.can_cast(a.dtype, want, casting="same_kind"):
+                    raise RunError(f"input '{s.name}': expected {s.dtype}, got {a.dtype}")
+                a = a.astype(want)
+            out.append(np.ascontiguousarray(a))
+        return out
+
+    def run(self, inputs: Any = None, *, trace: bool = True) -> list[np.ndarray]:
+        """Run on the simulator; returns the outputs in signature order.
+
+        `trace=True` (default) records the engine timelines, needed for the per-op
+        report and `last_report.to_chrome_trace`."""
+        from infer.target.sim import SimFault, Simulator
+
+        if inputs is None:
+            inputs = []
+        arrays = self._normalise_inputs(inputs)
+        lay = self.layout
+        dram = self._base_image().copy()
+        for p, a in zip(lay.inputs, arrays, strict=True):
+            b = np.frombuffer(a.tobytes(), np.uint8)
+            dram[p.offset:p.offset + b.size] = b
+        sim = Simulator(self.config)
+        t0 = time.perf_counter()
+        try:
+            counters = sim.run(self.program, dram, regs=dict(lay.registers) or None, trace=trace)
+        except SimFault as e:
+            raise RunError(f"the program faulted on the simulator: {e}") from None
+        wall = time.perf_counter() - t0
+        outs = []
+        for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
+            n = s.nbytes
+            outs.append(dram[p.offset:p.offset + n].view(s.np_dtype).reshape(s.shape).copy())
+        self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
+                                        self.config, wall)
+        return outs
+
+
+def load(path: str | Path) -> Executable:
+    """Load a `.npu` artifact (validated) as an Executable."""
+    return Executable.load(path)

@@ -1,0 +1,153 @@
+"""The .npu artifact: round trip, and one clear error for every kind of bad file."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import bias_relu_artifact, target_toml
+
+from infer.runtime.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError, save_safetensors
+
+
+def test_round_trip(tmp_path):
+    art = bias_relu_artifact()
+    path = art.save(tmp_path / "m.npu")
+    back = Artifact.load(path)
+    assert back.program == art.program and back.weights == art.weights
+    assert back.signature == art.signature and back.layout == art.layout
+    assert back.target_name == "edge" and back.target_toml == art.target_toml
+    assert back.ops == art.ops and back.format_version == FORMAT_VERSION
+    assert back.infer_version
+    assert back.to_bytes() == art.to_bytes()
+
+
+def test_optional_graph_sections_round_trip():
+    art = bias_relu_artifact()
+    art.graph_ir = "builtin.module {}\n"
+    art.graph_weights = save_safetensors({"w": np.ones(3, np.float32)})
+    back = Artifact.from_bytes(art.to_bytes())
+    assert back.graph_ir == art.graph_ir and back.graph_weights == art.graph_weights
+
+
+def _err(data: bytes) -> str:
+    with pytest.raises(ArtifactError) as e:
+        Artifact.from_bytes(data)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_not_an_artifact():
+    assert "not an infer .npu artifact" in _err(b"hello world, this is not an artifact")
+    assert "not an infer .npu artifact" in _err(b"")
+
+
+@pytest.mark.parametrize("cut", [10, 20, 200, -1, -40])
+def test_truncated(cut):
+    data = bias_relu_artifact().to_bytes()
+    assert "truncated" in _err(data[:cut])
+
+
+def test_trailing_bytes():
+    assert "trailing bytes" in _err(bias_relu_artifact().to_bytes() + b"\0")
+
+
+def test_corrupt_payload_checksum():
+    data = bytearray(bias_relu_artifact().to_bytes())
+    data[-100] ^= 0xFF  # inside the payload
+    assert "checksum" in _err(bytes(data))
+
+
+def test_corrupt_header():
+    data = bytearray(bias_relu_artifact().to_bytes())
+    data[20] = ord("!")
+    assert "corrupt artifact" in _err(bytes(data))
+
+
+def test_unsupported_version():
+    data = bytearray(bias_relu_artifact().to_bytes())
+    struct.pack_into("<I", data, len(MAGIC), 99)
+    assert "format version 99" in _err(bytes(data))
+
+
+def _resealed(mutate) -> bytes:
+    """Rewrite the header with mutate(header) and fix the checksums: a consistent but
+    mismatched file (what a buggy writer would produce)."""
+    art = bias_relu_artifact()
+    mutate(art)
+    return art.to_bytes()
+
+
+def test_mismatched_signature_vs_layout():
+    from infer.runtime.artifact import TensorSpec
+
+    def m(a):
+        a.signature["inputs"] = [TensorSpec("x", (4, 8), "float32")]
+    assert "mismatched artifact: input 'x'" in _err(_resealed(m))
+
+
+def test_mismatched_weights():
+    def m(a):
+        a.weights = save_safetensors({"other": np.zeros(16, np.float32)})
+    assert "weight 'b'" in _err(_resealed(m))
+
+    def m2(a):
+        a.weights = save_safetensors({"b": np.zeros(8, np.float32)})
+    assert "reserves 64" in _err(_resealed(m2))
+
+
+def test_mismatched_config():
+    def m(a):
+        a.target_toml = target_toml("server")
+    assert "target name 'edge'" in _err(_resealed(m))
+
+    def m2(a):
+        a.target_toml = "name = [broken"
+    assert "not valid TOML" in _err(_resealed(m2))
+
+
+def test_program_needs_more_dram_than_config():
+    def m(a):
+        a.layout = dict(a.layout, total_bytes=1 << 40)
+    assert "bytes of DRAM" in _err(_resealed(m))
+
+
+def test_bad_program_section():
+    def m(a):
+        a.program = b"NPUBIN\0\0" + b"\1\0\0\0\5\0\0\0"
+    assert "program section" in _err(_resealed(m))
+
+
+def test_bad_op_marker():
+    def m(a):
+        a.ops = [{"name": "x", "start": 0, "end": 1000}]
+    assert "op marker 'x'" in _err(_resealed(m))
+
+
+def test_bad_weights_section():
+    def m(a):
+        a.weights = b"\xff" * 16
+    assert "not valid safetensors" in _err(_resealed(m))
+
+
+def test_header_is_json_with_format(tmp_path):
+    data = bias_relu_artifact().to_bytes()
+    (hlen,) = struct.unpack_from("<I", data, 12)
+    header = json.loads(data[16:16 + hlen])
+    assert header["format"] == "infer-npu-artifact"
+    assert set(header["sections"]) == {"program", "weights"}
+    assert header["target"]["name"] == "edge" and "[matrix]" in header["target"]["toml"]
+
+
+def test_runtime_imports_no_compiler():
+    code = ("import sys, infer.runtime, infer.runtime.check\n"
+            "bad = [m for m in sys.modules if m.startswith(('infer.passes', 'infer.frontend', 'infer.tools', "
+            "'infer.dialects', 'xdsl'))]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

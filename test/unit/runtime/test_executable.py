@@ -1,0 +1,114 @@
+"""Executable: DRAM image from the layout, simulator run, outputs, report, trace."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import bias_relu_artifact, gemm_artifact
+
+from infer.runtime import Executable, RunError, load
+from infer.runtime.check import compare
+
+
+def _x():
+    return np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+
+
+def test_run_list_and_dict(tmp_path):
+    exe = Executable(bias_relu_artifact())
+    x = _x()
+    expected = np.maximum(x + np.linspace(-1, 1, 16, dtype=np.float32), 0)
+    (y,) = exe.run([x])
+    np.testing.assert_array_equal(y, expected)
+    (y2,) = exe.run({"x": x})
+    np.testing.assert_array_equal(y2, expected)
+    exe.save(tmp_path / "m.npu")
+    (y3,) = load(tmp_path / "m.npu").run(x)
+    np.testing.assert_array_equal(y3, expected)
+    assert exe.input_names == ["x"] and exe.output_names == ["y"]
+
+
+def test_runs_are_independent():
+    exe = Executable(bias_relu_artifact())
+    a, b = exe.run([_x()])[0], exe.run([-_x()])[0]
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(exe.run([_x()])[0], a)
+
+
+@pytest.mark.parametrize("inputs, msg", [
+    ({}, "missing input(s) x"),
+    ({"x": np.zeros((4, 16), np.float32), "z": 1}, "unknown input(s) z"),
+    ([np.zeros((4, 8), np.float32)], "expected shape [4, 16]"),
+    ([np.zeros((4, 16), np.complex64)], "expected float32"),
+    ([], "expected 1 input(s)"),
+    (42, "inputs must be"),
+])
+def test_bad_inputs(inputs, msg):
+    with pytest.raises(RunError, match=None) as e:
+        Executable(bias_relu_artifact()).run(inputs)
+    assert msg in str(e.value)
+
+
+def test_float64_inputs_are_cast():
+    (y,) = Executable(bias_relu_artifact()).run([_x().astype(np.float64)])
+    assert y.dtype == np.float32
+
+
+def test_report_per_op():
+    exe = Executable(bias_relu_artifact())
+    exe.run([_x()])
+    r = exe.last_report
+    assert r.cycles > 0 and r.seconds == pytest.approx(r.cycles / 1e9)
+    assert r.dram_bytes == 64 + 256 + 256
+    assert set(r.utilization) == {"scalar", "dma_load", "dma_store", "matrix", "vector"}
+    assert [o.name for o in r.ops] == ["bias_add", "relu"]
+    add, relu = r.ops
+    assert add.dram_bytes == 320 and relu.dram_bytes == 256
+    assert add.bound == "bandwidth" and 0 < add.achieved <= 1
+    s = r.summary()
+    assert "cycles" in s and "top ops" in s and "bias_add" in s and "stalls" in s
+
+
+def test_report_without_markers_says_so():
+    art = bias_relu_artifact()
+    art.ops = []
+    exe = Executable(art)
+    exe.run([_x()])
+    assert exe.last_report.ops is None
+    assert "no op markers" in exe.last_report.summary()
+
+
+def test_gemm_macs_and_roofline():
+    art, a, c = gemm_artifact()
+    exe = Executable(art)
+    (out,) = exe.run([a])
+    np.testing.assert_allclose(out, c, rtol=1e-5, atol=1e-4)
+    r = exe.last_report
+    assert r.macs == 32 * 64 * 32
+    (op,) = r.ops
+    assert op.macs == r.macs and op.dram_bytes == r.dram_bytes
+    assert 0 < r.matrix_peak_fraction < 1
+    assert op.bound in ("compute", "bandwidth") and 0 < op.achieved <= 1
+    cmp = compare("C", c, out)
+    assert cmp.ok() and cmp.cosine > 0.9999
+
+
+def test_chrome_trace(tmp_path):
+    exe = Executable(bias_relu_artifact())
+    exe.run([_x()])
+    exe.last_report.to_chrome_trace(tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    names = {e["name"] for e in doc["traceEvents"]}
+    assert {"dma.load", "vec.add", "bias_add", "relu"} <= names
+
+
+def test_compare_metrics():
+    r = np.array([1.0, 2.0, 3.0], np.float32)
+    exact = compare("o", r, r.copy())
+    assert exact.max_abs == 0 and exact.sqnr_db == float("inf") and exact.ok()
+    noisy = compare("o", r, r + 0.1)
+    assert noisy.max_abs == pytest.approx(0.1, rel=1e-5) and 20 < noisy.sqnr_db < 40
+    assert not compare("o", r, -r).ok()
+    assert not compare("o", r, r[:2]).ok()
