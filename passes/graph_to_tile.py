@@ -13,7 +13,8 @@ Kernel classes (see docs/tiling.md for the schemes and the cost model):
   matmul  graph.linear / graph.matmul (2-D and batched) + bias + elementwise epilogue
   conv    graph.conv2d (NCHW) as a sum over taps of strided window loads x weight blocks
   elementwise, pool, norm (layer/rms), softmax, attention (flash, online softmax),
-  structure (reshape = view; transpose/slice/concat/broadcast = DMA copies).
+  structure (reshape = view; transpose = DMA copies). Not yet: slice, concat,
+  broadcast, pad, gather, rotary, reductions, where, explicit attention masks.
 
 Precision: the matrix unit takes bf16. `precision=bf16` rounds matmul inputs to
 bf16 (fp32 accumulation); `precision=fp32` emulates fp32 products with three
@@ -509,7 +510,7 @@ class FunctionLowering:
             if lower is None:
                 raise _err(op, "this op has no tile lowering (supported: linear, matmul, conv2d, "
                            "elementwise, pooling, batch/layer/rms norm, softmax, attention, reshape, "
-                           "transpose, slice, concat, broadcast)")
+                           "transpose)")
             lower(self, op)
 
     def fusable_chain(self, anchor: Operation) -> list[Operation]:
