@@ -134,20 +134,20 @@ def bind_weights(module: ModuleOp, base_dir: str | os.PathLike[str]) -> None:
 
 
 def check_weights_present(module: ModuleOp) -> None:
-    """Every `graph.weight` must name a tensor the module's store has."""
-    from infer.dialects.graph import WeightOp
+    """Every weight op (graph.weight, tile.weight) must name a tensor the module's store has."""
+    from infer.dialects.weights import weight_op_types
 
     store = weights_of(module)
     for op in module.walk():
-        if not isinstance(op, WeightOp):
+        if not isinstance(op, weight_op_types()):
             continue
         try:
             present = op.weight_key in store
         except WeightStoreError as e:
-            raise IRError(f"{describe_location(op)}: error: 'graph.weight' op {e}") from None
+            raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
         if not present:
             where = f"'{store.file}'" if store.file else "the module (it has no graph.weights file attribute)"
-            raise IRError(f"{describe_location(op)}: error: 'graph.weight' op weight '{op.weight_key}' not found in {where}")
+            raise IRError(f"{describe_location(op)}: error: '{op.name}' op weight '{op.weight_key}' not found in {where}")
 
 
 def module_to_text(module: ModuleOp, out_path: str | os.PathLike[str] | None = None, stem: str = "module") -> str:

@@ -129,9 +129,15 @@ def attach_weights(module: ModuleOp, store: WeightStore) -> None:
 
 
 def referenced_weights(module: ModuleOp) -> list[str]:
-    from infer.dialects.graph import WeightOp
+    return [op.weight_key for op in module.walk() if isinstance(op, weight_op_types())]
 
-    return [op.weight_key for op in module.walk() if isinstance(op, WeightOp)]
+
+def weight_op_types() -> tuple[type, ...]:
+    """The ops that name a tensor of the weight store (graph and tile level)."""
+    from infer.dialects.graph import WeightOp as GraphWeightOp
+    from infer.dialects.tile import WeightOp as TileWeightOp
+
+    return (GraphWeightOp, TileWeightOp)
 
 
 def save_weights(
