@@ -23,6 +23,7 @@ _PASSES: dict[str, str] = {
     "graph-prepare-tiling": "infer.passes.pipelines:GraphPrepareTilingPass",
     "graph-to-tile": "infer.passes.graph_to_tile:GraphToTilePass",
     "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
+    "tile-to-npu": "infer.passes.tile_to_npu:TileToNpuPass",
 }
 
 

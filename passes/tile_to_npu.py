@@ -1,0 +1,980 @@
+"""`tile-to-npu`: lower a planned tile-level module to one `npu.program`.
+
+    tile-to-npu{target=edge entry=main}
+
+Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.alloc`,
+`tile.offset` on every `tile.weight`, module attributes `tile.target`, `tile.arena_bytes`,
+`tile.weights_bytes`). Output: the function is replaced by an `npu.program` and the module
+gets the DRAM layout contract `npu.layout` (see passes/npu_layout.py and docs/codegen.md):
+
+  DRAM = [arguments, in order, each aligned] [weights region] [activation arena]
+  alignment = the target's dram.burst_bytes; `npu.layout` = {version, target, entry,
+  alignment, dram_bytes, args = [{index, name, output, offset, bytes, shape, dtype}],
+  weights_offset, weights_bytes, weights = [{name, offset (absolute), bytes, shape, dtype}],
+  arena_offset, arena_bytes}.
+
+Lowering (docs/codegen.md has the details):
+- selection: tile.dma -> dma.load/dma.store (3-D strided), tile.matmul -> mx.loadw (skipped
+  when the same weight tile is still loaded) + mx.matmul, tile.vector -> vec.<op> (bmode=imm
+  with an integer `a`: bt = at), tile.fill -> vec.mul by integer 0 (+ vec.add value),
+  tile.view/alloc/weight -> nothing.
+- scf.for (constant bounds) -> hardware `loop`; index operands must be affine in the loop
+  induction variables; addresses = register + immediate with one register per distinct set of
+  loop coefficients, stepped by `addi` at the end of each loop body and reset after the loop.
+- synchronisation from a byte-range dependency tracker (last writers/readers per engine):
+  pair semaphores for dependencies inside one loop body, front-end `nop wait` for
+  dependencies entering a loop nest, per-depth drain semaphores for dependencies leaving a
+  loop or carried across iterations, and "free" semaphore rings for double-buffered allocs
+  (buffers = 2), whose rotation loop is emitted twice (one copy per half).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+)
+from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from infer.dialects import tile as t
+from infer.dialects.dtypes import element_type_name
+from infer.dialects.ir_io import IRError, describe_location
+from infer.passes.npu_layout import LAYOUT_ATTR, NpuLayout, Region, align_up
+from infer.target import isa
+from infer.target.hw import HardwareConfig, load_config
+
+DT = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
+ENGINES = ("dma_load", "dma_store", "matrix", "vector")
+
+
+class LoweringError(IRError):
+    pass
+
+
+def _fail(op: Operation, msg: str) -> LoweringError:
+    return LoweringError(f"{describe_location(op)}: error: '{op.name}' op tile-to-npu: {msg}")
+
+
+# =========================================================================== emitted code
+
+
+@dataclass(eq=False)
+class Inst:
+    name: str
+    fields: dict[str, int]
+    engine: str
+    ctx: tuple[Loop, ...] = ()
+    seq: int = 0
+    wait: int = 0
+    signal: int = 0
+    signal2: int = 0
+    zloop: Loop | None = None  # the loop whose drain covers this instruction's Z signal
+
+    def add_signal(self, s: int, op: Operation | None = None) -> None:
+        if s in (self.signal, self.signal2):
+            return
+        if not self.signal:
+            self.signal = s
+        elif not self.signal2:
+            self.signal2 = s
+        else:
+            raise LoweringError(f"tile-to-npu: {self.name} would need more than two signals "
+                                "(too many consumers on different engines)")
+
+
+@dataclass(eq=False)
+class Loop:
+    count: int
+    depth: int
+    body: list = field(default_factory=list)
+    pre: list = field(default_factory=list)  # front-end instructions before the loop
+    steps: list[tuple[int, int]] = field(default_factory=list)  # (reg, step per iteration)
+    tail_drain: dict[int, int] = field(default_factory=dict)
+    post_drain: dict[int, int] = field(default_factory=dict)
+    post_signal: list[int] = field(default_factory=list)
+    first_access: int = 0  # index into the access list where the body starts
+    forop: object = None
+    opened: int = 0
+
+
+@dataclass(eq=False)
+class Access:
+    lo: int
+    hi: int
+    space: str
+    write: bool
+    inst: Inst
+    ring: tuple | None  # (alloc, half, round)
+
+
+@dataclass
+class Binding:
+    """scf.for induction value: t = U * j + u (j = iteration of `loop`), or fixed t."""
+
+    fixed: int | None = None
+    loop: Loop | None = None
+    unroll: int = 1
+    u: int = 0
+    round: object = None
+
+
+@dataclass
+class Aff:
+    const: int
+    coeffs: dict  # scf.ForOp -> coefficient of its iteration number t
+
+    def __add__(self, o: Aff) -> Aff:
+        c = dict(self.coeffs)
+        for k, v in o.coeffs.items():
+            c[k] = c.get(k, 0) + v
+        return Aff(self.const + o.const, {k: v for k, v in c.items() if v})
+
+    def scale(self, s: int) -> Aff:
+        return Aff(self.const * s, {k: v * s for k, v in self.coeffs.items() if v * s})
+
+
+@dataclass
+class Buf:
+    space: str  # dram | spad | acc
+    base: int  # absolute address (local: scratchpad address space, acc at ACC_BASE)
+    shape: tuple[int, ...]
+    esize: int
+    elem: str
+    alloc: t.AllocOp | None = None  # double-buffered alloc with a rotation loop
+    half_bytes: int = 0
+
+    @property
+    def strides(self) -> list[int]:
+        out, acc = [], 1
+        for d in reversed(self.shape):
+            out.append(acc)
+            acc *= d
+        return list(reversed(out))
+
+
+# =========================================================================== the pass
+
+
+@dataclass(frozen=True)
+class TileToNpuPass(ModulePass):
+    """Lower a planned tile-level module to an npu.program (+ the npu.layout DRAM contract)."""
+
+    name = "tile-to-npu"
+
+    target: str = ""
+    entry: str = ""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        hw = _target(op, self.target)
+        fn = _entry(op, self.entry)
+        layout = compute_layout(op, fn, hw)
+        prog = _Codegen(hw, layout, fn).run()
+        from infer.dialects.npu import ProgramOp
+
+        program = ProgramOp.from_program(prog)
+        op.attributes[LAYOUT_ATTR] = layout.to_attr()
+        fn.detach()
+        fn.erase()
+        op.body.block.add_op(program)
+
+
+def _target(module: ModuleOp, name: str) -> HardwareConfig:
+    attr = module.attributes.get(t.TARGET_ATTR)
+    current = attr.data if isinstance(attr, StringAttr) else None
+    if name and current and name != current:
+        raise LoweringError(f"tile-to-npu: target={name} but the module is for "
+                            f"{t.TARGET_ATTR} = \"{current}\"")
+    name = name or current or ""
+    if not name:
+        raise LoweringError("tile-to-npu: no target: pass target=edge|server or set tile.target")
+    return load_config(name)
+
+
+def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
+    fns = [o for o in module.body.block.ops if isinstance(o, func.FuncOp) and not o.is_declaration]
+    if entry:
+        fns = [f for f in fns if f.sym_name.data == entry]
+    elif len(fns) > 1:
+        fns = [f for f in fns if f.sym_name.data == "main"] or fns
+    if len(fns) != 1:
+        raise LoweringError(f"tile-to-npu: expected one function{' @' + entry if entry else ''} "
+                            f"to lower, found {len(fns)}")
+    return fns[0]
+
+
+def _memref_info(ty: MemRefType) -> tuple[tuple[int, ...], str, int]:
+    shape = tuple(ty.get_shape())
+    elem = element_type_name(ty.get_element_type())
+    return shape, elem, t._ELEM_BYTES[elem]
+
+
+def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> NpuLayout:
+    align = hw.dram.burst_bytes
+    for key in ("tile.arena_bytes", "tile.weights_bytes"):
+        if not isinstance(module.attributes.get(key), IntegerAttr):
+            raise LoweringError(f"tile-to-npu: the module has no {key}: run tile-plan-memory first")
+    arena = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
+    wbytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
+    target = module.attributes.get(t.TARGET_ATTR)
+    layout = NpuLayout(target.data if isinstance(target, StringAttr) else hw.name,
+                       fn.sym_name.data, align)
+    attrs = [a.data if isinstance(a, DictionaryAttr) else {} for a in
+             (fn.arg_attrs.data if fn.arg_attrs is not None else [])]
+    top = 0
+    for i, ty in enumerate(fn.function_type.inputs.data):
+        if not isinstance(ty, MemRefType):
+            raise _fail(fn, f"argument #{i} is {ty}, not a memref (not a tile-level function)")
+        shape, elem, esize = _memref_info(ty)
+        a = attrs[i] if i < len(attrs) else {}
+        nm = a.get("graph.name")
+        out = a.get("tile.output")
+        is_out = isinstance(out, UnitAttr) or (isinstance(out, IntegerAttr) and out.value.data != 0)
+        r = Region(nm.data if isinstance(nm, StringAttr) else f"arg{i}", top, shape, elem, i, is_out)
+        layout.args.append(r)
+        top = align_up(top + math.prod(shape) * esize, align)
+    layout.weights_offset = top
+    layout.weights_bytes = wbytes
+    seen: dict[str, Region] = {}
+    for w in fn.walk():
+        if isinstance(w, t.WeightOp):
+            off = w.attributes.get("tile.offset")
+            if not isinstance(off, IntegerAttr):
+                raise _fail(w, "the weight has no tile.offset: run tile-plan-memory first")
+            shape, elem, esize = _memref_info(w.buffer.type)  # type: ignore[arg-type]
+            if w.weight_key not in seen:
+                seen[w.weight_key] = Region(w.weight_key, top + off.value.data, shape, elem)
+                layout.weights.append(seen[w.weight_key])
+    top = align_up(top + wbytes, align)
+    layout.arena_offset = top
+    layout.arena_bytes = arena
+    layout.dram_bytes = max(align_up(top + arena, align), align)
+    return layout
+
+
+# =========================================================================== codegen
+
+
+class _Codegen:
+    def __init__(self, hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp):
+        self.hw, self.layout, self.fn = hw, layout, fn
+        self.bufs: dict[SSAValue, Buf] = {}
+        self.bind: dict[scf.ForOp, Binding] = {}
+        self.ctx: tuple[Loop, ...] = ()
+        self.block: list = []
+        self.seq = itertools.count(1)
+        self.accesses: list[Access] = []
+        self.coverage: dict[tuple[str, str], int] = {}
+        self.loaded: tuple | None = None
+        # registers
+        # (register, emission time it was freed): reusable by a key whose outermost loop
+        # opened after that (the register is live over that whole loop)
+        self.free_regs: list[tuple[int, int]] = [(r, 0) for r in range(1, hw.scalar.registers)]
+        self.now = 0
+        self.used_regs: set[int] = set()
+        self.regs: dict[tuple, int] = {}
+        self.reg_owner: dict[int, Loop] = {}
+        # semaphores
+        self.free_sems = list(range(min(hw.scalar.semaphores, isa.MAX_SEMAPHORES), 0, -1))
+        self.pair: dict[tuple[str, str], int] = {}
+        self.zsem: dict[int, int] = {}
+        self.ring_preload: list[int] = []
+        self.ring_pool: list[int] = []
+        self.ring_free: dict[tuple, int] = {}  # (alloc, half) -> semaphore
+        # double buffering
+        self.rotation: dict[t.AllocOp, scf.ForOp] = {}
+        self.rot_loops: set[scf.ForOp] = set()
+        self.ring_first: dict[t.AllocOp, Operation] = {}
+        self.ring_last: dict[t.AllocOp, Operation] = {}
+
+    # ------------------------------------------------------------------ driver
+    def run(self):
+        from infer.target.asm import Program
+
+        self._plan_rotation()
+        self.peel = _loops_to_peel(self.fn)
+        for i, arg in enumerate(self.fn.body.block.args):
+            r = self.layout.args[i]
+            shape, elem, esize = _memref_info(arg.type)  # type: ignore[arg-type]
+            self.bufs[arg] = Buf("dram", r.offset, shape, esize, elem)
+        self._block(self.fn.body.block.ops)
+        out: list[isa.Instr] = []
+        for reg in sorted(self.used_regs):
+            out.append(isa.make("li", rd=reg, imm=0))
+        for s in self.ring_preload:
+            out.append(isa.make("nop", signal=s))
+        self._flatten(self.block, out, 0)
+        out.append(isa.make("halt"))
+        prog = Program(out)
+        prog.check_structure()
+        return prog
+
+    def _plan_rotation(self) -> None:
+        for a in self.fn.walk():
+            if not isinstance(a, t.AllocOp) or a.buffers.value.data != 2:
+                continue
+            users = _users(a.buffer)
+            if not users:
+                continue
+            loops = None
+            for u in users:
+                chain = _loops_of(u, self.fn)
+                loops = chain if loops is None else [x for x in loops if x in chain]
+            # innermost loop containing every use, with >= 2 iterations
+            for lp in reversed(loops or []):
+                if _trip(lp) >= 2:
+                    self.rotation[a] = lp
+                    self.rot_loops.add(lp)
+                    ordered = [o for o in lp.walk() if o in users]
+                    self.ring_first[a], self.ring_last[a] = ordered[0], ordered[-1]
+                    break
+
+    # ------------------------------------------------------------------ IR walk
+    def _block(self, ops) -> None:
+        for op in ops:
+            if isinstance(op, (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp,
+                               scf.YieldOp, func.ReturnOp)):
+                continue
+            if isinstance(op, t.AllocOp):
+                self._alloc(op)
+            elif isinstance(op, t.WeightOp):
+                shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
+                off = op.attributes["tile.offset"].value.data  # type: ignore[union-attr]
+                self.bufs[op.buffer] = Buf("dram", self.layout.weights_offset + off, shape, esize,
+                                           elem)
+            elif isinstance(op, t.ViewOp):
+                src = self.bufs[op.source]
+                shape, elem, esize = _memref_info(op.result.type)  # type: ignore[arg-type]
+                self.bufs[op.result] = Buf(src.space, src.base, shape, esize, elem, src.alloc,
+                                           src.half_bytes)
+            elif isinstance(op, scf.ForOp):
+                self._for(op)
+            elif isinstance(op, t.DmaOp):
+                self._dma(op)
+            elif isinstance(op, t.MatmulOp):
+                self._matmul(op)
+            elif isinstance(op, t.VectorOp):
+                self._vector(op)
+            elif isinstance(op, t.FillOp):
+                self._fill(op)
+            else:
+                raise _fail(op, "unsupported op in a tile-level function")
+
+    def _alloc(self, op: t.AllocOp) -> None:
+        if op.offset is None:
+            raise _fail(op, "the alloc has no offset: run tile-plan-memory first")
+        shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
+        space = t.space_of(op.buffer)
+        off = op.offset.value.data
+        base = {"dram": self.layout.arena_offset + off, "spad": off, "acc": isa.ACC_BASE + off}[space]
+        rot = op if op in self.rotation else None
+        self.bufs[op.buffer] = Buf(space, base, shape, esize, elem, rot, math.prod(shape) * esize)
+
+    def _for(self, op: scf.ForOp) -> None:
+        if op.iter_args:
+            raise _fail(op, "loops with iter_args are not supported")
+        lb, ub, step = (self._const(v, op, what) for v, what in
+                        ((op.lb, "lower bound"), (op.ub, "upper bound"), (op.step, "step")))
+        if step <= 0:
+            raise _fail(op, f"loop step must be positive, got {step}")
+        trip = max(0, -(-(ub - lb) // step))
+        body = list(op.body.block.ops)
+        unroll = 2 if op in self.rot_loops else 1
+        rings = [a for a, lp in self.rotation.items() if lp is op]
+        for a in rings:
+            for h in (0, 1):
+                s = (self.ring_pool.pop() if self.ring_pool
+                     else self._sem("free semaphore of a double-buffered alloc"))
+                if s not in self.ring_preload:
+                    self.ring_preload.append(s)
+                self.ring_free[(a, h)] = s
+        jcount = trip // unroll
+        if op in self.peel and jcount >= 1:
+            jcount -= 1  # the last iteration(s) follow the loop: exit dependencies stay local
+        if trip == 0:
+            pass
+        elif jcount <= 1 and (op not in self.peel or trip <= 2 * unroll):
+            for tt in range(trip):
+                self.loaded = None
+                self.bind[op] = Binding(fixed=tt, round=object())
+                self._block(body)
+        else:
+            depth = len(self.ctx) + 1
+            if depth > self.hw.scalar.loop_depth:
+                raise _fail(op, f"loop nest deeper than scalar.loop_depth = "
+                            f"{self.hw.scalar.loop_depth} (after inlining single-iteration loops)")
+            self.now += 1
+            lp = Loop(jcount, depth, first_access=len(self.accesses), forop=op, opened=self.now)
+            self.block.append(lp)
+            outer_block, self.block = self.block, lp.body
+            self.ctx = self.ctx + (lp,)
+            for u in range(unroll):
+                self.loaded = None
+                self.bind[op] = Binding(loop=lp, unroll=unroll, u=u, round=object())
+                self._block(body)
+            self._carried(lp, op)
+            self.ctx = self.ctx[:-1]
+            self.block = outer_block
+            self.loaded = None
+            for reg, owner in list(self.reg_owner.items()):
+                if owner is lp:
+                    del self.reg_owner[reg]
+                    self.regs = {k: r for k, r in self.regs.items() if r != reg}
+                    self.free_regs.append((reg, self.now))
+            for tt in range(jcount * unroll, trip):
+                self.bind[op] = Binding(fixed=tt, round=object())
+                self._block(body)
+        self.bind.pop(op, None)
+        for a in rings:
+            for h in (0, 1):
+                # a ring semaphore keeps one token when idle: only rings may reuse it
+                self.ring_pool.append(self.ring_free.pop((a, h)))
+
+    def _const(self, v: SSAValue, op: Operation, what: str) -> int:
+        a = self._aff(v, op)
+        if a.coeffs:
+            raise _fail(op, f"the loop {what} must be a constant")
+        return a.const
+
+    # ------------------------------------------------------------------ index arithmetic
+    def _aff(self, v: SSAValue, user: Operation) -> Aff:
+        owner = v.owner
+        if isinstance(owner, arith.ConstantOp):
+            val = owner.value
+            if isinstance(val, IntegerAttr):
+                return Aff(int(val.value.data), {})
+        elif isinstance(owner, arith.AddiOp):
+            return self._aff(owner.lhs, user) + self._aff(owner.rhs, user)
+        elif isinstance(owner, arith.SubiOp):
+            return self._aff(owner.lhs, user) + self._aff(owner.rhs, user).scale(-1)
+        elif isinstance(owner, arith.MuliOp):
+            a, b = self._aff(owner.lhs, user), self._aff(owner.rhs, user)
+            if not a.coeffs:
+                return b.scale(a.const)
+            if not b.coeffs:
+                return a.scale(b.const)
+            raise _fail(owner, "index operand is not an affine function of loop induction "
+                        "variables (product of two loop-dependent values)")
+        elif isinstance(v, BlockArgument):
+            parent = v.block.parent_op()
+            if isinstance(parent, scf.ForOp) and v is parent.body.block.args[0]:
+                lb = self._const(parent.lb, parent, "lower bound")
+                step = self._const(parent.step, parent, "step")
+                return Aff(lb, {parent: step})
+        what = owner.name if isinstance(owner, Operation) else "a block argument"
+        raise _fail(user, f"index operand defined by {what} is not an affine function of loop "
+                    "induction variables (only arith.constant/addi/subi/muli and scf.for "
+                    "induction variables are supported)")
+
+    def _addr(self, a: Aff) -> tuple[tuple, int, int, int]:
+        """-> (key, imm, lo, hi) with key = ((Loop, coeff per hardware iteration), ...)."""
+        imm = a.const
+        key: dict[Loop, int] = {}
+        for forop, c in a.coeffs.items():
+            b = self.bind.get(forop)
+            if b is None:
+                raise LoweringError("tile-to-npu: index uses an induction variable outside its loop")
+            if b.fixed is not None:
+                imm += c * b.fixed
+            else:
+                imm += c * b.u
+                key[b.loop] = key.get(b.loop, 0) + c * b.unroll  # type: ignore[index]
+        k = tuple((lp, c) for lp, c in key.items() if c)
+        lo = hi = imm
+        for lp, c in k:
+            span = c * (lp.count - 1)
+            lo += min(0, span)
+            hi += max(0, span)
+        return k, imm, lo, hi
+
+    def _reg(self, key: tuple) -> int:
+        if not key:
+            return 0
+        ident = tuple((id(lp), c) for lp, c in key)
+        if ident in self.regs:
+            return self.regs[ident]
+        outer = min((lp for lp, _ in key), key=lambda lp: lp.depth)
+        pick = next((i for i, (_, freed) in enumerate(self.free_regs) if freed <= outer.opened),
+                    None)
+        if pick is None:
+            raise LoweringError(f"tile-to-npu: out of address registers (scalar.registers = "
+                                f"{self.hw.scalar.registers}): too many distinct loop strides")
+        reg = self.free_regs.pop(pick)[0]
+        self.used_regs.add(reg)
+        self.regs[ident] = reg
+        for lp, c in key:
+            lp.steps.append((reg, c))
+        self.reg_owner[reg] = outer
+        return reg
+
+    def _tile_addr(self, buf: Buf, idx, op: Operation) -> Aff:
+        a = Aff(buf.base, {})
+        for i, s in zip(idx, buf.strides):
+            a = a + self._aff(i, op).scale(s * buf.esize)
+        if buf.alloc is not None:
+            b = self.bind.get(self.rotation[buf.alloc])
+            half = (b.fixed % 2) if b.fixed is not None else b.u
+            a = a + Aff(half * buf.half_bytes, {})
+        return a
+
+    def _ring(self, buf: Buf) -> tuple | None:
+        if buf.alloc is None:
+            return None
+        b = self.bind[self.rotation[buf.alloc]]
+        half = (b.fixed % 2) if b.fixed is not None else b.u
+        return (buf.alloc, half, b.round)
+
+    # ------------------------------------------------------------------ semaphores
+    def _sem(self, what: str) -> int:
+        if not self.free_sems:
+            raise LoweringError(f"tile-to-npu: out of semaphores (scalar.semaphores = "
+                                f"{self.hw.scalar.semaphores}) allocating a {what}")
+        return self.free_sems.pop()
+
+    def _pair(self, e: str, f: str) -> int:
+        if (e, f) not in self.pair:
+            self.pair[(e, f)] = self._sem(f"{e}->{f} semaphore")
+        return self.pair[(e, f)]
+
+    def _z(self, depth: int) -> int:
+        if depth not in self.zsem:
+            self.zsem[depth] = self._sem(f"loop drain semaphore (depth {depth})")
+        return self.zsem[depth]
+
+    def _cover_all(self, e: str, seq: int) -> None:
+        for f in ENGINES:
+            self.coverage[(e, f)] = max(self.coverage.get((e, f), 0), seq)
+
+    def _covered(self, p: Inst, f: str) -> bool:
+        return self.coverage.get((p.engine, f), 0) >= p.seq
+
+    def _wait(self, c: Inst, s: int) -> None:
+        if c.wait == s:
+            # a second token of the same semaphore: take it on the front end
+            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=s))
+        elif c.wait:
+            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=s))
+        else:
+            c.wait = s
+
+    @staticmethod
+    def _count(inst: Inst, start: int) -> int:
+        return math.prod(lp.count for lp in inst.ctx[start:])
+
+    def _sync(self, p: Inst, c: Inst) -> None:
+        if self._covered(p, c.engine):
+            return
+        n = 0
+        while n < min(len(p.ctx), len(c.ctx)) and p.ctx[n] is c.ctx[n]:
+            n += 1
+        if len(p.ctx) > n:  # leaving loop m1
+            m1 = p.ctx[n]
+            if p.zloop is not None:
+                if p.zloop in p.ctx[n:]:
+                    self._cover_all(p.engine, p.seq)
+                    return
+                raise LoweringError("tile-to-npu: unsupported synchronisation pattern (an "
+                                    f"instruction {p.name} drained in two loops)")
+            p.add_signal(self._z(m1.depth))
+            p.zloop = m1
+            z = self._z(m1.depth)
+            m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(p, n)
+            self._cover_all(p.engine, p.seq)
+            return
+        s = self._pair(p.engine, c.engine)
+        p.add_signal(s)
+        if len(c.ctx) > n:  # entering loop l1: the front end takes the token once
+            c.ctx[n].pre.append(Inst("nop", {}, "scalar", c.ctx[:n], wait=s))
+            self._cover_all(p.engine, p.seq)
+            return
+        self._wait(c, s)
+        self.coverage[(p.engine, c.engine)] = p.seq
+
+    def _carried(self, lp: Loop, op: Operation) -> None:
+        body = self.accesses[lp.first_access:]
+        for ci, ca in enumerate(body):
+            for pa in body[ci:]:
+                p, c = pa.inst, ca.inst
+                if p.engine == c.engine or not (pa.write or ca.write):
+                    continue
+                if pa.space != ca.space or pa.hi <= ca.lo or ca.hi <= pa.lo:
+                    continue
+                if pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]:
+                    continue
+                if self._covered(p, c.engine):
+                    continue
+                if p.zloop is not None and lp.depth <= p.zloop.depth:
+                    self._cover_all(p.engine, p.seq)
+                    continue
+                if p.zloop is not None:
+                    raise _fail(op, "unsupported synchronisation pattern (loop-carried "
+                                "dependency on an instruction drained by an outer loop)")
+                z = self._z(lp.depth)
+                p.add_signal(z)
+                p.zloop = lp
+                k = lp.depth  # index of the first loop inside lp in p.ctx
+                lp.tail_drain[z] = lp.tail_drain.get(z, 0) + self._count(p, k)
+                self._cover_all(p.engine, p.seq)
+
+    # ------------------------------------------------------------------ instruction emission
+    def _emit(self, op: Operation, name: str, engine: str, fields: dict[str, int],
+              acc: list[tuple[str, int, int, bool, tuple | None]]) -> Inst:
+        """acc: (space, lo, hi, write, ring) of every byte range the instruction touches."""
+        inst = Inst(name, fields, engine, self.ctx, next(self.seq))
+        self.now += 1
+        ring_sig = []
+        accesses = []
+        for space, lo, hi, write, ring in acc:
+            if ring is not None:
+                alloc = ring[0]
+                first = self.ring_first[alloc] is op
+                last = self.ring_last[alloc] is op
+                if first or last:
+                    write = True
+                if first:
+                    self._ring_wait(inst, self.ring_free[(alloc, ring[1])], alloc)
+                if last:
+                    ring_sig.append(self.ring_free[(alloc, ring[1])])
+            accesses.append(Access(lo, hi, space, write, inst, ring))
+        # dependencies
+        latest: dict[str, Access] = {}
+        for a in accesses:
+            for r in self.accesses:
+                if r.inst.engine == engine or r.space != a.space or r.hi <= a.lo or a.hi <= r.lo:
+                    continue
+                if not (r.write or a.write):
+                    continue
+                if r.ring and a.ring and r.ring[:2] == a.ring[:2] and r.ring[2] is not a.ring[2]:
+                    continue
+                cur = latest.get(r.inst.engine)
+                if cur is None or r.inst.seq > cur.inst.seq:
+                    latest[r.inst.engine] = r
+        for r in sorted(latest.values(), key=lambda r: r.inst.seq):
+            self._sync(r.inst, inst)
+        try:
+            isa.make(name, **fields)
+        except isa.EncodingError as e:
+            raise _fail(op, f"cannot encode {name}: {e}") from None
+        self.block.append(inst)
+        self.accesses.extend(accesses)
+        for s in ring_sig:
+            self._ring_signal(inst, s)
+        return inst
+
+    def _ring_wait(self, inst: Inst, s: int, alloc) -> None:
+        rot_lp = self._rot_depth(alloc)
+        if len(self.ctx) > rot_lp:  # first access nested deeper: the front end waits
+            self.ctx[rot_lp].pre.append(Inst("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
+        else:
+            self._wait(inst, s)
+
+    def _ring_signal(self, inst: Inst, s: int) -> None:
+        alloc = None
+        for (a, _h), sem in self.ring_free.items():
+            if sem == s:
+                alloc = a
+        rot_lp = self._rot_depth(alloc)
+        if len(self.ctx) > rot_lp:  # last access nested deeper: drain, then signal
+            m1 = self.ctx[rot_lp]
+            if m1.forop in self.peel:
+                return  # the loop's peeled last iteration signals
+            if inst.zloop is None:
+                z = self._z(m1.depth)
+                inst.add_signal(z)
+                inst.zloop = m1
+                m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(inst, rot_lp)
+            m1.post_signal.append(s)
+        else:
+            inst.add_signal(s)
+
+    def _rot_depth(self, alloc) -> int:
+        """Number of emitted loops enclosing the rotation loop's body copy."""
+        b = self.bind[self.rotation[alloc]]
+        if b.loop is not None:
+            return self.ctx.index(b.loop) + 1
+        # inlined copy: count the enclosing scf.for ops emitted as hardware loops
+        forop = self.rotation[alloc]
+        return sum(1 for f in _loops_of(forop, self.fn) if self.bind[f].loop is not None)
+
+    # ------------------------------------------------------------------ ops
+    def _range(self, buf: Buf, a: Aff, rows: int, stride: int, rowbytes: int):
+        key, imm, lo, hi = self._addr(a)
+        span_lo = lo + min(0, (rows - 1) * stride)
+        span_hi = hi + max(0, (rows - 1) * stride) + rowbytes
+        space = "dram" if buf.space == "dram" else "local"
+        return self._reg(key), imm, (space, span_lo, span_hi)
+
+    def _dma(self, op: t.DmaOp) -> None:
+        src, dst = self.bufs[op.src], self.bufs[op.dst]
+        box = t._ints(op.shape)
+        steps = op.steps()
+        e = src.esize
+        load = op.is_load
+        dram, local = (src, dst) if load else (dst, src)
+        s_strides = [s * st * e for s, st in zip(src.strides, steps)]
+        d_strides = [s * e for s in dst.strides]
+        dr_str, lo_str = (s_strides, d_strides) if load else (d_strides, s_strides)
+        dims = [(b, ds, ls) for b, ds, ls in zip(box, dr_str, lo_str) if b != 1]
+        n0 = e
+        if dims and dims[-1][1] == e and dims[-1][2] == e:
+            n0 = dims[-1][0] * e
+            dims.pop()
+            while dims and dims[-1][1] == n0 and dims[-1][2] == n0:
+                n0 *= dims[-1][0]
+                dims.pop()
+        src_idx = self._tile_addr(src, op.src_indices, op)
+        dst_idx = self._tile_addr(dst, op.dst_indices, op)
+        dram_a, local_a = (src_idx, dst_idx) if load else (dst_idx, src_idx)
+        outer = dims[:-2] if len(dims) > 2 else []
+        inner = dims[-2:] if len(dims) >= 2 else dims
+        n1, ds1, ls1 = inner[-1] if inner else (1, 0, 0)
+        n2, ds2, ls2 = inner[0] if len(inner) == 2 else (1, 0, 0)
+        combos = list(itertools.product(*[range(b) for b, _, _ in outer]))
+        if len(combos) > 256:
+            raise _fail(op, f"the DMA box needs {len(combos)} transfers (more than 3 strided dims)")
+        name = "dma.load" if load else "dma.store"
+        engine = "dma_load" if load else "dma_store"
+        for combo in combos:
+            doff = sum(i * ds for i, (_, ds, _) in zip(combo, outer))
+            loff = sum(i * ls for i, (_, _, ls) in zip(combo, outer))
+            dk, dimm, dlo, dhi = self._addr(dram_a + Aff(doff, {}))
+            lk, limm, llo, lhi = self._addr(local_a + Aff(loff, {}))
+            dreg, lreg = self._reg(dk), self._reg(lk)
+
+            def hull(lo, hi, s1, s2):
+                return (lo + min(0, (n1 - 1) * s1) + min(0, (n2 - 1) * s2),
+                        hi + max(0, (n1 - 1) * s1) + max(0, (n2 - 1) * s2) + n0)
+
+            dr = hull(dlo, dhi, ds1, ds2)
+            lr = hull(llo, lhi, ls1, ls2)
+            fields = dict(dram_base=dreg, dram=dimm, local_base=lreg, local=limm, n0=n0, n1=n1,
+                          n2=n2, ds1=ds1, ds2=ds2, ls1=ls1, ls2=ls2)
+            ring_l = self._ring(local)
+            acc = [("dram", dr[0], dr[1], not load, None),
+                   ("local", lr[0], lr[1], load, ring_l)]
+            self._emit(op, name, engine, fields, acc)
+
+    def _matmul(self, op: t.MatmulOp) -> None:
+        lhs, rhs, accb = self.bufs[op.lhs], self.bufs[op.rhs], self.bufs[op.acc]
+        m, k, n = op.m.value.data, op.k.value.data, op.n.value.data
+        dt = DT[lhs.elem]
+        e = lhs.esize
+        wstride = rhs.shape[1] * e
+        wreg, wimm, wr = self._range(rhs, self._tile_addr(rhs, op.rhs_indices, op), k, wstride,
+                                     n * e)
+        wkey = (wreg, wimm, k, n, wstride, dt)
+        rhs_ring = self._ring(rhs)
+        skip = self.loaded == wkey and not (rhs_ring and (self.ring_first[rhs.alloc] is op
+                                                          or self.ring_last[rhs.alloc] is op))
+        if not skip:
+            self._emit(op, "mx.loadw", "matrix",
+                       dict(w_base=wreg, w=wimm, k=k, n=n, stride=wstride, dtype=dt),
+                       [(wr[0], wr[1], wr[2], False, rhs_ring)])
+            self.loaded = wkey
+        astride = lhs.shape[1] * e
+        cstride = accb.shape[1] * 4
+        areg, aimm, ar = self._range(lhs, self._tile_addr(lhs, op.lhs_indices, op), m, astride,
+                                     k * e)
+        creg, cimm, cr = self._range(accb, self._tile_addr(accb, op.acc_indices, op), m, cstride,
+                                     n * 4)
+        self._emit(op, "mx.matmul", "matrix",
+                   dict(act_base=areg, act=aimm, acc_base=creg, acc=cimm, m=m, astride=astride,
+                        cstride=cstride, dtype=dt, accum=int(bool(op.accumulate.value.data))),
+                   [(ar[0], ar[1], ar[2], False, self._ring(lhs)),
+                    (cr[0], cr[1], cr[2], True, self._ring(accb))])
+
+    def _vector(self, op: t.VectorOp) -> None:
+        name = op.op.data
+        form = op.form
+        rows, cols = op.rows.value.data, op.cols.value.data
+        dst, a = self.bufs[op.dst], self.bufs[op.a]
+        dcols = 1 if form == "reduce" else cols
+        dstride = dst.shape[1] * dst.esize
+        astride = a.shape[1] * a.esize
+        dreg, dimm, drg = self._range(dst, self._tile_addr(dst, op.dst_indices, op), rows,
+                                      dstride, dcols * dst.esize)
+        areg, aimm, arg = self._range(a, self._tile_addr(a, op.a_indices, op), rows, astride,
+                                      cols * a.esize)
+        fields = dict(dst_base=dreg, dst=dimm, a_base=areg, a=aimm, rows=rows, cols=cols,
+                      dstride=dstride, astride=astride, dt=DT[dst.elem], at=DT[a.elem])
+        acc = [(arg[0], arg[1], arg[2], False, self._ring(a))]
+        if form in ("binary", "requant"):
+            bmode = op.bmode.data if op.bmode is not None else "tile"
+            fields["bmode"] = isa.BMODE_CODE[bmode]
+            if bmode == "imm":
+                imm = float(op.imm.value.data) if op.imm is not None else 0.0
+                fields.update(b_base=0, b=0, bstride=0, imm=isa.f32_bits(imm))
+                fields["bt"] = DT[a.elem] if a.elem in ("i8", "i32") and name != "requant" else 2
+            else:
+                b = self.bufs[op.b[0]]
+                bst = b.shape[1] * b.esize
+                brows, bcols = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[bmode]
+                breg, bimm, brg = self._range(b, self._tile_addr(b, op.b_indices, op), brows, bst,
+                                              bcols * b.esize)
+                fields.update(b_base=breg, b=bimm, bstride=0 if bmode == "row" else bst,
+                              bt=DT[b.elem], imm=0)
+                acc.append((brg[0], brg[1], brg[2], False, self._ring(b)))
+        acc.append((drg[0], drg[1], drg[2], True, self._ring(dst)))
+        self._emit(op, "vec." + name, "vector", fields, acc)
+
+    def _fill(self, op: t.FillOp) -> None:
+        dst = self.bufs[op.dst]
+        rows, cols = op.rows.value.data, op.cols.value.data
+        value = float(op.value.value.data)
+        dstride = dst.shape[1] * dst.esize
+        dreg, dimm, drg = self._range(dst, self._tile_addr(dst, op.dst_indices, op), rows,
+                                      dstride, cols * dst.esize)
+        dt = DT[dst.elem]
+        ring = self._ring(dst)
+        acc = [(drg[0], drg[1], drg[2], True, ring)]
+        base = dict(dst_base=dreg, dst=dimm, a_base=dreg, a=dimm, b_base=0, b=0, rows=rows,
+                    cols=cols, dstride=dstride, astride=dstride, bstride=0, dt=dt,
+                    bmode=isa.BMODE_CODE["imm"])
+        self._emit(op, "vec.mul", "vector", dict(base, at=0, bt=0, imm=isa.f32_bits(0.0)), acc)
+        is_int = dst.elem in ("i8", "i32")
+        if value == 0.0 and (is_int or math.copysign(1.0, value) > 0):
+            return
+        if value == 0.0:
+            self._emit(op, "vec.mul", "vector", dict(base, at=dt, bt=2, imm=isa.f32_bits(-1.0)),
+                       acc)
+            return
+        bt = dt if is_int and float(value).is_integer() else 2
+        self._emit(op, "vec.add", "vector", dict(base, at=dt, bt=bt, imm=isa.f32_bits(value)),
+                   acc)
+
+    # ------------------------------------------------------------------ flatten
+    def _flatten(self, items: list, out: list[isa.Instr], depth: int) -> None:
+        for it in items:
+            if isinstance(it, Inst):
+                out.append(isa.make(it.name, it.wait, it.signal, it.signal2, **it.fields))
+                continue
+            lp: Loop = it
+            self._flatten(lp.pre, out, depth)
+            body: list[isa.Instr] = []
+            self._flatten(lp.body, body, depth + 1)
+            self._drains(lp.tail_drain, body, depth + 1)
+            for reg, c in lp.steps:
+                body.append(isa.make("addi", rd=reg, rs=reg, imm=c))
+            if not body:
+                continue
+            if len(body) >= 1 << 16:
+                raise LoweringError(f"tile-to-npu: a loop body of {len(body)} instructions "
+                                    "exceeds the loop instruction's 16-bit body field")
+            out.append(isa.make("loop", count=lp.count, body=len(body)))
+            out.extend(body)
+            for reg, c in lp.steps:
+                out.append(isa.make("addi", rd=reg, rs=reg, imm=-c * lp.count))
+            self._drains(lp.post_drain, out, depth)
+            for s in lp.post_signal:
+                out.append(isa.make("nop", signal=s))
+
+    def _drains(self, drains: dict[int, int], out: list[isa.Instr], depth: int) -> None:
+        for s, n in drains.items():
+            if n == 1:
+                out.append(isa.make("nop", wait=s))
+            elif depth + 1 <= self.hw.scalar.loop_depth:
+                out.append(isa.make("loop", count=n, body=1))
+                out.append(isa.make("nop", wait=s))
+            elif n <= 64:
+                out.extend(isa.make("nop", wait=s) for _ in range(n))
+            else:
+                raise LoweringError("tile-to-npu: a drain of a loop at the maximum nesting depth "
+                                    f"needs {n} waits")
+
+
+# =========================================================================== helpers
+
+
+def _users(value: SSAValue) -> list[Operation]:
+    out: list[Operation] = []
+    for use in value.uses:
+        op = use.operation
+        if isinstance(op, t.ViewOp):
+            out += _users(op.result)
+        else:
+            out.append(op)
+    return out
+
+
+def _loops_of(op: Operation, fn: func.FuncOp) -> list[scf.ForOp]:
+    """Enclosing scf.for ops, outermost first."""
+    out = []
+    p = op.parent_op()
+    while p is not None and p is not fn:
+        if isinstance(p, scf.ForOp):
+            out.append(p)
+        p = p.parent_op()
+    return list(reversed(out))
+
+
+def _roots(value: SSAValue) -> SSAValue:
+    while isinstance(value.owner, t.ViewOp):
+        value = value.owner.source
+    return value
+
+
+def _op_accesses(op: Operation) -> list[tuple[SSAValue, bool]]:
+    if isinstance(op, t.DmaOp):
+        return [(_roots(op.src), False), (_roots(op.dst), True)]
+    if isinstance(op, t.MatmulOp):
+        return [(_roots(op.lhs), False), (_roots(op.rhs), False), (_roots(op.acc), True)]
+    if isinstance(op, t.VectorOp):
+        return [(_roots(op.a), False), *((_roots(b), False) for b in op.b), (_roots(op.dst), True)]
+    if isinstance(op, t.FillOp):
+        return [(_roots(op.dst), True)]
+    return []
+
+
+def _loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
+    """Loops with a tile op that conflicts with a tile op after the loop: their last iteration
+    is emitted after the hardware loop, so the exit dependency is a plain semaphore pair
+    instead of a front-end drain of every iteration's token."""
+    order: list[Operation] = list(fn.body.walk())
+    index = {op: i for i, op in enumerate(order)}
+    ranges: dict[SSAValue, tuple[str, int, int]] = {}
+    for op in order:
+        if isinstance(op, t.AllocOp) and op.offset is not None:
+            ranges[op.buffer] = (t.space_of(op.buffer), op.offset.value.data,
+                                 op.offset.value.data + op.size_bytes)
+
+    def alias(a: SSAValue, b: SSAValue) -> bool:
+        if a is b:
+            return True
+        ra, rb = ranges.get(a), ranges.get(b)
+        return bool(ra and rb and ra[0] == rb[0] and ra[1] < rb[2] and rb[1] < ra[2])
+
+    accesses = [(index[op], acc) for op in order for acc in _op_accesses(op)]
+    out: set[scf.ForOp] = set()
+    for lp in order:
+        if not isinstance(lp, scf.ForOp):
+            continue
+        last = max((index[o] for o in lp.walk()), default=index[lp])
+        inside = [a for i, a in accesses if index[lp] < i <= last]
+        later = [a for i, a in accesses if i > last]
+        if any((w1 or w2) and alias(r1, r2) for r1, w1 in inside for r2, w2 in later):
+            out.add(lp)
+    return out
+
+
+def _trip(forop: scf.ForOp) -> int:
+    vals = []
+    for v in (forop.lb, forop.ub, forop.step):
+        o = v.owner
+        if not isinstance(o, arith.ConstantOp) or not isinstance(o.value, IntegerAttr):
+            return 0
+        vals.append(int(o.value.value.data))
+    lb, ub, step = vals
+    return max(0, -(-(ub - lb) // step)) if step > 0 else 0
+
+
+__all__ = ["LoweringError", "TileToNpuPass", "compute_layout"]

@@ -1,0 +1,55 @@
+"""Hand-written planned tile IR used by the tile-to-npu tests."""
+
+from __future__ import annotations
+
+
+def mr(shape, elem, space):
+    return f'memref<{"x".join(map(str, shape))}x{elem}, "{space}">'
+
+
+def gemm_ir(target: str, M: int, K: int, N: int, R: int, C: int, TM: int, double: bool = True,
+            relu: bool = False) -> str:
+    """C[M,N] f32 = A[M,K] bf16 @ B (packed [N/C*K, C] bf16): per m-block the A block stays in
+    the scratchpad; per column strip j the K x C strip of B is DMAed (double-buffered when
+    `double`) and K/R matmuls accumulate into a (double-buffered) accumulator tile, which a relu
+    epilogue (vector) or a store writes back."""
+    nb = 2 if double else 1
+    A, B, Y = mr((M, K), "bf16", "dram"), mr((N // C * K, C), "bf16", "dram"), mr((M, N), "f32", "dram")
+    LA, LB, ACC, OUT = mr((TM, K), "bf16", "spad"), mr((K, C), "bf16", "spad"), mr((TM, C), "f32", "acc"), mr((TM, C), "f32", "spad")
+    epi = ""
+    src = "%acc"
+    srct = ACC
+    if relu:
+        epi = f'      tile.vector "relu" %o[%c0, %c0], %acc[%c0, %c0] {{rows = {TM} : i64, cols = {C} : i64}} : {OUT}, {ACC}\n'
+        src, srct = "%o", OUT
+    oalloc = f"      %o = tile.alloc {{buffers = {nb} : i64}} : {OUT}\n" if relu else ""
+    return f"""builtin.module attributes {{tile.target = "{target}"}} {{
+  func.func @main(%a: {A} {{graph.name = "a"}}, %b: {B} {{graph.name = "b"}}, %y: {Y} {{graph.name = "y", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %cM = arith.constant {M} : index
+    %cTM = arith.constant {TM} : index
+    %cK = arith.constant {K} : index
+    %cR = arith.constant {R} : index
+    %cJ = arith.constant {N // C} : index
+    %c1 = arith.constant 1 : index
+    %cC = arith.constant {C} : index
+    %la = tile.alloc : {LA}
+    scf.for %m = %c0 to %cM step %cTM {{
+      tile.dma %a[%m, %c0], %la[%c0, %c0] {{shape = array<i64: {TM}, {K}>}} : {A}, {LA}
+      scf.for %j = %c0 to %cJ step %c1 {{
+        %lb = tile.alloc {{buffers = {nb} : i64}} : {LB}
+        %acc = tile.alloc {{buffers = {nb} : i64}} : {ACC}
+{oalloc}        %row = arith.muli %j, %cK : index
+        %col = arith.muli %j, %cC : index
+        tile.dma %b[%row, %c0], %lb[%c0, %c0] {{shape = array<i64: {K}, {C}>}} : {B}, {LB}
+        tile.fill %acc[%c0, %c0] {{rows = {TM} : i64, cols = {C} : i64, value = 0.0 : f32}} : {ACC}
+        scf.for %k = %c0 to %cK step %cR {{
+          tile.matmul %la[%c0, %k], %lb[%k, %c0], %acc[%c0, %c0] {{m = {TM} : i64, k = {R} : i64, n = {C} : i64, accumulate = true}} : {LA}, {LB}, {ACC}
+        }}
+{epi}        tile.dma {src}[%c0, %c0], %y[%m, %col] {{shape = array<i64: {TM}, {C}>}} : {srct}, {Y}
+      }}
+    }}
+    func.return
+  }}
+}}
+"""
