@@ -74,3 +74,39 @@ def test_layout_contract():
     assert lay.args[1].offset >= lay.args[0].offset + lay.args[0].bytes
     assert lay.dram_bytes >= lay.arena_offset + lay.arena_bytes
     assert lay.alignment == 64 and lay.target == "edge"
+
+
+MLP = """
+func.func @main(%x: tensor<32x64xf32> {graph.name = "x"}) -> (tensor<32x32xf32> {graph.name = "y"}) {
+  %w = graph.constant dense<0.5> : tensor<48x64xf32>
+  %b = graph.constant dense<0.25> : tensor<48xf32>
+  %y = graph.linear %x, %w, %b : (tensor<32x64xf32>, tensor<48x64xf32>, tensor<48xf32>) -> tensor<32x48xf32>
+  %r = graph.relu %y : (tensor<32x48xf32>) -> tensor<32x48xf32>
+  %w2 = graph.constant dense<-0.125> : tensor<32x48xf32>
+  %b2 = graph.constant dense<0.25> : tensor<32xf32>
+  %y2 = graph.linear %r, %w2, %b2 : (tensor<32x48xf32>, tensor<32x48xf32>, tensor<32xf32>) -> tensor<32x32xf32>
+  func.return %y2 : tensor<32x32xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_end_to_end_mlp_graph_to_simulator(target):
+    from infer.dialects.weights import weights_of
+    from infer.passes.testing import apply_pass, run_entry
+
+    module = parse_ir(CTX, MLP, "mlp.mlir")
+    verify_module(module)
+    x = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)
+    graph_ref = run_entry(module, [x])[0]
+    apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target}}},tile-plan-memory", module)
+    tile_ref = run_entry(module, [x])[0]
+    apply_pass("tile-to-npu", module)
+    verify_module(module)
+    layout = NpuLayout.from_module(module)
+    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
+    dram = layout.dram_image([x], weights_of(module))
+    Simulator(target).run(prog, dram)
+    (y,) = layout.read_outputs(dram)
+    assert y.tobytes() == tile_ref.tobytes()
+    np.testing.assert_allclose(y, graph_ref, rtol=1e-4, atol=1e-4)
