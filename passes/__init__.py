@@ -24,6 +24,7 @@ _PASSES: dict[str, str] = {
     "graph-to-tile": "infer.passes.graph_to_tile:GraphToTilePass",
     "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
     "tile-to-npu": "infer.passes.tile_to_npu:TileToNpuPass",
+    "compile-npu": "infer.passes.pipelines_npu:CompileNpuPass",
 }
 
 

@@ -13,8 +13,9 @@ Header keys: `format` ("infer-npu-artifact"), `format_version`, `infer_version`,
 `target` ({name, toml}: the hardware config's TOML text, so the artifact runs with
 exactly the config it was built for), `precision`, `entry`, `source` (what was
 compiled), `signature` ({inputs, outputs}: lists of {name, shape, dtype}),
-`layout` (the `npu.layout` of tile-to-npu: see docs/codegen.md), `ops` (optional
-per-op instruction ranges for the performance report), `sections`
+`layout` (the JSON form of tile-to-npu's `npu.layout`: see docs/codegen.md),
+`ops` (optional per-op instruction ranges [start, end) with name/kind, for the
+performance report), `sections`
 ({name: {offset, size, sha256}}) and `meta` (free-form).
 
 Sections: `program` (the NPU binary container of target/asm.py), `weights`
@@ -136,16 +137,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class Layout:
-    """The DRAM layout of a compiled program (normalised `npu.layout`)."""
+    """The DRAM layout of a compiled program: tile-to-npu's `npu.layout` (docs/codegen.md)."""
 
     args: tuple[Placement, ...]
     weights_offset: int
     weights_bytes: int
-    weights: tuple[tuple[str, int, int], ...]  # (name, offset relative to weights_offset, size)
+    weights: tuple[tuple[str, int, int], ...]  # (name, absolute DRAM offset, bytes)
     arena_offset: int
     arena_bytes: int
-    total_bytes: int
-    registers: tuple[tuple[int, int], ...] = ()  # scalar registers the program expects preset
+    dram_bytes: int
+    alignment: int = 1
+
+    @property
+    def total_bytes(self) -> int:
+        return self.dram_bytes
 
     @property
     def inputs(self) -> list[Placement]:
@@ -159,44 +164,42 @@ class Layout:
 def _int(d: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
     v = d.get(key, default)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ArtifactError(f"layout: {what}.{key} must be a non-negative integer, got {v!r}")
+        raise ArtifactError(f"layout: {what}{key} must be a non-negative integer, got {v!r}")
     return v
 
 
+LAYOUT_VERSION = 1
+
+
 def parse_layout(d: Any) -> Layout:
-    """Normalise a layout dict (the JSON form of tile-to-npu's `npu.layout`)."""
+    """Check and normalise the JSON form of `npu.layout` (docs/codegen.md, version 1)."""
     if not isinstance(d, dict):
         raise ArtifactError("layout: expected an object")
-    args_raw = d.get("args", d.get("arguments"))
+    if d.get("version", LAYOUT_VERSION) != LAYOUT_VERSION:
+        raise ArtifactError(f"layout: unsupported npu.layout version {d.get('version')!r} "
+                            f"(this runtime reads {LAYOUT_VERSION})")
+    args_raw = d.get("args")
     if not isinstance(args_raw, list):
         raise ArtifactError("layout: 'args' must be a list")
     args = []
     for i, a in enumerate(args_raw):
         if not isinstance(a, dict) or not isinstance(a.get("shape"), list):
             raise ArtifactError(f"layout: argument {i} must be an object with a shape")
-        is_out = bool(a.get("is_output", a.get("output", False)))
         dtype = str(a.get("dtype", "?"))
         np_dtype(dtype)
-        args.append(Placement(str(a.get("name", f"arg{i}")), _int(a, "offset", f"args[{i}]"),
-                              tuple(int(x) for x in a["shape"]), dtype, is_out))
-    w = d.get("weights", {})
-    if not isinstance(w, dict):
-        raise ArtifactError("layout: 'weights' must be an object")
+        args.append(Placement(str(a.get("name", f"arg{i}")), _int(a, "offset", f"args[{i}]."),
+                              tuple(int(x) for x in a["shape"]), dtype, bool(a.get("output", False))))
+    w_raw = d.get("weights", [])
+    if not isinstance(w_raw, list):
+        raise ArtifactError("layout: 'weights' must be a list")
     entries = []
-    for i, e in enumerate(w.get("entries", w.get("tensors", [])) or []):
+    for i, e in enumerate(w_raw):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
             raise ArtifactError(f"layout: weights entry {i} must be an object with a name")
-        entries.append((e["name"], _int(e, "offset", f"weights[{i}]"), _int(e, "size", f"weights[{i}]")))
-    a = d.get("arena", {})
-    if not isinstance(a, dict):
-        raise ArtifactError("layout: 'arena' must be an object")
-    regs = []
-    for k, v in (d.get("registers") or {}).items():
-        r = int(str(k).lstrip("r"))
-        regs.append((r, int(v)))
-    return Layout(tuple(args), _int(w, "offset", "weights", 0), _int(w, "size", "weights", 0), tuple(entries),
-                  _int(a, "offset", "arena", 0), _int(a, "size", "arena", 0), _int(d, "total_bytes", "layout"),
-                  tuple(regs))
+        entries.append((e["name"], _int(e, "offset", f"weights[{i}]."), _int(e, "bytes", f"weights[{i}].")))
+    return Layout(tuple(args), _int(d, "weights_offset", "", 0), _int(d, "weights_bytes", "", 0), tuple(entries),
+                  _int(d, "arena_offset", "", 0), _int(d, "arena_bytes", "", 0), _int(d, "dram_bytes", ""),
+                  max(1, _int(d, "alignment", "", 1)))
 
 
 # ----------------------------------------------------------------------------- the artifact
@@ -395,7 +398,7 @@ class Artifact:
             if arrays[name].nbytes != size:
                 raise ArtifactError(f"mismatched artifact: weight '{name}' has {arrays[name].nbytes} bytes, the "
                                     f"layout reserves {size}")
-            if lay.weights_offset + off + size > lay.total_bytes:
+            if off + size > lay.total_bytes:
                 raise ArtifactError(f"mismatched artifact: weight '{name}' lies outside the DRAM image")
         for i, o in enumerate(self.ops):
             if not isinstance(o, dict) or not all(isinstance(o.get(k), int) for k in ("start", "end")):

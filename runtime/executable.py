@@ -72,8 +72,7 @@ class Executable:
             lay = self.layout
             img = np.zeros(lay.total_bytes, np.uint8)
             arrays = self.artifact.weight_arrays()
-            for name, off, size in lay.weights:
-                start = lay.weights_offset + off
+            for name, start, size in lay.weights:
                 img[start:start + size] = np.frombuffer(arrays[name].tobytes(), np.uint8)
             img.flags.writeable = False
             self._image = img
@@ -130,7 +129,7 @@ class Executable:
         sim = Simulator(self.config)
         t0 = time.perf_counter()
         try:
-            counters = sim.run(self.program, dram, regs=dict(lay.registers) or None, trace=trace)
+            counters = sim.run(self.program, dram, trace=trace)
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0

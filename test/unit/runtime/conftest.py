@@ -29,12 +29,13 @@ def bias_relu_artifact(target: str = "edge") -> Artifact:
     b.dma_store(dram=320, local=512, n0=64, n1=4, n2=1, ds1=64, ls1=64, wait=3)
     b.halt()
     bias = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)
-    layout = {
-        "args": [{"name": "x", "offset": 0, "shape": [4, 16], "dtype": "float32", "is_output": False},
-                 {"name": "y", "offset": 320, "shape": [4, 16], "dtype": "float32", "is_output": True}],
-        "weights": {"offset": 256, "size": 64, "entries": [{"name": "b", "offset": 0, "size": 64}]},
-        "arena": {"offset": 576, "size": 0},
-        "total_bytes": 640,
+    layout = {  # docs/codegen.md
+        "version": 1, "target": target, "entry": "main", "alignment": 64, "dram_bytes": 640,
+        "args": [{"index": 0, "name": "x", "offset": 0, "bytes": 256, "shape": [4, 16], "dtype": "f32", "output": False},
+                 {"index": 1, "name": "y", "offset": 320, "bytes": 256, "shape": [4, 16], "dtype": "f32", "output": True}],
+        "weights_offset": 256, "weights_bytes": 64,
+        "weights": [{"name": "b", "offset": 256, "bytes": 64, "shape": [1, 16], "dtype": "f32"}],
+        "arena_offset": 576, "arena_bytes": 0,
     }
     return Artifact(
         program=b.program().to_bytes(), weights=save_safetensors({"b": bias}),
@@ -56,11 +57,14 @@ def gemm_artifact(M: int = 32, K: int = 64, N: int = 32, target: str = "edge") -
     c_off, _, _ = k.outputs["C"]
     bp = k.dram[b_off:c_off].copy()
     layout = {
-        "args": [{"name": "A", "offset": 0, "shape": [M, K], "dtype": "bfloat16"},
-                 {"name": "C", "offset": c_off, "shape": [M, N], "dtype": "float32", "is_output": True}],
-        "weights": {"offset": b_off, "size": bp.size, "entries": [{"name": "B.packed", "offset": 0, "size": bp.size}]},
-        "arena": {"offset": c_off + M * N * 4, "size": 0},
-        "total_bytes": k.dram.size,
+        "version": 1, "target": target, "entry": "main", "alignment": 64, "dram_bytes": k.dram.size,
+        "args": [{"index": 0, "name": "A", "offset": 0, "bytes": M * K * 2, "shape": [M, K], "dtype": "bf16",
+                  "output": False},
+                 {"index": 1, "name": "C", "offset": c_off, "bytes": M * N * 4, "shape": [M, N], "dtype": "f32",
+                  "output": True}],
+        "weights_offset": b_off, "weights_bytes": bp.size,
+        "weights": [{"name": "B.packed", "offset": b_off, "bytes": bp.size, "shape": [bp.size], "dtype": "ui8"}],
+        "arena_offset": c_off + M * N * 4, "arena_bytes": 0,
     }
     art = Artifact(
         program=k.program.to_bytes(), weights=save_safetensors({"B.packed": bp}),

@@ -113,7 +113,7 @@ def test_mismatched_config():
 
 def test_program_needs_more_dram_than_config():
     def m(a):
-        a.layout = dict(a.layout, total_bytes=1 << 40)
+        a.layout = dict(a.layout, dram_bytes=1 << 40)
     assert "bytes of DRAM" in _err(_resealed(m))
 
 

@@ -1,0 +1,92 @@
+"""`infer run` / `infer compile` command lines (artifacts built by hand; the
+compiled end-to-end cases live in test_compile.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import bias_relu_artifact
+
+from infer.tools.cli import main
+
+
+@pytest.fixture
+def artifact(tmp_path):
+    return str(bias_relu_artifact().save(tmp_path / "m.npu"))
+
+
+def test_run_prints_outputs_and_report(artifact, tmp_path, capsys):
+    x = np.ones((4, 16), np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    rc = main(["run", artifact, "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz"),
+               "--trace", str(tmp_path / "t.json"), "--json", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "y: float32 4x16" in out and "performance (edge" in out and "top ops by cycles" in out
+    with np.load(tmp_path / "out.npz") as f:
+        np.testing.assert_array_equal(f["y"], np.maximum(x + np.linspace(-1, 1, 16, dtype=np.float32), 0))
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["cycles"] > 0 and [o["name"] for o in report["ops"]] == ["bias_add", "relu"]
+    assert "running" in err  # progress on stderr
+
+
+def test_run_random_inputs_note(artifact, capsys):
+    assert main(["run", artifact]) == 0
+    assert "deterministic random inputs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, msg", [
+    (b"garbage", "not an infer .npu artifact"),
+    (None, "truncated artifact"),
+])
+def test_run_bad_artifact_one_line(tmp_path, capsys, content, msg):
+    data = bias_relu_artifact().to_bytes()[:-5] if content is None else content
+    (tmp_path / "bad.npu").write_bytes(data)
+    assert main(["run", str(tmp_path / "bad.npu")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("infer run: error:") and msg in err and "\n" not in err
+
+
+def test_run_missing_file(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.npu")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_run_inputs_missing_name(artifact, tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", z=np.ones(3))
+    assert main(["run", artifact, "--inputs", str(tmp_path / "in.npz")]) == 1
+    assert "missing input(s) x" in capsys.readouterr().err
+
+
+def test_run_wrong_input_shape(artifact, tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 2), np.float32))
+    assert main(["run", artifact, "--inputs", str(tmp_path / "in.npz")]) == 1
+    assert "expected shape [4, 16]" in capsys.readouterr().err
+
+
+def test_check_without_graph_ir_is_an_error(artifact, capsys):
+    assert main(["run", artifact, "--check"]) == 1
+    assert "no graph-level IR" in capsys.readouterr().err
+
+
+def test_compile_bad_target(tmp_path, capsys):
+    assert main(["compile", str(tmp_path / "m.onnx"), "-t", "nowhere", "-o", str(tmp_path / "m.npu")]) == 1
+    assert "unknown hardware config 'nowhere'" in capsys.readouterr().err
+
+
+def test_compile_missing_model(tmp_path, capsys):
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.npu")]) == 1
+    err = capsys.readouterr().err
+    assert "infer compile: error:" in err and "no such file" in err and "Traceback" not in err
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["compile", "x.onnx", "--precision", "fp7"])
+    assert e.value.code == 2
