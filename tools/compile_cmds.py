@@ -143,7 +143,7 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     from infer.dialects.ir_io import make_context
     from infer.dialects.weights import WeightStore, attach_weights, weights_of
     from infer.passes.pipelines_npu import CompileNpuPass
-    from infer.runtime.artifact import Artifact
+    from infer.runtime.artifact import Artifact, save_safetensors
     from infer.runtime.executable import Executable
     from infer.target.hw import load_config
 
@@ -165,9 +165,7 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     CompileNpuPass(target=str(target), precision=precision).apply(ctx, module, progress=lambda s: say(f"pass {s}"))
     say("packaging the artifact")
     program, layout, ops = _codegen_result(module)
-    names = [e["name"] for e in (layout.get("weights", {}).get("entries") or layout.get("weights", {}).get("tensors") or [])]
-    from infer.runtime.artifact import save_safetensors
-
+    names = [e["name"] for e in layout.get("weights") or []]
     weights = save_safetensors({n: np.asarray(store.get(n)) for n in names})
     art = Artifact(program=program, weights=weights, signature=signature, layout=layout,
                    target_name=cfg.name, target_toml=toml_text, precision=precision, entry=entry,
