@@ -80,6 +80,7 @@ class Inst:
     signal: int = 0
     signal2: int = 0
     zloop: Loop | None = None  # the loop whose drain covers this instruction's Z signal
+    knows: dict = field(default_factory=dict)  # engine -> seq known complete when this starts
 
     def add_signal(self, s: int, op: Operation | None = None) -> None:
         if s in (self.signal, self.signal2):
@@ -398,17 +399,25 @@ class _Codegen:
                 if s not in self.ring_preload:
                     self.ring_preload.append(s)
                 self.ring_free[(a, h)] = s
-        jcount = trip // unroll
+        # innermost non-rotating loops: the first iteration goes before the hardware loop, so
+        # a dependency entering the loop is a semaphore pair, not a front-end wait
+        first = 1 if (unroll == 1 and trip >= 3 and not any(
+            isinstance(o, scf.ForOp) for o in op.body.walk())) else 0
+        jcount = (trip - first) // unroll
         if op in self.peel and jcount >= 1:
             jcount -= 1  # the last iteration(s) follow the loop: exit dependencies stay local
         if trip == 0:
             pass
-        elif jcount <= 1 and (op not in self.peel or trip <= 2 * unroll):
+        elif jcount <= 1:
             for tt in range(trip):
                 self.loaded = None
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
         else:
+            for tt in range(first):
+                self.loaded = None
+                self.bind[op] = Binding(fixed=tt, round=object())
+                self._block(body)
             depth = len(self.ctx) + 1
             if depth > self.hw.scalar.loop_depth:
                 raise _fail(op, f"loop nest deeper than scalar.loop_depth = "
@@ -420,7 +429,7 @@ class _Codegen:
             self.ctx = self.ctx + (lp,)
             for u in range(unroll):
                 self.loaded = None
-                self.bind[op] = Binding(loop=lp, unroll=unroll, u=u, round=object())
+                self.bind[op] = Binding(loop=lp, unroll=unroll, u=u + first, round=object())
                 self._block(body)
             self._carried(lp, op)
             self.ctx = self.ctx[:-1]
@@ -431,7 +440,7 @@ class _Codegen:
                     del self.reg_owner[reg]
                     self.regs = {k: r for k, r in self.regs.items() if r != reg}
                     self.free_regs.append((reg, self.now))
-            for tt in range(jcount * unroll, trip):
+            for tt in range(first + jcount * unroll, trip):
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
         self.bind.pop(op, None)
@@ -551,9 +560,17 @@ class _Codegen:
             self.zsem[depth] = self._sem(f"loop drain semaphore (depth {depth})")
         return self.zsem[depth]
 
-    def _cover_all(self, e: str, seq: int) -> None:
+    def _cover_all(self, e: str, seq: int, p: Inst | None = None) -> None:
         for f in ENGINES:
+            self._learn(p, f) if p is not None else None
             self.coverage[(e, f)] = max(self.coverage.get((e, f), 0), seq)
+
+    def _learn(self, p: Inst, f: str) -> None:
+        """Engine f now starts after p completed: it also knows what p knew (transitivity)."""
+        for g, q in p.knows.items():
+            if g != f:
+                self.coverage[(g, f)] = max(self.coverage.get((g, f), 0), q)
+        self.coverage[(p.engine, f)] = max(self.coverage.get((p.engine, f), 0), p.seq)
 
     def _covered(self, p: Inst, f: str) -> bool:
         return self.coverage.get((p.engine, f), 0) >= p.seq
@@ -581,7 +598,7 @@ class _Codegen:
             m1 = p.ctx[n]
             if p.zloop is not None:
                 if p.zloop in p.ctx[n:]:
-                    self._cover_all(p.engine, p.seq)
+                    self._cover_all(p.engine, p.seq, p)
                     return
                 raise LoweringError("tile-to-npu: unsupported synchronisation pattern (an "
                                     f"instruction {p.name} drained in two loops)")
@@ -589,16 +606,16 @@ class _Codegen:
             p.zloop = m1
             z = self._z(m1.depth)
             m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(p, n)
-            self._cover_all(p.engine, p.seq)
+            self._cover_all(p.engine, p.seq, p)
             return
         s = self._pair(p.engine, c.engine)
         p.add_signal(s)
         if len(c.ctx) > n:  # entering loop l1: the front end takes the token once
             c.ctx[n].pre.append(Inst("nop", {}, "scalar", c.ctx[:n], wait=s))
-            self._cover_all(p.engine, p.seq)
+            self._cover_all(p.engine, p.seq, p)
             return
         self._wait(c, s)
-        self.coverage[(p.engine, c.engine)] = p.seq
+        self._learn(p, c.engine)
 
     def _carried(self, lp: Loop, op: Operation) -> None:
         body = self.accesses[lp.first_access:]
@@ -614,7 +631,7 @@ class _Codegen:
                 if self._covered(p, c.engine):
                     continue
                 if p.zloop is not None and lp.depth <= p.zloop.depth:
-                    self._cover_all(p.engine, p.seq)
+                    self._cover_all(p.engine, p.seq, p)
                     continue
                 if p.zloop is not None:
                     raise _fail(op, "unsupported synchronisation pattern (loop-carried "
@@ -624,7 +641,7 @@ class _Codegen:
                 p.zloop = lp
                 k = lp.depth  # index of the first loop inside lp in p.ctx
                 lp.tail_drain[z] = lp.tail_drain.get(z, 0) + self._count(p, k)
-                self._cover_all(p.engine, p.seq)
+                self._cover_all(p.engine, p.seq, p)
 
     # ------------------------------------------------------------------ instruction emission
     def _emit(self, op: Operation, name: str, engine: str, fields: dict[str, int],
@@ -659,8 +676,9 @@ class _Codegen:
                 cur = latest.get(r.inst.engine)
                 if cur is None or r.inst.seq > cur.inst.seq:
                     latest[r.inst.engine] = r
-        for r in sorted(latest.values(), key=lambda r: r.inst.seq):
+        for r in sorted(latest.values(), key=lambda r: -r.inst.seq):
             self._sync(r.inst, inst)
+        inst.knows = {e: self.coverage.get((e, engine), 0) for e in ENGINES if e != engine}
         try:
             isa.make(name, **fields)
         except isa.EncodingError as e:
@@ -732,6 +750,11 @@ class _Codegen:
             while dims and dims[-1][1] == n0 and dims[-1][2] == n0:
                 n0 *= dims[-1][0]
                 dims.pop()
+        limit = (1 << 20) - 1
+        if n0 > limit and len(dims) < 2:  # one long contiguous run: split it into rows
+            chunk = next(c for c in range(limit - limit % e, 0, -e) if n0 % c == 0)
+            dims.append((n0 // chunk, chunk, chunk))
+            n0 = chunk
         src_idx = self._tile_addr(src, op.src_indices, op)
         dst_idx = self._tile_addr(dst, op.dst_indices, op)
         dram_a, local_a = (src_idx, dst_idx) if load else (dst_idx, src_idx)

@@ -52,9 +52,8 @@ builtin.module attributes {tile.target = "edge"} {
 // CHECK-NEXT: dma.load dram=r0+0x2e00, local=r0+0x2200, {{.*}} wait=[[FREE1]], signal=[[LM]]
 // CHECK-NEXT: mx.loadw w=r0+0x2200, {{.*}} wait=[[LM]], signal=[[FREE1]]
 // CHECK-NEXT: mx.matmul act=r0+0xe0, {{.*}} signal=[[MV:s[0-9]+]]
-// CHECK-NEXT: nop wait=[[MV]]
-// CHECK-NEXT: vec.relu dst=r0+0x0, a=r0+0x2000000, rows=32, cols=16,
-// CHECK:      dma.store dram=r0+0x3000, local=r0+0x0, n0=2048, n1=1, n2=1,
+// CHECK-NEXT: vec.relu dst=r0+0x0, a=r0+0x2000000, rows=32, cols=16, {{.*}} wait=[[MV]], signal=[[VS:s[0-9]+]]
+// CHECK-NEXT: dma.store dram=r0+0x3000, local=r0+0x0, n0=2048, n1=1, n2=1, {{.*}} wait=[[VS]]
 // CHECK-NEXT: halt
 
 // LAYOUT:      npu.layout = {version = 1 : i64, target = "edge", entry = "main", alignment = 64 : i64, dram_bytes = 14336 : i64,

@@ -110,3 +110,42 @@ def test_end_to_end_mlp_graph_to_simulator(target):
     (y,) = layout.read_outputs(dram)
     assert y.tobytes() == tile_ref.tobytes()
     np.testing.assert_allclose(y, graph_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_double_buffered_gemm_server_reaches_90_percent_of_peak():
+    """Compute-bound bf16 GEMM (512x2048 @ 2048x1024) on the 128x128 server array: the
+    double-buffered tile IR lowers to a program at >= 90 % of the matrix peak; the same IR
+    with single buffers is measurably slower."""
+    M, K, N, TM = 512, 2048, 1024, 512
+    inputs = _gemm_inputs(M, K, N, 128)
+    prog2, c2, _ = run_both(gemm_ir("server", M, K, N, 128, 128, TM, True), inputs, "server")
+    prog1, c1, _ = run_both(gemm_ir("server", M, K, N, 128, 128, TM, False), inputs, "server")
+    assert c2.matrix_utilization >= 0.90, c2.summary()
+    assert c1.cycles > 1.1 * c2.cycles
+    assert len(prog2) < 100  # loops stay loops
+
+
+def test_double_buffered_gemm_edge_is_faster_than_single():
+    M, K, N, TM = 128, 256, 256, 64
+    inputs = _gemm_inputs(M, K, N, 16)
+    _, c2, _ = run_both(gemm_ir("edge", M, K, N, 16, 16, TM, True), inputs, "edge")
+    _, c1, _ = run_both(gemm_ir("edge", M, K, N, 16, 16, TM, False), inputs, "edge")
+    assert c2.cycles <= c1.cycles
+
+
+def test_non_affine_index_is_an_error():
+    text = f"""builtin.module attributes {{tile.target = "edge"}} {{
+  func.func @main(%x: {mr((64, 16), "f32", "dram")}, %y: {mr((64, 16), "f32", "dram")} {{tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %t = tile.alloc : {mr((4, 16), "f32", "spad")}
+    scf.for %i = %c0 to %c4 step %c1 {{
+      %sq = arith.muli %i, %i : index
+      tile.dma %x[%sq, %c0], %t[%c0, %c0] {{shape = array<i64: 4, 16>}} : {mr((64, 16), "f32", "dram")}, {mr((4, 16), "f32", "spad")}
+    }}
+    func.return
+  }}
+}}"""
+    with pytest.raises(LoweringError, match="not an affine function"):
+        lower(text)
