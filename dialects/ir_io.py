@@ -12,6 +12,7 @@ import bisect
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from xdsl.context import Context
@@ -134,10 +135,15 @@ def bind_weights(module: ModuleOp, base_dir: str | os.PathLike[str]) -> None:
 
 
 def check_weights_present(module: ModuleOp) -> None:
-    """Every weight op (graph.weight, tile.weight) must name a tensor the module's store has."""
+    """Every weight op (graph.weight, tile.weight) must name a tensor the module's
+    store has. A module with no weights at all (no `graph.weights` file, nothing
+    in memory) is hand-written IR whose references stay unresolved until a value
+    is needed, as MLIR does with external resources."""
     from infer.dialects.weights import weight_op_types
 
     store = weights_of(module)
+    if store.file is None and not store.has_local:
+        return
     for op in module.walk():
         if not isinstance(op, weight_op_types()):
             continue
@@ -146,19 +152,22 @@ def check_weights_present(module: ModuleOp) -> None:
         except WeightStoreError as e:
             raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
         if not present:
-            where = f"'{store.file}'" if store.file else "the module (it has no graph.weights file attribute)"
+            where = f"'{store.file}'" if store.file else "the module's in-memory weights"
             raise IRError(f"{describe_location(op)}: error: '{op.name}' op weight '{op.weight_key}' not found in {where}")
 
 
 def module_to_text(module: ModuleOp, out_path: str | os.PathLike[str] | None = None, stem: str = "module") -> str:
-    """Print a module, first writing any weights created in memory beside `out_path`
-    (or in the working directory when printing to stdout)."""
+    """Print a module, first writing any weights created in memory beside `out_path`,
+    or, when printing to stdout, to `<tmp>/infer-weights/` (content-addressed, referred
+    to by absolute path, so pipes work and source trees stay clean)."""
     check_weights_present(module)
     if out_path is not None:
         out_dir = Path(out_path).resolve().parent
         save_weights(module, out_dir, Path(out_path).stem, relative_to=out_dir)
     else:
-        save_weights(module, Path.cwd(), stem)
+        out_dir = Path(tempfile.gettempdir()) / "infer-weights"
+        out_dir.mkdir(exist_ok=True)
+        save_weights(module, out_dir, stem)
     import io
 
     stream = io.StringIO()

@@ -160,6 +160,8 @@ def save_weights(
     if not names:
         del module.attributes[WEIGHTS_ATTR]
         return None
+    if store.file is None and not store.has_local:
+        return None  # hand-written IR without weights: references stay unresolved
     needs_new_file = any(n in store._local for n in names) or store.file is None
     if needs_new_file:
         digest = hashlib.sha256()

@@ -16,7 +16,7 @@ func.func @main(%x: tensor<256x512xf32> {graph.name = "x"}) -> (tensor<256x384xf
   func.return %r : tensor<256x384xf32>
 }
 
-// EDGE:      builtin.module attributes {tile.target = "edge"} {
+// EDGE:      builtin.module attributes {tile.target = "edge", graph.weights = "{{.*}}.weights.safetensors"} {
 // EDGE-NEXT:   func.func @main(%0: memref<256x512xf32, "dram"> {graph.name = "x"}, %1: memref<256x384xf32, "dram"> {graph.name = "y", tile.output}) {
 // EDGE-DAG:      tile.weight @kernel0.weight.packed_hi : memref<1536x128xbf16, "dram">
 // EDGE-DAG:      tile.weight @kernel0.weight.packed_lo : memref<1536x128xbf16, "dram">
