@@ -71,13 +71,14 @@ _DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "float64": np.dtype(np.float64),
     "bfloat16": np.dtype(ml_dtypes.bfloat16), "int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8),
     "int16": np.dtype(np.int16), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
+    "uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
     "bool": np.dtype(np.bool_),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
 # aliases the compiler may use (ISA / MLIR spellings)
 _ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "bf16": "bfloat16",
             "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "i1": "bool",
-            "ui8": "uint8", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+            "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -428,7 +429,8 @@ def _check_program_against_config(prog, cfg) -> None:
 
 
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "BF16": "bfloat16", "I8": "int8",
-              "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool",
+              "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64", "U16": "uint16",
+              "U32": "uint32", "U64": "uint64", "BOOL": "bool",
               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 _ST_CODES = {v: k for k, v in _ST_DTYPES.items()}
 
