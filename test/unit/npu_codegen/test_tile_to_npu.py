@@ -149,3 +149,41 @@ def test_non_affine_index_is_an_error():
 }}"""
     with pytest.raises(LoweringError, match="not an affine function"):
         lower(text)
+
+
+def test_vector_only_elementwise_kernel():
+    """z = max(x * 3 + y, -7) (int32, integral immediates: exact integer math) and
+    w = relu(u) * 0.5 (bf16), row tiles double-buffered."""
+    I, B = mr((64, 32), "i32", "dram"), mr((64, 32), "bf16", "dram")
+    T, TB = mr((16, 32), "i32", "spad"), mr((16, 32), "bf16", "spad")
+    text = f"""builtin.module attributes {{tile.target = "edge"}} {{
+  func.func @main(%x: {I}, %y: {I}, %u: {B}, %z: {I} {{tile.output}}, %w: {B} {{tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %c16 = arith.constant 16 : index
+    %c64 = arith.constant 64 : index
+    scf.for %i = %c0 to %c64 step %c16 {{
+      %a = tile.alloc {{buffers = 2 : i64}} : {T}
+      %b = tile.alloc {{buffers = 2 : i64}} : {T}
+      %v = tile.alloc {{buffers = 2 : i64}} : {TB}
+      tile.dma %x[%i, %c0], %a[%c0, %c0] {{shape = array<i64: 16, 32>}} : {I}, {T}
+      tile.dma %y[%i, %c0], %b[%c0, %c0] {{shape = array<i64: 16, 32>}} : {I}, {T}
+      tile.vector "mul" %a[%c0, %c0], %a[%c0, %c0] {{rows = 16 : i64, cols = 32 : i64, bmode = "imm", imm = 3.0 : f32}} : {T}, {T}
+      tile.vector "add" %a[%c0, %c0], %a[%c0, %c0], %b[%c0, %c0] {{rows = 16 : i64, cols = 32 : i64, bmode = "tile"}} : {T}, {T}, {T}
+      tile.vector "max" %a[%c0, %c0], %a[%c0, %c0] {{rows = 16 : i64, cols = 32 : i64, bmode = "imm", imm = -7.0 : f32}} : {T}, {T}
+      tile.dma %a[%c0, %c0], %z[%i, %c0] {{shape = array<i64: 16, 32>}} : {T}, {I}
+      tile.dma %u[%i, %c0], %v[%c0, %c0] {{shape = array<i64: 16, 32>}} : {B}, {TB}
+      tile.vector "relu" %v[%c0, %c0], %v[%c0, %c0] {{rows = 16 : i64, cols = 32 : i64}} : {TB}, {TB}
+      tile.vector "mul" %v[%c0, %c0], %v[%c0, %c0] {{rows = 16 : i64, cols = 32 : i64, bmode = "imm", imm = 0.5 : f32}} : {TB}, {TB}
+      tile.dma %v[%c0, %c0], %w[%i, %c0] {{shape = array<i64: 16, 32>}} : {TB}, {B}
+    }}
+    func.return
+  }}
+}}"""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2**31, 2**31 - 1, (64, 32), dtype=np.int32)
+    y = rng.integers(-1000, 1000, (64, 32), dtype=np.int32)
+    u = rng.standard_normal((64, 32)).astype(BF16)
+    prog, _, (z, w) = run_both(text, [x, y, u])
+    assert any(i.name == "loop" for i in prog.instrs)
+    sat = lambda v: np.clip(v, -2**31, 2**31 - 1)  # noqa: E731 (every op saturates on store)
+    assert np.array_equal(z, np.maximum(sat(sat(x.astype(np.int64) * 3) + y), -7))
