@@ -21,6 +21,7 @@ _PASSES: dict[str, str] = {
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
     "graph-prepare-tiling": "infer.passes.pipelines:GraphPrepareTilingPass",
+    "lower-to-tile": "infer.passes.pipelines:LowerToTilePass",
     "graph-to-tile": "infer.passes.graph_to_tile:GraphToTilePass",
     "tile-plan-memory": "infer.passes.tile_memory_plan:TilePlanMemoryPass",
     "tile-to-npu": "infer.passes.tile_to_npu:TileToNpuPass",

@@ -8,6 +8,9 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 `graph-prepare-tiling` = graph-optimize, graph-fold-batch-norm, graph-dce,
 graph-fuse: the graph-level half of the compiler, leaving fused `graph.kernel`
 groups for graph -> tile lowering.
+
+`lower-to-tile` = graph-prepare-tiling, graph-to-tile, tile-plan-memory: the
+whole graph -> tile half of the compiler for one target.
 """
 
 from __future__ import annotations
@@ -83,6 +86,39 @@ class GraphPrepareTilingPass(ModulePass):
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds),
+        )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)
+
+
+@dataclass(frozen=True)
+class LowerToTilePass(ModulePass):
+    """Graph level to planned tile level for one hardware config.
+
+    Options (forwarded): target, precision, overrides, debug-tiling -> graph-to-tile;
+    target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
+    """
+
+    name = "lower-to-tile"
+
+    target: str = "edge"
+    precision: str = "fp32"
+    overrides: str = ""
+    debug_tiling: bool = False
+    print_plan: bool = False
+    max_epilogue: int = DEFAULT_MAX_EPILOGUE
+
+    def passes(self) -> tuple[ModulePass, ...]:
+        from infer.passes.graph_to_tile import GraphToTilePass
+        from infer.passes.tile_memory_plan import TilePlanMemoryPass
+
+        return (
+            GraphPrepareTilingPass(max_epilogue=self.max_epilogue),
+            GraphToTilePass(target=self.target, precision=self.precision, overrides=self.overrides,
+                            debug_tiling=self.debug_tiling),
+            TilePlanMemoryPass(target=self.target, print_plan=self.print_plan),
         )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
