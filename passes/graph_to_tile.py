@@ -509,8 +509,9 @@ class FunctionLowering:
             lower = _OTHER.get(op.name)
             if lower is None:
                 raise _err(op, "this op has no tile lowering (supported: linear, matmul, conv2d, "
-                           "elementwise, pooling, batch/layer/rms norm, softmax, attention, reshape, "
-                           "transpose)")
+                           "elementwise, where, pooling, batch/layer/rms norm, softmax, attention, reshape, "
+                           "transpose, slice, concat, broadcast, pad, reduce_sum/mean/max/min, gather, "
+                           "rotary)")
             lower(self, op)
 
     def fusable_chain(self, anchor: Operation) -> list[Operation]:
@@ -1593,3 +1594,17 @@ class GraphToTilePass(ModulePass):
 
 
 _ = (bf16, i1, field)
+
+from infer.passes import lower_data as _ld  # noqa: E402  (uses the helpers above)
+
+_OTHER.update({
+    "graph.slice": _ld.lower_slice,
+    "graph.concat": _ld.lower_concat,
+    "graph.broadcast": _ld.lower_broadcast,
+    "graph.pad": _ld.lower_pad,
+    "graph.reduce_sum": _ld.lower_reduce,
+    "graph.reduce_mean": _ld.lower_reduce,
+    "graph.reduce_max": _ld.lower_reduce,
+    "graph.reduce_min": _ld.lower_reduce,
+    "graph.reduce_prod": _ld.lower_reduce,
+})

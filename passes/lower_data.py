@@ -1,0 +1,300 @@
+"""graph-to-tile lowerings of data-movement, reduction, gather and rotary ops.
+
+Split out of `graph_to_tile.py` (the `FunctionLowering` methods call these with
+themselves as `fl`). See docs/tiling.md for the schemes:
+
+  slice / concat / broadcast / pad     `copy_box`: strided DMA boxes DRAM -> spad -> DRAM
+  reduce_sum/mean/max/min              trailing axes: `rsum`/`rmax` per row chunk; other axes:
+                                       tile-wise accumulation and a halving tree over rows
+  gather (axis 0, runtime indices)     `tile.gather_rows` (data-dependent row addresses)
+  gather (compile-time indices)        one `copy_box` per index
+  rotary (half / interleaved)          vector ops on [rows, R] tiles with cos/sin tiles
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, TensorType, f32, i64
+from xdsl.ir import SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.passes import graph_to_tile as g2t
+from infer.passes import tiling_cost as tc
+
+Index = g2t.Index
+
+
+def _prod(xs: Sequence[int]) -> int:
+    return g2t._prod(xs)
+
+
+def _elem(v: SSAValue):
+    ty = v.type
+    assert isinstance(ty, MemRefType)
+    return ty.get_element_type()
+
+
+def _cap_elems(fl) -> int:
+    """Elements of one staging tile: a quarter of the scratchpad over two buffers."""
+    return max(1, fl.hw.memory.scratchpad_bytes // (4 * 2 * 4))
+
+
+# ----------------------------------------------------------------------------
+# Generic box copy DRAM -> DRAM through the scratchpad
+# ----------------------------------------------------------------------------
+
+
+def copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], in_step: Sequence[int],
+             dst: SSAValue, S_out: Sequence[int], out_start: Sequence[int], box: Sequence[int]) -> None:
+    """dst[out_start + b] = src[in_start + b * in_step] for every b < box (same rank).
+    Steps may be negative or 0 (broadcast). Contiguous tails are merged; the last two
+    dims are one strided DMA box per tile (steps 0 there are broadcast on the vector
+    unit), the leading dims are loops."""
+    em = fl.em
+    r = len(box)
+    assert len(S_in) == len(S_out) == len(in_start) == len(in_step) == len(out_start) == r
+    if any(b == 0 for b in box):
+        return
+    # [S_in, S_out, box, in_start, in_step, out_start]
+    dims = [[S_in[i], S_out[i], box[i], in_start[i], in_step[i], out_start[i]] for i in range(r)]
+    while len(dims) >= 2:
+        a, b = dims[-2], dims[-1]
+        if b[0] == b[1] == b[2] and b[3] == 0 and b[5] == 0 and b[4] == 1 and (a[4] == 1 or a[2] == 1):
+            dims[-2:] = [[a[0] * b[0], a[1] * b[1], a[2] * b[2], a[3] * b[0], 1, a[5] * b[1]]]
+        else:
+            break
+    while len(dims) < 2 or dims[-1][4] < 0 or dims[-2][4] < 0:
+        dims.append([1, 1, 1, 0, 1, 0])
+    lead, (Rd, Cd) = dims[:-2], dims[-2:]
+    P_in, P_out = _prod([d[0] for d in lead]), _prod([d[1] for d in lead])
+    s3 = em.view(src, (P_in, Rd[0], Cd[0]))
+    d3 = em.view(dst, (P_out, Rd[1], Cd[1]))
+    el = _elem(src)
+    cap = _cap_elems(fl)
+    TC = max(1, min(Cd[2], cap))
+    TR = max(1, min(Rd[2], cap // TC))
+    rb, cb = Rd[4] == 0, Cd[4] == 0
+    buf3 = em.alloc((1, TR, TC), el, "spad", 2)
+    buf2 = em.view(buf3, (TR, TC))
+    row3 = em.alloc((1, 1, TC), el, "spad", 2) if rb and not cb else None
+    col3 = em.alloc((1, TR, 1), el, "spad", 2) if cb and not rb else None
+    one3 = em.alloc((1, 1, 1), el, "spad", 2) if cb and rb else None
+    rowv = em.alloc((1, TC), el, "spad", 2) if cb and rb else None
+    z = [0, 0]
+
+    def tile(p: Index, q: Index, r0: Index, tr: int, c0: Index, tcn: int) -> None:
+        srow = em.add(Rd[3], em.mul(r0, Rd[4]))
+        scol = em.add(Cd[3], em.mul(c0, Cd[4]))
+        if not rb and not cb:
+            em.dma(s3, [p, srow, scol], buf3, [0, 0, 0], [1, tr, tcn], [1, Rd[4], Cd[4]])
+        else:
+            em.fill(buf2, z, tr, tcn, 0.0)
+            if rb and not cb:
+                em.dma(s3, [p, srow, scol], row3, [0, 0, 0], [1, 1, tcn], [1, 1, Cd[4]])
+                em.vec("add", buf2, z, buf2, z, tr, tcn, em.view(row3, (1, TC)), z, bmode="row")
+            elif cb and not rb:
+                em.dma(s3, [p, srow, scol], col3, [0, 0, 0], [1, tr, 1], [1, Rd[4], 1])
+                em.vec("add", buf2, z, buf2, z, tr, tcn, em.view(col3, (TR, 1)), z, bmode="col")
+            else:
+                em.dma(s3, [p, srow, scol], one3, [0, 0, 0], [1, 1, 1])
+                em.fill(rowv, z, 1, tcn, 0.0)
+                em.vec("add", rowv, z, rowv, z, 1, tcn, em.view(one3, (1, 1)), z, bmode="col")
+                em.vec("add", buf2, z, buf2, z, tr, tcn, rowv, z, bmode="row")
+        em.dma(buf3, [0, 0, 0], d3, [q, em.add(Rd[5], r0), em.add(Cd[5], c0)], [1, tr, tcn])
+
+    def rec(k: int, p: Index, q: Index) -> None:
+        if k == len(lead):
+            em.tiles(Rd[2], TR, lambda r0, tr: em.tiles(Cd[2], TC, lambda c0, tcn: tile(p, q, r0, tr, c0, tcn)))
+            return
+        d = lead[k]
+        si = _prod([x[0] for x in lead[k + 1:]])
+        so = _prod([x[1] for x in lead[k + 1:]])
+        em.range(d[2], lambda i: rec(k + 1, em.add(p, em.mul(em.add(d[3], em.mul(i, d[4])), si)),
+                                     em.add(q, em.mul(em.add(d[5], i), so))))
+
+    rec(0, 0, 0)
+
+
+def fill_dram(fl, dst: SSAValue, shape: Sequence[int], value: float) -> None:
+    em = fl.em
+    n = _prod(shape)
+    W = shape[-1] if shape else 1
+    if W > _cap_elems(fl):
+        W = 1
+    rows = n // W
+    d2 = em.view(dst, (rows, W))
+    tr = max(1, min(rows, _cap_elems(fl) // W))
+    buf = em.alloc((tr, W), _elem(dst), "spad")
+    em.fill(buf, [0, 0], tr, W, value)
+    em.tiles(rows, tr, lambda r0, r: em.dma(buf, [0, 0], d2, [r0, 0], [r, W]))
+
+
+# ----------------------------------------------------------------------------
+# slice / concat / broadcast / pad
+# ----------------------------------------------------------------------------
+
+
+def _S(v: SSAValue) -> tuple[int, ...]:
+    return g2t._shape(v)
+
+
+def lower_slice(fl, op: g.SliceOp) -> None:
+    S_in, S_out = _S(op.input), _S(op.output)
+    name = fl.name()
+    fl.debug(f"[graph-to-tile] {name}: slice {'x'.join(map(str, S_in))} -> {'x'.join(map(str, S_out))}: strided DMA boxes")
+    copy_box(fl, fl.buf(op.input), S_in, g._ints(op.starts), g._ints(op.steps),
+             fl.out_buf(op.output), S_out, [0] * len(S_out), S_out)
+
+
+def lower_concat(fl, op: g.ConcatOp) -> None:
+    S_out = _S(op.output)
+    axis = op.axis.value.data % len(S_out)
+    name = fl.name()
+    fl.debug(f"[graph-to-tile] {name}: concat of {len(op.inputs)} along axis {axis}: one DMA copy per input")
+    out = fl.out_buf(op.output)
+    off = 0
+    for v in op.inputs:
+        S = _S(v)
+        start = [0] * len(S)
+        start[axis] = off
+        copy_box(fl, fl.buf(v), S, [0] * len(S), [1] * len(S), out, S_out, start, S)
+        off += S[axis]
+
+
+def lower_broadcast(fl, op: g.BroadcastOp) -> None:
+    S_out = _S(op.output)
+    S_in = (1,) * (len(S_out) - len(_S(op.input))) + _S(op.input)
+    name = fl.name()
+    fl.debug(f"[graph-to-tile] {name}: broadcast {'x'.join(map(str, S_in))} -> {'x'.join(map(str, S_out))}")
+    src = fl.em.view(fl.buf(op.input), S_in) if S_in else fl.buf(op.input)
+    steps = [0 if (a == 1 and b != 1) else 1 for a, b in zip(S_in, S_out, strict=True)]
+    copy_box(fl, src, S_in, [0] * len(S_out), steps, fl.out_buf(op.output), S_out, [0] * len(S_out), S_out)
+
+
+def lower_pad(fl, op: g.PadOp) -> None:
+    S_in, S_out = _S(op.input), _S(op.output)
+    pads = g._ints(op.pads)
+    n = len(S_in)
+    name = fl.name()
+    fl.debug(f"[graph-to-tile] {name}: pad {'x'.join(map(str, S_in))} -> {'x'.join(map(str, S_out))}: fill, then one box copy")
+    out = fl.out_buf(op.output)
+    fill_dram(fl, out, S_out, float(op.value.value.data))
+    copy_box(fl, fl.buf(op.input), S_in, [0] * n, [1] * n, out, S_out, list(pads[:n]), S_in)
+
+
+# ----------------------------------------------------------------------------
+# reductions
+# ----------------------------------------------------------------------------
+
+
+def lower_reduce(fl, op: g.ReduceOp) -> None:
+    if isinstance(op, g.ReduceProdOp):
+        raise g2t._err(op, "reduce_prod has no tile lowering (no log/exp-free product on the vector unit)")
+    S = _S(op.input)
+    axes = set(op.reduced_axes())
+    kind = {"graph.reduce_sum": "sum", "graph.reduce_mean": "sum", "graph.reduce_max": "max",
+            "graph.reduce_min": "min"}[op.name]
+    count = _prod([S[a] for a in axes])
+    scale = 1.0 / count if isinstance(op, g.ReduceMeanOp) else None
+    name = fl.name()
+    fl.debug(f"[graph-to-tile] {name}: {op.name.split('.')[1]} {'x'.join(map(str, S))} axes {sorted(axes)}")
+    em = fl.em
+    out = fl.out_buf(op.output)
+    if not S or not axes:
+        fl.copy(fl.buf(op.input), out, S or (1,))
+        return
+    # runs of reduced axes, last first; each step reduces one run to 1
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(S):
+        if i in axes:
+            j = i
+            while j < len(S) and j in axes:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    cur, cur_shape = fl.buf(op.input), list(S)
+    for n, (a, b) in enumerate(reversed(runs)):
+        last = n == len(runs) - 1
+        new_shape = cur_shape[:a] + [1] * (b - a) + cur_shape[b:]
+        dst = em.view(out, tuple(new_shape)) if last else em.alloc(tuple(new_shape), f32, "dram")
+        M, K, N = _prod(cur_shape[:a]), _prod(cur_shape[a:b]), _prod(cur_shape[b:])
+        if N == 1:
+            _reduce_rows(fl, cur, dst, M, K, kind, scale if last else None)
+        else:
+            _reduce_middle(fl, cur, dst, M, K, N, kind, scale if last else None)
+        cur, cur_shape = dst, new_shape
+
+
+def _reduce_rows(fl, src, dst, M: int, K: int, kind: str, scale: float | None) -> None:
+    """dst[M, 1] = reduce over the rows of src[M, K]: rsum/rmax per column chunk."""
+    em = fl.em
+    rc = tc.choose_rows(fl.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2)
+    x2, o2 = em.view(src, (M, K)), em.view(dst, (M, 1))
+    xs = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
+    part = em.alloc((rc.rows, 1), f32, "spad", 2)
+    res = em.alloc((rc.rows, 1), f32, "spad", 2)
+    z = [0, 0]
+
+    def tile(r0: Index, tr: int) -> None:
+        em.fill(res, z, tr, 1, g2t.NEG if kind != "sum" else 0.0)
+
+        def chunk(c0: Index, cn: int) -> None:
+            em.dma(x2, [r0, c0], xs, z, [tr, cn])
+            if kind == "min":
+                em.vec("neg", xs, z, xs, z, tr, cn)
+            em.vec("rsum" if kind == "sum" else "rmax", part, z, xs, z, tr, cn)
+            em.vec("add" if kind == "sum" else "max", res, z, res, z, tr, 1, part, z, bmode="tile")
+
+        em.tiles(K, rc.cols, chunk)
+        if kind == "min":
+            em.vec("neg", res, z, res, z, tr, 1)
+        if scale is not None:
+            em.vec("mul", res, z, res, z, tr, 1, bmode="imm", imm=scale)
+        em.dma(res, z, o2, [r0, 0], [tr, 1])
+
+    em.tiles(M, rc.rows, tile)
+
+
+def _reduce_middle(fl, src, dst, M: int, K: int, N: int, kind: str, scale: float | None) -> None:
+    """dst[M, 1, N] = reduce over K of src[M, K, N]: [TK, TN] tiles combined tile-wise
+    into an accumulator tile, then a halving tree over its rows."""
+    em = fl.em
+    vop = {"sum": "add", "max": "max", "min": "min"}[kind]
+    cap = _cap_elems(fl)
+    TN = min(N, cap)
+    TK = max(1, min(K, cap // TN))
+    x3 = em.view(src, (M, K, N))
+    o2 = em.view(dst, (M, N))
+    xs3 = em.alloc((1, TK, TN), f32, "spad", 2)
+    xs = em.view(xs3, (TK, TN))
+    acc = em.alloc((TK, TN), f32, "spad", 2)
+    z = [0, 0]
+    init = {"sum": 0.0, "max": g2t.NEG, "min": -g2t.NEG}[kind]
+
+    def tile(m: Index, n0: Index, tn: int) -> None:
+        em.fill(acc, z, min(TK, K), tn, init)
+
+        def kstep(k0: Index, tk: int) -> None:
+            em.dma(x3, [m, k0, n0], xs3, [0, 0, 0], [1, tk, tn])
+            em.vec(vop, acc, z, acc, z, tk, tn, xs, z, bmode="tile")
+
+        em.tiles(K, TK, kstep)
+        rows = min(TK, K)
+        while rows > 1:
+            h = rows // 2
+            em.vec(vop, acc, z, acc, z, h, tn, acc, [rows - h, 0], bmode="tile")
+            rows -= h
+        if scale is not None:
+            em.vec("mul", acc, z, acc, z, 1, tn, bmode="imm", imm=scale)
+        em.dma(acc, z, o2, [m, n0], [1, tn])
+
+    em.range(M, lambda m: em.tiles(N, TN, lambda n0, tn: tile(m, n0, tn)))
+
+
+_ = (IntegerAttr, i64, TensorType, t, np)
