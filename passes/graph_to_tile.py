@@ -499,7 +499,7 @@ class FunctionLowering:
             self.lower_conv(op, epi, (epi[-1] if epi else op).results[0], {})
         elif isinstance(op, g.BatchNormOp):
             self.lower_batch_norm(op)
-        elif isinstance(op, (g.UnaryOp, g.BinaryOp)) and op.name not in _UNSUPPORTED_EW:
+        elif isinstance(op, (g.UnaryOp, g.BinaryOp, g.WhereOp)) and op.name not in _UNSUPPORTED_EW:
             self.lower_elementwise([op], op.results[0], {})
         elif isinstance(op, g.ReshapeOp):
             self.vmap[op.output] = self.em.view(self.buf(op.input), _shape(op.output))
@@ -604,10 +604,15 @@ class FunctionLowering:
         if cls is None:
             raise _err(op, f"operand of shape {_shape(v)} broadcasts onto the output "
                        f"{frame.shape} in a way the tile lowering does not support")
-        fb, fr, fcl = cls
-        if not fr and not fcl:
+        if not cls[1] and not cls[2]:
             raise _err(op, "a runtime scalar operand is not supported (only compile-time scalars)")
-        src = self.buf(v)
+        return self._load_buf(self.buf(v), _shape(v), frame, op)
+
+    def _load_buf(self, src: SSAValue, shape: tuple[int, ...], frame: TileFrame, op: Operation) -> tuple[str, object]:
+        cls = classify((frame.B, frame.R, frame.C), shape)
+        assert cls is not None
+        fb, fr, fcl = cls
+        assert fr or fcl
         nb = _prod(frame.B) if fb else 1
         R, C = _prod(frame.R), _prod(frame.C)
         b = frame.b if fb else 0
@@ -646,7 +651,9 @@ class FunctionLowering:
                 raise _err(op, f"result {_shape(out)} is not the kernel's output shape {frame.shape}")
             dst = new_tile()
             z = [0, 0]
-            if op.name in UNARY_VEC or isinstance(op, g.UnaryOp):
+            if isinstance(op, g.WhereOp):
+                self._where(op, dst, frame, operand)
+            elif op.name in UNARY_VEC or isinstance(op, g.UnaryOp):
                 kind, x = operand(op.operands[0], op)
                 if kind != "tile":  # broadcast operand: materialize it on the tile
                     x = self._bcast_tile(kind, x, frame)
@@ -690,6 +697,49 @@ class FunctionLowering:
             kind, x = operand(result, ops[-1] if ops else result.owner)
             return self._bcast_tile(kind, x, frame)
         return tiles[result]
+
+    def _where(self, op: g.WhereOp, dst: SSAValue, frame: TileFrame, operand) -> None:
+        """where(c, x, y) with a compile-time condition: x*c + y*(1-c) on the tile
+        (exact for finite values); a compile-time branch is masked at compile time."""
+        em, rows, cols, z = self.em, frame.rows, frame.cols, [0, 0]
+        c = self.const(op.condition)
+        if c is None:
+            raise _err(op, "where needs a compile-time condition (runtime i1 tensors are not lowered)")
+        cb = np.asarray(c).astype(np.bool_)
+        terms: list[SSAValue] = []
+        for v, mask in ((op.lhs, cb), (op.rhs, ~cb)):
+            if not mask.any():
+                continue
+            cv = self.const(v)
+            if cv is not None:  # the masked branch is a constant: fold it
+                arr = np.where(mask, np.asarray(cv, np.float32), np.float32(0)).astype(np.float32)
+                terms.append(self._bcast_tile(*self.load_array(arr, frame, op), frame))
+                continue
+            kind, x = operand(v, op)
+            x = self._bcast_tile(kind, x, frame)
+            if mask.all():
+                terms.append(x)
+                continue
+            mk, mb = self.load_array(mask.astype(np.float32), frame, op)
+            tt = em.alloc((rows, cols), f32, "spad", 2)
+            em.vec("mul", tt, z, x, z, rows, cols, mb, z, bmode=mk)
+            terms.append(tt)
+        if not terms:
+            em.fill(dst, z, rows, cols, 0.0)
+        elif len(terms) == 1:
+            em.vec("copy", dst, z, terms[0], z, rows, cols)
+        else:
+            em.vec("add", dst, z, terms[0], z, rows, cols, terms[1], z, bmode="tile")
+
+    def load_array(self, arr: np.ndarray, frame: TileFrame, op: Operation) -> tuple[str, object]:
+        """A compile-time array onto the tile: ("imm", float) | (bmode, local buffer)."""
+        if arr.size == 1:
+            return "imm", float(arr.reshape(()))
+        cls = classify((frame.B, frame.R, frame.C), tuple(arr.shape))
+        if cls is None or not (cls[1] or cls[2]):
+            arr = np.broadcast_to(arr, frame.shape)
+        return self._load_buf(self.weight("const", np.ascontiguousarray(arr, np.float32), f32),
+                              tuple(arr.shape), frame, op)
 
     def _bcast_tile(self, kind: str, x: object, frame: TileFrame) -> SSAValue:
         em, rows, cols = self.em, frame.rows, frame.cols

@@ -121,3 +121,29 @@ def test_reduce_long_axis_tree():
   %b = graph.reduce_max %x {axes = array<i64: 1>} : (tensor<2x700x9xf32>) -> tensor<2x1x9xf32>
   func.return %a, %b : tensor<2x1x9xf32>, tensor<2x1x9xf32>"""))
     check(m, "edge", "fp32", seeds=(0,))
+
+
+WHERE = fn("%x: tensor<2x3x8xf32>, %y: tensor<8xf32>", "tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>", """
+  %c = graph.constant dense<[true, false, true, true, false, false, true, false]> : tensor<8xi1>
+  %c2 = graph.constant dense<[[true], [false], [true]]> : tensor<3x1xi1>
+  %ninf = graph.constant dense<-1.0e+30> : tensor<f32>
+  %a = graph.where %c, %x, %y : (tensor<8xi1>, tensor<2x3x8xf32>, tensor<8xf32>) -> tensor<2x3x8xf32>
+  %b = graph.where %c2, %ninf, %x : (tensor<3x1xi1>, tensor<f32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %e = graph.exp %a : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %d = graph.where %c2, %e, %x : (tensor<3x1xi1>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  func.return %a, %b, %d : tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>""")
+
+
+@BOTH
+@PREC
+def test_where_compile_time_condition(target, precision):
+    check(module(WHERE), target, precision)
+
+
+def test_where_runtime_condition_is_located_error():
+    m = module(fn("%x: tensor<4xf32>, %y: tensor<4xf32>", "tensor<4xf32>", """
+  %c = graph.less %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  %a = graph.where %c, %x, %y : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return %a : tensor<4xf32>"""))
+    with pytest.raises(IRError, match=r"test.mlir:\d+:\d+: error: 'graph.less' op graph-to-tile"):
+        GraphToTilePass().apply(CTX, m)
