@@ -37,7 +37,6 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     StringAttr,
     SymbolRefAttr,
     TensorType,
@@ -138,7 +137,7 @@ def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
                 dim = d
             elif d != dim and d != DYNAMIC:
                 raise VerifyException(
-                    f"shapes "
+                    "shapes "
                     + ", ".join(_fmt_shape(s) for s in shapes)
                     + " are not broadcast-compatible (dimension "
                     f"{i - rank} is {dim} in one operand and {d} in another)"
@@ -210,7 +209,7 @@ def _require_same_elem(op: GraphOp, values: Sequence[SSAValue]) -> Attribute:
     elems = [_elem(v) for v in values]
     if any(e != elems[0] for e in elems):
         raise VerifyException(
-            f"operands must share one element type, got "
+            "operands must share one element type, got "
             + ", ".join(element_type_name(e) for e in elems)
         )
     return elems[0]
@@ -272,7 +271,7 @@ class WeightOp(GraphOp):
         t = self.output.type
         assert isinstance(t, TensorType)
         if any(d == DYNAMIC for d in t.get_shape()):
-            raise VerifyException(f"a weight must have a static shape")
+            raise VerifyException("a weight must have a static shape")
         return [t]
 
 
@@ -516,9 +515,9 @@ class CastOp(GraphOp):
 def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_b: bool) -> Shape:
     """numpy.matmul semantics (rank-1 promotion, batch broadcasting), optional transposes."""
     if not a or not b:
-        raise VerifyException(f"operands must have rank >= 1 (scalars cannot be multiplied)")
+        raise VerifyException("operands must have rank >= 1 (scalars cannot be multiplied)")
     if (transpose_a and len(a) < 2) or (transpose_b and len(b) < 2):
-        raise VerifyException(f"a transposed operand must have rank >= 2")
+        raise VerifyException("a transposed operand must have rank >= 2")
     if transpose_a:
         a = (*a[:-2], a[-1], a[-2])
     if transpose_b:
@@ -581,7 +580,7 @@ class LinearOp(GraphOp):
         x = _shape(self.input)
         w = _require_rank(self, self.weight, "the weight [out, in]", [2])
         if not x:
-            raise VerifyException(f"the input must have rank >= 1")
+            raise VerifyException("the input must have rank >= 1")
         if DYNAMIC not in (x[-1], w[1]) and x[-1] != w[1]:
             raise VerifyException(
                 f"input features {x[-1]} (shape {_fmt_shape(x)}) do not match "
@@ -728,7 +727,7 @@ class AvgPool2dOp(Pool2dOp):
 
     def infer_result_types(self) -> list[TensorType]:
         if _ints(self.dilation) not in ((1, 1), ()):
-            raise VerifyException(f"dilation is not supported for average pooling")
+            raise VerifyException("dilation is not supported for average pooling")
         return super().infer_result_types()
 
 
@@ -789,7 +788,7 @@ class BatchNormOp(GraphOp):
                     f"{what} must have shape {x[1]} (one per channel), got {_fmt_shape(_shape(p))}"
                 )
         if self.epsilon.value.data < 0:
-            raise VerifyException(f"epsilon must be >= 0")
+            raise VerifyException("epsilon must be >= 0")
         return [TensorType(elem, x)]
 
 
@@ -817,7 +816,7 @@ class NormOp(GraphOp, ABC):
                     f"normalized shape {_fmt_shape(normalized)}"
                 )
         if self.epsilon.value.data < 0:
-            raise VerifyException(f"epsilon must be >= 0")
+            raise VerifyException("epsilon must be >= 0")
         return TensorType(elem, shape)
 
 
@@ -976,7 +975,7 @@ class RotaryOp(GraphOp):
         if cos != sin:
             raise VerifyException(f"cos {_fmt_shape(cos)} and sin {_fmt_shape(sin)} differ")
         if not cos:
-            raise VerifyException(f"cos/sin must have rank >= 1")
+            raise VerifyException("cos/sin must have rank >= 1")
         r = cos[-1]
         if r % 2 or r > x[-1]:
             raise VerifyException(
@@ -1013,7 +1012,7 @@ class GatherOp(GraphOp):
             )
         axis = normalize_axis(self.name, self.axis.value.data, len(x))
         if not x:
-            raise VerifyException(f"cannot gather from a scalar")
+            raise VerifyException("cannot gather from a scalar")
         return [TensorType(_elem(self.input), (*x[:axis], *_shape(self.indices), *x[axis + 1 :]))]
 
 
@@ -1083,7 +1082,7 @@ class ConcatOp(GraphOp):
 
     def infer_result_types(self) -> list[TensorType]:
         if not self.inputs:
-            raise VerifyException(f"needs at least one input")
+            raise VerifyException("needs at least one input")
         elem = _require_same_elem(self, list(self.inputs))
         shapes = [_shape(v) for v in self.inputs]
         rank = len(shapes[0])
@@ -1091,7 +1090,7 @@ class ConcatOp(GraphOp):
         for s in shapes:
             if len(s) != rank or any(s[i] != shapes[0][i] for i in range(rank) if i != axis):
                 raise VerifyException(
-                    f"shapes " + ", ".join(_fmt_shape(s) for s in shapes)
+                    "shapes " + ", ".join(_fmt_shape(s) for s in shapes)
                     + f" must agree on every dimension except axis {axis}"
                 )
         total = DYNAMIC if any(s[axis] == DYNAMIC for s in shapes) else sum(s[axis] for s in shapes)

@@ -80,11 +80,9 @@ class FoldBatchNorm(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.BatchNormOp, rewriter: PatternRewriter, /):
         producer = op.input.owner
-        if isinstance(producer, g.Conv2dOp):
-            kind = "conv"
-        elif isinstance(producer, g.LinearOp) and len(op.input.type.get_shape()) == 2:  # type: ignore[attr-defined]
-            kind = "linear"
-        else:
+        is_conv = isinstance(producer, g.Conv2dOp)
+        is_linear_2d = isinstance(producer, g.LinearOp) and len(op.input.type.get_shape()) == 2  # type: ignore[attr-defined]
+        if not (is_conv or is_linear_2d):
             return
         if not op.input.has_one_use():
             return
