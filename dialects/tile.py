@@ -23,6 +23,8 @@ Ops
   rows x cols tile; binary ops take b as a tile, a row vector, a column vector
   or an immediate (`bmode`).
 - `tile.fill`: set a local tile to a constant (vector unit).
+- `tile.gather_rows`: copy table rows picked by a runtime index memref (i32/i64)
+  to DRAM or a local buffer (embedding lookup; data-dependent DMA addresses).
 
 Every op addresses its memrefs with index operands giving the tile's origin in
 elements (`%buf[%i, %j]`), so a loop nest of tile ops reads like the program the
@@ -410,6 +412,67 @@ class VectorOp(TileOp):
                 raise VerifyException(f"requant scales must be f32, got {_elem(self.b[0])}")
 
 
+GATHER_INDEX_TYPES = ("i32", "i64")
+
+
+@irdl_op_definition
+class GatherRowsOp(TileOp):
+    """Data-dependent row gather (embedding lookup):
+
+        dst[d0 + k, d1 : d1 + cols] = table[indices[i0 + k], c0 : c0 + cols]   for k < rows
+
+    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM memref of i32 or i64 (an i64
+    index is read as its low 32 bits, little endian, sign-extended: what the ISA's
+    `ld` reads at the element's address), `dst` is DRAM or local with the table's
+    element type. Indices must lie in [0, table rows): there is no wrap-around of
+    negative indices (the hardware has no compare), an index outside is an error of
+    the interpreter and an out-of-bounds fault of the simulator. Each row moves
+    `row_bytes = cols * element size` contiguous bytes (one DMA per row whose DRAM
+    address is `ld`'s register times the table's row pitch)."""
+
+    name = "tile.gather_rows"
+    table = operand_def(MemRefType)
+    table_indices = var_operand_def(IndexType)
+    indices = operand_def(MemRefType)
+    index_indices = var_operand_def(IndexType)
+    dst = operand_def(MemRefType)
+    dst_indices = var_operand_def(IndexType)
+    rows = prop_def(IntegerAttr[I64])
+    cols = prop_def(IntegerAttr[I64])
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$table `[` $table_indices `]` `,` $indices `[` $index_indices `]` `,` $dst `[` $dst_indices `]` "
+        "attr-dict `:` type($table) `,` type($indices) `,` type($dst)"
+    )
+
+    @property
+    def row_bytes(self) -> int:
+        return self.cols.value.data * elem_bytes(self.table)
+
+    def verify_(self) -> None:
+        rows, cols = self.rows.value.data, self.cols.value.data
+        _check_space(self.table, "the table", ("dram",))
+        _check_space(self.indices, "the indices", ("dram",))
+        if len(_shape(self.table)) != 2:
+            raise VerifyException(f"the table must be a 2-D memref, got rank {len(_shape(self.table))}")
+        if len(self.table_indices) != 1:
+            raise VerifyException("the table takes one index (the first column)")
+        if len(_shape(self.indices)) != 1 or len(self.index_indices) != 1:
+            raise VerifyException("the indices must be a 1-D memref indexed with one index")
+        if _elem(self.indices) not in GATHER_INDEX_TYPES:
+            raise VerifyException(f"the indices must be i32 or i64, got {_elem(self.indices)}")
+        if len(_shape(self.dst)) != 2:
+            raise VerifyException(f"dst must be a 2-D memref, got rank {len(_shape(self.dst))}")
+        if _elem(self.dst) != _elem(self.table):
+            raise VerifyException(f"dst and table element types differ ({_elem(self.dst)} vs {_elem(self.table)})")
+        V, C = _shape(self.table)
+        if cols < 1 or cols > C:
+            raise VerifyException(f"cols = {cols} must be in 1..{C} (the table's columns)")
+        if rows < 1 or rows > _shape(self.indices)[0]:
+            raise VerifyException(f"rows = {rows} must be in 1..{_shape(self.indices)[0]} (the number of indices)")
+        _check_box("dst", self.dst, self.dst_indices, (rows, cols))
+
+
 @irdl_op_definition
 class FillOp(TileOp):
     """dst[rows x cols] = value (vector unit)."""
@@ -431,6 +494,6 @@ class FillOp(TileOp):
         _check_box("dst", self.dst, self.dst_indices, (self.rows.value.data, self.cols.value.data))
 
 
-Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp], [])
+Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp, GatherRowsOp], [])
 
 __all__ = ["Tile", "memref", "space_of", "target_of", "Float32Type"]

@@ -38,6 +38,9 @@ so a tile program and the npu program it lowers to compute the same bits.
   integer type then, unless a is a float type).
 - `tile.fill`: the fp32 value stored with `store_converted`.
 - `tile.dma`: a bit copy, dst[j + b] = src[i + b * step].
+- `tile.gather_rows`: a bit copy of the rows `table[idx[k]]`; i64 indices are
+  read as their low 32 bits (sign-extended, as the ISA's `ld`); an index outside
+  [0, table rows) is an `InterpreterError`.
 
 Calling convention (destination-passing style)
 - A tile-level function takes its inputs as DRAM memrefs first, then one DRAM
@@ -327,6 +330,29 @@ class TileFunctions(InterpreterFunctions):
         with np.errstate(all="ignore"):
             r = fn(a, b) if binary else fn(a)
             store_converted(d, r, dt)
+        return ()
+
+    @impl(t.GatherRowsOp)
+    @_located
+    def run_gather_rows(self, interpreter: Interpreter, op: t.GatherRowsOp, args: tuple[Any, ...]):
+        table, c0, idx_buf, i0, dst, *dst_idx = args
+        rows, cols = op.rows.value.data, op.cols.value.data
+        raw = _box("indices", idx_buf, [i0], (rows,))
+        if raw.dtype == np.int64:  # the low 32 bits (little endian), sign-extended: what `ld` reads
+            idx = (raw & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
+        else:
+            idx = raw.astype(np.int64)
+        V = table.shape[0]
+        bad = (idx < 0) | (idx >= V)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise InterpreterError(
+                f"tile.gather_rows: index {int(idx[k])} (#{_index(i0) + k}) is outside the table's "
+                f"{V} rows (no wrap-around of negative indices)"
+            )
+        src = _box("table", table, [0, c0], (V, cols))
+        d = _box("dst", dst, dst_idx, (rows, cols))
+        np.copyto(d, src[idx])
         return ()
 
     @impl(t.FillOp)

@@ -346,6 +346,7 @@ class FunctionLowering:
         self.dest: dict[SSAValue, SSAValue] = {}  # tensor -> output memref to write into
         self.weight_cache: dict[tuple, SSAValue] = {}
         self.fused: set[Operation] = set()
+        self._keep: list[np.ndarray] = []
 
     # -- constants --------------------------------------------------------
     def const(self, v: SSAValue) -> np.ndarray | None:
@@ -371,10 +372,13 @@ class FunctionLowering:
     def weight(self, hint: str, array: np.ndarray, elem: Attribute) -> SSAValue:
         key = (hint, id(array), array.shape, str(elem))
         if key not in self.weight_cache:
+            self._keep.append(array)  # the cache keys on id(array): keep it alive
             if element_type_name(elem) == "bf16":
                 import ml_dtypes
 
                 arr = np.ascontiguousarray(array.astype(ml_dtypes.bfloat16))
+            elif element_type_name(elem) == "i32":
+                arr = np.ascontiguousarray(np.asarray(array, dtype=np.int32))
             else:
                 arr = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
             name = self.store.add(hint, arr)
@@ -427,10 +431,18 @@ class FunctionLowering:
     def run(self) -> func.FuncOp:
         fn = self.fn
         ftype = fn.function_type
-        for ty in list(ftype.inputs.data) + list(ftype.outputs.data):
-            if not isinstance(ty, TensorType) or element_type_name(ty.get_element_type()) != "f32":
-                raise _err(fn, f"only f32 tensor arguments and results are supported, got {ty}")
-        in_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.inputs.data]
+        old_args = list(fn.body.block.args)
+        in_types = []
+        for i, ty in enumerate(list(ftype.inputs.data) + list(ftype.outputs.data)):
+            ok = isinstance(ty, TensorType) and element_type_name(ty.get_element_type()) == "f32"
+            if (not ok and i < len(old_args) and isinstance(ty, TensorType)
+                    and _ld.index_source(self, old_args[i])):
+                ok = True  # i32/i64 indices that only feed gathers
+            if not ok:
+                raise _err(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
+                           f"arguments that only feed gather indices), got {ty}")
+            if i < len(old_args):
+                in_types.append(t.memref(_shape_t(ty), ty.get_element_type(), "dram"))
         out_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.outputs.data]
         block = Block(arg_types=in_types + out_types)
         self.em = Emitter(block)
@@ -487,6 +499,10 @@ class FunctionLowering:
     def _lower_op(self, op: Operation) -> None:
         if isinstance(op, g.KernelOp):
             self.lower_kernel(op)
+            return
+        if isinstance(op, g.CastOp | g.ReshapeOp) and _ld._is_int_index(op.results[0]) and \
+                _ld.index_source(self, op.results[0]):
+            _ld.lower_index_passthrough(self, op)
             return
         for r in op.results:
             if not isinstance(r.type, TensorType) or element_type_name(r.type.get_element_type()) != "f32":
@@ -1657,4 +1673,5 @@ _OTHER.update({
     "graph.reduce_max": _ld.lower_reduce,
     "graph.reduce_min": _ld.lower_reduce,
     "graph.reduce_prod": _ld.lower_reduce,
+    "graph.gather": _ld.lower_gather,
 })

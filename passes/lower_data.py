@@ -298,3 +298,102 @@ def _reduce_middle(fl, src, dst, M: int, K: int, N: int, kind: str, scale: float
 
 
 _ = (IntegerAttr, i64, TensorType, t, np)
+
+
+# ----------------------------------------------------------------------------
+# gather
+# ----------------------------------------------------------------------------
+
+INDEX_TYPES = ("i32", "i64")
+
+
+def index_source(fl, v: SSAValue) -> bool:
+    """Whether integer tensor v only serves as gather indices (directly or through
+    integer casts/reshapes): then it may cross the function boundary / stay in DRAM."""
+    uses = list(v.uses)
+    if not uses:
+        return False
+    for u in uses:
+        op = u.operation
+        if isinstance(op, g.GatherOp) and u.index == 1:
+            continue
+        if isinstance(op, g.CastOp | g.ReshapeOp) and _is_int_index(op.results[0]) and index_source(fl, op.results[0]):
+            continue
+        return False
+    return True
+
+
+def _is_int_index(v: SSAValue) -> bool:
+    from infer.dialects.dtypes import element_type_name
+
+    ty = v.type
+    return isinstance(ty, TensorType | MemRefType) and element_type_name(ty.get_element_type()) in INDEX_TYPES
+
+
+def lower_index_passthrough(fl, op) -> None:
+    """An integer cast/reshape feeding only gathers: the result aliases the input's
+    buffer (gather_rows reads i32 or the low 32 bits of i64; value-preserving for
+    in-range indices)."""
+    src = fl.vmap.get(op.operands[0])
+    if src is None:
+        raise g2t._err(op, "integer indices must come from a function argument or a constant")
+    if isinstance(op, g.ReshapeOp):
+        fl.vmap[op.results[0]] = fl.em.view(src, _S(op.results[0]))
+    else:
+        fl.vmap[op.results[0]] = src
+
+
+def lower_gather(fl, op: g.GatherOp) -> None:
+    em = fl.em
+    S = _S(op.input)
+    axis = op.axis.value.data % len(S)
+    I = _S(op.indices)
+    N = _prod(I)
+    cidx = fl.const(op.indices)
+    name = fl.name()
+    out = fl.out_buf(op.output)
+    if cidx is not None:
+        idx = np.asarray(cidx, np.int64).reshape(-1)
+        idx = np.where(idx < 0, idx + S[axis], idx)
+        if axis != 0 and N > 64:
+            raise g2t._err(op, f"gather along axis {axis} with {N} compile-time indices (at most 64 are lowered)")
+        if axis != 0:
+            fl.debug(f"[graph-to-tile] {name}: gather axis {axis}: {N} compile-time indices, one box copy each")
+            lead, trail = S[:axis], S[axis + 1:]
+            src = em.view(fl.buf(op.input), (*lead, S[axis], _prod(trail)))
+            o = em.view(out, (*lead, N, _prod(trail)))
+            for j, ix in enumerate(idx):
+                k = len(lead)
+                copy_box(fl, src, (*lead, S[axis], _prod(trail)), [0] * k + [int(ix), 0], [1] * (k + 2),
+                         o, (*lead, N, _prod(trail)), [0] * k + [j, 0], (*lead, 1, _prod(trail)))
+            return
+        ibuf = fl.weight(f"{name}.indices", idx.astype(np.int32), _i32())
+    else:
+        if axis != 0:
+            raise g2t._err(op, f"gather along axis {axis} with runtime indices is not supported (axis 0 is)")
+        ibuf = fl.vmap.get(op.indices)
+        if ibuf is None:
+            raise g2t._err(op, "runtime gather indices must come from a function argument (i32/i64)")
+    V, W = S[0], _prod(S[1:])
+    table = em.view(fl.buf(op.input), (V, W))
+    ids = em.view(ibuf, (N,))
+    out2 = em.view(out, (N, W))
+    cap = _cap_elems(fl)
+    TC = min(W, cap)
+    TR = max(1, min(N, cap // TC))
+    fl.debug(f"[graph-to-tile] {name}: gather rows {N} of {V}x{W} (row {W * 4} bytes): tile.gather_rows tiles {TR}x{TC}")
+    buf = em.alloc((TR, TC), f32, "spad", 2)
+
+    def tile(r0: Index, tr: int, c0: Index, tcn: int) -> None:
+        em.insert(t.GatherRowsOp.build(
+            operands=[table, [em.ix(c0)], ids, [em.ix(r0)], buf, [em.ix(0), em.ix(0)]],
+            properties={"rows": IntegerAttr(tr, i64), "cols": IntegerAttr(tcn, i64)}))
+        em.dma(buf, [0, 0], out2, [r0, c0], [tr, tcn])
+
+    em.tiles(N, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tcn: tile(r0, tr, c0, tcn)))
+
+
+def _i32():
+    from xdsl.dialects.builtin import i32
+
+    return i32

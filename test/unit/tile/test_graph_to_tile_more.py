@@ -147,3 +147,72 @@ def test_where_runtime_condition_is_located_error():
   func.return %a : tensor<4xf32>"""))
     with pytest.raises(IRError, match=r"test.mlir:\d+:\d+: error: 'graph.less' op graph-to-tile"):
         GraphToTilePass().apply(CTX, m)
+
+
+# ---------------------------------------------------------------------------
+# 3. gather
+# ---------------------------------------------------------------------------
+
+EMBED = fn("%ids: tensor<2x7xi64> {graph.name = \"input_ids\"}, %pos: tensor<7xi32>", "tensor<2x7x40xf32>, tensor<7x40xf32>, tensor<2x7x40xf32>", """
+  %tok = graph.weight @tok : tensor<50x40xf32>
+  %pw = graph.weight @pos : tensor<16x40xf32>
+  %e = graph.gather %tok, %ids {axis = 0 : i64} : (tensor<50x40xf32>, tensor<2x7xi64>) -> tensor<2x7x40xf32>
+  %p = graph.gather %pw, %pos {axis = 0 : i64} : (tensor<16x40xf32>, tensor<7xi32>) -> tensor<7x40xf32>
+  %s = graph.add %e, %p : (tensor<2x7x40xf32>, tensor<7x40xf32>) -> tensor<2x7x40xf32>
+  func.return %e, %p, %s : tensor<2x7x40xf32>, tensor<7x40xf32>, tensor<2x7x40xf32>""")
+
+
+def embed_inputs(seed: int):
+    r = np.random.default_rng(seed)
+    ids = r.integers(0, 50, (2, 7)).astype(np.int64)
+    ids[0, 0] = 49
+    return [ids, r.integers(0, 16, 7).astype(np.int32)]
+
+
+@BOTH
+@PREC
+def test_gather_embedding_runtime_indices(target, precision):
+    m = module(EMBED, {"tok": RNG.standard_normal((50, 40)).astype(np.float32),
+                       "pos": RNG.standard_normal((16, 40)).astype(np.float32)})
+    r = check(m, target, precision, inputs=[embed_inputs(0), embed_inputs(1)])
+    assert "tile.gather_rows" in str(r.module)
+
+
+def test_gather_wide_rows_and_casts():
+    """Rows wider than a staging tile (column tiles), i32 -> i64 cast and reshape of the ids."""
+    m = module(fn("%ids: tensor<6xi32>", "tensor<2x3x9000xf32>", """
+  %tok = graph.weight @tok : tensor<10x9000xf32>
+  %c = graph.cast %ids : (tensor<6xi32>) -> tensor<6xi64>
+  %r = graph.reshape %c : (tensor<6xi64>) -> tensor<2x3xi64>
+  %e = graph.gather %tok, %r {axis = 0 : i64} : (tensor<10x9000xf32>, tensor<2x3xi64>) -> tensor<2x3x9000xf32>
+  func.return %e : tensor<2x3x9000xf32>"""), {"tok": RNG.standard_normal((10, 9000)).astype(np.float32)})
+    check(m, "edge", "fp32", inputs=[[np.array([9, 0, 3, 3, 7, 1], np.int32)]])
+
+
+def test_gather_compile_time_indices_any_axis():
+    m = module(fn("%x: tensor<3x5x4xf32>", "tensor<3x2x4xf32>, tensor<2x5x4xf32>", """
+  %i = graph.constant dense<[4, -5]> : tensor<2xi64>
+  %a = graph.gather %x, %i {axis = 1 : i64} : (tensor<3x5x4xf32>, tensor<2xi64>) -> tensor<3x2x4xf32>
+  %j = graph.constant dense<[2, 0]> : tensor<2xi32>
+  %b = graph.gather %x, %j {axis = 0 : i64} : (tensor<3x5x4xf32>, tensor<2xi32>) -> tensor<2x5x4xf32>
+  %b2 = graph.gather %x, %j {axis = 0 : i64} : (tensor<3x5x4xf32>, tensor<2xi32>) -> tensor<2x5x4xf32>
+  %c = graph.add %b, %b2 : (tensor<2x5x4xf32>, tensor<2x5x4xf32>) -> tensor<2x5x4xf32>
+  func.return %a, %c : tensor<3x2x4xf32>, tensor<2x5x4xf32>"""))
+    check(m, "server", "fp32")
+
+
+def test_gather_runtime_indices_other_axis_is_located_error():
+    m = module(fn("%x: tensor<3x5xf32>, %i: tensor<2xi64>", "tensor<3x2xf32>", """
+  %a = graph.gather %x, %i {axis = 1 : i64} : (tensor<3x5xf32>, tensor<2xi64>) -> tensor<3x2xf32>
+  func.return %a : tensor<3x2xf32>"""))
+    with pytest.raises(IRError, match=r"test.mlir:3:\d+: error: 'graph.gather' op graph-to-tile: gather along axis 1"):
+        GraphToTilePass().apply(CTX, m)
+
+
+def test_integer_argument_not_feeding_a_gather_is_refused():
+    m = module(fn("%x: tensor<4xf32>, %i: tensor<4xi32>", "tensor<4xf32>", """
+  %c = graph.cast %i : (tensor<4xi32>) -> tensor<4xf32>
+  %a = graph.add %x, %c : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return %a : tensor<4xf32>"""))
+    with pytest.raises(IRError, match=r"only f32 tensor arguments"):
+        GraphToTilePass().apply(CTX, m)
