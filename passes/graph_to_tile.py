@@ -1674,4 +1674,5 @@ _OTHER.update({
     "graph.reduce_min": _ld.lower_reduce,
     "graph.reduce_prod": _ld.lower_reduce,
     "graph.gather": _ld.lower_gather,
+    "graph.rotary": _ld.lower_rotary,
 })

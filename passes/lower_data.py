@@ -397,3 +397,94 @@ def _i32():
     from xdsl.dialects.builtin import i32
 
     return i32
+
+
+# ----------------------------------------------------------------------------
+# rotary
+# ----------------------------------------------------------------------------
+
+
+def lower_rotary(fl, op: g.RotaryOp) -> None:
+    """y[:, :R] = x_r * cos + rot(x_r) * sin, y[:, R:] = x[:, R:], on [ts, R] row tiles.
+    Half: rot = [-x2, x1] (column sub-boxes); interleaved: the tile is viewed
+    [ts*R/2, 2] so even/odd features are columns 0/1. cos/sin broadcast over x's
+    leading dims by index arithmetic (a constant 1-dim reads row 0), over S by a
+    row-mode operand."""
+    em = fl.em
+    X = _S(op.input)
+    D, S = X[-1], X[-2]
+    CS = _S(op.cos)
+    R = CS[-1]
+    h = R // 2
+    CS = (1,) * (len(X) - len(CS)) + CS
+    lead_x, lead_c = X[:-2], CS[:-2]
+    s_full = CS[-2] != 1 or S == 1
+    inter = bool(op.interleaved.value.data)
+    name = fl.name()
+    cap = _cap_elems(fl)
+    TS = max(1, min(S, cap // max(D, 1), 65535 // max(1, R // 2)))
+    fl.debug(f"[graph-to-tile] {name}: rotary {'interleaved' if inter else 'half'} {'x'.join(map(str, X))} R={R}: rows of {TS}")
+    P = _prod(lead_x)
+    x3 = em.view(fl.buf(op.input), (P, S, D))
+    o3 = em.view(fl.out_buf(op.output), (P, S, D))
+    PC = _prod(lead_c)
+    c3 = em.view(fl.buf(op.cos), (PC, CS[-2], R))
+    s3 = em.view(fl.buf(op.sin), (PC, CS[-2], R))
+    TSc = TS if s_full else 1
+    xt3 = em.alloc((1, TS, R), f32, "spad", 2)
+    yt3 = em.alloc((1, TS, R), f32, "spad", 2)
+    ct3 = em.alloc((1, TSc, R), f32, "spad", 2)
+    st3 = em.alloc((1, TSc, R), f32, "spad", 2)
+    tmp = em.alloc((TS, R), f32, "spad", 2)
+    rest3 = em.alloc((1, TS, D - R), f32, "spad", 2) if D > R else None
+    xt, yt = em.view(xt3, (TS, R)), em.view(yt3, (TS, R))
+    ct, st = em.view(ct3, (TSc, R)), em.view(st3, (TSc, R))
+    bm = "tile" if s_full else "row"
+    z = [0, 0]
+
+    def tile(p: Index, pc: Index, s0: Index, ts: int) -> None:
+        em.dma(x3, [p, s0, 0], xt3, [0, 0, 0], [1, ts, R])
+        cs0 = s0 if s_full else 0
+        tsc = ts if s_full else 1
+        em.dma(c3, [pc, cs0, 0], ct3, [0, 0, 0], [1, tsc, R])
+        em.dma(s3, [pc, cs0, 0], st3, [0, 0, 0], [1, tsc, R])
+        em.vec("mul", yt, z, xt, z, ts, R, ct, z, bmode=bm)
+        if not inter:
+            em.vec("mul", tmp, z, xt, [0, h], ts, h, st, z, bmode=bm)
+            em.vec("mul", tmp, [0, h], xt, z, ts, h, st, [0, h], bmode=bm)
+            em.vec("sub", yt, z, yt, z, ts, h, tmp, z, bmode="tile")
+            em.vec("add", yt, [0, h], yt, [0, h], ts, h, tmp, [0, h], bmode="tile")
+        else:
+            n = ts * h
+            full = TS * h
+            xv, yv, tv = (em.view(b, (full, 2)) for b in (xt, yt, tmp))
+            if s_full:
+                sv, sb = em.view(st, (full, 2)), "tile"
+            else:
+                sv, sb = st, "row"  # [1, R]: handled per pair below
+            if s_full:
+                em.vec("mul", tv, z, xv, [0, 1], n, 1, sv, z, bmode=sb)
+                em.vec("mul", tv, [0, 1], xv, z, n, 1, sv, [0, 1], bmode=sb)
+                em.vec("sub", yv, z, yv, z, n, 1, tv, z, bmode="tile")
+                em.vec("add", yv, [0, 1], yv, [0, 1], n, 1, tv, [0, 1], bmode="tile")
+            else:
+                # rot(x) * sin with one sin row: swap pairs into tmp, then a row-mode multiply
+                em.vec("neg", tv, z, xv, [0, 1], n, 1)
+                em.vec("copy", tv, [0, 1], xv, z, n, 1)
+                em.vec("mul", tmp, z, tmp, z, ts, R, sv, z, bmode="row")
+                em.vec("add", yt, z, yt, z, ts, R, tmp, z, bmode="tile")
+        em.dma(yt3, [0, 0, 0], o3, [p, s0, 0], [1, ts, R])
+        if rest3 is not None:
+            em.dma(x3, [p, s0, R], rest3, [0, 0, 0], [1, ts, D - R])
+            em.dma(rest3, [0, 0, 0], o3, [p, s0, R], [1, ts, D - R])
+
+    def rec(k: int, p: Index, pc: Index) -> None:
+        if k == len(lead_x):
+            em.tiles(S, TS, lambda s0, ts: tile(p, pc, s0, ts))
+            return
+        sx = _prod(lead_x[k + 1:])
+        sc = _prod(lead_c[k + 1:])
+        full_c = lead_c[k] != 1
+        em.range(lead_x[k], lambda i: rec(k + 1, em.add(p, em.mul(i, sx)), em.add(pc, em.mul(i, sc)) if full_c else pc))
+
+    rec(0, 0, 0)

@@ -216,3 +216,35 @@ def test_integer_argument_not_feeding_a_gather_is_refused():
   func.return %a : tensor<4xf32>"""))
     with pytest.raises(IRError, match=r"only f32 tensor arguments"):
         GraphToTilePass().apply(CTX, m)
+
+
+# ---------------------------------------------------------------------------
+# 4. rotary, attention masks
+# ---------------------------------------------------------------------------
+
+ROTARY = fn("%q: tensor<2x3x10x16xf32>, %cos: tensor<10x16xf32>, %sin: tensor<10x16xf32>, %cp: tensor<2x1x10x8xf32>, %sp: tensor<2x1x10x8xf32>, %c1: tensor<1x16xf32>, %s1: tensor<1x16xf32>",
+            "tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>", """
+  %a = graph.rotary %q, %cos, %sin : (tensor<2x3x10x16xf32>, tensor<10x16xf32>, tensor<10x16xf32>) -> tensor<2x3x10x16xf32>
+  %b = graph.rotary %q, %cos, %sin {interleaved = true} : (tensor<2x3x10x16xf32>, tensor<10x16xf32>, tensor<10x16xf32>) -> tensor<2x3x10x16xf32>
+  %c = graph.rotary %q, %cp, %sp : (tensor<2x3x10x16xf32>, tensor<2x1x10x8xf32>, tensor<2x1x10x8xf32>) -> tensor<2x3x10x16xf32>
+  %d = graph.rotary %q, %cp, %sp {interleaved = true} : (tensor<2x3x10x16xf32>, tensor<2x1x10x8xf32>, tensor<2x1x10x8xf32>) -> tensor<2x3x10x16xf32>
+  %e = graph.rotary %q, %c1, %s1 {interleaved = true} : (tensor<2x3x10x16xf32>, tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x3x10x16xf32>
+  func.return %a, %b, %c, %d, %e : tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>, tensor<2x3x10x16xf32>""")
+
+
+@BOTH
+@PREC
+def test_rotary_half_interleaved_partial(target, precision):
+    check(module(ROTARY), target, precision)
+
+
+def test_rotary_precomputed_tables():
+    """Llama-style: cos/sin tables are weights (precomputed at compile time)."""
+    pos = np.arange(12)[:, None] / (10000 ** (np.arange(0, 8, 2) / 8))[None, :]
+    emb = np.concatenate([pos, pos], -1)
+    m = module(fn("%q: tensor<1x4x12x8xf32>", "tensor<1x4x12x8xf32>", """
+  %c = graph.weight @cos : tensor<12x8xf32>
+  %s = graph.weight @sin : tensor<12x8xf32>
+  %a = graph.rotary %q, %c, %s : (tensor<1x4x12x8xf32>, tensor<12x8xf32>, tensor<12x8xf32>) -> tensor<1x4x12x8xf32>
+  func.return %a : tensor<1x4x12x8xf32>"""), {"cos": np.cos(emb).astype(np.float32), "sin": np.sin(emb).astype(np.float32)})
+    check(m, "edge", "fp32")
