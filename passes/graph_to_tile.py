@@ -1384,8 +1384,6 @@ class FunctionLowering:
     def lower_attention(self, op: g.AttentionOp) -> None:
         em, hw = self.em, self.hw
         R_, C_ = hw.matrix.rows, hw.matrix.cols
-        if op.mask is not None:
-            raise _err(op, "attention with an explicit mask is not supported yet (causal is)")
         B, Hq, Sq, D = _shape(op.query)
         _, Hkv, Skv, _ = _shape(op.key)
         Dv = _shape(op.value)[-1]
@@ -1436,6 +1434,26 @@ class FunctionLowering:
             ii, cc = np.meshgrid(np.arange(TQ), np.arange(width), indexing="ij")
             band = self.weight(f"{name}.causal_band", np.where(cc - K0 - ii > 0, NEG, 0.0).astype(np.float32), f32)
             bt = em.alloc((TQ, TKV), f32, "spad", 2)
+        # explicit mask: additive [mb*mh*mq, Skv] rows (mb in {1, B}, mh in {1, Hq}, mq in {1, Sq})
+        mask2 = mt = None
+        mb = mh = mq = 1
+        if op.mask is not None:
+            ms = (1,) * (4 - len(_shape(op.mask))) + tuple(_shape(op.mask))
+            mb, mh = ms[0], ms[1]
+            cm = self.const(op.mask)
+            if cm is not None:
+                arr = np.broadcast_to(np.asarray(cm).reshape(ms), (mb, mh, Sq, Skv))
+                if arr.dtype == np.bool_:
+                    arr = np.where(arr, np.float32(0), np.float32(NEG))
+                arr = np.maximum(arr.astype(np.float32), np.float32(NEG))  # -inf -> NEG (no inf - inf)
+                mq = Sq
+                mask2 = self.weight(f"{name}.mask", np.ascontiguousarray(arr.reshape(mb * mh * Sq, Skv)), f32)
+            else:
+                if ms[3] != Skv or ms[2] not in (1, Sq):
+                    raise _err(op, f"a runtime mask {ms} must have the key dim ({Skv}) and 1 or {Sq} query rows")
+                mq = ms[2]
+                mask2 = em.view(self.buf(op.mask), (mb * mh * mq, Skv))
+            mt = em.alloc((TQ if mq > 1 else 1, TKV), f32, "spad", 2)
         z = [0, 0]
 
         def mm3(ah, al, bh_, bl, acc, mrows, kdim, ndim):
@@ -1468,6 +1486,14 @@ class FunctionLowering:
                     c0 = em.clamp(em.add(em.sub(j0, q0), K0 - off), 0, K0 + TQ)
                     em.dma(band, [0, c0], bt, z, [tq, tkv])
                     em.vec("add", sc, z, sc, z, tq, tkv, bt, z, bmode="tile")
+                if mask2 is not None:
+                    mrow = em.mul(em.add(em.mul(b if mb > 1 else 0, mh), h if mh > 1 else 0), mq)
+                    if mq > 1:
+                        em.dma(mask2, [em.add(mrow, q0), j0], mt, z, [tq, tkv])
+                        em.vec("add", sc, z, sc, z, tq, tkv, mt, z, bmode="tile")
+                    else:
+                        em.dma(mask2, [mrow, j0], mt, z, [1, tkv])
+                        em.vec("add", sc, z, sc, z, tq, tkv, mt, z, bmode="row")
                 em.vec("rmax", tmp, z, sc, z, tq, tkv)
                 em.vec("max", mn, z, m, z, tq, 1, tmp, z, bmode="tile")
                 em.vec("sub", tmp, z, m, z, tq, 1, mn, z, bmode="tile")

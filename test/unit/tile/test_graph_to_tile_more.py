@@ -248,3 +248,45 @@ def test_rotary_precomputed_tables():
   %a = graph.rotary %q, %c, %s : (tensor<1x4x12x8xf32>, tensor<12x8xf32>, tensor<12x8xf32>) -> tensor<1x4x12x8xf32>
   func.return %a : tensor<1x4x12x8xf32>"""), {"cos": np.cos(emb).astype(np.float32), "sin": np.sin(emb).astype(np.float32)})
     check(m, "edge", "fp32")
+
+
+ATTN = fn("%q: tensor<2x4x9x16xf32>, %k: tensor<2x2x13x16xf32>, %v: tensor<2x2x13x8xf32>, %pad: tensor<2x1x1x13xf32>, %full: tensor<2x4x9x13xf32>",
+          "tensor<2x4x9x8xf32>, tensor<2x4x9x8xf32>, tensor<2x4x9x8xf32>", """
+  %bm = graph.constant dense<true> : tensor<9x13xi1>
+  %a = graph.attention %q, %k, %v, %pad : (tensor<2x4x9x16xf32>, tensor<2x2x13x16xf32>, tensor<2x2x13x8xf32>, tensor<2x1x1x13xf32>) -> tensor<2x4x9x8xf32>
+  %b = graph.attention %q, %k, %v, %full {causal = true} : (tensor<2x4x9x16xf32>, tensor<2x2x13x16xf32>, tensor<2x2x13x8xf32>, tensor<2x4x9x13xf32>) -> tensor<2x4x9x8xf32>
+  %c = graph.attention %q, %k, %v, %bm : (tensor<2x4x9x16xf32>, tensor<2x2x13x16xf32>, tensor<2x2x13x8xf32>, tensor<9x13xi1>) -> tensor<2x4x9x8xf32>
+  func.return %a, %b, %c : tensor<2x4x9x8xf32>, tensor<2x4x9x8xf32>, tensor<2x4x9x8xf32>""")
+
+
+def attn_inputs(seed: int):
+    r = np.random.default_rng(seed)
+    q, k = r.standard_normal((2, 4, 9, 16)), r.standard_normal((2, 2, 13, 16))
+    v = r.standard_normal((2, 2, 13, 8))
+    pad = np.zeros((2, 1, 1, 13))
+    pad[0, ..., 10:] = -1e9  # BERT-style padding mask
+    pad[1, ..., 3:5] = -np.inf
+    full = r.standard_normal((2, 4, 9, 13))
+    return [x.astype(np.float32) for x in (q, k, v, pad, full)]
+
+
+def bool_mask_text() -> str:
+    rng = np.random.default_rng(3)
+    bits = rng.random((9, 13)) < 0.6
+    bits[:, 0] = True
+    rows = ", ".join("[" + ", ".join("true" if b else "false" for b in row) + "]" for row in bits)
+    return ATTN.replace("dense<true> : tensor<9x13xi1>", f"dense<[{rows}]> : tensor<9x13xi1>")
+
+
+@BOTH
+@PREC
+def test_attention_explicit_masks(target, precision):
+    check(module(bool_mask_text()), target, precision, inputs=[attn_inputs(0), attn_inputs(1)])
+
+
+def test_attention_masks_small_tiles():
+    """Several kv tiles and q tiles (override) so the mask offsets move."""
+    m = module(bool_mask_text())
+    tol = TOL["fp32"]
+    check_pass_preserves_semantics(m, GraphToTilePass(target="edge", overrides="kernel0=4x5,kernel1=4x5,kernel2=4x5"),
+                                   rtol=tol, atol=tol, inputs=[attn_inputs(2)])
