@@ -504,6 +504,11 @@ class FunctionLowering:
                 _ld.index_source(self, op.results[0]):
             _ld.lower_index_passthrough(self, op)
             return
+        if _ld.inner_round_trip_cast(op):
+            return  # lowered with the cast back to f32
+        if _ld.outer_round_trip_cast(op):
+            _ld.lower_cast_round_trip(self, op)
+            return
         for r in op.results:
             if not isinstance(r.type, TensorType) or element_type_name(r.type.get_element_type()) != "f32":
                 raise _err(op, f"only f32 tensors are supported, got {r.type}")

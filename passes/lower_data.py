@@ -488,3 +488,84 @@ def lower_rotary(fl, op: g.RotaryOp) -> None:
         em.range(lead_x[k], lambda i: rec(k + 1, em.add(p, em.mul(i, sx)), em.add(pc, em.mul(i, sc)) if full_c else pc))
 
     rec(0, 0, 0)
+
+
+# ----------------------------------------------------------------------------
+# casts: f32 -> (bf16 | i32) -> f32 round trips
+# ----------------------------------------------------------------------------
+
+ROUND_TRIP = ("bf16", "i32")
+
+
+def _ename(v: SSAValue) -> str:
+    from infer.dialects.dtypes import element_type_name
+
+    ty = v.type
+    assert isinstance(ty, TensorType | MemRefType)
+    return element_type_name(ty.get_element_type())
+
+
+def inner_round_trip_cast(op) -> bool:
+    """A cast f32 -> bf16/i32 whose every use casts back to f32 (lowered by the user)."""
+    if not isinstance(op, g.CastOp) or _ename(op.input) != "f32" or _ename(op.output) not in ROUND_TRIP:
+        return False
+    uses = list(op.output.uses)
+    return bool(uses) and all(isinstance(u.operation, g.CastOp) and _ename(u.operation.output) == "f32"
+                              for u in uses)
+
+
+def outer_round_trip_cast(op) -> bool:
+    return (isinstance(op, g.CastOp) and _ename(op.output) == "f32"
+            and isinstance(op.input.owner, g.CastOp) and inner_round_trip_cast(op.input.owner))
+
+
+def lower_cast_round_trip(fl, op: g.CastOp) -> None:
+    """y = f32(T(x)): T = bf16 rounds to nearest even (vector copy to a bf16 tile and back);
+    T = i32 truncates toward zero: trunc(x) = t(relu(x)) - t(relu(-x)) with
+    t(a) = r - rint(r - a + 0.5), r = rint(a) (the vector unit's f32 -> i32 conversion
+    rounds half to even). Exact for |x| < 2^31 (the vector unit saturates beyond)."""
+    from xdsl.dialects.builtin import bf16, i32
+
+    em = fl.em
+    inner = op.input.owner
+    T = _ename(inner.output)
+    S = _S(op.output)
+    N = S[-1] if S else 1
+    M = _prod(S) // N
+    name = fl.name()
+    rc = tc.choose_rows(fl.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2 if T == "bf16" else 14, live_tiles=5)
+    fl.debug(tc.describe_rows(name, f"cast f32->{T}->f32", "x".join(map(str, S)), rc))
+    x2 = em.view(fl.buf(inner.input), (M, N))
+    o2 = em.view(fl.out_buf(op.output), (M, N))
+    TR, TC = min(rc.rows, M), rc.cols
+    xt = em.alloc((TR, TC), f32, "spad", 2)
+    yt = em.alloc((TR, TC), f32, "spad", 2)
+    lo = em.alloc((TR, TC), bf16 if T == "bf16" else i32, "spad", 2)
+    a = em.alloc((TR, TC), f32, "spad", 2) if T == "i32" else None
+    r = em.alloc((TR, TC), f32, "spad", 2) if T == "i32" else None
+    z = [0, 0]
+
+    def trunc_pos(dst, rows, cols) -> None:  # dst = t(a)
+        em.vec("copy", lo, z, a, z, rows, cols)
+        em.vec("copy", dst, z, lo, z, rows, cols)
+        em.vec("sub", r, z, dst, z, rows, cols, a, z, bmode="tile")
+        em.vec("add", r, z, r, z, rows, cols, bmode="imm", imm=0.5)
+        em.vec("copy", lo, z, r, z, rows, cols)
+        em.vec("copy", r, z, lo, z, rows, cols)
+        em.vec("sub", dst, z, dst, z, rows, cols, r, z, bmode="tile")
+
+    def tile(r0: Index, rows: int, c0: Index, cols: int) -> None:
+        em.dma(x2, [r0, c0], xt, z, [rows, cols])
+        if T == "bf16":
+            em.vec("copy", lo, z, xt, z, rows, cols)
+            em.vec("copy", yt, z, lo, z, rows, cols)
+        else:
+            em.vec("relu", a, z, xt, z, rows, cols)
+            trunc_pos(yt, rows, cols)
+            em.vec("neg", a, z, xt, z, rows, cols)
+            em.vec("relu", a, z, a, z, rows, cols)
+            trunc_pos(xt, rows, cols)
+            em.vec("sub", yt, z, yt, z, rows, cols, xt, z, bmode="tile")
+        em.dma(yt, z, o2, [r0, c0], [rows, cols])
+
+    em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: tile(r0, rows, c0, cols)))

@@ -290,3 +290,35 @@ def test_attention_masks_small_tiles():
     tol = TOL["fp32"]
     check_pass_preserves_semantics(m, GraphToTilePass(target="edge", overrides="kernel0=4x5,kernel1=4x5,kernel2=4x5"),
                                    rtol=tol, atol=tol, inputs=[attn_inputs(2)])
+
+
+# ---------------------------------------------------------------------------
+# 5. casts
+# ---------------------------------------------------------------------------
+
+CASTS = fn("%x: tensor<3x7x11xf32>", "tensor<3x7x11xf32>, tensor<3x7x11xf32>", """
+  %b = graph.cast %x : (tensor<3x7x11xf32>) -> tensor<3x7x11xbf16>
+  %bf = graph.cast %b : (tensor<3x7x11xbf16>) -> tensor<3x7x11xf32>
+  %s = graph.constant dense<3.0> : tensor<f32>
+  %xs = graph.mul %x, %s : (tensor<3x7x11xf32>, tensor<f32>) -> tensor<3x7x11xf32>
+  %i = graph.cast %xs : (tensor<3x7x11xf32>) -> tensor<3x7x11xi32>
+  %if = graph.cast %i : (tensor<3x7x11xi32>) -> tensor<3x7x11xf32>
+  func.return %bf, %if : tensor<3x7x11xf32>, tensor<3x7x11xf32>""")
+
+
+@BOTH
+@PREC
+def test_cast_round_trips(target, precision):
+    x = RNG.standard_normal((3, 7, 11)).astype(np.float32)
+    x.flat[:8] = [0.5, -0.5, 1.5, -2.5, 2.0, -3.0, 1 / 3, -0.0]  # ties and exact integers (x3 below)
+    r = check(module(CASTS), target, precision, inputs=[[x]])
+    np.testing.assert_array_equal(r.after[0][1], r.before[0][1])  # truncation is exact
+    np.testing.assert_array_equal(r.after[0][0], r.before[0][0])  # bf16 rounding is exact
+
+
+def test_cast_to_int_used_as_int_is_refused():
+    m = module(fn("%x: tensor<4xf32>", "tensor<4xi32>", """
+  %i = graph.cast %x : (tensor<4xf32>) -> tensor<4xi32>
+  func.return %i : tensor<4xi32>"""))
+    with pytest.raises(IRError, match=r"test.mlir:\d+:\d+: error: 'func.func' op graph-to-tile: only f32"):
+        GraphToTilePass().apply(CTX, m)
