@@ -13,8 +13,10 @@ Kernel classes (see docs/tiling.md for the schemes and the cost model):
   matmul  graph.linear / graph.matmul (2-D and batched) + bias + elementwise epilogue
   conv    graph.conv2d (NCHW) as a sum over taps of strided window loads x weight blocks
   elementwise, pool, norm (layer/rms), softmax, attention (flash, online softmax),
-  structure (reshape = view; transpose = DMA copies). Not yet: slice, concat,
-  broadcast, pad, gather, rotary, reductions, where, explicit attention masks.
+  structure (reshape = view; transpose = DMA copies), and (passes/lower_data.py)
+  slice, concat, broadcast, pad, where (compile-time condition), reductions,
+  gather (runtime indices on axis 0: tile.gather_rows), rotary, attention masks,
+  f32 -> bf16/i32 -> f32 casts.
 
 Precision: the matrix unit takes bf16. `precision=bf16` rounds matmul inputs to
 bf16 (fp32 accumulation); `precision=fp32` emulates fp32 products with three
