@@ -297,6 +297,12 @@ class _Codegen:
         self.rot_loops: set[scf.ForOp] = set()
         self.ring_first: dict[t.AllocOp, Operation] = {}
         self.ring_last: dict[t.AllocOp, Operation] = {}
+        # software pipelining: rotation loop -> its DMA loads issued one iteration ahead
+        self.pipe: dict[scf.ForOp, list[t.DmaOp]] = {}
+        self.pipe_sem: dict[t.AllocOp, int] = {}  # pipelined alloc -> the loop's "full" semaphore
+        self.pipe_taken: set[tuple] = set()  # (alloc, round) whose full token was consumed
+        self.pipe_loads: set[t.DmaOp] = set()
+        self.full_pool: list[int] = []
 
     # ------------------------------------------------------------------ driver
     def run(self):
@@ -339,6 +345,10 @@ class _Codegen:
                     ordered = [o for o in lp.walk() if o in users]
                     self.ring_first[a], self.ring_last[a] = ordered[0], ordered[-1]
                     break
+        for lp in self.rot_loops:
+            loads = _pipelinable_loads(lp, self.rotation, self.ring_first, self.fn)
+            if loads:
+                self.pipe[lp] = loads
 
     # ------------------------------------------------------------------ IR walk
     def _block(self, ops) -> None:
@@ -399,6 +409,12 @@ class _Codegen:
                 if s not in self.ring_preload:
                     self.ring_preload.append(s)
                 self.ring_free[(a, h)] = s
+        if op in self.pipe and trip >= 4 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth:
+            self._pipelined_for(op, trip, body)
+            for a in rings:
+                for h in (0, 1):
+                    self.ring_pool.append(self.ring_free.pop((a, h)))
+            return
         # innermost non-rotating loops: the first iteration goes before the hardware loop, so
         # a dependency entering the loop is a semaphore pair, not a front-end wait
         first = 1 if (unroll == 1 and trip >= 3 and not any(
@@ -448,6 +464,79 @@ class _Codegen:
             for h in (0, 1):
                 # a ring semaphore keeps one token when idle: only rings may reuse it
                 self.ring_pool.append(self.ring_free.pop((a, h)))
+
+    def _pipelined_for(self, op: scf.ForOp, trip: int, body: list) -> None:
+        """Software-pipelined rotation loop: the DMA loads of iteration t+1 are issued before
+        the rest of iteration t (into the other half of their double buffer), so they land
+        while iteration t computes however deep the engine queues hold the front end.
+
+            prologue:  loads(0)
+            loop J x:  loads(2j+1) rest(2j)  loads(2j+2) rest(2j+1)   (halves 1,0 / 0,1)
+            epilogue:  [loads(t+1)] rest(t) for t = 2J .. trip-1
+
+        Each load signals the loop's "full" semaphore once; the first consumer of its buffer in
+        the matching iteration waits for it once (loads and first consumers are in the same
+        order, so the FIFO tokens pair up). Reuse of a half is still guarded by its "free"
+        semaphore: loads(t+1) writes the half that rest(t-1) released."""
+        loads = self.pipe[op]
+        rest = [o for o in body if o not in loads]
+        full = self.full_pool.pop() if self.full_pool else self._sem("full semaphore of a "
+                                                                     "software-pipelined loop")
+        for ld in loads:
+            self.pipe_sem[_roots(ld.dst).owner] = full  # type: ignore[index]
+            self.pipe_loads.add(ld)
+
+        def fixed(tt: int, ops: list, round_: object) -> None:
+            self.loaded = None
+            self.bind[op] = Binding(fixed=tt, round=round_)
+            self._block(ops)
+
+        decls = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
+        fixed(0, decls + loads, object())
+        jcount = (trip - 1) // 2
+        depth = len(self.ctx) + 1
+        self.now += 1
+        lp = Loop(jcount, depth, first_access=len(self.accesses), forop=op, opened=self.now)
+        self.block.append(lp)
+        outer_block, self.block = self.block, lp.body
+        self.ctx = self.ctx + (lp,)
+        for u in range(2):
+            self.loaded = None
+            self.bind[op] = Binding(loop=lp, unroll=2, u=u + 1, round=object())
+            self._block(loads)
+            self.loaded = None
+            self.bind[op] = Binding(loop=lp, unroll=2, u=u, round=object())
+            self._block(rest)
+        self._carried(lp, op)
+        self.ctx = self.ctx[:-1]
+        self.block = outer_block
+        self.loaded = None
+        for reg, owner in list(self.reg_owner.items()):
+            if owner is lp:
+                del self.reg_owner[reg]
+                self.regs = {k: r for k, r in self.regs.items() if r != reg}
+                self.free_regs.append((reg, self.now))
+        for tt in range(2 * jcount, trip):
+            if tt + 1 < trip:
+                fixed(tt + 1, loads, object())
+            fixed(tt, rest, object())
+        self.bind.pop(op, None)
+        for ld in loads:
+            del self.pipe_sem[_roots(ld.dst).owner]  # type: ignore[arg-type]
+        self.full_pool.append(full)
+
+    def _pipe_wait(self, inst: Inst, alloc, s: int) -> None:
+        """The first consumer of a pipelined load's buffer in an iteration takes its token."""
+        rot_lp = self._rot_depth(alloc)
+        if len(self.ctx) > rot_lp:  # nested deeper: the front end waits before that loop
+            self.ctx[rot_lp].pre.append(Inst("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
+        elif inst.wait and inst.wait != s:
+            # keep the just-issued load's token on the engine; the other wait (a "free"
+            # token released an iteration ago) moves to the front end
+            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=inst.wait))
+            inst.wait = s
+        else:
+            self._wait(inst, s)
 
     def _const(self, v: SSAValue, op: Operation, what: str) -> int:
         a = self._aff(v, op)
@@ -532,7 +621,7 @@ class _Codegen:
             a = a + self._aff(i, op).scale(s * buf.esize)
         if buf.alloc is not None:
             b = self.bind.get(self.rotation[buf.alloc])
-            half = (b.fixed % 2) if b.fixed is not None else b.u
+            half = (b.fixed % 2) if b.fixed is not None else b.u % 2
             a = a + Aff(half * buf.half_bytes, {})
         return a
 
@@ -540,7 +629,7 @@ class _Codegen:
         if buf.alloc is None:
             return None
         b = self.bind[self.rotation[buf.alloc]]
-        half = (b.fixed % 2) if b.fixed is not None else b.u
+        half = (b.fixed % 2) if b.fixed is not None else b.u % 2
         return (buf.alloc, half, b.round)
 
     # ------------------------------------------------------------------ semaphores
@@ -662,6 +751,9 @@ class _Codegen:
                     self._ring_wait(inst, self.ring_free[(alloc, ring[1])], alloc)
                 if last:
                     ring_sig.append(self.ring_free[(alloc, ring[1])])
+                if alloc in self.pipe_sem and not first and (alloc, ring[2]) not in self.pipe_taken:
+                    self.pipe_taken.add((alloc, ring[2]))
+                    self._pipe_wait(inst, alloc, self.pipe_sem[alloc])
             accesses.append(Access(lo, hi, space, write, inst, ring))
         # dependencies
         latest: dict[str, Access] = {}
@@ -767,7 +859,8 @@ class _Codegen:
             raise _fail(op, f"the DMA box needs {len(combos)} transfers (more than 3 strided dims)")
         name = "dma.load" if load else "dma.store"
         engine = "dma_load" if load else "dma_store"
-        for combo in combos:
+        pipe_full = self.pipe_sem.get(dst.alloc) if op in self.pipe_loads else None
+        for ci, combo in enumerate(combos):
             doff = sum(i * ds for i, (_, ds, _) in zip(combo, outer))
             loff = sum(i * ls for i, (_, _, ls) in zip(combo, outer))
             dk, dimm, dlo, dhi = self._addr(dram_a + Aff(doff, {}))
@@ -785,7 +878,9 @@ class _Codegen:
             ring_l = self._ring(local)
             acc = [("dram", dr[0], dr[1], not load, None),
                    ("local", lr[0], lr[1], load, ring_l)]
-            self._emit(op, name, engine, fields, acc)
+            inst = self._emit(op, name, engine, fields, acc)
+            if pipe_full is not None and ci == len(combos) - 1:
+                inst.add_signal(pipe_full)
 
     def _matmul(self, op: t.MatmulOp) -> None:
         lhs, rhs, accb = self.bufs[op.lhs], self.bufs[op.rhs], self.bufs[op.acc]
@@ -987,6 +1082,53 @@ def _loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
         if any((w1 or w2) and alias(r1, r2) for r1, w1 in inside for r2, w2 in later):
             out.add(lp)
     return out
+
+
+def _pipelinable_loads(lp: scf.ForOp, rotation: dict, ring_first: dict,
+                       fn: func.FuncOp) -> list[t.DmaOp]:
+    """DMA loads at the top of a rotation loop's body that can be issued one iteration early:
+    DRAM -> a double-buffered alloc rotating on this loop (its first access), from a source the
+    loop never writes, each buffer's first consumer a distinct op and in load order."""
+    body = list(lp.body.block.ops)
+    walk = [o for o in lp.walk() if o is not lp]
+    index = {o: i for i, o in enumerate(walk)}
+    writes_dram = any(isinstance(o, t.DmaOp) and not o.is_load for o in walk)
+    loads, firsts = [], []
+    for o in body:
+        if not isinstance(o, t.DmaOp) or not o.is_load:
+            continue
+        dst = _roots(o.dst).owner
+        if not isinstance(dst, t.AllocOp) or rotation.get(dst) is not lp or ring_first.get(dst) is not o:
+            continue
+        src = _roots(o.src)
+        readonly = isinstance(src.owner, t.WeightOp) or (
+            isinstance(src, BlockArgument) and src.block is fn.body.block
+            and not _is_output(fn, src.index))
+        if not readonly and writes_dram:
+            continue
+        users = [u for u in _users(dst.buffer) if u is not o]
+        if not users:
+            continue
+        first = min(users, key=lambda u: index.get(u, 1 << 30))
+        if first in firsts or index.get(first) is None:
+            continue
+        loads.append(o)
+        firsts.append(first)
+    # first consumers must come in load order (one shared FIFO "full" semaphore)
+    while loads and [index[f] for f in firsts] != sorted(index[f] for f in firsts):
+        loads.pop()
+        firsts.pop()
+    return loads
+
+
+def _is_output(fn: func.FuncOp, i: int) -> bool:
+    if fn.arg_attrs is None or i >= len(fn.arg_attrs.data):
+        return False
+    a = fn.arg_attrs.data[i]
+    if not isinstance(a, DictionaryAttr):
+        return False
+    out = a.data.get("tile.output")
+    return isinstance(out, UnitAttr) or (isinstance(out, IntegerAttr) and out.value.data != 0)
 
 
 def _trip(forop: scf.ForOp) -> int:

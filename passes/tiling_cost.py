@@ -56,6 +56,7 @@ class Estimate:
     vector: int
     spad: int
     acc: int
+    loops: int = 0  # hardware loops the lowered nest needs (trip count >= 2)
 
     @property
     def bound(self) -> str:
@@ -116,7 +117,12 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     vector = steps * vec_step + out_tiles * -(-tm * tn // L) * (1 + spec.epi_cost)
     overhead = out_tiles * (hw.matrix.fill_drain_cycles + hw.vector.latency) + hw.dram.latency_cycles
     cycles = max(matrix, memory, vector) + overhead
-    return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc)
+    # loop nest of the lowering: [batch] m, n, k tiles, then k and n array tiles per step
+    # (single-iteration loops are inlined by tile-to-npu); conv adds its tap loops
+    loops = sum(x > 1 for x in (spec.batch, nm, nn, nk, -(-tk // R), -(-tn // C)))
+    if spec.taps > 1:
+        loops += 2
+    return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc, loops)
 
 
 def fits(hw: HardwareConfig, e: Estimate) -> bool:
@@ -164,8 +170,10 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
     if not cands:  # nothing fits: the smallest tile, reported as is
         e = gemm_estimate(hw, M, N, K, min(tm_cands), min(tn_cands), min(tk_cands), spec)
         return Choice(e.tiles, e, [e], rejected=rejected)
-    # fewest cycles; ties -> the smaller footprint
-    cands.sort(key=lambda e: (e.cycles, e.spad + e.acc))
+    # nests that fit the hardware loop depth first (deeper ones do not lower), then fewest
+    # cycles; ties -> the smaller footprint
+    depth = hw.scalar.loop_depth
+    cands.sort(key=lambda e: (e.loops > depth, e.cycles, e.spad + e.acc))
     return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
 
 

@@ -4,7 +4,7 @@
 
 // A double-buffered k-loop matmul with a relu epilogue: y = relu(x @ w), x 32x64 bf16,
 // w 64x16 bf16, k chunks of 16 DMAed into a double-buffered scratchpad tile (the loop body
-// is emitted once per half; its last iteration follows the loop), a "free" semaphore per
+// is emitted once per half), a "free" semaphore per
 // half pre-loaded at the start, RAW/WAR pairs between the DMA, matrix and vector engines.
 
 builtin.module attributes {tile.target = "edge"} {
@@ -30,27 +30,31 @@ builtin.module attributes {tile.target = "edge"} {
 
 
 
+// Software pipelining: the w chunk of iteration t+1 is DMAed before iteration t's matmul
+// (prologue: chunk 0; loop: chunks 2j+1, 2j+2; epilogue: chunk 7); each load signals the
+// loop's "full" semaphore, the loadw that first reads its half waits for it.
 // CHECK:      nop signal=[[FREE0:s[0-9]+]]
 // CHECK-NEXT: nop signal=[[FREE1:s[0-9]+]]
-// CHECK-NEXT: dma.load dram=r0+0x0, local=r0+0x0, n0=8192, n1=1, n2=1,
+// CHECK-NEXT: dma.load dram=r0+0x0, local=r0+0x0, n0=8192, n1=1, n2=1, {{.*}} signal=[[LX:s[0-9]+]]
 // CHECK-NEXT: vec.mul dst=r0+0x2000000, {{.*}} dt=fp32, at=int8, bt=int8, bmode=imm, imm=0.0, signal=[[VM:s[0-9]+]]
+// CHECK-NEXT: dma.load dram=r0+0x2000, local=r0+0x2000, n0=512, {{.*}} wait=[[FREE0]], signal=[[FULL:s[0-9]+]]
 // CHECK-NEXT: nop wait=[[VM]]
+// CHECK-NEXT: nop wait=[[LX]]
 // CHECK-NEXT: loop count=r0+3, body=8
-// CHECK-NEXT:   dma.load dram=[[RW:r[0-9]+]]+0x2000, local=r0+0x2000, n0=512, {{.*}} wait=[[FREE0]], signal=[[LM:s[0-9]+]]
-// CHECK-NEXT:   mx.loadw w=r0+0x2000, k=16, n=16, stride=32, dtype=bf16, wait=[[LM]], signal=[[FREE0]]
+// CHECK-NEXT:   dma.load dram=[[RW:r[0-9]+]]+0x2200, local=r0+0x2200, n0=512, {{.*}} wait=[[FREE1]], signal=[[FULL]]
+// CHECK-NEXT:   mx.loadw w=r0+0x2000, k=16, n=16, stride=32, dtype=bf16, wait=[[FULL]], signal=[[FREE0]]
 // CHECK-NEXT:   mx.matmul act=[[RA:r[0-9]+]]+0x0, acc=r0+0x2000000, m=32, astride=256, cstride=64, dtype=bf16, accum=1
-// CHECK-NEXT:   dma.load dram=[[RW]]+0x2200, local=r0+0x2200, {{.*}} wait=[[FREE1]], signal=[[LM]]
-// CHECK-NEXT:   mx.loadw w=r0+0x2200, {{.*}} wait=[[LM]], signal=[[FREE1]]
+// CHECK-NEXT:   dma.load dram=[[RW]]+0x2400, local=r0+0x2000, {{.*}} wait=[[FREE0]], signal=[[FULL]]
+// CHECK-NEXT:   mx.loadw w=r0+0x2200, {{.*}} wait=[[FULL]], signal=[[FREE1]]
 // CHECK-NEXT:   mx.matmul act=[[RA]]+0x20, {{.*}} accum=1
 // CHECK-NEXT:   addi rd=[[RW]], rs=[[RW]], imm=1024
 // CHECK-NEXT:   addi rd=[[RA]], rs=[[RA]], imm=64
 // CHECK-NEXT: addi rd=[[RW]], rs=[[RW]], imm=-3072
 // CHECK-NEXT: addi rd=[[RA]], rs=[[RA]], imm=-192
-// CHECK-NEXT: dma.load dram=r0+0x2c00, local=r0+0x2000, {{.*}} wait=[[FREE0]], signal=[[LM]]
-// CHECK-NEXT: mx.loadw w=r0+0x2000, {{.*}} wait=[[LM]], signal=[[FREE0]]
+// CHECK-NEXT: dma.load dram=r0+0x2e00, local=r0+0x2200, {{.*}} wait=[[FREE1]], signal=[[FULL]]
+// CHECK-NEXT: mx.loadw w=r0+0x2000, {{.*}} wait=[[FULL]], signal=[[FREE0]]
 // CHECK-NEXT: mx.matmul act=r0+0xc0,
-// CHECK-NEXT: dma.load dram=r0+0x2e00, local=r0+0x2200, {{.*}} wait=[[FREE1]], signal=[[LM]]
-// CHECK-NEXT: mx.loadw w=r0+0x2200, {{.*}} wait=[[LM]], signal=[[FREE1]]
+// CHECK-NEXT: mx.loadw w=r0+0x2200, {{.*}} wait=[[FULL]], signal=[[FREE1]]
 // CHECK-NEXT: mx.matmul act=r0+0xe0, {{.*}} signal=[[MV:s[0-9]+]]
 // CHECK-NEXT: vec.relu dst=r0+0x0, a=r0+0x2000000, rows=32, cols=16, {{.*}} wait=[[MV]], signal=[[VS:s[0-9]+]]
 // CHECK-NEXT: dma.store dram=r0+0x3000, local=r0+0x0, n0=2048, n1=1, n2=1, {{.*}} wait=[[VS]]
