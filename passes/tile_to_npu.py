@@ -1,6 +1,6 @@
 """`tile-to-npu`: lower a planned tile-level module to one `npu.program`.
 
-    tile-to-npu{target=edge entry=main}
+    tile-to-npu{target=edge entry=main pipeline=true}
 
 Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.alloc`,
 `tile.offset` on every `tile.weight`, module attributes `tile.target`, `tile.arena_bytes`,
@@ -175,12 +175,13 @@ class TileToNpuPass(ModulePass):
 
     target: str = ""
     entry: str = ""
+    pipeline: bool = True  # software-pipeline double-buffered loops (false: for comparison)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         hw = _target(op, self.target)
         fn = _entry(op, self.entry)
         layout = compute_layout(op, fn, hw)
-        prog = _Codegen(hw, layout, fn).run()
+        prog = _Codegen(hw, layout, fn, self.pipeline).run()
         from infer.dialects.npu import ProgramOp
 
         program = ProgramOp.from_program(prog)
@@ -267,8 +268,10 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Npu
 
 
 class _Codegen:
-    def __init__(self, hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp):
+    def __init__(self, hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp,
+                 pipeline: bool = True):
         self.hw, self.layout, self.fn = hw, layout, fn
+        self.pipelining = pipeline
         self.bufs: dict[SSAValue, Buf] = {}
         self.bind: dict[scf.ForOp, Binding] = {}
         self.ctx: tuple[Loop, ...] = ()
@@ -345,7 +348,7 @@ class _Codegen:
                     ordered = [o for o in lp.walk() if o in users]
                     self.ring_first[a], self.ring_last[a] = ordered[0], ordered[-1]
                     break
-        for lp in self.rot_loops:
+        for lp in self.rot_loops if self.pipelining else ():
             loads = _pipelinable_loads(lp, self.rotation, self.ring_first, self.fn)
             if loads:
                 self.pipe[lp] = loads

@@ -187,3 +187,64 @@ def test_vector_only_elementwise_kernel():
     assert any(i.name == "loop" for i in prog.instrs)
     sat = lambda v: np.clip(v, -2**31, 2**31 - 1)  # noqa: E731 (every op saturates on store)
     assert np.array_equal(z, np.maximum(sat(sat(x.astype(np.int64) * 3) + y), -7))
+
+
+# ------------------------------------------------------------------ compiler GEMM efficiency
+def _compile_linear(target: str, M: int, K: int, N: int, pipeline: bool = True):
+    from infer.dialects.weights import WeightStore, attach_weights, weights_of
+    from infer.passes.testing import apply_pass, run_entry
+
+    text = f"""func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N}xf32> {{graph.name = "y"}}) {{
+  %w = graph.weight @w : tensor<{N}x{K}xf32>
+  %y = graph.linear %x, %w : (tensor<{M}x{K}xf32>, tensor<{N}x{K}xf32>) -> tensor<{M}x{N}xf32>
+  func.return %y : tensor<{M}x{N}xf32>
+}}"""
+    module = parse_ir(CTX, text, "linear.mlir")
+    verify_module(module)
+    rng = np.random.default_rng(0)
+    store = WeightStore()
+    store.set("w", (rng.standard_normal((N, K)) * 0.05).astype(np.float32))
+    attach_weights(module, store)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    apply_pass(f"lower-to-tile{{target={target} precision=bf16}}", module)
+    tile_ref = run_entry(module, [x])[0] if M * K * N <= 1 << 22 else None
+    apply_pass(f"tile-to-npu{{target={target} pipeline={'true' if pipeline else 'false'}}}", module)
+    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
+    layout = NpuLayout.from_module(module)
+    dram = layout.dram_image([x], weights_of(module))
+    c = Simulator(target).run(prog, dram)
+    (y,) = layout.read_outputs(dram)
+    if tile_ref is not None:
+        assert y.tobytes() == tile_ref.tobytes()
+    return prog, c
+
+
+@pytest.mark.parametrize("target,shape", [("edge", (256, 1024, 1024)),
+                                          ("server", (1024, 2048, 2048))])
+def test_compiler_gemm_reaches_90_percent_of_peak(target, shape):
+    """graph.linear -> lower-to-tile -> tile-to-npu (software-pipelined) -> simulator: a large
+    compute-bound GEMM at >= 90 % of the matrix peak on both configs, loops stay loops."""
+    prog, c = _compile_linear(target, *shape)
+    assert c.matrix_utilization >= 0.90, c.summary()
+    assert len(prog) < 250
+
+
+def test_pipelining_is_what_makes_edge_fast():
+    _, c0 = _compile_linear("edge", 256, 1024, 1024, pipeline=False)
+    assert c0.matrix_utilization < 0.75
+
+
+@pytest.mark.parametrize("target,shape", [("edge", (64, 256, 256)), ("edge", (48, 80, 96)),
+                                          ("server", (256, 512, 384))])
+def test_pipelined_compiler_gemm_bit_identical(target, shape):
+    """Pipelined loops (odd and even trip counts, remainders) match the tile interpreter."""
+    _compile_linear(target, *shape)
+
+
+@pytest.mark.parametrize("M,K,N,TM", [(64, 1024, 1024, 64), (128, 256, 256, 64)])
+def test_pipelined_tile_gemm_edge(M, K, N, TM):
+    """The hand-written double-buffered tile IR (A resident, B strips streamed) on edge:
+    software pipelining issues strip j+1's DMA before strip j's k loop."""
+    inputs = _gemm_inputs(M, K, N, 16)
+    _, c, _ = run_both(gemm_ir("edge", M, K, N, 16, 16, TM, True), inputs, "edge")
+    assert c.matrix_utilization >= 0.80, c.summary()
