@@ -30,9 +30,10 @@ op gets a stable name `kernel<N>` (N counts lowered ops in program order), which
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,6 +80,15 @@ def _err(op: Operation, msg: str) -> LoweringError:
     return LoweringError(f"{describe_location(op)}: error: '{op.name}' op graph-to-tile: {msg}")
 
 
+def local_bytes(a: t.AllocOp) -> int:
+    """Bytes a local alloc takes in the memory plan (all its buffers; each rounded up to
+    4 bytes so the planner's element alignment never pushes a fitting nest over)."""
+    ty = a.buffer.type
+    assert isinstance(ty, MemRefType)
+    n = _prod(ty.get_shape()) * t.elem_bytes(a.buffer)
+    return -(-n // 4) * 4 * a.buffers.value.data
+
+
 def _shape(v: SSAValue) -> tuple[int, ...]:
     ty = v.type
     assert isinstance(ty, TensorType | MemRefType)
@@ -103,6 +113,7 @@ class Emitter:
         self._consts: dict[int, SSAValue] = {}
         self.alloc_after: Operation | None = None  # local buffers go before the kernel's loops
         self._marker: Operation | None = None
+        self.local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current kernel (stage)
 
     def hoist(self, op: Operation) -> Operation:
         """Insert at the function entry (constants, weights)."""
@@ -119,6 +130,7 @@ class Emitter:
         self.insert(marker)
         self.alloc_after = marker
         self._marker = marker
+        self.local_allocs = []
 
     def end_kernel(self) -> None:
         self.alloc_after = None
@@ -213,6 +225,8 @@ class Emitter:
     # -- tile ops --
     def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
         op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
+        if space != "dram":
+            self.local_allocs.append(op)
         if space != "dram" and self.alloc_after is not None:
             self.alloc_after.parent_block().insert_op_after(op, self.alloc_after)
             self.alloc_after = op
@@ -349,6 +363,8 @@ class FunctionLowering:
         self.weight_cache: dict[tuple, SSAValue] = {}
         self.fused: set[Operation] = set()
         self._keep: list[np.ndarray] = []
+        self._cur_op: Operation = fn  # the op being lowered (error locations)
+        self._last_name: str | None = None
 
     # -- constants --------------------------------------------------------
     def const(self, v: SSAValue) -> np.ndarray | None:
@@ -416,7 +432,52 @@ class FunctionLowering:
     def name(self) -> str:
         n = f"kernel{self.ctx.counter}"
         self.ctx.counter += 1
+        self._last_name = n
         return n
+
+    # -- local-memory budget -------------------------------------------------
+    @contextlib.contextmanager
+    def stage(self, op: Operation | None = None, what: str = "") -> Iterator[None]:
+        """One loop nest (a kernel, or a helper nest of it such as a padded copy): its
+        local buffers are allocated before the nest and are all live together, and no
+        buffer outlives it. On exit the buffers are summed per memory and checked
+        against the target's capacities: a kernel whose own tiling does not fit is a
+        located error (a cost-model bug, never left to the memory planner)."""
+        em = self.em
+        saved = (em.alloc_after, em._marker, em.local_allocs, self._cur_op, self._last_name)
+        if op is not None:
+            self._cur_op = op
+        self._last_name = None
+        em.begin_kernel()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            allocs = em.local_allocs
+            kernel = self._last_name or f"kernel{self.ctx.counter}"
+            where = self._cur_op
+            em.end_kernel()
+            em.alloc_after, em._marker, em.local_allocs = saved[:3]
+            self._cur_op, self._last_name = saved[3], saved[4] or self._last_name
+        if ok:
+            self.check_local(allocs, where, kernel + (f" ({what})" if what else ""))
+
+    def check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
+        caps = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),
+                "acc": ("accumulator", self.hw.memory.accumulator_bytes)}
+        for space, (what, cap) in caps.items():
+            bufs = [a for a in allocs if t.space_of(a.buffer) == space]
+            sizes = [local_bytes(a) for a in bufs]
+            need = sum(sizes)
+            if need <= cap:
+                continue
+            top = sorted(zip(sizes, bufs), key=lambda p: -p[0])[:4]
+            listing = ", ".join(f"{sz} B {a.buffer.type}" + (" x2" if a.buffers.value.data == 2 else "")
+                                for sz, a in top)
+            raise _err(op, f"{kernel}: the local buffers of its loop nest need {need} bytes of {what} but "
+                       f"target '{self.hw.name}' holds {cap} bytes (the chosen tiles do not fit: a tiling "
+                       f"cost-model bug unless they come from an override); largest: {listing}")
 
     def override(self, name: str, n: int) -> tuple[int, ...] | None:
         o = self.ctx.overrides.get(name)
@@ -467,7 +528,8 @@ class FunctionLowering:
                 continue  # folded at compile time, materialized on use
             self.lower_op(op)
         for v, o in pending_copies:
-            self.copy(self.buf(v), o, _shape(v))
+            with self.stage(ret, "result copy"):
+                self.copy(self.buf(v), o, _shape(v))
         # function attributes
         arg_attrs = []
         old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(in_types)
@@ -489,14 +551,8 @@ class FunctionLowering:
 
     # -- dispatch -----------------------------------------------------------
     def lower_op(self, op: Operation) -> None:
-        outer = self.em.alloc_after is None
-        if outer:
-            self.em.begin_kernel()
-        try:
+        with self.stage(op):
             self._lower_op(op)
-        finally:
-            if outer:
-                self.em.end_kernel()
 
     def _lower_op(self, op: Operation) -> None:
         if isinstance(op, g.KernelOp):
@@ -858,6 +914,91 @@ class FunctionLowering:
         else:
             raise _err(op, "this elementwise op has no vector-unit lowering")
 
+    def epi_footprint(self, ops: Sequence[Operation], result: SSAValue, on_tile: Sequence[SSAValue],
+                      groups: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]) -> Callable[[int, int], int]:
+        """Scratchpad bytes of the local buffers `epilogue(ops, ...)` allocates for a
+        [rows, cols] output tile (it mirrors the allocation decisions of `epilogue`,
+        `_where`, `_unary`, `_load_buf` and `_bcast_tile`): (rows, cols) -> bytes."""
+        T = Rw = Cl = 0  # fp32 [rows, cols] tiles, [1, cols] rows, [rows, 1] columns (buffers counted)
+        tiles = set(on_tile)
+
+        def kind_of(shape: tuple[int, ...], const_scalar: bool) -> str:
+            if const_scalar:
+                return "imm"
+            cls = classify(groups, shape)
+            if cls is None or not (cls[1] or cls[2]):
+                return "tile"
+            return "tile" if cls[1] and cls[2] else ("row" if cls[2] else "col")
+
+        def load(k: str, bufs: int = 2) -> None:
+            nonlocal T, Rw, Cl
+            if k == "tile":
+                T += bufs
+            elif k == "row":
+                Rw += bufs
+            elif k == "col":
+                Cl += bufs
+
+        def operand(v: SSAValue) -> str:
+            if v in tiles:
+                return "tile"
+            c = self.const(v)
+            k = kind_of(_shape(v), c is not None and c.size == 1)
+            load(k)
+            return k
+
+        def bcast(k: str) -> str:
+            nonlocal T
+            if k != "tile":
+                T += 2
+            return "tile"
+
+        for op in ops:
+            T += 2  # dst
+            if isinstance(op, g.WhereOp):
+                c = self.const(op.condition)
+                cb = np.asarray(c).astype(np.bool_) if c is not None else np.ones((1,), np.bool_)
+                for v, mask in ((op.lhs, cb), (op.rhs, ~cb)):
+                    if not mask.any():
+                        continue
+                    cv = self.const(v)
+                    if cv is not None:
+                        arr = np.broadcast_shapes(np.shape(cv), mask.shape)
+                        size = _prod(arr)
+                        bcast(load_k := kind_of(tuple(arr), size == 1))
+                        load(load_k)
+                        continue
+                    bcast(operand(v))
+                    if mask.all():
+                        continue
+                    load(kind_of(tuple(mask.shape), mask.size == 1))
+                    T += 2
+            elif op.name in UNARY_VEC or isinstance(op, g.UnaryOp):
+                bcast(operand(op.operands[0]))
+                if isinstance(op, g.GeluOp) and op.approximate.data != "tanh":
+                    T += 3
+                elif isinstance(op, g.LeakyReluOp | g.EluOp):
+                    T += 1
+            elif isinstance(op, g.BinaryOp):
+                ka, kb = operand(op.lhs), operand(op.rhs)
+                name = BINARY_VEC.get(op.name)
+                if name is None:
+                    bcast(ka)
+                else:
+                    if ka != "tile":
+                        if name in ("add", "mul", "max", "min"):
+                            ka, kb = kb, ka
+                        else:
+                            ka = bcast(ka)
+                    bcast(ka)
+                    if name == "div" and kb != "imm":
+                        load(kb)
+            tiles.update(op.results)
+        if result not in tiles:
+            bcast(operand(result))
+        T, Rw, Cl = T, Rw, Cl
+        return lambda rows, cols: 4 * (T * rows * cols + Rw * cols + Cl * rows)
+
     def epi_cost(self, ops: Sequence[Operation]) -> int:
         cost = self.hw.vector.cost
         total = 0
@@ -900,9 +1041,11 @@ class FunctionLowering:
         out2 = self.em.view(out, (nb * M, N))
         full_in = [v for v in inputs if (c := classify(split, _shape(v))) and c[1] and c[2]]
         live = 2 + len(full_in) + len(ops)
+        epi_bytes = self.epi_footprint(ops, result, [], (B, R, C))
         rc = tc.choose_rows(self.hw, nb * M, N, bytes_in=4 * max(1, len(full_in)), bytes_out=4,
                             vec_cost=max(1, self.epi_cost(ops)), live_tiles=live,
-                            override=(o[0] if (o := self.override(name, 1)) else None))
+                            override=(o[0] if (o := self.override(name, 1)) else None),
+                            footprint=epi_bytes)
         rc.rows = min(rc.rows, M)
         self.debug(tc.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                     "x".join(map(str, S)), rc))
@@ -1000,12 +1143,23 @@ class FunctionLowering:
             nbatch, M = 1, _prod(out_shape[:-1])
         name = self.name()
         passes = self.ctx.passes
+        ncp = 2 if passes == 3 else 1
+        epi_bytes = self.epi_footprint(epi, result, [op.results[0]], frame_groups)
+
+        def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
+            # x staging f32 + bf16 hi(/lo); weight bf16 hi(/lo) (+ f32 staging when a runtime
+            # operand); bias row; epilogue tiles -- all double buffered; the accumulator tile
+            spad = 2 * (tm * tk * (4 + 2 * ncp) + tk * tn * (2 * ncp + (4 if rhs_act else 0)))
+            spad += (2 * tn * 4 if bias is not None else 0) + epi_bytes(tm, tn)
+            return spad, 2 * tm * tn * 4
+
         spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True,
                            rhs_bytes=(4 if rhs_act else 2 * (2 if passes == 3 else 1)),
                            rhs_split=rhs_act is not None, passes=passes, batch=nbatch,
                            epi_cost=self.epi_cost(epi) + (1 if bias is not None else 0),
                            epi_tiles=sum(1 for o in epi for v in o.operands if v not in {r for e in epi for r in e.results}
-                                         and v is not op.results[0] and _shape(v) == out_shape))
+                                         and v is not op.results[0] and _shape(v) == out_shape),
+                           footprint=footprint)
         ch = tc.choose_gemm(hw, M, N, K, spec, override=self.override(name, 3))
         TM, TN, TK = ch.tiles
         self.debug(tc.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}" + (f" batch={nbatch}" if nbatch > 1 else ""), ch))
@@ -1089,6 +1243,10 @@ class FunctionLowering:
 
     def transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
         """A DRAM copy with the last two dims swapped (column gathers through the scratchpad)."""
+        with self.stage(what="transposed copy"):
+            return self._transpose_last2(src, shape)
+
+    def _transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
         em = self.em
         nb = _prod(shape[:-2])
         Rr, Cc = shape[-2], shape[-1]
@@ -1108,6 +1266,11 @@ class FunctionLowering:
     # -- conv ------------------------------------------------------------------
     def pad_copy(self, x: SSAValue, NC: int, H: int, W: int, pads: tuple[int, int, int, int],
                  value: float) -> tuple[SSAValue, int, int]:
+        with self.stage(what="padded copy"):
+            return self._pad_copy(x, NC, H, W, pads, value)
+
+    def _pad_copy(self, x: SSAValue, NC: int, H: int, W: int, pads: tuple[int, int, int, int],
+                  value: float) -> tuple[SSAValue, int, int]:
         """x viewed [NC, H, W] copied into a DRAM buffer [NC, H + top + bottom, W + left + right]
         whose border is `value` (zero padding of convs, -inf of max pooling)."""
         em = self.em
@@ -1154,10 +1317,21 @@ class FunctionLowering:
         passes = self.ctx.passes
         copies = 2 if passes == 3 else 1
         out_shape = _shape(result)
+        epi_bytes = self.epi_footprint(epi, result, [op.results[0]], ((N,), (O,), (OH, OW)))
+        has_bias = op.bias is not None
+
+        def footprint(to: int, tp: int, tcn: int) -> tuple[int, int]:
+            # window f32 staging + bf16 hi(/lo) [TC, TP]; weight block bf16 hi(/lo) [TO, TC];
+            # bias column; epilogue tiles [TO, TP] -- double buffered; the accumulator tile
+            spad = 2 * (tcn * tp * (4 + 2 * copies) + to * tcn * 2 * copies)
+            spad += (2 * to * 4 if has_bias else 0) + epi_bytes(to, tp)
+            return spad, 2 * to * tp * 4
+
         spec = tc.GemmSpec(lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=passes,
                            taps=T, batch=N * G, epi_cost=self.epi_cost(epi) + (1 if op.bias else 0),
                            epi_tiles=sum(1 for o in epi for v in o.operands if _shape(v) == out_shape
-                                         and v not in {r for e in epi for r in e.results} and v is not op.results[0]))
+                                         and v not in {r for e in epi for r in e.results} and v is not op.results[0]),
+                           footprint=footprint)
         tn_cands = sorted({min(OH, 1 << i) * OW for i in range(0, max(1, OH).bit_length() + 1)})
         ovr = self.override(name, 3)
         if ovr is not None and ovr[1] % OW:
@@ -1241,10 +1415,18 @@ class FunctionLowering:
         xp, Hp, Wp = self.pad_copy(self.buf(op.input), N * C, H, W, (pt, pl, pb2, pr2), NEG if is_max else 0.0)
         name = self.name()
         ov = self.override(name, 2)
+        def toh_of(tcn: int) -> int:
+            return max(1, min(OH, tcn // OW))
+
+        def footprint(tr: int, tcn: int) -> int:  # window + running result [TR, TOH*OW] x2, 1/count row x2
+            tp = toh_of(tcn) * OW
+            return 2 * 2 * tr * tp * 4 + (0 if is_max else 2 * tp * 4)
+
         rc = tc.choose_rows(self.hw, N * C, OH * OW, bytes_in=4 * KH * KW, bytes_out=4,
-                            vec_cost=KH * KW + 1, live_tiles=3, override=(ov[0] if ov else None))
+                            vec_cost=KH * KW + 1, live_tiles=3, override=(ov[0] if ov else None),
+                            footprint=footprint)
         TR = rc.rows
-        TOH = ov[1] if ov else max(1, min(OH, rc.cols // OW))
+        TOH = ov[1] if ov else toh_of(rc.cols)
         self.debug(tc.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", rc)
                    + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
         out2 = em.view(self.out_buf(op.results[0]), (N * C, OH * OW))
@@ -1292,7 +1474,8 @@ class FunctionLowering:
         name = self.name()
         ov = self.override(name, 1)
         rc = tc.choose_rows(self.hw, NC, HW, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
-                            override=(ov[0] if ov else None))
+                            override=(ov[0] if ov else None),
+                            footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # xs x2, part/res x2
         self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shp)), rc))
         x2 = em.view(self.buf(op.input), (NC, HW))
         out2 = em.view(self.out_buf(op.results[0]), (NC, 1))
@@ -1330,10 +1513,16 @@ class FunctionLowering:
         M, D = _prod(S[:axis]), _prod(S[axis:])
         name = self.name()
         ov = self.override(name, 1)
+        nparams = 0 if isinstance(op, g.SoftmaxOp) else (
+            1 + (1 if isinstance(op, g.LayerNormOp) and op.bias is not None else 0))
+
+        def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2, a column x2, scale/bias rows
+            return tr * d * 16 + tr * 8 + nparams * d * 4
+
         rc = tc.choose_rows(self.hw, M, D, bytes_in=4, bytes_out=4, vec_cost=8, live_tiles=3,
-                            override=(ov[0] if ov else None), whole_row=True)
+                            override=(ov[0] if ov else None), whole_row=True, footprint=footprint)
         rc.rows = min(rc.rows, M)
-        if rc.rows * D * 4 * 3 * 2 > self.hw.memory.scratchpad_bytes:
+        if footprint(1, D) > self.hw.memory.scratchpad_bytes:
             raise _err(op, f"a row of {D} elements does not fit the scratchpad of target '{self.hw.name}'")
         self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, S)), rc))
         x2 = em.view(self.buf(op.input), (M, D))
@@ -1401,13 +1590,27 @@ class FunctionLowering:
         passes = self.ctx.passes
         copies = 2 if passes == 3 else 1
         name = self.name()
+        mask_rows_full = False
+        if op.mask is not None:
+            ms_ = (1,) * (4 - len(_shape(op.mask))) + tuple(_shape(op.mask))
+            mask_rows_full = self.const(op.mask) is not None or ms_[2] > 1
+
+        def footprint(tq: int, tkv: int, _d: int) -> tuple[int, int]:
+            # q [TQ, D], k^T [D, TKV], p [TQ, TKV], v [TKV, Dv]: f32 staging + bf16 hi(/lo) each;
+            # m, m_new, l, tmp columns; causal band / mask tiles -- all x2; score and O tiles in acc
+            per = 4 + 2 * copies
+            spad = 2 * per * (tq * D + D * tkv + tq * tkv + tkv * Dv) + 4 * 2 * tq * 4
+            if causal:
+                spad += 2 * tq * tkv * 4
+            if op.mask is not None:
+                spad += 2 * (tq if mask_rows_full else 1) * tkv * 4
+            return spad, 2 * tq * tkv * 4 + 2 * tq * Dv * 4
+
         spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=passes,
-                           batch=B * Hq, epi_cost=12)
+                           batch=B * Hq, epi_cost=12, footprint=footprint)
         ch = tc.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
         ov = self.override(name, 2)
         TQ, TKV = (ov[0], ov[1]) if ov else (ch.tiles[0], ch.tiles[1])
-        while (TQ * (D + Dv + 2 * TKV) * 10 + TKV * (D + Dv) * 10) * 2 > hw.memory.scratchpad_bytes and TKV > 1:
-            TKV = max(1, TKV // 2)
         self.debug(tc.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                       + (" causal" if causal else ""), ch)
                    + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)")
@@ -1548,17 +1751,21 @@ class FunctionLowering:
             s2, d2 = em.view(src, (total // L, L)), em.view(out, (total // L, L))
         else:
             s2, d2 = em.view(src, (total, 1)), em.view(out, (total, 1))
-        buf = em.alloc((1, L) if contiguous else (L, 1), f32, "spad", 2)
+        CL = max(1, min(L, self.hw.memory.scratchpad_bytes // 16))  # a row chunk: half the scratchpad x2
+        buf = em.alloc((1, CL) if contiguous else (CL, 1), f32, "spad", 2)
         z = [0, 0]
+
+        def chunk(in_off: Index, out_off: Index, c0: Index, cl: int) -> None:
+            if contiguous:
+                em.dma(s2, [_div(em, in_off, L), c0], buf, z, [1, cl])
+                em.dma(buf, z, d2, [_div(em, out_off, L), c0], [1, cl])
+            else:
+                em.dma(s2, [em.add(in_off, em.mul(c0, ist[perm[-1]])), 0], buf, z, [cl, 1], [ist[perm[-1]], 1])
+                em.dma(buf, z, d2, [em.add(out_off, c0), 0], [cl, 1])
 
         def rec(k: int, in_off: Index, out_off: Index) -> None:
             if k == rank - 1:
-                if contiguous:
-                    em.dma(s2, [_div(em, in_off, L), 0], buf, z, [1, L])
-                    em.dma(buf, z, d2, [_div(em, out_off, L), 0], [1, L])
-                else:
-                    em.dma(s2, [in_off, 0], buf, z, [L, 1], [ist[perm[-1]], 1])
-                    em.dma(buf, z, d2, [out_off, 0], [L, 1])
+                em.tiles(L, CL, lambda c0, cl: chunk(in_off, out_off, c0, cl))
                 return
             ost = _prod(O[k + 1:])
             em.range(O[k], lambda i: rec(k + 1, em.add(in_off, em.mul(i, ist[perm[k]])), em.add(out_off, em.mul(i, ost))))
@@ -1592,7 +1799,8 @@ class FunctionLowering:
         sh = self.weight("bn.shift", shift.reshape(M, 1).copy(), f32)
         name = self.name()
         rc = tc.choose_rows(self.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
-                            override=(o[0] if (o := self.override(name, 1)) else None))
+                            override=(o[0] if (o := self.override(name, 1)) else None),
+                            footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift columns x2
         self.debug(tc.describe_rows(name, "batch_norm", "x".join(map(str, S)), rc))
         em = self.em
         xt = em.alloc((rc.rows, rc.cols), f32, "spad", 2)

@@ -49,6 +49,12 @@ def _cap_elems(fl) -> int:
 
 def copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], in_step: Sequence[int],
              dst: SSAValue, S_out: Sequence[int], out_start: Sequence[int], box: Sequence[int]) -> None:
+    with fl.stage(what="box copy"):
+        _copy_box(fl, src, S_in, in_start, in_step, dst, S_out, out_start, box)
+
+
+def _copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], in_step: Sequence[int],
+              dst: SSAValue, S_out: Sequence[int], out_start: Sequence[int], box: Sequence[int]) -> None:
     """dst[out_start + b] = src[in_start + b * in_step] for every b < box (same rank).
     Steps may be negative or 0 (broadcast). Contiguous tails are merged; the last two
     dims are one strided DMA box per tile (steps 0 there are broadcast on the vector
@@ -119,6 +125,11 @@ def copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], in
 
 
 def fill_dram(fl, dst: SSAValue, shape: Sequence[int], value: float) -> None:
+    with fl.stage(what="fill"):
+        _fill_dram(fl, dst, shape, value)
+
+
+def _fill_dram(fl, dst: SSAValue, shape: Sequence[int], value: float) -> None:
     em = fl.em
     n = _prod(shape)
     W = shape[-1] if shape else 1
@@ -224,17 +235,19 @@ def lower_reduce(fl, op: g.ReduceOp) -> None:
         new_shape = cur_shape[:a] + [1] * (b - a) + cur_shape[b:]
         dst = em.view(out, tuple(new_shape)) if last else em.alloc(tuple(new_shape), f32, "dram")
         M, K, N = _prod(cur_shape[:a]), _prod(cur_shape[a:b]), _prod(cur_shape[b:])
-        if N == 1:
-            _reduce_rows(fl, cur, dst, M, K, kind, scale if last else None)
-        else:
-            _reduce_middle(fl, cur, dst, M, K, N, kind, scale if last else None)
+        with fl.stage(what="reduction step"):
+            if N == 1:
+                _reduce_rows(fl, cur, dst, M, K, kind, scale if last else None)
+            else:
+                _reduce_middle(fl, cur, dst, M, K, N, kind, scale if last else None)
         cur, cur_shape = dst, new_shape
 
 
 def _reduce_rows(fl, src, dst, M: int, K: int, kind: str, scale: float | None) -> None:
     """dst[M, 1] = reduce over the rows of src[M, K]: rsum/rmax per column chunk."""
     em = fl.em
-    rc = tc.choose_rows(fl.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2)
+    rc = tc.choose_rows(fl.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
+                        footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # xs x2, part/res columns x2
     x2, o2 = em.view(src, (M, K)), em.view(dst, (M, 1))
     xs = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
     part = em.alloc((rc.rows, 1), f32, "spad", 2)
@@ -422,7 +435,11 @@ def lower_rotary(fl, op: g.RotaryOp) -> None:
     inter = bool(op.interleaved.value.data)
     name = fl.name()
     cap = _cap_elems(fl)
-    TS = max(1, min(S, cap // max(D, 1), 65535 // max(1, R // 2)))
+    # x, y, tmp [TS, R] and cos, sin [TS or 1, R] and the pass-through rest [TS, D - R], x2 each
+    per_row = 8 * (3 * R + 2 * (R if (CS[-2] != 1 or S == 1) else 0) + (D - R))
+    fixed = 0 if (CS[-2] != 1 or S == 1) else 2 * 8 * R
+    TS = max(1, min(S, cap // max(D, 1), 65535 // max(1, R // 2),
+                    (fl.hw.memory.scratchpad_bytes - fixed) // max(1, per_row)))
     fl.debug(f"[graph-to-tile] {name}: rotary {'interleaved' if inter else 'half'} {'x'.join(map(str, X))} R={R}: rows of {TS}")
     P = _prod(lead_x)
     x3 = em.view(fl.buf(op.input), (P, S, D))
@@ -533,7 +550,8 @@ def lower_cast_round_trip(fl, op: g.CastOp) -> None:
     N = S[-1] if S else 1
     M = _prod(S) // N
     name = fl.name()
-    rc = tc.choose_rows(fl.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2 if T == "bf16" else 14, live_tiles=5)
+    rc = tc.choose_rows(fl.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2 if T == "bf16" else 14, live_tiles=5,
+                        footprint=lambda tr, tcn: tr * tcn * (20 if T == "bf16" else 40))  # x, y, lo (, a, r) x2
     fl.debug(tc.describe_rows(name, f"cast f32->{T}->f32", "x".join(map(str, S)), rc))
     x2 = em.view(fl.buf(inner.input), (M, N))
     o2 = em.view(fl.out_buf(op.output), (M, N))

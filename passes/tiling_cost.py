@@ -25,6 +25,7 @@ The bound of an op is the largest of the three terms.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infer.target.hw import HardwareConfig
@@ -45,6 +46,10 @@ class GemmSpec:
     epi_tiles: int = 0  # extra [TM, TN] fp32 operand tiles loaded per output tile (residual, ...)
     out_bytes: int = 4
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
+    # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
+    # lowered loop nest keeps live at once (the lowering's own allocs, x2 when double
+    # buffered, epilogue operands and temporaries included). None: the generic formula.
+    footprint: Callable[[int, int, int], tuple[int, int]] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -98,6 +103,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
                 + tk * tn * spad_split_bytes(spec.rhs_split, spec.passes))
     spad += (spec.epi_tiles + 1) * tm * tn * 4 + 2 * max(tm, tn) * 4  # epilogue operands, bias row/col
     acc = 2 * tm * tn * 4
+    if spec.footprint is not None:
+        spad, acc = spec.footprint(tm, tn, tk)
     # matrix unit
     mm_per_step = -(-tk // R) * -(-tn // C) * spec.passes
     wload = -(-min(tk, R) * min(tn, C) * 2 // hw.matrix.weight_load_bytes_per_cycle)
@@ -193,19 +200,33 @@ class RowChoice:
 
 def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out: int,
                 vec_cost: int, live_tiles: int, override: int | None = None,
-                whole_row: bool = False) -> RowChoice:
+                whole_row: bool = False,
+                footprint: Callable[[int, int], int] | None = None) -> RowChoice:
     """Row-tiled vector kernels (elementwise, norms, softmax, pooling): tiles of
     [TR, TC] elements, `live_tiles` fp32 tiles of that size in the scratchpad
     (x2 for double buffering). `whole_row` keeps TC = N (row reductions).
-    Cost per element = DRAM bytes / bandwidth vs vector ops / lanes."""
+    Cost per element = DRAM bytes / bandwidth vs vector ops / lanes.
+    `footprint(tr, tc)`: the exact scratchpad bytes of the lowering's buffers for a
+    [tr, tc] tile (replaces the `live_tiles` estimate); candidates over the capacity
+    are dropped."""
     L = hw.vector.lanes
-    cap = hw.memory.scratchpad_bytes // 2
-    tc = N if whole_row else min(N, max(L, _largest_pow2_le(max(1, cap // (live_tiles * 4 * 2)))))
+    spad = hw.memory.scratchpad_bytes
+    cap = spad // 2
+    if footprint is None:
+        def footprint(tr: int, tc: int) -> int:
+            return tr * tc * 4 * live_tiles * 2
+    if whole_row:
+        tc = N
+    else:
+        tc = min(N, max(L, _largest_pow2_le(max(1, cap // (live_tiles * 4 * 2)))))
+        while tc > L and footprint(1, tc) > cap:  # columns take at most half the scratchpad
+            tc = max(L, _largest_pow2_le(tc - 1))
+        tc = min(tc, N)
     rows_cands = pow2_candidates(M, 1)
     best: RowChoice | None = None
     cands = []
     for tr in ([override] if override else rows_cands):
-        if not override and tr * tc * 4 * live_tiles * 2 > hw.memory.scratchpad_bytes:
+        if not override and footprint(tr, tc) > spad:
             continue
         nt = -(-M // tr) * -(-N // tc)
         mem = nt * tr * (_burst_bytes(hw, tc * bytes_in) + _burst_bytes(hw, tc * bytes_out)) // hw.dram.bytes_per_cycle
