@@ -639,7 +639,10 @@ class FunctionLowering:
         res = yield_op.values[0]
         if k.outputs[0] in self.dest:
             self.dest[res] = self.dest[k.outputs[0]]
-        if anchor is None:
+        if anchor is None and any(_ld.inner_round_trip_cast(o) or _ld.outer_round_trip_cast(o) for o in ops):
+            for o in ops:  # cast round trips have their own kernel: lower the region op by op
+                self.lower_op(o)
+        elif anchor is None:
             self.lower_elementwise(ops, res, {})
         else:
             epi = [o for o in ops if o is not anchor]
