@@ -27,6 +27,28 @@ from infer.dialects.dtypes import parse_element_type, to_numpy_dtype
 
 LAYOUT_ATTR = "npu.layout"
 LAYOUT_VERSION = 1
+OPS_ATTR = "npu.ops"  # op markers: [{name, kind, start, end}] instruction ranges [start, end)
+
+
+def ops_to_attr(ops: Sequence[Mapping]) -> ArrayAttr:
+    """Op markers (graph-level kernels' instruction ranges) -> the `npu.ops` attribute."""
+    return ArrayAttr([DictionaryAttr({"name": StringAttr(o["name"]), "kind": StringAttr(o["kind"]),
+                                      "start": IntegerAttr(o["start"], i64),
+                                      "end": IntegerAttr(o["end"], i64)}) for o in ops])
+
+
+def ops_from_module(module: ModuleOp) -> list[dict]:
+    """The `npu.ops` markers of a lowered module as plain dictionaries ([] when absent)."""
+    attr = module.attributes.get(OPS_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return []
+    out = []
+    for d in attr.data:
+        assert isinstance(d, DictionaryAttr)
+        v = d.data
+        out.append({"name": v["name"].data, "kind": v["kind"].data,  # type: ignore[attr-defined]
+                    "start": v["start"].value.data, "end": v["end"].value.data})  # type: ignore
+    return out
 
 
 def align_up(x: int, a: int) -> int:

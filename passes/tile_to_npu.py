@@ -50,11 +50,12 @@ from xdsl.passes import ModulePass
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_name
 from infer.dialects.ir_io import IRError, describe_location
-from infer.passes.npu_layout import LAYOUT_ATTR, NpuLayout, Region, align_up
+from infer.passes.npu_layout import LAYOUT_ATTR, OPS_ATTR, NpuLayout, Region, align_up, ops_to_attr
 from infer.target import isa
 from infer.target.hw import HardwareConfig, load_config
 
 DT = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
+VSEM_BASE = 1 << 20  # virtual semaphore ids while emitting (see _assign_semaphores)
 ENGINES = ("dma_load", "dma_store", "matrix", "vector")
 
 
@@ -81,17 +82,9 @@ class Inst:
     signal2: int = 0
     zloop: Loop | None = None  # the loop whose drain covers this instruction's Z signal
     knows: dict = field(default_factory=dict)  # engine -> seq known complete when this starts
-
-    def add_signal(self, s: int, op: Operation | None = None) -> None:
-        if s in (self.signal, self.signal2):
-            return
-        if not self.signal:
-            self.signal = s
-        elif not self.signal2:
-            self.signal2 = s
-        else:
-            raise LoweringError(f"tile-to-npu: {self.name} would need more than two signals "
-                                "(too many consumers on different engines)")
+    home: list | None = None  # the block list the instruction was appended to
+    relay: list | None = None  # front-end relay nops (fan-out beyond two signals)
+    group: int = 0  # op-marker group (top-level items only)
 
 
 @dataclass(eq=False)
@@ -107,6 +100,7 @@ class Loop:
     first_access: int = 0  # index into the access list where the body starts
     forop: object = None
     opened: int = 0
+    group: int = 0  # op-marker group (top-level loops only)
 
 
 @dataclass(eq=False)
@@ -181,11 +175,13 @@ class TileToNpuPass(ModulePass):
         hw = _target(op, self.target)
         fn = _entry(op, self.entry)
         layout = compute_layout(op, fn, hw)
-        prog = _Codegen(hw, layout, fn, self.pipeline).run()
+        cg = _Codegen(hw, layout, fn, self.pipeline)
+        prog = cg.run()
         from infer.dialects.npu import ProgramOp
 
         program = ProgramOp.from_program(prog)
         op.attributes[LAYOUT_ATTR] = layout.to_attr()
+        op.attributes[OPS_ATTR] = ops_to_attr(cg.ops)
         fn.detach()
         fn.erase()
         op.body.block.add_op(program)
@@ -289,11 +285,18 @@ class _Codegen:
         self.regs: dict[tuple, int] = {}
         self.reg_owner: dict[int, Loop] = {}
         # semaphores
-        self.free_sems = list(range(min(hw.scalar.semaphores, isa.MAX_SEMAPHORES), 0, -1))
-        self.pair: dict[tuple[str, str], int] = {}
+        # semaphores are virtual while emitting (ids from VSEM_BASE, kind "bal": every token
+        # consumed, or "ring": one idle token before and after); _assign_semaphores maps them
+        # onto s1..sN by live range (per top-level item)
+        self.nsems = min(hw.scalar.semaphores, isa.MAX_SEMAPHORES)
+        self.vkind: dict[int, str] = {}
+        self.vwhat: dict[int, str] = {}
+        self.pair: dict[tuple[str, str], int] = {}  # reset at every top-level item
         self.zsem: dict[int, int] = {}
-        self.ring_preload: list[int] = []
-        self.ring_pool: list[int] = []
+        self.ring_pool: list[int] = []  # idle ring virtuals of the current top-level item
+        # op markers: top-level items -> kernel groups
+        self.groups: list[dict] = []
+        self.sem_stats: dict[str, int] = {}
         self.ring_free: dict[tuple, int] = {}  # (alloc, half) -> semaphore
         # double buffering
         self.rotation: dict[t.AllocOp, scf.ForOp] = {}
@@ -305,7 +308,7 @@ class _Codegen:
         self.pipe_sem: dict[t.AllocOp, int] = {}  # pipelined alloc -> the loop's "full" semaphore
         self.pipe_taken: set[tuple] = set()  # (alloc, round) whose full token was consumed
         self.pipe_loads: set[t.DmaOp] = set()
-        self.full_pool: list[int] = []
+        self.part = (True, True)  # (first, last) instruction of the op being emitted
 
     # ------------------------------------------------------------------ driver
     def run(self):
@@ -317,14 +320,15 @@ class _Codegen:
             r = self.layout.args[i]
             shape, elem, esize = _memref_info(arg.type)  # type: ignore[arg-type]
             self.bufs[arg] = Buf("dram", r.offset, shape, esize, elem)
-        self._block(self.fn.body.block.ops)
-        out: list[isa.Instr] = []
+        self._block(self.fn.body.block.ops, top=True)
+        ents: list[list] = []  # [name, wait, signal, signal2, fields, group, item]
         for reg in sorted(self.used_regs):
-            out.append(isa.make("li", rd=reg, imm=0))
-        for s in self.ring_preload:
-            out.append(isa.make("nop", signal=s))
-        self._flatten(self.block, out, 0)
-        out.append(isa.make("halt"))
+            ents.append(["li", 0, 0, 0, dict(rd=reg, imm=0), 0, len(ents)])
+        self._flatten(self.block, ents, 0)
+        ents.append(["halt", 0, 0, 0, {}, len(self.groups) - 1 if self.groups else 0, len(ents)])
+        ents = self._assign_semaphores(ents)
+        out = [isa.make(e[0], e[1], e[2], e[3], **e[4]) for e in ents]
+        self.ops = self._markers(ents)
         prog = Program(out)
         prog.check_structure()
         return prog
@@ -354,35 +358,72 @@ class _Codegen:
                 self.pipe[lp] = loads
 
     # ------------------------------------------------------------------ IR walk
-    def _block(self, ops) -> None:
+    def _block(self, ops, top: bool = False) -> None:
         for op in ops:
             if isinstance(op, (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp,
                                scf.YieldOp, func.ReturnOp)):
                 continue
-            if isinstance(op, t.AllocOp):
-                self._alloc(op)
-            elif isinstance(op, t.WeightOp):
-                shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
-                off = op.attributes["tile.offset"].value.data  # type: ignore[union-attr]
-                self.bufs[op.buffer] = Buf("dram", self.layout.weights_offset + off, shape, esize,
-                                           elem)
-            elif isinstance(op, t.ViewOp):
-                src = self.bufs[op.source]
-                shape, elem, esize = _memref_info(op.result.type)  # type: ignore[arg-type]
-                self.bufs[op.result] = Buf(src.space, src.base, shape, esize, elem, src.alloc,
-                                           src.half_bytes)
-            elif isinstance(op, scf.ForOp):
-                self._for(op)
-            elif isinstance(op, t.DmaOp):
-                self._dma(op)
-            elif isinstance(op, t.MatmulOp):
-                self._matmul(op)
-            elif isinstance(op, t.VectorOp):
-                self._vector(op)
-            elif isinstance(op, t.FillOp):
-                self._fill(op)
-            else:
-                raise _fail(op, "unsupported op in a tile-level function")
+            if top:
+                n0 = len(self.block)
+                self._top_item(op)
+                self._op(op)
+                for it in self.block[n0:]:
+                    it.group = len(self.groups) - 1
+                continue
+            self._op(op)
+
+    def _top_item(self, op: Operation) -> None:
+        """A top-level op starts a new live range for pair/drain semaphores, and (a tile.alloc
+        after instructions were emitted) a new op-marker group: graph-to-tile emits each kernel
+        as its allocs followed by its code."""
+        self.pair = {}
+        self.zsem = {}
+        self.ring_pool = []
+        emits = not isinstance(op, (t.AllocOp, t.ViewOp, t.WeightOp))
+        if not self.groups or (isinstance(op, t.AllocOp) and self.groups[-1]["emitted"]):
+            self.groups.append({"emitted": False, "names": [], "kinds": set()})
+        g = self.groups[-1]
+        if emits:
+            g["emitted"] = True
+            for o in op.walk():
+                for v in o.operands:
+                    w = _roots(v).owner
+                    if isinstance(w, t.WeightOp):
+                        name = w.weight_key.split(".")[0]
+                        if name.startswith("kernel") and name[6:].isdigit() and name not in g["names"]:
+                            g["names"].append(name)
+                if isinstance(o, t.MatmulOp):
+                    g["kinds"].add("matmul")
+                elif isinstance(o, t.VectorOp):
+                    g["kinds"].add(o.op.data)
+                elif isinstance(o, t.DmaOp):
+                    g["kinds"].add("dma")
+
+    def _op(self, op: Operation) -> None:
+        if isinstance(op, t.AllocOp):
+            self._alloc(op)
+        elif isinstance(op, t.WeightOp):
+            shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
+            off = op.attributes["tile.offset"].value.data  # type: ignore[union-attr]
+            self.bufs[op.buffer] = Buf("dram", self.layout.weights_offset + off, shape, esize,
+                                       elem)
+        elif isinstance(op, t.ViewOp):
+            src = self.bufs[op.source]
+            shape, elem, esize = _memref_info(op.result.type)  # type: ignore[arg-type]
+            self.bufs[op.result] = Buf(src.space, src.base, shape, esize, elem, src.alloc,
+                                       src.half_bytes)
+        elif isinstance(op, scf.ForOp):
+            self._for(op)
+        elif isinstance(op, t.DmaOp):
+            self._dma(op)
+        elif isinstance(op, t.MatmulOp):
+            self._matmul(op)
+        elif isinstance(op, t.VectorOp):
+            self._vector(op)
+        elif isinstance(op, t.FillOp):
+            self._fill(op)
+        else:
+            raise _fail(op, "unsupported op in a tile-level function")
 
     def _alloc(self, op: t.AllocOp) -> None:
         if op.offset is None:
@@ -407,11 +448,10 @@ class _Codegen:
         rings = [a for a, lp in self.rotation.items() if lp is op]
         for a in rings:
             for h in (0, 1):
-                s = (self.ring_pool.pop() if self.ring_pool
-                     else self._sem("free semaphore of a double-buffered alloc"))
-                if s not in self.ring_preload:
-                    self.ring_preload.append(s)
-                self.ring_free[(a, h)] = s
+                # a ring semaphore holds one idle token after its loop: a later rotation
+                # loop of the same nest reuses it as is
+                self.ring_free[(a, h)] = (self.ring_pool.pop() if self.ring_pool else self._vsem(
+                    "ring", "free semaphore of a double-buffered alloc"))
         if op in self.pipe and trip >= 4 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth:
             self._pipelined_for(op, trip, body)
             for a in rings:
@@ -465,7 +505,6 @@ class _Codegen:
         self.bind.pop(op, None)
         for a in rings:
             for h in (0, 1):
-                # a ring semaphore keeps one token when idle: only rings may reuse it
                 self.ring_pool.append(self.ring_free.pop((a, h)))
 
     def _pipelined_for(self, op: scf.ForOp, trip: int, body: list) -> None:
@@ -483,8 +522,7 @@ class _Codegen:
         semaphore: loads(t+1) writes the half that rest(t-1) released."""
         loads = self.pipe[op]
         rest = [o for o in body if o not in loads]
-        full = self.full_pool.pop() if self.full_pool else self._sem("full semaphore of a "
-                                                                     "software-pipelined loop")
+        full = self._sem("full semaphore of a software-pipelined loop")
         for ld in loads:
             self.pipe_sem[_roots(ld.dst).owner] = full  # type: ignore[index]
             self.pipe_loads.add(ld)
@@ -526,7 +564,6 @@ class _Codegen:
         self.bind.pop(op, None)
         for ld in loads:
             del self.pipe_sem[_roots(ld.dst).owner]  # type: ignore[arg-type]
-        self.full_pool.append(full)
 
     def _pipe_wait(self, inst: Inst, alloc, s: int) -> None:
         """The first consumer of a pipelined load's buffer in an iteration takes its token."""
@@ -637,10 +674,41 @@ class _Codegen:
 
     # ------------------------------------------------------------------ semaphores
     def _sem(self, what: str) -> int:
-        if not self.free_sems:
-            raise LoweringError(f"tile-to-npu: out of semaphores (scalar.semaphores = "
-                                f"{self.hw.scalar.semaphores}) allocating a {what}")
-        return self.free_sems.pop()
+        return self._vsem("bal", what)
+
+    def _vsem(self, kind: str, what: str) -> int:
+        v = VSEM_BASE + len(self.vkind)
+        self.vkind[v] = kind
+        self.vwhat[v] = what
+        return v
+
+    def _add_signal(self, p: Inst, s: int) -> None:
+        """p signals s when it completes. Beyond two signals (fan-out to more consumers than
+        the header holds), p's second signal becomes a relay semaphore: a front-end
+        `nop wait=relay, signal=.., signal2=..` right after p re-signals the others."""
+        if s in (p.signal, p.signal2):
+            return
+        if not p.signal:
+            p.signal = s
+        elif not p.signal2:
+            p.signal2 = s
+        elif p.relay is None:
+            r = self._vsem("bal", f"fan-out relay of {p.name}")
+            nop = Inst("nop", {}, "scalar", p.ctx, wait=r, signal=p.signal2, signal2=s)
+            p.signal2 = r
+            assert p.home is not None
+            p.home.insert(p.home.index(p) + 1, nop)
+            p.relay = [nop]
+            self.sem_stats["relays"] = self.sem_stats.get("relays", 0) + 1
+        elif any(s in (n.signal, n.signal2) for n in p.relay):
+            return
+        elif not p.relay[-1].signal2:
+            p.relay[-1].signal2 = s
+        else:
+            nop = Inst("nop", {}, "scalar", p.ctx, signal=s)
+            assert p.home is not None
+            p.home.insert(p.home.index(p.relay[-1]) + 1, nop)
+            p.relay.append(nop)
 
     def _pair(self, e: str, f: str) -> int:
         if (e, f) not in self.pair:
@@ -694,14 +762,14 @@ class _Codegen:
                     return
                 raise LoweringError("tile-to-npu: unsupported synchronisation pattern (an "
                                     f"instruction {p.name} drained in two loops)")
-            p.add_signal(self._z(m1.depth))
+            self._add_signal(p, self._z(m1.depth))
             p.zloop = m1
             z = self._z(m1.depth)
             m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(p, n)
             self._cover_all(p.engine, p.seq, p)
             return
         s = self._pair(p.engine, c.engine)
-        p.add_signal(s)
+        self._add_signal(p, s)
         if len(c.ctx) > n:  # entering loop l1: the front end takes the token once
             c.ctx[n].pre.append(Inst("nop", {}, "scalar", c.ctx[:n], wait=s))
             self._cover_all(p.engine, p.seq, p)
@@ -729,7 +797,7 @@ class _Codegen:
                     raise _fail(op, "unsupported synchronisation pattern (loop-carried "
                                 "dependency on an instruction drained by an outer loop)")
                 z = self._z(lp.depth)
-                p.add_signal(z)
+                self._add_signal(p, z)
                 p.zloop = lp
                 k = lp.depth  # index of the first loop inside lp in p.ctx
                 lp.tail_drain[z] = lp.tail_drain.get(z, 0) + self._count(p, k)
@@ -750,9 +818,11 @@ class _Codegen:
                 last = self.ring_last[alloc] is op
                 if first or last:
                     write = True
-                if first:
+                # an op emitted as several instructions (split DMA, fill) takes the free
+                # token on its first instruction and releases it on its last
+                if first and self.part[0] and self._round_edge(op, alloc, True):
                     self._ring_wait(inst, self.ring_free[(alloc, ring[1])], alloc)
-                if last:
+                if last and self.part[1] and self._round_edge(op, alloc, False):
                     ring_sig.append(self.ring_free[(alloc, ring[1])])
                 if alloc in self.pipe_sem and not first and (alloc, ring[2]) not in self.pipe_taken:
                     self.pipe_taken.add((alloc, ring[2]))
@@ -779,10 +849,30 @@ class _Codegen:
         except isa.EncodingError as e:
             raise _fail(op, f"cannot encode {name}: {e}") from None
         self.block.append(inst)
+        inst.home = self.block
         self.accesses.extend(accesses)
         for s in ring_sig:
             self._ring_signal(inst, s)
         return inst
+
+    def _round_edge(self, op: Operation, alloc, first: bool) -> bool:
+        """Does this emitted copy of op (nested in loops inside the rotation loop) cover the
+        first (last) iteration of every such loop? Only that copy takes (releases) the free
+        token: a peeled first or last iteration is a copy of its own."""
+        rot = self.rotation[alloc]
+        loops = _loops_of(op, self.fn)
+        for f in loops[loops.index(rot) + 1:] if rot in loops else []:
+            b = self.bind[f]
+            trip = _trip(f)
+            if b.fixed is not None:
+                if b.fixed != (0 if first else trip - 1):
+                    return False
+            elif first:
+                if b.u != 0:
+                    return False
+            elif b.u + b.unroll * (b.loop.count - 1) != trip - 1:  # type: ignore[union-attr]
+                return False
+        return True
 
     def _ring_wait(self, inst: Inst, s: int, alloc) -> None:
         rot_lp = self._rot_depth(alloc)
@@ -799,16 +889,14 @@ class _Codegen:
         rot_lp = self._rot_depth(alloc)
         if len(self.ctx) > rot_lp:  # last access nested deeper: drain, then signal
             m1 = self.ctx[rot_lp]
-            if m1.forop in self.peel:
-                return  # the loop's peeled last iteration signals
             if inst.zloop is None:
                 z = self._z(m1.depth)
-                inst.add_signal(z)
+                self._add_signal(inst, z)
                 inst.zloop = m1
                 m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(inst, rot_lp)
             m1.post_signal.append(s)
         else:
-            inst.add_signal(s)
+            self._add_signal(inst, s)
 
     def _rot_depth(self, alloc) -> int:
         """Number of emitted loops enclosing the rotation loop's body copy."""
@@ -881,9 +969,11 @@ class _Codegen:
             ring_l = self._ring(local)
             acc = [("dram", dr[0], dr[1], not load, None),
                    ("local", lr[0], lr[1], load, ring_l)]
+            self.part = (ci == 0, ci == len(combos) - 1)
             inst = self._emit(op, name, engine, fields, acc)
+            self.part = (True, True)
             if pipe_full is not None and ci == len(combos) - 1:
-                inst.add_signal(pipe_full)
+                self._add_signal(inst, pipe_full)
 
     def _matmul(self, op: t.MatmulOp) -> None:
         lhs, rhs, accb = self.bufs[op.lhs], self.bufs[op.rhs], self.bufs[op.acc]
@@ -961,9 +1051,18 @@ class _Codegen:
         base = dict(dst_base=dreg, dst=dimm, a_base=dreg, a=dimm, b_base=0, b=0, rows=rows,
                     cols=cols, dstride=dstride, astride=dstride, bstride=0, dt=dt,
                     bmode=isa.BMODE_CODE["imm"])
-        self._emit(op, "vec.mul", "vector", dict(base, at=0, bt=0, imm=isa.f32_bits(0.0)), acc)
         is_int = dst.elem in ("i8", "i32")
-        if value == 0.0 and (is_int or math.copysign(1.0, value) > 0):
+        only = value == 0.0 and (is_int or math.copysign(1.0, value) > 0)
+        self.part = (True, only)
+        self._emit(op, "vec.mul", "vector", dict(base, at=0, bt=0, imm=isa.f32_bits(0.0)), acc)
+        self.part = (False, True)
+        try:
+            self._fill_value(op, base, acc, dt, value, is_int, only)
+        finally:
+            self.part = (True, True)
+
+    def _fill_value(self, op, base, acc, dt, value, is_int, only) -> None:
+        if only:
             return
         if value == 0.0:
             self._emit(op, "vec.mul", "vector", dict(base, at=dt, bt=2, imm=isa.f32_bits(-1.0)),
@@ -974,43 +1073,144 @@ class _Codegen:
                    acc)
 
     # ------------------------------------------------------------------ flatten
-    def _flatten(self, items: list, out: list[isa.Instr], depth: int) -> None:
+    def _flatten(self, items: list, out: list[list], depth: int, grp: int = 0,
+                 item: int | None = None) -> None:
+        """Emitted tree -> entries [name, wait, signal, signal2, fields, group, item]; `item`
+        identifies the top-level item (a top-level instruction, or a top-level loop with its
+        front-end prologue and epilogue) an entry belongs to."""
         for it in items:
+            g, iid = (it.group, len(out)) if item is None else (grp, item)
             if isinstance(it, Inst):
-                out.append(isa.make(it.name, it.wait, it.signal, it.signal2, **it.fields))
+                out.append([it.name, it.wait, it.signal, it.signal2, it.fields, g, iid])
                 continue
             lp: Loop = it
-            self._flatten(lp.pre, out, depth)
-            body: list[isa.Instr] = []
-            self._flatten(lp.body, body, depth + 1)
-            self._drains(lp.tail_drain, body, depth + 1)
+            self._flatten(lp.pre, out, depth, g, iid)
+            body: list[list] = []
+            self._flatten(lp.body, body, depth + 1, g, iid)
+            self._drains(lp.tail_drain, body, depth + 1, g, iid)
             for reg, c in lp.steps:
-                body.append(isa.make("addi", rd=reg, rs=reg, imm=c))
+                body.append(["addi", 0, 0, 0, dict(rd=reg, rs=reg, imm=c), g, iid])
             if not body:
                 continue
             if len(body) >= 1 << 16:
                 raise LoweringError(f"tile-to-npu: a loop body of {len(body)} instructions "
                                     "exceeds the loop instruction's 16-bit body field")
-            out.append(isa.make("loop", count=lp.count, body=len(body)))
+            out.append(["loop", 0, 0, 0, dict(count=lp.count, body=len(body)), g, iid])
             out.extend(body)
             for reg, c in lp.steps:
-                out.append(isa.make("addi", rd=reg, rs=reg, imm=-c * lp.count))
-            self._drains(lp.post_drain, out, depth)
+                out.append(["addi", 0, 0, 0, dict(rd=reg, rs=reg, imm=-c * lp.count), g, iid])
+            self._drains(lp.post_drain, out, depth, g, iid)
             for s in lp.post_signal:
-                out.append(isa.make("nop", signal=s))
+                out.append(["nop", 0, s, 0, {}, g, iid])
 
-    def _drains(self, drains: dict[int, int], out: list[isa.Instr], depth: int) -> None:
+    def _drains(self, drains: dict[int, int], out: list[list], depth: int, g: int,
+                iid: int) -> None:
         for s, n in drains.items():
             if n == 1:
-                out.append(isa.make("nop", wait=s))
+                out.append(["nop", s, 0, 0, {}, g, iid])
             elif depth + 1 <= self.hw.scalar.loop_depth:
-                out.append(isa.make("loop", count=n, body=1))
-                out.append(isa.make("nop", wait=s))
+                out.append(["loop", 0, 0, 0, dict(count=n, body=1), g, iid])
+                out.append(["nop", s, 0, 0, {}, g, iid])
             elif n <= 64:
-                out.extend(isa.make("nop", wait=s) for _ in range(n))
+                out.extend(["nop", s, 0, 0, {}, g, iid] for _ in range(n))
             else:
                 raise LoweringError("tile-to-npu: a drain of a loop at the maximum nesting depth "
                                     f"needs {n} waits")
+
+    # ------------------------------------------------------------------ semaphore assignment
+    def _assign_semaphores(self, ents: list[list]) -> list[list]:
+        """Map virtual semaphores onto s1..sN. A virtual is live over every top-level item that
+        uses it (a loop nest is one item, so tokens carried across iterations stay inside the
+        live range). Two virtuals with disjoint live ranges share a physical semaphore: a
+        "bal" virtual consumes every token it signals within its range, a "ring" virtual
+        holds one idle token before and after. A physical semaphore going from a ring to a
+        balanced use is drained by a front-end `nop wait` at the start of the new range, one
+        going the other way gets its idle token from a `nop signal` there; both sit between
+        top-level items, so no loop body changes."""
+        span: dict[int, tuple[int, int]] = {}
+        for i, e in enumerate(ents):
+            lo, hi = span.get(e[6], (i, i + 1))
+            span[e[6]] = (min(lo, i), max(hi, i + 1))
+        live: dict[int, tuple[int, int]] = {}
+        for e in ents:
+            lo, hi = span[e[6]]
+            for v in (e[1], e[2], e[3]):
+                if v:
+                    a, b = live.get(v, (lo, hi))
+                    live[v] = (min(a, lo), max(b, hi))
+        busy = [0] * (self.nsems + 1)  # physical -> end of its current live range
+        state = [0] * (self.nsems + 1)  # physical -> idle tokens (0, or 1 after a ring)
+        phys: dict[int, int] = {}
+        inserts: dict[int, list[list]] = {}
+        peak = 0
+        for v in sorted(live, key=lambda v: (live[v][0], v)):
+            lo, hi = live[v]
+            ring = self.vkind[v] == "ring"
+            cand = [q for q in range(1, self.nsems + 1) if busy[q] <= lo]
+            if not cand:
+                held = sorted(self.vwhat[u] for u, q in phys.items() if busy[q] > lo
+                              and phys[u] == q and live[u][1] > lo and live[u][0] <= lo)
+                raise LoweringError(
+                    f"tile-to-npu: out of semaphores (scalar.semaphores = {self.nsems}): "
+                    f"{len(held) + 1} needed at instruction {lo} ({', '.join(held)}, and a "
+                    f"{self.vwhat[v]})")
+            peak = max(peak, self.nsems - len(cand) + 1)
+            want = 1 if ring else 0
+            same = [q for q in cand if state[q] == want]
+            if same:
+                q = same[0]
+            else:  # the longest idle one: its last token is the most likely to be there
+                q = min(cand, key=lambda q: busy[q])
+                e = ents[lo]
+                op = ["nop", 0, q, 0, {}, e[5], e[6]] if ring else ["nop", q, 0, 0, {}, e[5], e[6]]
+                inserts.setdefault(lo, []).append(op)
+                self.sem_stats["preloads" if ring else "drains"] = (
+                    self.sem_stats.get("preloads" if ring else "drains", 0) + 1)
+            phys[v] = q
+            busy[q] = hi
+            state[q] = want
+        self.sem_stats.update(virtual=len(live), peak=peak)
+        out: list[list] = []
+        for i, e in enumerate(ents):
+            out.extend(inserts.get(i, ()))
+            out.append([e[0], phys.get(e[1], 0), phys.get(e[2], 0), phys.get(e[3], 0), *e[4:]])
+        return out
+
+    # ------------------------------------------------------------------ op markers
+    def _markers(self, ents: list[list]) -> list[dict]:
+        """[{name, kind, start, end}]: one per group of top-level items (a graph-level kernel),
+        in program order, covering the whole program."""
+        out: list[dict] = []
+        prev = -1
+        for i, e in enumerate(ents):
+            if out and out[-1]["group"] == e[5]:
+                out[-1]["end"] = i + 1
+                continue
+            if out and e[5] < out[-1]["group"]:  # (cannot happen: groups are in order)
+                out[-1]["end"] = i + 1
+                continue
+            g = self.groups[e[5]] if e[5] < len(self.groups) else {"names": [], "kinds": set()}
+            if g["names"]:
+                name = g["names"][0]
+                prev = int(name[6:])
+            else:
+                prev += 1
+                name = f"kernel{prev}"
+            kinds = g["kinds"]
+            kind = "matmul" if "matmul" in kinds else ("+".join(sorted(kinds - {"dma", "copy"}))
+                                                       or ("copy" if "copy" in kinds else "dma"))
+            out.append({"name": name, "kind": kind, "start": i, "end": i + 1, "group": e[5]})
+        merged: list[dict] = []
+        for o in out:  # a kernel's prologue group (e.g. padding) takes the kernel's name
+            del o["group"]
+            if merged and merged[-1]["name"] == o["name"]:
+                m = merged[-1]
+                m["end"] = o["end"]
+                if o["kind"] == "matmul" or m["kind"] in ("dma", "copy"):
+                    m["kind"] = o["kind"]
+            else:
+                merged.append(o)
+        return merged
 
 
 # =========================================================================== helpers

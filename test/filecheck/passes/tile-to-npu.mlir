@@ -5,7 +5,7 @@
 // A double-buffered k-loop matmul with a relu epilogue: y = relu(x @ w), x 32x64 bf16,
 // w 64x16 bf16, k chunks of 16 DMAed into a double-buffered scratchpad tile (the loop body
 // is emitted once per half), a "free" semaphore per
-// half pre-loaded at the start, RAW/WAR pairs between the DMA, matrix and vector engines.
+// half pre-loaded before its first use, RAW/WAR pairs between the DMA, matrix and vector engines.
 
 builtin.module attributes {tile.target = "edge"} {
   func.func @main(%x: memref<32x128xbf16, "dram"> {graph.name = "x"}, %w: memref<128x16xbf16, "dram"> {graph.name = "w"}, %y: memref<32x16xf32, "dram"> {graph.name = "y", tile.output}) {
@@ -33,11 +33,13 @@ builtin.module attributes {tile.target = "edge"} {
 // Software pipelining: the w chunk of iteration t+1 is DMAed before iteration t's matmul
 // (prologue: chunk 0; loop: chunks 2j+1, 2j+2; epilogue: chunk 7); each load signals the
 // loop's "full" semaphore, the loadw that first reads its half waits for it.
-// CHECK:      nop signal=[[FREE0:s[0-9]+]]
-// CHECK-NEXT: nop signal=[[FREE1:s[0-9]+]]
-// CHECK-NEXT: dma.load dram=r0+0x0, local=r0+0x0, n0=8192, n1=1, n2=1, {{.*}} signal=[[LX:s[0-9]+]]
+// Semaphores are allocated by live range: each "free" semaphore gets its idle token from a
+// `nop signal` just before the first top-level item using it.
+// CHECK:      dma.load dram=r0+0x0, local=r0+0x0, n0=8192, n1=1, n2=1, {{.*}} signal=[[LX:s[0-9]+]]
 // CHECK-NEXT: vec.mul dst=r0+0x2000000, {{.*}} dt=fp32, at=int8, bt=int8, bmode=imm, imm=0.0, signal=[[VM:s[0-9]+]]
+// CHECK-NEXT: nop signal=[[FREE0:s[0-9]+]]
 // CHECK-NEXT: dma.load dram=r0+0x2000, local=r0+0x2000, n0=512, {{.*}} wait=[[FREE0]], signal=[[FULL:s[0-9]+]]
+// CHECK-NEXT: nop signal=[[FREE1:s[0-9]+]]
 // CHECK-NEXT: nop wait=[[VM]]
 // CHECK-NEXT: nop wait=[[LX]]
 // CHECK-NEXT: loop count=r0+3, body=8
@@ -63,6 +65,7 @@ builtin.module attributes {tile.target = "edge"} {
 // LAYOUT:      npu.layout = {version = 1 : i64, target = "edge", entry = "main", alignment = 64 : i64, dram_bytes = 14336 : i64,
 // LAYOUT-SAME: args = [{index = 0 : i64, name = "x", output = false, offset = 0 : i64, bytes = 8192 : i64, shape = array<i64: 32, 128>, dtype = "bf16"},
 // LAYOUT-SAME: {index = 2 : i64, name = "y", output = true, offset = 12288 : i64, bytes = 2048 : i64, shape = array<i64: 32, 16>, dtype = "f32"}],
+// LAYOUT:      npu.ops = [{name = "kernel0", kind = "matmul", start = 0 : i64, end = 28 : i64}]
 // LAYOUT:      npu.program {
 // LAYOUT:        npu.halt
 // BIN: {{^[0-9a-f]{64}$}}
