@@ -1405,10 +1405,10 @@ class YieldOp(GraphOp):
 
 
 class GraphCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
-    """Lets upstream `canonicalize` use the graph patterns (infer.passes.graph_canonicalize)."""
+    """Lets upstream `canonicalize` use the graph patterns (infer.dialects.graph_canonicalization)."""
 
     def get_patterns(self, op):
-        from infer.passes.graph_canonicalize import patterns_for
+        from infer.dialects.graph_canonicalization import patterns_for
 
         return patterns_for(op)
 

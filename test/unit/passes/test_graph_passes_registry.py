@@ -15,7 +15,7 @@ from infer.dialects import graph as g
 from infer.dialects.graph_interpreter import run_module
 from infer.dialects.ir_io import IRError, make_context, parse_ir, verify_module
 from infer.passes import infer_passes
-from infer.passes.graph_canonicalize import _ROOTS, graph_canonicalization_patterns, patterns_for
+from infer.dialects.graph_canonicalization import _ROOTS, graph_canonicalization_patterns, patterns_for
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
 ROOT = Path(__file__).resolve().parents[3]
