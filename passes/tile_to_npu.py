@@ -398,6 +398,8 @@ class _Codegen:
                     g["kinds"].add(o.op.data)
                 elif isinstance(o, t.DmaOp):
                     g["kinds"].add("dma")
+                elif isinstance(o, t.GatherRowsOp):
+                    g["kinds"].add("gather")
 
     def _op(self, op: Operation) -> None:
         if isinstance(op, t.AllocOp):
@@ -422,6 +424,8 @@ class _Codegen:
             self._vector(op)
         elif isinstance(op, t.FillOp):
             self._fill(op)
+        elif isinstance(op, t.GatherRowsOp):
+            self._gather_rows(op)
         else:
             raise _fail(op, "unsupported op in a tile-level function")
 
@@ -721,7 +725,7 @@ class _Codegen:
         return self.zsem[depth]
 
     def _cover_all(self, e: str, seq: int, p: Inst | None = None) -> None:
-        for f in ENGINES:
+        for f in (*ENGINES, "scalar"):
             self._learn(p, f) if p is not None else None
             self.coverage[(e, f)] = max(self.coverage.get((e, f), 0), seq)
 
@@ -1072,6 +1076,89 @@ class _Codegen:
         self._emit(op, "vec.add", "vector", dict(base, at=dt, bt=bt, imm=isa.f32_bits(value)),
                    acc)
 
+    def _gather_rows(self, op: t.GatherRowsOp) -> None:
+        """dst[d0 + k, d1:d1+cols] = table[idx[i0 + k], c0:c0+cols]: per row the front end
+        reads the index with `ld` (an i64 index: its low word), scales it by the table's row
+        pitch and issues one row DMA whose DRAM base is that register. Rows 0..n-2 run in a
+        hardware loop stepping the index and destination registers (registers keyed by the
+        loop like any address stream); the last row is peeled after the loop, so a consumer
+        synchronises with that one DMA (DMAs complete in issue order)."""
+        table, ibuf, dst = self.bufs[op.table], self.bufs[op.indices], self.bufs[op.dst]
+        if dst.space == "dram":
+            raise _fail(op, "a DRAM destination is not supported (gather into a local buffer "
+                        "and store it with tile.dma)")
+        rows, cols = op.rows.value.data, op.cols.value.data
+        e, ie = table.esize, ibuf.esize
+        pitch = table.shape[1] * e
+        dpitch = dst.shape[1] * dst.esize
+        nbytes = cols * e
+        t_aff = Aff(table.base, {}) + self._aff(op.table_indices[0], op).scale(e)
+        tkey, timm, tlo, thi = self._addr(t_aff)
+        t_span = (tlo, thi + (table.shape[0] - 1) * pitch + nbytes)
+        ikey, iimm, ilo, ihi = self._addr(self._tile_addr(ibuf, op.index_indices, op))
+        dkey, dimm, dlo, dhi = self._addr(self._tile_addr(dst, op.dst_indices, op))
+        if not self.free_regs:
+            raise _fail(op, f"out of address registers (scalar.registers = "
+                        f"{self.hw.scalar.registers}) for the gathered row number")
+        rt = self.free_regs.pop(0)[0]
+        self.used_regs.add(rt)
+
+        def row(ik: tuple, ii: int, dk: tuple, di: int, span: int, part: tuple) -> None:
+            ld = Inst("ld", dict(rd=rt, addr_base=self._reg(ik), addr=ii), "scalar", self.ctx,
+                      next(self.seq))
+            self._scalar_read(ld, ilo, ihi + rows * ie)
+            self.block.append(ld)
+            ld.home = self.block
+            self.block.append(Inst("muli", dict(rd=rt, rs=rt, imm=pitch), "scalar", self.ctx))
+            if tkey:
+                self.block.append(Inst("add", dict(rd=rt, rs=rt, rt=self._reg(tkey)), "scalar",
+                                       self.ctx))
+            fields = dict(dram_base=rt, dram=timm, local_base=self._reg(dk), local=di, n0=nbytes,
+                          n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0)
+            self.part = part
+            try:
+                self._emit(op, "dma.load", "dma_load", fields,
+                           [("dram", t_span[0], t_span[1], False, None),
+                            ("local", dlo + di - dimm, dhi + di - dimm + span + nbytes, True,
+                             self._ring(dst))])
+            finally:
+                self.part = (True, True)
+
+        looped = rows - 1 if rows - 1 >= 2 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth else 0
+        if looped:
+            self.now += 1
+            lp = Loop(looped, len(self.ctx) + 1, first_access=len(self.accesses), opened=self.now)
+            self.block.append(lp)
+            outer_block, self.block = self.block, lp.body
+            self.ctx = self.ctx + (lp,)
+            row(ikey + ((lp, ie),), iimm, dkey + ((lp, dpitch),), dimm, (looped - 1) * dpitch,
+                (True, False))
+            self._carried(lp, op)
+            self.ctx = self.ctx[:-1]
+            self.block = outer_block
+            for reg, owner in list(self.reg_owner.items()):
+                if owner is lp:
+                    del self.reg_owner[reg]
+                    self.regs = {k: r for k, r in self.regs.items() if r != reg}
+                    self.free_regs.append((reg, self.now))
+        for k in range(looped, rows):
+            row(ikey, iimm + k * ie, dkey, dimm + k * dpitch, 0, (k == 0, k == rows - 1))
+        # registers are 0 when not in use
+        self.block.append(Inst("li", dict(rd=rt, imm=0), "scalar", self.ctx))
+        self.free_regs.append((rt, self.now))
+
+    def _scalar_read(self, inst: Inst, lo: int, hi: int) -> None:
+        """A front-end `ld` of DRAM [lo, hi): wait for the engines' earlier writes. (The front
+        end executes it before dispatching anything later, so it is never a producer.)"""
+        latest: dict[str, Access] = {}
+        for r in self.accesses:
+            if r.write and r.space == "dram" and r.lo < hi and lo < r.hi:
+                cur = latest.get(r.inst.engine)
+                if cur is None or r.inst.seq > cur.inst.seq:
+                    latest[r.inst.engine] = r
+        for r in sorted(latest.values(), key=lambda r: -r.inst.seq):
+            self._sync(r.inst, inst)
+
     # ------------------------------------------------------------------ flatten
     def _flatten(self, items: list, out: list[list], depth: int, grp: int = 0,
                  item: int | None = None) -> None:
@@ -1253,6 +1340,8 @@ def _op_accesses(op: Operation) -> list[tuple[SSAValue, bool]]:
         return [(_roots(op.a), False), *((_roots(b), False) for b in op.b), (_roots(op.dst), True)]
     if isinstance(op, t.FillOp):
         return [(_roots(op.dst), True)]
+    if isinstance(op, t.GatherRowsOp):
+        return [(_roots(op.table), False), (_roots(op.indices), False), (_roots(op.dst), True)]
     return []
 
 
