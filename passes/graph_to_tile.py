@@ -365,6 +365,7 @@ class FunctionLowering:
         self._keep: list[np.ndarray] = []
         self._cur_op: Operation = fn  # the op being lowered (error locations)
         self._last_name: str | None = None
+        self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
 
     # -- constants --------------------------------------------------------
     def const(self, v: SSAValue) -> np.ndarray | None:
@@ -496,16 +497,26 @@ class FunctionLowering:
         ftype = fn.function_type
         old_args = list(fn.body.block.args)
         in_types = []
+        host_dtypes: dict[int, str] = {}
         for i, ty in enumerate(list(ftype.inputs.data) + list(ftype.outputs.data)):
-            ok = isinstance(ty, TensorType) and element_type_name(ty.get_element_type()) == "f32"
-            if (not ok and i < len(old_args) and isinstance(ty, TensorType)
-                    and _ld.index_source(self, old_args[i])):
-                ok = True  # i32/i64 indices that only feed gathers
+            ename = element_type_name(ty.get_element_type()) if isinstance(ty, TensorType) else ""
+            ok = ename == "f32"
+            if (not ok and i < len(old_args) and ename in _ld.INDEX_TYPES
+                    and _ld.int_input_ok(self, old_args[i])):
+                ok = True  # integer inputs: gather indices, casts to f32, attention masks
             if not ok:
                 raise _err(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
-                           f"arguments that only feed gather indices), got {ty}")
+                           f"arguments that feed gather indices, casts to f32 or attention masks), got {ty}")
             if i < len(old_args):
-                in_types.append(t.memref(_shape_t(ty), ty.get_element_type(), "dram"))
+                elem = ty.get_element_type()
+                if ename == "i64" and not _ld.index_source(self, old_args[i]):
+                    # narrowed: DRAM holds int32 for the vector unit, the runtime converts (range-checked);
+                    # i64 arguments that only feed gathers stay i64 (gather_rows reads the low word)
+                    from xdsl.dialects.builtin import i32
+
+                    elem = i32
+                    host_dtypes[i] = "i64"
+                in_types.append(t.memref(_shape_t(ty), elem, "dram"))
         out_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.outputs.data]
         block = Block(arg_types=in_types + out_types)
         self.em = Emitter(block)
@@ -533,7 +544,9 @@ class FunctionLowering:
         # function attributes
         arg_attrs = []
         old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(in_types)
-        for a in old_arg_attrs:
+        for i, a in enumerate(old_arg_attrs):
+            if i in host_dtypes:
+                a = DictionaryAttr({**a.data, "tile.host_dtype": StringAttr(host_dtypes[i])})
             arg_attrs.append(a)
         old_res = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(out_types)
         for i, r in enumerate(old_res):
@@ -555,6 +568,9 @@ class FunctionLowering:
             self._lower_op(op)
 
     def _lower_op(self, op: Operation) -> None:
+        if _ld.runtime_int_op(self, op):
+            _ld.lower_runtime_int(self, op)
+            return
         if isinstance(op, g.KernelOp):
             self.lower_kernel(op)
             return
@@ -631,6 +647,8 @@ class FunctionLowering:
         for a, v in env.items():
             if v in self.vmap:
                 self.vmap[a] = self.vmap[v]
+            if v in self.masks:
+                self.masks.add(a)
             c = self.const(v)
             if c is not None:
                 self.consts[a] = c
@@ -1759,9 +1777,9 @@ class FunctionLowering:
         z = [0, 0]
 
         def chunk(in_off: Index, out_off: Index, c0: Index, cl: int) -> None:
-            if contiguous:
-                em.dma(s2, [_div(em, in_off, L), c0], buf, z, [1, cl])
-                em.dma(buf, z, d2, [_div(em, out_off, L), c0], [1, cl])
+            if contiguous:  # offsets are counted in rows of L (no runtime division)
+                em.dma(s2, [in_off, c0], buf, z, [1, cl])
+                em.dma(buf, z, d2, [out_off, c0], [1, cl])
             else:
                 em.dma(s2, [em.add(in_off, em.mul(c0, ist[perm[-1]])), 0], buf, z, [cl, 1], [ist[perm[-1]], 1])
                 em.dma(buf, z, d2, [em.add(out_off, c0), 0], [cl, 1])
@@ -1771,7 +1789,9 @@ class FunctionLowering:
                 em.tiles(L, CL, lambda c0, cl: chunk(in_off, out_off, c0, cl))
                 return
             ost = _prod(O[k + 1:])
-            em.range(O[k], lambda i: rec(k + 1, em.add(in_off, em.mul(i, ist[perm[k]])), em.add(out_off, em.mul(i, ost))))
+            unit = L if contiguous else 1  # contiguous: every stride here is a multiple of L
+            em.range(O[k], lambda i: rec(k + 1, em.add(in_off, em.mul(i, ist[perm[k]] // unit)),
+                                         em.add(out_off, em.mul(i, ost // unit))))
 
         if rank == 0:
             self.copy(src, out, S)
@@ -1841,13 +1861,6 @@ _OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {
     "graph.attention": FunctionLowering.lower_attention,
     "graph.transpose": FunctionLowering.lower_transpose,
 }
-
-
-def _div(em: Emitter, v: Index, k: int) -> Index:
-    """v // k for offsets built from multiples of k (they are: rows of length k)."""
-    if isinstance(v, int):
-        return v // k
-    return em.insert(arith.DivSIOp(v, em.c(k))).results[0]
 
 
 def _shape_t(ty: Attribute) -> tuple[int, ...]:

@@ -587,3 +587,141 @@ def lower_cast_round_trip(fl, op: g.CastOp) -> None:
         em.dma(yt, z, o2, [r0, c0], [rows, cols])
 
     em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: tile(r0, rows, c0, cols)))
+
+
+# ----------------------------------------------------------------------------
+# integer model inputs (token ids, attention masks)
+# ----------------------------------------------------------------------------
+
+
+def int_input_ok(fl, v: SSAValue) -> bool:
+    """Whether integer tensor v (an i32/i64 function argument, or an integer cast/reshape
+    of one) has only uses graph-to-tile lowers: gather indices, integer casts/reshapes
+    of such values, casts to f32 (`int_to_f32`), casts to i1 used only as attention
+    masks (through reshapes; `int_to_mask`). An unused argument is refused (as before)."""
+    uses = list(v.uses)
+    if not uses:
+        return False
+    for u in uses:
+        op = u.operation
+        if isinstance(op, g.GatherOp) and u.index == 1:
+            continue
+        if isinstance(op, g.CastOp | g.ReshapeOp):
+            r = op.results[0]
+            e = _ename(r)
+            if e in INDEX_TYPES and int_input_ok(fl, r):
+                continue
+            if isinstance(op, g.CastOp) and e == "f32":
+                continue
+            if isinstance(op, g.CastOp) and e == "i1" and mask_only(r):
+                continue
+        if _kernel_cast(op) is not None:  # graph-fuse wraps a lone cast in an elementwise kernel
+            e = _ename(op.outputs[0])
+            if e == "f32" or (e == "i1" and mask_only(op.outputs[0])):
+                continue
+        return False
+    return True
+
+
+def _kernel_cast(op):
+    """The cast of a `graph.kernel` whose region is one cast of its single input, or None."""
+    if not isinstance(op, g.KernelOp) or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return None
+    ops = [o for o in op.body.block.ops if o is not op.yield_op]
+    if len(ops) != 1 or not isinstance(ops[0], g.CastOp) or ops[0].input is not op.body.block.args[0]:
+        return None
+    return ops[0]
+
+
+def mask_only(v: SSAValue) -> bool:
+    """Whether i1 tensor v only serves as an attention mask (directly or through reshapes)."""
+    uses = list(v.uses)
+    if not uses:
+        return False
+    for u in uses:
+        op = u.operation
+        if isinstance(op, g.ReshapeOp) and mask_only(op.results[0]):
+            continue
+        if isinstance(op, g.AttentionOp) and op.mask is not None and op.mask == v:
+            continue
+        if isinstance(op, g.KernelOp) and mask_only(op.body.block.args[u.index]):
+            continue  # a fused attention kernel: its region's attention takes the mask
+        return False
+    return True
+
+
+def runtime_int_op(fl, op) -> bool:
+    """Whether op reads a runtime integer buffer (an argument, possibly through
+    aliasing casts/reshapes) or a runtime additive mask: lowered by `lower_runtime_int`."""
+    if _kernel_cast(op) is not None:
+        return _is_int_index(op.inputs[0]) and op.inputs[0] in fl.vmap
+    if not isinstance(op, g.CastOp | g.ReshapeOp):
+        return False
+    x = op.operands[0]
+    if x in fl.masks:
+        return isinstance(op, g.ReshapeOp)
+    return _is_int_index(x) and x in fl.vmap
+
+
+def lower_runtime_int(fl, op) -> None:
+    x, r = op.operands[0], op.results[0]
+    if _kernel_cast(op) is not None:
+        e = _ename(r)
+        if e not in ("f32", "i1"):
+            raise g2t._err(op, f"integer model inputs: a kernel casting to {r.type} is not supported")
+        _lower_int_to_f32(fl, op, x, r, mask=e == "i1")
+        return
+    if x in fl.masks:  # reshape of an additive mask: a view
+        fl.vmap[r] = fl.em.view(fl.vmap[x], _S(r))
+        fl.masks.add(r)
+        return
+    e = _ename(r)
+    if e in INDEX_TYPES:
+        lower_index_passthrough(fl, op)
+    elif isinstance(op, g.CastOp) and e in ("f32", "i1"):
+        _lower_int_to_f32(fl, op, x, r, mask=e == "i1")
+    else:
+        raise g2t._err(op, f"integer model inputs: a {op.name} to {r.type} is not supported (integer inputs "
+                       "may feed gathers, casts to f32, and casts to i1 used as attention masks)")
+
+
+def _lower_int_to_f32(fl, op, x: SSAValue, r: SSAValue, mask: bool) -> None:
+    """f32(x) of a runtime int32 buffer: vector copy int32 -> fp32 (exact for |x| < 2^24).
+    mask=True (x -> i1 used as an attention mask): the result is the additive f32 mask
+    (x != 0 ? 0 : NEG), computed as (min(|f32(x)|, 1) - 1) * 1e30; the i1 value is then
+    represented by that buffer (`fl.masks`), which the attention lowering reads as a
+    runtime additive mask."""
+    from xdsl.dialects.builtin import i32
+
+    em = fl.em
+    src = fl.vmap[x]
+    S = _S(r)
+    N = S[-1] if S else 1
+    M = _prod(S) // N
+    name = fl.name()
+    what = "cast int32->f32" + (" -> additive attention mask" if mask else "")
+    rc = tc.choose_rows(fl.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=4 if mask else 1, live_tiles=2,
+                        footprint=lambda tr, tcn: tr * tcn * 16)  # int32 x, f32 y, x2
+    fl.debug(tc.describe_rows(name, what, "x".join(map(str, S)), rc))
+    x2 = em.view(src, (M, N))
+    out = em.alloc(S, f32, "dram") if mask else fl.out_buf(r)
+    if mask:
+        fl.vmap[r] = out
+        fl.masks.add(r)
+    o2 = em.view(out, (M, N))
+    TR, TC = min(rc.rows, M), rc.cols
+    xt = em.alloc((TR, TC), i32, "spad", 2)
+    yt = em.alloc((TR, TC), f32, "spad", 2)
+    z = [0, 0]
+
+    def tile(r0: Index, rows: int, c0: Index, cols: int) -> None:
+        em.dma(x2, [r0, c0], xt, z, [rows, cols])
+        em.vec("copy", yt, z, xt, z, rows, cols)
+        if mask:
+            em.vec("abs", yt, z, yt, z, rows, cols)
+            em.vec("min", yt, z, yt, z, rows, cols, bmode="imm", imm=1.0)
+            em.vec("add", yt, z, yt, z, rows, cols, bmode="imm", imm=-1.0)
+            em.vec("mul", yt, z, yt, z, rows, cols, bmode="imm", imm=-g2t.NEG)
+        em.dma(yt, z, o2, [r0, c0], [rows, cols])
+
+    em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: tile(r0, rows, c0, cols)))

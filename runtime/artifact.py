@@ -97,6 +97,14 @@ def dtype_name(dt: Any) -> str:
     raise ArtifactError(f"unsupported dtype {dt}")
 
 
+def narrowed(host: np.dtype, dram: np.dtype) -> bool:
+    """Whether an input of dtype `host` (signature) is held in DRAM as `dram` (layout):
+    graph-to-tile narrows i64 arguments to i32 (arg attr `tile.host_dtype = "i64"`; the
+    vector unit has no int64). `Executable.run` converts such inputs, refusing values
+    outside the int32 range."""
+    return np.dtype(host) == np.int64 and np.dtype(dram) == np.int32
+
+
 # ----------------------------------------------------------------------------- signature / layout
 @dataclass(frozen=True)
 class TensorSpec:
@@ -385,7 +393,8 @@ class Artifact:
                 raise ArtifactError(f"mismatched artifact: the signature has {len(specs)} {what}(s), the layout "
                                     f"{len(places)}")
             for s, p in zip(specs, places, strict=True):
-                if s.shape != p.shape or s.np_dtype.itemsize != np_dtype(p.dtype).itemsize:
+                if s.shape != p.shape or (s.np_dtype.itemsize != np_dtype(p.dtype).itemsize
+                                          and not (what == "input" and narrowed(s.np_dtype, np_dtype(p.dtype)))):
                     raise ArtifactError(f"mismatched artifact: {what} '{s.name}' is {s.dtype} {list(s.shape)} in the "
                                         f"signature but {p.dtype} {list(p.shape)} in the layout")
                 if p.offset + s.nbytes > lay.total_bytes:

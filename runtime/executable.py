@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, Layout
+from infer.runtime.artifact import Artifact, ArtifactError, Layout, narrowed, np_dtype
 from infer.runtime.report import Report, build_report
 
 
@@ -111,6 +111,19 @@ class Executable:
             out.append(np.ascontiguousarray(a))
         return out
 
+    @staticmethod
+    def _to_dram_dtype(name: str, a: np.ndarray, dram: np.dtype) -> np.ndarray:
+        """An input as DRAM holds it: i64 inputs narrowed to i32 by graph-to-tile are
+        converted here (values outside int32 are refused, never wrapped)."""
+        if a.dtype == dram or not narrowed(a.dtype, dram):
+            return a
+        info = np.iinfo(np.int32)
+        if a.size and (a.min() < info.min or a.max() > info.max):
+            bad = a[(a < info.min) | (a > info.max)].ravel()[0]
+            raise RunError(f"input '{name}': int64 value {int(bad)} is outside the int32 range "
+                           f"[{info.min}, {info.max}] (the accelerator holds int64 inputs as int32)")
+        return np.ascontiguousarray(a.astype(np.int32))
+
     def run(self, inputs: Any = None, *, trace: bool = True) -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
@@ -123,7 +136,8 @@ class Executable:
         arrays = self._normalise_inputs(inputs)
         lay = self.layout
         dram = self._base_image().copy()
-        for p, a in zip(lay.inputs, arrays, strict=True):
+        for p, s, a in zip(lay.inputs, self.artifact.inputs, arrays, strict=True):
+            a = self._to_dram_dtype(s.name, a, np_dtype(p.dtype))
             b = np.frombuffer(a.tobytes(), np.uint8)
             dram[p.offset:p.offset + b.size] = b
         sim = Simulator(self.config)

@@ -211,8 +211,9 @@ def test_gather_runtime_indices_other_axis_is_located_error():
 
 def test_integer_argument_not_feeding_a_gather_is_refused():
     m = module(fn("%x: tensor<4xf32>, %i: tensor<4xi32>", "tensor<4xf32>", """
-  %c = graph.cast %i : (tensor<4xi32>) -> tensor<4xf32>
-  %a = graph.add %x, %c : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %c = graph.add %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %d = graph.cast %c : (tensor<4xi32>) -> tensor<4xf32>
+  %a = graph.add %x, %d : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   func.return %a : tensor<4xf32>"""))
     with pytest.raises(IRError, match=r"only f32 tensor arguments"):
         GraphToTilePass().apply(CTX, m)
