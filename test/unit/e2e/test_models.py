@@ -143,10 +143,9 @@ def test_llama_prefill(llama, target, precision):
 
 MINILM_SEQ = 32
 MINILM_BLOCKER = ("tile-to-npu cannot compile all-MiniLM-L6-v2 yet: graph-to-tile lowers it (i64 inputs narrowed "
-                  "to i32, attention_mask as an additive mask and as f32 for mean pooling), then tile-to-npu fails: "
-                  "\"'tile.gather_rows' op tile-to-npu: unsupported op in a tile-level function\" (embedding lookup "
-                  "of runtime token ids; with the gather_rows lowering in progress: \"tile-to-npu: out of semaphores "
-                  "(scalar.semaphores = 16): 17 needed\" in the masked attention kernel)")
+                  "to i32, attention_mask as an additive mask and as f32 for mean pooling, gathers as "
+                  "tile.gather_rows), then tile-to-npu fails: \"tile-to-npu: out of semaphores (scalar.semaphores = "
+                  "16): 17 needed\" (the masked attention kernel's double-buffered allocs)")
 
 
 @pytest.fixture(scope="module")
