@@ -1220,7 +1220,8 @@ def _bind_inputs(
     return arrays
 
 
-def _innermost_interpreter_error(e: BaseException) -> InterpreterError | None:
+def innermost_interpreter_error(e: BaseException | None) -> InterpreterError | None:
+    """The InterpreterError a failure inside xDSL's interpreter wraps, if any."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -1247,7 +1248,7 @@ def run_module(
     try:
         results = interpreter.call_op(fn, tuple(arrays))
     except Exception as e:
-        inner = _innermost_interpreter_error(e)
+        inner = innermost_interpreter_error(e)
         if inner is not None:
             # a fresh exception: xDSL attaches the whole printed module as a note
             raise InterpreterError(str(inner)) from None

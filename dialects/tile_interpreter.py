@@ -87,7 +87,7 @@ from xdsl.traits import SymbolTable
 
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_name, to_numpy_dtype
-from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError
+from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError, innermost_interpreter_error
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
 
@@ -506,16 +506,6 @@ def _bind(fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
     return args
 
 
-def _innermost(e: BaseException | None) -> InterpreterError | None:
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, InterpreterError):
-            return e
-        e = e.__cause__ or e.__context__
-    return None
-
-
 def run_tile_module(
     module: ModuleOp,
     inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
@@ -537,7 +527,7 @@ def run_tile_module(
     try:
         results = interpreter.call_op(fn, tuple(args))
     except Exception as e:
-        inner = _innermost(e)
+        inner = innermost_interpreter_error(e)
         if inner is not None:
             raise InterpreterError(str(inner)) from None
         raise InterpreterError(f"@{entry}: {type(e).__name__}: {e}") from e

@@ -82,9 +82,8 @@ class ReferenceBackendRep(BackendRep):
         del self._specialised[:-_MAX_SPECIALISATIONS]
         return module
 
-    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        from infer.dialects.graph_interpreter import run_module
-
+    def input_arrays(self, inputs: Any) -> list[np.ndarray]:
+        """The run's inputs in signature order (a mapping by name, one array, or a sequence)."""
         if isinstance(inputs, Mapping):
             missing = [n for n in self.input_names if n not in inputs]
             if missing:
@@ -98,6 +97,12 @@ class ReferenceBackendRep(BackendRep):
             raise ValueError(
                 f"expected {len(self.input_names)} input(s) ({', '.join(self.input_names)}), got {len(arrays)}"
             )
+        return arrays
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        from infer.dialects.graph_interpreter import run_module
+
+        arrays = self.input_arrays(inputs)
         module = self._module_for(arrays)
         return tuple(run_module(module, arrays))
 

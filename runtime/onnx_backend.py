@@ -18,10 +18,8 @@ compiled artifact itself still runs with `infer.runtime.Executable` alone.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import onnx
 
 from infer.frontend.onnx_backend import ReferenceBackend, ReferenceBackendRep
@@ -56,18 +54,7 @@ class NpuBackendRep(ReferenceBackendRep):
         return exe
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
-        if isinstance(inputs, Mapping):
-            missing = [n for n in self.input_names if n not in inputs]
-            if missing:
-                raise ValueError(f"missing input(s) {', '.join(missing)} (inputs: {', '.join(self.input_names)})")
-            arrays = [np.asarray(inputs[n]) for n in self.input_names]
-        elif isinstance(inputs, np.ndarray) and len(self.input_names) == 1:
-            arrays = [inputs]
-        else:
-            arrays = [np.asarray(a) for a in inputs]
-        if len(arrays) != len(self.input_names):
-            raise ValueError(f"expected {len(self.input_names)} input(s) ({', '.join(self.input_names)}), "
-                             f"got {len(arrays)}")
+        arrays = self.input_arrays(inputs)
         module = self._module_for(arrays)
         exe = self._executable(module)
         self.last_executable = exe

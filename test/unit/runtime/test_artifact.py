@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import bias_relu_artifact, target_toml
+from runtime_artifacts import bias_relu_artifact, target_toml
 
 from infer.runtime.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError, save_safetensors
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import bias_relu_artifact
+from runtime_artifacts import bias_relu_artifact
 
 from infer.tools.cli import main
 

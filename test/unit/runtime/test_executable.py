@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import bias_relu_artifact, gemm_artifact
+from runtime_artifacts import bias_relu_artifact, gemm_artifact
 
 from infer.runtime import Executable, RunError, load
 from infer.runtime.check import compare
