@@ -275,7 +275,8 @@ class _Codegen:
         self.seq = itertools.count(1)
         self.accesses: list[Access] = []
         self.coverage: dict[tuple[str, str], int] = {}
-        self.loaded: tuple | None = None
+        self.loaded: tuple | None = None  # the weights tile in the array (see _matmul)
+        self.loaded_range: tuple[str, int, int] = ("", 0, 0)
         # registers
         # (register, emission time it was freed): reusable by a key whose outermost loop
         # opened after that (the register is live over that whole loop)
@@ -303,6 +304,11 @@ class _Codegen:
         self.rot_loops: set[scf.ForOp] = set()
         self.ring_first: dict[t.AllocOp, Operation] = {}
         self.ring_last: dict[t.AllocOp, Operation] = {}
+        # "free" semaphore groups (see _plan_ring_groups): alloc -> group key, or no entry when
+        # one engine does both its first and its last access (in-order: nothing to wait for)
+        self.ring_group: dict[t.AllocOp, tuple] = {}
+        self.ring_take: set[t.AllocOp] = set()  # the member whose first access takes the token
+        self.ring_give: set[t.AllocOp] = set()  # the member whose last access releases it
         # software pipelining: rotation loop -> its DMA loads issued one iteration ahead
         self.pipe: dict[scf.ForOp, list[t.DmaOp]] = {}
         self.pipe_sem: dict[t.AllocOp, int] = {}  # pipelined alloc -> the loop's "full" semaphore
@@ -356,6 +362,35 @@ class _Codegen:
             loads = _pipelinable_loads(lp, self.rotation, self.ring_first, self.fn)
             if loads:
                 self.pipe[lp] = loads
+        self._plan_ring_groups()
+
+    def _plan_ring_groups(self) -> None:
+        """One "free" semaphore per half for every group of a rotation loop's double-buffered
+        allocs whose first accesses run on one engine Y and last accesses on one engine X != Y
+        (and that are all, or all not, software-pipelined loads: those are issued ahead of the
+        rest of the body). Per round, only the group's last release on X (in program order)
+        signals, and only its first take on Y waits: X and Y run their queues in order, so
+        every other member's last access has completed before that signal and every other
+        member's first access starts after that wait. When X == Y no semaphore is needed at
+        all. (One semaphore per alloc and half ran out of semaphores on attention kernels
+        with a dozen double-buffered temporaries.)"""
+        piped = {_roots(ld.dst).owner for loads in self.pipe.values() for ld in loads}
+        order: dict[scf.ForOp, dict[Operation, int]] = {}
+        groups: dict[tuple, list[t.AllocOp]] = {}
+        for a, lp in self.rotation.items():
+            first_e, last_e = _engine_of(self.ring_first[a]), _engine_of(self.ring_last[a])
+            if first_e == last_e:
+                continue
+            key = (lp, first_e, last_e, a in piped)
+            self.ring_group[a] = key
+            groups.setdefault(key, []).append(a)
+        for key, members in groups.items():
+            lp = key[0]
+            if lp not in order:
+                order[lp] = {o: i for i, o in enumerate(lp.walk())}
+            idx = order[lp]
+            self.ring_take.add(min(members, key=lambda a: idx[self.ring_first[a]]))
+            self.ring_give.add(max(members, key=lambda a: idx[self.ring_last[a]]))
 
     # ------------------------------------------------------------------ IR walk
     def _block(self, ops, top: bool = False) -> None:
@@ -449,18 +484,20 @@ class _Codegen:
         trip = max(0, -(-(ub - lb) // step))
         body = list(op.body.block.ops)
         unroll = 2 if op in self.rot_loops else 1
-        rings = [a for a, lp in self.rotation.items() if lp is op]
+        rings = [a for a, lp in self.rotation.items() if lp is op and a in self.ring_group]
+        group_sems: dict[tuple, int] = {}
         for a in rings:
             for h in (0, 1):
                 # a ring semaphore holds one idle token after its loop: a later rotation
                 # loop of the same nest reuses it as is
-                self.ring_free[(a, h)] = (self.ring_pool.pop() if self.ring_pool else self._vsem(
-                    "ring", "free semaphore of a double-buffered alloc"))
+                gk = (self.ring_group[a], h)
+                if gk not in group_sems:
+                    group_sems[gk] = (self.ring_pool.pop() if self.ring_pool else self._vsem(
+                        "ring", "free semaphore of double-buffered allocs"))
+                self.ring_free[(a, h)] = group_sems[gk]
         if op in self.pipe and trip >= 4 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth:
             self._pipelined_for(op, trip, body)
-            for a in rings:
-                for h in (0, 1):
-                    self.ring_pool.append(self.ring_free.pop((a, h)))
+            self._release_rings(rings)
             return
         # innermost non-rotating loops: the first iteration goes before the hardware loop, so
         # a dependency entering the loop is a semaphore pair, not a front-end wait
@@ -507,9 +544,11 @@ class _Codegen:
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
         self.bind.pop(op, None)
-        for a in rings:
-            for h in (0, 1):
-                self.ring_pool.append(self.ring_free.pop((a, h)))
+        self._release_rings(rings)
+
+    def _release_rings(self, rings: list) -> None:
+        freed = {self.ring_free.pop((a, h)) for a in rings for h in (0, 1)}
+        self.ring_pool.extend(sorted(freed))
 
     def _pipelined_for(self, op: scf.ForOp, trip: int, body: list) -> None:
         """Software-pipelined rotation loop: the DMA loads of iteration t+1 are issued before
@@ -824,14 +863,19 @@ class _Codegen:
                     write = True
                 # an op emitted as several instructions (split DMA, fill) takes the free
                 # token on its first instruction and releases it on its last
-                if first and self.part[0] and self._round_edge(op, alloc, True):
+                if (first and alloc in self.ring_take and self.part[0]
+                        and self._round_edge(op, alloc, True)):
                     self._ring_wait(inst, self.ring_free[(alloc, ring[1])], alloc)
-                if last and self.part[1] and self._round_edge(op, alloc, False):
+                if (last and alloc in self.ring_give and self.part[1]
+                        and self._round_edge(op, alloc, False)):
                     ring_sig.append(self.ring_free[(alloc, ring[1])])
                 if alloc in self.pipe_sem and not first and (alloc, ring[2]) not in self.pipe_taken:
                     self.pipe_taken.add((alloc, ring[2]))
                     self._pipe_wait(inst, alloc, self.pipe_sem[alloc])
             accesses.append(Access(lo, hi, space, write, inst, ring))
+            if (write and self.loaded is not None and space == self.loaded_range[0]
+                    and lo < self.loaded_range[2] and self.loaded_range[1] < hi):
+                self.loaded = None  # the array's weights tile was overwritten in memory
         # dependencies
         latest: dict[str, Access] = {}
         for a in accesses:
@@ -996,6 +1040,7 @@ class _Codegen:
                        dict(w_base=wreg, w=wimm, k=k, n=n, stride=wstride, dtype=dt),
                        [(wr[0], wr[1], wr[2], False, rhs_ring)])
             self.loaded = wkey
+            self.loaded_range = wr
         astride = lhs.shape[1] * e
         cstride = accb.shape[1] * 4
         areg, aimm, ar = self._range(lhs, self._tile_addr(lhs, op.lhs_indices, op), m, astride,
@@ -1312,6 +1357,17 @@ def _users(value: SSAValue) -> list[Operation]:
         else:
             out.append(op)
     return out
+
+
+def _engine_of(op: Operation) -> str:
+    """The engine that runs op's instructions (tile ops lower to one engine each)."""
+    if isinstance(op, t.DmaOp):
+        return "dma_load" if op.is_load else "dma_store"
+    if isinstance(op, t.MatmulOp):
+        return "matrix"
+    if isinstance(op, t.GatherRowsOp):
+        return "dma_load"
+    return "vector"
 
 
 def _loops_of(op: Operation, fn: func.FuncOp) -> list[scf.ForOp]:

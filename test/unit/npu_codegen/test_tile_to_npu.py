@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.tile_interpreter import run_tile_module
@@ -248,3 +249,75 @@ def test_pipelined_tile_gemm_edge(M, K, N, TM):
     inputs = _gemm_inputs(M, K, N, 16)
     _, c, _ = run_both(gemm_ir("edge", M, K, N, 16, 16, TM, True), inputs, "edge")
     assert c.matrix_utilization >= 0.80, c.summary()
+
+
+def test_weights_tile_reloaded_after_its_memory_is_rewritten():
+    """Two matmuls whose weight tiles the memory plan puts at the same scratchpad address (with
+    the same shape): the second kernel's DMA overwrites the first's weights, so the array must
+    load them again (an earlier build skipped the second `mx.loadw` because the address matched
+    the weights still in the array: the Llama MLP on server was wrong)."""
+    A, W, Y = mr((16, 16), "bf16", "dram"), mr((16, 16), "bf16", "dram"), mr((16, 16), "f32", "dram")
+    LA, LW, ACC = mr((16, 16), "bf16", "spad"), mr((16, 16), "bf16", "spad"), mr((16, 16), "f32", "acc")
+
+    def kernel(w: str, y: str) -> str:
+        return f"""    %lw{w} = tile.alloc : {LW}
+    %acc{w} = tile.alloc : {ACC}
+    tile.dma %w{w}[%c0, %c0], %lw{w}[%c0, %c0] {{shape = array<i64: 16, 16>}} : {W}, {LW}
+    tile.fill %acc{w}[%c0, %c0] {{rows = 16 : i64, cols = 16 : i64, value = 0.0 : f32}} : {ACC}
+    tile.matmul %la[%c0, %c0], %lw{w}[%c0, %c0], %acc{w}[%c0, %c0] {{m = 16 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}} : {LA}, {LW}, {ACC}
+    tile.dma %acc{w}[%c0, %c0], %{y}[%c0, %c0] {{shape = array<i64: 16, 16>}} : {ACC}, {Y}
+"""
+    text = f"""builtin.module attributes {{tile.target = "server"}} {{
+  func.func @main(%a: {A} {{graph.name = "a"}}, %w1: {W} {{graph.name = "w1"}}, %w2: {W} {{graph.name = "w2"}}, %y1: {Y} {{graph.name = "y1", tile.output}}, %y2: {Y} {{graph.name = "y2", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %la = tile.alloc : {LA}
+    tile.dma %a[%c0, %c0], %la[%c0, %c0] {{shape = array<i64: 16, 16>}} : {A}, {LA}
+{kernel("1", "y1")}{kernel("2", "y2")}    func.return
+  }}
+}}
+"""
+    rng = np.random.default_rng(7)
+    a, w1, w2 = (rng.standard_normal((16, 16)).astype(BF16) for _ in range(3))
+    planned = parse_ir(CTX, text, "test.mlir")
+    TilePlanMemoryPass().apply(CTX, planned)
+    spad_weights = [o.offset.value.data for o in planned.walk()
+                    if isinstance(o, t.AllocOp) and o.buffer.name_hint in ("lw1", "lw2")]
+    assert len(spad_weights) == 2 and spad_weights[0] == spad_weights[1], spad_weights
+    _, prog = lower(text)
+    assert [i.name for i in prog.instrs].count("mx.loadw") == 2
+    _, _, (y1, y2) = run_both(text, [a, w1, w2], target="server")
+    f32 = np.float32
+    np.testing.assert_allclose(y1, a.astype(f32) @ w1.astype(f32), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y2, a.astype(f32) @ w2.astype(f32), rtol=1e-5, atol=1e-5)
+
+
+def test_free_semaphores_shared_per_engine_pair():
+    """A rotation loop with a dozen double-buffered vector temporaries (like an attention
+    kernel's): allocs only the vector engine touches need no "free" semaphore, the others
+    share one per (first engine, last engine) pair and half. One semaphore per alloc and half
+    needed 24 here, more than the 16 the configs have."""
+    X = mr((64, 16), "f32", "dram")
+    T = mr((16, 16), "f32", "spad")
+    n = 12
+    allocs = "".join(f"      %t{i} = tile.alloc {{buffers = 2 : i64}} : {T}\n" for i in range(n))
+    chain = "".join(
+        f'      tile.vector "add" %t{i}[%c0, %c0], %t{i - 1}[%c0, %c0], %t0[%c0, %c0] '
+        f'{{rows = 16 : i64, cols = 16 : i64, bmode = "tile"}} : {T}, {T}, {T}\n' for i in range(1, n))
+    text = f"""builtin.module attributes {{tile.target = "edge"}} {{
+  func.func @main(%x: {X} {{graph.name = "x"}}, %y: {X} {{graph.name = "y", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %c16 = arith.constant 16 : index
+    %c64 = arith.constant 64 : index
+    scf.for %i = %c0 to %c64 step %c16 {{
+{allocs}      tile.dma %x[%i, %c0], %t0[%c0, %c0] {{shape = array<i64: 16, 16>}} : {X}, {T}
+{chain}      tile.dma %t{n - 1}[%c0, %c0], %y[%i, %c0] {{shape = array<i64: 16, 16>}} : {T}, {X}
+    }}
+    func.return
+  }}
+}}
+"""
+    x = np.random.default_rng(8).standard_normal((64, 16)).astype(np.float32)
+    prog, _, (y,) = run_both(text, [x])
+    used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
+    assert len(used) <= 6, sorted(used)
+    np.testing.assert_allclose(y, x * n, rtol=1e-6)
