@@ -10,10 +10,15 @@ the outputs zeroed), runs the program on `infer.target.sim.Simulator` with the
 artifact's own hardware config, and reads each output from its offset.
 
 Imports only infer.target and numpy: no compiler needed at run time.
+
+`INFER_SIM_CHECK_RACES=1` in the environment (or `run(..., check_races=True)`) runs the
+simulator's data-race checker: an unsynchronised conflicting access between two engines is a
+`RunError` naming both instructions (slower; for testing the compiler's synchronisation).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -124,11 +129,13 @@ class Executable:
                            f"[{info.min}, {info.max}] (the accelerator holds int64 inputs as int32)")
         return np.ascontiguousarray(a.astype(np.int32))
 
-    def run(self, inputs: Any = None, *, trace: bool = True) -> list[np.ndarray]:
+    def run(self, inputs: Any = None, *, trace: bool = True,
+            check_races: bool | None = None) -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
         `trace=True` (default) records the engine timelines, needed for the per-op
-        report and `last_report.to_chrome_trace`."""
+        report and `last_report.to_chrome_trace`. `check_races` runs the simulator's race
+        checker (default: on when the environment sets INFER_SIM_CHECK_RACES=1)."""
         from infer.target.sim import SimFault, Simulator
 
         if inputs is None:
@@ -140,10 +147,12 @@ class Executable:
             a = self._to_dram_dtype(s.name, a, np_dtype(p.dtype))
             b = np.frombuffer(a.tobytes(), np.uint8)
             dram[p.offset:p.offset + b.size] = b
+        if check_races is None:
+            check_races = sim_check_races_from_env()
         sim = Simulator(self.config)
         t0 = time.perf_counter()
         try:
-            counters = sim.run(self.program, dram, trace=trace)
+            counters = sim.run(self.program, dram, trace=trace, check_races=check_races)
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0
@@ -154,6 +163,11 @@ class Executable:
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
                                         self.config, wall)
         return outs
+
+
+def sim_check_races_from_env() -> bool:
+    """INFER_SIM_CHECK_RACES: unset, empty or 0 = off; anything else = on."""
+    return os.environ.get("INFER_SIM_CHECK_RACES", "").strip() not in ("", "0")
 
 
 def load(path: str | Path) -> Executable:

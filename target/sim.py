@@ -9,7 +9,12 @@ A wait consumes the oldest token produced by an earlier instruction in program o
 with no such token can never be satisfied and faults as a deadlock.
 
 Functional results are computed in program order, which equals any schedule the
-synchronisation allows (properly synchronised programs are race-free).
+synchronisation allows (properly synchronised programs are race-free). A missing semaphore
+therefore never shows up as a wrong number; `run(..., check_races=True)` finds it: every
+executed memory instruction is recorded with its time window [start, done) and the byte ranges
+it reads and writes, and two instructions of different engines (the front end's `ld` counts as
+the scalar engine) that touch overlapping bytes of one space, at least one writing, fault as a
+"race" when the later one in program order starts before the earlier one completes.
 """
 
 from __future__ import annotations
@@ -52,6 +57,84 @@ class SimFault(Exception):
 class _Fault(Exception):
     def __init__(self, kind: str, cause: str):
         self.kind, self.cause = kind, cause
+
+
+# ----------------------------------------------------------------------------- race checker
+# An access is (space, write, lo, hi, rows, row_bytes, stride): bytes [lo, hi) of `space`
+# (hull), made of `rows` rows of `row_bytes` bytes `stride` apart when stride > 0 (gapped rows,
+# stride > row_bytes), one contiguous range when stride == 0. Local addresses are kept as the
+# program writes them (the accumulator at ACC_BASE+), so reports match the disassembly.
+RACE_SPACES = ("dram", "scratchpad", "accumulator")
+_DRAM, _SPAD, _ACC = range(3)
+_MAX_PLANES = 16  # a 3-D DMA with more gapped planes than this is checked as its hull
+
+
+def _rows(space: int, write: bool, lo: int, n: int, length: int, stride: int,
+          out: list[tuple[int, bool, int, int, int, int, int]]) -> None:
+    """Append the access of n rows of `length` bytes `stride` apart (stride may be negative)."""
+    if n <= 0 or length <= 0:
+        return
+    if stride < 0:
+        lo += (n - 1) * stride
+        stride = -stride
+    hi = lo + (n - 1) * stride + length
+    if n == 1 or stride <= length:
+        out.append((space, write, lo, hi, 1, hi - lo, 0))
+    else:
+        out.append((space, write, lo, hi, n, length, stride))
+
+
+def _dma_rows(space: int, write: bool, base: int, n2: int, n1: int, n0: int, s2: int, s1: int,
+              out: list[tuple[int, bool, int, int, int, int, int]]) -> None:
+    """Append the access of a 3-D strided DMA side (exact rows; the hull for many planes)."""
+    if n2 <= 0 or n1 <= 0 or n0 <= 0:
+        return
+    if n2 == 1:
+        _rows(space, write, base, n1, n0, s1, out)
+    elif n1 == 1:
+        _rows(space, write, base, n2, n0, s2, out)
+    elif abs(s1) <= n0:  # each plane is contiguous
+        _rows(space, write, base + min(0, (n1 - 1) * s1), n2, (n1 - 1) * abs(s1) + n0, s2, out)
+    elif n2 <= _MAX_PLANES:
+        for p in range(n2):
+            _rows(space, write, base + p * s2, n1, n0, s1, out)
+    else:
+        lo = base + min(0, (n1 - 1) * s1) + min(0, (n2 - 1) * s2)
+        hi = base + max(0, (n1 - 1) * s1) + max(0, (n2 - 1) * s2) + n0
+        out.append((space, write, lo, hi, 1, hi - lo, 0))
+
+
+def _clip(x: tuple[int, bool, int, int, int, int, int], lo: int,
+          hi: int) -> tuple[int, int] | None:
+    """The first piece of access x inside [lo, hi), or None."""
+    xlo, n, length, s = x[2], x[4], x[5], x[6]
+    if s == 0:
+        a, b = max(lo, xlo), min(hi, x[3])
+        return (a, b) if a < b else None
+    i = max(0, (lo - xlo - length) // s + 1)  # first row ending after lo
+    if i >= n:
+        return None
+    r = xlo + i * s
+    return (max(lo, r), min(hi, r + length)) if r < hi else None
+
+
+def _overlap(a: tuple[int, bool, int, int, int, int, int],
+             b: tuple[int, bool, int, int, int, int, int]) -> tuple[int, int] | None:
+    """The first overlapping byte range of two accesses of one space (hulls overlap), or None."""
+    lo, hi = max(a[2], b[2]), min(a[3], b[3])
+    if a[6] == 0 and b[6] == 0:
+        return (lo, hi) if lo < hi else None
+    while lo < hi:
+        r = _clip(a, lo, hi)
+        if r is None:
+            return None
+        q = _clip(b, r[0], hi)
+        if q is None:
+            return None
+        if q[0] < r[1]:
+            return q[0], min(r[1], q[1])
+        lo = q[0]
+    return None
 
 
 # ----------------------------------------------------------------------------- counters
@@ -207,7 +290,11 @@ class Simulator:
         return np.ndarray((rows, cols), NP_DTYPES[dt], mem, off, (stride, esz))
 
     def run(self, program: Program | bytes | str, dram: np.ndarray | bytearray | None = None,
-            regs: dict[str | int, int] | None = None, trace: bool = False) -> Counters:
+            regs: dict[str | int, int] | None = None, trace: bool = False, *,
+            check_races: bool = False) -> Counters:
+        """Run `program` on `dram` (updated in place). `trace=True` records the engine
+        timelines; `check_races=True` faults (kind "race") on an unsynchronised conflicting
+        access between two engines (see the module docstring)."""
         if not isinstance(program, Program):
             from infer.target.asm import load_program
 
@@ -226,17 +313,21 @@ class Simulator:
             raise TypeError("dram must be a bytearray or a 1-D uint8 numpy array")
         if not dram.flags.writeable or not dram.flags.c_contiguous:
             raise TypeError("dram must be writable and contiguous")
-        return _Run(self, program, dram, regs or {}, trace).execute()
+        return _Run(self, program, dram, regs or {}, trace, check_races).execute()
 
 
 class _Run:
     """State of one simulation run (pre-decoded closures over this state)."""
 
     def __init__(self, sim: Simulator, prog: Program, dram: np.ndarray,
-                 regs: dict[str | int, int], trace: bool):
+                 regs: dict[str | int, int], trace: bool, check_races: bool = False):
         cfg = sim.cfg
         self.sim, self.cfg, self.prog, self.dram = sim, cfg, prog, dram
         self.trace = trace
+        self.check_races = check_races
+        # race checker: (done, engine, pc, start, accesses) of instructions that may still
+        # conflict with later ones (done > front-end time; everything later starts after that)
+        self.inflight: list[tuple[int, int, int, int, list[Any]]] = []
         nreg = cfg.scalar.registers
         self.regs = [0] * isa.MAX_REGISTERS
         for k, v in regs.items():
@@ -307,6 +398,38 @@ class _Run:
             self.last_done = done
         if self.trace:
             self.c.events.append((e, self.prog.instrs[pc].d.name, start, done - start, pc))
+
+    def race(self, e: int, pc: int, start: int, done: int, accs: list[Any]) -> None:
+        """Check instruction pc (engine e, window [start, done), accesses accs) against every
+        earlier instruction still in flight; then record it."""
+        fe = self.fe
+        keep = []
+        for rec in self.inflight:
+            if rec[0] <= fe:  # completed before anything from now on can start
+                continue
+            keep.append(rec)
+            if rec[1] == e or rec[0] <= start:
+                continue
+            for a in rec[4]:
+                for b in accs:
+                    if (a[0] == b[0] and (a[1] or b[1]) and a[2] < b[3] and b[2] < a[3]
+                            and (ov := _overlap(a, b)) is not None):
+                        self.race_fault(rec, a, (done, e, pc, start, accs), b, ov)
+        if accs:
+            keep.append((done, e, pc, start, accs))
+        self.inflight = keep
+
+    def race_fault(self, first: tuple[int, int, int, int, list[Any]], a: Any,
+                   later: tuple[int, int, int, int, list[Any]], b: Any,
+                   ov: tuple[int, int]) -> None:
+        def who(rec: tuple[int, int, int, int, list[Any]]) -> str:
+            return (f"pc {rec[2]} {self.prog.instrs[rec[2]].d.name} ({ENGINES[rec[1]]}, "
+                    f"cycles [{rec[3]}, {rec[0]}))")
+
+        raise _Fault("race", f"{RACE_SPACES[a[0]]} [{ov[0]:#x}, {ov[1]:#x}): {who(later)} "
+                     f"{'writes' if b[1] else 'reads'} it while {who(first)} "
+                     f"{'writes' if a[1] else 'reads'} it; pc {first[2]} is earlier in program "
+                     f"order but pc {later[2]} starts before it completes (missing wait/signal)")
 
     # ------------------------------------------------------------------ pre-decode
     def compile(self) -> list[Any]:
@@ -391,6 +514,8 @@ class _Run:
             lat = self.cfg.dram.latency_cycles
             dram = self.dram
 
+            chk = self.check_races
+
             def f() -> int:
                 sync_in()
                 a = regs[base] + off
@@ -399,6 +524,9 @@ class _Run:
                                  f"({dram.size} bytes)")
                 if a % 4:
                     raise _Fault("misaligned", f"ld address {a:#x} not 4-byte aligned")
+                if chk:
+                    self.race(E_SCALAR, pc, self.fe, self.fe + 1 + lat,
+                              [(_DRAM, False, a, a + 4, 1, 4, 0)])
                 setreg(rd, int(dram[a:a + 4].view(np.int32)[0]))
                 self.c.dram_read_bytes += 4
                 self.fe += 1 + lat
@@ -439,6 +567,7 @@ class _Run:
         llo = min(0, (n1 - 1) * ls1) + min(0, (n2 - 1) * ls2)
         lhi = max(0, (n1 - 1) * ls1) + max(0, (n2 - 1) * ls2) + n0
         dir_ = "load" if load else "store"
+        chk = self.check_races
 
         def f() -> int:
             d = regs[db] + do
@@ -473,6 +602,12 @@ class _Run:
             chans[ci] = done
             c.dram_busy_cycles += xfer
             self.finish(e, start, t0, done, xfer, signal, signal2, pc)
+            if chk:
+                accs: list[Any] = []
+                _dma_rows(_DRAM, not load, d, n2, n1, n0, ds2, ds1, accs)
+                _dma_rows(_ACC if loc >= isa.ACC_BASE else _SPAD, load, loc, n2, n1, n0, ls2,
+                          ls1, accs)
+                self.race(e, pc, start, done, accs)
             return pc + 1
         return f
 
@@ -492,6 +627,8 @@ class _Run:
             raise _Fault("unsupported", f"dtype {dname} not supported by the matrix unit of "
                          f"config {cfg.name} ({', '.join(mc.dtypes)})")
         nbuf = mc.weight_buffers
+        chk = self.check_races
+        esz = NP_DTYPES[dt].itemsize
         if ins.d.name == "mx.loadw":
             wb, wo, k, n, stride = v["w_base"], v["w"], v["k"], v["n"], v["stride"]
             if k > mc.rows or n > mc.cols:
@@ -515,6 +652,12 @@ class _Run:
                 self.wbuf = buf
                 c.weight_load_cycles += cyc
                 self.finish(E_MATRIX, start, start + 1, end, 0, signal, signal2, pc)
+                if chk:
+                    accs: list[Any] = []
+                    wa = regs[wb] + wo
+                    _rows(_ACC if wa >= isa.ACC_BASE else _SPAD, False, wa, k, n * esz, stride,
+                          accs)
+                    self.race(E_MATRIX, pc, start, end, accs)
                 return pc + 1
             return f
         ab, ao, cb, co = v["act_base"], v["act"], v["acc_base"], v["acc"]
@@ -563,6 +706,12 @@ class _Run:
             self.stream_free = end
             self.wbuf_release[self.wbuf] = end
             self.finish(E_MATRIX, start, start + 1, end + fill, cyc, signal, signal2, pc)
+            if chk:
+                accs: list[Any] = []
+                aa = regs[ab] + ao
+                _rows(_ACC if aa >= isa.ACC_BASE else _SPAD, False, aa, m, k * esz, astride, accs)
+                _rows(_ACC, True, accaddr, m, n * 4, cstride, accs)  # accumulate: read + write
+                self.race(E_MATRIX, pc, start, end + fill, accs)
             return pc + 1
         return f
 
@@ -603,6 +752,15 @@ class _Run:
             return x.astype(ctype)
 
         fn = VECTOR_FUNCTIONS[name]
+        chk = self.check_races
+        b_rows = b_bytes = b_stride = a_bytes = d_bytes = 0
+        if chk:  # operand shapes in bytes: (rows, bytes per row, stride) of a, b, dst
+            a_bytes = cols * NP_DTYPES[at].itemsize
+            d_bytes = dshape[1] * NP_DTYPES[dt].itemsize
+            if binary and bmode != 3:
+                b_rows, b_bytes, b_stride = ((rows, cols, bstride), (1, cols, 0),
+                                             (rows, 1, bstride))[bmode]
+                b_bytes *= NP_DTYPES[bt].itemsize
 
         def f() -> int:
             a = sim._local(regs[ab] + ao, rows, cols, astride, at, "operand a").astype(ctype)
@@ -613,6 +771,18 @@ class _Run:
             c.vector_elements += nelem
             ready = self.dispatch(E_VECTOR, wait)
             self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
+            if chk:
+                accs: list[Any] = []
+                x = regs[ab] + ao
+                _rows(_ACC if x >= isa.ACC_BASE else _SPAD, False, x, rows, a_bytes, astride, accs)
+                if b_rows:
+                    x = regs[bb] + bo
+                    _rows(_ACC if x >= isa.ACC_BASE else _SPAD, False, x, b_rows, b_bytes,
+                          b_stride, accs)
+                x = regs[db] + do
+                _rows(_ACC if x >= isa.ACC_BASE else _SPAD, True, x, dshape[0], d_bytes, dstride,
+                      accs)
+                self.race(E_VECTOR, pc, ready, ready + occ + lat, accs)
             return pc + 1
         return f
 
