@@ -63,6 +63,19 @@ class LoweringError(IRError):
     pass
 
 
+class _OutOfSemaphores(LoweringError):
+    """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit."""
+
+    def __init__(self, msg: str, items: list[Operation]):
+        super().__init__(msg)
+        self.items = items
+
+
+# degrade levels of a loop nest that runs out of semaphores (see TileToNpuPass.apply)
+NO_OUTER_DOUBLE_BUFFERING, NO_PIPELINING, NO_DOUBLE_BUFFERING = 1, 2, 3
+MAX_DEGRADE = NO_DOUBLE_BUFFERING
+
+
 def _fail(op: Operation, msg: str) -> LoweringError:
     return LoweringError(f"{describe_location(op)}: error: '{op.name}' op tile-to-npu: {msg}")
 
@@ -175,8 +188,21 @@ class TileToNpuPass(ModulePass):
         hw = _target(op, self.target)
         fn = _entry(op, self.entry)
         layout = compute_layout(op, fn, hw)
-        cg = _Codegen(hw, layout, fn, self.pipeline)
-        prog = cg.run()
+        # A loop nest that needs more semaphores than the target has is compiled again with
+        # less overlap: first without double buffering on loops that contain another
+        # double-buffered loop, then without software pipelining, then single-buffered.
+        degrade: dict[Operation, int] = {}
+        while True:
+            cg = _Codegen(hw, layout, fn, self.pipeline, degrade)
+            try:
+                prog = cg.run()
+                break
+            except _OutOfSemaphores as e:
+                worse = [o for o in e.items if degrade.get(o, 0) < MAX_DEGRADE]
+                if not worse:
+                    raise LoweringError(str(e)) from None
+                for o in worse:
+                    degrade[o] = degrade.get(o, 0) + 1
         from infer.dialects.npu import ProgramOp
 
         program = ProgramOp.from_program(prog)
@@ -265,8 +291,10 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Npu
 
 class _Codegen:
     def __init__(self, hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp,
-                 pipeline: bool = True):
+                 pipeline: bool = True, degrade: dict[Operation, int] | None = None):
         self.hw, self.layout, self.fn = hw, layout, fn
+        self.degrade = degrade or {}  # top-level op -> degrade level
+        self.group_items: dict[int, list[Operation]] = {}  # op-marker group -> top-level ops
         self.pipelining = pipeline
         self.bufs: dict[SSAValue, Buf] = {}
         self.bind: dict[scf.ForOp, Binding] = {}
@@ -295,6 +323,8 @@ class _Codegen:
         self.pair: dict[tuple[str, str], int] = {}  # reset at every top-level item
         self.zsem: dict[int, int] = {}
         self.ring_pool: list[int] = []  # idle ring virtuals of the current top-level item
+        self.ring_sems: dict[tuple, int] = {}  # (group, half) -> its ring virtual (this item)
+        self.ring_active: set[int] = set()  # ring virtuals of the loops being emitted
         # op markers: top-level items -> kernel groups
         self.groups: list[dict] = []
         self.sem_stats: dict[str, int] = {}
@@ -353,16 +383,31 @@ class _Codegen:
             # innermost loop containing every use, with >= 2 iterations
             for lp in reversed(loops or []):
                 if _trip(lp) >= 2:
+                    if self._level(lp) >= NO_DOUBLE_BUFFERING:
+                        break
                     self.rotation[a] = lp
                     self.rot_loops.add(lp)
                     ordered = [o for o in lp.walk() if o in users]
                     self.ring_first[a], self.ring_last[a] = ordered[0], ordered[-1]
                     break
+        outer = {lp for lp in self.rot_loops if self._level(lp) >= NO_OUTER_DOUBLE_BUFFERING
+                 and any(o in self.rot_loops for o in lp.walk() if o is not lp)}
+        for a in [a for a, lp in self.rotation.items() if lp in outer]:
+            del self.rotation[a], self.ring_first[a], self.ring_last[a]
+        self.rot_loops -= outer
         for lp in self.rot_loops if self.pipelining else ():
+            if self._level(lp) >= NO_PIPELINING:
+                continue
             loads = _pipelinable_loads(lp, self.rotation, self.ring_first, self.fn)
             if loads:
                 self.pipe[lp] = loads
         self._plan_ring_groups()
+
+    def _level(self, op: Operation) -> int:
+        """The degrade level of the top-level op containing op."""
+        while op.parent_op() is not self.fn and op.parent_op() is not None:
+            op = op.parent_op()  # type: ignore[assignment]
+        return self.degrade.get(op, 0)
 
     def _plan_ring_groups(self) -> None:
         """One "free" semaphore per half for every group of a rotation loop's double-buffered
@@ -414,10 +459,12 @@ class _Codegen:
         self.pair = {}
         self.zsem = {}
         self.ring_pool = []
+        self.ring_sems = {}
         emits = not isinstance(op, (t.AllocOp, t.ViewOp, t.WeightOp))
         if not self.groups or (isinstance(op, t.AllocOp) and self.groups[-1]["emitted"]):
             self.groups.append({"emitted": False, "names": [], "kinds": set()})
         g = self.groups[-1]
+        self.group_items.setdefault(len(self.groups) - 1, []).append(op)
         if emits:
             g["emitted"] = True
             for o in op.walk():
@@ -492,8 +539,7 @@ class _Codegen:
                 # loop of the same nest reuses it as is
                 gk = (self.ring_group[a], h)
                 if gk not in group_sems:
-                    group_sems[gk] = (self.ring_pool.pop() if self.ring_pool else self._vsem(
-                        "ring", "free semaphore of double-buffered allocs"))
+                    group_sems[gk] = self._ring_sem(gk)
                 self.ring_free[(a, h)] = group_sems[gk]
         if op in self.pipe and trip >= 4 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth:
             self._pipelined_for(op, trip, body)
@@ -546,8 +592,26 @@ class _Codegen:
         self.bind.pop(op, None)
         self._release_rings(rings)
 
+    def _ring_sem(self, gk: tuple) -> int:
+        """The free semaphore of (group, half). A rotation loop emitted again (an enclosing
+        loop's peeled iterations) keeps its semaphores: its first take must find the token its
+        own last release left (the tracker leaves that ordering to the ring). Otherwise any
+        idle ring semaphore of this loop nest will do: its one idle token was released before
+        in program order, so taking it only adds an ordering that already holds."""
+        v = self.ring_sems.get(gk)
+        if v is not None and v not in self.ring_active:
+            if v in self.ring_pool:
+                self.ring_pool.remove(v)
+        else:
+            v = (self.ring_pool.pop() if self.ring_pool else self._vsem(
+                "ring", "free semaphore of double-buffered allocs"))
+        self.ring_sems[gk] = v
+        self.ring_active.add(v)
+        return v
+
     def _release_rings(self, rings: list) -> None:
         freed = {self.ring_free.pop((a, h)) for a in rings for h in (0, 1)}
+        self.ring_active -= freed
         self.ring_pool.extend(sorted(freed))
 
     def _pipelined_for(self, op: scf.ForOp, trip: int, body: list) -> None:
@@ -685,8 +749,10 @@ class _Codegen:
         if ident in self.regs:
             return self.regs[ident]
         outer = min((lp for lp, _ in key), key=lambda lp: lp.depth)
-        pick = next((i for i, (_, freed) in enumerate(self.free_regs) if freed <= outer.opened),
-                    None)
+        # best fit: the register freed last before the loop opened, so registers free since
+        # long ago stay available to keys of loops that opened long ago
+        fits = [i for i, (_, freed) in enumerate(self.free_regs) if freed <= outer.opened]
+        pick = max(fits, key=lambda i: self.free_regs[i][1]) if fits else None
         if pick is None:
             raise LoweringError(f"tile-to-npu: out of address registers (scalar.registers = "
                                 f"{self.hw.scalar.registers}): too many distinct loop strides")
@@ -1275,6 +1341,8 @@ class _Codegen:
         phys: dict[int, int] = {}
         inserts: dict[int, list[list]] = {}
         peak = 0
+        failed: set[int] = set()  # op-marker groups that ran out
+        msg = ""
         for v in sorted(live, key=lambda v: (live[v][0], v)):
             lo, hi = live[v]
             ring = self.vkind[v] == "ring"
@@ -1282,10 +1350,12 @@ class _Codegen:
             if not cand:
                 held = sorted(self.vwhat[u] for u, q in phys.items() if busy[q] > lo
                               and phys[u] == q and live[u][1] > lo and live[u][0] <= lo)
-                raise LoweringError(
-                    f"tile-to-npu: out of semaphores (scalar.semaphores = {self.nsems}): "
-                    f"{len(held) + 1} needed at instruction {lo} ({', '.join(held)}, and a "
-                    f"{self.vwhat[v]})")
+                if not failed:
+                    msg = (f"tile-to-npu: out of semaphores (scalar.semaphores = {self.nsems}): "
+                           f"{len(held) + 1} needed at instruction {lo} ({', '.join(held)}, "
+                           f"and a {self.vwhat[v]})")
+                failed.add(ents[lo][5])
+                continue  # find every kernel that does not fit before giving up
             peak = max(peak, self.nsems - len(cand) + 1)
             want = 1 if ring else 0
             same = [q for q in cand if state[q] == want]
@@ -1301,6 +1371,8 @@ class _Codegen:
             phys[v] = q
             busy[q] = hi
             state[q] = want
+        if failed:
+            raise _OutOfSemaphores(msg, [o for g in sorted(failed) for o in self.group_items.get(g, [])])
         self.sem_stats.update(virtual=len(live), peak=peak)
         out: list[list] = []
         for i, e in enumerate(ents):

@@ -341,6 +341,7 @@ class _Run:
         self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
         self.fe = 0
         self.eng_free = [0] * 5
+        self.retired = [0] * 5  # per engine: when its latest instruction retired (see finish)
         self.qdepth = [cfg.queue_depth(e) for e in ENGINES]
         self.starts: list[deque[int]] = [deque(maxlen=d) for d in self.qdepth]
         self.sems: list[deque[int]] = [deque() for _ in range(isa.MAX_SEMAPHORES + 1)]
@@ -388,12 +389,16 @@ class _Run:
         self.starts[e].append(start)
         self.c.busy[e] += busy
         self.c.per_engine_instructions[e] += 1
+        # engines retire in order: a signal fires when the instruction and every earlier
+        # instruction of its engine have completed (DMA transfers in flight on several channels,
+        # or pipelined matmuls, may complete out of order)
+        retire = self.retired[e] = max(done, self.retired[e])
         if signal:
-            self.sems[signal].append(done)
+            self.sems[signal].append(retire)
             if signal2:
-                self.sems[signal2].append(done)
+                self.sems[signal2].append(retire)
         elif signal2:
-            self.sems[signal2].append(done)
+            self.sems[signal2].append(retire)
         if done > self.last_done:
             self.last_done = done
         if self.trace:

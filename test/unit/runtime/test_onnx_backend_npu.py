@@ -19,6 +19,12 @@ from infer.runtime.onnx_backend import NpuBackend, default_target
 from infer.tools.onnx_xfail import _Recorder, load_xfail, node_test_cases
 
 CASES = node_test_cases(NpuBackend)
+
+
+@pytest.fixture(autouse=True)
+def _check_races(monkeypatch):
+    """Every compiled node test also runs the simulator's race checker."""
+    monkeypatch.setenv("INFER_SIM_CHECK_RACES", "1")
 XFAIL = load_xfail("npu")
 REGENERATE = "python -m infer.tools.onnx_xfail --backend npu --write"
 
