@@ -19,60 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-
-def build_resnet50_onnx(path: Path) -> Path:
-    import torch
-    from torch import nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, cin: int, width: int, stride: int):
-            super().__init__()
-            cout = width * 4
-            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(cout)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            y = torch.relu(self.bn1(self.conv1(x)))
-            y = torch.relu(self.bn2(self.conv2(y)))
-            y = self.bn3(self.conv3(y))
-            return torch.relu(y + (x if self.down is None else self.down(x)))
-
-    class ResNet50(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                                      nn.MaxPool2d(3, 2, 1))
-            blocks, cin = [], 64
-            for width, n, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-                for i in range(n):
-                    blocks.append(Bottleneck(cin, width, stride if i == 0 else 1))
-                    cin = width * 4
-            self.blocks = nn.Sequential(*blocks)
-            self.fc = nn.Linear(2048, 1000)
-
-        def forward(self, x):
-            x = self.blocks(self.stem(x))
-            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
-    torch.manual_seed(0)
-    model = ResNet50().eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
-                          input_names=["image"], output_names=["logits"], opset_version=17)
-    return path
+from infer.tools.zoo import build_resnet50_onnx
 
 
 def time_iree(onnx_path: Path, work: Path) -> str:
@@ -133,6 +84,8 @@ def main() -> int:
         sim_s = time.perf_counter() - t0
         report = exe.last_report
         err = float(np.max(np.abs(logits - expected))) / max(1e-12, float(np.max(np.abs(expected))))
+        print(f"  {report.counters.instructions:,} instructions executed "
+              f"({report.counters.instructions / n_instr:.0f}x the program: loops stay loops)")
         print(f"  simulated {report.cycles:,} cycles = {report.seconds * 1e3:.2f} ms at the config clock; "
               f"simulator wall {sim_s:.1f} s = {sim_s / ort_s:.0f}x onnxruntime's wall time; "
               f"max error / output range {err:.2e}")
