@@ -20,6 +20,8 @@ Emission: `emit_npu_asm(module, stream)` writes assembly text (one block per pro
 
 from __future__ import annotations
 
+import functools
+
 from typing import IO, ClassVar
 
 from xdsl.dialects.builtin import I64, IntegerAttr, IntegerType, ModuleOp
@@ -45,7 +47,10 @@ from infer.target.isa import EncodingError, Instr
 _SYNC = ("wait", "signal", "signal2")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _i64(v: int) -> IntegerAttr:
+    # attributes are immutable, so one instance per value serves every instruction (building and
+    # verifying a fresh IntegerAttr per field was most of tile-to-npu's time on ResNet-50)
     return IntegerAttr(v, IntegerType(64))
 
 
