@@ -541,6 +541,12 @@ class FunctionLowering:
         for v, o in pending_copies:
             with self.stage(ret, "result copy"):
                 self.copy(self.buf(v), o, _shape(v))
+        for i, op in enumerate(old.ops):  # per-layer check (runtime/check.py): the DRAM buffer of op #i
+            b = self.vmap.get(op.results[0]) if op.results else None
+            while b is not None and isinstance(b.owner, t.ViewOp):
+                b = b.owner.source
+            if b is not None and isinstance(b.owner, t.AllocOp) and "tile.layer" not in b.owner.attributes:
+                b.owner.attributes["tile.layer"] = IntegerAttr(i, i64)
         # function attributes
         arg_attrs = []
         old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(in_types)

@@ -18,7 +18,7 @@ func.func @main(%x: tensor<128x256xf32> {graph.name = "x"}) -> (tensor<128x256xf
 
 // EDGE: builtin.module attributes {{.*}}tile.target = "edge"{{.*}}tile.arena_bytes = [[ARENA:[0-9]+]] : i64
 // EDGE: func.func @main(%{{.*}}: memref<128x256xf32, "dram"> {graph.name = "x"}, %{{.*}}: memref<128x256xf32, "dram"> {graph.name = "y", tile.output})
-// EDGE: tile.alloc {offset = 0 : i64} : memref<128x512xf32, "dram">
+// EDGE: tile.alloc {tile.layer = {{[0-9]+}} : i64, offset = 0 : i64} : memref<128x512xf32, "dram">
 // EDGE: scf.for
 // EDGE: tile.matmul
 
