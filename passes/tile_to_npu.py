@@ -131,11 +131,12 @@ class _AccessIndex:
     dependency tracker finds an engine's latest conflicting access by scanning a few short lists
     backwards instead of the whole program (that scan was quadratic: minutes on ResNet-50)."""
 
-    SHIFT = {"dram": 16, "local": 12}
-    WIDE = 256  # accesses spanning more pages go to one list per (space, engine, writes?)
+    SHIFT = {"dram": 20, "local": 14}  # 1 MiB / 16 KiB pages
+    WIDE = 64  # accesses spanning more pages go to one list per (space, engine, writes?)
 
     def __init__(self) -> None:
         self.lists: dict[tuple, list[Access]] = {}
+        self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
 
     def _pages(self, a: Access) -> range | None:
         sh = self.SHIFT[a.space]
@@ -145,14 +146,19 @@ class _AccessIndex:
     def add(self, a: Access) -> None:
         pages = self._pages(a)
         for p in pages if pages is not None else (None,):
-            self.lists.setdefault((a.space, p, a.inst.engine, a.write), []).append(a)
+            key = (a.space, p, a.inst.engine, a.write)
+            lst = self.lists.get(key)
+            if lst is None:
+                lst = self.lists[key] = []
+                self.keys.setdefault((a.space, a.inst.engine), []).append(key)
+            lst.append(a)
 
     def latest(self, a: Access, engine: str, best: Access | None) -> Access | None:
         """The latest access of `engine` that conflicts with a (overlapping bytes, one of
         them writing, not the same double-buffer half in another round), if later than best."""
         pages = self._pages(a)
         if pages is None:  # a wide query: every page list of this space
-            keys = [k for k in self.lists if k[0] == a.space and k[2] == engine]
+            keys = self.keys.get((a.space, engine), [])
         else:
             keys = [(a.space, p, engine, w) for p in (*pages, None) for w in (True, False)]
         for key in keys:
@@ -507,12 +513,16 @@ class _Codegen:
         self.ring_sems = {}
         emits = not isinstance(op, (t.AllocOp, t.ViewOp, t.WeightOp))
         if not self.groups or (isinstance(op, t.AllocOp) and self.groups[-1]["emitted"]):
-            self.groups.append({"emitted": False, "names": [], "kinds": set()})
+            self.groups.append({"emitted": False, "names": [], "kinds": set(), "layers": [], "writes": []})
         g = self.groups[-1]
         self.group_items.setdefault(len(self.groups) - 1, []).append(op)
+        if isinstance(op, t.AllocOp) and isinstance(op.attributes.get("tile.layer"), IntegerAttr):
+            g["layers"].append(op)  # graph-to-tile: holds the result of graph op #tile.layer
         if emits:
             g["emitted"] = True
             for o in op.walk():
+                if isinstance(o, t.DmaOp) and _roots(o.dst) not in g["writes"]:
+                    g["writes"].append(_roots(o.dst))
                 for v in o.operands:
                     w = _roots(v).owner
                     if isinstance(w, t.WeightOp):
@@ -1425,10 +1435,32 @@ class _Codegen:
 
     # ------------------------------------------------------------------ op markers
     def _markers(self, ents: list[list]) -> list[dict]:
-        """[{name, kind, start, end}]: one per group of top-level items (a graph-level kernel),
-        in program order, covering the whole program."""
+        """[{name, kind, start, end[, values]}]: one per group of top-level items (a graph-level
+        kernel), in program order, covering the whole program. `values` lists the graph-level
+        values whose DRAM bytes are final when the marker ends (for the per-layer check): the
+        buffers graph-to-tile tagged `tile.layer` ({layer, offset, shape, dtype}) and the output
+        arguments ({output, offset, shape, dtype}), each at the marker of the last group that
+        writes it."""
         out: list[dict] = []
         prev = -1
+        last_write: dict[SSAValue, int] = {}
+        for gi, g in enumerate(self.groups):
+            for v in g.get("writes", ()):
+                last_write[v] = gi
+        values: dict[int, list[dict]] = {}  # group -> values final at its end
+        for gi, g in enumerate(self.groups):
+            for a in g.get("layers", ()):
+                b = self.bufs.get(a.buffer)
+                if b is not None and b.space == "dram":
+                    values.setdefault(last_write.get(a.buffer, gi), []).append(
+                        {"layer": a.attributes["tile.layer"].value.data, "offset": b.base,
+                         "shape": list(b.shape), "dtype": b.elem})
+        outs = [r for r in self.layout.args if r.output]
+        for j, r in enumerate(outs):
+            arg = self.fn.body.block.args[r.index]
+            if arg in last_write:
+                values.setdefault(last_write[arg], []).append(
+                    {"output": j, "offset": r.offset, "shape": list(r.shape), "dtype": r.dtype})
         for i, e in enumerate(ents):
             if out and out[-1]["group"] == e[5]:
                 out[-1]["end"] = i + 1
@@ -1447,6 +1479,13 @@ class _Codegen:
             kind = "matmul" if "matmul" in kinds else ("+".join(sorted(kinds - {"dma", "copy"}))
                                                        or ("copy" if "copy" in kinds else "dma"))
             out.append({"name": name, "kind": kind, "start": i, "end": i + 1, "group": e[5]})
+        # a group without instructions hands its values to the marker before it
+        gvals = sorted(values.items())
+        for o, nxt in zip(out, [*out[1:], None], strict=True):
+            hi = nxt["group"] if nxt is not None else len(self.groups)
+            vals = [v for gi, vs in gvals if o["group"] <= gi < hi for v in vs]
+            if vals:
+                o["values"] = vals
         merged: list[dict] = []
         for o in out:  # a kernel's prologue group (e.g. padding) takes the kernel's name
             del o["group"]
@@ -1455,6 +1494,8 @@ class _Codegen:
                 m["end"] = o["end"]
                 if o["kind"] == "matmul" or m["kind"] in ("dma", "copy"):
                     m["kind"] = o["kind"]
+                if "values" in o:
+                    m["values"] = m.get("values", []) + o["values"]
             else:
                 merged.append(o)
         return merged
