@@ -184,15 +184,6 @@ class Emitter:
             return 0
         return self.insert(arith.MuliOp(a, self.c(k))).results[0]
 
-    def clamp(self, a: Index, lo: int, hi: int) -> Index:
-        if isinstance(a, int):
-            return min(max(a, lo), hi)
-        lo_v, hi_v = self.c(lo), self.c(hi)
-        lt = self.insert(arith.CmpiOp(a, lo_v, "slt")).results[0]
-        a1 = self.insert(arith.SelectOp(lt, lo_v, a)).results[0]
-        gt = self.insert(arith.CmpiOp(a1, hi_v, "sgt")).results[0]
-        return self.insert(arith.SelectOp(gt, hi_v, a1)).results[0]
-
     # -- loops --
     def loop(self, lb: Index, ub: Index, step: int, body: Callable[[SSAValue], None]) -> None:
         blk = Block(arg_types=[IndexType()])
@@ -1269,25 +1260,14 @@ class FunctionLowering:
         em.range(nbatch, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
 
     def transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
-        """A DRAM copy with the last two dims swapped (column gathers through the scratchpad)."""
+        """A DRAM copy with the last two dims swapped (blocks transposed on the vector unit)."""
         with self.stage(what="transposed copy"):
             return self._transpose_last2(src, shape)
 
     def _transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
-        em = self.em
-        nb = _prod(shape[:-2])
-        Rr, Cc = shape[-2], shape[-1]
-        dst = em.alloc((*shape[:-2], Cc, Rr), f32, "dram")
-        s2 = em.view(src, (nb * Rr, Cc))
-        d2 = em.view(dst, (nb * Cc * Rr, 1))
-        tr = min(Rr, self.hw.memory.scratchpad_bytes // 64)
-        buf = em.alloc((tr, 1), f32, "spad", 2)
-
-        def body(b: Index, c: Index, r0: Index, rr: int) -> None:
-            em.dma(s2, [em.add(em.mul(b, Rr), r0), c], buf, [0, 0], [rr, 1])
-            em.dma(buf, [0, 0], d2, [em.add(em.add(em.mul(b, Cc * Rr), em.mul(c, Rr)), r0), 0], [rr, 1])
-
-        em.range(nb, lambda b: em.range(Cc, lambda c: em.tiles(Rr, tr, lambda r0, rr: body(b, c, r0, rr))))
+        r = len(shape)
+        dst = self.em.alloc((*shape[:-2], shape[-1], shape[-2]), f32, "dram")
+        _ld.permute_copy(self, src, shape, (*range(r - 2), r - 1, r - 2), dst)
         return dst
 
     # -- conv ------------------------------------------------------------------
@@ -1664,12 +1644,17 @@ class FunctionLowering:
         mn = em.alloc((TQ, 1), f32, "spad", 2)
         lsum = em.alloc((TQ, 1), f32, "spad", 2)
         tmp = em.alloc((TQ, 1), f32, "spad", 2)
-        K0 = TKV - 1
         band = bt = None
+        # causal band: score (q0 + i, j0 + jj) is masked iff j0 + jj - q0 - i - off > 0. Row i of the
+        # band, column c = j0 + jj - q0 + QL (QL = the last q tile's origin) holds exactly that, so
+        # the band column of a score tile, j0 - q0 + QL, is affine in both tile loops (no clamp:
+        # hardware addresses must be affine) and in [0, Skv + QL) for every (q tile, kv tile) pair.
+        QL = (Sq - 1) // TQ * TQ
         if causal:
-            width = K0 + TQ + TKV
+            width = Skv + QL
             ii, cc = np.meshgrid(np.arange(TQ), np.arange(width), indexing="ij")
-            band = self.weight(f"{name}.causal_band", np.where(cc - K0 - ii > 0, NEG, 0.0).astype(np.float32), f32)
+            band = self.weight(f"{name}.causal_band",
+                               np.where(cc - QL - ii - off > 0, NEG, 0.0).astype(np.float32), f32)
             bt = em.alloc((TQ, TKV), f32, "spad", 2)
         # explicit mask: additive [mb*mh*mq, Skv] rows (mb in {1, B}, mh in {1, Hq}, mq in {1, Sq})
         mask2 = mt = None
@@ -1720,8 +1705,7 @@ class FunctionLowering:
                 em.fill(sc, z, tq, tkv, 0.0)
                 mm3(qh, ql, kh, kl, sc, tq, D, tkv)
                 if causal:
-                    c0 = em.clamp(em.add(em.sub(j0, q0), K0 - off), 0, K0 + TQ)
-                    em.dma(band, [0, c0], bt, z, [tq, tkv])
+                    em.dma(band, [0, em.add(em.sub(j0, q0), QL)], bt, z, [tq, tkv])
                     em.vec("add", sc, z, sc, z, tq, tkv, bt, z, bmode="tile")
                 if mask2 is not None:
                     mrow = em.mul(em.add(em.mul(b if mb > 1 else 0, mh), h if mh > 1 else 0), mq)
@@ -1757,52 +1741,8 @@ class FunctionLowering:
 
     # -- structure ---------------------------------------------------------------
     def lower_transpose(self, op: g.TransposeOp) -> None:
-        """DMA copies through the scratchpad: one loop per leading output dim, each
-        iteration moves one output row (contiguous if the last dim stays last, else a
-        strided gather)."""
-        em = self.em
-        S = _shape(op.input)
-        perm = g._ints(op.perm)
-        rank = len(S)
-        total = _prod(S)
-        ist = [_prod(S[i + 1:]) for i in range(rank)]
-        O = [S[p] for p in perm]
-        L = O[-1] if O else 1
-        name = self.name()
-        self.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, S))} perm {list(perm)}: DMA copies of "
-                   f"{'contiguous rows' if perm[-1] == rank - 1 else 'strided columns'} of {L} elements")
-        src = self.buf(op.input)
-        out = self.out_buf(op.results[0])
-        contiguous = perm[-1] == rank - 1
-        if contiguous:
-            s2, d2 = em.view(src, (total // L, L)), em.view(out, (total // L, L))
-        else:
-            s2, d2 = em.view(src, (total, 1)), em.view(out, (total, 1))
-        CL = max(1, min(L, self.hw.memory.scratchpad_bytes // 16))  # a row chunk: half the scratchpad x2
-        buf = em.alloc((1, CL) if contiguous else (CL, 1), f32, "spad", 2)
-        z = [0, 0]
-
-        def chunk(in_off: Index, out_off: Index, c0: Index, cl: int) -> None:
-            if contiguous:  # offsets are counted in rows of L (no runtime division)
-                em.dma(s2, [in_off, c0], buf, z, [1, cl])
-                em.dma(buf, z, d2, [out_off, c0], [1, cl])
-            else:
-                em.dma(s2, [em.add(in_off, em.mul(c0, ist[perm[-1]])), 0], buf, z, [cl, 1], [ist[perm[-1]], 1])
-                em.dma(buf, z, d2, [em.add(out_off, c0), 0], [cl, 1])
-
-        def rec(k: int, in_off: Index, out_off: Index) -> None:
-            if k == rank - 1:
-                em.tiles(L, CL, lambda c0, cl: chunk(in_off, out_off, c0, cl))
-                return
-            ost = _prod(O[k + 1:])
-            unit = L if contiguous else 1  # contiguous: every stride here is a multiple of L
-            em.range(O[k], lambda i: rec(k + 1, em.add(in_off, em.mul(i, ist[perm[k]] // unit)),
-                                         em.add(out_off, em.mul(i, ost // unit))))
-
-        if rank == 0:
-            self.copy(src, out, S)
-        else:
-            rec(0, 0, 0)
+        """Permuted DMA copies of big blocks through the scratchpad (lower_data.permute_copy)."""
+        _ld.lower_transpose(self, op)
 
     def lower_batch_norm(self, op: g.BatchNormOp) -> None:
         vals = [self.const(v) for v in (op.scale, op.bias, op.mean, op.var)]

@@ -3,6 +3,8 @@
 Split out of `graph_to_tile.py` (the `FunctionLowering` methods call these with
 themselves as `fl`). See docs/tiling.md for the schemes:
 
+  transpose (and K transposes)         `permute_copy`: one 3-D DMA per block in, permuted-stride
+                                       DMAs out (innermost dim moved: vector copies on chip)
   slice / concat / broadcast / pad     `copy_box`: strided DMA boxes DRAM -> spad -> DRAM
   reduce_sum/mean/max/min              trailing axes: `rsum`/`rmax` per row chunk; other axes:
                                        tile-wise accumulation and a halving tree over rows
@@ -58,7 +60,9 @@ def _copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], i
     """dst[out_start + b] = src[in_start + b * in_step] for every b < box (same rank).
     Steps may be negative or 0 (broadcast). Contiguous tails are merged; the last two
     dims are one strided DMA box per tile (steps 0 there are broadcast on the vector
-    unit), the leading dims are loops."""
+    unit), the leading dims are loops. Without broadcasts, when whole [rows, cols] boxes
+    fit a staging tile, the innermost leading dim is the box's third (plane) dim: one DMA
+    moves TP planes (a positive step on that dim is a source step)."""
     em = fl.em
     r = len(box)
     assert len(S_in) == len(S_out) == len(in_start) == len(in_step) == len(out_start) == r
@@ -81,21 +85,24 @@ def _copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], i
     el = _elem(src)
     cap = _cap_elems(fl)
     TC = max(1, min(Cd[2], cap))
-    TR = max(1, min(Rd[2], cap // TC))
+    TR = max(1, min(Rd[2], cap // TC, tc.dma_box_limits()[1]))  # rows of one DMA
     rb, cb = Rd[4] == 0, Cd[4] == 0
-    buf3 = em.alloc((1, TR, TC), el, "spad", 2)
-    buf2 = em.view(buf3, (TR, TC))
+    planes = not rb and not cb and bool(lead) and lead[-1][4] > 0 and TR == Rd[2] and TC == Cd[2]
+    TP = max(1, min(lead[-1][2], cap // (TR * TC), tc.dma_box_limits()[2])) if planes else 1
+    buf3 = em.alloc((TP, TR, TC), el, "spad", 2)
+    buf2 = em.view(buf3, (TR, TC)) if rb or cb else None  # broadcasts: on the vector unit (TP = 1)
     row3 = em.alloc((1, 1, TC), el, "spad", 2) if rb and not cb else None
     col3 = em.alloc((1, TR, 1), el, "spad", 2) if cb and not rb else None
     one3 = em.alloc((1, 1, 1), el, "spad", 2) if cb and rb else None
     rowv = em.alloc((1, TC), el, "spad", 2) if cb and rb else None
     z = [0, 0]
 
-    def tile(p: Index, q: Index, r0: Index, tr: int, c0: Index, tcn: int) -> None:
+    def tile(p: Index, q: Index, r0: Index, tr: int, c0: Index, tcn: int, tp: int = 1) -> None:
         srow = em.add(Rd[3], em.mul(r0, Rd[4]))
         scol = em.add(Cd[3], em.mul(c0, Cd[4]))
         if not rb and not cb:
-            em.dma(s3, [p, srow, scol], buf3, [0, 0, 0], [1, tr, tcn], [1, Rd[4], Cd[4]])
+            em.dma(s3, [p, srow, scol], buf3, [0, 0, 0], [tp, tr, tcn],
+                   [lead[-1][4] if tp > 1 else 1, Rd[4], Cd[4]])
         else:
             em.fill(buf2, z, tr, tcn, 0.0)
             if rb and not cb:
@@ -109,13 +116,17 @@ def _copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], i
                 em.fill(rowv, z, 1, tcn, 0.0)
                 em.vec("add", rowv, z, rowv, z, 1, tcn, em.view(one3, (1, 1)), z, bmode="col")
                 em.vec("add", buf2, z, buf2, z, tr, tcn, rowv, z, bmode="row")
-        em.dma(buf3, [0, 0, 0], d3, [q, em.add(Rd[5], r0), em.add(Cd[5], c0)], [1, tr, tcn])
+        em.dma(buf3, [0, 0, 0], d3, [q, em.add(Rd[5], r0), em.add(Cd[5], c0)], [tp, tr, tcn])
 
     def rec(k: int, p: Index, q: Index) -> None:
         if k == len(lead):
             em.tiles(Rd[2], TR, lambda r0, tr: em.tiles(Cd[2], TC, lambda c0, tcn: tile(p, q, r0, tr, c0, tcn)))
             return
         d = lead[k]
+        if TP > 1 and k == len(lead) - 1:  # planes: the last leading dim's strides are 1 (in planes)
+            em.tiles(d[2], TP, lambda i0, tp: tile(em.add(p, em.add(d[3], em.mul(i0, d[4]))),
+                                                   em.add(q, em.add(d[5], i0)), 0, Rd[2], 0, Cd[2], tp))
+            return
         si = _prod([x[0] for x in lead[k + 1:]])
         so = _prod([x[1] for x in lead[k + 1:]])
         em.range(d[2], lambda i: rec(k + 1, em.add(p, em.mul(em.add(d[3], em.mul(i, d[4])), si)),
@@ -194,6 +205,160 @@ def lower_pad(fl, op: g.PadOp) -> None:
     out = fl.out_buf(op.output)
     fill_dram(fl, out, S_out, float(op.value.value.data))
     copy_box(fl, fl.buf(op.input), S_in, [0] * n, [1] * n, out, S_out, list(pads[:n]), S_in)
+
+
+# ----------------------------------------------------------------------------
+# transpose: permuted copies in big blocks
+# ----------------------------------------------------------------------------
+
+Terms = list[tuple[Index, int]]  # an element offset: sum of index * coefficient
+
+
+def canonical_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The same permutation on the fewest dims: size-1 dims dropped, runs of dims adjacent
+    (and in order) in both the input and the output merged. -> (dim sizes in input order,
+    perm: output dim k is input dim perm[k])."""
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    pos_in = {d: i for i, d in enumerate(keep)}
+    groups: list[list[int]] = []
+    for d in (p for p in perm if shape[p] != 1):
+        if groups and pos_in[d] == pos_in[groups[-1][-1]] + 1:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    by_in = sorted(range(len(groups)), key=lambda gi: pos_in[groups[gi][0]])
+    rank = {gi: r for r, gi in enumerate(by_in)}
+    return [_prod([shape[d] for d in groups[gi]]) for gi in by_in], [rank[gi] for gi in range(len(groups))]
+
+
+def _box_side(em, buf: SSAValue, total: int, strides: Sequence[int], terms: Terms) -> tuple[SSAValue, list[Index]]:
+    """View a contiguous buffer of `total` elements so that box dims of the given element
+    strides (descending, each dividing the one before) are a row-major sub-box, and split
+    the origin (sum of index * coefficient) over the view's dims: each term goes to the
+    dim with the largest stride dividing its coefficient. Offsets built from a tensor's
+    own nested strides always land inside that dim's extent."""
+    assert total % strides[0] == 0 and all(strides[k - 1] % strides[k] == 0 for k in range(1, len(strides)))
+    shape = [total // strides[0]] + [strides[k - 1] // strides[k] for k in range(1, len(strides))]
+    idx: list[Index] = [0] * len(strides)
+    for iv, coef in terms:
+        if coef == 0 or (isinstance(iv, int) and iv == 0):
+            continue
+        k = next(k for k, s in enumerate(strides) if coef % s == 0)
+        idx[k] = em.add(idx[k], em.mul(iv, coef // strides[k]))
+    return em.view(buf, shape), idx
+
+
+def box_dma(em, src: SSAValue, src_total: int, dst: SSAValue, dst_total: int,
+            dims: Sequence[tuple[int, int, int]], src_terms: Terms, dst_terms: Terms) -> None:
+    """One tile.dma of a box given as (extent, src stride, dst stride) per dim, in elements,
+    outermost first (both strides descending). Extent-1 dims are dropped; an innermost
+    dim that is not contiguous on both sides gets a unit dim after it (rows of one
+    element). At most 3 dims remain (one DMA instruction)."""
+    box = [d for d in dims if d[0] != 1]
+    if not box or box[-1][1] != 1 or box[-1][2] != 1:
+        box.append((1, 1, 1))
+    assert len(box) <= 3, box
+    sv, si = _box_side(em, src, src_total, [d[1] for d in box], src_terms)
+    dv, di = _box_side(em, dst, dst_total, [d[2] for d in box], dst_terms)
+    em.dma(sv, si, dv, di, [d[0] for d in box])
+
+
+def permute_copy(fl, src: SSAValue, shape: Sequence[int], perm: Sequence[int], dst: SSAValue) -> str:
+    """dst = transpose(src, perm), DRAM -> DRAM through the scratchpad in big blocks
+    (returns a description for debug-tiling). On the canonical permutation (size-1 dims
+    dropped, runs adjacent in both orders merged):
+
+    * innermost dim kept (rows of C contiguous elements): a block [Tu, Tv, TC] of the two
+      dims u (the output's second innermost) and v (the input's) is one 3-D DMA load in
+      input order; a loop over u or v stores it with the permuted strides (2-D DMAs of
+      [Tv, TC] / [Tu, TC]). The remaining dims are loops.
+    * innermost dim j moved (it becomes a row dim, the output's rows are dim i): a block
+      [Ti, Tj] is loaded in input order, transposed on chip by a loop of vector copies of
+      one column (or row) each, and stored as [Tj, Ti] in output order.
+
+    Block buffers are double buffered; tile sizes come from the cost model
+    (`tiling_cost.choose_permute_rows` / `choose_permute_block`)."""
+    em, hw = fl.em, fl.hw
+    sizes, cp = canonical_perm(shape, perm)
+    n = len(sizes)
+    if n <= 1:
+        fl.copy(src, dst, tuple(shape) or (1,))
+        return "a plain copy (the permutation moves no data)"
+    el, esize = _elem(src), t.elem_bytes(src)
+    total = _prod(sizes)
+    ist = [_prod(sizes[d + 1:]) for d in range(n)]
+    pos = {d: k for k, d in enumerate(cp)}
+    ost = [_prod([sizes[cp[k]] for k in range(pos[d] + 1, n)]) for d in range(n)]
+    desc = f"canonical {'x'.join(map(str, sizes))} perm {cp}: "
+
+    def nest(block_dims: Sequence[int], body) -> None:
+        others = [d for d in cp if d not in block_dims]  # loops, in output order
+        outer = [d for d in others if sizes[d] > 1]
+
+        def rec(k: int, tin: Terms, tout: Terms) -> None:
+            if k == len(outer):
+                body(tin, tout)
+                return
+            d = outer[k]
+            em.range(sizes[d], lambda x: rec(k + 1, tin + [(x, ist[d])], tout + [(x, ost[d])]))
+
+        rec(0, [], [])
+
+    if cp[-1] == n - 1:  # rows of C contiguous elements stay rows
+        C, v, u = sizes[-1], n - 2, cp[n - 2]
+        outer = _prod([sizes[d] for d in cp[:-2] if d not in (u, v)])
+        nloops = sum(1 for d in cp[:-2] if d not in (u, v) and sizes[d] > 1)
+        ch = tc.choose_permute_rows(hw, sizes[u], sizes[v], C, esize, outer, nloops, u == v - 1)
+        Tu, Tv, TC = ch.tiles
+        Lb = em.alloc((Tu, Tv, TC), el, "spad", 2)
+        Lt = Tu * Tv * TC
+
+        def block(tin: Terms, tout: Terms, u0: Index, tu: int, v0: Index, tv: int, c0: Index, tcn: int) -> None:
+            box_dma(em, src, total, Lb, Lt, [(tu, ist[u], Tv * TC), (tv, ist[v], TC), (tcn, 1, 1)],
+                    tin + [(u0, ist[u]), (v0, ist[v]), (c0, 1)], [])
+            if ch.loop == 1:  # one store per v: L[:, w, :] -> out rows of u
+                em.range(tv, lambda w: box_dma(
+                    em, Lb, Lt, dst, total, [(tu, Tv * TC, ost[u]), (tcn, 1, 1)], [(w, TC)],
+                    tout + [(u0, ost[u]), (em.add(v0, w), ost[v]), (c0, 1)]))
+            else:  # one store per u: L[w] -> out rows of v
+                em.range(tu, lambda w: box_dma(
+                    em, Lb, Lt, dst, total, [(tv, TC, ost[v]), (tcn, 1, 1)], [(w, Tv * TC)],
+                    tout + [(em.add(u0, w), ost[u]), (v0, ost[v]), (c0, 1)]))
+
+        nest((u, v, n - 1), lambda tin, tout: em.tiles(sizes[u], Tu, lambda u0, tu: em.tiles(
+            sizes[v], Tv, lambda v0, tv: em.tiles(C, TC, lambda c0, tcn: block(tin, tout, u0, tu, v0, tv, c0, tcn)))))
+        return (desc + f"blocks {Tu}x{Tv}x{TC} (one load each, one store per {'vu'[ch.loop]}): "
+                f"{ch.dmas} DMAs, est {ch.cycles} cycles")
+
+    # the innermost dim j moves: transpose [Ti, Tj] blocks on the vector unit
+    i, j = cp[-1], n - 1
+    outer = _prod([sizes[d] for d in cp if d not in (i, j)])
+    nloops = sum(1 for d in cp if d not in (i, j) and sizes[d] > 1)
+    ch = tc.choose_permute_block(hw, sizes[i], sizes[j], esize, outer, nloops, i == n - 2, pos[j] == n - 2)
+    Ti, Tj = ch.tiles
+    Lb = em.alloc((Ti, Tj), el, "spad", 2)
+    Tb = em.alloc((Tj, Ti), el, "spad", 2)
+
+    def tblock(tin: Terms, tout: Terms, i0: Index, ti: int, j0: Index, tj: int) -> None:
+        box_dma(em, src, total, Lb, Ti * Tj, [(ti, ist[i], Tj), (tj, 1, 1)], tin + [(i0, ist[i]), (j0, 1)], [])
+        if ch.loop == 0:  # row r of L -> column r of T
+            em.range(ti, lambda r: em.vec("copy", Tb, [0, r], em.view(Lb, (Ti * Tj, 1)), [em.mul(r, Tj), 0], tj, 1))
+        else:  # column c of L -> row c of T
+            em.range(tj, lambda c: em.vec("copy", em.view(Tb, (Tj * Ti, 1)), [em.mul(c, Ti), 0], Lb, [0, c], ti, 1))
+        box_dma(em, Tb, Ti * Tj, dst, total, [(tj, Ti, ost[j]), (ti, 1, 1)], [],
+                tout + [(j0, ost[j]), (i0, 1)])
+
+    nest((i, j), lambda tin, tout: em.tiles(sizes[i], Ti, lambda i0, ti: em.tiles(
+        sizes[j], Tj, lambda j0, tj: tblock(tin, tout, i0, ti, j0, tj))))
+    return (desc + f"blocks {Ti}x{Tj} transposed by vector copies of one {'row' if ch.loop == 0 else 'column'} "
+            f"each: {ch.dmas} DMAs, est {ch.cycles} cycles (vector {ch.vector})")
+
+
+def lower_transpose(fl, op: g.TransposeOp) -> None:
+    S = _S(op.input)
+    name = fl.name()
+    desc = permute_copy(fl, fl.buf(op.input), S, g._ints(op.perm), fl.out_buf(op.results[0]))
+    fl.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, S))} perm {list(g._ints(op.perm))}: {desc}")
 
 
 # ----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from infer.target import isa
 from infer.target.hw import HardwareConfig
 
 
@@ -239,6 +240,134 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
     if best is None:
         best = RowChoice(1, tc, 0, 0, 0)
     best.candidates = cands
+    return best
+
+
+@dataclass
+class PermuteChoice:
+    """Tiles of a permuted copy (transpose) through the scratchpad: `tiles` of the block
+    dims, `loop` the block dim its per-block DMA / vector-copy loop runs over."""
+
+    tiles: tuple[int, ...]
+    loop: int
+    cycles: int
+    dmas: int
+    vector: int
+    loops: int
+    candidates: int = 0
+
+
+def _permute_cycles(hw: HardwareConfig, loads: int, load_rows: int, load_row_bytes: int,
+                    stores: int, store_rows: int, store_row_bytes: int, vec_ops: int = 0,
+                    vec_op_cycles: int = 0) -> tuple[int, int]:
+    """(cycles, vector cycles) of a copy that is pure DMA (+ vector copies): the DRAM bytes
+    (rows rounded up to bursts) over the bandwidth, or the DMA engines' channel throughput
+    (each transfer holds a channel for setup + transfer + latency), or the vector unit,
+    or the front end dispatching every instruction, whichever is slowest, plus one load and
+    one store latency to fill and drain the pipeline."""
+    bw, lat, setup, ch = hw.dram.bytes_per_cycle, hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
+    lb, sb = load_rows * _burst_bytes(hw, load_row_bytes), store_rows * _burst_bytes(hw, store_row_bytes)
+    dram = (lb + sb) / bw
+    ld = (loads * (setup + lat) + lb / bw) / ch
+    st = (stores * (setup + lat) + sb / bw) / ch
+    vec = vec_ops * vec_op_cycles
+    front = loads + stores + vec_ops
+    return int(max(dram, ld, st, vec, front)) + 2 * (lat + setup), vec
+
+
+def dma_box_limits() -> tuple[int, int, int]:
+    """Largest (contiguous bytes per row, rows, planes) one DMA instruction encodes (the ISA
+    table's n0 / n1 / n2 fields)."""
+    d = isa.BY_NAME["dma.load"]
+    return d.field("n0").hi, d.field("n1").hi, d.field("n2").hi
+
+
+def vector_limits() -> tuple[int, int]:
+    """Largest (rows, byte stride) of one vector instruction (the ISA table's fields)."""
+    d = isa.BY_NAME["vec.copy"]
+    return d.field("rows").hi, d.field("astride").hi
+
+
+def _trips(extent: int, tile: int) -> int:
+    """Hardware loops `tiles(extent, tile)` emits (its full-tile loop when it has >= 2 trips)."""
+    return 1 if extent // tile >= 2 else 0
+
+
+def choose_permute_rows(hw: HardwareConfig, eu: int, ev: int, C: int, esize: int, outer: int,
+                        outer_loops: int, u_adjacent: bool) -> PermuteChoice:
+    """Permuted copy that keeps rows of C contiguous elements: block [Tu, Tv, TC] of two
+    permuted dims u (outer in the input) and v (= the input's second innermost), loaded by
+    one 3-D DMA in input order and stored by a loop of 2-D DMAs over one of u / v (`loop`
+    0 = u, 1 = v), `outer` blocks of the remaining dims (`outer_loops` of them loops).
+    Two block buffers (double buffered) take half the scratchpad."""
+    cap = max(1, hw.memory.scratchpad_bytes // (4 * esize))
+    n0, n1, n2 = dma_box_limits()
+    TC = min(C, cap, n0 // esize)
+    rest = max(1, cap // TC)
+    lim = min(n1, n2)  # Tu / Tv are rows or planes of a DMA
+    nc = -(-C // TC)
+    best: PermuteChoice | None = None
+    n = 0
+    for loop in (0, 1):
+        el, ew = (eu, ev) if loop == 0 else (ev, eu)
+        for tl in pow2_candidates(min(el, rest, lim), 1):
+            tw = min(ew, max(1, rest // tl), lim)
+            tu, tv = (tl, tw) if loop == 0 else (tw, tl)
+            nu, nv = -(-eu // tu), -(-ev // tv)
+            blocks = outer * nu * nv * nc
+            stores = outer * nc * (nv * eu if loop == 0 else nu * ev)
+            # load: rows of TC (v merges into them when TC = C; u too when whole and adjacent)
+            lrow = TC * (tv if TC == C else 1) * (tu if TC == C and tv == ev and u_adjacent else 1)
+            lrows = outer * eu * ev * C // lrow
+            cyc, _ = _permute_cycles(hw, blocks, lrows, lrow * esize, stores, outer * eu * ev * nc, TC * esize)
+            loops = outer_loops + _trips(eu, tu) + _trips(ev, tv) + _trips(C, TC) + (1 if tl > 1 else 0)
+            c = PermuteChoice((tu, tv, TC), loop, cyc, blocks + stores, 0, loops)
+            n += 1
+            key = (loops > hw.scalar.loop_depth, cyc, c.dmas)
+            if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas):
+                best = c
+    assert best is not None
+    best.candidates = n
+    return best
+
+
+def choose_permute_block(hw: HardwareConfig, ei: int, ej: int, esize: int, outer: int,
+                         outer_loops: int, i_adjacent: bool, j_adjacent: bool) -> PermuteChoice:
+    """Permuted copy that moves the innermost dim j (input rows of Tj contiguous elements)
+    to a row dim of the output, whose rows are dim i: block [Ti, Tj] loaded in input
+    order, transposed on chip by a loop of vector copies (one column or row each, over the
+    smaller tile side: `loop` 0 = i, 1 = j) into [Tj, Ti], stored in output order. Both
+    double-buffered block buffers take half the scratchpad. `i_adjacent`: i is the
+    input's second innermost dim (whole loaded blocks are one contiguous run);
+    `j_adjacent`: j is the output's second innermost dim (same for stores)."""
+    cap = max(1, hw.memory.scratchpad_bytes // (8 * esize))
+    lanes, ccopy = hw.vector.lanes, hw.vector.cost.get("copy", 1)
+    n0, n1, _ = dma_box_limits()
+    vrows, vstride = vector_limits()
+    # a side is a DMA row (n0 bytes) and rows of the other (n1), a vector copy's rows and stride
+    lim = min(n0 // esize, n1, vrows, vstride // esize)
+    best: PermuteChoice | None = None
+    n = 0
+    for tj in pow2_candidates(min(ej, cap, lim), 1):
+        ti = min(ei, max(1, cap // tj), lim)
+        ni, nj = -(-ei // ti), -(-ej // tj)
+        blocks = outer * ni * nj
+        loop = 0 if ti <= tj else 1
+        vops = outer * (nj * ei if loop == 0 else ni * ej)
+        vcyc = -(-max(ti, tj) // lanes) * ccopy
+        lrow = tj * (ti if tj == ej and i_adjacent else 1)
+        srow = ti * (tj if ti == ei and j_adjacent else 1)
+        total = outer * ei * ej
+        cyc, vec = _permute_cycles(hw, blocks, total // lrow, lrow * esize, blocks, total // srow, srow * esize,
+                                   vops, vcyc)
+        loops = outer_loops + _trips(ei, ti) + _trips(ej, tj) + (1 if min(ti, tj) > 1 else 0)
+        c = PermuteChoice((ti, tj), loop, cyc, 2 * blocks, vec, loops)
+        n += 1
+        key = (loops > hw.scalar.loop_depth, cyc, c.dmas)
+        if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas):
+            best = c
+    assert best is not None
+    best.candidates = n
     return best
 
 
