@@ -19,6 +19,7 @@ _PASSES: dict[str, str] = {
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
+    "graph-subsample-strided-conv": "infer.passes.graph_subsample_strided_conv:GraphSubsampleStridedConvPass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
     "graph-prepare-tiling": "infer.passes.pipelines:GraphPrepareTilingPass",
     "lower-to-tile": "infer.passes.pipelines:LowerToTilePass",
