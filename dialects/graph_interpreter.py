@@ -1231,18 +1231,38 @@ def innermost_interpreter_error(e: BaseException | None) -> InterpreterError | N
     return None
 
 
+class _TopLevelOps(Interpreter.Listener):
+    """Reports every op of one function body (not the ops nested in its kernels) once run."""
+
+    def __init__(self, fn: func.FuncOp, on_op: Callable[[int, Operation, list[np.ndarray]], None]):
+        self.index = {op: i for i, op in enumerate(fn.body.block.ops)}
+        self.on_op = on_op
+
+    def did_interpret_op(self, op: Operation, results: tuple[Any, ...]) -> None:
+        i = self.index.get(op)
+        if i is not None:
+            self.on_op(i, op, [np.asarray(r) for r in results])
+
+
 def run_module(
     module: ModuleOp,
     inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
     entry: str = "main",
     weights: WeightStore | None = None,
+    *,
+    on_op: Callable[[int, Operation, list[np.ndarray]], None] | None = None,
 ) -> list[np.ndarray]:
     """Run function `entry` of `module` on `inputs` (by position, or by name: the
     argument attribute `graph.name`, else "arg0", "arg1", ...). Returns the
-    function's results as numpy arrays. `weights` defaults to `weights_of(module)`."""
+    function's results as numpy arrays. `weights` defaults to `weights_of(module)`.
+
+    `on_op(index, op, results)` (optional) is called after each op of the function body
+    runs (index = the op's position in the body; a `graph.kernel` counts as one op, its
+    region's ops are not reported): intermediate values by op, e.g. for a per-layer
+    comparison. The callback decides what to keep."""
     fn = _find_entry(module, entry)
     arrays = _bind_inputs(fn, inputs)
-    interpreter = Interpreter(module)
+    interpreter = Interpreter(module, listeners=(_TopLevelOps(fn, on_op),) if on_op is not None else ())
     interpreter.register_implementations(GraphFunctions(weights, module))
     interpreter.register_implementations(FuncFunctions())
     try:

@@ -27,14 +27,48 @@ from infer.dialects.dtypes import parse_element_type, to_numpy_dtype
 
 LAYOUT_ATTR = "npu.layout"
 LAYOUT_VERSION = 1
-OPS_ATTR = "npu.ops"  # op markers: [{name, kind, start, end}] instruction ranges [start, end)
+# op markers: [{name, kind, start, end[, values]}] instruction ranges [start, end); `values`
+# (optional) = [{layer | output, offset, shape, dtype}]: graph-level values whose DRAM bytes are
+# final when the marker ends (docs/codegen.md, "Op markers")
+OPS_ATTR = "npu.ops"
+
+
+def _value_to_attr(v: Mapping) -> DictionaryAttr:
+    d: dict[str, Attribute] = {}
+    for k, x in v.items():
+        if k == "shape":
+            d[k] = DenseArrayBase.from_list(i64, [int(n) for n in x])
+        elif isinstance(x, str):
+            d[k] = StringAttr(x)
+        else:
+            d[k] = IntegerAttr(int(x), i64)
+    return DictionaryAttr(d)
 
 
 def ops_to_attr(ops: Sequence[Mapping]) -> ArrayAttr:
     """Op markers (graph-level kernels' instruction ranges) -> the `npu.ops` attribute."""
-    return ArrayAttr([DictionaryAttr({"name": StringAttr(o["name"]), "kind": StringAttr(o["kind"]),
-                                      "start": IntegerAttr(o["start"], i64),
-                                      "end": IntegerAttr(o["end"], i64)}) for o in ops])
+    out = []
+    for o in ops:
+        d: dict[str, Attribute] = {"name": StringAttr(o["name"]), "kind": StringAttr(o["kind"]),
+                                   "start": IntegerAttr(o["start"], i64), "end": IntegerAttr(o["end"], i64)}
+        if o.get("values"):
+            d["values"] = ArrayAttr([_value_to_attr(v) for v in o["values"]])
+        out.append(DictionaryAttr(d))
+    return ArrayAttr(out)
+
+
+def _value_from_attr(a: Attribute) -> dict:
+    assert isinstance(a, DictionaryAttr)
+    out: dict = {}
+    for k, x in a.data.items():
+        if isinstance(x, DenseArrayBase):
+            out[k] = [int(n) for n in x.get_values()]
+        elif isinstance(x, StringAttr):
+            out[k] = x.data
+        else:
+            assert isinstance(x, IntegerAttr)
+            out[k] = int(x.value.data)
+    return out
 
 
 def ops_from_module(module: ModuleOp) -> list[dict]:
@@ -46,8 +80,11 @@ def ops_from_module(module: ModuleOp) -> list[dict]:
     for d in attr.data:
         assert isinstance(d, DictionaryAttr)
         v = d.data
-        out.append({"name": v["name"].data, "kind": v["kind"].data,  # type: ignore[attr-defined]
-                    "start": v["start"].value.data, "end": v["end"].value.data})  # type: ignore
+        o = {"name": v["name"].data, "kind": v["kind"].data,  # type: ignore[attr-defined]
+             "start": v["start"].value.data, "end": v["end"].value.data}  # type: ignore
+        if isinstance(v.get("values"), ArrayAttr):
+            o["values"] = [_value_from_attr(x) for x in v["values"].data]  # type: ignore[union-attr]
+        out.append(o)
     return out
 
 

@@ -15,13 +15,18 @@ exactly the config it was built for), `precision`, `entry`, `source` (what was
 compiled), `signature` ({inputs, outputs}: lists of {name, shape, dtype}),
 `layout` (the JSON form of tile-to-npu's `npu.layout`: see docs/codegen.md),
 `ops` (optional per-op instruction ranges [start, end) with name/kind, for the
-performance report), `sections`
-({name: {offset, size, sha256}}) and `meta` (free-form).
+performance report; an op may list `values` = [{layer | output, offset, shape, dtype}]: the
+DRAM regions holding graph-level values that are final when the op ends, for the per-layer
+check), `sections` ({name: {offset, size, sha256}}) and `meta` (free-form).
 
 Sections: `program` (the NPU binary container of target/asm.py), `weights`
 (safetensors bytes of the weights the program reads, by layout name), and
 optionally `graph_ir` (graph-level IR text the artifact was compiled from) and
-`graph_weights` (its safetensors), which `infer run --check` uses as the reference.
+`graph_weights` (its safetensors), which `infer run --check` uses as the reference for the
+outputs, and `layer_ir` (the graph IR as graph-to-tile received it: after the graph-level
+passes, one top-level op per kernel; an op value's `layer` is an index into its entry
+function's body) with `layer_weights` (the weights it reads that `graph_weights` lacks), the
+reference for the per-layer check.
 
 `Artifact.from_bytes` validates everything and raises `ArtifactError` with one
 clear message for a file that is not an artifact, is truncated, is corrupt
@@ -226,6 +231,8 @@ class Artifact:
     ops: list[dict[str, Any]] = field(default_factory=list)
     graph_ir: str | None = None
     graph_weights: bytes | None = None
+    layer_ir: str | None = None
+    layer_weights: bytes | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     infer_version: str = field(default_factory=infer_version)
     format_version: int = FORMAT_VERSION
@@ -271,6 +278,10 @@ class Artifact:
             sections["graph_ir"] = self.graph_ir.encode()
         if self.graph_weights is not None:
             sections["graph_weights"] = self.graph_weights
+        if self.layer_ir is not None:
+            sections["layer_ir"] = self.layer_ir.encode()
+        if self.layer_weights is not None:
+            sections["layer_weights"] = self.layer_weights
         table, payload, off = {}, [], 0
         for name, data in sections.items():
             table[name] = {"offset": off, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -361,7 +372,9 @@ class Artifact:
                 precision=str(header.get("precision", "fp32")), entry=str(header.get("entry", "main")),
                 source=str(header.get("source", "")), ops=list(header.get("ops") or []),
                 graph_ir=blobs["graph_ir"].decode() if "graph_ir" in blobs else None,
-                graph_weights=blobs.get("graph_weights"), meta=dict(header.get("meta") or {}),
+                graph_weights=blobs.get("graph_weights"),
+                layer_ir=blobs["layer_ir"].decode() if "layer_ir" in blobs else None,
+                layer_weights=blobs.get("layer_weights"), meta=dict(header.get("meta") or {}),
                 infer_version=str(header.get("infer_version", "?")), format_version=version,
             )
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
@@ -416,6 +429,46 @@ class Artifact:
             if not 0 <= o["start"] <= o["end"] <= len(prog):
                 raise ArtifactError(f"mismatched artifact: op marker '{o.get('name')}' covers instructions "
                                     f"[{o['start']}, {o['end']}) of a {len(prog)}-instruction program")
+            for v in marker_values(o, f"op marker '{o.get('name')}'"):
+                if v.offset + v.nbytes > lay.total_bytes:
+                    raise ArtifactError(f"mismatched artifact: op marker '{o.get('name')}' places a value at "
+                                        f"[{v.offset}, {v.offset + v.nbytes}), outside the DRAM image "
+                                        f"({lay.total_bytes} bytes)")
+
+
+@dataclass(frozen=True)
+class MarkerValue:
+    """A graph-level value in DRAM, final when its op marker ends (`ops[i]["values"]`):
+    `layer` = index of the op defining it in the body of `layer_ir`'s entry function, or
+    `output` = the model output it is."""
+
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+    layer: int | None = None
+    output: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np_dtype(self.dtype).itemsize
+
+
+def marker_values(op: dict[str, Any], what: str = "op marker") -> list[MarkerValue]:
+    """The checked `values` of one op marker ([] when it has none)."""
+    raw = op.get("values") or []
+    if not isinstance(raw, list):
+        raise ArtifactError(f"corrupt artifact ({what}: 'values' must be a list)")
+    out = []
+    for v in raw:
+        ok = (isinstance(v, dict) and isinstance(v.get("offset"), int) and v["offset"] >= 0
+              and isinstance(v.get("shape"), list) and all(isinstance(n, int) and n >= 0 for n in v["shape"])
+              and isinstance(v.get("dtype"), str)
+              and sum(isinstance(v.get(k), int) and v[k] >= 0 for k in ("layer", "output")) == 1)
+        if not ok:
+            raise ArtifactError(f"corrupt artifact ({what}: bad value entry {v!r:.80})")
+        np_dtype(v["dtype"])
+        out.append(MarkerValue(v["offset"], tuple(v["shape"]), v["dtype"], v.get("layer"), v.get("output")))
+    return out
 
 
 def _check_program_against_config(prog, cfg) -> None:

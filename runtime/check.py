@@ -1,24 +1,50 @@
-"""`infer run --check`: compare the simulator's outputs with the reference.
+"""`infer run --check` / `Executable.check`: compare a simulated run with the reference.
 
-The reference is the graph-level reference interpreter run on the graph IR the
-artifact was compiled from (stored in the artifact). Running it needs the
-dialects (xDSL); they are imported only when a check is asked for, so plain
-`Executable.run` still needs nothing but infer.target.
+The reference is the graph-level reference interpreter (dialects/graph_interpreter.py),
+run on graph IR stored in the artifact. Running it needs the dialects (xDSL); they are
+imported only when a check is asked for, so plain `Executable.run` still needs nothing
+but infer.target.
 
-Metrics per output: cosine similarity, max abs error, SQNR in dB
-(10 log10(sum ref^2 / sum (ref - got)^2); inf when exact).
+Two comparisons:
+
+* per output (`check`, unchanged): the simulator's outputs against the interpreter on the
+  graph IR the artifact was compiled from (`graph_ir`);
+* per layer (`check_layers`, what `Executable.check` and `infer run --check` print): one row
+  per graph-level kernel. tile-to-npu's op markers name, for each kernel, the DRAM region
+  holding the graph-level value it defines (`ops[i]["values"]`); the simulator copies that
+  region when its front end reaches the marker's end at loop depth 0 (`Simulator.run`'s
+  `on_pc` hook: functional results are computed in program order, so every earlier
+  instruction's effects are visible and no later kernel has reused the bytes yet). The
+  reference value is the same op's result in the graph IR graph-to-tile lowered (`layer_ir`:
+  after the graph-level passes, e.g. batch norm folded into the conv, one top-level op per
+  kernel), from `run_module(..., on_op=...)`. Each layer is compared with the reference
+  computed from the reference's own inputs, so an error shows up first at the layer that
+  makes it and the first flagged row localises it. A fused kernel (conv + relu) defines one
+  value: that one is compared; values inside a fused kernel, and helper kernels (copies),
+  are not (the table footer lists them).
+
+Metrics: cosine similarity, max abs error, SQNR in dB (10 log10(sum ref^2 / sum (ref -
+got)^2); inf when exact). A row is flagged when cosine < min_cosine (0.999) or SQNR <
+min_sqnr (30 dB) and the values differ at all.
+
+Layer names: the op's `graph.name` attribute when the frontend recorded one, else its ops
+(`conv2d+relu` for a fused kernel) numbered per kind in program order (`conv2d+relu_1`).
 """
 
 from __future__ import annotations
 
 import math
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError
+from infer.runtime.artifact import Artifact, ArtifactError, MarkerValue, _load_safetensors, marker_values, np_dtype
+
+MIN_COSINE = 0.999
+MIN_SQNR = 30.0
 
 
 @dataclass
@@ -29,14 +55,26 @@ class Comparison:
     sqnr_db: float
     shape_ok: bool = True
 
-    def ok(self, min_cosine: float = 0.999, min_sqnr: float = 30.0) -> bool:
+    def ok(self, min_cosine: float = MIN_COSINE, min_sqnr: float = MIN_SQNR) -> bool:
         return self.shape_ok and (self.sqnr_db >= min_sqnr or self.max_abs == 0.0) and (
             math.isnan(self.cosine) or self.cosine >= min_cosine)
 
     def line(self) -> str:
-        sq = "inf" if math.isinf(self.sqnr_db) else f"{self.sqnr_db:.1f}"
-        return (f"{self.name}: cosine {self.cosine:.6f}  max abs err {self.max_abs:.3g}  SQNR {sq} dB  "
+        return (f"{self.name}: cosine {self.cosine:.6f}  max abs err {self.max_abs:.3g}  SQNR {_db(self.sqnr_db)} dB  "
                 f"{'OK' if self.ok() else 'MISMATCH'}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "cosine": _json_float(self.cosine), "max_abs": _json_float(self.max_abs),
+                "sqnr_db": _json_float(self.sqnr_db), "shape_ok": self.shape_ok, "ok": self.ok()}
+
+
+def _db(x: float) -> str:
+    return ("inf" if x > 0 else "-inf") if math.isinf(x) else ("nan" if math.isnan(x) else f"{x:.1f}")
+
+
+def _json_float(x: float) -> float | str:
+    """JSON has no inf/nan: those become strings."""
+    return x if math.isfinite(x) else str(x)
 
 
 def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
@@ -66,35 +104,346 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
     return Comparison(name, cosine, max_abs, sqnr)
 
 
+# ----------------------------------------------------------------------------- references
+def _module(artifact: Artifact, text: str, what: str, blobs: list[tuple[bytes | None, str]]):
+    """Parse graph IR stored in the artifact and bind the weights of `blobs` to it."""
+    from infer.dialects.ir_io import make_context, parse_ir
+    from infer.dialects.weights import WEIGHTS_ATTR, WeightStore, attach_weights
+
+    module = parse_ir(make_context(), text, f"<artifact {what}>")
+    module.attributes.pop(WEIGHTS_ATTR, None)
+    store = WeightStore(None)
+    for blob, section in blobs:
+        for n, a in _load_safetensors(blob or b"", section).items():
+            store.set(n, np.array(a))
+    attach_weights(module, store)
+    return module
+
+
 def reference_outputs(artifact: Artifact, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Run the artifact's graph-level IR on the reference interpreter."""
     if artifact.graph_ir is None:
         raise ArtifactError("the artifact holds no graph-level IR to check against (compiled without it)")
     from infer.dialects.graph_interpreter import run_module
-    from infer.dialects.ir_io import make_context, parse_ir
-    from infer.dialects.weights import WEIGHTS_ATTR, WeightStore, attach_weights
 
-    module = parse_ir(make_context(), artifact.graph_ir, "<artifact graph IR>")
-    with tempfile.TemporaryDirectory() as tmp:
-        store = None
-        if artifact.graph_weights:
-            path = Path(tmp) / "graph.weights.safetensors"
-            path.write_bytes(artifact.graph_weights)
-            store = WeightStore(path)
-            # read everything now: the file goes away with the directory
-            for n in store.names():
-                store.set(n, np.array(store.get(n)))
-            store.file = None
-            store._file_names = set()
-        elif WEIGHTS_ATTR in module.attributes:
-            del module.attributes[WEIGHTS_ATTR]
-        attach_weights(module, store or WeightStore(None))
-        if WEIGHTS_ATTR in module.attributes and store is not None and store.file is None:
-            del module.attributes[WEIGHTS_ATTR]
-        return run_module(module, inputs, entry=artifact.entry)
+    module = _module(artifact, artifact.graph_ir, "graph IR", [(artifact.graph_weights, "graph_weights")])
+    return run_module(module, inputs, entry=artifact.entry)
 
 
 def check(artifact: Artifact, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> list[Comparison]:
+    """Per output: the simulator's `outputs` against the reference interpreter."""
     ref = reference_outputs(artifact, inputs)
     names = [s.name for s in artifact.outputs]
     return [compare(n, np.asarray(r), np.asarray(o)) for n, r, o in zip(names, ref, outputs, strict=True)]
+
+
+# ----------------------------------------------------------------------------- per layer
+@dataclass
+class LayerCheck:
+    """One row of the per-layer table: a graph-level value a kernel defines."""
+
+    name: str  # layer name (graph.name of the op, else its ops numbered per kind)
+    kernel: str  # the op marker (compiler kernel name, as in the performance table)
+    kind: str
+    layer: int | None  # index of the defining op in the body of the artifact's layer IR
+    output: str | None  # the model output this kernel writes, if it writes one
+    shape: tuple[int, ...]
+    comparison: Comparison | None = None  # None: not compared (see note)
+    note: str = ""
+
+    def ok(self, min_cosine: float = MIN_COSINE, min_sqnr: float = MIN_SQNR) -> bool:
+        return self.comparison is None or self.comparison.ok(min_cosine, min_sqnr)
+
+    @property
+    def cosine(self) -> float:
+        return self.comparison.cosine if self.comparison else float("nan")
+
+    @property
+    def max_abs(self) -> float:
+        return self.comparison.max_abs if self.comparison else float("nan")
+
+    @property
+    def sqnr_db(self) -> float:
+        return self.comparison.sqnr_db if self.comparison else float("nan")
+
+    def as_dict(self, min_cosine: float = MIN_COSINE, min_sqnr: float = MIN_SQNR) -> dict[str, Any]:
+        c = self.comparison
+        return {"name": self.name, "kernel": self.kernel, "kind": self.kind, "layer": self.layer,
+                "output": self.output, "shape": list(self.shape), "compared": c is not None,
+                "cosine": _json_float(c.cosine) if c else None, "max_abs": _json_float(c.max_abs) if c else None,
+                "sqnr_db": _json_float(c.sqnr_db) if c else None, "ok": self.ok(min_cosine, min_sqnr),
+                "note": self.note}
+
+
+@dataclass
+class CheckReport:
+    """`Executable.check(...)`: per-layer rows (program order) and the per-output comparison."""
+
+    layers: list[LayerCheck]
+    outputs: list[Comparison]
+    uncompared_kernels: list[str] = field(default_factory=list)  # kernels defining no graph-level value
+    note: str = ""  # why there are no layer rows, if there are none
+    min_cosine: float = MIN_COSINE
+    min_sqnr: float = MIN_SQNR
+    sim_outputs: list[np.ndarray] = field(default_factory=list, repr=False)  # the run's outputs
+
+    def ok(self) -> bool:
+        """Every output and every compared layer within tolerance."""
+        return self.outputs_ok() and self.first_bad is None
+
+    def outputs_ok(self) -> bool:
+        return all(c.ok(self.min_cosine, self.min_sqnr) for c in self.outputs)
+
+    @property
+    def first_bad(self) -> LayerCheck | None:
+        """The first layer (program order) out of tolerance: where the error starts."""
+        return next((r for r in self.layers if not r.ok(self.min_cosine, self.min_sqnr)), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        bad = self.first_bad
+        return {"layers": [r.as_dict(self.min_cosine, self.min_sqnr) for r in self.layers],
+                "outputs": [c.as_dict() for c in self.outputs],
+                "uncompared_kernels": list(self.uncompared_kernels), "note": self.note,
+                "min_cosine": self.min_cosine, "min_sqnr_db": self.min_sqnr,
+                "first_bad": bad.name if bad else None, "ok": self.ok()}
+
+    def table(self) -> str:
+        """The per-layer table (layers, then the final outputs) with its footer."""
+        rows: list[tuple[str, str, str, Comparison | None, str]] = []
+        first = self.first_bad
+        for r in self.layers:
+            flag = ("<- first out of tolerance" if r is first else "LOW") if not r.ok(self.min_cosine, self.min_sqnr) \
+                else ""
+            if r.comparison is None:
+                flag = f"not compared: {r.note}"
+            elif r.output:
+                flag = (flag + " " if flag else "") + f"(writes output {r.output})"
+            rows.append((r.name, r.kernel, r.kind, r.comparison, flag))
+        for c in self.outputs:
+            rows.append((f"output {c.name}", "-", "-", c, "" if c.ok(self.min_cosine, self.min_sqnr) else "MISMATCH"))
+        w = min(max([len("layer"), *(len(r[0]) for r in rows)]), 40)
+        wk = min(max([len("kernel"), *(len(r[1]) for r in rows)]), 12)
+        wt = min(max([len("kind"), *(len(r[2]) for r in rows)]), 14)
+        head = f"  {'layer':<{w}}  {'kernel':<{wk}}  {'kind':<{wt}}  {'cosine':>9}  {'max abs err':>11}  {'SQNR dB':>7}"
+        lines = [head]
+        for name, kernel, kind, c, flag in rows:
+            name = name if len(name) <= w else name[:w - 1] + "~"
+            if c is None:
+                nums = f"{'-':>9}  {'-':>11}  {'-':>7}"
+            elif not c.shape_ok:
+                nums = f"{'-':>9}  {'-':>11}  {'-':>7}"
+                flag = "shape mismatch " + flag
+            else:
+                nums = f"{c.cosine:>9.6f}  {c.max_abs:>11.3g}  {_db(c.sqnr_db):>7}"
+            lines.append(f"  {name:<{w}}  {kernel[:wk]:<{wk}}  {kind[:wt]:<{wt}}  {nums}  {flag}".rstrip())
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        if self.layers:
+            lines.append(f"  flagged: cosine < {self.min_cosine:g} or SQNR < {self.min_sqnr:g} dB (and not exact); "
+                         "each layer is compared with the reference computed from the reference's own inputs")
+            if first is not None:
+                lines.append(f"  first layer out of tolerance: {first.name} ({first.kernel}); later rows inherit "
+                             "its error")
+        if self.uncompared_kernels:
+            ks = self.uncompared_kernels
+            lines.append(f"  not compared: {len(ks)} kernel(s) defining no graph-level value (values inside a "
+                         f"fused graph op, helper copies): {', '.join(ks[:12])}{', ...' if len(ks) > 12 else ''}")
+        return "\n".join(lines)
+
+
+def snapshot_hooks(artifact: Artifact, store: dict[tuple[int, int], np.ndarray],
+                   extra: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+                   progress: Callable[[str], None] | None = None):
+    """`Simulator.run(on_pc=...)` callbacks that copy, at each op marker's end, the DRAM bytes
+    of the values it lists into store[(marker index, value index)]; `extra` callbacks at the
+    same pc run first (e.g. a test corrupting a kernel's output). `progress` hears every few
+    seconds how many kernels have run."""
+    by_pc: dict[int, list[tuple[int, int, MarkerValue]]] = {}
+    ends: dict[int, int] = {}  # pc -> index of the marker ending there
+    for i, o in enumerate(artifact.ops):
+        ends[int(o["end"])] = i
+        for j, v in enumerate(marker_values(o)):
+            by_pc.setdefault(int(o["end"]), []).append((i, j, v))
+    clock = [time.perf_counter(), time.perf_counter()]  # start, last report
+    total = len(artifact.ops)
+
+    def tell(pc: int) -> None:
+        now = time.perf_counter()
+        if progress is not None and now - clock[1] > 5.0 and pc in ends:
+            clock[1] = now
+            i = ends[pc]
+            progress(f"simulator: {i + 1}/{total} kernels run ({artifact.ops[i].get('name')}, "
+                     f"{now - clock[0]:.0f} s)")
+
+    hooks: dict[int, Callable[[int, np.ndarray], None]] = {}
+    for pc in set(by_pc) | set(extra or {}) | (set(ends) if progress is not None else set()):
+        snaps = by_pc.get(pc, [])
+        user = (extra or {}).get(pc)
+
+        def hook(at: int, dram: np.ndarray, snaps=snaps, user=user) -> None:
+            if user is not None:
+                user(at, dram)
+            for i, j, v in snaps:
+                store[(i, j)] = dram[v.offset:v.offset + v.nbytes].copy()
+            tell(at)
+        hooks[pc] = hook
+    return hooks
+
+
+def _short(op) -> str:
+    return op.name.split(".", 1)[-1]
+
+
+def _describe(op) -> str:
+    """`conv2d+relu` for a graph.kernel, the op's own name otherwise."""
+    from infer.dialects import graph as g
+
+    if isinstance(op, g.KernelOp):
+        inner = [_short(o) for o in op.body.block.ops
+                 if not isinstance(o, g.YieldOp | g.ConstantOp | g.WeightOp)]
+        return "+".join(inner) or "kernel"
+    return _short(op)
+
+
+def _user_name(op) -> str | None:
+    """A name the frontend recorded on the op (`graph.name`), if any."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from infer.dialects import graph as g
+
+    cands = [op]
+    if isinstance(op, g.KernelOp):
+        y = op.body.block.last_op
+        if isinstance(y, g.YieldOp) and y.operands and y.operands[0].owner in op.body.block.ops:
+            cands.append(y.operands[0].owner)
+        cands.extend(op.body.block.ops)
+    for o in cands:
+        a = o.attributes.get("graph.name")
+        if isinstance(a, StringAttr) and a.data:
+            return a.data
+    return None
+
+
+def check_layers(exe, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
+                 progress: Callable[[str], None] | None = None, min_cosine: float = MIN_COSINE,
+                 min_sqnr: float = MIN_SQNR,
+                 on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> CheckReport:
+    """Run `exe` (an Executable) on the simulator with a DRAM snapshot after every kernel,
+    run the reference interpreter, and compare layer by layer and output by output."""
+    say = progress or (lambda _msg: None)
+    art: Artifact = exe.artifact
+    if art.graph_ir is None:
+        raise ArtifactError("the artifact holds no graph-level IR to check against (compiled without it)")
+    arrays = exe._normalise_inputs([] if inputs is None else inputs)
+    snaps: dict[tuple[int, int], np.ndarray] = {}
+    per_layer = art.layer_ir is not None and any(o.get("values") for o in art.ops)
+    hooks = snapshot_hooks(art, snaps, on_pc, progress) if per_layer else dict(on_pc or {})
+    nvals = sum(len(o.get("values") or []) for o in art.ops) if per_layer else 0
+    say(f"running on the {exe.target} simulator ({len(exe.program)} instructions"
+        + (f", {nvals} per-layer DRAM snapshots)" if per_layer else ")"))
+    outputs = exe.run(arrays, trace=trace, check_races=check_races, on_pc=hooks or None)
+
+    layers: list[LayerCheck] = []
+    uncompared: list[str] = []
+    note = ""
+    if per_layer:
+        layers, uncompared = _layer_rows(art, arrays, snaps, say)
+    elif art.layer_ir is None:
+        note = "the artifact holds no per-layer reference (compiled by an older infer): outputs only"
+    else:
+        note = "the artifact's op markers name no per-layer values: outputs only"
+    say("running the reference interpreter on the artifact's graph IR (outputs)")
+    ref = reference_outputs(art, arrays)
+    outs = [compare(s.name, np.asarray(r), np.asarray(o)) for s, r, o in zip(art.outputs, ref, outputs, strict=True)]
+    return CheckReport(layers, outs, uncompared, note, min_cosine, min_sqnr, outputs)
+
+
+def _layer_rows(art: Artifact, arrays: list[np.ndarray], snaps: dict[tuple[int, int], np.ndarray],
+                say: Callable[[str], None]) -> tuple[list[LayerCheck], list[str]]:
+    from xdsl.dialects import func
+    from xdsl.ir import BlockArgument
+
+    from infer.dialects.graph_interpreter import run_module
+
+    assert art.layer_ir is not None
+    module = _module(art, art.layer_ir, "layer IR",
+                     [(art.graph_weights, "graph_weights"), (art.layer_weights, "layer_weights")])
+    fn = next((f for f in module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == art.entry), None)
+    if fn is None or not fn.body.blocks:
+        raise ArtifactError(f"the artifact's layer IR has no function @{art.entry}")
+    body = list(fn.body.block.ops)
+    values = [(i, j, v) for i, o in enumerate(art.ops) for j, v in enumerate(marker_values(o))]
+    wanted = {v.layer for _, _, v in values if v.layer is not None}
+    ref: dict[int, np.ndarray] = {}
+    t0 = last = time.perf_counter()
+
+    def on_op(i: int, _op, results: list[np.ndarray]) -> None:
+        nonlocal last
+        if i in wanted and results:
+            ref[i] = results[0]
+        now = time.perf_counter()
+        if now - last > 5.0:
+            last = now
+            say(f"reference interpreter: op {i + 1}/{len(body)} ({now - t0:.0f} s)")
+
+    say(f"running the reference interpreter on the compiled graph IR ({len(body)} ops, per layer)")
+    ref_outs = run_module(module, arrays, entry=art.entry, on_op=on_op)
+    ret = body[-1] if body else None
+    out_names = [s.name for s in art.outputs]
+
+    counts: dict[str, int] = {}
+    named: dict[int, str] = {}  # id(op) -> its row name
+
+    def name_of(v: MarkerValue) -> str:
+        op = None
+        if v.layer is not None:
+            op = body[v.layer] if v.layer < len(body) else None
+        elif ret is not None and v.output is not None and v.output < len(ret.operands):
+            val = ret.operands[v.output]
+            if isinstance(val, BlockArgument):  # an output that is an input: a copy
+                k = val.index
+                return f"input {art.inputs[k].name if k < len(art.inputs) else k} (copy)"
+            op = val.owner if val.owner in body else None
+        if op is None:
+            return "value"
+        if id(op) in named:  # a value written twice (e.g. returned twice): the later is a copy
+            return f"{named[id(op)]} (copy)"
+        name = _user_name(op)
+        if name is None:
+            desc = _describe(op)
+            name = f"{desc}_{counts.get(desc, 0)}"
+            counts[desc] = counts.get(desc, 0) + 1
+        named[id(op)] = name
+        return name
+
+    rows: list[LayerCheck] = []
+    uncompared = [str(o.get("name", f"op{i}")) for i, o in enumerate(art.ops) if not o.get("values")]
+    for i, j, v in values:
+        o = art.ops[i]
+        name = name_of(v)
+        row = LayerCheck(name, str(o.get("name", f"op{i}")), str(o.get("kind", "")), v.layer,
+                         out_names[v.output] if v.output is not None and v.output < len(out_names) else None,
+                         v.shape)
+        if v.layer is not None:
+            r = ref.get(v.layer)
+        else:
+            r = ref_outs[v.output] if v.output is not None and v.output < len(ref_outs) else None
+        got = snaps.get((i, j))
+        row.comparison, row.note = _compare_value(name, r, got, v)
+        rows.append(row)
+    return rows, uncompared
+
+
+def _compare_value(name: str, ref: np.ndarray | None, raw: np.ndarray | None,
+                   v: MarkerValue) -> tuple[Comparison | None, str]:
+    if ref is None:
+        return None, "no reference value"
+    if raw is None:
+        return None, "the run never reached the end of this kernel"
+    ref = np.asarray(ref)
+    got = raw.view(np_dtype(v.dtype))
+    if ref.dtype == np.bool_ or ref.dtype.kind not in "fiu":
+        return None, f"held as {v.dtype} in DRAM, {ref.dtype} in the reference"
+    if got.size != ref.size:
+        return None, f"DRAM holds {v.dtype}{list(v.shape)}, the reference {ref.dtype}{list(ref.shape)}"
+    return compare(name, ref, got.reshape(ref.shape)), ""

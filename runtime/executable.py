@@ -3,6 +3,8 @@
     exe = infer.load("model.npu")          # or infer.compile(...)
     outs = exe.run([x])                    # list in signature order, or {"name": array}
     print(exe.last_report.summary())       # cycles, utilisation, stalls, per-op roofline
+    rep = exe.check([x])                   # per-layer comparison with the reference interpreter
+    print(rep.table()); rep.first_bad; rep.as_dict()
 
 `run` builds the simulated DRAM image the way the artifact's layout says (weights
 at the weight region, each input at its argument offset; the activation arena and
@@ -20,14 +22,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, Layout, narrowed, np_dtype
 from infer.runtime.report import Report, build_report
+
+if TYPE_CHECKING:
+    from infer.runtime.check import CheckReport
 
 
 class RunError(ArtifactError):
@@ -130,12 +135,15 @@ class Executable:
         return np.ascontiguousarray(a.astype(np.int32))
 
     def run(self, inputs: Any = None, *, trace: bool = True,
-            check_races: bool | None = None) -> list[np.ndarray]:
+            check_races: bool | None = None,
+            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
         `trace=True` (default) records the engine timelines, needed for the per-op
         report and `last_report.to_chrome_trace`. `check_races` runs the simulator's race
-        checker (default: on when the environment sets INFER_SIM_CHECK_RACES=1)."""
+        checker (default: on when the environment sets INFER_SIM_CHECK_RACES=1). `on_pc`
+        is passed to `Simulator.run` (callbacks `f(pc, dram)` when the program reaches an
+        instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range)."""
         from infer.target.sim import SimFault, Simulator
 
         if inputs is None:
@@ -152,7 +160,7 @@ class Executable:
         sim = Simulator(self.config)
         t0 = time.perf_counter()
         try:
-            counters = sim.run(self.program, dram, trace=trace, check_races=check_races)
+            counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc)
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0
@@ -163,6 +171,23 @@ class Executable:
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
                                         self.config, wall)
         return outs
+
+    def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
+              progress: Callable[[str], None] | None = None, min_cosine: float = 0.999,
+              min_sqnr: float = 30.0,
+              on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> CheckReport:
+        """Run on the simulator and compare with the reference interpreter, layer by layer.
+
+        Returns an `infer.runtime.check.CheckReport`: `.layers` (one row per graph-level
+        kernel: name, kernel, kind, cosine, max_abs, sqnr_db; the DRAM bytes of the value
+        each kernel defines, copied right after it ran), `.outputs` (per model output),
+        `.first_bad`, `.ok()`, `.table()`, `.as_dict()` (JSON-able), `.sim_outputs`.
+        `last_report` is set as by `run`. Needs the graph IR in the artifact (xDSL is
+        imported). `on_pc` callbacks run before the snapshots at the same pc."""
+        from infer.runtime.check import check_layers
+
+        return check_layers(self, inputs, trace=trace, check_races=check_races, progress=progress,
+                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc)
 
 
 def sim_check_races_from_env() -> bool:

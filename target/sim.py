@@ -23,6 +23,7 @@ import json
 import math
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,10 +292,19 @@ class Simulator:
 
     def run(self, program: Program | bytes | str, dram: np.ndarray | bytearray | None = None,
             regs: dict[str | int, int] | None = None, trace: bool = False, *,
-            check_races: bool = False) -> Counters:
+            check_races: bool = False,
+            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> Counters:
         """Run `program` on `dram` (updated in place). `trace=True` records the engine
         timelines; `check_races=True` faults (kind "race") on an unsynchronised conflicting
-        access between two engines (see the module docstring)."""
+        access between two engines (see the module docstring).
+
+        `on_pc={pc: callback}` calls `callback(pc, dram)` when the front end first reaches
+        instruction `pc` outside every loop (loop depth 0), before dispatching it; `pc` =
+        len(program) fires when the program ends. Functional results are computed in program
+        order at dispatch, so the callback sees the memory effects of every earlier
+        instruction and none of later ones (e.g. a kernel's output right after its last
+        instruction, before the memory plan reuses the bytes). The callback may read or
+        modify `dram`. No cost when not given."""
         if not isinstance(program, Program):
             from infer.target.asm import load_program
 
@@ -313,7 +323,7 @@ class Simulator:
             raise TypeError("dram must be a bytearray or a 1-D uint8 numpy array")
         if not dram.flags.writeable or not dram.flags.c_contiguous:
             raise TypeError("dram must be writable and contiguous")
-        return _Run(self, program, dram, regs or {}, trace, check_races).execute()
+        return _Run(self, program, dram, regs or {}, trace, check_races).execute(on_pc)
 
 
 class _Run:
@@ -792,13 +802,14 @@ class _Run:
         return f
 
     # ------------------------------------------------------------------ main loop
-    def execute(self) -> Counters:
+    def execute(self, on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> Counters:
         code = self.compile()
         instrs = self.prog.instrs
         n = len(code)
         pc = 0
         steps = 0
         stack = self.loop_stack
+        at_end = self._hook(code, on_pc) if on_pc else None
         try:
             while pc < n:
                 npc = code[pc]()
@@ -815,9 +826,33 @@ class _Run:
                 pc = npc
         except _Fault as fl:
             raise SimFault(pc, format_instr(instrs[pc]), fl.cause, fl.kind) from None
+        if at_end is not None and pc == n:
+            at_end(n, self.dram)
         self.c.instructions = steps
         self.c.cycles = max(self.fe, self.last_done)
         return self.c
+
+    def _hook(self, code: list[Any], on_pc: Mapping[int, Callable[[int, np.ndarray], None]]):
+        """Wrap the pre-decoded closures of the hooked pcs (see Simulator.run's `on_pc`);
+        returns the end-of-program callback, if any."""
+        n = len(code)
+        stack, dram = self.loop_stack, self.dram
+        fired: set[int] = set()
+        at_end = None
+        for pc, cb in on_pc.items():
+            if not isinstance(pc, int) or not 0 <= pc <= n:
+                raise ValueError(f"on_pc: instruction index {pc!r} outside the program (0..{n})")
+            if pc == n:
+                at_end = cb
+                continue
+
+            def hooked(f=code[pc], cb=cb, pc=pc) -> int:
+                if not stack and pc not in fired:
+                    fired.add(pc)
+                    cb(pc, dram)
+                return f()
+            code[pc] = hooked
+        return at_end
 
 
 def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:

@@ -65,7 +65,8 @@ builtin.module attributes {tile.target = "edge"} {
 // LAYOUT:      npu.layout = {version = 1 : i64, target = "edge", entry = "main", alignment = 64 : i64, dram_bytes = 14336 : i64,
 // LAYOUT-SAME: args = [{index = 0 : i64, name = "x", output = false, offset = 0 : i64, bytes = 8192 : i64, shape = array<i64: 32, 128>, dtype = "bf16"},
 // LAYOUT-SAME: {index = 2 : i64, name = "y", output = true, offset = 12288 : i64, bytes = 2048 : i64, shape = array<i64: 32, 16>, dtype = "f32"}],
-// LAYOUT:      npu.ops = [{name = "kernel0", kind = "matmul", start = 0 : i64, end = 28 : i64}]
+// LAYOUT:      npu.ops = [{name = "kernel0", kind = "matmul", start = 0 : i64, end = 28 : i64,
+// LAYOUT-SAME: values = [{output = 0 : i64, offset = 12288 : i64, shape = array<i64: 32, 16>, dtype = "f32"}]}]
 // LAYOUT:      npu.program {
 // LAYOUT:        npu.halt
 // BIN: {{^[0-9a-f]{64}$}}
