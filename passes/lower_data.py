@@ -87,7 +87,10 @@ def _copy_box(fl, src: SSAValue, S_in: Sequence[int], in_start: Sequence[int], i
     TC = max(1, min(Cd[2], cap))
     TR = max(1, min(Rd[2], cap // TC, tc.dma_box_limits()[1]))  # rows of one DMA
     rb, cb = Rd[4] == 0, Cd[4] == 0
-    planes = not rb and not cb and bool(lead) and lead[-1][4] > 0 and TR == Rd[2] and TC == Cd[2]
+    # planes need contiguous rows: with a column step the DMA's two strided dims are rows and
+    # columns (one element per burst), and a third would be one transfer per plane
+    planes = (not rb and not cb and bool(lead) and lead[-1][4] > 0 and TR == Rd[2] and TC == Cd[2]
+              and Cd[4] == 1)
     TP = max(1, min(lead[-1][2], cap // (TR * TC), tc.dma_box_limits()[2])) if planes else 1
     buf3 = em.alloc((TP, TR, TC), el, "spad", 2)
     buf2 = em.view(buf3, (TR, TC)) if rb or cb else None  # broadcasts: on the vector unit (TP = 1)
