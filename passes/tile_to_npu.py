@@ -495,10 +495,19 @@ class _Codegen:
                                scf.YieldOp, func.ReturnOp)):
                 continue
             if top:
-                n0 = len(self.block)
+                tail = self.block[-1] if self.block else None
                 self._top_item(op)
                 self._op(op)
-                for it in self.block[n0:]:
+                # the items after the previous op's last one are this op's, except fan-out relays
+                # of that last instruction (_add_signal inserts relays after their producer, also
+                # while a later op is emitted: an index-based range would shift into the old op)
+                mine = [] if tail is None else [tail, *(getattr(tail, "relay", None) or ())]
+                for it in reversed(self.block):
+                    if any(it is m for m in mine):
+                        it.group = tail.group  # type: ignore[union-attr]
+                        if it is tail:
+                            break
+                        continue
                     it.group = len(self.groups) - 1
                 continue
             self._op(op)
@@ -1469,16 +1478,10 @@ class _Codegen:
                 out[-1]["end"] = i + 1
                 continue
             g = self.groups[e[5]] if e[5] < len(self.groups) else {"names": [], "kinds": set()}
-            if g["names"]:
-                name = g["names"][0]
-                prev = int(name[6:])
-            else:
-                prev += 1
-                name = f"kernel{prev}"
             kinds = g["kinds"]
             kind = "matmul" if "matmul" in kinds else ("+".join(sorted(kinds - {"dma", "copy"}))
                                                        or ("copy" if "copy" in kinds else "dma"))
-            out.append({"name": name, "kind": kind, "start": i, "end": i + 1, "group": e[5]})
+            out.append({"name": "", "kind": kind, "start": i, "end": i + 1, "group": e[5]})
         # a group without instructions hands its values to the marker before it
         gvals = sorted(values.items())
         for o, nxt in zip(out, [*out[1:], None], strict=True):
@@ -1486,6 +1489,21 @@ class _Codegen:
             vals = [v for gi, vs in gvals if o["group"] <= gi < hi for v in vs]
             if vals:
                 o["values"] = vals
+        # names: the kernelN prefix of the weights read, else counting on; when graph-to-tile
+        # tagged the values, a group completing no value (e.g. a pool's padding copy) leaves its
+        # kernel open and the next unnamed group continues it instead of counting on
+        tagged = any(g.get("layers") for g in self.groups)
+        closed = True
+        for o in out:
+            g = self.groups[o["group"]] if o["group"] < len(self.groups) else {"names": []}
+            if g["names"]:
+                o["name"] = g["names"][0]
+                prev = int(o["name"][6:])
+            else:
+                if closed or not tagged:
+                    prev += 1
+                o["name"] = f"kernel{prev}"
+            closed = "values" in o
         merged: list[dict] = []
         for o in out:  # a kernel's prologue group (e.g. padding) takes the kernel's name
             del o["group"]

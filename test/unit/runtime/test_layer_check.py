@@ -155,3 +155,46 @@ def test_cli_run_check_bad_input_is_one_line(demo, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("infer run: error:") and "expected shape [1, 3, 32, 32]" in err[-1]
     assert not any("Traceback" in x for x in err)
+
+
+def test_fan_out_relays_stay_in_their_kernel():
+    """A ResNet bottleneck on edge: tile-to-npu inserts front-end relay nops (fan-out beyond two
+    signals) after a producer while a later kernel is emitted; the later kernel's marker must not
+    swallow the earlier kernel's last instructions (its result would be read half written)."""
+    import torch
+
+    torch.manual_seed(0)
+
+    class Bottleneck(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(64, 64, 1), torch.nn.Conv2d(64, 64, 3, padding=1)
+            self.c3, self.ds = torch.nn.Conv2d(64, 256, 1), torch.nn.Conv2d(64, 256, 1)
+
+        def forward(self, x):
+            return torch.relu(self.c3(torch.relu(self.c2(torch.relu(self.c1(x))))) + self.ds(x))
+
+    x = torch.randn(1, 64, 8, 8)
+    exe = infer.compile(Bottleneck().eval(), target="edge", example_inputs=(x,))
+    rep = exe.check([x.numpy()], trace=False)
+    assert [r.name for r in rep.layers] == ["conv2d+relu_0", "conv2d+relu_1", "conv2d_0", "conv2d+add+relu_0"]
+    assert rep.ok() and not rep.uncompared_kernels, rep.table()
+
+
+def test_padded_pool_is_one_marker():
+    """A max pool with padding lowers to a padding copy and the pool (two groups without
+    weights): one marker named after it, not a marker of its own for the copy with the pool
+    merged into the next conv's marker."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(3, 2, padding=1), torch.nn.Conv2d(8, 8, 1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    exe = infer.compile(model, target="edge", example_inputs=(x,))
+    assert [o["name"] for o in exe.artifact.ops] == ["kernel0", "kernel1", "kernel2"]
+    assert [o["kind"] for o in exe.artifact.ops] == ["matmul", "max", "matmul"]
+    rep = exe.check([x.numpy()], trace=False)
+    assert [(r.name, r.kernel) for r in rep.layers] == [("conv2d+relu_0", "kernel0"), ("max_pool2d_0", "kernel1"),
+                                                        ("conv2d_0", "kernel2")]
+    assert rep.ok()
