@@ -959,7 +959,11 @@ class _Codegen:
                     continue
                 if pa.space != ca.space or pa.hi <= ca.lo or ca.hi <= pa.lo:
                     continue
-                if pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]:
+                # the same half of a double buffer two iterations apart is guarded by its free
+                # semaphore, but only across iterations of its rotation loop: inside a loop
+                # nested in the rotation loop the same half is reused every iteration
+                if (pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]
+                        and lp.forop is self.rotation.get(pa.ring[0])):
                     continue
                 if self._covered(p, c.engine):
                     continue
