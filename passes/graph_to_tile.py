@@ -268,6 +268,13 @@ class Emitter:
 
 
 # ----------------------------------------------------------------------------
+def _tile_sizes(total: int, tile: int) -> list[int]:
+    """The tile extents `em.tiles(total, tile, ...)` emits code for: the full tile and, when
+    tile does not divide total, the remainder (each emission allocates its own buffers)."""
+    tile = max(1, min(tile, total))
+    return [tile] + ([total % tile] if total % tile else [])
+
+
 # Operands of tile epilogues: how a tensor broadcasts onto an output tile
 # ----------------------------------------------------------------------------
 
@@ -1168,7 +1175,9 @@ class FunctionLowering:
             # x staging f32 + bf16 hi(/lo); weight bf16 hi(/lo) (+ f32 staging when a runtime
             # operand); bias row; epilogue tiles -- all double buffered; the accumulator tile
             spad = 2 * (tm * tk * (4 + 2 * ncp) + tk * tn * (2 * ncp + (4 if rhs_act else 0)))
-            spad += (2 * tn * 4 if bias is not None else 0) + epi_bytes(tm, tn)
+            spad += (2 * tn * 4 if bias is not None else 0)
+            # each emitted tile shape (full, remainder) allocates its own epilogue buffers
+            spad += sum(epi_bytes(a, b) for a in _tile_sizes(M, tm) for b in _tile_sizes(N, tn))
             return spad, 2 * tm * tn * 4
 
         spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True,
@@ -1331,7 +1340,10 @@ class FunctionLowering:
             # window f32 staging + bf16 hi(/lo) [TC, TP]; weight block bf16 hi(/lo) [TO, TC];
             # bias column; epilogue tiles [TO, TP] -- double buffered; the accumulator tile
             spad = 2 * (tcn * tp * (4 + 2 * copies) + to * tcn * 2 * copies)
-            spad += (2 * to * 4 if has_bias else 0) + epi_bytes(to, tp)
+            spad += (2 * to * 4 if has_bias else 0)
+            # each emitted tile shape (full, remainder) allocates its own epilogue buffers
+            toh = max(1, tp // OW)
+            spad += sum(epi_bytes(a, b * OW) for a in _tile_sizes(Og, to) for b in _tile_sizes(OH, toh))
             return spad, 2 * to * tp * 4
 
         spec = tc.GemmSpec(lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=passes,

@@ -74,6 +74,7 @@ class _OutOfSemaphores(LoweringError):
 # degrade levels of a loop nest that runs out of semaphores (see TileToNpuPass.apply)
 NO_OUTER_DOUBLE_BUFFERING, NO_PIPELINING, NO_DOUBLE_BUFFERING = 1, 2, 3
 MAX_DEGRADE = NO_DOUBLE_BUFFERING
+MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nesting runs out
 
 
 def _fail(op: Operation, msg: str) -> LoweringError:
@@ -616,9 +617,12 @@ class _Codegen:
         jcount = (trip - first) // unroll
         if op in self.peel and jcount >= 1:
             jcount -= 1  # the last iteration(s) follow the loop: exit dependencies stay local
+        too_deep = len(self.ctx) + 1 > self.hw.scalar.loop_depth
         if trip == 0:
             pass
-        elif jcount <= 1:
+        elif jcount <= 1 or (too_deep and trip <= MAX_INLINED_TRIP):
+            # (a short loop beyond the hardware's nesting depth is emitted iteration by
+            # iteration: bounded code growth instead of a failed compile)
             for tt in range(trip):
                 self.loaded = None
                 self.bind[op] = Binding(fixed=tt, round=object())
@@ -959,12 +963,16 @@ class _Codegen:
                     continue
                 if pa.space != ca.space or pa.hi <= ca.lo or ca.hi <= pa.lo:
                     continue
-                # the same half of a double buffer two iterations apart is guarded by its free
-                # semaphore, but only across iterations of its rotation loop: inside a loop
-                # nested in the rotation loop the same half is reused every iteration
-                if (pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]
-                        and lp.forop is self.rotation.get(pa.ring[0])):
-                    continue
+                # the same half of a double buffer is guarded by its free semaphore across
+                # iterations of its rotation loop and of loops around it (the ring's token chain
+                # continues), but inside a loop nested in the rotation loop the same half is
+                # reused every iteration: that dependency needs synchronising here
+                if pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]:
+                    rot = self.rotation.get(pa.ring[0])
+                    nested = lp.forop is None or (lp.forop is not rot and rot is not None
+                                                  and rot.is_ancestor(lp.forop))
+                    if not nested:
+                        continue
                 if self._covered(p, c.engine):
                     continue
                 if p.zloop is not None and lp.depth <= p.zloop.depth:

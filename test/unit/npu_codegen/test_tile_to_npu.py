@@ -352,3 +352,51 @@ def test_loop_nest_over_the_semaphore_budget_is_compiled_with_less_overlap(tmp_p
     tiny = config(2)
     with pytest.raises(LoweringError, match=r"out of semaphores \(scalar.semaphores = 2\): 3 needed"):
         lower(ir.replace('tile.target = "edge"', f'tile.target = "{tiny}"'))
+
+
+def test_short_loop_beyond_the_nesting_depth_is_emitted_iteration_by_iteration():
+    """Five nested loops on a target with scalar.loop_depth = 4: the innermost (3 iterations)
+    is emitted iteration by iteration instead of failing; a long one still fails clearly."""
+    T = mr((1, 16), "f32", "spad")
+
+    def nest(inner_trip: int) -> str:
+        shape = mr((16, 16 * inner_trip), "f32", "dram")
+        return f"""builtin.module attributes {{tile.target = "edge"}} {{
+  func.func @main(%x: {shape} {{graph.name = "x"}}, %y: {shape} {{graph.name = "y", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c8 = arith.constant 8 : index
+    %c16 = arith.constant 16 : index
+    %cn = arith.constant {16 * inner_trip} : index
+    %t = tile.alloc : {T}
+    scf.for %a = %c0 to %c2 step %c1 {{
+      scf.for %b = %c0 to %c2 step %c1 {{
+        scf.for %c = %c0 to %c2 step %c1 {{
+          scf.for %d = %c0 to %c2 step %c1 {{
+            %ra = arith.muli %a, %c8 : index
+            %rb = arith.muli %b, %c4 : index
+            %rc = arith.muli %c, %c2 : index
+            %r1 = arith.addi %ra, %rb : index
+            %r2 = arith.addi %r1, %rc : index
+            %row = arith.addi %r2, %d : index
+            scf.for %e = %c0 to %cn step %c16 {{
+              tile.dma %x[%row, %e], %t[%c0, %c0] {{shape = array<i64: 1, 16>}} : {shape}, {T}
+              tile.vector "mul" %t[%c0, %c0], %t[%c0, %c0] {{rows = 1 : i64, cols = 16 : i64, bmode = "imm", imm = 2.0 : f32}} : {T}, {T}
+              tile.dma %t[%c0, %c0], %y[%row, %e] {{shape = array<i64: 1, 16>}} : {T}, {shape}
+            }}
+          }}
+        }}
+      }}
+    }}
+    func.return
+  }}
+}}"""
+
+    x = np.random.default_rng(9).standard_normal((16, 48)).astype(np.float32)
+    prog, _, (y,) = run_both(nest(3), [x])
+    np.testing.assert_array_equal(y, x * 2)
+    assert sum(i.name == "loop" for i in prog.instrs) <= 4 * 2
+    with pytest.raises(LoweringError, match="loop nest deeper than scalar.loop_depth = 4"):
+        lower(nest(40))
