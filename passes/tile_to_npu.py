@@ -1010,7 +1010,7 @@ class _Codegen:
                     self._ring_wait(inst, self.ring_free[(alloc, ring[1])], alloc)
                 if (last and alloc in self.ring_give and self.part[1]
                         and self._round_edge(op, alloc, False)):
-                    ring_sig.append(self.ring_free[(alloc, ring[1])])
+                    ring_sig.append((self.ring_free[(alloc, ring[1])], alloc))
                 if alloc in self.pipe_sem and not first and (alloc, ring[2]) not in self.pipe_taken:
                     self.pipe_taken.add((alloc, ring[2]))
                     self._pipe_wait(inst, alloc, self.pipe_sem[alloc])
@@ -1039,8 +1039,8 @@ class _Codegen:
         self.accesses.extend(accesses)
         for a in accesses:
             self.index.add(a)
-        for s in ring_sig:
-            self._ring_signal(inst, s)
+        for s, alloc in ring_sig:
+            self._ring_signal(inst, s, alloc)
         return inst
 
     def _round_edge(self, op: Operation, alloc, first: bool) -> bool:
@@ -1069,11 +1069,7 @@ class _Codegen:
         else:
             self._wait(inst, s)
 
-    def _ring_signal(self, inst: Inst, s: int) -> None:
-        alloc = None
-        for (a, _h), sem in self.ring_free.items():
-            if sem == s:
-                alloc = a
+    def _ring_signal(self, inst: Inst, s: int, alloc) -> None:
         rot_lp = self._rot_depth(alloc)
         if len(self.ctx) > rot_lp:  # last access nested deeper: drain, then signal
             m1 = self.ctx[rot_lp]
