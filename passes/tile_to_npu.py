@@ -632,28 +632,16 @@ class _Codegen:
                 self.loaded = None
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
-            depth = len(self.ctx) + 1
-            if depth > self.hw.scalar.loop_depth:
+            if too_deep:
                 raise _fail(op, f"loop nest deeper than scalar.loop_depth = "
                             f"{self.hw.scalar.loop_depth} (after inlining single-iteration loops)")
-            self.now += 1
-            lp = Loop(jcount, depth, first_access=len(self.accesses), forop=op, opened=self.now)
-            self.block.append(lp)
-            outer_block, self.block = self.block, lp.body
-            self.ctx = self.ctx + (lp,)
+            lp, outer_block = self._open_loop(jcount, op)
             for u in range(unroll):
                 self.loaded = None
                 self.bind[op] = Binding(loop=lp, unroll=unroll, u=u + first, round=object())
                 self._block(body)
-            self._carried(lp, op)
-            self.ctx = self.ctx[:-1]
-            self.block = outer_block
+            self._close_loop(lp, outer_block, op)
             self.loaded = None
-            for reg, owner in list(self.reg_owner.items()):
-                if owner is lp:
-                    del self.reg_owner[reg]
-                    self.regs = {k: r for k, r in self.regs.items() if r != reg}
-                    self.free_regs.append((reg, self.now))
             for tt in range(first + jcount * unroll, trip):
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
@@ -710,12 +698,7 @@ class _Codegen:
         decls = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
         fixed(0, decls + loads, object())
         jcount = (trip - 1) // 2
-        depth = len(self.ctx) + 1
-        self.now += 1
-        lp = Loop(jcount, depth, first_access=len(self.accesses), forop=op, opened=self.now)
-        self.block.append(lp)
-        outer_block, self.block = self.block, lp.body
-        self.ctx = self.ctx + (lp,)
+        lp, outer_block = self._open_loop(jcount, op)
         for u in range(2):
             self.loaded = None
             self.bind[op] = Binding(loop=lp, unroll=2, u=u + 1, round=object())
@@ -723,15 +706,8 @@ class _Codegen:
             self.loaded = None
             self.bind[op] = Binding(loop=lp, unroll=2, u=u, round=object())
             self._block(rest)
-        self._carried(lp, op)
-        self.ctx = self.ctx[:-1]
-        self.block = outer_block
+        self._close_loop(lp, outer_block, op)
         self.loaded = None
-        for reg, owner in list(self.reg_owner.items()):
-            if owner is lp:
-                del self.reg_owner[reg]
-                self.regs = {k: r for k, r in self.regs.items() if r != reg}
-                self.free_regs.append((reg, self.now))
         for tt in range(2 * jcount, trip):
             if tt + 1 < trip:
                 fixed(tt + 1, loads, object())
@@ -739,6 +715,27 @@ class _Codegen:
         self.bind.pop(op, None)
         for ld in loads:
             del self.pipe_sem[_roots(ld.dst).owner]  # type: ignore[arg-type]
+
+    def _open_loop(self, count: int, forop: scf.ForOp | None = None) -> tuple[Loop, list]:
+        """Start emitting a hardware loop's body; returns the loop and the enclosing block."""
+        self.now += 1
+        lp = Loop(count, len(self.ctx) + 1, first_access=len(self.accesses), forop=forop,
+                  opened=self.now)
+        self.block.append(lp)
+        outer_block, self.block = self.block, lp.body
+        self.ctx = self.ctx + (lp,)
+        return lp, outer_block
+
+    def _close_loop(self, lp: Loop, outer_block: list, op: Operation) -> None:
+        """Finish a hardware loop: loop-carried dependencies, then its registers are free."""
+        self._carried(lp, op)
+        self.ctx = self.ctx[:-1]
+        self.block = outer_block
+        for reg, owner in list(self.reg_owner.items()):
+            if owner is lp:
+                del self.reg_owner[reg]
+                self.regs = {k: r for k, r in self.regs.items() if r != reg}
+                self.free_regs.append((reg, self.now))
 
     def _pipe_wait(self, inst: Inst, alloc, s: int) -> None:
         """The first consumer of a pipelined load's buffer in an iteration takes its token."""
@@ -1307,21 +1304,10 @@ class _Codegen:
 
         looped = rows - 1 if rows - 1 >= 2 and len(self.ctx) + 1 <= self.hw.scalar.loop_depth else 0
         if looped:
-            self.now += 1
-            lp = Loop(looped, len(self.ctx) + 1, first_access=len(self.accesses), opened=self.now)
-            self.block.append(lp)
-            outer_block, self.block = self.block, lp.body
-            self.ctx = self.ctx + (lp,)
+            lp, outer_block = self._open_loop(looped)
             row(ikey + ((lp, ie),), iimm, dkey + ((lp, dpitch),), dimm, (looped - 1) * dpitch,
                 (True, False))
-            self._carried(lp, op)
-            self.ctx = self.ctx[:-1]
-            self.block = outer_block
-            for reg, owner in list(self.reg_owner.items()):
-                if owner is lp:
-                    del self.reg_owner[reg]
-                    self.regs = {k: r for k, r in self.regs.items() if r != reg}
-                    self.free_regs.append((reg, self.now))
+            self._close_loop(lp, outer_block, op)
         for k in range(looped, rows):
             row(ikey, iimm + k * ie, dkey, dimm + k * dpitch, 0, (k == 0, k == rows - 1))
         # registers are 0 when not in use
