@@ -6,6 +6,9 @@ interpreters and the frontends, so a dtype is spelled the same everywhere.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -16,10 +19,11 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     IntegerType,
+    MemRefType,
     Signedness,
     TensorType,
 )
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, SSAValue
 
 _TO_NUMPY: dict[str, np.dtype] = {
     "f64": np.dtype(np.float64),
@@ -130,3 +134,30 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     if data.size == 1 and int(np.prod(shape)) != 1:  # splat
         return np.full(shape, data[0], dtype=dtype)
     return data.reshape(shape).copy()
+
+
+# -- shapes and element types of SSA values (tensors at the graph level, memrefs below) ------
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    """The static shape of a tensor or memref value (or of the type itself)."""
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType | MemRefType), f"not a shaped type: {t}"
+    return tuple(t.get_shape())
+
+
+def element_type_of(value: SSAValue | Attribute) -> Attribute:
+    """The element type of a tensor or memref value (or of the type itself)."""
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType | MemRefType), f"not a shaped type: {t}"
+    return t.get_element_type()
+
+
+def element_name_of(value: SSAValue | Attribute) -> str:
+    """The MLIR spelling of a shaped value's element type: "f32", "bf16", "i8", ..."""
+    return element_type_name(element_type_of(value))
+
+
+def num_elements(shape: Sequence[int]) -> int:
+    """The number of elements of a static shape (1 for a scalar)."""
+    return math.prod(shape)

@@ -31,6 +31,15 @@ class IRError(Exception):
     """Bad IR input: the message is one line, starting with `file:line:col:` when known."""
 
 
+class LoweringError(IRError):
+    """A lowering pass cannot lower an op: see `lowering_error`."""
+
+
+def lowering_error(op: Operation, stage: str, msg: str) -> LoweringError:
+    """`file:line:col: error: 'dialect.op' op STAGE: MSG`, the one-line form every pass uses."""
+    return LoweringError(f"{describe_location(op)}: error: '{op.name}' op {stage}: {msg}")
+
+
 def make_context(allow_unregistered: bool = False) -> Context:
     ctx = Context(allow_unregistered=allow_unregistered)
     for name, factory in Universe.get_multiverse().all_dialects.items():
