@@ -75,6 +75,10 @@ from infer.target.isa import VECTOR_OP_BY_NAME
 SPACES = ("dram", "spad", "acc")
 LOCAL_SPACES = ("spad", "acc")
 TARGET_ATTR = "tile.target"
+# On a DRAM `tile.alloc`: the index, in its function body, of the top-level graph op whose
+# result the buffer holds. graph-to-tile writes it; tile-to-npu turns it into the op markers
+# the per-layer check reads.
+LAYER_ATTR = "tile.layer"
 
 # Element types each engine reads/writes (graph-level names).
 MATMUL_INPUT_TYPES = {"bf16": "bf16", "i8": "int8"}

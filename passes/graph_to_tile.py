@@ -543,8 +543,8 @@ class FunctionLowering:
             b = self.vmap.get(op.results[0]) if op.results else None
             while b is not None and isinstance(b.owner, t.ViewOp):
                 b = b.owner.source
-            if b is not None and isinstance(b.owner, t.AllocOp) and "tile.layer" not in b.owner.attributes:
-                b.owner.attributes["tile.layer"] = IntegerAttr(i, i64)
+            if b is not None and isinstance(b.owner, t.AllocOp) and t.LAYER_ATTR not in b.owner.attributes:
+                b.owner.attributes[t.LAYER_ATTR] = IntegerAttr(i, i64)
         # function attributes
         arg_attrs = []
         old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(in_types)

@@ -33,8 +33,27 @@ from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePa
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
 
+class PipelinePass(ModulePass):
+    """A named pipeline: a pass that runs a fixed sequence of passes (`passes()`), with its
+    own options forwarded to the passes that own them. Drivers that print, time or capture
+    the IR between stages use `flatten()`, the sequence with nested pipelines expanded."""
+
+    def passes(self) -> tuple[ModulePass, ...]:
+        raise NotImplementedError
+
+    def flatten(self) -> tuple[ModulePass, ...]:
+        out: list[ModulePass] = []
+        for p in self.passes():
+            out.extend(p.flatten() if isinstance(p, PipelinePass) else (p,))
+        return tuple(out)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)
+
+
 @dataclass(frozen=True)
-class GraphOptimizePass(ModulePass):
+class GraphOptimizePass(PipelinePass):
     """The graph-level cleanup pipeline.
 
     Options (forwarded):
@@ -58,13 +77,9 @@ class GraphOptimizePass(ModulePass):
             GraphShapeInferencePass(require_static=self.require_static),
         )
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in self.passes():
-            p.apply(ctx, op)
-
 
 @dataclass(frozen=True)
-class GraphPrepareTilingPass(ModulePass):
+class GraphPrepareTilingPass(PipelinePass):
     """Cleanup, batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
@@ -88,13 +103,9 @@ class GraphPrepareTilingPass(ModulePass):
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds),
         )
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in self.passes():
-            p.apply(ctx, op)
-
 
 @dataclass(frozen=True)
-class LowerToTilePass(ModulePass):
+class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
     Options (forwarded): target, precision, overrides, debug-tiling -> graph-to-tile;
@@ -120,7 +131,3 @@ class LowerToTilePass(ModulePass):
                             debug_tiling=self.debug_tiling),
             TilePlanMemoryPass(target=self.target, print_plan=self.print_plan),
         )
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in self.passes():
-            p.apply(ctx, op)

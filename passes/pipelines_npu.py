@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from infer.dialects.ir_io import IRError
+from infer.passes.pipelines import PipelinePass
 
 
 class CompileError(IRError):
@@ -37,7 +38,7 @@ def _stage(name: str, **options: object) -> ModulePass:
 
 
 @dataclass(frozen=True)
-class CompileNpuPass(ModulePass):
+class CompileNpuPass(PipelinePass):
     """graph-prepare-tiling, graph-to-tile, tile-plan-memory, tile-to-npu."""
 
     name = "compile-npu"
@@ -45,13 +46,13 @@ class CompileNpuPass(ModulePass):
     target: str = "edge"
     precision: str = "fp32"
 
-    def stages(self) -> list[tuple[str, ModulePass]]:
-        return [
-            ("graph-prepare-tiling", _stage("graph-prepare-tiling")),
-            ("graph-to-tile", _stage("graph-to-tile", target=self.target, precision=self.precision)),
-            ("tile-plan-memory", _stage("tile-plan-memory", target=self.target)),
-            ("tile-to-npu", _stage("tile-to-npu", target=self.target)),
-        ]
+    def passes(self) -> tuple[ModulePass, ...]:
+        return (
+            _stage("graph-prepare-tiling"),
+            _stage("graph-to-tile", target=self.target, precision=self.precision),
+            _stage("tile-plan-memory", target=self.target),
+            _stage("tile-to-npu", target=self.target),
+        )
 
     def apply(self, ctx: Context, op: ModuleOp, progress=None) -> None:
         from infer.target.hw import ConfigError, load_config
@@ -62,7 +63,7 @@ class CompileNpuPass(ModulePass):
             load_config(self.target)
         except ConfigError as e:
             raise CompileError(f"error: compile-npu: {e}") from None
-        for name, p in self.stages():
+        for p in self.passes():
             if progress is not None:
-                progress(name)
+                progress(p.name)
             p.apply(ctx, op)

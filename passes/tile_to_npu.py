@@ -526,7 +526,7 @@ class _Codegen:
             self.groups.append({"emitted": False, "names": [], "kinds": set(), "layers": [], "writes": []})
         g = self.groups[-1]
         self.group_items.setdefault(len(self.groups) - 1, []).append(op)
-        if isinstance(op, t.AllocOp) and isinstance(op.attributes.get("tile.layer"), IntegerAttr):
+        if isinstance(op, t.AllocOp) and isinstance(op.attributes.get(t.LAYER_ATTR), IntegerAttr):
             g["layers"].append(op)  # graph-to-tile: holds the result of graph op #tile.layer
         if emits:
             g["emitted"] = True
@@ -1456,7 +1456,7 @@ class _Codegen:
                 b = self.bufs.get(a.buffer)
                 if b is not None and b.space == "dram":
                     values.setdefault(last_write.get(a.buffer, gi), []).append(
-                        {"layer": a.attributes["tile.layer"].value.data, "offset": b.base,
+                        {"layer": a.attributes[t.LAYER_ATTR].value.data, "offset": b.base,
                          "shape": list(b.shape), "dtype": b.elem})
         outs = [r for r in self.layout.args if r.output]
         for j, r in enumerate(outs):
