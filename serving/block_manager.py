@@ -132,6 +132,19 @@ class BlockManager:
         self._lengths[seq_id] = new_length
         self._total_length += num_tokens
 
+    def try_append_slot(self, seq_id: Hashable) -> list[int] | None:
+        """append_slots(seq_id, 1) and return the block table if a block is there when needed;
+        None (and no change) otherwise. The scheduler's per-decode fast path."""
+        table = self._tables[seq_id]
+        length = self._lengths[seq_id]
+        if length == len(table) * self.block_size:
+            if not self._free:
+                return None
+            table.append(self._free.pop())
+        self._lengths[seq_id] = length + 1
+        self._total_length += 1
+        return table
+
     def free(self, seq_id: Hashable) -> None:
         table = self._tables.pop(seq_id)
         self._total_length -= self._lengths.pop(seq_id)

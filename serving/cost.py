@@ -4,7 +4,7 @@ A step is run as program calls, the way the device executor will run the compile
 prefill/decode programs: one batched *decode* call for all the step's decode items, and
 one *prefill-chunk* call per prefill chunk. So a step's cycles are
 
-    decode(batch = number of decodes, context = mean KV length they attend to)
+    decode(batch = number of decode rows, context = mean KV length they attend to)
   + sum over chunks of prefill(chunk = tokens in the chunk, start = tokens already cached)
 
 (`compose_step_cycles`). The per-entry costs come from a *profiler*: a callable
@@ -151,8 +151,8 @@ class AnalyticRooflineProfiler:
 
 def compose_step_cycles(step, entry_cycles) -> float:
     """A step's cycles: one batched decode call plus one call per prefill chunk (see the module doc)."""
-    batch = 0
-    context = 0
+    batch = step.idle_rows
+    context = step.idle_context
     total = 0.0
     for item in step.items:
         if item.is_prefill:

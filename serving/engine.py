@@ -78,6 +78,7 @@ class StepRecord(NamedTuple):
     kv_utilization: float      # used blocks / pool, while the step ran
     kv_waste: float            # allocated slots holding no token / allocated slots
     preempted: int
+    idle_rows: int             # finished rows a static batch still computes
 
 
 @dataclass
@@ -141,7 +142,7 @@ class Engine:
             records.append(StepRecord(now, duration, len(step.items),
                                       sum(i.num_tokens for i in step.items if i.is_prefill),
                                       sum(1 for i in step.items if not i.is_prefill), util, waste,
-                                      len(step.preempted)))
+                                      len(step.preempted), step.idle_rows))
             now += duration
             t0 = time.perf_counter()
             finished += sched.complete(step, result.next_tokens, now)

@@ -31,8 +31,10 @@ Static batching (`policy="static"`, the baseline): when no batch is running, up 
 `max_batch_size` waiting requests form a batch, each reserving blocks for its prompt and
 its maximum output (as a contiguous allocator must); the batch prefills its prompts whole
 in one step, then decodes together until its last request finishes; requests finished
-early keep their blocks (and their batch slot) until the batch ends. Nothing joins a
-running batch. Finished rows are not charged compute (generous to the baseline).
+early keep their blocks and their batch row until the batch ends, and a fixed-size batch
+still computes those rows (FasterTransformer-style; `static_computes_finished_rows=False`
+charges live rows only, a baseline more generous than any fixed-batch program). Nothing
+joins a running batch.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class SchedulerConfig:
     max_batch_size: int = 64          # requests in the running set
     token_budget: int = 512           # tokens (prefill chunk tokens + decodes) per step; continuous only
     max_context: int | None = None    # the model's context length (prompt + output must fit)
+    static_computes_finished_rows: bool = True   # static: finished rows still run until the batch ends
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -84,9 +87,10 @@ class StepItem:
         self.request = request
         self.start = start
         self.num_tokens = num_tokens
-        self.token_ids = request.token_ids[start:start + num_tokens]
+        tokens = request.token_ids
+        self.token_ids = tokens[start:start + num_tokens]
         self.is_prefill = is_prefill
-        self.samples = start + num_tokens == len(request.token_ids)
+        self.samples = start + num_tokens == len(tokens)
         self.block_table = block_table
 
     @property
@@ -105,10 +109,17 @@ class StepItem:
 
 @dataclass
 class Step:
-    """One model iteration: the items to run and the requests preempted while forming it."""
+    """One model iteration: the items to run and the requests preempted while forming it.
+
+    idle_rows / idle_context: rows a fixed-size batch still computes for requests that have
+    finished (static batching), and the sum of their KV lengths: charged as decode rows by
+    the cost model, fed padding by a device executor, no token sampled.
+    """
 
     items: list[StepItem]
     preempted: list[int]
+    idle_rows: int = 0
+    idle_context: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -174,8 +185,12 @@ class Scheduler:
             r = item.request
             r.num_computed += item.num_tokens
             if item.samples:
-                r.append_token(next_tokens[r.request_id], now_s)
-                if r.is_done():
+                tokens = r.token_ids
+                tokens.append(next_tokens[r.request_id])
+                if r.first_token_s is None:
+                    r.first_token_s = now_s
+                if (len(tokens) - r.num_prompt_tokens >= r.max_output_tokens
+                        or (r.eos_token_id is not None and tokens[-1] == r.eos_token_id)):
                     r.state = RequestState.FINISHED
                     r.finish_s = now_s
                     finished.append(r)
@@ -201,20 +216,21 @@ class ContinuousScheduler(Scheduler):
         items: list[StepItem] = []
         preempted: list[int] = []
         # 1. decodes, FCFS; preempt from the back when a decode needs a block and none is free
+        try_append = bm.try_append_slot
         i = 0
         while i < len(running):
             r = running[i]
-            if r.num_computed and len(r.token_ids) - r.num_computed == 1:
+            computed = r.num_computed
+            if computed and len(r.token_ids) - computed == 1:
                 rid = r.request_id
-                while not bm.can_append(rid):
+                while (table := try_append(rid)) is None:
                     victim = running.pop()
                     self._preempt(victim)
                     preempted.append(victim.request_id)
                     if victim is r:
                         break
                 else:
-                    bm.append_slots(rid)
-                    items.append(StepItem(r, r.num_computed, 1, False, bm.block_table(rid)))
+                    items.append(StepItem(r, computed, 1, False, table))
                     budget -= 1
             i += 1
         # 2. prompt (re)computations under way, FCFS, chunked to the budget left
@@ -265,11 +281,15 @@ class StaticScheduler(Scheduler):
             items = [StepItem(r, 0, len(r.token_ids), True, bm.block_table(r.request_id)) for r in self.running]
             return Step(items, [])
         items = []
+        idle_rows = idle_context = 0
         for r in self.running:
             if r.state is RequestState.RUNNING:
                 bm.append_slots(r.request_id)      # within the reservation: never a new block
                 items.append(StepItem(r, r.num_computed, 1, False, bm.block_table(r.request_id)))
-        return Step(items, [])
+            elif self.config.static_computes_finished_rows:
+                idle_rows += 1
+                idle_context += r.num_computed
+        return Step(items, [], idle_rows, idle_context)
 
     def _retire(self, finished: list[Request]) -> None:
         # The batch holds its blocks and slots until its last request finishes.

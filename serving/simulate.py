@@ -40,6 +40,7 @@ class ServeSimOptions:
     block_size: int = 16
     num_kv_blocks: int | None = None      # default: what the DRAM left after the weights holds
     watermark: float = 0.01
+    static_computes_finished_rows: bool = True   # static batching: finished rows still run (fixed-size batch)
     kv_memory_fraction: float = 0.9       # of the DRAM left after the weights, for the default pool
     weight_bytes: float = 2.0             # bf16
     kv_bytes: float = 2.0
@@ -99,7 +100,8 @@ def cost_table(opts: ServeSimOptions, dims: LlamaDims, hw) -> tuple[StepCostTabl
 def simulate(opts: ServeSimOptions, specs: list[RequestSpec]) -> ServingReport:
     dims, hw, blocks = resolve(opts)
     try:
-        config = SchedulerConfig(opts.policy, opts.max_batch_size, opts.token_budget, dims.max_context)
+        config = SchedulerConfig(opts.policy, opts.max_batch_size, opts.token_budget, dims.max_context,
+                                 opts.static_computes_finished_rows)
         bm = BlockManager(blocks, opts.block_size, opts.watermark)
     except ValueError as e:
         raise SimulationError(str(e)) from None
