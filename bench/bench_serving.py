@@ -18,7 +18,8 @@ Prints, per config:
    time-averaged). Goal < 4 %. Static batching's waste (prompt + maximum output reserved) beside it.
 3. preemptions and lost requests when the KV pool holds only a quarter of what the load
    needs at its peak. Lost must be 0.
-Then the scheduler's host time per step with 256 running requests (goal < 1 ms) and the wall
+Then the scheduler's host time per step with 256 running requests (CPU time of schedule + complete,
+which other processes on a shared machine do not inflate, and wall time beside it; goal < 1 ms) and the wall
 time to simulate 1,000 requests with the cost table warm (goal < 60 s).
 """
 
@@ -31,11 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from infer.serving import BlockManager, Request, SchedulerConfig, make_scheduler
 from infer.serving.cost import AnalyticRooflineProfiler, LlamaDims
-from infer.serving.simulate import ServeSimOptions, resolve, simulate
+from infer.serving.simulate import ServeSimOptions, simulate
 from infer.serving.sweep import SweepPoint, WorkloadSpec, run_sweep, sweep_points
 from infer.serving.workload import LengthDist, poisson_workload
 from infer.target.hw import load_config
@@ -78,14 +78,15 @@ def host_time_per_step(running: int = 256, steps: int = 300) -> float:
         sched.complete(step, {i.request_id: 0 for i in step.items if i.samples}, 0.0)
     assert len(sched.running) == running
     tokens = {r.request_id: 0 for r in reqs}
-    spent = 0.0
+    cpu = wall = 0.0
     for _ in range(steps):
-        t0 = time.perf_counter()
+        c0, w0 = time.process_time(), time.perf_counter()
         step = sched.schedule()
         sched.complete(step, tokens, 0.0)
-        spent += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        wall += time.perf_counter() - w0
         assert len(step.items) == running and not step.preempted
-    return spent / steps
+    return cpu / steps, wall / steps
 
 
 def main() -> int:
@@ -93,7 +94,7 @@ def main() -> int:
     model = tmp / "SmolLM2-135M"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SMOLLM2_135M))
-    cache = os.environ.get("INFER_CACHE_DIR") and None or str(tmp / "cache")
+    cache = str(tmp / "cache")                     # profiled afresh: the bench times a warm table itself
     dims = LlamaDims.from_path(model)
     print(f"model: SmolLM2-135M sizes ({dims.weight_elements / 1e6:.0f} M weights read per call, bf16); "
           f"workload: Poisson, prompt log-normal(median {PROMPT.median:g}, sigma {PROMPT.sigma:g}), output "
@@ -143,7 +144,6 @@ def main() -> int:
         # a pool too small for the load: a quarter of the peak KV demand of the busiest continuous point
         busiest = max((p for p in tgt if p["policy"] == "continuous"), key=lambda p: p["kv_utilization_peak"])
         small = max(int(busiest["kv_utilization_peak"] * busiest["kv_blocks"] / 4), 1)
-        _, _, blocks = resolve(ServeSimOptions(str(model), target=target))
         specs = poisson_workload(busiest["rate"], REQUESTS, PROMPT, OUTPUT, dims.max_context, seed=0)
         biggest = max(s.prompt_tokens + s.output_tokens for s in specs)
         small = max(small, -(-biggest // 16) + 2)
@@ -155,9 +155,10 @@ def main() -> int:
               f"KV utilisation mean {rep['kv_utilization_mean'] * 100:.0f} %")
         ok &= rep["lost"] == 0 and rep["completed"] == REQUESTS
 
-    host = host_time_per_step()
-    print(f"\nscheduler host time per step, 256 running decodes: {host * 1e3:.3f} ms (goal < 1 ms) "
-          f"{'OK' if host < 1e-3 else 'MISSED'}")
+    host, host_wall = host_time_per_step()
+    print(f"\nscheduler host time per step (schedule + complete), 256 running decodes: {host * 1e3:.3f} ms of CPU "
+          f"(goal < 1 ms) {'OK' if host < 1e-3 else 'MISSED'}; wall {host_wall * 1e3:.3f} ms "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     opts = ServeSimOptions(str(model), target="server", max_batch_size=MAX_BATCH, cache_dir=cache)
     specs = poisson_workload(80, 1000, PROMPT, OUTPUT, dims.max_context, seed=1)
     simulate(opts, specs[:10])                                   # warm the cost table

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from infer.serving.block_manager import BlockManager
@@ -120,7 +119,3 @@ def simulate(opts: ServeSimOptions, specs: list[RequestSpec]) -> ServingReport:
     return build_report(result, policy=opts.policy, target=hw.name, model=dims.name, kv_blocks=blocks,
                         block_size=opts.block_size, requests=len(specs),
                         extra={"options": opt_dict, "cost_table_cached": cached})
-
-
-def model_label(model: str | LlamaDims) -> str:
-    return model.name if isinstance(model, LlamaDims) else Path(model).name
