@@ -25,9 +25,11 @@ class PositionExecutor:
         self.bm = bm
         self.block_size, self.num_blocks = bm.block_size, bm.num_blocks
         self.steps = []
+        self.idle_rows = []
 
     def execute(self, step):
         self.steps.append([(i.request_id, i.start, i.num_tokens, i.is_prefill) for i in step.items])
+        self.idle_rows.append(step.idle_rows)
         owners = {}
         for i in step.items:
             assert len(i.block_table) * self.block_size >= i.start + i.num_tokens
@@ -46,6 +48,7 @@ def run(policy, specs, *, blocks=64, block=4, batch=8, budget=16, watermark=0.0,
     result = Engine(sched, exe, clock_ghz=1e-6).run(reqs)          # 1000 cycles = 1 ms
     bm.check_invariants()
     assert bm.num_free_blocks == blocks
+    sched.executor = exe
     return result, exe.steps, sched
 
 
@@ -112,7 +115,7 @@ def test_preemption_resumes_without_loss():
 
 def test_static_batching_baseline():
     specs = [(0, 4, 3), (0, 6, 8), (0, 5, 2), (0.0001, 3, 3)]
-    result, steps, _ = run("static", specs, batch=3, budget=16)
+    result, steps, sched = run("static", specs, batch=3, budget=16)
     assert not result.unfinished
     # batch 1 = requests 0..2: one prefill step with whole prompts, then decodes until the longest is done
     assert steps[0] == [(0, 0, 4, True), (1, 0, 6, True), (2, 0, 5, True)]
@@ -120,6 +123,7 @@ def test_static_batching_baseline():
     assert all(all(rid in (0, 1, 2) and not pre for rid, _, _, pre in s) for s in batch1)
     assert len(batch1) == 7                              # request 1: 8 outputs = prefill + 7 decodes
     assert [len(s) for s in batch1] == [3, 2, 1, 1, 1, 1, 1]
+    assert sched.executor.idle_rows[1:8] == [0, 1, 2, 2, 2, 2, 2]   # finished rows still computed
     # request 3 waits for the whole batch, although a slot freed early
     assert steps[8] == [(3, 0, 3, True)]
     for r in result.finished:
