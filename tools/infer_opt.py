@@ -43,18 +43,16 @@ from infer.dialects import infer_dialects
 from infer.dialects.diagnostics import Diagnostic, collect, parse_diagnostics
 from infer.dialects.ir_io import IRError, bind_weights, decode_source, first_line, module_to_text, parse_ir, verify_module
 from infer.dialects.weights import WeightStoreError
-from infer.passes import PluginError, registered_passes
+from infer.passes import PassSpecError, PluginError, build_pipeline, registered_passes
 from infer.tools.opt_diagnostics import check_diagnostics
 from infer.tools.opt_pipeline import (
     Instrumentation,
-    PipelineError,
     PrintBetweenPasses,
     PrintIRAfterFailure,
     Stage,
     StageFailed,
     TimePasses,
     VerifyEach,
-    build_passes,
     expand,
     run_stages,
 )
@@ -105,7 +103,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from infer.target.hw import ConfigError
 
     return (IRError, WeightStoreError, DiagnosticException, ValueError, OSError, ConfigError,
-            PluginError, PipelineError, RecursionError)
+            PluginError, PassSpecError, RecursionError)
 
 
 class InferOptMain(xDSLOptMain):
@@ -190,7 +188,7 @@ class InferOptMain(xDSLOptMain):
             if name not in self.available_passes:
                 close = difflib.get_close_matches(name, sorted(self.available_passes), n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise PipelineError(f"unknown pass '{name}'{hint}; infer-opt --list-passes lists the passes")
+                raise PassSpecError(f"unknown pass '{name}'{hint}; infer-opt --list-passes lists the passes")
             parts.append(render_pass_help(self._pass_doc(name)))
         return "\n".join(parts)
 
@@ -199,7 +197,7 @@ class InferOptMain(xDSLOptMain):
         if self.args.list_passes or self.args.help_pass:
             self.stages, self.roots = [], []
             return
-        self.stages, self.roots = expand(build_passes(self.args.passes, self.available_passes))
+        self.stages, self.roots = expand(build_pipeline(self.args.passes, self.available_passes))
 
     # ------------------------------------------------------------------ running
     def run(self) -> int:  # type: ignore[override]
@@ -354,14 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = [a for a in argv if a != "-"]  # "-" means stdin, as when no file is given
     try:
         opt = InferOptMain(args=argv)
-    except (PipelineError, PluginError, ValueError, IRError) as e:  # unknown pass, bad options, broken plugin
+    except (PassSpecError, PluginError, ValueError, IRError) as e:  # unknown pass, bad options, broken plugin
         print(f"infer-opt: error: {first_line(str(e)).removeprefix('error: ')}", file=sys.stderr)
         return 1
     except SystemExit as e:
         return int(e.code or 0)
     try:
         return opt.run()
-    except (PipelineError, PluginError) as e:
+    except (PassSpecError, PluginError) as e:
         print(f"infer-opt: error: {first_line(str(e))}", file=sys.stderr)
         return 1
     except IRError as e:  # the input as a whole (e.g. not UTF-8)

@@ -1,9 +1,8 @@
 """infer-opt's pass manager: a `-p` spec -> stages -> run with instrumentation.
 
-Building: each name in the spec is looked up in the registry (infer's passes,
-plugins, upstream xDSL passes); options are checked one by one so an error names
-the option and lists the valid ones. A named pipeline (`PipelinePass`) is
-expanded into its stages (`passes()`, recursively: the same sequence as its
+Building: `infer.passes.build_pipeline` turns the spec into passes (an error
+names the pass or option at fault and lists the valid ones). A named pipeline
+(`PipelinePass`) is expanded into its stages (`passes()`, recursively: the same sequence as its
 `flatten()`), so every stage is verified, printed and timed on its own.
 
 Running: `run_stages` applies the stages in order and calls each
@@ -17,8 +16,6 @@ module each stage receives, `after_pass` the module it leaves.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,16 +26,10 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
-from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
-from xdsl.utils.exceptions import ArgSpecParseError
 
-from infer.dialects.diagnostics import Diagnostic, diagnostic_at
+from infer.dialects.diagnostics import Diagnostic
 from infer.dialects.ir_io import IRError, first_line, verify_module
-from infer.tools.pass_docs import dashed, format_value, option_fields, type_name
-
-
-class PipelineError(Exception):
-    """A `-p` spec that cannot be built: one line, printed as `infer-opt: error: ...`."""
+from infer.passes import PassSpecError
 
 
 # --------------------------------------------------------------------------- building
@@ -76,79 +67,6 @@ class Stage:
         return f"{self.name}{where}"
 
 
-def _options_help(name: str, cls: type[ModulePass]) -> str:
-    fields = option_fields(cls)
-    if not fields:
-        return f"'{name}' takes no options"
-    hints = _hints(cls)
-    parts = []
-    for f in fields:
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        parts.append(f"{dashed(f.name)}=<{type_name(hints.get(f.name, f.type))}>"
-                     + ("" if default is None else f" (default {format_value(default)})"))
-    return f"the options of '{name}' are: " + ", ".join(parts) + f" (infer-opt --help-pass {name})"
-
-
-def instantiate(spec: ArgSpec, cls: type[ModulePass]) -> ModulePass:
-    """`cls` with the spec's options; a bad option names itself and lists the valid ones."""
-    name = spec.name
-    params = spec.normalize_parameter_names().parameters
-    valid = {f.name for f in option_fields(cls)}
-    for key in params:
-        if key not in valid:
-            close = difflib.get_close_matches(key, sorted(valid), n=1)
-            hint = f" (did you mean '{dashed(close[0])}'?)" if close else ""
-            raise PipelineError(f"pass '{name}' has no option '{dashed(key)}'{hint}; {_options_help(name, cls)}")
-    try:
-        return cls.from_spec(spec)
-    except (ValueError, TypeError) as whole:
-        # Find the option at fault: try each given option alone.
-        hints = _hints(cls)
-        for key, value in spec.parameters.items():
-            try:
-                cls.from_spec(ArgSpec(name, {key: value}))
-            except (ValueError, TypeError) as e:
-                if "requires argument" in str(e):
-                    continue
-                field_name = key.replace("-", "_")
-                shown = ",".join(str(v) for v in value) if value else "(no value)"
-                expects = type_name(hints[field_name]) if field_name in hints else "another value"
-                raise PipelineError(f"pass '{name}': option '{dashed(field_name)}' expects <{expects}>, got "
-                                    f"'{shown}'; {_options_help(name, cls)}") from None
-        raise PipelineError(f"pass '{name}': {first_line(str(whole))}; {_options_help(name, cls)}") from None
-
-
-def _hints(cls: type) -> dict[str, object]:
-    import typing
-
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:
-        return {}
-
-
-def parse_spec(spec: str) -> list[ArgSpec]:
-    try:
-        return list(parse_pipeline(spec))
-    except ArgSpecParseError as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise PipelineError(f"malformed pass pipeline '{spec}': {lines[-1] if lines else e}") from None
-
-
-def build_passes(spec: str, available: dict[str, Callable[[], type[ModulePass]]]) -> list[ModulePass]:
-    """The top-level passes of a `-p` spec, with their options."""
-    passes = []
-    for arg in parse_spec(spec):
-        factory = available.get(arg.name)
-        if factory is None:
-            close = difflib.get_close_matches(arg.name, sorted(available), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise PipelineError(f"unknown pass '{arg.name}'{hint}; infer-opt --list-passes lists the passes")
-        passes.append(instantiate(arg, factory()))
-    return passes
-
-
 def expand(passes: Sequence[ModulePass]) -> tuple[list[Stage], list[Node]]:
     """Named pipelines -> their stages (recursively, the order of `flatten()`)."""
     leaves: list[tuple[ModulePass, tuple[str, ...], Node]] = []
@@ -159,7 +77,7 @@ def expand(passes: Sequence[ModulePass]) -> tuple[list[Stage], list[Node]]:
             try:
                 inner = p.passes()
             except IRError as e:
-                raise PipelineError(first_line(str(e)).removeprefix("error: ")) from None
+                raise PassSpecError(first_line(str(e)).removeprefix("error: ")) from None
             node.children = [visit(q, path + (p.name,)) for q in inner]
         else:
             leaves.append((p, path, node))
@@ -325,7 +243,8 @@ class TimePasses(Instrumentation):
         total = self.extra.get("parse", 0.0) + sum(r.total() for r in roots) + sum(
             v for k, v in self.extra.items() if k != "parse")
         rule = "===" + "-" * 73 + "==="
-        stream.write(f"{rule}\n{'... Pass execution timing report ...':^79}\n{rule}\n")
+        title = "... Pass execution timing report ...".center(79).rstrip()
+        stream.write(f"{rule}\n{title}\n{rule}\n")
         stream.write(f"  Total Execution Time: {total:.4f} seconds\n\n")
         stream.write("  ----Wall Time----  ----Name----\n")
         for seconds, name in rows + [(total, "Total")]:

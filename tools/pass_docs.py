@@ -24,12 +24,13 @@ import io
 import sys
 import textwrap
 import tokenize
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any
 
 from xdsl.passes import ModulePass
+
+from infer.passes import dashed, format_value, option_fields, type_name
 
 
 @dataclass(frozen=True)
@@ -51,46 +52,11 @@ class PassDoc:
     summary: str
     description: str
     options: tuple[OptionDoc, ...]
-    stages: tuple[str, ...] = ()  # a named pipeline's stages with its default options
+    stages: tuple[str, ...] = ()  # a named pipeline's passes with its default options
+    expanded: tuple[str, ...] = ()  # ... and with nested pipelines expanded (flatten())
 
     def options_line(self) -> str:
         return ", ".join(o.signature() for o in self.options) or "none"
-
-
-def dashed(field_name: str) -> str:
-    return field_name.replace("_", "-")
-
-
-def type_name(hint: Any) -> str:
-    """int -> int, tuple[str, ...] -> str,str,..., int | None -> int (optional)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        inner = " | ".join(type_name(a) for a in args)
-        return f"{inner}, optional" if len(args) < len(typing.get_args(hint)) else inner
-    if origin is tuple:
-        args = typing.get_args(hint)
-        base = type_name(args[0]) if args else "value"
-        return f"{base},{base},..."
-    if isinstance(hint, type):
-        return {"str": "string"}.get(hint.__name__, hint.__name__)
-    return str(hint)
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, tuple):
-        return ",".join(format_value(v) for v in value) or '""'
-    return str(value)
-
-
-def option_fields(cls: type[ModulePass]) -> list[dataclasses.Field]:
-    if not dataclasses.is_dataclass(cls):
-        return []
-    return [f for f in dataclasses.fields(cls) if f.init and f.name != "name"]
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -106,8 +72,14 @@ def paragraphs(doc: str | None) -> list[str]:
     return [p for p in (" ".join(line.strip() for line in block.splitlines()) for block in text.split("\n\n")) if p]
 
 
+def own_doc(cls: type) -> str | None:
+    """The class's own docstring (not the signature dataclasses write when there is none)."""
+    doc = cls.__dict__.get("__doc__")
+    return None if doc is None or doc.startswith(f"{cls.__name__}(") else doc
+
+
 def summary_of(cls: type) -> str:
-    own = cls.__dict__.get("__doc__")
+    own = own_doc(cls)
     paras = paragraphs(own)
     if paras:
         return paras[0]
@@ -232,7 +204,7 @@ def _forwarded_to(cls: type[ModulePass], field: dataclasses.Field) -> list[tuple
 def pass_doc(name: str, cls: type[ModulePass], origin: str = "infer") -> PassDoc:
     own = _field_docs_in_class(cls)
     blocks = {**_options_block(sys.modules[cls.__module__].__doc__ if cls.__module__ in sys.modules else None),
-              **_options_block(cls.__dict__.get("__doc__"))}
+              **_options_block(own_doc(cls))}
     try:
         hints = typing.get_type_hints(cls)
     except Exception:
@@ -256,19 +228,21 @@ def pass_doc(name: str, cls: type[ModulePass], origin: str = "infer") -> PassDoc
         options.append(OptionDoc(dashed(f.name), type_name(hints.get(f.name, f.type)),
                                  None if default is dataclasses.MISSING else format_value(default), doc))
     stages: tuple[str, ...] = ()
+    expanded: tuple[str, ...] = ()
     from infer.passes.pipelines import PipelinePass
 
     if issubclass(cls, PipelinePass):
         try:
-            stages = tuple(str(p) for p in cls().flatten())
+            stages = tuple(str(p) for p in cls().passes())
+            expanded = tuple(str(p) for p in cls().flatten())
         except Exception as e:
             stages = (f"(cannot list the stages with the default options: {e})",)
     module = sys.modules.get(cls.__module__)
     module_doc = inspect.cleandoc(module.__doc__) if module is not None and module.__doc__ else ""
-    class_doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
+    class_doc = inspect.cleandoc(own_doc(cls) or "")
     # A module that holds just this pass documents it at length in its docstring.
     description = module_doc if module_doc.startswith(f"`{name}") else class_doc
-    return PassDoc(name, origin, summary_of(cls), description, tuple(options), stages)
+    return PassDoc(name, origin, summary_of(cls), description, tuple(options), stages, expanded)
 
 
 def _stage_class(pipeline: type[ModulePass], stage: str) -> type[ModulePass] | None:
@@ -294,7 +268,7 @@ def render_entry(doc: PassDoc) -> list[str]:
     """A pass as listed by `--help` and `--list-passes`: name, summary, options, stages."""
     lines = [f"  {doc.name}"] + _wrap(doc.summary, 6)
     if doc.stages:
-        lines += _wrap("stages: " + ", ".join(doc.stages), 6)
+        lines += _wrap("runs: " + ", ".join(doc.stages), 6)
     for o in doc.options:
         lines += _wrap(f"{o.signature()}" + (f": {o.doc}" if o.doc else ""), 6)
     return lines
@@ -303,8 +277,6 @@ def render_entry(doc: PassDoc) -> list[str]:
 def render_list(docs: list[PassDoc], upstream: list[tuple[str, str]] | None, upstream_count: int) -> str:
     """infer's passes and named pipelines first, then plugins, then upstream passes
     (their names and summaries when `upstream` is given, else only how many)."""
-    from infer.passes.pipelines import PipelinePass  # noqa: F401  (stages are already in the docs)
-
     own = [d for d in docs if d.origin == "infer"]
     passes = [d for d in own if not d.stages]
     pipelines = [d for d in own if d.stages]
@@ -337,14 +309,17 @@ def render_list(docs: list[PassDoc], upstream: list[tuple[str, str]] | None, ups
 def render_pass_help(doc: PassDoc) -> str:
     """`--help-pass NAME`: the pass's summary, options, stages and description."""
     origin = {"infer": "infer", "xdsl": "upstream xDSL"}.get(doc.origin, f"plugin from the distribution '{doc.origin}'")
-    out = [f"{doc.name} ({origin} pass)", ""] + _wrap(doc.summary, 2) + ["", "options:"]
+    kind = "named pipeline" if doc.stages else "pass"
+    out = [f"{doc.name} ({origin} {kind})", ""] + _wrap(doc.summary, 2) + ["", "options:"]
     if not doc.options:
         out.append("  (none)")
     for o in doc.options:
         out.append(f"  {o.signature()}")
         out += _wrap(o.doc or "(not documented)", 6)
     if doc.stages:
-        out += ["", "stages (with the default options):"] + [f"  {s}" for s in doc.stages]
+        out += ["", "runs (with the default options):"] + _wrap(", ".join(doc.stages), 2)
+        if doc.expanded != doc.stages:
+            out += ["", "stages, nested pipelines expanded:"] + _wrap(", ".join(doc.expanded), 2)
     if doc.description and paragraphs(doc.description) != [doc.summary]:
         out += ["", "description:"] + ["  " + line if line else "" for line in doc.description.splitlines()]
     return "\n".join(out) + "\n"

@@ -2,7 +2,7 @@
 // RUN: not infer-opt %s -p graph-dce,no-such-pass 2>&1 | filecheck %s --check-prefix=SECOND
 
 // CHECK-NOT: {{Traceback|internal error}}
-// CHECK: infer-opt: error: unknown pass 'graph-canonicalise' (did you mean 'graph-canonicalize'?); infer-opt --list-passes lists the passes
+// CHECK: infer-opt: error: unknown pass 'graph-canonicalise' (did you mean 'graph-canonicalize'?); `infer-opt --list-passes` lists them
 // CHECK-NOT: {{Traceback|internal error}}
 // SECOND-NOT: {{Traceback|internal error}}
 // SECOND: infer-opt: error: unknown pass 'no-such-pass'
