@@ -107,6 +107,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 class InferOptMain(xDSLOptMain):
+    version_format = "infer-opt (infer 0.1.0) on xdsl {xdsl_version}"
+
     def __init__(self, args: Sequence[str] | None = None):
         argv = list(sys.argv[1:] if args is None else args)
         self._wants_help = any(a in ("-h", "--help") for a in argv)
