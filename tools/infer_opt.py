@@ -39,6 +39,7 @@ from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import DiagnosticException, ShrinkException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from infer import __version__
 from infer.dialects import infer_dialects
 from infer.dialects.diagnostics import Diagnostic, collect, parse_diagnostics
 from infer.dialects.ir_io import IRError, bind_weights, decode_source, first_line, module_to_text, parse_ir, verify_module
@@ -107,7 +108,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 class InferOptMain(xDSLOptMain):
-    version_format = "infer-opt (infer 0.1.0) on xdsl {xdsl_version}"
+    version_format = f"infer-opt (infer {__version__}) on xdsl {{xdsl_version}}"
 
     def __init__(self, args: Sequence[str] | None = None):
         argv = list(sys.argv[1:] if args is None else args)
