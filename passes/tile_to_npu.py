@@ -227,7 +227,14 @@ class Buf:
 
 @dataclass(frozen=True)
 class TileToNpuPass(ModulePass):
-    """Lower a planned tile-level module to an npu.program (+ the npu.layout DRAM contract)."""
+    """Lower a planned tile-level module to an npu.program (+ the npu.layout DRAM contract).
+
+    Options:
+      target: the hardware config ("edge", "server" or a TOML path); empty: the module's
+        tile.target attribute.
+      entry: the function to lower; empty: the only function, or @main among several.
+      pipeline: software-pipeline double-buffered loops (false: for comparison).
+    """
 
     name = "tile-to-npu"
 

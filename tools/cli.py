@@ -32,7 +32,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from infer.dialects.weights import WeightStoreError
     from infer.frontend.model import ModelImportError
 
-    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError]
+    from infer.passes import PluginError
+
+    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError, PluginError]
     try:
         from infer.dialects.graph_interpreter import InterpreterError
 
