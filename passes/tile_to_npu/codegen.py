@@ -1,32 +1,4 @@
-"""`tile-to-npu`: lower a planned tile-level module to one `npu.program`.
-
-    tile-to-npu{target=edge entry=main pipeline=true}
-
-Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.alloc`,
-`tile.offset` on every `tile.weight`, module attributes `tile.target`, `tile.arena_bytes`,
-`tile.weights_bytes`). Output: the function is replaced by an `npu.program` and the module
-gets the DRAM layout contract `npu.layout` (see passes/npu_layout.py and docs/codegen.md):
-
-  DRAM = [arguments, in order, each aligned] [weights region] [activation arena]
-  alignment = the target's dram.burst_bytes; `npu.layout` = {version, target, entry,
-  alignment, dram_bytes, args = [{index, name, output, offset, bytes, shape, dtype}],
-  weights_offset, weights_bytes, weights = [{name, offset (absolute), bytes, shape, dtype}],
-  arena_offset, arena_bytes}.
-
-Lowering (docs/codegen.md has the details):
-- selection: tile.dma -> dma.load/dma.store (3-D strided), tile.matmul -> mx.loadw (skipped
-  when the same weight tile is still loaded) + mx.matmul, tile.vector -> vec.<op> (bmode=imm
-  with an integer `a`: bt = at), tile.fill -> vec.mul by integer 0 (+ vec.add value),
-  tile.view/alloc/weight -> nothing.
-- scf.for (constant bounds) -> hardware `loop`; index operands must be affine in the loop
-  induction variables; addresses = register + immediate with one register per distinct set of
-  loop coefficients, stepped by `addi` at the end of each loop body and reset after the loop.
-- synchronisation from a byte-range dependency tracker (last writers/readers per engine):
-  pair semaphores for dependencies inside one loop body, front-end `nop wait` for
-  dependencies entering a loop nest, per-depth drain semaphores for dependencies leaving a
-  loop or carried across iterations, and "free" semaphore rings for double-buffered allocs
-  (buffers = 2), whose rotation loop is emitted twice (one copy per half).
-"""
+"""The tile-to-npu code generator (being split into stages)."""
 
 from __future__ import annotations
 
@@ -34,33 +6,30 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import (
-    DictionaryAttr,
-    IntegerAttr,
-    MemRefType,
-    ModuleOp,
-    StringAttr,
-    UnitAttr,
-)
+from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import BlockArgument, Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from infer.dialects import tile as t
-from infer.dialects.dtypes import element_type_name
-from infer.dialects.ir_io import IRError, describe_location
-from infer.passes.npu_layout import LAYOUT_ATTR, OPS_ATTR, NpuLayout, Region, align_up, ops_to_attr
+from infer.dialects.ir_io import LoweringError
+from infer.passes.npu_layout import NpuLayout
+from infer.passes.tile_to_npu.common import (
+    accessed_buffers,
+    engine_of,
+    enclosing_loops,
+    fail,
+    is_output_argument,
+    memref_info,
+    root_buffer,
+    trip_count,
+    users_through_views,
+)
 from infer.target import isa
-from infer.target.hw import HardwareConfig, load_config
+from infer.target.hw import HardwareConfig
 
 DT = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
 VSEM_BASE = 1 << 20  # virtual semaphore ids while emitting (see _assign_semaphores)
 ENGINES = ("dma_load", "dma_store", "matrix", "vector")
-
-
-class LoweringError(IRError):
-    pass
 
 
 class _OutOfSemaphores(LoweringError):
@@ -75,10 +44,6 @@ class _OutOfSemaphores(LoweringError):
 NO_OUTER_DOUBLE_BUFFERING, NO_PIPELINING, NO_DOUBLE_BUFFERING = 1, 2, 3
 MAX_DEGRADE = NO_DOUBLE_BUFFERING
 MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nesting runs out
-
-
-def _fail(op: Operation, msg: str) -> LoweringError:
-    return LoweringError(f"{describe_location(op)}: error: '{op.name}' op tile-to-npu: {msg}")
 
 
 # =========================================================================== emitted code
@@ -222,121 +187,6 @@ class Buf:
         return list(reversed(out))
 
 
-# =========================================================================== the pass
-
-
-@dataclass(frozen=True)
-class TileToNpuPass(ModulePass):
-    """Lower a planned tile-level module to an npu.program (+ the npu.layout DRAM contract)."""
-
-    name = "tile-to-npu"
-
-    target: str = ""
-    entry: str = ""
-    pipeline: bool = True  # software-pipeline double-buffered loops (false: for comparison)
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        hw = _target(op, self.target)
-        fn = _entry(op, self.entry)
-        layout = compute_layout(op, fn, hw)
-        # A loop nest that needs more semaphores than the target has is compiled again with
-        # less overlap: first without double buffering on loops that contain another
-        # double-buffered loop, then without software pipelining, then single-buffered.
-        degrade: dict[Operation, int] = {}
-        while True:
-            cg = _Codegen(hw, layout, fn, self.pipeline, degrade)
-            try:
-                prog = cg.run()
-                break
-            except _OutOfSemaphores as e:
-                worse = [o for o in e.items if degrade.get(o, 0) < MAX_DEGRADE]
-                if not worse:
-                    raise LoweringError(str(e)) from None
-                for o in worse:
-                    degrade[o] = degrade.get(o, 0) + 1
-        from infer.dialects.npu import ProgramOp
-
-        program = ProgramOp.from_program(prog)
-        op.attributes[LAYOUT_ATTR] = layout.to_attr()
-        op.attributes[OPS_ATTR] = ops_to_attr(cg.ops)
-        fn.detach()
-        fn.erase()
-        op.body.block.add_op(program)
-
-
-def _target(module: ModuleOp, name: str) -> HardwareConfig:
-    attr = module.attributes.get(t.TARGET_ATTR)
-    current = attr.data if isinstance(attr, StringAttr) else None
-    if name and current and name != current:
-        raise LoweringError(f"tile-to-npu: target={name} but the module is for "
-                            f"{t.TARGET_ATTR} = \"{current}\"")
-    name = name or current or ""
-    if not name:
-        raise LoweringError("tile-to-npu: no target: pass target=edge|server or set tile.target")
-    return load_config(name)
-
-
-def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
-    fns = [o for o in module.body.block.ops if isinstance(o, func.FuncOp) and not o.is_declaration]
-    if entry:
-        fns = [f for f in fns if f.sym_name.data == entry]
-    elif len(fns) > 1:
-        fns = [f for f in fns if f.sym_name.data == "main"] or fns
-    if len(fns) != 1:
-        raise LoweringError(f"tile-to-npu: expected one function{' @' + entry if entry else ''} "
-                            f"to lower, found {len(fns)}")
-    return fns[0]
-
-
-def _memref_info(ty: MemRefType) -> tuple[tuple[int, ...], str, int]:
-    shape = tuple(ty.get_shape())
-    elem = element_type_name(ty.get_element_type())
-    return shape, elem, t._ELEM_BYTES[elem]
-
-
-def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> NpuLayout:
-    align = hw.dram.burst_bytes
-    for key in ("tile.arena_bytes", "tile.weights_bytes"):
-        if not isinstance(module.attributes.get(key), IntegerAttr):
-            raise LoweringError(f"tile-to-npu: the module has no {key}: run tile-plan-memory first")
-    arena = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
-    wbytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
-    target = module.attributes.get(t.TARGET_ATTR)
-    layout = NpuLayout(target.data if isinstance(target, StringAttr) else hw.name,
-                       fn.sym_name.data, align)
-    attrs = [a.data if isinstance(a, DictionaryAttr) else {} for a in
-             (fn.arg_attrs.data if fn.arg_attrs is not None else [])]
-    top = 0
-    for i, ty in enumerate(fn.function_type.inputs.data):
-        if not isinstance(ty, MemRefType):
-            raise _fail(fn, f"argument #{i} is {ty}, not a memref (not a tile-level function)")
-        shape, elem, esize = _memref_info(ty)
-        a = attrs[i] if i < len(attrs) else {}
-        nm = a.get("graph.name")
-        out = a.get("tile.output")
-        is_out = isinstance(out, UnitAttr) or (isinstance(out, IntegerAttr) and out.value.data != 0)
-        r = Region(nm.data if isinstance(nm, StringAttr) else f"arg{i}", top, shape, elem, i, is_out)
-        layout.args.append(r)
-        top = align_up(top + math.prod(shape) * esize, align)
-    layout.weights_offset = top
-    layout.weights_bytes = wbytes
-    seen: dict[str, Region] = {}
-    for w in fn.walk():
-        if isinstance(w, t.WeightOp):
-            off = w.attributes.get("tile.offset")
-            if not isinstance(off, IntegerAttr):
-                raise _fail(w, "the weight has no tile.offset: run tile-plan-memory first")
-            shape, elem, esize = _memref_info(w.buffer.type)  # type: ignore[arg-type]
-            if w.weight_key not in seen:
-                seen[w.weight_key] = Region(w.weight_key, top + off.value.data, shape, elem)
-                layout.weights.append(seen[w.weight_key])
-    top = align_up(top + wbytes, align)
-    layout.arena_offset = top
-    layout.arena_bytes = arena
-    layout.dram_bytes = max(align_up(top + arena, align), align)
-    return layout
-
-
 # =========================================================================== codegen
 
 
@@ -406,7 +256,7 @@ class _Codegen:
         self.peel = _loops_to_peel(self.fn)
         for i, arg in enumerate(self.fn.body.block.args):
             r = self.layout.args[i]
-            shape, elem, esize = _memref_info(arg.type)  # type: ignore[arg-type]
+            shape, elem, esize = memref_info(arg.type)  # type: ignore[arg-type]
             self.bufs[arg] = Buf("dram", r.offset, shape, esize, elem)
         self._block(self.fn.body.block.ops, top=True)
         ents: list[list] = []  # [name, wait, signal, signal2, fields, group, item]
@@ -425,16 +275,16 @@ class _Codegen:
         for a in self.fn.walk():
             if not isinstance(a, t.AllocOp) or a.buffers.value.data != 2:
                 continue
-            users = _users(a.buffer)
+            users = users_through_views(a.buffer)
             if not users:
                 continue
             loops = None
             for u in users:
-                chain = _loops_of(u, self.fn)
+                chain = enclosing_loops(u, self.fn)
                 loops = chain if loops is None else [x for x in loops if x in chain]
             # innermost loop containing every use, with >= 2 iterations
             for lp in reversed(loops or []):
-                if _trip(lp) >= 2:
+                if trip_count(lp) >= 2:
                     if self._level(lp) >= NO_DOUBLE_BUFFERING:
                         break
                     self.rotation[a] = lp
@@ -471,11 +321,11 @@ class _Codegen:
         member's first access starts after that wait. When X == Y no semaphore is needed at
         all. (One semaphore per alloc and half ran out of semaphores on attention kernels
         with a dozen double-buffered temporaries.)"""
-        piped = {_roots(ld.dst).owner for loads in self.pipe.values() for ld in loads}
+        piped = {root_buffer(ld.dst).owner for loads in self.pipe.values() for ld in loads}
         order: dict[scf.ForOp, dict[Operation, int]] = {}
         groups: dict[tuple, list[t.AllocOp]] = {}
         for a, lp in self.rotation.items():
-            first_e, last_e = _engine_of(self.ring_first[a]), _engine_of(self.ring_last[a])
+            first_e, last_e = engine_of(self.ring_first[a]), engine_of(self.ring_last[a])
             if first_e == last_e:
                 continue
             key = (lp, first_e, last_e, a in piped)
@@ -531,10 +381,10 @@ class _Codegen:
         if emits:
             g["emitted"] = True
             for o in op.walk():
-                if isinstance(o, t.DmaOp) and _roots(o.dst) not in g["writes"]:
-                    g["writes"].append(_roots(o.dst))
+                if isinstance(o, t.DmaOp) and root_buffer(o.dst) not in g["writes"]:
+                    g["writes"].append(root_buffer(o.dst))
                 for v in o.operands:
-                    w = _roots(v).owner
+                    w = root_buffer(v).owner
                     if isinstance(w, t.WeightOp):
                         name = w.weight_key.split(".")[0]
                         if name.startswith("kernel") and name[6:].isdigit() and name not in g["names"]:
@@ -552,13 +402,13 @@ class _Codegen:
         if isinstance(op, t.AllocOp):
             self._alloc(op)
         elif isinstance(op, t.WeightOp):
-            shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
+            shape, elem, esize = memref_info(op.buffer.type)  # type: ignore[arg-type]
             off = op.attributes["tile.offset"].value.data  # type: ignore[union-attr]
             self.bufs[op.buffer] = Buf("dram", self.layout.weights_offset + off, shape, esize,
                                        elem)
         elif isinstance(op, t.ViewOp):
             src = self.bufs[op.source]
-            shape, elem, esize = _memref_info(op.result.type)  # type: ignore[arg-type]
+            shape, elem, esize = memref_info(op.result.type)  # type: ignore[arg-type]
             self.bufs[op.result] = Buf(src.space, src.base, shape, esize, elem, src.alloc,
                                        src.half_bytes)
         elif isinstance(op, scf.ForOp):
@@ -574,12 +424,12 @@ class _Codegen:
         elif isinstance(op, t.GatherRowsOp):
             self._gather_rows(op)
         else:
-            raise _fail(op, "unsupported op in a tile-level function")
+            raise fail(op, "unsupported op in a tile-level function")
 
     def _alloc(self, op: t.AllocOp) -> None:
         if op.offset is None:
-            raise _fail(op, "the alloc has no offset: run tile-plan-memory first")
-        shape, elem, esize = _memref_info(op.buffer.type)  # type: ignore[arg-type]
+            raise fail(op, "the alloc has no offset: run tile-plan-memory first")
+        shape, elem, esize = memref_info(op.buffer.type)  # type: ignore[arg-type]
         space = t.space_of(op.buffer)
         off = op.offset.value.data
         base = {"dram": self.layout.arena_offset + off, "spad": off, "acc": isa.ACC_BASE + off}[space]
@@ -588,11 +438,11 @@ class _Codegen:
 
     def _for(self, op: scf.ForOp) -> None:
         if op.iter_args:
-            raise _fail(op, "loops with iter_args are not supported")
+            raise fail(op, "loops with iter_args are not supported")
         lb, ub, step = (self._const(v, op, what) for v, what in
                         ((op.lb, "lower bound"), (op.ub, "upper bound"), (op.step, "step")))
         if step <= 0:
-            raise _fail(op, f"loop step must be positive, got {step}")
+            raise fail(op, f"loop step must be positive, got {step}")
         trip = max(0, -(-(ub - lb) // step))
         body = list(op.body.block.ops)
         unroll = 2 if op in self.rot_loops else 1
@@ -633,7 +483,7 @@ class _Codegen:
                 self.bind[op] = Binding(fixed=tt, round=object())
                 self._block(body)
             if too_deep:
-                raise _fail(op, f"loop nest deeper than scalar.loop_depth = "
+                raise fail(op, f"loop nest deeper than scalar.loop_depth = "
                             f"{self.hw.scalar.loop_depth} (after inlining single-iteration loops)")
             lp, outer_block = self._open_loop(jcount, op)
             for u in range(unroll):
@@ -687,7 +537,7 @@ class _Codegen:
         rest = [o for o in body if o not in loads]
         full = self._sem("full semaphore of a software-pipelined loop")
         for ld in loads:
-            self.pipe_sem[_roots(ld.dst).owner] = full  # type: ignore[index]
+            self.pipe_sem[root_buffer(ld.dst).owner] = full  # type: ignore[index]
             self.pipe_loads.add(ld)
 
         def fixed(tt: int, ops: list, round_: object) -> None:
@@ -714,7 +564,7 @@ class _Codegen:
             fixed(tt, rest, object())
         self.bind.pop(op, None)
         for ld in loads:
-            del self.pipe_sem[_roots(ld.dst).owner]  # type: ignore[arg-type]
+            del self.pipe_sem[root_buffer(ld.dst).owner]  # type: ignore[arg-type]
 
     def _open_loop(self, count: int, forop: scf.ForOp | None = None) -> tuple[Loop, list]:
         """Start emitting a hardware loop's body; returns the loop and the enclosing block."""
@@ -753,7 +603,7 @@ class _Codegen:
     def _const(self, v: SSAValue, op: Operation, what: str) -> int:
         a = self._aff(v, op)
         if a.coeffs:
-            raise _fail(op, f"the loop {what} must be a constant")
+            raise fail(op, f"the loop {what} must be a constant")
         return a.const
 
     # ------------------------------------------------------------------ index arithmetic
@@ -773,7 +623,7 @@ class _Codegen:
                 return b.scale(a.const)
             if not b.coeffs:
                 return a.scale(b.const)
-            raise _fail(owner, "index operand is not an affine function of loop induction "
+            raise fail(owner, "index operand is not an affine function of loop induction "
                         "variables (product of two loop-dependent values)")
         elif isinstance(v, BlockArgument):
             parent = v.block.parent_op()
@@ -782,7 +632,7 @@ class _Codegen:
                 step = self._const(parent.step, parent, "step")
                 return Aff(lb, {parent: step})
         what = owner.name if isinstance(owner, Operation) else "a block argument"
-        raise _fail(user, f"index operand defined by {what} is not an affine function of loop "
+        raise fail(user, f"index operand defined by {what} is not an affine function of loop "
                     "induction variables (only arith.constant/addi/subi/muli and scf.for "
                     "induction variables are supported)")
 
@@ -976,7 +826,7 @@ class _Codegen:
                     self._cover_all(p.engine, p.seq, p)
                     continue
                 if p.zloop is not None:
-                    raise _fail(op, "unsupported synchronisation pattern (loop-carried "
+                    raise fail(op, "unsupported synchronisation pattern (loop-carried "
                                 "dependency on an instruction drained by an outer loop)")
                 z = self._z(lp.depth)
                 self._add_signal(p, z)
@@ -1030,7 +880,7 @@ class _Codegen:
         try:
             isa.make(name, **fields)
         except isa.EncodingError as e:
-            raise _fail(op, f"cannot encode {name}: {e}") from None
+            raise fail(op, f"cannot encode {name}: {e}") from None
         self.block.append(inst)
         inst.home = self.block
         self.accesses.extend(accesses)
@@ -1045,10 +895,10 @@ class _Codegen:
         first (last) iteration of every such loop? Only that copy takes (releases) the free
         token: a peeled first or last iteration is a copy of its own."""
         rot = self.rotation[alloc]
-        loops = _loops_of(op, self.fn)
+        loops = enclosing_loops(op, self.fn)
         for f in loops[loops.index(rot) + 1:] if rot in loops else []:
             b = self.bind[f]
-            trip = _trip(f)
+            trip = trip_count(f)
             if b.fixed is not None:
                 if b.fixed != (0 if first else trip - 1):
                     return False
@@ -1086,7 +936,7 @@ class _Codegen:
             return self.ctx.index(b.loop) + 1
         # inlined copy: count the enclosing scf.for ops emitted as hardware loops
         forop = self.rotation[alloc]
-        return sum(1 for f in _loops_of(forop, self.fn) if self.bind[f].loop is not None)
+        return sum(1 for f in enclosing_loops(forop, self.fn) if self.bind[f].loop is not None)
 
     # ------------------------------------------------------------------ ops
     def _range(self, buf: Buf, a: Aff, rows: int, stride: int, rowbytes: int):
@@ -1128,7 +978,7 @@ class _Codegen:
         n2, ds2, ls2 = inner[0] if len(inner) == 2 else (1, 0, 0)
         combos = list(itertools.product(*[range(b) for b, _, _ in outer]))
         if len(combos) > 256:
-            raise _fail(op, f"the DMA box needs {len(combos)} transfers (more than 3 strided dims)")
+            raise fail(op, f"the DMA box needs {len(combos)} transfers (more than 3 strided dims)")
         name = "dma.load" if load else "dma.store"
         engine = "dma_load" if load else "dma_store"
         pipe_full = self.pipe_sem.get(dst.alloc) if op in self.pipe_loads else None
@@ -1263,7 +1113,7 @@ class _Codegen:
         synchronises with that one DMA (DMAs complete in issue order)."""
         table, ibuf, dst = self.bufs[op.table], self.bufs[op.indices], self.bufs[op.dst]
         if dst.space == "dram":
-            raise _fail(op, "a DRAM destination is not supported (gather into a local buffer "
+            raise fail(op, "a DRAM destination is not supported (gather into a local buffer "
                         "and store it with tile.dma)")
         rows, cols = op.rows.value.data, op.cols.value.data
         e, ie = table.esize, ibuf.esize
@@ -1276,7 +1126,7 @@ class _Codegen:
         ikey, iimm, ilo, ihi = self._addr(self._tile_addr(ibuf, op.index_indices, op))
         dkey, dimm, dlo, dhi = self._addr(self._tile_addr(dst, op.dst_indices, op))
         if not self.free_regs:
-            raise _fail(op, f"out of address registers (scalar.registers = "
+            raise fail(op, f"out of address registers (scalar.registers = "
                         f"{self.hw.scalar.registers}) for the gathered row number")
         rt = self.free_regs.pop(0)[0]
         self.used_regs.add(rt)
@@ -1516,59 +1366,6 @@ class _Codegen:
 # =========================================================================== helpers
 
 
-def _users(value: SSAValue) -> list[Operation]:
-    out: list[Operation] = []
-    for use in value.uses:
-        op = use.operation
-        if isinstance(op, t.ViewOp):
-            out += _users(op.result)
-        else:
-            out.append(op)
-    return out
-
-
-def _engine_of(op: Operation) -> str:
-    """The engine that runs op's instructions (tile ops lower to one engine each)."""
-    if isinstance(op, t.DmaOp):
-        return "dma_load" if op.is_load else "dma_store"
-    if isinstance(op, t.MatmulOp):
-        return "matrix"
-    if isinstance(op, t.GatherRowsOp):
-        return "dma_load"
-    return "vector"
-
-
-def _loops_of(op: Operation, fn: func.FuncOp) -> list[scf.ForOp]:
-    """Enclosing scf.for ops, outermost first."""
-    out = []
-    p = op.parent_op()
-    while p is not None and p is not fn:
-        if isinstance(p, scf.ForOp):
-            out.append(p)
-        p = p.parent_op()
-    return list(reversed(out))
-
-
-def _roots(value: SSAValue) -> SSAValue:
-    while isinstance(value.owner, t.ViewOp):
-        value = value.owner.source
-    return value
-
-
-def _op_accesses(op: Operation) -> list[tuple[SSAValue, bool]]:
-    if isinstance(op, t.DmaOp):
-        return [(_roots(op.src), False), (_roots(op.dst), True)]
-    if isinstance(op, t.MatmulOp):
-        return [(_roots(op.lhs), False), (_roots(op.rhs), False), (_roots(op.acc), True)]
-    if isinstance(op, t.VectorOp):
-        return [(_roots(op.a), False), *((_roots(b), False) for b in op.b), (_roots(op.dst), True)]
-    if isinstance(op, t.FillOp):
-        return [(_roots(op.dst), True)]
-    if isinstance(op, t.GatherRowsOp):
-        return [(_roots(op.table), False), (_roots(op.indices), False), (_roots(op.dst), True)]
-    return []
-
-
 def _loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
     """Loops with a tile op that conflicts with a tile op after the loop: their last iteration
     is emitted after the hardware loop, so the exit dependency is a plain semaphore pair
@@ -1587,7 +1384,7 @@ def _loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
         ra, rb = ranges.get(a), ranges.get(b)
         return bool(ra and rb and ra[0] == rb[0] and ra[1] < rb[2] and rb[1] < ra[2])
 
-    accesses = [(index[op], acc) for op in order for acc in _op_accesses(op)]
+    accesses = [(index[op], acc) for op in order for acc in accessed_buffers(op)]
     out: set[scf.ForOp] = set()
     for lp in order:
         if not isinstance(lp, scf.ForOp):
@@ -1613,16 +1410,16 @@ def _pipelinable_loads(lp: scf.ForOp, rotation: dict, ring_first: dict,
     for o in body:
         if not isinstance(o, t.DmaOp) or not o.is_load:
             continue
-        dst = _roots(o.dst).owner
+        dst = root_buffer(o.dst).owner
         if not isinstance(dst, t.AllocOp) or rotation.get(dst) is not lp or ring_first.get(dst) is not o:
             continue
-        src = _roots(o.src)
+        src = root_buffer(o.src)
         readonly = isinstance(src.owner, t.WeightOp) or (
             isinstance(src, BlockArgument) and src.block is fn.body.block
-            and not _is_output(fn, src.index))
+            and not is_output_argument(fn, src.index))
         if not readonly and writes_dram:
             continue
-        users = [u for u in _users(dst.buffer) if u is not o]
+        users = [u for u in users_through_views(dst.buffer) if u is not o]
         if not users:
             continue
         first = min(users, key=lambda u: index.get(u, 1 << 30))
@@ -1635,27 +1432,3 @@ def _pipelinable_loads(lp: scf.ForOp, rotation: dict, ring_first: dict,
         loads.pop()
         firsts.pop()
     return loads
-
-
-def _is_output(fn: func.FuncOp, i: int) -> bool:
-    if fn.arg_attrs is None or i >= len(fn.arg_attrs.data):
-        return False
-    a = fn.arg_attrs.data[i]
-    if not isinstance(a, DictionaryAttr):
-        return False
-    out = a.data.get("tile.output")
-    return isinstance(out, UnitAttr) or (isinstance(out, IntegerAttr) and out.value.data != 0)
-
-
-def _trip(forop: scf.ForOp) -> int:
-    vals = []
-    for v in (forop.lb, forop.ub, forop.step):
-        o = v.owner
-        if not isinstance(o, arith.ConstantOp) or not isinstance(o.value, IntegerAttr):
-            return 0
-        vals.append(int(o.value.value.data))
-    lb, ub, step = vals
-    return max(0, -(-(ub - lb) // step)) if step > 0 else 0
-
-
-__all__ = ["LoweringError", "TileToNpuPass", "compute_layout"]
