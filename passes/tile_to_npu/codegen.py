@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr
@@ -24,20 +24,18 @@ from infer.passes.tile_to_npu.common import (
     trip_count,
     users_through_views,
 )
+from infer.passes.tile_to_npu.markers import KernelGroups, op_markers
+from infer.passes.tile_to_npu.program_tree import FlatInstruction, HardwareLoop, Instruction, flatten
+from infer.passes.tile_to_npu.semaphores import (
+    SemaphoreKind,
+    VirtualSemaphores,
+    assign_physical_semaphores,
+)
 from infer.target import isa
 from infer.target.hw import HardwareConfig
 
 DT = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
-VSEM_BASE = 1 << 20  # virtual semaphore ids while emitting (see _assign_semaphores)
 ENGINES = ("dma_load", "dma_store", "matrix", "vector")
-
-
-class _OutOfSemaphores(LoweringError):
-    """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit."""
-
-    def __init__(self, msg: str, items: list[Operation]):
-        super().__init__(msg)
-        self.items = items
 
 
 # degrade levels of a loop nest that runs out of semaphores (see TileToNpuPass.apply)
@@ -46,49 +44,13 @@ MAX_DEGRADE = NO_DOUBLE_BUFFERING
 MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nesting runs out
 
 
-# =========================================================================== emitted code
-
-
-@dataclass(eq=False)
-class Inst:
-    name: str
-    fields: dict[str, int]
-    engine: str
-    ctx: tuple[Loop, ...] = ()
-    seq: int = 0
-    wait: int = 0
-    signal: int = 0
-    signal2: int = 0
-    zloop: Loop | None = None  # the loop whose drain covers this instruction's Z signal
-    knows: dict = field(default_factory=dict)  # engine -> seq known complete when this starts
-    home: list | None = None  # the block list the instruction was appended to
-    relay: list | None = None  # front-end relay nops (fan-out beyond two signals)
-    group: int = 0  # op-marker group (top-level items only)
-
-
-@dataclass(eq=False)
-class Loop:
-    count: int
-    depth: int
-    body: list = field(default_factory=list)
-    pre: list = field(default_factory=list)  # front-end instructions before the loop
-    steps: list[tuple[int, int]] = field(default_factory=list)  # (reg, step per iteration)
-    tail_drain: dict[int, int] = field(default_factory=dict)
-    post_drain: dict[int, int] = field(default_factory=dict)
-    post_signal: list[int] = field(default_factory=list)
-    first_access: int = 0  # index into the access list where the body starts
-    forop: object = None
-    opened: int = 0
-    group: int = 0  # op-marker group (top-level loops only)
-
-
 @dataclass(eq=False)
 class Access:
     lo: int
     hi: int
     space: str
     write: bool
-    inst: Inst
+    inst: Instruction
     ring: tuple | None  # (alloc, half, round)
 
 
@@ -131,7 +93,7 @@ class _AccessIndex:
             if not (key[3] or a.write):
                 continue
             for r in reversed(self.lists.get(key, ())):
-                if best is not None and r.inst.seq <= best.inst.seq:
+                if best is not None and r.inst.sequence <= best.inst.sequence:
                     break
                 if r.hi <= a.lo or a.hi <= r.lo:
                     continue
@@ -147,7 +109,7 @@ class Binding:
     """scf.for induction value: t = U * j + u (j = iteration of `loop`), or fixed t."""
 
     fixed: int | None = None
-    loop: Loop | None = None
+    loop: HardwareLoop | None = None
     unroll: int = 1
     u: int = 0
     round: object = None
@@ -195,13 +157,12 @@ class _Codegen:
                  pipeline: bool = True, degrade: dict[Operation, int] | None = None):
         self.hw, self.layout, self.fn = hw, layout, fn
         self.degrade = degrade or {}  # top-level op -> degrade level
-        self.group_items: dict[int, list[Operation]] = {}  # op-marker group -> top-level ops
         self.pipelining = pipeline
         self.bufs: dict[SSAValue, Buf] = {}
         self.bind: dict[scf.ForOp, Binding] = {}
-        self.ctx: tuple[Loop, ...] = ()
+        self.ctx: tuple[HardwareLoop, ...] = ()
         self.block: list = []
-        self.seq = itertools.count(1)
+        self.sequence_numbers = itertools.count(1)
         self.accesses: list[Access] = []
         self.index = _AccessIndex()
         self.coverage: dict[tuple[str, str], int] = {}
@@ -214,22 +175,17 @@ class _Codegen:
         self.now = 0
         self.used_regs: set[int] = set()
         self.regs: dict[tuple, int] = {}
-        self.reg_owner: dict[int, Loop] = {}
-        # semaphores
-        # semaphores are virtual while emitting (ids from VSEM_BASE, kind "bal": every token
-        # consumed, or "ring": one idle token before and after); _assign_semaphores maps them
-        # onto s1..sN by live range (per top-level item)
+        self.reg_owner: dict[int, HardwareLoop] = {}
+        # semaphores are virtual while emitting; assign_physical_semaphores maps them onto
+        # s1..sN by live range (per top-level item)
         self.nsems = min(hw.scalar.semaphores, isa.MAX_SEMAPHORES)
-        self.vkind: dict[int, str] = {}
-        self.vwhat: dict[int, str] = {}
+        self.semaphores = VirtualSemaphores()
         self.pair: dict[tuple[str, str], int] = {}  # reset at every top-level item
         self.zsem: dict[int, int] = {}
         self.ring_pool: list[int] = []  # idle ring virtuals of the current top-level item
         self.ring_sems: dict[tuple, int] = {}  # (group, half) -> its ring virtual (this item)
         self.ring_active: set[int] = set()  # ring virtuals of the loops being emitted
-        # op markers: top-level items -> kernel groups
-        self.groups: list[dict] = []
-        self.sem_stats: dict[str, int] = {}
+        self.kernel_groups = KernelGroups()  # op markers: top-level items -> kernel groups
         self.ring_free: dict[tuple, int] = {}  # (alloc, half) -> semaphore
         # double buffering
         self.rotation: dict[t.AllocOp, scf.ForOp] = {}
@@ -259,14 +215,16 @@ class _Codegen:
             shape, elem, esize = memref_info(arg.type)  # type: ignore[arg-type]
             self.bufs[arg] = Buf("dram", r.offset, shape, esize, elem)
         self._block(self.fn.body.block.ops, top=True)
-        ents: list[list] = []  # [name, wait, signal, signal2, fields, group, item]
-        for reg in sorted(self.used_regs):
-            ents.append(["li", 0, 0, 0, dict(rd=reg, imm=0), 0, len(ents)])
-        self._flatten(self.block, ents, 0)
-        ents.append(["halt", 0, 0, 0, {}, len(self.groups) - 1 if self.groups else 0, len(ents)])
-        ents = self._assign_semaphores(ents)
-        out = [isa.make(e[0], e[1], e[2], e[3], **e[4]) for e in ents]
-        self.ops = self._markers(ents)
+        program = [FlatInstruction("li", 0, 0, 0, dict(rd=reg, imm=0), 0, i)
+                   for i, reg in enumerate(sorted(self.used_regs))]
+        flatten(self.block, self.hw.scalar.loop_depth, program)
+        program.append(FlatInstruction("halt", 0, 0, 0, {}, max(self.kernel_groups.current, 0),
+                                       len(program)))
+        program = assign_physical_semaphores(program, self.semaphores, self.nsems,
+                                             self.kernel_groups.ops_of_group)
+        out = [isa.make(e.name, e.wait, e.signal, e.signal2, **e.fields) for e in program]
+        dram = {v: (b.base, b.shape, b.elem) for v, b in self.bufs.items() if b.space == "dram"}
+        self.ops = op_markers(program, self.kernel_groups, dram, self.layout, self.fn)
         prog = Program(out)
         prog.check_structure()
         return prog
@@ -352,14 +310,14 @@ class _Codegen:
                 # the items after the previous op's last one are this op's, except fan-out relays
                 # of that last instruction (_add_signal inserts relays after their producer, also
                 # while a later op is emitted: an index-based range would shift into the old op)
-                mine = [] if tail is None else [tail, *(getattr(tail, "relay", None) or ())]
+                mine = [] if tail is None else [tail, *(getattr(tail, "relays", None) or ())]
                 for it in reversed(self.block):
                     if any(it is m for m in mine):
                         it.group = tail.group  # type: ignore[union-attr]
                         if it is tail:
                             break
                         continue
-                    it.group = len(self.groups) - 1
+                    it.group = self.kernel_groups.current
                 continue
             self._op(op)
 
@@ -371,32 +329,7 @@ class _Codegen:
         self.zsem = {}
         self.ring_pool = []
         self.ring_sems = {}
-        emits = not isinstance(op, (t.AllocOp, t.ViewOp, t.WeightOp))
-        if not self.groups or (isinstance(op, t.AllocOp) and self.groups[-1]["emitted"]):
-            self.groups.append({"emitted": False, "names": [], "kinds": set(), "layers": [], "writes": []})
-        g = self.groups[-1]
-        self.group_items.setdefault(len(self.groups) - 1, []).append(op)
-        if isinstance(op, t.AllocOp) and isinstance(op.attributes.get(t.LAYER_ATTR), IntegerAttr):
-            g["layers"].append(op)  # graph-to-tile: holds the result of graph op #tile.layer
-        if emits:
-            g["emitted"] = True
-            for o in op.walk():
-                if isinstance(o, t.DmaOp) and root_buffer(o.dst) not in g["writes"]:
-                    g["writes"].append(root_buffer(o.dst))
-                for v in o.operands:
-                    w = root_buffer(v).owner
-                    if isinstance(w, t.WeightOp):
-                        name = w.weight_key.split(".")[0]
-                        if name.startswith("kernel") and name[6:].isdigit() and name not in g["names"]:
-                            g["names"].append(name)
-                if isinstance(o, t.MatmulOp):
-                    g["kinds"].add("matmul")
-                elif isinstance(o, t.VectorOp):
-                    g["kinds"].add(o.op.data)
-                elif isinstance(o, t.DmaOp):
-                    g["kinds"].add("dma")
-                elif isinstance(o, t.GatherRowsOp):
-                    g["kinds"].add("gather")
+        self.kernel_groups.add_top_level_op(op)
 
     def _op(self, op: Operation) -> None:
         if isinstance(op, t.AllocOp):
@@ -509,8 +442,8 @@ class _Codegen:
             if v in self.ring_pool:
                 self.ring_pool.remove(v)
         else:
-            v = (self.ring_pool.pop() if self.ring_pool else self._vsem(
-                "ring", "free semaphore of double-buffered allocs"))
+            v = (self.ring_pool.pop() if self.ring_pool else self.semaphores.new(
+                SemaphoreKind.RING, "free semaphore of double-buffered allocs"))
         self.ring_sems[gk] = v
         self.ring_active.add(v)
         return v
@@ -566,17 +499,17 @@ class _Codegen:
         for ld in loads:
             del self.pipe_sem[root_buffer(ld.dst).owner]  # type: ignore[arg-type]
 
-    def _open_loop(self, count: int, forop: scf.ForOp | None = None) -> tuple[Loop, list]:
+    def _open_loop(self, count: int, forop: scf.ForOp | None = None) -> tuple[HardwareLoop, list]:
         """Start emitting a hardware loop's body; returns the loop and the enclosing block."""
         self.now += 1
-        lp = Loop(count, len(self.ctx) + 1, first_access=len(self.accesses), forop=forop,
-                  opened=self.now)
+        lp = HardwareLoop(count, len(self.ctx) + 1, first_access=len(self.accesses), source_loop=forop,
+                  opened_at=self.now)
         self.block.append(lp)
         outer_block, self.block = self.block, lp.body
         self.ctx = self.ctx + (lp,)
         return lp, outer_block
 
-    def _close_loop(self, lp: Loop, outer_block: list, op: Operation) -> None:
+    def _close_loop(self, lp: HardwareLoop, outer_block: list, op: Operation) -> None:
         """Finish a hardware loop: loop-carried dependencies, then its registers are free."""
         self._carried(lp, op)
         self.ctx = self.ctx[:-1]
@@ -587,15 +520,15 @@ class _Codegen:
                 self.regs = {k: r for k, r in self.regs.items() if r != reg}
                 self.free_regs.append((reg, self.now))
 
-    def _pipe_wait(self, inst: Inst, alloc, s: int) -> None:
+    def _pipe_wait(self, inst: Instruction, alloc, s: int) -> None:
         """The first consumer of a pipelined load's buffer in an iteration takes its token."""
         rot_lp = self._rot_depth(alloc)
         if len(self.ctx) > rot_lp:  # nested deeper: the front end waits before that loop
-            self.ctx[rot_lp].pre.append(Inst("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
+            self.ctx[rot_lp].prologue.append(Instruction("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
         elif inst.wait and inst.wait != s:
             # keep the just-issued load's token on the engine; the other wait (a "free"
             # token released an iteration ago) moves to the front end
-            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=inst.wait))
+            self.block.append(Instruction("nop", {}, "scalar", self.ctx, wait=inst.wait))
             inst.wait = s
         else:
             self._wait(inst, s)
@@ -637,9 +570,9 @@ class _Codegen:
                     "induction variables are supported)")
 
     def _addr(self, a: Aff) -> tuple[tuple, int, int, int]:
-        """-> (key, imm, lo, hi) with key = ((Loop, coeff per hardware iteration), ...)."""
+        """-> (key, imm, lo, hi) with key = ((HardwareLoop, coeff per hardware iteration), ...)."""
         imm = a.const
-        key: dict[Loop, int] = {}
+        key: dict[HardwareLoop, int] = {}
         for forop, c in a.coeffs.items():
             b = self.bind.get(forop)
             if b is None:
@@ -666,7 +599,7 @@ class _Codegen:
         outer = min((lp for lp, _ in key), key=lambda lp: lp.depth)
         # best fit: the register freed last before the loop opened, so registers free since
         # long ago stay available to keys of loops that opened long ago
-        fits = [i for i, (_, freed) in enumerate(self.free_regs) if freed <= outer.opened]
+        fits = [i for i, (_, freed) in enumerate(self.free_regs) if freed <= outer.opened_at]
         pick = max(fits, key=lambda i: self.free_regs[i][1]) if fits else None
         if pick is None:
             raise LoweringError(f"tile-to-npu: out of address registers (scalar.registers = "
@@ -675,7 +608,7 @@ class _Codegen:
         self.used_regs.add(reg)
         self.regs[ident] = reg
         for lp, c in key:
-            lp.steps.append((reg, c))
+            lp.register_steps.append((reg, c))
         self.reg_owner[reg] = outer
         return reg
 
@@ -698,15 +631,9 @@ class _Codegen:
 
     # ------------------------------------------------------------------ semaphores
     def _sem(self, what: str) -> int:
-        return self._vsem("bal", what)
+        return self.semaphores.balanced(what)
 
-    def _vsem(self, kind: str, what: str) -> int:
-        v = VSEM_BASE + len(self.vkind)
-        self.vkind[v] = kind
-        self.vwhat[v] = what
-        return v
-
-    def _add_signal(self, p: Inst, s: int) -> None:
+    def _add_signal(self, p: Instruction, s: int) -> None:
         """p signals s when it completes. Beyond two signals (fan-out to more consumers than
         the header holds), p's second signal becomes a relay semaphore: a front-end
         `nop wait=relay, signal=.., signal2=..` right after p re-signals the others."""
@@ -716,23 +643,22 @@ class _Codegen:
             p.signal = s
         elif not p.signal2:
             p.signal2 = s
-        elif p.relay is None:
-            r = self._vsem("bal", f"fan-out relay of {p.name}")
-            nop = Inst("nop", {}, "scalar", p.ctx, wait=r, signal=p.signal2, signal2=s)
+        elif p.relays is None:
+            r = self.semaphores.balanced(f"fan-out relay of {p.name}")
+            nop = Instruction("nop", {}, "scalar", p.loops, wait=r, signal=p.signal2, signal2=s)
             p.signal2 = r
-            assert p.home is not None
-            p.home.insert(p.home.index(p) + 1, nop)
-            p.relay = [nop]
-            self.sem_stats["relays"] = self.sem_stats.get("relays", 0) + 1
-        elif any(s in (n.signal, n.signal2) for n in p.relay):
+            assert p.home_block is not None
+            p.home_block.insert(p.home_block.index(p) + 1, nop)
+            p.relays = [nop]
+        elif any(s in (n.signal, n.signal2) for n in p.relays):
             return
-        elif not p.relay[-1].signal2:
-            p.relay[-1].signal2 = s
+        elif not p.relays[-1].signal2:
+            p.relays[-1].signal2 = s
         else:
-            nop = Inst("nop", {}, "scalar", p.ctx, signal=s)
-            assert p.home is not None
-            p.home.insert(p.home.index(p.relay[-1]) + 1, nop)
-            p.relay.append(nop)
+            nop = Instruction("nop", {}, "scalar", p.loops, signal=s)
+            assert p.home_block is not None
+            p.home_block.insert(p.home_block.index(p.relays[-1]) + 1, nop)
+            p.relays.append(nop)
 
     def _pair(self, e: str, f: str) -> int:
         if (e, f) not in self.pair:
@@ -744,64 +670,64 @@ class _Codegen:
             self.zsem[depth] = self._sem(f"loop drain semaphore (depth {depth})")
         return self.zsem[depth]
 
-    def _cover_all(self, e: str, seq: int, p: Inst | None = None) -> None:
+    def _cover_all(self, e: str, seq: int, p: Instruction | None = None) -> None:
         for f in (*ENGINES, "scalar"):
             self._learn(p, f) if p is not None else None
             self.coverage[(e, f)] = max(self.coverage.get((e, f), 0), seq)
 
-    def _learn(self, p: Inst, f: str) -> None:
+    def _learn(self, p: Instruction, f: str) -> None:
         """Engine f now starts after p completed: it also knows what p knew (transitivity)."""
-        for g, q in p.knows.items():
+        for g, q in p.known_complete.items():
             if g != f:
                 self.coverage[(g, f)] = max(self.coverage.get((g, f), 0), q)
-        self.coverage[(p.engine, f)] = max(self.coverage.get((p.engine, f), 0), p.seq)
+        self.coverage[(p.engine, f)] = max(self.coverage.get((p.engine, f), 0), p.sequence)
 
-    def _covered(self, p: Inst, f: str) -> bool:
-        return self.coverage.get((p.engine, f), 0) >= p.seq
+    def _covered(self, p: Instruction, f: str) -> bool:
+        return self.coverage.get((p.engine, f), 0) >= p.sequence
 
-    def _wait(self, c: Inst, s: int) -> None:
+    def _wait(self, c: Instruction, s: int) -> None:
         if c.wait == s:
             # a second token of the same semaphore: take it on the front end
-            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=s))
+            self.block.append(Instruction("nop", {}, "scalar", self.ctx, wait=s))
         elif c.wait:
-            self.block.append(Inst("nop", {}, "scalar", self.ctx, wait=s))
+            self.block.append(Instruction("nop", {}, "scalar", self.ctx, wait=s))
         else:
             c.wait = s
 
     @staticmethod
-    def _count(inst: Inst, start: int) -> int:
-        return math.prod(lp.count for lp in inst.ctx[start:])
+    def _count(inst: Instruction, start: int) -> int:
+        return math.prod(lp.count for lp in inst.loops[start:])
 
-    def _sync(self, p: Inst, c: Inst) -> None:
+    def _sync(self, p: Instruction, c: Instruction) -> None:
         if self._covered(p, c.engine):
             return
         n = 0
-        while n < min(len(p.ctx), len(c.ctx)) and p.ctx[n] is c.ctx[n]:
+        while n < min(len(p.loops), len(c.loops)) and p.loops[n] is c.loops[n]:
             n += 1
-        if len(p.ctx) > n:  # leaving loop m1
-            m1 = p.ctx[n]
-            if p.zloop is not None:
-                if p.zloop in p.ctx[n:]:
-                    self._cover_all(p.engine, p.seq, p)
+        if len(p.loops) > n:  # leaving loop m1
+            m1 = p.loops[n]
+            if p.drain_loop is not None:
+                if p.drain_loop in p.loops[n:]:
+                    self._cover_all(p.engine, p.sequence, p)
                     return
                 raise LoweringError("tile-to-npu: unsupported synchronisation pattern (an "
                                     f"instruction {p.name} drained in two loops)")
             self._add_signal(p, self._z(m1.depth))
-            p.zloop = m1
+            p.drain_loop = m1
             z = self._z(m1.depth)
-            m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(p, n)
-            self._cover_all(p.engine, p.seq, p)
+            m1.exit_drains[z] = m1.exit_drains.get(z, 0) + self._count(p, n)
+            self._cover_all(p.engine, p.sequence, p)
             return
         s = self._pair(p.engine, c.engine)
         self._add_signal(p, s)
-        if len(c.ctx) > n:  # entering loop l1: the front end takes the token once
-            c.ctx[n].pre.append(Inst("nop", {}, "scalar", c.ctx[:n], wait=s))
-            self._cover_all(p.engine, p.seq, p)
+        if len(c.loops) > n:  # entering loop l1: the front end takes the token once
+            c.loops[n].prologue.append(Instruction("nop", {}, "scalar", c.loops[:n], wait=s))
+            self._cover_all(p.engine, p.sequence, p)
             return
         self._wait(c, s)
         self._learn(p, c.engine)
 
-    def _carried(self, lp: Loop, op: Operation) -> None:
+    def _carried(self, lp: HardwareLoop, op: Operation) -> None:
         body = self.accesses[lp.first_access:]
         for ci, ca in enumerate(body):
             for pa in body[ci:]:
@@ -816,30 +742,30 @@ class _Codegen:
                 # reused every iteration: that dependency needs synchronising here
                 if pa.ring and ca.ring and pa.ring[:2] == ca.ring[:2]:
                     rot = self.rotation.get(pa.ring[0])
-                    nested = lp.forop is None or (lp.forop is not rot and rot is not None
-                                                  and rot.is_ancestor(lp.forop))
+                    nested = lp.source_loop is None or (lp.source_loop is not rot and rot is not None
+                                                  and rot.is_ancestor(lp.source_loop))
                     if not nested:
                         continue
                 if self._covered(p, c.engine):
                     continue
-                if p.zloop is not None and lp.depth <= p.zloop.depth:
-                    self._cover_all(p.engine, p.seq, p)
+                if p.drain_loop is not None and lp.depth <= p.drain_loop.depth:
+                    self._cover_all(p.engine, p.sequence, p)
                     continue
-                if p.zloop is not None:
+                if p.drain_loop is not None:
                     raise fail(op, "unsupported synchronisation pattern (loop-carried "
                                 "dependency on an instruction drained by an outer loop)")
                 z = self._z(lp.depth)
                 self._add_signal(p, z)
-                p.zloop = lp
-                k = lp.depth  # index of the first loop inside lp in p.ctx
-                lp.tail_drain[z] = lp.tail_drain.get(z, 0) + self._count(p, k)
-                self._cover_all(p.engine, p.seq, p)
+                p.drain_loop = lp
+                k = lp.depth  # index of the first loop inside lp in p.loops
+                lp.tail_drains[z] = lp.tail_drains.get(z, 0) + self._count(p, k)
+                self._cover_all(p.engine, p.sequence, p)
 
     # ------------------------------------------------------------------ instruction emission
     def _emit(self, op: Operation, name: str, engine: str, fields: dict[str, int],
-              acc: list[tuple[str, int, int, bool, tuple | None]]) -> Inst:
+              acc: list[tuple[str, int, int, bool, tuple | None]]) -> Instruction:
         """acc: (space, lo, hi, write, ring) of every byte range the instruction touches."""
-        inst = Inst(name, fields, engine, self.ctx, next(self.seq))
+        inst = Instruction(name, fields, engine, self.ctx, next(self.sequence_numbers))
         self.now += 1
         ring_sig = []
         accesses = []
@@ -874,15 +800,15 @@ class _Codegen:
                 r = self.index.latest(a, e, latest.get(e))
                 if r is not None:
                     latest[e] = r
-        for r in sorted(latest.values(), key=lambda r: -r.inst.seq):
+        for r in sorted(latest.values(), key=lambda r: -r.inst.sequence):
             self._sync(r.inst, inst)
-        inst.knows = {e: self.coverage.get((e, engine), 0) for e in ENGINES if e != engine}
+        inst.known_complete = {e: self.coverage.get((e, engine), 0) for e in ENGINES if e != engine}
         try:
             isa.make(name, **fields)
         except isa.EncodingError as e:
             raise fail(op, f"cannot encode {name}: {e}") from None
         self.block.append(inst)
-        inst.home = self.block
+        inst.home_block = self.block
         self.accesses.extend(accesses)
         for a in accesses:
             self.index.add(a)
@@ -909,23 +835,23 @@ class _Codegen:
                 return False
         return True
 
-    def _ring_wait(self, inst: Inst, s: int, alloc) -> None:
+    def _ring_wait(self, inst: Instruction, s: int, alloc) -> None:
         rot_lp = self._rot_depth(alloc)
         if len(self.ctx) > rot_lp:  # first access nested deeper: the front end waits
-            self.ctx[rot_lp].pre.append(Inst("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
+            self.ctx[rot_lp].prologue.append(Instruction("nop", {}, "scalar", self.ctx[:rot_lp], wait=s))
         else:
             self._wait(inst, s)
 
-    def _ring_signal(self, inst: Inst, s: int, alloc) -> None:
+    def _ring_signal(self, inst: Instruction, s: int, alloc) -> None:
         rot_lp = self._rot_depth(alloc)
         if len(self.ctx) > rot_lp:  # last access nested deeper: drain, then signal
             m1 = self.ctx[rot_lp]
-            if inst.zloop is None:
+            if inst.drain_loop is None:
                 z = self._z(m1.depth)
                 self._add_signal(inst, z)
-                inst.zloop = m1
-                m1.post_drain[z] = m1.post_drain.get(z, 0) + self._count(inst, rot_lp)
-            m1.post_signal.append(s)
+                inst.drain_loop = m1
+                m1.exit_drains[z] = m1.exit_drains.get(z, 0) + self._count(inst, rot_lp)
+            m1.exit_signals.append(s)
         else:
             self._add_signal(inst, s)
 
@@ -1132,14 +1058,14 @@ class _Codegen:
         self.used_regs.add(rt)
 
         def row(ik: tuple, ii: int, dk: tuple, di: int, span: int, part: tuple) -> None:
-            ld = Inst("ld", dict(rd=rt, addr_base=self._reg(ik), addr=ii), "scalar", self.ctx,
-                      next(self.seq))
+            ld = Instruction("ld", dict(rd=rt, addr_base=self._reg(ik), addr=ii), "scalar", self.ctx,
+                      next(self.sequence_numbers))
             self._scalar_read(ld, ilo, ihi + rows * ie)
             self.block.append(ld)
-            ld.home = self.block
-            self.block.append(Inst("muli", dict(rd=rt, rs=rt, imm=pitch), "scalar", self.ctx))
+            ld.home_block = self.block
+            self.block.append(Instruction("muli", dict(rd=rt, rs=rt, imm=pitch), "scalar", self.ctx))
             if tkey:
-                self.block.append(Inst("add", dict(rd=rt, rs=rt, rt=self._reg(tkey)), "scalar",
+                self.block.append(Instruction("add", dict(rd=rt, rs=rt, rt=self._reg(tkey)), "scalar",
                                        self.ctx))
             fields = dict(dram_base=rt, dram=timm, local_base=self._reg(dk), local=di, n0=nbytes,
                           n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0)
@@ -1161,10 +1087,10 @@ class _Codegen:
         for k in range(looped, rows):
             row(ikey, iimm + k * ie, dkey, dimm + k * dpitch, 0, (k == 0, k == rows - 1))
         # registers are 0 when not in use
-        self.block.append(Inst("li", dict(rd=rt, imm=0), "scalar", self.ctx))
+        self.block.append(Instruction("li", dict(rd=rt, imm=0), "scalar", self.ctx))
         self.free_regs.append((rt, self.now))
 
-    def _scalar_read(self, inst: Inst, lo: int, hi: int) -> None:
+    def _scalar_read(self, inst: Instruction, lo: int, hi: int) -> None:
         """A front-end `ld` of DRAM [lo, hi): wait for the engines' earlier writes. (The front
         end executes it before dispatching anything later, so it is never a producer.)"""
         latest: dict[str, Access] = {}
@@ -1173,194 +1099,8 @@ class _Codegen:
             r = self.index.latest(query, e, None)
             if r is not None:
                 latest[e] = r
-        for r in sorted(latest.values(), key=lambda r: -r.inst.seq):
+        for r in sorted(latest.values(), key=lambda r: -r.inst.sequence):
             self._sync(r.inst, inst)
-
-    # ------------------------------------------------------------------ flatten
-    def _flatten(self, items: list, out: list[list], depth: int, grp: int = 0,
-                 item: int | None = None) -> None:
-        """Emitted tree -> entries [name, wait, signal, signal2, fields, group, item]; `item`
-        identifies the top-level item (a top-level instruction, or a top-level loop with its
-        front-end prologue and epilogue) an entry belongs to."""
-        for it in items:
-            g, iid = (it.group, len(out)) if item is None else (grp, item)
-            if isinstance(it, Inst):
-                out.append([it.name, it.wait, it.signal, it.signal2, it.fields, g, iid])
-                continue
-            lp: Loop = it
-            self._flatten(lp.pre, out, depth, g, iid)
-            body: list[list] = []
-            self._flatten(lp.body, body, depth + 1, g, iid)
-            self._drains(lp.tail_drain, body, depth + 1, g, iid)
-            for reg, c in lp.steps:
-                body.append(["addi", 0, 0, 0, dict(rd=reg, rs=reg, imm=c), g, iid])
-            if not body:
-                continue
-            if len(body) >= 1 << 16:
-                raise LoweringError(f"tile-to-npu: a loop body of {len(body)} instructions "
-                                    "exceeds the loop instruction's 16-bit body field")
-            out.append(["loop", 0, 0, 0, dict(count=lp.count, body=len(body)), g, iid])
-            out.extend(body)
-            for reg, c in lp.steps:
-                out.append(["addi", 0, 0, 0, dict(rd=reg, rs=reg, imm=-c * lp.count), g, iid])
-            self._drains(lp.post_drain, out, depth, g, iid)
-            for s in lp.post_signal:
-                out.append(["nop", 0, s, 0, {}, g, iid])
-
-    def _drains(self, drains: dict[int, int], out: list[list], depth: int, g: int,
-                iid: int) -> None:
-        for s, n in drains.items():
-            if n == 1:
-                out.append(["nop", s, 0, 0, {}, g, iid])
-            elif depth + 1 <= self.hw.scalar.loop_depth:
-                out.append(["loop", 0, 0, 0, dict(count=n, body=1), g, iid])
-                out.append(["nop", s, 0, 0, {}, g, iid])
-            elif n <= 64:
-                out.extend(["nop", s, 0, 0, {}, g, iid] for _ in range(n))
-            else:
-                raise LoweringError("tile-to-npu: a drain of a loop at the maximum nesting depth "
-                                    f"needs {n} waits")
-
-    # ------------------------------------------------------------------ semaphore assignment
-    def _assign_semaphores(self, ents: list[list]) -> list[list]:
-        """Map virtual semaphores onto s1..sN. A virtual is live over every top-level item that
-        uses it (a loop nest is one item, so tokens carried across iterations stay inside the
-        live range). Two virtuals with disjoint live ranges share a physical semaphore: a
-        "bal" virtual consumes every token it signals within its range, a "ring" virtual
-        holds one idle token before and after. A physical semaphore going from a ring to a
-        balanced use is drained by a front-end `nop wait` at the start of the new range, one
-        going the other way gets its idle token from a `nop signal` there; both sit between
-        top-level items, so no loop body changes."""
-        span: dict[int, tuple[int, int]] = {}
-        for i, e in enumerate(ents):
-            lo, hi = span.get(e[6], (i, i + 1))
-            span[e[6]] = (min(lo, i), max(hi, i + 1))
-        live: dict[int, tuple[int, int]] = {}
-        for e in ents:
-            lo, hi = span[e[6]]
-            for v in (e[1], e[2], e[3]):
-                if v:
-                    a, b = live.get(v, (lo, hi))
-                    live[v] = (min(a, lo), max(b, hi))
-        busy = [0] * (self.nsems + 1)  # physical -> end of its current live range
-        state = [0] * (self.nsems + 1)  # physical -> idle tokens (0, or 1 after a ring)
-        phys: dict[int, int] = {}
-        inserts: dict[int, list[list]] = {}
-        peak = 0
-        failed: set[int] = set()  # op-marker groups that ran out
-        msg = ""
-        for v in sorted(live, key=lambda v: (live[v][0], v)):
-            lo, hi = live[v]
-            ring = self.vkind[v] == "ring"
-            cand = [q for q in range(1, self.nsems + 1) if busy[q] <= lo]
-            if not cand:
-                held = sorted(self.vwhat[u] for u, q in phys.items() if busy[q] > lo
-                              and phys[u] == q and live[u][1] > lo and live[u][0] <= lo)
-                if not failed:
-                    msg = (f"tile-to-npu: out of semaphores (scalar.semaphores = {self.nsems}): "
-                           f"{len(held) + 1} needed at instruction {lo} ({', '.join(held)}, "
-                           f"and a {self.vwhat[v]})")
-                failed.add(ents[lo][5])
-                continue  # find every kernel that does not fit before giving up
-            peak = max(peak, self.nsems - len(cand) + 1)
-            want = 1 if ring else 0
-            same = [q for q in cand if state[q] == want]
-            if same:
-                q = same[0]
-            else:  # the longest idle one: its last token is the most likely to be there
-                q = min(cand, key=lambda q: busy[q])
-                e = ents[lo]
-                op = ["nop", 0, q, 0, {}, e[5], e[6]] if ring else ["nop", q, 0, 0, {}, e[5], e[6]]
-                inserts.setdefault(lo, []).append(op)
-                self.sem_stats["preloads" if ring else "drains"] = (
-                    self.sem_stats.get("preloads" if ring else "drains", 0) + 1)
-            phys[v] = q
-            busy[q] = hi
-            state[q] = want
-        if failed:
-            raise _OutOfSemaphores(msg, [o for g in sorted(failed) for o in self.group_items.get(g, [])])
-        self.sem_stats.update(virtual=len(live), peak=peak)
-        out: list[list] = []
-        for i, e in enumerate(ents):
-            out.extend(inserts.get(i, ()))
-            out.append([e[0], phys.get(e[1], 0), phys.get(e[2], 0), phys.get(e[3], 0), *e[4:]])
-        return out
-
-    # ------------------------------------------------------------------ op markers
-    def _markers(self, ents: list[list]) -> list[dict]:
-        """[{name, kind, start, end[, values]}]: one per group of top-level items (a graph-level
-        kernel), in program order, covering the whole program. `values` lists the graph-level
-        values whose DRAM bytes are final when the marker ends (for the per-layer check): the
-        buffers graph-to-tile tagged `tile.layer` ({layer, offset, shape, dtype}) and the output
-        arguments ({output, offset, shape, dtype}), each at the marker of the last group that
-        writes it."""
-        out: list[dict] = []
-        prev = -1
-        last_write: dict[SSAValue, int] = {}
-        for gi, g in enumerate(self.groups):
-            for v in g.get("writes", ()):
-                last_write[v] = gi
-        values: dict[int, list[dict]] = {}  # group -> values final at its end
-        for gi, g in enumerate(self.groups):
-            for a in g.get("layers", ()):
-                b = self.bufs.get(a.buffer)
-                if b is not None and b.space == "dram":
-                    values.setdefault(last_write.get(a.buffer, gi), []).append(
-                        {"layer": a.attributes[t.LAYER_ATTR].value.data, "offset": b.base,
-                         "shape": list(b.shape), "dtype": b.elem})
-        outs = [r for r in self.layout.args if r.output]
-        for j, r in enumerate(outs):
-            arg = self.fn.body.block.args[r.index]
-            if arg in last_write:
-                values.setdefault(last_write[arg], []).append(
-                    {"output": j, "offset": r.offset, "shape": list(r.shape), "dtype": r.dtype})
-        for i, e in enumerate(ents):
-            if out and out[-1]["group"] == e[5]:
-                out[-1]["end"] = i + 1
-                continue
-            if out and e[5] < out[-1]["group"]:  # (cannot happen: groups are in order)
-                out[-1]["end"] = i + 1
-                continue
-            g = self.groups[e[5]] if e[5] < len(self.groups) else {"names": [], "kinds": set()}
-            kinds = g["kinds"]
-            kind = "matmul" if "matmul" in kinds else ("+".join(sorted(kinds - {"dma", "copy"}))
-                                                       or ("copy" if "copy" in kinds else "dma"))
-            out.append({"name": "", "kind": kind, "start": i, "end": i + 1, "group": e[5]})
-        # a group without instructions hands its values to the marker before it
-        gvals = sorted(values.items())
-        for o, nxt in zip(out, [*out[1:], None], strict=True):
-            hi = nxt["group"] if nxt is not None else len(self.groups)
-            vals = [v for gi, vs in gvals if o["group"] <= gi < hi for v in vs]
-            if vals:
-                o["values"] = vals
-        # names: the kernelN prefix of the weights read, else counting on; when graph-to-tile
-        # tagged the values, a group completing no value (e.g. a pool's padding copy) leaves its
-        # kernel open and the next unnamed group continues it instead of counting on
-        tagged = any(g.get("layers") for g in self.groups)
-        closed = True
-        for o in out:
-            g = self.groups[o["group"]] if o["group"] < len(self.groups) else {"names": []}
-            if g["names"]:
-                o["name"] = g["names"][0]
-                prev = int(o["name"][6:])
-            else:
-                if closed or not tagged:
-                    prev += 1
-                o["name"] = f"kernel{prev}"
-            closed = "values" in o
-        merged: list[dict] = []
-        for o in out:  # a kernel's prologue group (e.g. padding) takes the kernel's name
-            del o["group"]
-            if merged and merged[-1]["name"] == o["name"]:
-                m = merged[-1]
-                m["end"] = o["end"]
-                if o["kind"] == "matmul" or m["kind"] in ("dma", "copy"):
-                    m["kind"] = o["kind"]
-                if "values" in o:
-                    m["values"] = m.get("values", []) + o["values"]
-            else:
-                merged.append(o)
-        return merged
 
 
 # =========================================================================== helpers

@@ -24,7 +24,8 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements
 from infer.dialects.ir_io import LoweringError
 from infer.passes.npu_layout import LAYOUT_ATTR, OPS_ATTR, NpuLayout, Region, align_up, ops_to_attr
-from infer.passes.tile_to_npu.codegen import _Codegen, _OutOfSemaphores, MAX_DEGRADE
+from infer.passes.tile_to_npu.codegen import _Codegen, MAX_DEGRADE
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
 from infer.target.hw import HardwareConfig, load_config
 
@@ -52,7 +53,7 @@ class TileToNpuPass(ModulePass):
             try:
                 prog = cg.run()
                 break
-            except _OutOfSemaphores as e:
+            except OutOfSemaphores as e:
                 worse = [o for o in e.items if degrade.get(o, 0) < MAX_DEGRADE]
                 if not worse:
                     raise LoweringError(str(e)) from None
