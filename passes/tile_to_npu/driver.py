@@ -24,9 +24,11 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements
 from infer.dialects.ir_io import LoweringError
 from infer.passes.npu_layout import LAYOUT_ATTR, OPS_ATTR, NpuLayout, Region, align_up, ops_to_attr
-from infer.passes.tile_to_npu.codegen import _Codegen, MAX_DEGRADE
-from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
+from infer.passes.tile_to_npu.codegen import CodeGenerator
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
+from infer.passes.tile_to_npu.rotation import DegradeLevel
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
+from infer.target.asm import Program
 from infer.target.hw import HardwareConfig, load_config
 
 
@@ -41,35 +43,39 @@ class TileToNpuPass(ModulePass):
     pipeline: bool = True  # software-pipeline double-buffered loops (false: for comparison)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        hw = _target(op, self.target)
-        fn = _entry(op, self.entry)
+        hw = target_config(op, self.target)
+        fn = entry_function(op, self.entry)
         layout = compute_layout(op, fn, hw)
-        # A loop nest that needs more semaphores than the target has is compiled again with
-        # less overlap: first without double buffering on loops that contain another
-        # double-buffered loop, then without software pipelining, then single-buffered.
-        degrade: dict[Operation, int] = {}
-        while True:
-            cg = _Codegen(hw, layout, fn, self.pipeline, degrade)
-            try:
-                prog = cg.run()
-                break
-            except OutOfSemaphores as e:
-                worse = [o for o in e.items if degrade.get(o, 0) < MAX_DEGRADE]
-                if not worse:
-                    raise LoweringError(str(e)) from None
-                for o in worse:
-                    degrade[o] = degrade.get(o, 0) + 1
+        program, markers = compile_function(hw, layout, fn, self.pipeline)
         from infer.dialects.npu import ProgramOp
 
-        program = ProgramOp.from_program(prog)
         op.attributes[LAYOUT_ATTR] = layout.to_attr()
-        op.attributes[OPS_ATTR] = ops_to_attr(cg.ops)
+        op.attributes[OPS_ATTR] = ops_to_attr(markers)
         fn.detach()
         fn.erase()
-        op.body.block.add_op(program)
+        op.body.block.add_op(ProgramOp.from_program(program))
 
 
-def _target(module: ModuleOp, name: str) -> HardwareConfig:
+def compile_function(hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp,
+                     pipelining: bool) -> tuple[Program, list[dict]]:
+    """The program and op markers of fn. A kernel (op-marker group) that needs more semaphores
+    than the target has is compiled again with less overlap (rotation.DegradeLevel): first
+    without double buffering on loops that contain another double-buffered loop, then without
+    software pipelining, then single-buffered. Every kernel that did not fit is degraded in
+    the same attempt; the levels are kept per top-level op."""
+    degrade: dict[Operation, int] = {}
+    while True:
+        try:
+            return CodeGenerator(hw, layout, fn, pipelining, degrade).run()
+        except OutOfSemaphores as e:
+            worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+            if not worse:
+                raise LoweringError(str(e)) from None
+            for o in worse:
+                degrade[o] = degrade.get(o, 0) + 1
+
+
+def target_config(module: ModuleOp, name: str) -> HardwareConfig:
     attr = module.attributes.get(t.TARGET_ATTR)
     current = attr.data if isinstance(attr, StringAttr) else None
     if name and current and name != current:
@@ -81,7 +87,7 @@ def _target(module: ModuleOp, name: str) -> HardwareConfig:
     return load_config(name)
 
 
-def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
+def entry_function(module: ModuleOp, entry: str) -> func.FuncOp:
     fns = [o for o in module.body.block.ops if isinstance(o, func.FuncOp) and not o.is_declaration]
     if entry:
         fns = [f for f in fns if f.sym_name.data == entry]
@@ -94,41 +100,43 @@ def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
 
 
 def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> NpuLayout:
-    align = hw.dram.burst_bytes
+    """The DRAM layout contract: arguments in order, then the weight region, then the arena,
+    each aligned to the target's DRAM burst (docs/codegen.md)."""
+    alignment = hw.dram.burst_bytes
     for key in ("tile.arena_bytes", "tile.weights_bytes"):
         if not isinstance(module.attributes.get(key), IntegerAttr):
             raise LoweringError(f"tile-to-npu: the module has no {key}: run tile-plan-memory first")
-    arena = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
-    wbytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
+    arena_bytes = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
+    weights_bytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
     target = module.attributes.get(t.TARGET_ATTR)
     layout = NpuLayout(target.data if isinstance(target, StringAttr) else hw.name,
-                       fn.sym_name.data, align)
-    attrs = argument_attributes(fn)
-    top = 0
+                       fn.sym_name.data, alignment)
+    attributes = argument_attributes(fn)
+    end = 0
     for i, ty in enumerate(fn.function_type.inputs.data):
         if not isinstance(ty, MemRefType):
             raise fail(fn, f"argument #{i} is {ty}, not a memref (not a tile-level function)")
-        shape, elem, esize = memref_info(ty)
-        a = attrs[i] if i < len(attrs) else {}
-        nm = a.get("graph.name")
-        is_out = is_output_flag(a.get("tile.output"))
-        r = Region(nm.data if isinstance(nm, StringAttr) else f"arg{i}", top, shape, elem, i, is_out)
-        layout.args.append(r)
-        top = align_up(top + num_elements(shape) * esize, align)
-    layout.weights_offset = top
-    layout.weights_bytes = wbytes
-    seen: dict[str, Region] = {}
-    for w in fn.walk():
-        if isinstance(w, t.WeightOp):
-            off = w.attributes.get("tile.offset")
-            if not isinstance(off, IntegerAttr):
-                raise fail(w, "the weight has no tile.offset: run tile-plan-memory first")
-            shape, elem, esize = memref_info(w.buffer.type)  # type: ignore[arg-type]
-            if w.weight_key not in seen:
-                seen[w.weight_key] = Region(w.weight_key, top + off.value.data, shape, elem)
-                layout.weights.append(seen[w.weight_key])
-    top = align_up(top + wbytes, align)
-    layout.arena_offset = top
-    layout.arena_bytes = arena
-    layout.dram_bytes = max(align_up(top + arena, align), align)
+        shape, element, element_bytes = memref_info(ty)
+        attrs = attributes[i] if i < len(attributes) else {}
+        name = attrs.get("graph.name")
+        layout.args.append(Region(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
+                                  shape, element, i, is_output_flag(attrs.get("tile.output"))))
+        end = align_up(end + num_elements(shape) * element_bytes, alignment)
+    layout.weights_offset = end
+    layout.weights_bytes = weights_bytes
+    seen: set[str] = set()
+    for weight in fn.walk():
+        if isinstance(weight, t.WeightOp):
+            offset = weight.attributes.get("tile.offset")
+            if not isinstance(offset, IntegerAttr):
+                raise fail(weight, "the weight has no tile.offset: run tile-plan-memory first")
+            shape, element, _ = memref_info(weight.buffer.type)  # type: ignore[arg-type]
+            if weight.weight_key not in seen:
+                seen.add(weight.weight_key)
+                layout.weights.append(Region(weight.weight_key, end + offset.value.data, shape,
+                                             element))
+    end = align_up(end + weights_bytes, alignment)
+    layout.arena_offset = end
+    layout.arena_bytes = arena_bytes
+    layout.dram_bytes = max(align_up(end + arena_bytes, alignment), alignment)
     return layout

@@ -15,6 +15,7 @@ from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import tile as t
 from infer.passes.npu_layout import NpuLayout
+from infer.passes.tile_to_npu.addressing import TileBuffer
 from infer.passes.tile_to_npu.common import root_buffer
 from infer.passes.tile_to_npu.program_tree import FlatInstruction
 
@@ -93,16 +94,15 @@ class KernelGroups:
 
 
 def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
-               dram_buffers: dict[SSAValue, tuple[int, tuple[int, ...], str]],
-               layout: NpuLayout, fn: func.FuncOp) -> list[dict]:
+               buffers: dict[SSAValue, TileBuffer], layout: NpuLayout,
+               fn: func.FuncOp) -> list[dict]:
     """[{name, kind, start, end[, values]}]: one per graph-level kernel, in program order,
     covering the whole program. `values` lists the graph-level values whose DRAM bytes are
     final when the marker ends (for the per-layer check): the buffers graph-to-tile tagged
     `tile.layer` ({layer, offset, shape, dtype}) and the output arguments ({output, offset,
-    shape, dtype}), each at the marker of the last group that writes it. `dram_buffers` maps
-    each DRAM buffer to its (absolute offset, shape, element type)."""
+    shape, dtype}), each at the marker of the last group that writes it."""
     groups = kernel_groups.groups
-    values = _values_by_group(groups, dram_buffers, layout, fn)
+    values = _values_by_group(groups, buffers, layout, fn)
     markers: list[OpMarker] = []
     for i, inst in enumerate(program):
         if markers and inst.group <= markers[-1].group:  # groups come in order
@@ -131,8 +131,7 @@ def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
     return [marker.to_dict() for marker in merged]
 
 
-def _values_by_group(groups: list[KernelGroup],
-                     dram_buffers: dict[SSAValue, tuple[int, tuple[int, ...], str]],
+def _values_by_group(groups: list[KernelGroup], buffers: dict[SSAValue, TileBuffer],
                      layout: NpuLayout, fn: func.FuncOp) -> dict[int, list[dict]]:
     """group -> the graph-level values final at its end (at the last group writing each)."""
     last_write: dict[SSAValue, int] = {}
@@ -142,12 +141,11 @@ def _values_by_group(groups: list[KernelGroup],
     values: dict[int, list[dict]] = {}
     for g, group in enumerate(groups):
         for alloc in group.layer_allocs:
-            placed = dram_buffers.get(alloc.buffer)
-            if placed is not None:
-                offset, shape, dtype = placed
+            buffer = buffers.get(alloc.buffer)
+            if buffer is not None and buffer.space == "dram":
                 values.setdefault(last_write.get(alloc.buffer, g), []).append(
                     {"layer": alloc.attributes[t.LAYER_ATTR].value.data,  # type: ignore[union-attr]
-                     "offset": offset, "shape": list(shape), "dtype": dtype})
+                     "offset": buffer.base, "shape": list(buffer.shape), "dtype": buffer.element})
     outputs = [region for region in layout.args if region.output]
     for j, region in enumerate(outputs):
         arg = fn.body.block.args[region.index]
