@@ -94,31 +94,36 @@ def flatten(items: list[Item], loop_depth_limit: int, program: list[FlatInstruct
 
 def _flatten_into(items: list[Item], out: list[FlatInstruction], depth: int,
                   loop_depth_limit: int, group: int = 0, item: int | None = None) -> None:
-    for it in items:
-        g, iid = (it.group, len(out)) if item is None else (group, item)
-        if isinstance(it, Instruction):
-            out.append(FlatInstruction(it.name, it.wait, it.signal, it.signal2, it.fields, g, iid))
+    """`item` is None at the top level: there each instruction or loop starts an item."""
+    for emitted in items:
+        item_group, item_start = (emitted.group, len(out)) if item is None else (group, item)
+        if isinstance(emitted, Instruction):
+            out.append(FlatInstruction(emitted.name, emitted.wait, emitted.signal, emitted.signal2,
+                                       emitted.fields, item_group, item_start))
             continue
-        loop = it
-        _flatten_into(loop.prologue, out, depth, loop_depth_limit, g, iid)
+        loop = emitted
+        _flatten_into(loop.prologue, out, depth, loop_depth_limit, item_group, item_start)
         body: list[FlatInstruction] = []
-        _flatten_into(loop.body, body, depth + 1, loop_depth_limit, g, iid)
-        _append_drains(loop.tail_drains, body, depth + 1, loop_depth_limit, g, iid)
-        for reg, step in loop.register_steps:
-            body.append(FlatInstruction("addi", 0, 0, 0, dict(rd=reg, rs=reg, imm=step), g, iid))
+        _flatten_into(loop.body, body, depth + 1, loop_depth_limit, item_group, item_start)
+        _append_drains(loop.tail_drains, body, depth + 1, loop_depth_limit, item_group, item_start)
+        for register, step in loop.register_steps:
+            body.append(FlatInstruction("addi", 0, 0, 0, dict(rd=register, rs=register, imm=step),
+                                        item_group, item_start))
         if not body:
             continue
         if len(body) >= 1 << 16:
             raise LoweringError(f"tile-to-npu: a loop body of {len(body)} instructions "
                                 "exceeds the loop instruction's 16-bit body field")
-        out.append(FlatInstruction("loop", 0, 0, 0, dict(count=loop.count, body=len(body)), g, iid))
+        out.append(FlatInstruction("loop", 0, 0, 0, dict(count=loop.count, body=len(body)),
+                                   item_group, item_start))
         out.extend(body)
-        for reg, step in loop.register_steps:
-            out.append(FlatInstruction("addi", 0, 0, 0, dict(rd=reg, rs=reg,
-                                                             imm=-step * loop.count), g, iid))
-        _append_drains(loop.exit_drains, out, depth, loop_depth_limit, g, iid)
+        for register, step in loop.register_steps:
+            out.append(FlatInstruction("addi", 0, 0, 0,
+                                       dict(rd=register, rs=register, imm=-step * loop.count),
+                                       item_group, item_start))
+        _append_drains(loop.exit_drains, out, depth, loop_depth_limit, item_group, item_start)
         for semaphore in loop.exit_signals:
-            out.append(FlatInstruction("nop", 0, semaphore, 0, {}, g, iid))
+            out.append(FlatInstruction("nop", 0, semaphore, 0, {}, item_group, item_start))
 
 
 def _append_drains(drains: dict[int, int], out: list[FlatInstruction], depth: int,

@@ -71,15 +71,15 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
     did not fit, so the driver can compile all of them again with less overlap at once."""
     item_span: dict[int, tuple[int, int]] = {}  # top-level item -> [first, end) instruction
     for i, inst in enumerate(program):
-        lo, hi = item_span.get(inst.item, (i, i + 1))
-        item_span[inst.item] = (min(lo, i), max(hi, i + 1))
+        first, end = item_span.get(inst.item, (i, i + 1))
+        item_span[inst.item] = (min(first, i), max(end, i + 1))
     live: dict[int, tuple[int, int]] = {}  # virtual -> [first, end) instruction of its items
     for inst in program:
-        lo, hi = item_span[inst.item]
+        first, end = item_span[inst.item]
         for virtual in (inst.wait, inst.signal, inst.signal2):
             if virtual:
-                a, b = live.get(virtual, (lo, hi))
-                live[virtual] = (min(a, lo), max(b, hi))
+                live_first, live_end = live.get(virtual, (first, end))
+                live[virtual] = (min(live_first, first), max(live_end, end))
     busy_until = [0] * (count + 1)  # physical -> end of its current live range
     idle_tokens = [0] * (count + 1)  # physical -> tokens it holds between ranges (1 after a ring)
     physical: dict[int, int] = {}
@@ -87,17 +87,18 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
     failed_groups: set[int] = set()
     message = ""
     for virtual in sorted(live, key=lambda v: (live[v][0], v)):
-        lo, hi = live[virtual]
+        first, end = live[virtual]
         is_ring = virtuals[virtual].kind is SemaphoreKind.RING
-        free = [q for q in range(1, count + 1) if busy_until[q] <= lo]
+        free = [q for q in range(1, count + 1) if busy_until[q] <= first]
         if not free:
-            held = sorted(virtuals[u].purpose for u, q in physical.items()
-                          if busy_until[q] > lo and live[u][1] > lo and live[u][0] <= lo)
+            held = sorted(virtuals[other].purpose for other, q in physical.items()
+                          if busy_until[q] > first and live[other][1] > first
+                          and live[other][0] <= first)
             if not failed_groups:
                 message = (f"tile-to-npu: out of semaphores (scalar.semaphores = {count}): "
-                           f"{len(held) + 1} needed at instruction {lo} ({', '.join(held)}, "
+                           f"{len(held) + 1} needed at instruction {first} ({', '.join(held)}, "
                            f"and a {virtuals[virtual].purpose})")
-            failed_groups.add(program[lo].group)
+            failed_groups.add(program[first].group)
             continue  # find every kernel that does not fit before giving up
         wanted_tokens = 1 if is_ring else 0
         matching = [q for q in free if idle_tokens[q] == wanted_tokens]
@@ -105,12 +106,12 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
             chosen = matching[0]
         else:  # the longest idle one: its last token is the most likely to be there
             chosen = min(free, key=lambda q: busy_until[q])
-            at = program[lo]
+            at = program[first]
             handover = (FlatInstruction("nop", 0, chosen, 0, {}, at.group, at.item) if is_ring
                         else FlatInstruction("nop", chosen, 0, 0, {}, at.group, at.item))
-            inserted.setdefault(lo, []).append(handover)
+            inserted.setdefault(first, []).append(handover)
         physical[virtual] = chosen
-        busy_until[chosen] = hi
+        busy_until[chosen] = end
         idle_tokens[chosen] = wanted_tokens
     if failed_groups:
         raise OutOfSemaphores(message, [op for g in sorted(failed_groups)
