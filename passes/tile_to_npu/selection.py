@@ -113,7 +113,7 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
     """dma.load / dma.store: the innermost contiguous bytes n0 (dims merged while contiguous on
     both sides), up to two strided dims; a box needing more dims is split into several DMAs."""
     src, dst = codegen.buffers[op.src], codegen.buffers[op.dst]
-    box = t._ints(op.shape)
+    box = tuple(int(n) for n in op.shape.get_values())
     element_bytes = src.element_bytes
     load = op.is_load
     src_strides = [s * step * element_bytes for s, step in zip(src.strides, op.steps())]
