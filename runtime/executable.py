@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, Layout, narrowed, np_dtype
+from infer.runtime.artifact import Artifact, ArtifactError, narrowed, np_dtype
 from infer.runtime.report import Report, build_report
+from infer.target.layout import DramLayout
 
 if TYPE_CHECKING:
     from infer.runtime.check import CheckReport
@@ -45,7 +46,7 @@ class Executable:
         self.artifact = artifact
         self.config = artifact.config()
         self.program = artifact.decode_program()
-        self.layout: Layout = artifact.parsed_layout()
+        self.layout: DramLayout = artifact.parsed_layout()
         self.last_report: Report | None = None
         self._image: np.ndarray | None = None
 
@@ -82,8 +83,8 @@ class Executable:
             lay = self.layout
             img = np.zeros(lay.total_bytes, np.uint8)
             arrays = self.artifact.weight_arrays()
-            for name, start, size in lay.weights:
-                img[start:start + size] = np.frombuffer(arrays[name].tobytes(), np.uint8)
+            for w in lay.weights:
+                img[w.offset:w.offset + w.nbytes] = np.frombuffer(arrays[w.name].tobytes(), np.uint8)
             img.flags.writeable = False
             self._image = img
         return self._image
