@@ -88,10 +88,10 @@ def compile_graph(module, target: str, inputs):
 def test_demo_cnn_compiles_bit_identical(tmp_path, target):
     """conv+bn+relu, max pool, two 3x3 convs with a residual add, global pooling, linear:
     more semaphores over the program than the config has, recycled by live range."""
-    from infer.tools.compile_cmds import _graph_module
     from infer.tools.demo import build_demo_model
+    from infer.tools.driver import graph_module
 
-    module = _graph_module(build_demo_model(tmp_path / "demo.onnx"))
+    module = graph_module(build_demo_model(tmp_path / "demo.onnx"))
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     prog, _ = compile_graph(module, target, [x])
     ops = check_program(module, prog, target)
