@@ -187,7 +187,7 @@ class Artifact:
             raise ArtifactError(f"program section: {e}") from None
 
     def weight_arrays(self) -> dict[str, np.ndarray]:
-        return _load_safetensors(self.weights, "weights")
+        return load_safetensors(self.weights, "weights")
 
     # ---------------------------------------------------------------- serialisation
     def to_bytes(self) -> bytes:
@@ -416,7 +416,7 @@ _ST_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "BF16": "bfl
 _ST_CODES = {v: k for k, v in _ST_DTYPES.items()}
 
 
-def _load_safetensors(data: bytes, what: str) -> dict[str, np.ndarray]:
+def load_safetensors(data: bytes, what: str) -> dict[str, np.ndarray]:
     """Parse safetensors bytes (every dtype the NPU uses, incl. bf16/fp8) -> read-only arrays."""
     if not data:
         return {}

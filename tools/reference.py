@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, _load_safetensors
+from infer.runtime.artifact import Artifact, ArtifactError, load_safetensors
 from infer.runtime.check import LayerOp, LayerReference, OutputSource
 
 
@@ -83,7 +83,7 @@ def _module(text: str, what: str, blobs: list[tuple[bytes | None, str]]):
     module.attributes.pop(WEIGHTS_ATTR, None)
     store = WeightStore(None)
     for blob, section in blobs:
-        for n, a in _load_safetensors(blob or b"", section).items():
+        for n, a in load_safetensors(blob or b"", section).items():
             store.set(n, np.array(a))
     attach_weights(module, store)
     return module
