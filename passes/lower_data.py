@@ -23,7 +23,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects import tile as t
-from infer.passes import graph_to_tile as g2t
+from infer.passes.graph_to_tile import driver as g2t
 from infer.passes import tiling_cost as tc
 
 Index = g2t.Index
@@ -566,9 +566,7 @@ def lower_gather(fl, op: g.GatherOp) -> None:
     buf = em.alloc((TR, TC), f32, "spad", 2)
 
     def tile(r0: Index, tr: int, c0: Index, tcn: int) -> None:
-        em.insert(t.GatherRowsOp.build(
-            operands=[table, [em.ix(c0)], ids, [em.ix(r0)], buf, [em.ix(0), em.ix(0)]],
-            properties={"rows": IntegerAttr(tr, i64), "cols": IntegerAttr(tcn, i64)}))
+        em.gather_rows(table, c0, ids, r0, buf, [0, 0], tr, tcn)
         em.dma(buf, [0, 0], out2, [r0, c0], [tr, tcn])
 
     em.tiles(N, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tcn: tile(r0, tr, c0, tcn)))

@@ -117,7 +117,7 @@ def test_tiling_differs_between_targets():
     logs = {}
     for target in ("edge", "server"):
         m = module(MLP, MLP_W)
-        from infer.passes import graph_to_tile as g2t
+        from infer.passes.graph_to_tile import driver as g2t
 
         c = g2t.Ctx(g2t.load_config(target), "fp32", {}, False, m)
         from xdsl.dialects import func

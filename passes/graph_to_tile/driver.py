@@ -66,9 +66,9 @@ from infer.dialects.dtypes import dense_to_numpy, element_type_name
 from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.weights import weights_of
 from infer.passes import tiling_cost as tc
+from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.target.hw import HardwareConfig, load_config
 
-Index = int | SSAValue  # a tile origin: a compile-time int or an index value
 NEG = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
 
 
@@ -97,182 +97,6 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
 
 def _prod(xs: Sequence[int]) -> int:
     return math.prod(xs) if xs else 1
-
-
-# ----------------------------------------------------------------------------
-# IR emission helpers
-# ----------------------------------------------------------------------------
-
-
-class Emitter:
-    """Builds tile IR into one function body; constants are hoisted to its entry."""
-
-    def __init__(self, block: Block):
-        self.block = block
-        self.ip = InsertPoint.at_end(block)
-        self._consts: dict[int, SSAValue] = {}
-        self.alloc_after: Operation | None = None  # local buffers go before the kernel's loops
-        self._marker: Operation | None = None
-        self.local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current kernel (stage)
-
-    def hoist(self, op: Operation) -> Operation:
-        """Insert at the function entry (constants, weights)."""
-        first = self.block.first_op
-        if first is None:
-            self.block.add_op(op)
-        else:
-            self.block.insert_op_before(op, first)
-        return op
-
-    def begin_kernel(self) -> None:
-        """Local buffers allocated from now on go here, before the kernel's loop nest."""
-        marker = arith.ConstantOp(IntegerAttr(0, IndexType()))
-        self.insert(marker)
-        self.alloc_after = marker
-        self._marker = marker
-        self.local_allocs = []
-
-    def end_kernel(self) -> None:
-        self.alloc_after = None
-        m = self._marker
-        if m is not None and not m.result.uses:
-            m.detach()
-            m.erase()
-        self._marker = None
-
-    def insert(self, op: Operation) -> Operation:
-        blk = self.ip.block
-        if self.ip.insert_before is not None:
-            blk.insert_op_before(op, self.ip.insert_before)
-        else:
-            blk.add_op(op)
-        return op
-
-    # -- index arithmetic (folded when static) --
-    def c(self, v: int) -> SSAValue:
-        if v not in self._consts:
-            op = arith.ConstantOp(IntegerAttr(v, IndexType()))
-            self.hoist(op)
-            self._consts[v] = op.result
-        return self._consts[v]
-
-    def ix(self, v: Index) -> SSAValue:
-        return self.c(v) if isinstance(v, int) else v
-
-    def add(self, a: Index, b: Index) -> Index:
-        if isinstance(a, int) and isinstance(b, int):
-            return a + b
-        if isinstance(a, int) and a == 0:
-            return b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.insert(arith.AddiOp(self.ix(a), self.ix(b))).results[0]
-
-    def sub(self, a: Index, b: Index) -> Index:
-        if isinstance(a, int) and isinstance(b, int):
-            return a - b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.insert(arith.SubiOp(self.ix(a), self.ix(b))).results[0]
-
-    def mul(self, a: Index, k: int) -> Index:
-        if isinstance(a, int):
-            return a * k
-        if k == 1:
-            return a
-        if k == 0:
-            return 0
-        return self.insert(arith.MuliOp(a, self.c(k))).results[0]
-
-    # -- loops --
-    def loop(self, lb: Index, ub: Index, step: int, body: Callable[[SSAValue], None]) -> None:
-        blk = Block(arg_types=[IndexType()])
-        op = scf.ForOp(self.ix(lb), self.ix(ub), self.c(step), [], Region(blk))
-        self.insert(op)
-        saved = self.ip
-        self.ip = InsertPoint.at_end(blk)
-        body(blk.args[0])
-        self.insert(scf.YieldOp())
-        self.ip = saved
-
-    def tiles(self, extent: int, tile: int, body: Callable[[Index, int], None]) -> None:
-        """body(origin, size) over [0, extent) in tiles: one scf.for over the full
-        tiles (never unrolled) and the remainder tile after it, sizes static."""
-        tile = max(1, min(tile, extent))
-        full, rem = divmod(extent, tile)
-        if full == 1:
-            body(0, tile)
-        elif full > 1:
-            self.loop(0, full * tile, tile, lambda iv: body(iv, tile))
-        if rem:
-            body(full * tile, rem)
-
-    def range(self, n: int, body: Callable[[Index], None]) -> None:
-        if n == 1:
-            body(0)
-        elif n > 1:
-            self.loop(0, n, 1, body)
-
-    # -- tile ops --
-    def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
-        op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
-        if space != "dram":
-            self.local_allocs.append(op)
-        if space != "dram" and self.alloc_after is not None:
-            self.alloc_after.parent_block().insert_op_after(op, self.alloc_after)
-            self.alloc_after = op
-            return op.results[0]
-        return self.insert(op).results[0]
-
-    def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
-        ty = src.type
-        assert isinstance(ty, MemRefType)
-        if tuple(ty.get_shape()) == tuple(shape):
-            return src
-        out = MemRefType(ty.get_element_type(), list(shape), memory_space=ty.memory_space)
-        return self.insert(t.ViewOp.build(operands=[src], result_types=[out])).results[0]
-
-    def dma(self, src: SSAValue, si: Sequence[Index], dst: SSAValue, di: Sequence[Index],
-            shape: Sequence[int], steps: Sequence[int] | None = None) -> None:
-        props: dict[str, Attribute] = {"shape": t.i64_array(shape)}
-        if steps is not None and any(s != 1 for s in steps):
-            props["src_steps"] = t.i64_array(steps)
-        self.insert(t.DmaOp.build(operands=[src, [self.ix(i) for i in si], dst, [self.ix(i) for i in di]],
-                                  properties=props))
-
-    def matmul(self, lhs: SSAValue, li: Sequence[Index], rhs: SSAValue, ri: Sequence[Index],
-               acc: SSAValue, ai: Sequence[Index], m: int, k: int, n: int) -> None:
-        self.insert(t.MatmulOp.build(
-            operands=[lhs, [self.ix(i) for i in li], rhs, [self.ix(i) for i in ri], acc, [self.ix(i) for i in ai]],
-            properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
-                        "accumulate": IntegerAttr(1, i1)}))
-
-    def vec(self, op: str, dst: SSAValue, di: Sequence[Index], a: SSAValue, ai: Sequence[Index],
-            rows: int, cols: int, b: SSAValue | None = None, bi: Sequence[Index] = (),
-            bmode: str | None = None, imm: float | None = None) -> None:
-        props: dict[str, Attribute] = {"op": StringAttr(op), "rows": IntegerAttr(rows, i64),
-                                       "cols": IntegerAttr(cols, i64)}
-        if bmode is not None:
-            props["bmode"] = StringAttr(bmode)
-        if imm is not None:
-            props["imm"] = FloatAttr(float(np.float32(imm)), Float32Type())
-        self.insert(t.VectorOp.build(
-            operands=[dst, [self.ix(i) for i in di], a, [self.ix(i) for i in ai],
-                      [b] if b is not None else [], [self.ix(i) for i in bi]],
-            properties=props))
-
-    def fill(self, dst: SSAValue, di: Sequence[Index], rows: int, cols: int, value: float) -> None:
-        self.insert(t.FillOp.build(operands=[dst, [self.ix(i) for i in di]],
-                                   properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
-                                               "value": FloatAttr(float(value), Float32Type())}))
-
-
-# ----------------------------------------------------------------------------
-def _tile_sizes(total: int, tile: int) -> list[int]:
-    """The tile extents `em.tiles(total, tile, ...)` emits code for: the full tile and, when
-    tile does not divide total, the remainder (each emission allocates its own buffers)."""
-    tile = max(1, min(tile, total))
-    return [tile] + ([total % tile] if total % tile else [])
 
 
 # Operands of tile epilogues: how a tensor broadcasts onto an output tile
@@ -442,25 +266,18 @@ class FunctionLowering:
         buffer outlives it. On exit the buffers are summed per memory and checked
         against the target's capacities: a kernel whose own tiling does not fit is a
         located error (a cost-model bug, never left to the memory planner)."""
-        em = self.em
-        saved = (em.alloc_after, em._marker, em.local_allocs, self._cur_op, self._last_name)
+        saved_op, saved_name = self._cur_op, self._last_name
         if op is not None:
             self._cur_op = op
         self._last_name = None
-        em.begin_kernel()
-        ok = False
         try:
-            yield
-            ok = True
-        finally:
-            allocs = em.local_allocs
+            with self.em.loop_nest() as allocs:
+                yield
             kernel = self._last_name or f"kernel{self.ctx.counter}"
             where = self._cur_op
-            em.end_kernel()
-            em.alloc_after, em._marker, em.local_allocs = saved[:3]
-            self._cur_op, self._last_name = saved[3], saved[4] or self._last_name
-        if ok:
-            self.check_local(allocs, where, kernel + (f" ({what})" if what else ""))
+        finally:
+            self._cur_op, self._last_name = saved_op, saved_name or self._last_name
+        self.check_local(allocs, where, kernel + (f" ({what})" if what else ""))
 
     def check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         caps = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),
@@ -1177,7 +994,7 @@ class FunctionLowering:
             spad = 2 * (tm * tk * (4 + 2 * ncp) + tk * tn * (2 * ncp + (4 if rhs_act else 0)))
             spad += (2 * tn * 4 if bias is not None else 0)
             # each emitted tile shape (full, remainder) allocates its own epilogue buffers
-            spad += sum(epi_bytes(a, b) for a in _tile_sizes(M, tm) for b in _tile_sizes(N, tn))
+            spad += sum(epi_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
             return spad, 2 * tm * tn * 4
 
         spec = tc.GemmSpec(lhs_bytes=4, lhs_split=True,
@@ -1343,7 +1160,7 @@ class FunctionLowering:
             spad += (2 * to * 4 if has_bias else 0)
             # each emitted tile shape (full, remainder) allocates its own epilogue buffers
             toh = max(1, tp // OW)
-            spad += sum(epi_bytes(a, b * OW) for a in _tile_sizes(Og, to) for b in _tile_sizes(OH, toh))
+            spad += sum(epi_bytes(a, b * OW) for a in tile_extents(Og, to) for b in tile_extents(OH, toh))
             return spad, 2 * to * tp * 4
 
         spec = tc.GemmSpec(lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=passes,
