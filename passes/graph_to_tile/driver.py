@@ -30,74 +30,49 @@ op gets a stable name `kernel<N>` (N counts lowered ops in program order), which
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DictionaryAttr,
-    Float32Type,
-    FloatAttr,
     FunctionType,
-    IndexType,
     IntegerAttr,
-    MemRefType,
     ModuleOp,
     StringAttr,
     TensorType,
     UnitAttr,
     bf16,
     f32,
-    i1,
+    i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint
 
 from infer.dialects import graph as g
 from infer.dialects import tile as t
-from infer.dialects.dtypes import dense_to_numpy, element_type_name
-from infer.dialects.ir_io import IRError, describe_location
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
+from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
 from infer.passes import tiling_cost as tc
+from infer.passes.graph_to_tile import casts, copies, gather, integer_inputs, reductions, rotary, transpose
 from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
-from infer.target.hw import HardwareConfig, load_config
-
-NEG = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
-
-
-class LoweringError(IRError):
-    pass
-
-
-def _err(op: Operation, msg: str) -> LoweringError:
-    return LoweringError(f"{describe_location(op)}: error: '{op.name}' op graph-to-tile: {msg}")
-
-
-def local_bytes(a: t.AllocOp) -> int:
-    """Bytes a local alloc takes in the memory plan (all its buffers; each rounded up to
-    4 bytes so the planner's element alignment never pushes a fitting nest over)."""
-    ty = a.buffer.type
-    assert isinstance(ty, MemRefType)
-    n = _prod(ty.get_shape()) * t.elem_bytes(a.buffer)
-    return -(-n // 4) * 4 * a.buffers.value.data
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    ty = v.type
-    assert isinstance(ty, TensorType | MemRefType)
-    return tuple(ty.get_shape())
-
-
-def _prod(xs: Sequence[int]) -> int:
-    return math.prod(xs) if xs else 1
-
+from infer.passes.graph_to_tile.context import (
+    NEG_INF,
+    LoweringContext,
+    LoweringSession,
+    error,
+    no_lowering_error,
+    require_f32_results,
+)
+from infer.passes.graph_to_tile.copies import copy_dram, padded_copy
+from infer.passes.graph_to_tile.transpose import transposed_copy
+from infer.target.hw import load_config
 
 # Operands of tile epilogues: how a tensor broadcasts onto an output tile
 # ----------------------------------------------------------------------------
@@ -158,156 +133,15 @@ _AS_P = 0.3275911
 _AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
-@dataclass
-class Ctx:
-    hw: HardwareConfig
-    precision: str
-    overrides: dict[str, tuple[int, ...]]
-    debug: bool
-    module: ModuleOp
-    counter: int = 0
-    log: list[str] = field(default_factory=list)
-
-    @property
-    def passes(self) -> int:
-        return 3 if self.precision == "fp32" else 1
-
-
-class FunctionLowering:
-    def __init__(self, ctx: Ctx, fn: func.FuncOp):
-        self.ctx = ctx
-        self.hw = ctx.hw
+class FunctionLowering(LoweringContext):
+    def __init__(self, session: LoweringSession, fn: func.FuncOp):
         self.fn = fn
-        self.store = weights_of(ctx.module)
-        self.vmap: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref
-        self.consts: dict[SSAValue, np.ndarray] = {}
-        self.dest: dict[SSAValue, SSAValue] = {}  # tensor -> output memref to write into
-        self.weight_cache: dict[tuple, SSAValue] = {}
         self.fused: set[Operation] = set()
-        self._keep: list[np.ndarray] = []
-        self._cur_op: Operation = fn  # the op being lowered (error locations)
-        self._last_name: str | None = None
-        self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
+        self.in_types, self.out_types, self.host_dtypes = self._signature()
+        self.block = Block(arg_types=self.in_types + self.out_types)
+        super().__init__(session, fn, Emitter(self.block))
 
-    # -- constants --------------------------------------------------------
-    def const(self, v: SSAValue) -> np.ndarray | None:
-        """The compile-time value of v (weights, constants, ops of those), or None."""
-        if v in self.consts:
-            return self.consts[v]
-        op = v.owner
-        val: np.ndarray | None = None
-        if isinstance(op, g.WeightOp):
-            val = np.asarray(self.store.get(op.weight_key))
-        elif isinstance(op, g.ConstantOp):
-            val = dense_to_numpy(op.value)
-        elif isinstance(op, g.GraphOp) and not isinstance(op, g.KernelOp) and op.operands and isinstance(v.type, TensorType):
-            ins = [self.const(o) for o in op.operands]
-            if all(x is not None for x in ins) and _prod(_shape(v)) <= (1 << 26):
-                from infer.dialects.graph_interpreter import evaluate_op
-
-                val = evaluate_op(op, ins, self.store)[list(op.results).index(v)]
-        if val is not None:
-            self.consts[v] = val
-        return val
-
-    def weight(self, hint: str, array: np.ndarray, elem: Attribute) -> SSAValue:
-        key = (hint, id(array), array.shape, str(elem))
-        if key not in self.weight_cache:
-            self._keep.append(array)  # the cache keys on id(array): keep it alive
-            if element_type_name(elem) == "bf16":
-                import ml_dtypes
-
-                arr = np.ascontiguousarray(array.astype(ml_dtypes.bfloat16))
-            elif element_type_name(elem) == "i32":
-                arr = np.ascontiguousarray(np.asarray(array, dtype=np.int32))
-            else:
-                arr = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
-            name = self.store.add(hint, arr)
-            self.weight_cache[key] = self.em.hoist(
-                t.WeightOp(name, t.memref(arr.shape, elem, "dram"))).results[0]
-        return self.weight_cache[key]
-
-    def buf(self, v: SSAValue) -> SSAValue:
-        """The DRAM memref holding tensor v (constants become weights on first use)."""
-        if v in self.vmap:
-            return self.vmap[v]
-        c = self.const(v)
-        if c is None:
-            raise _err(v.owner if isinstance(v.owner, Operation) else self.fn, "value has no buffer")
-        shape = _shape(v)
-        if isinstance(v.owner, g.WeightOp) and c.dtype == np.float32 and c.shape == shape:
-            op = t.WeightOp(v.owner.weight_key, t.memref(shape, f32, "dram"))
-            self.vmap[v] = self.em.hoist(op).results[0]
-            return self.vmap[v]
-        hint = v.owner.weight_key if isinstance(v.owner, g.WeightOp) else "const"
-        arr = np.broadcast_to(c, shape).astype(np.float32)
-        self.vmap[v] = self.weight(hint, np.ascontiguousarray(arr), f32)
-        return self.vmap[v]
-
-    def out_buf(self, v: SSAValue) -> SSAValue:
-        if v in self.dest:
-            buf = self.dest[v]
-        else:
-            buf = self.em.alloc(_shape(v), f32, "dram")
-        self.vmap[v] = buf
-        return buf
-
-    def name(self) -> str:
-        n = f"kernel{self.ctx.counter}"
-        self.ctx.counter += 1
-        self._last_name = n
-        return n
-
-    # -- local-memory budget -------------------------------------------------
-    @contextlib.contextmanager
-    def stage(self, op: Operation | None = None, what: str = "") -> Iterator[None]:
-        """One loop nest (a kernel, or a helper nest of it such as a padded copy): its
-        local buffers are allocated before the nest and are all live together, and no
-        buffer outlives it. On exit the buffers are summed per memory and checked
-        against the target's capacities: a kernel whose own tiling does not fit is a
-        located error (a cost-model bug, never left to the memory planner)."""
-        saved_op, saved_name = self._cur_op, self._last_name
-        if op is not None:
-            self._cur_op = op
-        self._last_name = None
-        try:
-            with self.em.loop_nest() as allocs:
-                yield
-            kernel = self._last_name or f"kernel{self.ctx.counter}"
-            where = self._cur_op
-        finally:
-            self._cur_op, self._last_name = saved_op, saved_name or self._last_name
-        self.check_local(allocs, where, kernel + (f" ({what})" if what else ""))
-
-    def check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
-        caps = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),
-                "acc": ("accumulator", self.hw.memory.accumulator_bytes)}
-        for space, (what, cap) in caps.items():
-            bufs = [a for a in allocs if t.space_of(a.buffer) == space]
-            sizes = [local_bytes(a) for a in bufs]
-            need = sum(sizes)
-            if need <= cap:
-                continue
-            top = sorted(zip(sizes, bufs), key=lambda p: -p[0])[:4]
-            listing = ", ".join(f"{sz} B {a.buffer.type}" + (" x2" if a.buffers.value.data == 2 else "")
-                                for sz, a in top)
-            raise _err(op, f"{kernel}: the local buffers of its loop nest need {need} bytes of {what} but "
-                       f"target '{self.hw.name}' holds {cap} bytes (the chosen tiles do not fit: a tiling "
-                       f"cost-model bug unless they come from an override); largest: {listing}")
-
-    def override(self, name: str, n: int) -> tuple[int, ...] | None:
-        o = self.ctx.overrides.get(name)
-        if o is not None and len(o) != n:
-            raise LoweringError(f"error: graph-to-tile: override for {name} needs {n} sizes, got {len(o)}")
-        return o
-
-    def debug(self, text: str) -> None:
-        if self.ctx.debug:
-            print(text, file=sys.stderr)
-        self.ctx.log.append(text)
-
-    # -- driver -----------------------------------------------------------
-    def run(self) -> func.FuncOp:
+    def _signature(self):
         fn = self.fn
         ftype = fn.function_type
         old_args = list(fn.body.block.args)
@@ -316,48 +150,50 @@ class FunctionLowering:
         for i, ty in enumerate(list(ftype.inputs.data) + list(ftype.outputs.data)):
             ename = element_type_name(ty.get_element_type()) if isinstance(ty, TensorType) else ""
             ok = ename == "f32"
-            if (not ok and i < len(old_args) and ename in _ld.INDEX_TYPES
-                    and _ld.int_input_ok(self, old_args[i])):
+            if (not ok and i < len(old_args) and ename in integer_inputs.INDEX_TYPES
+                    and integer_inputs.accepts_integer_input(old_args[i])):
                 ok = True  # integer inputs: gather indices, casts to f32, attention masks
             if not ok:
-                raise _err(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
-                           f"arguments that feed gather indices, casts to f32 or attention masks), got {ty}")
+                raise error(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
+                            f"arguments that feed gather indices, casts to f32 or attention masks), got {ty}")
             if i < len(old_args):
                 elem = ty.get_element_type()
-                if ename == "i64" and not _ld.index_source(self, old_args[i]):
+                if ename == "i64" and not integer_inputs.is_index_source(old_args[i]):
                     # narrowed: DRAM holds int32 for the vector unit, the runtime converts (range-checked);
                     # i64 arguments that only feed gathers stay i64 (gather_rows reads the low word)
-                    from xdsl.dialects.builtin import i32
-
                     elem = i32
                     host_dtypes[i] = "i64"
-                in_types.append(t.memref(_shape_t(ty), elem, "dram"))
-        out_types = [t.memref(_shape_t(ty), f32, "dram") for ty in ftype.outputs.data]
-        block = Block(arg_types=in_types + out_types)
-        self.em = Emitter(block)
+                in_types.append(t.memref(shape_of(ty), elem, "dram"))
+        out_types = [t.memref(shape_of(ty), f32, "dram") for ty in ftype.outputs.data]
+        return in_types, out_types, host_dtypes
+
+    # -- driver -----------------------------------------------------------
+    def run(self) -> func.FuncOp:
+        fn = self.fn
+        in_types, out_types, host_dtypes, block = self.in_types, self.out_types, self.host_dtypes, self.block
         old = fn.body.block
         for a, na in zip(old.args, block.args[:len(in_types)], strict=True):
-            self.vmap[a] = na
+            self.buffers[a] = na
         ret = old.last_op
         assert isinstance(ret, func.ReturnOp)
         outs = list(block.args[len(in_types):])
         pending_copies: list[tuple[SSAValue, SSAValue]] = []
         for v, o in zip(ret.arguments, outs, strict=True):
-            if v in self.dest or v in self.vmap or self.const(v) is not None:
+            if v in self.destinations or v in self.buffers or self.constant(v) is not None:
                 pending_copies.append((v, o))
             else:
-                self.dest[v] = o
+                self.destinations[v] = o
         for op in list(old.ops):
             if op is ret or op in self.fused:
                 continue
-            if all(self.const(r) is not None for r in op.results) and op.results:
+            if all(self.constant(r) is not None for r in op.results) and op.results:
                 continue  # folded at compile time, materialized on use
             self.lower_op(op)
         for v, o in pending_copies:
             with self.stage(ret, "result copy"):
-                self.copy(self.buf(v), o, _shape(v))
+                copy_dram(self, self.buffer(v), o, shape_of(v))
         for i, op in enumerate(old.ops):  # per-layer check (runtime/check.py): the DRAM buffer of op #i
-            b = self.vmap.get(op.results[0]) if op.results else None
+            b = self.buffers.get(op.results[0]) if op.results else None
             while b is not None and isinstance(b.owner, t.ViewOp):
                 b = b.owner.source
             if b is not None and isinstance(b.owner, t.AllocOp) and t.LAYER_ATTR not in b.owner.attributes:
@@ -375,11 +211,9 @@ class FunctionLowering:
             d.setdefault("graph.name", StringAttr(f"output{i}" if len(old_res) > 1 else "output"))
             d["tile.output"] = UnitAttr()
             arg_attrs.append(DictionaryAttr(d))
-        self.em.insert(func.ReturnOp())
+        self.emitter.insert(func.ReturnOp())
         new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(in_types + out_types, []),
                           Region(block), fn.sym_visibility)
-        from xdsl.dialects.builtin import ArrayAttr
-
         new.arg_attrs = ArrayAttr(arg_attrs)
         return new
 
@@ -389,45 +223,30 @@ class FunctionLowering:
             self._lower_op(op)
 
     def _lower_op(self, op: Operation) -> None:
-        if _ld.runtime_int_op(self, op):
-            _ld.lower_runtime_int(self, op)
-            return
         if isinstance(op, g.KernelOp):
             self.lower_kernel(op)
             return
-        if isinstance(op, g.CastOp | g.ReshapeOp) and _ld._is_int_index(op.results[0]) and \
-                _ld.index_source(self, op.results[0]):
-            _ld.lower_index_passthrough(self, op)
+        if isinstance(op, g.CastOp):
+            casts.lower_cast(self, op)
             return
-        if _ld.inner_round_trip_cast(op):
-            return  # lowered with the cast back to f32
-        if _ld.outer_round_trip_cast(op):
-            _ld.lower_cast_round_trip(self, op)
+        if isinstance(op, g.ReshapeOp):
+            copies.lower_reshape(self, op)
             return
-        for r in op.results:
-            if not isinstance(r.type, TensorType) or element_type_name(r.type.get_element_type()) != "f32":
-                raise _err(op, f"only f32 tensors are supported, got {r.type}")
+        require_f32_results(op)
         if isinstance(op, g.LinearOp | g.MatmulOp):
             epi = self.fusable_chain(op)
-            self.lower_gemm(op, epi, (epi[-1] if epi else op).results[0], {})
+            self.lower_gemm(op, epi, (epi[-1] if epi else op).results[0])
         elif isinstance(op, g.Conv2dOp):
             epi = self.fusable_chain(op)
-            self.lower_conv(op, epi, (epi[-1] if epi else op).results[0], {})
+            self.lower_conv(op, epi, (epi[-1] if epi else op).results[0])
         elif isinstance(op, g.BatchNormOp):
             self.lower_batch_norm(op)
         elif isinstance(op, (g.UnaryOp, g.BinaryOp, g.WhereOp)) and op.name not in _UNSUPPORTED_EW:
-            self.lower_elementwise([op], op.results[0], {})
-        elif isinstance(op, g.ReshapeOp):
-            self.vmap[op.output] = self.em.view(self.buf(op.input), _shape(op.output))
-            if op.output in self.dest:
-                self.copy(self.vmap[op.output], self.dest[op.output], _shape(op.output))
+            self.lower_elementwise([op], op.results[0])
         else:
             lower = _OTHER.get(op.name)
             if lower is None:
-                raise _err(op, "this op has no tile lowering (supported: linear, matmul, conv2d, "
-                           "elementwise, where, pooling, batch/layer/rms norm, softmax, attention, reshape, "
-                           "transpose, slice, concat, broadcast, pad, reduce_sum/mean/max/min, gather, "
-                           "rotary)")
+                raise no_lowering_error(op)
             lower(self, op)
 
     def fusable_chain(self, anchor: Operation) -> list[Operation]:
@@ -441,12 +260,12 @@ class FunctionLowering:
                 break
             if isinstance(user, g.BinaryOp) and user.name == "graph.pow":
                 break
-            if _shape(user.results[0]) != _shape(v) or user.parent_block() is not anchor.parent_block():
+            if shape_of(user.results[0]) != shape_of(v) or user.parent_block() is not anchor.parent_block():
                 break
             others = [o for o in user.operands if o is not v]
-            if not all(o in self.vmap or self.const(o) is not None for o in others):
+            if not all(o in self.buffers or self.constant(o) is not None for o in others):
                 break
-            if v in self.dest:
+            if v in self.destinations:
                 break
             chain.append(user)
             v = user.results[0]
@@ -454,6 +273,8 @@ class FunctionLowering:
         return chain
 
     def lower_kernel(self, k: g.KernelOp) -> None:
+        if integer_inputs.lower_if_integer(self, k):
+            return
         block = k.body.block
         env: dict[SSAValue, SSAValue] = dict(zip(block.args, k.inputs, strict=True))
         yield_op = k.yield_op
@@ -463,26 +284,26 @@ class FunctionLowering:
         # constants inside the region are plain constants
         for o in ops:
             if isinstance(o, g.ConstantOp):
-                self.consts[o.output] = dense_to_numpy(o.value)
+                self.set_constant(o.output, dense_to_numpy(o.value))
         ops = [o for o in ops if not isinstance(o, g.ConstantOp)]
         for a, v in env.items():
-            if v in self.vmap:
-                self.vmap[a] = self.vmap[v]
+            if v in self.buffers:
+                self.buffers[a] = self.buffers[v]
             if v in self.masks:
                 self.masks.add(a)
-            c = self.const(v)
+            c = self.constant(v)
             if c is not None:
-                self.consts[a] = c
+                self.set_constant(a, c)
         if len(yield_op.values) != 1:
-            raise _err(k, "kernels with several results are not supported yet")
+            raise error(k, "kernels with several results are not supported yet")
         res = yield_op.values[0]
-        if k.outputs[0] in self.dest:
-            self.dest[res] = self.dest[k.outputs[0]]
-        if anchor is None and any(_ld.inner_round_trip_cast(o) or _ld.outer_round_trip_cast(o) for o in ops):
+        if k.outputs[0] in self.destinations:
+            self.destinations[res] = self.destinations[k.outputs[0]]
+        if anchor is None and any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o) for o in ops):
             for o in ops:  # cast round trips have their own kernel: lower the region op by op
                 self.lower_op(o)
         elif anchor is None:
-            self.lower_elementwise(ops, res, {})
+            self.lower_elementwise(ops, res)
         else:
             epi = [o for o in ops if o is not anchor]
             ai = ops.index(anchor)
@@ -492,71 +313,57 @@ class FunctionLowering:
                     self.lower_op(o)
                 epi = ops[ai + 1:]
             if isinstance(anchor, g.LinearOp | g.MatmulOp):
-                self.lower_gemm(anchor, epi, res, {})
+                self.lower_gemm(anchor, epi, res)
             elif isinstance(anchor, g.Conv2dOp):
-                self.lower_conv(anchor, epi, res, {})
+                self.lower_conv(anchor, epi, res)
             else:
                 self.lower_op(anchor)
                 for o in epi:
                     self.lower_op(o)
-        self.vmap[k.outputs[0]] = self.vmap[res]
-
-    # -- copies ------------------------------------------------------------
-    def copy(self, src: SSAValue, dst: SSAValue, shape: Sequence[int]) -> None:
-        n = _prod(shape)
-        cols = shape[-1] if shape else 1
-        rows = n // cols
-        s2, d2 = self.em.view(src, (rows, cols)), self.em.view(dst, (rows, cols))
-        tr = max(1, min(rows, (self.hw.memory.scratchpad_bytes // 4) // (cols * 4 * 2)))
-        if tr < 1 or cols * 4 > self.hw.memory.scratchpad_bytes // 4:
-            s2, d2 = self.em.view(src, (n, 1)), self.em.view(dst, (n, 1))
-            rows, cols, tr = n, 1, min(n, self.hw.memory.scratchpad_bytes // 16)
-        buf = self.em.alloc((tr, cols), f32, "spad", 2)
-        self.em.tiles(rows, tr, lambda r0, r: (self.em.dma(s2, [r0, 0], buf, [0, 0], [r, cols]),
-                                               self.em.dma(buf, [0, 0], d2, [r0, 0], [r, cols])))
+        self.buffers[k.outputs[0]] = self.buffers[res]
 
     # -- epilogues ---------------------------------------------------------
     def load_operand(self, v: SSAValue, frame: TileFrame, op: Operation) -> tuple[str, object]:
         """Bring tensor v onto the tile: ("imm", float) | (bmode, local buffer)."""
-        c = self.const(v)
+        c = self.constant(v)
         if c is not None and c.size == 1:
             return "imm", float(c.reshape(()))
-        cls = classify((frame.B, frame.R, frame.C), _shape(v))
+        cls = classify((frame.B, frame.R, frame.C), shape_of(v))
         if cls is None:
-            raise _err(op, f"operand of shape {_shape(v)} broadcasts onto the output "
+            raise error(op, f"operand of shape {shape_of(v)} broadcasts onto the output "
                        f"{frame.shape} in a way the tile lowering does not support")
         if not cls[1] and not cls[2]:
-            raise _err(op, "a runtime scalar operand is not supported (only compile-time scalars)")
-        return self._load_buf(self.buf(v), _shape(v), frame, op)
+            raise error(op, "a runtime scalar operand is not supported (only compile-time scalars)")
+        return self._load_buf(self.buffer(v), shape_of(v), frame, op)
 
     def _load_buf(self, src: SSAValue, shape: tuple[int, ...], frame: TileFrame, op: Operation) -> tuple[str, object]:
         cls = classify((frame.B, frame.R, frame.C), shape)
         assert cls is not None
         fb, fr, fcl = cls
         assert fr or fcl
-        nb = _prod(frame.B) if fb else 1
-        R, C = _prod(frame.R), _prod(frame.C)
+        nb = num_elements(frame.B) if fb else 1
+        R, C = num_elements(frame.R), num_elements(frame.C)
         b = frame.b if fb else 0
         if fr and fcl:
-            view = self.em.view(src, (nb * R, C))
-            loc = self.em.alloc((frame.rows, frame.cols), f32, "spad", 2)
-            self.em.dma(view, [self.em.add(self.em.mul(b, R), frame.r0), frame.c0], loc, [0, 0], [frame.rows, frame.cols])
+            view = self.emitter.view(src, (nb * R, C))
+            loc = self.emitter.alloc((frame.rows, frame.cols), f32, "spad", 2)
+            self.emitter.dma(view, [self.emitter.add(self.emitter.mul(b, R), frame.r0), frame.c0], loc, [0, 0], [frame.rows, frame.cols])
             return "tile", loc
         if fcl:  # row vector
-            view = self.em.view(src, (nb, C))
-            loc = self.em.alloc((1, frame.cols), f32, "spad", 2)
-            self.em.dma(view, [b, frame.c0], loc, [0, 0], [1, frame.cols])
+            view = self.emitter.view(src, (nb, C))
+            loc = self.emitter.alloc((1, frame.cols), f32, "spad", 2)
+            self.emitter.dma(view, [b, frame.c0], loc, [0, 0], [1, frame.cols])
             return "row", loc
-        view = self.em.view(src, (nb * R, 1))
-        loc = self.em.alloc((frame.rows, 1), f32, "spad", 2)
-        self.em.dma(view, [self.em.add(self.em.mul(b, R), frame.r0), 0], loc, [0, 0], [frame.rows, 1])
+        view = self.emitter.view(src, (nb * R, 1))
+        loc = self.emitter.alloc((frame.rows, 1), f32, "spad", 2)
+        self.emitter.dma(view, [self.emitter.add(self.emitter.mul(b, R), frame.r0), 0], loc, [0, 0], [frame.rows, 1])
         return "col", loc
 
     def epilogue(self, ops: Sequence[Operation], tiles: dict[SSAValue, SSAValue], frame: TileFrame,
                  result: SSAValue) -> SSAValue:
         """Apply elementwise ops to local tiles; `tiles` maps tensors already on the
         tile (the anchor's result) to [rows x cols] fp32 local buffers at [0, 0]."""
-        em, rows, cols = self.em, frame.rows, frame.cols
+        em, rows, cols = self.emitter, frame.rows, frame.cols
 
         def operand(v: SSAValue, op: Operation) -> tuple[str, object]:
             if v in tiles:
@@ -568,8 +375,8 @@ class FunctionLowering:
 
         for op in ops:
             out = op.results[0]
-            if _shape(out) != frame.shape:
-                raise _err(op, f"result {_shape(out)} is not the kernel's output shape {frame.shape}")
+            if shape_of(out) != frame.shape:
+                raise error(op, f"result {shape_of(out)} is not the kernel's output shape {frame.shape}")
             dst = new_tile()
             z = [0, 0]
             if isinstance(op, g.WhereOp):
@@ -590,7 +397,7 @@ class FunctionLowering:
                         self._pow(dst, a, b, rows, cols)
                         tiles[out] = dst
                         continue
-                    raise _err(op, "this elementwise op has no vector-unit lowering")
+                    raise error(op, "this elementwise op has no vector-unit lowering")
                 if ka != "tile":
                     if name in ("add", "mul", "max", "min"):
                         ka, a, kb, b = kb, b, ka, a
@@ -612,7 +419,7 @@ class FunctionLowering:
                 else:
                     em.vec(name, dst, z, a, z, rows, cols, b, z, bmode=kb)
             else:
-                raise _err(op, "only elementwise unary/binary ops can follow a kernel's anchor")
+                raise error(op, "only elementwise unary/binary ops can follow a kernel's anchor")
             tiles[out] = dst
         if result not in tiles:
             kind, x = operand(result, ops[-1] if ops else result.owner)
@@ -622,16 +429,16 @@ class FunctionLowering:
     def _where(self, op: g.WhereOp, dst: SSAValue, frame: TileFrame, operand) -> None:
         """where(c, x, y) with a compile-time condition: x*c + y*(1-c) on the tile
         (exact for finite values); a compile-time branch is masked at compile time."""
-        em, rows, cols, z = self.em, frame.rows, frame.cols, [0, 0]
-        c = self.const(op.condition)
+        em, rows, cols, z = self.emitter, frame.rows, frame.cols, [0, 0]
+        c = self.constant(op.condition)
         if c is None:
-            raise _err(op, "where needs a compile-time condition (runtime i1 tensors are not lowered)")
+            raise error(op, "where needs a compile-time condition (runtime i1 tensors are not lowered)")
         cb = np.asarray(c).astype(np.bool_)
         terms: list[SSAValue] = []
         for v, mask in ((op.lhs, cb), (op.rhs, ~cb)):
             if not mask.any():
                 continue
-            cv = self.const(v)
+            cv = self.constant(v)
             if cv is not None:  # the masked branch is a constant: fold it
                 arr = np.where(mask, np.asarray(cv, np.float32), np.float32(0)).astype(np.float32)
                 terms.append(self._bcast_tile(*self.load_array(arr, frame, op), frame))
@@ -663,7 +470,7 @@ class FunctionLowering:
                               tuple(arr.shape), frame, op)
 
     def _bcast_tile(self, kind: str, x: object, frame: TileFrame) -> SSAValue:
-        em, rows, cols = self.em, frame.rows, frame.cols
+        em, rows, cols = self.emitter, frame.rows, frame.cols
         if kind == "tile":
             return x  # type: ignore[return-value]
         dst = em.alloc((rows, cols), f32, "spad", 2)
@@ -675,7 +482,7 @@ class FunctionLowering:
         return dst
 
     def _pow(self, dst, a, p, rows, cols):
-        em, z = self.em, [0, 0]
+        em, z = self.emitter, [0, 0]
         if p == 2.0:
             em.vec("mul", dst, z, a, z, rows, cols, a, z, bmode="tile")
         elif p == 3.0:
@@ -691,7 +498,7 @@ class FunctionLowering:
             em.vec("copy", dst, z, a, z, rows, cols)
 
     def _unary(self, op: Operation, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-        em, z = self.em, [0, 0]
+        em, z = self.emitter, [0, 0]
         name = op.name
         if name in UNARY_VEC:
             em.vec(UNARY_VEC[name], dst, z, x, z, rows, cols)
@@ -751,10 +558,10 @@ class FunctionLowering:
             em.vec("add", dst, z, dst, z, rows, cols, bmode="imm", imm=op.beta.value.data)
             em.vec("max", dst, z, dst, z, rows, cols, bmode="imm", imm=0.0)
             em.vec("min", dst, z, dst, z, rows, cols, bmode="imm", imm=1.0)
-        elif isinstance(op, g.CastOp) and _shape(op.input) == _shape(op.output):
+        elif isinstance(op, g.CastOp) and shape_of(op.input) == shape_of(op.output):
             em.vec("copy", dst, z, x, z, rows, cols)
         else:
-            raise _err(op, "this elementwise op has no vector-unit lowering")
+            raise error(op, "this elementwise op has no vector-unit lowering")
 
     def epi_footprint(self, ops: Sequence[Operation], result: SSAValue, on_tile: Sequence[SSAValue],
                       groups: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]) -> Callable[[int, int], int]:
@@ -784,8 +591,8 @@ class FunctionLowering:
         def operand(v: SSAValue) -> str:
             if v in tiles:
                 return "tile"
-            c = self.const(v)
-            k = kind_of(_shape(v), c is not None and c.size == 1)
+            c = self.constant(v)
+            k = kind_of(shape_of(v), c is not None and c.size == 1)
             load(k)
             return k
 
@@ -798,15 +605,15 @@ class FunctionLowering:
         for op in ops:
             T += 2  # dst
             if isinstance(op, g.WhereOp):
-                c = self.const(op.condition)
+                c = self.constant(op.condition)
                 cb = np.asarray(c).astype(np.bool_) if c is not None else np.ones((1,), np.bool_)
                 for v, mask in ((op.lhs, cb), (op.rhs, ~cb)):
                     if not mask.any():
                         continue
-                    cv = self.const(v)
+                    cv = self.constant(v)
                     if cv is not None:
                         arr = np.broadcast_shapes(np.shape(cv), mask.shape)
-                        size = _prod(arr)
+                        size = num_elements(arr)
                         bcast(load_k := kind_of(tuple(arr), size == 1))
                         load(load_k)
                         continue
@@ -852,8 +659,8 @@ class FunctionLowering:
         return total
 
     # -- elementwise kernels -------------------------------------------------
-    def lower_elementwise(self, ops: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
-        S = _shape(result)
+    def lower_elementwise(self, ops: Sequence[Operation], result: SSAValue) -> None:
+        S = shape_of(result)
         inputs: list[SSAValue] = []
         produced = {r for o in ops for r in o.results}
         for o in ops:
@@ -865,9 +672,9 @@ class FunctionLowering:
         for i in range(rank):
             for j in range(rank - 1, i - 1, -1):
                 grp = (S[:i], S[i:j], S[j:])
-                if all(classify(grp, _shape(v)) is not None and not (
-                        (c := classify(grp, _shape(v))) and not c[1] and not c[2] and self.const(v) is None
-                        and _prod(_shape(v)) == 1) for v in inputs):
+                if all(classify(grp, shape_of(v)) is not None and not (
+                        (c := classify(grp, shape_of(v))) and not c[1] and not c[2] and self.constant(v) is None
+                        and num_elements(shape_of(v)) == 1) for v in inputs):
                     split = grp
                     break
             if split:
@@ -877,11 +684,11 @@ class FunctionLowering:
         B, R, C = split
         if not C:
             C = (1,)
-        nb, M, N = _prod(B), _prod(R), _prod(C)
-        name = self.name()
-        out = self.out_buf(result)
-        out2 = self.em.view(out, (nb * M, N))
-        full_in = [v for v in inputs if (c := classify(split, _shape(v))) and c[1] and c[2]]
+        nb, M, N = num_elements(B), num_elements(R), num_elements(C)
+        name = self.kernel_name()
+        out = self.output_buffer(result)
+        out2 = self.emitter.view(out, (nb * M, N))
+        full_in = [v for v in inputs if (c := classify(split, shape_of(v))) and c[1] and c[2]]
         live = 2 + len(full_in) + len(ops)
         epi_bytes = self.epi_footprint(ops, result, [], (B, R, C))
         rc = tc.choose_rows(self.hw, nb * M, N, bytes_in=4 * max(1, len(full_in)), bytes_out=4,
@@ -895,60 +702,60 @@ class FunctionLowering:
         def body(b: Index, r0: Index, rows: int, c0: Index, cols: int) -> None:
             frame = TileFrame(B, R, C, b, r0, c0, rows, cols)
             res = self.epilogue(ops, {}, frame, result)
-            self.em.dma(res, [0, 0], out2, [self.em.add(self.em.mul(b, M), r0), c0], [rows, cols])
+            self.emitter.dma(res, [0, 0], out2, [self.emitter.add(self.emitter.mul(b, M), r0), c0], [rows, cols])
 
-        self.em.range(nb, lambda b: self.em.tiles(
-            M, rc.rows, lambda r0, rows: self.em.tiles(N, rc.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
+        self.emitter.range(nb, lambda b: self.emitter.tiles(
+            M, rc.rows, lambda r0, rows: self.emitter.tiles(N, rc.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
 
     # -- split fp32 -> bf16 hi (/lo) ---------------------------------------------
     def split(self, src: SSAValue, hi: SSAValue, lo: SSAValue | None, rows: int, cols: int) -> None:
         z = [0, 0]
-        self.em.vec("copy", hi, z, src, z, rows, cols)
+        self.emitter.vec("copy", hi, z, src, z, rows, cols)
         if lo is not None:
-            self.em.vec("sub", src, z, src, z, rows, cols, hi, z, bmode="tile")
-            self.em.vec("copy", lo, z, src, z, rows, cols)
+            self.emitter.vec("sub", src, z, src, z, rows, cols, hi, z, bmode="tile")
+            self.emitter.vec("copy", lo, z, src, z, rows, cols)
 
     def packed_splits(self, arr: np.ndarray) -> list[np.ndarray]:
         import ml_dtypes
 
         a32 = arr.astype(np.float32)
         hi = a32.astype(ml_dtypes.bfloat16)
-        if self.ctx.passes == 1:
+        if self.matmul_passes == 1:
             return [hi]
         lo = (a32 - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
         return [hi, lo]
 
     # -- GEMM ------------------------------------------------------------------
-    def lower_gemm(self, op: Operation, epi: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
-        em, hw = self.em, self.hw
+    def lower_gemm(self, op: Operation, epi: Sequence[Operation], result: SSAValue) -> None:
+        em, hw = self.emitter, self.hw
         R_, C_ = hw.matrix.rows, hw.matrix.cols
         if isinstance(op, g.LinearOp):
             x, wv, bias = op.input, op.weight, op.bias
-            w = self.const(wv)
-            xs = _shape(x)
+            w = self.constant(wv)
+            xs = shape_of(x)
             K = xs[-1]
-            N = _shape(wv)[0]
+            N = shape_of(wv)[0]
             a_batch: tuple[int, ...] = ()
-            M = _prod(xs[:-1])
+            M = num_elements(xs[:-1])
             batch: tuple[int, ...] = ()
             wT = None if w is None else np.ascontiguousarray(np.asarray(w, np.float32).T)
             rhs_act = None
             if w is None:
-                raise _err(op, "graph.linear with a runtime weight is not supported (use graph.matmul)")
+                raise error(op, "graph.linear with a runtime weight is not supported (use graph.matmul)")
             Rg: tuple[int, ...] = tuple(xs[:-1])
         else:
             assert isinstance(op, g.MatmulOp)
             x, wv, bias = op.lhs, op.rhs, None
             if op.transpose_a.value.data:
-                raise _err(op, "transpose_a is not supported by the tile lowering")
-            xs, ws = _shape(x), _shape(wv)
+                raise error(op, "transpose_a is not supported by the tile lowering")
+            xs, ws = shape_of(x), shape_of(wv)
             if len(xs) == 1:
                 xs = (1, xs[0])
             if len(ws) == 1:
                 ws = (ws[0], 1)
             tb = bool(op.transpose_b.value.data)
-            w = self.const(wv)
-            if w is not None and _prod(ws[:-2]) == 1:
+            w = self.constant(wv)
+            if w is not None and num_elements(ws[:-2]) == 1:
                 w2 = np.asarray(w, np.float32).reshape(ws[-2:])
                 wT = np.ascontiguousarray(w2.T if tb else w2)
                 K, N = wT.shape
@@ -958,33 +765,33 @@ class FunctionLowering:
                 M = xs[-2]
             else:
                 wT = None
-                src = self.buf(wv)
+                src = self.buffer(wv)
                 if tb:
-                    src = self.transpose_last2(src, ws)
+                    src = transposed_copy(self, src, ws)
                     ws = (*ws[:-2], ws[-1], ws[-2])
                 K, N = ws[-2], ws[-1]
                 M = xs[-2]
-                batch = tuple(_shape(result)[:-2]) if len(_shape(op.lhs)) > 1 and len(_shape(op.rhs)) > 1 else tuple(np.broadcast_shapes(xs[:-2], ws[:-2]))
+                batch = tuple(shape_of(result)[:-2]) if len(shape_of(op.lhs)) > 1 and len(shape_of(op.rhs)) > 1 else tuple(np.broadcast_shapes(xs[:-2], ws[:-2]))
                 a_batch = tuple(xs[:-2])
                 rhs_act = (src, tuple(ws[:-2]))
             Rg = (M,)
-        out_shape = _shape(result)
-        nbatch = _prod(batch)
-        out = self.out_buf(result)
+        out_shape = shape_of(result)
+        nbatch = num_elements(batch)
+        out = self.output_buffer(result)
         out2 = em.view(out, (nbatch * M, N))
-        a_full = _prod(a_batch) == nbatch and nbatch > 1
-        if a_batch and _prod(a_batch) not in (1, nbatch):
-            raise _err(op, "partial batch broadcasting is not supported")
-        xv = em.view(self.buf(x), ((nbatch if a_full else 1) * M, K))
+        a_full = num_elements(a_batch) == nbatch and nbatch > 1
+        if a_batch and num_elements(a_batch) not in (1, nbatch):
+            raise error(op, "partial batch broadcasting is not supported")
+        xv = em.view(self.buffer(x), ((nbatch if a_full else 1) * M, K))
         if isinstance(op, g.LinearOp) or wT is not None:
             frame_groups = ((), tuple(out_shape[:-1]), (N,)) if isinstance(op, g.LinearOp) else (tuple(batch), (M,), (N,))
         else:
             frame_groups = (tuple(batch), (M,), (N,))
         if isinstance(op, g.LinearOp):
             frame_groups = ((), tuple(out_shape[:-1]), (N,))
-            nbatch, M = 1, _prod(out_shape[:-1])
-        name = self.name()
-        passes = self.ctx.passes
+            nbatch, M = 1, num_elements(out_shape[:-1])
+        name = self.kernel_name()
+        passes = self.matmul_passes
         ncp = 2 if passes == 3 else 1
         epi_bytes = self.epi_footprint(epi, result, [op.results[0]], frame_groups)
 
@@ -1002,7 +809,7 @@ class FunctionLowering:
                            rhs_split=rhs_act is not None, passes=passes, batch=nbatch,
                            epi_cost=self.epi_cost(epi) + (1 if bias is not None else 0),
                            epi_tiles=sum(1 for o in epi for v in o.operands if v not in {r for e in epi for r in e.results}
-                                         and v is not op.results[0] and _shape(v) == out_shape),
+                                         and v is not op.results[0] and shape_of(v) == out_shape),
                            footprint=footprint)
         ch = tc.choose_gemm(hw, M, N, K, spec, override=self.override(name, 3))
         TM, TN, TK = ch.tiles
@@ -1021,7 +828,7 @@ class FunctionLowering:
                 packs.append(self.weight(hint + ("_hi" if i == 0 else "_lo") if copies == 2 else hint, part, bf16))
         bias_v = None
         if bias is not None:
-            bias_v = em.view(self.buf(bias), (1, N))
+            bias_v = em.view(self.buffer(bias), (1, N))
         # local buffers
         xs_ = em.alloc((TM, TK), f32, "spad", 2)
         xh = em.alloc((TM, TK), bf16, "spad", 2)
@@ -1034,7 +841,7 @@ class FunctionLowering:
         rb = None
         if rhs_act:
             rsrc, rbatch = rhs_act
-            r_full = _prod(rbatch) == nbatch and nbatch > 1
+            r_full = num_elements(rbatch) == nbatch and nbatch > 1
             rb = em.view(rsrc, ((nbatch if r_full else 1) * K, N))
 
         def tile_body(b: Index, m0: Index, tm: int, jn: Index, n0: Index, tn: int) -> None:
@@ -1072,7 +879,7 @@ class FunctionLowering:
             res = self.epilogue(epi, {op.results[0]: acc}, frame, result)
             em.dma(res, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
 
-        r_full_flag = bool(rhs_act) and _prod(rhs_act[1]) == nbatch and nbatch > 1
+        r_full_flag = bool(rhs_act) and num_elements(rhs_act[1]) == nbatch and nbatch > 1
 
         def over_n(b: Index, m0: Index, tm: int) -> None:
             full, rem = divmod(N, TN)
@@ -1085,71 +892,27 @@ class FunctionLowering:
 
         em.range(nbatch, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
 
-    def transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
-        """A DRAM copy with the last two dims swapped (blocks transposed on the vector unit)."""
-        with self.stage(what="transposed copy"):
-            return self._transpose_last2(src, shape)
-
-    def _transpose_last2(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
-        r = len(shape)
-        dst = self.em.alloc((*shape[:-2], shape[-1], shape[-2]), f32, "dram")
-        _ld.permute_copy(self, src, shape, (*range(r - 2), r - 1, r - 2), dst)
-        return dst
-
     # -- conv ------------------------------------------------------------------
-    def pad_copy(self, x: SSAValue, NC: int, H: int, W: int, pads: tuple[int, int, int, int],
-                 value: float) -> tuple[SSAValue, int, int]:
-        with self.stage(what="padded copy"):
-            return self._pad_copy(x, NC, H, W, pads, value)
-
-    def _pad_copy(self, x: SSAValue, NC: int, H: int, W: int, pads: tuple[int, int, int, int],
-                  value: float) -> tuple[SSAValue, int, int]:
-        """x viewed [NC, H, W] copied into a DRAM buffer [NC, H + top + bottom, W + left + right]
-        whose border is `value` (zero padding of convs, -inf of max pooling)."""
-        em = self.em
-        pt, pl, pb, pr = pads
-        x3 = em.view(x, (NC, H, W))
-        if not any(pads):
-            return x3, H, W
-        Hp, Wp = H + pt + pb, W + pl + pr
-        xp = em.alloc((NC, Hp, Wp), f32, "dram")
-        quarter = self.hw.memory.scratchpad_bytes // 4
-        rows2 = em.view(xp, (NC * Hp, Wp))
-        zr = max(1, min(NC * Hp, quarter // (Wp * 4)))
-        z = em.alloc((zr, Wp), f32, "spad")
-        em.fill(z, [0, 0], zr, Wp, value)
-        em.tiles(NC * Hp, zr, lambda r0, r: em.dma(z, [0, 0], rows2, [r0, 0], [r, Wp]))
-        th = max(1, min(H, quarter // (W * 4 * 2)))
-        tnc = max(1, min(NC, quarter // (th * W * 4 * 2)))
-        st = em.alloc((tnc, th, W), f32, "spad", 2)
-
-        def body(c0: Index, cn: int, h0: Index, hn: int) -> None:
-            em.dma(x3, [c0, h0, 0], st, [0, 0, 0], [cn, hn, W])
-            em.dma(st, [0, 0, 0], xp, [c0, em.add(h0, pt), pl], [cn, hn, W])
-
-        em.tiles(NC, tnc, lambda c0, cn: em.tiles(H, th, lambda h0, hn: body(c0, cn, h0, hn)))
-        return xp, Hp, Wp
-
-    def lower_conv(self, op: g.Conv2dOp, epi: Sequence[Operation], result: SSAValue, _opts: dict) -> None:
-        em, hw = self.em, self.hw
+    def lower_conv(self, op: g.Conv2dOp, epi: Sequence[Operation], result: SSAValue) -> None:
+        em, hw = self.emitter, self.hw
         R_, C_ = hw.matrix.rows, hw.matrix.cols
-        w = self.const(op.weight)
+        w = self.constant(op.weight)
         if w is None:
-            raise _err(op, "conv2d needs a compile-time weight")
-        N, C, H, W = _shape(op.input)
-        O, Cg, KH, KW = _shape(op.weight)
+            raise error(op, "conv2d needs a compile-time weight")
+        N, C, H, W = shape_of(op.input)
+        O, Cg, KH, KW = shape_of(op.weight)
         G = op.groups.value.data
         Og = O // G
         sh, sw = g._ints(op.stride)
         dh, dw = g._ints(op.dilation)
         pads = tuple(g._ints(op.padding))
-        _, _, OH, OW = _shape(op.results[0])
+        _, _, OH, OW = shape_of(op.results[0])
         T = KH * KW
-        xp, Hp, Wp = self.pad_copy(self.buf(op.input), N * C, H, W, (pads[0], pads[1], pads[2], pads[3]), 0.0)
-        name = self.name()
-        passes = self.ctx.passes
+        xp = padded_copy(self, self.buffer(op.input), N * C, H, W, (pads[0], pads[1], pads[2], pads[3]), 0.0)
+        name = self.kernel_name()
+        passes = self.matmul_passes
         copies = 2 if passes == 3 else 1
-        out_shape = _shape(result)
+        out_shape = shape_of(result)
         epi_bytes = self.epi_footprint(epi, result, [op.results[0]], ((N,), (O,), (OH, OW)))
         has_bias = op.bias is not None
 
@@ -1165,7 +928,7 @@ class FunctionLowering:
 
         spec = tc.GemmSpec(lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=passes,
                            taps=T, batch=N * G, epi_cost=self.epi_cost(epi) + (1 if op.bias else 0),
-                           epi_tiles=sum(1 for o in epi for v in o.operands if _shape(v) == out_shape
+                           epi_tiles=sum(1 for o in epi for v in o.operands if shape_of(v) == out_shape
                                          and v not in {r for e in epi for r in e.results} and v is not op.results[0]),
                            footprint=footprint)
         tn_cands = sorted({min(OH, 1 << i) * OW for i in range(0, max(1, OH).bit_length() + 1)})
@@ -1182,7 +945,7 @@ class FunctionLowering:
         hint = (op.weight.owner.weight_key if isinstance(op.weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
         packs = [self.weight(hint + (("_hi" if i == 0 else "_lo") if copies == 2 else ""), part, bf16)
                  for i, part in enumerate(self.packed_splits(np.ascontiguousarray(wa)))]
-        out = self.out_buf(result)
+        out = self.output_buffer(result)
         out2 = em.view(out, (N * O, OH * OW))
         xs = em.alloc((TC, TOH, OW), f32, "spad", 2)
         xs2 = em.view(xs, (TC, TOH * OW))
@@ -1191,7 +954,7 @@ class FunctionLowering:
         wh = em.alloc((TO, TC), bf16, "spad", 2)
         wl = em.alloc((TO, TC), bf16, "spad", 2) if copies == 2 else None
         acc = em.alloc((TO, TP), f32, "acc", 2)
-        bias_v = em.view(self.buf(op.bias), (O, 1)) if op.bias is not None else None
+        bias_v = em.view(self.buffer(op.bias), (O, 1)) if op.bias is not None else None
         bias_t = em.alloc((TO, 1), f32, "spad", 2) if bias_v is not None else None
         z = [0, 0]
 
@@ -1235,9 +998,9 @@ class FunctionLowering:
 
     # -- pooling -----------------------------------------------------------------
     def lower_pool(self, op: Operation) -> None:
-        em = self.em
-        N, C, H, W = _shape(op.input)
-        _, _, OH, OW = _shape(op.results[0])
+        em = self.emitter
+        N, C, H, W = shape_of(op.input)
+        _, _, OH, OW = shape_of(op.results[0])
         KH, KW = g._ints(op.kernel)
         sh, sw = g._ints(op.stride)
         dh, dw = g._ints(op.dilation) or (1, 1)
@@ -1248,8 +1011,8 @@ class FunctionLowering:
         need_w = (OW - 1) * sw + (KW - 1) * dw + 1
         pb2 = max(pb, need_h - H - pt)
         pr2 = max(pr, need_w - W - pl)
-        xp, Hp, Wp = self.pad_copy(self.buf(op.input), N * C, H, W, (pt, pl, pb2, pr2), NEG if is_max else 0.0)
-        name = self.name()
+        xp = padded_copy(self, self.buffer(op.input), N * C, H, W, (pt, pl, pb2, pr2), NEG_INF if is_max else 0.0)
+        name = self.kernel_name()
         ov = self.override(name, 2)
         def toh_of(tcn: int) -> int:
             return max(1, min(OH, tcn // OW))
@@ -1265,7 +1028,7 @@ class FunctionLowering:
         TOH = ov[1] if ov else toh_of(rc.cols)
         self.debug(tc.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", rc)
                    + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
-        out2 = em.view(self.out_buf(op.results[0]), (N * C, OH * OW))
+        out2 = em.view(self.output_buffer(op.results[0]), (N * C, OH * OW))
         xs = em.alloc((TR, TOH, OW), f32, "spad", 2)
         xs2 = em.view(xs, (TR, TOH * OW))
         acc = em.alloc((TR, TOH * OW), f32, "spad", 2)
@@ -1287,7 +1050,7 @@ class FunctionLowering:
 
         def tile(r0: Index, tr: int, oh0: Index, toh: int) -> None:
             tp = toh * OW
-            em.fill(acc, z, tr, tp, NEG if is_max else 0.0)
+            em.fill(acc, z, tr, tp, NEG_INF if is_max else 0.0)
 
             def tap(kh: Index, kw: Index) -> None:
                 em.dma(xp, [r0, em.add(em.mul(oh0, sh), em.mul(kh, dh)), em.mul(kw, dw)], xs, [0, 0, 0],
@@ -1303,25 +1066,25 @@ class FunctionLowering:
         em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
 
     def lower_global_pool(self, op: Operation) -> None:
-        em = self.em
-        shp = _shape(op.input)
-        NC, HW = shp[0] * shp[1], _prod(shp[2:])
+        em = self.emitter
+        shp = shape_of(op.input)
+        NC, HW = shp[0] * shp[1], num_elements(shp[2:])
         is_max = isinstance(op, g.GlobalMaxPoolOp)
-        name = self.name()
+        name = self.kernel_name()
         ov = self.override(name, 1)
         rc = tc.choose_rows(self.hw, NC, HW, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
                             override=(ov[0] if ov else None),
                             footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # xs x2, part/res x2
         self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shp)), rc))
-        x2 = em.view(self.buf(op.input), (NC, HW))
-        out2 = em.view(self.out_buf(op.results[0]), (NC, 1))
+        x2 = em.view(self.buffer(op.input), (NC, HW))
+        out2 = em.view(self.output_buffer(op.results[0]), (NC, 1))
         xs = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
         part = em.alloc((rc.rows, 1), f32, "spad", 2)
         res = em.alloc((rc.rows, 1), f32, "spad", 2)
         z = [0, 0]
 
         def tile(r0: Index, tr: int) -> None:
-            em.fill(res, z, tr, 1, NEG if is_max else 0.0)
+            em.fill(res, z, tr, 1, NEG_INF if is_max else 0.0)
 
             def chunk(c0: Index, cn: int) -> None:
                 em.dma(x2, [r0, c0], xs, z, [tr, cn])
@@ -1337,17 +1100,17 @@ class FunctionLowering:
 
     # -- row-wise kernels: layer_norm, rms_norm, softmax --------------------------
     def lower_rowwise(self, op: Operation) -> None:
-        em = self.em
-        S = _shape(op.input)
+        em = self.emitter
+        S = shape_of(op.input)
         axis = op.axis.value.data % len(S)
         if isinstance(op, g.SoftmaxOp | g.LogSoftmaxOp):
             if isinstance(op, g.LogSoftmaxOp):
-                raise _err(op, "log_softmax needs a logarithm, which the vector unit does not have")
+                raise error(op, "log_softmax needs a logarithm, which the vector unit does not have")
             if any(d != 1 for d in S[axis + 1:]):
-                raise _err(op, "softmax is lowered along the last (contiguous) axis only")
+                raise error(op, "softmax is lowered along the last (contiguous) axis only")
             axis = len(S) - 1 if all(d == 1 for d in S[axis + 1:]) and S[axis:] else axis
-        M, D = _prod(S[:axis]), _prod(S[axis:])
-        name = self.name()
+        M, D = num_elements(S[:axis]), num_elements(S[axis:])
+        name = self.kernel_name()
         ov = self.override(name, 1)
         nparams = 0 if isinstance(op, g.SoftmaxOp) else (
             1 + (1 if isinstance(op, g.LayerNormOp) and op.bias is not None else 0))
@@ -1359,10 +1122,10 @@ class FunctionLowering:
                             override=(ov[0] if ov else None), whole_row=True, footprint=footprint)
         rc.rows = min(rc.rows, M)
         if footprint(1, D) > self.hw.memory.scratchpad_bytes:
-            raise _err(op, f"a row of {D} elements does not fit the scratchpad of target '{self.hw.name}'")
+            raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{self.hw.name}'")
         self.debug(tc.describe_rows(name, op.name.split(".")[1], "x".join(map(str, S)), rc))
-        x2 = em.view(self.buf(op.input), (M, D))
-        out2 = em.view(self.out_buf(op.results[0]), (M, D))
+        x2 = em.view(self.buffer(op.input), (M, D))
+        out2 = em.view(self.output_buffer(op.results[0]), (M, D))
         TR = rc.rows
         xt = em.alloc((TR, D), f32, "spad", 2)
         yt = em.alloc((TR, D), f32, "spad", 2)
@@ -1371,14 +1134,14 @@ class FunctionLowering:
         params = []
         if not isinstance(op, g.SoftmaxOp):
             for p in [op.scale] + ([op.bias] if isinstance(op, g.LayerNormOp) and op.bias is not None else []):
-                c = self.const(p)
+                c = self.constant(p)
                 if c is not None:
                     arr = np.ascontiguousarray(np.broadcast_to(c, S[axis:]).reshape(1, D).astype(np.float32))
                     params.append(self.weight(f"{name}.param", arr, f32))
-                elif _prod(_shape(p)) == D:
-                    params.append(em.view(self.buf(p), (1, D)))
+                elif num_elements(shape_of(p)) == D:
+                    params.append(em.view(self.buffer(p), (1, D)))
                 else:
-                    raise _err(op, "a runtime scale/bias must have the normalized shape")
+                    raise error(op, "a runtime scale/bias must have the normalized shape")
         pt = [em.alloc((1, D), f32, "spad") for _ in params]
         for src, dst in zip(params, pt):
             em.dma(src, z, dst, z, [1, D])
@@ -1414,22 +1177,22 @@ class FunctionLowering:
 
     # -- attention: one flash kernel (online softmax, scores stay on chip) ------------
     def lower_attention(self, op: g.AttentionOp) -> None:
-        em, hw = self.em, self.hw
+        em, hw = self.emitter, self.hw
         R_, C_ = hw.matrix.rows, hw.matrix.cols
-        B, Hq, Sq, D = _shape(op.query)
-        _, Hkv, Skv, _ = _shape(op.key)
-        Dv = _shape(op.value)[-1]
+        B, Hq, Sq, D = shape_of(op.query)
+        _, Hkv, Skv, _ = shape_of(op.key)
+        Dv = shape_of(op.value)[-1]
         grp = Hq // Hkv
         scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(D)
         causal = bool(op.causal.value.data)
         off = Skv - Sq
-        passes = self.ctx.passes
+        passes = self.matmul_passes
         copies = 2 if passes == 3 else 1
-        name = self.name()
+        name = self.kernel_name()
         mask_rows_full = False
         if op.mask is not None:
-            ms_ = (1,) * (4 - len(_shape(op.mask))) + tuple(_shape(op.mask))
-            mask_rows_full = self.const(op.mask) is not None or ms_[2] > 1
+            ms_ = (1,) * (4 - len(shape_of(op.mask))) + tuple(shape_of(op.mask))
+            mask_rows_full = self.constant(op.mask) is not None or ms_[2] > 1
 
         def footprint(tq: int, tkv: int, _d: int) -> tuple[int, int]:
             # q [TQ, D], k^T [D, TKV], p [TQ, TKV], v [TKV, Dv]: f32 staging + bf16 hi(/lo) each;
@@ -1450,11 +1213,11 @@ class FunctionLowering:
         self.debug(tc.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                       + (" causal" if causal else ""), ch)
                    + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)")
-        kt = self.transpose_last2(self.buf(op.key), (B, Hkv, Skv, D))
+        kt = transposed_copy(self, self.buffer(op.key), (B, Hkv, Skv, D))
         kt2 = em.view(kt, (B * Hkv * D, Skv))
-        q2 = em.view(self.buf(op.query), (B * Hq * Sq, D))
-        v2 = em.view(self.buf(op.value), (B * Hkv * Skv, Dv))
-        out2 = em.view(self.out_buf(op.results[0]), (B * Hq * Sq, Dv))
+        q2 = em.view(self.buffer(op.query), (B * Hq * Sq, D))
+        v2 = em.view(self.buffer(op.value), (B * Hkv * Skv, Dv))
+        out2 = em.view(self.output_buffer(op.results[0]), (B * Hq * Sq, Dv))
         qs = em.alloc((TQ, D), f32, "spad", 2)
         qh = em.alloc((TQ, D), bf16, "spad", 2)
         ql = em.alloc((TQ, D), bf16, "spad", 2) if copies == 2 else None
@@ -1483,27 +1246,27 @@ class FunctionLowering:
             width = Skv + QL
             ii, cc = np.meshgrid(np.arange(TQ), np.arange(width), indexing="ij")
             band = self.weight(f"{name}.causal_band",
-                               np.where(cc - QL - ii - off > 0, NEG, 0.0).astype(np.float32), f32)
+                               np.where(cc - QL - ii - off > 0, NEG_INF, 0.0).astype(np.float32), f32)
             bt = em.alloc((TQ, TKV), f32, "spad", 2)
         # explicit mask: additive [mb*mh*mq, Skv] rows (mb in {1, B}, mh in {1, Hq}, mq in {1, Sq})
         mask2 = mt = None
         mb = mh = mq = 1
         if op.mask is not None:
-            ms = (1,) * (4 - len(_shape(op.mask))) + tuple(_shape(op.mask))
+            ms = (1,) * (4 - len(shape_of(op.mask))) + tuple(shape_of(op.mask))
             mb, mh = ms[0], ms[1]
-            cm = self.const(op.mask)
+            cm = self.constant(op.mask)
             if cm is not None:
                 arr = np.broadcast_to(np.asarray(cm).reshape(ms), (mb, mh, Sq, Skv))
                 if arr.dtype == np.bool_:
-                    arr = np.where(arr, np.float32(0), np.float32(NEG))
-                arr = np.maximum(arr.astype(np.float32), np.float32(NEG))  # -inf -> NEG (no inf - inf)
+                    arr = np.where(arr, np.float32(0), np.float32(NEG_INF))
+                arr = np.maximum(arr.astype(np.float32), np.float32(NEG_INF))  # -inf -> NEG_INF (no inf - inf)
                 mq = Sq
                 mask2 = self.weight(f"{name}.mask", np.ascontiguousarray(arr.reshape(mb * mh * Sq, Skv)), f32)
             else:
                 if ms[3] != Skv or ms[2] not in (1, Sq):
-                    raise _err(op, f"a runtime mask {ms} must have the key dim ({Skv}) and 1 or {Sq} query rows")
+                    raise error(op, f"a runtime mask {ms} must have the key dim ({Skv}) and 1 or {Sq} query rows")
                 mq = ms[2]
-                mask2 = em.view(self.buf(op.mask), (mb * mh * mq, Skv))
+                mask2 = em.view(self.buffer(op.mask), (mb * mh * mq, Skv))
             mt = em.alloc((TQ if mq > 1 else 1, TKV), f32, "spad", 2)
         z = [0, 0]
 
@@ -1523,7 +1286,7 @@ class FunctionLowering:
             em.dma(q2, [qrow, 0], qs, z, [tq, D])
             em.vec("mul", qs, z, qs, z, tq, D, bmode="imm", imm=scale)
             self.split(qs, qh, ql, tq, D)
-            em.fill(m, z, tq, 1, NEG)
+            em.fill(m, z, tq, 1, NEG_INF)
             em.fill(lsum, z, tq, 1, 0.0)
             em.fill(o, z, tq, Dv, 0.0)
             kvb = em.add(em.mul(b, Hkv), hk)
@@ -1569,38 +1332,34 @@ class FunctionLowering:
             Sq, TQ, lambda q0, tq: qtile(b, hk, gi, q0, tq)))))
 
     # -- structure ---------------------------------------------------------------
-    def lower_transpose(self, op: g.TransposeOp) -> None:
-        """Permuted DMA copies of big blocks through the scratchpad (lower_data.permute_copy)."""
-        _ld.lower_transpose(self, op)
-
     def lower_batch_norm(self, op: g.BatchNormOp) -> None:
-        vals = [self.const(v) for v in (op.scale, op.bias, op.mean, op.var)]
+        vals = [self.constant(v) for v in (op.scale, op.bias, op.mean, op.var)]
         if any(v is None for v in vals):
-            raise _err(op, "batch_norm needs compile-time scale/bias/mean/var")
+            raise error(op, "batch_norm needs compile-time scale/bias/mean/var")
         s, b, m, v = (np.asarray(a, np.float64) for a in vals)
         k = s / np.sqrt(v + op.epsilon.value.data)
         shift = b - m * k
-        shp = (1, len(k)) + (1,) * (len(_shape(op.input)) - 2)
+        shp = (1, len(k)) + (1,) * (len(shape_of(op.input)) - 2)
         self._affine(op, op.input, k.astype(np.float32).reshape(shp), shift.astype(np.float32).reshape(shp), op.output)
 
     def _affine(self, op, x, scale, shift, result) -> None:
         """result = x * scale + shift with compile-time per-channel scale/shift."""
         ks = g.ConstantOp  # placeholder to satisfy typing
         _ = ks
-        S = _shape(result)
+        S = shape_of(result)
         B, R, C = S[:1], S[1:2], S[2:]
-        nb, M, N = _prod(B), _prod(R), _prod(C)
-        out = self.out_buf(result)
-        out2 = self.em.view(out, (nb * M, N))
-        xv = self.em.view(self.buf(x), (nb * M, N))
+        nb, M, N = num_elements(B), num_elements(R), num_elements(C)
+        out = self.output_buffer(result)
+        out2 = self.emitter.view(out, (nb * M, N))
+        xv = self.emitter.view(self.buffer(x), (nb * M, N))
         sc = self.weight("bn.scale", scale.reshape(M, 1).copy(), f32)
         sh = self.weight("bn.shift", shift.reshape(M, 1).copy(), f32)
-        name = self.name()
+        name = self.kernel_name()
         rc = tc.choose_rows(self.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
                             override=(o[0] if (o := self.override(name, 1)) else None),
                             footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift columns x2
         self.debug(tc.describe_rows(name, "batch_norm", "x".join(map(str, S)), rc))
-        em = self.em
+        em = self.emitter
         xt = em.alloc((rc.rows, rc.cols), f32, "spad", 2)
         st = em.alloc((rc.rows, 1), f32, "spad", 2)
         ht = em.alloc((rc.rows, 1), f32, "spad", 2)
@@ -1634,13 +1393,19 @@ _OTHER: dict[str, Callable[[FunctionLowering, Operation], None]] = {
     "graph.softmax": FunctionLowering.lower_rowwise,
     "graph.log_softmax": FunctionLowering.lower_rowwise,
     "graph.attention": FunctionLowering.lower_attention,
-    "graph.transpose": FunctionLowering.lower_transpose,
+    "graph.transpose": transpose.lower_transpose,
+    "graph.slice": copies.lower_slice,
+    "graph.concat": copies.lower_concat,
+    "graph.broadcast": copies.lower_broadcast,
+    "graph.pad": copies.lower_pad,
+    "graph.reduce_sum": reductions.lower_reduce,
+    "graph.reduce_mean": reductions.lower_reduce,
+    "graph.reduce_max": reductions.lower_reduce,
+    "graph.reduce_min": reductions.lower_reduce,
+    "graph.reduce_prod": reductions.lower_reduce,
+    "graph.gather": gather.lower_gather,
+    "graph.rotary": rotary.lower_rotary,
 }
-
-
-def _shape_t(ty: Attribute) -> tuple[int, ...]:
-    assert isinstance(ty, TensorType)
-    return tuple(ty.get_shape())
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:
@@ -1679,7 +1444,7 @@ class GraphToTilePass(ModulePass):
             raise LoweringError(f"error: graph-to-tile: {e}") from None
         if "bf16" not in hw.matrix.dtypes:
             raise LoweringError(f"error: graph-to-tile: target '{hw.name}' has no bf16 matrix unit")
-        c = Ctx(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op)
+        c = LoweringSession(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op)
         weights_of(op)
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or fn.is_declaration:
@@ -1691,20 +1456,3 @@ class GraphToTilePass(ModulePass):
         op.attributes[t.TARGET_ATTR] = StringAttr(self.target)
 
 
-_ = (bf16, i1, field)
-
-from infer.passes import lower_data as _ld  # noqa: E402  (uses the helpers above)
-
-_OTHER.update({
-    "graph.slice": _ld.lower_slice,
-    "graph.concat": _ld.lower_concat,
-    "graph.broadcast": _ld.lower_broadcast,
-    "graph.pad": _ld.lower_pad,
-    "graph.reduce_sum": _ld.lower_reduce,
-    "graph.reduce_mean": _ld.lower_reduce,
-    "graph.reduce_max": _ld.lower_reduce,
-    "graph.reduce_min": _ld.lower_reduce,
-    "graph.reduce_prod": _ld.lower_reduce,
-    "graph.gather": _ld.lower_gather,
-    "graph.rotary": _ld.lower_rotary,
-})
