@@ -44,8 +44,7 @@ class Emitter:
         self.block = block
         self.insert_point = InsertPoint.at_end(block)
         self._constants: dict[int, SSAValue] = {}
-        self._alloc_after: Operation | None = None  # local buffers go before the nest's loops
-        self._nest_marker: Operation | None = None
+        self._alloc_after: Operation | None = None  # local buffers go after it, before the nest's loops
         self._local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current loop nest
 
     def hoist(self, op: Operation) -> Operation:
@@ -70,18 +69,17 @@ class Emitter:
         """Local buffers allocated inside go here, before the nest's loops; yields the list of
         them (a nested loop nest keeps its own). The position is held by a marker op, erased
         on exit."""
-        saved = (self._alloc_after, self._nest_marker, self._local_allocs)
+        saved = (self._alloc_after, self._local_allocs)
         marker = arith.ConstantOp(IntegerAttr(0, IndexType()))
         self.insert(marker)
-        self._alloc_after = self._nest_marker = marker
+        self._alloc_after = marker
         self._local_allocs = []
         try:
             yield self._local_allocs
         finally:
-            if not marker.result.uses:
-                marker.detach()
-                marker.erase()
-            self._alloc_after, self._nest_marker, self._local_allocs = saved
+            marker.detach()
+            marker.erase()
+            self._alloc_after, self._local_allocs = saved
 
     # -- index arithmetic (folded when static) --
     def constant(self, value: int) -> SSAValue:
