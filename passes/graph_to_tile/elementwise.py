@@ -386,9 +386,9 @@ UNARY_SEQUENCES: dict[type[Operation], Callable] = {
     g.GeluOp: _gelu, g.ClipOp: _clip, g.LeakyReluOp: _leaky_relu, g.EluOp: _elu,
     g.HardSigmoidOp: _hard_sigmoid}
 """Unary graph ops that are a sequence of vector ops: (emitter, op, dst, x, rows, cols)."""
-EPILOGUE_OPS = frozenset({*UNARY_VECTOR_OPS, *UNARY_SEQUENCES, *BINARY_VECTOR_OPS})
+EPILOGUE_OPS = (*UNARY_VECTOR_OPS, *UNARY_SEQUENCES, *BINARY_VECTOR_OPS)
 """Elementwise ops the lowering fuses after a matmul/conv anchor by itself (`fusable_chain`)."""
-ELEMENTWISE_OPS = EPILOGUE_OPS | {g.PowOp, g.WhereOp}
+ELEMENTWISE_OPS = (*EPILOGUE_OPS, g.PowOp, g.WhereOp)
 """Elementwise ops with a vector-unit lowering (graph.pow: compile-time exponents in POW_EXPONENTS)."""
 
 
