@@ -54,7 +54,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     ModuleOp,
     StringAttr,
@@ -73,8 +72,9 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import element_type_name, to_numpy_dtype
-from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, format_shape, to_numpy_dtype
+from infer.dialects.weight_refs import stored_weight, weight_store_for
+from infer.dialects.weights import WeightStore, WeightStoreError
 
 __all__ = [
     "InterpreterError",
@@ -82,7 +82,6 @@ __all__ = [
     "evaluate_op",
     "run_module",
     "erf",
-    "dense_to_numpy",
     "INPUT_NAME_ATTR",
 ]
 
@@ -126,10 +125,6 @@ def _out_dtype(op: Operation, i: int = 0) -> np.dtype:
         raise InterpreterError(f"{op.name}: {e}") from None
 
 
-def _fmt(shape: Sequence[int]) -> str:
-    return "x".join("?" if d < 0 else str(d) for d in shape) or "scalar"
-
-
 def _shape_matches(actual: Sequence[int], declared: Sequence[int]) -> bool:
     return len(actual) == len(declared) and all(d < 0 or d == a for a, d in zip(actual, declared))
 
@@ -151,8 +146,8 @@ def _finish(op: Operation, values: Sequence[Any]) -> list[np.ndarray]:
         declared = _result_type(op, i).get_shape()
         if not _shape_matches(arr.shape, declared):
             raise InterpreterError(
-                f"{op.name}: result #{i} evaluates to shape {_fmt(arr.shape)} but its type "
-                f"declares {_fmt(declared)}"
+                f"{op.name}: result #{i} evaluates to shape {format_shape(arr.shape)} but its type "
+                f"declares {format_shape(declared)}"
             )
         out.append(arr)
     return out
@@ -173,10 +168,6 @@ def _iattr(attr: Any) -> int:
 
 def _battr(attr: Any) -> bool:
     return bool(attr.value.data)
-
-
-def _ints(attr: Any) -> tuple[int, ...]:
-    return g._ints(attr)
 
 
 # --------------------------------------------------------------------------
@@ -278,15 +269,10 @@ class _Env:
 
     def weights(self, op: Operation) -> WeightStore:
         if self._weights is None:
-            module = self._module
-            if module is None:
-                top = op.get_toplevel_object()
-                module = top if isinstance(top, ModuleOp) else None
-            if module is None:
-                raise InterpreterError(
-                    f"{op.name}: no weight store given and the op is not inside a module"
-                )
-            self._weights = weights_of(module)
+            try:
+                self._weights = weight_store_for(op, self._module)
+            except WeightStoreError as e:
+                raise InterpreterError(f"{op.name}: {e}") from None
         return self._weights
 
 
@@ -306,47 +292,20 @@ def _kernel(*op_types: type[Operation]) -> Callable[[Kernel], Kernel]:
 # -- constants and weights ---------------------------------------------------
 
 
-def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """The value of a dense elements attribute as a numpy array."""
-    t = attr.type
-    assert isinstance(t, TensorType)
-    dt = to_numpy_dtype(t.get_element_type())
-    shape = tuple(t.get_shape())
-    raw = attr.data.data
-    if dt == np.bool_:
-        flat = np.frombuffer(raw, dtype=np.uint8) != 0
-    else:
-        flat = np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt)
-    n = math.prod(shape)
-    if flat.size == n:
-        return flat.reshape(shape).copy()
-    if flat.size == 1:  # splat
-        return np.full(shape, flat[0], dtype=dt)
-    raise InterpreterError(
-        f"dense attribute holds {flat.size} elements for shape {_fmt(shape)}"
-    )
-
-
 @_kernel(g.ConstantOp)
 def _constant(op: g.ConstantOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    return dense_to_numpy(op.value)
+    try:
+        return dense_to_numpy(op.value)
+    except ValueError as e:
+        raise InterpreterError(str(e)) from None
 
 
 @_kernel(g.WeightOp)
 def _weight(op: g.WeightOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    name = op.weight_key
     try:
-        arr = np.asarray(env.weights(op).get(name))
-    except WeightStoreError as e:
-        raise InterpreterError(f"{op.name} @{name}: {e}") from None
-    t = _result_type(op)
-    dt = _out_dtype(op)
-    if arr.dtype != dt or tuple(arr.shape) != tuple(t.get_shape()):
-        raise InterpreterError(
-            f"{op.name} @{name}: the store holds {arr.dtype} {_fmt(arr.shape)}, but the op "
-            f"declares {dt} {_fmt(t.get_shape())} ({element_type_name(t.get_element_type())})"
-        )
-    return arr
+        return stored_weight(op, env.weights(op))
+    except (WeightStoreError, ValueError) as e:
+        raise InterpreterError(f"{op.name} @{op.weight_key}: {e}") from None
 
 
 # -- elementwise unary -----------------------------------------------------------
@@ -655,7 +614,7 @@ def _windows(
 
 
 def _window_attrs(op: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    return _ints(op.stride), _ints(op.padding), _ints(op.dilation)
+    return g.i64_values(op.stride), g.i64_values(op.padding), g.i64_values(op.dilation)
 
 
 @_kernel(g.Conv2dOp)
@@ -684,7 +643,7 @@ def _conv2d(op: g.Conv2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 def _pool_geometry(op: Any, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
     """Output size and the padding [t, l, b, r] that makes every window lie in
     the padded array (ceil mode can need extra bottom/right padding)."""
-    kernel = _ints(op.kernel)
+    kernel = g.i64_values(op.kernel)
     stride, pad, dil = _window_attrs(op)
     ceil = _battr(op.ceil_mode)
     out = tuple(
@@ -711,7 +670,7 @@ def _max_pool(op: g.MaxPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
         low = np.iinfo(x.dtype).min
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=low)
     stride, _, dil = _window_attrs(op)
-    win = _windows(xp, _ints(op.kernel), stride, dil, out)
+    win = _windows(xp, g.i64_values(op.kernel), stride, dil, out)
     return win.max(axis=(4, 5))
 
 
@@ -730,7 +689,7 @@ def _avg_pool(op: g.AvgPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
         raise InterpreterError(f"{op.name}: average pooling needs a floating-point input")
     _, _, h, w = x.shape
     out, (t, l, b, r) = _pool_geometry(op, h, w)
-    kernel = _ints(op.kernel)
+    kernel = g.i64_values(op.kernel)
     stride, pad, dil = _window_attrs(op)
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
     win = _windows(xp, kernel, stride, dil, out)
@@ -897,14 +856,14 @@ def _reshape(op: g.ReshapeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     shape = _result_type(op).get_shape()
     if math.prod(shape) != xs[0].size:
         raise InterpreterError(
-            f"{op.name}: cannot reshape {_fmt(xs[0].shape)} ({xs[0].size} elements) to {_fmt(shape)}"
+            f"{op.name}: cannot reshape {format_shape(xs[0].shape)} ({xs[0].size} elements) to {format_shape(shape)}"
         )
     return xs[0].reshape(shape)
 
 
 @_kernel(g.TransposeOp)
 def _transpose(op: g.TransposeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(xs[0], _ints(op.perm)))
+    return np.ascontiguousarray(np.transpose(xs[0], g.i64_values(op.perm)))
 
 
 @_kernel(g.ConcatOp)
@@ -917,7 +876,7 @@ def _concat(op: g.ConcatOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 def _slice(op: g.SliceOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     index = tuple(
         slice(s, e if e >= 0 else None, st)
-        for s, e, st in zip(_ints(op.starts), _ints(op.ends), _ints(op.steps), strict=True)
+        for s, e, st in zip(g.i64_values(op.starts), g.i64_values(op.ends), g.i64_values(op.steps), strict=True)
     )
     return np.ascontiguousarray(xs[0][index])
 
@@ -928,13 +887,13 @@ def _broadcast(op: g.BroadcastOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
     try:
         return np.broadcast_to(xs[0], shape)
     except ValueError:
-        raise InterpreterError(f"{op.name}: cannot broadcast {_fmt(xs[0].shape)} to {_fmt(shape)}") from None
+        raise InterpreterError(f"{op.name}: cannot broadcast {format_shape(xs[0].shape)} to {format_shape(shape)}") from None
 
 
 @_kernel(g.PadOp)
 def _pad(op: g.PadOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = xs[0]
-    pads = _ints(op.pads)
+    pads = g.i64_values(op.pads)
     n = x.ndim
     value = _fattr(op.value)
     if x.dtype == np.bool_:
@@ -1044,7 +1003,7 @@ def _check_operands(op: Operation, inputs: Sequence[np.ndarray]) -> list[np.ndar
                 )
             if not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"{op.name}: operand #{i} expects shape {_fmt(t.get_shape())}, got {_fmt(arr.shape)}"
+                    f"{op.name}: operand #{i} expects shape {format_shape(t.get_shape())}, got {format_shape(arr.shape)}"
                 )
         arrays.append(arr)
     return arrays
@@ -1213,8 +1172,8 @@ def _bind_inputs(
                 )
             if not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"@{fname}: input '{name}' (#{i}): expected shape {_fmt(t.get_shape())}, "
-                    f"got {_fmt(arr.shape)}"
+                    f"@{fname}: input '{name}' (#{i}): expected shape {format_shape(t.get_shape())}, "
+                    f"got {format_shape(arr.shape)}"
                 )
         arrays.append(arr)
     return arrays
@@ -1281,8 +1240,8 @@ def run_module(
             dt = to_numpy_dtype(t.get_element_type())
             if arr.dtype != dt or not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"@{entry}: result #{i} is {arr.dtype} {_fmt(arr.shape)} but the function "
-                    f"returns {dt} {_fmt(t.get_shape())}"
+                    f"@{entry}: result #{i} is {arr.dtype} {format_shape(arr.shape)} but the function "
+                    f"returns {dt} {format_shape(t.get_shape())}"
                 )
         outs.append(arr)
     return outs
