@@ -58,13 +58,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from safetensors import safe_open
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, to_numpy_dtype
+from infer.dialects.dtypes import shape_of, to_numpy_dtype
 from infer.dialects.weights import WeightStore, WeightStoreError, attach_weights
-from infer.frontend.builder import GraphBuilder, dense_attr
+from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 
 # --------------------------------------------------------------------------
@@ -247,14 +247,16 @@ class Checkpoint:
 # --------------------------------------------------------------------------
 
 
-class _Emitter:
-    """A GraphBuilder over the checkpoint store, with shape-checked weight references."""
+class _Emitter(GraphBuilder):
+    """A GraphBuilder over the checkpoint store, with shape-checked weight references.
+    Its constants stay in the text whatever their size (`inline_constant`), so that the
+    module's weights are exactly the checkpoint's tensors."""
 
     def __init__(self, ckpt: Checkpoint, dtype: np.dtype, prefixes: Sequence[str]):
+        super().__init__(ckpt.store)
         self.ckpt = ckpt
         self.dtype = np.dtype(dtype)
         self.prefixes = list(prefixes)
-        self.b = GraphBuilder(ckpt.store)
         self._weights: dict[str, SSAValue] = {}
 
     def has(self, name: str) -> bool:
@@ -282,43 +284,12 @@ class _Emitter:
                 f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but config.json "
                 f"implies {list(shape)}"
             )
-        v = self.b.file_weight(key, info.shape, info.dtype)
-        if info.dtype != self.dtype:
-            v = self.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(self.dtype), list(info.shape)))
+        v = self.cast(self.file_weight(key, info.shape, info.dtype), self.dtype)
         self._weights[key] = v
         return v
 
     def opt_w(self, name: str, shape: Sequence[int]) -> SSAValue | None:
         return self.w(name, shape) if self.has(name) else None
-
-    def op(self, op_type, operands, result_type=None, **props) -> SSAValue:
-        return self.b.op(op_type, operands, result_type=result_type, **props)
-
-    def const(self, array: np.ndarray | float | int, dtype=None) -> SSAValue:
-        """An inline constant (kept in the text whatever its size, so that the
-        module's weights stay exactly the checkpoint's tensors)."""
-        array = np.ascontiguousarray(np.asarray(array, dtype=dtype))
-        op = g.ConstantOp(dense_attr(array))
-        self.b.block.add_op(op)
-        return op.output
-
-    def scalar(self, value: float) -> SSAValue:
-        return self.const(np.asarray(value, dtype=self.dtype))
-
-    def reshape(self, v: SSAValue, shape: Sequence[int]) -> SSAValue:
-        return self.op(g.ReshapeOp, [v], result_type=TensorType(_elem(v), [int(d) for d in shape]))
-
-    def transpose(self, v: SSAValue, perm: Sequence[int]) -> SSAValue:
-        return self.op(g.TransposeOp, [v], perm=g.i64_array(perm))
-
-    def slice(self, v: SSAValue, dim: int, start: int, end: int) -> SSAValue:
-        shape = _shape(v)
-        starts, ends = [0] * len(shape), list(shape)
-        starts[dim], ends[dim] = start, end
-        return self.op(g.SliceOp, [v], starts=g.i64_array(starts), ends=g.i64_array(ends), steps=g.i64_array([1] * len(shape)))
-
-    def cast(self, v: SSAValue, dtype) -> SSAValue:
-        return self.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(np.dtype(dtype)), list(_shape(v))))
 
     def linear(self, x: SSAValue, prefix: str, n_in: int, n_out: int, bias: bool | None = None) -> SSAValue:
         w = self.w(f"{prefix}.weight", (n_out, n_in))
@@ -331,12 +302,12 @@ class _Emitter:
 
     def heads(self, x: SSAValue, n_heads: int, head_dim: int) -> SSAValue:
         """[B, S, n*D] -> [B, n, S, D]"""
-        b, s, _ = _shape(x)
+        b, s, _ = shape_of(x)
         return self.transpose(self.reshape(x, (b, s, n_heads, head_dim)), [0, 2, 1, 3])
 
     def merge_heads(self, x: SSAValue) -> SSAValue:
         """[B, n, S, D] -> [B, S, n*D]"""
-        b, n, s, d = _shape(x)
+        b, n, s, d = shape_of(x)
         return self.reshape(self.transpose(x, [0, 2, 1, 3]), (b, s, n * d))
 
 
@@ -354,18 +325,6 @@ def drop_phantom_uses(block) -> None:
         for use in list(arg.uses):
             if use.operation.parent is None:
                 use.operation.drop_all_references()
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue):
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
 
 
 # --------------------------------------------------------------------------
@@ -510,7 +469,7 @@ class _DecoderImporter:
 
     def prefill(self, batch: int, seq: int, max_len: int) -> ModuleOp:
         e = self.emitter()
-        ids = e.b.input("input_ids", (batch, seq), np.int64)
+        ids = e.input("input_ids", (batch, seq), np.int64)
         ctx = _PrefillContext(e, batch, seq, max_len)
         x = self.embed(e, ids, ctx)
         caches = []
@@ -523,14 +482,14 @@ class _DecoderImporter:
                 v = e.op(g.PadOp, [v], pads=pads)
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.b.block)
-        return e.b.finish([logits, *caches], ["logits", *self.cache_names()])
+        drop_phantom_uses(e.block)
+        return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def decode(self, batch: int, max_len: int) -> ModuleOp:
         e = self.emitter()
-        ids = e.b.input("input_ids", (batch, 1), np.int64)
-        pos = e.b.input("position", (batch,), np.int64)
-        past = [e.b.input(n, (batch, self.n_kv_heads, max_len, self.head_dim), self.dtype) for n in self.cache_names()]
+        ids = e.input("input_ids", (batch, 1), np.int64)
+        pos = e.input("position", (batch,), np.int64)
+        past = [e.input(n, (batch, self.n_kv_heads, max_len, self.head_dim), self.dtype) for n in self.cache_names()]
         ctx = _DecodeContext(e, batch, max_len, pos)
         x = self.embed(e, ids, ctx)
         caches = []
@@ -538,8 +497,8 @@ class _DecoderImporter:
             x, k, v = self.block(e, i, x, ctx, past[2 * i], past[2 * i + 1])
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.b.block)
-        return e.b.finish([logits, *caches], ["logits", *self.cache_names()])
+        drop_phantom_uses(e.block)
+        return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def attend(self, e: _Emitter, q, k, v, ctx, past_k=None, past_v=None, scale=None):
         """q: [B, Hq, s, D]; k, v: [B, Hkv, s, D]. Returns (out [B, Hq, s, D], k_cache, v_cache)."""
@@ -556,14 +515,14 @@ class _DecoderImporter:
 class _PrefillContext:
     def __init__(self, e: _Emitter, batch: int, seq: int, max_len: int):
         self.batch, self.seq, self.max_len = batch, seq, max_len
-        self.positions = e.const(np.arange(seq, dtype=np.int64))  # [S]
+        self.positions = e.inline_constant(np.arange(seq, dtype=np.int64))  # [S]
 
 
 class _DecodeContext:
     def __init__(self, e: _Emitter, batch: int, max_len: int, pos: SSAValue):
         self.batch, self.seq, self.max_len = batch, 1, max_len
         self.position = pos  # [B]
-        slots = e.const(np.arange(max_len, dtype=np.int64))
+        slots = e.inline_constant(np.arange(max_len, dtype=np.int64))
         # write the new key/value at `position`: [B, 1, P, 1]
         self.write_mask = e.op(
             g.EqualOp, [e.reshape(slots, (1, 1, max_len, 1)), e.reshape(pos, (batch, 1, 1, 1))]
@@ -648,7 +607,7 @@ class _LlamaImporter(_DecoderImporter):
         table = e.w("embed_tokens.weight", (self.vocab, self.hidden))
         x = e.op(g.GatherOp, [table, ids], axis=g.i64_attr(0))
         # RoPE angles: positions x inv_freq, halves repeated (HF layout)
-        inv = e.const(self.inv_freq.astype(self.dtype))
+        inv = e.inline_constant(self.inv_freq.astype(self.dtype))
         if isinstance(ctx, _PrefillContext):
             pos = e.reshape(e.cast(ctx.positions, self.dtype), (ctx.seq, 1))
             ang = e.op(g.MulOp, [pos, inv])  # [S, R/2]
@@ -660,7 +619,7 @@ class _LlamaImporter(_DecoderImporter):
         ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])
         if self.attn_scaling != 1.0:
-            s = e.scalar(self.attn_scaling)
+            s = e.scalar(self.attn_scaling, like=cos)
             cos, sin = e.op(g.MulOp, [cos, s]), e.op(g.MulOp, [sin, s])
         ctx.cos, ctx.sin = e.reshape(cos, shape), e.reshape(sin, shape)
         return x
@@ -731,7 +690,7 @@ class _Gpt2Importer(_DecoderImporter):
         wpe = e.w("wpe.weight", (self.max_positions, self.hidden))
         x = e.op(g.GatherOp, [wte, ids], axis=g.i64_attr(0))
         if isinstance(ctx, _PrefillContext):
-            pe = e.slice(wpe, 0, 0, ctx.seq)  # [S, H]
+            pe = e.slice_dim(wpe, 0, 0, ctx.seq)  # [S, H]
         else:
             pe = e.reshape(e.op(g.GatherOp, [wpe, ctx.position], axis=g.i64_attr(0)), (ctx.batch, 1, self.hidden))
         return e.op(g.AddOp, [x, pe])
@@ -741,7 +700,7 @@ class _Gpt2Importer(_DecoderImporter):
         h, d, n = self.hidden, self.head_dim, self.n_heads
         hn = self.ln(e, x, f"{p}.ln_1")
         qkv = self.conv1d(e, hn, f"{p}.attn.c_attn", h, 3 * h)
-        q, k, v = (e.heads(e.slice(qkv, 2, j * h, (j + 1) * h), n, d) for j in range(3))
+        q, k, v = (e.heads(e.slice_dim(qkv, 2, j * h, (j + 1) * h), n, d) for j in range(3))
         att, k_all, v_all = self.attend(e, q, k, v, ctx, past_k, past_v, scale=self.scale)
         x = e.op(g.AddOp, [x, self.conv1d(e, e.merge_heads(att), f"{p}.attn.c_proj", h, h)])
         hn = self.ln(e, x, f"{p}.ln_2")
@@ -831,12 +790,12 @@ class _BertImporter:
             raise ModelImportError(f"seq_len {seq} exceeds max_position_embeddings ({self.max_positions})")
         e = _Emitter(self.ckpt, self.dtype, self.prefixes)
         h, n, d = self.hidden, self.n_heads, self.head_dim
-        ids = e.b.input("input_ids", (batch, seq), np.int64)
-        mask_in = e.b.input("attention_mask", (batch, seq), np.int64)
-        types = e.b.input("token_type_ids", (batch, seq), np.int64)
+        ids = e.input("input_ids", (batch, seq), np.int64)
+        mask_in = e.input("attention_mask", (batch, seq), np.int64)
+        types = e.input("token_type_ids", (batch, seq), np.int64)
         x = e.op(g.GatherOp, [e.w("embeddings.word_embeddings.weight", (self.vocab, h)), ids], axis=g.i64_attr(0))
         t = e.op(g.GatherOp, [e.w("embeddings.token_type_embeddings.weight", (self.type_vocab, h)), types], axis=g.i64_attr(0))
-        pe = e.slice(e.w("embeddings.position_embeddings.weight", (self.max_positions, h)), 0, 0, seq)
+        pe = e.slice_dim(e.w("embeddings.position_embeddings.weight", (self.max_positions, h)), 0, 0, seq)
         x = e.op(g.AddOp, [e.op(g.AddOp, [x, t]), pe])
         x = self.ln(e, x, "embeddings.LayerNorm")
         keep = e.cast(mask_in, np.bool_)  # [B, S]
@@ -858,11 +817,11 @@ class _BertImporter:
             outputs.append(self.pool(e, x, mask_in, batch, seq))
             names.append("sentence_embedding")
         elif e.has("pooler.dense.weight"):
-            cls = e.reshape(e.slice(x, 1, 0, 1), (batch, h))
+            cls = e.reshape(e.slice_dim(x, 1, 0, 1), (batch, h))
             outputs.append(e.op(g.TanhOp, [e.linear(cls, "pooler.dense", h, h, bias=True)]))
             names.append("pooler_output")
-        drop_phantom_uses(e.b.block)
-        return e.b.finish(outputs, names)
+        drop_phantom_uses(e.block)
+        return e.finish(outputs, names)
 
     def pool(self, e: _Emitter, x, mask_in, batch, seq):
         cfg = self.pooling or {}
@@ -877,7 +836,7 @@ class _BertImporter:
         mode = modes[0]
         m = e.reshape(e.cast(mask_in, self.dtype), (batch, seq, 1))
         if mode == "pooling_mode_cls_token":
-            y = e.reshape(e.slice(x, 1, 0, 1), (batch, h))
+            y = e.reshape(e.slice_dim(x, 1, 0, 1), (batch, h))
         elif mode == "pooling_mode_mean_tokens":
             s = e.op(g.ReduceSumOp, [e.op(g.MulOp, [x, m])], axes=g.i64_array([1]), keepdims=g.bool_attr(False))
             cnt = e.op(g.ReduceSumOp, [m], axes=g.i64_array([1]), keepdims=g.bool_attr(False))  # [B, 1]
@@ -885,7 +844,7 @@ class _BertImporter:
             y = e.op(g.DivOp, [s, cnt])
         else:
             keep = e.reshape(e.cast(mask_in, np.bool_), (batch, seq, 1))
-            y = e.op(g.WhereOp, [keep, x, e.scalar(-1e9)])
+            y = e.op(g.WhereOp, [keep, x, e.scalar(-1e9, like=x)])
             y = e.op(g.ReduceMaxOp, [y], axes=g.i64_array([1]), keepdims=g.bool_attr(False))
         if self.normalize:
             sq = e.op(g.ReduceSumOp, [e.op(g.MulOp, [y, y])], axes=g.i64_array([1]), keepdims=g.bool_attr(True))

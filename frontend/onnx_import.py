@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, to_numpy_dtype
+from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 
@@ -234,10 +234,6 @@ _UNSUPPORTED_ELEM = {
 }
 
 
-def _elem_of(dtype: np.dtype):
-    return from_numpy_dtype(dtype)
-
-
 # --------------------------------------------------------------------------
 # The importer
 # --------------------------------------------------------------------------
@@ -339,7 +335,7 @@ class _Importer:
             # GraphBuilder.constant turns a 0-d array into shape (1,)
             # (np.ascontiguousarray); build it 1-d and reshape back.
             one = self.b.constant(array.reshape(1), name=_weight_name(name))
-            return self.op(g.ReshapeOp, [one], TensorType(_type(one).get_element_type(), []))
+            return self.b.reshape(one, ())
         return self.b.constant(array, name=_weight_name(name))
 
     def const(self, array: Any, dtype: np.dtype | type) -> SSAValue:
@@ -348,12 +344,12 @@ class _Importer:
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
             return tuple(self.consts[name].shape)
-        return tuple(_type(self.ssa[name]).get_shape())
+        return shape_of(self.ssa[name])
 
     def dtype(self, name: str) -> np.dtype:
         if name in self.consts:
             return self.consts[name].dtype
-        return to_numpy_dtype(_type(self.ssa[name]).get_element_type())
+        return numpy_dtype_of(self.ssa[name])
 
     def static(self, name: str, what: str) -> np.ndarray:
         """A value that must be known at import time (shape, axes, pads, ...)."""
@@ -367,40 +363,9 @@ class _Importer:
         raise _NodeProblem(f"{what} ('{name}') is computed at run time, but it must be known at import time")
 
     # -- emitting ---------------------------------------------------------
-    def op(self, cls: type[g.GraphOp], operands: Sequence[SSAValue | None], result_type=None, **props) -> SSAValue:
-        return self.b.op(cls, operands, result_type, **props)
-
-    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if tuple(_type(x).get_shape()) == shape:
-            return x
-        return self.op(g.ReshapeOp, [x], TensorType(_type(x).get_element_type(), shape))
-
-    def cast(self, x: SSAValue, dtype: np.dtype) -> SSAValue:
-        if sdtype(x) == np.dtype(dtype):
-            return x
-        return self.op(g.CastOp, [x], TensorType(_elem_of(np.dtype(dtype)), _type(x).get_shape()))
-
-    def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if sshape(x) == shape:
-            return x
-        return self.op(g.BroadcastOp, [x], TensorType(_type(x).get_element_type(), shape))
-
-    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-        perm = [int(p) for p in perm]
-        if perm == list(range(len(perm))):
-            return x
-        return self.op(g.TransposeOp, [x], perm=g.i64_array(perm))
-
     def scalar(self, value: float | int, like: SSAValue) -> SSAValue:
-        return self.const(value, sdtype(like))
-
-    def slice(self, x: SSAValue, starts, ends, steps) -> SSAValue:
-        return self.op(g.SliceOp, [x], starts=g.i64_array(starts), ends=g.i64_array(ends), steps=g.i64_array(steps))
-
-    def reduce(self, cls, x: SSAValue, axes: Sequence[int], keepdims: bool) -> SSAValue:
-        return self.op(cls, [x], axes=g.i64_array(list(axes)), keepdims=_bool(keepdims))
+        """A scalar constant of `like`'s element type (materialised as every constant is)."""
+        return self.const(value, numpy_dtype_of(like))
 
     # -- driving ----------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -625,24 +590,6 @@ def _fmt_dims(dims: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _type(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def sshape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(_type(v).get_shape())
-
-
-def sdtype(v: SSAValue) -> np.dtype:
-    return to_numpy_dtype(_type(v).get_element_type())
-
-
-def _bool(v: Any):
-    return g.bool_attr(bool(v))
-
-
 # --------------------------------------------------------------------------
 # Constant folding
 # --------------------------------------------------------------------------
@@ -764,9 +711,9 @@ _UNARY = {
 def _unary(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     cls = _UNARY[node.op_type]
-    if cls.FLOAT_ONLY and sdtype(x).kind not in "fV" and not _is_lowp(sdtype(x)):
-        raise _NodeProblem(f"{node.op_type} of {sdtype(x)} is not supported (float types only)")
-    return [imp.op(cls, [x])]
+    if cls.FLOAT_ONLY and numpy_dtype_of(x).kind not in "fV" and not _is_lowp(numpy_dtype_of(x)):
+        raise _NodeProblem(f"{node.op_type} of {numpy_dtype_of(x)} is not supported (float types only)")
+    return [imp.b.op(cls, [x])]
 
 
 def _is_lowp(dt: np.dtype) -> bool:
@@ -778,8 +725,8 @@ def _is_float(dt: np.dtype) -> bool:
 
 
 def _require_float(x: SSAValue, what: str) -> None:
-    if not _is_float(sdtype(x)):
-        raise _NodeProblem(f"{what} of {sdtype(x)} is not supported (float types only)")
+    if not _is_float(numpy_dtype_of(x)):
+        raise _NodeProblem(f"{what} of {numpy_dtype_of(x)} is not supported (float types only)")
 
 
 _BINARY = {
@@ -795,34 +742,34 @@ def _binary(imp: _Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
     if _attr(node, "broadcast", 0) and _attr(node, "axis") is not None:
         b = _legacy_broadcast(imp, a, b, int(_attr(node, "axis")))
-    return [imp.op(_BINARY[node.op_type], [a, b])]
+    return [imp.b.op(_BINARY[node.op_type], [a, b])]
 
 
 def _legacy_broadcast(imp: _Importer, a: SSAValue, b: SSAValue, axis: int) -> SSAValue:
     """Opset < 7 `broadcast=1, axis=k`: b's dims line up with a's from axis k."""
-    ra, rb = len(sshape(a)), len(sshape(b))
+    ra, rb = len(shape_of(a)), len(shape_of(b))
     axis = axis % ra if ra else 0
-    shape = (*sshape(b), *([1] * (ra - axis - rb)))
-    return imp.reshape(b, shape)
+    shape = (*shape_of(b), *([1] * (ra - axis - rb)))
+    return imp.b.reshape(b, shape)
 
 
 @_handler("Pow")
 def _pow(imp: _Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    b = imp.cast(b, sdtype(a))
-    return [imp.op(g.PowOp, [a, b])]
+    b = imp.b.cast(b, numpy_dtype_of(a))
+    return [imp.b.op(g.PowOp, [a, b])]
 
 
 @_handler("Mod", attrs=("fmod",))
 def _mod(imp: _Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
     if not _attr(node, "fmod", 0):
-        return [imp.op(g.ModOp, [a, b])]
+        return [imp.b.op(g.ModOp, [a, b])]
     # fmod: remainder with the sign of the dividend, a - trunc(a / b) * b
-    q = imp.op(g.DivOp, [a, b])
-    if _is_float(sdtype(a)):
-        q = imp.op(g.MulOp, [imp.op(g.SignOp, [q]), imp.op(g.FloorOp, [imp.op(g.AbsOp, [q])])])
-    return [imp.op(g.SubOp, [a, imp.op(g.MulOp, [q, b])])]
+    q = imp.b.op(g.DivOp, [a, b])
+    if _is_float(numpy_dtype_of(a)):
+        q = imp.b.op(g.MulOp, [imp.b.op(g.SignOp, [q]), imp.b.op(g.FloorOp, [imp.b.op(g.AbsOp, [q])])])
+    return [imp.b.op(g.SubOp, [a, imp.b.op(g.MulOp, [q, b])])]
 
 
 @_handler("Max", "Min", "Sum", "Mean", attrs=("consumed_inputs",))
@@ -831,16 +778,16 @@ def _variadic(imp: _Importer, node: onnx.NodeProto):
     vals = [imp.value(i) for i in node.input if i]
     acc = vals[0]
     for v in vals[1:]:
-        acc = imp.op(cls, [acc, v])
+        acc = imp.b.op(cls, [acc, v])
     if node.op_type == "Mean" and len(vals) > 1:
-        acc = imp.op(g.DivOp, [acc, imp.scalar(len(vals), acc)])
+        acc = imp.b.op(g.DivOp, [acc, imp.scalar(len(vals), acc)])
     return [acc]
 
 
 @_handler("Where")
 def _where(imp: _Importer, node: onnx.NodeProto):
     c, a, b = (imp.value(i) for i in node.input[:3])
-    return [imp.op(g.WhereOp, [c, a, b])]
+    return [imp.b.op(g.WhereOp, [c, a, b])]
 
 
 @_handler("Cast", attrs=("to", "saturate", "round_mode"))
@@ -850,12 +797,12 @@ def _cast(imp: _Importer, node: onnx.NodeProto):
         to = getattr(TensorProto, to.upper())
     dt = _np_dtype(int(to), "the cast target")
     x = imp.value(node.input[0])
-    return [imp.cast(x, dt)]
+    return [imp.b.cast(x, dt)]
 
 
 @_handler("CastLike", attrs=("saturate", "round_mode"))
 def _cast_like(imp: _Importer, node: onnx.NodeProto):
-    return [imp.cast(imp.value(node.input[0]), imp.dtype(node.input[1]))]
+    return [imp.b.cast(imp.value(node.input[0]), imp.dtype(node.input[1]))]
 
 
 @_handler("Identity")
@@ -869,7 +816,7 @@ def _dropout(imp: _Importer, node: onnx.NodeProto):
     if training and bool(np.asarray(imp.static(training, "training_mode")).reshape(-1)[0]):
         raise _NodeProblem("training_mode = true (random dropout) is not supported")
     x = imp.value(node.input[0])
-    mask = np.ones(sshape(x), dtype=np.bool_)
+    mask = np.ones(shape_of(x), dtype=np.bool_)
     return [x, mask]
 
 
@@ -880,22 +827,22 @@ def _dropout(imp: _Importer, node: onnx.NodeProto):
 def _leaky_relu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "LeakyRelu")
-    return [imp.op(g.LeakyReluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.01)))]
+    return [imp.b.op(g.LeakyReluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.01)))]
 
 
 @_handler("Elu", attrs=("alpha", "consumed_inputs"))
 def _elu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Elu")
-    return [imp.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.0)))]
+    return [imp.b.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.0)))]
 
 
 @_handler("Selu", attrs=("alpha", "gamma", "consumed_inputs"))
 def _selu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Selu")
-    e = imp.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.67326319217681884765625)))
-    return [imp.op(g.MulOp, [e, imp.scalar(_attr(node, "gamma", 1.05070102214813232421875), x)])]
+    e = imp.b.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.67326319217681884765625)))
+    return [imp.b.op(g.MulOp, [e, imp.scalar(_attr(node, "gamma", 1.05070102214813232421875), x)])]
 
 
 @_handler("Celu", attrs=("alpha",))
@@ -904,23 +851,23 @@ def _celu(imp: _Importer, node: onnx.NodeProto):
     _require_float(x, "Celu")
     alpha = _attr(node, "alpha", 1.0)
     a = imp.scalar(alpha, x)
-    e = imp.op(g.EluOp, [imp.op(g.DivOp, [x, a])], alpha=g.f64_attr(1.0))
-    return [imp.op(g.MulOp, [e, a])]
+    e = imp.b.op(g.EluOp, [imp.b.op(g.DivOp, [x, a])], alpha=g.f64_attr(1.0))
+    return [imp.b.op(g.MulOp, [e, a])]
 
 
 @_handler("HardSigmoid", attrs=("alpha", "beta", "consumed_inputs"))
 def _hard_sigmoid(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "HardSigmoid")
-    return [imp.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.2)), beta=g.f64_attr(_attr(node, "beta", 0.5)))]
+    return [imp.b.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.2)), beta=g.f64_attr(_attr(node, "beta", 0.5)))]
 
 
 @_handler("HardSwish")
 def _hard_swish(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "HardSwish")
-    hs = imp.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(1 / 6), beta=g.f64_attr(0.5))
-    return [imp.op(g.MulOp, [x, hs])]
+    hs = imp.b.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(1 / 6), beta=g.f64_attr(0.5))
+    return [imp.b.op(g.MulOp, [x, hs])]
 
 
 @_handler("Swish", attrs=("alpha",))
@@ -929,31 +876,31 @@ def _swish(imp: _Importer, node: onnx.NodeProto):
     _require_float(x, "Swish")
     alpha = float(_attr(node, "alpha", 1.0))
     if alpha == 1.0:
-        return [imp.op(g.SiluOp, [x])]
-    s = imp.op(g.SigmoidOp, [imp.op(g.MulOp, [x, imp.scalar(alpha, x)])])
-    return [imp.op(g.MulOp, [x, s])]
+        return [imp.b.op(g.SiluOp, [x])]
+    s = imp.b.op(g.SigmoidOp, [imp.b.op(g.MulOp, [x, imp.scalar(alpha, x)])])
+    return [imp.b.op(g.MulOp, [x, s])]
 
 
 @_handler("Mish")
 def _mish(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Mish")
-    return [imp.op(g.MulOp, [x, imp.op(g.TanhOp, [imp.op(g.SoftplusOp, [x])])])]
+    return [imp.b.op(g.MulOp, [x, imp.b.op(g.TanhOp, [imp.b.op(g.SoftplusOp, [x])])])]
 
 
 @_handler("Softsign")
 def _softsign(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Softsign")
-    d = imp.op(g.AddOp, [imp.op(g.AbsOp, [x]), imp.scalar(1, x)])
-    return [imp.op(g.DivOp, [x, d])]
+    d = imp.b.op(g.AddOp, [imp.b.op(g.AbsOp, [x]), imp.scalar(1, x)])
+    return [imp.b.op(g.DivOp, [x, d])]
 
 
 @_handler("ThresholdedRelu", attrs=("alpha",))
 def _thresholded_relu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    cond = imp.op(g.GreaterOp, [x, imp.scalar(_attr(node, "alpha", 1.0), x)])
-    return [imp.op(g.WhereOp, [cond, x, imp.scalar(0, x)])]
+    cond = imp.b.op(g.GreaterOp, [x, imp.scalar(_attr(node, "alpha", 1.0), x)])
+    return [imp.b.op(g.WhereOp, [cond, x, imp.scalar(0, x)])]
 
 
 @_handler("Shrink", attrs=("bias", "lambd"))
@@ -961,15 +908,15 @@ def _shrink(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     bias, lambd = _attr(node, "bias", 0.0), _attr(node, "lambd", 0.5)
     zero = imp.scalar(0, x)
-    lo = imp.op(g.WhereOp, [imp.op(g.LessOp, [x, imp.scalar(-lambd, x)]), imp.op(g.AddOp, [x, imp.scalar(bias, x)]), zero])
-    return [imp.op(g.WhereOp, [imp.op(g.GreaterOp, [x, imp.scalar(lambd, x)]), imp.op(g.SubOp, [x, imp.scalar(bias, x)]), lo])]
+    lo = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [x, imp.scalar(-lambd, x)]), imp.b.op(g.AddOp, [x, imp.scalar(bias, x)]), zero])
+    return [imp.b.op(g.WhereOp, [imp.b.op(g.GreaterOp, [x, imp.scalar(lambd, x)]), imp.b.op(g.SubOp, [x, imp.scalar(bias, x)]), lo])]
 
 
 @_handler("PRelu", attrs=("consumed_inputs",))
 def _prelu(imp: _Importer, node: onnx.NodeProto):
     x, slope = imp.value(node.input[0]), imp.value(node.input[1])
-    neg = imp.op(g.LessOp, [x, imp.scalar(0, x)])
-    return [imp.op(g.WhereOp, [neg, imp.op(g.MulOp, [x, slope]), x])]
+    neg = imp.b.op(g.LessOp, [x, imp.scalar(0, x)])
+    return [imp.b.op(g.WhereOp, [neg, imp.b.op(g.MulOp, [x, slope]), x])]
 
 
 @_handler("Gelu", attrs=("approximate",))
@@ -977,7 +924,7 @@ def _gelu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Gelu")
     approx = _attr(node, "approximate", "none")
-    return [imp.op(g.GeluOp, [x], approximate=g.StringAttr(approx))]
+    return [imp.b.op(g.GeluOp, [x], approximate=g.StringAttr(approx))]
 
 
 @_handler("Clip", attrs=("min", "max", "consumed_inputs"))
@@ -989,34 +936,34 @@ def _clip(imp: _Importer, node: onnx.NodeProto):
     for idx, bound, cls in ((1, lo, g.MaximumOp), (2, hi, g.MinimumOp)):
         name = _input(node, idx)
         if name and not imp.is_const(name):
-            out = imp.op(cls, [out, imp.cast(imp.value(name), sdtype(x))])
+            out = imp.b.op(cls, [out, imp.b.cast(imp.value(name), numpy_dtype_of(x))])
             continue
         if name:
             bound = np.asarray(imp.consts[name]).reshape(-1)[0].item()
         if bound is not None:
-            out = imp.op(cls, [out, imp.scalar(bound, x)])
+            out = imp.b.op(cls, [out, imp.scalar(bound, x)])
     return [out]
 
 
 @_handler("IsNaN")
 def _isnan(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    return [imp.op(g.NotOp, [imp.op(g.EqualOp, [x, x])])]
+    return [imp.b.op(g.NotOp, [imp.b.op(g.EqualOp, [x, x])])]
 
 
 @_handler("IsInf", attrs=("detect_positive", "detect_negative"))
 def _isinf(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    pos = imp.op(g.EqualOp, [x, imp.scalar(np.inf, x)])
-    neg = imp.op(g.EqualOp, [x, imp.scalar(-np.inf, x)])
+    pos = imp.b.op(g.EqualOp, [x, imp.scalar(np.inf, x)])
+    neg = imp.b.op(g.EqualOp, [x, imp.scalar(-np.inf, x)])
     dp, dn = _attr(node, "detect_positive", 1), _attr(node, "detect_negative", 1)
     if dp and dn:
-        return [imp.op(g.OrOp, [pos, neg])]
+        return [imp.b.op(g.OrOp, [pos, neg])]
     if dp:
         return [pos]
     if dn:
         return [neg]
-    return [np.zeros(sshape(x), dtype=np.bool_)]
+    return [np.zeros(shape_of(x), dtype=np.bool_)]
 
 
 def _trig(expr: Callable[[_Importer, SSAValue], SSAValue]):
@@ -1029,15 +976,15 @@ def _trig(expr: Callable[[_Importer, SSAValue], SSAValue]):
 
 
 def _half(imp: _Importer, x: SSAValue) -> SSAValue:
-    return imp.op(g.MulOp, [x, imp.scalar(0.5, x)])
+    return imp.b.op(g.MulOp, [x, imp.scalar(0.5, x)])
 
 
-_handler("Tan")(_trig(lambda imp, x: imp.op(g.DivOp, [imp.op(g.SinOp, [x]), imp.op(g.CosOp, [x])])))
-_handler("Sinh")(_trig(lambda imp, x: _half(imp, imp.op(g.SubOp, [imp.op(g.ExpOp, [x]), imp.op(g.ExpOp, [imp.op(g.NegOp, [x])])]))))
-_handler("Cosh")(_trig(lambda imp, x: _half(imp, imp.op(g.AddOp, [imp.op(g.ExpOp, [x]), imp.op(g.ExpOp, [imp.op(g.NegOp, [x])])]))))
-_handler("Asinh")(_trig(lambda imp, x: imp.op(g.LogOp, [imp.op(g.AddOp, [x, imp.op(g.SqrtOp, [imp.op(g.AddOp, [imp.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Acosh")(_trig(lambda imp, x: imp.op(g.LogOp, [imp.op(g.AddOp, [x, imp.op(g.SqrtOp, [imp.op(g.SubOp, [imp.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.op(g.LogOp, [imp.op(g.DivOp, [imp.op(g.AddOp, [imp.scalar(1, x), x]), imp.op(g.SubOp, [imp.scalar(1, x), x])])]))))
+_handler("Tan")(_trig(lambda imp, x: imp.b.op(g.DivOp, [imp.b.op(g.SinOp, [x]), imp.b.op(g.CosOp, [x])])))
+_handler("Sinh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.SubOp, [imp.b.op(g.ExpOp, [x]), imp.b.op(g.ExpOp, [imp.b.op(g.NegOp, [x])])]))))
+_handler("Cosh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.AddOp, [imp.b.op(g.ExpOp, [x]), imp.b.op(g.ExpOp, [imp.b.op(g.NegOp, [x])])]))))
+_handler("Asinh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
+_handler("Acosh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.SubOp, [imp.b.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
+_handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.LogOp, [imp.b.op(g.DivOp, [imp.b.op(g.AddOp, [imp.scalar(1, x), x]), imp.b.op(g.SubOp, [imp.scalar(1, x), x])])]))))
 
 
 # --------------------------------------------------------------------------
@@ -1048,7 +995,7 @@ _handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.op(g.LogOp, [imp.op(g.DivO
 @_handler("MatMul")
 def _matmul(imp: _Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    return [imp.op(g.MatmulOp, [a, b])]
+    return [imp.b.op(g.MatmulOp, [a, b])]
 
 
 @_handler("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))
@@ -1065,16 +1012,16 @@ def _gemm(imp: _Importer, node: onnx.NodeProto):
         wv = imp.value(b_name) if tb else imp.materialise(w, b_name + "_t")
         bias = None
         if c_name:
-            bias = imp.reshape(imp.value(c_name), (n,))
-        return [imp.op(g.LinearOp, [a, wv, bias])]
-    y = imp.op(g.MatmulOp, [a, imp.value(b_name)], transpose_a=_bool(ta), transpose_b=_bool(tb))
+            bias = imp.b.reshape(imp.value(c_name), (n,))
+        return [imp.b.op(g.LinearOp, [a, wv, bias])]
+    y = imp.b.op(g.MatmulOp, [a, imp.value(b_name)], transpose_a=g.bool_attr(ta), transpose_b=g.bool_attr(tb))
     if alpha != 1.0:
-        y = imp.op(g.MulOp, [y, imp.scalar(alpha, y)])
+        y = imp.b.op(g.MulOp, [y, imp.scalar(alpha, y)])
     if c_name:
         c = imp.value(c_name)
         if beta != 1.0:
-            c = imp.op(g.MulOp, [c, imp.scalar(beta, c)])
-        y = imp.op(g.AddOp, [y, c])
+            c = imp.b.op(g.MulOp, [c, imp.scalar(beta, c)])
+        y = imp.b.op(g.AddOp, [y, c])
     return [y]
 
 
@@ -1115,7 +1062,7 @@ _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "stride
 def _conv(imp: _Importer, node: onnx.NodeProto):
     x, w = imp.value(node.input[0]), imp.value(node.input[1])
     bias = imp.value(node.input[2]) if _input(node, 2) else None
-    xs, ws = sshape(x), sshape(w)
+    xs, ws = shape_of(x), shape_of(w)
     r = len(xs) - 2
     if r not in (1, 2):
         raise _NodeProblem(f"{r}-D convolution is not supported (1-D and 2-D only)")
@@ -1123,23 +1070,23 @@ def _conv(imp: _Importer, node: onnx.NodeProto):
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
     strides, dilations, pads, _ = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
-        w = imp.reshape(w, (ws[0], ws[1], 1, ws[2]))
-    y = imp.op(
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+    y = imp.b.op(
         g.Conv2dOp, [x, w, bias],
         stride=g.i64_array(strides), padding=g.i64_array(pads), dilation=g.i64_array(dilations),
         groups=g.i64_attr(int(_attr(node, "group", 1))),
     )
     if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
     return [y]
 
 
 @_handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
 def _pool(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     r = len(xs) - 2
     if r not in (1, 2):
         raise _NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
@@ -1151,27 +1098,27 @@ def _pool(imp: _Importer, node: onnx.NodeProto):
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
     strides, dilations, pads, kernel = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
     props = dict(
         kernel=g.i64_array(kernel), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=_bool(_attr(node, "ceil_mode", 0)),
+        ceil_mode=g.bool_attr(_attr(node, "ceil_mode", 0)),
     )
     if node.op_type == "MaxPool":
-        y = imp.op(g.MaxPool2dOp, [x], dilation=g.i64_array(dilations), **props)
+        y = imp.b.op(g.MaxPool2dOp, [x], dilation=g.i64_array(dilations), **props)
     else:
         if dilations != [1, 1]:
             raise _NodeProblem("dilations are not supported for AveragePool")
-        y = imp.op(g.AvgPool2dOp, [x], count_include_pad=_bool(_attr(node, "count_include_pad", 0)), **props)
+        y = imp.b.op(g.AvgPool2dOp, [x], count_include_pad=g.bool_attr(_attr(node, "count_include_pad", 0)), **props)
     if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
     return [y]
 
 
 @_handler("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(imp: _Importer, node: onnx.NodeProto):
     cls = g.GlobalAvgPoolOp if node.op_type == "GlobalAveragePool" else g.GlobalMaxPoolOp
-    return [imp.op(cls, [imp.value(node.input[0])])]
+    return [imp.b.op(cls, [imp.value(node.input[0])])]
 
 
 @_handler("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"))
@@ -1181,30 +1128,30 @@ def _batch_norm(imp: _Importer, node: onnx.NodeProto):
     if _attr(node, "spatial", 1) != 1:
         raise _NodeProblem("spatial = 0 is not supported")
     x = imp.value(node.input[0])
-    params = [imp.cast(imp.value(n), sdtype(x)) for n in node.input[1:5]]
-    y = imp.op(g.BatchNormOp, [x, *params], epsilon=g.f64_attr(_attr(node, "epsilon", 1e-5)))
+    params = [imp.b.cast(imp.value(n), numpy_dtype_of(x)) for n in node.input[1:5]]
+    y = imp.b.op(g.BatchNormOp, [x, *params], epsilon=g.f64_attr(_attr(node, "epsilon", 1e-5)))
     return [y]
 
 
 @_handler("InstanceNormalization", attrs=("epsilon",))
 def _instance_norm(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    rank = len(sshape(x))
+    rank = len(shape_of(x))
     axes = list(range(2, rank))
     y = _normalize(imp, x, axes, float(_attr(node, "epsilon", 1e-5)))
-    c = sshape(x)[1]
+    c = shape_of(x)[1]
     pshape = (c, *([1] * (rank - 2)))
-    scale = imp.reshape(imp.value(node.input[1]), pshape)
-    bias = imp.reshape(imp.value(node.input[2]), pshape)
-    return [imp.op(g.AddOp, [imp.op(g.MulOp, [y, scale]), bias])]
+    scale = imp.b.reshape(imp.value(node.input[1]), pshape)
+    bias = imp.b.reshape(imp.value(node.input[2]), pshape)
+    return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
 
 
 def _normalize(imp: _Importer, x: SSAValue, axes: Sequence[int], eps: float, outputs: bool = False):
-    mean = imp.reduce(g.ReduceMeanOp, x, axes, True)
-    d = imp.op(g.SubOp, [x, mean])
-    var = imp.reduce(g.ReduceMeanOp, imp.op(g.MulOp, [d, d]), axes, True)
-    inv = imp.op(g.RsqrtOp, [imp.op(g.AddOp, [var, imp.scalar(eps, var)])])
-    y = imp.op(g.MulOp, [d, inv])
+    mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
+    d = imp.b.op(g.SubOp, [x, mean])
+    var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
+    inv = imp.b.op(g.RsqrtOp, [imp.b.op(g.AddOp, [var, imp.scalar(eps, var)])])
+    y = imp.b.op(g.MulOp, [d, inv])
     if outputs:
         return y, mean, inv
     return y
@@ -1215,105 +1162,105 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     scale = imp.value(node.input[1])
     bias = imp.value(node.input[2]) if _input(node, 2) else None
-    rank = len(sshape(x))
+    rank = len(shape_of(x))
     axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
     eps = float(_attr(node, "epsilon", 1e-5))
     wants_stats = any(o for o in node.output[1:])
     if not wants_stats:
-        return [imp.op(g.LayerNormOp, [x, scale, bias], axis=g.i64_attr(axis), epsilon=g.f64_attr(eps))]
+        return [imp.b.op(g.LayerNormOp, [x, scale, bias], axis=g.i64_attr(axis), epsilon=g.f64_attr(eps))]
     stash = _attr(node, "stash_type", 1)
-    xc = imp.cast(x, np.dtype(np.float32)) if stash == 1 and _is_float(sdtype(x)) else x
+    xc = imp.b.cast(x, np.dtype(np.float32)) if stash == 1 and _is_float(numpy_dtype_of(x)) else x
     y, mean, inv = _normalize(imp, xc, list(range(axis, rank)), eps, outputs=True)
-    y = imp.cast(y, sdtype(x))
-    y = imp.op(g.MulOp, [y, scale])
+    y = imp.b.cast(y, numpy_dtype_of(x))
+    y = imp.b.op(g.MulOp, [y, scale])
     if bias is not None:
-        y = imp.op(g.AddOp, [y, bias])
+        y = imp.b.op(g.AddOp, [y, bias])
     return [y, mean, inv]
 
 
 @_handler("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def _rms_norm(imp: _Importer, node: onnx.NodeProto):
     x, scale = imp.value(node.input[0]), imp.value(node.input[1])
-    axis = _norm_axis(int(_attr(node, "axis", -1)), len(sshape(x)))
-    return [imp.op(g.RmsNormOp, [x, scale], axis=g.i64_attr(axis), epsilon=g.f64_attr(float(_attr(node, "epsilon", 1e-5))))]
+    axis = _norm_axis(int(_attr(node, "axis", -1)), len(shape_of(x)))
+    return [imp.b.op(g.RmsNormOp, [x, scale], axis=g.i64_attr(axis), epsilon=g.f64_attr(float(_attr(node, "epsilon", 1e-5))))]
 
 
 @_handler("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
 def _group_norm(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     n, c = xs[0], xs[1]
     groups = int(_attr(node, "num_groups"))
     eps = float(_attr(node, "epsilon", 1e-5))
     if c % groups:
         raise _NodeProblem(f"channels ({c}) are not divisible by num_groups ({groups})")
-    xg = imp.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
-    y = imp.reshape(_normalize(imp, xg, [2], eps), xs)
+    xg = imp.b.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
+    y = imp.b.reshape(_normalize(imp, xg, [2], eps), xs)
     scale, bias = imp.value(node.input[1]), imp.value(node.input[2])
     rest = [1] * (len(xs) - 2)
-    if sshape(scale)[0] == groups and groups != c:
+    if shape_of(scale)[0] == groups and groups != c:
         # opset 18: one scale/bias per group
-        scale = imp.reshape(imp.broadcast(imp.reshape(scale, (groups, 1)), (groups, c // groups)), (c,))
-        bias = imp.reshape(imp.broadcast(imp.reshape(bias, (groups, 1)), (groups, c // groups)), (c,))
-    scale, bias = imp.reshape(scale, (c, *rest)), imp.reshape(bias, (c, *rest))
-    return [imp.op(g.AddOp, [imp.op(g.MulOp, [y, scale]), bias])]
+        scale = imp.b.reshape(imp.b.broadcast(imp.b.reshape(scale, (groups, 1)), (groups, c // groups)), (c,))
+        bias = imp.b.reshape(imp.b.broadcast(imp.b.reshape(bias, (groups, 1)), (groups, c // groups)), (c,))
+    scale, bias = imp.b.reshape(scale, (c, *rest)), imp.b.reshape(bias, (c, *rest))
+    return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
 
 
 @_handler("LpNormalization", attrs=("axis", "p"))
 def _lp_norm(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    axis = _norm_axis(int(_attr(node, "axis", -1)), len(sshape(x)))
+    axis = _norm_axis(int(_attr(node, "axis", -1)), len(shape_of(x)))
     p = int(_attr(node, "p", 2))
     if p == 1:
-        norm = imp.reduce(g.ReduceSumOp, imp.op(g.AbsOp, [x]), [axis], True)
+        norm = imp.b.reduce(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]), [axis], True)
     elif p == 2:
-        norm = imp.op(g.SqrtOp, [imp.reduce(g.ReduceSumOp, imp.op(g.MulOp, [x, x]), [axis], True)])
+        norm = imp.b.op(g.SqrtOp, [imp.b.reduce(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]), [axis], True)])
     else:
         raise _NodeProblem(f"p = {p} is not supported (1 or 2)")
     zero = imp.scalar(0, x)
-    is_zero = imp.op(g.EqualOp, [norm, zero])
-    safe = imp.op(g.WhereOp, [is_zero, imp.scalar(1, x), norm])
-    return [imp.op(g.WhereOp, [is_zero, zero, imp.op(g.DivOp, [x, safe])])]
+    is_zero = imp.b.op(g.EqualOp, [norm, zero])
+    safe = imp.b.op(g.WhereOp, [is_zero, imp.scalar(1, x), norm])
+    return [imp.b.op(g.WhereOp, [is_zero, zero, imp.b.op(g.DivOp, [x, safe])])]
 
 
 @_handler("MeanVarianceNormalization", attrs=("axes",))
 def _mvn(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     axes = _attr(node, "axes", [0, 2, 3])
-    rank = len(sshape(x))
+    rank = len(shape_of(x))
     axes = sorted(_norm_axis(a, rank) for a in axes)
-    mean = imp.reduce(g.ReduceMeanOp, x, axes, True)
-    d = imp.op(g.SubOp, [x, mean])
-    var = imp.reduce(g.ReduceMeanOp, imp.op(g.MulOp, [d, d]), axes, True)
-    std = imp.op(g.SqrtOp, [var])
-    return [imp.op(g.DivOp, [d, imp.op(g.AddOp, [std, imp.scalar(1e-9, std)])])]
+    mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
+    d = imp.b.op(g.SubOp, [x, mean])
+    var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
+    std = imp.b.op(g.SqrtOp, [var])
+    return [imp.b.op(g.DivOp, [d, imp.b.op(g.AddOp, [std, imp.scalar(1e-9, std)])])]
 
 
 @_handler("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
 def _softmax(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     rank = len(xs)
     opset = imp.opset
     if opset < 13:
         axis = _norm_axis(int(_attr(node, "axis", 1)), rank)
         flat = (math.prod(xs[:axis]), math.prod(xs[axis:]))
-        y = _softmax_like(imp, node.op_type, imp.reshape(x, flat), 1)
-        return [imp.reshape(y, xs)]
+        y = _softmax_like(imp, node.op_type, imp.b.reshape(x, flat), 1)
+        return [imp.b.reshape(y, xs)]
     axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
     return [_softmax_like(imp, node.op_type, x, axis)]
 
 
 def _softmax_like(imp: _Importer, op_type: str, x: SSAValue, axis: int) -> SSAValue:
     if op_type == "Softmax":
-        return imp.op(g.SoftmaxOp, [x], axis=g.i64_attr(axis))
+        return imp.b.op(g.SoftmaxOp, [x], axis=g.i64_attr(axis))
     if op_type == "LogSoftmax":
-        return imp.op(g.LogSoftmaxOp, [x], axis=g.i64_attr(axis))
-    xs = sshape(x)
-    am = imp.op(g.ArgmaxOp, [x], axes=g.i64_array([axis]), keepdims=_bool(True))
+        return imp.b.op(g.LogSoftmaxOp, [x], axis=g.i64_attr(axis))
+    xs = shape_of(x)
+    am = imp.b.op(g.ArgmaxOp, [x], axes=g.i64_array([axis]), keepdims=g.bool_attr(True))
     iota = np.arange(xs[axis], dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(len(xs))])
-    eq = imp.op(g.EqualOp, [am, imp.materialise(iota, "iota")])
-    return imp.cast(imp.broadcast(eq, xs), sdtype(x))
+    eq = imp.b.op(g.EqualOp, [am, imp.materialise(iota, "iota")])
+    return imp.b.cast(imp.b.broadcast(eq, xs), numpy_dtype_of(x))
 
 
 # --------------------------------------------------------------------------
@@ -1364,7 +1311,7 @@ def _range(imp: _Importer, node: onnx.NodeProto):
 def _reshape(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     target = _ints_of(imp, node, "shape", 1, "the target shape")
-    xs = sshape(x)
+    xs = shape_of(x)
     allowzero = _attr(node, "allowzero", 0)
     shape = [xs[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
     if shape.count(-1) > 1:
@@ -1377,22 +1324,22 @@ def _reshape(imp: _Importer, node: onnx.NodeProto):
         shape[shape.index(-1)] = total // known
     if math.prod(shape) != math.prod(xs):
         raise _NodeProblem(f"cannot reshape {list(xs)} ({math.prod(xs)} elements) to {target}")
-    return [imp.reshape(x, shape)]
+    return [imp.b.reshape(x, shape)]
 
 
 @_handler("Flatten", attrs=("axis",))
 def _flatten(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     axis = int(_attr(node, "axis", 1))
     axis = axis + len(xs) if axis < 0 else axis
-    return [imp.reshape(x, (math.prod(xs[:axis]), math.prod(xs[axis:])))]
+    return [imp.b.reshape(x, (math.prod(xs[:axis]), math.prod(xs[axis:])))]
 
 
 @_handler("Squeeze", attrs=("axes",))
 def _squeeze(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     axes = _ints_of(imp, node, "axes", 1, "the axes")
     if axes is None:
         axes = [i for i, d in enumerate(xs) if d == 1]
@@ -1400,43 +1347,43 @@ def _squeeze(imp: _Importer, node: onnx.NodeProto):
     for a in axes:
         if xs[a] != 1:
             raise _NodeProblem(f"cannot squeeze dimension {a} of size {xs[a]}")
-    return [imp.reshape(x, [d for i, d in enumerate(xs) if i not in axes])]
+    return [imp.b.reshape(x, [d for i, d in enumerate(xs) if i not in axes])]
 
 
 @_handler("Unsqueeze", attrs=("axes",))
 def _unsqueeze(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = list(sshape(x))
+    xs = list(shape_of(x))
     axes = _ints_of(imp, node, "axes", 1, "the axes") or []
     rank = len(xs) + len(axes)
     axes = sorted(_norm_axis(a, rank) for a in axes)
     for a in axes:
         xs.insert(a, 1)
-    return [imp.reshape(x, xs)]
+    return [imp.b.reshape(x, xs)]
 
 
 @_handler("Transpose", attrs=("perm",))
 def _transpose(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    perm = _attr(node, "perm") or list(reversed(range(len(sshape(x)))))
-    return [imp.transpose(x, perm)]
+    perm = _attr(node, "perm") or list(reversed(range(len(shape_of(x)))))
+    return [imp.b.transpose(x, perm)]
 
 
 @_handler("Concat", attrs=("axis",))
 def _concat(imp: _Importer, node: onnx.NodeProto):
     vals = [imp.value(i) for i in node.input if i]
-    rank = len(sshape(vals[0]))
+    rank = len(shape_of(vals[0]))
     axis = _norm_axis(int(_attr(node, "axis", 1)), rank)
-    vals = [v for v in vals if sshape(v)[axis] != 0] or vals[:1]
+    vals = [v for v in vals if shape_of(v)[axis] != 0] or vals[:1]
     if len(vals) == 1:
         return [vals[0]]
-    return [imp.op(g.ConcatOp, vals, axis=g.i64_attr(axis))]
+    return [imp.b.op(g.ConcatOp, vals, axis=g.i64_attr(axis))]
 
 
 @_handler("Split", attrs=("axis", "split", "num_outputs"))
 def _split(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     axis = _norm_axis(int(_attr(node, "axis", 0)), len(xs))
     sizes = _ints_of(imp, node, "split", 1, "the split sizes")
     n = len(node.output)
@@ -1451,7 +1398,7 @@ def _split(imp: _Importer, node: onnx.NodeProto):
         starts = [0] * len(xs)
         ends = list(xs)
         starts[axis], ends[axis] = start, start + s
-        outs.append(imp.slice(x, starts, ends, [1] * len(xs)))
+        outs.append(imp.b.slice(x, starts, ends, [1] * len(xs)))
         start += s
     return outs
 
@@ -1459,7 +1406,7 @@ def _split(imp: _Importer, node: onnx.NodeProto):
 @_handler("Slice", attrs=("starts", "ends", "axes"))
 def _slice(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     rank = len(xs)
     if imp.opset < 10 or _attr(node, "starts") is not None:
         starts, ends, axes, steps = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None
@@ -1489,39 +1436,39 @@ def _slice(imp: _Importer, node: onnx.NodeProto):
         s_all[a], e_all[a], st_all[a] = s, e, st
     if s_all == [0] * rank and e_all == list(xs) and st_all == [1] * rank:
         return [x]
-    return [imp.slice(x, s_all, e_all, st_all)]
+    return [imp.b.slice(x, s_all, e_all, st_all)]
 
 
 @_handler("Expand")
 def _expand(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     shape = [int(d) for d in imp.static(node.input[1], "the target shape").reshape(-1)]
-    out = np.broadcast_shapes(sshape(x), tuple(shape))
-    return [imp.broadcast(x, out)]
+    out = np.broadcast_shapes(shape_of(x), tuple(shape))
+    return [imp.b.broadcast(x, out)]
 
 
 @_handler("Tile")
 def _tile(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     reps = [int(r) for r in imp.static(node.input[1], "the repeats").reshape(-1)]
     inter = [v for d in xs for v in (1, d)]
     big = [v for d, r in zip(xs, reps) for v in (r, d)]
-    y = imp.broadcast(imp.reshape(x, inter), big)
-    return [imp.reshape(y, [d * r for d, r in zip(xs, reps)])]
+    y = imp.b.broadcast(imp.b.reshape(x, inter), big)
+    return [imp.b.reshape(y, [d * r for d, r in zip(xs, reps)])]
 
 
 @_handler("Gather", attrs=("axis",))
 def _gather(imp: _Importer, node: onnx.NodeProto):
     x, idx = imp.value(node.input[0]), imp.value(node.input[1])
-    axis = _norm_axis(int(_attr(node, "axis", 0)), len(sshape(x)))
-    return [imp.op(g.GatherOp, [x, idx], axis=g.i64_attr(axis))]
+    axis = _norm_axis(int(_attr(node, "axis", 0)), len(shape_of(x)))
+    return [imp.b.op(g.GatherOp, [x, idx], axis=g.i64_attr(axis))]
 
 
 @_handler("Pad", attrs=("mode", "pads", "value", "paddings"))
 def _pad(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     rank = len(xs)
     mode = _attr(node, "mode", "constant")
     pads = _attr(node, "pads") or _attr(node, "paddings")
@@ -1546,16 +1493,16 @@ def _pad(imp: _Importer, node: onnx.NodeProto):
     if any(p < 0 for p in pads):
         starts = [max(0, -pads[i]) for i in range(rank)]
         ends = [xs[i] - max(0, -pads[i + rank]) for i in range(rank)]
-        x = imp.slice(x, starts, ends, [1] * rank)
+        x = imp.b.slice(x, starts, ends, [1] * rank)
         pads = [max(0, p) for p in pads]
     if not any(pads):
         return [x]
-    return [imp.op(g.PadOp, [x], pads=g.i64_array(pads), value=g.f64_attr(float(value)))]
+    return [imp.b.op(g.PadOp, [x], pads=g.i64_array(pads), value=g.f64_attr(float(value)))]
 
 
 def _pad_mode(imp: _Importer, x: SSAValue, pads: Sequence[int], mode: str) -> SSAValue:
     """edge / reflect / wrap padding, one axis at a time, with slices and concat."""
-    rank = len(sshape(x))
+    rank = len(shape_of(x))
     if any(p < 0 for p in pads):
         raise _NodeProblem(f"negative pads are not supported in mode '{mode}'")
     if mode not in ("edge", "reflect", "wrap"):
@@ -1564,14 +1511,14 @@ def _pad_mode(imp: _Importer, x: SSAValue, pads: Sequence[int], mode: str) -> SS
         before, after = pads[a], pads[a + rank]
         if not before and not after:
             continue
-        xs = sshape(x)
+        xs = shape_of(x)
         d = xs[a]
 
         def piece(indices: list[int]) -> SSAValue | None:
             if not indices:
                 return None
             idx = imp.materialise(np.array(indices, dtype=np.int64), "pad_idx")
-            return imp.op(g.GatherOp, [x, idx], axis=g.i64_attr(a))
+            return imp.b.op(g.GatherOp, [x, idx], axis=g.i64_attr(a))
 
         if mode == "edge":
             lo, hi = [0] * before, [d - 1] * after
@@ -1584,46 +1531,46 @@ def _pad_mode(imp: _Importer, x: SSAValue, pads: Sequence[int], mode: str) -> SS
             lo = [(i - before) % d for i in range(before)]
             hi = [i % d for i in range(after)]
         parts = [p for p in (piece(lo), x, piece(hi)) if p is not None]
-        x = imp.op(g.ConcatOp, parts, axis=g.i64_attr(a))
+        x = imp.b.op(g.ConcatOp, parts, axis=g.i64_attr(a))
     return x
 
 
 @_handler("DepthToSpace", attrs=("blocksize", "mode"))
 def _depth_to_space(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    n, c, h, w = sshape(x)
+    n, c, h, w = shape_of(x)
     b = int(_attr(node, "blocksize"))
     if _attr(node, "mode", "DCR") == "DCR":
-        y = imp.transpose(imp.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+        y = imp.b.transpose(imp.b.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
     else:
-        y = imp.transpose(imp.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
-    return [imp.reshape(y, (n, c // (b * b), h * b, w * b))]
+        y = imp.b.transpose(imp.b.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    return [imp.b.reshape(y, (n, c // (b * b), h * b, w * b))]
 
 
 @_handler("SpaceToDepth", attrs=("blocksize",))
 def _space_to_depth(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    n, c, h, w = sshape(x)
+    n, c, h, w = shape_of(x)
     b = int(_attr(node, "blocksize"))
-    y = imp.transpose(imp.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
-    return [imp.reshape(y, (n, c * b * b, h // b, w // b))]
+    y = imp.b.transpose(imp.b.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    return [imp.b.reshape(y, (n, c * b * b, h // b, w // b))]
 
 
 @_handler("Trilu", attrs=("upper",))
 def _trilu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     k = int(np.asarray(imp.static(node.input[1], "k")).reshape(-1)[0]) if _input(node, 1) else 0
     rows, cols = xs[-2], xs[-1]
     fn = np.triu if _attr(node, "upper", 1) else np.tril
     mask = fn(np.ones((rows, cols), dtype=np.bool_), k)
-    return [imp.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.scalar(0, x)])]
+    return [imp.b.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.scalar(0, x)])]
 
 
 @_handler("CumSum", attrs=("exclusive", "reverse"))
 def _cumsum(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     rank = len(xs)
     axis = _norm_axis(int(np.asarray(imp.static(node.input[1], "the axis")).reshape(-1)[0]), rank)
     n = xs[axis]
@@ -1635,9 +1582,9 @@ def _cumsum(imp: _Importer, node: onnx.NodeProto):
         m = (i < j) if excl else (i <= j)
     perm = [d for d in range(rank) if d != axis] + [axis]
     inv = list(np.argsort(perm))
-    xt = imp.transpose(x, perm)
-    y = imp.op(g.MatmulOp, [xt, imp.materialise(m.astype(sdtype(x)), "cumsum_mask")])
-    return [imp.transpose(y, inv)]
+    xt = imp.b.transpose(x, perm)
+    y = imp.b.op(g.MatmulOp, [xt, imp.materialise(m.astype(numpy_dtype_of(x)), "cumsum_mask")])
+    return [imp.b.transpose(y, inv)]
 
 
 @_handler("OneHot", attrs=("axis",))
@@ -1645,21 +1592,21 @@ def _one_hot(imp: _Importer, node: onnx.NodeProto):
     idx = imp.value(node.input[0])
     depth = int(np.asarray(imp.static(node.input[1], "the depth")).reshape(-1)[0])
     values = imp.static(node.input[2], "the values").reshape(-1)
-    rank = len(sshape(idx)) + 1
+    rank = len(shape_of(idx)) + 1
     axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
-    if not _is_float(sdtype(idx)):
-        idx = imp.cast(idx, np.dtype(np.int64))
+    if not _is_float(numpy_dtype_of(idx)):
+        idx = imp.b.cast(idx, np.dtype(np.int64))
     else:
-        idx = imp.cast(idx, np.dtype(np.int64))
-    neg = imp.op(g.LessOp, [idx, imp.scalar(0, idx)])
-    idx = imp.op(g.WhereOp, [neg, imp.op(g.AddOp, [idx, imp.scalar(depth, idx)]), idx])
-    shape = list(sshape(idx))
+        idx = imp.b.cast(idx, np.dtype(np.int64))
+    neg = imp.b.op(g.LessOp, [idx, imp.scalar(0, idx)])
+    idx = imp.b.op(g.WhereOp, [neg, imp.b.op(g.AddOp, [idx, imp.scalar(depth, idx)]), idx])
+    shape = list(shape_of(idx))
     shape.insert(axis, 1)
-    idx = imp.reshape(idx, shape)
+    idx = imp.b.reshape(idx, shape)
     iota = np.arange(depth, dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(rank)])
-    eq = imp.op(g.EqualOp, [idx, imp.materialise(iota, "iota")])
+    eq = imp.b.op(g.EqualOp, [idx, imp.materialise(iota, "iota")])
     off, on = imp.const(values[0], values.dtype), imp.const(values[1], values.dtype)
-    return [imp.op(g.WhereOp, [eq, on, off])]
+    return [imp.b.op(g.WhereOp, [eq, on, off])]
 
 
 # --------------------------------------------------------------------------
@@ -1672,7 +1619,7 @@ _REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "R
 @_handler(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
 def _reduce(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    rank = len(sshape(x))
+    rank = len(shape_of(x))
     axes = _ints_of(imp, node, "axes", 1, "the axes")
     keep = bool(_attr(node, "keepdims", 1))
     if not axes:
@@ -1681,32 +1628,32 @@ def _reduce(imp: _Importer, node: onnx.NodeProto):
         axes = list(range(rank))
     axes = sorted({_norm_axis(a, rank) for a in axes})
     t = node.op_type
-    R = lambda cls, v: imp.reduce(cls, v, axes, keep)  # noqa: E731
+    R = lambda cls, v: imp.b.reduce(cls, v, axes, keep)  # noqa: E731
     if t in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
         cls = {"ReduceSum": g.ReduceSumOp, "ReduceMean": g.ReduceMeanOp, "ReduceMax": g.ReduceMaxOp, "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}[t]
-        if t in ("ReduceMax", "ReduceMin") and any(sshape(x)[a] == 0 for a in axes):
+        if t in ("ReduceMax", "ReduceMin") and any(shape_of(x)[a] == 0 for a in axes):
             fill = -np.inf if t == "ReduceMax" else np.inf
-            if not _is_float(sdtype(x)):
-                info = np.iinfo(sdtype(x)) if sdtype(x) != np.bool_ else None
+            if not _is_float(numpy_dtype_of(x)):
+                info = np.iinfo(numpy_dtype_of(x)) if numpy_dtype_of(x) != np.bool_ else None
                 fill = (info.min if t == "ReduceMax" else info.max) if info else (t == "ReduceMin")
-            shape = _reduced_shape(sshape(x), axes, keep)
-            return [np.full(shape, fill, dtype=sdtype(x))]
+            shape = _reduced_shape(shape_of(x), axes, keep)
+            return [np.full(shape, fill, dtype=numpy_dtype_of(x))]
         return [R(cls, x)]
     if t == "ReduceL1":
-        return [R(g.ReduceSumOp, imp.op(g.AbsOp, [x]))]
+        return [R(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]))]
     if t == "ReduceSumSquare":
-        return [R(g.ReduceSumOp, imp.op(g.MulOp, [x, x]))]
+        return [R(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]))]
     if t == "ReduceL2":
-        return [_float_then_back(imp, R(g.ReduceSumOp, imp.op(g.MulOp, [x, x])), g.SqrtOp)]
+        return [_float_then_back(imp, R(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x])), g.SqrtOp)]
     if t == "ReduceLogSum":
         return [_float_then_back(imp, R(g.ReduceSumOp, x), g.LogOp)]
     # ReduceLogSumExp, stably: m + log(sum(exp(x - m)))
-    if any(sshape(x)[a] == 0 for a in axes):
-        return [np.full(_reduced_shape(sshape(x), axes, keep), -np.inf, dtype=sdtype(x))]
-    m = imp.reduce(g.ReduceMaxOp, x, axes, True)
-    s = imp.reduce(g.ReduceSumOp, imp.op(g.ExpOp, [imp.op(g.SubOp, [x, m])]), axes, keep)
-    mk = m if keep else imp.reshape(m, sshape(s))
-    return [imp.op(g.AddOp, [mk, imp.op(g.LogOp, [s])])]
+    if any(shape_of(x)[a] == 0 for a in axes):
+        return [np.full(_reduced_shape(shape_of(x), axes, keep), -np.inf, dtype=numpy_dtype_of(x))]
+    m = imp.b.reduce(g.ReduceMaxOp, x, axes, True)
+    s = imp.b.reduce(g.ReduceSumOp, imp.b.op(g.ExpOp, [imp.b.op(g.SubOp, [x, m])]), axes, keep)
+    mk = m if keep else imp.b.reshape(m, shape_of(s))
+    return [imp.b.op(g.AddOp, [mk, imp.b.op(g.LogOp, [s])])]
 
 
 def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keep: bool) -> list[int]:
@@ -1714,26 +1661,26 @@ def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keep: bool) -> lis
 
 
 def _float_then_back(imp: _Importer, x: SSAValue, cls) -> SSAValue:
-    dt = sdtype(x)
+    dt = numpy_dtype_of(x)
     if _is_float(dt):
-        return imp.op(cls, [x])
-    return imp.cast(imp.op(cls, [imp.cast(x, np.dtype(np.float64))]), dt)
+        return imp.b.op(cls, [x])
+    return imp.b.cast(imp.b.op(cls, [imp.b.cast(x, np.dtype(np.float64))]), dt)
 
 
 @_handler("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
 def _arg_reduce(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     axis = _norm_axis(int(_attr(node, "axis", 0)), len(xs))
     keep = bool(_attr(node, "keepdims", 1))
     cls = g.ArgmaxOp if node.op_type == "ArgMax" else g.ArgminOp
     if not _attr(node, "select_last_index", 0):
-        return [imp.op(cls, [x], axes=g.i64_array([axis]), keepdims=_bool(keep))]
+        return [imp.b.op(cls, [x], axes=g.i64_array([axis]), keepdims=g.bool_attr(keep))]
     starts, ends, steps = [0] * len(xs), list(xs), [1] * len(xs)
     starts[axis], ends[axis], steps[axis] = xs[axis] - 1, -1, -1
-    rev = imp.slice(x, starts, ends, steps)
-    i = imp.op(cls, [rev], axes=g.i64_array([axis]), keepdims=_bool(keep))
-    return [imp.op(g.SubOp, [imp.scalar(xs[axis] - 1, i), i])]
+    rev = imp.b.slice(x, starts, ends, steps)
+    i = imp.b.op(cls, [rev], axes=g.i64_array([axis]), keepdims=g.bool_attr(keep))
+    return [imp.b.op(g.SubOp, [imp.scalar(xs[axis] - 1, i), i])]
 
 
 SUPPORTED_OPS = frozenset(_HANDLERS)
@@ -1818,7 +1765,7 @@ def _resize_matrix(imp: _Importer, node: onnx.NodeProto, n: int, out: int | None
 ))
 def _resize(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = sshape(x)
+    xs = shape_of(x)
     rank = len(xs)
     mode = _attr(node, "mode", "nearest")
     ctm = _attr(node, "coordinate_transformation_mode", "half_pixel")
@@ -1882,14 +1829,14 @@ def _resize(imp: _Importer, node: onnx.NodeProto):
         one_hot = np.all((m == 0) | (m == 1)) and np.all(m.sum(axis=1) == 1)
         if one_hot:
             idx = imp.materialise(m.argmax(axis=1).astype(np.int64), "resize_index")
-            y = imp.op(g.GatherOp, [y, idx], axis=g.i64_attr(a))
+            y = imp.b.op(g.GatherOp, [y, idx], axis=g.i64_attr(a))
             continue
-        if not _is_float(sdtype(y)):
-            raise _NodeProblem(f"mode '{mode}' on {sdtype(y)} is not supported")
+        if not _is_float(numpy_dtype_of(y)):
+            raise _NodeProblem(f"mode '{mode}' on {numpy_dtype_of(y)} is not supported")
         perm = [d for d in range(rank) if d != a] + [a]
-        yt = imp.transpose(y, perm)
-        wt = imp.materialise(np.ascontiguousarray(m.T).astype(sdtype(y)), "resize_weight")
-        y = imp.transpose(imp.op(g.MatmulOp, [yt, wt]), list(np.argsort(perm)))
+        yt = imp.b.transpose(y, perm)
+        wt = imp.materialise(np.ascontiguousarray(m.T).astype(numpy_dtype_of(y)), "resize_weight")
+        y = imp.b.transpose(imp.b.op(g.MatmulOp, [yt, wt]), list(np.argsort(perm)))
     return [y]
 
 
@@ -1898,25 +1845,25 @@ def _gather_elements(imp: _Importer, node: onnx.NodeProto):
     """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis`, as a one-hot
     select-and-sum: sum_d where(idx == d, x[.., d, ..], 0)."""
     x, idx = imp.value(node.input[0]), imp.value(node.input[1])
-    xs, ish = sshape(x), sshape(idx)
+    xs, ish = shape_of(x), shape_of(idx)
     rank = len(xs)
     axis = _norm_axis(int(_attr(node, "axis", 0)), rank)
     d = xs[axis]
     # x restricted to idx's extent on the other axes
     ends = [ish[i] if i != axis else xs[i] for i in range(rank)]
     if ends != list(xs):
-        x = imp.slice(x, [0] * rank, ends, [1] * rank)
-    idx = imp.cast(idx, np.dtype(np.int64))
-    idx = imp.op(g.WhereOp, [imp.op(g.LessOp, [idx, imp.scalar(0, idx)]), imp.op(g.AddOp, [idx, imp.scalar(d, idx)]), idx])
-    xe = imp.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
-    ie = imp.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
+        x = imp.b.slice(x, [0] * rank, ends, [1] * rank)
+    idx = imp.b.cast(idx, np.dtype(np.int64))
+    idx = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [idx, imp.scalar(0, idx)]), imp.b.op(g.AddOp, [idx, imp.scalar(d, idx)]), idx])
+    xe = imp.b.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
+    ie = imp.b.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
     iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
-    eq = imp.op(g.EqualOp, [ie, imp.materialise(iota, "iota")])
-    if sdtype(x) == np.bool_:
-        picked = imp.op(g.AndOp, [eq, xe])
-        return [imp.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
-    picked = imp.op(g.WhereOp, [eq, xe, imp.scalar(0, xe)])
-    return [imp.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
+    eq = imp.b.op(g.EqualOp, [ie, imp.materialise(iota, "iota")])
+    if numpy_dtype_of(x) == np.bool_:
+        picked = imp.b.op(g.AndOp, [eq, xe])
+        return [imp.b.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
+    picked = imp.b.op(g.WhereOp, [eq, xe, imp.scalar(0, xe)])
+    return [imp.b.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
 
 
 @_handler("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
@@ -1924,7 +1871,7 @@ def _lp_pool(imp: _Importer, node: onnx.NodeProto):
     """(sum over the window of |x|^p)^(1/p) = (avg_pool(|x|^p, pads counted) * k)^(1/p)."""
     x = imp.value(node.input[0])
     _require_float(x, "LpPool")
-    xs = sshape(x)
+    xs = shape_of(x)
     r = len(xs) - 2
     if r not in (1, 2):
         raise _NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
@@ -1935,17 +1882,17 @@ def _lp_pool(imp: _Importer, node: onnx.NodeProto):
         raise _NodeProblem("dilations are not supported for LpPool")
     strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
-    xp = imp.op(g.PowOp, [imp.op(g.AbsOp, [x]), imp.scalar(p, x)])
-    avg = imp.op(
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+    xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.scalar(p, x)])
+    avg = imp.b.op(
         g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=_bool(_attr(node, "ceil_mode", 0)), count_include_pad=_bool(True),
+        ceil_mode=g.bool_attr(_attr(node, "ceil_mode", 0)), count_include_pad=g.bool_attr(True),
     )
-    total = imp.op(g.MulOp, [avg, imp.scalar(math.prod(kernel2), avg)])
-    y = imp.op(g.PowOp, [total, imp.scalar(1.0 / p, total)])
+    total = imp.b.op(g.MulOp, [avg, imp.scalar(math.prod(kernel2), avg)])
+    y = imp.b.op(g.PowOp, [total, imp.scalar(1.0 / p, total)])
     if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
     return [y]
 
 

@@ -51,11 +51,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import torch
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype
+from infer.dialects.dtypes import numpy_dtype_of, shape_of
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.hf_import import drop_phantom_uses
 from infer.frontend.model import ModelImportError
@@ -304,32 +304,17 @@ class _Importer:
             return self.materialized[key]
         raise _Unsupported(f"expected a tensor, got {type(x).__name__}")
 
-    def scalar(self, value: float | int | bool, like: SSAValue) -> SSAValue:
-        dt = _elem_np(like)
-        return self.b.constant(np.asarray(value, dtype=dt))
-
     def out_dtype(self) -> np.dtype:
         return _np_dtype(self.node.meta["val"].dtype)
 
     def out_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.node.meta["val"].shape)
 
-    def cast(self, v: SSAValue, dtype: np.dtype) -> SSAValue:
-        if _elem_np(v) == np.dtype(dtype):
-            return v
-        return self.b.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(dtype), _shape(v)))
-
     def operand(self, x: Any, dtype: np.dtype) -> SSAValue:
         """A tensor or Python scalar as an SSA value of `dtype`."""
         if isinstance(x, bool | int | float):
             return self.b.constant(np.asarray(x, dtype=dtype))
-        return self.cast(self.value(x), dtype)
-
-    def reshape(self, v: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if _shape(v) == shape:
-            return v
-        return self.b.op(g.ReshapeOp, [v], result_type=TensorType(_elem(v), shape))
+        return self.b.cast(self.value(x), dtype)
 
     # -- walk --------------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -519,28 +504,6 @@ def _wrap(x: Any) -> Any:
     return x
 
 
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue):
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
-
-
-def _elem_np(v: SSAValue) -> np.dtype:
-    from infer.dialects.dtypes import to_numpy_dtype
-
-    return to_numpy_dtype(_elem(v))
-
-
-def _i64(values: Sequence[int]):
-    return g.i64_array([int(v) for v in values])
-
-
 def _norm_dim(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
 
@@ -586,9 +549,9 @@ def _add(imp, node, args, kwargs):
             cv, sv = imp.value(cos), imp.value(sin)
             dt = imp.out_dtype()
             try:
-                if _elem_np(qv) == _elem_np(cv) == _elem_np(sv) == dt and _shape(cv) == _shape(sv):
-                    target = (*_shape(qv)[:-1], _shape(cv)[-1])
-                    if g.broadcast_shapes("", _shape(cv), target) == target and _shape(cv)[-1] == _shape(qv)[-1]:
+                if numpy_dtype_of(qv) == numpy_dtype_of(cv) == numpy_dtype_of(sv) == dt and shape_of(cv) == shape_of(sv):
+                    target = (*shape_of(qv)[:-1], shape_of(cv)[-1])
+                    if g.broadcast_shapes("", shape_of(cv), target) == target and shape_of(cv)[-1] == shape_of(qv)[-1]:
                         return imp.b.op(g.RotaryOp, [qv, cv, sv])
             except Exception:
                 pass  # not broadcastable the rotary way: emit the elementwise ops
@@ -676,7 +639,7 @@ def _mul(imp, node, args, kwargs):
             continue
         xv, wv = imp.value(x), imp.value(wv)
         dt = imp.out_dtype()
-        if _shape(wv) == _shape(xv)[-1:] and _elem_np(xv) == _elem_np(wv) == dt:
+        if shape_of(wv) == shape_of(xv)[-1:] and numpy_dtype_of(xv) == numpy_dtype_of(wv) == dt:
             return imp.b.op(g.RmsNormOp, [xv, wv], epsilon=g.f64_attr(m[1]))
     return _broadcast_binary(imp, g.MulOp, args[0], args[1])
 
@@ -700,7 +663,7 @@ def _div_mode(imp, node, args, kwargs):
     q = _broadcast_binary(imp, g.DivOp, args[0], args[1])
     if mode == "floor":
         return imp.b.op(g.FloorOp, [q])
-    neg = imp.b.op(g.LessOp, [q, imp.scalar(0, q)])
+    neg = imp.b.op(g.LessOp, [q, imp.b.scalar(0, q)])
     return imp.b.op(g.WhereOp, [neg, imp.b.op(g.CeilOp, [q]), imp.b.op(g.FloorOp, [q])])
 
 
@@ -860,7 +823,7 @@ def _masked_fill(imp, node, args, kwargs):
 
 @_handles(aten._to_copy.default, aten.to.dtype)
 def _to_copy(imp, node, args, kwargs):
-    return imp.cast(imp.value(args[0]), imp.out_dtype())
+    return imp.b.cast(imp.value(args[0]), imp.out_dtype())
 
 
 @_handles(aten.clone.default, aten.alias.default, aten.detach.default, aten.contiguous.default,
@@ -890,10 +853,10 @@ def _addmm(imp, node, args, kwargs):
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
     y = imp.b.op(g.MatmulOp, [imp.value(x), imp.value(w)])
     if alpha != 1:
-        y = imp.b.op(g.MulOp, [y, imp.scalar(alpha, y)])
+        y = imp.b.op(g.MulOp, [y, imp.b.scalar(alpha, y)])
     bv = imp.value(bias)
     if beta != 1:
-        bv = imp.b.op(g.MulOp, [bv, imp.scalar(beta, bv)])
+        bv = imp.b.op(g.MulOp, [bv, imp.b.scalar(beta, bv)])
     return imp.b.op(g.AddOp, [y, bv])
 
 
@@ -902,13 +865,13 @@ def _conv(imp, node, args, kwargs):
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args
     if transposed:
         raise _Unsupported("op:aten.convolution (transposed)")
-    if len(_shape(imp.value(x))) != 4:
-        raise _Unsupported(f"op:aten.convolution ({len(_shape(imp.value(x))) - 2}-d)")
+    if len(shape_of(imp.value(x))) != 4:
+        raise _Unsupported(f"op:aten.convolution ({len(shape_of(imp.value(x))) - 2}-d)")
     ph, pw = padding
     return imp.b.op(
         g.Conv2dOp,
         [imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None],
-        stride=_i64(stride), padding=_i64([ph, pw, ph, pw]), dilation=_i64(dilation),
+        stride=g.i64_array(stride), padding=g.i64_array([ph, pw, ph, pw]), dilation=g.i64_array(dilation),
         groups=g.i64_attr(groups),
     )
 
@@ -920,9 +883,9 @@ def _conv(imp, node, args, kwargs):
 def _layer_norm(imp, node, args, kwargs):
     x, normalized_shape, w, bias, eps = args
     xv = imp.value(x)
-    rank = len(_shape(xv))
+    rank = len(shape_of(xv))
     axis = rank - len(normalized_shape)
-    scale = imp.value(w) if w is not None else imp.b.constant(np.ones(tuple(normalized_shape), _elem_np(xv)))
+    scale = imp.value(w) if w is not None else imp.b.constant(np.ones(tuple(normalized_shape), numpy_dtype_of(xv)))
     y = imp.b.op(g.LayerNormOp, [xv, scale, imp.value(bias) if bias is not None else None],
                  axis=g.i64_attr(axis), epsilon=g.f64_attr(float(eps)))
     return (y, None, None)
@@ -932,8 +895,8 @@ def _layer_norm(imp, node, args, kwargs):
 def _batch_norm(imp, node, args, kwargs):
     x, w, bias, mean, var, momentum, eps = args
     xv = imp.value(x)
-    c = _shape(xv)[1]
-    dt = _elem_np(xv)
+    c = shape_of(xv)[1]
+    dt = numpy_dtype_of(xv)
     scale = imp.value(w) if w is not None else imp.b.constant(np.ones(c, dt))
     bv = imp.value(bias) if bias is not None else imp.b.constant(np.zeros(c, dt))
     y = imp.b.op(g.BatchNormOp, [xv, scale, bv, imp.value(mean), imp.value(var)], epsilon=g.f64_attr(float(eps)))
@@ -964,8 +927,8 @@ def _max_pool(imp, node, args, kwargs):
     dilation = list(args[4]) if len(args) > 4 else [1, 1]
     dilation = dilation * 2 if len(dilation) == 1 else dilation
     ceil_mode = bool(args[5]) if len(args) > 5 else False
-    y = imp.b.op(g.MaxPool2dOp, [imp.value(args[0])], kernel=_i64(kernel), stride=_i64(stride),
-                 padding=_i64([padding[0], padding[1], padding[0], padding[1]]), dilation=_i64(dilation),
+    y = imp.b.op(g.MaxPool2dOp, [imp.value(args[0])], kernel=g.i64_array(kernel), stride=g.i64_array(stride),
+                 padding=g.i64_array([padding[0], padding[1], padding[0], padding[1]]), dilation=g.i64_array(dilation),
                  ceil_mode=g.bool_attr(ceil_mode))
     return (y, None) if node.target == aten.max_pool2d_with_indices.default else y
 
@@ -977,8 +940,8 @@ def _avg_pool(imp, node, args, kwargs):
     include_pad = bool(args[5]) if len(args) > 5 else True
     if len(args) > 6 and args[6] is not None:
         raise _Unsupported("op:aten.avg_pool2d with divisor_override")
-    return imp.b.op(g.AvgPool2dOp, [imp.value(args[0])], kernel=_i64(kernel), stride=_i64(stride),
-                    padding=_i64([padding[0], padding[1], padding[0], padding[1]]),
+    return imp.b.op(g.AvgPool2dOp, [imp.value(args[0])], kernel=g.i64_array(kernel), stride=g.i64_array(stride),
+                    padding=g.i64_array([padding[0], padding[1], padding[0], padding[1]]),
                     ceil_mode=g.bool_attr(ceil_mode), count_include_pad=g.bool_attr(include_pad))
 
 
@@ -986,12 +949,12 @@ def _avg_pool(imp, node, args, kwargs):
 def _adaptive_avg(imp, node, args, kwargs):
     x = imp.value(args[0])
     out = list(args[1])
-    n, c, h, w = _shape(x)
+    n, c, h, w = shape_of(x)
     if out == [1, 1]:
         return imp.b.op(g.GlobalAvgPoolOp, [x])
     if h % out[0] == 0 and w % out[1] == 0:
         k = [h // out[0], w // out[1]]
-        return imp.b.op(g.AvgPool2dOp, [x], kernel=_i64(k), stride=_i64(k))
+        return imp.b.op(g.AvgPool2dOp, [x], kernel=g.i64_array(k), stride=g.i64_array(k))
     raise _Unsupported("op:aten._adaptive_avg_pool2d with non-divisible sizes")
 
 
@@ -1002,13 +965,13 @@ def _reduce(op_type):
         keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
         if isinstance(dims, int):
             dims = [dims]
-        rank = len(_shape(x))
+        rank = len(shape_of(x))
         dims = [_norm_dim(d, rank) for d in (dims or [])]
         if "dtype" in kwargs and kwargs["dtype"] is not None:
-            x = imp.cast(x, _np_dtype(kwargs["dtype"]))
-        elif op_type is g.ReduceSumOp and _elem_np(x) == np.bool_:
-            x = imp.cast(x, imp.out_dtype())
-        return imp.b.op(op_type, [x], axes=_i64(dims), keepdims=g.bool_attr(bool(keep)))
+            x = imp.b.cast(x, _np_dtype(kwargs["dtype"]))
+        elif op_type is g.ReduceSumOp and numpy_dtype_of(x) == np.bool_:
+            x = imp.b.cast(x, imp.out_dtype())
+        return imp.b.reduce(op_type, x, dims, keep)
 
     return handler
 
@@ -1022,19 +985,19 @@ for _op, _gop in [
 
 @_handles(aten.linalg_vector_norm.default)
 def _vector_norm(imp, node, args, kwargs):
-    x = imp.cast(imp.value(args[0]), imp.out_dtype())
+    x = imp.b.cast(imp.value(args[0]), imp.out_dtype())
     order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
     dims = args[2] if len(args) > 2 else kwargs.get("dim")
     keep = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
-    rank = len(_shape(x))
+    rank = len(shape_of(x))
     dims = [dims] if isinstance(dims, int) else list(dims or range(rank))
-    props = dict(axes=_i64([_norm_dim(d, rank) for d in dims]), keepdims=g.bool_attr(bool(keep)))
+    dims = [_norm_dim(d, rank) for d in dims]
     if order == 2:
-        return imp.b.op(g.SqrtOp, [imp.b.op(g.ReduceSumOp, [imp.b.op(g.MulOp, [x, x])], **props)])
+        return imp.b.op(g.SqrtOp, [imp.b.reduce(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]), dims, keep)])
     if order == 1:
-        return imp.b.op(g.ReduceSumOp, [imp.b.op(g.AbsOp, [x])], **props)
+        return imp.b.reduce(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]), dims, keep)
     if order == float("inf"):
-        return imp.b.op(g.ReduceMaxOp, [imp.b.op(g.AbsOp, [x])], **props)
+        return imp.b.reduce(g.ReduceMaxOp, imp.b.op(g.AbsOp, [x]), dims, keep)
     raise _Unsupported(f"op:aten.linalg_vector_norm with ord={order}")
 
 
@@ -1050,19 +1013,19 @@ def _argreduce(imp, node, args, kwargs):
     keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     op_type = g.ArgmaxOp if node.target == aten.argmax.default else g.ArgminOp
     if dim is None:
-        x = imp.reshape(x, [int(np.prod(_shape(x)))])
+        x = imp.b.reshape(x, [int(np.prod(shape_of(x)))])
         dim = 0
-    return imp.b.op(op_type, [x], axes=_i64([dim]), keepdims=g.bool_attr(bool(keep)))
+    return imp.b.reduce(op_type, x, [dim], keep)
 
 
 @_handles(aten._softmax.default, aten.softmax.int)
 def _softmax(imp, node, args, kwargs):
-    return imp.b.op(g.SoftmaxOp, [imp.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
+    return imp.b.op(g.SoftmaxOp, [imp.b.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
 
 
 @_handles(aten._log_softmax.default, aten.log_softmax.int)
 def _log_softmax(imp, node, args, kwargs):
-    return imp.b.op(g.LogSoftmaxOp, [imp.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
+    return imp.b.op(g.LogSoftmaxOp, [imp.b.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
 
 
 @_handles(aten.scaled_dot_product_attention.default)
@@ -1071,29 +1034,29 @@ def _sdpa(imp, node, args, kwargs):
     a = dict(zip(names, args))
     a.update(kwargs)
     q, k, v = imp.value(a["query"]), imp.value(a["key"]), imp.value(a["value"])
-    if len(_shape(q)) != 4:
-        raise _Unsupported(f"op:aten.scaled_dot_product_attention with rank-{len(_shape(q))} inputs")
+    if len(shape_of(q)) != 4:
+        raise _Unsupported(f"op:aten.scaled_dot_product_attention with rank-{len(shape_of(q))} inputs")
     mask = a.get("attn_mask")
     causal = bool(a.get("is_causal", False))
-    sq, skv = _shape(q)[2], _shape(k)[2]
+    sq, skv = shape_of(q)[2], shape_of(k)[2]
     props = {}
     if a.get("scale") is not None:
         props["scale"] = g.f64_attr(float(a["scale"]))
     mv = None
     if mask is not None:
         mv = imp.value(mask)
-        if _elem_np(mv) != np.bool_:
-            mv = imp.cast(mv, _elem_np(q))
+        if numpy_dtype_of(mv) != np.bool_:
+            mv = imp.b.cast(mv, numpy_dtype_of(q))
     if causal and sq != skv:
         # torch aligns the causal mask to the top-left; graph.attention to the end.
         tri = np.tril(np.ones((sq, skv), dtype=np.bool_))
         cm = imp.b.constant(tri, name="causal_mask")
         if mv is None:
             mv = cm
-        elif _elem_np(mv) == np.bool_:
+        elif numpy_dtype_of(mv) == np.bool_:
             mv = imp.b.op(g.AndOp, [mv, cm])
         else:
-            neg = imp.b.constant(np.where(tri, 0, -np.inf).astype(_elem_np(q)), name="causal_mask")
+            neg = imp.b.constant(np.where(tri, 0, -np.inf).astype(numpy_dtype_of(q)), name="causal_mask")
             mv = imp.b.op(g.AddOp, [mv, neg])
         causal = False
     return imp.b.op(g.AttentionOp, [q, k, v, mv], causal=g.bool_attr(causal), **props)
@@ -1104,55 +1067,48 @@ def _sdpa(imp, node, args, kwargs):
 
 @_handles(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(imp, node, args, kwargs):
-    return imp.reshape(imp.value(args[0]), imp.out_shape())
+    return imp.b.reshape(imp.value(args[0]), imp.out_shape())
 
 
 @_handles(aten.permute.default)
 def _permute(imp, node, args, kwargs):
     x = imp.value(args[0])
-    rank = len(_shape(x))
-    perm = [_norm_dim(p, rank) for p in args[1]]
-    if perm == list(range(rank)):
-        return x
-    return imp.b.op(g.TransposeOp, [x], perm=_i64(perm))
+    rank = len(shape_of(x))
+    return imp.b.transpose(x, [_norm_dim(p, rank) for p in args[1]])
 
 
 @_handles(aten.transpose.int)
 def _transpose(imp, node, args, kwargs):
     x = imp.value(args[0])
-    rank = len(_shape(x))
+    rank = len(shape_of(x))
     perm = list(range(rank))
     d0, d1 = _norm_dim(args[1], rank), _norm_dim(args[2], rank)
     perm[d0], perm[d1] = perm[d1], perm[d0]
-    return imp.b.op(g.TransposeOp, [x], perm=_i64(perm))
+    return imp.b.transpose(x, perm)
 
 
 @_handles(aten.t.default)
 def _t(imp, node, args, kwargs):
     x = imp.value(args[0])
-    if len(_shape(x)) < 2:
+    if len(shape_of(x)) < 2:
         return x
-    return imp.b.op(g.TransposeOp, [x], perm=_i64([1, 0]))
+    return imp.b.transpose(x, [1, 0])
 
 
 @_handles(aten.expand.default)
 def _expand(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = imp.out_shape()
-    if _shape(x) == shape:
-        return x
-    return imp.b.op(g.BroadcastOp, [x], result_type=TensorType(_elem(x), shape))
+    return imp.b.broadcast(imp.value(args[0]), imp.out_shape())
 
 
 @_handles(aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
 def _unsqueeze(imp, node, args, kwargs):
-    return imp.reshape(imp.value(args[0]), imp.out_shape())
+    return imp.b.reshape(imp.value(args[0]), imp.out_shape())
 
 
 @_handles(aten.slice.Tensor)
 def _slice(imp, node, args, kwargs):
     x = imp.value(args[0])
-    shape = _shape(x)
+    shape = shape_of(x)
     dim = _norm_dim(args[1] if len(args) > 1 else 0, len(shape))
     start = args[2] if len(args) > 2 and args[2] is not None else 0
     end = args[3] if len(args) > 3 and args[3] is not None else shape[dim]
@@ -1161,38 +1117,29 @@ def _slice(imp, node, args, kwargs):
     end = max(end, start)
     if (start, end, step) == (0, shape[dim], 1):
         return x
-    return _slice_dim(imp, x, dim, start, end, step)
-
-
-def _slice_dim(imp, x, dim, start, end, step=1):
-    shape = _shape(x)
-    starts = [0] * len(shape)
-    ends = list(shape)
-    steps = [1] * len(shape)
-    starts[dim], ends[dim], steps[dim] = start, end, step
-    return imp.b.op(g.SliceOp, [x], starts=_i64(starts), ends=_i64(ends), steps=_i64(steps))
+    return imp.b.slice_dim(x, dim, start, end, step)
 
 
 @_handles(aten.select.int)
 def _select(imp, node, args, kwargs):
     x = imp.value(args[0])
-    shape = _shape(x)
+    shape = shape_of(x)
     dim = _norm_dim(args[1], len(shape))
     i = args[2] % shape[dim]
-    return imp.reshape(_slice_dim(imp, x, dim, i, i + 1), imp.out_shape())
+    return imp.b.reshape(imp.b.slice_dim(x, dim, i, i + 1), imp.out_shape())
 
 
 @_handles(aten.split_with_sizes.default, aten.split.Tensor)
 def _split(imp, node, args, kwargs):
     x = imp.value(args[0])
-    shape = _shape(x)
+    shape = shape_of(x)
     dim = _norm_dim(args[2] if len(args) > 2 else kwargs.get("dim", 0), len(shape))
     sizes = args[1]
     if isinstance(sizes, int):
         sizes = [min(sizes, shape[dim] - s) for s in range(0, shape[dim], sizes)]
     outs, start = [], 0
     for s in sizes:
-        outs.append(_slice_dim(imp, x, dim, start, start + s))
+        outs.append(imp.b.slice_dim(x, dim, start, start + s))
         start += s
     return tuple(outs)
 
@@ -1200,21 +1147,21 @@ def _split(imp, node, args, kwargs):
 @_handles(aten.unbind.int)
 def _unbind(imp, node, args, kwargs):
     x = imp.value(args[0])
-    shape = _shape(x)
+    shape = shape_of(x)
     dim = _norm_dim(args[1] if len(args) > 1 else 0, len(shape))
     rest = shape[:dim] + shape[dim + 1:]
-    return tuple(imp.reshape(_slice_dim(imp, x, dim, i, i + 1), rest) for i in range(shape[dim]))
+    return tuple(imp.b.reshape(imp.b.slice_dim(x, dim, i, i + 1), rest) for i in range(shape[dim]))
 
 
 @_handles(aten.cat.default)
 def _cat(imp, node, args, kwargs):
     dt = imp.out_dtype()
     vals = [imp.operand(t, dt) for t in args[0]]
-    vals = [v for v in vals if 0 not in _shape(v) or len(vals) == 1]
+    vals = [v for v in vals if 0 not in shape_of(v) or len(vals) == 1]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     if len(vals) == 1:
         return vals[0]
-    return imp.b.op(g.ConcatOp, vals, axis=g.i64_attr(_norm_dim(dim, len(_shape(vals[0])))))
+    return imp.b.op(g.ConcatOp, vals, axis=g.i64_attr(_norm_dim(dim, len(shape_of(vals[0])))))
 
 
 @_handles(aten.constant_pad_nd.default)
@@ -1222,14 +1169,14 @@ def _pad(imp, node, args, kwargs):
     x = imp.value(args[0])
     pad = list(args[1])
     value = args[2] if len(args) > 2 else 0.0
-    rank = len(_shape(x))
+    rank = len(shape_of(x))
     before, after = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):
         d = rank - 1 - i
         before[d], after[d] = pad[2 * i], pad[2 * i + 1]
     if any(p < 0 for p in before + after):
         raise _Unsupported("op:aten.constant_pad_nd with negative padding")
-    return imp.b.op(g.PadOp, [x], pads=_i64(before + after), value=g.f64_attr(float(value)))
+    return imp.b.op(g.PadOp, [x], pads=g.i64_array(before + after), value=g.f64_attr(float(value)))
 
 
 @_handles(aten.embedding.default)
@@ -1240,7 +1187,7 @@ def _embedding(imp, node, args, kwargs):
 @_handles(aten.index_select.default)
 def _index_select(imp, node, args, kwargs):
     x = imp.value(args[0])
-    return imp.b.op(g.GatherOp, [x, imp.value(args[2])], axis=g.i64_attr(_norm_dim(args[1], len(_shape(x)))))
+    return imp.b.op(g.GatherOp, [x, imp.value(args[2])], axis=g.i64_attr(_norm_dim(args[1], len(shape_of(x)))))
 
 
 @_handles(aten.index.Tensor)
@@ -1248,7 +1195,7 @@ def _index(imp, node, args, kwargs):
     """Advanced indexing with a contiguous block of index tensors: flatten the
     indexed dims into one and gather along it with the linearized index."""
     x = imp.value(args[0])
-    shape = _shape(x)
+    shape = shape_of(x)
     idx = list(args[1])
     pos = [i for i, t in enumerate(idx) if t is not None]
     if not pos or pos != list(range(pos[0], pos[-1] + 1)):
@@ -1270,9 +1217,9 @@ def _index(imp, node, args, kwargs):
             if s != 1:
                 t = imp.b.op(g.MulOp, [t, imp.b.constant(np.asarray(s, np.int64))])
             fv = t if fv is None else imp.b.op(g.AddOp, [fv, t])
-    xr = imp.reshape(x, (*shape[:p0], int(np.prod(dims)), *shape[p1:]))
+    xr = imp.b.reshape(x, (*shape[:p0], int(np.prod(dims)), *shape[p1:]))
     y = imp.b.op(g.GatherOp, [xr, fv], axis=g.i64_attr(p0))
-    return imp.reshape(y, imp.out_shape())
+    return imp.b.reshape(y, imp.out_shape())
 
 
 @_handles(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default)
