@@ -311,22 +311,6 @@ class _Emitter(GraphBuilder):
         return self.reshape(self.transpose(x, [0, 2, 1, 3]), (b, s, n * d))
 
 
-def drop_phantom_uses(block) -> None:
-    """Detach uses held by ops that are not in any block. GraphBuilder.op builds a
-    throw-away op to infer result types and leaves it registered as a user of
-    its operands, so every value would look used twice (dead-code elimination
-    would keep everything). Remove those stale uses."""
-    for op in block.ops:
-        for r in op.results:
-            for use in list(r.uses):
-                if use.operation.parent is None:
-                    use.operation.drop_all_references()
-    for arg in block.args:
-        for use in list(arg.uses):
-            if use.operation.parent is None:
-                use.operation.drop_all_references()
-
-
 # --------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------
@@ -482,7 +466,6 @@ class _DecoderImporter:
                 v = e.op(g.PadOp, [v], pads=pads)
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.block)
         return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def decode(self, batch: int, max_len: int) -> ModuleOp:
@@ -497,7 +480,6 @@ class _DecoderImporter:
             x, k, v = self.block(e, i, x, ctx, past[2 * i], past[2 * i + 1])
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.block)
         return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def attend(self, e: _Emitter, q, k, v, ctx, past_k=None, past_v=None, scale=None):
@@ -820,7 +802,6 @@ class _BertImporter:
             cls = e.reshape(e.slice_dim(x, 1, 0, 1), (batch, h))
             outputs.append(e.op(g.TanhOp, [e.linear(cls, "pooler.dense", h, h, bias=True)]))
             names.append("pooler_output")
-        drop_phantom_uses(e.block)
         return e.finish(outputs, names)
 
     def pool(self, e: _Emitter, x, mask_in, batch, seq):

@@ -52,10 +52,6 @@ TARGET_OPSET = min(onnx.defs.onnx_opset_version(), 28)
 version converter can; upgrading almost always works, downgrading often does
 not, hence the newest); handlers accept older forms as well."""
 
-WEIGHT_LIMIT = 16
-"""Initializers with more elements than this become `graph.weight` (out of the text)."""
-
-
 # --------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------
@@ -328,18 +324,9 @@ class _Importer:
         raise _NodeProblem(f"input '{name}' is not defined")
 
     def materialise(self, array: np.ndarray, name: str = "const") -> SSAValue:
-        array = np.asarray(array)
-        if array.size > WEIGHT_LIMIT:
-            return self.b.weight(_weight_name(name), array)
-        if array.ndim == 0:
-            # GraphBuilder.constant turns a 0-d array into shape (1,)
-            # (np.ascontiguousarray); build it 1-d and reshape back.
-            one = self.b.constant(array.reshape(1), name=_weight_name(name))
-            return self.b.reshape(one, ())
-        return self.b.constant(array, name=_weight_name(name))
-
-    def const(self, array: Any, dtype: np.dtype | type) -> SSAValue:
-        return self.materialise(np.asarray(array, dtype=dtype))
+        """A value known at import time in the IR: a constant, or a weight named after
+        `name` when larger than INLINE_CONSTANT_LIMIT elements."""
+        return self.b.constant(np.asarray(array), name=_weight_name(name))
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
@@ -361,11 +348,6 @@ class _Importer:
         if name in self.graph_inputs:
             raise NeedsInputValue(name, f"{what} comes from graph input '{name}', but it must be known at import time (make it an initializer)")
         raise _NodeProblem(f"{what} ('{name}') is computed at run time, but it must be known at import time")
-
-    # -- emitting ---------------------------------------------------------
-    def scalar(self, value: float | int, like: SSAValue) -> SSAValue:
-        """A scalar constant of `like`'s element type (materialised as every constant is)."""
-        return self.const(value, numpy_dtype_of(like))
 
     # -- driving ----------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -780,7 +762,7 @@ def _variadic(imp: _Importer, node: onnx.NodeProto):
     for v in vals[1:]:
         acc = imp.b.op(cls, [acc, v])
     if node.op_type == "Mean" and len(vals) > 1:
-        acc = imp.b.op(g.DivOp, [acc, imp.scalar(len(vals), acc)])
+        acc = imp.b.op(g.DivOp, [acc, imp.b.scalar(len(vals), acc)])
     return [acc]
 
 
@@ -842,7 +824,7 @@ def _selu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Selu")
     e = imp.b.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.67326319217681884765625)))
-    return [imp.b.op(g.MulOp, [e, imp.scalar(_attr(node, "gamma", 1.05070102214813232421875), x)])]
+    return [imp.b.op(g.MulOp, [e, imp.b.scalar(_attr(node, "gamma", 1.05070102214813232421875), x)])]
 
 
 @_handler("Celu", attrs=("alpha",))
@@ -850,7 +832,7 @@ def _celu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Celu")
     alpha = _attr(node, "alpha", 1.0)
-    a = imp.scalar(alpha, x)
+    a = imp.b.scalar(alpha, x)
     e = imp.b.op(g.EluOp, [imp.b.op(g.DivOp, [x, a])], alpha=g.f64_attr(1.0))
     return [imp.b.op(g.MulOp, [e, a])]
 
@@ -877,7 +859,7 @@ def _swish(imp: _Importer, node: onnx.NodeProto):
     alpha = float(_attr(node, "alpha", 1.0))
     if alpha == 1.0:
         return [imp.b.op(g.SiluOp, [x])]
-    s = imp.b.op(g.SigmoidOp, [imp.b.op(g.MulOp, [x, imp.scalar(alpha, x)])])
+    s = imp.b.op(g.SigmoidOp, [imp.b.op(g.MulOp, [x, imp.b.scalar(alpha, x)])])
     return [imp.b.op(g.MulOp, [x, s])]
 
 
@@ -892,30 +874,30 @@ def _mish(imp: _Importer, node: onnx.NodeProto):
 def _softsign(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     _require_float(x, "Softsign")
-    d = imp.b.op(g.AddOp, [imp.b.op(g.AbsOp, [x]), imp.scalar(1, x)])
+    d = imp.b.op(g.AddOp, [imp.b.op(g.AbsOp, [x]), imp.b.scalar(1, x)])
     return [imp.b.op(g.DivOp, [x, d])]
 
 
 @_handler("ThresholdedRelu", attrs=("alpha",))
 def _thresholded_relu(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    cond = imp.b.op(g.GreaterOp, [x, imp.scalar(_attr(node, "alpha", 1.0), x)])
-    return [imp.b.op(g.WhereOp, [cond, x, imp.scalar(0, x)])]
+    cond = imp.b.op(g.GreaterOp, [x, imp.b.scalar(_attr(node, "alpha", 1.0), x)])
+    return [imp.b.op(g.WhereOp, [cond, x, imp.b.scalar(0, x)])]
 
 
 @_handler("Shrink", attrs=("bias", "lambd"))
 def _shrink(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     bias, lambd = _attr(node, "bias", 0.0), _attr(node, "lambd", 0.5)
-    zero = imp.scalar(0, x)
-    lo = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [x, imp.scalar(-lambd, x)]), imp.b.op(g.AddOp, [x, imp.scalar(bias, x)]), zero])
-    return [imp.b.op(g.WhereOp, [imp.b.op(g.GreaterOp, [x, imp.scalar(lambd, x)]), imp.b.op(g.SubOp, [x, imp.scalar(bias, x)]), lo])]
+    zero = imp.b.scalar(0, x)
+    lo = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [x, imp.b.scalar(-lambd, x)]), imp.b.op(g.AddOp, [x, imp.b.scalar(bias, x)]), zero])
+    return [imp.b.op(g.WhereOp, [imp.b.op(g.GreaterOp, [x, imp.b.scalar(lambd, x)]), imp.b.op(g.SubOp, [x, imp.b.scalar(bias, x)]), lo])]
 
 
 @_handler("PRelu", attrs=("consumed_inputs",))
 def _prelu(imp: _Importer, node: onnx.NodeProto):
     x, slope = imp.value(node.input[0]), imp.value(node.input[1])
-    neg = imp.b.op(g.LessOp, [x, imp.scalar(0, x)])
+    neg = imp.b.op(g.LessOp, [x, imp.b.scalar(0, x)])
     return [imp.b.op(g.WhereOp, [neg, imp.b.op(g.MulOp, [x, slope]), x])]
 
 
@@ -941,7 +923,7 @@ def _clip(imp: _Importer, node: onnx.NodeProto):
         if name:
             bound = np.asarray(imp.consts[name]).reshape(-1)[0].item()
         if bound is not None:
-            out = imp.b.op(cls, [out, imp.scalar(bound, x)])
+            out = imp.b.op(cls, [out, imp.b.scalar(bound, x)])
     return [out]
 
 
@@ -954,8 +936,8 @@ def _isnan(imp: _Importer, node: onnx.NodeProto):
 @_handler("IsInf", attrs=("detect_positive", "detect_negative"))
 def _isinf(imp: _Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    pos = imp.b.op(g.EqualOp, [x, imp.scalar(np.inf, x)])
-    neg = imp.b.op(g.EqualOp, [x, imp.scalar(-np.inf, x)])
+    pos = imp.b.op(g.EqualOp, [x, imp.b.scalar(np.inf, x)])
+    neg = imp.b.op(g.EqualOp, [x, imp.b.scalar(-np.inf, x)])
     dp, dn = _attr(node, "detect_positive", 1), _attr(node, "detect_negative", 1)
     if dp and dn:
         return [imp.b.op(g.OrOp, [pos, neg])]
@@ -976,15 +958,15 @@ def _trig(expr: Callable[[_Importer, SSAValue], SSAValue]):
 
 
 def _half(imp: _Importer, x: SSAValue) -> SSAValue:
-    return imp.b.op(g.MulOp, [x, imp.scalar(0.5, x)])
+    return imp.b.op(g.MulOp, [x, imp.b.scalar(0.5, x)])
 
 
 _handler("Tan")(_trig(lambda imp, x: imp.b.op(g.DivOp, [imp.b.op(g.SinOp, [x]), imp.b.op(g.CosOp, [x])])))
 _handler("Sinh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.SubOp, [imp.b.op(g.ExpOp, [x]), imp.b.op(g.ExpOp, [imp.b.op(g.NegOp, [x])])]))))
 _handler("Cosh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.AddOp, [imp.b.op(g.ExpOp, [x]), imp.b.op(g.ExpOp, [imp.b.op(g.NegOp, [x])])]))))
-_handler("Asinh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Acosh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.SubOp, [imp.b.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.LogOp, [imp.b.op(g.DivOp, [imp.b.op(g.AddOp, [imp.scalar(1, x), x]), imp.b.op(g.SubOp, [imp.scalar(1, x), x])])]))))
+_handler("Asinh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [x, x]), imp.b.scalar(1, x)])])])])))
+_handler("Acosh")(_trig(lambda imp, x: imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.op(g.SqrtOp, [imp.b.op(g.SubOp, [imp.b.op(g.MulOp, [x, x]), imp.b.scalar(1, x)])])])])))
+_handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.b.op(g.LogOp, [imp.b.op(g.DivOp, [imp.b.op(g.AddOp, [imp.b.scalar(1, x), x]), imp.b.op(g.SubOp, [imp.b.scalar(1, x), x])])]))))
 
 
 # --------------------------------------------------------------------------
@@ -1016,11 +998,11 @@ def _gemm(imp: _Importer, node: onnx.NodeProto):
         return [imp.b.op(g.LinearOp, [a, wv, bias])]
     y = imp.b.op(g.MatmulOp, [a, imp.value(b_name)], transpose_a=g.bool_attr(ta), transpose_b=g.bool_attr(tb))
     if alpha != 1.0:
-        y = imp.b.op(g.MulOp, [y, imp.scalar(alpha, y)])
+        y = imp.b.op(g.MulOp, [y, imp.b.scalar(alpha, y)])
     if c_name:
         c = imp.value(c_name)
         if beta != 1.0:
-            c = imp.b.op(g.MulOp, [c, imp.scalar(beta, c)])
+            c = imp.b.op(g.MulOp, [c, imp.b.scalar(beta, c)])
         y = imp.b.op(g.AddOp, [y, c])
     return [y]
 
@@ -1150,7 +1132,7 @@ def _normalize(imp: _Importer, x: SSAValue, axes: Sequence[int], eps: float, out
     mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
     d = imp.b.op(g.SubOp, [x, mean])
     var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
-    inv = imp.b.op(g.RsqrtOp, [imp.b.op(g.AddOp, [var, imp.scalar(eps, var)])])
+    inv = imp.b.op(g.RsqrtOp, [imp.b.op(g.AddOp, [var, imp.b.scalar(eps, var)])])
     y = imp.b.op(g.MulOp, [d, inv])
     if outputs:
         return y, mean, inv
@@ -1217,9 +1199,9 @@ def _lp_norm(imp: _Importer, node: onnx.NodeProto):
         norm = imp.b.op(g.SqrtOp, [imp.b.reduce(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]), [axis], True)])
     else:
         raise _NodeProblem(f"p = {p} is not supported (1 or 2)")
-    zero = imp.scalar(0, x)
+    zero = imp.b.scalar(0, x)
     is_zero = imp.b.op(g.EqualOp, [norm, zero])
-    safe = imp.b.op(g.WhereOp, [is_zero, imp.scalar(1, x), norm])
+    safe = imp.b.op(g.WhereOp, [is_zero, imp.b.scalar(1, x), norm])
     return [imp.b.op(g.WhereOp, [is_zero, zero, imp.b.op(g.DivOp, [x, safe])])]
 
 
@@ -1233,7 +1215,7 @@ def _mvn(imp: _Importer, node: onnx.NodeProto):
     d = imp.b.op(g.SubOp, [x, mean])
     var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
     std = imp.b.op(g.SqrtOp, [var])
-    return [imp.b.op(g.DivOp, [d, imp.b.op(g.AddOp, [std, imp.scalar(1e-9, std)])])]
+    return [imp.b.op(g.DivOp, [d, imp.b.op(g.AddOp, [std, imp.b.scalar(1e-9, std)])])]
 
 
 @_handler("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
@@ -1564,7 +1546,7 @@ def _trilu(imp: _Importer, node: onnx.NodeProto):
     rows, cols = xs[-2], xs[-1]
     fn = np.triu if _attr(node, "upper", 1) else np.tril
     mask = fn(np.ones((rows, cols), dtype=np.bool_), k)
-    return [imp.b.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.scalar(0, x)])]
+    return [imp.b.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.b.scalar(0, x)])]
 
 
 @_handler("CumSum", attrs=("exclusive", "reverse"))
@@ -1598,14 +1580,14 @@ def _one_hot(imp: _Importer, node: onnx.NodeProto):
         idx = imp.b.cast(idx, np.dtype(np.int64))
     else:
         idx = imp.b.cast(idx, np.dtype(np.int64))
-    neg = imp.b.op(g.LessOp, [idx, imp.scalar(0, idx)])
-    idx = imp.b.op(g.WhereOp, [neg, imp.b.op(g.AddOp, [idx, imp.scalar(depth, idx)]), idx])
+    neg = imp.b.op(g.LessOp, [idx, imp.b.scalar(0, idx)])
+    idx = imp.b.op(g.WhereOp, [neg, imp.b.op(g.AddOp, [idx, imp.b.scalar(depth, idx)]), idx])
     shape = list(shape_of(idx))
     shape.insert(axis, 1)
     idx = imp.b.reshape(idx, shape)
     iota = np.arange(depth, dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(rank)])
     eq = imp.b.op(g.EqualOp, [idx, imp.materialise(iota, "iota")])
-    off, on = imp.const(values[0], values.dtype), imp.const(values[1], values.dtype)
+    off, on = imp.b.inline_constant(values[0]), imp.b.inline_constant(values[1])
     return [imp.b.op(g.WhereOp, [eq, on, off])]
 
 
@@ -1680,7 +1662,7 @@ def _arg_reduce(imp: _Importer, node: onnx.NodeProto):
     starts[axis], ends[axis], steps[axis] = xs[axis] - 1, -1, -1
     rev = imp.b.slice(x, starts, ends, steps)
     i = imp.b.op(cls, [rev], axes=g.i64_array([axis]), keepdims=g.bool_attr(keep))
-    return [imp.b.op(g.SubOp, [imp.scalar(xs[axis] - 1, i), i])]
+    return [imp.b.op(g.SubOp, [imp.b.scalar(xs[axis] - 1, i), i])]
 
 
 SUPPORTED_OPS = frozenset(_HANDLERS)
@@ -1854,7 +1836,7 @@ def _gather_elements(imp: _Importer, node: onnx.NodeProto):
     if ends != list(xs):
         x = imp.b.slice(x, [0] * rank, ends, [1] * rank)
     idx = imp.b.cast(idx, np.dtype(np.int64))
-    idx = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [idx, imp.scalar(0, idx)]), imp.b.op(g.AddOp, [idx, imp.scalar(d, idx)]), idx])
+    idx = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [idx, imp.b.scalar(0, idx)]), imp.b.op(g.AddOp, [idx, imp.b.scalar(d, idx)]), idx])
     xe = imp.b.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
     ie = imp.b.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
     iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
@@ -1862,7 +1844,7 @@ def _gather_elements(imp: _Importer, node: onnx.NodeProto):
     if numpy_dtype_of(x) == np.bool_:
         picked = imp.b.op(g.AndOp, [eq, xe])
         return [imp.b.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
-    picked = imp.b.op(g.WhereOp, [eq, xe, imp.scalar(0, xe)])
+    picked = imp.b.op(g.WhereOp, [eq, xe, imp.b.scalar(0, xe)])
     return [imp.b.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
 
 
@@ -1883,13 +1865,13 @@ def _lp_pool(imp: _Importer, node: onnx.NodeProto):
     strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
         x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
-    xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.scalar(p, x)])
+    xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.b.scalar(p, x)])
     avg = imp.b.op(
         g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
         ceil_mode=g.bool_attr(_attr(node, "ceil_mode", 0)), count_include_pad=g.bool_attr(True),
     )
-    total = imp.b.op(g.MulOp, [avg, imp.scalar(math.prod(kernel2), avg)])
-    y = imp.b.op(g.PowOp, [total, imp.scalar(1.0 / p, total)])
+    total = imp.b.op(g.MulOp, [avg, imp.b.scalar(math.prod(kernel2), avg)])
+    y = imp.b.op(g.PowOp, [total, imp.b.scalar(1.0 / p, total)])
     if r == 1:
         ys = shape_of(y)
         y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))

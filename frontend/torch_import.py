@@ -57,7 +57,6 @@ from xdsl.ir import Block, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
 from infer.frontend.builder import GraphBuilder
-from infer.frontend.hf_import import drop_phantom_uses
 from infer.frontend.model import ModelImportError
 
 aten = torch.ops.aten
@@ -439,7 +438,6 @@ class _Importer:
 
 def _erase_dead(block: Block, keep: set[int]) -> None:
     """Drop ops whose results are unused (left behind by the fusions below)."""
-    drop_phantom_uses(block)
     for op in reversed(list(block.ops)):
         if id(op) not in keep and all(not r.uses for r in op.results):
             block.erase_op(op)
