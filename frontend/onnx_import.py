@@ -3,7 +3,9 @@
     module = import_onnx("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
 
 Steps: load the protobuf without executing anything (external data is read by
-us, every location confined to the model's folder); `onnx.checker`; normalise
+us, every location confined to the model's folder); refuse an IR version newer than
+the installed onnx reads or a default-domain opset newer than `TARGET_OPSET`;
+`onnx.checker`; normalise
 to `TARGET_OPSET` with `onnx.version_converter` (falling back to the original
 model when the converter cannot); `onnx.shape_inference`; then one pass over
 the nodes in order:
@@ -177,7 +179,26 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+def _check_versions(model: onnx.ModelProto, label: str) -> None:
+    """A model newer than the importer knows is refused: its ops may mean something the
+    handlers (written for opsets up to TARGET_OPSET) do not know about."""
+    if model.ir_version > onnx.IR_VERSION:
+        raise ModelImportError(
+            f"{label}: the model's IR version is {model.ir_version}, newer than this importer "
+            f"reads (up to {onnx.IR_VERSION}, onnx {onnx.__version__}); export it with an older "
+            "IR version"
+        )
+    opset = _default_opset(model)
+    if opset > TARGET_OPSET:
+        raise ModelImportError(
+            f"{label}: the model imports the default ONNX domain at opset {opset}, newer than "
+            f"this importer knows (opsets 1 to {TARGET_OPSET}); export it for opset {TARGET_OPSET} "
+            "or older"
+        )
+
+
 def _normalise(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    _check_versions(model, label)
     try:
         if model.ByteSize() < 2**31 - 1:
             onnx.checker.check_model(model)
