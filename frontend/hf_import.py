@@ -405,8 +405,10 @@ def _combine(funcs: list[tuple[str, ModuleOp]], store: WeightStore) -> ModuleOp:
 # --------------------------------------------------------------------------
 
 
-class _DecoderImporter:
-    """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
+class _ModelImporter:
+    """One architecture's importer: reads config.json (`read_config`), then `build`s the
+    module with an `_Emitter` over the checkpoint, whose tensor names may carry one of
+    `prefixes`."""
 
     prefixes: Sequence[str] = ("",)
 
@@ -414,13 +416,25 @@ class _DecoderImporter:
         self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
         self.read_config()
 
+    def read_config(self) -> None:
+        raise NotImplementedError
+
     def cfg_get(self, *keys: str, default: Any = None, required: bool = True) -> Any:
+        """The first of `keys` that config.json sets (to something other than null), else
+        `default`; with no default a missing required key is an error naming the first key."""
         for k in keys:
             if self.cfg.get(k) is not None:
                 return self.cfg[k]
         if default is None and required:
             raise ModelImportError(f"{self.folder}/config.json: missing '{keys[0]}'")
         return default
+
+    def emitter(self) -> _Emitter:
+        return _Emitter(self.ckpt, self.dtype, self.prefixes)
+
+
+class _DecoderImporter(_ModelImporter):
+    """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
 
     def build(self, seq_len, batch, phase, max_len) -> ModuleOp:
         max_pos = self.max_positions
@@ -444,9 +458,6 @@ class _DecoderImporter:
 
     def check_lengths(self, max_len: int) -> None:
         pass
-
-    def emitter(self) -> _Emitter:
-        return _Emitter(self.ckpt, self.dtype, self.prefixes)
 
     def cache_names(self) -> list[str]:
         return [f"{kv}_{i}" for i in range(self.n_layers) for kv in ("k", "v")]
@@ -730,32 +741,29 @@ def sentence_transformers_modules(folder: Path) -> tuple[dict[str, Any] | None, 
     return pooling, normalize
 
 
-class _BertImporter:
+class _BertImporter(_ModelImporter):
     prefixes = ("", "bert.")
 
-    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: Checkpoint, dtype: np.dtype):
-        self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
-        get = lambda k, d=None: cfg.get(k, d) if cfg.get(k, d) is not None else d  # noqa: E731
-        try:
-            self.hidden = int(cfg["hidden_size"])
-            self.n_layers = int(cfg["num_hidden_layers"])
-            self.n_heads = int(cfg["num_attention_heads"])
-            self.inter = int(cfg["intermediate_size"])
-            self.vocab = int(cfg["vocab_size"])
-        except KeyError as e:
-            raise ModelImportError(f"{folder}/config.json: missing {e}") from None
+    def read_config(self) -> None:
+        c = self.cfg_get
+        self.hidden = int(c("hidden_size"))
+        self.n_layers = int(c("num_hidden_layers"))
+        self.n_heads = int(c("num_attention_heads"))
+        self.inter = int(c("intermediate_size"))
+        self.vocab = int(c("vocab_size"))
         self.head_dim = self.hidden // self.n_heads
-        self.max_positions = int(get("max_position_embeddings", 512))
-        self.type_vocab = int(get("type_vocab_size", 2))
-        self.eps = float(get("layer_norm_eps", 1e-12))
-        act = get("hidden_act", "gelu")
+        self.max_positions = int(c("max_position_embeddings", default=512))
+        self.type_vocab = int(c("type_vocab_size", default=2))
+        self.eps = float(c("layer_norm_eps", default=1e-12))
+        act = c("hidden_act", default="gelu")
         approx = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
         if act not in approx:
-            raise ModelImportError(f"{folder}/config.json: hidden_act {act!r} is not supported for BERT")
+            raise ModelImportError(f"{self.folder}/config.json: hidden_act {act!r} is not supported for BERT")
         self.approx = approx[act]
-        if get("position_embedding_type", "absolute") != "absolute":
-            raise ModelImportError(f"{folder}/config.json: position_embedding_type {cfg['position_embedding_type']!r} is not supported")
-        self.pooling, self.normalize = sentence_transformers_modules(folder)
+        position_embedding = c("position_embedding_type", default="absolute")
+        if position_embedding != "absolute":
+            raise ModelImportError(f"{self.folder}/config.json: position_embedding_type {position_embedding!r} is not supported")
+        self.pooling, self.normalize = sentence_transformers_modules(self.folder)
 
     def ln(self, e: _Emitter, x, p):
         return e.op(
@@ -770,7 +778,7 @@ class _BertImporter:
         seq = seq_len or min(128, self.max_positions)
         if seq > self.max_positions:
             raise ModelImportError(f"seq_len {seq} exceeds max_position_embeddings ({self.max_positions})")
-        e = _Emitter(self.ckpt, self.dtype, self.prefixes)
+        e = self.emitter()
         h, n, d = self.hidden, self.n_heads, self.head_dim
         ids = e.input("input_ids", (batch, seq), np.int64)
         mask_in = e.input("attention_mask", (batch, seq), np.int64)

@@ -1631,7 +1631,10 @@ def _reduce(imp: _Importer, node: onnx.NodeProto):
         axes = list(range(rank))
     axes = sorted({_norm_axis(a, rank) for a in axes})
     t = node.op_type
-    R = lambda cls, v: imp.b.reduce(cls, v, axes, keep)  # noqa: E731
+
+    def reduce_axes(cls: type[g.ReduceOp], v: SSAValue) -> SSAValue:
+        return imp.b.reduce(cls, v, axes, keep)
+
     if t in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
         cls = {"ReduceSum": g.ReduceSumOp, "ReduceMean": g.ReduceMeanOp, "ReduceMax": g.ReduceMaxOp, "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}[t]
         if t in ("ReduceMax", "ReduceMin") and any(shape_of(x)[a] == 0 for a in axes):
@@ -1641,15 +1644,15 @@ def _reduce(imp: _Importer, node: onnx.NodeProto):
                 fill = (info.min if t == "ReduceMax" else info.max) if info else (t == "ReduceMin")
             shape = _reduced_shape(shape_of(x), axes, keep)
             return [np.full(shape, fill, dtype=numpy_dtype_of(x))]
-        return [R(cls, x)]
+        return [reduce_axes(cls, x)]
     if t == "ReduceL1":
-        return [R(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]))]
+        return [reduce_axes(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]))]
     if t == "ReduceSumSquare":
-        return [R(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]))]
+        return [reduce_axes(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]))]
     if t == "ReduceL2":
-        return [_float_then_back(imp, R(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x])), g.SqrtOp)]
+        return [_float_then_back(imp, reduce_axes(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x])), g.SqrtOp)]
     if t == "ReduceLogSum":
-        return [_float_then_back(imp, R(g.ReduceSumOp, x), g.LogOp)]
+        return [_float_then_back(imp, reduce_axes(g.ReduceSumOp, x), g.LogOp)]
     # ReduceLogSumExp, stably: m + log(sum(exp(x - m)))
     if any(shape_of(x)[a] == 0 for a in axes):
         return [np.full(_reduced_shape(shape_of(x), axes, keep), -np.inf, dtype=numpy_dtype_of(x))]

@@ -569,7 +569,8 @@ def _rsub(imp, node, args, kwargs):
 # -- fusions: exact rewrites of what transformers' modules decompose into ---------
 
 
-def _is(n: Any, target: Any) -> bool:
+def _calls(n: Any, target: Any) -> bool:
+    """FX node `n` calls `target`."""
     return hasattr(n, "target") and n.target == target
 
 
@@ -580,37 +581,37 @@ def _last_dim(n: Any, d: Any) -> bool:
 
 def _match_rms(n: Any) -> tuple[Any, float] | None:
     """n = x * rsqrt(mean(x ** 2, -1, keepdim) + eps) -> (x, eps)."""
-    if not _is(n, aten.mul.Tensor):
+    if not _calls(n, aten.mul.Tensor):
         return None
     for x, r in (n.args, n.args[::-1]):
-        if not _is(r, aten.rsqrt.default) or not _is(r.args[0], aten.add.Tensor):
+        if not _calls(r, aten.rsqrt.default) or not _calls(r.args[0], aten.add.Tensor):
             continue
         mean, eps = r.args[0].args
-        if not isinstance(eps, float) or not _is(mean, aten.mean.dim) or len(mean.args) < 3 or not mean.args[2]:
+        if not isinstance(eps, float) or not _calls(mean, aten.mean.dim) or len(mean.args) < 3 or not mean.args[2]:
             continue
         if len(mean.args[1]) != 1 or not _last_dim(mean.args[0], mean.args[1][0]):
             continue
         p = mean.args[0]
-        if _is(p, aten.pow.Tensor_Scalar) and p.args[0] is x and p.args[1] == 2:
+        if _calls(p, aten.pow.Tensor_Scalar) and p.args[0] is x and p.args[1] == 2:
             return x, eps
     return None
 
 
 def _match_rotary(n: Any) -> tuple[Any, Any, Any] | None:
     """n = q * cos + cat(-q[..., h:], q[..., :h]) * sin -> (q, cos, sin) (rotate_half)."""
-    if not _is(n, aten.add.Tensor) or len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
+    if not _calls(n, aten.add.Tensor) or len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
         return None
     for m1, m2 in (n.args, n.args[::-1]):
-        if not (_is(m1, aten.mul.Tensor) and _is(m2, aten.mul.Tensor)):
+        if not (_calls(m1, aten.mul.Tensor) and _calls(m2, aten.mul.Tensor)):
             continue
         for q, cos in (m1.args, m1.args[::-1]):
             for cat, sin in (m2.args, m2.args[::-1]):
-                if not _is(cat, aten.cat.default) or len(cat.args[0]) != 2 or not hasattr(q, "meta"):
+                if not _calls(cat, aten.cat.default) or len(cat.args[0]) != 2 or not hasattr(q, "meta"):
                     continue
                 if not _last_dim(q, cat.args[1] if len(cat.args) > 1 else 0):
                     continue
                 neg, lo = cat.args[0]
-                if not (_is(neg, aten.neg.default) and _is(neg.args[0], aten.slice.Tensor) and _is(lo, aten.slice.Tensor)):
+                if not (_calls(neg, aten.neg.default) and _calls(neg.args[0], aten.slice.Tensor) and _calls(lo, aten.slice.Tensor)):
                     continue
                 hi = neg.args[0]
                 d = q.meta["val"].shape[-1]
