@@ -144,9 +144,9 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     """The value of a dense elements attribute as a new numpy array.
 
     The raw data is read as little-endian whatever the host (xDSL packs it with `<`
-    formats); an i1 element is one byte, any non-zero byte meaning true (xDSL writes
-    0xff for a parsed `true`, `dense_attr` 0x01); one stored element for a larger
-    shape is a splat. Raises ValueError when the data holds another element count."""
+    formats); an i1 element is one byte, any non-zero byte meaning true (xDSL and
+    `dense_attr` write 0xff, other writers 0x01); one stored element for a larger shape
+    is a splat. Raises ValueError when the data holds another element count."""
     t = attr.type
     assert isinstance(t, TensorType)
     dtype = to_numpy_dtype(t.get_element_type())

@@ -20,7 +20,14 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import prop_def
 from xdsl.traits import ConstantLike
 
-from infer.dialects.dtypes import dense_to_numpy, element_type_name, element_type_of, format_shape, shape_of, to_numpy_dtype
+from infer.dialects.dtypes import (
+    dense_to_numpy,
+    element_type_name,
+    element_type_of,
+    format_shape,
+    shape_of,
+    to_numpy_dtype,
+)
 from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 

@@ -4,7 +4,7 @@
     x = b.input("x", (1, 3, 224, 224), np.float32)
     w = b.weight("conv1.weight", array)           # goes to the weight store, not the text
     y = b.op(graph.Conv2dOp, [x, w], stride=graph.i64_array([2, 2]))
-    y = b.reshape(y, (1, -1))                     # shaping helpers, below
+    y = b.reshape(y, (1, 64 * 112 * 112))         # shaping helpers, below
     module = b.finish([y], ["logits"])
 
 Result types come from each op's own shape inference, so a frontend states
@@ -161,7 +161,7 @@ class GraphBuilder:
         return self.slice(x, starts, ends, steps)
 
     def reduce(self, op_type: type[graph.ReduceOp], x: SSAValue, axes: Sequence[int], keepdims: bool) -> SSAValue:
-        return self.op(op_type, [x], axes=graph.i64_array([int(a) for a in axes]), keepdims=graph.bool_attr(bool(keepdims)))
+        return self.op(op_type, [x], axes=graph.i64_array(axes), keepdims=graph.bool_attr(keepdims))
 
     # -- finishing -------------------------------------------------------
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str] | None = None, func_name: str = "main") -> ModuleOp:
