@@ -11,6 +11,7 @@ import pytest
 from infer.dialects import tile as t
 from infer.dialects.ir_io import parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
+from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.tile_memory_plan import TilePlanMemoryPass
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
