@@ -66,22 +66,22 @@ class Decoded:
     matrix_rows: int
 
 
-def _timing_params(cfg: HardwareConfig, ins: isa.Instr) -> tuple[int, int]:
+def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tuple[int, int]:
     d = ins.d
     if d.engine in ("dma_load", "dma_store"):
-        n0, n1, n2 = ins["n0"], ins["n1"], ins["n2"]
+        n0, n1, n2 = v["n0"], v["n1"], v["n2"]
         burst = cfg.dram.burst_bytes
         charged = n2 * n1 * (-(-n0 // burst) * burst)
         return -(-charged // cfg.dram.bytes_per_cycle), n0 * n1 * n2
     if d.name == "mx.loadw":
-        k, n = ins["k"], ins["n"]
-        esz = NP_DTYPES[ins["dtype"]].itemsize
+        k, n = v["k"], v["n"]
+        esz = NP_DTYPES[v["dtype"]].itemsize
         return -(-(k * n * esz) // cfg.matrix.weight_load_bytes_per_cycle), k * n
     if d.name == "mx.matmul":
-        return ins["m"] * cfg.matrix.cycles_per_row, ins["m"]
+        return v["m"] * cfg.matrix.cycles_per_row, v["m"]
     if d.engine == "vector":
         assert d.vop is not None
-        rows, cols = ins["rows"], ins["cols"]
+        rows, cols = v["rows"], v["cols"]
         groups = -(-(rows * cols) // cfg.vector.lanes)
         return groups * cfg.vector.cost[d.vop.name], rows * cols
     return 0, 0
@@ -93,7 +93,7 @@ def _well_nested(instrs: list[isa.Instr]) -> bool:
         while ends and ends[-1] <= i:
             ends.pop()
         if ins.d.name == "loop":
-            end = i + 1 + ins["body"]
+            end = i + 1 + ins.as_dict()["body"]
             if end > len(instrs) or (ends and end > ends[-1]):
                 return False
             ends.append(end)
@@ -123,7 +123,7 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
         wait.append(ins.wait)
         signal.append(ins.signal)
         signal2.append(ins.signal2)
-        a, b = _timing_params(cfg, ins)
+        a, b = _timing_params(cfg, ins, dict(zip(d.field_names, ins.values)))
         p1.append(a)
         p2.append(b)
     if not _well_nested(instrs):
@@ -133,7 +133,9 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
         ins = instrs[pc]
         if tclass[pc] != T_LOOP:
             continue
-        start, end = pc + 1, pc + 1 + ins["body"]
+        v = ins.as_dict()
+        count_base, count = v["count_base"], v["count"]
+        start, end = pc + 1, pc + 1 + v["body"]
         static, steps, q = True, 0, start
         while q < end:
             if tclass[q] == T_LOOP:
@@ -146,8 +148,7 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
                 static = False
             steps += 1
             q += 1
-        loops[pc] = Loop(pc, start, end, ins["count_base"], ins["count"], static,
-                         steps if static else 0)
+        loops[pc] = Loop(pc, start, end, count_base, count, static, steps if static else 0)
     dynamic = any(lp.count_base != 0 for lp in loops.values())
     return Decoded(n, names, engine, tclass, wait, signal, signal2, p1, p2, loops, dynamic,
                    instrs, cfg.matrix.rows)

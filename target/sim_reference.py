@@ -71,12 +71,13 @@ def compile_checks(cfg: Any, ins: isa.Instr) -> None:
                         f"{cfg.name} has s1..s{nsem})")
     if ins.d.engine == "matrix":
         mc = cfg.matrix
-        dname = isa.DTYPES[ins["dtype"]][0]
+        v = ins.as_dict()
+        dname = isa.DTYPES[v["dtype"]][0]
         if dname not in mc.dtypes:
             raise Fault("unsupported", f"dtype {dname} not supported by the matrix unit of "
                         f"config {cfg.name} ({', '.join(mc.dtypes)})")
-        if ins.d.name == "mx.loadw" and (ins["k"] > mc.rows or ins["n"] > mc.cols):
-            raise Fault("shape", f"weight tile {ins['k']}x{ins['n']} exceeds the "
+        if ins.d.name == "mx.loadw" and (v["k"] > mc.rows or v["n"] > mc.cols):
+            raise Fault("shape", f"weight tile {v['k']}x{v['n']} exceeds the "
                         f"{mc.rows}x{mc.cols} array")
 
 
