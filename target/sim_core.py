@@ -310,7 +310,7 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
     """dst = op(a, b) converted to dt. a and b are operand views in their storage type (b None
     for unary ops and bmode=imm), converted to the compute type in C order, so a row
     reduction runs over contiguous rows of the same length however many tiles are stacked."""
-    x = a.astype(spec.ctype, order="C")
+    x = converted(a, spec.ctype)
     with np.errstate(all="ignore"):
         if spec.binary:
             r = spec.fn(x, spec.imm if b is None else b.astype(spec.ctype))
@@ -325,13 +325,29 @@ def weights_dtype(dt: int, rows: int) -> Any:
     return np.float32 if (dt != 0 or rows <= 1024) else np.float64
 
 
-def matmul_into(a: np.ndarray, w: np.ndarray, out: np.ndarray, is_int: bool,
-                accum: bool) -> int:
-    """out (+)= a @ w with `mx.matmul`'s numerics; a (..., m, k) activation view, w (..., k, n)
-    weights in their compute type (C order), out (..., m, n) the accumulator view. int8
-    results are exact and saturate to int32; returns the number of saturated elements. The
-    product is one BLAS call per (m, k) x (k, n) slice, whatever the leading dimensions."""
-    r = a.astype(w.dtype, order="C") @ w
+def converted(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """a.astype(dtype) in C order, converting a broadcast leading dimension (stride 0: the
+    same tile for every lane) once; every (..., rows, cols) slice of the result is C-ordered
+    either way."""
+    lead = a.ndim - 2
+    if lead > 0 and 0 in a.strides[:lead]:
+        idx = tuple(0 if s == 0 else slice(None) for s in a.strides[:lead])
+        return np.broadcast_to(np.expand_dims(a[idx].astype(dtype, order="C"),
+                                              [i for i, s in enumerate(a.strides[:lead]) if s == 0]),
+                               a.shape)
+    return a.astype(dtype, order="C")
+
+
+def matmul_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """act @ weights as the matrix unit computes it before accumulating: a (..., m, k)
+    activation view, w (..., k, n) weights in their compute type (C order). One BLAS call per
+    (m, k) x (k, n) slice, whatever the leading dimensions."""
+    return converted(a, w.dtype) @ w
+
+
+def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool) -> int:
+    """out (+)= r with `mx.matmul`'s numerics: int8 products are exact and the sum saturates to
+    int32 (returns the number of saturated elements); bf16/fp8 products accumulate in fp32."""
     if is_int:
         r = r.astype(np.int64)
         if accum:
@@ -349,3 +365,9 @@ def matmul_into(a: np.ndarray, w: np.ndarray, out: np.ndarray, is_int: bool,
     else:
         out[...] = r
     return 0
+
+
+def matmul_into(a: np.ndarray, w: np.ndarray, out: np.ndarray, is_int: bool,
+                accum: bool) -> int:
+    """out (+)= a @ w (matmul_product, then accumulate_into); returns the saturations."""
+    return accumulate_into(out, matmul_product(a, w), is_int, accum)

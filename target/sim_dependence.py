@@ -2,11 +2,12 @@
 of a loop touch common bytes, and whether a private copy of local memory per iteration
 computes what the sequential program computes.
 
-An access record is (space, write, form, lanes, shape, strides, op) where form = (a, b_0, ...,
+An access record is (space, write, form, lanes, shape, strides, op, operand) where form = (a, b_0, ...,
 b_{MAXD-1}) gives the address a + sum_k b_k * lane_k for the lane dimensions active at the
 instruction (`lanes`: their sizes), and (shape, strides) the bytes it touches from that address: a 2-D
 (rows, bytes per row) or 3-D (planes, rows, bytes) strided box. `op` groups the accesses of one
-instruction (its reads happen before its writes).
+instruction (its reads happen before its writes); `operand` is the position of the operand in
+that instruction's batched operation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from typing import Any
 import numpy as np
 
 from infer.target.sim_access import Access, dma_access, rows_access
+
+OP_DMA, OP_LOADW, OP_MATMUL, OP_VECTOR, OP_ENTER, OP_EXIT, OP_PRODUCT, OP_ACCUM, OP_VENTER, \
+    OP_VEXIT = range(10)
+
+
+class Reject(Exception):
+    """A loop cannot be batched (the reason is kept for whoever profiles the simulator)."""
+
 
 MAXD = 4  # lane dimensions (nested batched loops) at most; deeper loops run unrolled
 #: a cross-lane test enumerating more lane distances than this counts as a conflict
@@ -84,7 +93,7 @@ def conflicts(accs: list[tuple[Any, ...]], dim: int, dims: tuple[int, ...]) -> b
     for a in accs:
         low[a[0]] = min(low.get(a[0], a[2][0]), a[2][0])
     key = (dim, dims, tuple((sp, w, f[0] - low[sp]) + f[1:] + (lanes, shape, strides)
-                            for sp, w, f, lanes, shape, strides, _ in accs))
+                            for sp, w, f, lanes, shape, strides, _, _ in accs))
     hit = _MEMO.get(key)
     if hit is None:
         if len(_MEMO) > 1 << 14:
@@ -97,7 +106,7 @@ def _conflicts(accs: list[tuple[Any, ...]], dim: int, dims: tuple[int, ...]) -> 
     n = dims[dim]
     # per access: (space, write, a, c, rows relative to a, lo, hi, outer coefficients)
     recs: list[tuple[Any, ...]] = []
-    for space, write, f, lanes, shape, strides, _ in accs:
+    for space, write, f, lanes, shape, strides, _, _ in accs:
         rows = rows_rel(shape, strides)
         deeper = [f[k + 1] * (lanes[k] - 1) for k in range(dim + 1, len(lanes))]
         if any(deeper):
@@ -173,7 +182,7 @@ def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[in
     move with lanes `dim` (checked by the caller); deeper lanes count as a whole."""
     mine = [a for a in accs if a[0] == space]
     lo, hi = 1 << 62, -(1 << 62)
-    for _, _, f, lanes, shape, strides, _ in mine:
+    for _, _, f, lanes, shape, strides, _, _ in mine:
         rows = rows_rel(shape, strides)
         deeper = [f[k + 1] * (lanes[k] - 1) for k in range(dim + 1, len(lanes))]
         lo = min(lo, f[0] - base + min(r[2] for r in rows) + sum(min(0, s) for s in deeper))
@@ -187,7 +196,7 @@ def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[in
         return np.ndarray(lanes[dim + 1:] + shape, bool, mask, f[0] - base - lo, lstr + strides)
 
     seen: set[Any] = set()
-    for _, write, f, lanes, shape, strides, _ in mine:
+    for _, write, f, lanes, shape, strides, _, _ in mine:
         key = (f, lanes, shape, strides)
         if write and key not in seen:
             seen.add(key)
@@ -197,7 +206,7 @@ def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[in
     marked: set[Any] = set()
     op = -1
     pending: list[np.ndarray] = []
-    for _, write, f, lanes, shape, strides, k in mine:
+    for _, write, f, lanes, shape, strides, k, _ in mine:
         if k != op:  # an instruction's reads happen before its writes
             for v in pending:
                 v[...] = True

@@ -42,23 +42,22 @@ import numpy as np
 
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
-from infer.target.sim_core import NP_DTYPES, matmul_into, vector_compute
+from infer.target.sim_core import (
+    NP_DTYPES, accumulate_into, converted, matmul_into, matmul_product, vector_compute)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
-from infer.target.sim_dependence import MAXD, conflicts, private_ok, rows_rel
+from infer.target.sim_dependence import (
+    MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
+    OP_VEXIT, Reject, conflicts, private_ok, rows_rel)
 from infer.target.sim_functional import functional_tables
+from infer.target.sim_versions import version_loop
 
 if TYPE_CHECKING:
     from infer.target.sim_functional import FunctionalRun
 
 ACC_BASE = isa.ACC_BASE
-OP_DMA, OP_LOADW, OP_MATMUL, OP_VECTOR, OP_ENTER, OP_EXIT = range(6)
 #: private copies of local memory larger than this (bytes, all lanes): not batched
 MAX_PRIVATE_BYTES = 1 << 28
 _BASE = {SPAD: 0, ACC: ACC_BASE, DRAM: 0}
-
-
-class _Reject(Exception):
-    """The loop cannot be batched (the reason is kept for whoever profiles the simulator)."""
 
 
 # A form is (a, b_0, ..., b_{MAXD-1}): the value a + sum_k b_k * lane_k.
@@ -86,6 +85,7 @@ class _Walk:
             self.weights = (-1, 0, *fr.weights.shape)
         self.carried: list[Any] = []  # weights a matmul may not use (another lane's)
         self.slots = 0
+        self.versions: list[tuple[Any, ...]] = []  # renamed buffers (sim_versions)
         self.count = [0] * 10  # steps, 5 engines, DRAM read, DRAM written, MACs, vector elements
 
     # ------------------------------------------------------------------ registers
@@ -118,10 +118,10 @@ class _Walk:
         elif not any(x[1:]):
             r = tuple(q * x[0] for q in y)
         else:
-            raise _Reject("register product of two lane-dependent values")
+            raise Reject("register product of two lane-dependent values")
         lo, hi = self.ext(r)
         if lo < isa.REG_MIN or hi > isa.REG_MAX:
-            raise _Reject("register overflow in some lane")
+            raise Reject("register overflow in some lane")
         if rd:
             forms[rd] = r
 
@@ -148,7 +148,7 @@ class _Walk:
                 pc = lp.end
                 continue
             elif tc == T_LD:
-                raise _Reject("ld in the body")
+                raise Reject("ld in the body")
             pc += 1
 
     # ------------------------------------------------------------------ walking
@@ -176,7 +176,7 @@ class _Walk:
             elif tc == T_VECTOR:
                 self.vector(t)
             elif tc == T_LD:
-                raise _Reject("ld in the body")
+                raise Reject("ld in the body")
             pc += 1
 
     def loop(self, lp: Loop) -> None:
@@ -184,7 +184,7 @@ class _Walk:
         if cnt <= 0:
             return
         if self.nest + 1 > self.depth_left:
-            raise _Reject("loop nesting too deep")
+            raise Reject("loop nesting too deep")
         self.nest += 1
         if not (cnt > 1 and len(self.dims) < MAXD and self.lane_loop(lp, cnt)):
             for _ in range(cnt):
@@ -215,9 +215,9 @@ class _Walk:
             for r in live:
                 s = start[r]
                 if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
-                    raise _Reject("registers not affine in the iteration")
+                    raise Reject("registers not affine in the iteration")
             private = self.decide(d, saved[0], saved[1], outer_plevel)
-        except _Reject as e:
+        except Reject as e:
             if d == 0:
                 raise
             self.dec.__dict__.setdefault("lane_rejects", {})[lp.pc] = str(e)
@@ -247,23 +247,28 @@ class _Walk:
         depend on each other."""
         accs = self.accs[first_acc:]
         dims = tuple(self.dims)
-        private = []
+        private, renamed = [], []
         for space in (SPAD, ACC):
             mine = [a for a in accs if a[0] == space]
             if (mine and outer_plevel[space] == d and any(a[1] for a in mine)
                     and all(a[2][d + 1] == 0 for a in mine)):
-                if not private_ok(accs, space, d, dims, _BASE[space]):
-                    raise _Reject("a lane reads local bytes an earlier iteration wrote")
-                private.append(space)
-            elif any(op[0] == OP_ENTER and space in op[2] for op in self.ops[first_op:]):
-                raise _Reject("inner private copies of shared memory")
-        if conflicts([a for a in accs if a[0] not in private], d, dims):
-            raise _Reject("iterations depend on each other")
+                if private_ok(accs, space, d, dims, _BASE[space]):
+                    private.append(space)
+                else:
+                    renamed.append(space)
+            elif any((op[0] == OP_ENTER and space in op[2]) or (
+                    op[0] == OP_VENTER and any(v[1] == space for v in op[2]))
+                    for op in self.ops[first_op:]):
+                raise Reject("inner private copies of shared memory")
+        if conflicts([a for a in accs if a[0] not in private and a[0] not in renamed], d, dims):
+            raise Reject("iterations depend on each other")
+        if renamed:
+            version_loop(self, d, first_op, first_acc, renamed, _BASE)
         return private
 
     # ------------------------------------------------------------------ operands
     def local(self, f: Form, rows: int, row_bytes: int, stride: int, esz: int) -> int:
-        """The memory of a local tile for every lane, or _Reject if some lane would fault
+        """The memory of a local tile for every lane, or Reject if some lane would fault
         (the reference checks of local_view)."""
         lo, hi = self.ext(f)
         if lo >= ACC_BASE:
@@ -271,12 +276,12 @@ class _Walk:
         elif lo >= 0 and hi < ACC_BASE:
             space = SPAD
         else:
-            raise _Reject("local operand outside one memory")
+            raise Reject("local operand outside one memory")
         base = _BASE[space]
         if hi - base + (rows - 1) * stride + row_bytes > self.size[space]:
-            raise _Reject("local operand out of bounds")
+            raise Reject("local operand out of bounds")
         if (f[0] - base) % esz or any(b % esz for b in f[1:]) or stride % esz:
-            raise _Reject("misaligned local operand")
+            raise Reject("misaligned local operand")
         return space
 
     def operand(self, space: int, f: Form, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -284,8 +289,9 @@ class _Walk:
         return (space, f, tuple(self.dims), shape, strides, dtype)
 
     def access(self, space: int, write: bool, f: Form, shape: tuple[int, ...],
-               strides: tuple[int, ...]) -> None:
-        self.accs.append((space, write, f, tuple(self.dims), shape, strides, len(self.ops)))
+               strides: tuple[int, ...], operand: int) -> None:
+        self.accs.append((space, write, f, tuple(self.dims), shape, strides, len(self.ops),
+                          operand))
 
     def dma(self, t: tuple) -> None:
         (db, do, lb, lo_, n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load) = t
@@ -294,22 +300,22 @@ class _Walk:
         loc = (fl[0] + lo_,) + fl[1:]
         dmin, dmax = self.ext(d)
         if dmin + dlo < 0 or dmax + dhi > self.size[DRAM]:
-            raise _Reject("DMA outside DRAM")
+            raise Reject("DMA outside DRAM")
         lmin, lmax = self.ext(loc)
         if lmin >= ACC_BASE:
             space = ACC
         elif lmin >= 0 and lmax < ACC_BASE:
             space = SPAD
         else:
-            raise _Reject("DMA local range outside one memory")
+            raise Reject("DMA local range outside one memory")
         base = _BASE[space]
         if lmin - base + llo < 0 or lmax - base + lhi > self.size[space]:
-            raise _Reject("DMA outside local memory")
+            raise Reject("DMA outside local memory")
         shape = (n2, n1, n0)
         dv = self.operand(DRAM, d, shape, (ds2, ds1, 1), np.uint8)
         lv = self.operand(space, loc, shape, (ls2, ls1, 1), np.uint8)
-        self.access(DRAM, not load, d, shape, (ds2, ds1, 1))
-        self.access(space, load, loc, shape, (ls2, ls1, 1))
+        self.access(DRAM, not load, d, shape, (ds2, ds1, 1), 2 if load else 1)
+        self.access(space, load, loc, shape, (ls2, ls1, 1), 1 if load else 2)
         self.ops.append((OP_DMA, lv, dv) if load else (OP_DMA, dv, lv))
         self.count[6 if load else 7] += n0 * n1 * n2
 
@@ -320,7 +326,7 @@ class _Walk:
         esz = NP_DTYPES[dt].itemsize
         space = self.local(f, k, n * esz, stride, esz)
         op = self.operand(space, f, (k, n), (stride, esz), NP_DTYPES[dt])
-        self.access(space, False, f, (k, n * esz), (stride, 1))
+        self.access(space, False, f, (k, n * esz), (stride, 1), 2)
         slot = self.slots
         self.slots += 1
         self.ops.append((OP_LOADW, slot, op, wdt))
@@ -331,24 +337,24 @@ class _Walk:
         ab, ao, cb, co, m, astride, cstride, dt, accum, is_int, odt = t
         w = self.weights
         if w is None or any(w is c for c in self.carried):
-            raise _Reject("matmul with weights loaded by an earlier iteration")
+            raise Reject("matmul with weights loaded by an earlier iteration")
         if self.wdt != dt:
-            raise _Reject("matmul dtype differs from the weights'")
+            raise Reject("matmul dtype differs from the weights'")
         slot, wdims, k, n = w
         fa, fc = self.forms[ab], self.forms[cb]
         fa = (fa[0] + ao,) + fa[1:]
         fc = (fc[0] + co,) + fc[1:]
         if self.ext(fc)[0] < ACC_BASE:
-            raise _Reject("matmul output outside the accumulator")
+            raise Reject("matmul output outside the accumulator")
         esz = NP_DTYPES[dt].itemsize
         sa = self.local(fa, m, k * esz, astride, esz)
         sc = self.local(fc, m, n * 4, cstride, 4)
         act = self.operand(sa, fa, (m, k), (astride, esz), NP_DTYPES[dt])
         out = self.operand(sc, fc, (m, n), (cstride, 4), NP_DTYPES[odt])
-        self.access(sa, False, fa, (m, k * esz), (astride, 1))
+        self.access(sa, False, fa, (m, k * esz), (astride, 1), 3)
         if accum:
-            self.access(sc, False, fc, (m, n * 4), (cstride, 1))
-        self.access(sc, True, fc, (m, n * 4), (cstride, 1))
+            self.access(sc, False, fc, (m, n * 4), (cstride, 1), 4)
+        self.access(sc, True, fc, (m, n * 4), (cstride, 1), 4)
         self.ops.append((OP_MATMUL, slot, (wdims, len(self.dims)), act, out, is_int, accum))
         self.count[8] += m * k * n
 
@@ -365,7 +371,7 @@ class _Walk:
         a = self.operand(sa, fa, (rows, cols), (astride, ea), NP_DTYPES[at])
         dst = self.operand(sd, fd, (rows, dcols), (dstride, ed), NP_DTYPES[dt])
         if not spec.a_is_dead:
-            self.access(sa, False, fa, (rows, cols * ea), (astride, 1))
+            self.access(sa, False, fa, (rows, cols * ea), (astride, 1), 2)
         b = None
         if spec.binary and bmode != 3:
             eb = NP_DTYPES[bt].itemsize
@@ -374,8 +380,8 @@ class _Walk:
             brows, bcols, bstr = ((rows, cols, bstride), (1, cols, 0), (rows, 1, bstride))[bmode]
             sb = self.local(fb, brows, bcols * eb, bstr, eb)
             b = self.operand(sb, fb, (brows, bcols), (bstr, eb), NP_DTYPES[bt])
-            self.access(sb, False, fb, (brows, bcols * eb), (bstr, 1))
-        self.access(sd, True, fd, (rows, dcols * ed), (dstride, 1))
+            self.access(sb, False, fb, (brows, bcols * eb), (bstr, 1), 3)
+        self.access(sd, True, fd, (rows, dcols * ed), (dstride, 1), 4)
         self.ops.append((OP_VECTOR, spec, a, b, dst, dt))
         self.count[9] += rows * cols
 
@@ -391,13 +397,14 @@ class Plan:
         self.ops, self.hulls, self.final = ops, hulls, final
         self.weights, self.wdt, self.slots, self.count = (walk.weights, walk.wdt, walk.slots,
                                                           walk.count)
+        self.versions = walk.versions
 
 
 def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
     """Resolve every operand to a view description: memory key ((space, level) for a private
     copy), offset, shape and strides, once the private copies are known."""
     hulls: dict[int, tuple[int, int]] = {}
-    for space, _, f, lanes, shape, strides, _ in walk.accs:
+    for space, _, f, lanes, shape, strides, _, _ in walk.accs:
         if space == DRAM:
             continue
         rows = rows_rel(shape, strides)
@@ -411,17 +418,33 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
     level = {SPAD: 0, ACC: 0, DRAM: 0}
     out: list[tuple[Any, ...]] = []
 
+    versions = {v[0]: v for v in walk.versions}
+
     def view(o: tuple[Any, ...]) -> tuple[Any, ...]:
-        space, f, lanes, shape, strides, dtype = o
+        space, f, lanes, shape, strides, dtype = o[:6]
+        if type(space) is tuple:  # a renamed buffer: ("V", version id, slot offset)
+            _, vid, slot = space
+            _, sp, d, n, wlo, whi, _ = versions[vid]
+            hq = whi - wlo
+            lstr = [(n + 1) * hq * math.prod(lanes[k + 1:d]) if k < d else (hq if k == d else
+                                                                           f[k + 1])
+                    for k in range(len(lanes))]
+            return (("V", vid), slot * hq + f[0] - _BASE[sp] - wlo, lanes + shape,
+                    tuple(lstr) + strides, dtype)
         p = level[space]
         if p:
             lo, hi = hulls[space]
             h = hi - lo
-            pstr = [h * math.prod(lanes[k + 1:p]) for k in range(p)]
-            return ((space, p), f[0] - _BASE[space] - lo, lanes + shape,
-                    tuple(pstr) + tuple(f[k + 1] for k in range(p, len(lanes))) + strides, dtype)
-        return (space, f[0] - _BASE[space], lanes + shape,
-                tuple(f[k + 1] for k in range(len(lanes))) + strides, dtype)
+            key, off = (space, p), f[0] - _BASE[space] - lo
+            lstr = [h * math.prod(lanes[k + 1:p]) for k in range(p)]
+        else:
+            key, off, lstr = space, f[0] - _BASE[space], []
+        lstr += [f[k + 1] for k in range(p, len(lanes))]
+        if len(o) > 6:  # one lane dimension dropped (the reduction's accumulator)
+            drop = o[6]
+            lanes = lanes[:drop] + lanes[drop + 1:]
+            del lstr[drop]
+        return (key, off, lanes + shape, tuple(lstr) + strides, dtype)
 
     for op in walk.ops:
         kind = op[0]
@@ -430,12 +453,22 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
                 level[space] = op[1] if kind == OP_ENTER else op[1] - 1
                 lo, hi = hulls[space]
                 if math.prod(op[3]) * (hi - lo) > MAX_PRIVATE_BYTES:
-                    raise _Reject("private copies too large")
+                    raise Reject("private copies too large")
             out.append(op)
         elif kind == OP_DMA:
             out.append((kind, view(op[1]), view(op[2])))
         elif kind == OP_LOADW:
             out.append((kind, op[1], view(op[2]), op[3]))
+        elif kind == OP_PRODUCT:
+            (wd, md) = op[3]
+            w_adapt = None if wd == md else ((1,) * (md - wd) if wd < md else
+                                             (slice(None),) * md + (-1,) * (wd - md))
+            out.append((kind, op[1], op[2], (wd, w_adapt), view(op[4]), op[5]))
+        elif kind == OP_ACCUM:
+            out.append((kind, op[1], op[2], [(view(acc), members, is_int)
+                                             for acc, members, is_int in op[3]]))
+        elif kind == OP_VENTER or kind == OP_VEXIT:
+            out.append(op)
         elif kind == OP_MATMUL:
             (wd, md) = op[2]
             w_adapt = None if wd == md else ((1,) * (md - wd) if wd < md else
@@ -467,6 +500,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
     slots: list[Any] = [None] * plan.slots
+    products: dict[int, np.ndarray] = {}
     sat = 0
     hulls = plan.hulls
     for op in plan.ops:
@@ -481,7 +515,39 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                     else w[adapt]
             sat += matmul_into(view(op[3]), w, view(op[4]), op[5], op[6])
         elif kind == OP_LOADW:
-            slots[op[1]] = view(op[2]).astype(op[3], order="C")
+            slots[op[1]] = converted(view(op[2]), op[3])
+        elif kind == OP_PRODUCT:
+            wd, adapt = op[3]
+            w = slots[op[2]] if op[2] >= 0 else fr.weights
+            if adapt is not None:
+                w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
+                    else w[adapt]
+            products[op[1]] = matmul_product(view(op[4]), w)
+        elif kind == OP_ACCUM:
+            _, d, n, chains = op
+            for acc, members, is_int in chains:
+                out = view(acc)
+                tmp = out.copy()  # contiguous: the same additions, in the same order
+                for j in range(n):
+                    at = (slice(None),) * d + (j,)
+                    for q in members:
+                        sat += accumulate_into(tmp, products[q][at], is_int, True)
+                out[...] = tmp
+            for _, members, _ in chains:
+                for q in members:
+                    del products[q]
+        elif kind == OP_VENTER:
+            for vid, space, d, n, wlo, whi, outer in op[2]:
+                cur = _current(mem, hulls, space, d, wlo, whi)
+                v = np.empty(outer + (n + 1, whi - wlo), np.uint8)
+                v[...] = np.expand_dims(cur, -2)  # bytes no iteration writes stay
+                mem[("V", vid)] = v
+        elif kind == OP_VEXIT:
+            info = {v[0]: v for v in plan.versions}
+            for vid, space, mask in op[2]:
+                _, _, d, n, wlo, whi, _ = info[vid]
+                np.copyto(_current(mem, hulls, space, d, wlo, whi),
+                          mem.pop(("V", vid))[..., n, :], where=mask)
         elif kind == OP_VECTOR:
             _, spec, a, b, dst, dt = op
             vector_compute(spec, view(a), None if b is None else view(b), view(dst), dt)
@@ -517,6 +583,16 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     for e in range(5):
         c.per_engine_instructions[e] += cnt[1 + e]
     fr.steps += cnt[0]
+
+
+def _current(mem: dict[Any, np.ndarray], hulls: dict[int, tuple[int, int]], space: int,
+             level: int, lo: int, hi: int) -> np.ndarray:
+    """Bytes [lo, hi) of a local memory as the lanes of `level` outer dimensions see it (its
+    private copy at that level, or the memory itself)."""
+    if level:
+        h = hulls[space][0]
+        return mem[(space, level)][..., lo - h:hi - h]
+    return mem[space][lo:hi]
 
 
 def reads_table(dec: Any) -> list[tuple[int, ...]]:
@@ -555,7 +631,7 @@ def try_lockstep(fr: FunctionalRun, lp: Loop, n: int) -> bool:
     if plan is None:
         try:
             plan = _make_plan(fr, lp, n)
-        except _Reject as e:
+        except Reject as e:
             failed[lp.pc] = str(e)  # why, for whoever profiles the simulator
             return False
         plans[key] = plan
