@@ -118,10 +118,11 @@ class Simulator:
         with _one_blas_thread():
             if mode == "reference" or (mode == "fast" and check_races):
                 c = ReferenceRun(self, program, dram, regs or {}, trace, check_races).execute(on_pc)
+                c.mode = "reference"
             else:
                 c = run_fast(self, program, dram, regs or {}, trace=trace, on_pc=on_pc,
                              mode=mode)
-        c.mode = mode
+                c.mode = mode
         return c
 
 

@@ -155,7 +155,7 @@ class Counters:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "config": self.config, "mode": self.mode, "cycles": self.cycles,
+            "config": self.config, "cycles": self.cycles,
             "seconds": self.seconds, "instructions": self.instructions,
             "instructions_by_engine": dict(zip(ENGINES, self.per_engine_instructions)),
             "busy_cycles": self.busy_by_engine(),

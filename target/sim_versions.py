@@ -144,7 +144,11 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
                 shift, src = 0, now  # written before in this iteration, or never
             else:
                 raise Reject("a read mixes this and the previous iteration's bytes")
-            ids = [int(q) for q in np.unique(src) if q >= 0]
+            smin, smax = int(src.min()), int(src.max())
+            if smin == smax or (smin < 0 and (src[src >= 0] == smax).all()):
+                ids = [smax]
+            else:
+                ids = [int(q) for q in np.unique(src) if q >= 0]
             for q in ids:
                 parent.setdefault(q, q)
                 parent[find(q)] = find(ids[0])
@@ -213,7 +217,8 @@ def _schedule(walk: Any, first_op: int, accs: list[tuple[Any, ...]],
     for q in nodes:
         if ops[q][0] == OP_MATMUL and ops[q][1] in loader:
             preds[q].add(loader[ops[q][1]])
-    # program order among the instructions sharing a memory that is not renamed
+    # program order among the instructions sharing a memory that is not renamed (with a
+    # write involved): after the last writer, before the next one
     for space in (DRAM, SPAD, ACC):
         if space in spaces:
             continue
@@ -221,11 +226,15 @@ def _schedule(walk: Any, first_op: int, accs: list[tuple[Any, ...]],
         for a in accs:
             if a[0] == space:
                 touch[a[6]] = touch.get(a[6], False) or a[1]
-        seq = sorted(touch)
-        for i, p in enumerate(seq):
-            for q in seq[i + 1:]:
-                if touch[p] or touch[q]:
-                    preds[q].add(p)
+        writer, readers = -1, []
+        for q in sorted(touch):
+            if writer >= 0:
+                preds[q].add(writer)
+            if touch[q]:
+                preds[q].update(readers)
+                writer, readers = q, []
+            else:
+                readers.append(q)
     succ: dict[int, list[int]] = {q: [] for q in nodes}
     indeg = {q: len(preds[q]) for q in nodes}
     for q, ps in preds.items():
