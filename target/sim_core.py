@@ -238,9 +238,23 @@ class Calendar:
 
 
 # ----------------------------------------------------------------------------- numerics
+#: the default NaN: a float result of the vector or matrix unit that is NaN is this quiet NaN
+#: (which NaN operand an IEEE operation propagates is not specified, and numpy's loops order
+#: operands differently for different memory layouts)
+DEFAULT_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)[()]
+
+
+def default_nan(x: np.ndarray) -> None:
+    """Replace every NaN of the float array x (in place) by DEFAULT_NAN."""
+    nan = np.isnan(x)
+    if nan.any():
+        x[nan] = DEFAULT_NAN
+
+
 def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
     """Write r into dst with the hardware's conversion: float -> int rounds half to even and
-    saturates; int -> int saturates; float -> bf16/fp8 rounds to nearest even (numpy astype)."""
+    saturates (NaN -> 0); int -> int saturates; float -> bf16/fp8 rounds to nearest even (numpy
+    astype), NaN -> the default NaN."""
     r = np.asarray(r)
     if dt in INT_RANGE:
         lo, hi = INT_RANGE[dt]
@@ -249,6 +263,8 @@ def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
             r = np.nan_to_num(np.rint(r.astype(np.float64)), nan=0.0)
         dst[...] = np.clip(r, lo, hi).astype(dst.dtype)
     else:
+        if r.dtype.kind == "f" and np.isnan(r).any():
+            r = np.where(np.isnan(r), DEFAULT_NAN, r)
         dst[...] = r.astype(dst.dtype)
 
 
@@ -342,12 +358,16 @@ def matmul_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """act @ weights as the matrix unit computes it before accumulating: a (..., m, k)
     activation view, w (..., k, n) weights in their compute type (C order). One BLAS call per
     (m, k) x (k, n) slice, whatever the leading dimensions."""
-    return converted(a, w.dtype) @ w
+    with np.errstate(all="ignore"):  # inf/nan are data, as on the hardware
+        return converted(a, w.dtype) @ w
 
 
-def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool) -> int:
+def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool,
+                    nan_check: bool = True) -> int:
     """out (+)= r with `mx.matmul`'s numerics: int8 products are exact and the sum saturates to
-    int32 (returns the number of saturated elements); bf16/fp8 products accumulate in fp32."""
+    int32 (returns the number of saturated elements); bf16/fp8 products accumulate in fp32 and a
+    NaN result is the default NaN (`nan_check=False` leaves that to the caller: a sum that is
+    NaN at the end was NaN from the step that made it NaN on, NaN being absorbing)."""
     if is_int:
         r = r.astype(np.int64)
         if accum:
@@ -361,9 +381,12 @@ def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool) -
         out[...] = r
         return sat
     if accum:
-        out += r
+        with np.errstate(all="ignore"):
+            out += r
     else:
         out[...] = r
+    if nan_check:
+        default_nan(out)
     return 0
 
 

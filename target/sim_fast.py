@@ -36,14 +36,12 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
             return ReferenceRun(scratch, program, dram.copy(), regs, trace).execute()
         return ReferenceRun(sim, program, dram, regs, trace).execute(on_pc)
     if mode == "timing":
-        counts = None
-        if dec.dynamic_loops:  # loop counts come from registers: run the control pass
-            control = FunctionalRun(sim, dec, dram, regs, data=False).execute()
-            if control.fault is not None:
-                raise control.fault[1]
-            counts = iter(control.loop_counts)
-        return run_timing(dec, cfg, trace=trace, loop_counts=counts)
-    fr = FunctionalRun(sim, dec, dram, regs, on_pc).execute()
+        if not dec.dynamic_loops:
+            return run_timing(dec, cfg, trace=trace)
+        # loop counts come from registers: the control pass computes them
+        fr = FunctionalRun(sim, dec, dram, regs, data=False).execute()
+    else:
+        fr = FunctionalRun(sim, dec, dram, regs, on_pc).execute()
     if mode == "functional":
         if fr.fault is not None:
             raise fr.fault[1]
@@ -54,5 +52,6 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
     except TimingStop:
         assert fr.fault is not None
         raise fr.fault[1] from None
-    c.acc_saturations = fr.c.acc_saturations
+    if mode == "fast":
+        c.acc_saturations = fr.c.acc_saturations
     return c

@@ -223,8 +223,8 @@ class _Walk:
             self.dec.__dict__.setdefault("lane_rejects", {})[lp.pc] = str(e)
             n_ops, n_accs = saved[0], saved[1]
             del self.ops[n_ops:], self.accs[n_accs:]
-            (_, _, self.weights, self.wdt, self.slots, self.count, self.plevel,
-             self.carried) = saved
+            (_, _, self.weights, self.wdt, self.slots, count, self.plevel, self.carried) = saved
+            self.count[:] = count  # in place: the enclosing walk holds this list
             self.forms = start
             self.dims.pop()
             return False
@@ -234,7 +234,7 @@ class _Walk:
         if private:
             self.ops.insert(saved[0], (OP_ENTER, d + 1, tuple(private), lanes))
             self.ops.append((OP_EXIT, d + 1, tuple(private), lanes))
-        self.count = [c0 + cnt * (c - c0) for c, c0 in zip(self.count, saved[5])]
+        self.count[:] = [c0 + cnt * (c - c0) for c, c0 in zip(self.count, saved[5])]
         # the registers of the last lane
         self.forms = [f[:1 + d] + (0,) + f[d + 2:] if not f[d + 1] else
                       (f[0] + f[d + 1] * (cnt - 1),) + f[1:d + 1] + (0,) + f[d + 2:]
@@ -368,10 +368,12 @@ class _Walk:
         fd = (f[0] + do,) + f[1:]
         sa = self.local(fa, rows, cols * ea, astride, ea)
         sd = self.local(fd, rows, dcols * ed, dstride, ed)
-        a = self.operand(sa, fa, (rows, cols), (astride, ea), NP_DTYPES[at])
-        dst = self.operand(sd, fd, (rows, dcols), (dstride, ed), NP_DTYPES[dt])
-        if not spec.a_is_dead:
+        if spec.a_is_dead:  # bounds checked above; any values of the operand's type will do
+            a = ("zero", fa, tuple(self.dims), (rows, cols), (astride, ea), NP_DTYPES[at])
+        else:
+            a = self.operand(sa, fa, (rows, cols), (astride, ea), NP_DTYPES[at])
             self.access(sa, False, fa, (rows, cols * ea), (astride, 1), 2)
+        dst = self.operand(sd, fd, (rows, dcols), (dstride, ed), NP_DTYPES[dt])
         b = None
         if spec.binary and bmode != 3:
             eb = NP_DTYPES[bt].itemsize
@@ -422,6 +424,8 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
 
     def view(o: tuple[Any, ...]) -> tuple[Any, ...]:
         space, f, lanes, shape, strides, dtype = o[:6]
+        if space == "zero":
+            return ("zero", 0, lanes + shape, (), dtype)
         if type(space) is tuple:  # a renamed buffer: ("V", version id, slot offset)
             _, vid, slot = space
             _, sp, d, n, wlo, whi, _ = versions[vid]
@@ -497,6 +501,8 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
 
     def view(o: tuple[Any, ...]) -> np.ndarray:
         key, off, shape, strides, dtype = o
+        if key == "zero":
+            return np.broadcast_to(np.zeros((), dtype), shape)
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
     slots: list[Any] = [None] * plan.slots
@@ -531,7 +537,13 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                 for j in range(n):
                     at = (slice(None),) * d + (j,)
                     for q in members:
-                        sat += accumulate_into(tmp, products[q][at], is_int, True)
+                        sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
+                    tmp[...] = out
+                    for j in range(n):
+                        at = (slice(None),) * d + (j,)
+                        for q in members:
+                            accumulate_into(tmp, products[q][at], is_int, True)
                 out[...] = tmp
             for _, members, _ in chains:
                 for q in members:

@@ -116,6 +116,7 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
             return q
 
         pending: list[tuple[Any, ...]] = []
+        readers: list[tuple[Any, ...]] = []
         op_at = -1
         for a in others + [None]:  # type: ignore[list-item]
             if a is None or a[6] != op_at:  # an instruction's reads happen before its writes
@@ -153,12 +154,18 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
                 parent.setdefault(q, q)
                 parent[find(q)] = find(ids[0])
             binding[(a[6], a[7])] = ("R", ids[0], shift)
+            readers.append(a)
         groups: dict[int, list[int]] = {}
         for q in written:
             groups.setdefault(find(q), []).append(q)
+        # a version spans its writers' bytes and its readers' (bytes no writer of the group
+        # writes hold the memory's value in every slot)
+        span: dict[int, list[tuple[Any, ...]]] = {r: [written[q] for q in m] for r, m in groups.items()}
+        for a in readers:
+            span[find(binding[(a[6], a[7])][1])].append(a)
         for root, members in groups.items():
             members.sort()
-            glo, ghi = _hull([written[q] for q in members], base, d)
+            glo, ghi = _hull(span[root], base, d)
             vid = len(walk.versions) + len(versions)
             versions.append((vid, space, d, n, glo, ghi, tuple(walk.dims[:d])))
             mask = np.isin(last[glo - lo:ghi - lo], members)
