@@ -115,7 +115,7 @@ class Simulator:
                                      f"(0..{n})")
         from infer.target.sim_fast import run_fast
 
-        with _one_blas_thread():
+        with _one_blas_thread(), np.errstate(all="ignore"):  # inf and NaN are data
             if mode == "reference" or (mode == "fast" and check_races):
                 c = ReferenceRun(self, program, dram, regs or {}, trace, check_races).execute(on_pc)
                 c.mode = "reference"

@@ -263,9 +263,9 @@ def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
             r = np.nan_to_num(np.rint(r.astype(np.float64)), nan=0.0)
         dst[...] = np.clip(r, lo, hi).astype(dst.dtype)
     else:
-        if r.dtype.kind == "f" and np.isnan(r).any():
+        if r.dtype.kind == "f" and np.isnan(r.sum()) and np.isnan(r).any():
             r = np.where(np.isnan(r), DEFAULT_NAN, r)
-        dst[...] = r.astype(dst.dtype)
+        np.copyto(dst, r, casting="unsafe")
 
 
 def _gelu(a: np.ndarray) -> np.ndarray:
@@ -327,12 +327,11 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
     for unary ops and bmode=imm), converted to the compute type in C order, so a row
     reduction runs over contiguous rows of the same length however many tiles are stacked."""
     x = converted(a, spec.ctype)
-    with np.errstate(all="ignore"):
-        if spec.binary:
-            r = spec.fn(x, spec.imm if b is None else b.astype(spec.ctype))
-        else:
-            r = spec.fn(x)
-        store_converted(dst, r, dt)
+    if spec.binary:
+        r = spec.fn(x, spec.imm if b is None else b.astype(spec.ctype))
+    else:
+        r = spec.fn(x)
+    store_converted(dst, r, dt)
 
 
 def weights_dtype(dt: int, rows: int) -> Any:
@@ -358,8 +357,7 @@ def matmul_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """act @ weights as the matrix unit computes it before accumulating: a (..., m, k)
     activation view, w (..., k, n) weights in their compute type (C order). One BLAS call per
     (m, k) x (k, n) slice, whatever the leading dimensions."""
-    with np.errstate(all="ignore"):  # inf/nan are data, as on the hardware
-        return converted(a, w.dtype) @ w
+    return converted(a, w.dtype) @ w
 
 
 def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool,
@@ -367,7 +365,9 @@ def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool,
     """out (+)= r with `mx.matmul`'s numerics: int8 products are exact and the sum saturates to
     int32 (returns the number of saturated elements); bf16/fp8 products accumulate in fp32 and a
     NaN result is the default NaN (`nan_check=False` leaves that to the caller: a sum that is
-    NaN at the end was NaN from the step that made it NaN on, NaN being absorbing)."""
+    NaN at the end was NaN from the step that made it NaN on, NaN being absorbing). The simulator engines call these
+functions with numpy's floating-point errors ignored (inf and NaN are data, as on the
+hardware)."""
     if is_int:
         r = r.astype(np.int64)
         if accum:
@@ -381,11 +381,10 @@ def accumulate_into(out: np.ndarray, r: np.ndarray, is_int: bool, accum: bool,
         out[...] = r
         return sat
     if accum:
-        with np.errstate(all="ignore"):
-            out += r
+        out += r
     else:
         out[...] = r
-    if nan_check:
+    if nan_check and np.isnan(out.sum()):
         default_nan(out)
     return 0
 

@@ -43,6 +43,29 @@ def rows_rel(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[Access]:
     return out
 
 
+def box_extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """[lo, hi) of the bytes of a box at address 0 (the hull of rows_rel)."""
+    lo = hi = 0
+    for n, s in zip(shape[:-1], strides[:-1]):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + shape[-1]
+
+
+def lane_extent(f: tuple[int, ...], lanes: tuple[int, ...], first: int) -> tuple[int, int]:
+    """How far lanes first.. of an access move it: (min, max) of sum b_k * lane_k."""
+    lo = hi = 0
+    for k in range(first, len(lanes)):
+        s = f[k + 1] * (lanes[k] - 1)
+        if s < 0:
+            lo += s
+        else:
+            hi += s
+    return lo, hi
+
+
 def gapped_overlap(x: Access, y: Access, shift: int) -> bool:
     """Whether accesses x and y (y moved by shift bytes) share a byte: O(1) for equal row
     strides, one numpy pass over x's rows otherwise."""
@@ -179,14 +202,30 @@ def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[in
     """Every byte of `space` that an iteration (of the loop of lane dimension `dim`) reads was
     written earlier in the same iteration or is never written by the loop: then one private
     copy of the memory per lane computes the sequential program's bytes. The accesses do not
-    move with lanes `dim` (checked by the caller); deeper lanes count as a whole."""
+    move with lanes `dim` (checked by the caller); deeper lanes count as a whole. Memoised like
+    `conflicts`."""
     mine = [a for a in accs if a[0] == space]
+    low = min(a[2][0] for a in mine)
+    key = (space, dim, dims, tuple((w, f[0] - low) + f[1:] + (lanes, shape, strides, k)
+                                   for _, w, f, lanes, shape, strides, k, _ in mine))
+    hit = _PRIVATE_MEMO.get(key)
+    if hit is None:
+        if len(_PRIVATE_MEMO) > 1 << 14:
+            _PRIVATE_MEMO.clear()
+        hit = _PRIVATE_MEMO[key] = _private_ok(mine, dim, dims, base)
+    return hit
+
+
+_PRIVATE_MEMO: dict[Any, bool] = {}
+
+
+def _private_ok(mine: list[tuple[Any, ...]], dim: int, dims: tuple[int, ...], base: int) -> bool:
     lo, hi = 1 << 62, -(1 << 62)
     for _, _, f, lanes, shape, strides, _, _ in mine:
-        rows = rows_rel(shape, strides)
-        deeper = [f[k + 1] * (lanes[k] - 1) for k in range(dim + 1, len(lanes))]
-        lo = min(lo, f[0] - base + min(r[2] for r in rows) + sum(min(0, s) for s in deeper))
-        hi = max(hi, f[0] - base + max(r[3] for r in rows) + sum(max(0, s) for s in deeper))
+        blo, bhi = box_extent(shape, strides)
+        llo, lhi = lane_extent(f, lanes, dim + 1)
+        lo = min(lo, f[0] - base + blo + llo)
+        hi = max(hi, f[0] - base + bhi + lhi)
     ever = np.zeros(hi - lo, bool)
     done = np.zeros(hi - lo, bool)
 

@@ -47,7 +47,7 @@ from infer.target.sim_core import (
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, conflicts, private_ok, rows_rel)
+    OP_VEXIT, Reject, box_extent, conflicts, lane_extent, private_ok)
 from infer.target.sim_functional import functional_tables
 from infer.target.sim_versions import version_loop
 
@@ -409,13 +409,11 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
     for space, _, f, lanes, shape, strides, _, _ in walk.accs:
         if space == DRAM:
             continue
-        rows = rows_rel(shape, strides)
         lo, hi = hulls.get(space, (1 << 62, -(1 << 62)))
         off = f[0] - _BASE[space]
-        ext = [f[k + 1] * (n - 1) for k, n in enumerate(lanes)]
-        lo = min(lo, off + min(r[2] for r in rows) + sum(min(0, s) for s in ext))
-        hi = max(hi, off + max(r[3] for r in rows) + sum(max(0, s) for s in ext))
-        hulls[space] = (lo, hi)
+        blo, bhi = box_extent(shape, strides)
+        llo, lhi = lane_extent(f, lanes, 0)
+        hulls[space] = (min(lo, off + blo + llo), max(hi, off + bhi + lhi))
     walk.hulls = hulls
     level = {SPAD: 0, ACC: 0, DRAM: 0}
     out: list[tuple[Any, ...]] = []

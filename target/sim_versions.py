@@ -34,7 +34,7 @@ import numpy as np
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_dependence import (
     OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, rows_rel)
+    OP_VEXIT, Reject, box_extent, lane_extent)
 
 #: the operand positions of each batched operation (in its tuple)
 OPERANDS = {OP_DMA: (1, 2), OP_LOADW: (2,), OP_MATMUL: (3, 4), OP_VECTOR: (2, 3, 4)}
@@ -43,10 +43,10 @@ OPERANDS = {OP_DMA: (1, 2), OP_LOADW: (2,), OP_MATMUL: (3, 4), OP_VECTOR: (2, 3,
 def _hull(accs: list[tuple[Any, ...]], base: int, d: int) -> tuple[int, int]:
     lo, hi = 1 << 62, -(1 << 62)
     for _, _, f, lanes, shape, strides, _, _ in accs:
-        rows = rows_rel(shape, strides)
-        deeper = [f[k + 1] * (lanes[k] - 1) for k in range(d + 1, len(lanes))]
-        lo = min(lo, f[0] - base + min(r[2] for r in rows) + sum(min(0, s) for s in deeper))
-        hi = max(hi, f[0] - base + max(r[3] for r in rows) + sum(max(0, s) for s in deeper))
+        blo, bhi = box_extent(shape, strides)
+        llo, lhi = lane_extent(f, lanes, d + 1)
+        lo = min(lo, f[0] - base + blo + llo)
+        hi = max(hi, f[0] - base + bhi + lhi)
     return lo, hi
 
 
