@@ -13,7 +13,7 @@ matrix unit's two instructions have their own rules (docs/isa.md, "Timing model"
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from infer.target import isa
@@ -64,6 +64,10 @@ class Decoded:
     dynamic_loops: bool
     instrs: list[isa.Instr]
     matrix_rows: int
+    #: what the fast engines derive and keep per program: "tables" (the functional engine's
+    #: operand tuples), "reads" (registers each instruction reads), "plans" (batched loop
+    #: executions), "failed"/"lane_rejects" (loops not batched, and why: for profiling)
+    caches: dict[str, Any] = field(default_factory=dict)
 
 
 def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tuple[int, int]:

@@ -37,7 +37,7 @@ _ALU = {"li": 0, "addi": 1, "add": 2, "sub": 3, "mul": 4, "muli": 5}
 
 def functional_tables(dec: Decoded) -> list[Any]:
     """Per-pc operand tuples of the functional engines (built once per decoded program)."""
-    cached = getattr(dec, "fn_tables", None)
+    cached = dec.caches.get("tables")
     if cached is not None:
         return cached
     out: list[Any] = []
@@ -78,7 +78,7 @@ def functional_tables(dec: Decoded) -> list[Any]:
                         v["bmode"] if binary else 3))
         else:
             out.append(None)
-    dec.fn_tables = out
+    dec.caches["tables"] = out
     return out
 
 

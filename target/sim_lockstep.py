@@ -220,7 +220,7 @@ class _Walk:
         except Reject as e:
             if d == 0:
                 raise
-            self.dec.__dict__.setdefault("lane_rejects", {})[lp.pc] = str(e)
+            self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
             n_ops, n_accs = saved[0], saved[1]
             del self.ops[n_ops:], self.accs[n_accs:]
             (_, _, self.weights, self.wdt, self.slots, count, self.plevel, self.carried) = saved
@@ -607,9 +607,9 @@ def _current(mem: dict[Any, np.ndarray], hulls: dict[int, tuple[int, int]], spac
 
 def reads_table(dec: Any) -> list[tuple[int, ...]]:
     """Per pc: the registers the instruction reads."""
-    tab = dec.__dict__.get("reg_reads")
+    tab = dec.caches.get("reads")
     if tab is None:
-        tab = dec.reg_reads = [tuple(v for f, v in zip(ins.d.fields, ins.values)
+        tab = dec.caches["reads"] = [tuple(v for f, v in zip(ins.d.fields, ins.values)
                                      if f.kind == "reg" and f.name != "rd" and v)
                                for ins in dec.instrs]
     return tab
@@ -617,7 +617,7 @@ def reads_table(dec: Any) -> list[tuple[int, ...]]:
 
 def _reads(dec: Any, lp: Loop) -> tuple[int, ...]:
     """The registers the loop body reads (the plan depends on their values at entry)."""
-    cache = dec.__dict__.setdefault("loop_reads", {})
+    cache = dec.caches.setdefault("loop_reads", {})
     regs = cache.get(lp.pc)
     if regs is None:
         reads = reads_table(dec)
@@ -631,10 +631,10 @@ def try_lockstep(fr: FunctionalRun, lp: Loop, n: int) -> bool:
     dec = fr.dec
     if not lp.static_body:
         return False
-    failed: dict[int, str] = dec.__dict__.setdefault("lockstep_failed", {})
+    failed: dict[int, str] = dec.caches.setdefault("failed", {})
     if lp.pc in failed:
         return False
-    plans: dict[Any, Plan] = dec.__dict__.setdefault("lockstep_plans", {})
+    plans: dict[Any, Plan] = dec.caches.setdefault("plans", {})
     key = (lp.pc, n, fr.dram.size, len(fr.stack), tuple(fr.regs[r] for r in _reads(dec, lp)),
            fr.wdtype, None if fr.weights is None else fr.weights.shape)
     plan = plans.get(key)

@@ -95,7 +95,9 @@ def initial_registers(cfg: Any, regs: Mapping[str | int, int]) -> list[int]:
 
 
 class ReferenceRun:
-    """State of one simulation run (pre-decoded closures over this state)."""
+    """State of one simulation run (pre-decoded closures over this state). One class of one
+    closure factory per engine, as the simulator always had it (over the usual size): the
+    reference stays the straightforward definition the fast engines are tested against."""
 
     def __init__(self, sim: Simulator, prog: Program, dram: np.ndarray,
                  regs: Mapping[str | int, int], trace: bool, check_races: bool = False):

@@ -91,7 +91,7 @@ def test_random_programs(seed):
 
 def _batched(prog: Program, cfg: str = "edge") -> int:
     """How many loop executions the last fast run batched (plans cached on the program)."""
-    return len(decoded(prog, Simulator(cfg).cfg).__dict__.get("lockstep_plans", {}))
+    return len(decoded(prog, Simulator(cfg).cfg).caches.get("plans", {}))
 
 
 @pytest.mark.parametrize("params", [
