@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import infer
-from sim_modes import assert_sim_modes_agree
+from helpers.sim_modes import assert_sim_modes_agree
 
 MAX_INSTRUCTIONS = 50_000
 

@@ -16,7 +16,7 @@ from infer.target.asm import Program
 from infer.target.sim import MODES, SimFault, Simulator
 from infer.target.sim_decode import decoded
 
-from sim_programs import TILED_PARAMS, random_program, tiled_kernel
+from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
