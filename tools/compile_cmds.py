@@ -43,18 +43,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     from infer.tools.driver import load, progress_printer
 
     say = progress_printer(True)
+    if args.mode == "timing" and (args.check or args.output):
+        print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
+              file=sys.stderr)
+        return 1
     exe = load(args.artifact)
     a = exe.artifact
     inputs = load_inputs(args.inputs, exe.input_names, [(s.shape, s.np_dtype) for s in a.inputs])
     checked = None
     if args.check:  # one run: outputs, performance report and a DRAM snapshot after each kernel
-        checked = exe.check(inputs, trace=True, progress=say)
+        checked = exe.check(inputs, trace=True, progress=say, mode=args.mode)
         outputs = checked.sim_outputs
     else:
-        say(f"running {args.artifact} on the {exe.target} simulator ({len(exe.program)} instructions)")
-        outputs = exe.run(inputs, trace=True)
+        say(f"running {args.artifact} on the {exe.target} simulator ({len(exe.program)} instructions, "
+            f"{args.mode} mode)")
+        outputs = exe.run(inputs, trace=True, mode=args.mode)
     say("done")
-    print(summarize(exe.output_names, outputs))
+    if args.mode == "timing":
+        print("outputs: not computed (timing mode)")
+        outputs = []
+    else:
+        print(summarize(exe.output_names, outputs))
     if args.output:
         np.savez(args.output, **dict(zip(exe.output_names, outputs, strict=True)))
         print(f"wrote {args.output}", file=sys.stderr)
@@ -129,4 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "error, SQNR); exit 1 when an output mismatches")
     p.add_argument("--trace", help="write a Chrome-trace JSON of the engine timelines (and ops)")
     p.add_argument("--json", help="write the performance report as JSON")
+    p.add_argument("--mode", choices=["fast", "reference", "functional", "timing"], default="fast",
+                   help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
+                        "reference), reference (one instruction at a time), functional (outputs only, no "
+                        "timing model), timing (cycles and counters only, no outputs; for sweeps)")
     p.set_defaults(func=_guarded("run", cmd_run))
