@@ -41,7 +41,10 @@ from typing import Any
 
 import numpy as np
 
-DTYPE_BF16 = 3  # isa.DTYPES code
+from infer.target import isa
+from infer.target.asm import Builder
+
+BF16 = isa.DTYPE_CODE["bf16"]
 
 
 # ----------------------------------------------------------------------------- layers
@@ -172,9 +175,6 @@ def timing_model_program(layer: Layer, cfg, serial: bool):
     is not meaningful (addresses are reused): this measures the timing model only. `serial`
     makes each weight load wait for the previous fold's last matmul to complete (drain),
     which is SCALE-Sim's per-fold assumption; otherwise folds overlap as the ISA allows."""
-    from infer.target import isa
-    from infer.target.asm import Builder
-
     R, C = cfg.matrix.rows, cfg.matrix.cols
     mem = cfg.memory
     chunk = min(layer.T, mem.accumulator_bytes // (C * 4), (mem.scratchpad_bytes - R * C * 2) // (R * 2))
@@ -188,13 +188,13 @@ def timing_model_program(layer: Layer, cfg, serial: bool):
             if not (n and k and n_count and k_count):
                 continue
             with b.loop(count=n_count * k_count * layer.count):
-                b.mx_loadw(w=0, k=k, n=n, stride=n * 2, dtype=DTYPE_BF16, wait=1 if serial else 0)
+                b.mx_loadw(w=0, k=k, n=n, stride=n * 2, dtype=BF16, wait=1 if serial else 0)
                 left = layer.T
                 while left:
                     m = min(chunk, left)
                     left -= m
                     b.mx_matmul(act=R * C * 2, acc=isa.ACC_BASE, m=m, astride=k * 2, cstride=n * 4,
-                                dtype=DTYPE_BF16, accum=1, signal=1 if serial and not left else 0)
+                                dtype=BF16, accum=1, signal=1 if serial and not left else 0)
     b.halt()
     return b.program()
 
@@ -301,7 +301,7 @@ def pct(ours: float, ref: float) -> float:
     return 100.0 * (ours - ref) / ref
 
 
-def compare(layer: Layer, target: str, with_compiled: bool = True) -> Row:
+def compare(layer: Layer, target: str) -> Row:
     from infer.target.hw import load_config
 
     cfg = load_config(target)
@@ -312,7 +312,7 @@ def compare(layer: Layer, target: str, with_compiled: bool = True) -> Row:
     busy3, pipelined = timing_model_cycles(layer, cfg, serial=False)
     f = folds(layer, R, C) * layer.count
     assert ideal_busy == busy2 == busy3 == layer.T * f * cfg.matrix.cycles_per_row, (layer, ideal_busy)
-    compiled, total = compiled_cycles(layer, target) if with_compiled else (0, 0)
+    compiled, total = compiled_cycles(layer, target)
     return Row(layer.name, layer.dims, layer.T, layer.K, layer.N, layer.count, f, ss, ideal_busy, serial,
                serial_wpath, pipelined, compiled, total)
 
