@@ -4,6 +4,7 @@
     outs = exe.run([x])                    # list in signature order, or {"name": array}
     print(exe.last_report.summary())       # cycles, utilisation, stalls, per-op roofline
     rep = exe.check([x])                   # per-layer comparison with the reference interpreter
+                                           # (infer.load / infer.compile executables: see check)
     print(rep.table()); rep.first_bad; rep.as_dict()
 
 `run` builds the simulated DRAM image the way the artifact's layout says (weights
@@ -28,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, Layout, narrowed, np_dtype
+from infer.runtime.artifact import Artifact, ArtifactError, narrowed, np_dtype
 from infer.runtime.report import Report, build_report
+from infer.target.layout import DramLayout
 
 if TYPE_CHECKING:
-    from infer.runtime.check import CheckReport
+    from infer.runtime.check import CheckReference, CheckReport
 
 
 class RunError(ArtifactError):
@@ -40,12 +42,17 @@ class RunError(ArtifactError):
 
 
 class Executable:
-    def __init__(self, artifact: Artifact):
+    """A validated artifact, ready to run. `reference` (optional) is what `check` compares
+    with: the reference interpreter, compiler code that the runtime does not import
+    (`infer.load` and `infer.compile` pass `infer.tools.reference.GraphReference()`)."""
+
+    def __init__(self, artifact: Artifact, reference: CheckReference | None = None):
         artifact.validate()
         self.artifact = artifact
+        self.reference = reference
         self.config = artifact.config()
         self.program = artifact.decode_program()
-        self.layout: Layout = artifact.parsed_layout()
+        self.layout: DramLayout = artifact.parsed_layout()
         self.last_report: Report | None = None
         self._image: np.ndarray | None = None
 
@@ -73,8 +80,8 @@ class Executable:
         return self.artifact.save(path)
 
     @staticmethod
-    def load(path: str | Path) -> Executable:
-        return Executable(Artifact.load(path))
+    def load(path: str | Path, reference: CheckReference | None = None) -> Executable:
+        return Executable(Artifact.load(path), reference)
 
     # ---------------------------------------------------------------- running
     def _base_image(self) -> np.ndarray:
@@ -82,8 +89,8 @@ class Executable:
             lay = self.layout
             img = np.zeros(lay.total_bytes, np.uint8)
             arrays = self.artifact.weight_arrays()
-            for name, start, size in lay.weights:
-                img[start:start + size] = np.frombuffer(arrays[name].tobytes(), np.uint8)
+            for w in lay.weights:
+                img[w.offset:w.offset + w.nbytes] = np.frombuffer(arrays[w.name].tobytes(), np.uint8)
             img.flags.writeable = False
             self._image = img
         return self._image
@@ -182,12 +189,13 @@ class Executable:
         kernel: name, kernel, kind, cosine, max_abs, sqnr_db; the DRAM bytes of the value
         each kernel defines, copied right after it ran), `.outputs` (per model output),
         `.first_bad`, `.ok()`, `.table()`, `.as_dict()` (JSON-able), `.sim_outputs`.
-        `last_report` is set as by `run`. Needs the graph IR in the artifact (xDSL is
-        imported). `on_pc` callbacks run before the snapshots at the same pc."""
+        `last_report` is set as by `run`. Needs the graph IR in the artifact and this
+        Executable's `reference` (`infer.runtime.check.NoReferenceError` without one).
+        `on_pc` callbacks run before the snapshots at the same pc."""
         from infer.runtime.check import check_layers
 
         return check_layers(self, inputs, trace=trace, check_races=check_races, progress=progress,
-                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc)
+                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc, reference=self.reference)
 
 
 def sim_check_races_from_env() -> bool:
@@ -196,5 +204,6 @@ def sim_check_races_from_env() -> bool:
 
 
 def load(path: str | Path) -> Executable:
-    """Load a `.npu` artifact (validated) as an Executable."""
+    """Load a `.npu` artifact (validated) as an Executable that runs; checking it needs the
+    reference interpreter, which `infer.load` (the compile driver's load) adds."""
     return Executable.load(path)

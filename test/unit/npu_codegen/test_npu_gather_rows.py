@@ -15,7 +15,7 @@ from infer.dialects.dtypes import element_type_name
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.weights import weights_of
-from infer.passes.npu_layout import NpuLayout
+from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
@@ -137,7 +137,7 @@ def test_embedding_graph_to_simulator(target, ity):
     tile_ref = run_entry(module, [ids])[0]
     apply_pass("tile-to-npu", module)
     verify_module(module)
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
     dram = layout.dram_image([ids], weights_of(module))
     Simulator(target).run(prog, dram)

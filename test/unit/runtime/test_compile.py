@@ -74,7 +74,7 @@ def test_check_against_reference(exe):
 
     x = _x()
     outs = exe.run([x])
-    (c,) = check(exe.artifact, [x], outs)
+    (c,) = check(exe.artifact, [x], outs, exe.reference)
     assert c.ok() and c.cosine > 0.99999 and c.sqnr_db > 60
 
 

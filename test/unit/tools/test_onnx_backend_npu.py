@@ -1,7 +1,7 @@
 """The official ONNX node tests on NpuBackend (import + compile-npu + simulator).
 
 Every node test the installed onnx generates runs; the expected failures are
-listed in infer/runtime/npu_xfail.json. A failure not in the list fails, and so
+listed in infer/tools/npu_xfail.json. A failure not in the list fails, and so
 does a listed test that passes (regenerate the list with
 `python -m infer.tools.onnx_xfail --backend npu --write`), so the list stays
 exact. Most failures are ops or dtypes the tile lowering does not handle yet;
@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from infer.runtime.onnx_backend import NpuBackend, default_target
+from infer.tools.onnx_backend import NpuBackend, default_target
 from infer.tools.onnx_xfail import _Recorder, load_xfail, node_test_cases
 
 CASES = node_test_cases(NpuBackend)
