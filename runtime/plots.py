@@ -99,10 +99,10 @@ def plot_roofline(report: Any, path: PathLike, title: str = "") -> Path:
     grid = np.geomspace(lo, hi, 200)
     ax.plot(grid, np.minimum(peak, bw * grid), color="black", lw=2)
     ax.axhline(peak, color="black", ls=":", lw=0.8)
-    ax.text(hi, peak * 1.08, f"compute roof {peak:g} MACs/cycle", ha="right", va="bottom", fontsize=9)
-    ax.text(lo * 1.3, bw * lo * 1.3 * 1.25, f"DRAM roof {bw:g} B/cycle", rotation=0, fontsize=9, va="bottom")
+    ax.text(hi, peak * 1.08, f"compute roof {peak:g} MACs/cycle", ha="right", va="bottom", fontsize=9, clip_on=True)
+    ax.text(lo * 1.3, bw * lo * 1.3 * 1.8, f"DRAM roof {bw:g} B/cycle", fontsize=9, va="bottom", clip_on=True)
     ax.axvline(ridge, color="grey", ls="--", lw=0.8)
-    ax.text(ridge * 1.05, peak / 50, f"ridge {ridge:.3g} MACs/B", color="grey", fontsize=8, rotation=90)
+    ax.text(ridge * 1.05, peak / 50, f"ridge {ridge:.3g} MACs/B", color="grey", fontsize=8, rotation=90, clip_on=True)
     total = sum(o["cycles"] for o in ops) or 1
     for kind in sorted({o["kind"] for o in placed}):
         sel = [i for i, o in enumerate(placed) if o["kind"] == kind]
@@ -115,12 +115,13 @@ def plot_roofline(report: Any, path: PathLike, title: str = "") -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    ymin = min(ys + ([whole[1]] if whole else []) + [peak]) / 4
+    ymin = min(ys + ([whole[1]] if whole else []) + [bw * lo]) / 2  # both roofs and every point in view
     ax.set_ylim(ymin, peak * 2)
     ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
     ax.set_ylabel("achieved MACs per cycle")
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(fontsize=8, loc="lower right")
+    if placed or whole:
+        ax.legend(fontsize=8, loc="lower right")
     if unplaced:
         share = 100 * sum(o["cycles"] for o in unplaced) / total
         ax.text(0.01, 0.99, f"{len(unplaced)} ops without MACs or DRAM traffic (vector work, data movement; "

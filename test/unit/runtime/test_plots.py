@@ -81,6 +81,7 @@ def test_run_without_op_markers_is_one_op(tmp_path):
     data = run_data(exe.last_report)
     assert [(o["name"], o["cycles"]) for o in data["ops"]] == [("program", exe.last_report.cycles)]
     assert_png_image(plot_time_by_kind(exe.last_report, tmp_path / "k.png"))
+    assert_png_image(plot_roofline(exe.last_report, tmp_path / "r.png"))  # no MACs: only the roofs
     art = bias_relu_artifact()
     art.ops = []
     exe = Executable(art)
