@@ -4,26 +4,12 @@ mapping and on the compiled layer (docs/hardware-feedback.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import bench_scalesim as bench  # bench/ is on the test path (pyproject.toml)
 import pytest
 
 from infer.target.hw import load_config
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_scalesim", ROOT / "bench" / "bench_scalesim.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_scalesim", mod)  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def scalesim_closed_form(T: int, K: int, N: int, R: int, C: int) -> int:
     """SCALE-Sim's ws timing (its systolic_compute_ws demand matrices): every fold (a K x N
@@ -33,7 +19,7 @@ def scalesim_closed_form(T: int, K: int, N: int, R: int, C: int) -> int:
 
 
 @pytest.mark.parametrize("target", ["edge", "server"])
-def test_scalesim_matches_its_closed_form(bench, target):
+def test_scalesim_matches_its_closed_form(target):
     cfg = load_config(target)
     R, C = cfg.matrix.rows, cfg.matrix.cols
     gemm = bench.Layer("gemm", 40, 3 * R + 5, C + 7)  # partial row and column folds
@@ -44,7 +30,7 @@ def test_scalesim_matches_its_closed_form(bench, target):
     assert bench.scalesim_cycles(conv, R, C) == scalesim_closed_form(36, 72, 24, R, C)
 
 
-def test_gemm_layer_through_both(bench):
+def test_gemm_layer_through_both():
     """One small GEMM on the edge array: our simulator, given SCALE-Sim's mapping and its
     assumptions (serial folds, one weight row per cycle), is within 2 cycles per fold of
     SCALE-Sim (our fill_drain is R + C, SCALE-Sim's skew and drain R + C - 2); pipelined as the

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact
+from helpers.runtime_artifacts import bias_relu_artifact
 
 import infer
 from infer.runtime import Executable
