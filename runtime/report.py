@@ -106,6 +106,8 @@ class Report:
         d["matrix_peak_fraction"] = self.matrix_peak_fraction
         d["ops"] = None if self.ops is None else [o.as_dict() for o in self.ops]
         d["simulation_wall_seconds"] = self.wall_seconds
+        d["peak_macs_per_cycle"] = self.peak_macs_per_cycle  # the roofline (runtime/plots.py)
+        d["dram_bytes_per_cycle"] = self.dram_bytes_per_cycle
         return d
 
     def to_chrome_trace(self, path=None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16] -o OUT.npu
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
+              [--plot DIR]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
@@ -72,6 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         report.to_chrome_trace(args.trace)
         print(f"wrote {args.trace} (Chrome trace: open in chrome://tracing or ui.perfetto.dev)", file=sys.stderr)
+    if args.plot:
+        from infer.runtime.plots import write_plots
+
+        print(f"wrote {', '.join(map(str, write_plots(report, args.plot)))}", file=sys.stderr)
     if args.json:
         import json
 
@@ -142,4 +147,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
                         "reference), reference (one instruction at a time), functional (outputs only, no "
                         "timing model), timing (cycles and counters only, no outputs; for sweeps)")
+    p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
+                   "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))
