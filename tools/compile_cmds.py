@@ -48,6 +48,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
               file=sys.stderr)
         return 1
+    if args.mode == "functional" and (args.plot or args.trace):
+        # Plots and traces are drawn from the timing model's events, which this mode skips.
+        print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
+              "(use --mode fast)", file=sys.stderr)
+        return 1
     exe = load(args.artifact)
     a = exe.artifact
     inputs = load_inputs(args.inputs, exe.input_names, [(s.shape, s.np_dtype) for s in a.inputs])
