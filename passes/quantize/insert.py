@@ -109,8 +109,8 @@ class _Quantizer:
         if threshold is None:
             what = f"tensor '{name}'" if name is not None else "an operand"
             raise CalibrationError(
-                f"{location_prefix(op)}the calibration table has no entry for {what} (input of layer "
-                f"'{self.layers[op]}'): was it made for another model? (infer calibrate MODEL --data ...)")
+                f"{location_prefix(op)}error: '{op.name}' op graph-quantize: the calibration table has no entry "
+                f"for {what} (input of layer '{self.layers[op]}'): is it the table of another model?")
         scale = lq.symmetric_scale(threshold)
         s = self.insert(g.ConstantOp(_dense(np.asarray(scale, np.float32))), op)
         q = self.insert(g.QuantizeLinearOp.create(operands=[v, s.results[0]], result_types=[with_type(v.type, i8)]), op)

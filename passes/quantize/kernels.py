@@ -155,9 +155,10 @@ class _Rewriter:
                 return False
             if constant_value(b.q, store) is None:
                 return False
-            expected = np.broadcast_to(acc_scale, b.scale.shape) if b.scale.size > 1 else acc_scale[:1]
-            if b.scale.size not in (1, acc_scale.size) or not np.allclose(b.scale, expected, rtol=1e-6, atol=0):
+            if acc_scale.size not in (1, b.scale.size):
                 return False
+            if not np.allclose(b.scale, np.broadcast_to(acc_scale, b.scale.shape), rtol=1e-6, atol=0):
+                return False  # the bias is not in accumulator units: it cannot join the int32 sum
             bias_q = b.q
         acc = self.integer_op(op, x.q, weight.q, bias_q, x_zp, w_zp)
         self.epilogue(op, name, acc, acc_scale)
