@@ -12,7 +12,6 @@ transformers (random weights, saved with save_pretrained).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,8 @@ import pytest
 
 import infer
 from infer.passes import infer_passes
+
+from helpers.onnx_models import mlp_onnx
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 
@@ -63,18 +64,9 @@ def run_and_compare(source, inputs, target: str, precision: str, **import_option
 # ---------------------------------------------------------------------------- MLP
 
 
-def _mlp_onnx(path: Path) -> Path:
-    here = Path(__file__).resolve().parents[1] / "runtime" / "test_compile.py"
-    spec = importlib.util.spec_from_file_location("_runtime_test_compile", here)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.mlp_onnx(path)
-
-
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    return _mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx")
+    return mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx")
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact
 
 from infer.tools.cli import main
+
+from helpers.runtime_artifacts import bias_relu_artifact
 
 
 @pytest.fixture

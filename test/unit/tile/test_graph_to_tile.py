@@ -117,13 +117,15 @@ def test_tiling_differs_between_targets():
     logs = {}
     for target in ("edge", "server"):
         m = module(MLP, MLP_W)
-        from infer.passes import graph_to_tile as g2t
+        from infer.passes.graph_to_tile.context import LoweringSession
+        from infer.passes.graph_to_tile.driver import FunctionLowering
+        from infer.target.hw import load_config
 
-        c = g2t.Ctx(g2t.load_config(target), "fp32", {}, False, m)
+        c = LoweringSession(load_config(target), "fp32", {}, False, m)
         from xdsl.dialects import func
 
         fn = next(o for o in m.ops if isinstance(o, func.FuncOp))
-        g2t.FunctionLowering(c, fn).run()
+        FunctionLowering(c, fn).run()
         logs[target] = [line for line in c.log if "tiles" in line]
     assert logs["edge"] != logs["server"]
 
