@@ -1427,7 +1427,7 @@ class Conv2dIntegerOp(WindowedOp, IntegerKernelOp):
         self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
         self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
         self._check_bias(self.bias)
-        return [TensorType(i32, self._convshape_of(self.input, self.weight, self.bias, self.groups.value.data))]
+        return [TensorType(i32, self._conv_shape(self.input, self.weight, self.bias, self.groups.value.data))]
 
 
 @irdl_op_definition
