@@ -38,6 +38,27 @@ if TYPE_CHECKING:
     from infer.target.sim import Simulator
 
 
+def dma_views(sim: Simulator, dram: np.ndarray, geometry: tuple, d: int, loc: int) -> tuple[np.ndarray,
+                                                                                             np.ndarray]:
+    """(DRAM view, local view) of a DMA at DRAM address d and local address loc; out-of-bounds
+    boxes are faults. `geometry` is (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load):
+    the box and its byte extents relative to the two base addresses."""
+    n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load = geometry
+    dir_ = "load" if load else "store"
+    if d + dlo < 0 or d + dhi > dram.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
+                    f"outside DRAM ({dram.size} bytes)")
+    if loc >= isa.ACC_BASE:
+        mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
+    else:
+        mem, off, space = sim.spad, loc, "scratchpad"
+    if loc < 0 or off + llo < 0 or off + lhi > mem.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
+                    f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
+    return (np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1)),
+            np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1)))
+
+
 def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt: int,
                what: str) -> np.ndarray:
     """The (rows, cols) tile of dtype dt at local address addr (bounds and alignment checked)."""
@@ -343,22 +364,12 @@ class ReferenceRun:
         lhi = max(0, (n1 - 1) * ls1) + max(0, (n2 - 1) * ls2) + n0
         dir_ = "load" if load else "store"
         chk = self.check_races
+        geometry = (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load)
 
         def f() -> int:
             d = regs[db] + do
             loc = regs[lb] + lo
-            if d + dlo < 0 or d + dhi > dram.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
-                            f"outside DRAM ({dram.size} bytes)")
-            if loc >= isa.ACC_BASE:
-                mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
-            else:
-                mem, off, space = sim.spad, loc, "scratchpad"
-            if loc < 0 or off + llo < 0 or off + lhi > mem.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
-                            f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
-            dv = np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1))
-            lv = np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1))
+            dv, lv = dma_views(sim, dram, geometry, d, loc)
             if load:
                 lv[...] = dv
                 c.dram_read_bytes += nbytes
