@@ -388,15 +388,14 @@ _defs.append(InstrDef(
     "vec.dequant", 0x60, "vector",
     (*_local("dst", "destination tile (rows x cols of dt)"),
      *_local("q", "packed codes (q4: two 4-bit codes per byte; q8_0: one int8 per byte)"),
-     *_local("s", "block scales: fp16 d per block (q4_0, q8_0), or the pair fp16 d, fp16 m "
-             "(q4_1), consecutive along a scale row"),
+     *_local("s", "block scales (per block fp16 d; q4_1: fp16 d, fp16 m)"),
      FieldDef("rows", 16, kind="count", doc="destination rows"),
      FieldDef("cols", 16, kind="count", doc="destination columns"),
      FieldDef("dstride", 20, kind="stride", doc="destination byte stride between rows"),
      FieldDef("qstride", 20, kind="stride", doc="codes byte stride between rows"),
      FieldDef("sstride", 20, kind="stride", doc="scales byte stride between rows"),
-     FieldDef("dt", 3, kind="dtype", doc="destination dtype (fp32 | bf16)"),
-     FieldDef("fmt", 2, kind="qfmt", doc="block format: q4_0 | q4_1 | q8_0"),
+     FieldDef("dt", 3, kind="dtype", doc="destination dtype (fp32 or bf16)"),
+     FieldDef("fmt", 2, kind="qfmt", doc="block format: q4_0, q4_1 or q8_0"),
      FieldDef("blocks", 1, kind="qaxis", doc="col: a block is 32 consecutive rows of one "
               "column (k x n weight tiles); row: 32 consecutive columns of one row")),
     "Vector unit, weight decompression: expand llama.cpp block-quantized codes (q4_0: "
