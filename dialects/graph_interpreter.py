@@ -73,6 +73,7 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
+from infer.dialects.block_quant import dequantize_blocks
 from infer.dialects.dtypes import element_type_name, to_numpy_dtype
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 
@@ -270,11 +271,14 @@ def _erf_block(x: np.ndarray) -> np.ndarray:
 
 
 class _Env:
-    """What a kernel may need beyond its operands (the weight store)."""
+    """What a kernel may need beyond its operands (the weight store), and the
+    optional cache of values that depend only on weights and constants."""
 
-    def __init__(self, weights: WeightStore | None, module: ModuleOp | None):
+    def __init__(self, weights: WeightStore | None, module: ModuleOp | None,
+                 constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None):
         self._weights = weights
         self._module = module
+        self.constant_cache = constant_cache
 
     def weights(self, op: Operation) -> WeightStore:
         if self._weights is None:
@@ -347,6 +351,13 @@ def _weight(op: g.WeightOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
             f"declares {dt} {_fmt(t.get_shape())} ({element_type_name(t.get_element_type())})"
         )
     return arr
+
+
+@_kernel(g.DequantizeBlocksOp)
+def _dequantize_blocks(op: g.DequantizeBlocksOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    # float32 values as llama.cpp computes them, rounded once to an f16/bf16 result
+    # (here, inside the kernel's IEEE error state: a large scale overflows f16 to inf)
+    return dequantize_blocks(xs[0], op.format_name).astype(_out_dtype(op))
 
 
 # -- elementwise unary -----------------------------------------------------------
@@ -1082,8 +1093,9 @@ def evaluate_op(
 class _GraphFunctionsBase(InterpreterFunctions):
     """Evaluates graph ops on numpy arrays; holds the weight store."""
 
-    def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None):
-        self.env = _Env(weights, module)
+    def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None,
+                 constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None):
+        self.env = _Env(weights, module, constant_cache)
 
 
 def _describe(op: Operation) -> str:
@@ -1098,12 +1110,25 @@ def _describe(op: Operation) -> str:
     return (", ".join(names) + " = " if names else "") + op.name + where
 
 
+def _is_constant_expression(op: Operation, cache: dict[Operation, tuple[np.ndarray, ...]]) -> bool:
+    """Ops run in order, so an op is a function of weights and constants alone
+    exactly when every operand comes from an op already in the cache (weights and
+    constants have no operands)."""
+    return all(isinstance(v.owner, Operation) and v.owner in cache for v in op.operands)
+
+
 def _make_impl(op_type: type[Operation]) -> Any:
     def run(self: _GraphFunctionsBase, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]):
+        cache = self.env.constant_cache
+        if cache is not None and op in cache:
+            return cache[op]
         try:
-            return tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
+            values = tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
         except InterpreterError as e:
             raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+        if cache is not None and _is_constant_expression(op, cache):
+            cache[op] = values
+        return values
 
     run.__name__ = f"run_{op_type.name.split('.', 1)[1]}"
     return impl(op_type)(run)
@@ -1251,6 +1276,7 @@ def run_module(
     weights: WeightStore | None = None,
     *,
     on_op: Callable[[int, Operation, list[np.ndarray]], None] | None = None,
+    constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None,
 ) -> list[np.ndarray]:
     """Run function `entry` of `module` on `inputs` (by position, or by name: the
     argument attribute `graph.name`, else "arg0", "arg1", ...). Returns the
@@ -1259,11 +1285,17 @@ def run_module(
     `on_op(index, op, results)` (optional) is called after each op of the function body
     runs (index = the op's position in the body; a `graph.kernel` counts as one op, its
     region's ops are not reported): intermediate values by op, e.g. for a per-layer
-    comparison. The callback decides what to keep."""
+    comparison. The callback decides what to keep.
+
+    `constant_cache` (optional): a dict the caller keeps across runs of the same,
+    unchanged module. Values that depend only on weights and constants (weights
+    read from the store, dequantized weights, folded constants) are computed on
+    the first run and reused by the next ones; a text generator that runs
+    @decode once per token passes one. Results are the same with or without it."""
     fn = _find_entry(module, entry)
     arrays = _bind_inputs(fn, inputs)
     interpreter = Interpreter(module, listeners=(_TopLevelOps(fn, on_op),) if on_op is not None else ())
-    interpreter.register_implementations(GraphFunctions(weights, module))
+    interpreter.register_implementations(GraphFunctions(weights, module, constant_cache))
     interpreter.register_implementations(FuncFunctions())
     try:
         results = interpreter.call_op(fn, tuple(arrays))
