@@ -51,9 +51,9 @@ import json
 import math
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -200,8 +200,32 @@ class ShardedWeightStore(WeightStore):
         return True
 
 
+class WeightProvider(Protocol):
+    """Where a model builder gets its tensors by (Hugging Face) name: a folder's
+    safetensors `Checkpoint` or a GGUF file's `GGUFWeights`."""
+
+    folder: Path  # the model's folder or file, for messages
+    config_name: str  # where the hyper-parameters come from, for messages
+    store: WeightStore  # the module's weight store
+    tensors: Mapping[str, Any]  # name -> an object with the logical `.shape`
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def emit(self, b: GraphBuilder, name: str, dtype: np.dtype) -> SSAValue:
+        """Append the ops that yield tensor `name` as a `dtype` tensor of its logical shape."""
+        ...
+
+
 class Checkpoint:
-    """Tensor names, dtypes and shapes of a folder's safetensors checkpoint."""
+    """Tensor names, dtypes and shapes of a folder's safetensors checkpoint.
+
+    The weight provider the model builders read (`infer.frontend.gguf_import`
+    has another, `GGUFWeights`): `name in provider`, `provider.tensors[name].shape`
+    (the logical shape), `provider.emit(builder, name, dtype)` (the IR that
+    yields the tensor in the compute dtype), `provider.store` (the module's
+    weight store), `provider.folder` and `provider.config_name` (for messages)."""
+
+    config_name = "config.json"
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -241,6 +265,14 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
 
+    def emit(self, b: GraphBuilder, name: str, dtype: np.dtype) -> SSAValue:
+        """`graph.weight` of the checkpoint tensor (no copy), cast to `dtype` if stored otherwise."""
+        info = self.tensors[name]
+        v = b.file_weight(name, info.shape, info.dtype)
+        if info.dtype != dtype:
+            v = b.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(dtype), list(info.shape)))
+        return v
+
 
 # --------------------------------------------------------------------------
 # Emission helpers
@@ -250,7 +282,7 @@ class Checkpoint:
 class _Emitter:
     """A GraphBuilder over the checkpoint store, with shape-checked weight references."""
 
-    def __init__(self, ckpt: Checkpoint, dtype: np.dtype, prefixes: Sequence[str]):
+    def __init__(self, ckpt: WeightProvider, dtype: np.dtype, prefixes: Sequence[str]):
         self.ckpt = ckpt
         self.dtype = np.dtype(dtype)
         self.prefixes = list(prefixes)
@@ -279,12 +311,10 @@ class _Emitter:
         info = self.ckpt.tensors[key]
         if tuple(info.shape) != tuple(shape):
             raise ModelImportError(
-                f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but config.json "
+                f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but {self.ckpt.config_name} "
                 f"implies {list(shape)}"
             )
-        v = self.b.file_weight(key, info.shape, info.dtype)
-        if info.dtype != self.dtype:
-            v = self.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(self.dtype), list(info.shape)))
+        v = self.ckpt.emit(self.b, key, self.dtype)
         self._weights[key] = v
         return v
 
@@ -463,11 +493,13 @@ def _combine(funcs: list[tuple[str, ModuleOp]], store: WeightStore) -> ModuleOp:
 
 
 class _DecoderImporter:
-    """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
+    """Shared prefill/decode structure; subclasses emit embeddings and blocks.
+    `cfg` holds Hugging Face config.json keys; `ckpt` is the weight provider
+    (tensors by Hugging Face name)."""
 
     prefixes: Sequence[str] = ("",)
 
-    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: Checkpoint, dtype: np.dtype):
+    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: WeightProvider, dtype: np.dtype):
         self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
         self.read_config()
 
@@ -610,6 +642,10 @@ def rope_inv_freq(cfg: dict[str, Any], rot_dim: int, folder: Path) -> tuple[np.n
 
 class _LlamaImporter(_DecoderImporter):
     prefixes = ("", "model.")
+    rope_interleaved = False
+    """False: q/k rows as Hugging Face stores them, RoPE rotates halves. True: rows
+    as llama.cpp's GGUF converter permuted them (each head's halves interleaved),
+    RoPE rotates adjacent pairs: the same attention scores on the stored weights."""
 
     def read_config(self) -> None:
         c = self.cfg_get
@@ -657,7 +693,12 @@ class _LlamaImporter(_DecoderImporter):
             pos = e.reshape(e.cast(ctx.position, self.dtype), (ctx.batch, 1))
             ang = e.op(g.MulOp, [pos, inv])  # [B, R/2]
             shape = (ctx.batch, 1, 1, self.rot_dim)
-        ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
+        if self.rope_interleaved:  # angle i for features 2i and 2i+1
+            pair = (*_shape(ang), 1)
+            ang = e.op(g.ConcatOp, [e.reshape(ang, pair), e.reshape(ang, pair)], axis=g.i64_attr(-1))
+            ang = e.reshape(ang, (*pair[:-2], self.rot_dim))
+        else:  # HF layout: halves repeated
+            ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])
         if self.attn_scaling != 1.0:
             s = e.scalar(self.attn_scaling)
@@ -672,8 +713,9 @@ class _LlamaImporter(_DecoderImporter):
         q = e.heads(e.linear(hn, f"{p}.self_attn.q_proj", h, self.n_heads * d), self.n_heads, d)
         k = e.heads(e.linear(hn, f"{p}.self_attn.k_proj", h, self.n_kv_heads * d), self.n_kv_heads, d)
         v = e.heads(e.linear(hn, f"{p}.self_attn.v_proj", h, self.n_kv_heads * d), self.n_kv_heads, d)
-        q = e.op(g.RotaryOp, [q, ctx.cos, ctx.sin])
-        k = e.op(g.RotaryOp, [k, ctx.cos, ctx.sin])
+        rope = {"interleaved": g.bool_attr(True)} if self.rope_interleaved else {}
+        q = e.op(g.RotaryOp, [q, ctx.cos, ctx.sin], **rope)
+        k = e.op(g.RotaryOp, [k, ctx.cos, ctx.sin], **rope)
         att, k_all, v_all = self.attend(e, q, k, v, ctx, past_k, past_v)
         o = e.linear(e.merge_heads(att), f"{p}.self_attn.o_proj", self.n_heads * d, h)
         x = e.op(g.AddOp, [x, o])
