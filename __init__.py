@@ -5,6 +5,8 @@
     outputs = m.run(inputs)                 # reference interpreter
     exe = infer.compile(m, target="edge")   # the whole pipeline -> Executable (an artifact)
     outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
+    gen = infer.Generator("model.gguf")     # text generation (reference interpreter by default)
+    for piece in gen.generate("Hi!"): print(piece.text, end="")
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
 not load the compiler.
@@ -12,7 +14,7 @@ not load the compiler.
 
 from typing import Any
 
-__all__ = ["Model", "ModelImportError", "compile", "import_model", "load"]
+__all__ = ["Generator", "Model", "ModelImportError", "compile", "import_model", "load"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -21,6 +23,7 @@ _LAZY = {
     "import_model": ("infer.frontend", "import_model"),
     "compile": ("infer.tools.compile_cmds", "compile"),
     "load": ("infer.runtime.executable", "load"),
+    "Generator": ("infer.generation", "Generator"),
 }
 
 

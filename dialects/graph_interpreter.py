@@ -13,6 +13,8 @@ Public API
 - `graph.kernel` runs its body on its operands (in `run_module` with the xDSL
   interpreter's `run_ssacfg_region`, in `evaluate_op` op by op); `graph.yield`
   returns its operands. A kernel computes exactly what its ops compute unfused.
+- `ConstantCache`: values that depend only on weights and constants, kept
+  across runs (`run_module(..., constant_cache=)`), e.g. by a text generator.
 - `InterpreterError`: bad inputs, out-of-range gather indices, integer division
   by zero, missing weights, ...
 
@@ -78,6 +80,7 @@ from infer.dialects.dtypes import element_type_name, to_numpy_dtype
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 
 __all__ = [
+    "ConstantCache",
     "InterpreterError",
     "GraphFunctions",
     "evaluate_op",
@@ -270,12 +273,60 @@ def _erf_block(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
+class ConstantCache:
+    """Values that depend only on weights and constants, kept across runs of one
+    unchanged module (`run_module(..., constant_cache=cache)`): weights read from
+    the store, dequantized weights, casts of weights, ... Ops that compute the
+    same op on the same weights share one value, also across the module's
+    functions (the dequantization of a weight in @prefill and in @decode)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[Operation, tuple] = {}
+        self._values: dict[tuple, tuple[np.ndarray, ...]] = {}
+
+    def key(self, op: Operation) -> tuple | None:
+        """The op's identity by value, or None if it depends on a function argument.
+        Ops run in order, so an op is a function of weights and constants alone
+        exactly when every operand comes from an op that already has a key."""
+        found = self._keys.get(op)
+        if found is not None:
+            return found or None  # () marks an op that depends on an argument
+        if isinstance(op, g.WeightOp):
+            key: tuple = ("weight", op.weight_key, op.output.type)
+        elif isinstance(op, g.ConstantOp):
+            key = ("constant", op)
+        else:
+            operands = []
+            for v in op.operands:
+                owner_key = self._keys.get(v.owner) if isinstance(v.owner, Operation) else None
+                if not owner_key:
+                    self._keys[op] = ()
+                    return None
+                operands.append((owner_key, v.index))
+            key = (op.name, tuple(op.properties.items()), tuple(operands), tuple(r.type for r in op.results))
+        self._keys[op] = key
+        return key
+
+    def get(self, key: tuple) -> tuple[np.ndarray, ...] | None:
+        return self._values.get(key)
+
+    def put(self, key: tuple, values: tuple[np.ndarray, ...]) -> None:
+        self._values[key] = values
+
+    def __contains__(self, op: Operation) -> bool:
+        key = self._keys.get(op)
+        return bool(key) and key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 class _Env:
     """What a kernel may need beyond its operands (the weight store), and the
     optional cache of values that depend only on weights and constants."""
 
     def __init__(self, weights: WeightStore | None, module: ModuleOp | None,
-                 constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None):
+                 constant_cache: ConstantCache | None = None):
         self._weights = weights
         self._module = module
         self.constant_cache = constant_cache
@@ -641,7 +692,9 @@ def _matmul(op: g.MatmulOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 @_kernel(g.LinearOp)
 def _linear(op: g.LinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x, w = _up(xs[0]), _up(xs[1])
-    y = np.matmul(x, w.T)
+    # one 2-D product: numpy runs a stacked [..., S, K] @ [K, N] without BLAS
+    # (100x slower for the one-row products of a decode step)
+    y = np.matmul(x.reshape(-1, x.shape[-1]), w.T).reshape(*x.shape[:-1], w.shape[0])
     if len(xs) > 2:
         y = y + _up(xs[2])
     return y
@@ -1094,7 +1147,7 @@ class _GraphFunctionsBase(InterpreterFunctions):
     """Evaluates graph ops on numpy arrays; holds the weight store."""
 
     def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None,
-                 constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None):
+                 constant_cache: ConstantCache | None = None):
         self.env = _Env(weights, module, constant_cache)
 
 
@@ -1110,24 +1163,18 @@ def _describe(op: Operation) -> str:
     return (", ".join(names) + " = " if names else "") + op.name + where
 
 
-def _is_constant_expression(op: Operation, cache: dict[Operation, tuple[np.ndarray, ...]]) -> bool:
-    """Ops run in order, so an op is a function of weights and constants alone
-    exactly when every operand comes from an op already in the cache (weights and
-    constants have no operands)."""
-    return all(isinstance(v.owner, Operation) and v.owner in cache for v in op.operands)
-
-
 def _make_impl(op_type: type[Operation]) -> Any:
     def run(self: _GraphFunctionsBase, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]):
         cache = self.env.constant_cache
-        if cache is not None and op in cache:
-            return cache[op]
+        key = cache.key(op) if cache is not None else None
+        if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
+            return hit
         try:
             values = tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
         except InterpreterError as e:
             raise InterpreterError(f"{e} [at {_describe(op)}]") from None
-        if cache is not None and _is_constant_expression(op, cache):
-            cache[op] = values
+        if key is not None:
+            cache.put(key, values)  # type: ignore[union-attr]
         return values
 
     run.__name__ = f"run_{op_type.name.split('.', 1)[1]}"
@@ -1276,7 +1323,7 @@ def run_module(
     weights: WeightStore | None = None,
     *,
     on_op: Callable[[int, Operation, list[np.ndarray]], None] | None = None,
-    constant_cache: dict[Operation, tuple[np.ndarray, ...]] | None = None,
+    constant_cache: ConstantCache | None = None,
 ) -> list[np.ndarray]:
     """Run function `entry` of `module` on `inputs` (by position, or by name: the
     argument attribute `graph.name`, else "arg0", "arg1", ...). Returns the
@@ -1287,8 +1334,8 @@ def run_module(
     region's ops are not reported): intermediate values by op, e.g. for a per-layer
     comparison. The callback decides what to keep.
 
-    `constant_cache` (optional): a dict the caller keeps across runs of the same,
-    unchanged module. Values that depend only on weights and constants (weights
+    `constant_cache` (optional): a `ConstantCache` the caller keeps across runs of
+    the same, unchanged module. Values that depend only on weights and constants (weights
     read from the store, dequantized weights, folded constants) are computed on
     the first run and reused by the next ones; a text generator that runs
     @decode once per token passes one. Results are the same with or without it."""

@@ -695,8 +695,8 @@ class _LlamaImporter(_DecoderImporter):
             shape = (ctx.batch, 1, 1, self.rot_dim)
         if self.rope_interleaved:  # angle i for features 2i and 2i+1
             pair = (*_shape(ang), 1)
-            ang = e.op(g.ConcatOp, [e.reshape(ang, pair), e.reshape(ang, pair)], axis=g.i64_attr(-1))
-            ang = e.reshape(ang, (*pair[:-2], self.rot_dim))
+            col = e.reshape(ang, pair)
+            ang = e.reshape(e.op(g.ConcatOp, [col, col], axis=g.i64_attr(-1)), (*pair[:-2], self.rot_dim))
         else:  # HF layout: halves repeated
             ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])

@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Module
 from infer.dialects import graph as g
 from infer.dialects.block_quant import BLOCK_FORMATS, dequantize_blocks
 from infer.dialects.dtypes import tensor_type
-from infer.dialects.graph_interpreter import evaluate_op, run_module
+from infer.dialects.graph_interpreter import ConstantCache, evaluate_op, run_module
 from infer.dialects.weights import WeightStore, attach_weights
 
 gguf = pytest.importorskip("gguf")
@@ -109,7 +109,7 @@ def test_quantized_real_values_round_trip(fmt_name):
     assert np.abs(w_ref - w).max() < {"q8_0": 0.03, "q4_0": 0.5, "q4_1": 0.4}[fmt_name]
 
     # the constant cache: the second run reuses the dequantized weight and gives the same result
-    cache: dict = {}
+    cache = ConstantCache()
     first = run_module(module, [x], constant_cache=cache)
     assert deq in cache and weight in cache and lin not in cache
     again = run_module(module, [x + 1], constant_cache=cache)
