@@ -14,6 +14,11 @@ Supported architectures (by `model_type` / `architectures` in config.json)
   1_Pooling/config.json selects mean/cls/max pooling, and a Normalize module
   adds L2 normalization).
 
+The decoder builders read tensors by Hugging Face name from a weight provider
+(`WeightProvider`): a folder's `Checkpoint` here, `GGUFWeights` for GGUF files
+(infer.frontend.gguf_import, which reuses the Llama builder with RoPE on
+interleaved pairs).
+
 Weights are never read at import time: the module's weight store is the
 checkpoint's own safetensors file (single file) and `graph.weight` ops refer to
 the checkpoint's tensor names; a sharded checkpoint
@@ -694,9 +699,9 @@ class _LlamaImporter(_DecoderImporter):
             ang = e.op(g.MulOp, [pos, inv])  # [B, R/2]
             shape = (ctx.batch, 1, 1, self.rot_dim)
         if self.rope_interleaved:  # angle i for features 2i and 2i+1
-            pair = (*_shape(ang), 1)
-            col = e.reshape(ang, pair)
-            ang = e.reshape(e.op(g.ConcatOp, [col, col], axis=g.i64_attr(-1)), (*pair[:-2], self.rot_dim))
+            rows = shape[0]
+            col = e.reshape(ang, (rows, self.rot_dim // 2, 1))
+            ang = e.reshape(e.op(g.ConcatOp, [col, col], axis=g.i64_attr(-1)), (rows, self.rot_dim))
         else:  # HF layout: halves repeated
             ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])

@@ -67,7 +67,9 @@ class Sampler:
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
         if o.top_p is not None and o.top_p < 1.0:
-            order = np.argsort(probs, kind="stable")  # ascending, as transformers' TopPLogitsWarper
+            # ascending, as transformers' TopPLogitsWarper; among equal probabilities the lower
+            # token id comes last, so it is the one kept (as greedy keeps the first maximum)
+            order = np.lexsort((-np.arange(probs.size), probs))
             tail = np.cumsum(probs[order])
             drop = tail <= 1.0 - o.top_p
             drop[-1] = False  # always keep the most probable token

@@ -192,3 +192,19 @@ def test_saved_module_runs_from_its_own_weights(llama_gguf, tmp_path):
     again = import_model(path)
     ids = np.arange(S)[None]
     np.testing.assert_array_equal(again.run([ids])[0], model.run([ids])[0])
+
+
+def test_sampled_generation_is_seeded(llama_gguf):
+    model = import_model(llama_gguf("Q4_0"), seq_len=S, max_len=P)
+    gen = Generator(model)
+    prompt = [5, 6, 7, 8]
+
+    def run(**kw):
+        return [t.id for t in gen.generate(prompt, max_new_tokens=12, **kw)]
+
+    a = run(temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    assert a == run(temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    assert a != run(temperature=1.5, top_k=50, top_p=0.95, seed=8)
+    assert run(temperature=0.0) == run(temperature=0.0, seed=123)  # greedy ignores the seed
+    with pytest.raises(GenerationError, match="top_p must be in"):
+        gen.generate(prompt, temperature=1.0, top_p=2.0)
