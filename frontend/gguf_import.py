@@ -152,7 +152,6 @@ class GGUFFile:
 
     def __init__(self, path: Path):
         self.path = path
-        gguf = _gguf()
         try:
             size = path.stat().st_size
         except OSError as e:
@@ -171,7 +170,6 @@ class GGUFFile:
         except OSError as e:
             raise ModelImportError(f"{path}: cannot read: {e}") from None
         self.tensors = {t.name: t for t in self.reader.tensors}
-        self._quant = gguf.GGMLQuantizationType
 
     def get(self, key: str, default: Any = None) -> Any:
         field = self.reader.fields.get(key)

@@ -5,8 +5,9 @@ A step executor owns one batch of sequences and their KV cache:
     logits = ex.prefill([prompt_ids, ...])   # starts the batch; [n, vocab] next-token logits
     logits = ex.decode([token, ...])         # appends one token to every sequence; [n, vocab]
 
-`batch` is the most sequences one batch holds and `max_context` the most tokens
-one sequence's cache holds (prompt plus generated tokens fed back);
+`batch` is the most sequences one batch holds, `max_context` the most tokens
+one sequence's cache holds (prompt plus generated tokens fed back), and
+`vocab_size` the length of a logits row;
 `last_device_seconds` is the simulated device time of the last call (None when
 the executor does not simulate a device). The generator (`infer.generation.
 Generator`) only talks to this interface, so the reference interpreter (here)
@@ -41,6 +42,7 @@ class GenerationError(Exception):
 class StepExecutor(Protocol):
     batch: int
     max_context: int
+    vocab_size: int
     last_device_seconds: float | None
 
     def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray: ...

@@ -69,14 +69,15 @@ class Generator:
     """
 
     def __init__(self, model: Model | str | os.PathLike[str], executor: StepExecutor | None = None, *,
-                 prefill_length: int | None = None, max_context: int | None = None, dtype: str = "float32"):
+                 prefill_length: int | None = None, max_context: int | None = None, dtype: str | None = None):
         if not isinstance(model, Model):
             from infer.frontend import import_model
 
-            model = import_model(model, seq_len=prefill_length, max_len=max_context, dtype=dtype)
-        elif prefill_length is not None or max_context is not None:
-            raise GenerationError("prefill_length and max_context apply when the Generator imports the model "
-                                  "from a path; this Model is already imported")
+            options = {"seq_len": prefill_length, "max_len": max_context, "dtype": dtype}
+            model = import_model(model, **{k: v for k, v in options.items() if v is not None})
+        elif prefill_length is not None or max_context is not None or dtype is not None:
+            raise GenerationError("prefill_length, max_context and dtype apply when the Generator imports the "
+                                  "model from a path; this Model is already imported")
         self.model = model
         self.executor: StepExecutor = executor if executor is not None else ReferenceExecutor(model)
         self.last_stats: GenerationStats | None = None
@@ -87,6 +88,8 @@ class Generator:
 
     def encode(self, prompt: str | Sequence[Mapping[str, str]] | Sequence[int], chat: bool | None = None) -> list[int]:
         """The token ids generate() starts from (see the module docstring)."""
+        if not isinstance(prompt, str) and len(prompt) == 0:
+            raise GenerationError("the prompt is empty")
         if isinstance(prompt, np.ndarray) or (not isinstance(prompt, str) and prompt and
                                               all(isinstance(t, int | np.integer) for t in prompt)):
             if chat:
@@ -115,6 +118,9 @@ class Generator:
             raise GenerationError("the prompt is empty")
         if max_new_tokens < 1:
             raise GenerationError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        bad = [t for t in ids if not 0 <= t < self.executor.vocab_size]
+        if bad:
+            raise GenerationError(f"token id {bad[0]} is outside the vocabulary (0 .. {self.executor.vocab_size - 1})")
         if len(ids) > self.executor.max_context:
             raise GenerationError(
                 f"the prompt has {len(ids)} tokens but the model's context holds {self.executor.max_context} "
@@ -184,9 +190,12 @@ class _Detokenizer:
             return None
         self.ids.append(token)
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd") or not text.startswith(self.emitted):
+        if text.endswith("\ufffd"):
             return ""
-        piece, self.emitted = text[len(self.emitted):], text
+        # normally the text grows at its end; if a tokenizer rewrote earlier text, go on after
+        # the part that still agrees (what was emitted cannot be taken back)
+        keep = len(os.path.commonprefix([text, self.emitted]))
+        piece, self.emitted = text[keep:], text
         return piece
 
 
