@@ -168,6 +168,9 @@ class GraphOp(IRDLOperation, ABC):
         raise NotImplementedError
 
     def verify_(self) -> None:
+        """Every operand and result has an element type the graph level supports, and each
+        declared result type agrees with `infer_result_types()`: the same element type and
+        rank, and the same size in every dimension where neither is `?`."""
         for kind, values in (("operand", self.operands), ("result", self.results)):
             for i, v in enumerate(values):
                 elem = element_type_name(_elem(v))
@@ -352,7 +355,9 @@ class DequantizeBlocksOp(GraphOp):
 
 
 class UnaryOp(GraphOp, ABC):
-    """`y = f(x)` elementwise; same shape and element type."""
+    """`y = f(x)` elementwise; the result has the operand's shape and element type.
+    Floating-point operands only, except for neg, abs, sign, relu, clip (any number type)
+    and not (i1)."""
 
     input = operand_def(TensorType)
     output = result_def(TensorType)
@@ -478,7 +483,9 @@ class HardSigmoidOp(UnaryOp):
 
 
 class BinaryOp(GraphOp, ABC):
-    """`z = x op y` elementwise with numpy broadcasting; operands share an element type."""
+    """`z = x op y` elementwise with numpy broadcasting; both operands have the same
+    element type, which the result keeps, except that comparisons (equal, less,
+    less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands."""
 
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
@@ -1314,11 +1321,17 @@ class ArgReduceOp(ReduceOp, ABC):
 
 @irdl_op_definition
 class ArgmaxOp(ArgReduceOp):
+    """Index (i64) of the largest element along the one axis in `axes`; the first one
+    when several are equal (numpy.argmax, ONNX ArgMax with select_last_index = 0)."""
+
     name = "graph.argmax"
 
 
 @irdl_op_definition
 class ArgminOp(ArgReduceOp):
+    """Index (i64) of the smallest element along the one axis in `axes`; the first one
+    when several are equal (numpy.argmin, ONNX ArgMin with select_last_index = 0)."""
+
     name = "graph.argmin"
 
 
@@ -1409,6 +1422,10 @@ class KernelOp(GraphOp):
         return [_tensor(v) for v in yield_op.values]
 
     def verify_(self) -> None:
+        """`kind` is a known kernel class, there is at least one result, the block's
+        arguments have the operands' types, the body ends with `graph.yield` returning the
+        result types, and it holds one anchor of `kind` (none for "elementwise") besides
+        elementwise ops and constants; then the checks of every graph op."""
         kind = self.kind.data
         if kind not in KERNEL_ANCHORS:
             raise VerifyException(

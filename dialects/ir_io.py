@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.universe import Universe
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 from infer.dialects import infer_dialects
 from infer.dialects.weights import WeightStoreError, save_weights, weights_of
@@ -62,10 +62,13 @@ class LocatingParser(Parser):
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span.start
-        op = super().parse_operation()
+        line = bisect.bisect_right(self._line_starts, start)
+        col = start - self._line_starts[line - 1] + 1
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:  # a declarative format checks property constraints while parsing
+            raise IRError(f"{self._file_attr.data}:{line + self._line_offset}:{col}: error: {first_line(str(e))}") from None
         if not isinstance(op.location, FileLineColLoc):
-            line = bisect.bisect_right(self._line_starts, start)
-            col = start - self._line_starts[line - 1] + 1
             op.location = FileLineColLoc(
                 self._file_attr, IntAttr(line + self._line_offset), IntAttr(col)
             )

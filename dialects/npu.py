@@ -55,7 +55,8 @@ def _i64(v: int) -> IntegerAttr:
 
 
 class NpuInstrOp(IRDLOperation):
-    """Base of the generated instruction ops."""
+    """One instruction: an op generated from its `infer.target.isa.InstrDef`, whose
+    fields are the op's i64 properties, printed and parsed in the assembly syntax."""
 
     ISA_DEF: ClassVar[isa.InstrDef]
 
@@ -90,6 +91,8 @@ class NpuInstrOp(IRDLOperation):
         return cls.create(properties=props)
 
     def verify_(self) -> None:
+        """Every field fits its bit width and kind, and the instruction's own constraints
+        (alignment, ranges) hold: `infer.target.isa.check`, the assembler's check."""
         w, s, s2 = self.sync()
         errs = isa.check(self.ISA_DEF, self.field_values(), w, s, s2)
         if errs:
@@ -209,6 +212,8 @@ class ProgramOp(IRDLOperation):
         return ProgramOp([INSTR_OPS[i.d.name].from_instr(i) for i in p.instrs])
 
     def verify_(self) -> None:
+        """Only npu instructions, and a well-formed program (hardware loops nest and end
+        inside the program: `Program.check_structure`)."""
         for op in self.body.block.ops:
             if not isinstance(op, NpuInstrOp):
                 raise VerifyException(f"npu.program may only contain npu instructions, found "

@@ -193,6 +193,8 @@ class AllocOp(TileOp):
         return math.prod(_shape(self.buffer)) * elem_bytes(self.buffer) * self.buffers.value.data
 
     def verify_(self) -> None:
+        """The space is dram, spad or acc; `buffers` is 1 or 2; accumulator buffers hold
+        f32 or i32; `offset` >= 0; in spad/acc the buffer fits the target's memory."""
         space = _check_space(self.buffer, "a tile.alloc", SPACES)
         if self.buffers.value.data not in (1, 2):
             raise VerifyException(f"buffers must be 1 or 2 (double buffering), got {self.buffers.value.data}")
@@ -229,6 +231,7 @@ class WeightOp(TileOp):
         return self.weight_name.root_reference.data
 
     def verify_(self) -> None:
+        """Weights live in DRAM."""
         _check_space(self.buffer, "a weight", ("dram",))
 
 
@@ -243,6 +246,7 @@ class ViewOp(TileOp):
     assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def verify_(self) -> None:
+        """Same memory space, element type and element count as the source."""
         if space_of(self.source) != space_of(self.result):
             raise VerifyException("a view cannot change the memory space")
         if _elem(self.source) != _elem(self.result):
@@ -281,6 +285,8 @@ class DmaOp(TileOp):
         return _ints(self.src_steps) or (1,) * len(_ints(self.shape))
 
     def verify_(self) -> None:
+        """One side in DRAM, the other local; the same element type; a box of 1 to 3
+        dimensions with positive source steps; both boxes inside their memrefs."""
         box = _ints(self.shape)
         spaces = (space_of(self.src), space_of(self.dst))
         if (spaces[0] == "dram") == (spaces[1] == "dram"):
@@ -320,6 +326,9 @@ class MatmulOp(TileOp):
     )
 
     def verify_(self) -> None:
+        """lhs and rhs in the scratchpad, acc in the accumulator, all 2-D; bf16 inputs
+        accumulate in f32, i8 in i32; the m x k, k x n and m x n boxes lie inside their
+        memrefs; the weight tile fits the target's array, which has the input type."""
         m, k, n = self.m.value.data, self.k.value.data, self.n.value.data
         _check_space(self.lhs, "lhs", ("spad",))
         _check_space(self.rhs, "rhs (the weight tile)", ("spad",))
@@ -378,6 +387,10 @@ class VectorOp(TileOp):
         return self.OPS[self.op.data].form
 
     def verify_(self) -> None:
+        """`op` is a vector op of the ISA; dst, a (and b) are 2-D local memrefs of a type
+        the vector unit reads; the boxes lie inside them; binary ops have a `bmode` and a b
+        operand (or `imm` for bmode = imm), unary ops neither; requant writes i8 from f32
+        scales by row or immediate."""
         name = self.op.data
         if name not in self.OPS:
             raise VerifyException(f"unknown vector op '{name}' (the vector unit has: {', '.join(self.OPS)})")
@@ -454,6 +467,9 @@ class GatherRowsOp(TileOp):
         return self.cols.value.data * elem_bytes(self.table)
 
     def verify_(self) -> None:
+        """A 2-D DRAM table indexed by its first column, a 1-D DRAM memref of i32/i64
+        indices, a 2-D dst of the table's element type; 1 <= cols <= the table's columns,
+        1 <= rows <= the number of indices; the dst box inside dst."""
         rows, cols = self.rows.value.data, self.cols.value.data
         _check_space(self.table, "the table", ("dram",))
         _check_space(self.indices, "the indices", ("dram",))
@@ -490,6 +506,7 @@ class FillOp(TileOp):
     assembly_format = "$dst `[` $dst_indices `]` attr-dict `:` type($dst)"
 
     def verify_(self) -> None:
+        """dst is a 2-D local memref of a type the vector unit writes; the box lies inside it."""
         _check_space(self.dst, "dst", LOCAL_SPACES)
         if len(_shape(self.dst)) != 2:
             raise VerifyException("dst must be a 2-D memref")

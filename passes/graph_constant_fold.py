@@ -14,9 +14,10 @@ exactly what the op would compute at run time. Each result becomes
 Not folded: results with more than `max-elements` elements, results whose
 type has a `?` dimension (run `graph-shape-inference` first), and ops the
 interpreter refuses (integer division by zero, out-of-range gather indices,
-...), which are left for run time to report. Constants and weights that no
-longer have users are erased. A weight operand missing from the store is an
-error (`file:line:col: error: 'graph.weight' op weight 'w' not found ...`).
+...), which are left for run time to report (with a warning at the op now).
+Constants and weights that no longer have users are erased. A weight operand
+missing from the store is an error (`file:line:col: error: 'graph.weight' op
+weight 'w' not found ...`).
 
 Options:
   max-elements: do not fold a result with more elements (default 1 << 24).
@@ -38,6 +39,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import tensor_type
+from infer.dialects.diagnostics import warn
 from infer.dialects.graph_interpreter import InterpreterError, dense_to_numpy, evaluate_op
 from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
@@ -84,6 +86,7 @@ class FoldConstantOp(RewritePattern):
     max_elements: int
     inline_limit: int
     _values: dict[Operation, np.ndarray] = field(default_factory=dict)
+    _refused: set[Operation] = field(default_factory=set)
 
     def _operand_value(self, value: SSAValue) -> np.ndarray | None:
         op = value.owner
@@ -114,7 +117,11 @@ class FoldConstantOp(RewritePattern):
             inputs.append(array)
         try:
             results = evaluate_op(op, inputs, self.store)
-        except (InterpreterError, WeightStoreError):
+        except (InterpreterError, WeightStoreError) as e:
+            if op not in self._refused:  # the walker may visit the op again
+                self._refused.add(op)
+                reason = str(e).removeprefix(f"{op.name}: ")
+                warn(op, f"not folded: {reason} (the reference interpreter will fail here at run time)")
             return
         hint = self._hint(op)
         new_ops: list[Operation] = []

@@ -1844,7 +1844,17 @@ def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class GraphToTilePass(ModulePass):
-    """Lower graph functions to tile-level DRAM functions with cost-model tiling."""
+    """Lower graph functions to tile-level DRAM functions with cost-model tiling.
+
+    Options:
+      target: the hardware config whose tiles and memories the kernels are sized for
+        ("edge", "server" or a TOML path).
+      precision: "fp32" (matmul products as three bf16 passes) or "bf16" (bf16 inputs,
+        fp32 accumulation).
+      overrides: tile sizes that replace the cost model's choice, per kernel:
+        "kernel3=64x64x32,kernel5=8" (names as printed by debug-tiling).
+      debug-tiling: print why each kernel's tile sizes were chosen (on stderr).
+    """
 
     name = "graph-to-tile"
 

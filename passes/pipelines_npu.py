@@ -1,6 +1,6 @@
 """`compile-npu{target=edge precision=fp32}`: the whole compiler as one pass.
 
-    compile-npu = graph-prepare-tiling, graph-to-tile{target precision},
+    compile-npu = [graph-passes], graph-prepare-tiling, graph-to-tile{target precision},
                   tile-plan-memory{target}, tile-to-npu{target}
 
 so `infer-opt m.mlir -p 'compile-npu{target=edge}' -t npu-asm` prints the program
@@ -39,22 +39,26 @@ def _stage(name: str, **options: object) -> ModulePass:
 
 @dataclass(frozen=True)
 class CompileNpuPass(PipelinePass):
-    """graph-prepare-tiling, graph-to-tile, tile-plan-memory, tile-to-npu."""
+    """The whole compiler: graph-level IR in, an npu.program and its npu.layout out.
+
+    Stages: [graph-passes], graph-prepare-tiling, graph-to-tile, tile-plan-memory, tile-to-npu.
+
+    Options:
+      target: the hardware config: "edge", "server" or a TOML path.
+      precision: "fp32" (matmuls as three bf16 passes) or "bf16" (bf16 products, fp32 accumulation).
+      graph-passes: a pass pipeline (`-p` syntax, e.g. "my-pass{factor=2},graph-dce") run on the
+        graph-level module first; plugin passes are found by name like infer's own.
+    """
 
     name = "compile-npu"
 
     target: str = "edge"
     precision: str = "fp32"
+    graph_passes: str = ""
 
     def passes(self) -> tuple[ModulePass, ...]:
-        return (
-            _stage("graph-prepare-tiling"),
-            _stage("graph-to-tile", target=self.target, precision=self.precision),
-            _stage("tile-plan-memory", target=self.target),
-            _stage("tile-to-npu", target=self.target),
-        )
-
-    def apply(self, ctx: Context, op: ModuleOp, progress=None) -> None:
+        # Checked here, where the stages are built, so a driver that runs the stages itself
+        # (infer-opt, via flatten()) refuses bad options before any stage runs.
         from infer.target.hw import ConfigError, load_config
 
         if self.precision not in ("fp32", "bf16"):
@@ -63,6 +67,25 @@ class CompileNpuPass(PipelinePass):
             load_config(self.target)
         except ConfigError as e:
             raise CompileError(f"error: compile-npu: {e}") from None
+        return (
+            *self._graph_passes(),
+            _stage("graph-prepare-tiling"),
+            _stage("graph-to-tile", target=self.target, precision=self.precision),
+            _stage("tile-plan-memory", target=self.target),
+            _stage("tile-to-npu", target=self.target),
+        )
+
+    def _graph_passes(self) -> tuple[ModulePass, ...]:
+        if not self.graph_passes.strip():
+            return ()
+        from infer.passes import PassSpecError, build_pipeline
+
+        try:
+            return tuple(build_pipeline(self.graph_passes))
+        except PassSpecError as e:
+            raise CompileError(f"error: compile-npu: graph-passes: {e}") from None
+
+    def apply(self, ctx: Context, op: ModuleOp, progress=None) -> None:
         for p in self.passes():
             if progress is not None:
                 progress(p.name)

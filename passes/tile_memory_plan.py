@@ -56,6 +56,7 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, StringAttr,
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from infer.dialects.diagnostics import note_line
 from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.tile import TARGET_ATTR, AllocOp, ViewOp, WeightOp, elem_bytes, space_of
 
@@ -327,7 +328,14 @@ class PlanRow:
 
 @dataclass(frozen=True)
 class TilePlanMemoryPass(ModulePass):
-    """Assign offsets to every tile.alloc (DRAM arena, scratchpad, accumulator) and tile.weight."""
+    """Assign offsets to every tile.alloc (DRAM arena, scratchpad, accumulator) and tile.weight.
+
+    Options:
+      target: the hardware config ("edge", "server" or a TOML path); empty: the module's
+        tile.target attribute.
+      alignment: byte alignment of DRAM offsets and sizes; 0: the target's DRAM burst.
+      print-plan: print the plan as a table on stderr.
+    """
 
     name = "tile-plan-memory"
 
@@ -438,9 +446,14 @@ class TilePlanMemoryPass(ModulePass):
                 why = "the buffer alone is larger than the memory"
             else:
                 why = f"{live} bytes of {what} buffers are live at the same time"
-            raise _fail(a, f"does not fit: {space} buffer of {iv.size} bytes{copies} would need bytes "
-                        f"[{off}, {off + iv.size}) but the {what} of target '{target}' holds {capacity} "
-                        f"bytes ({why})")
+            error = _fail(a, f"does not fit: {space} buffer of {iv.size} bytes{copies} would need bytes "
+                             f"[{off}, {off + iv.size}) but the {what} of target '{target}' holds {capacity} "
+                             f"bytes ({why})")
+            # One note per other buffer live at the same time: what to shrink or split.
+            others = [note_line(b, f"live at the same time: {space} buffer of {biv.size} bytes at "
+                                   f"[{boff}, {boff + biv.size})")
+                      for b, biv, boff in zip(ops, intervals, offsets) if b is not a and biv.overlaps(iv)]
+            raise IRError("\n".join([str(error), *others]))
 
 
 def _print_plan(rows: list[PlanRow], arena: int, weights: int, used: dict[str, int],

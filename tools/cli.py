@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 # Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
-_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds"]
+_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.serve_sim_cmds"]
 
 
 class CLIError(Exception):
@@ -33,7 +33,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from infer.dialects.weights import WeightStoreError
     from infer.frontend.model import ModelImportError
 
-    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError]
+    from infer.passes import PluginError
+
+    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError, PluginError]
     try:
         from infer.dialects.graph_interpreter import InterpreterError
 

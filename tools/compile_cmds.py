@@ -143,13 +143,14 @@ def _same_weight(known, store, name: str) -> bool:
 
 
 def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str = "main",
-            example_inputs: Any = None, progress: bool = False, **import_options: Any):
+            example_inputs: Any = None, progress: bool = False, graph_passes: str = "", **import_options: Any):
     """Import (if needed) and compile for the accelerator -> `infer.runtime.Executable`.
 
     source: a model path (.onnx/.pt2/HF folder), a graph-level `.mlir` path, an
     `infer.Model`, a ModuleOp, an onnx.ModelProto, a torch module (+example_inputs)...
     target: "edge", "server" or a TOML path. precision: "fp32" (3-pass bf16
-    emulation) or "bf16"."""
+    emulation) or "bf16". graph_passes: a pass pipeline run on the graph-level
+    module first (`-p` syntax; infer's passes and plugins)."""
     from xdsl.context import Context
 
     from infer.dialects.ir_io import make_context
@@ -181,7 +182,8 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
             layer_parts.append(_graph_reference_parts(module, old))  # per-layer check's reference
         say(f"pass {name}")
 
-    CompileNpuPass(target=str(target), precision=precision).apply(ctx, module, progress=stage)
+    CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes).apply(
+        ctx, module, progress=stage)
     layer_ir, layer_weights = layer_parts[0] if layer_parts else (None, None)
     say("packaging the artifact")
     program, layout, ops = _codegen_result(module)
@@ -232,7 +234,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.input_shape:
         options["input_shapes"] = _parse_input_shapes(args.input_shape)
-    exe = compile(args.model, target=args.target, precision=args.precision, progress=True, **options)
+    exe = compile(args.model, target=args.target, precision=args.precision, progress=True,
+                  graph_passes=args.graph_passes, **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
     print(f"wrote {out} ({Path(out).stat().st_size} bytes): {exe!r}", file=sys.stderr)
@@ -315,6 +318,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fp32 (3-pass bf16 emulation on the matrix unit) or bf16")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
                    help="static shape for a model input with dynamic dims (repeatable)")
+    p.add_argument("--graph-passes", default="", metavar="PIPELINE",
+                   help="passes run on the graph-level IR first, e.g. 'my-pass{factor=2},graph-dce' "
+                        "(infer's passes and plugins: infer-opt --list-passes)")
     p.set_defaults(func=_guarded("compile", cmd_compile))
 
     p = subparsers.add_parser("run", help="run a .npu artifact on the instruction-set simulator")

@@ -2,10 +2,10 @@
 // RUN: not infer-opt %s -p graph-dce,no-such-pass 2>&1 | filecheck %s --check-prefix=SECOND
 
 // CHECK-NOT: {{Traceback|internal error}}
-// CHECK: infer-opt: error: Unrecognized passes: ['graph-canonicalise']
+// CHECK: infer-opt: error: unknown pass 'graph-canonicalise' (did you mean 'graph-canonicalize'?); `infer-opt --list-passes` lists them
 // CHECK-NOT: {{Traceback|internal error}}
 // SECOND-NOT: {{Traceback|internal error}}
-// SECOND: infer-opt: error: Unrecognized passes: ['no-such-pass']
+// SECOND: infer-opt: error: unknown pass 'no-such-pass'
 // SECOND-NOT: {{Traceback|internal error}}
 
 func.func @f() {

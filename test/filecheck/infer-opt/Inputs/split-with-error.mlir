@@ -1,4 +1,4 @@
-// Not a test (lit skips Inputs/): the second chunk has an ill-typed op on line 9.
+// Not a test (lit skips Inputs/): three chunks, the second has an ill-typed op on line 9.
 func.func @ok() {
   func.return
 }
@@ -8,4 +8,12 @@ func.func @ok() {
 func.func @bad(%x: tensor<2xf32>) {
   %0 = graph.relu %x : (tensor<2xf32>) -> tensor<3xf32>
   func.return
+}
+
+// -----
+
+func.func @after(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = graph.neg %x : (tensor<2xf32>) -> tensor<2xf32>
+  %1 = graph.neg %0 : (tensor<2xf32>) -> tensor<2xf32>
+  func.return %1 : tensor<2xf32>
 }
