@@ -338,11 +338,7 @@ class GGUFWeights:
             v = b.file_weight(info.gguf_name, packed.shape, np.uint8)
             return b.op(g.DequantizeBlocksOp, [v], result_type=TensorType(elem, list(info.shape)),
                         format=g.StringAttr(fmt))
-        stored = FLOAT_TYPES[info.kind]
-        v = b.file_weight(info.gguf_name, info.shape, stored)
-        if stored != dtype:
-            v = b.op(g.CastOp, [v], result_type=TensorType(elem, list(info.shape)))
-        return v
+        return b.cast(b.file_weight(info.gguf_name, info.shape, FLOAT_TYPES[info.kind]), dtype)
 
 
 # --------------------------------------------------------------------------
