@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import GGUF_LLAMA, write_llama_gguf
+from helpers.gguf_models import GGUF_LLAMA, write_llama_gguf
 
 from infer.dialects.weights import weights_of
 from infer.frontend import ModelImportError, import_model
