@@ -62,9 +62,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "(raise --max-context up to the model's context length, or shorten the prompt)"
             )
         imported = time.perf_counter()
-        print(f"note: {REFERENCE_NOTE}", file=sys.stderr, flush=True)
         pieces = gen.generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)  # checks the request
+        print(f"note: {REFERENCE_NOTE}", file=sys.stderr, flush=True)
         for piece in pieces:
             sys.stdout.write(piece.text or "")
             sys.stdout.flush()
