@@ -195,10 +195,10 @@ class InferOptMain(xDSLOptMain):
         group.add_argument("--verify-numerics-entry", metavar="NAME",
                            help="the function to run (default: main, or the module's only function)")
         group.add_argument("--verify-numerics-rounding-tol", type=float, default=D.rounding_tol, metavar="X",
-                           help="passes that round differently (batch-norm folding): max abs error <= X x the output "
-                                f"range (default {D.rounding_tol:g})")
+                           help="passes that round differently (batch-norm folding): max abs error <= X x the output's "
+                                f"scale, the larger of its range and magnitude (default {D.rounding_tol:g})")
         group.add_argument("--verify-numerics-fp32-tol", type=float, default=D.fp32_tol, metavar="X",
-                           help="graph -> tile at precision=fp32: max abs error <= X x the output range "
+                           help="graph -> tile at precision=fp32: max abs error <= X x the output's scale "
                                 f"(default {D.fp32_tol:g})")
         group.add_argument("--verify-numerics-bf16-cosine", type=float, default=D.bf16_cosine, metavar="X",
                            help=f"graph -> tile at precision=bf16: cosine similarity >= X per output "

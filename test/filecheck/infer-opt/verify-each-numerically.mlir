@@ -39,7 +39,7 @@ func.func @main(%x: tensor<4x16xf32> {graph.name = "x"}) -> (tensor<4x8xf32> {gr
 // GRAPH-NEXT: note: on random inputs of seed 0; before the pass @main ran on the graph interpreter, after it on the graph interpreter
 // GRAPH-NOT:  Traceback
 
-// SCALED: verify-each-numerically.mlir:[[# @LINE - 15]]:3: error: --verify-each-numerically: test-scale-constants changed the results: output #0 'y' at [2, 0] is -2.55421901 after it and -2.54911828 before (abs error 0.0051 (0.002 of the output range 2.55); tolerance: abs error <= 1e-05 x range (fp32 rounding))
+// SCALED: verify-each-numerically.mlir:[[# @LINE - 15]]:3: error: --verify-each-numerically: test-scale-constants changed the results: output #0 'y' at [2, 0] is -2.55421901 after it and -2.54911828 before (abs error 0.0051 (0.002 of the output scale 2.55); tolerance: abs error <= 1e-05 x scale (fp32 rounding))
 
 // LOOSER: tile.arena_bytes
 
@@ -48,7 +48,7 @@ func.func @main(%x: tensor<4x16xf32> {graph.name = "x"}) -> (tensor<4x8xf32> {gr
 
 // NPU: error: --verify-each-numerically: after test-npu-drop-wait, @main cannot run on the simulator: fault [race] at instruction {{[0-9]+}} {{.*}}(missing wait/signal)
 
-// TIGHT:      verify-each-numerically.mlir:[[# @LINE - 32]]:1: error: --verify-each-numerically: graph-to-tile (in compile-npu) changed the results: output #0 'y' at [3, 0] is -0.735473633 after it and -0.735471964 before (abs error 1.67e-06 (6.55e-07 of the output range 2.55); tolerance: abs error <= 1e-09 x range (fp32 lowering))
+// TIGHT:      verify-each-numerically.mlir:[[# @LINE - 32]]:1: error: --verify-each-numerically: graph-to-tile (in compile-npu) changed the results: output #0 'y' at [3, 0] is -0.735473633 after it and -0.735471964 before (abs error 1.67e-06 (6.55e-07 of the output scale 2.55); tolerance: abs error <= 1e-09 x scale (fp32 lowering))
 // TIGHT-NEXT: note: on random inputs of seed 0; before the pass @main ran on the graph interpreter, after it on the tile interpreter
 
 // COSINE: error: --verify-each-numerically: graph-to-tile (in compile-npu) changed the results: output #0 'y' at [{{[0-9]+}}, {{[0-9]+}}] is {{.*}} after it and {{.*}} before (abs error {{.*}}; tolerance: cosine >= 1 (bf16 lowering); cosine 0.9999{{[0-9]+}})
