@@ -7,7 +7,9 @@
     outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
-not load the compiler.
+not load the compiler. `infer.compile` and `infer.load` are the compile driver's
+(tools/driver.py): their Executables can also `check` against the reference
+interpreter; `infer.runtime.load` gives one that only runs.
 """
 
 from typing import Any
@@ -19,8 +21,8 @@ _LAZY = {
     "Model": ("infer.frontend", "Model"),
     "ModelImportError": ("infer.frontend", "ModelImportError"),
     "import_model": ("infer.frontend", "import_model"),
-    "compile": ("infer.tools.compile_cmds", "compile"),
-    "load": ("infer.runtime.executable", "load"),
+    "compile": ("infer.tools.driver", "compile"),
+    "load": ("infer.tools.driver", "load"),
 }
 
 

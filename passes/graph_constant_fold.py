@@ -32,46 +32,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import tensor_type
 from infer.dialects.diagnostics import warn
-from infer.dialects.graph_interpreter import InterpreterError, dense_to_numpy, evaluate_op
+from infer.dialects.dtypes import dense_attr, is_splat, tensor_type
+from infer.dialects.graph_interpreter import InterpreterError, evaluate_op
 from infer.dialects.ir_io import IRError, describe_location
+from infer.dialects.weight_refs import constant_value
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 
 DEFAULT_MAX_ELEMENTS = 1 << 24
 DEFAULT_INLINE_LIMIT = 16
-
-
-def is_splat(array: np.ndarray) -> bool:
-    """All elements equal (bitwise, so -0.0 vs 0.0 and NaN payloads count as different)."""
-    if array.size <= 1:
-        return True
-    flat = np.ascontiguousarray(array).reshape(-1)
-    raw = flat.view(np.uint8).reshape(flat.size, -1)
-    return bool(np.all(raw == raw[0]))
-
-
-def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """A dense elements attribute holding `array` (any dtype of infer.dialects.dtypes);
-    an array whose elements are all equal is stored as a splat (one element).
-
-    Kept here until a shared numpy<->attribute helper lives in infer.dialects
-    (frontend.builder.dense_attr turns a 0-d array into shape [1])."""
-    array = np.asarray(array)
-    t = tensor_type(array.shape, array.dtype)
-    if array.size > 1 and is_splat(array):
-        array = array.reshape(-1)[:1]
-    if array.dtype == np.bool_:
-        data = array.astype(np.uint8)  # one byte per i1, as the parser stores it
-    else:
-        data = array.astype(array.dtype.newbyteorder("<"), copy=False)  # the attribute's byte order
-    return DenseIntOrFPElementsAttr(t, BytesAttr(data.tobytes(order="C")))
 
 
 def _static(t: object) -> bool:
@@ -93,13 +68,7 @@ class FoldConstantOp(RewritePattern):
         if not isinstance(op, g.ConstantOp | g.WeightOp):
             return None
         if op not in self._values:
-            if isinstance(op, g.ConstantOp):
-                self._values[op] = dense_to_numpy(op.value)
-            else:
-                try:
-                    self._values[op] = np.asarray(self.store.get(op.weight_key))
-                except WeightStoreError as e:
-                    raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
+            self._values[op] = constant_value(value, self.store)
         return self._values[op]
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
@@ -127,7 +96,7 @@ class FoldConstantOp(RewritePattern):
         new_ops: list[Operation] = []
         for result, array in zip(op.results, results, strict=True):
             if array.size <= self.inline_limit or is_splat(array):
-                new: Operation = g.ConstantOp(numpy_to_dense(array))
+                new: Operation = g.ConstantOp(dense_attr(array, splat=True))
             else:
                 name = self.store.add(hint, array)
                 assert isinstance(result.type, TensorType)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -57,6 +57,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from infer.dialects import graph as g
+from infer.dialects.dtypes import shape_of
 
 ALL_KINDS: tuple[str, ...] = tuple(g.KERNEL_ANCHORS)
 DEFAULT_MAX_EPILOGUE = 4
@@ -75,11 +76,6 @@ def _fusable(op: Operation) -> bool:
     return op.parent_block() is not None and not isinstance(op.parent_op(), g.KernelOp)
 
 
-def _shape(value: SSAValue) -> tuple[int, ...] | None:
-    t = value.type
-    return t.get_shape() if isinstance(t, TensorType) else None
-
-
 def next_in_chain(value: SSAValue) -> Operation | None:
     """The elementwise op that can join `value`'s kernel, or None."""
     users = {use.operation for use in value.uses}
@@ -90,7 +86,7 @@ def next_in_chain(value: SSAValue) -> Operation | None:
         return None
     if user.parent_block() is not value.owner.parent_block():  # type: ignore[union-attr]
         return None
-    if _shape(user.results[0]) != _shape(value):
+    if shape_of(user.results[0]) != shape_of(value):
         return None
     return user
 

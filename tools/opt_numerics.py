@@ -13,7 +13,7 @@ Levels (the inputs are the same arrays at every level, by position):
   tile   memrefs: the tile interpreter (`tile_interpreter.run_tile_module`), whose
          numerics are the simulator's
   npu    an `npu.program` + `npu.layout`: the instruction-set simulator, with its race
-         checker, on the DRAM image the layout describes (passes/npu_layout.py);
+         checker, on the DRAM image the layout describes (target/layout.py);
          i64 inputs the lowering narrowed to i32 are converted as the runtime does
 Inputs and the level runners are those of `infer.passes.testing`
 (`random_inputs`, `run_entry`), which `check_pass_preserves_semantics` uses.
@@ -94,7 +94,7 @@ class Mismatch:
 def level_of(module: ModuleOp, entry: str) -> str:
     from infer.dialects.npu import ProgramOp
     from infer.dialects.tile_interpreter import is_tile_function
-    from infer.passes.npu_layout import LAYOUT_ATTR
+    from infer.dialects.npu_attrs import LAYOUT_ATTR
 
     fn = SymbolTable.lookup_symbol(module, entry)
     if isinstance(fn, func.FuncOp):
@@ -137,10 +137,10 @@ def _tile_inputs(module: ModuleOp, entry: str, inputs: Sequence[np.ndarray]) -> 
 def _run_npu(module: ModuleOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     from infer.dialects.npu import ProgramOp
     from infer.dialects.weights import weights_of
-    from infer.passes.npu_layout import NpuLayout
+    from infer.dialects.npu_attrs import layout_from_module
     from infer.target.sim import Simulator
 
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     program = next(op for op in module.ops if isinstance(op, ProgramOp)).to_program()
     if len(layout.inputs) != len(inputs):
         raise NumericCheckError(f"error: --verify-each-numerically: the npu program takes {len(layout.inputs)} "

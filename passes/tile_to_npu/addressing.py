@@ -1,0 +1,222 @@
+"""Address registers: tile-IR index operands as affine functions of loop iterations, how each
+emitted copy of a loop body binds its induction variable, and the strength-reduced address
+registers.
+
+An address is `base + sum_L c_L * t_L` (t_L = iteration number of loop L): the constant part
+is the instruction's immediate, the variable part lives in a register shared by all addresses
+with the same coefficients. At the end of loop L's body `addi r, r, c_L` steps each register
+whose key contains L, and after loop L `addi r, r, -c_L * trips` resets it (registers are 0
+when not in use; `li r, 0` at program start makes that hold whatever the runtime preset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from infer.dialects import tile as t
+from infer.dialects.ir_io import LoweringError
+from infer.passes.tile_to_npu.common import fail
+from infer.passes.tile_to_npu.program_tree import HardwareLoop
+
+
+@dataclass
+class AffineIndex:
+    """constant + sum of coefficient * (iteration number of scf.for loop)."""
+
+    constant: int
+    coefficients: dict[scf.ForOp, int]
+
+    def __add__(self, other: AffineIndex) -> AffineIndex:
+        summed = dict(self.coefficients)
+        for loop, c in other.coefficients.items():
+            summed[loop] = summed.get(loop, 0) + c
+        return AffineIndex(self.constant + other.constant,
+                           {loop: c for loop, c in summed.items() if c})
+
+    def scaled(self, factor: int) -> AffineIndex:
+        return AffineIndex(self.constant * factor,
+                           {loop: c * factor for loop, c in self.coefficients.items() if c * factor})
+
+
+def affine_of(value: SSAValue, user: Operation) -> AffineIndex:
+    """An index operand as an affine function of loop iteration numbers; anything that is not
+    arith.constant/addi/subi/muli-by-a-constant of scf.for induction variables is an error
+    naming the op."""
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp):
+        if isinstance(owner.value, IntegerAttr):
+            return AffineIndex(int(owner.value.value.data), {})
+    elif isinstance(owner, arith.AddiOp):
+        return affine_of(owner.lhs, user) + affine_of(owner.rhs, user)
+    elif isinstance(owner, arith.SubiOp):
+        return affine_of(owner.lhs, user) + affine_of(owner.rhs, user).scaled(-1)
+    elif isinstance(owner, arith.MuliOp):
+        lhs, rhs = affine_of(owner.lhs, user), affine_of(owner.rhs, user)
+        if not lhs.coefficients:
+            return rhs.scaled(lhs.constant)
+        if not rhs.coefficients:
+            return lhs.scaled(rhs.constant)
+        raise fail(owner, "index operand is not an affine function of loop induction "
+                   "variables (product of two loop-dependent values)")
+    elif isinstance(value, BlockArgument):
+        loop = value.block.parent_op()
+        if isinstance(loop, scf.ForOp) and value is loop.body.block.args[0]:
+            lower = constant_of(loop.lb, loop, "lower bound")
+            step = constant_of(loop.step, loop, "step")
+            return AffineIndex(lower, {loop: step})
+    what = owner.name if isinstance(owner, Operation) else "a block argument"
+    raise fail(user, f"index operand defined by {what} is not an affine function of loop "
+               "induction variables (only arith.constant/addi/subi/muli and scf.for "
+               "induction variables are supported)")
+
+
+def constant_of(value: SSAValue, op: Operation, what: str) -> int:
+    index = affine_of(value, op)
+    if index.coefficients:
+        raise fail(op, f"the loop {what} must be a constant")
+    return index.constant
+
+
+@dataclass
+class LoopBinding:
+    """What an scf.for's iteration number t is in the body copy being emitted: a fixed
+    `iteration` (an inlined or peeled copy), or t = unroll * j + offset with j the iteration
+    of `hardware_loop` (the body is emitted `unroll` times per hardware iteration)."""
+
+    iteration: int | None = None
+    hardware_loop: HardwareLoop | None = None
+    unroll: int = 1
+    offset: int = 0
+    round: object = None  # identity of this emitted body copy (a double buffer's round)
+
+    @property
+    def half(self) -> int:
+        """The half of a double buffer rotating on this loop that this copy uses."""
+        return (self.iteration % 2) if self.iteration is not None else self.offset % 2
+
+
+# the variable part of an address: ((hardware loop, bytes per hardware iteration), ...)
+RegisterKey = tuple[tuple[HardwareLoop, int], ...]
+
+
+@dataclass(frozen=True)
+class Address:
+    register_key: RegisterKey
+    immediate: int
+    low: int  # the lowest and highest value over every iteration of the key's loops
+    high: int
+
+
+def resolve(index: AffineIndex, bindings: dict[scf.ForOp, LoopBinding]) -> Address:
+    """An affine index in the body copy being emitted: fixed iterations fold into the
+    immediate, hardware-loop iterations into the register key."""
+    immediate = index.constant
+    per_loop: dict[HardwareLoop, int] = {}
+    for loop, c in index.coefficients.items():
+        binding = bindings.get(loop)
+        if binding is None:
+            raise LoweringError("tile-to-npu: index uses an induction variable outside its loop")
+        if binding.iteration is not None:
+            immediate += c * binding.iteration
+        else:
+            immediate += c * binding.offset
+            hardware_loop = binding.hardware_loop
+            assert hardware_loop is not None
+            per_loop[hardware_loop] = per_loop.get(hardware_loop, 0) + c * binding.unroll
+    key = tuple((hardware_loop, c) for hardware_loop, c in per_loop.items() if c)
+    low = high = immediate
+    for hardware_loop, c in key:
+        span = c * (hardware_loop.count - 1)
+        low += min(0, span)
+        high += max(0, span)
+    return Address(key, immediate, low, high)
+
+
+class AddressRegisters:
+    """r1..r(count-1): one register per distinct register key while the key's outermost loop
+    is emitted, then free again. Allocation is best-fit (the register freed last before the
+    loop opened), so registers freed long ago stay available to keys of loops that opened
+    long ago (a register must be unused over the whole loop it is live in)."""
+
+    def __init__(self, count: int):
+        self.count = count
+        # (register, emission clock when it was freed)
+        self.free: list[tuple[int, int]] = [(r, 0) for r in range(1, count)]
+        self.used: set[int] = set()  # every register the program uses (reset at start)
+        self.by_key: dict[tuple, int] = {}
+        self.owner: dict[int, HardwareLoop] = {}  # register -> the loop it is live over
+
+    def register_for(self, key: RegisterKey) -> int:
+        """The register holding key's variable part (r0 = 0 for a constant address); a new
+        one is stepped by every loop of the key."""
+        if not key:
+            return 0
+        identity = tuple((id(loop), c) for loop, c in key)
+        if identity in self.by_key:
+            return self.by_key[identity]
+        outermost = min((loop for loop, _ in key), key=lambda loop: loop.depth)
+        fits = [i for i, (_, freed) in enumerate(self.free) if freed <= outermost.opened_at]
+        pick = max(fits, key=lambda i: self.free[i][1]) if fits else None
+        if pick is None:
+            raise LoweringError(f"tile-to-npu: out of address registers (scalar.registers = "
+                                f"{self.count}): too many distinct loop strides")
+        register = self.free.pop(pick)[0]
+        self.used.add(register)
+        self.by_key[identity] = register
+        for loop, c in key:
+            loop.register_steps.append((register, c))
+        self.owner[register] = outermost
+        return register
+
+    def release_loop(self, loop: HardwareLoop, clock: int) -> None:
+        """The loop is closed: the registers live over it are free from `clock` on."""
+        for register, owner in list(self.owner.items()):
+            if owner is loop:
+                del self.owner[register]
+                self.by_key = {k: r for k, r in self.by_key.items() if r != register}
+                self.free.append((register, clock))
+
+    def take_scratch(self, op: Operation) -> int:
+        """A register for front-end arithmetic (e.g. a gathered row's address)."""
+        if not self.free:
+            raise fail(op, f"out of address registers (scalar.registers = {self.count}) for "
+                       "the gathered row number")
+        register = self.free.pop(0)[0]
+        self.used.add(register)
+        return register
+
+    def give_back_scratch(self, register: int, clock: int) -> None:
+        self.free.append((register, clock))
+
+
+@dataclass
+class TileBuffer:
+    """A buffer (or view) placed in memory: where it starts and how it is laid out."""
+
+    space: str  # dram | spad | acc
+    base: int  # absolute address (local: scratchpad address space, acc at isa.ACC_BASE)
+    shape: tuple[int, ...]
+    element_bytes: int
+    element: str  # element type name (f32, bf16, i8, ...)
+    rotating_alloc: t.AllocOp | None = None  # double-buffered alloc with a rotation loop
+    half_bytes: int = 0  # the distance between the halves of a double buffer
+
+    @property
+    def strides(self) -> list[int]:
+        """Row-major element strides."""
+        out, stride = [], 1
+        for size in reversed(self.shape):
+            out.append(stride)
+            stride *= size
+        return list(reversed(out))
+
+    def element_address(self, indices: list[SSAValue], user: Operation) -> AffineIndex:
+        """The byte address of element [indices] (in the first half of a double buffer)."""
+        address = AffineIndex(self.base, {})
+        for index, stride in zip(indices, self.strides):
+            address = address + affine_of(index, user).scaled(stride * self.element_bytes)
+        return address

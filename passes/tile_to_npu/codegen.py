@@ -1,0 +1,322 @@
+"""The code generator of one tile function: walks the IR, turns each scf.for into hardware
+loops (or inlined iterations), hands each tile op to instruction selection and every emitted
+instruction to dependency tracking; then flattens the code, allocates the semaphores and
+builds the op markers.
+
+Stages (one module each): selection.py (tile op -> instructions), addressing.py (affine
+addresses, address registers), dependencies.py (hazards, waits and signals), rotation.py
+(double buffering, ring groups, software pipelining), semaphores.py (virtual -> physical),
+markers.py (op markers), program_tree.py (the emitted code and its flattening).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from xdsl.dialects import arith, func, scf
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import tile as t
+from infer.target.layout import DramLayout
+from infer.passes.tile_to_npu.addressing import (
+    Address,
+    AddressRegisters,
+    AffineIndex,
+    LoopBinding,
+    TileBuffer,
+    constant_of,
+    resolve,
+)
+from infer.passes.tile_to_npu.common import fail, memref_info, top_level_op
+from infer.passes.tile_to_npu.dependencies import (
+    Access,
+    AccessRequest,
+    DependencyTracker,
+    loops_to_peel,
+)
+from infer.passes.tile_to_npu.markers import KernelGroups, op_markers
+from infer.passes.tile_to_npu.program_tree import (
+    EmissionCursor,
+    FlatInstruction,
+    HardwareLoop,
+    Instruction,
+    Item,
+    flatten,
+)
+from infer.passes.tile_to_npu.rotation import DoubleBuffering, plan_rotation
+from infer.passes.tile_to_npu.selection import SELECTION, LoadedWeightTile
+from infer.passes.tile_to_npu.semaphores import VirtualSemaphores, assign_physical_semaphores
+from infer.target import isa
+from infer.target.asm import Program
+from infer.target.hw import HardwareConfig
+
+MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nesting runs out
+# ops that emit nothing themselves (index arithmetic is folded into addresses)
+_NO_CODE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, scf.YieldOp,
+            func.ReturnOp)
+
+
+class CodeGenerator:
+    """One compilation of a tile function at given degrade levels (top-level op -> level:
+    rotation.DegradeLevel); `run` raises OutOfSemaphores naming the kernels that did not fit."""
+
+    def __init__(self, hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
+                 pipelining: bool = True, degrade: dict[Operation, int] | None = None):
+        self.hw, self.layout, self.fn = hw, layout, fn
+        self.degrade = degrade or {}
+        self.buffers: dict[SSAValue, TileBuffer] = {}
+        self.bindings: dict[scf.ForOp, LoopBinding] = {}
+        self.cursor = EmissionCursor()
+        self._sequence_numbers = itertools.count(1)
+        self.clock = 0  # advances with every engine instruction and loop opened
+        self.registers = AddressRegisters(hw.scalar.registers)
+        self.semaphores = VirtualSemaphores()
+        self.tracker = DependencyTracker(self.semaphores, self.cursor)
+        self.weight_tile = LoadedWeightTile()
+        self.kernel_groups = KernelGroups()
+        self.plan = plan_rotation(fn, self.degrade_level, pipelining)
+        self.double_buffering = DoubleBuffering(self.plan, self.semaphores, self.tracker,
+                                                self.cursor, self.bindings, fn)
+        self.peeled_loops = loops_to_peel(fn)
+
+    def degrade_level(self, op: Operation) -> int:
+        """The degrade level of the top-level op (kernel part) containing op."""
+        return self.degrade.get(top_level_op(op, self.fn), 0)
+
+    def run(self) -> tuple[Program, list[dict]]:
+        """The program and its op markers."""
+        for i, arg in enumerate(self.fn.body.block.args):
+            region = self.layout.args[i]
+            shape, element, element_bytes = memref_info(arg.type)  # type: ignore[arg-type]
+            self.buffers[arg] = TileBuffer("dram", region.offset, shape, element_bytes, element)
+        self._emit_block(self.fn.body.block.ops, top_level=True)
+        program = [FlatInstruction("li", 0, 0, 0, dict(rd=reg, imm=0), 0, i)
+                   for i, reg in enumerate(sorted(self.registers.used))]
+        flatten(self.cursor.block, self.hw.scalar.loop_depth, program)
+        program.append(FlatInstruction("halt", 0, 0, 0, {}, max(self.kernel_groups.current, 0),
+                                       len(program)))
+        program = assign_physical_semaphores(
+            program, self.semaphores, min(self.hw.scalar.semaphores, isa.MAX_SEMAPHORES),
+            self.kernel_groups.ops_of_group)
+        instructions = [isa.make(inst.name, inst.wait, inst.signal, inst.signal2, **inst.fields)
+                        for inst in program]
+        markers = op_markers(program, self.kernel_groups, self.buffers, self.layout, self.fn)
+        out = Program(instructions)
+        out.check_structure()
+        return out, markers
+
+    # ------------------------------------------------------------------ IR walk
+    def _emit_block(self, ops: Iterable[Operation], top_level: bool = False) -> None:
+        for op in ops:
+            if isinstance(op, _NO_CODE):
+                continue
+            if not top_level:
+                self._lower(op)
+                continue
+            block = self.cursor.block
+            tail = block[-1] if block else None
+            self._start_top_level_item(op)
+            self._lower(op)
+            self._label_group(tail)
+
+    def _start_top_level_item(self, op: Operation) -> None:
+        """A top-level op starts a new live range for pair, drain and ring semaphores, and
+        joins (or starts) an op-marker group."""
+        self.tracker.start_top_level_item()
+        self.double_buffering.start_top_level_item()
+        self.kernel_groups.add_top_level_op(op)
+
+    def _label_group(self, tail: Item | None) -> None:
+        """The top-level items after the previous op's last one (`tail`) are this op's, except
+        fan-out relays of that last instruction (add_signal inserts relays after their
+        producer, also while a later op is emitted: an index-based range would shift)."""
+        relays = tail.relays if isinstance(tail, Instruction) and tail.relays else []
+        previous = [] if tail is None else [tail, *relays]
+        for item in reversed(self.cursor.block):
+            if any(item is p for p in previous):
+                item.group = tail.group  # type: ignore[union-attr]
+                if item is tail:
+                    break
+                continue
+            item.group = self.kernel_groups.current
+
+    def _lower(self, op: Operation) -> None:
+        lower = _LOWERING.get(type(op))
+        if lower is None:
+            raise fail(op, "unsupported op in a tile-level function")
+        lower(self, op)
+
+    # ------------------------------------------------------------------ loops
+    def emit_for(self, op: scf.ForOp) -> None:
+        """scf.for with constant bounds: trip 0 is dropped, short loops and loops beyond the
+        nesting depth are inlined, others become a hardware loop (a rotation loop's body is
+        emitted twice, one copy per half; the first and/or last iterations may be peeled)."""
+        if op.iter_args:
+            raise fail(op, "loops with iter_args are not supported")
+        lower, upper, step = (constant_of(v, op, what) for v, what in
+                              ((op.lb, "lower bound"), (op.ub, "upper bound"), (op.step, "step")))
+        if step <= 0:
+            raise fail(op, f"loop step must be positive, got {step}")
+        trip = max(0, -(-(upper - lower) // step))
+        body = list(op.body.block.ops)
+        unroll = 2 if op in self.plan.rotation_loops else 1
+        rings = self.double_buffering.enter_rotation_loop(op)
+        loop_depth = self.hw.scalar.loop_depth
+        if op in self.plan.pipelined_loads and trip >= 4 and len(self.cursor.loops) + 1 <= loop_depth:
+            self._emit_pipelined_for(op, trip, body)
+            self.double_buffering.leave_rotation_loop(rings)
+            return
+        # innermost non-rotating loops: the first iteration goes before the hardware loop, so
+        # a dependency entering the loop is a semaphore pair, not a front-end wait
+        peeled_first = 1 if (unroll == 1 and trip >= 3 and not any(
+            isinstance(o, scf.ForOp) for o in op.body.walk())) else 0
+        hardware_trips = (trip - peeled_first) // unroll
+        if op in self.peeled_loops and hardware_trips >= 1:
+            hardware_trips -= 1  # the last iteration(s) follow the loop: exit dependencies stay local
+        too_deep = len(self.cursor.loops) + 1 > loop_depth
+        if trip == 0:
+            pass
+        elif hardware_trips <= 1 or (too_deep and trip <= MAX_INLINED_TRIP):
+            # (a short loop beyond the hardware's nesting depth is emitted iteration by
+            # iteration: bounded code growth instead of a failed compile)
+            for iteration in range(trip):
+                self.weight_tile.forget()
+                self._emit_iteration(op, iteration, body)
+        else:
+            for iteration in range(peeled_first):
+                self.weight_tile.forget()
+                self._emit_iteration(op, iteration, body)
+            if too_deep:
+                raise fail(op, f"loop nest deeper than scalar.loop_depth = {loop_depth} "
+                           "(after inlining single-iteration loops)")
+            loop, outer_block = self.open_loop(hardware_trips, op)
+            for copy in range(unroll):
+                self.weight_tile.forget()
+                self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=unroll,
+                                                offset=copy + peeled_first, round=object())
+                self._emit_block(body)
+            self.close_loop(loop, outer_block, op)
+            self.weight_tile.forget()
+            for iteration in range(peeled_first + hardware_trips * unroll, trip):
+                self._emit_iteration(op, iteration, body)
+        self.bindings.pop(op, None)
+        self.double_buffering.leave_rotation_loop(rings)
+
+    def _emit_iteration(self, op: scf.ForOp, iteration: int, ops: list[Operation],
+                        round_: object | None = None) -> None:
+        """One inlined (or peeled) iteration of op's body, or of some of its ops."""
+        self.bindings[op] = LoopBinding(iteration=iteration,
+                                        round=object() if round_ is None else round_)
+        self._emit_block(ops)
+
+    def _emit_pipelined_for(self, op: scf.ForOp, trip: int, body: list[Operation]) -> None:
+        """Software-pipelined rotation loop: the DMA loads of iteration t+1 are issued before
+        the rest of iteration t (into the other half of their double buffer), so they land
+        while iteration t computes however deep the engine queues hold the front end.
+
+            prologue:  loads(0)
+            loop J x:  loads(2j+1) rest(2j)  loads(2j+2) rest(2j+1)   (halves 1,0 / 0,1)
+            epilogue:  [loads(t+1)] rest(t) for t = 2J .. trip-1
+
+        Each load signals the loop's "full" semaphore once; the first consumer of its buffer in
+        the matching iteration waits for it once (loads and first consumers are in the same
+        order, so the FIFO tokens pair up). Reuse of a half is still guarded by its "free"
+        semaphore: loads(t+1) writes the half that rest(t-1) released."""
+        loads = self.plan.pipelined_loads[op]
+        rest = [o for o in body if o not in loads]
+        self.double_buffering.start_pipelined_loop(loads)
+        declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
+        self.weight_tile.forget()
+        self._emit_iteration(op, 0, declarations + loads)
+        hardware_trips = (trip - 1) // 2
+        loop, outer_block = self.open_loop(hardware_trips, op)
+        for copy in range(2):
+            for ops, offset in ((loads, copy + 1), (rest, copy)):
+                self.weight_tile.forget()
+                self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=2, offset=offset,
+                                                round=object())
+                self._emit_block(ops)
+        self.close_loop(loop, outer_block, op)
+        self.weight_tile.forget()
+        for iteration in range(2 * hardware_trips, trip):
+            if iteration + 1 < trip:
+                self.weight_tile.forget()
+                self._emit_iteration(op, iteration + 1, loads)
+            self.weight_tile.forget()
+            self._emit_iteration(op, iteration, rest)
+        self.bindings.pop(op, None)
+        self.double_buffering.end_pipelined_loop(loads)
+
+    def open_loop(self, count: int, source_loop: scf.ForOp | None = None
+                  ) -> tuple[HardwareLoop, list[Item]]:
+        """Start emitting a hardware loop's body; returns the loop and the enclosing block."""
+        self.clock += 1
+        loop = HardwareLoop(count, len(self.cursor.loops) + 1,
+                            first_access=len(self.tracker.accesses), source_loop=source_loop,
+                            opened_at=self.clock)
+        self.cursor.block.append(loop)
+        outer_block, self.cursor.block = self.cursor.block, loop.body
+        self.cursor.loops = self.cursor.loops + (loop,)
+        return loop, outer_block
+
+    def close_loop(self, loop: HardwareLoop, outer_block: list[Item], op: Operation) -> None:
+        """Finish a hardware loop: loop-carried dependencies, then its registers are free."""
+        self.tracker.synchronise_loop_carried(loop, op, self.plan.rotation_loop_of)
+        self.cursor.loops = self.cursor.loops[:-1]
+        self.cursor.block = outer_block
+        self.registers.release_loop(loop, self.clock)
+
+    # ------------------------------------------------------------------ addresses
+    def tile_address(self, buffer: TileBuffer, indices, op: Operation) -> AffineIndex:
+        """The byte address of buffer[indices] in the body copy being emitted (the half of a
+        double buffer this copy uses)."""
+        address = buffer.element_address(indices, op)
+        if buffer.rotating_alloc is not None:
+            address = address + AffineIndex(self.double_buffering.half_offset(buffer), {})
+        return address
+
+    def resolve(self, index: AffineIndex) -> Address:
+        return resolve(index, self.bindings)
+
+    def next_sequence(self) -> int:
+        return next(self._sequence_numbers)
+
+    # ------------------------------------------------------------------ emission
+    def emit(self, op: Operation, name: str, engine: str, fields: dict[str, int],
+             requests: list[AccessRequest], first_part: bool = True,
+             last_part: bool = True) -> Instruction:
+        """Append one engine instruction of op, synchronised after every conflicting earlier
+        access of the other engines. `first_part`/`last_part`: is it the first/last
+        instruction of op (an op emitted as several takes double-buffer tokens on its first
+        and releases them on its last)."""
+        inst = Instruction(name, fields, engine, self.cursor.loops, self.next_sequence())
+        self.clock += 1
+        releases: list[tuple[int, t.AllocOp]] = []
+        accesses: list[Access] = []
+        for request in requests:
+            writes = request.writes
+            if request.ring is not None:
+                round_edge, release = self.double_buffering.on_access(
+                    inst, op, request.ring, first_part, last_part)
+                writes = writes or round_edge
+                if release is not None:
+                    releases.append(release)
+            accesses.append(Access(request.low, request.high, request.space, writes, inst,
+                                   request.ring))
+            if writes:  # the array's weight tile may have been overwritten in memory
+                self.weight_tile.note_write(request.space, request.low, request.high)
+        self.tracker.synchronise_with_earlier(inst, accesses)
+        try:
+            isa.make(name, **fields)
+        except isa.EncodingError as e:
+            raise fail(op, f"cannot encode {name}: {e}") from None
+        self.cursor.block.append(inst)
+        inst.home_block = self.cursor.block
+        self.tracker.record(accesses)
+        for semaphore, alloc in releases:
+            self.double_buffering.release(inst, semaphore, alloc)
+        return inst
+
+
+_LOWERING = {scf.ForOp: CodeGenerator.emit_for, **SELECTION}

@@ -1,0 +1,361 @@
+"""Dependency tracking and synchronisation: which engine instructions last wrote and read every
+byte range of DRAM, scratchpad and accumulator, and the semaphore waits and signals that order
+a new instruction after the conflicting ones of other engines (docs/codegen.md,
+"Synchronisation").
+
+Same-engine order is kept by the engine. A cross-engine dependency is, by where producer and
+consumer sit in the loop nest:
+* the same loop body: a pair semaphore per engine pair (producer signals, consumer waits);
+* the consumer enters a loop the producer is not in: the front end takes the pair token once
+  (a `nop wait` before the outermost loop entered);
+* the producer leaves a loop: it signals the loop-depth drain semaphore every iteration and the
+  front end drains the signalled count after the loop;
+* loop-carried (iteration j -> j+1): drained at the end of each iteration.
+Transitivity: each instruction remembers what its engine knew to be complete when it started; a
+consumer that waits for P also learns what P knew, so redundant waits are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from xdsl.dialects import func, scf
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import tile as t
+from infer.dialects.ir_io import LoweringError
+from infer.passes.tile_to_npu.common import QUEUED_ENGINES, accessed_buffers, fail
+from infer.passes.tile_to_npu.program_tree import (
+    EmissionCursor,
+    HardwareLoop,
+    Instruction,
+    front_end_nop,
+)
+from infer.passes.tile_to_npu.semaphores import VirtualSemaphores
+
+
+@dataclass(frozen=True, eq=False)
+class RingSlot:
+    """The half of a double-buffered alloc an access touches, and in which round (emitted copy
+    of its rotation loop's body)."""
+
+    alloc: t.AllocOp
+    half: int
+    round: object
+
+    def same_half(self, other: RingSlot) -> bool:
+        return self.alloc is other.alloc and self.half == other.half
+
+
+class AccessRequest(NamedTuple):
+    """A byte range an instruction about to be emitted reads or writes."""
+
+    space: str  # dram | local (scratchpad and accumulator share one address space)
+    low: int
+    high: int
+    writes: bool
+    ring: RingSlot | None
+
+
+@dataclass(eq=False)
+class Access:
+    """A byte range an emitted instruction reads or writes (the hull over its loops' iterations)."""
+
+    low: int
+    high: int
+    space: str
+    writes: bool
+    instruction: Instruction
+    ring: RingSlot | None
+
+    def overlaps(self, other: Access) -> bool:
+        return self.low < other.high and other.low < self.high
+
+
+class AccessIndex:
+    """Every emitted access, listed by (space, page, engine, writes?) in emission order, so the
+    dependency tracker finds an engine's latest conflicting access by scanning a few short lists
+    backwards instead of the whole program (that scan was quadratic: minutes on ResNet-50)."""
+
+    PAGE_SHIFT = {"dram": 20, "local": 14}  # 1 MiB / 16 KiB pages
+    WIDE = 64  # accesses spanning more pages go to one list per (space, engine, writes?)
+
+    def __init__(self) -> None:
+        self.lists: dict[tuple, list[Access]] = {}
+        self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
+
+    def _pages(self, access: Access) -> range | None:
+        shift = self.PAGE_SHIFT[access.space]
+        first, last = access.low >> shift, (access.high - 1) >> shift
+        return None if last - first >= self.WIDE else range(first, last + 1)
+
+    def add(self, access: Access) -> None:
+        pages = self._pages(access)
+        for page in pages if pages is not None else (None,):
+            key = (access.space, page, access.instruction.engine, access.writes)
+            listed = self.lists.get(key)
+            if listed is None:
+                listed = self.lists[key] = []
+                self.keys.setdefault((access.space, access.instruction.engine), []).append(key)
+            listed.append(access)
+
+    def latest_conflict(self, access: Access, engine: str, best: Access | None) -> Access | None:
+        """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
+        them writing, not the same double-buffer half in another round), if later than best."""
+        pages = self._pages(access)
+        if pages is None:  # a wide query: every page list of this space
+            keys = self.keys.get((access.space, engine), [])
+        else:
+            keys = [(access.space, page, engine, writes) for page in (*pages, None)
+                    for writes in (True, False)]
+        for key in keys:
+            if not (key[3] or access.writes):
+                continue
+            for earlier in reversed(self.lists.get(key, ())):
+                if best is not None and earlier.instruction.sequence <= best.instruction.sequence:
+                    break
+                if not earlier.overlaps(access):
+                    continue
+                if (earlier.ring and access.ring and earlier.ring.same_half(access.ring)
+                        and earlier.ring.round is not access.ring.round):
+                    continue
+                best = earlier
+                break
+        return best
+
+
+def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
+    """How often instruction runs per iteration of its `outer_loops`-th enclosing loop."""
+    return math.prod(loop.count for loop in instruction.loops[outer_loops:])
+
+
+class DependencyTracker:
+    """The accesses emitted so far and what each engine is known to have completed; inserts the
+    waits and signals a new instruction needs."""
+
+    def __init__(self, semaphores: VirtualSemaphores, cursor: EmissionCursor):
+        self.semaphores = semaphores
+        self.cursor = cursor
+        self.accesses: list[Access] = []
+        self.index = AccessIndex()
+        # (producer engine, consumer engine) -> the latest producer sequence number known
+        # complete when the consumer engine starts its next instruction
+        self.coverage: dict[tuple[str, str], int] = {}
+        # renewed at every top-level item (semaphores.py: live ranges are per item)
+        self.pair_semaphores: dict[tuple[str, str], int] = {}
+        self.drain_semaphores: dict[int, int] = {}  # loop depth -> semaphore
+
+    def start_top_level_item(self) -> None:
+        self.pair_semaphores = {}
+        self.drain_semaphores = {}
+
+    def pair_semaphore(self, producer_engine: str, consumer_engine: str) -> int:
+        key = (producer_engine, consumer_engine)
+        if key not in self.pair_semaphores:
+            self.pair_semaphores[key] = self.semaphores.balanced(
+                f"{producer_engine}->{consumer_engine} semaphore")
+        return self.pair_semaphores[key]
+
+    def drain_semaphore(self, depth: int) -> int:
+        if depth not in self.drain_semaphores:
+            self.drain_semaphores[depth] = self.semaphores.balanced(
+                f"loop drain semaphore (depth {depth})")
+        return self.drain_semaphores[depth]
+
+    def add_signal(self, producer: Instruction, semaphore: int) -> None:
+        """producer signals semaphore when it completes. Beyond two signals (fan-out to more
+        consumers than the header holds), its second signal becomes a relay semaphore: a
+        front-end `nop wait=relay, signal=.., signal2=..` right after it re-signals the others."""
+        if semaphore in (producer.signal, producer.signal2):
+            return
+        if not producer.signal:
+            producer.signal = semaphore
+        elif not producer.signal2:
+            producer.signal2 = semaphore
+        elif producer.relays is None:
+            relay = self.semaphores.balanced(f"fan-out relay of {producer.name}")
+            nop = front_end_nop(producer.loops, wait=relay, signal=producer.signal2,
+                                signal2=semaphore)
+            producer.signal2 = relay
+            self._insert_after(producer, producer, nop)
+            producer.relays = [nop]
+        elif any(semaphore in (nop.signal, nop.signal2) for nop in producer.relays):
+            return
+        elif not producer.relays[-1].signal2:
+            producer.relays[-1].signal2 = semaphore
+        else:
+            nop = front_end_nop(producer.loops, signal=semaphore)
+            self._insert_after(producer, producer.relays[-1], nop)
+            producer.relays.append(nop)
+
+    @staticmethod
+    def _insert_after(producer: Instruction, anchor: Instruction, nop: Instruction) -> None:
+        assert producer.home_block is not None
+        producer.home_block.insert(producer.home_block.index(anchor) + 1, nop)
+
+    def wait(self, consumer: Instruction, semaphore: int) -> None:
+        """consumer waits for semaphore (a second wait goes to a front-end nop before it)."""
+        if consumer.wait:
+            self.cursor.append_front_end_wait(semaphore)
+        else:
+            consumer.wait = semaphore
+
+    def cover_all_engines(self, producer: Instruction) -> None:
+        """Every engine starts its next instruction after producer completed."""
+        for engine in (*QUEUED_ENGINES, "scalar"):
+            self.learn(producer, engine)
+
+    def learn(self, producer: Instruction, engine: str) -> None:
+        """engine now starts after producer completed: it also knows what producer knew."""
+        for other, sequence in producer.known_complete.items():
+            if other != engine:
+                self.coverage[(other, engine)] = max(self.coverage.get((other, engine), 0),
+                                                     sequence)
+        key = (producer.engine, engine)
+        self.coverage[key] = max(self.coverage.get(key, 0), producer.sequence)
+
+    def is_covered(self, producer: Instruction, engine: str) -> bool:
+        return self.coverage.get((producer.engine, engine), 0) >= producer.sequence
+
+    def synchronise(self, producer: Instruction, consumer: Instruction) -> None:
+        """Order consumer after producer (an instruction of another engine)."""
+        if self.is_covered(producer, consumer.engine):
+            return
+        shared = 0
+        while (shared < min(len(producer.loops), len(consumer.loops))
+               and producer.loops[shared] is consumer.loops[shared]):
+            shared += 1
+        if len(producer.loops) > shared:  # the dependency leaves loop `exited`
+            exited = producer.loops[shared]
+            if producer.drain_loop is not None:
+                if producer.drain_loop in producer.loops[shared:]:
+                    self.cover_all_engines(producer)
+                    return
+                raise LoweringError("tile-to-npu: unsupported synchronisation pattern (an "
+                                    f"instruction {producer.name} drained in two loops)")
+            drain = self.drain_semaphore(exited.depth)
+            self.add_signal(producer, drain)
+            producer.drain_loop = exited
+            exited.exit_drains[drain] = (exited.exit_drains.get(drain, 0)
+                                         + iterations_inside(producer, shared))
+            self.cover_all_engines(producer)
+            return
+        pair = self.pair_semaphore(producer.engine, consumer.engine)
+        self.add_signal(producer, pair)
+        if len(consumer.loops) > shared:  # entering a loop: the front end takes the token once
+            entered = consumer.loops[shared]
+            entered.prologue.append(front_end_nop(consumer.loops[:shared], wait=pair))
+            self.cover_all_engines(producer)
+            return
+        self.wait(consumer, pair)
+        self.learn(producer, consumer.engine)
+
+    def synchronise_with_earlier(self, instruction: Instruction, accesses: list[Access]) -> None:
+        """Order a new instruction after the latest conflicting access of every other engine
+        (latest first: a later producer of one engine covers its earlier ones), then record
+        what its engine knows to be complete when it starts."""
+        latest: dict[str, Access] = {}
+        for access in accesses:
+            for engine in QUEUED_ENGINES:
+                if engine == instruction.engine:
+                    continue
+                found = self.index.latest_conflict(access, engine, latest.get(engine))
+                if found is not None:
+                    latest[engine] = found
+        for found in sorted(latest.values(), key=lambda a: -a.instruction.sequence):
+            self.synchronise(found.instruction, instruction)
+        instruction.known_complete = {engine: self.coverage.get((engine, instruction.engine), 0)
+                                      for engine in QUEUED_ENGINES if engine != instruction.engine}
+
+    def record(self, accesses: list[Access]) -> None:
+        self.accesses.extend(accesses)
+        for access in accesses:
+            self.index.add(access)
+
+    def synchronise_scalar_read(self, instruction: Instruction, low: int, high: int) -> None:
+        """A front-end `ld` of DRAM [low, high): wait for the engines' earlier writes. (The front
+        end executes it before dispatching anything later, so it is never a producer.)"""
+        latest: dict[str, Access] = {}
+        query = Access(low, high, "dram", False, instruction, None)
+        for engine in QUEUED_ENGINES:
+            found = self.index.latest_conflict(query, engine, None)
+            if found is not None:
+                latest[engine] = found
+        for found in sorted(latest.values(), key=lambda a: -a.instruction.sequence):
+            self.synchronise(found.instruction, instruction)
+
+    def synchronise_loop_carried(self, loop: HardwareLoop, op: Operation,
+                                 rotation_loop_of: dict[t.AllocOp, scf.ForOp]) -> None:
+        """Dependencies from iteration j of a closing loop's body to iteration j+1: the producer
+        signals the loop's drain semaphore and the front end drains it at the end of the body."""
+        body = self.accesses[loop.first_access:]
+        for ci, consumer_access in enumerate(body):
+            for producer_access in body[ci:]:
+                producer, consumer = producer_access.instruction, consumer_access.instruction
+                if producer.engine == consumer.engine or not (producer_access.writes
+                                                              or consumer_access.writes):
+                    continue
+                if producer_access.space != consumer_access.space or not producer_access.overlaps(
+                        consumer_access):
+                    continue
+                # the same half of a double buffer is guarded by its free semaphore across
+                # iterations of its rotation loop and of loops around it (the ring's token chain
+                # continues), but inside a loop nested in the rotation loop the same half is
+                # reused every iteration: that dependency needs synchronising here
+                if (producer_access.ring and consumer_access.ring
+                        and producer_access.ring.same_half(consumer_access.ring)):
+                    rotation = rotation_loop_of.get(producer_access.ring.alloc)
+                    nested = loop.source_loop is None or (
+                        loop.source_loop is not rotation and rotation is not None
+                        and rotation.is_ancestor(loop.source_loop))
+                    if not nested:
+                        continue
+                if self.is_covered(producer, consumer.engine):
+                    continue
+                if producer.drain_loop is not None and loop.depth <= producer.drain_loop.depth:
+                    self.cover_all_engines(producer)
+                    continue
+                if producer.drain_loop is not None:
+                    raise fail(op, "unsupported synchronisation pattern (loop-carried "
+                               "dependency on an instruction drained by an outer loop)")
+                drain = self.drain_semaphore(loop.depth)
+                self.add_signal(producer, drain)
+                producer.drain_loop = loop
+                # loop.depth = the index of the first loop inside `loop` in producer.loops
+                loop.tail_drains[drain] = (loop.tail_drains.get(drain, 0)
+                                           + iterations_inside(producer, loop.depth))
+                self.cover_all_engines(producer)
+
+
+def loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
+    """Loops with a tile op that conflicts with a tile op after the loop: their last iteration
+    is emitted after the hardware loop, so the exit dependency is a plain semaphore pair
+    instead of a front-end drain of every iteration's token."""
+    order: list[Operation] = list(fn.body.walk())
+    position = {op: i for i, op in enumerate(order)}
+    ranges: dict[SSAValue, tuple[str, int, int]] = {}
+    for op in order:
+        if isinstance(op, t.AllocOp) and op.offset is not None:
+            ranges[op.buffer] = (t.space_of(op.buffer), op.offset.value.data,
+                                 op.offset.value.data + op.size_bytes)
+
+    def alias(a: SSAValue, b: SSAValue) -> bool:
+        if a is b:
+            return True
+        range_a, range_b = ranges.get(a), ranges.get(b)
+        return bool(range_a and range_b and range_a[0] == range_b[0]
+                    and range_a[1] < range_b[2] and range_b[1] < range_a[2])
+
+    accesses = [(position[op], access) for op in order for access in accessed_buffers(op)]
+    out: set[scf.ForOp] = set()
+    for loop in order:
+        if not isinstance(loop, scf.ForOp):
+            continue
+        last = max((position[o] for o in loop.walk()), default=position[loop])
+        inside = [a for i, a in accesses if position[loop] < i <= last]
+        later = [a for i, a in accesses if i > last]
+        if any((w1 or w2) and alias(r1, r2) for r1, w1 in inside for r2, w2 in later):
+            out.add(loop)
+    return out

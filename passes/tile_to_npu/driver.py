@@ -1,0 +1,150 @@
+"""The `tile-to-npu` pass: target, entry function, DRAM layout, and compiling again with less
+overlap the kernels that ran out of semaphores.
+
+    tile-to-npu{target=edge entry=main pipeline=true}
+
+Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.alloc`,
+`tile.offset` on every `tile.weight`, module attributes `tile.target`, `tile.arena_bytes`,
+`tile.weights_bytes`). Output: the function is replaced by an `npu.program` and the module
+gets the DRAM layout contract `npu.layout` (target/layout.py, docs/codegen.md) and the op
+markers `npu.ops`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from infer.dialects import tile as t
+from infer.dialects.dtypes import num_elements
+from infer.dialects.ir_io import LoweringError
+from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, layout_to_attr, ops_to_attr
+from infer.passes.tile_to_npu.codegen import CodeGenerator
+from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
+from infer.passes.tile_to_npu.rotation import DegradeLevel
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
+from infer.target.asm import Program
+from infer.target.hw import HardwareConfig, load_config
+from infer.target.layout import DramLayout, DramRegion, align_up
+
+
+@dataclass(frozen=True)
+class TileToNpuPass(ModulePass):
+    """Lower a planned tile-level module to an npu.program (+ the npu.layout DRAM contract).
+
+    Options:
+      target: the hardware config ("edge", "server" or a TOML path); empty: the module's
+        tile.target attribute.
+      entry: the function to lower; empty: the only function, or @main among several.
+      pipeline: software-pipeline double-buffered loops (false: for comparison).
+    """
+
+    name = "tile-to-npu"
+
+    target: str = ""
+    entry: str = ""
+    pipeline: bool = True  # software-pipeline double-buffered loops (false: for comparison)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        hw = target_config(op, self.target)
+        fn = entry_function(op, self.entry)
+        layout = compute_layout(op, fn, hw)
+        program, markers = compile_function(hw, layout, fn, self.pipeline)
+        from infer.dialects.npu import ProgramOp
+
+        op.attributes[LAYOUT_ATTR] = layout_to_attr(layout)
+        op.attributes[OPS_ATTR] = ops_to_attr(markers)
+        fn.detach()
+        fn.erase()
+        op.body.block.add_op(ProgramOp.from_program(program))
+
+
+def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
+                     pipelining: bool) -> tuple[Program, list[dict]]:
+    """The program and op markers of fn. A kernel (op-marker group) that needs more semaphores
+    than the target has is compiled again with less overlap (rotation.DegradeLevel): first
+    without double buffering on loops that contain another double-buffered loop, then without
+    software pipelining, then single-buffered. Every kernel that did not fit is degraded in
+    the same attempt; the levels are kept per top-level op."""
+    degrade: dict[Operation, int] = {}
+    while True:
+        try:
+            return CodeGenerator(hw, layout, fn, pipelining, degrade).run()
+        except OutOfSemaphores as e:
+            worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+            if not worse:
+                raise LoweringError(str(e)) from None
+            for o in worse:
+                degrade[o] = degrade.get(o, 0) + 1
+
+
+def target_config(module: ModuleOp, name: str) -> HardwareConfig:
+    attr = module.attributes.get(t.TARGET_ATTR)
+    current = attr.data if isinstance(attr, StringAttr) else None
+    if name and current and name != current:
+        raise LoweringError(f"tile-to-npu: target={name} but the module is for "
+                            f"{t.TARGET_ATTR} = \"{current}\"")
+    name = name or current or ""
+    if not name:
+        raise LoweringError("tile-to-npu: no target: pass target=edge|server or set tile.target")
+    return load_config(name)
+
+
+def entry_function(module: ModuleOp, entry: str) -> func.FuncOp:
+    fns = [o for o in module.body.block.ops if isinstance(o, func.FuncOp) and not o.is_declaration]
+    if entry:
+        fns = [f for f in fns if f.sym_name.data == entry]
+    elif len(fns) > 1:
+        fns = [f for f in fns if f.sym_name.data == "main"] or fns
+    if len(fns) != 1:
+        raise LoweringError(f"tile-to-npu: expected one function{' @' + entry if entry else ''} "
+                            f"to lower, found {len(fns)}")
+    return fns[0]
+
+
+def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> DramLayout:
+    """The DRAM layout contract: arguments in order, then the weight region, then the arena,
+    each aligned to the target's DRAM burst (docs/codegen.md)."""
+    alignment = hw.dram.burst_bytes
+    for key in ("tile.arena_bytes", "tile.weights_bytes"):
+        if not isinstance(module.attributes.get(key), IntegerAttr):
+            raise LoweringError(f"tile-to-npu: the module has no {key}: run tile-plan-memory first")
+    arena_bytes = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
+    weights_bytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
+    target = module.attributes.get(t.TARGET_ATTR)
+    layout = DramLayout(target.data if isinstance(target, StringAttr) else hw.name,
+                       fn.sym_name.data, alignment)
+    attributes = argument_attributes(fn)
+    end = 0
+    for i, ty in enumerate(fn.function_type.inputs.data):
+        if not isinstance(ty, MemRefType):
+            raise fail(fn, f"argument #{i} is {ty}, not a memref (not a tile-level function)")
+        shape, element, element_bytes = memref_info(ty)
+        attrs = attributes[i] if i < len(attributes) else {}
+        name = attrs.get("graph.name")
+        layout.args.append(DramRegion(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
+                                  shape, element, i, is_output_flag(attrs.get("tile.output"))))
+        end = align_up(end + num_elements(shape) * element_bytes, alignment)
+    layout.weights_offset = end
+    layout.weights_bytes = weights_bytes
+    seen: set[str] = set()
+    for weight in fn.walk():
+        if isinstance(weight, t.WeightOp):
+            offset = weight.attributes.get("tile.offset")
+            if not isinstance(offset, IntegerAttr):
+                raise fail(weight, "the weight has no tile.offset: run tile-plan-memory first")
+            shape, element, _ = memref_info(weight.buffer.type)  # type: ignore[arg-type]
+            if weight.weight_key not in seen:
+                seen.add(weight.weight_key)
+                layout.weights.append(DramRegion(weight.weight_key, end + offset.value.data, shape,
+                                             element))
+    end = align_up(end + weights_bytes, alignment)
+    layout.arena_offset = end
+    layout.arena_bytes = arena_bytes
+    layout.dram_bytes = max(align_up(end + arena_bytes, alignment), alignment)
+    return layout

@@ -1,0 +1,365 @@
+"""Buffer rotation: double-buffer ring planning, ring groups and software pipelining
+(docs/codegen.md, "Double buffering" and "Software pipelining").
+
+A `tile.alloc {buffers = 2}` rotates between its halves over the iterations of the innermost
+loop containing all its uses (its rotation loop, emitted twice: half 0, half 1). Each half
+has a "free" semaphore holding one token when idle: the first access of a half in a round
+takes it, the last access gives it back. Allocs of one rotation loop whose first accesses run
+on engine Y and last accesses on engine X != Y share one free semaphore per half (a ring
+group): engines start and retire in order, so the group's first take and last release cover
+every member. A pipelined rotation loop issues the DMA loads of iteration t+1 before the rest
+of iteration t and pairs each load with its buffer's first consumer by one "full" semaphore.
+
+`plan_rotation` decides all that from the IR (and the degrade levels); `DoubleBuffering` is
+the emission-time side: the half and round of each access and the semaphore tokens.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from xdsl.dialects import func, scf
+from xdsl.ir import BlockArgument, Operation
+
+from infer.dialects import tile as t
+from infer.passes.tile_to_npu.addressing import LoopBinding, TileBuffer
+from infer.passes.tile_to_npu.common import (
+    enclosing_loops,
+    engine_of,
+    is_output_argument,
+    root_buffer,
+    trip_count,
+    users_through_views,
+)
+from infer.passes.tile_to_npu.dependencies import DependencyTracker, RingSlot, iterations_inside
+from infer.passes.tile_to_npu.program_tree import EmissionCursor, Instruction, front_end_nop
+from infer.passes.tile_to_npu.semaphores import SemaphoreKind, VirtualSemaphores
+
+
+class DegradeLevel(enum.IntEnum):
+    """How much overlap a kernel that ran out of semaphores gives up (the driver raises a
+    kernel's level by one per failed attempt)."""
+
+    FULL_OVERLAP = 0
+    NO_OUTER_DOUBLE_BUFFERING = 1  # no rotation on loops that contain another rotation loop
+    NO_PIPELINING = 2
+    NO_DOUBLE_BUFFERING = 3
+
+
+class RingGroupKey(NamedTuple):
+    """The allocs sharing one free semaphore per half."""
+
+    rotation_loop: scf.ForOp
+    first_engine: str  # the engine of the members' first accesses (takes the token)
+    last_engine: str  # the engine of their last accesses (releases it)
+    pipelined: bool  # members are software-pipelined loads (issued ahead of the body)
+
+
+@dataclass
+class RotationPlan:
+    rotation_loop_of: dict[t.AllocOp, scf.ForOp] = field(default_factory=dict)
+    rotation_loops: set[scf.ForOp] = field(default_factory=set)
+    first_use: dict[t.AllocOp, Operation] = field(default_factory=dict)
+    last_use: dict[t.AllocOp, Operation] = field(default_factory=dict)
+    # no entry when one engine does both the first and the last access (nothing to wait for)
+    ring_group_of: dict[t.AllocOp, RingGroupKey] = field(default_factory=dict)
+    token_takers: set[t.AllocOp] = field(default_factory=set)  # first access takes the token
+    token_givers: set[t.AllocOp] = field(default_factory=set)  # last access releases it
+    # rotation loop -> its DMA loads issued one iteration ahead (software pipelining)
+    pipelined_loads: dict[scf.ForOp, list[t.DmaOp]] = field(default_factory=dict)
+
+
+def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
+                  pipelining: bool) -> RotationPlan:
+    plan = RotationPlan()
+    for alloc in fn.walk():
+        if not isinstance(alloc, t.AllocOp) or alloc.buffers.value.data != 2:
+            continue
+        users = users_through_views(alloc.buffer)
+        if not users:
+            continue
+        common_loops = None
+        for user in users:
+            chain = enclosing_loops(user, fn)
+            common_loops = chain if common_loops is None else [
+                loop for loop in common_loops if loop in chain]
+        # the innermost loop containing every use, with >= 2 iterations
+        for loop in reversed(common_loops or []):
+            if trip_count(loop) >= 2:
+                if degrade_level_of(loop) >= DegradeLevel.NO_DOUBLE_BUFFERING:
+                    break
+                plan.rotation_loop_of[alloc] = loop
+                plan.rotation_loops.add(loop)
+                ordered = [o for o in loop.walk() if o in users]
+                plan.first_use[alloc], plan.last_use[alloc] = ordered[0], ordered[-1]
+                break
+    outer = {loop for loop in plan.rotation_loops
+             if degrade_level_of(loop) >= DegradeLevel.NO_OUTER_DOUBLE_BUFFERING
+             and any(o in plan.rotation_loops for o in loop.walk() if o is not loop)}
+    for alloc in [a for a, loop in plan.rotation_loop_of.items() if loop in outer]:
+        del plan.rotation_loop_of[alloc], plan.first_use[alloc], plan.last_use[alloc]
+    plan.rotation_loops -= outer
+    for loop in plan.rotation_loops if pipelining else ():
+        if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINING:
+            continue
+        loads = pipelinable_loads(loop, plan, fn)
+        if loads:
+            plan.pipelined_loads[loop] = loads
+    _plan_ring_groups(plan)
+    return plan
+
+
+def _plan_ring_groups(plan: RotationPlan) -> None:
+    """One "free" semaphore per half for every group of a rotation loop's double-buffered
+    allocs whose first accesses run on one engine Y and last accesses on one engine X != Y
+    (and that are all, or all not, software-pipelined loads: those are issued ahead of the
+    rest of the body). Per round, only the group's last release on X (in program order)
+    signals, and only its first take on Y waits: X and Y run their queues in order, so
+    every other member's last access has completed before that signal and every other
+    member's first access starts after that wait. When X == Y no semaphore is needed at
+    all. (One semaphore per alloc and half ran out of semaphores on attention kernels
+    with a dozen double-buffered temporaries.)"""
+    pipelined = {root_buffer(load.dst).owner for loads in plan.pipelined_loads.values()
+                 for load in loads}
+    order: dict[scf.ForOp, dict[Operation, int]] = {}
+    groups: dict[RingGroupKey, list[t.AllocOp]] = {}
+    for alloc, loop in plan.rotation_loop_of.items():
+        first_engine = engine_of(plan.first_use[alloc])
+        last_engine = engine_of(plan.last_use[alloc])
+        if first_engine == last_engine:
+            continue
+        key = RingGroupKey(loop, first_engine, last_engine, alloc in pipelined)
+        plan.ring_group_of[alloc] = key
+        groups.setdefault(key, []).append(alloc)
+    for key, members in groups.items():
+        loop = key.rotation_loop
+        if loop not in order:
+            order[loop] = {o: i for i, o in enumerate(loop.walk())}
+        position = order[loop]
+        plan.token_takers.add(min(members, key=lambda a: position[plan.first_use[a]]))
+        plan.token_givers.add(max(members, key=lambda a: position[plan.last_use[a]]))
+
+
+def pipelinable_loads(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp) -> list[t.DmaOp]:
+    """DMA loads at the top of a rotation loop's body that can be issued one iteration early:
+    DRAM -> a double-buffered alloc rotating on this loop (its first access), from a source the
+    loop never writes, each buffer's first consumer a distinct op and in load order."""
+    body = list(loop.body.block.ops)
+    walk = [o for o in loop.walk() if o is not loop]
+    position = {o: i for i, o in enumerate(walk)}
+    writes_dram = any(isinstance(o, t.DmaOp) and not o.is_load for o in walk)
+    loads, first_consumers = [], []
+    for op in body:
+        if not isinstance(op, t.DmaOp) or not op.is_load:
+            continue
+        alloc = root_buffer(op.dst).owner
+        if (not isinstance(alloc, t.AllocOp) or plan.rotation_loop_of.get(alloc) is not loop
+                or plan.first_use.get(alloc) is not op):
+            continue
+        source = root_buffer(op.src)
+        read_only = isinstance(source.owner, t.WeightOp) or (
+            isinstance(source, BlockArgument) and source.block is fn.body.block
+            and not is_output_argument(fn, source.index))
+        if not read_only and writes_dram:
+            continue
+        users = [u for u in users_through_views(alloc.buffer) if u is not op]
+        if not users:
+            continue
+        first = min(users, key=lambda u: position.get(u, 1 << 30))
+        if first in first_consumers or position.get(first) is None:
+            continue
+        loads.append(op)
+        first_consumers.append(first)
+    # first consumers must come in load order (one shared FIFO "full" semaphore)
+    while loads and ([position[f] for f in first_consumers]
+                     != sorted(position[f] for f in first_consumers)):
+        loads.pop()
+        first_consumers.pop()
+    return loads
+
+
+class DoubleBuffering:
+    """The emission-time side of the rotation plan: which half and round each access of a
+    double buffer is in, the free semaphores of the rotation loops being emitted, and the
+    full semaphores of software-pipelined loops."""
+
+    def __init__(self, plan: RotationPlan, semaphores: VirtualSemaphores,
+                 tracker: DependencyTracker, cursor: EmissionCursor,
+                 bindings: dict[scf.ForOp, LoopBinding], fn: func.FuncOp):
+        self.plan = plan
+        self.semaphores = semaphores
+        self.tracker = tracker
+        self.cursor = cursor
+        self.bindings = bindings
+        self.fn = fn
+        self.free_semaphore_of: dict[tuple[t.AllocOp, int], int] = {}  # (alloc, half) -> it
+        # ring semaphores are renewed at every top-level item (semaphores.py: live ranges)
+        self.idle_rings: list[int] = []  # ring semaphores of this item not in use
+        self.ring_of_group_half: dict[tuple[RingGroupKey, int], int] = {}  # (this item)
+        self.active_rings: set[int] = set()  # ring semaphores of the loops being emitted
+        self.full_semaphore_of: dict[t.AllocOp, int] = {}  # pipelined alloc -> its loop's
+        self.full_taken: set[tuple[t.AllocOp, object]] = set()  # (alloc, round) consumed
+        self.early_loads: set[t.DmaOp] = set()  # loads issued one iteration ahead
+
+    def start_top_level_item(self) -> None:
+        self.idle_rings = []
+        self.ring_of_group_half = {}
+
+    def _binding(self, buffer: TileBuffer) -> LoopBinding:
+        assert buffer.rotating_alloc is not None
+        return self.bindings[self.plan.rotation_loop_of[buffer.rotating_alloc]]
+
+    def half_offset(self, buffer: TileBuffer) -> int:
+        """Bytes from the first half of a double buffer to the half this copy uses."""
+        return self._binding(buffer).half * buffer.half_bytes
+
+    def slot(self, buffer: TileBuffer) -> RingSlot | None:
+        if buffer.rotating_alloc is None:
+            return None
+        binding = self._binding(buffer)
+        return RingSlot(buffer.rotating_alloc, binding.half, binding.round)
+
+    def enter_rotation_loop(self, loop: scf.ForOp) -> list[t.AllocOp]:
+        """Give the ring groups rotating on loop their free semaphores; returns the allocs."""
+        rings = [alloc for alloc, rotation in self.plan.rotation_loop_of.items()
+                 if rotation is loop and alloc in self.plan.ring_group_of]
+        of_group_half: dict[tuple[RingGroupKey, int], int] = {}
+        for alloc in rings:
+            for half in (0, 1):
+                # a ring semaphore holds one idle token after its loop: a later rotation
+                # loop of the same nest reuses it as is
+                group_half = (self.plan.ring_group_of[alloc], half)
+                if group_half not in of_group_half:
+                    of_group_half[group_half] = self._ring_semaphore(group_half)
+                self.free_semaphore_of[(alloc, half)] = of_group_half[group_half]
+        return rings
+
+    def _ring_semaphore(self, group_half: tuple[RingGroupKey, int]) -> int:
+        """The free semaphore of (group, half). A rotation loop emitted again (an enclosing
+        loop's peeled iterations) keeps its semaphores: its first take must find the token its
+        own last release left (the tracker leaves that ordering to the ring). Otherwise any
+        idle ring semaphore of this loop nest will do: its one idle token was released before
+        in program order, so taking it only adds an ordering that already holds."""
+        semaphore = self.ring_of_group_half.get(group_half)
+        if semaphore is not None and semaphore not in self.active_rings:
+            if semaphore in self.idle_rings:
+                self.idle_rings.remove(semaphore)
+        else:
+            semaphore = (self.idle_rings.pop() if self.idle_rings else self.semaphores.new(
+                SemaphoreKind.RING, "free semaphore of double-buffered allocs"))
+        self.ring_of_group_half[group_half] = semaphore
+        self.active_rings.add(semaphore)
+        return semaphore
+
+    def leave_rotation_loop(self, rings: list[t.AllocOp]) -> None:
+        freed = {self.free_semaphore_of.pop((alloc, half)) for alloc in rings for half in (0, 1)}
+        self.active_rings -= freed
+        self.idle_rings.extend(sorted(freed))
+
+    def start_pipelined_loop(self, loads: list[t.DmaOp]) -> int:
+        """The pipelined loop's "full" semaphore, signalled by each early load."""
+        full = self.semaphores.balanced("full semaphore of a software-pipelined loop")
+        for load in loads:
+            self.full_semaphore_of[root_buffer(load.dst).owner] = full  # type: ignore[index]
+            self.early_loads.add(load)
+        return full
+
+    def end_pipelined_loop(self, loads: list[t.DmaOp]) -> None:
+        for load in loads:
+            del self.full_semaphore_of[root_buffer(load.dst).owner]  # type: ignore[arg-type]
+
+    def on_access(self, instruction: Instruction, op: Operation, slot: RingSlot,
+                  first_part: bool, last_part: bool) -> tuple[bool, tuple[int, t.AllocOp] | None]:
+        """Take the tokens an access of a double buffer needs before it starts. Returns whether
+        op is the alloc's first or last use in a round (counted as a write: it must not overlap
+        the other round's use of that half) and the free token to release once the instruction
+        is emitted ((semaphore, alloc), or None). An op emitted as several instructions (split
+        DMA, fill) takes on its first instruction and releases on its last."""
+        alloc = slot.alloc
+        first = self.plan.first_use[alloc] is op
+        last = self.plan.last_use[alloc] is op
+        release = None
+        if (first and alloc in self.plan.token_takers and first_part
+                and self._covers_round_edge(op, alloc, True)):
+            self._take_free(instruction, self.free_semaphore_of[(alloc, slot.half)], alloc)
+        if (last and alloc in self.plan.token_givers and last_part
+                and self._covers_round_edge(op, alloc, False)):
+            release = (self.free_semaphore_of[(alloc, slot.half)], alloc)
+        if (alloc in self.full_semaphore_of and not first
+                and (alloc, slot.round) not in self.full_taken):
+            self.full_taken.add((alloc, slot.round))
+            self._take_full(instruction, alloc, self.full_semaphore_of[alloc])
+        return first or last, release
+
+    def _covers_round_edge(self, op: Operation, alloc: t.AllocOp, first: bool) -> bool:
+        """Does this emitted copy of op (nested in loops inside the rotation loop) cover the
+        first (last) iteration of every such loop? Only that copy takes (releases) the free
+        token: a peeled first or last iteration is a copy of its own."""
+        rotation = self.plan.rotation_loop_of[alloc]
+        loops = enclosing_loops(op, self.fn)
+        for loop in loops[loops.index(rotation) + 1:] if rotation in loops else []:
+            binding = self.bindings[loop]
+            trip = trip_count(loop)
+            if binding.iteration is not None:
+                if binding.iteration != (0 if first else trip - 1):
+                    return False
+            elif first:
+                if binding.offset != 0:
+                    return False
+            elif binding.offset + binding.unroll * (binding.hardware_loop.count - 1) != trip - 1:  # type: ignore[union-attr]
+                return False
+        return True
+
+    def _rotation_depth(self, alloc: t.AllocOp) -> int:
+        """Number of emitted hardware loops enclosing the rotation loop's body copy."""
+        rotation = self.plan.rotation_loop_of[alloc]
+        binding = self.bindings[rotation]
+        if binding.hardware_loop is not None:
+            return self.cursor.loops.index(binding.hardware_loop) + 1
+        # inlined copy: count the enclosing scf.for ops emitted as hardware loops
+        return sum(1 for loop in enclosing_loops(rotation, self.fn)
+                   if self.bindings[loop].hardware_loop is not None)
+
+    def _wait_before_nested_loop(self, depth: int, semaphore: int) -> bool:
+        """An access nested deeper than the rotation loop's body: the front end waits before
+        the loop it is nested in. Returns whether that was the case."""
+        loops = self.cursor.loops
+        if len(loops) <= depth:
+            return False
+        loops[depth].prologue.append(front_end_nop(loops[:depth], wait=semaphore))
+        return True
+
+    def _take_free(self, instruction: Instruction, semaphore: int, alloc: t.AllocOp) -> None:
+        if not self._wait_before_nested_loop(self._rotation_depth(alloc), semaphore):
+            self.tracker.wait(instruction, semaphore)
+
+    def _take_full(self, instruction: Instruction, alloc: t.AllocOp, full: int) -> None:
+        """The first consumer of a pipelined load's buffer in an iteration takes its token."""
+        if self._wait_before_nested_loop(self._rotation_depth(alloc), full):
+            return
+        if instruction.wait and instruction.wait != full:
+            # keep the just-issued load's token on the engine; the other wait (a "free"
+            # token released an iteration ago) moves to the front end
+            self.cursor.append_front_end_wait(instruction.wait)
+            instruction.wait = full
+        else:
+            self.tracker.wait(instruction, full)
+
+    def release(self, instruction: Instruction, semaphore: int, alloc: t.AllocOp) -> None:
+        """The last access of a half in a round gives its free token back."""
+        depth = self._rotation_depth(alloc)
+        loops = self.cursor.loops
+        if len(loops) > depth:  # last access nested deeper: drain, then signal
+            nested = loops[depth]
+            if instruction.drain_loop is None:
+                drain = self.tracker.drain_semaphore(nested.depth)
+                self.tracker.add_signal(instruction, drain)
+                instruction.drain_loop = nested
+                nested.exit_drains[drain] = (nested.exit_drains.get(drain, 0)
+                                             + iterations_inside(instruction, depth))
+            nested.exit_signals.append(semaphore)
+        else:
+            self.tracker.add_signal(instruction, semaphore)

@@ -1,0 +1,125 @@
+"""Semaphore allocation: the virtual semaphores the emitting stages create, mapped onto the
+target's physical s1..sN by live range once the program is flat.
+
+A virtual is live over every *top-level item* that uses it (a top-level instruction, or a
+top-level loop nest with its front-end prologue and epilogue, so tokens carried across
+iterations stay inside the range). Two virtuals with disjoint ranges share a physical
+semaphore: a balanced one consumes every token it signals within its range, a ring holds one
+idle token before and after. A physical semaphore going from a ring to a balanced use is
+drained by a front-end `nop wait` at the start of the new range, one going the other way gets
+its idle token from a `nop signal` there; both sit between top-level items, so no loop body
+changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from xdsl.ir import Operation
+
+from infer.dialects.ir_io import LoweringError
+from infer.passes.tile_to_npu.program_tree import FlatInstruction
+
+
+class SemaphoreKind(enum.Enum):
+    BALANCED = "balanced"  # every token signalled in its live range is consumed in it
+    RING = "ring"  # holds one idle token before and after its live range ("free" semaphores)
+
+
+@dataclass(frozen=True)
+class VirtualSemaphore:
+    kind: SemaphoreKind
+    purpose: str  # what it is for, named in the out-of-semaphores error
+
+
+class VirtualSemaphores:
+    """The virtual semaphores of one compilation, numbered from FIRST_ID in creation order (so
+    they never collide with a physical number)."""
+
+    FIRST_ID = 1 << 20
+
+    def __init__(self) -> None:
+        self.records: dict[int, VirtualSemaphore] = {}
+
+    def new(self, kind: SemaphoreKind, purpose: str) -> int:
+        number = self.FIRST_ID + len(self.records)
+        self.records[number] = VirtualSemaphore(kind, purpose)
+        return number
+
+    def balanced(self, purpose: str) -> int:
+        return self.new(SemaphoreKind.BALANCED, purpose)
+
+    def __getitem__(self, number: int) -> VirtualSemaphore:
+        return self.records[number]
+
+
+class OutOfSemaphores(LoweringError):
+    """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit."""
+
+    def __init__(self, msg: str, items: list[Operation]):
+        super().__init__(msg)
+        self.items = items
+
+
+def assign_physical_semaphores(program: list[FlatInstruction], virtuals: VirtualSemaphores,
+                               count: int,
+                               ops_of_group: dict[int, list[Operation]]) -> list[FlatInstruction]:
+    """`program` with every virtual semaphore replaced by one of s1..s`count` (plus the
+    front-end nops that hand a physical semaphore from a ring to a balanced use or back).
+    Raises OutOfSemaphores naming the top-level ops of every op-marker group (kernel) that
+    did not fit, so the driver can compile all of them again with less overlap at once."""
+    item_span: dict[int, tuple[int, int]] = {}  # top-level item -> [first, end) instruction
+    for i, inst in enumerate(program):
+        first, end = item_span.get(inst.item, (i, i + 1))
+        item_span[inst.item] = (min(first, i), max(end, i + 1))
+    live: dict[int, tuple[int, int]] = {}  # virtual -> [first, end) instruction of its items
+    for inst in program:
+        first, end = item_span[inst.item]
+        for virtual in (inst.wait, inst.signal, inst.signal2):
+            if virtual:
+                live_first, live_end = live.get(virtual, (first, end))
+                live[virtual] = (min(live_first, first), max(live_end, end))
+    busy_until = [0] * (count + 1)  # physical -> end of its current live range
+    idle_tokens = [0] * (count + 1)  # physical -> tokens it holds between ranges (1 after a ring)
+    physical: dict[int, int] = {}
+    inserted: dict[int, list[FlatInstruction]] = {}  # instruction index -> nops before it
+    failed_groups: set[int] = set()
+    message = ""
+    for virtual in sorted(live, key=lambda v: (live[v][0], v)):
+        first, end = live[virtual]
+        is_ring = virtuals[virtual].kind is SemaphoreKind.RING
+        free = [q for q in range(1, count + 1) if busy_until[q] <= first]
+        if not free:
+            held = sorted(virtuals[other].purpose for other, q in physical.items()
+                          if busy_until[q] > first and live[other][1] > first
+                          and live[other][0] <= first)
+            if not failed_groups:
+                message = (f"tile-to-npu: out of semaphores (scalar.semaphores = {count}): "
+                           f"{len(held) + 1} needed at instruction {first} ({', '.join(held)}, "
+                           f"and a {virtuals[virtual].purpose})")
+            failed_groups.add(program[first].group)
+            continue  # find every kernel that does not fit before giving up
+        wanted_tokens = 1 if is_ring else 0
+        matching = [q for q in free if idle_tokens[q] == wanted_tokens]
+        if matching:
+            chosen = matching[0]
+        else:  # the longest idle one: its last token is the most likely to be there
+            chosen = min(free, key=lambda q: busy_until[q])
+            at = program[first]
+            handover = (FlatInstruction("nop", 0, chosen, 0, {}, at.group, at.item) if is_ring
+                        else FlatInstruction("nop", chosen, 0, 0, {}, at.group, at.item))
+            inserted.setdefault(first, []).append(handover)
+        physical[virtual] = chosen
+        busy_until[chosen] = end
+        idle_tokens[chosen] = wanted_tokens
+    if failed_groups:
+        raise OutOfSemaphores(message, [op for g in sorted(failed_groups)
+                                        for op in ops_of_group.get(g, [])])
+    out: list[FlatInstruction] = []
+    for i, inst in enumerate(program):
+        out.extend(inserted.get(i, ()))
+        out.append(replace(inst, wait=physical.get(inst.wait, 0),
+                           signal=physical.get(inst.signal, 0),
+                           signal2=physical.get(inst.signal2, 0)))
+    return out
