@@ -1,6 +1,6 @@
-"""Differential fuzzing: random graph-level models (fuzz_graphs.graphs) compiled for each
+"""Differential fuzzing: random graph-level models (helpers/fuzz_graphs.graphs) compiled for each
 hardware config with `infer.compile` (precision drawn per model) and run on the simulator with
-its race checker, against the reference interpreter (fuzz_check.run_case).
+its race checker, against the reference interpreter (helpers/fuzz_check.run_case).
 
 `make test` runs INFER_FUZZ_EXAMPLES=100 models per config; `make fuzz` runs 2,000 per config
 in collect mode. Environment:
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -31,10 +29,9 @@ from hypothesis import strategies as st
 
 from infer.passes import infer_passes
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_check import Outcome, run_case  # noqa: E402
-from fuzz_graphs import FuzzGraph, build, graphs  # noqa: E402
-from fuzz_known import known_bug  # noqa: E402
+from helpers.fuzz_check import Outcome, run_case
+from helpers.fuzz_graphs import FuzzGraph, build, graphs
+from helpers.fuzz_known import known_bug
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 

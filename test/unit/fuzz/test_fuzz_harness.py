@@ -4,8 +4,6 @@ fault, an internal compiler error, a clean refusal, a reference with NaN."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +11,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from infer.passes import infer_passes
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_check import run_case  # noqa: E402
-from fuzz_graphs import FuzzGraph, Node, build, graphs, make_inputs  # noqa: E402
+from helpers.fuzz_check import run_case
+from helpers.fuzz_graphs import FuzzGraph, Node, build, graphs, make_inputs
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 

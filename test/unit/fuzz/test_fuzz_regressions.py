@@ -1,6 +1,6 @@
 """Regression tests from differential fuzzing (test_fuzz_differential.py): each is the minimal
 model of something the fuzzer found, compiled for both configs and run on the simulator against
-the reference interpreter (fuzz_check.run_module_case).
+the reference interpreter (helpers/fuzz_check.run_module_case).
 
 The strict xfails are lowering bugs not fixed yet (graph_to_tile.py, lower_data.py and
 tile_to_npu.py are being split into subpackages; they get fixed after the split): models made
@@ -10,8 +10,6 @@ When one is fixed its test XPASSes, which fails: remove the mark then.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +17,7 @@ import pytest
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.passes import infer_passes
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_check import run_module_case  # noqa: E402
+from helpers.fuzz_check import run_module_case
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 

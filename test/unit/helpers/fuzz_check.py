@@ -31,7 +31,7 @@ from infer.dialects.graph_interpreter import InterpreterError, run_module
 from infer.dialects.ir_io import IRError
 from infer.tools.opt_numerics import NumericOptions, compare
 
-from fuzz_graphs import FuzzGraph, build, make_inputs
+from helpers.fuzz_graphs import FuzzGraph, build, make_inputs
 
 FINDINGS = ("mismatch", "crash")
 

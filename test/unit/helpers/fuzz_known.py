@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fuzz_check import Outcome
-from fuzz_graphs import FuzzGraph
+from helpers.fuzz_check import Outcome
+from helpers.fuzz_graphs import FuzzGraph
 
 
 @dataclass(frozen=True)
