@@ -112,3 +112,45 @@ func.func @main(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 @pytest.mark.parametrize("target", TARGETS)
 def test_two_integer_round_trips(target):
     check(TWO_INT_ROUND_TRIPS, [normal(4, 8)], target)
+
+
+UNUSED_INTEGER_INPUT = """
+func.func @main(%ids: tensor<3xi64>, %x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %r = graph.relu %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return %r : tensor<4x8xf32>
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-to-tile refuses an i32/i64 argument nothing uses ('only f32 "
+                                       "tensor arguments ... got tensor<3xi64>'; integer_inputs.accepts_integer_input "
+                                       "refuses an unused value) where an unused f32 argument is fine; the fuzzer met "
+                                       "it when dead-code elimination removed an embedding lookup no output needed")
+@pytest.mark.parametrize("target", TARGETS)
+def test_unused_integer_input(target):
+    ids = np.array([0, 2, 1], np.int64)
+    check(UNUSED_INTEGER_INPUT, [ids, normal(4, 8)], target)
+
+
+RANK0_ELEMENTWISE = """
+func.func @main(%x: tensor<4x8xf32>) -> tensor<f32> {
+  %s = graph.reduce_sum %x {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x8xf32>) -> tensor<f32>
+  %n = graph.neg %s : (tensor<f32>) -> tensor<f32>
+  func.return %n : tensor<f32>
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-to-tile's elementwise lowering refuses an op on a rank-0 tensor "
+                                       "('result () is not the kernel's output shape (1,)': the tile frame of a rank-0 "
+                                       "output is [1], and the op's result shape is compared with it); the reduction "
+                                       "to a rank-0 tensor on its own lowers")
+@pytest.mark.parametrize("target", TARGETS)
+def test_elementwise_on_a_rank0_tensor(target):
+    check(RANK0_ELEMENTWISE, [normal(4, 8)], target)
+
+
+def test_a_rank0_reduction_on_its_own_lowers():
+    """The control of test_elementwise_on_a_rank0_tensor: without the neg it compiles and matches."""
+    check(RANK0_ELEMENTWISE.replace("  %n = graph.neg %s : (tensor<f32>) -> tensor<f32>\n", "")
+          .replace("func.return %n", "func.return %s"), [normal(4, 8)], "edge")
