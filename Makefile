@@ -32,7 +32,7 @@ eval: $(STAMP)
 
 # Differential fuzzing (docs/testing.md): FUZZ_EXAMPLES random graphs per hardware config, compiled
 # and simulated against the reference interpreter; every finding is listed (no shrinking).
-# `make test` runs 100 per config. Reproduce a run with the same FUZZ_SEED and FUZZ_EXAMPLES.
+# `make test` runs 50 per config (100 in all). Reproduce a run with the same FUZZ_SEED and FUZZ_EXAMPLES.
 FUZZ_EXAMPLES ?= 2000
 FUZZ_SEED     ?= 1
 
