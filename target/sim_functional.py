@@ -27,7 +27,7 @@ from infer.target.sim_core import (
     Counters, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
-from infer.target.sim_reference import initial_registers, local_view
+from infer.target.sim_reference import dma_views, initial_registers, local_view, matmul_step
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -82,24 +82,6 @@ def functional_tables(dec: Decoded) -> list[Any]:
     return out
 
 
-def dma_views(sim: Simulator, dram: np.ndarray, t: tuple, d: int, loc: int) -> tuple[np.ndarray,
-                                                                                      np.ndarray]:
-    """(DRAM view, local view) of a DMA at DRAM address d and local address loc, bounds
-    checked with the reference engine's messages."""
-    (_, _, _, _, n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load) = t
-    dir_ = "load" if load else "store"
-    if d + dlo < 0 or d + dhi > dram.size:
-        raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
-                    f"outside DRAM ({dram.size} bytes)")
-    if loc >= isa.ACC_BASE:
-        mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
-    else:
-        mem, off, space = sim.spad, loc, "scratchpad"
-    if loc < 0 or off + llo < 0 or off + lhi > mem.size:
-        raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
-                    f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
-    return (np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1)),
-            np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1)))
 
 
 class FunctionalRun:
@@ -182,7 +164,7 @@ class FunctionalRun:
                 elif tc == T_DMA:
                     db, do, lb, lo = t[0], t[1], t[2], t[3]
                     if data:
-                        dv, lv = dma_views(sim, dram, t, regs[db] + do, regs[lb] + lo)
+                        dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
                         if t[15]:
                             lv[...] = dv
                         else:
@@ -253,22 +235,10 @@ class FunctionalRun:
             self.regs[rd] = int(self.dram[a:a + 4].view(np.int32)[0])
 
     def _matmul(self, t: tuple) -> None:
-        ab, ao, cb, co, m, astride, cstride, dt, accum, is_int, odt = t
-        w, regs, sim = self.weights, self.regs, self.sim
-        if w is None:
-            raise Fault("state", "mx.matmul before any mx.loadw")
-        if self.wdtype != dt:
-            raise Fault("state", f"matmul dtype {isa.DTYPES[dt][0]} differs from the loaded "
-                        f"weights' {isa.DTYPES[self.wdtype][0]}")
-        k, n = w.shape
-        accaddr = regs[cb] + co
-        if accaddr < isa.ACC_BASE:
-            raise Fault("out-of-bounds", f"matmul output {accaddr:#x} is not in the "
-                        f"accumulator (which starts at {isa.ACC_BASE:#x})")
-        a = local_view(sim, regs[ab] + ao, m, k, astride, dt, "activations")
-        out = local_view(sim, accaddr, m, n, cstride, odt, "accumulator")
-        self.c.acc_saturations += matmul_into(a, w, out, is_int, accum)
-        self.c.macs += m * k * n
+        ab, ao, cb, co, m, astride, cstride, dt, accum = t[:9]
+        regs = self.regs
+        matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, regs[cb] + co, m, astride, cstride,
+                    accum, self.c)
 
     def _vector(self, t: tuple) -> None:
         spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t

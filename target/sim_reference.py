@@ -38,6 +38,49 @@ if TYPE_CHECKING:
     from infer.target.sim import Simulator
 
 
+def dma_views(sim: Simulator, dram: np.ndarray, geometry: tuple, d: int, loc: int) -> tuple[np.ndarray,
+                                                                                             np.ndarray]:
+    """(DRAM view, local view) of a DMA at DRAM address d and local address loc; out-of-bounds
+    boxes are faults. `geometry` is (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load):
+    the box and its byte extents relative to the two base addresses."""
+    n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load = geometry
+    dir_ = "load" if load else "store"
+    if d + dlo < 0 or d + dhi > dram.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
+                    f"outside DRAM ({dram.size} bytes)")
+    if loc >= isa.ACC_BASE:
+        mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
+    else:
+        mem, off, space = sim.spad, loc, "scratchpad"
+    if loc < 0 or off + llo < 0 or off + lhi > mem.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
+                    f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
+    return (np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1)),
+            np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1)))
+
+
+def matmul_step(sim: Simulator, weights: np.ndarray | None, wdtype: int, dt: int, act_addr: int, acc_addr: int,
+                m: int, astride: int, cstride: int, accum: bool, counters: Any) -> int:
+    """The data side of `mx.matmul`: m activation rows times the loaded weights into the
+    accumulator (int8 -> int32 or float -> fp32); faults on a state or address error.
+    Returns the MACs, which it also adds to `counters`."""
+    if weights is None:
+        raise Fault("state", "mx.matmul before any mx.loadw")
+    if wdtype != dt:
+        raise Fault("state", f"matmul dtype {isa.DTYPES[dt][0]} differs from the loaded "
+                    f"weights' {isa.DTYPES[wdtype][0]}")
+    k, n = weights.shape
+    if acc_addr < isa.ACC_BASE:
+        raise Fault("out-of-bounds", f"matmul output {acc_addr:#x} is not in the "
+                    f"accumulator (which starts at {isa.ACC_BASE:#x})")
+    is_int = dt == 0
+    a = local_view(sim, act_addr, m, k, astride, dt, "activations")
+    out = local_view(sim, acc_addr, m, n, cstride, 1 if is_int else 2, "accumulator")
+    counters.acc_saturations += matmul_into(a, weights, out, is_int, accum)
+    counters.macs += m * k * n
+    return m * k * n
+
+
 def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt: int,
                what: str) -> np.ndarray:
     """The (rows, cols) tile of dtype dt at local address addr (bounds and alignment checked)."""
@@ -343,22 +386,12 @@ class ReferenceRun:
         lhi = max(0, (n1 - 1) * ls1) + max(0, (n2 - 1) * ls2) + n0
         dir_ = "load" if load else "store"
         chk = self.check_races
+        geometry = (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load)
 
         def f() -> int:
             d = regs[db] + do
             loc = regs[lb] + lo
-            if d + dlo < 0 or d + dhi > dram.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
-                            f"outside DRAM ({dram.size} bytes)")
-            if loc >= isa.ACC_BASE:
-                mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
-            else:
-                mem, off, space = sim.spad, loc, "scratchpad"
-            if loc < 0 or off + llo < 0 or off + lhi > mem.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
-                            f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
-            dv = np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1))
-            lv = np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1))
+            dv, lv = dma_views(sim, dram, geometry, d, loc)
             if load:
                 lv[...] = dv
                 c.dram_read_bytes += nbytes
@@ -397,7 +430,6 @@ class ReferenceRun:
         cfg, mc, regs = self.cfg, self.cfg.matrix, self.regs
         wait, signal, signal2, c = ins.wait, ins.signal, ins.signal2, self.c
         dt = v["dtype"]
-        dname = isa.DTYPES[dt][0]
         nbuf = mc.weight_buffers
         chk = self.check_races
         esz = NP_DTYPES[dt].itemsize
@@ -434,27 +466,13 @@ class ReferenceRun:
         m, astride, cstride, accum = v["m"], v["astride"], v["cstride"], v["accum"]
         cyc = m * mc.cycles_per_row
         fill = mc.fill_drain_cycles
-        is_int = dt == 0
-        odt = 1 if is_int else 2
 
         def f() -> int:
-            w = self.weights
-            if w is None:
-                raise Fault("state", "mx.matmul before any mx.loadw")
-            if self.wdtype != dt:
-                raise Fault("state", f"matmul dtype {dname} differs from the loaded weights' "
-                            f"{isa.DTYPES[self.wdtype][0]}")
-            k, n = w.shape
             accaddr = regs[cb] + co
-            if accaddr < isa.ACC_BASE:
-                raise Fault("out-of-bounds", f"matmul output {accaddr:#x} is not in the "
-                            f"accumulator (which starts at {isa.ACC_BASE:#x})")
-            a = local_view(self.sim, regs[ab] + ao, m, k, astride, dt, "activations")
-            out = local_view(self.sim, accaddr, m, n, cstride, odt, "accumulator")
-            c.acc_saturations += matmul_into(a, w, out, is_int, accum)
-            c.macs += m * k * n
+            macs = matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, accaddr, m, astride,
+                               cstride, accum, c)
             if prof is not None:
-                prof.macs[pc] += m * k * n
+                prof.macs[pc] += macs
             ready = self.dispatch(E_MATRIX, wait)
             start = max(ready, self.stream_free)
             if self.weights_ready > start:
@@ -465,6 +483,7 @@ class ReferenceRun:
             self.wbuf_release[self.wbuf] = end
             self.finish(E_MATRIX, start, start + 1, end + fill, cyc, signal, signal2, pc)
             if chk:
+                k, n = self.weights.shape
                 accs: list[Any] = []
                 aa = regs[ab] + ao
                 rows_access(ACC if aa >= isa.ACC_BASE else SPAD, False, aa, m, k * esz, astride,

@@ -1,12 +1,16 @@
 """`infer compile` and `infer run`: the command line over the compile driver (tools/driver.py).
 
-    infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16] -o OUT.npu
+    infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
+                  [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
               [--plot DIR]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
 signature, DRAM layout, the hardware config, and the graph IR for `--check`).
+`--precision int8` quantizes at the graph level first (tools/quantize.py) and prints the
+per-layer choice; until the int8 lowering exists it then stops with one error naming the first
+op that has no int8 lowering.
 `run`: load (validated), run on the simulator, print an output summary and the
 performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it
@@ -25,14 +29,17 @@ import numpy as np
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from infer.tools.driver import DriverError, parse_input_shapes
     from infer.tools.driver import compile as compile_model
-    from infer.tools.driver import parse_input_shapes
 
     options: dict[str, Any] = {}
     if args.input_shape:
         options["input_shapes"] = parse_input_shapes(args.input_shape)
+    if args.precision != "int8" and (args.calibration or args.min_cosine is not None):
+        raise DriverError("--calibration and --min-cosine apply to --precision int8 only")
     exe = compile_model(args.model, target=args.target, precision=args.precision, progress=True,
-                        graph_passes=args.graph_passes, **options)
+                        graph_passes=args.graph_passes, calibration=args.calibration, min_cosine=args.min_cosine,
+                        calibration_method=args.calibration_method, **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
     print(f"wrote {out} ({Path(out).stat().st_size} bytes): {exe!r}", file=sys.stderr)
@@ -47,6 +54,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.mode == "timing" and (args.check or args.output):
         print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
               file=sys.stderr)
+        return 1
+    if args.mode == "functional" and (args.plot or args.trace):
+        # Plots and traces are drawn from the timing model's events, which this mode skips.
+        print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
+              "(use --mode fast)", file=sys.stderr)
         return 1
     exe = load(args.artifact)
     a = exe.artifact
@@ -125,8 +137,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", help=".onnx, .pt2, Hugging Face folder, or graph-level .mlir")
     p.add_argument("-t", "--target", default="edge", help="edge, server or a CONFIG.toml (default: edge)")
     p.add_argument("-o", "--output", help="artifact path (default: MODEL.npu)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="fp32 (3-pass bf16 emulation on the matrix unit) or bf16")
+    p.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+                   help="fp32 (3-pass bf16 emulation on the matrix unit), bf16, or int8 (graph-level int8 "
+                        "quantization with --calibration, then the lowering; docs/quantization.md)")
+    p.add_argument("--calibration", metavar="CALIB.npz|CALIB.json",
+                   help="int8: calibration samples (.npz: one array per model input, keyed by input name, with a "
+                        "leading sample axis) or a table from `infer calibrate` (.json)")
+    p.add_argument("--min-cosine", type=float, metavar="C",
+                   help="int8: keep the most sensitive layers in float until the model's output cosine to the "
+                        "float model on the calibration samples is >= C (e.g. 0.99; needs .npz samples)")
+    p.add_argument("--calibration-method", choices=["minmax", "percentile", "entropy", "mse"],
+                   help="int8 with .npz samples: how each activation's range is chosen (default entropy)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
                    help="static shape for a model input with dynamic dims (repeatable)")
     p.add_argument("--graph-passes", default="", metavar="PIPELINE",

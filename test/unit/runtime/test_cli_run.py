@@ -127,6 +127,14 @@ def test_run_timing_mode_refuses_outputs(artifact, tmp_path, capsys):
     assert err.startswith("infer run: error: --mode timing computes no data") and "\n" not in err.strip()
 
 
+@pytest.mark.parametrize("flag", ["--plot", "--trace"])
+def test_run_functional_mode_refuses_timing_outputs(artifact, tmp_path, capsys, flag):
+    assert main(["run", artifact, "--mode", "functional", flag, str(tmp_path / "t")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"infer run: error: --mode functional has no timing model: it cannot {flag}")
+    assert "\n" not in err.strip() and not (tmp_path / "t").exists()
+
+
 def test_run_help_documents_modes(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
