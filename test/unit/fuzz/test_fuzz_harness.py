@@ -13,6 +13,7 @@ from infer.passes import infer_passes
 
 from helpers.fuzz_check import run_case
 from helpers.fuzz_graphs import FuzzGraph, Node, build, graphs, make_inputs
+from helpers.fuzz_known import known_bug
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 
@@ -87,3 +88,11 @@ def test_a_clean_refusal_is_unsupported_and_nan_is_degenerate():
     assert outcome.kind == "unsupported" and "log_softmax" in outcome.detail, outcome
     nan = FuzzGraph(RELU.nodes[:1] + (Node("sqrt", (0,)),), (1,))  # sqrt of normal inputs
     assert run_case(nan, "edge", "fp32").kind == "degenerate"
+
+
+def test_a_refusal_that_blames_the_compiler_is_a_crash_and_a_known_bug():
+    relu = FuzzGraph((Node("input", (), (("dtype", "f32"), ("shape", (127, 254)))), Node("relu", (0,))), (1,))
+    outcome = run_case(relu, "edge", "fp32")  # test_elementwise_rows_with_a_remainder_tile
+    assert (outcome.kind, outcome.where) == ("crash", "compile"), outcome
+    assert known_bug(relu, "edge", "fp32", outcome) == "test_elementwise_rows_with_a_remainder_tile"
+    assert known_bug(relu, "server", "fp32", outcome) is None

@@ -155,3 +155,23 @@ def test_a_rank0_reduction_on_its_own_lowers():
     """The control of test_elementwise_on_a_rank0_tensor: without the neg it compiles and matches."""
     check(RANK0_ELEMENTWISE.replace("  %n = graph.neg %s : (tensor<f32>) -> tensor<f32>\n", "")
           .replace("func.return %n", "func.return %s"), [normal(4, 8)], "edge")
+
+
+RELU_127_ROWS = """
+func.func @main(%x: tensor<127x254xf32>) -> tensor<127x254xf32> {
+  %y = graph.relu %x : (tensor<127x254xf32>) -> tensor<127x254xf32>
+  func.return %y : tensor<127x254xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param("edge", marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason="graph-to-tile's elementwise rows: 127 rows in tiles of 64 are one full tile and a 63-row "
+               "remainder, and the buffers of both are counted in one loop nest (516,128 B of edge's "
+               "262,144 B scratchpad: 'a tiling cost-model bug'); 128 rows compile")),
+    "server",
+])
+def test_elementwise_rows_with_a_remainder_tile(target):
+    check(RELU_127_ROWS, [normal(127, 254)], target)

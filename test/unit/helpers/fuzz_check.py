@@ -9,7 +9,8 @@ Outcomes (`Outcome.kind`):
                its reference moves when its inputs and weights are perturbed by the
                precision's relative error (`detail` says so)
   unsupported  the compiler refused the model with a clean, located error (an `IRError`,
-               e.g. graph-to-tile's LoweringError): counted, not a finding
+               e.g. graph-to-tile's LoweringError): counted, not a finding, unless the error
+               says it is the compiler's own bug (COMPILER_BUG_REFUSALS): then a crash
   degenerate   the reference itself has NaN/inf: nothing to compare
   mismatch     a wrong number (finding)
   crash        anything else: an internal error while compiling, a simulator fault or data
@@ -34,6 +35,8 @@ from infer.tools.opt_numerics import NumericOptions, compare
 from helpers.fuzz_graphs import FuzzGraph, build, make_inputs
 
 FINDINGS = ("mismatch", "crash")
+# Clean refusals whose message says the compiler is at fault, not the model: findings.
+COMPILER_BUG_REFUSALS = re.compile(r"cost-model bug")
 
 
 @dataclass
@@ -100,7 +103,8 @@ def run_module_case(module: ModuleOp, inputs: list[np.ndarray], target: str, pre
     try:
         exe = infer.compile(module, target=target, precision=precision)
     except IRError as e:
-        return Outcome("unsupported", str(e).strip().splitlines()[0], "compile")
+        first = str(e).strip().splitlines()[0]
+        return Outcome("crash" if COMPILER_BUG_REFUSALS.search(first) else "unsupported", first, "compile")
     except Exception as e:  # an internal compiler error is a finding
         return Outcome("crash", f"{_one_line(e)} (raised at {_last_frame(e)})", "compile")
     try:
