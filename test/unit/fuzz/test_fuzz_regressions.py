@@ -5,7 +5,7 @@ the reference interpreter (helpers/fuzz_check.run_module_case).
 The strict xfails are graph-to-tile bugs not fixed yet (passes/graph_to_tile/, which the
 operator-coverage work of issue 16 is changing): models made only of ops docs/tiling.md says
 are lowered, which the compiler refuses with a clean error. The generator avoids them (see
-helpers/fuzz_graphs.py: `Draft.sealed`, `Draft.floats`, `_uses_of_dead_integer_inputs`). When one
+helpers/fuzz_graphs.py: `Draft.sealed`, `Draft.floats`, `_uses_of_dead_integer_inputs`, `fam_matmul`). When one
 is fixed its test XPASSes, which fails: remove the mark then, and the generator's restriction.
 """
 
