@@ -46,6 +46,7 @@ class Emitter:
         self._constants: dict[int, SSAValue] = {}
         self._alloc_after: Operation | None = None  # local buffers go after it, before the nest's loops
         self._local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current loop nest
+        self._pool: tuple[dict, dict, bool] | None = None  # (pool, taken counts, single-buffered)
 
     def hoist(self, op: Operation) -> Operation:
         """Insert at the function entry (constants, weights)."""
@@ -80,6 +81,19 @@ class Emitter:
             marker.detach()
             marker.erase()
             self._alloc_after, self._local_allocs = saved
+
+    @contextlib.contextmanager
+    def alloc_pool(self, pool: dict, single: bool = False) -> Iterator[None]:
+        """Local allocs inside take their buffers from `pool`: the i-th alloc of a given shape,
+        type and space inside one `alloc_pool` block is the same buffer in every block using
+        the same pool (code emitted more than once, e.g. peeled tiles, shares its buffers);
+        `single`: they are single-buffered."""
+        saved = self._pool
+        self._pool = (pool, {}, single)
+        try:
+            yield
+        finally:
+            self._pool = saved
 
     # -- index arithmetic (folded when static) --
     def constant(self, value: int) -> SSAValue:
@@ -151,6 +165,16 @@ class Emitter:
 
     # -- tile ops --
     def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
+        if self._pool is not None and space != "dram":
+            pool, taken, single = self._pool
+            key = (tuple(shape), str(elem), space, 1 if single else buffers)
+            index = taken.get(key, 0)
+            taken[key] = index + 1
+            if (key, index) not in pool:
+                self._pool = None
+                pool[(key, index)] = self.alloc(shape, elem, space, 1 if single else buffers)
+                self._pool = (pool, taken, single)
+            return pool[(key, index)]
         op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
         if space != "dram":
             self._local_allocs.append(op)
@@ -177,11 +201,12 @@ class Emitter:
                                   properties=props))
 
     def matmul(self, lhs: SSAValue, lhs_index: Sequence[Index], rhs: SSAValue, rhs_index: Sequence[Index],
-               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int) -> None:
+               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int, accumulate: bool = True) -> None:
+        """acc (+)= lhs @ rhs; `accumulate=False` overwrites the accumulator box."""
         self.insert(t.MatmulOp.build(
             operands=[lhs, self._indices(lhs_index), rhs, self._indices(rhs_index), acc, self._indices(acc_index)],
             properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
-                        "accumulate": IntegerAttr(1, i1)}))
+                        "accumulate": IntegerAttr(1 if accumulate else 0, i1)}))
 
     def vec(self, op: str, dst: SSAValue, dst_index: Sequence[Index], a: SSAValue, a_index: Sequence[Index],
             rows: int, cols: int, b: SSAValue | None = None, b_index: Sequence[Index] = (),

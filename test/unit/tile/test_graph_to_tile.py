@@ -179,7 +179,9 @@ def test_cnn_after_fold_batch_norm_and_fuse(target):
 
 
 def test_resnet_sized_conv_is_compact():
-    """A ResNet-50 stage conv (256 -> 64 channels, 3x3, 56x56) lowers to a few ops per loop body."""
+    """A ResNet-50 stage conv (256 -> 64 channels, 3x3, 56x56) lowers to a few ops per loop body
+    (the kernel and the nest that prepares its padded input planes: the size does not grow with
+    the problem)."""
     m = module("""
 func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
   %w = graph.weight @w : tensor<64x256x3x3xf32>
@@ -196,7 +198,7 @@ func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
         GraphToTilePass(target=target).apply(CTX, mm)
         verify_module(mm)
         n_ops = sum(1 for _ in mm.walk())
-        assert n_ops < 150, (target, n_ops)
+        assert n_ops < 250, (target, n_ops)
 
 
 BLOCK = """
