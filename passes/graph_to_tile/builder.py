@@ -26,8 +26,13 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import tile as t
+from infer.target import isa
 
 Index = int | SSAValue  # a tile origin: a compile-time int or an index value
+
+# the largest box one vector instruction encodes (the ISA's field widths)
+_VECTOR_ROWS = isa.BY_NAME["vec.copy"].field("rows").hi
+_VECTOR_COLS = isa.BY_NAME["vec.copy"].field("cols").hi
 
 
 def tile_extents(total: int, tile: int) -> list[int]:
@@ -90,6 +95,16 @@ class Emitter:
         `single`: they are single-buffered."""
         saved = self._pool
         self._pool = (pool, {}, single)
+        try:
+            yield
+        finally:
+            self._pool = saved
+
+    @contextlib.contextmanager
+    def no_pool(self) -> Iterator[None]:
+        """Allocs inside are ordinary (outside any `alloc_pool`)."""
+        saved = self._pool
+        self._pool = None
         try:
             yield
         finally:
@@ -211,6 +226,23 @@ class Emitter:
     def vec(self, op: str, dst: SSAValue, dst_index: Sequence[Index], a: SSAValue, a_index: Sequence[Index],
             rows: int, cols: int, b: SSAValue | None = None, b_index: Sequence[Index] = (),
             bmode: str | None = None, imm: float | None = None) -> None:
+        """One vector op; a box with more rows or columns than one instruction encodes (the
+        ISA's `rows`/`cols` fields) becomes several ops over row or column chunks."""
+        max_rows, max_cols = _VECTOR_ROWS, _VECTOR_COLS
+        if rows > max_rows or cols > max_cols:
+            reduce = t.VectorOp.OPS[op].form == "reduce"
+            if cols > max_cols and reduce:
+                raise ValueError(f"a row reduction over {cols} columns does not fit one vector instruction")
+            for r0 in range(0, rows, max_rows):
+                for c0 in range(0, cols, max_cols):
+                    r, c = min(max_rows, rows - r0), min(max_cols, cols - c0)
+                    shift = lambda idx, dr, dc: [self.add(idx[0], dr), self.add(idx[1], dc)]  # noqa: E731
+                    b_at = list(b_index)
+                    if b is not None and bmode in ("tile", "row", "col"):
+                        b_at = shift(b_index, r0 if bmode != "row" else 0, c0 if bmode != "col" else 0)
+                    self.vec(op, dst, shift(dst_index, r0, 0 if reduce else c0), a, shift(a_index, r0, c0), r, c,
+                             b, b_at, bmode, imm)
+            return
         props: dict[str, Attribute] = {"op": StringAttr(op), "rows": IntegerAttr(rows, i64),
                                        "cols": IntegerAttr(cols, i64)}
         if bmode is not None:
@@ -223,6 +255,12 @@ class Emitter:
             properties=props))
 
     def fill(self, dst: SSAValue, dst_index: Sequence[Index], rows: int, cols: int, value: float) -> None:
+        if rows > _VECTOR_ROWS or cols > _VECTOR_COLS:  # several instructions' worth: in chunks
+            for r0 in range(0, rows, _VECTOR_ROWS):
+                for c0 in range(0, cols, _VECTOR_COLS):
+                    self.fill(dst, [self.add(dst_index[0], r0), self.add(dst_index[1], c0)],
+                              min(_VECTOR_ROWS, rows - r0), min(_VECTOR_COLS, cols - c0), value)
+            return
         self.insert(t.FillOp.build(operands=[dst, self._indices(dst_index)],
                                    properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
                                                "value": FloatAttr(float(value), Float32Type())}))

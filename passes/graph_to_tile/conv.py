@@ -206,29 +206,36 @@ class _ConvKernel:
     def buffers(self, looped: bool) -> "_Buffers":
         """The local buffers of looped or of edge row tiles (made on first use)."""
         if looped not in self._sets:
-            em, T, p = self.em, self.tiles, self.p
-            window_buffers, weight_buffers, acc_buffers = self.buffer_counts(looped)
-            if self.planes is not None:
-                loader = PreparedWindows(self.ctx, p, self.planes, self.N, self.C, T.TC, T.TOH,
-                                         pixel_major=self.channels_wide, buffers=window_buffers)
-            else:
-                loader = WindowLoader(self.ctx, p, self.ctx.buffer(self.op.input), self.C, T.TC, T.TOH,
-                                      pixel_major=self.channels_wide, targets=[bf16] * self.ctx.bf16_copies,
-                                      border=0.0, buffers=window_buffers)
-            windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
-            wblock = self.hoisted_weights or self._weight_block(weight_buffers)
-            if self.channels_wide:
-                acc = em.alloc((self.TQ, T.TO), f32, "acc", acc_buffers)
-                acc_t = em.alloc((T.TO, self.TQ), f32, "spad", acc_buffers)
-            else:
-                acc, acc_t = em.alloc((T.TO, self.TQ), f32, "acc", acc_buffers), None
-            im2col = None
-            if T.im2col:
-                shape = (self.TQ, len(self.taps) * T.TC) if self.channels_wide else (len(self.taps) * T.TC, self.TQ)
-                im2col = Bf16Tile(em.alloc(shape, bf16, "spad", window_buffers),
-                                  em.alloc(shape, bf16, "spad", window_buffers) if self.ctx.bf16_copies == 2 else None)
-            self._sets[looped] = _Buffers(loader, windows, wblock, acc, acc_t, im2col)
+            with self.em.no_pool():
+                self._sets[looped] = self._make_buffers(looped)
         return self._sets[looped]
+
+    def _make_buffers(self, looped: bool) -> "_Buffers":
+        """Allocated outside any alloc pool (they are made on first use, which may be inside a
+        pooled tile): they rotate on the nest's own loops, and a pool would single-buffer them
+        and hand them out again, by shape, to other code emitted in a pooled block."""
+        em, T, p = self.em, self.tiles, self.p
+        window_buffers, weight_buffers, acc_buffers = self.buffer_counts(looped)
+        if self.planes is not None:
+            loader = PreparedWindows(self.ctx, p, self.planes, self.N, self.C, T.TC, T.TOH,
+                                     pixel_major=self.channels_wide, buffers=window_buffers)
+        else:
+            loader = WindowLoader(self.ctx, p, self.ctx.buffer(self.op.input), self.C, T.TC, T.TOH,
+                                  pixel_major=self.channels_wide, targets=[bf16] * self.ctx.bf16_copies,
+                                  border=0.0, buffers=window_buffers)
+        windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
+        wblock = self.hoisted_weights or self._weight_block(weight_buffers)
+        if self.channels_wide:
+            acc = em.alloc((self.TQ, T.TO), f32, "acc", acc_buffers)
+            acc_t = em.alloc((T.TO, self.TQ), f32, "spad", acc_buffers)
+        else:
+            acc, acc_t = em.alloc((T.TO, self.TQ), f32, "acc", acc_buffers), None
+        im2col = None
+        if T.im2col:
+            shape = (self.TQ, len(self.taps) * T.TC) if self.channels_wide else (len(self.taps) * T.TC, self.TQ)
+            im2col = Bf16Tile(em.alloc(shape, bf16, "spad", window_buffers),
+                              em.alloc(shape, bf16, "spad", window_buffers) if self.ctx.bf16_copies == 2 else None)
+        return _Buffers(loader, windows, wblock, acc, acc_t, im2col)
 
     # -- weights -------------------------------------------------------------------------------
     def _pack_weights(self, w: np.ndarray) -> list[SSAValue]:
@@ -382,7 +389,9 @@ class _ConvKernel:
         result_tile = apply_epilogue(self.ctx, self.epilogue, {self.op.results[0]: tile}, frame, self.result)
         out_row = em.add(em.mul(n, self.O), r0)
         if pitch:
-            rows_view = em.view(result_tile, (result_tile.type.get_shape()[0], self.tiles.TOH, p.Wq))  # type: ignore[attr-defined]
+            # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
+            tile_rows, tile_cols = result_tile.type.get_shape()  # type: ignore[attr-defined]
+            rows_view = em.view(result_tile, (tile_rows, tile_cols // p.Wq, p.Wq))
             em.dma(rows_view, [0, 0, 0], self.out3, [out_row, oh0, 0], [to, toh, p.OW])
         else:
             em.dma(result_tile, z, em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
