@@ -4,7 +4,8 @@
   stored as its JSON form: `layout_to_attr(layout)`, `layout_from_attr(attr)`,
   `layout_from_module(module)`.
 * `npu.ops`: the op markers, one per graph-level kernel: `{name, kind, start, end[, macs, bytes,
-  weight_bytes][, values]}` (`macs`...: the kernel's algorithmic roofline record, docs/performance.md),
+  weight_bytes, predicted, class][, values]}` (`macs`...: the kernel's algorithmic roofline record
+  and the cost model's prediction, docs/performance.md),
   the instruction range [start, end) and, optionally, `values` = `[{layer | output, offset,
   shape, dtype}]`: graph-level values whose DRAM bytes are final when the marker ends
   (docs/codegen.md, "Op markers"; the per-layer check reads them): `ops_to_attr(ops)`,
@@ -30,7 +31,7 @@ from infer.target.layout import DramLayout
 
 LAYOUT_ATTR = "npu.layout"
 OPS_ATTR = "npu.ops"
-ROOFLINE_KEYS = ("macs", "bytes", "weight_bytes")  # a marker's algorithmic roofline record
+ROOFLINE_KEYS = ("macs", "bytes", "weight_bytes", "predicted", "class")  # a marker's roofline record
 
 
 def json_to_attr(value: Any, key: str = "") -> Attribute:

@@ -185,6 +185,15 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
     return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
 
 
+def stream_estimate(hw: HardwareConfig, read_bytes: float, write_bytes: float, vector_cycles: float = 0,
+                    instructions: float = 0) -> int:
+    """Cycles of a helper nest that streams data through the scratchpad (planes of conv
+    inputs, copies): DRAM bytes over the bandwidth, the vector unit or the front end, whichever
+    is slowest, plus one load and one store latency."""
+    dram = (read_bytes + write_bytes) / hw.dram.bytes_per_cycle
+    return int(max(dram, vector_cycles, instructions)) + 2 * (hw.dram.latency_cycles + hw.dma.setup_cycles)
+
+
 # -- convolution (passes/graph_to_tile/conv.py) ----------------------------------------------------
 
 

@@ -13,7 +13,8 @@ loaded before it) and the DRAM bytes it moved.
 
 The roofline is algorithmic (docs/performance.md): markers from graph-to-tile carry each
 op's MACs as the model defines it (`macs`) and its compulsory DRAM bytes (`bytes`: every
-input, weight and output once, `weight_bytes` the weights' share). An op's roofline is
+input, weight and output once, `weight_bytes` the weights' share), the tiling cost model's
+predicted cycles (`predicted`) and the kernel class (`class`). An op's roofline is
 max(macs x passes / peak MACs per cycle, bytes / DRAM bytes per cycle) (passes: 3 for the
 fp32 emulation, 1 for bf16) and `achieved` = roofline / span, so padding, partial tiles,
 extra passes and re-reads all count against the compiler; `mac_overhead` (executed / model
@@ -51,6 +52,8 @@ class OpStats:
     model_macs: int | None = None  # the marker's algorithmic record (None: not recorded)
     compulsory_bytes: int | None = None
     weight_bytes: int | None = None
+    predicted: int | None = None  # the tiling cost model's cycles for the op
+    kernel_class: str = ""  # conv2d, linear, matmul, attention, max_pool2d, elementwise, ...
 
     @property
     def algorithmic(self) -> bool:
@@ -87,7 +90,8 @@ class OpStats:
                 "dram_bytes": self.dram_bytes, "model_macs": self.model_macs,
                 "compulsory_bytes": self.compulsory_bytes, "weight_bytes": self.weight_bytes,
                 "roofline_cycles": self.roofline_cycles, "bound": self.bound,
-                "achieved": self.achieved, "executed": self.instructions}
+                "achieved": self.achieved, "executed": self.instructions, "predicted": self.predicted,
+                "class": self.kernel_class}
 
 
 @dataclass
@@ -223,14 +227,16 @@ class Report:
     def table(self, top: int | None = None, indent: str = "    ") -> str:
         """The per-op table (the `top` slowest ops, all when None, in program order then)."""
         ops = self.top_ops(top) if top is not None else list(self.ops or [])
-        rows = [f"{indent}{'op':<24} {'kind':<12} {'cycles':>10} {'roofline':>10} {'% roof':>7} "
+        rows = [f"{indent}{'op':<24} {'kind':<12} {'cycles':>10} {'predicted':>10} {'roofline':>10} {'% roof':>7} "
                 f"{'model MACs':>12} {'MACs x':>6} {'compulsory B':>12} {'moved B':>12} {'traffic x':>9}  bound"]
         for o in ops:
+            pred = str(o.predicted) if o.predicted is not None else "-"
             mx = f"{o.mac_overhead:.2f}" if o.mac_overhead is not None else "-"
             tx = f"{o.traffic:.2f}" if o.traffic is not None else "-"
             model = str(o.model_macs) if o.model_macs is not None else f"({o.macs})"
             comp = str(o.compulsory_bytes) if o.compulsory_bytes is not None else "-"
-            rows.append(f"{indent}{o.name[:24]:<24} {o.kind[:12]:<12} {o.cycles:>10} {o.roofline_cycles:>10.0f} "
+            rows.append(f"{indent}{o.name[:24]:<24} {(o.kernel_class or o.kind)[:12]:<12} {o.cycles:>10} {pred:>10} "
+                        f"{o.roofline_cycles:>10.0f} "
                         f"{100 * o.achieved:6.1f}% {model:>12} {mx:>6} {comp:>12} {o.dram_bytes:>12} {tx:>9}  "
                         f"{o.bound}")
         return "\n".join(rows)
@@ -252,7 +258,8 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
 
     stats = [OpStats(str(o.get("name", f"op{i}")), str(o.get("kind", "")), int(o["start"]), int(o["end"]),
                      model_macs=record(o, "macs"), compulsory_bytes=record(o, "bytes"),
-                     weight_bytes=record(o, "weight_bytes"))
+                     weight_bytes=record(o, "weight_bytes"), predicted=record(o, "predicted"),
+                     kernel_class=str(o.get("class", "")))
              for i, o in enumerate(ops)]
     order = sorted(range(len(stats)), key=lambda i: stats[i].start)
     starts = [stats[i].start for i in order]

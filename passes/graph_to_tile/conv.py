@@ -141,6 +141,7 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW,
                                                                            override[2]))
+    ctx.predict(choice.best.cycles)
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
                                         + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))

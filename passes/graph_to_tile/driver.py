@@ -160,6 +160,8 @@ class FunctionLowering:
         algorithmic roofline on the last top-level op it emitted (roofline.py)."""
         outermost = not self._lowering
         self._lowering = True
+        if outermost:
+            self.ctx.prediction = 0
         fused_before = set(self.fused)
         last_before = self.block.last_op
         try:
@@ -175,7 +177,8 @@ class FunctionLowering:
             emitted = last if last is not last_before and not isinstance(last, _NO_CODE_OPS) else None
             fused = [o for o in op.parent_block().ops if o in self.fused and o not in fused_before] \
                 if op.parent_block() is not None else []
-            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused))
+            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused), self.ctx.prediction,
+                         roofline.kernel_class(op))
 
     def _lower_by_table(self, op: Operation) -> None:
         lowering = lowering_for(op)

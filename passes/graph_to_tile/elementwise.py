@@ -565,6 +565,7 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
         override=override[0] if override else None, footprint=footprint)
     choice.rows = min(choice.rows, rows_total)
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 

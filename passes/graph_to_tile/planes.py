@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import SSAValue
 
+from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext
 
@@ -135,6 +136,14 @@ def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Plan
     input; `pixel_major` = C (planes_count = N.C): [N, phases, Hq, Wq, C] instead. A loop nest
     of its own."""
     em = ctx.emitter
+    P = len(p.phases)
+    esize = 2 if elem == "bf16" else 4
+    count = copies if elem == "bf16" else 1
+    elements = planes_count * p.H * p.W
+    vector = elements / ctx.hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
+    ctx.predict(tiling_cost.stream_estimate(
+        ctx.hw, elements * 4, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1),
+        vector))
     if pixel_major:
         with ctx.stage(what="input planes (pixel-major)"):
             return _prepare_pixel_major(ctx, x, planes_count // pixel_major, pixel_major, p, copies, border)

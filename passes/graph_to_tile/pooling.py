@@ -70,6 +70,7 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
                                      footprint=footprint)
     TR = choice.rows
     TOH = override[1] if override else rows_per_tile(choice.cols)
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", choice)
               + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
     out2 = em.view(ctx.output_buffer(op.results[0]), (N * C, OH * OW))
@@ -113,6 +114,7 @@ def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(ctx.hw, planes, pixels, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
                                      override=(override[0] if override else None),
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (planes, pixels))
     out2 = em.view(ctx.output_buffer(op.results[0]), (planes, 1))

@@ -16,8 +16,10 @@ work the compiler chose to do (docs/performance.md):
 * `weight_bytes`: the weights' share of `bytes` (the whole-model minimum is the sum of every
   op's weights plus the model's inputs and outputs: intermediates could stay on chip).
 
-The record is the `tile.roofline` attribute ({macs, bytes, weight_bytes}) on the op's last
-top-level tile op; tile-to-npu copies it into the op markers (`npu.ops`).
+The record is the `tile.roofline` attribute ({macs, bytes, weight_bytes[, predicted, class]}) on
+the op's last top-level tile op, with the tiling cost model's predicted cycles of the op's loop
+nests and the op's kernel class (for the cost model's error table); tile-to-npu copies it into
+the op markers (`npu.ops`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, i64
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, TensorType, i64
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -164,11 +166,29 @@ def record_for(ctx: LoweringContext, op: Operation, fused: Sequence[Operation]) 
     return kernel_record(ctx, ops, pairs, list(last.results))
 
 
-def tag(top_level: Operation | None, record: tuple[int, int, int]) -> None:
-    """Attach the record to the kernel's last top-level tile op (None: it emitted no code)."""
+def kernel_class(op: Operation) -> str:
+    """The kernel class of a lowered graph op (the cost model's error table groups by it): its
+    anchor's op name (conv2d, linear, matmul, attention, ...), `elementwise` for elementwise
+    ops and anchor-less kernels."""
+    if isinstance(op, g.KernelOp):
+        anchor = op.anchor()
+        return anchor.name.split(".", 1)[1] if anchor is not None else "elementwise"
+    name = op.name.split(".", 1)[1]
+    from infer.passes.graph_to_tile.elementwise import ELEMENTWISE_OPS
+
+    return "elementwise" if type(op) in ELEMENTWISE_OPS else name
+
+
+def tag(top_level: Operation | None, record: tuple[int, int, int], predicted: int = 0, kind: str = "") -> None:
+    """Attach the record (and the cost model's predicted cycles, the kernel class) to the
+    kernel's last top-level tile op (None: it emitted no code)."""
     if top_level is None:
         return
     macs, nbytes, weight_bytes = record
-    top_level.attributes[t.ROOFLINE_ATTR] = DictionaryAttr({
-        "macs": IntegerAttr(macs, i64), "bytes": IntegerAttr(nbytes, i64),
-        "weight_bytes": IntegerAttr(weight_bytes, i64)})
+    entries = {"macs": IntegerAttr(macs, i64), "bytes": IntegerAttr(nbytes, i64),
+               "weight_bytes": IntegerAttr(weight_bytes, i64)}
+    if predicted:
+        entries["predicted"] = IntegerAttr(predicted, i64)
+    if kind:
+        entries["class"] = StringAttr(kind)
+    top_level.attributes[t.ROOFLINE_ATTR] = DictionaryAttr(entries)
