@@ -4,13 +4,10 @@ compiles and runs bit-identically to the tile interpreter on edge and server."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import func
 
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
@@ -20,9 +17,7 @@ from infer.passes.testing import apply_pass, run_entry
 from infer.target.hw import load_config
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_tile_to_npu import BF16, run_both  # noqa: E402
-from tile_programs import mr  # noqa: E402
+from helpers.tile_programs import BF16, mr, run_both
 
 CTX = make_context()
 

@@ -4,9 +4,6 @@ the tile interpreter, hand-written tile IR and an embedding lookup through graph
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from xdsl.dialects import func
@@ -20,9 +17,7 @@ from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_tile_to_npu import lower, run_both  # noqa: E402
-from tile_programs import mr  # noqa: E402
+from helpers.tile_programs import lower, mr, run_both
 
 CTX = make_context()
 

@@ -3,52 +3,20 @@ DRAM image built from npu.layout; results bit-identical to the tile interpreter.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
+from infer.dialects.ir_io import parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
-from infer.dialects.tile_interpreter import run_tile_module
 from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.tile_memory_plan import TilePlanMemoryPass
-from infer.passes.tile_to_npu import LoweringError, TileToNpuPass
+from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tile_programs import gemm_ir, mr  # noqa: E402
-
-CTX = make_context()
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def lower(text: str):
-    module = parse_ir(CTX, text, "test.mlir")
-    verify_module(module)
-    TilePlanMemoryPass().apply(CTX, module)
-    TileToNpuPass().apply(CTX, module)
-    verify_module(module)
-    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    return module, prog
-
-
-def run_both(text: str, inputs, target: str = "edge"):
-    ref_module = parse_ir(CTX, text, "test.mlir")
-    ref = run_tile_module(ref_module, inputs)
-    module, prog = lower(text)
-    layout = layout_from_module(module)
-    dram = layout.dram_image(inputs)
-    counters = Simulator(target).run(prog, dram)
-    outs = layout.read_outputs(dram)
-    assert len(outs) == len(ref)
-    for o, r in zip(outs, ref):
-        assert o.dtype == r.dtype and o.shape == r.shape
-        assert o.tobytes() == r.tobytes()  # bit-identical
-    return prog, counters, outs
+from helpers.tile_programs import BF16, CTX, gemm_ir, lower, mr, run_both
 
 
 def _gemm_inputs(M, K, N, C, seed=0):

@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact, target_toml
 
 from infer.runtime.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError, save_safetensors
+
+from helpers.runtime_artifacts import bias_relu_artifact, target_toml
 
 
 def test_round_trip(tmp_path):
