@@ -134,9 +134,11 @@ class AccessIndex:
                 break
         return best
 
-    def conflicts_from(self, access: Access, position: int) -> list[Access]:
+    def conflicts_from(self, access: Access, position: int,
+                       after: dict[str, int]) -> list[Access]:
         """The accesses of other engines at tracker positions >= `position` that conflict
-        with `access` by bytes (overlapping, one of them writing), in position order."""
+        with `access` by bytes (overlapping, one of them writing) and are later than sequence
+        number `after[engine]`, in position order."""
         found: dict[int, Access] = {}
         low, high = access.low, access.high
         for engine in QUEUED_ENGINES:
@@ -144,12 +146,19 @@ class AccessIndex:
                 continue
             for key in self._keys(access, engine):
                 listed = self.lists.get(key)
-                if not listed:
+                if not listed or listed[-1].sequence <= after[engine]:
                     continue
-                for later in listed[bisect.bisect_left(listed, position, key=_position_of):]:
+                # (a list is in emission order, so in both position and sequence order)
+                start = max(bisect.bisect_left(listed, position, key=_position_of),
+                            bisect.bisect_right(listed, after[engine], key=_sequence_of))
+                for later in listed[start:]:
                     if later.low < high and low < later.high:
                         found[later.position] = later
         return [found[p] for p in sorted(found)]
+
+
+def _sequence_of(access: Access) -> int:
+    return access.sequence
 
 
 def _position_of(access: Access) -> int:
@@ -329,8 +338,11 @@ class DependencyTracker:
         (Consumers in body order, each with its conflicting later producers in body order.)"""
         for consumer_access in self.accesses[loop.first_access:]:
             consumer = consumer_access.instruction
+            # producers the consumer's engine already knows complete would be skipped below
+            known = {engine: self.coverage.get((engine, consumer.engine), 0)
+                     for engine in QUEUED_ENGINES}
             for producer_access in self.index.conflicts_from(consumer_access,
-                                                             consumer_access.position):
+                                                             consumer_access.position, known):
                 producer = producer_access.instruction
                 # the same half of a double buffer is guarded by its free semaphore across
                 # iterations of its rotation loop and of loops around it (the ring's token chain
