@@ -5,22 +5,28 @@
     outputs = m.run(inputs)                 # reference interpreter
     exe = infer.compile(m, target="edge")   # the whole pipeline -> Executable (an artifact)
     outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
+    table = infer.calibrate(m, "calib.npz")              # int8: activation ranges (JSON table)
+    qm, report = infer.quantize(m, "calib.npz", min_cosine=0.99)   # int8 model + per-layer report
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
-not load the compiler.
+not load the compiler. `infer.compile` and `infer.load` are the compile driver's
+(tools/driver.py): their Executables can also `check` against the reference
+interpreter; `infer.runtime.load` gives one that only runs.
 """
 
 from typing import Any
 
-__all__ = ["Model", "ModelImportError", "compile", "import_model", "load"]
+__all__ = ["Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize"]
 __version__ = "0.1.0"
 
 _LAZY = {
     "Model": ("infer.frontend", "Model"),
     "ModelImportError": ("infer.frontend", "ModelImportError"),
     "import_model": ("infer.frontend", "import_model"),
-    "compile": ("infer.tools.compile_cmds", "compile"),
-    "load": ("infer.runtime.executable", "load"),
+    "compile": ("infer.tools.driver", "compile"),
+    "load": ("infer.tools.driver", "load"),
+    "calibrate": ("infer.tools.quantize", "calibrate"),
+    "quantize": ("infer.tools.quantize", "quantize"),
 }
 
 

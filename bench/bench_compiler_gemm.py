@@ -19,7 +19,7 @@ import numpy as np
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.weights import WeightStore, attach_weights, weights_of
-from infer.passes.npu_layout import NpuLayout
+from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.testing import apply_pass
 from infer.target.hw import load_config
 from infer.target.sim import Simulator
@@ -50,7 +50,7 @@ def compile_and_run(text: str, weights: dict, inputs: list, target: str, precisi
         apply_pass(f"lower-to-tile{{target={target} precision={precision}}}", m)
         apply_pass(f"tile-to-npu{{target={target} pipeline=false}}", m)
     prog = next(o for o in m.walk() if isinstance(o, ProgramOp)).to_program()
-    lay = NpuLayout.from_module(m)
+    lay = layout_from_module(m)
     dram = lay.dram_image(inputs, weights_of(m))
     c = Simulator(target).run(prog, dram)
     return prog, c, lay, dram

@@ -114,26 +114,55 @@ def is_bool(t: Attribute) -> bool:
     return isinstance(t, IntegerType) and t.width.data == 1
 
 
-def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """A builtin dense attribute holding `array` (any supported dtype)."""
-    array = np.ascontiguousarray(array).reshape(np.shape(array))  # keep 0-d arrays 0-d
+def is_splat(array: np.ndarray) -> bool:
+    """All elements equal (bitwise, so -0.0 vs 0.0 and NaN payloads count as different)."""
+    if array.size <= 1:
+        return True
+    flat = np.ascontiguousarray(array).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool(np.all(raw == raw[0]))
+
+
+def dense_attr(array: np.ndarray, *, splat: bool = False) -> DenseIntOrFPElementsAttr:
+    """A builtin dense attribute holding `array` (any supported dtype; a 0-d array stays 0-d).
+
+    The data is little-endian with one byte per i1 (0xff for true, as xDSL's parser
+    writes it). With `splat`, an array whose elements are all equal is stored as one
+    element (printed as one value)."""
+    array = np.asarray(array)
     t = tensor_type(array.shape, array.dtype)
+    if splat and is_splat(array):
+        array = array.reshape(-1)[:1]
     if array.dtype == np.bool_:
-        return DenseIntOrFPElementsAttr.from_list(t, [int(v) for v in array.reshape(-1)])
-    return DenseIntOrFPElementsAttr(t, BytesAttr(array.tobytes()))
+        data = np.where(array, np.uint8(0xFF), np.uint8(0))
+    else:
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    return DenseIntOrFPElementsAttr(t, BytesAttr(np.ascontiguousarray(data).tobytes()))
 
 
 def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """The value of a dense elements attribute as a new numpy array.
+
+    The raw data is read as little-endian whatever the host (xDSL packs it with `<`
+    formats); an i1 element is one byte, any non-zero byte meaning true (xDSL and
+    `dense_attr` write 0xff, other writers 0x01); one stored element for a larger shape
+    is a splat. Raises ValueError when the data holds another element count."""
     t = attr.type
     assert isinstance(t, TensorType)
     dtype = to_numpy_dtype(t.get_element_type())
-    shape = t.get_shape()
+    shape = tuple(t.get_shape())
+    raw = attr.data.data
     if dtype == np.bool_:
-        return np.array([bool(v) for v in attr.get_values()], dtype=np.bool_).reshape(shape)
-    data = np.frombuffer(attr.data.data, dtype=dtype)
-    if data.size == 1 and int(np.prod(shape)) != 1:  # splat
-        return np.full(shape, data[0], dtype=dtype)
-    return data.reshape(shape).copy()
+        flat = np.frombuffer(raw, dtype=np.uint8) != 0
+    else:
+        flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
+    if flat.size == num_elements(shape):
+        return flat.reshape(shape)
+    if flat.size == 1:
+        return np.full(shape, flat[0], dtype=dtype)
+    raise ValueError(
+        f"dense attribute holds {flat.size} elements for shape {format_shape(shape)}"
+    )
 
 
 # -- shapes and element types of SSA values (tensors at the graph level, memrefs below) ------
@@ -161,3 +190,13 @@ def element_name_of(value: SSAValue | Attribute) -> str:
 def num_elements(shape: Sequence[int]) -> int:
     """The number of elements of a static shape (1 for a scalar)."""
     return math.prod(shape)
+
+
+def numpy_dtype_of(value: SSAValue | Attribute) -> np.dtype:
+    """The numpy dtype of a shaped value's element type (see `to_numpy_dtype`)."""
+    return to_numpy_dtype(element_type_of(value))
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """A shape as MLIR spells it in a type: "2x3", "?x4" (negative = dynamic), "scalar"."""
+    return "x".join("?" if d < 0 else str(d) for d in shape) or "scalar"

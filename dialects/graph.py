@@ -15,6 +15,11 @@ Conventions
 - Large constants live outside the text: `graph.weight @name` refers to the
   module's weight store (see `infer.dialects.weights`). `graph.constant` holds
   small inline values.
+- Quantized values are plain i8 / ui8 / i32 tensors; `graph.quantize_linear`,
+  `graph.dequantize_linear` and `graph.requantize` convert them with their scale
+  and zero point as operands, and the integer kernels (`graph.conv2d_integer`,
+  `graph.linear_integer`, `graph.matmul_integer`) compute in int8 with int32
+  accumulation (docs/quantization.md).
 - `graph.kernel` groups an anchor op (matmul, conv, norm, ...) with its
   elementwise epilogue, or a chain of elementwise ops, into one isolated region
   (formed by `graph-fuse`); the tile lowering turns each into one kernel.
@@ -38,9 +43,9 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     StringAttr,
-    SymbolRefAttr,
     TensorType,
     i1,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
@@ -73,7 +78,17 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from infer.dialects.dtypes import SUPPORTED_ELEMENT_TYPES, element_type_name, is_bool, is_float, is_integer
+from infer.dialects.dtypes import (
+    SUPPORTED_ELEMENT_TYPES,
+    element_type_name,
+    element_type_of,
+    format_shape,
+    is_bool,
+    is_float,
+    is_integer,
+    shape_of,
+)
+from infer.dialects.weight_refs import WeightReference
 
 Shape = tuple[int, ...]
 DYNAMIC = DYNAMIC_INDEX  # how a `?` dimension reads from TensorType.get_shape()
@@ -83,32 +98,19 @@ DYNAMIC = DYNAMIC_INDEX  # how a `?` dimension reads from TensorType.get_shape()
 # --------------------------------------------------------------------------
 
 
-def _tensor(value: SSAValue) -> TensorType:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    """An i64 dense array property (numpy or torch integers are taken as Python ints)."""
+    return DenseArrayBase.from_list(i64, [int(v) for v in values])
 
 
-def _shape(value: SSAValue) -> Shape:
-    return _tensor(value).get_shape()
-
-
-def _elem(value: SSAValue) -> Attribute:
-    return _tensor(value).get_element_type()
-
-
-def _fmt_shape(shape: Sequence[int]) -> str:
-    return "x".join("?" if d == DYNAMIC else str(d) for d in shape) or "scalar"
-
-
-def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
+def i64_values(attr: DenseArrayBase | None) -> tuple[int, ...]:
+    """The integers of a dense array property (() when the property is absent)."""
     if attr is None:
         return ()
     return tuple(int(v) for v in attr.get_values())
 
 
-def i64_array(values: Sequence[int]) -> DenseArrayBase:
-    return DenseArrayBase.from_list(i64, list(values))
+_ints = i64_values  # the old private name, still read by passes/graph_to_tile.py and lower_data.py
 
 
 def i64_attr(value: int) -> IntegerAttr:
@@ -120,7 +122,7 @@ def f64_attr(value: float) -> FloatAttr:
 
 
 def bool_attr(value: bool) -> IntegerAttr:
-    return IntegerAttr(int(value), i1)
+    return IntegerAttr(int(bool(value)), i1)
 
 
 def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
@@ -138,7 +140,7 @@ def broadcast_shapes(op_name: str, *shapes: Shape) -> Shape:
             elif d != dim and d != DYNAMIC:
                 raise VerifyException(
                     "shapes "
-                    + ", ".join(_fmt_shape(s) for s in shapes)
+                    + ", ".join(format_shape(s) for s in shapes)
                     + " are not broadcast-compatible (dimension "
                     f"{i - rank} is {dim} in one operand and {d} in another)"
                 )
@@ -170,7 +172,7 @@ class GraphOp(IRDLOperation, ABC):
         rank, and the same size in every dimension where neither is `?`."""
         for kind, values in (("operand", self.operands), ("result", self.results)):
             for i, v in enumerate(values):
-                elem = element_type_name(_elem(v))
+                elem = element_type_name(element_type_of(v))
                 if elem not in SUPPORTED_ELEMENT_TYPES:
                     raise VerifyException(
                         f"{kind} #{i} has element type {elem}, which the graph level does not "
@@ -192,24 +194,32 @@ class GraphOp(IRDLOperation, ABC):
             )
             if not compatible:
                 raise VerifyException(
-                    f"result #{i} has shape {_fmt_shape(d_shape)} but the "
-                    f"operands and attributes give {_fmt_shape(e_shape)}"
+                    f"result #{i} has shape {format_shape(d_shape)} but the "
+                    f"operands and attributes give {format_shape(e_shape)}"
                 )
+
+
+class TensorResultOp(GraphOp, ABC):
+    """A graph op without side effects computing one tensor, `output` (every graph op but
+    `graph.constant`, `graph.kernel` and `graph.yield`)."""
+
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
 
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
 
 
 def _require_float(op: GraphOp, value: SSAValue, what: str) -> None:
-    if not is_float(_elem(value)):
+    if not is_float(element_type_of(value)):
         raise VerifyException(
             f"{what} must have a floating-point element type "
-            f"(f32, f16, bf16, f64), got {element_type_name(_elem(value))}"
+            f"(f32, f16, bf16, f64), got {element_type_name(element_type_of(value))}"
         )
 
 
 def _require_same_elem(op: GraphOp, values: Sequence[SSAValue]) -> Attribute:
-    elems = [_elem(v) for v in values]
+    elems = [element_type_of(v) for v in values]
     if any(e != elems[0] for e in elems):
         raise VerifyException(
             "operands must share one element type, got "
@@ -219,11 +229,11 @@ def _require_same_elem(op: GraphOp, values: Sequence[SSAValue]) -> Attribute:
 
 
 def _require_rank(op: GraphOp, value: SSAValue, what: str, ranks: Sequence[int]) -> Shape:
-    shape = _shape(value)
+    shape = shape_of(value)
     if len(shape) not in ranks:
         expected = " or ".join(str(r) for r in ranks)
         raise VerifyException(
-            f"{what} must have rank {expected}, got shape {_fmt_shape(shape)}"
+            f"{what} must have rank {expected}, got shape {format_shape(shape)}"
         )
     return shape
 
@@ -254,21 +264,11 @@ class ConstantOp(GraphOp):
 
 
 @irdl_op_definition
-class WeightOp(GraphOp):
+class WeightOp(WeightReference, TensorResultOp):
     """A named tensor from the module's weight store (kept out of the text)."""
 
     name = "graph.weight"
-    weight_name = prop_def(SymbolRefAttr, prop_name="name")
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$name attr-dict `:` type($output)"
-
-    def __init__(self, name: str, type: TensorType):
-        super().__init__(result_types=[type], properties={"name": SymbolRefAttr(name)})
-
-    @property
-    def weight_key(self) -> str:
-        return self.weight_name.root_reference.data
 
     def infer_result_types(self) -> list[TensorType]:
         t = self.output.type
@@ -283,14 +283,12 @@ class WeightOp(GraphOp):
 # --------------------------------------------------------------------------
 
 
-class UnaryOp(GraphOp, ABC):
+class UnaryOp(TensorResultOp, ABC):
     """`y = f(x)` elementwise; the result has the operand's shape and element type.
     Floating-point operands only, except for neg, abs, sign, relu, clip (any number type)
     and not (i1)."""
 
     input = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     FLOAT_ONLY: ClassVar[bool] = True
     assembly_format = "$input " + _FUNCTIONAL
 
@@ -302,7 +300,7 @@ class UnaryOp(GraphOp, ABC):
     def infer_result_types(self) -> list[TensorType]:
         if self.FLOAT_ONLY:
             _require_float(self, self.input, "the operand")
-        return [_tensor(self.input)]
+        return [self.input.type]
 
 
 def _unary(op_name: str, doc: str, float_only: bool = True) -> type[UnaryOp]:
@@ -348,9 +346,9 @@ class NotOp(UnaryOp):
     FLOAT_ONLY: ClassVar[bool] = False
 
     def infer_result_types(self) -> list[TensorType]:
-        if not is_bool(_elem(self.input)):
-            raise VerifyException(f"the operand must be an i1 tensor, got {element_type_name(_elem(self.input))}")
-        return [_tensor(self.input)]
+        if not is_bool(element_type_of(self.input)):
+            raise VerifyException(f"the operand must be an i1 tensor, got {element_type_name(element_type_of(self.input))}")
+        return [self.input.type]
 
 
 @irdl_op_definition
@@ -411,23 +409,21 @@ class HardSigmoidOp(UnaryOp):
     beta = prop_def(FloatAttr, default_value=f64_attr(0.5))
 
 
-class BinaryOp(GraphOp, ABC):
+class BinaryOp(TensorResultOp, ABC):
     """`z = x op y` elementwise with numpy broadcasting; both operands have the same
     element type, which the result keeps, except that comparisons (equal, less,
     less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands."""
 
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     RESULT_IS_BOOL: ClassVar[bool] = False
     OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops)
     assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
         lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
-        elem = i1 if self.RESULT_IS_BOOL else _elem(lhs)
-        shape = broadcast_shapes(self.name, _shape(lhs), _shape(rhs))
+        elem = i1 if self.RESULT_IS_BOOL else element_type_of(lhs)
+        shape = broadcast_shapes(self.name, shape_of(lhs), shape_of(rhs))
         super().__init__(operands=[lhs, rhs], result_types=[TensorType(elem, shape)])
 
     def infer_result_types(self) -> list[TensorType]:
@@ -436,7 +432,7 @@ class BinaryOp(GraphOp, ABC):
             raise VerifyException(
                 f"operands must be i1 tensors, got {element_type_name(elem)}"
             )
-        shape = broadcast_shapes(self.name, _shape(self.lhs), _shape(self.rhs))
+        shape = broadcast_shapes(self.name, shape_of(self.lhs), shape_of(self.rhs))
         return [TensorType(i1 if self.RESULT_IS_BOOL else elem, shape)]
 
 
@@ -474,44 +470,40 @@ XorOp = _binary("xor", "logical xor", operand_kind="bool")
 
 
 @irdl_op_definition
-class WhereOp(GraphOp):
+class WhereOp(TensorResultOp):
     """`cond ? x : y` elementwise, all three broadcast together."""
 
     name = "graph.where"
     condition = operand_def(TensorType)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$condition `,` $lhs `,` $rhs " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        if not is_bool(_elem(self.condition)):
+        if not is_bool(element_type_of(self.condition)):
             raise VerifyException(
                 f"the condition must be an i1 tensor, got "
-                f"{element_type_name(_elem(self.condition))}"
+                f"{element_type_name(element_type_of(self.condition))}"
             )
         elem = _require_same_elem(self, [self.lhs, self.rhs])
-        shape = broadcast_shapes(self.name, _shape(self.condition), _shape(self.lhs), _shape(self.rhs))
+        shape = broadcast_shapes(self.name, shape_of(self.condition), shape_of(self.lhs), shape_of(self.rhs))
         return [TensorType(elem, shape)]
 
 
 @irdl_op_definition
-class CastOp(GraphOp):
+class CastOp(TensorResultOp):
     """Convert the element type (float->int truncates toward zero; int->bool is x != 0)."""
 
     name = "graph.cast"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def __init__(self, input: SSAValue | Operation, element_type: Attribute):
         input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(element_type, _shape(input))])
+        super().__init__(operands=[input], result_types=[TensorType(element_type, shape_of(input))])
 
     def infer_result_types(self) -> list[TensorType]:
-        return [TensorType(_elem(self.output), _shape(self.input))]
+        return [TensorType(element_type_of(self.output), shape_of(self.input))]
 
 
 # --------------------------------------------------------------------------
@@ -534,8 +526,8 @@ def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_
     k_a, k_b = a2[-1], b2[-2]
     if DYNAMIC not in (k_a, k_b) and k_a != k_b:
         raise VerifyException(
-            f"contraction dimensions differ: lhs {_fmt_shape(a)} has K={k_a}, "
-            f"rhs {_fmt_shape(b)} has K={k_b}"
+            f"contraction dimensions differ: lhs {format_shape(a)} has K={k_a}, "
+            f"rhs {format_shape(b)} has K={k_b}"
         )
     batch = broadcast_shapes(op_name, a2[:-2], b2[:-2])
     out = [*batch, a2[-2], b2[-1]]
@@ -547,57 +539,58 @@ def matmul_shape(op_name: str, a: Shape, b: Shape, transpose_a: bool, transpose_
 
 
 @irdl_op_definition
-class MatmulOp(GraphOp):
+class MatmulOp(TensorResultOp):
     """Batched matrix product, numpy.matmul semantics, with optional transposes of
     the last two dimensions of either operand."""
 
     name = "graph.matmul"
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
-    output = result_def(TensorType)
     transpose_a = prop_def(BoolAttr, default_value=bool_attr(False))
     transpose_b = prop_def(BoolAttr, default_value=bool_attr(False))
-    traits = traits_def(Pure())
     assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         elem = _require_same_elem(self, [self.lhs, self.rhs])
         shape = matmul_shape(
-            self.name, _shape(self.lhs), _shape(self.rhs),
+            self.name, shape_of(self.lhs), shape_of(self.rhs),
             bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
         )
         return [TensorType(elem, shape)]
 
 
 @irdl_op_definition
-class LinearOp(GraphOp):
+class LinearOp(TensorResultOp):
     """y = x @ W^T + b with W of shape [out, in] (torch.nn.Linear layout)."""
 
     name = "graph.linear"
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         operands = [self.input, self.weight] + ([self.bias] if self.bias else [])
         elem = _require_same_elem(self, operands)
-        x = _shape(self.input)
-        w = _require_rank(self, self.weight, "the weight [out, in]", [2])
-        if not x:
-            raise VerifyException("the input must have rank >= 1")
-        if DYNAMIC not in (x[-1], w[1]) and x[-1] != w[1]:
-            raise VerifyException(
-                f"input features {x[-1]} (shape {_fmt_shape(x)}) do not match "
-                f"the weight's in-features {w[1]} (weight shape {_fmt_shape(w)}, expected [out, in])"
-            )
-        if self.bias is not None and _shape(self.bias) != (w[0],):
-            raise VerifyException(
-                f"bias must have shape {w[0]}, got {_fmt_shape(_shape(self.bias))}"
-            )
-        return [TensorType(elem, (*x[:-1], w[0]))]
+        return [TensorType(elem, linear_shape(self, self.input, self.weight, self.bias))]
+
+
+def linear_shape(op: GraphOp, input: SSAValue, weight: SSAValue, bias: SSAValue | None) -> Shape:
+    """The result shape of x @ W^T (+ b) with W of shape [out, in] (linear, linear_integer)."""
+    x = shape_of(input)
+    w = _require_rank(op, weight, "the weight [out, in]", [2])
+    if not x:
+        raise VerifyException("the input must have rank >= 1")
+    if DYNAMIC not in (x[-1], w[1]) and x[-1] != w[1]:
+        raise VerifyException(
+            f"input features {x[-1]} (shape {format_shape(x)}) do not match "
+            f"the weight's in-features {w[1]} (weight shape {format_shape(w)}, expected [out, in])"
+        )
+    if bias is not None and shape_of(bias) != (w[0],):
+        raise VerifyException(
+            f"bias must have shape {w[0]}, got {format_shape(shape_of(bias))}"
+        )
+    return (*x[:-1], w[0])
 
 
 # --------------------------------------------------------------------------
@@ -624,7 +617,7 @@ def _window_out(op_name: str, size: int, kernel: int, stride: int, pad_lo: int, 
     return (padded - span) // stride + 1
 
 
-class WindowedOp(GraphOp, ABC):
+class WindowedOp(TensorResultOp, ABC):
     """Shared attributes of conv and pooling: 2-D stride, dilation and padding
     given as [top, left, bottom, right]."""
 
@@ -633,7 +626,7 @@ class WindowedOp(GraphOp, ABC):
     dilation = prop_def(DenseArrayBase, default_value=i64_array([1, 1]))
 
     def _check_window_attrs(self) -> tuple[Shape, Shape, Shape]:
-        stride, padding, dilation = _ints(self.stride), _ints(self.padding), _ints(self.dilation)
+        stride, padding, dilation = i64_values(self.stride), i64_values(self.padding), i64_values(self.dilation)
         if len(stride) != 2 or any(s < 1 for s in stride):
             raise VerifyException(f"stride must be 2 positive integers, got {list(stride)}")
         if len(dilation) != 2 or any(d < 1 for d in dilation):
@@ -652,27 +645,10 @@ class WindowedOp(GraphOp, ABC):
             for i in range(2)
         )
 
-
-@irdl_op_definition
-class Conv2dOp(WindowedOp):
-    """2-D convolution (cross-correlation) of NCHW input with OIHW weights; `groups`
-    splits channels (groups == C for depthwise)."""
-
-    name = "graph.conv2d"
-    input = operand_def(TensorType)
-    weight = operand_def(TensorType)
-    bias = opt_operand_def(TensorType)
-    output = result_def(TensorType)
-    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
-    traits = traits_def(Pure())
-    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
-
-    def infer_result_types(self) -> list[TensorType]:
-        operands = [self.input, self.weight] + ([self.bias] if self.bias else [])
-        elem = _require_same_elem(self, operands)
-        n, c, h, w = _require_rank(self, self.input, "the input (NCHW)", [4])
-        o, ci, kh, kw = _require_rank(self, self.weight, "the weight (OIHW)", [4])
-        groups = self.groups.value.data
+    def _conv_shape(self, input: SSAValue, weight: SSAValue, bias: SSAValue | None, groups: int) -> Shape:
+        """The NCHW result shape (conv2d, conv2d_integer)."""
+        n, c, h, w = _require_rank(self, input, "the input (NCHW)", [4])
+        o, ci, kh, kw = _require_rank(self, weight, "the weight (OIHW)", [4])
         if groups < 1:
             raise VerifyException(f"groups must be >= 1, got {groups}")
         if c % groups or o % groups:
@@ -685,35 +661,51 @@ class Conv2dOp(WindowedOp):
                 f"the weight expects {ci} input channels per group, but the input has "
                 f"{c} channels in {groups} group(s) ({c // groups} per group)"
             )
-        if self.bias is not None and _shape(self.bias) != (o,):
+        if bias is not None and shape_of(bias) != (o,):
             raise VerifyException(
                 f"bias must have shape {o} (one per output channel), got "
-                f"{_fmt_shape(_shape(self.bias))}"
+                f"{format_shape(shape_of(bias))}"
             )
         oh, ow = self._spatial_out((h, w), (kh, kw))
-        return [TensorType(elem, (n, o, oh, ow))]
+        return (n, o, oh, ow)
+
+
+@irdl_op_definition
+class Conv2dOp(WindowedOp):
+    """2-D convolution (cross-correlation) of NCHW input with OIHW weights; `groups`
+    splits channels (groups == C for depthwise)."""
+
+    name = "graph.conv2d"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias else [])
+        elem = _require_same_elem(self, operands)
+        return [TensorType(elem, self._conv_shape(self.input, self.weight, self.bias, self.groups.value.data))]
 
 
 class Pool2dOp(WindowedOp, ABC):
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     kernel = prop_def(DenseArrayBase)
     ceil_mode = prop_def(BoolAttr, default_value=bool_attr(False))
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         n, c, h, w = _require_rank(self, self.input, "the input (NCHW)", [4])
-        kernel = _ints(self.kernel)
+        kernel = i64_values(self.kernel)
         if len(kernel) != 2 or any(k < 1 for k in kernel):
             raise VerifyException(f"kernel must be 2 positive integers, got {list(kernel)}")
-        padding = _ints(self.padding)
+        padding = i64_values(self.padding)
         if len(padding) == 4 and any(padding[i] > kernel[i % 2] // 2 for i in range(4)):
             raise VerifyException(
                 f"padding {list(padding)} must be at most half the kernel {list(kernel)}"
             )
         oh, ow = self._spatial_out((h, w), kernel, bool(self.ceil_mode.value.data))
-        return [TensorType(_elem(self.input), (n, c, oh, ow))]
+        return [TensorType(element_type_of(self.input), (n, c, oh, ow))]
 
 
 @irdl_op_definition
@@ -733,24 +725,22 @@ class AvgPool2dOp(Pool2dOp):
     count_include_pad = prop_def(BoolAttr, default_value=bool_attr(False))
 
     def infer_result_types(self) -> list[TensorType]:
-        if _ints(self.dilation) not in ((1, 1), ()):
+        if i64_values(self.dilation) not in ((1, 1), ()):
             raise VerifyException("dilation is not supported for average pooling")
         return super().infer_result_types()
 
 
-class GlobalPoolOp(GraphOp, ABC):
+class GlobalPoolOp(TensorResultOp, ABC):
     input = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        shape = _shape(self.input)
+        shape = shape_of(self.input)
         if len(shape) < 3:
             raise VerifyException(
-                f"the input must be N x C x spatial... (rank >= 3), got {_fmt_shape(shape)}"
+                f"the input must be N x C x spatial... (rank >= 3), got {format_shape(shape)}"
             )
-        return [TensorType(_elem(self.input), (*shape[:2], *([1] * (len(shape) - 2))))]
+        return [TensorType(element_type_of(self.input), (*shape[:2], *([1] * (len(shape) - 2))))]
 
 
 @irdl_op_definition
@@ -768,7 +758,7 @@ class GlobalMaxPoolOp(GlobalPoolOp):
 
 
 @irdl_op_definition
-class BatchNormOp(GraphOp):
+class BatchNormOp(TensorResultOp):
     """Inference batch norm over dim 1: (x - mean) / sqrt(var + eps) * scale + bias."""
 
     name = "graph.batch_norm"
@@ -777,29 +767,27 @@ class BatchNormOp(GraphOp):
     bias = operand_def(TensorType)
     mean = operand_def(TensorType)
     var = operand_def(TensorType)
-    output = result_def(TensorType)
     epsilon = prop_def(FloatAttr, default_value=f64_attr(1e-5))
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $scale `,` $bias `,` $mean `,` $var " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         params = [self.scale, self.bias, self.mean, self.var]
         elem = _require_same_elem(self, [self.input, *params])
         _require_float(self, self.input, "the input")
-        x = _shape(self.input)
+        x = shape_of(self.input)
         if len(x) < 2:
-            raise VerifyException(f"the input must have rank >= 2 (N x C x ...), got {_fmt_shape(x)}")
+            raise VerifyException(f"the input must have rank >= 2 (N x C x ...), got {format_shape(x)}")
         for what, p in zip(("scale", "bias", "mean", "var"), params, strict=True):
-            if _shape(p) != (x[1],):
+            if shape_of(p) != (x[1],):
                 raise VerifyException(
-                    f"{what} must have shape {x[1]} (one per channel), got {_fmt_shape(_shape(p))}"
+                    f"{what} must have shape {x[1]} (one per channel), got {format_shape(shape_of(p))}"
                 )
         if self.epsilon.value.data < 0:
             raise VerifyException("epsilon must be >= 0")
         return [TensorType(elem, x)]
 
 
-class NormOp(GraphOp, ABC):
+class NormOp(TensorResultOp, ABC):
     """Normalization over the trailing dimensions starting at `axis`."""
 
     axis = prop_def(IntegerAttr[I64], default_value=i64_attr(-1))
@@ -808,19 +796,19 @@ class NormOp(GraphOp, ABC):
     def _check(self, x: SSAValue, params: Sequence[tuple[str, SSAValue]]) -> TensorType:
         elem = _require_same_elem(self, [x, *(p for _, p in params)])
         _require_float(self, x, "the input")
-        shape = _shape(x)
+        shape = shape_of(x)
         axis = normalize_axis(self.name, self.axis.value.data, len(shape))
         normalized = shape[axis:]
         for what, p in params:
-            ps = _shape(p)
+            ps = shape_of(p)
             try:
                 ok = broadcast_shapes(self.name, ps, normalized) == normalized
             except VerifyException:
                 ok = False
             if not ok:
                 raise VerifyException(
-                    f"{what} of shape {_fmt_shape(ps)} does not broadcast to the "
-                    f"normalized shape {_fmt_shape(normalized)}"
+                    f"{what} of shape {format_shape(ps)} does not broadcast to the "
+                    f"normalized shape {format_shape(normalized)}"
                 )
         if self.epsilon.value.data < 0:
             raise VerifyException("epsilon must be >= 0")
@@ -835,8 +823,6 @@ class LayerNormOp(NormOp):
     input = operand_def(TensorType)
     scale = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $scale (`,` $bias^)? " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
@@ -851,25 +837,21 @@ class RmsNormOp(NormOp):
     name = "graph.rms_norm"
     input = operand_def(TensorType)
     scale = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $scale " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         return [self._check(self.input, [("scale", self.scale)])]
 
 
-class AxisOp(GraphOp, ABC):
+class AxisOp(TensorResultOp, ABC):
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64], default_value=i64_attr(-1))
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         _require_float(self, self.input, "the input")
-        normalize_axis(self.name, self.axis.value.data, len(_shape(self.input)))
-        return [_tensor(self.input)]
+        normalize_axis(self.name, self.axis.value.data, len(shape_of(self.input)))
+        return [self.input.type]
 
 
 @irdl_op_definition
@@ -892,7 +874,7 @@ class LogSoftmaxOp(AxisOp):
 
 
 @irdl_op_definition
-class AttentionOp(GraphOp):
+class AttentionOp(TensorResultOp):
     """Scaled dot-product attention with grouped-query heads.
 
     q: [B, Hq, Sq, D], k: [B, Hkv, Skv, D], v: [B, Hkv, Skv, Dv], Hq % Hkv == 0
@@ -908,10 +890,8 @@ class AttentionOp(GraphOp):
     key = operand_def(TensorType)
     value = operand_def(TensorType)
     mask = opt_operand_def(TensorType)
-    output = result_def(TensorType)
     causal = prop_def(BoolAttr, default_value=bool_attr(False))
     scale = opt_prop_def(FloatAttr)
-    traits = traits_def(Pure())
     assembly_format = "$query `,` $key `,` $value (`,` $mask^)? " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
@@ -922,8 +902,8 @@ class AttentionOp(GraphOp):
         bv, hv, sv, dv = _require_rank(self, self.value, "the value [B, Hkv, Skv, Dv]", [4])
         if (bk, hkv, skv) != (bv, hv, sv):
             raise VerifyException(
-                f"key {_fmt_shape(_shape(self.key))} and value "
-                f"{_fmt_shape(_shape(self.value))} must agree on batch, heads and length"
+                f"key {format_shape(shape_of(self.key))} and value "
+                f"{format_shape(shape_of(self.value))} must agree on batch, heads and length"
             )
         if b != bk:
             raise VerifyException(f"query batch {b} differs from key batch {bk}")
@@ -938,23 +918,23 @@ class AttentionOp(GraphOp):
                 f"causal attention needs at least as many keys ({skv}) as queries ({sq})"
             )
         if self.mask is not None:
-            m_elem = _elem(self.mask)
+            m_elem = element_type_of(self.mask)
             if not is_bool(m_elem) and m_elem != elem:
                 raise VerifyException(
                     f"the mask must be i1 (true = attend) or additive with the "
                     f"query's element type, got {element_type_name(m_elem)}"
                 )
             target = (b, hq, sq, skv)
-            if broadcast_shapes(self.name, _shape(self.mask), target) != target:
+            if broadcast_shapes(self.name, shape_of(self.mask), target) != target:
                 raise VerifyException(
-                    f"mask {_fmt_shape(_shape(self.mask))} does not broadcast to the "
-                    f"scores' shape {_fmt_shape(target)}"
+                    f"mask {format_shape(shape_of(self.mask))} does not broadcast to the "
+                    f"scores' shape {format_shape(target)}"
                 )
         return [TensorType(elem, (b, hq, sq, dv))]
 
 
 @irdl_op_definition
-class RotaryOp(GraphOp):
+class RotaryOp(TensorResultOp):
     """Rotary position embedding on the first R = cos.shape[-1] features of x.
 
     x: [..., S, D]; cos, sin broadcast to [..., S, R], R even, R <= D (partial
@@ -967,20 +947,18 @@ class RotaryOp(GraphOp):
     input = operand_def(TensorType)
     cos = operand_def(TensorType)
     sin = operand_def(TensorType)
-    output = result_def(TensorType)
     interleaved = prop_def(BoolAttr, default_value=bool_attr(False))
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $cos `,` $sin " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         elem = _require_same_elem(self, [self.input, self.cos, self.sin])
         _require_float(self, self.input, "the input")
-        x = _shape(self.input)
+        x = shape_of(self.input)
         if len(x) < 2:
-            raise VerifyException(f"the input must be [..., S, D], got {_fmt_shape(x)}")
-        cos, sin = _shape(self.cos), _shape(self.sin)
+            raise VerifyException(f"the input must be [..., S, D], got {format_shape(x)}")
+        cos, sin = shape_of(self.cos), shape_of(self.sin)
         if cos != sin:
-            raise VerifyException(f"cos {_fmt_shape(cos)} and sin {_fmt_shape(sin)} differ")
+            raise VerifyException(f"cos {format_shape(cos)} and sin {format_shape(sin)} differ")
         if not cos:
             raise VerifyException("cos/sin must have rank >= 1")
         r = cos[-1]
@@ -992,13 +970,13 @@ class RotaryOp(GraphOp):
         target = (*x[:-1], r)
         if broadcast_shapes(self.name, cos, target) != target:
             raise VerifyException(
-                f"cos/sin {_fmt_shape(cos)} do not broadcast to {_fmt_shape(target)}"
+                f"cos/sin {format_shape(cos)} do not broadcast to {format_shape(target)}"
             )
         return [TensorType(elem, x)]
 
 
 @irdl_op_definition
-class GatherOp(GraphOp):
+class GatherOp(TensorResultOp):
     """Take slices of `input` along `axis` at `indices` (embedding lookup = axis 0).
     Result shape: input[:axis] + indices + input[axis+1:]. Negative indices count
     from the end; out-of-range indices are an error at run time."""
@@ -1006,21 +984,19 @@ class GatherOp(GraphOp):
     name = "graph.gather"
     input = operand_def(TensorType)
     indices = operand_def(TensorType)
-    output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
-    traits = traits_def(Pure())
     assembly_format = "$input `,` $indices " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        x = _shape(self.input)
-        if not is_integer(_elem(self.indices)):
+        x = shape_of(self.input)
+        if not is_integer(element_type_of(self.indices)):
             raise VerifyException(
-                f"indices must be integers, got {element_type_name(_elem(self.indices))}"
+                f"indices must be integers, got {element_type_name(element_type_of(self.indices))}"
             )
         axis = normalize_axis(self.name, self.axis.value.data, len(x))
         if not x:
             raise VerifyException("cannot gather from a scalar")
-        return [TensorType(_elem(self.input), (*x[:axis], *_shape(self.indices), *x[axis + 1 :]))]
+        return [TensorType(element_type_of(self.input), (*x[:axis], *shape_of(self.indices), *x[axis + 1 :]))]
 
 
 # --------------------------------------------------------------------------
@@ -1029,75 +1005,69 @@ class GatherOp(GraphOp):
 
 
 @irdl_op_definition
-class ReshapeOp(GraphOp):
+class ReshapeOp(TensorResultOp):
     """Reinterpret the elements (row-major) in the result type's static shape."""
 
     name = "graph.reshape"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
         input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(_elem(input), shape)])
+        super().__init__(operands=[input], result_types=[TensorType(element_type_of(input), shape)])
 
     def infer_result_types(self) -> list[TensorType]:
-        src, dst = _shape(self.input), _shape(self.output)
+        src, dst = shape_of(self.input), shape_of(self.output)
         if DYNAMIC in dst:
-            raise VerifyException(f"the result shape must be static, got {_fmt_shape(dst)}")
+            raise VerifyException(f"the result shape must be static, got {format_shape(dst)}")
         if DYNAMIC not in src and math.prod(src) != math.prod(dst):
             raise VerifyException(
-                f"cannot reshape {_fmt_shape(src)} ({math.prod(src)} elements) to "
-                f"{_fmt_shape(dst)} ({math.prod(dst)} elements)"
+                f"cannot reshape {format_shape(src)} ({math.prod(src)} elements) to "
+                f"{format_shape(dst)} ({math.prod(dst)} elements)"
             )
-        return [TensorType(_elem(self.input), dst)]
+        return [TensorType(element_type_of(self.input), dst)]
 
 
 @irdl_op_definition
-class TransposeOp(GraphOp):
+class TransposeOp(TensorResultOp):
     """Permute dimensions: result dim i is input dim perm[i]."""
 
     name = "graph.transpose"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     perm = prop_def(DenseArrayBase)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        x = _shape(self.input)
-        perm = _ints(self.perm)
+        x = shape_of(self.input)
+        perm = i64_values(self.perm)
         if sorted(perm) != list(range(len(x))):
             raise VerifyException(
                 f"perm {list(perm)} is not a permutation of 0..{len(x) - 1} "
                 f"(input rank {len(x)})"
             )
-        return [TensorType(_elem(self.input), tuple(x[p] for p in perm))]
+        return [TensorType(element_type_of(self.input), tuple(x[p] for p in perm))]
 
 
 @irdl_op_definition
-class ConcatOp(GraphOp):
+class ConcatOp(TensorResultOp):
     """Join tensors along `axis`; all other dimensions must agree."""
 
     name = "graph.concat"
     inputs = var_operand_def(TensorType)
-    output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
-    traits = traits_def(Pure())
     assembly_format = "$inputs " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
         if not self.inputs:
             raise VerifyException("needs at least one input")
         elem = _require_same_elem(self, list(self.inputs))
-        shapes = [_shape(v) for v in self.inputs]
+        shapes = [shape_of(v) for v in self.inputs]
         rank = len(shapes[0])
         axis = normalize_axis(self.name, self.axis.value.data, rank)
         for s in shapes:
             if len(s) != rank or any(s[i] != shapes[0][i] for i in range(rank) if i != axis):
                 raise VerifyException(
-                    "shapes " + ", ".join(_fmt_shape(s) for s in shapes)
+                    "shapes " + ", ".join(format_shape(s) for s in shapes)
                     + f" must agree on every dimension except axis {axis}"
                 )
         total = DYNAMIC if any(s[axis] == DYNAMIC for s in shapes) else sum(s[axis] for s in shapes)
@@ -1105,23 +1075,21 @@ class ConcatOp(GraphOp):
 
 
 @irdl_op_definition
-class SliceOp(GraphOp):
+class SliceOp(TensorResultOp):
     """Strided slice with one (start, end, step) per dimension, already normalized:
     step != 0; for step > 0, 0 <= start <= end <= dim; for step < 0,
     -1 <= end <= start < dim where end = -1 means "past index 0"."""
 
     name = "graph.slice"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     starts = prop_def(DenseArrayBase)
     ends = prop_def(DenseArrayBase)
     steps = prop_def(DenseArrayBase)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        x = _shape(self.input)
-        starts, ends, steps = _ints(self.starts), _ints(self.ends), _ints(self.steps)
+        x = shape_of(self.input)
+        starts, ends, steps = i64_values(self.starts), i64_values(self.ends), i64_values(self.steps)
         if not len(starts) == len(ends) == len(steps) == len(x):
             raise VerifyException(
                 f"starts, ends and steps need one entry per dimension ({len(x)}), got "
@@ -1141,78 +1109,72 @@ class SliceOp(GraphOp):
                     f"-1 <= end ({e}) <= start ({s}) < {d}"
                 )
             out.append(max(0, -(-(e - s) // st)))
-        return [TensorType(_elem(self.input), tuple(out))]
+        return [TensorType(element_type_of(self.input), tuple(out))]
 
 
 @irdl_op_definition
-class BroadcastOp(GraphOp):
+class BroadcastOp(TensorResultOp):
     """Broadcast to the result type's shape (numpy.broadcast_to rules)."""
 
     name = "graph.broadcast"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        src, dst = _shape(self.input), _shape(self.output)
+        src, dst = shape_of(self.input), shape_of(self.output)
         ok = len(dst) >= len(src) and all(
             s in (1, d) for s, d in zip(src[::-1], dst[::-1])
         )
         if not ok:
-            raise VerifyException(f"cannot broadcast {_fmt_shape(src)} to {_fmt_shape(dst)}")
-        return [TensorType(_elem(self.input), dst)]
+            raise VerifyException(f"cannot broadcast {format_shape(src)} to {format_shape(dst)}")
+        return [TensorType(element_type_of(self.input), dst)]
 
 
 @irdl_op_definition
-class PadOp(GraphOp):
+class PadOp(TensorResultOp):
     """Constant padding: `pads` = [before_0, ..., before_n-1, after_0, ..., after_n-1]."""
 
     name = "graph.pad"
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     pads = prop_def(DenseArrayBase)
     value = prop_def(FloatAttr, default_value=f64_attr(0.0))
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def infer_result_types(self) -> list[TensorType]:
-        x = _shape(self.input)
-        pads = _ints(self.pads)
+        x = shape_of(self.input)
+        pads = i64_values(self.pads)
         if len(pads) != 2 * len(x) or any(p < 0 for p in pads):
             raise VerifyException(
                 f"pads must hold {2 * len(x)} non-negative integers (before..., after...), "
                 f"got {list(pads)}"
             )
         n = len(x)
-        return [TensorType(_elem(self.input), tuple(d + pads[i] + pads[i + n] for i, d in enumerate(x)))]
+        return [TensorType(element_type_of(self.input), tuple(d + pads[i] + pads[i + n] for i, d in enumerate(x)))]
 
 
-class ReduceOp(GraphOp, ABC):
+class ReduceOp(TensorResultOp, ABC):
     """Reduce over `axes` (all axes when empty), keeping them as size 1 if `keepdims`."""
 
     input = operand_def(TensorType)
-    output = result_def(TensorType)
     axes = prop_def(DenseArrayBase, default_value=i64_array([]))
     keepdims = prop_def(BoolAttr, default_value=bool_attr(True))
-    traits = traits_def(Pure())
     assembly_format = "$input " + _FUNCTIONAL
 
     def reduced_axes(self) -> tuple[int, ...]:
-        rank = len(_shape(self.input))
-        axes = _ints(self.axes)
+        rank = len(shape_of(self.input))
+        axes = i64_values(self.axes)
         if not axes:
             return tuple(range(rank))
         return tuple(sorted(normalize_axis(self.name, a, rank, "reduction axis") for a in axes))
 
     def result_element_type(self) -> Attribute:
-        return _elem(self.input)
+        return element_type_of(self.input)
 
     def infer_result_types(self) -> list[TensorType]:
-        x = _shape(self.input)
+        x = shape_of(self.input)
         axes = self.reduced_axes()
         if len(set(axes)) != len(axes):
-            raise VerifyException(f"axes {list(_ints(self.axes))} repeat a dimension")
+            raise VerifyException(f"axes {list(i64_values(self.axes))} repeat a dimension")
         if self.keepdims.value.data:
             shape = tuple(1 if i in axes else d for i, d in enumerate(x))
         else:
@@ -1243,8 +1205,8 @@ class ArgReduceOp(ReduceOp, ABC):
         return i64
 
     def infer_result_types(self) -> list[TensorType]:
-        if len(_ints(self.axes)) != 1:
-            raise VerifyException(f"axes must name exactly one axis, got {list(_ints(self.axes))}")
+        if len(i64_values(self.axes)) != 1:
+            raise VerifyException(f"axes must name exactly one axis, got {list(i64_values(self.axes))}")
         return super().infer_result_types()
 
 
@@ -1265,15 +1227,275 @@ class ArgminOp(ArgReduceOp):
 
 
 # --------------------------------------------------------------------------
+# Quantization: linear (scale / zero-point) quantized values and the integer
+# kernels the NPU runs in int8. docs/quantization.md is the design; the numerics
+# are in infer.dialects.linear_quant. Quantized values are plain i8 / ui8 / i32
+# tensors: their scale and zero point are operands of the ops that convert them,
+# so every other op, pass and verifier works unchanged.
+# --------------------------------------------------------------------------
+
+_QUANTIZED_TYPES = ("i8", "ui8")
+
+
+def _elem_name(value: SSAValue) -> str:
+    return element_type_name(element_type_of(value))
+
+
+def _require_elem(value: SSAValue, what: str, allowed: Sequence[str]) -> str:
+    name = _elem_name(value)
+    if name not in allowed:
+        raise VerifyException(f"{what} must be {' or '.join(allowed)}, got {name}")
+    return name
+
+
+def _quant_params(
+    op: GraphOp, value: SSAValue, scale: SSAValue, zero_point: SSAValue | None,
+    axis: IntegerAttr | None, what: str = "scale",
+) -> None:
+    """A float32 scale (and zero point of the same shape) per tensor (one element, no
+    `axis`) or per axis (1-D, one value per slice of `value` along `axis`)."""
+    _require_elem(scale, f"the {what}", ["f32"])
+    s, x = shape_of(scale), shape_of(value)
+    if axis is None:
+        if len(s) > 1 or math.prod(s) != 1:
+            raise VerifyException(
+                f"a per-tensor {what} has one element (shape [] or [1]), got {_fmtshape_of(s)} "
+                f"(give `axis` for one {what} per slice)"
+            )
+    else:
+        a = normalize_axis(op.name, axis.value.data, len(x))
+        if len(s) != 1 or (x[a] != DYNAMIC and s[0] != x[a]):
+            raise VerifyException(
+                f"a per-axis {what} along axis {a} of a {_fmtshape_of(x)} operand has shape {x[a]}, "
+                f"got {_fmtshape_of(s)}"
+            )
+    if zero_point is not None and shape_of(zero_point) != s:
+        raise VerifyException(
+            f"the zero point has shape {_fmtshape_of(shape_of(zero_point))} but the {what} has {_fmtshape_of(s)}"
+        )
+
+
+def _require_zero_point_in_range(attr: IntegerAttr, value: SSAValue, what: str) -> None:
+    lo, hi = (-128, 127) if _elem_name(value) == "i8" else (0, 255)
+    zp = attr.value.data
+    if not lo <= zp <= hi:
+        raise VerifyException(f"{what} {zp} is outside the range of {_elem_name(value)} [{lo}, {hi}]")
+
+
+@irdl_op_definition
+class QuantizeLinearOp(TensorResultOp):
+    """ONNX QuantizeLinear: `y = saturate(round(x / scale) + zero_point)`.
+
+    x is a float tensor (computed in f32); y is i8 or ui8 (the result type; the
+    zero point, when given, has that element type, else it is 0). Rounding is to
+    nearest with ties to even, `x / scale` a float32 division as onnxruntime
+    computes it, saturation to the result type's range; NaN gives the zero point.
+    `scale` is f32: one element (per tensor) or, with `axis`, one per slice of x
+    along `axis` (per channel), with a zero point of the same shape.
+
+        %q = graph.quantize_linear %x, %s, %zp : (tensor<1x64xf32>, tensor<f32>, tensor<i8>) -> tensor<1x64xi8>
+        %wq = graph.quantize_linear %w, %ws {axis = 0 : i64} : (tensor<16x64xf32>, tensor<16xf32>) -> tensor<16x64xi8>
+
+    This is the reference for imported models. Passes that produce code for the
+    NPU use `graph.requantize` instead, which multiplies by a float32 multiplier
+    (1 / scale) as the NPU's `requant` does (docs/quantization.md)."""
+
+    name = "graph.quantize_linear"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    zero_point = opt_operand_def(TensorType)
+    axis = opt_prop_def(IntegerAttr[I64])
+    assembly_format = "$input `,` $scale (`,` $zero_point^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        _require_float(self, self.input, "the input")
+        elem = _require_elem(self.output, "the result", _QUANTIZED_TYPES)
+        _quant_params(self, self.input, self.scale, self.zero_point, self.axis)
+        if self.zero_point is not None and _elem_name(self.zero_point) != elem:
+            raise VerifyException(
+                f"the zero point is {_elem_name(self.zero_point)} but the result is {elem} (they must agree)"
+            )
+        return [TensorType(element_type_of(self.output), shape_of(self.input))]
+
+
+@irdl_op_definition
+class DequantizeLinearOp(TensorResultOp):
+    """ONNX DequantizeLinear: `y = float32(x - zero_point) * scale`.
+
+    x is i8, ui8 or i32 (an int32 accumulator or bias, whose zero point is 0); y is
+    f32. The difference is exact, its conversion to f32 rounds to nearest even
+    (only int32 values beyond 2^24 round), the product rounds once. `scale` and
+    the optional zero point (x's element type) are per tensor or, with `axis`,
+    per slice of x along `axis`.
+
+        %x = graph.dequantize_linear %q, %s, %zp : (tensor<1x64xi8>, tensor<f32>, tensor<i8>) -> tensor<1x64xf32>
+        %y = graph.dequantize_linear %acc, %s {axis = 1 : i64} : (tensor<1x16x8x8xi32>, tensor<16xf32>) -> tensor<1x16x8x8xf32>
+
+    Of a weight, it states that the weight is stored quantized: constant folding
+    keeps it, and the quantization passes read the integers and the scales."""
+
+    name = "graph.dequantize_linear"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    zero_point = opt_operand_def(TensorType)
+    axis = opt_prop_def(IntegerAttr[I64])
+    assembly_format = "$input `,` $scale (`,` $zero_point^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_elem(self.input, "the input", (*_QUANTIZED_TYPES, "i32"))
+        _quant_params(self, self.input, self.scale, self.zero_point, self.axis)
+        if self.zero_point is not None and _elem_name(self.zero_point) != elem:
+            raise VerifyException(
+                f"the zero point is {_elem_name(self.zero_point)} but the input is {elem} (they must agree)"
+            )
+        _require_elem(self.output, "the result", ["f32"])
+        return [TensorType(element_type_of(self.output), shape_of(self.input))]
+
+
+@irdl_op_definition
+class RequantizeOp(TensorResultOp):
+    """The NPU's `requant`: `y = saturate(round(float32(x) * multiplier) + zero_point)`.
+
+    x is an i32 accumulator (or a float tensor); y is i8 or ui8. The conversion of
+    x to f32 and the product each round to nearest even in float32, the product is
+    rounded to an integer with ties to even, the zero point (a property, default 0)
+    is added and the sum saturates to y's range; NaN gives the zero point.
+    `multiplier` is f32, per tensor or, with `axis`, per slice of x along `axis`
+    (per output channel). For an integer kernel, multiplier = input scale * weight
+    scale / output scale; for a float tensor, multiplier = 1 / scale.
+
+        %y = graph.requantize %acc, %m {axis = 1 : i64} : (tensor<1x16x8x8xi32>, tensor<16xf32>) -> tensor<1x16x8x8xi8>
+        %q = graph.requantize %x, %inv_s : (tensor<1x64xf32>, tensor<f32>) -> tensor<1x64xi8>
+
+    The NPU runs it as one `vec.requant` (per-column fp32 scales, int8 result,
+    zero point 0); a nonzero zero point is one more integer add before the
+    saturation."""
+
+    name = "graph.requantize"
+    input = operand_def(TensorType)
+    multiplier = operand_def(TensorType)
+    axis = opt_prop_def(IntegerAttr[I64])
+    zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    assembly_format = "$input `,` $multiplier " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not is_float(element_type_of(self.input)):
+            _require_elem(self.input, "the input", ["i32", "f32", "f16", "bf16"])
+        _require_elem(self.output, "the result", _QUANTIZED_TYPES)
+        _quant_params(self, self.input, self.multiplier, None, self.axis, "multiplier")
+        _require_zero_point_in_range(self.zero_point, self.output, "the zero point")
+        return [TensorType(element_type_of(self.output), shape_of(self.input))]
+
+
+class IntegerKernelOp(TensorResultOp, ABC):
+    """Integer-domain compute: i8 / ui8 operands, each with a per-tensor zero point
+    (an i64 property, default 0), exact products accumulated and saturated to an
+    i32 result (plus an optional i32 bias, per output channel, whose scale is the
+    input scale times the weight scale). Computes what the NPU's matrix unit does
+    in int8; the result is requantized (`graph.requantize`) or dequantized
+    (`graph.dequantize_linear`) by the kernel's epilogue."""
+
+    def _check_operand(self, value: SSAValue, what: str, zero_point: IntegerAttr, zp_name: str) -> None:
+        _require_elem(value, what, _QUANTIZED_TYPES)
+        _require_zero_point_in_range(zero_point, value, zp_name)
+
+    def _check_bias(self, bias: SSAValue | None) -> None:
+        if bias is not None:
+            _require_elem(bias, "the bias", ["i32"])
+
+
+@irdl_op_definition
+class Conv2dIntegerOp(WindowedOp, IntegerKernelOp):
+    """Integer 2-D convolution (ONNX ConvInteger plus an int32 bias):
+    `y = sum (x - input_zero_point) * (w - weight_zero_point) + bias`, i32.
+
+    Shapes and attributes as `graph.conv2d` (NCHW input, OIHW weight, `groups`);
+    padded positions hold the input's zero point, so they contribute nothing.
+
+        %acc = graph.conv2d_integer %xq, %wq, %b {padding = array<i64: 1, 1, 1, 1>} : (tensor<1x8x16x16xi8>, tensor<16x8x3x3xi8>, tensor<16xi32>) -> tensor<1x16x16x16xi32>"""
+
+    name = "graph.conv2d_integer"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+    input_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    weight_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
+        self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
+        self._check_bias(self.bias)
+        return [TensorType(i32, self._conv_shape(self.input, self.weight, self.bias, self.groups.value.data))]
+
+
+@irdl_op_definition
+class LinearIntegerOp(IntegerKernelOp):
+    """Integer `graph.linear`: `y = (x - input_zero_point) @ (W - weight_zero_point)^T + bias`,
+    i32, with W of shape [out, in] and an optional i32 bias [out].
+
+        %acc = graph.linear_integer %xq, %wq, %b : (tensor<4x64xi8>, tensor<10x64xi8>, tensor<10xi32>) -> tensor<4x10xi32>"""
+
+    name = "graph.linear_integer"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    input_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    weight_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    assembly_format = "$input `,` $weight (`,` $bias^)? " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
+        self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
+        self._check_bias(self.bias)
+        return [TensorType(i32, linearshape_of(self, self.input, self.weight, self.bias))]
+
+
+@irdl_op_definition
+class MatmulIntegerOp(IntegerKernelOp):
+    """Integer `graph.matmul` (ONNX MatMulInteger):
+    `y = (lhs - lhs_zero_point) @ (rhs - rhs_zero_point)`, i32, numpy.matmul semantics
+    with optional transposes of the last two dimensions (as `graph.matmul`).
+
+        %acc = graph.matmul_integer %aq, %bq {rhs_zero_point = 3 : i64} : (tensor<2x4x8xui8>, tensor<8x16xi8>) -> tensor<2x4x16xi32>"""
+
+    name = "graph.matmul_integer"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    transpose_a = prop_def(BoolAttr, default_value=bool_attr(False))
+    transpose_b = prop_def(BoolAttr, default_value=bool_attr(False))
+    lhs_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    rhs_zero_point = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        self._check_operand(self.lhs, "the lhs", self.lhs_zero_point, "lhs_zero_point")
+        self._check_operand(self.rhs, "the rhs", self.rhs_zero_point, "rhs_zero_point")
+        shape = matmulshape_of(
+            self.name, shape_of(self.lhs), shape_of(self.rhs),
+            bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
+        )
+        return [TensorType(i32, shape)]
+
+
+QUANTIZATION_OPS: tuple[type[GraphOp], ...] = (QuantizeLinearOp, DequantizeLinearOp, RequantizeOp)
+"""Ops converting between float and quantized values (elementwise)."""
+
+INTEGER_KERNEL_OPS: tuple[type[GraphOp], ...] = (Conv2dIntegerOp, LinearIntegerOp, MatmulIntegerOp)
+"""Integer-domain compute ops (kernel anchors, like their float counterparts)."""
+
+
+# --------------------------------------------------------------------------
 # Fusion groups
 # --------------------------------------------------------------------------
 
-ELEMENTWISE_OPS: tuple[type[GraphOp], ...] = (UnaryOp, BinaryOp, WhereOp, CastOp)
+ELEMENTWISE_OPS: tuple[type[GraphOp], ...] = (UnaryOp, BinaryOp, WhereOp, CastOp, *QUANTIZATION_OPS)
 """Op classes (and their subclasses) a kernel may hold besides its anchor."""
 
 KERNEL_ANCHORS: dict[str, tuple[type[GraphOp], ...]] = {
-    "matmul": (MatmulOp, LinearOp),
-    "conv": (Conv2dOp,),
+    "matmul": (MatmulOp, LinearOp, MatmulIntegerOp, LinearIntegerOp),
+    "conv": (Conv2dOp, Conv2dIntegerOp),
     "norm": (LayerNormOp, RmsNormOp),
     "softmax": (SoftmaxOp, LogSoftmaxOp),
     "attention": (AttentionOp,),
@@ -1348,7 +1570,7 @@ class KernelOp(GraphOp):
         yield_op = self.yield_op
         if yield_op is None:
             raise VerifyException("the body must end with graph.yield")
-        return [_tensor(v) for v in yield_op.values]
+        return [v.type for v in yield_op.values]
 
     def verify_(self) -> None:
         """`kind` is a known kernel class, there is at least one result, the block's
@@ -1451,6 +1673,7 @@ Graph = Dialect(
         ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
         ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
         KernelOp, YieldOp,
+        *QUANTIZATION_OPS, *INTEGER_KERNEL_OPS,
     ],
     [],
 )

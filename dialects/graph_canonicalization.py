@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr, TensorType
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, FloatAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -45,8 +45,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import is_bool, is_float
-from infer.dialects.graph_interpreter import dense_to_numpy
+from infer.dialects.dtypes import dense_to_numpy, element_type_of, is_bool, is_float, shape_of
 
 # --------------------------------------------------------------------------
 # Helpers
@@ -82,22 +81,6 @@ def _replace_with(rewriter: PatternRewriter, op: Operation, value: SSAValue) -> 
     return True
 
 
-def _ints(attr) -> tuple[int, ...]:
-    return tuple(int(v) for v in attr.get_values())
-
-
-def _elem(value: SSAValue):
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
-
-
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
 # --------------------------------------------------------------------------
 # Structure
 # --------------------------------------------------------------------------
@@ -109,14 +92,14 @@ class FoldTransposeOfTranspose(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter, /):
-        perm = _ints(op.perm)
+        perm = g.i64_values(op.perm)
         if perm == tuple(range(len(perm))):
             _replace_with(rewriter, op, op.input)
             return
         inner = op.input.owner
         if not isinstance(inner, g.TransposeOp):
             return
-        inner_perm = _ints(inner.perm)
+        inner_perm = g.i64_values(inner.perm)
         # Result dim i is inner dim perm[i], which is x's dim inner_perm[perm[i]].
         composed = tuple(inner_perm[p] for p in perm)
         if composed == tuple(range(len(composed))):
@@ -140,7 +123,7 @@ class FoldReshape(RewritePattern):
         inner = op.input.owner
         if isinstance(inner, g.ReshapeOp):
             if not _replace_with(rewriter, op, inner.input):
-                rewriter.replace(op, g.ReshapeOp(inner.input, _shape(op.output)))
+                rewriter.replace(op, g.ReshapeOp(inner.input, shape_of(op.output)))
 
 
 class FoldBroadcast(RewritePattern):
@@ -170,8 +153,8 @@ class FoldFullSlice(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.SliceOp, rewriter: PatternRewriter, /):
-        shape = _shape(op.input)
-        starts, ends, steps = _ints(op.starts), _ints(op.ends), _ints(op.steps)
+        shape = shape_of(op.input)
+        starts, ends, steps = g.i64_values(op.starts), g.i64_values(op.ends), g.i64_values(op.steps)
         if all(s == 0 and st == 1 and e == d for d, s, e, st in zip(shape, starts, ends, steps, strict=True)):
             _replace_with(rewriter, op, op.input)
 
@@ -190,7 +173,7 @@ class FoldZeroPad(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.PadOp, rewriter: PatternRewriter, /):
-        if not any(_ints(op.pads)):
+        if not any(g.i64_values(op.pads)):
             _replace_with(rewriter, op, op.input)
 
 
@@ -213,7 +196,7 @@ class FoldAddSubZero(RewritePattern):
         v = splat_value(value)
         if v is None or v != 0:
             return False
-        if not is_float(_elem(value)) or self.ignore_signed_zeros:
+        if not is_float(element_type_of(value)) or self.ignore_signed_zeros:
             return True
         return _is_signed_zero(float(v), negative)
 
@@ -247,7 +230,7 @@ class FoldInvolution(RewritePattern):
         inner = op.input.owner
         if type(inner) is not type(op):
             return
-        if isinstance(op, g.NotOp) and not is_bool(_elem(op.input)):
+        if isinstance(op, g.NotOp) and not is_bool(element_type_of(op.input)):
             return  # not of an integer is (x == 0): not an involution
         _replace_with(rewriter, op, inner.input)
 
@@ -353,7 +336,7 @@ def _swaps_last_two(value: SSAValue) -> SSAValue | None:
     op = value.owner
     if not isinstance(op, g.TransposeOp):
         return None
-    perm = _ints(op.perm)
+    perm = g.i64_values(op.perm)
     n = len(perm)
     if n >= 2 and perm == (*range(n - 2), n - 1, n - 2):
         return op.input
@@ -392,13 +375,13 @@ class FoldTrivialReduce(RewritePattern):
         rewriter: PatternRewriter,
         /,
     ):
-        shape = _shape(op.input)
+        shape = shape_of(op.input)
         if not all(shape[a] == 1 for a in op.reduced_axes()):
             return
         if op.keepdims.value.data:
             _replace_with(rewriter, op, op.input)
-        elif all(d >= 0 for d in _shape(op.output)):
-            rewriter.replace(op, g.ReshapeOp(op.input, _shape(op.output)))
+        elif all(d >= 0 for d in shape_of(op.output)):
+            rewriter.replace(op, g.ReshapeOp(op.input, shape_of(op.output)))
 
 
 # --------------------------------------------------------------------------

@@ -41,6 +41,9 @@ Numerics
   causality) produces zeros (as PyTorch's math SDPA backend does), not NaN.
 - Floating-point exceptions (overflow, division by zero, invalid) produce IEEE
   results (inf / NaN) silently.
+- Quantization ops and integer kernels compute what `infer.dialects.linear_quant`
+  states (ONNX QuantizeLinear/DequantizeLinear, the NPU's requant, exact integer
+  accumulation saturated to int32; docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     ModuleOp,
     StringAttr,
@@ -73,8 +75,10 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import element_type_name, to_numpy_dtype
-from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
+from infer.dialects import linear_quant as lq
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, format_shape, to_numpy_dtype
+from infer.dialects.weight_refs import stored_weight, weight_store_for
+from infer.dialects.weights import WeightStore, WeightStoreError
 
 __all__ = [
     "InterpreterError",
@@ -82,7 +86,6 @@ __all__ = [
     "evaluate_op",
     "run_module",
     "erf",
-    "dense_to_numpy",
     "INPUT_NAME_ATTR",
 ]
 
@@ -106,7 +109,7 @@ def _is_float_dtype(dt: np.dtype) -> bool:
     return dt in _LOW_PRECISION or np.issubdtype(dt, np.floating)
 
 
-def _up(x: np.ndarray) -> np.ndarray:
+def _upcast(x: np.ndarray) -> np.ndarray:
     """Upcast f16/bf16 to the f32 compute type; other dtypes unchanged."""
     return x.astype(_F32) if x.dtype in _LOW_PRECISION else x
 
@@ -124,10 +127,6 @@ def _out_dtype(op: Operation, i: int = 0) -> np.dtype:
         return to_numpy_dtype(t.get_element_type())
     except ValueError as e:
         raise InterpreterError(f"{op.name}: {e}") from None
-
-
-def _fmt(shape: Sequence[int]) -> str:
-    return "x".join("?" if d < 0 else str(d) for d in shape) or "scalar"
 
 
 def _shape_matches(actual: Sequence[int], declared: Sequence[int]) -> bool:
@@ -151,8 +150,8 @@ def _finish(op: Operation, values: Sequence[Any]) -> list[np.ndarray]:
         declared = _result_type(op, i).get_shape()
         if not _shape_matches(arr.shape, declared):
             raise InterpreterError(
-                f"{op.name}: result #{i} evaluates to shape {_fmt(arr.shape)} but its type "
-                f"declares {_fmt(declared)}"
+                f"{op.name}: result #{i} evaluates to shape {format_shape(arr.shape)} but its type "
+                f"declares {format_shape(declared)}"
             )
         out.append(arr)
     return out
@@ -163,20 +162,16 @@ def _scalar(x: np.ndarray, value: float) -> Any:
     return x.dtype.type(value)
 
 
-def _fattr(attr: Any) -> float:
+def _float_of(attr: Any) -> float:
     return float(attr.value.data)
 
 
-def _iattr(attr: Any) -> int:
+def _int_of(attr: Any) -> int:
     return int(attr.value.data)
 
 
-def _battr(attr: Any) -> bool:
+def _bool_of(attr: Any) -> bool:
     return bool(attr.value.data)
-
-
-def _ints(attr: Any) -> tuple[int, ...]:
-    return g._ints(attr)
 
 
 # --------------------------------------------------------------------------
@@ -278,15 +273,10 @@ class _Env:
 
     def weights(self, op: Operation) -> WeightStore:
         if self._weights is None:
-            module = self._module
-            if module is None:
-                top = op.get_toplevel_object()
-                module = top if isinstance(top, ModuleOp) else None
-            if module is None:
-                raise InterpreterError(
-                    f"{op.name}: no weight store given and the op is not inside a module"
-                )
-            self._weights = weights_of(module)
+            try:
+                self._weights = weight_store_for(op, self._module)
+            except WeightStoreError as e:
+                raise InterpreterError(f"{op.name}: {e}") from None
         return self._weights
 
 
@@ -306,47 +296,20 @@ def _kernel(*op_types: type[Operation]) -> Callable[[Kernel], Kernel]:
 # -- constants and weights ---------------------------------------------------
 
 
-def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """The value of a dense elements attribute as a numpy array."""
-    t = attr.type
-    assert isinstance(t, TensorType)
-    dt = to_numpy_dtype(t.get_element_type())
-    shape = tuple(t.get_shape())
-    raw = attr.data.data
-    if dt == np.bool_:
-        flat = np.frombuffer(raw, dtype=np.uint8) != 0
-    else:
-        flat = np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt)
-    n = math.prod(shape)
-    if flat.size == n:
-        return flat.reshape(shape).copy()
-    if flat.size == 1:  # splat
-        return np.full(shape, flat[0], dtype=dt)
-    raise InterpreterError(
-        f"dense attribute holds {flat.size} elements for shape {_fmt(shape)}"
-    )
-
-
 @_kernel(g.ConstantOp)
 def _constant(op: g.ConstantOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    return dense_to_numpy(op.value)
+    try:
+        return dense_to_numpy(op.value)
+    except ValueError as e:
+        raise InterpreterError(str(e)) from None
 
 
 @_kernel(g.WeightOp)
 def _weight(op: g.WeightOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    name = op.weight_key
     try:
-        arr = np.asarray(env.weights(op).get(name))
-    except WeightStoreError as e:
-        raise InterpreterError(f"{op.name} @{name}: {e}") from None
-    t = _result_type(op)
-    dt = _out_dtype(op)
-    if arr.dtype != dt or tuple(arr.shape) != tuple(t.get_shape()):
-        raise InterpreterError(
-            f"{op.name} @{name}: the store holds {arr.dtype} {_fmt(arr.shape)}, but the op "
-            f"declares {dt} {_fmt(t.get_shape())} ({element_type_name(t.get_element_type())})"
-        )
-    return arr
+        return stored_weight(op, env.weights(op))
+    except (WeightStoreError, ValueError) as e:
+        raise InterpreterError(f"{op.name} @{op.weight_key}: {e}") from None
 
 
 # -- elementwise unary -----------------------------------------------------------
@@ -399,7 +362,7 @@ def _float_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
         x = xs[0]
         if not _is_float_dtype(x.dtype):
             raise InterpreterError(f"{op.name}: needs a floating-point operand, got {x.dtype}")
-        return fn(_up(x))
+        return fn(_upcast(x))
 
     return kernel
 
@@ -411,24 +374,24 @@ for _cls, _fn in _FLOAT_UNARY.items():
 @_kernel(g.NegOp)
 def _neg(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = xs[0]
-    return x if x.dtype == np.bool_ else np.negative(_up(x))
+    return x if x.dtype == np.bool_ else np.negative(_upcast(x))
 
 
 @_kernel(g.AbsOp)
 def _abs(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = xs[0]
-    return x if x.dtype == np.bool_ else np.abs(_up(x))
+    return x if x.dtype == np.bool_ else np.abs(_upcast(x))
 
 
 @_kernel(g.SignOp)
 def _sign(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = xs[0]
-    return x if x.dtype == np.bool_ else np.sign(_up(x))
+    return x if x.dtype == np.bool_ else np.sign(_upcast(x))
 
 
 @_kernel(g.ReluOp)
 def _relu(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     if x.dtype == np.bool_:
         return x
     return np.maximum(x, x.dtype.type(0))
@@ -442,15 +405,15 @@ def _not(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.GeluOp)
 def _gelu(op: g.GeluOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     return _gelu_tanh(x) if op.approximate.data == "tanh" else _gelu_exact(x)
 
 
 @_kernel(g.ClipOp)
 def _clip(op: g.ClipOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    lo = _fattr(op.min) if op.min is not None else None
-    hi = _fattr(op.max) if op.max is not None else None
+    x = _upcast(xs[0])
+    lo = _float_of(op.min) if op.min is not None else None
+    hi = _float_of(op.max) if op.max is not None else None
     if x.dtype == np.bool_:
         y = x.astype(np.float64)
         if lo is not None:
@@ -474,20 +437,20 @@ def _clip(op: g.ClipOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.LeakyReluOp)
 def _leaky_relu(op: g.LeakyReluOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    return np.where(x >= 0, x, _scalar(x, _fattr(op.alpha)) * x)
+    x = _upcast(xs[0])
+    return np.where(x >= 0, x, _scalar(x, _float_of(op.alpha)) * x)
 
 
 @_kernel(g.EluOp)
 def _elu(op: g.EluOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    return np.where(x > 0, x, _scalar(x, _fattr(op.alpha)) * np.expm1(x))
+    x = _upcast(xs[0])
+    return np.where(x > 0, x, _scalar(x, _float_of(op.alpha)) * np.expm1(x))
 
 
 @_kernel(g.HardSigmoidOp)
 def _hard_sigmoid(op: g.HardSigmoidOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    y = _scalar(x, _fattr(op.alpha)) * x + _scalar(x, _fattr(op.beta))
+    x = _upcast(xs[0])
+    y = _scalar(x, _float_of(op.alpha)) * x + _scalar(x, _float_of(op.beta))
     return np.clip(y, _scalar(x, 0.0), _scalar(x, 1.0))
 
 
@@ -523,7 +486,7 @@ def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _binary(op: Operation, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype != y.dtype:
         raise InterpreterError(f"{op.name}: operands have dtypes {x.dtype} and {y.dtype}")
-    x, y = _up(x), _up(y)
+    x, y = _upcast(x), _upcast(y)
     is_bool = x.dtype == np.bool_
     is_int = np.issubdtype(x.dtype, np.integer)
     match op:
@@ -606,7 +569,7 @@ def _cast(op: g.CastOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     if dt == np.bool_:
         return x != 0
     if _is_float_dtype(x.dtype) and not _is_float_dtype(dt):
-        return np.trunc(_up(x)).astype(dt)
+        return np.trunc(_upcast(x)).astype(dt)
     if x.dtype in _LOW_PRECISION or dt in _LOW_PRECISION:
         if x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer):
             # int -> bf16/f16: round the exact value once (via f64, exact up to 2^53)
@@ -619,20 +582,20 @@ def _cast(op: g.CastOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.MatmulOp)
 def _matmul(op: g.MatmulOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    a, b = _up(xs[0]), _up(xs[1])
-    if _battr(op.transpose_a):
+    a, b = _upcast(xs[0]), _upcast(xs[1])
+    if _bool_of(op.transpose_a):
         a = np.swapaxes(a, -1, -2)
-    if _battr(op.transpose_b):
+    if _bool_of(op.transpose_b):
         b = np.swapaxes(b, -1, -2)
     return np.matmul(a, b)
 
 
 @_kernel(g.LinearOp)
 def _linear(op: g.LinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x, w = _up(xs[0]), _up(xs[1])
+    x, w = _upcast(xs[0]), _upcast(xs[1])
     y = np.matmul(x, w.T)
     if len(xs) > 2:
-        y = y + _up(xs[2])
+        y = y + _upcast(xs[2])
     return y
 
 
@@ -655,14 +618,14 @@ def _windows(
 
 
 def _window_attrs(op: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    return _ints(op.stride), _ints(op.padding), _ints(op.dilation)
+    return g.i64_values(op.stride), g.i64_values(op.padding), g.i64_values(op.dilation)
 
 
 @_kernel(g.Conv2dOp)
 def _conv2d(op: g.Conv2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x, w = _up(xs[0]), _up(xs[1])
+    x, w = _upcast(xs[0]), _upcast(xs[1])
     stride, pad, dil = _window_attrs(op)
-    groups = _iattr(op.groups)
+    groups = _int_of(op.groups)
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
@@ -677,16 +640,16 @@ def _conv2d(op: g.Conv2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     y = np.matmul(cols, wm)  # G, N*OH*OW, Og
     y = y.reshape(groups, n, oh, ow, og).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
     if len(xs) > 2:
-        y = y + _up(xs[2]).reshape(1, o, 1, 1)
+        y = y + _upcast(xs[2]).reshape(1, o, 1, 1)
     return np.ascontiguousarray(y)
 
 
 def _pool_geometry(op: Any, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
     """Output size and the padding [t, l, b, r] that makes every window lie in
     the padded array (ceil mode can need extra bottom/right padding)."""
-    kernel = _ints(op.kernel)
+    kernel = g.i64_values(op.kernel)
     stride, pad, dil = _window_attrs(op)
-    ceil = _battr(op.ceil_mode)
+    ceil = _bool_of(op.ceil_mode)
     out = tuple(
         g._window_out(op.name, size, kernel[i], stride[i], pad[i], pad[i + 2], dil[i], ceil)
         for i, size in enumerate((h, w))
@@ -700,7 +663,7 @@ def _pool_geometry(op: Any, h: int, w: int) -> tuple[tuple[int, int], tuple[int,
 
 @_kernel(g.MaxPool2dOp)
 def _max_pool(op: g.MaxPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     _, _, h, w = x.shape
     out, (t, l, b, r) = _pool_geometry(op, h, w)
     if _is_float_dtype(x.dtype):
@@ -711,7 +674,7 @@ def _max_pool(op: g.MaxPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
         low = np.iinfo(x.dtype).min
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=low)
     stride, _, dil = _window_attrs(op)
-    win = _windows(xp, _ints(op.kernel), stride, dil, out)
+    win = _windows(xp, g.i64_values(op.kernel), stride, dil, out)
     return win.max(axis=(4, 5))
 
 
@@ -725,17 +688,17 @@ def _avg_divisor(size: int, out: int, k: int, s: int, pad_lo: int, pad_hi: int, 
 
 @_kernel(g.AvgPool2dOp)
 def _avg_pool(op: g.AvgPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     if not _is_float_dtype(x.dtype):
         raise InterpreterError(f"{op.name}: average pooling needs a floating-point input")
     _, _, h, w = x.shape
     out, (t, l, b, r) = _pool_geometry(op, h, w)
-    kernel = _ints(op.kernel)
+    kernel = g.i64_values(op.kernel)
     stride, pad, dil = _window_attrs(op)
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
     win = _windows(xp, kernel, stride, dil, out)
     total = win.sum(axis=(4, 5), dtype=x.dtype)
-    inc = _battr(op.count_include_pad)
+    inc = _bool_of(op.count_include_pad)
     dh = _avg_divisor(h, out[0], kernel[0], stride[0], pad[0], pad[2], inc)
     dw = _avg_divisor(w, out[1], kernel[1], stride[1], pad[1], pad[3], inc)
     div = (dh[:, None] * dw[None, :]).astype(x.dtype)
@@ -744,7 +707,7 @@ def _avg_pool(op: g.AvgPool2dOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.GlobalAvgPoolOp)
 def _global_avg(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     axes = tuple(range(2, x.ndim))
     if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
         return _int_mean(op, x, axes)
@@ -753,7 +716,7 @@ def _global_avg(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.GlobalMaxPoolOp)
 def _global_max(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     return np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
@@ -762,34 +725,34 @@ def _global_max(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.BatchNormOp)
 def _batch_norm(op: g.BatchNormOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x, scale, bias, mean, var = (_up(a) for a in xs)
+    x, scale, bias, mean, var = (_upcast(a) for a in xs)
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    eps = _scalar(x, _fattr(op.epsilon))
+    eps = _scalar(x, _float_of(op.epsilon))
     inv = scale / np.sqrt(var + eps)
     return (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
 
 
 @_kernel(g.LayerNormOp)
 def _layer_norm(op: g.LayerNormOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    axis = g.normalize_axis(op.name, _iattr(op.axis), x.ndim)
+    x = _upcast(xs[0])
+    axis = g.normalize_axis(op.name, _int_of(op.axis), x.ndim)
     axes = tuple(range(axis, x.ndim))
     mean = np.mean(x, axis=axes, keepdims=True, dtype=x.dtype)
     d = x - mean
     var = np.mean(d * d, axis=axes, keepdims=True, dtype=x.dtype)
-    y = d / np.sqrt(var + _scalar(x, _fattr(op.epsilon))) * _up(xs[1])
+    y = d / np.sqrt(var + _scalar(x, _float_of(op.epsilon))) * _upcast(xs[1])
     if len(xs) > 2:
-        y = y + _up(xs[2])
+        y = y + _upcast(xs[2])
     return y
 
 
 @_kernel(g.RmsNormOp)
 def _rms_norm(op: g.RmsNormOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    axis = g.normalize_axis(op.name, _iattr(op.axis), x.ndim)
+    x = _upcast(xs[0])
+    axis = g.normalize_axis(op.name, _int_of(op.axis), x.ndim)
     axes = tuple(range(axis, x.ndim))
     ms = np.mean(x * x, axis=axes, keepdims=True, dtype=x.dtype)
-    return x / np.sqrt(ms + _scalar(x, _fattr(op.epsilon))) * _up(xs[1])
+    return x / np.sqrt(ms + _scalar(x, _float_of(op.epsilon))) * _upcast(xs[1])
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
@@ -801,14 +764,14 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 @_kernel(g.SoftmaxOp)
 def _softmax_kernel(op: g.SoftmaxOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    return _softmax(x, g.normalize_axis(op.name, _iattr(op.axis), x.ndim))
+    x = _upcast(xs[0])
+    return _softmax(x, g.normalize_axis(op.name, _int_of(op.axis), x.ndim))
 
 
 @_kernel(g.LogSoftmaxOp)
 def _log_softmax(op: g.LogSoftmaxOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
-    axis = g.normalize_axis(op.name, _iattr(op.axis), x.ndim)
+    x = _upcast(xs[0])
+    axis = g.normalize_axis(op.name, _int_of(op.axis), x.ndim)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, x.dtype.type(0))
     s = x - m
@@ -820,12 +783,12 @@ def _log_softmax(op: g.LogSoftmaxOp, xs: list[np.ndarray], env: _Env) -> np.ndar
 
 @_kernel(g.AttentionOp)
 def _attention(op: g.AttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    q, k, v = _up(xs[0]), _up(xs[1]), _up(xs[2])
+    q, k, v = _upcast(xs[0]), _upcast(xs[1]), _upcast(xs[2])
     b, hq, sq, d = q.shape
     _, hkv, skv, _ = k.shape
     dv = v.shape[-1]
     group = hq // hkv
-    scale = _fattr(op.scale) if op.scale is not None else 1.0 / math.sqrt(d)
+    scale = _float_of(op.scale) if op.scale is not None else 1.0 / math.sqrt(d)
     # query head h reads kv head h // group: fold the group into the rows so
     # every kv head does one plain matmul ([G*Sq, D] @ [D, Skv])
     qg = q.reshape(b, hkv, group * sq, d)
@@ -837,8 +800,8 @@ def _attention(op: g.AttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
         if mask.dtype == np.bool_:
             allowed = np.broadcast_to(mask, scores.shape)
         else:
-            scores = scores + _up(mask)
-    if _battr(op.causal):
+            scores = scores + _upcast(mask)
+    if _bool_of(op.causal):
         causal = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + (skv - sq)
         allowed = causal if allowed is None else (allowed & causal)
     if allowed is not None:
@@ -855,10 +818,10 @@ def _attention(op: g.AttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
 
 @_kernel(g.RotaryOp)
 def _rotary(op: g.RotaryOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x, cos, sin = _up(xs[0]), _up(xs[1]), _up(xs[2])
+    x, cos, sin = _upcast(xs[0]), _upcast(xs[1]), _upcast(xs[2])
     r = cos.shape[-1]
     xr, rest = x[..., :r], x[..., r:]
-    if _battr(op.interleaved):
+    if _bool_of(op.interleaved):
         rot = np.empty_like(xr)
         rot[..., 0::2] = -xr[..., 1::2]
         rot[..., 1::2] = xr[..., 0::2]
@@ -873,7 +836,7 @@ def _rotary(op: g.RotaryOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 @_kernel(g.GatherOp)
 def _gather(op: g.GatherOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x, idx = xs
-    axis = g.normalize_axis(op.name, _iattr(op.axis), x.ndim)
+    axis = g.normalize_axis(op.name, _int_of(op.axis), x.ndim)
     dim = x.shape[axis]
     idx = idx.astype(np.int64) if idx.dtype != np.uint64 else idx
     if idx.size:
@@ -897,19 +860,19 @@ def _reshape(op: g.ReshapeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     shape = _result_type(op).get_shape()
     if math.prod(shape) != xs[0].size:
         raise InterpreterError(
-            f"{op.name}: cannot reshape {_fmt(xs[0].shape)} ({xs[0].size} elements) to {_fmt(shape)}"
+            f"{op.name}: cannot reshape {format_shape(xs[0].shape)} ({xs[0].size} elements) to {format_shape(shape)}"
         )
     return xs[0].reshape(shape)
 
 
 @_kernel(g.TransposeOp)
 def _transpose(op: g.TransposeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(xs[0], _ints(op.perm)))
+    return np.ascontiguousarray(np.transpose(xs[0], g.i64_values(op.perm)))
 
 
 @_kernel(g.ConcatOp)
 def _concat(op: g.ConcatOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    axis = g.normalize_axis(op.name, _iattr(op.axis), xs[0].ndim)
+    axis = g.normalize_axis(op.name, _int_of(op.axis), xs[0].ndim)
     return np.concatenate(xs, axis=axis)
 
 
@@ -917,7 +880,7 @@ def _concat(op: g.ConcatOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 def _slice(op: g.SliceOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     index = tuple(
         slice(s, e if e >= 0 else None, st)
-        for s, e, st in zip(_ints(op.starts), _ints(op.ends), _ints(op.steps), strict=True)
+        for s, e, st in zip(g.i64_values(op.starts), g.i64_values(op.ends), g.i64_values(op.steps), strict=True)
     )
     return np.ascontiguousarray(xs[0][index])
 
@@ -928,15 +891,15 @@ def _broadcast(op: g.BroadcastOp, xs: list[np.ndarray], env: _Env) -> np.ndarray
     try:
         return np.broadcast_to(xs[0], shape)
     except ValueError:
-        raise InterpreterError(f"{op.name}: cannot broadcast {_fmt(xs[0].shape)} to {_fmt(shape)}") from None
+        raise InterpreterError(f"{op.name}: cannot broadcast {format_shape(xs[0].shape)} to {format_shape(shape)}") from None
 
 
 @_kernel(g.PadOp)
 def _pad(op: g.PadOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = xs[0]
-    pads = _ints(op.pads)
+    pads = g.i64_values(op.pads)
     n = x.ndim
-    value = _fattr(op.value)
+    value = _float_of(op.value)
     if x.dtype == np.bool_:
         fill: Any = value != 0
     elif _is_float_dtype(x.dtype):
@@ -964,9 +927,9 @@ def _int_mean(op: Operation, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray
 
 @_kernel(g.ReduceSumOp, g.ReduceMeanOp, g.ReduceMaxOp, g.ReduceMinOp, g.ReduceProdOp)
 def _reduce(op: g.ReduceOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     axes = _reduce_axes(op)
-    keep = _battr(op.keepdims)
+    keep = _bool_of(op.keepdims)
     is_int = x.dtype == np.bool_ or np.issubdtype(x.dtype, np.integer)
     acc = x.dtype
     try:
@@ -992,12 +955,59 @@ def _reduce(op: g.ReduceOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 
 @_kernel(g.ArgmaxOp, g.ArgminOp)
 def _arg_reduce(op: g.ArgReduceOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = _up(xs[0])
+    x = _upcast(xs[0])
     (axis,) = _reduce_axes(op)
     if x.shape[axis] == 0:
         raise InterpreterError(f"{op.name}: arg-reduction over an empty axis")
     fn = np.argmax if isinstance(op, g.ArgmaxOp) else np.argmin
-    return fn(x, axis=axis, keepdims=_battr(op.keepdims)).astype(np.int64)
+    return fn(x, axis=axis, keepdims=_bool_of(op.keepdims)).astype(np.int64)
+
+
+# -- quantization (numerics: infer.dialects.linear_quant) --------------------------------------------
+
+
+def _opt_axis(op: Any) -> int | None:
+    """The normalized `axis` of a quantization op, None when per tensor."""
+    if op.axis is None:
+        return None
+    return _int_of(op.axis) % max(len(_result_type(op).get_shape()), 1)
+
+
+@_kernel(g.QuantizeLinearOp)
+def _quantize_linear(op: g.QuantizeLinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    zero_point = xs[2] if len(xs) > 2 else None
+    return lq.quantize_linear(xs[0], xs[1], zero_point, _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.DequantizeLinearOp)
+def _dequantize_linear(op: g.DequantizeLinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    zero_point = xs[2] if len(xs) > 2 else None
+    return lq.dequantize_linear(xs[0], xs[1], zero_point, _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.RequantizeOp)
+def _requantize(op: g.RequantizeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    return lq.requantize(xs[0], xs[1], _int_of(op.zero_point), _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.Conv2dIntegerOp)
+def _conv2d_integer(op: g.Conv2dIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    stride, pad, dil = _window_attrs(op)
+    bias = xs[2] if len(xs) > 2 else None
+    return lq.conv2d_integer(xs[0], xs[1], bias, _int_of(op.input_zero_point), _int_of(op.weight_zero_point),
+                             stride, pad, dil, _int_of(op.groups))
+
+
+@_kernel(g.LinearIntegerOp)
+def _linear_integer(op: g.LinearIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    bias = xs[2] if len(xs) > 2 else None
+    return lq.linear_integer(xs[0], xs[1], bias, _int_of(op.input_zero_point), _int_of(op.weight_zero_point))
+
+
+@_kernel(g.MatmulIntegerOp)
+def _matmul_integer(op: g.MatmulIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    return lq.matmul_integer(xs[0], xs[1], _int_of(op.lhs_zero_point), _int_of(op.rhs_zero_point),
+                             _bool_of(op.transpose_a), _bool_of(op.transpose_b))
 
 
 # -- fusion groups ---------------------------------------------------------------------------------
@@ -1044,7 +1054,7 @@ def _check_operands(op: Operation, inputs: Sequence[np.ndarray]) -> list[np.ndar
                 )
             if not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"{op.name}: operand #{i} expects shape {_fmt(t.get_shape())}, got {_fmt(arr.shape)}"
+                    f"{op.name}: operand #{i} expects shape {format_shape(t.get_shape())}, got {format_shape(arr.shape)}"
                 )
         arrays.append(arr)
     return arrays
@@ -1213,8 +1223,8 @@ def _bind_inputs(
                 )
             if not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"@{fname}: input '{name}' (#{i}): expected shape {_fmt(t.get_shape())}, "
-                    f"got {_fmt(arr.shape)}"
+                    f"@{fname}: input '{name}' (#{i}): expected shape {format_shape(t.get_shape())}, "
+                    f"got {format_shape(arr.shape)}"
                 )
         arrays.append(arr)
     return arrays
@@ -1281,8 +1291,8 @@ def run_module(
             dt = to_numpy_dtype(t.get_element_type())
             if arr.dtype != dt or not _shape_matches(arr.shape, t.get_shape()):
                 raise InterpreterError(
-                    f"@{entry}: result #{i} is {arr.dtype} {_fmt(arr.shape)} but the function "
-                    f"returns {dt} {_fmt(t.get_shape())}"
+                    f"@{entry}: result #{i} is {arr.dtype} {format_shape(arr.shape)} but the function "
+                    f"returns {dt} {format_shape(t.get_shape())}"
                 )
         outs.append(arr)
     return outs

@@ -50,7 +50,6 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     StringAttr,
-    SymbolRefAttr,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
@@ -69,7 +68,8 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from infer.dialects.dtypes import element_type_name
+from infer.dialects.dtypes import element_name_of, shape_of
+from infer.dialects.weight_refs import WeightReference
 from infer.target.isa import VECTOR_OP_BY_NAME
 
 SPACES = ("dram", "spad", "acc")
@@ -98,22 +98,10 @@ def memref(shape: Sequence[int], element_type: Attribute, space: str) -> MemRefT
     return MemRefType(element_type, list(shape), memory_space=StringAttr(space))
 
 
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, MemRefType)
-    return t.get_shape()
-
-
-def _elem(value: SSAValue) -> str:
-    t = value.type
-    assert isinstance(t, MemRefType)
-    return element_type_name(t.get_element_type())
-
-
 def elem_bytes(value: SSAValue) -> int:
     t = value.type
     assert isinstance(t, MemRefType)
-    return _ELEM_BYTES[_elem(value)]
+    return _ELEM_BYTES[element_name_of(t)]
 
 
 _ELEM_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i8": 1, "i32": 4, "i64": 8, "f64": 8, "i1": 1, "ui8": 1}
@@ -158,7 +146,7 @@ def _check_space(value: SSAValue, what: str, spaces: Sequence[str]) -> str:
 
 
 def _check_box(what: str, buf: SSAValue, indices: Sequence[SSAValue], box: Sequence[int]) -> None:
-    shape = _shape(buf)
+    shape = shape_of(buf)
     if len(indices) != len(shape):
         raise VerifyException(f"{what} has rank {len(shape)} but is indexed with {len(indices)} indices")
     if len(box) != len(shape):
@@ -190,7 +178,7 @@ class AllocOp(TileOp):
 
     @property
     def size_bytes(self) -> int:
-        return math.prod(_shape(self.buffer)) * elem_bytes(self.buffer) * self.buffers.value.data
+        return math.prod(shape_of(self.buffer)) * elem_bytes(self.buffer) * self.buffers.value.data
 
     def verify_(self) -> None:
         """The space is dram, spad or acc; `buffers` is 1 or 2; accumulator buffers hold
@@ -198,8 +186,8 @@ class AllocOp(TileOp):
         space = _check_space(self.buffer, "a tile.alloc", SPACES)
         if self.buffers.value.data not in (1, 2):
             raise VerifyException(f"buffers must be 1 or 2 (double buffering), got {self.buffers.value.data}")
-        if space == "acc" and _elem(self.buffer) not in ACC_TYPES:
-            raise VerifyException(f"accumulator buffers hold {' or '.join(ACC_TYPES)}, got {_elem(self.buffer)}")
+        if space == "acc" and element_name_of(self.buffer) not in ACC_TYPES:
+            raise VerifyException(f"accumulator buffers hold {' or '.join(ACC_TYPES)}, got {element_name_of(self.buffer)}")
         offset = self.offset.value.data if self.offset is not None else 0
         if offset < 0:
             raise VerifyException(f"offset must be >= 0, got {offset}")
@@ -214,21 +202,13 @@ class AllocOp(TileOp):
 
 
 @irdl_op_definition
-class WeightOp(TileOp):
+class WeightOp(WeightReference, TileOp):
     """A weight in DRAM from the module's weight store, in the layout kernels read."""
 
     name = "tile.weight"
-    weight_name = prop_def(SymbolRefAttr, prop_name="name")
     buffer = result_def(MemRefType)
     traits = traits_def(Pure())
     assembly_format = "$name attr-dict `:` type($buffer)"
-
-    def __init__(self, name: str, type: MemRefType):
-        super().__init__(result_types=[type], properties={"name": SymbolRefAttr(name)})
-
-    @property
-    def weight_key(self) -> str:
-        return self.weight_name.root_reference.data
 
     def verify_(self) -> None:
         """Weights live in DRAM."""
@@ -249,12 +229,12 @@ class ViewOp(TileOp):
         """Same memory space, element type and element count as the source."""
         if space_of(self.source) != space_of(self.result):
             raise VerifyException("a view cannot change the memory space")
-        if _elem(self.source) != _elem(self.result):
+        if element_name_of(self.source) != element_name_of(self.result):
             raise VerifyException("a view cannot change the element type")
-        if math.prod(_shape(self.source)) != math.prod(_shape(self.result)):
+        if math.prod(shape_of(self.source)) != math.prod(shape_of(self.result)):
             raise VerifyException(
-                f"a view must keep the element count: {math.prod(_shape(self.source))} vs "
-                f"{math.prod(_shape(self.result))}"
+                f"a view must keep the element count: {math.prod(shape_of(self.source))} vs "
+                f"{math.prod(shape_of(self.result))}"
             )
 
 
@@ -291,8 +271,8 @@ class DmaOp(TileOp):
         spaces = (space_of(self.src), space_of(self.dst))
         if (spaces[0] == "dram") == (spaces[1] == "dram"):
             raise VerifyException(f"a DMA moves data between DRAM and a local memory, got {spaces[0]} -> {spaces[1]}")
-        if _elem(self.src) != _elem(self.dst):
-            raise VerifyException(f"a DMA copies bytes: element types differ ({_elem(self.src)} vs {_elem(self.dst)})")
+        if element_name_of(self.src) != element_name_of(self.dst):
+            raise VerifyException(f"a DMA copies bytes: element types differ ({element_name_of(self.src)} vs {element_name_of(self.dst)})")
         if not 1 <= len(box) <= 3:
             raise VerifyException(f"a DMA box has 1 to 3 dimensions, got {len(box)}")
         steps = self.steps()
@@ -334,15 +314,15 @@ class MatmulOp(TileOp):
         _check_space(self.rhs, "rhs (the weight tile)", ("spad",))
         _check_space(self.acc, "acc", ("acc",))
         for what, buf in (("lhs", self.lhs), ("rhs", self.rhs), ("acc", self.acc)):
-            if len(_shape(buf)) != 2:
-                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(_shape(buf))}")
-        if _elem(self.lhs) != _elem(self.rhs) or _elem(self.lhs) not in MATMUL_INPUT_TYPES:
+            if len(shape_of(buf)) != 2:
+                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(shape_of(buf))}")
+        if element_name_of(self.lhs) != element_name_of(self.rhs) or element_name_of(self.lhs) not in MATMUL_INPUT_TYPES:
             raise VerifyException(
-                f"lhs and rhs must both be bf16 or both i8, got {_elem(self.lhs)} and {_elem(self.rhs)}"
+                f"lhs and rhs must both be bf16 or both i8, got {element_name_of(self.lhs)} and {element_name_of(self.rhs)}"
             )
-        expected_acc = "f32" if _elem(self.lhs) == "bf16" else "i32"
-        if _elem(self.acc) != expected_acc:
-            raise VerifyException(f"{_elem(self.lhs)} products accumulate in {expected_acc}, got {_elem(self.acc)}")
+        expected_acc = "f32" if element_name_of(self.lhs) == "bf16" else "i32"
+        if element_name_of(self.acc) != expected_acc:
+            raise VerifyException(f"{element_name_of(self.lhs)} products accumulate in {expected_acc}, got {element_name_of(self.acc)}")
         _check_box("lhs", self.lhs, self.lhs_indices, (m, k))
         _check_box("rhs", self.rhs, self.rhs_indices, (k, n))
         _check_box("acc", self.acc, self.acc_indices, (m, n))
@@ -352,8 +332,8 @@ class MatmulOp(TileOp):
                 raise VerifyException(
                     f"the weight tile {k}x{n} exceeds the {hw.matrix.rows}x{hw.matrix.cols} array of target '{hw.name}'"
                 )
-            if MATMUL_INPUT_TYPES[_elem(self.lhs)] not in hw.matrix.dtypes:
-                raise VerifyException(f"target '{hw.name}' has no {_elem(self.lhs)} matrix unit")
+            if MATMUL_INPUT_TYPES[element_name_of(self.lhs)] not in hw.matrix.dtypes:
+                raise VerifyException(f"target '{hw.name}' has no {element_name_of(self.lhs)} matrix unit")
 
 
 @irdl_op_definition
@@ -398,10 +378,10 @@ class VectorOp(TileOp):
         rows, cols = self.rows.value.data, self.cols.value.data
         for what, buf in (("dst", self.dst), ("a", self.a), *(("b", b) for b in self.b)):
             _check_space(buf, what, LOCAL_SPACES)
-            if len(_shape(buf)) != 2:
-                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(_shape(buf))}")
-            if _elem(buf) not in VECTOR_TYPES:
-                raise VerifyException(f"{what}: the vector unit reads {', '.join(VECTOR_TYPES)}, got {_elem(buf)}")
+            if len(shape_of(buf)) != 2:
+                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(shape_of(buf))}")
+            if element_name_of(buf) not in VECTOR_TYPES:
+                raise VerifyException(f"{what}: the vector unit reads {', '.join(VECTOR_TYPES)}, got {element_name_of(buf)}")
         _check_box("a", self.a, self.a_indices, (rows, cols))
         _check_box("dst", self.dst, self.dst_indices, (rows, 1) if form == "reduce" else (rows, cols))
         bmode = self.bmode.data if self.bmode is not None else None
@@ -421,12 +401,12 @@ class VectorOp(TileOp):
         if self.imm is not None and bmode != "imm":
             raise VerifyException("the `imm` attribute is only used with bmode = imm")
         if name == "requant":
-            if _elem(self.dst) != "i8":
+            if element_name_of(self.dst) != "i8":
                 raise VerifyException("requant writes i8")
             if bmode not in ("row", "imm"):
                 raise VerifyException("requant needs bmode = row (per-column scales) or imm")
-            if self.b and _elem(self.b[0]) != "f32":
-                raise VerifyException(f"requant scales must be f32, got {_elem(self.b[0])}")
+            if self.b and element_name_of(self.b[0]) != "f32":
+                raise VerifyException(f"requant scales must be f32, got {element_name_of(self.b[0])}")
 
 
 GATHER_INDEX_TYPES = ("i32", "i64")
@@ -473,23 +453,23 @@ class GatherRowsOp(TileOp):
         rows, cols = self.rows.value.data, self.cols.value.data
         _check_space(self.table, "the table", ("dram",))
         _check_space(self.indices, "the indices", ("dram",))
-        if len(_shape(self.table)) != 2:
-            raise VerifyException(f"the table must be a 2-D memref, got rank {len(_shape(self.table))}")
+        if len(shape_of(self.table)) != 2:
+            raise VerifyException(f"the table must be a 2-D memref, got rank {len(shape_of(self.table))}")
         if len(self.table_indices) != 1:
             raise VerifyException("the table takes one index (the first column)")
-        if len(_shape(self.indices)) != 1 or len(self.index_indices) != 1:
+        if len(shape_of(self.indices)) != 1 or len(self.index_indices) != 1:
             raise VerifyException("the indices must be a 1-D memref indexed with one index")
-        if _elem(self.indices) not in GATHER_INDEX_TYPES:
-            raise VerifyException(f"the indices must be i32 or i64, got {_elem(self.indices)}")
-        if len(_shape(self.dst)) != 2:
-            raise VerifyException(f"dst must be a 2-D memref, got rank {len(_shape(self.dst))}")
-        if _elem(self.dst) != _elem(self.table):
-            raise VerifyException(f"dst and table element types differ ({_elem(self.dst)} vs {_elem(self.table)})")
-        V, C = _shape(self.table)
+        if element_name_of(self.indices) not in GATHER_INDEX_TYPES:
+            raise VerifyException(f"the indices must be i32 or i64, got {element_name_of(self.indices)}")
+        if len(shape_of(self.dst)) != 2:
+            raise VerifyException(f"dst must be a 2-D memref, got rank {len(shape_of(self.dst))}")
+        if element_name_of(self.dst) != element_name_of(self.table):
+            raise VerifyException(f"dst and table element types differ ({element_name_of(self.dst)} vs {element_name_of(self.table)})")
+        V, C = shape_of(self.table)
         if cols < 1 or cols > C:
             raise VerifyException(f"cols = {cols} must be in 1..{C} (the table's columns)")
-        if rows < 1 or rows > _shape(self.indices)[0]:
-            raise VerifyException(f"rows = {rows} must be in 1..{_shape(self.indices)[0]} (the number of indices)")
+        if rows < 1 or rows > shape_of(self.indices)[0]:
+            raise VerifyException(f"rows = {rows} must be in 1..{shape_of(self.indices)[0]} (the number of indices)")
         _check_box("dst", self.dst, self.dst_indices, (rows, cols))
 
 
@@ -508,10 +488,10 @@ class FillOp(TileOp):
     def verify_(self) -> None:
         """dst is a 2-D local memref of a type the vector unit writes; the box lies inside it."""
         _check_space(self.dst, "dst", LOCAL_SPACES)
-        if len(_shape(self.dst)) != 2:
+        if len(shape_of(self.dst)) != 2:
             raise VerifyException("dst must be a 2-D memref")
-        if _elem(self.dst) not in VECTOR_TYPES:
-            raise VerifyException(f"dst: the vector unit writes {', '.join(VECTOR_TYPES)}, got {_elem(self.dst)}")
+        if element_name_of(self.dst) not in VECTOR_TYPES:
+            raise VerifyException(f"dst: the vector unit writes {', '.join(VECTOR_TYPES)}, got {element_name_of(self.dst)}")
         _check_box("dst", self.dst, self.dst_indices, (self.rows.value.data, self.cols.value.data))
 
 

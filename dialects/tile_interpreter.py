@@ -88,7 +88,8 @@ from xdsl.traits import SymbolTable
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_name, to_numpy_dtype
 from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError, innermost_interpreter_error
-from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
+from infer.dialects.weight_refs import stored_weight, weight_store_for
+from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
 
 __all__ = [
@@ -211,13 +212,10 @@ class TileFunctions(InterpreterFunctions):
 
     def _store(self, op: Operation) -> WeightStore:
         if self._weights is None:
-            module = self._module
-            if module is None:
-                top = op.get_toplevel_object()
-                module = top if isinstance(top, ModuleOp) else None
-            if module is None:
-                raise InterpreterError(f"{op.name}: no weight store given and the op is not in a module")
-            self._weights = weights_of(module)
+            try:
+                self._weights = weight_store_for(op, self._module)
+            except WeightStoreError as e:
+                raise InterpreterError(f"{op.name}: {e}") from None
         return self._weights
 
     @impl(t.AllocOp)
@@ -229,18 +227,10 @@ class TileFunctions(InterpreterFunctions):
     @impl(t.WeightOp)
     @_located
     def run_weight(self, interpreter: Interpreter, op: t.WeightOp, args: tuple[Any, ...]):
-        name = op.weight_key
         try:
-            arr = np.asarray(self._store(op).get(name))
-        except WeightStoreError as e:
-            raise InterpreterError(f"{op.name} @{name}: {e}") from None
-        ty = _memref_type(op.buffer)
-        dt, shape = _np_dtype(ty), _static_shape(ty)
-        if arr.dtype != dt or tuple(arr.shape) != shape:
-            raise InterpreterError(
-                f"{op.name} @{name}: the store holds {arr.dtype} {_fmt(arr.shape)}, but the op "
-                f"declares {dt} {_fmt(shape)} ({element_type_name(ty.get_element_type())})"
-            )
+            arr = stored_weight(op, self._store(op))
+        except (WeightStoreError, ValueError) as e:
+            raise InterpreterError(f"{op.name} @{op.weight_key}: {e}") from None
         view = np.ascontiguousarray(arr).view()
         view.flags.writeable = False
         return (view,)

@@ -4,11 +4,15 @@
     x = b.input("x", (1, 3, 224, 224), np.float32)
     w = b.weight("conv1.weight", array)           # goes to the weight store, not the text
     y = b.op(graph.Conv2dOp, [x, w], stride=graph.i64_array([2, 2]))
+    y = b.reshape(y, (1, 64 * 112 * 112))         # shaping helpers, below
     module = b.finish([y], ["logits"])
 
 Result types come from each op's own shape inference, so a frontend states
 only operands and attributes; ops whose result type is their meaning (cast,
-reshape, broadcast) take `result_type=`.
+reshape, broadcast) take `result_type=`, or go through the helpers `reshape`,
+`cast`, `broadcast`, `transpose`, `slice`, `slice_dim`, `reduce` and `scalar`
+that every frontend shares. A helper whose op would not change its operand
+(same shape, same element type, identity permutation) returns the operand.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DictionaryAttr,
     ModuleOp,
     StringAttr,
@@ -27,7 +32,14 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from infer.dialects import graph
-from infer.dialects.dtypes import dense_attr, dense_to_numpy, from_numpy_dtype, tensor_type
+from infer.dialects.dtypes import (
+    dense_attr,
+    element_type_of,
+    from_numpy_dtype,
+    numpy_dtype_of,
+    shape_of,
+    tensor_type,
+)
 from infer.dialects.weights import WeightStore, attach_weights
 
 NAME_ATTR = "graph.name"
@@ -35,6 +47,13 @@ NAME_ATTR = "graph.name"
 
 INLINE_CONSTANT_LIMIT = 16
 """Constants with more elements than this become weights (kept out of the text)."""
+
+DType = np.dtype | type | Attribute
+"""An element type as a numpy dtype (or scalar type) or as a builtin element type."""
+
+
+def _element_type(dtype: DType) -> Attribute:
+    return dtype if isinstance(dtype, Attribute) else from_numpy_dtype(np.dtype(dtype))
 
 
 class GraphBuilder:
@@ -44,9 +63,8 @@ class GraphBuilder:
         self.input_names: list[str] = []
 
     # -- values ----------------------------------------------------------
-    def input(self, name: str, shape: Sequence[int], dtype: np.dtype | type | Attribute) -> SSAValue:
-        elem = dtype if isinstance(dtype, Attribute) else from_numpy_dtype(dtype)
-        arg = self.block.insert_arg(TensorType(elem, list(shape)), len(self.block.args))
+    def input(self, name: str, shape: Sequence[int], dtype: DType) -> SSAValue:
+        arg = self.block.insert_arg(TensorType(_element_type(dtype), list(shape)), len(self.block.args))
         self.input_names.append(name)
         return arg
 
@@ -64,12 +82,22 @@ class GraphBuilder:
         return op.output
 
     def constant(self, array: np.ndarray | float | int, dtype: np.dtype | type | None = None, name: str = "const") -> SSAValue:
+        """A `graph.constant`, or a weight named `name` when it has more than
+        INLINE_CONSTANT_LIMIT elements."""
         array = np.asarray(array, dtype=dtype)
         if array.size > INLINE_CONSTANT_LIMIT:
             return self.weight(name, array)
-        op = graph.ConstantOp(dense_attr(array))
+        return self.inline_constant(array)
+
+    def inline_constant(self, array: np.ndarray | float | int, dtype: np.dtype | type | None = None) -> SSAValue:
+        """A `graph.constant` in the text whatever its size."""
+        op = graph.ConstantOp(dense_attr(np.asarray(array, dtype=dtype)))
         self.block.add_op(op)
         return op.output
+
+    def scalar(self, value: float | int | bool, like: SSAValue) -> SSAValue:
+        """A 0-d constant with the element type of `like` (to broadcast against it)."""
+        return self.inline_constant(np.asarray(value, dtype=numpy_dtype_of(like)))
 
     def op(
         self,
@@ -91,6 +119,50 @@ class GraphBuilder:
         self.block.add_op(op)
         return op.results[0]
 
+    # -- shaping helpers -------------------------------------------------
+    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        shape = tuple(int(d) for d in shape)
+        if shape_of(x) == shape:
+            return x
+        return self.op(graph.ReshapeOp, [x], TensorType(element_type_of(x), shape))
+
+    def cast(self, x: SSAValue, dtype: DType) -> SSAValue:
+        element_type = _element_type(dtype)
+        if element_type_of(x) == element_type:
+            return x
+        return self.op(graph.CastOp, [x], TensorType(element_type, shape_of(x)))
+
+    def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        shape = tuple(int(d) for d in shape)
+        if shape_of(x) == shape:
+            return x
+        return self.op(graph.BroadcastOp, [x], TensorType(element_type_of(x), shape))
+
+    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+        """Result dim i is x's dim perm[i]."""
+        perm = [int(p) for p in perm]
+        if perm == list(range(len(perm))):
+            return x
+        return self.op(graph.TransposeOp, [x], perm=graph.i64_array(perm))
+
+    def slice(self, x: SSAValue, starts: Sequence[int], ends: Sequence[int], steps: Sequence[int] | None = None) -> SSAValue:
+        """`graph.slice` with one normalized (start, end, step) per dimension (steps default 1)."""
+        steps = [1] * len(starts) if steps is None else steps
+        return self.op(
+            graph.SliceOp, [x],
+            starts=graph.i64_array(starts), ends=graph.i64_array(ends), steps=graph.i64_array(steps),
+        )
+
+    def slice_dim(self, x: SSAValue, dim: int, start: int, end: int, step: int = 1) -> SSAValue:
+        """x[..., start:end:step, ...] along dimension `dim`, every other dimension whole."""
+        shape = shape_of(x)
+        starts, ends, steps = [0] * len(shape), list(shape), [1] * len(shape)
+        starts[dim], ends[dim], steps[dim] = start, end, step
+        return self.slice(x, starts, ends, steps)
+
+    def reduce(self, op_type: type[graph.ReduceOp], x: SSAValue, axes: Sequence[int], keepdims: bool) -> SSAValue:
+        return self.op(op_type, [x], axes=graph.i64_array(axes), keepdims=graph.bool_attr(keepdims))
+
     # -- finishing -------------------------------------------------------
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str] | None = None, func_name: str = "main") -> ModuleOp:
         output_names = list(output_names or [f"output{i}" for i in range(len(outputs))])
@@ -108,10 +180,8 @@ class GraphBuilder:
         return module
 
 
-def _name_attrs(names: Sequence[str]):
-    from xdsl.dialects.builtin import ArrayAttr
-
+def _name_attrs(names: Sequence[str]) -> ArrayAttr:
     return ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
 
 
-__all__ = ["GraphBuilder", "NAME_ATTR", "dense_attr", "dense_to_numpy"]
+__all__ = ["GraphBuilder", "NAME_ATTR", "INLINE_CONSTANT_LIMIT"]

@@ -18,8 +18,9 @@ Weights are never read at import time: the module's weight store is the
 checkpoint's own safetensors file (single file) and `graph.weight` ops refer to
 the checkpoint's tensor names; a sharded checkpoint
 (model.safetensors.index.json) gets a `ShardedWeightStore` that reads each
-tensor lazily from its shard. Only the safetensors headers are parsed (and
-validated), so import time and memory do not grow with the model size. Weights
+tensor lazily from its shard (both in hf_checkpoint.py). Only the safetensors
+headers are parsed (and validated), so import time and memory do not grow with
+the model size. Weights
 stored in another float type than the compute dtype (`dtype`, default f32) are
 converted by a `graph.cast` after the `graph.weight`.
 
@@ -50,211 +51,36 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
-from safetensors import safe_open
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, to_numpy_dtype
-from infer.dialects.weights import WeightStore, WeightStoreError, attach_weights
-from infer.frontend.builder import GraphBuilder, dense_attr
+from infer.dialects.dtypes import shape_of, to_numpy_dtype
+from infer.dialects.weights import WeightStore, attach_weights
+from infer.frontend.builder import GraphBuilder
+from infer.frontend.hf_checkpoint import Checkpoint
 from infer.frontend.model import ModelImportError
-
-# --------------------------------------------------------------------------
-# safetensors headers and weight stores
-# --------------------------------------------------------------------------
-
-SAFETENSORS_DTYPES: dict[str, np.dtype] = {
-    "F64": np.dtype(np.float64),
-    "F32": np.dtype(np.float32),
-    "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "I64": np.dtype(np.int64),
-    "I32": np.dtype(np.int32),
-    "I16": np.dtype(np.int16),
-    "I8": np.dtype(np.int8),
-    "U8": np.dtype(np.uint8),
-    "BOOL": np.dtype(np.bool_),
-}
-
-MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-
-class TensorInfo:
-    __slots__ = ("name", "file", "dtype", "shape")
-
-    def __init__(self, name: str, file: Path, dtype: np.dtype, shape: tuple[int, ...]):
-        self.name, self.file, self.dtype, self.shape = name, file, dtype, shape
-
-
-def read_safetensors_header(file: Path) -> dict[str, TensorInfo]:
-    """Parse and validate a safetensors header (no tensor data is read)."""
-    def bad(why: str) -> ModelImportError:
-        return ModelImportError(f"{file}: invalid safetensors header: {why}")
-
-    try:
-        size = file.stat().st_size
-        with open(file, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise bad(f"the file is {size} bytes, too short for the 8-byte header length")
-            (n,) = struct.unpack("<Q", raw)
-            if n > min(MAX_HEADER_BYTES, size - 8):
-                raise bad(f"header length {n} exceeds the file size ({size} bytes)")
-            text = f.read(n)
-    except OSError as e:
-        raise ModelImportError(f"{file}: cannot read: {e}") from None
-    try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise bad(f"the header is not valid UTF-8 JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise bad("the header is not a JSON object")
-    data_size = size - 8 - n
-    out: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
-            raise bad(f"entry '{name}' lacks dtype/shape/data_offsets")
-        dt = SAFETENSORS_DTYPES.get(entry["dtype"])
-        if dt is None:
-            raise bad(f"tensor '{name}' has unsupported dtype {entry['dtype']!r}")
-        shape = entry["shape"]
-        offs = entry["data_offsets"]
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise bad(f"tensor '{name}' has an invalid shape {shape!r}")
-        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
-            raise bad(f"tensor '{name}' has invalid data_offsets {offs!r}")
-        begin, end = offs
-        if not 0 <= begin <= end <= data_size:
-            raise bad(f"tensor '{name}' data [{begin}, {end}) lies outside the data section ({data_size} bytes)")
-        if end - begin != math.prod(shape) * dt.itemsize:
-            raise bad(
-                f"tensor '{name}' ({entry['dtype']} {shape}) needs {math.prod(shape) * dt.itemsize} bytes, "
-                f"data_offsets give {end - begin}"
-            )
-        out[name] = TensorInfo(name, file, dt, tuple(shape))
-    return out
-
-
-def _read_tensor(file: Path, name: str) -> np.ndarray:
-    try:
-        with safe_open(str(file), framework="np") as f:
-            return f.get_tensor(name)
-    except (TypeError, ValueError) as e:
-        # numpy has no bfloat16: read the raw bits and view them as ml_dtypes.bfloat16
-        info = read_safetensors_header(file).get(name)
-        if info is None or info.dtype != np.dtype(ml_dtypes.bfloat16):
-            raise WeightStoreError(f"cannot read '{name}' from '{file}': {e}") from None
-        return _read_raw(file, name, info)
-
-
-def _read_raw(file: Path, name: str, info: TensorInfo) -> np.ndarray:
-    with open(file, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        begin, end = header[name]["data_offsets"]
-    mm = np.memmap(file, dtype=np.uint8, mode="r", offset=8 + n + begin, shape=(end - begin,))
-    return np.array(mm).view(info.dtype).reshape(info.shape)
-
-
-class CheckpointWeightStore(WeightStore):
-    """The checkpoint's own safetensors file as the weight store (no copy).
-    Reads bf16 tensors too (numpy has no native bfloat16)."""
-
-    def get(self, name: str) -> np.ndarray:
-        if name in self._local or self.file is None or name not in self._file_keys():
-            return super().get(name)
-        return _read_tensor(self.file, name)
-
-
-class ShardedWeightStore(WeightStore):
-    """A sharded checkpoint (model.safetensors.index.json): each tensor is read
-    lazily from its shard. There is no single backing file, so saving a module
-    (`save_weights`) writes one new file with the referenced weights."""
-
-    def __init__(self, shards: dict[str, Path]):
-        super().__init__(None)
-        self.shards = dict(shards)
-
-    def _file_keys(self) -> set[str]:
-        return set(self.shards)
-
-    def get(self, name: str) -> np.ndarray:
-        if name in self._local:
-            return self._local[name]
-        if name not in self.shards:
-            raise WeightStoreError(f"weight '{name}' not found in the sharded checkpoint")
-        return _read_tensor(self.shards[name], name)
-
-    @property
-    def has_local(self) -> bool:  # not backed by one file: treat as in-memory
-        return True
-
-
-class Checkpoint:
-    """Tensor names, dtypes and shapes of a folder's safetensors checkpoint."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        index = folder / "model.safetensors.index.json"
-        files = sorted(folder.glob("*.safetensors"))
-        self.tensors: dict[str, TensorInfo] = {}
-        if index.exists():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise ModelImportError(f"{index}: not a valid safetensors index ({e})") from None
-            headers: dict[str, dict[str, TensorInfo]] = {}
-            for name, shard in weight_map.items():
-                if shard not in headers:
-                    path = folder / shard
-                    if not path.exists():
-                        raise ModelImportError(f"{index}: shard '{shard}' (for '{name}') does not exist")
-                    headers[shard] = read_safetensors_header(path)
-                if name not in headers[shard]:
-                    raise ModelImportError(f"{index}: '{name}' is not in shard '{shard}'")
-                self.tensors[name] = headers[shard][name]
-            self.store: WeightStore = ShardedWeightStore({n: t.file for n, t in self.tensors.items()})
-            if len(headers) == 1:
-                only = folder / next(iter(headers))
-                self.store = CheckpointWeightStore(only)
-        elif not files:
-            raise ModelImportError(f"{folder}: no *.safetensors weights (pytorch_model.bin is not read: it is a pickle)")
-        elif len(files) == 1:
-            self.tensors = read_safetensors_header(files[0])
-            self.store = CheckpointWeightStore(files[0])
-        else:
-            for f in files:
-                for name, info in read_safetensors_header(f).items():
-                    self.tensors.setdefault(name, info)
-            self.store = ShardedWeightStore({n: t.file for n, t in self.tensors.items()})
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.tensors
-
 
 # --------------------------------------------------------------------------
 # Emission helpers
 # --------------------------------------------------------------------------
 
 
-class _Emitter:
-    """A GraphBuilder over the checkpoint store, with shape-checked weight references."""
+class _Emitter(GraphBuilder):
+    """A GraphBuilder over the checkpoint store, with shape-checked weight references.
+    Its constants stay in the text whatever their size (`inline_constant`), so that the
+    module's weights are exactly the checkpoint's tensors."""
 
     def __init__(self, ckpt: Checkpoint, dtype: np.dtype, prefixes: Sequence[str]):
+        super().__init__(ckpt.store)
         self.ckpt = ckpt
         self.dtype = np.dtype(dtype)
         self.prefixes = list(prefixes)
-        self.b = GraphBuilder(ckpt.store)
         self._weights: dict[str, SSAValue] = {}
 
     def has(self, name: str) -> bool:
@@ -282,43 +108,12 @@ class _Emitter:
                 f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but config.json "
                 f"implies {list(shape)}"
             )
-        v = self.b.file_weight(key, info.shape, info.dtype)
-        if info.dtype != self.dtype:
-            v = self.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(self.dtype), list(info.shape)))
+        v = self.cast(self.file_weight(key, info.shape, info.dtype), self.dtype)
         self._weights[key] = v
         return v
 
     def opt_w(self, name: str, shape: Sequence[int]) -> SSAValue | None:
         return self.w(name, shape) if self.has(name) else None
-
-    def op(self, op_type, operands, result_type=None, **props) -> SSAValue:
-        return self.b.op(op_type, operands, result_type=result_type, **props)
-
-    def const(self, array: np.ndarray | float | int, dtype=None) -> SSAValue:
-        """An inline constant (kept in the text whatever its size, so that the
-        module's weights stay exactly the checkpoint's tensors)."""
-        array = np.ascontiguousarray(np.asarray(array, dtype=dtype))
-        op = g.ConstantOp(dense_attr(array))
-        self.b.block.add_op(op)
-        return op.output
-
-    def scalar(self, value: float) -> SSAValue:
-        return self.const(np.asarray(value, dtype=self.dtype))
-
-    def reshape(self, v: SSAValue, shape: Sequence[int]) -> SSAValue:
-        return self.op(g.ReshapeOp, [v], result_type=TensorType(_elem(v), [int(d) for d in shape]))
-
-    def transpose(self, v: SSAValue, perm: Sequence[int]) -> SSAValue:
-        return self.op(g.TransposeOp, [v], perm=g.i64_array(perm))
-
-    def slice(self, v: SSAValue, dim: int, start: int, end: int) -> SSAValue:
-        shape = _shape(v)
-        starts, ends = [0] * len(shape), list(shape)
-        starts[dim], ends[dim] = start, end
-        return self.op(g.SliceOp, [v], starts=g.i64_array(starts), ends=g.i64_array(ends), steps=g.i64_array([1] * len(shape)))
-
-    def cast(self, v: SSAValue, dtype) -> SSAValue:
-        return self.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(np.dtype(dtype)), list(_shape(v))))
 
     def linear(self, x: SSAValue, prefix: str, n_in: int, n_out: int, bias: bool | None = None) -> SSAValue:
         w = self.w(f"{prefix}.weight", (n_out, n_in))
@@ -331,41 +126,13 @@ class _Emitter:
 
     def heads(self, x: SSAValue, n_heads: int, head_dim: int) -> SSAValue:
         """[B, S, n*D] -> [B, n, S, D]"""
-        b, s, _ = _shape(x)
+        b, s, _ = shape_of(x)
         return self.transpose(self.reshape(x, (b, s, n_heads, head_dim)), [0, 2, 1, 3])
 
     def merge_heads(self, x: SSAValue) -> SSAValue:
         """[B, n, S, D] -> [B, S, n*D]"""
-        b, n, s, d = _shape(x)
+        b, n, s, d = shape_of(x)
         return self.reshape(self.transpose(x, [0, 2, 1, 3]), (b, s, n * d))
-
-
-def drop_phantom_uses(block) -> None:
-    """Detach uses held by ops that are not in any block. GraphBuilder.op builds a
-    throw-away op to infer result types and leaves it registered as a user of
-    its operands, so every value would look used twice (dead-code elimination
-    would keep everything). Remove those stale uses."""
-    for op in block.ops:
-        for r in op.results:
-            for use in list(r.uses):
-                if use.operation.parent is None:
-                    use.operation.drop_all_references()
-    for arg in block.args:
-        for use in list(arg.uses):
-            if use.operation.parent is None:
-                use.operation.drop_all_references()
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue):
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
 
 
 # --------------------------------------------------------------------------
@@ -462,8 +229,10 @@ def _combine(funcs: list[tuple[str, ModuleOp]], store: WeightStore) -> ModuleOp:
 # --------------------------------------------------------------------------
 
 
-class _DecoderImporter:
-    """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
+class _ModelImporter:
+    """One architecture's importer: reads config.json (`read_config`), then `build`s the
+    module with an `_Emitter` over the checkpoint, whose tensor names may carry one of
+    `prefixes`."""
 
     prefixes: Sequence[str] = ("",)
 
@@ -471,13 +240,25 @@ class _DecoderImporter:
         self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
         self.read_config()
 
+    def read_config(self) -> None:
+        raise NotImplementedError
+
     def cfg_get(self, *keys: str, default: Any = None, required: bool = True) -> Any:
+        """The first of `keys` that config.json sets (to something other than null), else
+        `default`; with no default a missing required key is an error naming the first key."""
         for k in keys:
             if self.cfg.get(k) is not None:
                 return self.cfg[k]
         if default is None and required:
             raise ModelImportError(f"{self.folder}/config.json: missing '{keys[0]}'")
         return default
+
+    def emitter(self) -> _Emitter:
+        return _Emitter(self.ckpt, self.dtype, self.prefixes)
+
+
+class _DecoderImporter(_ModelImporter):
+    """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
 
     def build(self, seq_len, batch, phase, max_len) -> ModuleOp:
         max_pos = self.max_positions
@@ -502,15 +283,12 @@ class _DecoderImporter:
     def check_lengths(self, max_len: int) -> None:
         pass
 
-    def emitter(self) -> _Emitter:
-        return _Emitter(self.ckpt, self.dtype, self.prefixes)
-
     def cache_names(self) -> list[str]:
         return [f"{kv}_{i}" for i in range(self.n_layers) for kv in ("k", "v")]
 
     def prefill(self, batch: int, seq: int, max_len: int) -> ModuleOp:
         e = self.emitter()
-        ids = e.b.input("input_ids", (batch, seq), np.int64)
+        ids = e.input("input_ids", (batch, seq), np.int64)
         ctx = _PrefillContext(e, batch, seq, max_len)
         x = self.embed(e, ids, ctx)
         caches = []
@@ -523,14 +301,13 @@ class _DecoderImporter:
                 v = e.op(g.PadOp, [v], pads=pads)
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.b.block)
-        return e.b.finish([logits, *caches], ["logits", *self.cache_names()])
+        return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def decode(self, batch: int, max_len: int) -> ModuleOp:
         e = self.emitter()
-        ids = e.b.input("input_ids", (batch, 1), np.int64)
-        pos = e.b.input("position", (batch,), np.int64)
-        past = [e.b.input(n, (batch, self.n_kv_heads, max_len, self.head_dim), self.dtype) for n in self.cache_names()]
+        ids = e.input("input_ids", (batch, 1), np.int64)
+        pos = e.input("position", (batch,), np.int64)
+        past = [e.input(n, (batch, self.n_kv_heads, max_len, self.head_dim), self.dtype) for n in self.cache_names()]
         ctx = _DecodeContext(e, batch, max_len, pos)
         x = self.embed(e, ids, ctx)
         caches = []
@@ -538,8 +315,7 @@ class _DecoderImporter:
             x, k, v = self.block(e, i, x, ctx, past[2 * i], past[2 * i + 1])
             caches += [k, v]
         logits = self.head(e, x)
-        drop_phantom_uses(e.b.block)
-        return e.b.finish([logits, *caches], ["logits", *self.cache_names()])
+        return e.finish([logits, *caches], ["logits", *self.cache_names()])
 
     def attend(self, e: _Emitter, q, k, v, ctx, past_k=None, past_v=None, scale=None):
         """q: [B, Hq, s, D]; k, v: [B, Hkv, s, D]. Returns (out [B, Hq, s, D], k_cache, v_cache)."""
@@ -556,14 +332,14 @@ class _DecoderImporter:
 class _PrefillContext:
     def __init__(self, e: _Emitter, batch: int, seq: int, max_len: int):
         self.batch, self.seq, self.max_len = batch, seq, max_len
-        self.positions = e.const(np.arange(seq, dtype=np.int64))  # [S]
+        self.positions = e.inline_constant(np.arange(seq, dtype=np.int64))  # [S]
 
 
 class _DecodeContext:
     def __init__(self, e: _Emitter, batch: int, max_len: int, pos: SSAValue):
         self.batch, self.seq, self.max_len = batch, 1, max_len
         self.position = pos  # [B]
-        slots = e.const(np.arange(max_len, dtype=np.int64))
+        slots = e.inline_constant(np.arange(max_len, dtype=np.int64))
         # write the new key/value at `position`: [B, 1, P, 1]
         self.write_mask = e.op(
             g.EqualOp, [e.reshape(slots, (1, 1, max_len, 1)), e.reshape(pos, (batch, 1, 1, 1))]
@@ -648,7 +424,7 @@ class _LlamaImporter(_DecoderImporter):
         table = e.w("embed_tokens.weight", (self.vocab, self.hidden))
         x = e.op(g.GatherOp, [table, ids], axis=g.i64_attr(0))
         # RoPE angles: positions x inv_freq, halves repeated (HF layout)
-        inv = e.const(self.inv_freq.astype(self.dtype))
+        inv = e.inline_constant(self.inv_freq.astype(self.dtype))
         if isinstance(ctx, _PrefillContext):
             pos = e.reshape(e.cast(ctx.positions, self.dtype), (ctx.seq, 1))
             ang = e.op(g.MulOp, [pos, inv])  # [S, R/2]
@@ -660,7 +436,7 @@ class _LlamaImporter(_DecoderImporter):
         ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])
         if self.attn_scaling != 1.0:
-            s = e.scalar(self.attn_scaling)
+            s = e.scalar(self.attn_scaling, like=cos)
             cos, sin = e.op(g.MulOp, [cos, s]), e.op(g.MulOp, [sin, s])
         ctx.cos, ctx.sin = e.reshape(cos, shape), e.reshape(sin, shape)
         return x
@@ -731,7 +507,7 @@ class _Gpt2Importer(_DecoderImporter):
         wpe = e.w("wpe.weight", (self.max_positions, self.hidden))
         x = e.op(g.GatherOp, [wte, ids], axis=g.i64_attr(0))
         if isinstance(ctx, _PrefillContext):
-            pe = e.slice(wpe, 0, 0, ctx.seq)  # [S, H]
+            pe = e.slice_dim(wpe, 0, 0, ctx.seq)  # [S, H]
         else:
             pe = e.reshape(e.op(g.GatherOp, [wpe, ctx.position], axis=g.i64_attr(0)), (ctx.batch, 1, self.hidden))
         return e.op(g.AddOp, [x, pe])
@@ -741,7 +517,7 @@ class _Gpt2Importer(_DecoderImporter):
         h, d, n = self.hidden, self.head_dim, self.n_heads
         hn = self.ln(e, x, f"{p}.ln_1")
         qkv = self.conv1d(e, hn, f"{p}.attn.c_attn", h, 3 * h)
-        q, k, v = (e.heads(e.slice(qkv, 2, j * h, (j + 1) * h), n, d) for j in range(3))
+        q, k, v = (e.heads(e.slice_dim(qkv, 2, j * h, (j + 1) * h), n, d) for j in range(3))
         att, k_all, v_all = self.attend(e, q, k, v, ctx, past_k, past_v, scale=self.scale)
         x = e.op(g.AddOp, [x, self.conv1d(e, e.merge_heads(att), f"{p}.attn.c_proj", h, h)])
         hn = self.ln(e, x, f"{p}.ln_2")
@@ -789,32 +565,29 @@ def sentence_transformers_modules(folder: Path) -> tuple[dict[str, Any] | None, 
     return pooling, normalize
 
 
-class _BertImporter:
+class _BertImporter(_ModelImporter):
     prefixes = ("", "bert.")
 
-    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: Checkpoint, dtype: np.dtype):
-        self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
-        get = lambda k, d=None: cfg.get(k, d) if cfg.get(k, d) is not None else d  # noqa: E731
-        try:
-            self.hidden = int(cfg["hidden_size"])
-            self.n_layers = int(cfg["num_hidden_layers"])
-            self.n_heads = int(cfg["num_attention_heads"])
-            self.inter = int(cfg["intermediate_size"])
-            self.vocab = int(cfg["vocab_size"])
-        except KeyError as e:
-            raise ModelImportError(f"{folder}/config.json: missing {e}") from None
+    def read_config(self) -> None:
+        c = self.cfg_get
+        self.hidden = int(c("hidden_size"))
+        self.n_layers = int(c("num_hidden_layers"))
+        self.n_heads = int(c("num_attention_heads"))
+        self.inter = int(c("intermediate_size"))
+        self.vocab = int(c("vocab_size"))
         self.head_dim = self.hidden // self.n_heads
-        self.max_positions = int(get("max_position_embeddings", 512))
-        self.type_vocab = int(get("type_vocab_size", 2))
-        self.eps = float(get("layer_norm_eps", 1e-12))
-        act = get("hidden_act", "gelu")
+        self.max_positions = int(c("max_position_embeddings", default=512))
+        self.type_vocab = int(c("type_vocab_size", default=2))
+        self.eps = float(c("layer_norm_eps", default=1e-12))
+        act = c("hidden_act", default="gelu")
         approx = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
         if act not in approx:
-            raise ModelImportError(f"{folder}/config.json: hidden_act {act!r} is not supported for BERT")
+            raise ModelImportError(f"{self.folder}/config.json: hidden_act {act!r} is not supported for BERT")
         self.approx = approx[act]
-        if get("position_embedding_type", "absolute") != "absolute":
-            raise ModelImportError(f"{folder}/config.json: position_embedding_type {cfg['position_embedding_type']!r} is not supported")
-        self.pooling, self.normalize = sentence_transformers_modules(folder)
+        position_embedding = c("position_embedding_type", default="absolute")
+        if position_embedding != "absolute":
+            raise ModelImportError(f"{self.folder}/config.json: position_embedding_type {position_embedding!r} is not supported")
+        self.pooling, self.normalize = sentence_transformers_modules(self.folder)
 
     def ln(self, e: _Emitter, x, p):
         return e.op(
@@ -829,14 +602,14 @@ class _BertImporter:
         seq = seq_len or min(128, self.max_positions)
         if seq > self.max_positions:
             raise ModelImportError(f"seq_len {seq} exceeds max_position_embeddings ({self.max_positions})")
-        e = _Emitter(self.ckpt, self.dtype, self.prefixes)
+        e = self.emitter()
         h, n, d = self.hidden, self.n_heads, self.head_dim
-        ids = e.b.input("input_ids", (batch, seq), np.int64)
-        mask_in = e.b.input("attention_mask", (batch, seq), np.int64)
-        types = e.b.input("token_type_ids", (batch, seq), np.int64)
+        ids = e.input("input_ids", (batch, seq), np.int64)
+        mask_in = e.input("attention_mask", (batch, seq), np.int64)
+        types = e.input("token_type_ids", (batch, seq), np.int64)
         x = e.op(g.GatherOp, [e.w("embeddings.word_embeddings.weight", (self.vocab, h)), ids], axis=g.i64_attr(0))
         t = e.op(g.GatherOp, [e.w("embeddings.token_type_embeddings.weight", (self.type_vocab, h)), types], axis=g.i64_attr(0))
-        pe = e.slice(e.w("embeddings.position_embeddings.weight", (self.max_positions, h)), 0, 0, seq)
+        pe = e.slice_dim(e.w("embeddings.position_embeddings.weight", (self.max_positions, h)), 0, 0, seq)
         x = e.op(g.AddOp, [e.op(g.AddOp, [x, t]), pe])
         x = self.ln(e, x, "embeddings.LayerNorm")
         keep = e.cast(mask_in, np.bool_)  # [B, S]
@@ -858,11 +631,10 @@ class _BertImporter:
             outputs.append(self.pool(e, x, mask_in, batch, seq))
             names.append("sentence_embedding")
         elif e.has("pooler.dense.weight"):
-            cls = e.reshape(e.slice(x, 1, 0, 1), (batch, h))
+            cls = e.reshape(e.slice_dim(x, 1, 0, 1), (batch, h))
             outputs.append(e.op(g.TanhOp, [e.linear(cls, "pooler.dense", h, h, bias=True)]))
             names.append("pooler_output")
-        drop_phantom_uses(e.b.block)
-        return e.b.finish(outputs, names)
+        return e.finish(outputs, names)
 
     def pool(self, e: _Emitter, x, mask_in, batch, seq):
         cfg = self.pooling or {}
@@ -877,7 +649,7 @@ class _BertImporter:
         mode = modes[0]
         m = e.reshape(e.cast(mask_in, self.dtype), (batch, seq, 1))
         if mode == "pooling_mode_cls_token":
-            y = e.reshape(e.slice(x, 1, 0, 1), (batch, h))
+            y = e.reshape(e.slice_dim(x, 1, 0, 1), (batch, h))
         elif mode == "pooling_mode_mean_tokens":
             s = e.op(g.ReduceSumOp, [e.op(g.MulOp, [x, m])], axes=g.i64_array([1]), keepdims=g.bool_attr(False))
             cnt = e.op(g.ReduceSumOp, [m], axes=g.i64_array([1]), keepdims=g.bool_attr(False))  # [B, 1]
@@ -885,7 +657,7 @@ class _BertImporter:
             y = e.op(g.DivOp, [s, cnt])
         else:
             keep = e.reshape(e.cast(mask_in, np.bool_), (batch, seq, 1))
-            y = e.op(g.WhereOp, [keep, x, e.scalar(-1e9)])
+            y = e.op(g.WhereOp, [keep, x, e.scalar(-1e9, like=x)])
             y = e.op(g.ReduceMaxOp, [y], axes=g.i64_array([1]), keepdims=g.bool_attr(False))
         if self.normalize:
             sq = e.op(g.ReduceSumOp, [e.op(g.MulOp, [y, y])], axes=g.i64_array([1]), keepdims=g.bool_attr(True))

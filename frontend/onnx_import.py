@@ -3,10 +3,11 @@
     module = import_onnx("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
 
 Steps: load the protobuf without executing anything (external data is read by
-us, every location confined to the model's folder); `onnx.checker`; normalise
-to `TARGET_OPSET` with `onnx.version_converter` (falling back to the original
-model when the converter cannot); `onnx.shape_inference`; then one pass over
-the nodes in order:
+us, every location confined to the model's folder); refuse an IR version newer
+than the installed onnx reads or a default-domain opset newer than
+`TARGET_OPSET`; `onnx.checker`; normalise to `TARGET_OPSET` with
+`onnx.version_converter` (falling back to the original model when the converter
+cannot); `onnx.shape_inference`; then one pass over the nodes in order:
 
 - values known at import time (initializers, `Constant`, `Shape` of a static
   tensor, and any node whose inputs are all known) are folded to numpy arrays,
@@ -21,29 +22,34 @@ one error listing all of them.
 
 Handlers accept every opset form of an op (attributes that became inputs,
 Softmax's pre-13 "flatten" semantics, ...), since the version converter is
-allowed to fail and leave the model at its own opset.
+allowed to fail and leave the model at its own opset. This module loads, checks
+and walks the model (`Importer`); the handlers are in onnx_elementwise.py,
+onnx_nn.py and onnx_structure.py, registered in the op table of onnx_ops.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from onnx import TensorProto, helper, numpy_helper
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, to_numpy_dtype
+from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
+from infer.frontend.onnx_ops import HANDLERS, NeedsInputValue, NodeProblem, constant_node_value, numpy_dtype_for
+
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_structure)
+"""Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
 
@@ -51,29 +57,6 @@ TARGET_OPSET = min(onnx.defs.onnx_opset_version(), 28)
 """The default-domain opset models are converted to before import (when the
 version converter can; upgrading almost always works, downgrading often does
 not, hence the newest); handlers accept older forms as well."""
-
-WEIGHT_LIMIT = 16
-"""Initializers with more elements than this become `graph.weight` (out of the text)."""
-
-
-# --------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------
-
-
-class _NodeProblem(Exception):
-    """Something about one node cannot be imported (collected per node)."""
-
-
-class NeedsInputValue(_NodeProblem):
-    """A node needs the value of a graph input at import time (a shape, axes, ...).
-
-    The ONNX reference backend catches this and imports again once the input's
-    value is known (`static_inputs=`)."""
-
-    def __init__(self, input_name: str, message: str):
-        super().__init__(message)
-        self.input_name = input_name
 
 
 class StaticInputNeeded(ModelImportError):
@@ -181,7 +164,26 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+def _check_versions(model: onnx.ModelProto, label: str) -> None:
+    """A model newer than the importer knows is refused: its ops may mean something the
+    handlers (written for opsets up to TARGET_OPSET) do not know about."""
+    if model.ir_version > onnx.IR_VERSION:
+        raise ModelImportError(
+            f"{label}: the model's IR version is {model.ir_version}, newer than this importer "
+            f"reads (up to {onnx.IR_VERSION}, onnx {onnx.__version__}); export it with an older "
+            "IR version"
+        )
+    opset = _default_opset(model)
+    if opset > TARGET_OPSET:
+        raise ModelImportError(
+            f"{label}: the model imports the default ONNX domain at opset {opset}, newer than "
+            f"this importer knows (opsets 1 to {TARGET_OPSET}); export it for opset {TARGET_OPSET} "
+            "or older"
+        )
+
+
 def _normalise(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    _check_versions(model, label)
     try:
         if model.ByteSize() < 2**31 - 1:
             onnx.checker.check_model(model)
@@ -205,66 +207,8 @@ def _convertible(model: onnx.ModelProto) -> bool:
 
 
 # --------------------------------------------------------------------------
-# dtype helpers
-# --------------------------------------------------------------------------
-
-
-def _np_dtype(elem_type: int, what: str) -> np.dtype:
-    try:
-        dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-    except Exception:
-        dt = None
-    name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
-    if dt is None or elem_type in _UNSUPPORTED_ELEM:
-        raise _NodeProblem(f"{what} has element type {name}, which the graph dialect does not support")
-    try:
-        from_numpy_dtype(dt)
-    except ValueError:
-        raise _NodeProblem(f"{what} has element type {name}, which the graph dialect does not support") from None
-    return dt
-
-
-_UNSUPPORTED_ELEM = {
-    getattr(TensorProto, n)
-    for n in (
-        "STRING", "COMPLEX64", "COMPLEX128", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-        "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2",
-    )
-    if hasattr(TensorProto, n)
-}
-
-
-def _elem_of(dtype: np.dtype):
-    return from_numpy_dtype(dtype)
-
-
-# --------------------------------------------------------------------------
 # The importer
 # --------------------------------------------------------------------------
-
-Handler = Callable[["_Importer", onnx.NodeProto], Sequence[Any]]
-
-
-@dataclass
-class _OpSpec:
-    fn: Handler
-    attrs: frozenset[str]
-    fold: bool = True
-
-
-_HANDLERS: dict[str, _OpSpec] = {}
-
-NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "If", "Loop", "Scan"}
-
-
-def _handler(*op_types: str, attrs: Sequence[str] = (), fold: bool = True):
-    def register(fn: Handler) -> Handler:
-        for t in op_types:
-            _HANDLERS[t] = _OpSpec(fn, frozenset(attrs), fold)
-        return fn
-
-    return register
-
 
 @dataclass
 class _Problem:
@@ -272,7 +216,11 @@ class _Problem:
     text: str
 
 
-class _Importer:
+class Importer:
+    """The import of one model: what is known so far about each ONNX value (`consts`: numpy
+    arrays known at import time, `ssa`: graph values), the GraphBuilder `b` handlers emit
+    through, and the problems found. `run()` walks the nodes and returns the module."""
+
     def __init__(
         self,
         model: onnx.ModelProto,
@@ -329,31 +277,22 @@ class _Importer:
             if name not in self.const_ssa:
                 self.const_ssa[name] = self.materialise(self.consts[name], name)
             return self.const_ssa[name]
-        raise _NodeProblem(f"input '{name}' is not defined")
+        raise NodeProblem(f"input '{name}' is not defined")
 
     def materialise(self, array: np.ndarray, name: str = "const") -> SSAValue:
-        array = np.asarray(array)
-        if array.size > WEIGHT_LIMIT:
-            return self.b.weight(_weight_name(name), array)
-        if array.ndim == 0:
-            # GraphBuilder.constant turns a 0-d array into shape (1,)
-            # (np.ascontiguousarray); build it 1-d and reshape back.
-            one = self.b.constant(array.reshape(1), name=_weight_name(name))
-            return self.op(g.ReshapeOp, [one], TensorType(_type(one).get_element_type(), []))
-        return self.b.constant(array, name=_weight_name(name))
-
-    def const(self, array: Any, dtype: np.dtype | type) -> SSAValue:
-        return self.materialise(np.asarray(array, dtype=dtype))
+        """A value known at import time in the IR: a constant, or a weight named after
+        `name` when larger than INLINE_CONSTANT_LIMIT elements."""
+        return self.b.constant(np.asarray(array), name=_weight_name(name))
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
             return tuple(self.consts[name].shape)
-        return tuple(_type(self.ssa[name]).get_shape())
+        return shape_of(self.ssa[name])
 
     def dtype(self, name: str) -> np.dtype:
         if name in self.consts:
             return self.consts[name].dtype
-        return to_numpy_dtype(_type(self.ssa[name]).get_element_type())
+        return numpy_dtype_of(self.ssa[name])
 
     def static(self, name: str, what: str) -> np.ndarray:
         """A value that must be known at import time (shape, axes, pads, ...)."""
@@ -364,43 +303,7 @@ class _Importer:
             return np.asarray(self.static_inputs[name])
         if name in self.graph_inputs:
             raise NeedsInputValue(name, f"{what} comes from graph input '{name}', but it must be known at import time (make it an initializer)")
-        raise _NodeProblem(f"{what} ('{name}') is computed at run time, but it must be known at import time")
-
-    # -- emitting ---------------------------------------------------------
-    def op(self, cls: type[g.GraphOp], operands: Sequence[SSAValue | None], result_type=None, **props) -> SSAValue:
-        return self.b.op(cls, operands, result_type, **props)
-
-    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if tuple(_type(x).get_shape()) == shape:
-            return x
-        return self.op(g.ReshapeOp, [x], TensorType(_type(x).get_element_type(), shape))
-
-    def cast(self, x: SSAValue, dtype: np.dtype) -> SSAValue:
-        if sdtype(x) == np.dtype(dtype):
-            return x
-        return self.op(g.CastOp, [x], TensorType(_elem_of(np.dtype(dtype)), _type(x).get_shape()))
-
-    def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if sshape(x) == shape:
-            return x
-        return self.op(g.BroadcastOp, [x], TensorType(_type(x).get_element_type(), shape))
-
-    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-        perm = [int(p) for p in perm]
-        if perm == list(range(len(perm))):
-            return x
-        return self.op(g.TransposeOp, [x], perm=g.i64_array(perm))
-
-    def scalar(self, value: float | int, like: SSAValue) -> SSAValue:
-        return self.const(value, sdtype(like))
-
-    def slice(self, x: SSAValue, starts, ends, steps) -> SSAValue:
-        return self.op(g.SliceOp, [x], starts=g.i64_array(starts), ends=g.i64_array(ends), steps=g.i64_array(steps))
-
-    def reduce(self, cls, x: SSAValue, axes: Sequence[int], keepdims: bool) -> SSAValue:
-        return self.op(cls, [x], axes=g.i64_array(list(axes)), keepdims=_bool(keepdims))
+        raise NodeProblem(f"{what} ('{name}') is computed at run time, but it must be known at import time")
 
     # -- driving ----------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -408,9 +311,9 @@ class _Importer:
         initializer_names = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
         for t in graph.initializer:
             try:
-                _np_dtype(t.data_type, f"initializer '{t.name}'")
+                numpy_dtype_for(t.data_type, f"initializer '{t.name}'")
                 self.consts[t.name] = numpy_helper.to_array(t)
-            except _NodeProblem as e:
+            except NodeProblem as e:
                 self.fail(f"initializer '{t.name}'", str(e))
                 self.poisoned.add(t.name)
             except Exception as e:
@@ -459,8 +362,8 @@ class _Importer:
             self.poisoned.add(vi.name)
             return
         try:
-            dtype = _np_dtype(t.tensor_type.elem_type, where)
-        except _NodeProblem as e:
+            dtype = numpy_dtype_for(t.tensor_type.elem_type, where)
+        except NodeProblem as e:
             self.fail(where, str(e).removeprefix(where + " "))
             self.poisoned.add(vi.name)
             return
@@ -520,7 +423,7 @@ class _Importer:
             self.fail(where, f"input(s) {', '.join(map(repr, missing))} are not defined before the node")
             self.poisoned.update(outs)
             return
-        spec = _HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        spec = HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if spec is None:
             body = self._function_body(node)
             if body is not None:
@@ -529,7 +432,7 @@ class _Importer:
                 return
         try:
             if spec is None:
-                raise _NodeProblem(
+                raise NodeProblem(
                     f"op type '{node.op_type}'"
                     + (f" of domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else "")
                     + " is not supported"
@@ -544,13 +447,13 @@ class _Importer:
                     return
             extra = sorted(a.name for a in node.attribute if a.name not in spec.attrs)
             if extra:
-                raise _NodeProblem(f"attribute(s) {', '.join(extra)} are not supported")
+                raise NodeProblem(f"attribute(s) {', '.join(extra)} are not supported")
             results = list(spec.fn(self, node))
             for i, name in enumerate(node.output):
                 if not name:
                     continue
                 if i >= len(results) or results[i] is None:
-                    raise _NodeProblem(f"output #{i} ('{name}') is not supported (only the first {len(results)})")
+                    raise NodeProblem(f"output #{i} ('{name}') is not supported (only the first {len(results)})")
                 r = results[i]
                 if isinstance(r, np.ndarray):
                     self.consts[name] = r
@@ -563,7 +466,7 @@ class _Importer:
                 raise StaticInputNeeded(e.input_name, f"{self.label}: {where}: {e}") from None
             self.fail(where, str(e))
             self.poisoned.update(outs)
-        except _NodeProblem as e:
+        except NodeProblem as e:
             self.fail(where, str(e))
             self.poisoned.update(outs)
         except VerifyException as e:
@@ -625,56 +528,20 @@ def _fmt_dims(dims: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _type(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def sshape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(_type(v).get_shape())
-
-
-def sdtype(v: SSAValue) -> np.dtype:
-    return to_numpy_dtype(_type(v).get_element_type())
-
-
-def _bool(v: Any):
-    return g.bool_attr(bool(v))
-
-
 # --------------------------------------------------------------------------
 # Constant folding
 # --------------------------------------------------------------------------
 
+NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "If", "Loop", "Scan"}
+
 _NULLARY_FOLD = {"Constant"}
 
 
-def _constant_value(node: onnx.NodeProto) -> np.ndarray:
-    for a in node.attribute:
-        if a.name == "value":
-            _np_dtype(a.t.data_type, "the constant")
-            return numpy_helper.to_array(a.t)
-        if a.name == "value_float":
-            return np.array(a.f, dtype=np.float32)
-        if a.name == "value_floats":
-            return np.array(list(a.floats), dtype=np.float32)
-        if a.name == "value_int":
-            return np.array(a.i, dtype=np.int64)
-        if a.name == "value_ints":
-            return np.array(list(a.ints), dtype=np.int64)
-        if a.name in ("value_string", "value_strings"):
-            raise _NodeProblem("string constants are not supported")
-        if a.name == "sparse_value":
-            raise _NodeProblem("sparse constants are not supported")
-    raise _NodeProblem("the constant has no value attribute")
-
-
-def _fold(imp: _Importer, node: onnx.NodeProto) -> list[np.ndarray] | None:
+def _fold(imp: Importer, node: onnx.NodeProto) -> list[np.ndarray] | None:
     """Evaluate a node on constant inputs (numpy for the common shape ops,
     onnx.reference otherwise); None when it cannot be evaluated."""
     if node.op_type == "Constant":
-        return [_constant_value(node)]
+        return [constant_node_value(node)]
     ins = [imp.consts[i] if i else None for i in node.input]
     try:
         from onnx.reference import ReferenceEvaluator
@@ -709,1037 +576,6 @@ def _fold(imp: _Importer, node: onnx.NodeProto) -> list[np.ndarray] | None:
 
 
 # --------------------------------------------------------------------------
-# Attribute helpers
-# --------------------------------------------------------------------------
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            v = helper.get_attribute_value(a)
-            if isinstance(v, bytes):
-                return v.decode()
-            if a.type == AttributeProto.INTS:
-                return [int(x) for x in v]
-            if a.type == AttributeProto.FLOATS:
-                return [float(x) for x in v]
-            return v
-    return default
-
-
-def _input(node: onnx.NodeProto, i: int) -> str:
-    return node.input[i] if i < len(node.input) and node.input[i] else ""
-
-
-def _ints_of(imp: _Importer, node: onnx.NodeProto, attr_name: str, input_index: int, what: str) -> list[int] | None:
-    """An int list given as an attribute (old opsets) or a constant input (new)."""
-    v = _attr(node, attr_name)
-    if v is not None:
-        return [int(x) for x in v]
-    name = _input(node, input_index)
-    if not name:
-        return None
-    return [int(x) for x in np.asarray(imp.static(name, what)).reshape(-1)]
-
-
-def _norm_axis(axis: int, rank: int, what: str = "axis") -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise _NodeProblem(f"{what} {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
-
-
-# --------------------------------------------------------------------------
-# Handlers: elementwise
-# --------------------------------------------------------------------------
-
-_UNARY = {
-    "Neg": g.NegOp, "Abs": g.AbsOp, "Sign": g.SignOp, "Exp": g.ExpOp, "Log": g.LogOp,
-    "Sqrt": g.SqrtOp, "Reciprocal": g.ReciprocalOp, "Tanh": g.TanhOp, "Sigmoid": g.SigmoidOp,
-    "Erf": g.ErfOp, "Sin": g.SinOp, "Cos": g.CosOp, "Floor": g.FloorOp, "Ceil": g.CeilOp,
-    "Round": g.RoundOp, "Relu": g.ReluOp, "Softplus": g.SoftplusOp, "Not": g.NotOp,
-}
-
-
-@_handler(*_UNARY, attrs=("consumed_inputs",))
-def _unary(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    cls = _UNARY[node.op_type]
-    if cls.FLOAT_ONLY and sdtype(x).kind not in "fV" and not _is_lowp(sdtype(x)):
-        raise _NodeProblem(f"{node.op_type} of {sdtype(x)} is not supported (float types only)")
-    return [imp.op(cls, [x])]
-
-
-def _is_lowp(dt: np.dtype) -> bool:
-    return dt.name == "bfloat16"
-
-
-def _is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or _is_lowp(dt)
-
-
-def _require_float(x: SSAValue, what: str) -> None:
-    if not _is_float(sdtype(x)):
-        raise _NodeProblem(f"{what} of {sdtype(x)} is not supported (float types only)")
-
-
-_BINARY = {
-    "Add": g.AddOp, "Sub": g.SubOp, "Mul": g.MulOp, "Div": g.DivOp,
-    "Equal": g.EqualOp, "Less": g.LessOp, "LessOrEqual": g.LessEqualOp,
-    "Greater": g.GreaterOp, "GreaterOrEqual": g.GreaterEqualOp,
-    "And": g.AndOp, "Or": g.OrOp, "Xor": g.XorOp,
-}
-
-
-@_handler(*_BINARY, attrs=("broadcast", "axis", "consumed_inputs"))
-def _binary(imp: _Importer, node: onnx.NodeProto):
-    a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    if _attr(node, "broadcast", 0) and _attr(node, "axis") is not None:
-        b = _legacy_broadcast(imp, a, b, int(_attr(node, "axis")))
-    return [imp.op(_BINARY[node.op_type], [a, b])]
-
-
-def _legacy_broadcast(imp: _Importer, a: SSAValue, b: SSAValue, axis: int) -> SSAValue:
-    """Opset < 7 `broadcast=1, axis=k`: b's dims line up with a's from axis k."""
-    ra, rb = len(sshape(a)), len(sshape(b))
-    axis = axis % ra if ra else 0
-    shape = (*sshape(b), *([1] * (ra - axis - rb)))
-    return imp.reshape(b, shape)
-
-
-@_handler("Pow")
-def _pow(imp: _Importer, node: onnx.NodeProto):
-    a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    b = imp.cast(b, sdtype(a))
-    return [imp.op(g.PowOp, [a, b])]
-
-
-@_handler("Mod", attrs=("fmod",))
-def _mod(imp: _Importer, node: onnx.NodeProto):
-    a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    if not _attr(node, "fmod", 0):
-        return [imp.op(g.ModOp, [a, b])]
-    # fmod: remainder with the sign of the dividend, a - trunc(a / b) * b
-    q = imp.op(g.DivOp, [a, b])
-    if _is_float(sdtype(a)):
-        q = imp.op(g.MulOp, [imp.op(g.SignOp, [q]), imp.op(g.FloorOp, [imp.op(g.AbsOp, [q])])])
-    return [imp.op(g.SubOp, [a, imp.op(g.MulOp, [q, b])])]
-
-
-@_handler("Max", "Min", "Sum", "Mean", attrs=("consumed_inputs",))
-def _variadic(imp: _Importer, node: onnx.NodeProto):
-    cls = {"Max": g.MaximumOp, "Min": g.MinimumOp, "Sum": g.AddOp, "Mean": g.AddOp}[node.op_type]
-    vals = [imp.value(i) for i in node.input if i]
-    acc = vals[0]
-    for v in vals[1:]:
-        acc = imp.op(cls, [acc, v])
-    if node.op_type == "Mean" and len(vals) > 1:
-        acc = imp.op(g.DivOp, [acc, imp.scalar(len(vals), acc)])
-    return [acc]
-
-
-@_handler("Where")
-def _where(imp: _Importer, node: onnx.NodeProto):
-    c, a, b = (imp.value(i) for i in node.input[:3])
-    return [imp.op(g.WhereOp, [c, a, b])]
-
-
-@_handler("Cast", attrs=("to", "saturate", "round_mode"))
-def _cast(imp: _Importer, node: onnx.NodeProto):
-    to = _attr(node, "to")
-    if isinstance(to, str):
-        to = getattr(TensorProto, to.upper())
-    dt = _np_dtype(int(to), "the cast target")
-    x = imp.value(node.input[0])
-    return [imp.cast(x, dt)]
-
-
-@_handler("CastLike", attrs=("saturate", "round_mode"))
-def _cast_like(imp: _Importer, node: onnx.NodeProto):
-    return [imp.cast(imp.value(node.input[0]), imp.dtype(node.input[1]))]
-
-
-@_handler("Identity")
-def _identity(imp: _Importer, node: onnx.NodeProto):
-    return [imp.value(node.input[0])]
-
-
-@_handler("Dropout", attrs=("ratio", "seed", "is_test"))
-def _dropout(imp: _Importer, node: onnx.NodeProto):
-    training = _input(node, 2)
-    if training and bool(np.asarray(imp.static(training, "training_mode")).reshape(-1)[0]):
-        raise _NodeProblem("training_mode = true (random dropout) is not supported")
-    x = imp.value(node.input[0])
-    mask = np.ones(sshape(x), dtype=np.bool_)
-    return [x, mask]
-
-
-# -- activations -------------------------------------------------------------
-
-
-@_handler("LeakyRelu", attrs=("alpha",))
-def _leaky_relu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "LeakyRelu")
-    return [imp.op(g.LeakyReluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.01)))]
-
-
-@_handler("Elu", attrs=("alpha", "consumed_inputs"))
-def _elu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Elu")
-    return [imp.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.0)))]
-
-
-@_handler("Selu", attrs=("alpha", "gamma", "consumed_inputs"))
-def _selu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Selu")
-    e = imp.op(g.EluOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 1.67326319217681884765625)))
-    return [imp.op(g.MulOp, [e, imp.scalar(_attr(node, "gamma", 1.05070102214813232421875), x)])]
-
-
-@_handler("Celu", attrs=("alpha",))
-def _celu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Celu")
-    alpha = _attr(node, "alpha", 1.0)
-    a = imp.scalar(alpha, x)
-    e = imp.op(g.EluOp, [imp.op(g.DivOp, [x, a])], alpha=g.f64_attr(1.0))
-    return [imp.op(g.MulOp, [e, a])]
-
-
-@_handler("HardSigmoid", attrs=("alpha", "beta", "consumed_inputs"))
-def _hard_sigmoid(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "HardSigmoid")
-    return [imp.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(_attr(node, "alpha", 0.2)), beta=g.f64_attr(_attr(node, "beta", 0.5)))]
-
-
-@_handler("HardSwish")
-def _hard_swish(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "HardSwish")
-    hs = imp.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(1 / 6), beta=g.f64_attr(0.5))
-    return [imp.op(g.MulOp, [x, hs])]
-
-
-@_handler("Swish", attrs=("alpha",))
-def _swish(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Swish")
-    alpha = float(_attr(node, "alpha", 1.0))
-    if alpha == 1.0:
-        return [imp.op(g.SiluOp, [x])]
-    s = imp.op(g.SigmoidOp, [imp.op(g.MulOp, [x, imp.scalar(alpha, x)])])
-    return [imp.op(g.MulOp, [x, s])]
-
-
-@_handler("Mish")
-def _mish(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Mish")
-    return [imp.op(g.MulOp, [x, imp.op(g.TanhOp, [imp.op(g.SoftplusOp, [x])])])]
-
-
-@_handler("Softsign")
-def _softsign(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Softsign")
-    d = imp.op(g.AddOp, [imp.op(g.AbsOp, [x]), imp.scalar(1, x)])
-    return [imp.op(g.DivOp, [x, d])]
-
-
-@_handler("ThresholdedRelu", attrs=("alpha",))
-def _thresholded_relu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    cond = imp.op(g.GreaterOp, [x, imp.scalar(_attr(node, "alpha", 1.0), x)])
-    return [imp.op(g.WhereOp, [cond, x, imp.scalar(0, x)])]
-
-
-@_handler("Shrink", attrs=("bias", "lambd"))
-def _shrink(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    bias, lambd = _attr(node, "bias", 0.0), _attr(node, "lambd", 0.5)
-    zero = imp.scalar(0, x)
-    lo = imp.op(g.WhereOp, [imp.op(g.LessOp, [x, imp.scalar(-lambd, x)]), imp.op(g.AddOp, [x, imp.scalar(bias, x)]), zero])
-    return [imp.op(g.WhereOp, [imp.op(g.GreaterOp, [x, imp.scalar(lambd, x)]), imp.op(g.SubOp, [x, imp.scalar(bias, x)]), lo])]
-
-
-@_handler("PRelu", attrs=("consumed_inputs",))
-def _prelu(imp: _Importer, node: onnx.NodeProto):
-    x, slope = imp.value(node.input[0]), imp.value(node.input[1])
-    neg = imp.op(g.LessOp, [x, imp.scalar(0, x)])
-    return [imp.op(g.WhereOp, [neg, imp.op(g.MulOp, [x, slope]), x])]
-
-
-@_handler("Gelu", attrs=("approximate",))
-def _gelu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    _require_float(x, "Gelu")
-    approx = _attr(node, "approximate", "none")
-    return [imp.op(g.GeluOp, [x], approximate=g.StringAttr(approx))]
-
-
-@_handler("Clip", attrs=("min", "max", "consumed_inputs"))
-def _clip(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    lo = _attr(node, "min")
-    hi = _attr(node, "max")
-    out = x
-    for idx, bound, cls in ((1, lo, g.MaximumOp), (2, hi, g.MinimumOp)):
-        name = _input(node, idx)
-        if name and not imp.is_const(name):
-            out = imp.op(cls, [out, imp.cast(imp.value(name), sdtype(x))])
-            continue
-        if name:
-            bound = np.asarray(imp.consts[name]).reshape(-1)[0].item()
-        if bound is not None:
-            out = imp.op(cls, [out, imp.scalar(bound, x)])
-    return [out]
-
-
-@_handler("IsNaN")
-def _isnan(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    return [imp.op(g.NotOp, [imp.op(g.EqualOp, [x, x])])]
-
-
-@_handler("IsInf", attrs=("detect_positive", "detect_negative"))
-def _isinf(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    pos = imp.op(g.EqualOp, [x, imp.scalar(np.inf, x)])
-    neg = imp.op(g.EqualOp, [x, imp.scalar(-np.inf, x)])
-    dp, dn = _attr(node, "detect_positive", 1), _attr(node, "detect_negative", 1)
-    if dp and dn:
-        return [imp.op(g.OrOp, [pos, neg])]
-    if dp:
-        return [pos]
-    if dn:
-        return [neg]
-    return [np.zeros(sshape(x), dtype=np.bool_)]
-
-
-def _trig(expr: Callable[[_Importer, SSAValue], SSAValue]):
-    def fn(imp: _Importer, node: onnx.NodeProto):
-        x = imp.value(node.input[0])
-        _require_float(x, node.op_type)
-        return [expr(imp, x)]
-
-    return fn
-
-
-def _half(imp: _Importer, x: SSAValue) -> SSAValue:
-    return imp.op(g.MulOp, [x, imp.scalar(0.5, x)])
-
-
-_handler("Tan")(_trig(lambda imp, x: imp.op(g.DivOp, [imp.op(g.SinOp, [x]), imp.op(g.CosOp, [x])])))
-_handler("Sinh")(_trig(lambda imp, x: _half(imp, imp.op(g.SubOp, [imp.op(g.ExpOp, [x]), imp.op(g.ExpOp, [imp.op(g.NegOp, [x])])]))))
-_handler("Cosh")(_trig(lambda imp, x: _half(imp, imp.op(g.AddOp, [imp.op(g.ExpOp, [x]), imp.op(g.ExpOp, [imp.op(g.NegOp, [x])])]))))
-_handler("Asinh")(_trig(lambda imp, x: imp.op(g.LogOp, [imp.op(g.AddOp, [x, imp.op(g.SqrtOp, [imp.op(g.AddOp, [imp.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Acosh")(_trig(lambda imp, x: imp.op(g.LogOp, [imp.op(g.AddOp, [x, imp.op(g.SqrtOp, [imp.op(g.SubOp, [imp.op(g.MulOp, [x, x]), imp.scalar(1, x)])])])])))
-_handler("Atanh")(_trig(lambda imp, x: _half(imp, imp.op(g.LogOp, [imp.op(g.DivOp, [imp.op(g.AddOp, [imp.scalar(1, x), x]), imp.op(g.SubOp, [imp.scalar(1, x), x])])]))))
-
-
-# --------------------------------------------------------------------------
-# Handlers: linear algebra, conv, pooling, normalization
-# --------------------------------------------------------------------------
-
-
-@_handler("MatMul")
-def _matmul(imp: _Importer, node: onnx.NodeProto):
-    a, b = imp.value(node.input[0]), imp.value(node.input[1])
-    return [imp.op(g.MatmulOp, [a, b])]
-
-
-@_handler("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))
-def _gemm(imp: _Importer, node: onnx.NodeProto):
-    alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
-    ta, tb = bool(_attr(node, "transA", 0)), bool(_attr(node, "transB", 0))
-    a_name, b_name, c_name = node.input[0], node.input[1], _input(node, 2)
-    a = imp.value(a_name)
-    n = imp.shape(b_name)[0 if tb else 1]
-    c_shape = imp.shape(c_name) if c_name else None
-    # y = x @ W^T + b: the linear form with a constant weight.
-    if not ta and alpha == 1.0 and imp.is_const(b_name) and (c_shape is None or (beta == 1.0 and c_shape in ((n,), (1, n)))):
-        w = imp.consts[b_name] if tb else np.ascontiguousarray(imp.consts[b_name].T)
-        wv = imp.value(b_name) if tb else imp.materialise(w, b_name + "_t")
-        bias = None
-        if c_name:
-            bias = imp.reshape(imp.value(c_name), (n,))
-        return [imp.op(g.LinearOp, [a, wv, bias])]
-    y = imp.op(g.MatmulOp, [a, imp.value(b_name)], transpose_a=_bool(ta), transpose_b=_bool(tb))
-    if alpha != 1.0:
-        y = imp.op(g.MulOp, [y, imp.scalar(alpha, y)])
-    if c_name:
-        c = imp.value(c_name)
-        if beta != 1.0:
-            c = imp.op(g.MulOp, [c, imp.scalar(beta, c)])
-        y = imp.op(g.AddOp, [y, c])
-    return [y]
-
-
-def _window(imp: _Importer, node: onnx.NodeProto, in_spatial: Sequence[int], kernel: Sequence[int]):
-    """strides, dilations, pads (begin..., end...) with auto_pad made explicit."""
-    r = len(in_spatial)
-    strides = _attr(node, "strides") or [1] * r
-    dilations = _attr(node, "dilations") or [1] * r
-    pads = _attr(node, "pads") or [0] * (2 * r)
-    auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
-    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r:
-        raise _NodeProblem(f"strides/dilations/pads do not match the {r} spatial dims")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * r)
-        for i in range(r):
-            out = -(-in_spatial[i] // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i])
-            small, big = total // 2, total - total // 2
-            pads[i], pads[i + r] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    elif auto_pad == "VALID":
-        pads = [0] * (2 * r)
-    elif auto_pad != "NOTSET":
-        raise _NodeProblem(f"auto_pad = {auto_pad} is not supported")
-    return list(strides), list(dilations), list(pads)
-
-
-def _as_2d(r: int, strides, dilations, pads, kernel):
-    """Spatial params for 1-D (made 2-D with H = 1) or 2-D windows."""
-    if r == 1:
-        return [1, strides[0]], [1, dilations[0]], [0, pads[0], 0, pads[1]], [1, kernel[0]]
-    return strides, dilations, pads, list(kernel)
-
-
-_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-
-
-@_handler("Conv", attrs=_CONV_ATTRS)
-def _conv(imp: _Importer, node: onnx.NodeProto):
-    x, w = imp.value(node.input[0]), imp.value(node.input[1])
-    bias = imp.value(node.input[2]) if _input(node, 2) else None
-    xs, ws = sshape(x), sshape(w)
-    r = len(xs) - 2
-    if r not in (1, 2):
-        raise _NodeProblem(f"{r}-D convolution is not supported (1-D and 2-D only)")
-    kernel = _attr(node, "kernel_shape") or list(ws[2:])
-    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
-    strides, dilations, pads, _ = _as_2d(r, strides, dilations, pads, kernel)
-    if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
-        w = imp.reshape(w, (ws[0], ws[1], 1, ws[2]))
-    y = imp.op(
-        g.Conv2dOp, [x, w, bias],
-        stride=g.i64_array(strides), padding=g.i64_array(pads), dilation=g.i64_array(dilations),
-        groups=g.i64_attr(int(_attr(node, "group", 1))),
-    )
-    if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
-    return [y]
-
-
-@_handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
-def _pool(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    r = len(xs) - 2
-    if r not in (1, 2):
-        raise _NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
-    if _attr(node, "storage_order", 0):
-        raise _NodeProblem("storage_order = 1 is not supported")
-    if len(node.output) > 1 and node.output[1]:
-        raise _NodeProblem("the Indices output is not supported")
-    kernel = _attr(node, "kernel_shape")
-    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
-    strides, dilations, pads, kernel = _as_2d(r, strides, dilations, pads, kernel)
-    if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
-    props = dict(
-        kernel=g.i64_array(kernel), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=_bool(_attr(node, "ceil_mode", 0)),
-    )
-    if node.op_type == "MaxPool":
-        y = imp.op(g.MaxPool2dOp, [x], dilation=g.i64_array(dilations), **props)
-    else:
-        if dilations != [1, 1]:
-            raise _NodeProblem("dilations are not supported for AveragePool")
-        y = imp.op(g.AvgPool2dOp, [x], count_include_pad=_bool(_attr(node, "count_include_pad", 0)), **props)
-    if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
-    return [y]
-
-
-@_handler("GlobalAveragePool", "GlobalMaxPool")
-def _global_pool(imp: _Importer, node: onnx.NodeProto):
-    cls = g.GlobalAvgPoolOp if node.op_type == "GlobalAveragePool" else g.GlobalMaxPoolOp
-    return [imp.op(cls, [imp.value(node.input[0])])]
-
-
-@_handler("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"))
-def _batch_norm(imp: _Importer, node: onnx.NodeProto):
-    if _attr(node, "training_mode", 0):
-        raise _NodeProblem("training_mode = 1 is not supported (inference only)")
-    if _attr(node, "spatial", 1) != 1:
-        raise _NodeProblem("spatial = 0 is not supported")
-    x = imp.value(node.input[0])
-    params = [imp.cast(imp.value(n), sdtype(x)) for n in node.input[1:5]]
-    y = imp.op(g.BatchNormOp, [x, *params], epsilon=g.f64_attr(_attr(node, "epsilon", 1e-5)))
-    return [y]
-
-
-@_handler("InstanceNormalization", attrs=("epsilon",))
-def _instance_norm(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    rank = len(sshape(x))
-    axes = list(range(2, rank))
-    y = _normalize(imp, x, axes, float(_attr(node, "epsilon", 1e-5)))
-    c = sshape(x)[1]
-    pshape = (c, *([1] * (rank - 2)))
-    scale = imp.reshape(imp.value(node.input[1]), pshape)
-    bias = imp.reshape(imp.value(node.input[2]), pshape)
-    return [imp.op(g.AddOp, [imp.op(g.MulOp, [y, scale]), bias])]
-
-
-def _normalize(imp: _Importer, x: SSAValue, axes: Sequence[int], eps: float, outputs: bool = False):
-    mean = imp.reduce(g.ReduceMeanOp, x, axes, True)
-    d = imp.op(g.SubOp, [x, mean])
-    var = imp.reduce(g.ReduceMeanOp, imp.op(g.MulOp, [d, d]), axes, True)
-    inv = imp.op(g.RsqrtOp, [imp.op(g.AddOp, [var, imp.scalar(eps, var)])])
-    y = imp.op(g.MulOp, [d, inv])
-    if outputs:
-        return y, mean, inv
-    return y
-
-
-@_handler("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
-def _layer_norm(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    scale = imp.value(node.input[1])
-    bias = imp.value(node.input[2]) if _input(node, 2) else None
-    rank = len(sshape(x))
-    axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
-    eps = float(_attr(node, "epsilon", 1e-5))
-    wants_stats = any(o for o in node.output[1:])
-    if not wants_stats:
-        return [imp.op(g.LayerNormOp, [x, scale, bias], axis=g.i64_attr(axis), epsilon=g.f64_attr(eps))]
-    stash = _attr(node, "stash_type", 1)
-    xc = imp.cast(x, np.dtype(np.float32)) if stash == 1 and _is_float(sdtype(x)) else x
-    y, mean, inv = _normalize(imp, xc, list(range(axis, rank)), eps, outputs=True)
-    y = imp.cast(y, sdtype(x))
-    y = imp.op(g.MulOp, [y, scale])
-    if bias is not None:
-        y = imp.op(g.AddOp, [y, bias])
-    return [y, mean, inv]
-
-
-@_handler("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
-def _rms_norm(imp: _Importer, node: onnx.NodeProto):
-    x, scale = imp.value(node.input[0]), imp.value(node.input[1])
-    axis = _norm_axis(int(_attr(node, "axis", -1)), len(sshape(x)))
-    return [imp.op(g.RmsNormOp, [x, scale], axis=g.i64_attr(axis), epsilon=g.f64_attr(float(_attr(node, "epsilon", 1e-5))))]
-
-
-@_handler("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
-def _group_norm(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    n, c = xs[0], xs[1]
-    groups = int(_attr(node, "num_groups"))
-    eps = float(_attr(node, "epsilon", 1e-5))
-    if c % groups:
-        raise _NodeProblem(f"channels ({c}) are not divisible by num_groups ({groups})")
-    xg = imp.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
-    y = imp.reshape(_normalize(imp, xg, [2], eps), xs)
-    scale, bias = imp.value(node.input[1]), imp.value(node.input[2])
-    rest = [1] * (len(xs) - 2)
-    if sshape(scale)[0] == groups and groups != c:
-        # opset 18: one scale/bias per group
-        scale = imp.reshape(imp.broadcast(imp.reshape(scale, (groups, 1)), (groups, c // groups)), (c,))
-        bias = imp.reshape(imp.broadcast(imp.reshape(bias, (groups, 1)), (groups, c // groups)), (c,))
-    scale, bias = imp.reshape(scale, (c, *rest)), imp.reshape(bias, (c, *rest))
-    return [imp.op(g.AddOp, [imp.op(g.MulOp, [y, scale]), bias])]
-
-
-@_handler("LpNormalization", attrs=("axis", "p"))
-def _lp_norm(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    axis = _norm_axis(int(_attr(node, "axis", -1)), len(sshape(x)))
-    p = int(_attr(node, "p", 2))
-    if p == 1:
-        norm = imp.reduce(g.ReduceSumOp, imp.op(g.AbsOp, [x]), [axis], True)
-    elif p == 2:
-        norm = imp.op(g.SqrtOp, [imp.reduce(g.ReduceSumOp, imp.op(g.MulOp, [x, x]), [axis], True)])
-    else:
-        raise _NodeProblem(f"p = {p} is not supported (1 or 2)")
-    zero = imp.scalar(0, x)
-    is_zero = imp.op(g.EqualOp, [norm, zero])
-    safe = imp.op(g.WhereOp, [is_zero, imp.scalar(1, x), norm])
-    return [imp.op(g.WhereOp, [is_zero, zero, imp.op(g.DivOp, [x, safe])])]
-
-
-@_handler("MeanVarianceNormalization", attrs=("axes",))
-def _mvn(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    axes = _attr(node, "axes", [0, 2, 3])
-    rank = len(sshape(x))
-    axes = sorted(_norm_axis(a, rank) for a in axes)
-    mean = imp.reduce(g.ReduceMeanOp, x, axes, True)
-    d = imp.op(g.SubOp, [x, mean])
-    var = imp.reduce(g.ReduceMeanOp, imp.op(g.MulOp, [d, d]), axes, True)
-    std = imp.op(g.SqrtOp, [var])
-    return [imp.op(g.DivOp, [d, imp.op(g.AddOp, [std, imp.scalar(1e-9, std)])])]
-
-
-@_handler("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
-def _softmax(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    rank = len(xs)
-    opset = imp.opset
-    if opset < 13:
-        axis = _norm_axis(int(_attr(node, "axis", 1)), rank)
-        flat = (math.prod(xs[:axis]), math.prod(xs[axis:]))
-        y = _softmax_like(imp, node.op_type, imp.reshape(x, flat), 1)
-        return [imp.reshape(y, xs)]
-    axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
-    return [_softmax_like(imp, node.op_type, x, axis)]
-
-
-def _softmax_like(imp: _Importer, op_type: str, x: SSAValue, axis: int) -> SSAValue:
-    if op_type == "Softmax":
-        return imp.op(g.SoftmaxOp, [x], axis=g.i64_attr(axis))
-    if op_type == "LogSoftmax":
-        return imp.op(g.LogSoftmaxOp, [x], axis=g.i64_attr(axis))
-    xs = sshape(x)
-    am = imp.op(g.ArgmaxOp, [x], axes=g.i64_array([axis]), keepdims=_bool(True))
-    iota = np.arange(xs[axis], dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(len(xs))])
-    eq = imp.op(g.EqualOp, [am, imp.materialise(iota, "iota")])
-    return imp.cast(imp.broadcast(eq, xs), sdtype(x))
-
-
-# --------------------------------------------------------------------------
-# Handlers: shapes and data movement
-# --------------------------------------------------------------------------
-
-
-@_handler("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings", "sparse_value"))
-def _constant(imp: _Importer, node: onnx.NodeProto):
-    return [_constant_value(node)]
-
-
-@_handler("Shape", attrs=("start", "end"))
-def _shape(imp: _Importer, node: onnx.NodeProto):
-    s = imp.shape(node.input[0])
-    start, end = _attr(node, "start", 0), _attr(node, "end")
-    return [np.array(s[start:end] if end is not None else s[start:], dtype=np.int64)]
-
-
-@_handler("Size")
-def _size(imp: _Importer, node: onnx.NodeProto):
-    return [np.array(math.prod(imp.shape(node.input[0])), dtype=np.int64)]
-
-
-@_handler("ConstantOfShape", attrs=("value",))
-def _constant_of_shape(imp: _Importer, node: onnx.NodeProto):
-    shape = [int(d) for d in imp.static(node.input[0], "the shape").reshape(-1)]
-    v = _attr(node, "value")
-    value = numpy_helper.to_array(v).reshape(-1) if v is not None else np.zeros(1, np.float32)
-    return [np.full(shape, value[0], dtype=value.dtype)]
-
-
-@_handler("EyeLike", attrs=("dtype", "k"))
-def _eye_like(imp: _Importer, node: onnx.NodeProto):
-    shape = imp.shape(node.input[0])
-    dt = _attr(node, "dtype")
-    dtype = _np_dtype(int(dt), "the result") if dt is not None else imp.dtype(node.input[0])
-    return [np.eye(shape[0], shape[1], k=int(_attr(node, "k", 0)), dtype=dtype)]
-
-
-@_handler("Range")
-def _range(imp: _Importer, node: onnx.NodeProto):
-    start, limit, delta = (imp.static(n, w).reshape(()) for n, w in zip(node.input, ("start", "limit", "delta")))
-    return [np.arange(start, limit, delta, dtype=start.dtype)]
-
-
-@_handler("Reshape", attrs=("allowzero", "shape", "consumed_inputs"))
-def _reshape(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    target = _ints_of(imp, node, "shape", 1, "the target shape")
-    xs = sshape(x)
-    allowzero = _attr(node, "allowzero", 0)
-    shape = [xs[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
-    if shape.count(-1) > 1:
-        raise _NodeProblem(f"the target shape {target} has more than one -1")
-    if -1 in shape:
-        known = math.prod(d for d in shape if d != -1)
-        total = math.prod(xs)
-        if known == 0 or total % known:
-            raise _NodeProblem(f"cannot reshape {list(xs)} to {target}")
-        shape[shape.index(-1)] = total // known
-    if math.prod(shape) != math.prod(xs):
-        raise _NodeProblem(f"cannot reshape {list(xs)} ({math.prod(xs)} elements) to {target}")
-    return [imp.reshape(x, shape)]
-
-
-@_handler("Flatten", attrs=("axis",))
-def _flatten(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    axis = int(_attr(node, "axis", 1))
-    axis = axis + len(xs) if axis < 0 else axis
-    return [imp.reshape(x, (math.prod(xs[:axis]), math.prod(xs[axis:])))]
-
-
-@_handler("Squeeze", attrs=("axes",))
-def _squeeze(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    axes = _ints_of(imp, node, "axes", 1, "the axes")
-    if axes is None:
-        axes = [i for i, d in enumerate(xs) if d == 1]
-    axes = {_norm_axis(a, len(xs)) for a in axes}
-    for a in axes:
-        if xs[a] != 1:
-            raise _NodeProblem(f"cannot squeeze dimension {a} of size {xs[a]}")
-    return [imp.reshape(x, [d for i, d in enumerate(xs) if i not in axes])]
-
-
-@_handler("Unsqueeze", attrs=("axes",))
-def _unsqueeze(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = list(sshape(x))
-    axes = _ints_of(imp, node, "axes", 1, "the axes") or []
-    rank = len(xs) + len(axes)
-    axes = sorted(_norm_axis(a, rank) for a in axes)
-    for a in axes:
-        xs.insert(a, 1)
-    return [imp.reshape(x, xs)]
-
-
-@_handler("Transpose", attrs=("perm",))
-def _transpose(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    perm = _attr(node, "perm") or list(reversed(range(len(sshape(x)))))
-    return [imp.transpose(x, perm)]
-
-
-@_handler("Concat", attrs=("axis",))
-def _concat(imp: _Importer, node: onnx.NodeProto):
-    vals = [imp.value(i) for i in node.input if i]
-    rank = len(sshape(vals[0]))
-    axis = _norm_axis(int(_attr(node, "axis", 1)), rank)
-    vals = [v for v in vals if sshape(v)[axis] != 0] or vals[:1]
-    if len(vals) == 1:
-        return [vals[0]]
-    return [imp.op(g.ConcatOp, vals, axis=g.i64_attr(axis))]
-
-
-@_handler("Split", attrs=("axis", "split", "num_outputs"))
-def _split(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    axis = _norm_axis(int(_attr(node, "axis", 0)), len(xs))
-    sizes = _ints_of(imp, node, "split", 1, "the split sizes")
-    n = len(node.output)
-    if sizes is None:
-        num = int(_attr(node, "num_outputs", n))
-        chunk = -(-xs[axis] // num)
-        sizes = [min(chunk, xs[axis] - i * chunk) for i in range(num)]
-    if sum(sizes) != xs[axis]:
-        raise _NodeProblem(f"split sizes {sizes} do not add up to dimension {axis} ({xs[axis]})")
-    outs, start = [], 0
-    for s in sizes:
-        starts = [0] * len(xs)
-        ends = list(xs)
-        starts[axis], ends[axis] = start, start + s
-        outs.append(imp.slice(x, starts, ends, [1] * len(xs)))
-        start += s
-    return outs
-
-
-@_handler("Slice", attrs=("starts", "ends", "axes"))
-def _slice(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    rank = len(xs)
-    if imp.opset < 10 or _attr(node, "starts") is not None:
-        starts, ends, axes, steps = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None
-    else:
-        starts = _ints_of(imp, node, "-", 1, "the starts")
-        ends = _ints_of(imp, node, "-", 2, "the ends")
-        axes = _ints_of(imp, node, "-", 3, "the axes")
-        steps = _ints_of(imp, node, "-", 4, "the steps")
-    axes = axes if axes is not None else list(range(len(starts)))
-    steps = steps if steps is not None else [1] * len(starts)
-    s_all, e_all, st_all = [0] * rank, list(xs), [1] * rank
-    for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
-        a = _norm_axis(a, rank)
-        d = xs[a]
-        if st == 0:
-            raise _NodeProblem("a slice step is 0")
-        s = s + d if s < 0 else s
-        e = e + d if e < 0 else e
-        if d == 0:
-            s, e, st = 0, 0, 1
-        elif st > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
-            e = max(e, s)
-        else:
-            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
-            e = min(e, s)
-        s_all[a], e_all[a], st_all[a] = s, e, st
-    if s_all == [0] * rank and e_all == list(xs) and st_all == [1] * rank:
-        return [x]
-    return [imp.slice(x, s_all, e_all, st_all)]
-
-
-@_handler("Expand")
-def _expand(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    shape = [int(d) for d in imp.static(node.input[1], "the target shape").reshape(-1)]
-    out = np.broadcast_shapes(sshape(x), tuple(shape))
-    return [imp.broadcast(x, out)]
-
-
-@_handler("Tile")
-def _tile(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    reps = [int(r) for r in imp.static(node.input[1], "the repeats").reshape(-1)]
-    inter = [v for d in xs for v in (1, d)]
-    big = [v for d, r in zip(xs, reps) for v in (r, d)]
-    y = imp.broadcast(imp.reshape(x, inter), big)
-    return [imp.reshape(y, [d * r for d, r in zip(xs, reps)])]
-
-
-@_handler("Gather", attrs=("axis",))
-def _gather(imp: _Importer, node: onnx.NodeProto):
-    x, idx = imp.value(node.input[0]), imp.value(node.input[1])
-    axis = _norm_axis(int(_attr(node, "axis", 0)), len(sshape(x)))
-    return [imp.op(g.GatherOp, [x, idx], axis=g.i64_attr(axis))]
-
-
-@_handler("Pad", attrs=("mode", "pads", "value", "paddings"))
-def _pad(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    rank = len(xs)
-    mode = _attr(node, "mode", "constant")
-    pads = _attr(node, "pads") or _attr(node, "paddings")
-    value = _attr(node, "value", 0.0)
-    if pads is None:
-        pads = [int(p) for p in imp.static(node.input[1], "the pads").reshape(-1)]
-        cv = _input(node, 2)
-        if cv:
-            value = np.asarray(imp.static(cv, "the constant value")).reshape(-1)[0].item()
-        axes_name = _input(node, 3)
-        if axes_name:
-            axes = [_norm_axis(int(a), rank) for a in imp.static(axes_name, "the axes").reshape(-1)]
-            full = [0] * (2 * rank)
-            for k, a in enumerate(axes):
-                full[a], full[a + rank] = pads[k], pads[k + len(axes)]
-            pads = full
-    if len(pads) != 2 * rank:
-        raise _NodeProblem(f"pads {pads} need {2 * rank} entries")
-    if mode != "constant":
-        return [_pad_mode(imp, x, pads, mode)]
-    # negative pads crop
-    if any(p < 0 for p in pads):
-        starts = [max(0, -pads[i]) for i in range(rank)]
-        ends = [xs[i] - max(0, -pads[i + rank]) for i in range(rank)]
-        x = imp.slice(x, starts, ends, [1] * rank)
-        pads = [max(0, p) for p in pads]
-    if not any(pads):
-        return [x]
-    return [imp.op(g.PadOp, [x], pads=g.i64_array(pads), value=g.f64_attr(float(value)))]
-
-
-def _pad_mode(imp: _Importer, x: SSAValue, pads: Sequence[int], mode: str) -> SSAValue:
-    """edge / reflect / wrap padding, one axis at a time, with slices and concat."""
-    rank = len(sshape(x))
-    if any(p < 0 for p in pads):
-        raise _NodeProblem(f"negative pads are not supported in mode '{mode}'")
-    if mode not in ("edge", "reflect", "wrap"):
-        raise _NodeProblem(f"mode '{mode}' is not supported")
-    for a in range(rank):
-        before, after = pads[a], pads[a + rank]
-        if not before and not after:
-            continue
-        xs = sshape(x)
-        d = xs[a]
-
-        def piece(indices: list[int]) -> SSAValue | None:
-            if not indices:
-                return None
-            idx = imp.materialise(np.array(indices, dtype=np.int64), "pad_idx")
-            return imp.op(g.GatherOp, [x, idx], axis=g.i64_attr(a))
-
-        if mode == "edge":
-            lo, hi = [0] * before, [d - 1] * after
-        elif mode == "reflect":
-            if d < 2 or before >= d or after >= d:
-                raise _NodeProblem(f"reflect padding of {before}/{after} needs a dimension larger than {d}")
-            lo = [before - i for i in range(before)]
-            hi = [d - 2 - i for i in range(after)]
-        else:
-            lo = [(i - before) % d for i in range(before)]
-            hi = [i % d for i in range(after)]
-        parts = [p for p in (piece(lo), x, piece(hi)) if p is not None]
-        x = imp.op(g.ConcatOp, parts, axis=g.i64_attr(a))
-    return x
-
-
-@_handler("DepthToSpace", attrs=("blocksize", "mode"))
-def _depth_to_space(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    n, c, h, w = sshape(x)
-    b = int(_attr(node, "blocksize"))
-    if _attr(node, "mode", "DCR") == "DCR":
-        y = imp.transpose(imp.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
-    else:
-        y = imp.transpose(imp.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
-    return [imp.reshape(y, (n, c // (b * b), h * b, w * b))]
-
-
-@_handler("SpaceToDepth", attrs=("blocksize",))
-def _space_to_depth(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    n, c, h, w = sshape(x)
-    b = int(_attr(node, "blocksize"))
-    y = imp.transpose(imp.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
-    return [imp.reshape(y, (n, c * b * b, h // b, w // b))]
-
-
-@_handler("Trilu", attrs=("upper",))
-def _trilu(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    k = int(np.asarray(imp.static(node.input[1], "k")).reshape(-1)[0]) if _input(node, 1) else 0
-    rows, cols = xs[-2], xs[-1]
-    fn = np.triu if _attr(node, "upper", 1) else np.tril
-    mask = fn(np.ones((rows, cols), dtype=np.bool_), k)
-    return [imp.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.scalar(0, x)])]
-
-
-@_handler("CumSum", attrs=("exclusive", "reverse"))
-def _cumsum(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    rank = len(xs)
-    axis = _norm_axis(int(np.asarray(imp.static(node.input[1], "the axis")).reshape(-1)[0]), rank)
-    n = xs[axis]
-    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")  # out[j] = sum_i x[i] * m[i, j]
-    excl, rev = _attr(node, "exclusive", 0), _attr(node, "reverse", 0)
-    if rev:
-        m = (i > j) if excl else (i >= j)
-    else:
-        m = (i < j) if excl else (i <= j)
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    inv = list(np.argsort(perm))
-    xt = imp.transpose(x, perm)
-    y = imp.op(g.MatmulOp, [xt, imp.materialise(m.astype(sdtype(x)), "cumsum_mask")])
-    return [imp.transpose(y, inv)]
-
-
-@_handler("OneHot", attrs=("axis",))
-def _one_hot(imp: _Importer, node: onnx.NodeProto):
-    idx = imp.value(node.input[0])
-    depth = int(np.asarray(imp.static(node.input[1], "the depth")).reshape(-1)[0])
-    values = imp.static(node.input[2], "the values").reshape(-1)
-    rank = len(sshape(idx)) + 1
-    axis = _norm_axis(int(_attr(node, "axis", -1)), rank)
-    if not _is_float(sdtype(idx)):
-        idx = imp.cast(idx, np.dtype(np.int64))
-    else:
-        idx = imp.cast(idx, np.dtype(np.int64))
-    neg = imp.op(g.LessOp, [idx, imp.scalar(0, idx)])
-    idx = imp.op(g.WhereOp, [neg, imp.op(g.AddOp, [idx, imp.scalar(depth, idx)]), idx])
-    shape = list(sshape(idx))
-    shape.insert(axis, 1)
-    idx = imp.reshape(idx, shape)
-    iota = np.arange(depth, dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(rank)])
-    eq = imp.op(g.EqualOp, [idx, imp.materialise(iota, "iota")])
-    off, on = imp.const(values[0], values.dtype), imp.const(values[1], values.dtype)
-    return [imp.op(g.WhereOp, [eq, on, off])]
-
-
-# --------------------------------------------------------------------------
-# Handlers: reductions
-# --------------------------------------------------------------------------
-
-_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
-
-
-@_handler(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
-def _reduce(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    rank = len(sshape(x))
-    axes = _ints_of(imp, node, "axes", 1, "the axes")
-    keep = bool(_attr(node, "keepdims", 1))
-    if not axes:
-        if _attr(node, "noop_with_empty_axes", 0):
-            return [x]
-        axes = list(range(rank))
-    axes = sorted({_norm_axis(a, rank) for a in axes})
-    t = node.op_type
-    R = lambda cls, v: imp.reduce(cls, v, axes, keep)  # noqa: E731
-    if t in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
-        cls = {"ReduceSum": g.ReduceSumOp, "ReduceMean": g.ReduceMeanOp, "ReduceMax": g.ReduceMaxOp, "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}[t]
-        if t in ("ReduceMax", "ReduceMin") and any(sshape(x)[a] == 0 for a in axes):
-            fill = -np.inf if t == "ReduceMax" else np.inf
-            if not _is_float(sdtype(x)):
-                info = np.iinfo(sdtype(x)) if sdtype(x) != np.bool_ else None
-                fill = (info.min if t == "ReduceMax" else info.max) if info else (t == "ReduceMin")
-            shape = _reduced_shape(sshape(x), axes, keep)
-            return [np.full(shape, fill, dtype=sdtype(x))]
-        return [R(cls, x)]
-    if t == "ReduceL1":
-        return [R(g.ReduceSumOp, imp.op(g.AbsOp, [x]))]
-    if t == "ReduceSumSquare":
-        return [R(g.ReduceSumOp, imp.op(g.MulOp, [x, x]))]
-    if t == "ReduceL2":
-        return [_float_then_back(imp, R(g.ReduceSumOp, imp.op(g.MulOp, [x, x])), g.SqrtOp)]
-    if t == "ReduceLogSum":
-        return [_float_then_back(imp, R(g.ReduceSumOp, x), g.LogOp)]
-    # ReduceLogSumExp, stably: m + log(sum(exp(x - m)))
-    if any(sshape(x)[a] == 0 for a in axes):
-        return [np.full(_reduced_shape(sshape(x), axes, keep), -np.inf, dtype=sdtype(x))]
-    m = imp.reduce(g.ReduceMaxOp, x, axes, True)
-    s = imp.reduce(g.ReduceSumOp, imp.op(g.ExpOp, [imp.op(g.SubOp, [x, m])]), axes, keep)
-    mk = m if keep else imp.reshape(m, sshape(s))
-    return [imp.op(g.AddOp, [mk, imp.op(g.LogOp, [s])])]
-
-
-def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keep: bool) -> list[int]:
-    return [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
-
-
-def _float_then_back(imp: _Importer, x: SSAValue, cls) -> SSAValue:
-    dt = sdtype(x)
-    if _is_float(dt):
-        return imp.op(cls, [x])
-    return imp.cast(imp.op(cls, [imp.cast(x, np.dtype(np.float64))]), dt)
-
-
-@_handler("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
-def _arg_reduce(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    axis = _norm_axis(int(_attr(node, "axis", 0)), len(xs))
-    keep = bool(_attr(node, "keepdims", 1))
-    cls = g.ArgmaxOp if node.op_type == "ArgMax" else g.ArgminOp
-    if not _attr(node, "select_last_index", 0):
-        return [imp.op(cls, [x], axes=g.i64_array([axis]), keepdims=_bool(keep))]
-    starts, ends, steps = [0] * len(xs), list(xs), [1] * len(xs)
-    starts[axis], ends[axis], steps[axis] = xs[axis] - 1, -1, -1
-    rev = imp.slice(x, starts, ends, steps)
-    i = imp.op(cls, [rev], axes=g.i64_array([axis]), keepdims=_bool(keep))
-    return [imp.op(g.SubOp, [imp.scalar(xs[axis] - 1, i), i])]
-
-
-SUPPORTED_OPS = frozenset(_HANDLERS)
-
-
-# --------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------
 
@@ -1769,7 +605,7 @@ def import_onnx(
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
     except Exception:
         pass  # shape inference is advisory here; the graph ops infer their own types
-    imp = _Importer(model, label, input_shapes, list_unsupported, static_inputs)
+    imp = Importer(model, label, input_shapes, list_unsupported, static_inputs)
     try:
         module = imp.run()
     finally:
@@ -1778,175 +614,4 @@ def import_onnx(
     return module
 
 
-# --------------------------------------------------------------------------
-# Handlers added after the first cut: Resize, GatherElements, LpPool
-# --------------------------------------------------------------------------
-
-
-def _resize_matrix(imp: _Importer, node: onnx.NodeProto, n: int, out: int | None, scale: float | None, roi: tuple[float, float] | None) -> np.ndarray:
-    """The [out, n] interpolation matrix of one axis: Resize is separable and
-    linear, so the reference Resize of an identity basis gives its weights."""
-    from onnx.reference import ReferenceEvaluator
-
-    attrs = [a for a in node.attribute if a.name not in ("axes", "keep_aspect_ratio_policy")]
-    eye = np.eye(n, dtype=np.float64)
-    names = ["X", "roi", "scales", "sizes"]
-    feeds: dict[str, np.ndarray] = {"X": eye}
-    if roi is not None:
-        feeds["roi"] = np.array([roi[0], 0.0, roi[1], 1.0], dtype=np.float32)
-    if scale is not None:
-        feeds["scales"] = np.array([scale, 1.0], dtype=np.float32)
-    else:
-        feeds["sizes"] = np.array([out, n], dtype=np.int64)
-    inputs = [nm if nm in feeds else "" for nm in names]
-    while inputs and not inputs[-1]:
-        inputs.pop()
-    rn = helper.make_node("Resize", inputs, ["Y"])
-    rn.attribute.extend(attrs)
-    vi = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
-    m = helper.make_model(
-        helper.make_graph([rn], "resize_basis", vi, [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, None)]),
-        opset_imports=[helper.make_opsetid("", max(imp.opset, 19))],
-    )
-    (y,) = ReferenceEvaluator(m).run(None, feeds)
-    return np.asarray(y)  # [out, n]
-
-
-@_handler("Resize", "Upsample", attrs=(
-    "antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-    "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode", "scales", "height_scale", "width_scale",
-))
-def _resize(imp: _Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xs = sshape(x)
-    rank = len(xs)
-    mode = _attr(node, "mode", "nearest")
-    ctm = _attr(node, "coordinate_transformation_mode", "half_pixel")
-    if node.op_type == "Upsample" or imp.opset < 11:
-        # Upsample-7/9 and Resize-10: asymmetric coordinates, floor for nearest
-        scales = _attr(node, "scales")
-        if scales is None:
-            scales = [float(s) for s in imp.static(node.input[1], "the scales").reshape(-1)]
-        sizes, roi = None, None
-        ctm = "asymmetric"
-        node = helper.make_node("Resize", [], [], mode="linear" if mode in ("linear", "bilinear") else "nearest",
-                                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-        mode = "linear" if mode in ("linear", "bilinear") else "nearest"
-        axes = list(range(rank))
-    else:
-        axes = [_norm_axis(a, rank) for a in (_attr(node, "axes") or range(rank))]
-        roi_v = imp.static(node.input[1], "the roi").reshape(-1) if _input(node, 1) else None
-        scales = [float(s) for s in imp.static(node.input[2], "the scales").reshape(-1)] if _input(node, 2) else None
-        sizes = [int(s) for s in imp.static(node.input[3], "the sizes").reshape(-1)] if _input(node, 3) else None
-        if scales is not None and len(scales) == 0:
-            scales = None
-        roi = None
-        if ctm == "tf_crop_and_resize":
-            if roi_v is None:
-                raise _NodeProblem("tf_crop_and_resize needs a roi")
-            if float(_attr(node, "extrapolation_value", 0.0)) != 0.0:
-                raise _NodeProblem("a non-zero extrapolation_value is not supported")
-            k = len(axes)
-            roi = [(float(roi_v[i]), float(roi_v[i + k])) for i in range(k)]
-    if mode not in ("nearest", "linear", "cubic"):
-        raise _NodeProblem(f"mode '{mode}' is not supported")
-    outs: list[int] = []
-    per_axis_scale: list[float | None] = []
-    if scales is not None:
-        for a, s in zip(axes, scales, strict=True):
-            lo, hi = roi[axes.index(a)] if roi else (0.0, 1.0)
-            outs.append(int(math.floor(xs[a] * (hi - lo) * s)) if roi else int(math.floor(xs[a] * s)))
-            per_axis_scale.append(s)
-    else:
-        if sizes is None:
-            raise _NodeProblem("neither scales nor sizes is given")
-        policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
-        if policy == "stretch":
-            outs = list(sizes)
-            per_axis_scale = [None] * len(axes)
-        else:
-            ratios = [sz / xs[a] for a, sz in zip(axes, sizes)]
-            s = min(ratios) if policy == "not_larger" else max(ratios)
-            outs = [int(round(xs[a] * s)) for a in axes]
-            if any(o != math.floor(xs[a] * s) for o, a in zip(outs, axes)):
-                raise _NodeProblem(f"keep_aspect_ratio_policy '{policy}' with these sizes is not supported")
-            per_axis_scale = [s] * len(axes)
-    y = x
-    for k, a in enumerate(axes):
-        n, out, s = xs[a], outs[k], per_axis_scale[k]
-        if out == n and (s is None or s == 1.0) and not roi:
-            continue
-        m = _resize_matrix(imp, node, n, out, s, roi[k] if roi else None)
-        if m.shape[0] != out:
-            raise _NodeProblem(f"axis {a}: expected {out} outputs, the basis gave {m.shape[0]}")
-        one_hot = np.all((m == 0) | (m == 1)) and np.all(m.sum(axis=1) == 1)
-        if one_hot:
-            idx = imp.materialise(m.argmax(axis=1).astype(np.int64), "resize_index")
-            y = imp.op(g.GatherOp, [y, idx], axis=g.i64_attr(a))
-            continue
-        if not _is_float(sdtype(y)):
-            raise _NodeProblem(f"mode '{mode}' on {sdtype(y)} is not supported")
-        perm = [d for d in range(rank) if d != a] + [a]
-        yt = imp.transpose(y, perm)
-        wt = imp.materialise(np.ascontiguousarray(m.T).astype(sdtype(y)), "resize_weight")
-        y = imp.transpose(imp.op(g.MatmulOp, [yt, wt]), list(np.argsort(perm)))
-    return [y]
-
-
-@_handler("GatherElements", attrs=("axis",))
-def _gather_elements(imp: _Importer, node: onnx.NodeProto):
-    """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis`, as a one-hot
-    select-and-sum: sum_d where(idx == d, x[.., d, ..], 0)."""
-    x, idx = imp.value(node.input[0]), imp.value(node.input[1])
-    xs, ish = sshape(x), sshape(idx)
-    rank = len(xs)
-    axis = _norm_axis(int(_attr(node, "axis", 0)), rank)
-    d = xs[axis]
-    # x restricted to idx's extent on the other axes
-    ends = [ish[i] if i != axis else xs[i] for i in range(rank)]
-    if ends != list(xs):
-        x = imp.slice(x, [0] * rank, ends, [1] * rank)
-    idx = imp.cast(idx, np.dtype(np.int64))
-    idx = imp.op(g.WhereOp, [imp.op(g.LessOp, [idx, imp.scalar(0, idx)]), imp.op(g.AddOp, [idx, imp.scalar(d, idx)]), idx])
-    xe = imp.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
-    ie = imp.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
-    iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
-    eq = imp.op(g.EqualOp, [ie, imp.materialise(iota, "iota")])
-    if sdtype(x) == np.bool_:
-        picked = imp.op(g.AndOp, [eq, xe])
-        return [imp.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
-    picked = imp.op(g.WhereOp, [eq, xe, imp.scalar(0, xe)])
-    return [imp.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
-
-
-@_handler("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
-def _lp_pool(imp: _Importer, node: onnx.NodeProto):
-    """(sum over the window of |x|^p)^(1/p) = (avg_pool(|x|^p, pads counted) * k)^(1/p)."""
-    x = imp.value(node.input[0])
-    _require_float(x, "LpPool")
-    xs = sshape(x)
-    r = len(xs) - 2
-    if r not in (1, 2):
-        raise _NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
-    p = float(_attr(node, "p", 2))
-    kernel = _attr(node, "kernel_shape")
-    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
-    if any(d != 1 for d in dilations):
-        raise _NodeProblem("dilations are not supported for LpPool")
-    strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
-    if r == 1:
-        x = imp.reshape(x, (xs[0], xs[1], 1, xs[2]))
-    xp = imp.op(g.PowOp, [imp.op(g.AbsOp, [x]), imp.scalar(p, x)])
-    avg = imp.op(
-        g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=_bool(_attr(node, "ceil_mode", 0)), count_include_pad=_bool(True),
-    )
-    total = imp.op(g.MulOp, [avg, imp.scalar(math.prod(kernel2), avg)])
-    y = imp.op(g.PowOp, [total, imp.scalar(1.0 / p, total)])
-    if r == 1:
-        ys = sshape(y)
-        y = imp.reshape(y, (ys[0], ys[1], ys[3]))
-    return [y]
-
-
-SUPPORTED_OPS = frozenset(_HANDLERS)
+SUPPORTED_OPS = frozenset(HANDLERS)

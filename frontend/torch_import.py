@@ -17,7 +17,8 @@ Pipeline
    what is computed from them only: causal masks, position ids, RoPE cos/sin
    tables, ...) is evaluated with torch right away (constant folding), so the
    IR keeps only the computation that depends on the model inputs. Shapes are
-   static (those of the example inputs).
+   static (those of the example inputs). Every other node goes to its handler
+   (torch_handlers.py, registered in the table of torch_ops.py).
 
 Unsupported ATen ops raise one `ModelImportError` listing every such op with the
 FX node names that use it.
@@ -44,23 +45,30 @@ import threading
 import warnings
 import zipfile
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import torch
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, SSAValue
 
-from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype
+from infer.frontend import torch_handlers
 from infer.frontend.builder import GraphBuilder
-from infer.frontend.hf_import import drop_phantom_uses
 from infer.frontend.model import ModelImportError
+from infer.frontend.torch_ops import (
+    HANDLERS,
+    KnownTensor,
+    Unsupported,
+    aten,
+    target_name,
+    to_numpy,
+    torch_numpy_dtype,
+)
 
-aten = torch.ops.aten
+_HANDLER_MODULES = (torch_handlers,)
+"""Imported for their `handles` registrations in HANDLERS."""
 
 KEPT_OPS = (
     aten.linear.default,
@@ -68,47 +76,6 @@ KEPT_OPS = (
     aten.silu.default,
 )
 """Ops kept out of the core-ATen decomposition because they map onto one graph op."""
-
-_TORCH_TO_NUMPY = {
-    torch.float32: np.float32,
-    torch.float64: np.float64,
-    torch.float16: np.float16,
-    torch.bfloat16: ml_dtypes.bfloat16,
-    torch.bool: np.bool_,
-    torch.int8: np.int8,
-    torch.int16: np.int16,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.uint8: np.uint8,
-}
-
-
-def _np_dtype(dtype: torch.dtype) -> np.dtype:
-    if dtype not in _TORCH_TO_NUMPY:
-        raise ModelImportError(f"torch dtype {dtype} is not supported")
-    return np.dtype(_TORCH_TO_NUMPY[dtype])
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A torch tensor as a numpy array (bf16 through ml_dtypes)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-    return t.numpy().copy()
-
-
-class _Const:
-    """A tensor known at import time; `name` is its state_dict name if any."""
-
-    __slots__ = ("tensor", "name")
-
-    def __init__(self, tensor: torch.Tensor, name: str | None = None):
-        self.tensor = tensor
-        self.name = name
-
-
-class _Unsupported(Exception):
-    pass
 
 
 # --------------------------------------------------------------------------
@@ -173,7 +140,7 @@ def import_torch(module_or_ep: Any, example_inputs: Any = None, **options: Any) 
             ep = ep.run_decompositions(decomposition_table())
     except Exception as e:
         raise ModelImportError(f"decomposing the exported program to core ATen failed: {type(e).__name__}: {e}") from e
-    return _Importer(ep).run()
+    return Importer(ep).run()
 
 
 # -- .pt2 ------------------------------------------------------------------
@@ -259,19 +226,6 @@ def import_pt2(path: str | os.PathLike[str], **options: Any) -> ModuleOp:
 # The FX walk
 # --------------------------------------------------------------------------
 
-Handler = Callable[["_Importer", Any, list, dict], Any]
-_HANDLERS: dict[Any, Handler] = {}
-
-
-def _handles(*targets: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for t in targets:
-            _HANDLERS[t] = fn
-        return fn
-
-    return register
-
-
 _IGNORED = {
     aten._assert_tensor_metadata.default,
     aten.sym_constrain_range_for_size.default,
@@ -280,7 +234,11 @@ _IGNORED = {
 _NEVER_FOLD = {aten.rand.default, aten.randn.default, aten.bernoulli.default, aten.native_dropout.default}
 
 
-class _Importer:
+class Importer:
+    """The import of one exported program: `env` maps each FX node to its value (a graph
+    value, a KnownTensor or a Python value), `b` is the GraphBuilder handlers emit through,
+    `node` the node being imported (its `meta["val"]` gives the result dtype and shape)."""
+
     def __init__(self, ep: torch.export.ExportedProgram):
         self.ep = ep
         self.b = GraphBuilder()
@@ -293,7 +251,7 @@ class _Importer:
         """An SSA value for a node value (materializing constants)."""
         if isinstance(x, SSAValue):
             return x
-        if isinstance(x, _Const):
+        if isinstance(x, KnownTensor):
             key = id(x)
             if key not in self.materialized:
                 arr = to_numpy(x.tensor)
@@ -302,34 +260,19 @@ class _Importer:
                 else:
                     self.materialized[key] = self.b.constant(arr, name=_clean(self.node.name) if self.node is not None else "const")
             return self.materialized[key]
-        raise _Unsupported(f"expected a tensor, got {type(x).__name__}")
-
-    def scalar(self, value: float | int | bool, like: SSAValue) -> SSAValue:
-        dt = _elem_np(like)
-        return self.b.constant(np.asarray(value, dtype=dt))
+        raise Unsupported(f"expected a tensor, got {type(x).__name__}")
 
     def out_dtype(self) -> np.dtype:
-        return _np_dtype(self.node.meta["val"].dtype)
+        return torch_numpy_dtype(self.node.meta["val"].dtype)
 
     def out_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.node.meta["val"].shape)
-
-    def cast(self, v: SSAValue, dtype: np.dtype) -> SSAValue:
-        if _elem_np(v) == np.dtype(dtype):
-            return v
-        return self.b.op(g.CastOp, [v], result_type=TensorType(from_numpy_dtype(dtype), _shape(v)))
 
     def operand(self, x: Any, dtype: np.dtype) -> SSAValue:
         """A tensor or Python scalar as an SSA value of `dtype`."""
         if isinstance(x, bool | int | float):
             return self.b.constant(np.asarray(x, dtype=dtype))
-        return self.cast(self.value(x), dtype)
-
-    def reshape(self, v: SSAValue, shape: Sequence[int]) -> SSAValue:
-        shape = tuple(int(d) for d in shape)
-        if _shape(v) == shape:
-            return v
-        return self.b.op(g.ReshapeOp, [v], result_type=TensorType(_elem(v), shape))
+        return self.b.cast(self.value(x), dtype)
 
     # -- walk --------------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -353,12 +296,12 @@ class _Importer:
                     if not isinstance(tensor, torch.Tensor):
                         unsupported[f"non-tensor constant {type(tensor).__name__}"].append(node.name)
                         continue
-                    self.env[node] = _Const(tensor.detach(), target)
+                    self.env[node] = KnownTensor(tensor.detach(), target)
                 elif kind == "USER_INPUT":
                     val = node.meta.get("val")
                     if isinstance(val, torch.Tensor):
                         shape = tuple(int(d) for d in val.shape)
-                        self.env[node] = self.b.input(node.name, shape, _np_dtype(val.dtype))
+                        self.env[node] = self.b.input(node.name, shape, torch_numpy_dtype(val.dtype))
                     else:
                         self.env[node] = val  # a Python constant input (e.g. use_cache=False)
                 else:
@@ -369,16 +312,16 @@ class _Importer:
                     continue
                 try:
                     self.env[node] = self.call(node)
-                except _Unsupported as e:
+                except Unsupported as e:
                     failed.add(node)
                     msg = str(e)
                     if msg.startswith("op:"):
                         unsupported[msg[3:]].append(node.name)
                     else:
-                        errors.append(f"{node.name} ({_target_name(node.target)}): {msg}")
+                        errors.append(f"{node.name} ({target_name(node.target)}): {msg}")
                 except Exception as e:  # a verifier error for an op we emitted
                     failed.add(node)
-                    errors.append(f"{node.name} ({_target_name(node.target)}): {type(e).__name__}: {e}")
+                    errors.append(f"{node.name} ({target_name(node.target)}): {type(e).__name__}: {e}")
             elif node.op == "output":
                 outputs = list(node.args[0])
                 kinds = [spec.kind.name for spec in sig.output_specs]
@@ -393,7 +336,7 @@ class _Importer:
             elif node.op == "get_attr":
                 obj = getattr(ep.graph_module, node.target)
                 if isinstance(obj, torch.Tensor):
-                    self.env[node] = _Const(obj.detach(), None)
+                    self.env[node] = KnownTensor(obj.detach(), None)
                 else:
                     unsupported[f"get_attr of {type(obj).__name__}"].append(node.name)
             else:
@@ -415,7 +358,7 @@ class _Importer:
                 continue
             v = self.env.get(o, o) if hasattr(o, "op") else o
             if isinstance(v, bool | int | float):
-                v = _Const(torch.tensor(v))
+                v = KnownTensor(torch.tensor(v))
             out_values.append(self.value(v))
             out_names.append(names[i])
         keep = {id(v.owner) for v in out_values if not isinstance(v.owner, Block)}
@@ -432,16 +375,16 @@ class _Importer:
             seq, i = args
             if isinstance(seq, list | tuple):
                 if seq[i] is None:
-                    raise _Unsupported(f"output #{i} of a multi-output op is not supported (only the main result)")
+                    raise Unsupported(f"output #{i} of a multi-output op is not supported (only the main result)")
                 return seq[i]
-            raise _Unsupported("getitem on a non-tuple")
+            raise Unsupported("getitem on a non-tuple")
         if target not in _NEVER_FOLD and _foldable(args) and _foldable(list(kwargs.values())):
             with torch.no_grad():
                 res = target(*_unwrap(args), **_unwrap(kwargs))
             return _wrap(res)
-        handler = _HANDLERS.get(target)
+        handler = HANDLERS.get(target)
         if handler is None:
-            raise _Unsupported("op:" + _target_name(target))
+            raise Unsupported("op:" + target_name(target))
         return handler(self, node, args, kwargs)
 
     def _arg(self, a: Any) -> Any:
@@ -454,16 +397,9 @@ class _Importer:
 
 def _erase_dead(block: Block, keep: set[int]) -> None:
     """Drop ops whose results are unused (left behind by the fusions below)."""
-    drop_phantom_uses(block)
     for op in reversed(list(block.ops)):
         if id(op) not in keep and all(not r.uses for r in op.results):
             block.erase_op(op)
-
-
-def _target_name(target: Any) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target._opname}.{target._overloadname}" if target.namespace == "aten" else str(target)
-    return getattr(target, "__name__", str(target))
 
 
 def _clean(name: str) -> str:
@@ -502,7 +438,7 @@ def _foldable(args: Sequence[Any]) -> bool:
 
 
 def _unwrap(x: Any) -> Any:
-    if isinstance(x, _Const):
+    if isinstance(x, KnownTensor):
         return x.tensor
     if isinstance(x, list | tuple):
         return type(x)(_unwrap(a) for a in x)
@@ -513,775 +449,7 @@ def _unwrap(x: Any) -> Any:
 
 def _wrap(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return _Const(x)
+        return KnownTensor(x)
     if isinstance(x, list | tuple):
         return type(x)(_wrap(a) for a in x)
     return x
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue):
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
-
-
-def _elem_np(v: SSAValue) -> np.dtype:
-    from infer.dialects.dtypes import to_numpy_dtype
-
-    return to_numpy_dtype(_elem(v))
-
-
-def _i64(values: Sequence[int]):
-    return g.i64_array([int(v) for v in values])
-
-
-def _norm_dim(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
-
-
-# --------------------------------------------------------------------------
-# Handlers
-# --------------------------------------------------------------------------
-
-
-def _broadcast_binary(imp: _Importer, op_type, x, y, dtype: np.dtype | None = None) -> SSAValue:
-    dtype = dtype or imp.out_dtype()
-    return imp.b.op(op_type, [imp.operand(x, dtype), imp.operand(y, dtype)])
-
-
-def _promoted(imp: _Importer, node) -> np.dtype:
-    """Common dtype of a comparison's operands (torch type promotion on the FX metadata)."""
-    def proxy(a):
-        if hasattr(a, "meta") and isinstance(a.meta.get("val"), torch.Tensor):
-            val = a.meta["val"]
-            return torch.empty((1,) * max(val.dim(), 1) if val.dim() else (), dtype=val.dtype)
-        return a
-
-    return _np_dtype(torch.result_type(proxy(node.args[0]), proxy(node.args[1])))
-
-
-def _alpha(imp, y, kwargs):
-    alpha = kwargs.get("alpha", 1)
-    if alpha == 1:
-        return y
-    if isinstance(y, int | float):
-        return y * alpha
-    dt = imp.out_dtype()
-    return imp.b.op(g.MulOp, [imp.operand(y, dt), imp.b.constant(np.asarray(alpha, dtype=dt))])
-
-
-@_handles(aten.add.Tensor, aten.add.Scalar)
-def _add(imp, node, args, kwargs):
-    m = _match_rotary(node) if node.target == aten.add.Tensor else None
-    if m is not None:
-        q, cos, sin = (imp.env.get(n) for n in m)
-        if q is not None and cos is not None and sin is not None:
-            qv = imp.value(q)
-            cv, sv = imp.value(cos), imp.value(sin)
-            dt = imp.out_dtype()
-            try:
-                if _elem_np(qv) == _elem_np(cv) == _elem_np(sv) == dt and _shape(cv) == _shape(sv):
-                    target = (*_shape(qv)[:-1], _shape(cv)[-1])
-                    if g.broadcast_shapes("", _shape(cv), target) == target and _shape(cv)[-1] == _shape(qv)[-1]:
-                        return imp.b.op(g.RotaryOp, [qv, cv, sv])
-            except Exception:
-                pass  # not broadcastable the rotary way: emit the elementwise ops
-    return _broadcast_binary(imp, g.AddOp, args[0], _alpha(imp, args[1], kwargs))
-
-
-@_handles(aten.sub.Tensor, aten.sub.Scalar)
-def _sub(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.SubOp, args[0], _alpha(imp, args[1], kwargs))
-
-
-@_handles(aten.rsub.Scalar, aten.rsub.Tensor)
-def _rsub(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.SubOp, args[1], _alpha(imp, args[0], kwargs))
-
-
-# -- fusions: exact rewrites of what transformers' modules decompose into ---------
-
-
-def _is(n: Any, target: Any) -> bool:
-    return hasattr(n, "target") and n.target == target
-
-
-def _last_dim(n: Any, d: Any) -> bool:
-    val = n.meta.get("val") if hasattr(n, "meta") else None
-    return val is not None and isinstance(d, int) and d in (-1, val.dim() - 1)
-
-
-def _match_rms(n: Any) -> tuple[Any, float] | None:
-    """n = x * rsqrt(mean(x ** 2, -1, keepdim) + eps) -> (x, eps)."""
-    if not _is(n, aten.mul.Tensor):
-        return None
-    for x, r in (n.args, n.args[::-1]):
-        if not _is(r, aten.rsqrt.default) or not _is(r.args[0], aten.add.Tensor):
-            continue
-        mean, eps = r.args[0].args
-        if not isinstance(eps, float) or not _is(mean, aten.mean.dim) or len(mean.args) < 3 or not mean.args[2]:
-            continue
-        if len(mean.args[1]) != 1 or not _last_dim(mean.args[0], mean.args[1][0]):
-            continue
-        p = mean.args[0]
-        if _is(p, aten.pow.Tensor_Scalar) and p.args[0] is x and p.args[1] == 2:
-            return x, eps
-    return None
-
-
-def _match_rotary(n: Any) -> tuple[Any, Any, Any] | None:
-    """n = q * cos + cat(-q[..., h:], q[..., :h]) * sin -> (q, cos, sin) (rotate_half)."""
-    if not _is(n, aten.add.Tensor) or len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
-        return None
-    for m1, m2 in (n.args, n.args[::-1]):
-        if not (_is(m1, aten.mul.Tensor) and _is(m2, aten.mul.Tensor)):
-            continue
-        for q, cos in (m1.args, m1.args[::-1]):
-            for cat, sin in (m2.args, m2.args[::-1]):
-                if not _is(cat, aten.cat.default) or len(cat.args[0]) != 2 or not hasattr(q, "meta"):
-                    continue
-                if not _last_dim(q, cat.args[1] if len(cat.args) > 1 else 0):
-                    continue
-                neg, lo = cat.args[0]
-                if not (_is(neg, aten.neg.default) and _is(neg.args[0], aten.slice.Tensor) and _is(lo, aten.slice.Tensor)):
-                    continue
-                hi = neg.args[0]
-                d = q.meta["val"].shape[-1]
-                if hi.args[0] is not q or lo.args[0] is not q or d % 2:
-                    continue
-                if not (_last_dim(q, hi.args[1]) and _last_dim(q, lo.args[1])):
-                    continue
-                lo_range = slice(*(list(lo.args[2:4]) + [None] * 2)[:2]).indices(d)
-                hi_range = slice(*(list(hi.args[2:4]) + [None] * 2)[:2]).indices(d)
-                steps_ok = all(len(x.args) < 5 or x.args[4] == 1 for x in (lo, hi))
-                if steps_ok and lo_range[:2] == (0, d // 2) and hi_range[:2] == (d // 2, d):
-                    return q, cos, sin
-    return None
-
-
-@_handles(aten.mul.Tensor, aten.mul.Scalar)
-def _mul(imp, node, args, kwargs):
-    for w, h in (node.args, node.args[::-1]):
-        m = _match_rms(h) if node.target == aten.mul.Tensor else None
-        if m is None or not hasattr(w, "meta"):
-            continue
-        x, wv = imp.env.get(m[0]), imp.env.get(w)
-        if x is None or wv is None:
-            continue
-        xv, wv = imp.value(x), imp.value(wv)
-        dt = imp.out_dtype()
-        if _shape(wv) == _shape(xv)[-1:] and _elem_np(xv) == _elem_np(wv) == dt:
-            return imp.b.op(g.RmsNormOp, [xv, wv], epsilon=g.f64_attr(m[1]))
-    return _broadcast_binary(imp, g.MulOp, args[0], args[1])
-
-
-@_handles(aten.div.Tensor, aten.div.Scalar)
-def _div(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.DivOp, args[0], args[1])
-
-
-@_handles(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def _div_mode(imp, node, args, kwargs):
-    mode = kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
-    dt = imp.out_dtype()
-    integer = np.issubdtype(dt, np.integer)
-    if mode is None or (integer and mode == "trunc"):
-        return _broadcast_binary(imp, g.DivOp, args[0], args[1])
-    if integer:  # floor division of integers: (x - mod(x, y)) / y is exact
-        x, y = imp.operand(args[0], dt), imp.operand(args[1], dt)
-        m = imp.b.op(g.ModOp, [x, y])
-        return imp.b.op(g.DivOp, [imp.b.op(g.SubOp, [x, m]), y])
-    q = _broadcast_binary(imp, g.DivOp, args[0], args[1])
-    if mode == "floor":
-        return imp.b.op(g.FloorOp, [q])
-    neg = imp.b.op(g.LessOp, [q, imp.scalar(0, q)])
-    return imp.b.op(g.WhereOp, [neg, imp.b.op(g.CeilOp, [q]), imp.b.op(g.FloorOp, [q])])
-
-
-@_handles(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
-def _pow(imp, node, args, kwargs):
-    x, y = args
-    dt = imp.out_dtype()
-    if isinstance(y, int | float) and not isinstance(x, int | float):
-        if y == 2:
-            v = imp.operand(x, dt)
-            return imp.b.op(g.MulOp, [v, v])
-        if y == 1:
-            return imp.operand(x, dt)
-        if y == 0.5:
-            return imp.b.op(g.SqrtOp, [imp.operand(x, dt)])
-    return _broadcast_binary(imp, g.PowOp, x, y)
-
-
-@_handles(aten.maximum.default)
-def _maximum(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.MaximumOp, args[0], args[1])
-
-
-@_handles(aten.minimum.default)
-def _minimum(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.MinimumOp, args[0], args[1])
-
-
-@_handles(aten.remainder.Tensor, aten.remainder.Scalar)
-def _remainder(imp, node, args, kwargs):
-    return _broadcast_binary(imp, g.ModOp, args[0], args[1])
-
-
-def _compare(op_type, swap: bool = False):
-    def handler(imp, node, args, kwargs):
-        dt = _promoted(imp, node)
-        x, y = imp.operand(args[0], dt), imp.operand(args[1], dt)
-        return imp.b.op(op_type, [y, x] if swap else [x, y])
-
-    return handler
-
-
-for _ops, _gop in [
-    ((aten.eq.Tensor, aten.eq.Scalar), g.EqualOp),
-    ((aten.lt.Tensor, aten.lt.Scalar), g.LessOp),
-    ((aten.le.Tensor, aten.le.Scalar), g.LessEqualOp),
-    ((aten.gt.Tensor, aten.gt.Scalar), g.GreaterOp),
-    ((aten.ge.Tensor, aten.ge.Scalar), g.GreaterEqualOp),
-]:
-    for _op in _ops:
-        _HANDLERS[_op] = _compare(_gop)
-
-
-@_handles(aten.ne.Tensor, aten.ne.Scalar)
-def _ne(imp, node, args, kwargs):
-    return imp.b.op(g.NotOp, [_compare(g.EqualOp)(imp, node, args, kwargs)])
-
-
-def _logical(op_type):
-    def handler(imp, node, args, kwargs):
-        if imp.out_dtype() != np.bool_:
-            raise _Unsupported("op:" + _target_name(node.target) + " on integers (bitwise)")
-        return imp.b.op(op_type, [imp.operand(args[0], np.bool_), imp.operand(args[1], np.bool_)])
-
-    return handler
-
-
-for _op, _gop in [
-    (aten.logical_and.default, g.AndOp), (aten.bitwise_and.Tensor, g.AndOp),
-    (aten.logical_or.default, g.OrOp), (aten.bitwise_or.Tensor, g.OrOp),
-    (aten.logical_xor.default, g.XorOp), (aten.bitwise_xor.Tensor, g.XorOp),
-]:
-    _HANDLERS[_op] = _logical(_gop)
-
-
-@_handles(aten.logical_not.default, aten.bitwise_not.default)
-def _not(imp, node, args, kwargs):
-    if node.target == aten.bitwise_not.default and imp.out_dtype() != np.bool_:
-        raise _Unsupported("op:aten.bitwise_not on integers")
-    return imp.b.op(g.NotOp, [imp.operand(args[0], np.bool_)])
-
-
-def _unary(op_type, **props):
-    def handler(imp, node, args, kwargs):
-        return imp.b.op(op_type, [imp.operand(args[0], imp.out_dtype())], **props)
-
-    return handler
-
-
-for _op, _gop in [
-    (aten.neg.default, g.NegOp), (aten.abs.default, g.AbsOp), (aten.sign.default, g.SignOp),
-    (aten.exp.default, g.ExpOp), (aten.log.default, g.LogOp), (aten.sqrt.default, g.SqrtOp),
-    (aten.rsqrt.default, g.RsqrtOp), (aten.reciprocal.default, g.ReciprocalOp),
-    (aten.tanh.default, g.TanhOp), (aten.sigmoid.default, g.SigmoidOp), (aten.erf.default, g.ErfOp),
-    (aten.sin.default, g.SinOp), (aten.cos.default, g.CosOp), (aten.floor.default, g.FloorOp),
-    (aten.ceil.default, g.CeilOp), (aten.round.default, g.RoundOp), (aten.relu.default, g.ReluOp),
-    (aten.silu.default, g.SiluOp),
-]:
-    _HANDLERS[_op] = _unary(_gop)
-
-
-@_handles(aten.gelu.default)
-def _gelu(imp, node, args, kwargs):
-    approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
-    return imp.b.op(g.GeluOp, [imp.value(args[0])], approximate=g.StringAttr(approx))
-
-
-@_handles(aten.clamp.default, aten.hardtanh.default)
-def _clamp(imp, node, args, kwargs):
-    lo = args[1] if len(args) > 1 else kwargs.get("min", kwargs.get("min_val", -1.0 if node.target == aten.hardtanh.default else None))
-    hi = args[2] if len(args) > 2 else kwargs.get("max", kwargs.get("max_val", 1.0 if node.target == aten.hardtanh.default else None))
-    props = {}
-    if lo is not None:
-        props["min"] = g.f64_attr(float(lo))
-    if hi is not None:
-        props["max"] = g.f64_attr(float(hi))
-    return imp.b.op(g.ClipOp, [imp.value(args[0])], **props)
-
-
-@_handles(aten.leaky_relu.default)
-def _leaky(imp, node, args, kwargs):
-    alpha = args[1] if len(args) > 1 else 0.01
-    return imp.b.op(g.LeakyReluOp, [imp.value(args[0])], alpha=g.f64_attr(float(alpha)))
-
-
-@_handles(aten.elu.default)
-def _elu(imp, node, args, kwargs):
-    alpha = args[1] if len(args) > 1 else 1.0
-    if (len(args) > 2 and args[2] != 1) or (len(args) > 3 and args[3] != 1):
-        raise _Unsupported("op:aten.elu with scale != 1")
-    return imp.b.op(g.EluOp, [imp.value(args[0])], alpha=g.f64_attr(float(alpha)))
-
-
-@_handles(aten.hardsigmoid.default)
-def _hardsigmoid(imp, node, args, kwargs):
-    return imp.b.op(g.HardSigmoidOp, [imp.value(args[0])], alpha=g.f64_attr(1 / 6), beta=g.f64_attr(0.5))
-
-
-@_handles(aten.hardswish.default)
-def _hardswish(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    hs = imp.b.op(g.HardSigmoidOp, [x], alpha=g.f64_attr(1 / 6), beta=g.f64_attr(0.5))
-    return imp.b.op(g.MulOp, [x, hs])
-
-
-@_handles(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar)
-def _where(imp, node, args, kwargs):
-    dt = imp.out_dtype()
-    return imp.b.op(g.WhereOp, [imp.operand(args[0], np.bool_), imp.operand(args[1], dt), imp.operand(args[2], dt)])
-
-
-@_handles(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-def _masked_fill(imp, node, args, kwargs):
-    dt = imp.out_dtype()
-    return imp.b.op(g.WhereOp, [imp.operand(args[1], np.bool_), imp.operand(args[2], dt), imp.operand(args[0], dt)])
-
-
-@_handles(aten._to_copy.default, aten.to.dtype)
-def _to_copy(imp, node, args, kwargs):
-    return imp.cast(imp.value(args[0]), imp.out_dtype())
-
-
-@_handles(aten.clone.default, aten.alias.default, aten.detach.default, aten.contiguous.default,
-          aten.lift_fresh_copy.default, aten.dropout.default)
-def _identity(imp, node, args, kwargs):
-    return imp.value(args[0])
-
-
-# -- linear algebra -------------------------------------------------------------
-
-
-@_handles(aten.linear.default)
-def _linear(imp, node, args, kwargs):
-    x, w = imp.value(args[0]), imp.value(args[1])
-    bias = imp.value(args[2]) if len(args) > 2 and args[2] is not None else None
-    return imp.b.op(g.LinearOp, [x, w, bias])
-
-
-@_handles(aten.mm.default, aten.bmm.default, aten.matmul.default)
-def _mm(imp, node, args, kwargs):
-    return imp.b.op(g.MatmulOp, [imp.value(args[0]), imp.value(args[1])])
-
-
-@_handles(aten.addmm.default)
-def _addmm(imp, node, args, kwargs):
-    bias, x, w = args[:3]
-    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
-    y = imp.b.op(g.MatmulOp, [imp.value(x), imp.value(w)])
-    if alpha != 1:
-        y = imp.b.op(g.MulOp, [y, imp.scalar(alpha, y)])
-    bv = imp.value(bias)
-    if beta != 1:
-        bv = imp.b.op(g.MulOp, [bv, imp.scalar(beta, bv)])
-    return imp.b.op(g.AddOp, [y, bv])
-
-
-@_handles(aten.convolution.default)
-def _conv(imp, node, args, kwargs):
-    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args
-    if transposed:
-        raise _Unsupported("op:aten.convolution (transposed)")
-    if len(_shape(imp.value(x))) != 4:
-        raise _Unsupported(f"op:aten.convolution ({len(_shape(imp.value(x))) - 2}-d)")
-    ph, pw = padding
-    return imp.b.op(
-        g.Conv2dOp,
-        [imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None],
-        stride=_i64(stride), padding=_i64([ph, pw, ph, pw]), dilation=_i64(dilation),
-        groups=g.i64_attr(groups),
-    )
-
-
-# -- normalization and pooling ----------------------------------------------------
-
-
-@_handles(aten.native_layer_norm.default)
-def _layer_norm(imp, node, args, kwargs):
-    x, normalized_shape, w, bias, eps = args
-    xv = imp.value(x)
-    rank = len(_shape(xv))
-    axis = rank - len(normalized_shape)
-    scale = imp.value(w) if w is not None else imp.b.constant(np.ones(tuple(normalized_shape), _elem_np(xv)))
-    y = imp.b.op(g.LayerNormOp, [xv, scale, imp.value(bias) if bias is not None else None],
-                 axis=g.i64_attr(axis), epsilon=g.f64_attr(float(eps)))
-    return (y, None, None)
-
-
-@_handles(aten._native_batch_norm_legit_no_training.default)
-def _batch_norm(imp, node, args, kwargs):
-    x, w, bias, mean, var, momentum, eps = args
-    xv = imp.value(x)
-    c = _shape(xv)[1]
-    dt = _elem_np(xv)
-    scale = imp.value(w) if w is not None else imp.b.constant(np.ones(c, dt))
-    bv = imp.value(bias) if bias is not None else imp.b.constant(np.zeros(c, dt))
-    y = imp.b.op(g.BatchNormOp, [xv, scale, bv, imp.value(mean), imp.value(var)], epsilon=g.f64_attr(float(eps)))
-    return (y, None, None)
-
-
-@_handles(aten.native_batch_norm.default)
-def _native_bn(imp, node, args, kwargs):
-    x, w, bias, mean, var, training, momentum, eps = args
-    if training:
-        raise _Unsupported("op:aten.native_batch_norm in training mode")
-    return _batch_norm(imp, node, [x, w, bias, mean, var, momentum, eps], kwargs)
-
-
-def _pool_args(args, n_default_stride_from_kernel=True):
-    kernel = list(args[1])
-    kernel = kernel * 2 if len(kernel) == 1 else kernel
-    stride = list(args[2]) if len(args) > 2 and args[2] else kernel
-    stride = stride * 2 if len(stride) == 1 else stride
-    padding = list(args[3]) if len(args) > 3 else [0, 0]
-    padding = padding * 2 if len(padding) == 1 else padding
-    return kernel, stride, padding
-
-
-@_handles(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
-def _max_pool(imp, node, args, kwargs):
-    kernel, stride, padding = _pool_args(args)
-    dilation = list(args[4]) if len(args) > 4 else [1, 1]
-    dilation = dilation * 2 if len(dilation) == 1 else dilation
-    ceil_mode = bool(args[5]) if len(args) > 5 else False
-    y = imp.b.op(g.MaxPool2dOp, [imp.value(args[0])], kernel=_i64(kernel), stride=_i64(stride),
-                 padding=_i64([padding[0], padding[1], padding[0], padding[1]]), dilation=_i64(dilation),
-                 ceil_mode=g.bool_attr(ceil_mode))
-    return (y, None) if node.target == aten.max_pool2d_with_indices.default else y
-
-
-@_handles(aten.avg_pool2d.default)
-def _avg_pool(imp, node, args, kwargs):
-    kernel, stride, padding = _pool_args(args)
-    ceil_mode = bool(args[4]) if len(args) > 4 else False
-    include_pad = bool(args[5]) if len(args) > 5 else True
-    if len(args) > 6 and args[6] is not None:
-        raise _Unsupported("op:aten.avg_pool2d with divisor_override")
-    return imp.b.op(g.AvgPool2dOp, [imp.value(args[0])], kernel=_i64(kernel), stride=_i64(stride),
-                    padding=_i64([padding[0], padding[1], padding[0], padding[1]]),
-                    ceil_mode=g.bool_attr(ceil_mode), count_include_pad=g.bool_attr(include_pad))
-
-
-@_handles(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def _adaptive_avg(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    out = list(args[1])
-    n, c, h, w = _shape(x)
-    if out == [1, 1]:
-        return imp.b.op(g.GlobalAvgPoolOp, [x])
-    if h % out[0] == 0 and w % out[1] == 0:
-        k = [h // out[0], w // out[1]]
-        return imp.b.op(g.AvgPool2dOp, [x], kernel=_i64(k), stride=_i64(k))
-    raise _Unsupported("op:aten._adaptive_avg_pool2d with non-divisible sizes")
-
-
-def _reduce(op_type):
-    def handler(imp, node, args, kwargs):
-        x = imp.value(args[0])
-        dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-        if isinstance(dims, int):
-            dims = [dims]
-        rank = len(_shape(x))
-        dims = [_norm_dim(d, rank) for d in (dims or [])]
-        if "dtype" in kwargs and kwargs["dtype"] is not None:
-            x = imp.cast(x, _np_dtype(kwargs["dtype"]))
-        elif op_type is g.ReduceSumOp and _elem_np(x) == np.bool_:
-            x = imp.cast(x, imp.out_dtype())
-        return imp.b.op(op_type, [x], axes=_i64(dims), keepdims=g.bool_attr(bool(keep)))
-
-    return handler
-
-
-for _op, _gop in [
-    (aten.mean.dim, g.ReduceMeanOp), (aten.sum.dim_IntList, g.ReduceSumOp), (aten.amax.default, g.ReduceMaxOp),
-    (aten.amin.default, g.ReduceMinOp), (aten.mean.default, g.ReduceMeanOp), (aten.sum.default, g.ReduceSumOp),
-]:
-    _HANDLERS[_op] = _reduce(_gop)
-
-
-@_handles(aten.linalg_vector_norm.default)
-def _vector_norm(imp, node, args, kwargs):
-    x = imp.cast(imp.value(args[0]), imp.out_dtype())
-    order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
-    dims = args[2] if len(args) > 2 else kwargs.get("dim")
-    keep = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
-    rank = len(_shape(x))
-    dims = [dims] if isinstance(dims, int) else list(dims or range(rank))
-    props = dict(axes=_i64([_norm_dim(d, rank) for d in dims]), keepdims=g.bool_attr(bool(keep)))
-    if order == 2:
-        return imp.b.op(g.SqrtOp, [imp.b.op(g.ReduceSumOp, [imp.b.op(g.MulOp, [x, x])], **props)])
-    if order == 1:
-        return imp.b.op(g.ReduceSumOp, [imp.b.op(g.AbsOp, [x])], **props)
-    if order == float("inf"):
-        return imp.b.op(g.ReduceMaxOp, [imp.b.op(g.AbsOp, [x])], **props)
-    raise _Unsupported(f"op:aten.linalg_vector_norm with ord={order}")
-
-
-@_handles(aten.prod.dim_int)
-def _prod(imp, node, args, kwargs):
-    return _reduce(g.ReduceProdOp)(imp, node, [args[0], [args[1]], *args[2:]], kwargs)
-
-
-@_handles(aten.argmax.default, aten.argmin.default)
-def _argreduce(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
-    op_type = g.ArgmaxOp if node.target == aten.argmax.default else g.ArgminOp
-    if dim is None:
-        x = imp.reshape(x, [int(np.prod(_shape(x)))])
-        dim = 0
-    return imp.b.op(op_type, [x], axes=_i64([dim]), keepdims=g.bool_attr(bool(keep)))
-
-
-@_handles(aten._softmax.default, aten.softmax.int)
-def _softmax(imp, node, args, kwargs):
-    return imp.b.op(g.SoftmaxOp, [imp.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
-
-
-@_handles(aten._log_softmax.default, aten.log_softmax.int)
-def _log_softmax(imp, node, args, kwargs):
-    return imp.b.op(g.LogSoftmaxOp, [imp.cast(imp.value(args[0]), imp.out_dtype())], axis=g.i64_attr(args[1]))
-
-
-@_handles(aten.scaled_dot_product_attention.default)
-def _sdpa(imp, node, args, kwargs):
-    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
-    a = dict(zip(names, args))
-    a.update(kwargs)
-    q, k, v = imp.value(a["query"]), imp.value(a["key"]), imp.value(a["value"])
-    if len(_shape(q)) != 4:
-        raise _Unsupported(f"op:aten.scaled_dot_product_attention with rank-{len(_shape(q))} inputs")
-    mask = a.get("attn_mask")
-    causal = bool(a.get("is_causal", False))
-    sq, skv = _shape(q)[2], _shape(k)[2]
-    props = {}
-    if a.get("scale") is not None:
-        props["scale"] = g.f64_attr(float(a["scale"]))
-    mv = None
-    if mask is not None:
-        mv = imp.value(mask)
-        if _elem_np(mv) != np.bool_:
-            mv = imp.cast(mv, _elem_np(q))
-    if causal and sq != skv:
-        # torch aligns the causal mask to the top-left; graph.attention to the end.
-        tri = np.tril(np.ones((sq, skv), dtype=np.bool_))
-        cm = imp.b.constant(tri, name="causal_mask")
-        if mv is None:
-            mv = cm
-        elif _elem_np(mv) == np.bool_:
-            mv = imp.b.op(g.AndOp, [mv, cm])
-        else:
-            neg = imp.b.constant(np.where(tri, 0, -np.inf).astype(_elem_np(q)), name="causal_mask")
-            mv = imp.b.op(g.AddOp, [mv, neg])
-        causal = False
-    return imp.b.op(g.AttentionOp, [q, k, v, mv], causal=g.bool_attr(causal), **props)
-
-
-# -- structure -------------------------------------------------------------------
-
-
-@_handles(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-def _view(imp, node, args, kwargs):
-    return imp.reshape(imp.value(args[0]), imp.out_shape())
-
-
-@_handles(aten.permute.default)
-def _permute(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    rank = len(_shape(x))
-    perm = [_norm_dim(p, rank) for p in args[1]]
-    if perm == list(range(rank)):
-        return x
-    return imp.b.op(g.TransposeOp, [x], perm=_i64(perm))
-
-
-@_handles(aten.transpose.int)
-def _transpose(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    rank = len(_shape(x))
-    perm = list(range(rank))
-    d0, d1 = _norm_dim(args[1], rank), _norm_dim(args[2], rank)
-    perm[d0], perm[d1] = perm[d1], perm[d0]
-    return imp.b.op(g.TransposeOp, [x], perm=_i64(perm))
-
-
-@_handles(aten.t.default)
-def _t(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    if len(_shape(x)) < 2:
-        return x
-    return imp.b.op(g.TransposeOp, [x], perm=_i64([1, 0]))
-
-
-@_handles(aten.expand.default)
-def _expand(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = imp.out_shape()
-    if _shape(x) == shape:
-        return x
-    return imp.b.op(g.BroadcastOp, [x], result_type=TensorType(_elem(x), shape))
-
-
-@_handles(aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
-def _unsqueeze(imp, node, args, kwargs):
-    return imp.reshape(imp.value(args[0]), imp.out_shape())
-
-
-@_handles(aten.slice.Tensor)
-def _slice(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = _shape(x)
-    dim = _norm_dim(args[1] if len(args) > 1 else 0, len(shape))
-    start = args[2] if len(args) > 2 and args[2] is not None else 0
-    end = args[3] if len(args) > 3 and args[3] is not None else shape[dim]
-    step = args[4] if len(args) > 4 else 1
-    start, end, _ = slice(start, end, step).indices(shape[dim])
-    end = max(end, start)
-    if (start, end, step) == (0, shape[dim], 1):
-        return x
-    return _slice_dim(imp, x, dim, start, end, step)
-
-
-def _slice_dim(imp, x, dim, start, end, step=1):
-    shape = _shape(x)
-    starts = [0] * len(shape)
-    ends = list(shape)
-    steps = [1] * len(shape)
-    starts[dim], ends[dim], steps[dim] = start, end, step
-    return imp.b.op(g.SliceOp, [x], starts=_i64(starts), ends=_i64(ends), steps=_i64(steps))
-
-
-@_handles(aten.select.int)
-def _select(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = _shape(x)
-    dim = _norm_dim(args[1], len(shape))
-    i = args[2] % shape[dim]
-    return imp.reshape(_slice_dim(imp, x, dim, i, i + 1), imp.out_shape())
-
-
-@_handles(aten.split_with_sizes.default, aten.split.Tensor)
-def _split(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = _shape(x)
-    dim = _norm_dim(args[2] if len(args) > 2 else kwargs.get("dim", 0), len(shape))
-    sizes = args[1]
-    if isinstance(sizes, int):
-        sizes = [min(sizes, shape[dim] - s) for s in range(0, shape[dim], sizes)]
-    outs, start = [], 0
-    for s in sizes:
-        outs.append(_slice_dim(imp, x, dim, start, start + s))
-        start += s
-    return tuple(outs)
-
-
-@_handles(aten.unbind.int)
-def _unbind(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    shape = _shape(x)
-    dim = _norm_dim(args[1] if len(args) > 1 else 0, len(shape))
-    rest = shape[:dim] + shape[dim + 1:]
-    return tuple(imp.reshape(_slice_dim(imp, x, dim, i, i + 1), rest) for i in range(shape[dim]))
-
-
-@_handles(aten.cat.default)
-def _cat(imp, node, args, kwargs):
-    dt = imp.out_dtype()
-    vals = [imp.operand(t, dt) for t in args[0]]
-    vals = [v for v in vals if 0 not in _shape(v) or len(vals) == 1]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    if len(vals) == 1:
-        return vals[0]
-    return imp.b.op(g.ConcatOp, vals, axis=g.i64_attr(_norm_dim(dim, len(_shape(vals[0])))))
-
-
-@_handles(aten.constant_pad_nd.default)
-def _pad(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    pad = list(args[1])
-    value = args[2] if len(args) > 2 else 0.0
-    rank = len(_shape(x))
-    before, after = [0] * rank, [0] * rank
-    for i in range(len(pad) // 2):
-        d = rank - 1 - i
-        before[d], after[d] = pad[2 * i], pad[2 * i + 1]
-    if any(p < 0 for p in before + after):
-        raise _Unsupported("op:aten.constant_pad_nd with negative padding")
-    return imp.b.op(g.PadOp, [x], pads=_i64(before + after), value=g.f64_attr(float(value)))
-
-
-@_handles(aten.embedding.default)
-def _embedding(imp, node, args, kwargs):
-    return imp.b.op(g.GatherOp, [imp.value(args[0]), imp.value(args[1])], axis=g.i64_attr(0))
-
-
-@_handles(aten.index_select.default)
-def _index_select(imp, node, args, kwargs):
-    x = imp.value(args[0])
-    return imp.b.op(g.GatherOp, [x, imp.value(args[2])], axis=g.i64_attr(_norm_dim(args[1], len(_shape(x)))))
-
-
-@_handles(aten.index.Tensor)
-def _index(imp, node, args, kwargs):
-    """Advanced indexing with a contiguous block of index tensors: flatten the
-    indexed dims into one and gather along it with the linearized index."""
-    x = imp.value(args[0])
-    shape = _shape(x)
-    idx = list(args[1])
-    pos = [i for i, t in enumerate(idx) if t is not None]
-    if not pos or pos != list(range(pos[0], pos[-1] + 1)):
-        raise _Unsupported("op:aten.index.Tensor with non-adjacent index tensors")
-    p0, p1 = pos[0], pos[-1] + 1
-    dims = shape[p0:p1]
-    strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
-    if all(isinstance(idx[i], _Const) for i in pos):
-        ts = [idx[i].tensor.to(torch.int64) for i in pos]
-        ts = [torch.where(t < 0, t + d, t) for t, d in zip(ts, dims)]
-        flat = sum(t * s for t, s in zip(ts, strides))
-        flat = torch.broadcast_tensors(*([flat] + ts))[0]
-        fv = imp.value(_Const(flat.contiguous()))
-    else:
-        fv = None
-        for i, s, d in zip(pos, strides, dims):
-            t = imp.operand(idx[i], np.int64)
-            t = imp.b.op(g.ModOp, [t, imp.b.constant(np.asarray(d, np.int64))])  # negative indices
-            if s != 1:
-                t = imp.b.op(g.MulOp, [t, imp.b.constant(np.asarray(s, np.int64))])
-            fv = t if fv is None else imp.b.op(g.AddOp, [fv, t])
-    xr = imp.reshape(x, (*shape[:p0], int(np.prod(dims)), *shape[p1:]))
-    y = imp.b.op(g.GatherOp, [xr, fv], axis=g.i64_attr(p0))
-    return imp.reshape(y, imp.out_shape())
-
-
-@_handles(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default)
-def _full_like(imp, node, args, kwargs):
-    val = node.meta["val"]
-    if node.target == aten.full_like.default:
-        fill = args[1]
-    elif node.target == aten.ones_like.default:
-        fill = 1
-    else:
-        fill = 0
-    return _Const(torch.full(tuple(val.shape), fill, dtype=val.dtype))

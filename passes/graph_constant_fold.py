@@ -11,7 +11,9 @@ exactly what the op would compute at run time. Each result becomes
   The weight is written out with the module (a new `.weights.safetensors`
   file beside the output; see `infer.dialects.weights.save_weights`).
 
-Not folded: results with more than `max-elements` elements, results whose
+Not folded: `graph.dequantize_linear` (a weight stored quantized stays so: the quantization
+passes turn DQ -> op into an integer kernel reading the stored integers), results with more
+than `max-elements` elements, results whose
 type has a `?` dimension (run `graph-shape-inference` first), and ops the
 interpreter refuses (integer division by zero, out-of-range gather indices,
 ...), which are left for run time to report (with a warning at the op now).
@@ -32,46 +34,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import tensor_type
 from infer.dialects.diagnostics import warn
-from infer.dialects.graph_interpreter import InterpreterError, dense_to_numpy, evaluate_op
+from infer.dialects.dtypes import dense_attr, is_splat, tensor_type
+from infer.dialects.graph_interpreter import InterpreterError, evaluate_op
 from infer.dialects.ir_io import IRError, describe_location
+from infer.dialects.weight_refs import constant_value
 from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
 
 DEFAULT_MAX_ELEMENTS = 1 << 24
 DEFAULT_INLINE_LIMIT = 16
-
-
-def is_splat(array: np.ndarray) -> bool:
-    """All elements equal (bitwise, so -0.0 vs 0.0 and NaN payloads count as different)."""
-    if array.size <= 1:
-        return True
-    flat = np.ascontiguousarray(array).reshape(-1)
-    raw = flat.view(np.uint8).reshape(flat.size, -1)
-    return bool(np.all(raw == raw[0]))
-
-
-def numpy_to_dense(array: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """A dense elements attribute holding `array` (any dtype of infer.dialects.dtypes);
-    an array whose elements are all equal is stored as a splat (one element).
-
-    Kept here until a shared numpy<->attribute helper lives in infer.dialects
-    (frontend.builder.dense_attr turns a 0-d array into shape [1])."""
-    array = np.asarray(array)
-    t = tensor_type(array.shape, array.dtype)
-    if array.size > 1 and is_splat(array):
-        array = array.reshape(-1)[:1]
-    if array.dtype == np.bool_:
-        data = array.astype(np.uint8)  # one byte per i1, as the parser stores it
-    else:
-        data = array.astype(array.dtype.newbyteorder("<"), copy=False)  # the attribute's byte order
-    return DenseIntOrFPElementsAttr(t, BytesAttr(data.tobytes(order="C")))
 
 
 def _static(t: object) -> bool:
@@ -93,18 +70,12 @@ class FoldConstantOp(RewritePattern):
         if not isinstance(op, g.ConstantOp | g.WeightOp):
             return None
         if op not in self._values:
-            if isinstance(op, g.ConstantOp):
-                self._values[op] = dense_to_numpy(op.value)
-            else:
-                try:
-                    self._values[op] = np.asarray(self.store.get(op.weight_key))
-                except WeightStoreError as e:
-                    raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
+            self._values[op] = constant_value(value, self.store)
         return self._values[op]
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
-        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp | g.WeightOp):
-            return
+        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp | g.WeightOp | g.DequantizeLinearOp):
+            return  # a dequantized weight stays quantized: integer kernels read its integers
         if not op.operands or not all(_static(r.type) for r in op.results):
             return
         if any(math.prod(r.type.get_shape()) > self.max_elements for r in op.results):  # type: ignore[attr-defined]
@@ -127,7 +98,7 @@ class FoldConstantOp(RewritePattern):
         new_ops: list[Operation] = []
         for result, array in zip(op.results, results, strict=True):
             if array.size <= self.inline_limit or is_splat(array):
-                new: Operation = g.ConstantOp(numpy_to_dense(array))
+                new: Operation = g.ConstantOp(dense_attr(array, splat=True))
             else:
                 name = self.store.add(hint, array)
                 assert isinstance(result.type, TensorType)

@@ -42,22 +42,8 @@ from xdsl.pattern_rewriter import (
 )
 
 from infer.dialects import graph as g
-from infer.dialects.graph_interpreter import dense_to_numpy
-from infer.dialects.ir_io import IRError, describe_location
-from infer.dialects.weights import WeightStore, WeightStoreError, weights_of
-
-
-def _constant_value(value: SSAValue, store: WeightStore) -> np.ndarray | None:
-    """The value of a `graph.constant` / `graph.weight` result, else None."""
-    op = value.owner
-    if isinstance(op, g.ConstantOp):
-        return dense_to_numpy(op.value)
-    if isinstance(op, g.WeightOp):
-        try:
-            return np.asarray(store.get(op.weight_key))
-        except WeightStoreError as e:
-            raise IRError(f"{describe_location(op)}: error: '{op.name}' op {e}") from None
-    return None
+from infer.dialects.weight_refs import constant_value
+from infer.dialects.weights import WeightStore, weights_of
 
 
 def _folded_names(weight: SSAValue, bias: SSAValue | None, kind: str) -> tuple[str, str]:
@@ -86,9 +72,9 @@ class FoldBatchNorm(RewritePattern):
             return
         if not op.input.has_one_use():
             return
-        params = [_constant_value(v, self.store) for v in (op.scale, op.bias, op.mean, op.var)]
-        weight = _constant_value(producer.weight, self.store)
-        bias = None if producer.bias is None else _constant_value(producer.bias, self.store)
+        params = [constant_value(v, self.store) for v in (op.scale, op.bias, op.mean, op.var)]
+        weight = constant_value(producer.weight, self.store)
+        bias = None if producer.bias is None else constant_value(producer.bias, self.store)
         if any(p is None for p in params) or weight is None or (producer.bias is not None and bias is None):
             return
         gamma, beta, mean, var = (np.asarray(p, np.float64) for p in params)

@@ -14,7 +14,8 @@ Each group becomes one kernel of the tile lowering:
 The chain grows from the current value v (first the anchor's result) into its
 user u while
 - all uses of v are in u (so no intermediate is needed outside the kernel),
-- u is elementwise (`graph.ELEMENTWISE_OPS`: unary, binary, where, cast) with
+- u is elementwise (`graph.ELEMENTWISE_OPS`: unary, binary, where, cast and the
+  quantize / dequantize / requantize conversions) with
   one result in the same block,
 - u's result has v's shape: u's other operands are values from outside the
   kernel that broadcast to v's shape (so `add(conv_out, skip)` joins the
@@ -46,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -57,27 +58,26 @@ from xdsl.pattern_rewriter import (
 )
 
 from infer.dialects import graph as g
+from infer.dialects.dtypes import shape_of
 
 ALL_KINDS: tuple[str, ...] = tuple(g.KERNEL_ANCHORS)
 DEFAULT_MAX_EPILOGUE = 4
 
-_ElementwiseOp = g.UnaryOp | g.BinaryOp | g.WhereOp | g.CastOp
+_ElementwiseOp = (
+    g.UnaryOp | g.BinaryOp | g.WhereOp | g.CastOp | g.QuantizeLinearOp | g.DequantizeLinearOp | g.RequantizeOp
+)
 _AnchorOp = (
     g.MatmulOp | g.LinearOp | g.Conv2dOp | g.LayerNormOp | g.RmsNormOp | g.SoftmaxOp
     | g.LogSoftmaxOp | g.AttentionOp | g.MaxPool2dOp | g.AvgPool2dOp | g.GlobalAvgPoolOp
-    | g.GlobalMaxPoolOp
+    | g.GlobalMaxPoolOp | g.Conv2dIntegerOp | g.LinearIntegerOp | g.MatmulIntegerOp
 )
 assert set(_AnchorOp.__args__) == set(g.ANCHOR_OPS)  # type: ignore[attr-defined]
+assert set(_ElementwiseOp.__args__) == set(g.ELEMENTWISE_OPS)  # type: ignore[attr-defined]
 
 
 def _fusable(op: Operation) -> bool:
     """A graph op in a function body (not already inside a kernel)."""
     return op.parent_block() is not None and not isinstance(op.parent_op(), g.KernelOp)
-
-
-def _shape(value: SSAValue) -> tuple[int, ...] | None:
-    t = value.type
-    return t.get_shape() if isinstance(t, TensorType) else None
 
 
 def next_in_chain(value: SSAValue) -> Operation | None:
@@ -90,7 +90,7 @@ def next_in_chain(value: SSAValue) -> Operation | None:
         return None
     if user.parent_block() is not value.owner.parent_block():  # type: ignore[union-attr]
         return None
-    if _shape(user.results[0]) != _shape(value):
+    if shape_of(user.results[0]) != shape_of(value):
         return None
     return user
 

@@ -42,8 +42,8 @@ class SubsampleStridedPointwiseConv(RewritePattern):
         x_ty, w_ty = op.input.type, op.weight.type
         if not isinstance(x_ty, TensorType) or not isinstance(w_ty, TensorType):
             return
-        stride = [int(v) for v in op.stride.get_values()]
-        padding = [int(v) for v in op.padding.get_values()]
+        stride = list(g.i64_values(op.stride))
+        padding = list(g.i64_values(op.padding))
         if stride == [1, 1] or any(padding) or tuple(w_ty.get_shape()[2:]) != (1, 1):
             return
         n, c, h, w = x_ty.get_shape()

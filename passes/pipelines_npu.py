@@ -4,9 +4,11 @@
                   tile-plan-memory{target}, tile-to-npu{target}
 
 so `infer-opt m.mlir -p 'compile-npu{target=edge}' -t npu-asm` prints the program
-of a graph-level module, and `infer compile` / `infer.compile` run this pass and
-package its result (the `npu.program` and the module attribute `npu.layout`) as
-an artifact. `target` is "edge", "server" or a TOML path.
+of a graph-level module, and the compile driver (tools/driver.py: `infer compile`,
+`infer.compile`) runs its `passes()` through xDSL's `PassPipeline` (to report progress and
+capture the IR between stages with the pipeline's callback) and packages the result (the
+`npu.program` and the module attributes `npu.layout`, `npu.ops`) as an artifact. `target` is
+"edge", "server" or a TOML path; `passes()` checks both options.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from infer.dialects.ir_io import IRError
@@ -85,8 +85,3 @@ class CompileNpuPass(PipelinePass):
         except PassSpecError as e:
             raise CompileError(f"error: compile-npu: graph-passes: {e}") from None
 
-    def apply(self, ctx: Context, op: ModuleOp, progress=None) -> None:
-        for p in self.passes():
-            if progress is not None:
-                progress(p.name)
-            p.apply(ctx, op)

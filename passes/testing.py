@@ -41,7 +41,7 @@ from infer.dialects.dtypes import to_numpy_dtype
 from infer.dialects.graph_interpreter import InterpreterError, run_module
 from infer.dialects.ir_io import make_context, verify_module
 from infer.dialects.tile_interpreter import is_tile_function, output_arguments, run_tile_module
-from infer.dialects.weights import WeightStore, attach_weights, weights_of
+from infer.dialects.weights import WeightStore
 
 __all__ = ["SemanticsCheck", "check_pass_preserves_semantics", "random_inputs", "run_entry", "apply_pass"]
 
@@ -134,21 +134,19 @@ def check_pass_preserves_semantics(
     inputs: Sequence[Sequence[np.ndarray]] | None = None,
     ctx: Context | None = None,
 ) -> SemanticsCheck:
-    """Run `module` before and after `pass_or_pipeline` (applied to a clone that
-    keeps the weight store) on random inputs, one set per seed (or on `inputs`),
+    """Run `module` before and after `pass_or_pipeline` (applied to a clone, which
+    keeps the weights) on random inputs, one set per seed (or on `inputs`),
     and assert the outputs agree (`np.testing.assert_allclose(after, before, rtol,
     atol)`, same shape and dtype). The original module is not modified."""
-    store = weights_of(module)
-    transformed = module.clone()
-    attach_weights(transformed, store)
+    transformed = module.clone()  # keeps the weights; the pass's changes to them stay the clone's
     apply_pass(pass_or_pipeline, transformed, ctx)
     verify_module(transformed)
     input_sets = [list(x) for x in inputs] if inputs is not None else [
         random_inputs(module, seed, entry) for seed in seeds]
     result = SemanticsCheck(transformed, input_sets, [], [])
     for i, xs in enumerate(input_sets):
-        before = run_entry(module, xs, entry, store)
-        after = run_entry(transformed, xs, entry, store)
+        before = run_entry(module, xs, entry)
+        after = run_entry(transformed, xs, entry)
         what = f"input set #{i}" + (f" (seed {seeds[i]})" if inputs is None else "")
         if len(before) != len(after):
             raise AssertionError(f"{what}: {len(before)} outputs before the pass, {len(after)} after")

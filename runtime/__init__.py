@@ -5,13 +5,16 @@
     rep = exe.check([x]); print(rep.table())   # per-layer comparison with the reference
 
 Imports only infer.target (+ numpy): a compiled artifact runs without the
-compiler (passes/, frontend/ are never imported here).
+compiler (dialects/, passes/, frontend/, tools/ are never imported here). The
+per-layer check's reference interpreter is compiler code: an Executable checks
+with the `CheckReference` it was given (`infer.load` and `infer.compile` give one;
+`infer.runtime.load` does not, and `check` then raises `NoReferenceError`).
 """
 
 from infer.runtime.artifact import Artifact, ArtifactError, TensorSpec
-from infer.runtime.check import CheckReport, Comparison, LayerCheck
+from infer.runtime.check import CheckReference, CheckReport, Comparison, LayerCheck, NoReferenceError
 from infer.runtime.executable import Executable, RunError, load
 from infer.runtime.report import Report
 
-__all__ = ["Artifact", "ArtifactError", "CheckReport", "Comparison", "Executable", "LayerCheck", "Report", "RunError",
-           "TensorSpec", "load"]
+__all__ = ["Artifact", "ArtifactError", "CheckReference", "CheckReport", "Comparison", "Executable", "LayerCheck",
+           "NoReferenceError", "Report", "RunError", "TensorSpec", "load"]

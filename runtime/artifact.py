@@ -13,7 +13,8 @@ Header keys: `format` ("infer-npu-artifact"), `format_version`, `infer_version`,
 `target` ({name, toml}: the hardware config's TOML text, so the artifact runs with
 exactly the config it was built for), `precision`, `entry`, `source` (what was
 compiled), `signature` ({inputs, outputs}: lists of {name, shape, dtype}),
-`layout` (the JSON form of tile-to-npu's `npu.layout`: see docs/codegen.md),
+`layout` (the JSON form of tile-to-npu's `npu.layout`, the DRAM layout contract of
+infer.target.layout: see docs/codegen.md),
 `ops` (optional per-op instruction ranges [start, end) with name/kind, for the
 performance report; an op may list `values` = [{layer | output, offset, shape, dtype}]: the
 DRAM regions holding graph-level values that are final when the op ends, for the per-layer
@@ -47,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+from infer.target.layout import DTYPES, DramLayout, LayoutError, lookup_dtype
 
 MAGIC = b"INFERNPU"
 FORMAT = "infer-npu-artifact"
@@ -72,31 +74,17 @@ def infer_version() -> str:
 
 
 # ----------------------------------------------------------------------------- dtypes
-_DTYPES: dict[str, np.dtype] = {
-    "float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "float64": np.dtype(np.float64),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16), "int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8),
-    "int16": np.dtype(np.int16), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
-    "uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
-    "bool": np.dtype(np.bool_),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-}
-# aliases the compiler may use (ISA / MLIR spellings)
-_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "bf16": "bfloat16",
-            "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "i1": "bool",
-            "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-
-
 def np_dtype(name: str) -> np.dtype:
     """A dtype name of the artifact (numpy spelling, or an ISA/MLIR alias) -> numpy dtype."""
-    key = _ALIASES.get(str(name), str(name))
-    if key not in _DTYPES:
+    dt = lookup_dtype(name)
+    if dt is None:
         raise ArtifactError(f"unsupported dtype '{name}'")
-    return _DTYPES[key]
+    return dt
 
 
 def dtype_name(dt: Any) -> str:
     dt = np.dtype(dt)
-    for k, v in _DTYPES.items():
+    for k, v in DTYPES.items():
         if v == dt:
             return k
     raise ArtifactError(f"unsupported dtype {dt}")
@@ -138,82 +126,12 @@ class TensorSpec:
         return TensorSpec(d["name"], tuple(d["shape"]), str(d["dtype"]))
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where one function argument (input or output) lives in DRAM."""
-
-    name: str
-    offset: int
-    shape: tuple[int, ...]
-    dtype: str
-    is_output: bool
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The DRAM layout of a compiled program: tile-to-npu's `npu.layout` (docs/codegen.md)."""
-
-    args: tuple[Placement, ...]
-    weights_offset: int
-    weights_bytes: int
-    weights: tuple[tuple[str, int, int], ...]  # (name, absolute DRAM offset, bytes)
-    arena_offset: int
-    arena_bytes: int
-    dram_bytes: int
-    alignment: int = 1
-
-    @property
-    def total_bytes(self) -> int:
-        return self.dram_bytes
-
-    @property
-    def inputs(self) -> list[Placement]:
-        return [a for a in self.args if not a.is_output]
-
-    @property
-    def outputs(self) -> list[Placement]:
-        return [a for a in self.args if a.is_output]
-
-
-def _int(d: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
-    v = d.get(key, default)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ArtifactError(f"layout: {what}{key} must be a non-negative integer, got {v!r}")
-    return v
-
-
-LAYOUT_VERSION = 1
-
-
-def parse_layout(d: Any) -> Layout:
-    """Check and normalise the JSON form of `npu.layout` (docs/codegen.md, version 1)."""
-    if not isinstance(d, dict):
-        raise ArtifactError("layout: expected an object")
-    if d.get("version", LAYOUT_VERSION) != LAYOUT_VERSION:
-        raise ArtifactError(f"layout: unsupported npu.layout version {d.get('version')!r} "
-                            f"(this runtime reads {LAYOUT_VERSION})")
-    args_raw = d.get("args")
-    if not isinstance(args_raw, list):
-        raise ArtifactError("layout: 'args' must be a list")
-    args = []
-    for i, a in enumerate(args_raw):
-        if not isinstance(a, dict) or not isinstance(a.get("shape"), list):
-            raise ArtifactError(f"layout: argument {i} must be an object with a shape")
-        dtype = str(a.get("dtype", "?"))
-        np_dtype(dtype)
-        args.append(Placement(str(a.get("name", f"arg{i}")), _int(a, "offset", f"args[{i}]."),
-                              tuple(int(x) for x in a["shape"]), dtype, bool(a.get("output", False))))
-    w_raw = d.get("weights", [])
-    if not isinstance(w_raw, list):
-        raise ArtifactError("layout: 'weights' must be a list")
-    entries = []
-    for i, e in enumerate(w_raw):
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
-            raise ArtifactError(f"layout: weights entry {i} must be an object with a name")
-        entries.append((e["name"], _int(e, "offset", f"weights[{i}]."), _int(e, "bytes", f"weights[{i}].")))
-    return Layout(tuple(args), _int(d, "weights_offset", "", 0), _int(d, "weights_bytes", "", 0), tuple(entries),
-                  _int(d, "arena_offset", "", 0), _int(d, "arena_bytes", "", 0), _int(d, "dram_bytes", ""),
-                  max(1, _int(d, "alignment", "", 1)))
+def parse_layout(d: Any) -> DramLayout:
+    """Check and normalise the JSON form of `npu.layout` (the contract of infer.target.layout)."""
+    try:
+        return DramLayout.from_json(d)
+    except LayoutError as e:
+        raise ArtifactError(str(e)) from None
 
 
 # ----------------------------------------------------------------------------- the artifact
@@ -256,7 +174,7 @@ class Artifact:
         except ConfigError as e:
             raise ArtifactError(f"hardware config in the artifact is invalid: {e}") from None
 
-    def parsed_layout(self) -> Layout:
+    def parsed_layout(self) -> DramLayout:
         return parse_layout(self.layout)
 
     def decode_program(self):
@@ -269,7 +187,7 @@ class Artifact:
             raise ArtifactError(f"program section: {e}") from None
 
     def weight_arrays(self) -> dict[str, np.ndarray]:
-        return _load_safetensors(self.weights, "weights")
+        return load_safetensors(self.weights, "weights")
 
     # ---------------------------------------------------------------- serialisation
     def to_bytes(self) -> bytes:
@@ -414,7 +332,8 @@ class Artifact:
                     raise ArtifactError(f"mismatched artifact: {what} '{s.name}' [{p.offset}, {p.offset + s.nbytes})"
                                         f" lies outside the DRAM image ({lay.total_bytes} bytes)")
         arrays = self.weight_arrays()
-        for name, off, size in lay.weights:
+        for w in lay.weights:
+            name, off, size = w.name, w.offset, w.nbytes
             if name not in arrays:
                 raise ArtifactError(f"mismatched artifact: the layout places weight '{name}' but the weights "
                                     "section does not hold it")
@@ -497,7 +416,7 @@ _ST_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "BF16": "bfl
 _ST_CODES = {v: k for k, v in _ST_DTYPES.items()}
 
 
-def _load_safetensors(data: bytes, what: str) -> dict[str, np.ndarray]:
+def load_safetensors(data: bytes, what: str) -> dict[str, np.ndarray]:
     """Parse safetensors bytes (every dtype the NPU uses, incl. bf16/fp8) -> read-only arrays."""
     if not data:
         return {}

@@ -1,14 +1,16 @@
 """`infer run --check` / `Executable.check`: compare a simulated run with the reference.
 
-The reference is the graph-level reference interpreter (dialects/graph_interpreter.py),
-run on graph IR stored in the artifact. Running it needs the dialects (xDSL); they are
-imported only when a check is asked for, so plain `Executable.run` still needs nothing
-but infer.target.
+The reference is the graph-level reference interpreter run on graph IR stored in the artifact.
+The interpreter is compiler code (the dialects, xDSL), which the runtime never imports; so the
+comparison lives here (numpy only) and the reference is injected: an Executable holds a
+`CheckReference` (`infer.tools.reference.GraphReference`, which `infer.load` and
+`infer.compile` give every Executable they make), and an Executable made with `infer.runtime`
+alone raises `NoReferenceError` when asked to check.
 
 Two comparisons:
 
-* per output (`check`, unchanged): the simulator's outputs against the interpreter on the
-  graph IR the artifact was compiled from (`graph_ir`);
+* per output (`check`): the simulator's outputs against the interpreter on the graph IR the
+  artifact was compiled from (`graph_ir`; `CheckReference.outputs`);
 * per layer (`check_layers`, what `Executable.check` and `infer run --check` print): one row
   per graph-level kernel. tile-to-npu's op markers name, for each kernel, the DRAM region
   holding the graph-level value it defines (`ops[i]["values"]`); the simulator copies that
@@ -17,7 +19,7 @@ Two comparisons:
   instruction's effects are visible and no later kernel has reused the bytes yet). The
   reference value is the same op's result in the graph IR graph-to-tile lowered (`layer_ir`:
   after the graph-level passes, e.g. batch norm folded into the conv, one top-level op per
-  kernel), from `run_module(..., on_op=...)`. Each layer is compared with the reference
+  kernel; `CheckReference.layers`). Each layer is compared with the reference
   computed from the reference's own inputs, so an error shows up first at the layer that
   makes it and the first flagged row localises it. A fused kernel (conv + relu) defines one
   value: that one is compared; values inside a fused kernel, and helper kernels (copies),
@@ -37,11 +39,11 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, MarkerValue, _load_safetensors, marker_values, np_dtype
+from infer.runtime.artifact import Artifact, ArtifactError, MarkerValue, marker_values, np_dtype
 
 MIN_COSINE = 0.999
 MIN_SQNR = 30.0
@@ -104,35 +106,67 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
     return Comparison(name, cosine, max_abs, sqnr)
 
 
-# ----------------------------------------------------------------------------- references
-def _module(artifact: Artifact, text: str, what: str, blobs: list[tuple[bytes | None, str]]):
-    """Parse graph IR stored in the artifact and bind the weights of `blobs` to it."""
-    from infer.dialects.ir_io import make_context, parse_ir
-    from infer.dialects.weights import WEIGHTS_ATTR, WeightStore, attach_weights
-
-    module = parse_ir(make_context(), text, f"<artifact {what}>")
-    module.attributes.pop(WEIGHTS_ATTR, None)
-    store = WeightStore(None)
-    for blob, section in blobs:
-        for n, a in _load_safetensors(blob or b"", section).items():
-            store.set(n, np.array(a))
-    attach_weights(module, store)
-    return module
+# ----------------------------------------------------------------------------- the reference
+class NoReferenceError(ArtifactError):
+    """A check was asked of an Executable that has no reference interpreter."""
 
 
-def reference_outputs(artifact: Artifact, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Run the artifact's graph-level IR on the reference interpreter."""
+@dataclass(frozen=True)
+class LayerOp:
+    """One op of the body of the layer IR's entry function."""
+
+    description: str  # its ops without the dialect (`conv2d+relu` for a fused kernel)
+    user_name: str | None = None  # the name the frontend recorded (`graph.name`), if any
+
+
+@dataclass(frozen=True)
+class OutputSource:
+    """Where a result of the layer IR's entry function comes from: an op of the body, or an
+    argument returned as it is (neither: somewhere else)."""
+
+    layer: int | None = None
+    argument: int | None = None
+
+
+@dataclass
+class LayerReference:
+    """The reference run of the layer IR (`CheckReference.layers`)."""
+
+    ops: list[LayerOp]  # the entry function's body, in order (`MarkerValue.layer` indexes it)
+    values: dict[int, np.ndarray]  # the first result of each op that was asked for
+    outputs: list[np.ndarray]  # the entry function's results
+    output_sources: list[OutputSource]
+
+
+class CheckReference(Protocol):
+    """The reference side of a check: runs the graph-level reference interpreter on the graph
+    IR an artifact holds. The runtime cannot (it imports no compiler code); the compile
+    driver's `infer.tools.reference.GraphReference` does."""
+
+    def outputs(self, artifact: Artifact, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of the artifact's `graph_ir` (the model as compiled) on `inputs`."""
+        ...
+
+    def layers(self, artifact: Artifact, inputs: list[np.ndarray], wanted: set[int],
+               progress: Callable[[str], None]) -> LayerReference:
+        """Run the artifact's `layer_ir` on `inputs`, keeping the results of the body ops `wanted`."""
+        ...
+
+
+def _require(reference: CheckReference | None) -> CheckReference:
+    if reference is None:
+        raise NoReferenceError("this Executable has no reference interpreter to check against (the reference is "
+                               "compiler code, and infer.runtime alone does not load it): load the artifact with "
+                               "infer.load(...) or `infer run --check`")
+    return reference
+
+
+def check(artifact: Artifact, inputs: list[np.ndarray], outputs: list[np.ndarray],
+          reference: CheckReference | None) -> list[Comparison]:
+    """Per output: the simulator's `outputs` against the reference interpreter."""
     if artifact.graph_ir is None:
         raise ArtifactError("the artifact holds no graph-level IR to check against (compiled without it)")
-    from infer.dialects.graph_interpreter import run_module
-
-    module = _module(artifact, artifact.graph_ir, "graph IR", [(artifact.graph_weights, "graph_weights")])
-    return run_module(module, inputs, entry=artifact.entry)
-
-
-def check(artifact: Artifact, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> list[Comparison]:
-    """Per output: the simulator's `outputs` against the reference interpreter."""
-    ref = reference_outputs(artifact, inputs)
+    ref = _require(reference).outputs(artifact, inputs)
     names = [s.name for s in artifact.outputs]
     return [compare(n, np.asarray(r), np.asarray(o)) for n, r, o in zip(names, ref, outputs, strict=True)]
 
@@ -290,47 +324,17 @@ def snapshot_hooks(artifact: Artifact, store: dict[tuple[int, int], np.ndarray],
     return hooks
 
 
-def _short(op) -> str:
-    return op.name.split(".", 1)[-1]
-
-
-def _describe(op) -> str:
-    """`conv2d+relu` for a graph.kernel, the op's own name otherwise."""
-    from infer.dialects import graph as g
-
-    if isinstance(op, g.KernelOp):
-        inner = [_short(o) for o in op.body.block.ops
-                 if not isinstance(o, g.YieldOp | g.ConstantOp | g.WeightOp)]
-        return "+".join(inner) or "kernel"
-    return _short(op)
-
-
-def _user_name(op) -> str | None:
-    """A name the frontend recorded on the op (`graph.name`), if any."""
-    from xdsl.dialects.builtin import StringAttr
-
-    from infer.dialects import graph as g
-
-    cands = [op]
-    if isinstance(op, g.KernelOp):
-        y = op.body.block.last_op
-        if isinstance(y, g.YieldOp) and y.operands and y.operands[0].owner in op.body.block.ops:
-            cands.append(y.operands[0].owner)
-        cands.extend(op.body.block.ops)
-    for o in cands:
-        a = o.attributes.get("graph.name")
-        if isinstance(a, StringAttr) and a.data:
-            return a.data
-    return None
-
-
 def check_layers(exe, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
                  progress: Callable[[str], None] | None = None, min_cosine: float = MIN_COSINE,
                  min_sqnr: float = MIN_SQNR,
-                 on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> CheckReport:
-    """Run `exe` (an Executable) on the simulator with a DRAM snapshot after every kernel,
-    run the reference interpreter, and compare layer by layer and output by output."""
+                 on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+                 reference: CheckReference | None = None,
+                 mode: str = "fast") -> CheckReport:
+    """Run `exe` (an Executable) on the simulator (simulation `mode`) with a DRAM snapshot
+    after every kernel, run the reference interpreter (`reference`), and compare layer by
+    layer and output by output."""
     say = progress or (lambda _msg: None)
+    reference = _require(reference)
     art: Artifact = exe.artifact
     if art.graph_ir is None:
         raise ArtifactError("the artifact holds no graph-level IR to check against (compiled without it)")
@@ -341,79 +345,54 @@ def check_layers(exe, inputs: Any = None, *, trace: bool = True, check_races: bo
     nvals = sum(len(o.get("values") or []) for o in art.ops) if per_layer else 0
     say(f"running on the {exe.target} simulator ({len(exe.program)} instructions"
         + (f", {nvals} per-layer DRAM snapshots)" if per_layer else ")"))
-    outputs = exe.run(arrays, trace=trace, check_races=check_races, on_pc=hooks or None)
+    outputs = exe.run(arrays, trace=trace, check_races=check_races, on_pc=hooks or None, mode=mode)
 
     layers: list[LayerCheck] = []
     uncompared: list[str] = []
     note = ""
     if per_layer:
-        layers, uncompared = _layer_rows(art, arrays, snaps, say)
+        layers, uncompared = _layer_rows(art, arrays, snaps, say, reference)
     elif art.layer_ir is None:
         note = "the artifact holds no per-layer reference (compiled by an older infer): outputs only"
     else:
         note = "the artifact's op markers name no per-layer values: outputs only"
     say("running the reference interpreter on the artifact's graph IR (outputs)")
-    ref = reference_outputs(art, arrays)
+    ref = reference.outputs(art, arrays)
     outs = [compare(s.name, np.asarray(r), np.asarray(o)) for s, r, o in zip(art.outputs, ref, outputs, strict=True)]
     return CheckReport(layers, outs, uncompared, note, min_cosine, min_sqnr, outputs)
 
 
 def _layer_rows(art: Artifact, arrays: list[np.ndarray], snaps: dict[tuple[int, int], np.ndarray],
-                say: Callable[[str], None]) -> tuple[list[LayerCheck], list[str]]:
-    from xdsl.dialects import func
-    from xdsl.ir import BlockArgument
-
-    from infer.dialects.graph_interpreter import run_module
-
+                say: Callable[[str], None], reference: CheckReference) -> tuple[list[LayerCheck], list[str]]:
     assert art.layer_ir is not None
-    module = _module(art, art.layer_ir, "layer IR",
-                     [(art.graph_weights, "graph_weights"), (art.layer_weights, "layer_weights")])
-    fn = next((f for f in module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == art.entry), None)
-    if fn is None or not fn.body.blocks:
-        raise ArtifactError(f"the artifact's layer IR has no function @{art.entry}")
-    body = list(fn.body.block.ops)
     values = [(i, j, v) for i, o in enumerate(art.ops) for j, v in enumerate(marker_values(o))]
     wanted = {v.layer for _, _, v in values if v.layer is not None}
-    ref: dict[int, np.ndarray] = {}
-    t0 = last = time.perf_counter()
-
-    def on_op(i: int, _op, results: list[np.ndarray]) -> None:
-        nonlocal last
-        if i in wanted and results:
-            ref[i] = results[0]
-        now = time.perf_counter()
-        if now - last > 5.0:
-            last = now
-            say(f"reference interpreter: op {i + 1}/{len(body)} ({now - t0:.0f} s)")
-
-    say(f"running the reference interpreter on the compiled graph IR ({len(body)} ops, per layer)")
-    ref_outs = run_module(module, arrays, entry=art.entry, on_op=on_op)
-    ret = body[-1] if body else None
+    ref = reference.layers(art, arrays, wanted, say)
     out_names = [s.name for s in art.outputs]
 
     counts: dict[str, int] = {}
-    named: dict[int, str] = {}  # id(op) -> its row name
+    named: dict[int, str] = {}  # layer index -> its row name
 
     def name_of(v: MarkerValue) -> str:
-        op = None
+        layer = None
         if v.layer is not None:
-            op = body[v.layer] if v.layer < len(body) else None
-        elif ret is not None and v.output is not None and v.output < len(ret.operands):
-            val = ret.operands[v.output]
-            if isinstance(val, BlockArgument):  # an output that is an input: a copy
-                k = val.index
+            layer = v.layer if v.layer < len(ref.ops) else None
+        elif v.output is not None and v.output < len(ref.output_sources):
+            source = ref.output_sources[v.output]
+            if source.argument is not None:  # an output that is an input: a copy
+                k = source.argument
                 return f"input {art.inputs[k].name if k < len(art.inputs) else k} (copy)"
-            op = val.owner if val.owner in body else None
-        if op is None:
+            layer = source.layer
+        if layer is None:
             return "value"
-        if id(op) in named:  # a value written twice (e.g. returned twice): the later is a copy
-            return f"{named[id(op)]} (copy)"
-        name = _user_name(op)
+        if layer in named:  # a value written twice (e.g. returned twice): the later is a copy
+            return f"{named[layer]} (copy)"
+        op = ref.ops[layer]
+        name = op.user_name
         if name is None:
-            desc = _describe(op)
-            name = f"{desc}_{counts.get(desc, 0)}"
-            counts[desc] = counts.get(desc, 0) + 1
-        named[id(op)] = name
+            name = f"{op.description}_{counts.get(op.description, 0)}"
+            counts[op.description] = counts.get(op.description, 0) + 1
+        named[layer] = name
         return name
 
     rows: list[LayerCheck] = []
@@ -425,9 +404,9 @@ def _layer_rows(art: Artifact, arrays: list[np.ndarray], snaps: dict[tuple[int, 
                          out_names[v.output] if v.output is not None and v.output < len(out_names) else None,
                          v.shape)
         if v.layer is not None:
-            r = ref.get(v.layer)
+            r = ref.values.get(v.layer)
         else:
-            r = ref_outs[v.output] if v.output is not None and v.output < len(ref_outs) else None
+            r = ref.outputs[v.output] if v.output is not None and v.output < len(ref.outputs) else None
         got = snaps.get((i, j))
         row.comparison, row.note = _compare_value(name, r, got, v)
         rows.append(row)

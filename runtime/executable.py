@@ -4,6 +4,7 @@
     outs = exe.run([x])                    # list in signature order, or {"name": array}
     print(exe.last_report.summary())       # cycles, utilisation, stalls, per-op roofline
     rep = exe.check([x])                   # per-layer comparison with the reference interpreter
+                                           # (infer.load / infer.compile executables: see check)
     print(rep.table()); rep.first_bad; rep.as_dict()
 
 `run` builds the simulated DRAM image the way the artifact's layout says (weights
@@ -16,6 +17,10 @@ Imports only infer.target and numpy: no compiler needed at run time.
 `INFER_SIM_CHECK_RACES=1` in the environment (or `run(..., check_races=True)`) runs the
 simulator's data-race checker: an unsynchronised conflicting access between two engines is a
 `RunError` naming both instructions (slower; for testing the compiler's synchronisation).
+
+`run(..., mode=...)` picks the simulation mode (`infer.target.sim.MODES`, docs/simulator.md):
+"fast" (default), "reference" (instruction by instruction), "functional" (outputs, no
+timing) or "timing" (cycles and counters, no outputs).
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, Layout, narrowed, np_dtype
+from infer.runtime.artifact import Artifact, ArtifactError, narrowed, np_dtype
 from infer.runtime.report import Report, build_report
+from infer.target.layout import DramLayout
 
 if TYPE_CHECKING:
-    from infer.runtime.check import CheckReport
+    from infer.runtime.check import CheckReference, CheckReport
 
 
 class RunError(ArtifactError):
@@ -40,12 +46,17 @@ class RunError(ArtifactError):
 
 
 class Executable:
-    def __init__(self, artifact: Artifact):
+    """A validated artifact, ready to run. `reference` (optional) is what `check` compares
+    with: the reference interpreter, compiler code that the runtime does not import
+    (`infer.load` and `infer.compile` pass `infer.tools.reference.GraphReference()`)."""
+
+    def __init__(self, artifact: Artifact, reference: CheckReference | None = None):
         artifact.validate()
         self.artifact = artifact
+        self.reference = reference
         self.config = artifact.config()
         self.program = artifact.decode_program()
-        self.layout: Layout = artifact.parsed_layout()
+        self.layout: DramLayout = artifact.parsed_layout()
         self.last_report: Report | None = None
         self._image: np.ndarray | None = None
 
@@ -73,8 +84,8 @@ class Executable:
         return self.artifact.save(path)
 
     @staticmethod
-    def load(path: str | Path) -> Executable:
-        return Executable(Artifact.load(path))
+    def load(path: str | Path, reference: CheckReference | None = None) -> Executable:
+        return Executable(Artifact.load(path), reference)
 
     # ---------------------------------------------------------------- running
     def _base_image(self) -> np.ndarray:
@@ -82,8 +93,8 @@ class Executable:
             lay = self.layout
             img = np.zeros(lay.total_bytes, np.uint8)
             arrays = self.artifact.weight_arrays()
-            for name, start, size in lay.weights:
-                img[start:start + size] = np.frombuffer(arrays[name].tobytes(), np.uint8)
+            for w in lay.weights:
+                img[w.offset:w.offset + w.nbytes] = np.frombuffer(arrays[w.name].tobytes(), np.uint8)
             img.flags.writeable = False
             self._image = img
         return self._image
@@ -136,15 +147,21 @@ class Executable:
 
     def run(self, inputs: Any = None, *, trace: bool = True,
             check_races: bool | None = None,
-            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> list[np.ndarray]:
+            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+            mode: str = "fast") -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
         `trace=True` (default) records the engine timelines, needed for the per-op
         report and `last_report.to_chrome_trace`. `check_races` runs the simulator's race
         checker (default: on when the environment sets INFER_SIM_CHECK_RACES=1). `on_pc`
         is passed to `Simulator.run` (callbacks `f(pc, dram)` when the program reaches an
-        instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range)."""
-        from infer.target.sim import SimFault, Simulator
+        instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range).
+        `mode`: "fast" (default), "reference", "functional" (outputs, the report has no
+        cycles) or "timing" (cycles and counters only: returns no outputs)."""
+        from infer.target.sim import MODES, SimFault, Simulator
+
+        if mode not in MODES:
+            raise RunError(f"unknown simulation mode '{mode}' (modes: {', '.join(MODES)})")
 
         if inputs is None:
             inputs = []
@@ -160,14 +177,16 @@ class Executable:
         sim = Simulator(self.config)
         t0 = time.perf_counter()
         try:
-            counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc)
+            counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc,
+                               mode=mode)
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0
         outs = []
-        for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
-            n = s.nbytes
-            outs.append(dram[p.offset:p.offset + n].view(s.np_dtype).reshape(s.shape).copy())
+        if mode != "timing":  # timing mode computes no data
+            for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
+                n = s.nbytes
+                outs.append(dram[p.offset:p.offset + n].view(s.np_dtype).reshape(s.shape).copy())
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
                                         self.config, wall)
         return outs
@@ -175,19 +194,25 @@ class Executable:
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
               progress: Callable[[str], None] | None = None, min_cosine: float = 0.999,
               min_sqnr: float = 30.0,
-              on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> CheckReport:
+              on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+              mode: str = "fast") -> CheckReport:
         """Run on the simulator and compare with the reference interpreter, layer by layer.
 
         Returns an `infer.runtime.check.CheckReport`: `.layers` (one row per graph-level
         kernel: name, kernel, kind, cosine, max_abs, sqnr_db; the DRAM bytes of the value
         each kernel defines, copied right after it ran), `.outputs` (per model output),
         `.first_bad`, `.ok()`, `.table()`, `.as_dict()` (JSON-able), `.sim_outputs`.
-        `last_report` is set as by `run`. Needs the graph IR in the artifact (xDSL is
-        imported). `on_pc` callbacks run before the snapshots at the same pc."""
+        `last_report` is set as by `run`. Needs the graph IR in the artifact and this
+        Executable's `reference` (`infer.runtime.check.NoReferenceError` without one).
+        `on_pc` callbacks run before the snapshots at the same pc. `mode` as for `run`, except
+        "timing" (no data to compare)."""
         from infer.runtime.check import check_layers
 
+        if mode == "timing":
+            raise RunError("the per-layer check compares data: timing mode computes none")
         return check_layers(self, inputs, trace=trace, check_races=check_races, progress=progress,
-                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc)
+                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc, reference=self.reference,
+                            mode=mode)
 
 
 def sim_check_races_from_env() -> bool:
@@ -196,5 +221,6 @@ def sim_check_races_from_env() -> bool:
 
 
 def load(path: str | Path) -> Executable:
-    """Load a `.npu` artifact (validated) as an Executable."""
+    """Load a `.npu` artifact (validated) as an Executable that runs; checking it needs the
+    reference interpreter, which `infer.load` (the compile driver's load) adds."""
     return Executable.load(path)

@@ -194,10 +194,8 @@ def bundled_configs() -> list[str]:
     return sorted(p.stem for p in _HERE.glob("*.toml"))
 
 
-def load_config(name_or_path: str | Path | HardwareConfig) -> HardwareConfig:
-    """`"edge"`, `"server"` (bundled target/<name>.toml) or a path to a TOML file."""
-    if isinstance(name_or_path, HardwareConfig):
-        return name_or_path
+def config_path(name_or_path: str | Path) -> Path:
+    """The TOML file `"edge"`, `"server"` (bundled target/<name>.toml) or a path names."""
     s = str(name_or_path)
     path = Path(s)
     if not s.endswith(".toml") and (_HERE / f"{s}.toml").is_file():
@@ -205,6 +203,14 @@ def load_config(name_or_path: str | Path | HardwareConfig) -> HardwareConfig:
     if not path.is_file():
         raise ConfigError(f"unknown hardware config '{s}' (bundled: "
                           f"{', '.join(bundled_configs())}; or give a .toml path)")
+    return path
+
+
+def load_config(name_or_path: str | Path | HardwareConfig) -> HardwareConfig:
+    """`"edge"`, `"server"` (bundled target/<name>.toml) or a path to a TOML file."""
+    if isinstance(name_or_path, HardwareConfig):
+        return name_or_path
+    path = config_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 
 # Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
-_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.serve_sim_cmds"]
+_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.quantize_cmds",
+                       "infer.tools.serve_sim_cmds"]
 
 
 class CLIError(Exception):
@@ -31,10 +32,12 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from infer.dialects.ir_io import IRError
     from infer.dialects.weights import WeightStoreError
     from infer.frontend.model import ModelImportError
+    from infer.tools.driver import DriverError
 
     from infer.passes import PluginError
 
-    errors: list[type[Exception]] = [CLIError, IRError, ModelImportError, WeightStoreError, PluginError]
+    errors: list[type[Exception]] = [CLIError, DriverError, IRError, ModelImportError, WeightStoreError,
+                                     PluginError]
     try:
         from infer.dialects.graph_interpreter import InterpreterError
 
@@ -47,28 +50,6 @@ def _user_errors() -> tuple[type[Exception], ...]:
 # ---------------------------------------------------------------------------
 # Inputs and outputs
 # ---------------------------------------------------------------------------
-
-
-def function_signature(module, entry: str = "main") -> tuple[list[str], list[tuple[tuple[int, ...], np.dtype]]]:
-    """Input names and (shape, dtype) of function `entry`."""
-    from xdsl.dialects import func
-    from xdsl.dialects.builtin import StringAttr, TensorType
-
-    from infer.dialects.dtypes import to_numpy_dtype
-
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and op.sym_name.data == entry:
-            names, specs = [], []
-            arg_attrs = op.arg_attrs.data if op.arg_attrs is not None else [None] * len(op.args)
-            for i, (arg, attrs) in enumerate(zip(op.args, arg_attrs, strict=True)):
-                name = attrs.data.get("graph.name") if attrs is not None else None
-                names.append(name.data if isinstance(name, StringAttr) else f"arg{i}")
-                t = arg.type
-                if not isinstance(t, TensorType):
-                    raise CLIError(f"function @{entry}: argument {i} is not a tensor ({t})")
-                specs.append((t.get_shape(), to_numpy_dtype(t.get_element_type())))
-            return names, specs
-    raise CLIError(f"the module has no function @{entry}")
 
 
 def random_inputs(specs: Sequence[tuple[tuple[int, ...], np.dtype]], seed: int = 0) -> list[np.ndarray]:
@@ -114,44 +95,18 @@ def summarize(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
     return "\n".join(lines)
 
 
-def output_names(module, count: int, entry: str = "main") -> list[str]:
-    from xdsl.dialects import func
-    from xdsl.dialects.builtin import StringAttr
-
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and op.sym_name.data == entry and op.res_attrs is not None:
-            names = []
-            for i, attrs in enumerate(op.res_attrs.data):
-                name = attrs.data.get("graph.name")
-                names.append(name.data if isinstance(name, StringAttr) else f"output{i}")
-            return names
-    return [f"output{i}" for i in range(count)]
-
-
 # ---------------------------------------------------------------------------
 # Commands
 # ---------------------------------------------------------------------------
 
 
-def _parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    shapes = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
-        except ValueError:
-            raise CLIError(f"--input-shape '{spec}': expected NAME=DxDxD, e.g. input=1x3x224x224") from None
-    return shapes
-
-
 def cmd_import(args: argparse.Namespace) -> int:
     from infer.frontend import import_model
+    from infer.tools.driver import parse_input_shapes
 
     options = {}
     if args.input_shape:
-        options["input_shapes"] = _parse_input_shapes(args.input_shape)
+        options["input_shapes"] = parse_input_shapes(args.input_shape)
     if args.list_unsupported:
         options["list_unsupported"] = True
     model = import_model(args.model, **options)
@@ -166,6 +121,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_run_ir(args: argparse.Namespace) -> int:
     from infer.dialects.graph_interpreter import run_module
     from infer.dialects.ir_io import load_ir_file
+    from infer.dialects.signature import function_signature, output_names
 
     module = load_ir_file(args.file)
     names, specs = function_signature(module, args.entry)

@@ -116,7 +116,7 @@ def _accelerator(step: int, model_path: Path, inputs: dict[str, np.ndarray], out
     outs = exe.run(arrays)
     print(f"{step + 1}. ran on the instruction-set simulator in {time.perf_counter() - t0:.3f} s (host time): "
           f"{exe.output_names[0]}[0] {np.round(outs[0].reshape(outs[0].shape[0], -1)[0][:10], 4)}")
-    results = check(exe.artifact, arrays, outs)
+    results = check(exe.artifact, arrays, outs, exe.reference)
     print(f"{step + 2}. check against the reference interpreter:")
     for r in results:
         print("   " + r.line())

@@ -9,7 +9,7 @@ expected-failure list is a JSON file in the repo (test names, one per failing
 test), like IREE's per-backend xfail files:
 
     reference: infer/frontend/onnx_xfail_reference.json
-    npu:       infer/runtime/npu_xfail.json
+    npu:       infer/tools/npu_xfail.json
 
 `test/unit/frontend/test_onnx_backend.py` fails on an unexpected failure and
 on an unexpected pass (regenerate with --write so the list stays exact).
@@ -32,7 +32,7 @@ from typing import Any
 
 BACKENDS = {
     "reference": ("infer.frontend.onnx_backend", "ReferenceBackend", "infer.frontend", "onnx_xfail_reference.json"),
-    "npu": ("infer.runtime.onnx_backend", "NpuBackend", "infer.runtime", "npu_xfail.json"),
+    "npu": ("infer.tools.onnx_backend", "NpuBackend", "infer.tools", "npu_xfail.json"),
 }
 
 NODE_TEST_CLASS = "OnnxBackendNodeModelTest"

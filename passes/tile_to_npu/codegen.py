@@ -18,7 +18,7 @@ from xdsl.dialects import arith, func, scf
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import tile as t
-from infer.passes.npu_layout import NpuLayout
+from infer.target.layout import DramLayout
 from infer.passes.tile_to_npu.addressing import (
     Address,
     AddressRegisters,
@@ -61,7 +61,7 @@ class CodeGenerator:
     """One compilation of a tile function at given degrade levels (top-level op -> level:
     rotation.DegradeLevel); `run` raises OutOfSemaphores naming the kernels that did not fit."""
 
-    def __init__(self, hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp,
+    def __init__(self, hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
                  pipelining: bool = True, degrade: dict[Operation, int] | None = None):
         self.hw, self.layout, self.fn = hw, layout, fn
         self.degrade = degrade or {}

@@ -6,7 +6,7 @@ overlap the kernels that ran out of semaphores.
 Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.alloc`,
 `tile.offset` on every `tile.weight`, module attributes `tile.target`, `tile.arena_bytes`,
 `tile.weights_bytes`). Output: the function is replaced by an `npu.program` and the module
-gets the DRAM layout contract `npu.layout` (passes/npu_layout.py, docs/codegen.md) and the op
+gets the DRAM layout contract `npu.layout` (target/layout.py, docs/codegen.md) and the op
 markers `npu.ops`.
 """
 
@@ -23,13 +23,14 @@ from xdsl.passes import ModulePass
 from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements
 from infer.dialects.ir_io import LoweringError
-from infer.passes.npu_layout import LAYOUT_ATTR, OPS_ATTR, NpuLayout, Region, align_up, ops_to_attr
+from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, layout_to_attr, ops_to_attr
 from infer.passes.tile_to_npu.codegen import CodeGenerator
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
 from infer.passes.tile_to_npu.rotation import DegradeLevel
 from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
 from infer.target.asm import Program
 from infer.target.hw import HardwareConfig, load_config
+from infer.target.layout import DramLayout, DramRegion, align_up
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,14 @@ class TileToNpuPass(ModulePass):
         program, markers = compile_function(hw, layout, fn, self.pipeline)
         from infer.dialects.npu import ProgramOp
 
-        op.attributes[LAYOUT_ATTR] = layout.to_attr()
+        op.attributes[LAYOUT_ATTR] = layout_to_attr(layout)
         op.attributes[OPS_ATTR] = ops_to_attr(markers)
         fn.detach()
         fn.erase()
         op.body.block.add_op(ProgramOp.from_program(program))
 
 
-def compile_function(hw: HardwareConfig, layout: NpuLayout, fn: func.FuncOp,
+def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
                      pipelining: bool) -> tuple[Program, list[dict]]:
     """The program and op markers of fn. A kernel (op-marker group) that needs more semaphores
     than the target has is compiled again with less overlap (rotation.DegradeLevel): first
@@ -106,7 +107,7 @@ def entry_function(module: ModuleOp, entry: str) -> func.FuncOp:
     return fns[0]
 
 
-def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> NpuLayout:
+def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> DramLayout:
     """The DRAM layout contract: arguments in order, then the weight region, then the arena,
     each aligned to the target's DRAM burst (docs/codegen.md)."""
     alignment = hw.dram.burst_bytes
@@ -116,7 +117,7 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Npu
     arena_bytes = module.attributes["tile.arena_bytes"].value.data  # type: ignore[union-attr]
     weights_bytes = module.attributes["tile.weights_bytes"].value.data  # type: ignore[union-attr]
     target = module.attributes.get(t.TARGET_ATTR)
-    layout = NpuLayout(target.data if isinstance(target, StringAttr) else hw.name,
+    layout = DramLayout(target.data if isinstance(target, StringAttr) else hw.name,
                        fn.sym_name.data, alignment)
     attributes = argument_attributes(fn)
     end = 0
@@ -126,7 +127,7 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Npu
         shape, element, element_bytes = memref_info(ty)
         attrs = attributes[i] if i < len(attributes) else {}
         name = attrs.get("graph.name")
-        layout.args.append(Region(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
+        layout.args.append(DramRegion(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
                                   shape, element, i, is_output_flag(attrs.get("tile.output"))))
         end = align_up(end + num_elements(shape) * element_bytes, alignment)
     layout.weights_offset = end
@@ -140,7 +141,7 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Npu
             shape, element, _ = memref_info(weight.buffer.type)  # type: ignore[arg-type]
             if weight.weight_key not in seen:
                 seen.add(weight.weight_key)
-                layout.weights.append(Region(weight.weight_key, end + offset.value.data, shape,
+                layout.weights.append(DramRegion(weight.weight_key, end + offset.value.data, shape,
                                              element))
     end = align_up(end + weights_bytes, alignment)
     layout.arena_offset = end

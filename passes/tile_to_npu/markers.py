@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import tile as t
-from infer.passes.npu_layout import NpuLayout
+from infer.target.layout import DramLayout
 from infer.passes.tile_to_npu.addressing import TileBuffer
 from infer.passes.tile_to_npu.common import root_buffer
 from infer.passes.tile_to_npu.program_tree import FlatInstruction
@@ -94,7 +94,7 @@ class KernelGroups:
 
 
 def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
-               buffers: dict[SSAValue, TileBuffer], layout: NpuLayout,
+               buffers: dict[SSAValue, TileBuffer], layout: DramLayout,
                fn: func.FuncOp) -> list[dict]:
     """[{name, kind, start, end[, values]}]: one per graph-level kernel, in program order,
     covering the whole program. `values` lists the graph-level values whose DRAM bytes are
@@ -132,7 +132,7 @@ def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
 
 
 def _values_by_group(groups: list[KernelGroup], buffers: dict[SSAValue, TileBuffer],
-                     layout: NpuLayout, fn: func.FuncOp) -> dict[int, list[dict]]:
+                     layout: DramLayout, fn: func.FuncOp) -> dict[int, list[dict]]:
     """group -> the graph-level values final at its end (at the last group writing each)."""
     last_write: dict[SSAValue, int] = {}
     for g, group in enumerate(groups):

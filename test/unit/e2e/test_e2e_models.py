@@ -12,13 +12,14 @@ transformers (random weights, saved with save_pretrained).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import infer
+from helpers.onnx_models import mlp_onnx
+from helpers.sim_modes import assert_sim_modes_agree
 from infer.passes import infer_passes
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
@@ -52,6 +53,7 @@ def check_outputs(ys, refs, precision: str) -> list[float]:
 def run_and_compare(source, inputs, target: str, precision: str, **import_options):
     exe = infer.compile(source, target=target, precision=precision, **import_options)
     ys = exe.run(inputs, check_races=True)  # a missing semaphore faults instead of hiding
+    assert_sim_modes_agree(exe, inputs, ys)  # the race-checked run used the reference engine
     model = source if isinstance(source, infer.Model) else infer.import_model(source, **import_options)
     refs = model.run(inputs)
     scores = check_outputs(ys, refs, precision)
@@ -63,18 +65,9 @@ def run_and_compare(source, inputs, target: str, precision: str, **import_option
 # ---------------------------------------------------------------------------- MLP
 
 
-def _mlp_onnx(path: Path) -> Path:
-    here = Path(__file__).resolve().parents[1] / "runtime" / "test_compile.py"
-    spec = importlib.util.spec_from_file_location("_runtime_test_compile", here)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.mlp_onnx(path)
-
-
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    return _mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx")
+    return mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx")
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -12,7 +12,8 @@ import pytest
 from infer.dialects.graph_interpreter import run_module
 from infer.dialects.weights import weights_of
 from infer.frontend import ModelImportError, import_model
-from infer.frontend.hf_import import ShardedWeightStore, import_hf_folder
+from infer.frontend.hf_checkpoint import ShardedWeightStore
+from infer.frontend.hf_import import import_hf_folder
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -8,16 +8,13 @@ fails, and so does a listed test that passes (regenerate the list with
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from infer.frontend.onnx_backend import ReferenceBackend
-from infer.tools.onnx_xfail import _Recorder, load_xfail, node_test_cases
 
-CASES = node_test_cases(ReferenceBackend)
-XFAIL = load_xfail("reference")
-REGENERATE = "python -m infer.tools.onnx_xfail --backend reference --write"
+from helpers.onnx_node_tests import NodeTests
+
+NODE_TESTS = NodeTests("reference", ReferenceBackend)
 
 
 def test_backend_protocol():
@@ -42,20 +39,9 @@ def test_backend_protocol():
 
 
 def test_xfail_list_names_existing_tests():
-    stale = sorted(XFAIL - set(CASES))
-    assert not stale, f"the xfail list names tests that do not exist: {stale[:10]}; regenerate: {REGENERATE}"
+    NODE_TESTS.check_list_names_existing_tests()
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(NODE_TESTS.cases))
 def test_onnx_node(name: str):
-    rec = _Recorder()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # as in `python -m infer.tools.onnx_xfail`
-        CASES[name].run(rec)
-    (outcome,) = rec.outcomes
-    if name in XFAIL:
-        if outcome.passed:
-            pytest.fail(f"{name} is in onnx_xfail_reference.json but passes now; regenerate the list: {REGENERATE}")
-        pytest.xfail(outcome.reason)
-    elif not outcome.passed:
-        pytest.fail(f"{name} fails unexpectedly: {outcome.reason}")
+    NODE_TESTS.check(name)

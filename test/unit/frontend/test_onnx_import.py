@@ -378,3 +378,22 @@ def test_unsupported_element_type_is_reported():
     model = _model([helper.make_node("Identity", ["x"], ["y"])], [x], [y])
     with pytest.raises(ModelImportError, match="graph input 'x'.*STRING"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("what", ["opset", "ir_version"])
+def test_model_newer_than_the_importer_is_refused(what: str):
+    from infer.frontend.onnx_import import TARGET_OPSET
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    current = _model(nodes, [x], [y], opset=TARGET_OPSET)
+    np.testing.assert_array_equal(run_module(import_onnx(current), [np.array([-1.0, 2.0], np.float32)])[0], [0.0, 2.0])
+    newer = _model(nodes, [x], [y], opset=TARGET_OPSET + (what == "opset"))
+    if what == "ir_version":
+        newer.ir_version = onnx.IR_VERSION + 1
+        message = rf"IR version is {onnx.IR_VERSION + 1}, newer than this importer reads \(up to {onnx.IR_VERSION}"
+    else:
+        message = rf"opset {TARGET_OPSET + 1}, newer than this importer knows \(opsets 1 to {TARGET_OPSET}\)"
+    with pytest.raises(ModelImportError, match=message):
+        import_onnx(newer)

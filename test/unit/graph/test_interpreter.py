@@ -1,6 +1,6 @@
 """Graph interpreter: elementwise, cast, structure, reductions, gather, API.
 
-Tolerances: see the table in test_interpreter_helpers.py (f64 1e-10/1e-12,
+Tolerances: see the table in helpers/interpreter_cases.py (f64 1e-10/1e-12,
 f32 1e-5/1e-5, f16 2e-3/2e-3, bf16 1.6e-2/1.6e-2, integers and i1 exact).
 """
 
@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_interpreter_helpers import (
+from xdsl.dialects.builtin import StringAttr, TensorType
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import from_numpy_dtype, parse_element_type
+from infer.dialects.graph import bool_attr, f64_attr, i64_array, i64_attr
+from infer.dialects.graph_interpreter import InterpreterError, erf, evaluate_op, run_module
+from infer.dialects.weights import WeightStore, attach_weights
+
+from helpers.interpreter_cases import (
     BF16,
     F16,
     F32,
@@ -25,13 +33,6 @@ from test_interpreter_helpers import (
     single_op_module,
     to_torch,
 )
-from xdsl.dialects.builtin import StringAttr, TensorType
-
-from infer.dialects import graph as g
-from infer.dialects.dtypes import from_numpy_dtype, parse_element_type
-from infer.dialects.graph import bool_attr, f64_attr, i64_array, i64_attr
-from infer.dialects.graph_interpreter import InterpreterError, erf, evaluate_op, run_module
-from infer.dialects.weights import WeightStore, attach_weights
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Graph interpreter: matmul/linear, conv, pooling, normalization, softmax,
 attention, rotary — against torch.
 
-Tolerances: see the table in test_interpreter_helpers.py (f64 1e-10/1e-12,
+Tolerances: see the table in helpers/interpreter_cases.py (f64 1e-10/1e-12,
 f32 1e-5/1e-5, f16 2e-3/2e-3, bf16 1.6e-2/1.6e-2, integers and i1 exact).
 """
 
@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_interpreter_helpers import (
+
+from infer.dialects import graph as g
+from infer.dialects.graph import bool_attr, f64_attr, i64_array, i64_attr
+from infer.dialects.graph_interpreter import evaluate_op
+
+from helpers.interpreter_cases import (
     F32,
     F64,
     FLOAT_DTYPES,
@@ -25,10 +30,6 @@ from test_interpreter_helpers import (
     single_op_module,
     to_torch,
 )
-
-from infer.dialects import graph as g
-from infer.dialects.graph import bool_attr, f64_attr, i64_array, i64_attr
-from infer.dialects.graph_interpreter import evaluate_op
 
 
 @pytest.fixture

@@ -4,9 +4,10 @@ as one op; its region's ops are not reported); results unchanged."""
 from __future__ import annotations
 
 import numpy as np
-from test_interpreter_helpers import parse
 
 from infer.dialects.graph_interpreter import run_module
+
+from helpers.interpreter_cases import parse
 
 IR = """
 func.func @main(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>) -> tensor<4x16xf32> {

@@ -4,25 +4,20 @@ compiles and runs bit-identically to the tile interpreter on edge and server."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import func
 
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.weights import WeightStore, attach_weights, weights_of
-from infer.passes.npu_layout import NpuLayout, ops_from_module
+from infer.dialects.npu_attrs import layout_from_module, ops_from_module
 from infer.passes.testing import apply_pass, run_entry
 from infer.target.hw import load_config
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_tile_to_npu import BF16, run_both  # noqa: E402
-from tile_programs import mr  # noqa: E402
+from helpers.tile_programs import BF16, mr, run_both
 
 CTX = make_context()
 
@@ -75,7 +70,7 @@ def compile_graph(module, target: str, inputs):
     apply_pass("tile-to-npu", module)
     verify_module(module)
     prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     dram = layout.dram_image(inputs, weights_of(module))
     Simulator(target).run(prog, dram)
     outs = layout.read_outputs(dram)
@@ -88,10 +83,10 @@ def compile_graph(module, target: str, inputs):
 def test_demo_cnn_compiles_bit_identical(tmp_path, target):
     """conv+bn+relu, max pool, two 3x3 convs with a residual add, global pooling, linear:
     more semaphores over the program than the config has, recycled by live range."""
-    from infer.tools.compile_cmds import _graph_module
     from infer.tools.demo import build_demo_model
+    from infer.tools.driver import graph_module
 
-    module = _graph_module(build_demo_model(tmp_path / "demo.onnx"))
+    module = graph_module(build_demo_model(tmp_path / "demo.onnx"))
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     prog, _ = compile_graph(module, target, [x])
     ops = check_program(module, prog, target)

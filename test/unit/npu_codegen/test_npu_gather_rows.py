@@ -4,9 +4,6 @@ the tile interpreter, hand-written tile IR and an embedding lookup through graph
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from xdsl.dialects import func
@@ -15,14 +12,12 @@ from infer.dialects.dtypes import element_type_name
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.weights import weights_of
-from infer.passes.npu_layout import NpuLayout
+from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_tile_to_npu import lower, run_both  # noqa: E402
-from tile_programs import mr  # noqa: E402
+from helpers.tile_programs import lower, mr, run_both
 
 CTX = make_context()
 
@@ -137,7 +132,7 @@ def test_embedding_graph_to_simulator(target, ity):
     tile_ref = run_entry(module, [ids])[0]
     apply_pass("tile-to-npu", module)
     verify_module(module)
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
     dram = layout.dram_image([ids], weights_of(module))
     Simulator(target).run(prog, dram)

@@ -3,52 +3,20 @@ DRAM image built from npu.layout; results bit-identical to the tile interpreter.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
+from infer.dialects.ir_io import parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
-from infer.dialects.tile_interpreter import run_tile_module
-from infer.passes.npu_layout import NpuLayout
+from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.tile_memory_plan import TilePlanMemoryPass
-from infer.passes.tile_to_npu import LoweringError, TileToNpuPass
+from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tile_programs import gemm_ir, mr  # noqa: E402
-
-CTX = make_context()
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def lower(text: str):
-    module = parse_ir(CTX, text, "test.mlir")
-    verify_module(module)
-    TilePlanMemoryPass().apply(CTX, module)
-    TileToNpuPass().apply(CTX, module)
-    verify_module(module)
-    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    return module, prog
-
-
-def run_both(text: str, inputs, target: str = "edge"):
-    ref_module = parse_ir(CTX, text, "test.mlir")
-    ref = run_tile_module(ref_module, inputs)
-    module, prog = lower(text)
-    layout = NpuLayout.from_module(module)
-    dram = layout.dram_image(inputs)
-    counters = Simulator(target).run(prog, dram)
-    outs = layout.read_outputs(dram)
-    assert len(outs) == len(ref)
-    for o, r in zip(outs, ref):
-        assert o.dtype == r.dtype and o.shape == r.shape
-        assert o.tobytes() == r.tobytes()  # bit-identical
-    return prog, counters, outs
+from helpers.tile_programs import BF16, CTX, gemm_ir, lower, mr, run_both
 
 
 def _gemm_inputs(M, K, N, C, seed=0):
@@ -68,11 +36,11 @@ def test_gemm_k_accumulation_bit_identical(double, relu):
 
 def test_layout_contract():
     module, _ = lower(gemm_ir("edge", 32, 32, 32, 16, 16, 32))
-    lay = NpuLayout.from_module(module)
+    lay = layout_from_module(module)
     assert [a.name for a in lay.args] == ["a", "b", "y"]
     assert [a.output for a in lay.args] == [False, False, True]
     assert all(a.offset % lay.alignment == 0 for a in lay.args)
-    assert lay.args[1].offset >= lay.args[0].offset + lay.args[0].bytes
+    assert lay.args[1].offset >= lay.args[0].offset + lay.args[0].nbytes
     assert lay.dram_bytes >= lay.arena_offset + lay.arena_bytes
     assert lay.alignment == 64 and lay.target == "edge"
 
@@ -104,7 +72,7 @@ def test_end_to_end_mlp_graph_to_simulator(target):
     tile_ref = run_entry(module, [x])[0]
     apply_pass("tile-to-npu", module)
     verify_module(module)
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
     dram = layout.dram_image([x], weights_of(module))
     Simulator(target).run(prog, dram)
@@ -211,7 +179,7 @@ def _compile_linear(target: str, M: int, K: int, N: int, pipeline: bool = True):
     tile_ref = run_entry(module, [x])[0] if M * K * N <= 1 << 22 else None
     apply_pass(f"tile-to-npu{{target={target} pipeline={'true' if pipeline else 'false'}}}", module)
     prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    layout = NpuLayout.from_module(module)
+    layout = layout_from_module(module)
     dram = layout.dram_image([x], weights_of(module))
     c = Simulator(target).run(prog, dram)
     (y,) = layout.read_outputs(dram)

@@ -1,11 +1,12 @@
-"""Fixtures of the runtime tests (helpers: runtime_artifacts.py)."""
+"""Fixtures of the runtime tests (the artifacts they build: helpers/runtime_artifacts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from infer.runtime.artifact import Artifact
-from runtime_artifacts import bias_relu_artifact, gemm_artifact, target_toml  # noqa: F401
+
+from helpers.runtime_artifacts import bias_relu_artifact
 
 
 @pytest.fixture

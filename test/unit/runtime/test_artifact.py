@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact, target_toml
 
 from infer.runtime.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError, save_safetensors
+
+from helpers.runtime_artifacts import bias_relu_artifact, target_toml
 
 
 def test_round_trip(tmp_path):
@@ -144,10 +145,21 @@ def test_header_is_json_with_format(tmp_path):
     assert header["target"]["name"] == "edge" and "[matrix]" in header["target"]["toml"]
 
 
-def test_runtime_imports_no_compiler():
-    code = ("import sys, infer.runtime, infer.runtime.check\n"
+def test_runtime_imports_no_compiler(tmp_path):
+    """Running an artifact loads no compiler module (dialects, passes, frontend, tools, xDSL);
+    asking an Executable made by infer.runtime alone to check gives one clear error (the
+    reference interpreter is compiler code: infer.load's Executables have it)."""
+    path = bias_relu_artifact().save(tmp_path / "m.npu")
+    code = ("import sys, numpy as np, infer.runtime, infer.runtime.check\n"
+            f"exe = infer.runtime.load({str(path)!r})\n"
+            "x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)\n"
+            "(y,) = exe.run([x])\n"
+            "b = np.linspace(-1, 1, 16, dtype=np.float32)\n"
+            "assert np.array_equal(y, np.maximum(x + b, 0)) and exe.last_report.cycles > 0\n"
+            "try:\n    exe.check([x])\nexcept infer.runtime.NoReferenceError as e:\n    print('check:', e)\n"
             "bad = [m for m in sys.modules if m.startswith(('infer.passes', 'infer.frontend', 'infer.tools', "
             "'infer.dialects', 'xdsl'))]\n"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "check: this Executable has no reference interpreter" in r.stdout and "infer.load" in r.stdout

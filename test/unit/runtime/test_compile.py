@@ -10,24 +10,9 @@ import infer
 from infer.passes import infer_passes
 from infer.tools.cli import main
 
+from helpers.onnx_models import mlp_onnx
+
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered yet")
-
-
-def mlp_onnx(path, batch=4, d_in=16, hidden=32, d_out=10, seed=0):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
-             for n, s in (("w1", (d_in, hidden)), ("b1", (hidden,)), ("w2", (hidden, d_out)), ("b2", (d_out,)))]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h1"]),
-             helper.make_node("Relu", ["h1"], ["h2"]), helper.make_node("MatMul", ["h2", "w2"], ["o"]),
-             helper.make_node("Add", ["o", "b2"], ["y"])]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, d_in])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, d_out])], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, str(path))
-    return path
 
 
 def _x(shape=(4, 16)):
@@ -74,7 +59,7 @@ def test_check_against_reference(exe):
 
     x = _x()
     outs = exe.run([x])
-    (c,) = check(exe.artifact, [x], outs)
+    (c,) = check(exe.artifact, [x], outs, exe.reference)
     assert c.ok() and c.cosine > 0.99999 and c.sqnr_db > 60
 
 

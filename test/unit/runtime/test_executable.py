@@ -6,10 +6,11 @@ import json
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact, gemm_artifact
 
 from infer.runtime import Executable, RunError, load
 from infer.runtime.check import compare
+
+from helpers.runtime_artifacts import bias_relu_artifact, gemm_artifact
 
 
 def _x():

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runtime_artifacts import bias_relu_artifact
 
 from infer.runtime.executable import Executable, RunError
 from infer.target.asm import Builder
+
+from helpers.runtime_artifacts import bias_relu_artifact
 
 X = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)
 WANT = np.maximum(X + np.linspace(-1, 1, 16, dtype=np.float32), 0)

@@ -94,7 +94,7 @@ def test_corrupted_weight_is_localised(demo, image):
     name = next(k for k in arrays if k.startswith("kernel3.") and "packed_hi" in k)
     arrays[name] = -arrays[name]
     art = dataclasses.replace(exe.artifact, weights=save_safetensors(arrays))
-    rep = Executable(art).check([image])
+    rep = Executable(art, exe.reference).check([image])
     assert rep.first_bad is not None and rep.first_bad.kernel == "kernel3"
     assert all(r.ok() for r in rep.layers[:3]) and not rep.outputs_ok()
 
@@ -103,7 +103,7 @@ def test_kernels_without_a_value_are_listed_not_compared(demo, image):
     exe, _ = demo
     ops = [dict(o) for o in exe.artifact.ops]
     del ops[1]["values"]  # as for a kernel computing a value inside a fused graph op
-    rep = Executable(dataclasses.replace(exe.artifact, ops=ops)).check([image])
+    rep = Executable(dataclasses.replace(exe.artifact, ops=ops), exe.reference).check([image])
     assert [r.kernel for r in rep.layers] == ["kernel0", "kernel2", "kernel3", "kernel4", "kernel5"]
     assert rep.uncompared_kernels == ["kernel1"] and rep.ok()
     assert "not compared: 1 kernel(s) defining no graph-level value" in rep.table()
@@ -111,7 +111,8 @@ def test_kernels_without_a_value_are_listed_not_compared(demo, image):
 
 def test_artifact_without_layer_reference_checks_outputs_only(demo, image):
     exe, _ = demo
-    rep = Executable(dataclasses.replace(exe.artifact, layer_ir=None, layer_weights=None)).check([image])
+    art = dataclasses.replace(exe.artifact, layer_ir=None, layer_weights=None)
+    rep = Executable(art, exe.reference).check([image])
     assert rep.layers == [] and rep.outputs_ok() and "outputs only" in rep.note
     assert "output logits" in rep.table()
 

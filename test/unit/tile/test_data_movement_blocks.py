@@ -1,4 +1,4 @@
-"""Data movement in big blocks: transposes as permuted copies (lower_data.permute_copy) and
+"""Data movement in big blocks: transposes as permuted copies (graph_to_tile/transpose.py: permute_copy) and
 box copies (slice, concat, pad, broadcast) whose leading dim is the DMA plane dim.
 
 graph interpreter (before) vs tile interpreter (after) bit-exact on many permutations
@@ -18,7 +18,7 @@ from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.passes import infer_passes
 from infer.passes.graph_to_tile import GraphToTilePass
-from infer.passes.lower_data import canonical_perm
+from infer.passes.graph_to_tile.transpose import canonical_perm
 from infer.passes.testing import apply_pass, check_pass_preserves_semantics
 
 CTX = make_context()

@@ -48,7 +48,7 @@ def compile_edge(text: str, weights: dict[str, tuple[int, ...]], precision: str)
     spad, acc = m.attributes["tile.spad_bytes"].value.data, m.attributes["tile.acc_bytes"].value.data
     assert 0 < spad <= EDGE.memory.scratchpad_bytes
     assert acc <= EDGE.memory.accumulator_bytes
-    assert "graph." not in str(m).replace("graph.name", "")
+    assert "graph." not in str(m).replace("graph.name", "").replace("graph.weights", "")
     return m
 
 

@@ -32,7 +32,6 @@ def check(m, target: str, precision: str, inputs):
 
     tol = TOL[precision]
     before = m.clone()
-    attach_weights(before, WeightStore())
     GraphToTilePass(target=target, precision=precision).apply(CTX, m)
     refs = run_entry(before, list(inputs))
     outs = run_entry(m, [a.astype(np.int32) if a.dtype == np.int64 else a for a in inputs])

@@ -4,10 +4,7 @@ and returns; local memories; idempotence)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from xdsl.dialects import func
@@ -24,8 +21,6 @@ from infer.passes.tile_memory_plan import (
     peak_live_bytes,
     plan_intervals,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _assert_valid(intervals: list[Interval], offsets: list[int], arena: int) -> None:
@@ -105,18 +100,10 @@ def test_realistic_chains_close_to_peak(seed: int) -> None:
     assert arena <= 1.2 * peak_live_bytes(ivs)
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_memory_plan", ROOT / "bench" / "bench_memory_plan.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_memory_plan", mod)  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("graph", ["resnet50", "bert"])
 def test_bench_graphs_within_target(graph: str) -> None:
-    bench = _bench()
+    import bench_memory_plan as bench  # bench/ is on the test path (pyproject.toml)
+
     g = getattr(bench, graph)()
     ivs = g.intervals()
     offsets, arena = plan_intervals(ivs)

@@ -1,7 +1,7 @@
 """The official ONNX node tests on NpuBackend (import + compile-npu + simulator).
 
 Every node test the installed onnx generates runs; the expected failures are
-listed in infer/runtime/npu_xfail.json. A failure not in the list fails, and so
+listed in infer/tools/npu_xfail.json. A failure not in the list fails, and so
 does a listed test that passes (regenerate the list with
 `python -m infer.tools.onnx_xfail --backend npu --write`), so the list stays
 exact. Most failures are ops or dtypes the tile lowering does not handle yet;
@@ -10,23 +10,20 @@ the whole file takes about a minute (most unsupported tests fail at graph-to-til
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
-from infer.runtime.onnx_backend import NpuBackend, default_target
-from infer.tools.onnx_xfail import _Recorder, load_xfail, node_test_cases
+from infer.tools.onnx_backend import NpuBackend, default_target
 
-CASES = node_test_cases(NpuBackend)
+from helpers.onnx_node_tests import NodeTests
+
+NODE_TESTS = NodeTests("npu", NpuBackend)
 
 
 @pytest.fixture(autouse=True)
 def _check_races(monkeypatch):
     """Every compiled node test also runs the simulator's race checker."""
     monkeypatch.setenv("INFER_SIM_CHECK_RACES", "1")
-XFAIL = load_xfail("npu")
-REGENERATE = "python -m infer.tools.onnx_xfail --backend npu --write"
 
 
 def test_backend_protocol(monkeypatch):
@@ -51,20 +48,9 @@ def test_backend_protocol(monkeypatch):
 
 
 def test_xfail_list_names_existing_tests():
-    stale = sorted(XFAIL - set(CASES))
-    assert not stale, f"the xfail list names tests that do not exist: {stale[:10]}; regenerate: {REGENERATE}"
+    NODE_TESTS.check_list_names_existing_tests()
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(NODE_TESTS.cases))
 def test_onnx_node_npu(name: str):
-    rec = _Recorder()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # as in `python -m infer.tools.onnx_xfail`
-        CASES[name].run(rec)
-    (outcome,) = rec.outcomes
-    if name in XFAIL:
-        if outcome.passed:
-            pytest.fail(f"{name} is in npu_xfail.json but passes now; regenerate the list: {REGENERATE}")
-        pytest.xfail(outcome.reason)
-    elif not outcome.passed:
-        pytest.fail(f"{name} fails unexpectedly: {outcome.reason}")
+    NODE_TESTS.check(name)

@@ -1,5 +1,4 @@
-"""Small hand-built artifacts shared by the runtime tests (a uniquely named module:
-`from conftest import` would resolve to whichever test folder's conftest came first)."""
+"""Small hand-built artifacts shared by the runtime tests."""
 
 from __future__ import annotations
 

@@ -1,0 +1,405 @@
+"""ONNX handlers: matmul/Gemm, convolution, pooling, normalizations, softmax and reductions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from xdsl.ir import SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import numpy_dtype_of, shape_of
+from infer.frontend.onnx_ops import (
+    NodeProblem,
+    attribute,
+    handler,
+    input_name,
+    ints_of,
+    is_float_dtype,
+    normalize_axis,
+    require_float,
+)
+
+if TYPE_CHECKING:
+    from infer.frontend.onnx_import import Importer
+
+
+@handler("MatMul")
+def _matmul(imp: Importer, node: onnx.NodeProto):
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return [imp.b.op(g.MatmulOp, [a, b])]
+
+
+@handler("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))
+def _gemm(imp: Importer, node: onnx.NodeProto):
+    alpha, beta = float(attribute(node, "alpha", 1.0)), float(attribute(node, "beta", 1.0))
+    ta, tb = bool(attribute(node, "transA", 0)), bool(attribute(node, "transB", 0))
+    a_name, b_name, c_name = node.input[0], node.input[1], input_name(node, 2)
+    a = imp.value(a_name)
+    n = imp.shape(b_name)[0 if tb else 1]
+    c_shape = imp.shape(c_name) if c_name else None
+    # y = x @ W^T + b: the linear form with a constant weight.
+    if not ta and alpha == 1.0 and imp.is_const(b_name) and (c_shape is None or (beta == 1.0 and c_shape in ((n,), (1, n)))):
+        w = imp.consts[b_name] if tb else np.ascontiguousarray(imp.consts[b_name].T)
+        wv = imp.value(b_name) if tb else imp.materialise(w, b_name + "_t")
+        bias = None
+        if c_name:
+            bias = imp.b.reshape(imp.value(c_name), (n,))
+        return [imp.b.op(g.LinearOp, [a, wv, bias])]
+    y = imp.b.op(g.MatmulOp, [a, imp.value(b_name)], transpose_a=g.bool_attr(ta), transpose_b=g.bool_attr(tb))
+    if alpha != 1.0:
+        y = imp.b.op(g.MulOp, [y, imp.b.scalar(alpha, y)])
+    if c_name:
+        c = imp.value(c_name)
+        if beta != 1.0:
+            c = imp.b.op(g.MulOp, [c, imp.b.scalar(beta, c)])
+        y = imp.b.op(g.AddOp, [y, c])
+    return [y]
+
+
+def _window(imp: Importer, node: onnx.NodeProto, in_spatial: Sequence[int], kernel: Sequence[int]):
+    """strides, dilations, pads (begin..., end...) with auto_pad made explicit."""
+    r = len(in_spatial)
+    strides = attribute(node, "strides") or [1] * r
+    dilations = attribute(node, "dilations") or [1] * r
+    pads = attribute(node, "pads") or [0] * (2 * r)
+    auto_pad = attribute(node, "auto_pad", "NOTSET") or "NOTSET"
+    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r:
+        raise NodeProblem(f"strides/dilations/pads do not match the {r} spatial dims")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * r)
+        for i in range(r):
+            out = -(-in_spatial[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i])
+            small, big = total // 2, total - total // 2
+            pads[i], pads[i + r] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * r)
+    elif auto_pad != "NOTSET":
+        raise NodeProblem(f"auto_pad = {auto_pad} is not supported")
+    return list(strides), list(dilations), list(pads)
+
+
+def _as_2d(r: int, strides, dilations, pads, kernel):
+    """Spatial params for 1-D (made 2-D with H = 1) or 2-D windows."""
+    if r == 1:
+        return [1, strides[0]], [1, dilations[0]], [0, pads[0], 0, pads[1]], [1, kernel[0]]
+    return strides, dilations, pads, list(kernel)
+
+
+_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@handler("Conv", attrs=_CONV_ATTRS)
+def _conv(imp: Importer, node: onnx.NodeProto):
+    x, w = imp.value(node.input[0]), imp.value(node.input[1])
+    bias = imp.value(node.input[2]) if input_name(node, 2) else None
+    xs, ws = shape_of(x), shape_of(w)
+    r = len(xs) - 2
+    if r not in (1, 2):
+        raise NodeProblem(f"{r}-D convolution is not supported (1-D and 2-D only)")
+    kernel = attribute(node, "kernel_shape") or list(ws[2:])
+    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    strides, dilations, pads, _ = _as_2d(r, strides, dilations, pads, kernel)
+    if r == 1:
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+    y = imp.b.op(
+        g.Conv2dOp, [x, w, bias],
+        stride=g.i64_array(strides), padding=g.i64_array(pads), dilation=g.i64_array(dilations),
+        groups=g.i64_attr(int(attribute(node, "group", 1))),
+    )
+    if r == 1:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return [y]
+
+
+@handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
+def _pool(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xs = shape_of(x)
+    r = len(xs) - 2
+    if r not in (1, 2):
+        raise NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
+    if attribute(node, "storage_order", 0):
+        raise NodeProblem("storage_order = 1 is not supported")
+    if len(node.output) > 1 and node.output[1]:
+        raise NodeProblem("the Indices output is not supported")
+    kernel = attribute(node, "kernel_shape")
+    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    strides, dilations, pads, kernel = _as_2d(r, strides, dilations, pads, kernel)
+    if r == 1:
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+    props = dict(
+        kernel=g.i64_array(kernel), stride=g.i64_array(strides), padding=g.i64_array(pads),
+        ceil_mode=g.bool_attr(attribute(node, "ceil_mode", 0)),
+    )
+    if node.op_type == "MaxPool":
+        y = imp.b.op(g.MaxPool2dOp, [x], dilation=g.i64_array(dilations), **props)
+    else:
+        if dilations != [1, 1]:
+            raise NodeProblem("dilations are not supported for AveragePool")
+        y = imp.b.op(g.AvgPool2dOp, [x], count_include_pad=g.bool_attr(attribute(node, "count_include_pad", 0)), **props)
+    if r == 1:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return [y]
+
+
+@handler("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(imp: Importer, node: onnx.NodeProto):
+    cls = g.GlobalAvgPoolOp if node.op_type == "GlobalAveragePool" else g.GlobalMaxPoolOp
+    return [imp.b.op(cls, [imp.value(node.input[0])])]
+
+
+@handler("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"))
+def _batch_norm(imp: Importer, node: onnx.NodeProto):
+    if attribute(node, "training_mode", 0):
+        raise NodeProblem("training_mode = 1 is not supported (inference only)")
+    if attribute(node, "spatial", 1) != 1:
+        raise NodeProblem("spatial = 0 is not supported")
+    x = imp.value(node.input[0])
+    params = [imp.b.cast(imp.value(n), numpy_dtype_of(x)) for n in node.input[1:5]]
+    y = imp.b.op(g.BatchNormOp, [x, *params], epsilon=g.f64_attr(attribute(node, "epsilon", 1e-5)))
+    return [y]
+
+
+@handler("InstanceNormalization", attrs=("epsilon",))
+def _instance_norm(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    rank = len(shape_of(x))
+    axes = list(range(2, rank))
+    y = _normalize(imp, x, axes, float(attribute(node, "epsilon", 1e-5)))
+    c = shape_of(x)[1]
+    pshape = (c, *([1] * (rank - 2)))
+    scale = imp.b.reshape(imp.value(node.input[1]), pshape)
+    bias = imp.b.reshape(imp.value(node.input[2]), pshape)
+    return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
+
+
+def _normalize(imp: Importer, x: SSAValue, axes: Sequence[int], eps: float, outputs: bool = False):
+    mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
+    d = imp.b.op(g.SubOp, [x, mean])
+    var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
+    inv = imp.b.op(g.RsqrtOp, [imp.b.op(g.AddOp, [var, imp.b.scalar(eps, var)])])
+    y = imp.b.op(g.MulOp, [d, inv])
+    if outputs:
+        return y, mean, inv
+    return y
+
+
+@handler("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def _layer_norm(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    scale = imp.value(node.input[1])
+    bias = imp.value(node.input[2]) if input_name(node, 2) else None
+    rank = len(shape_of(x))
+    axis = normalize_axis(int(attribute(node, "axis", -1)), rank)
+    eps = float(attribute(node, "epsilon", 1e-5))
+    wants_stats = any(o for o in node.output[1:])
+    if not wants_stats:
+        return [imp.b.op(g.LayerNormOp, [x, scale, bias], axis=g.i64_attr(axis), epsilon=g.f64_attr(eps))]
+    stash = attribute(node, "stash_type", 1)
+    xc = imp.b.cast(x, np.dtype(np.float32)) if stash == 1 and is_float_dtype(numpy_dtype_of(x)) else x
+    y, mean, inv = _normalize(imp, xc, list(range(axis, rank)), eps, outputs=True)
+    y = imp.b.cast(y, numpy_dtype_of(x))
+    y = imp.b.op(g.MulOp, [y, scale])
+    if bias is not None:
+        y = imp.b.op(g.AddOp, [y, bias])
+    return [y, mean, inv]
+
+
+@handler("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
+def _rms_norm(imp: Importer, node: onnx.NodeProto):
+    x, scale = imp.value(node.input[0]), imp.value(node.input[1])
+    axis = normalize_axis(int(attribute(node, "axis", -1)), len(shape_of(x)))
+    return [imp.b.op(g.RmsNormOp, [x, scale], axis=g.i64_attr(axis), epsilon=g.f64_attr(float(attribute(node, "epsilon", 1e-5))))]
+
+
+@handler("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
+def _group_norm(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xs = shape_of(x)
+    n, c = xs[0], xs[1]
+    groups = int(attribute(node, "num_groups"))
+    eps = float(attribute(node, "epsilon", 1e-5))
+    if c % groups:
+        raise NodeProblem(f"channels ({c}) are not divisible by num_groups ({groups})")
+    xg = imp.b.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
+    y = imp.b.reshape(_normalize(imp, xg, [2], eps), xs)
+    scale, bias = imp.value(node.input[1]), imp.value(node.input[2])
+    rest = [1] * (len(xs) - 2)
+    if shape_of(scale)[0] == groups and groups != c:
+        # opset 18: one scale/bias per group
+        scale = imp.b.reshape(imp.b.broadcast(imp.b.reshape(scale, (groups, 1)), (groups, c // groups)), (c,))
+        bias = imp.b.reshape(imp.b.broadcast(imp.b.reshape(bias, (groups, 1)), (groups, c // groups)), (c,))
+    scale, bias = imp.b.reshape(scale, (c, *rest)), imp.b.reshape(bias, (c, *rest))
+    return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
+
+
+@handler("LpNormalization", attrs=("axis", "p"))
+def _lp_norm(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    axis = normalize_axis(int(attribute(node, "axis", -1)), len(shape_of(x)))
+    p = int(attribute(node, "p", 2))
+    if p == 1:
+        norm = imp.b.reduce(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]), [axis], True)
+    elif p == 2:
+        norm = imp.b.op(g.SqrtOp, [imp.b.reduce(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]), [axis], True)])
+    else:
+        raise NodeProblem(f"p = {p} is not supported (1 or 2)")
+    zero = imp.b.scalar(0, x)
+    is_zero = imp.b.op(g.EqualOp, [norm, zero])
+    safe = imp.b.op(g.WhereOp, [is_zero, imp.b.scalar(1, x), norm])
+    return [imp.b.op(g.WhereOp, [is_zero, zero, imp.b.op(g.DivOp, [x, safe])])]
+
+
+@handler("MeanVarianceNormalization", attrs=("axes",))
+def _mvn(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    axes = attribute(node, "axes", [0, 2, 3])
+    rank = len(shape_of(x))
+    axes = sorted(normalize_axis(a, rank) for a in axes)
+    mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
+    d = imp.b.op(g.SubOp, [x, mean])
+    var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
+    std = imp.b.op(g.SqrtOp, [var])
+    return [imp.b.op(g.DivOp, [d, imp.b.op(g.AddOp, [std, imp.b.scalar(1e-9, std)])])]
+
+
+@handler("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
+def _softmax(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xs = shape_of(x)
+    rank = len(xs)
+    opset = imp.opset
+    if opset < 13:
+        axis = normalize_axis(int(attribute(node, "axis", 1)), rank)
+        flat = (math.prod(xs[:axis]), math.prod(xs[axis:]))
+        y = _softmax_like(imp, node.op_type, imp.b.reshape(x, flat), 1)
+        return [imp.b.reshape(y, xs)]
+    axis = normalize_axis(int(attribute(node, "axis", -1)), rank)
+    return [_softmax_like(imp, node.op_type, x, axis)]
+
+
+def _softmax_like(imp: Importer, op_type: str, x: SSAValue, axis: int) -> SSAValue:
+    if op_type == "Softmax":
+        return imp.b.op(g.SoftmaxOp, [x], axis=g.i64_attr(axis))
+    if op_type == "LogSoftmax":
+        return imp.b.op(g.LogSoftmaxOp, [x], axis=g.i64_attr(axis))
+    xs = shape_of(x)
+    am = imp.b.op(g.ArgmaxOp, [x], axes=g.i64_array([axis]), keepdims=g.bool_attr(True))
+    iota = np.arange(xs[axis], dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(len(xs))])
+    eq = imp.b.op(g.EqualOp, [am, imp.materialise(iota, "iota")])
+    return imp.b.cast(imp.b.broadcast(eq, xs), numpy_dtype_of(x))
+
+
+@handler("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
+def _lp_pool(imp: Importer, node: onnx.NodeProto):
+    """(sum over the window of |x|^p)^(1/p) = (avg_pool(|x|^p, pads counted) * k)^(1/p)."""
+    x = imp.value(node.input[0])
+    require_float(x, "LpPool")
+    xs = shape_of(x)
+    r = len(xs) - 2
+    if r not in (1, 2):
+        raise NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
+    p = float(attribute(node, "p", 2))
+    kernel = attribute(node, "kernel_shape")
+    strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    if any(d != 1 for d in dilations):
+        raise NodeProblem("dilations are not supported for LpPool")
+    strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
+    if r == 1:
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+    xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.b.scalar(p, x)])
+    avg = imp.b.op(
+        g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
+        ceil_mode=g.bool_attr(attribute(node, "ceil_mode", 0)), count_include_pad=g.bool_attr(True),
+    )
+    total = imp.b.op(g.MulOp, [avg, imp.b.scalar(math.prod(kernel2), avg)])
+    y = imp.b.op(g.PowOp, [total, imp.b.scalar(1.0 / p, total)])
+    if r == 1:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return [y]
+
+
+# --------------------------------------------------------------------------
+# Reductions
+# --------------------------------------------------------------------------
+
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
+
+
+@handler(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def _reduce(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    rank = len(shape_of(x))
+    axes = ints_of(imp, node, "axes", 1, "the axes")
+    keep = bool(attribute(node, "keepdims", 1))
+    if not axes:
+        if attribute(node, "noop_with_empty_axes", 0):
+            return [x]
+        axes = list(range(rank))
+    axes = sorted({normalize_axis(a, rank) for a in axes})
+    t = node.op_type
+
+    def reduce_axes(cls: type[g.ReduceOp], v: SSAValue) -> SSAValue:
+        return imp.b.reduce(cls, v, axes, keep)
+
+    if t in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
+        cls = {"ReduceSum": g.ReduceSumOp, "ReduceMean": g.ReduceMeanOp, "ReduceMax": g.ReduceMaxOp, "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}[t]
+        if t in ("ReduceMax", "ReduceMin") and any(shape_of(x)[a] == 0 for a in axes):
+            fill = -np.inf if t == "ReduceMax" else np.inf
+            if not is_float_dtype(numpy_dtype_of(x)):
+                info = np.iinfo(numpy_dtype_of(x)) if numpy_dtype_of(x) != np.bool_ else None
+                fill = (info.min if t == "ReduceMax" else info.max) if info else (t == "ReduceMin")
+            shape = _reduced_shape(shape_of(x), axes, keep)
+            return [np.full(shape, fill, dtype=numpy_dtype_of(x))]
+        return [reduce_axes(cls, x)]
+    if t == "ReduceL1":
+        return [reduce_axes(g.ReduceSumOp, imp.b.op(g.AbsOp, [x]))]
+    if t == "ReduceSumSquare":
+        return [reduce_axes(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x]))]
+    if t == "ReduceL2":
+        return [_float_then_back(imp, reduce_axes(g.ReduceSumOp, imp.b.op(g.MulOp, [x, x])), g.SqrtOp)]
+    if t == "ReduceLogSum":
+        return [_float_then_back(imp, reduce_axes(g.ReduceSumOp, x), g.LogOp)]
+    # ReduceLogSumExp, stably: m + log(sum(exp(x - m)))
+    if any(shape_of(x)[a] == 0 for a in axes):
+        return [np.full(_reduced_shape(shape_of(x), axes, keep), -np.inf, dtype=numpy_dtype_of(x))]
+    m = imp.b.reduce(g.ReduceMaxOp, x, axes, True)
+    s = imp.b.reduce(g.ReduceSumOp, imp.b.op(g.ExpOp, [imp.b.op(g.SubOp, [x, m])]), axes, keep)
+    mk = m if keep else imp.b.reshape(m, shape_of(s))
+    return [imp.b.op(g.AddOp, [mk, imp.b.op(g.LogOp, [s])])]
+
+
+def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keep: bool) -> list[int]:
+    return [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+
+
+def _float_then_back(imp: Importer, x: SSAValue, cls) -> SSAValue:
+    dt = numpy_dtype_of(x)
+    if is_float_dtype(dt):
+        return imp.b.op(cls, [x])
+    return imp.b.cast(imp.b.op(cls, [imp.b.cast(x, np.dtype(np.float64))]), dt)
+
+
+@handler("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
+def _arg_reduce(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xs = shape_of(x)
+    axis = normalize_axis(int(attribute(node, "axis", 0)), len(xs))
+    keep = bool(attribute(node, "keepdims", 1))
+    cls = g.ArgmaxOp if node.op_type == "ArgMax" else g.ArgminOp
+    if not attribute(node, "select_last_index", 0):
+        return [imp.b.op(cls, [x], axes=g.i64_array([axis]), keepdims=g.bool_attr(keep))]
+    starts, ends, steps = [0] * len(xs), list(xs), [1] * len(xs)
+    starts[axis], ends[axis], steps[axis] = xs[axis] - 1, -1, -1
+    rev = imp.b.slice(x, starts, ends, steps)
+    i = imp.b.op(cls, [rev], axes=g.i64_array([axis]), keepdims=g.bool_attr(keep))
+    return [imp.b.op(g.SubOp, [imp.b.scalar(xs[axis] - 1, i), i])]

@@ -1,0 +1,211 @@
+"""The tile IR builder of graph-to-tile: index arithmetic, loops and tile ops in one function body.
+
+Kernel families build their loop nests through an `Emitter`:
+
+* index arithmetic (`add`, `sub`, `mul`) folds when its operands are compile-time ints, so a
+  tile origin (`Index`) is an int until a loop variable enters it; constants are hoisted to the
+  function entry, one `arith.constant` per value;
+* loops: `loop` is one `scf.for`; `tiles(extent, tile, body)` is one `scf.for` over the full
+  tiles and one statically sized remainder tile after it (never unrolled over tiles, so the IR
+  does not grow with the problem); `range(n, body)` loops over n indices;
+* tile ops: `alloc`, `view`, `dma`, `matmul`, `vec`, `fill`, `gather_rows`;
+* loop nests: inside `with emitter.loop_nest() as allocs:` local (spad/acc) buffers are
+  allocated before the nest starts, so they are live together for the whole nest and no
+  buffer outlives it; `allocs` lists them for the local-memory check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerAttr, MemRefType, StringAttr, i1, i64
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from infer.dialects import tile as t
+
+Index = int | SSAValue  # a tile origin: a compile-time int or an index value
+
+
+def tile_extents(total: int, tile: int) -> list[int]:
+    """The tile extents `Emitter.tiles(total, tile, ...)` emits code for: the full tile and, when
+    tile does not divide total, the remainder (each emission allocates its own buffers)."""
+    tile = max(1, min(tile, total))
+    return [tile] + ([total % tile] if total % tile else [])
+
+
+class Emitter:
+    """Builds tile IR into one function body; constants are hoisted to its entry."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.insert_point = InsertPoint.at_end(block)
+        self._constants: dict[int, SSAValue] = {}
+        self._alloc_after: Operation | None = None  # local buffers go after it, before the nest's loops
+        self._local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current loop nest
+
+    def hoist(self, op: Operation) -> Operation:
+        """Insert at the function entry (constants, weights)."""
+        first = self.block.first_op
+        if first is None:
+            self.block.add_op(op)
+        else:
+            self.block.insert_op_before(op, first)
+        return op
+
+    def insert(self, op: Operation) -> Operation:
+        block = self.insert_point.block
+        if self.insert_point.insert_before is not None:
+            block.insert_op_before(op, self.insert_point.insert_before)
+        else:
+            block.add_op(op)
+        return op
+
+    @contextlib.contextmanager
+    def loop_nest(self) -> Iterator[list[t.AllocOp]]:
+        """Local buffers allocated inside go here, before the nest's loops; yields the list of
+        them (a nested loop nest keeps its own). The position is held by a marker op, erased
+        on exit."""
+        saved = (self._alloc_after, self._local_allocs)
+        marker = arith.ConstantOp(IntegerAttr(0, IndexType()))
+        self.insert(marker)
+        self._alloc_after = marker
+        self._local_allocs = []
+        try:
+            yield self._local_allocs
+        finally:
+            marker.detach()
+            marker.erase()
+            self._alloc_after, self._local_allocs = saved
+
+    # -- index arithmetic (folded when static) --
+    def constant(self, value: int) -> SSAValue:
+        if value not in self._constants:
+            op = arith.ConstantOp(IntegerAttr(value, IndexType()))
+            self.hoist(op)
+            self._constants[value] = op.result
+        return self._constants[value]
+
+    def index_value(self, index: Index) -> SSAValue:
+        return self.constant(index) if isinstance(index, int) else index
+
+    def add(self, a: Index, b: Index) -> Index:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if isinstance(a, int) and a == 0:
+            return b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.insert(arith.AddiOp(self.index_value(a), self.index_value(b))).results[0]
+
+    def sub(self, a: Index, b: Index) -> Index:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.insert(arith.SubiOp(self.index_value(a), self.index_value(b))).results[0]
+
+    def mul(self, a: Index, factor: int) -> Index:
+        if isinstance(a, int):
+            return a * factor
+        if factor == 1:
+            return a
+        if factor == 0:
+            return 0
+        return self.insert(arith.MuliOp(a, self.constant(factor))).results[0]
+
+    def _indices(self, indices: Sequence[Index]) -> list[SSAValue]:
+        return [self.index_value(i) for i in indices]
+
+    # -- loops --
+    def loop(self, lower: Index, upper: Index, step: int, body: Callable[[SSAValue], None]) -> None:
+        block = Block(arg_types=[IndexType()])
+        op = scf.ForOp(self.index_value(lower), self.index_value(upper), self.constant(step), [], Region(block))
+        self.insert(op)
+        saved = self.insert_point
+        self.insert_point = InsertPoint.at_end(block)
+        body(block.args[0])
+        self.insert(scf.YieldOp())
+        self.insert_point = saved
+
+    def tiles(self, extent: int, tile: int, body: Callable[[Index, int], None]) -> None:
+        """body(origin, size) over [0, extent) in tiles: one scf.for over the full
+        tiles (never unrolled) and the remainder tile after it, sizes static."""
+        tile = max(1, min(tile, extent))
+        full, rem = divmod(extent, tile)
+        if full == 1:
+            body(0, tile)
+        elif full > 1:
+            self.loop(0, full * tile, tile, lambda iv: body(iv, tile))
+        if rem:
+            body(full * tile, rem)
+
+    def range(self, n: int, body: Callable[[Index], None]) -> None:
+        if n == 1:
+            body(0)
+        elif n > 1:
+            self.loop(0, n, 1, body)
+
+    # -- tile ops --
+    def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
+        op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
+        if space != "dram":
+            self._local_allocs.append(op)
+        if space != "dram" and self._alloc_after is not None:
+            self._alloc_after.parent_block().insert_op_after(op, self._alloc_after)
+            self._alloc_after = op
+            return op.results[0]
+        return self.insert(op).results[0]
+
+    def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
+        ty = src.type
+        assert isinstance(ty, MemRefType)
+        if tuple(ty.get_shape()) == tuple(shape):
+            return src
+        out = MemRefType(ty.get_element_type(), list(shape), memory_space=ty.memory_space)
+        return self.insert(t.ViewOp.build(operands=[src], result_types=[out])).results[0]
+
+    def dma(self, src: SSAValue, src_index: Sequence[Index], dst: SSAValue, dst_index: Sequence[Index],
+            shape: Sequence[int], src_steps: Sequence[int] | None = None) -> None:
+        props: dict[str, Attribute] = {"shape": t.i64_array(shape)}
+        if src_steps is not None and any(s != 1 for s in src_steps):
+            props["src_steps"] = t.i64_array(src_steps)
+        self.insert(t.DmaOp.build(operands=[src, self._indices(src_index), dst, self._indices(dst_index)],
+                                  properties=props))
+
+    def matmul(self, lhs: SSAValue, lhs_index: Sequence[Index], rhs: SSAValue, rhs_index: Sequence[Index],
+               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int) -> None:
+        self.insert(t.MatmulOp.build(
+            operands=[lhs, self._indices(lhs_index), rhs, self._indices(rhs_index), acc, self._indices(acc_index)],
+            properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
+                        "accumulate": IntegerAttr(1, i1)}))
+
+    def vec(self, op: str, dst: SSAValue, dst_index: Sequence[Index], a: SSAValue, a_index: Sequence[Index],
+            rows: int, cols: int, b: SSAValue | None = None, b_index: Sequence[Index] = (),
+            bmode: str | None = None, imm: float | None = None) -> None:
+        props: dict[str, Attribute] = {"op": StringAttr(op), "rows": IntegerAttr(rows, i64),
+                                       "cols": IntegerAttr(cols, i64)}
+        if bmode is not None:
+            props["bmode"] = StringAttr(bmode)
+        if imm is not None:
+            props["imm"] = FloatAttr(float(np.float32(imm)), Float32Type())
+        self.insert(t.VectorOp.build(
+            operands=[dst, self._indices(dst_index), a, self._indices(a_index),
+                      [b] if b is not None else [], self._indices(b_index)],
+            properties=props))
+
+    def fill(self, dst: SSAValue, dst_index: Sequence[Index], rows: int, cols: int, value: float) -> None:
+        self.insert(t.FillOp.build(operands=[dst, self._indices(dst_index)],
+                                   properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
+                                               "value": FloatAttr(float(value), Float32Type())}))
+
+    def gather_rows(self, table: SSAValue, table_col: Index, ids: SSAValue, first_id: Index, dst: SSAValue,
+                    dst_index: Sequence[Index], rows: int, cols: int) -> None:
+        """dst[i, :cols] = table[ids[first_id + i], table_col:] for i < rows (runtime row addresses)."""
+        self.insert(t.GatherRowsOp.build(
+            operands=[table, [self.index_value(table_col)], ids, [self.index_value(first_id)], dst,
+                      self._indices(dst_index)],
+            properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64)}))

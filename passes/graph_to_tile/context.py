@@ -1,0 +1,249 @@
+"""What a kernel-family lowering of graph-to-tile works with: `LoweringContext`.
+
+The driver (driver.py) makes one `LoweringContext` per function and hands it to each lowering
+function of the table (lowerings.py). It holds:
+
+* `emitter`: the tile IR builder of the function body (builder.py);
+* `hw`: the target's hardware description; `matmul_passes` / `bf16_copies`: the precision;
+* the value map: `buffer(v)` is the DRAM memref holding tensor v (a compile-time value becomes
+  a `tile.weight` on first use), `output_buffer(v)` allocates (or takes the function output
+  given as the destination of) the buffer a lowering writes v into; `buffers` and
+  `destinations` are the maps themselves; `masks` the i1 attention masks held as additive f32
+  buffers;
+* compile-time values: `constant(v)` (weights, constants and graph ops of those, folded with
+  the reference interpreter), `weight(hint, array, elem)` (a new pre-packed weight);
+* kernel bookkeeping: `kernel_name()` (the stable `kernel<N>` of the op being lowered, which
+  overrides key and debug-tiling prints), `override`, `debug`, and `stage(...)`, one loop nest
+  whose local buffers are checked against the target's scratchpad and accumulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType, f32
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.dialects.dtypes import dense_to_numpy, element_name_of, element_type_name, num_elements, shape_of
+from infer.dialects.graph_interpreter import evaluate_op
+from infer.dialects.ir_io import LoweringError, lowering_error
+from infer.dialects.weights import weights_of
+from infer.passes.graph_to_tile.builder import Emitter
+from infer.target.hw import HardwareConfig
+
+STAGE = "graph-to-tile"
+NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
+FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded at compile time
+
+
+def error(op: Operation, message: str) -> LoweringError:
+    """`file:line:col: error: 'graph.x' op graph-to-tile: MESSAGE`."""
+    return lowering_error(op, STAGE, message)
+
+
+def no_lowering_error(op: Operation) -> LoweringError:
+    return error(op, "this op has no tile lowering (supported: linear, matmul, conv2d, elementwise, where, "
+                 "pooling, batch/layer/rms norm, softmax, attention, reshape, transpose, slice, concat, "
+                 "broadcast, pad, reduce_sum/mean/max/min, gather, rotary)")
+
+
+def require_f32_results(op: Operation) -> None:
+    for result in op.results:
+        if not isinstance(result.type, TensorType) or element_name_of(result) != "f32":
+            raise error(op, f"only f32 tensors are supported, got {result.type}")
+
+
+def local_bytes(alloc: t.AllocOp) -> int:
+    """Bytes a local alloc takes in the memory plan (all its buffers; each rounded up to
+    4 bytes so the planner's element alignment never pushes a fitting nest over)."""
+    ty = alloc.buffer.type
+    assert isinstance(ty, MemRefType)
+    size = num_elements(ty.get_shape()) * t.elem_bytes(alloc.buffer)
+    return -(-size // 4) * 4 * alloc.buffers.value.data
+
+
+@dataclass
+class LoweringSession:
+    """One run of graph-to-tile over a module: the target, the precision, the tile-size
+    overrides and debug flag, the kernel counter (kernel<N> names count lowered ops over all
+    functions) and the debug-tiling log."""
+
+    hw: HardwareConfig
+    precision: str
+    overrides: dict[str, tuple[int, ...]]
+    debug: bool
+    module: ModuleOp
+    counter: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+class LoweringContext:
+    """The state of lowering one function that kernel families read and extend (see the
+    module docstring)."""
+
+    def __init__(self, session: LoweringSession, function: func.FuncOp, emitter: Emitter):
+        self.session = session
+        self.hw = session.hw
+        self.emitter = emitter
+        self.store = weights_of(session.module)
+        self.buffers: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref holding it
+        self.destinations: dict[SSAValue, SSAValue] = {}  # tensor -> function output to write it into
+        self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
+        self._function = function
+        self._constants: dict[SSAValue, np.ndarray] = {}
+        self._weights: dict[tuple, SSAValue] = {}
+        self._weight_sources: list[np.ndarray] = []  # `_weights` keys on id(array): keep them alive
+        self._current_op: Operation = function  # the op being lowered (error locations)
+        self._last_kernel_name: str | None = None
+
+    # -- precision ------------------------------------------------------------
+    @property
+    def matmul_passes(self) -> int:
+        """bf16 products per fp32 product: 3 (hi*hi + hi*lo + lo*hi) for fp32, 1 for bf16."""
+        return 3 if self.session.precision == "fp32" else 1
+
+    @property
+    def bf16_copies(self) -> int:
+        """bf16 parts of each matrix operand: hi and lo for fp32 emulation, hi alone for bf16."""
+        return 2 if self.matmul_passes == 3 else 1
+
+    @property
+    def staging_tile_elements(self) -> int:
+        """Elements of one data-movement staging tile: a quarter of the scratchpad over two buffers."""
+        return max(1, self.hw.memory.scratchpad_bytes // (4 * 2 * 4))
+
+    # -- compile-time values ----------------------------------------------------
+    def constant(self, value: SSAValue) -> np.ndarray | None:
+        """The compile-time value of a tensor (weights, constants, ops of those), or None."""
+        if value in self._constants:
+            return self._constants[value]
+        op = value.owner
+        array: np.ndarray | None = None
+        if isinstance(op, g.WeightOp):
+            array = np.asarray(self.store.get(op.weight_key))
+        elif isinstance(op, g.ConstantOp):
+            array = dense_to_numpy(op.value)
+        elif (isinstance(op, g.GraphOp) and not isinstance(op, g.KernelOp) and op.operands
+              and isinstance(value.type, TensorType)):
+            inputs = [self.constant(o) for o in op.operands]
+            if all(x is not None for x in inputs) and num_elements(shape_of(value)) <= FOLD_LIMIT:
+                array = evaluate_op(op, inputs, self.store)[list(op.results).index(value)]
+        if array is not None:
+            self._constants[value] = array
+        return array
+
+    def set_constant(self, value: SSAValue, array: np.ndarray) -> None:
+        """Record the compile-time value of a tensor (a kernel region's arguments and constants)."""
+        self._constants[value] = array
+
+    def weight(self, hint: str, array: np.ndarray, elem: Attribute) -> SSAValue:
+        """A `tile.weight` holding `array` as `elem` (f32, bf16 or i32), added to the module's
+        weight store under a name made from `hint`; one weight per array and type."""
+        key = (hint, id(array), array.shape, str(elem))
+        if key not in self._weights:
+            self._weight_sources.append(array)
+            if element_type_name(elem) == "bf16":
+                data = np.ascontiguousarray(array.astype(ml_dtypes.bfloat16))
+            elif element_type_name(elem) == "i32":
+                data = np.ascontiguousarray(np.asarray(array, dtype=np.int32))
+            else:
+                data = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+            name = self.store.add(hint, data)
+            self._weights[key] = self.emitter.hoist(
+                t.WeightOp(name, t.memref(data.shape, elem, "dram"))).results[0]
+        return self._weights[key]
+
+    # -- buffers ------------------------------------------------------------------
+    def buffer(self, value: SSAValue) -> SSAValue:
+        """The DRAM memref holding tensor `value` (constants become weights on first use)."""
+        if value in self.buffers:
+            return self.buffers[value]
+        array = self.constant(value)
+        if array is None:
+            raise error(value.owner if isinstance(value.owner, Operation) else self._function,
+                        "value has no buffer")
+        shape = shape_of(value)
+        owner = value.owner
+        if isinstance(owner, g.WeightOp) and array.dtype == np.float32 and array.shape == shape:
+            op = t.WeightOp(owner.weight_key, t.memref(shape, f32, "dram"))
+            self.buffers[value] = self.emitter.hoist(op).results[0]
+            return self.buffers[value]
+        hint = owner.weight_key if isinstance(owner, g.WeightOp) else "const"
+        broadcast = np.broadcast_to(array, shape).astype(np.float32)
+        self.buffers[value] = self.weight(hint, np.ascontiguousarray(broadcast), f32)
+        return self.buffers[value]
+
+    def output_buffer(self, value: SSAValue) -> SSAValue:
+        """The DRAM memref a lowering writes tensor `value` into: its function output when it
+        is one, else a new DRAM buffer."""
+        if value in self.destinations:
+            buffer = self.destinations[value]
+        else:
+            buffer = self.emitter.alloc(shape_of(value), f32, "dram")
+        self.buffers[value] = buffer
+        return buffer
+
+    # -- kernels ------------------------------------------------------------------
+    def kernel_name(self) -> str:
+        """The next stable kernel name, `kernel<N>` (overrides and debug-tiling use it)."""
+        name = f"kernel{self.session.counter}"
+        self.session.counter += 1
+        self._last_kernel_name = name
+        return name
+
+    def override(self, name: str, count: int) -> tuple[int, ...] | None:
+        """The tile sizes the `overrides` option gives kernel `name` (count of them), or None."""
+        sizes = self.session.overrides.get(name)
+        if sizes is not None and len(sizes) != count:
+            raise LoweringError(f"error: {STAGE}: override for {name} needs {count} sizes, got {len(sizes)}")
+        return sizes
+
+    def debug(self, text: str) -> None:
+        if self.session.debug:
+            print(text, file=sys.stderr)
+        self.session.log.append(text)
+
+    @contextlib.contextmanager
+    def stage(self, op: Operation | None = None, what: str = "") -> Iterator[None]:
+        """One loop nest (a kernel, or a helper nest of it such as a padded copy): its
+        local buffers are allocated before the nest and are all live together, and no
+        buffer outlives it. On exit the buffers are summed per memory and checked
+        against the target's capacities: a kernel whose own tiling does not fit is a
+        located error (a cost-model bug, never left to the memory planner)."""
+        saved_op, saved_name = self._current_op, self._last_kernel_name
+        if op is not None:
+            self._current_op = op
+        self._last_kernel_name = None
+        try:
+            with self.emitter.loop_nest() as allocs:
+                yield
+            kernel = self._last_kernel_name or f"kernel{self.session.counter}"
+            where = self._current_op
+        finally:
+            self._current_op = saved_op
+            self._last_kernel_name = saved_name or self._last_kernel_name
+        self._check_local(allocs, where, kernel + (f" ({what})" if what else ""))
+
+    def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
+        capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),
+                      "acc": ("accumulator", self.hw.memory.accumulator_bytes)}
+        for space, (memory, capacity) in capacities.items():
+            in_space = [a for a in allocs if t.space_of(a.buffer) == space]
+            sizes = [local_bytes(a) for a in in_space]
+            need = sum(sizes)
+            if need <= capacity:
+                continue
+            largest = sorted(zip(sizes, in_space), key=lambda p: -p[0])[:4]
+            listing = ", ".join(f"{size} B {a.buffer.type}" + (" x2" if a.buffers.value.data == 2 else "")
+                                for size, a in largest)
+            raise error(op, f"{kernel}: the local buffers of its loop nest need {need} bytes of {memory} but "
+                        f"target '{self.hw.name}' holds {capacity} bytes (the chosen tiles do not fit: a tiling "
+                        f"cost-model bug unless they come from an override); largest: {listing}")

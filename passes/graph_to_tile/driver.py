@@ -1,0 +1,283 @@
+"""The graph-to-tile driver: the pass, the function boundary, and the walk over each body.
+
+Each func.func becomes a destination-passing function on DRAM memrefs (`FunctionLowering`):
+its tensor arguments become DRAM memrefs, each result becomes one more DRAM memref argument
+marked `tile.output` (model names stay in `graph.name`, default `output`/`output<i>`), and the
+function returns nothing. A result produced by a lowered op is written straight into its
+output argument; results that are inputs or constants get a copy. Only f32 tensors cross the
+boundary, except integer model inputs (integer_inputs.py; an i64 argument with a non-gather
+use becomes i32 with the arg attr `tile.host_dtype = "i64"`).
+
+The body is lowered op by op in program order, each op one loop nest (`LoweringContext.stage`):
+values computable at compile time (weights, constants and ops of those) are folded and become
+`tile.weight`s only where a kernel reads them; a `graph.kernel` region (from graph-fuse) is
+unpacked here into its anchor and epilogue; every other op goes to its entry in the table
+(lowerings.py). Last, each DRAM buffer an op's result lives in is tagged with the op's index
+(`tile.LAYER_ATTR`) for the per-layer check of `infer run --check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    f32,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, shape_of
+from infer.dialects.ir_io import LoweringError
+from infer.dialects.weights import weights_of
+from infer.passes.graph_to_tile import casts, elementwise, integer_inputs
+from infer.passes.graph_to_tile.builder import Emitter
+from infer.passes.graph_to_tile.context import (
+    STAGE,
+    LoweringContext,
+    LoweringSession,
+    error,
+    no_lowering_error,
+    require_f32_results,
+)
+from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.lowerings import lowering_for
+from infer.target.hw import load_config
+
+
+class FunctionLowering:
+    """Lowers one func.func: `FunctionLowering(session, function).run()` is the new function."""
+
+    def __init__(self, session: LoweringSession, function: func.FuncOp):
+        self.function = function
+        self.fused: set[Operation] = set()  # epilogue ops lowered with their anchor
+        self.in_types, self.out_types, self.host_dtypes = self._signature()
+        self.block = Block(arg_types=self.in_types + self.out_types)
+        self.ctx = LoweringContext(session, function, Emitter(self.block))
+
+    def _signature(self) -> tuple[list[Attribute], list[Attribute], dict[int, str]]:
+        """The DRAM memref types of the inputs and outputs, and the host dtype of each narrowed
+        (i64 -> i32) input."""
+        fn = self.function
+        ftype = fn.function_type
+        old_args = list(fn.body.block.args)
+        in_types: list[Attribute] = []
+        host_dtypes: dict[int, str] = {}
+        for i, ty in enumerate(list(ftype.inputs.data) + list(ftype.outputs.data)):
+            elem_name = element_type_name(ty.get_element_type()) if isinstance(ty, TensorType) else ""
+            accepted = elem_name == "f32"
+            if (not accepted and i < len(old_args) and elem_name in integer_inputs.INDEX_TYPES
+                    and integer_inputs.accepts_integer_input(old_args[i])):
+                accepted = True  # integer inputs: gather indices, casts to f32, attention masks
+            if not accepted:
+                raise error(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
+                            f"arguments that feed gather indices, casts to f32 or attention masks), got {ty}")
+            if i < len(old_args):
+                elem = ty.get_element_type()
+                if elem_name == "i64" and not integer_inputs.is_index_source(old_args[i]):
+                    # narrowed: DRAM holds int32 for the vector unit, the runtime converts (range-checked);
+                    # i64 arguments that only feed gathers stay i64 (gather_rows reads the low word)
+                    elem = i32
+                    host_dtypes[i] = "i64"
+                in_types.append(t.memref(shape_of(ty), elem, "dram"))
+        out_types: list[Attribute] = [t.memref(shape_of(ty), f32, "dram") for ty in ftype.outputs.data]
+        return in_types, out_types, host_dtypes
+
+    def run(self) -> func.FuncOp:
+        ctx, fn = self.ctx, self.function
+        old = fn.body.block
+        for arg, new_arg in zip(old.args, self.block.args[:len(self.in_types)], strict=True):
+            ctx.buffers[arg] = new_arg
+        ret = old.last_op
+        assert isinstance(ret, func.ReturnOp)
+        outputs = list(self.block.args[len(self.in_types):])
+        pending_copies: list[tuple[SSAValue, SSAValue]] = []
+        for value, output in zip(ret.arguments, outputs, strict=True):
+            if value in ctx.destinations or value in ctx.buffers or ctx.constant(value) is not None:
+                pending_copies.append((value, output))
+            else:
+                ctx.destinations[value] = output
+        for op in list(old.ops):
+            if op is ret or op in self.fused:
+                continue
+            if all(ctx.constant(r) is not None for r in op.results) and op.results:
+                continue  # folded at compile time, materialized on use
+            self.lower_op(op)
+        for value, output in pending_copies:
+            with ctx.stage(ret, "result copy"):
+                copy_dram(ctx, ctx.buffer(value), output, shape_of(value))
+        self._tag_layers(old)
+        ctx.emitter.insert(func.ReturnOp())
+        new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(self.in_types + self.out_types, []),
+                          Region(self.block), fn.sym_visibility)
+        new.arg_attrs = ArrayAttr(self._arg_attrs())
+        return new
+
+    def _tag_layers(self, body: Block) -> None:
+        """The per-layer check (runtime/check.py) reads op #i's result from the DRAM buffer tagged i."""
+        for i, op in enumerate(body.ops):
+            buffer = self.ctx.buffers.get(op.results[0]) if op.results else None
+            while buffer is not None and isinstance(buffer.owner, t.ViewOp):
+                buffer = buffer.owner.source
+            if buffer is not None and isinstance(buffer.owner, t.AllocOp) and t.LAYER_ATTR not in buffer.owner.attributes:
+                buffer.owner.attributes[t.LAYER_ATTR] = IntegerAttr(i, i64)
+
+    def _arg_attrs(self) -> list[DictionaryAttr]:
+        fn = self.function
+        attrs = []
+        old_arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [DictionaryAttr({})] * len(self.in_types)
+        for i, arg_attrs in enumerate(old_arg_attrs):
+            if i in self.host_dtypes:
+                arg_attrs = DictionaryAttr({**arg_attrs.data, "tile.host_dtype": StringAttr(self.host_dtypes[i])})
+            attrs.append(arg_attrs)
+        old_res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(self.out_types)
+        for i, res_attrs in enumerate(old_res_attrs):
+            entries = dict(res_attrs.data)
+            entries.setdefault("graph.name", StringAttr(f"output{i}" if len(old_res_attrs) > 1 else "output"))
+            entries["tile.output"] = UnitAttr()
+            attrs.append(DictionaryAttr(entries))
+        return attrs
+
+    # -- dispatch -------------------------------------------------------------------
+    def lower_op(self, op: Operation) -> None:
+        """Lower one op (or graph.kernel) as one loop nest."""
+        with self.ctx.stage(op):
+            if isinstance(op, g.KernelOp):
+                self._lower_kernel(op)
+            else:
+                self._lower_by_table(op)
+
+    def _lower_by_table(self, op: Operation) -> None:
+        lowering = lowering_for(op)
+        if lowering is None or lowering.f32_only:
+            require_f32_results(op)
+        if lowering is None:
+            raise no_lowering_error(op)
+        if lowering.with_epilogue is not None:
+            chain = elementwise.fusable_chain(self.ctx, op)
+            self.fused.update(chain)
+            lowering.with_epilogue(self.ctx, op, chain, (chain[-1] if chain else op).results[0])
+        else:
+            assert lowering.alone is not None
+            lowering.alone(self.ctx, op)
+
+    def _lower_kernel(self, kernel: g.KernelOp) -> None:
+        """A graph.kernel region: its anchor with the other ops as the epilogue, an anchor-less
+        elementwise chain, or (ops feeding the anchor, cast round trips) op by op."""
+        ctx = self.ctx
+        if integer_inputs.lower_if_integer(ctx, kernel):
+            return  # a lone cast of an integer model input, wrapped by graph-fuse
+        block = kernel.body.block
+        yield_op = kernel.yield_op
+        assert yield_op is not None
+        anchor = kernel.anchor()
+        ops = [o for o in block.ops if o is not yield_op]
+        for o in ops:  # constants inside the region are plain constants
+            if isinstance(o, g.ConstantOp):
+                ctx.set_constant(o.output, dense_to_numpy(o.value))
+        ops = [o for o in ops if not isinstance(o, g.ConstantOp)]
+        for arg, value in zip(block.args, kernel.inputs, strict=True):
+            if value in ctx.buffers:
+                ctx.buffers[arg] = ctx.buffers[value]
+            if value in ctx.masks:
+                ctx.masks.add(arg)
+            array = ctx.constant(value)
+            if array is not None:
+                ctx.set_constant(arg, array)
+        if len(yield_op.values) != 1:
+            raise error(kernel, "kernels with several results are not supported yet")
+        result = yield_op.values[0]
+        if kernel.outputs[0] in ctx.destinations:
+            ctx.destinations[result] = ctx.destinations[kernel.outputs[0]]
+        if anchor is None and any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o) for o in ops):
+            for o in ops:  # cast round trips have their own kernel: lower the region op by op
+                self.lower_op(o)
+        elif anchor is None:
+            elementwise.lower_elementwise(ctx, ops, result)
+        else:
+            epilogue = [o for o in ops if o is not anchor]
+            anchor_index = ops.index(anchor)
+            if anchor_index != 0:  # ops before the anchor feed it: lower them standalone first
+                for o in ops[:anchor_index]:
+                    self.lower_op(o)
+                epilogue = ops[anchor_index + 1:]
+            lowering = lowering_for(anchor)
+            if lowering is not None and lowering.with_epilogue is not None:
+                lowering.with_epilogue(ctx, anchor, epilogue, result)
+            else:
+                self.lower_op(anchor)
+                for o in epilogue:
+                    self.lower_op(o)
+        ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+
+
+def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:
+    """`kernel3=64x64x32,kernel5=8` -> {"kernel3": (64, 64, 32), "kernel5": (8,)}."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
+        if "=" not in item:
+            raise LoweringError(f"error: {STAGE}: override '{item}' must be NAME=TMxTNxTK")
+        name, value = item.split("=", 1)
+        try:
+            sizes = tuple(int(x) for x in value.lower().split("x"))
+        except ValueError:
+            raise LoweringError(f"error: {STAGE}: override '{item}': sizes must be integers") from None
+        if any(s < 1 for s in sizes):
+            raise LoweringError(f"error: {STAGE}: override '{item}': sizes must be positive")
+        out[name.strip()] = sizes
+    return out
+
+
+@dataclass(frozen=True)
+class GraphToTilePass(ModulePass):
+    """Lower graph functions to tile-level DRAM functions with cost-model tiling.
+
+    Options:
+      target: the hardware config whose tiles and memories the kernels are sized for
+        ("edge", "server" or a TOML path).
+      precision: "fp32" (matmul products as three bf16 passes) or "bf16" (bf16 inputs,
+        fp32 accumulation).
+      overrides: tile sizes that replace the cost model's choice, per kernel:
+        "kernel3=64x64x32,kernel5=8" (names as printed by debug-tiling).
+      debug-tiling: print why each kernel's tile sizes were chosen (on stderr).
+    """
+
+    name = "graph-to-tile"
+
+    target: str = "edge"
+    precision: str = "fp32"
+    overrides: str = ""
+    debug_tiling: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise LoweringError(f"error: {STAGE}: precision must be fp32 or bf16, got '{self.precision}'")
+        try:
+            hw = load_config(self.target)
+        except Exception as e:
+            raise LoweringError(f"error: {STAGE}: {e}") from None
+        if "bf16" not in hw.matrix.dtypes:
+            raise LoweringError(f"error: {STAGE}: target '{hw.name}' has no bf16 matrix unit")
+        session = LoweringSession(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op)
+        weights_of(op)  # open the module's weight store now, even when no function needs it
+        for fn in list(op.ops):
+            if not isinstance(fn, func.FuncOp) or fn.is_declaration:
+                continue
+            new = FunctionLowering(session, fn).run()
+            op.body.block.insert_op_before(new, fn)
+            fn.detach()
+            fn.erase()
+        op.attributes[t.TARGET_ATTR] = StringAttr(self.target)

@@ -1,0 +1,188 @@
+"""graph.linear and graph.matmul (2-D and batched) on the matrix unit, with a fused epilogue.
+
+Loop nest `m` (TM rows streamed) -> `n` -> `k`: `fill acc 0`; per k step DMA x[m0:, k0:]
+(f32) and split it to bf16 on the vector unit; DMA the weight tile; array-sized matmuls
+accumulate into an accumulator tile [TM, TN]. Then the epilogue on the accumulator tile: the
+bias (`bmode=row`), the kernel's elementwise ops (elementwise.apply_epilogue), one DMA store.
+
+Compile-time weights are pre-packed as W^T padded to whole tiles in tile-contiguous order
+[N/TN][Kp][TN], so each weight tile is one contiguous DMA. A runtime right operand (`q.k^T`-
+style matmuls) is DMA'd per tile and split on chip; `transpose_b` on a runtime operand first
+makes a transposed DRAM copy (transpose.transposed_copy). Tile sizes come from
+tiling_cost.choose_gemm with this kernel's exact local-buffer footprint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile.builder import Index, tile_extents
+from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.matrix_unit import (
+    alloc_bf16_tile,
+    emit_tile_product,
+    packed_weight_parts,
+    split_on_chip,
+)
+from infer.passes.graph_to_tile.transpose import transposed_copy
+
+
+def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
+    """`op` (graph.linear or graph.matmul) followed by the elementwise `epilogue` ops on its
+    output tiles; `result` (the last of them, or op's result) is stored."""
+    em, hw = ctx.emitter, ctx.hw
+    if isinstance(op, g.LinearOp):
+        x, weight, bias = op.input, op.weight, op.bias
+        w = ctx.constant(weight)
+        x_shape = shape_of(x)
+        K = x_shape[-1]
+        N = shape_of(weight)[0]
+        lhs_batch: tuple[int, ...] = ()
+        M = num_elements(x_shape[:-1])
+        batch: tuple[int, ...] = ()
+        w_t = None if w is None else np.ascontiguousarray(np.asarray(w, np.float32).T)
+        runtime_rhs = None
+        if w is None:
+            raise error(op, "graph.linear with a runtime weight is not supported (use graph.matmul)")
+    else:
+        assert isinstance(op, g.MatmulOp)
+        x, weight, bias = op.lhs, op.rhs, None
+        if op.transpose_a.value.data:
+            raise error(op, "transpose_a is not supported by the tile lowering")
+        x_shape, w_shape = shape_of(x), shape_of(weight)
+        if len(x_shape) == 1:
+            x_shape = (1, x_shape[0])
+        if len(w_shape) == 1:
+            w_shape = (w_shape[0], 1)
+        transpose_b = bool(op.transpose_b.value.data)
+        w = ctx.constant(weight)
+        if w is not None and num_elements(w_shape[:-2]) == 1:
+            w2 = np.asarray(w, np.float32).reshape(w_shape[-2:])
+            w_t = np.ascontiguousarray(w2.T if transpose_b else w2)
+            K, N = w_t.shape
+            runtime_rhs = None
+            batch = tuple(x_shape[:-2])
+            lhs_batch = batch
+            M = x_shape[-2]
+        else:
+            w_t = None
+            src = ctx.buffer(weight)
+            if transpose_b:
+                src = transposed_copy(ctx, src, w_shape)
+                w_shape = (*w_shape[:-2], w_shape[-1], w_shape[-2])
+            K, N = w_shape[-2], w_shape[-1]
+            M = x_shape[-2]
+            if len(shape_of(op.lhs)) > 1 and len(shape_of(op.rhs)) > 1:
+                batch = tuple(shape_of(result)[:-2])
+            else:
+                batch = tuple(np.broadcast_shapes(x_shape[:-2], w_shape[:-2]))
+            lhs_batch = tuple(x_shape[:-2])
+            runtime_rhs = (src, tuple(w_shape[:-2]))
+    out_shape = shape_of(result)
+    batches = num_elements(batch)
+    out2 = em.view(ctx.output_buffer(result), (batches * M, N))
+    lhs_full = num_elements(lhs_batch) == batches and batches > 1
+    if lhs_batch and num_elements(lhs_batch) not in (1, batches):
+        raise error(op, "partial batch broadcasting is not supported")
+    xv = em.view(ctx.buffer(x), ((batches if lhs_full else 1) * M, K))
+    if isinstance(op, g.LinearOp):
+        frame_groups = ((), tuple(out_shape[:-1]), (N,))
+        batches, M = 1, num_elements(out_shape[:-1])
+    else:
+        frame_groups = (tuple(batch), (M,), (N,))
+    name = ctx.kernel_name()
+    copies = ctx.bf16_copies
+    epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
+
+    def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
+        # x staging f32 + bf16 hi(/lo); weight bf16 hi(/lo) (+ f32 staging when a runtime
+        # operand); bias row; epilogue tiles -- all double buffered; the accumulator tile
+        spad = 2 * (tm * tk * (4 + 2 * copies) + tk * tn * (2 * copies + (4 if runtime_rhs else 0)))
+        spad += (2 * tn * 4 if bias is not None else 0)
+        # each emitted tile shape (full, remainder) allocates its own epilogue buffers
+        spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
+        return spad, 2 * tm * tn * 4
+
+    produced = {r for e in epilogue for r in e.results}
+    spec = tiling_cost.GemmSpec(
+        lhs_bytes=4, lhs_split=True, rhs_bytes=(4 if runtime_rhs else 2 * copies),
+        rhs_split=runtime_rhs is not None, passes=ctx.matmul_passes, batch=batches,
+        epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0),
+        epi_tiles=sum(1 for e in epilogue for v in e.operands
+                      if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
+        footprint=footprint)
+    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, override=ctx.override(name, 3))
+    TM, TN, TK = choice.tiles
+    ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}"
+                                          + (f" batch={batches}" if batches > 1 else ""), choice))
+    # pre-packed weights: [N/TN tiles][Kp][TN] so one weight tile is one contiguous DMA
+    packs: list[SSAValue] = []
+    Kp = -(-K // TK) * TK
+    if w_t is not None:
+        Np = -(-N // TN) * TN
+        padded = np.zeros((Kp, Np), np.float32)
+        padded[:K, :N] = w_t
+        blocked = padded.reshape(Kp, Np // TN, TN).transpose(1, 0, 2).reshape(Np // TN * Kp, TN)
+        hint = (weight.owner.weight_key if isinstance(weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
+        packs = packed_weight_parts(ctx, hint, blocked)
+    bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    # local buffers
+    x_staging = em.alloc((TM, TK), f32, "spad", 2)
+    x_tile = alloc_bf16_tile(ctx, TM, TK)
+    w_tile = alloc_bf16_tile(ctx, TK, TN)
+    w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
+    acc = em.alloc((TM, TN), f32, "acc", 2)
+    bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
+    rhs_view = None
+    rhs_full = False
+    if runtime_rhs:
+        rhs_src, rhs_batch = runtime_rhs
+        rhs_full = num_elements(rhs_batch) == batches and batches > 1
+        rhs_view = em.view(rhs_src, ((batches if rhs_full else 1) * K, N))
+
+    def tile_body(b: Index, m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        em.fill(acc, [0, 0], tm, tn, 0.0)
+
+        def k_step(k0: Index, tk: int) -> None:
+            em.dma(xv, [em.add(em.mul(b, M) if lhs_full else 0, m0), k0], x_staging, [0, 0], [tm, tk])
+            split_on_chip(em, x_staging, x_tile, tm, tk)
+            if packs:
+                row = em.add(em.mul(n_tile, Kp), k0)
+                em.dma(packs[0], [row, 0], w_tile.hi, [0, 0], [TK, TN])
+                if w_tile.lo is not None:
+                    em.dma(packs[1], [row, 0], w_tile.lo, [0, 0], [TK, TN])
+            else:
+                assert rhs_view is not None and w_staging is not None
+                rhs_row = em.add(em.mul(b, K) if rhs_full else 0, k0)
+                em.dma(rhs_view, [rhs_row, n0], w_staging, [0, 0], [tk, tn])
+                split_on_chip(em, w_staging, w_tile, tk, tn)
+            emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
+
+        em.tiles(K, TK, k_step)
+        z = [0, 0]
+        if bias_row is not None and bias_tile is not None:
+            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+            em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
+        frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
+        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+        em.dma(tile, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
+
+    def over_n(b: Index, m0: Index, tm: int) -> None:
+        # the n loop counts tiles (n_tile), so the packed weight row is affine in it
+        full, rem = divmod(N, TN)
+        if full == 1:
+            tile_body(b, m0, tm, 0, 0, TN)
+        elif full > 1:
+            em.loop(0, full, 1, lambda j: tile_body(b, m0, tm, j, em.mul(j, TN), TN))
+        if rem:
+            tile_body(b, m0, tm, full, full * TN, rem)
+
+    em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))

@@ -1,0 +1,77 @@
+"""What the matrix-unit kernels (gemm.py, conv.py, attention.py) share: bf16 operands.
+
+The matrix unit multiplies bf16 with fp32 accumulation. `precision=bf16` rounds each operand
+to bf16 once; `precision=fp32` emulates fp32 products with three bf16 passes
+hi*hi + hi*lo + lo*hi (hi = bf16(x), lo = bf16(x - hi); the dropped lo*lo term leaves ~2^-16
+relative error per product): activations are split on the vector unit (`split_on_chip`: copy,
+sub, copy), weights at compile time (`packed_weight_parts`: `<name>.packed_hi` / `_lo`).
+`emit_tile_product` cuts a tile product into matmuls of the array's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects.builtin import bf16
+from xdsl.ir import SSAValue
+
+from infer.passes.graph_to_tile.builder import Emitter, Index
+from infer.passes.graph_to_tile.context import LoweringContext
+
+
+@dataclass(frozen=True)
+class Bf16Tile:
+    """A matrix operand tile on chip: its bf16 `hi` part and, for fp32 emulation, `lo`."""
+
+    hi: SSAValue
+    lo: SSAValue | None
+
+
+def alloc_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
+    """Double-buffered scratchpad tiles for the bf16 part(s) of a [rows, cols] operand."""
+    em = ctx.emitter
+    hi = em.alloc((rows, cols), bf16, "spad", 2)
+    lo = em.alloc((rows, cols), bf16, "spad", 2) if ctx.bf16_copies == 2 else None
+    return Bf16Tile(hi, lo)
+
+
+def split_on_chip(em: Emitter, src: SSAValue, dst: Bf16Tile, rows: int, cols: int) -> None:
+    """dst.hi = bf16(src); for fp32 emulation also dst.lo = bf16(src - hi) (src is overwritten)."""
+    z = (0, 0)
+    em.vec("copy", dst.hi, z, src, z, rows, cols)
+    if dst.lo is not None:
+        em.vec("sub", src, z, src, z, rows, cols, dst.hi, z, bmode="tile")
+        em.vec("copy", dst.lo, z, src, z, rows, cols)
+
+
+def packed_weight_parts(ctx: LoweringContext, hint: str, array: np.ndarray) -> list[SSAValue]:
+    """A pre-packed weight as bf16 `tile.weight`s: `hint` (bf16), or `hint_hi` and `hint_lo`
+    (fp32 emulation, lo = bf16(w - hi))."""
+    w32 = array.astype(np.float32)
+    hi = w32.astype(ml_dtypes.bfloat16)
+    if ctx.bf16_copies == 1:
+        return [ctx.weight(hint, hi, bf16)]
+    lo = (w32 - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    return [ctx.weight(hint + "_hi", hi, bf16), ctx.weight(hint + "_lo", lo, bf16)]
+
+
+def emit_tile_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: SSAValue, rows: int,
+                      depth: int, width: int, *, width_outer: bool = False) -> None:
+    """acc[:rows, :width] += lhs[:rows, :depth] @ rhs[:depth, :width] as array-sized matmuls
+    (depth in steps of the array's rows, width in steps of its columns; the depth loop is the
+    outer one unless `width_outer`), each one pass (bf16) or three (fp32 emulation)."""
+    em = ctx.emitter
+    array_rows, array_cols = ctx.hw.matrix.rows, ctx.hw.matrix.cols
+
+    def product(k0: Index, k: int, n0: Index, n: int) -> None:
+        em.matmul(lhs.hi, [0, k0], rhs.hi, [k0, n0], acc, [0, n0], rows, k, n)
+        if lhs.lo is not None and rhs.lo is not None:
+            em.matmul(lhs.hi, [0, k0], rhs.lo, [k0, n0], acc, [0, n0], rows, k, n)
+            em.matmul(lhs.lo, [0, k0], rhs.hi, [k0, n0], acc, [0, n0], rows, k, n)
+
+    if width_outer:
+        em.tiles(width, array_cols, lambda n0, n: em.tiles(depth, array_rows, lambda k0, k: product(k0, k, n0, n)))
+    else:
+        em.tiles(depth, array_rows, lambda k0, k: em.tiles(width, array_cols, lambda n0, n: product(k0, k, n0, n)))

@@ -1,0 +1,145 @@
+"""Row-wise kernels on the vector unit: graph.layer_norm, rms_norm, softmax; and batch_norm.
+
+* layer/rms norm and softmax work on whole rows [TR, D] (D = the product of the normalized
+  dims): `rsum`/`rmax` to a column, `bmode=col` broadcasts, `rsqrt`, the scale/bias as
+  `bmode=row` rows. Softmax is lowered along the last (contiguous) axis; log_softmax is refused
+  (no logarithm on the vector unit).
+* batch_norm without a preceding conv (graph-fold-batch-norm folds the others): per-channel
+  compile-time scale and shift as `bmode=col` columns on [channels, pixels] tiles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile.builder import Index
+from infer.passes.graph_to_tile.context import LoweringContext, error
+
+
+def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
+    """graph.layer_norm, rms_norm, softmax (log_softmax: an error)."""
+    assert isinstance(op, g.NormOp | g.AxisOp)
+    em = ctx.emitter
+    shape = shape_of(op.input)
+    axis = op.axis.value.data % len(shape)
+    is_softmax = isinstance(op, g.SoftmaxOp)
+    if isinstance(op, g.SoftmaxOp | g.LogSoftmaxOp):
+        if isinstance(op, g.LogSoftmaxOp):
+            raise error(op, "log_softmax needs a logarithm, which the vector unit does not have")
+        if any(d != 1 for d in shape[axis + 1:]):
+            raise error(op, "softmax is lowered along the last (contiguous) axis only")
+        axis = len(shape) - 1 if all(d == 1 for d in shape[axis + 1:]) and shape[axis:] else axis
+    M, D = num_elements(shape[:axis]), num_elements(shape[axis:])
+    name = ctx.kernel_name()
+    override = ctx.override(name, 1)
+    has_bias = isinstance(op, g.LayerNormOp) and op.bias is not None
+    params = 0 if is_softmax else 1 + (1 if has_bias else 0)
+
+    def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2, a column x2, scale/bias rows
+        return tr * d * 16 + tr * 8 + params * d * 4
+
+    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=4, vec_cost=8, live_tiles=3,
+                                     override=(override[0] if override else None), whole_row=True,
+                                     footprint=footprint)
+    choice.rows = min(choice.rows, M)
+    if footprint(1, D) > ctx.hw.memory.scratchpad_bytes:
+        raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{ctx.hw.name}'")
+    ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
+    x2 = em.view(ctx.buffer(op.input), (M, D))
+    out2 = em.view(ctx.output_buffer(op.results[0]), (M, D))
+    TR = choice.rows
+    x_tile = em.alloc((TR, D), f32, "spad", 2)
+    y_tile = em.alloc((TR, D), f32, "spad", 2)
+    column = em.alloc((TR, 1), f32, "spad", 2)
+    z = [0, 0]
+    param_rows = []
+    if not is_softmax:
+        assert isinstance(op, g.NormOp)
+        for param in [op.scale] + ([op.bias] if has_bias else []):
+            array = ctx.constant(param)
+            if array is not None:
+                row = np.ascontiguousarray(np.broadcast_to(array, shape[axis:]).reshape(1, D).astype(np.float32))
+                param_rows.append(ctx.weight(f"{name}.param", row, f32))
+            elif num_elements(shape_of(param)) == D:
+                param_rows.append(em.view(ctx.buffer(param), (1, D)))
+            else:
+                raise error(op, "a runtime scale/bias must have the normalized shape")
+    param_tiles = [em.alloc((1, D), f32, "spad") for _ in param_rows]
+    for src, dst in zip(param_rows, param_tiles):
+        em.dma(src, z, dst, z, [1, D])
+    eps = op.epsilon.value.data if isinstance(op, g.NormOp) else 0.0
+
+    def tile(r0: Index, tr: int) -> None:
+        em.dma(x2, [r0, 0], x_tile, z, [tr, D])
+        if is_softmax:
+            em.vec("rmax", column, z, x_tile, z, tr, D)
+            em.vec("sub", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
+            em.vec("exp", y_tile, z, y_tile, z, tr, D)
+            em.vec("rsum", column, z, y_tile, z, tr, D)
+            em.vec("recip", column, z, column, z, tr, 1)
+            em.vec("mul", y_tile, z, y_tile, z, tr, D, column, z, bmode="col")
+        else:
+            if isinstance(op, g.LayerNormOp):  # center the rows first
+                em.vec("rsum", column, z, x_tile, z, tr, D)
+                em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
+                em.vec("sub", x_tile, z, x_tile, z, tr, D, column, z, bmode="col")
+            em.vec("mul", y_tile, z, x_tile, z, tr, D, x_tile, z, bmode="tile")
+            em.vec("rsum", column, z, y_tile, z, tr, D)
+            em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
+            em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=eps)
+            em.vec("rsqrt", column, z, column, z, tr, 1)
+            em.vec("mul", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
+            em.vec("mul", y_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
+            if len(param_tiles) > 1:
+                em.vec("add", y_tile, z, y_tile, z, tr, D, param_tiles[1], z, bmode="row")
+        em.dma(y_tile, z, out2, [r0, 0], [tr, D])
+
+    em.tiles(M, TR, tile)
+
+
+def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
+    """y = x * k + (bias - mean * k), k = scale / sqrt(var + eps), per channel (dim 1)."""
+    assert isinstance(op, g.BatchNormOp)
+    values = [ctx.constant(v) for v in (op.scale, op.bias, op.mean, op.var)]
+    if any(v is None for v in values):
+        raise error(op, "batch_norm needs compile-time scale/bias/mean/var")
+    scale, bias, mean, var = (np.asarray(a, np.float64) for a in values)
+    k = scale / np.sqrt(var + op.epsilon.value.data)
+    shift = bias - mean * k
+    per_channel = (1, len(k)) + (1,) * (len(shape_of(op.input)) - 2)
+    k32, shift32 = k.astype(np.float32).reshape(per_channel), shift.astype(np.float32).reshape(per_channel)
+    out_shape = shape_of(op.output)
+    batches, channels, pixels = (num_elements(out_shape[:1]), num_elements(out_shape[1:2]),
+                                 num_elements(out_shape[2:]))
+    em = ctx.emitter
+    out2 = em.view(ctx.output_buffer(op.output), (batches * channels, pixels))
+    x2 = em.view(ctx.buffer(op.input), (batches * channels, pixels))
+    scale_col = ctx.weight("bn.scale", k32.reshape(channels, 1).copy(), f32)
+    shift_col = ctx.weight("bn.shift", shift32.reshape(channels, 1).copy(), f32)
+    name = ctx.kernel_name()
+    override = ctx.override(name, 1)
+    choice = tiling_cost.choose_rows(ctx.hw, channels, pixels, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
+                                     override=(override[0] if override else None),
+                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift x2
+    ctx.debug(tiling_cost.describe_rows(name, "batch_norm", "x".join(map(str, out_shape)), choice))
+    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
+    scale_tile = em.alloc((choice.rows, 1), f32, "spad", 2)
+    shift_tile = em.alloc((choice.rows, 1), f32, "spad", 2)
+    z = [0, 0]
+
+    def body(b: Index, r0: Index, rows: int, c0: Index, cols: int) -> None:
+        row = em.add(em.mul(b, channels), r0)
+        em.dma(x2, [row, c0], x_tile, z, [rows, cols])
+        em.dma(scale_col, [r0, 0], scale_tile, z, [rows, 1])
+        em.dma(shift_col, [r0, 0], shift_tile, z, [rows, 1])
+        em.vec("mul", x_tile, z, x_tile, z, rows, cols, scale_tile, z, bmode="col")
+        em.vec("add", x_tile, z, x_tile, z, rows, cols, shift_tile, z, bmode="col")
+        em.dma(x_tile, z, out2, [row, c0], [rows, cols])
+
+    em.range(batches, lambda b: em.tiles(channels, choice.rows, lambda r0, rows: em.tiles(
+        pixels, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))

@@ -1,0 +1,137 @@
+"""Pooling on the vector unit: graph.max_pool2d / avg_pool2d and the global pools.
+
+* windowed: one padded copy of the input (-1e30 for max, 0 for avg; extended at the bottom and
+  right so every window, ceil_mode included, stays inside: copies.padded_copy), then per tap
+  one strided window DMA [TR, TOH, OW] and a vector `max`/`add` into the running result; avg
+  multiplies by a compile-time 1/count row (count_include_pad and ceil-mode rules).
+* global: `rsum`/`rmax` over column chunks of [N*C, H*W] rows, combined per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile.builder import Index
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext
+from infer.passes.graph_to_tile.copies import padded_copy
+
+
+def _average_divisors(op: g.AvgPool2dOp, H: int, W: int, OH: int, OW: int) -> np.ndarray:
+    """Per output pixel, the number of input elements its window averages."""
+    KH, KW = g._ints(op.kernel)
+    stride_h, stride_w = g._ints(op.stride)
+    top, left, bottom, right = g._ints(op.padding)
+    count = np.zeros((OH, OW), np.float64)
+    include_pad = bool(op.count_include_pad.value.data)
+    lo_h, hi_h = (-top, H + bottom) if include_pad else (0, H)
+    lo_w, hi_w = (-left, W + right) if include_pad else (0, W)
+    for i in range(OH):
+        a = i * stride_h - top
+        rows = max(0, min(a + KH, hi_h) - max(a, lo_h))
+        for j in range(OW):
+            b = j * stride_w - left
+            count[i, j] = rows * max(0, min(b + KW, hi_w) - max(b, lo_w))
+    return count
+
+
+def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.MaxPool2dOp | g.AvgPool2dOp)
+    em = ctx.emitter
+    N, C, H, W = shape_of(op.input)
+    _, _, OH, OW = shape_of(op.results[0])
+    KH, KW = g._ints(op.kernel)
+    stride_h, stride_w = g._ints(op.stride)
+    dilation_h, dilation_w = g._ints(op.dilation) or (1, 1)
+    top, left, bottom, right = g._ints(op.padding)
+    is_max = isinstance(op, g.MaxPool2dOp)
+    # pad bottom/right so every window (ceil_mode included) stays inside
+    need_h = (OH - 1) * stride_h + (KH - 1) * dilation_h + 1
+    need_w = (OW - 1) * stride_w + (KW - 1) * dilation_w + 1
+    bottom = max(bottom, need_h - H - top)
+    right = max(right, need_w - W - left)
+    xp = padded_copy(ctx, ctx.buffer(op.input), N * C, H, W, (top, left, bottom, right), NEG_INF if is_max else 0.0)
+    name = ctx.kernel_name()
+    override = ctx.override(name, 2)
+
+    def rows_per_tile(tcn: int) -> int:
+        return max(1, min(OH, tcn // OW))
+
+    def footprint(tr: int, tcn: int) -> int:  # window + running result [TR, TOH*OW] x2, 1/count row x2
+        tp = rows_per_tile(tcn) * OW
+        return 2 * 2 * tr * tp * 4 + (0 if is_max else 2 * tp * 4)
+
+    choice = tiling_cost.choose_rows(ctx.hw, N * C, OH * OW, bytes_in=4 * KH * KW, bytes_out=4,
+                                     vec_cost=KH * KW + 1, live_tiles=3, override=(override[0] if override else None),
+                                     footprint=footprint)
+    TR = choice.rows
+    TOH = override[1] if override else rows_per_tile(choice.cols)
+    ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", choice)
+              + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
+    out2 = em.view(ctx.output_buffer(op.results[0]), (N * C, OH * OW))
+    window = em.alloc((TR, TOH, OW), f32, "spad", 2)
+    window2 = em.view(window, (TR, TOH * OW))
+    acc = em.alloc((TR, TOH * OW), f32, "spad", 2)
+    z = [0, 0]
+    reciprocal = reciprocal_tile = None
+    if isinstance(op, g.AvgPool2dOp):
+        count = _average_divisors(op, H, W, OH, OW)
+        reciprocal = ctx.weight(f"{name}.recip_count",
+                                (1.0 / np.maximum(count, 1)).reshape(1, OH * OW).astype(np.float32), f32)
+        reciprocal_tile = em.alloc((1, TOH * OW), f32, "spad", 2)
+
+    def tile(r0: Index, tr: int, oh0: Index, toh: int) -> None:
+        tp = toh * OW
+        em.fill(acc, z, tr, tp, NEG_INF if is_max else 0.0)
+
+        def tap(kh: Index, kw: Index) -> None:
+            em.dma(xp, [r0, em.add(em.mul(oh0, stride_h), em.mul(kh, dilation_h)), em.mul(kw, dilation_w)],
+                   window, [0, 0, 0], [tr, toh, OW], [1, stride_h, stride_w])
+            em.vec("max" if is_max else "add", acc, z, acc, z, tr, tp, window2, z, bmode="tile")
+
+        em.range(KH, lambda kh: em.range(KW, lambda kw: tap(kh, kw)))
+        if reciprocal is not None and reciprocal_tile is not None:
+            em.dma(reciprocal, [0, em.mul(oh0, OW)], reciprocal_tile, z, [1, tp])
+            em.vec("mul", acc, z, acc, z, tr, tp, reciprocal_tile, z, bmode="row")
+        em.dma(acc, z, out2, [r0, em.mul(oh0, OW)], [tr, tp])
+
+    em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
+
+
+def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.GlobalPoolOp)
+    em = ctx.emitter
+    shape = shape_of(op.input)
+    planes, pixels = shape[0] * shape[1], num_elements(shape[2:])
+    is_max = isinstance(op, g.GlobalMaxPoolOp)
+    name = ctx.kernel_name()
+    override = ctx.override(name, 1)
+    choice = tiling_cost.choose_rows(ctx.hw, planes, pixels, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
+                                     override=(override[0] if override else None),
+                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res x2
+    ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
+    x2 = em.view(ctx.buffer(op.input), (planes, pixels))
+    out2 = em.view(ctx.output_buffer(op.results[0]), (planes, 1))
+    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
+    partial = em.alloc((choice.rows, 1), f32, "spad", 2)
+    total = em.alloc((choice.rows, 1), f32, "spad", 2)
+    z = [0, 0]
+
+    def tile(r0: Index, tr: int) -> None:
+        em.fill(total, z, tr, 1, NEG_INF if is_max else 0.0)
+
+        def chunk(c0: Index, cn: int) -> None:
+            em.dma(x2, [r0, c0], x_tile, z, [tr, cn])
+            em.vec("rmax" if is_max else "rsum", partial, z, x_tile, z, tr, cn)
+            em.vec("max" if is_max else "add", total, z, total, z, tr, 1, partial, z, bmode="tile")
+
+        em.tiles(pixels, choice.cols, chunk)
+        if not is_max:
+            em.vec("mul", total, z, total, z, tr, 1, bmode="imm", imm=1.0 / pixels)
+        em.dma(total, z, out2, [r0, 0], [tr, 1])
+
+    em.tiles(planes, choice.rows, tile)

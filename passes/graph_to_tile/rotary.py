@@ -1,0 +1,103 @@
+"""graph.rotary: rotary position embeddings on the vector unit.
+
+x [P, S, D] in row tiles [TS, R] (R = the rotated features): y = x*cos + rot(x)*sin. Half
+layout: rot = [-x2, x1] as column sub-boxes; interleaved: the tile viewed [TS*R/2, 2] so
+even/odd features are columns 0/1. cos/sin broadcast over x's leading dims by index arithmetic
+(a constant 1-dim reads row 0) and over S by a `bmode=row` operand; features R..D are copied.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile.builder import Index
+from infer.passes.graph_to_tile.context import LoweringContext
+
+
+def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.RotaryOp)
+    em = ctx.emitter
+    x_shape = shape_of(op.input)
+    D, S = x_shape[-1], x_shape[-2]
+    cs_shape = shape_of(op.cos)
+    R = cs_shape[-1]
+    half = R // 2
+    cs_shape = (1,) * (len(x_shape) - len(cs_shape)) + cs_shape
+    lead_x, lead_cs = x_shape[:-2], cs_shape[:-2]
+    per_position = cs_shape[-2] != 1 or S == 1  # cos/sin have a row per position (else one row)
+    interleaved = bool(op.interleaved.value.data)
+    name = ctx.kernel_name()
+    # x, y, tmp [TS, R] and cos, sin [TS or 1, R] and the pass-through rest [TS, D - R], x2 each;
+    # an interleaved tile is TS*R/2 rows of one vector instruction
+    per_row = 8 * (3 * R + 2 * (R if per_position else 0) + (D - R))
+    fixed = 0 if per_position else 2 * 8 * R
+    TS = max(1, min(S, ctx.staging_tile_elements // max(D, 1), tiling_cost.vector_limits()[0] // max(1, R // 2),
+                    (ctx.hw.memory.scratchpad_bytes - fixed) // max(1, per_row)))
+    ctx.debug(f"[graph-to-tile] {name}: rotary {'interleaved' if interleaved else 'half'} "
+              f"{'x'.join(map(str, x_shape))} R={R}: rows of {TS}")
+    planes = num_elements(lead_x)
+    x3 = em.view(ctx.buffer(op.input), (planes, S, D))
+    out3 = em.view(ctx.output_buffer(op.output), (planes, S, D))
+    cs_planes = num_elements(lead_cs)
+    cos3 = em.view(ctx.buffer(op.cos), (cs_planes, cs_shape[-2], R))
+    sin3 = em.view(ctx.buffer(op.sin), (cs_planes, cs_shape[-2], R))
+    TSc = TS if per_position else 1
+    x_tile3 = em.alloc((1, TS, R), f32, "spad", 2)
+    y_tile3 = em.alloc((1, TS, R), f32, "spad", 2)
+    cos_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
+    sin_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
+    tmp = em.alloc((TS, R), f32, "spad", 2)
+    rest3 = em.alloc((1, TS, D - R), f32, "spad", 2) if D > R else None
+    x_tile, y_tile = em.view(x_tile3, (TS, R)), em.view(y_tile3, (TS, R))
+    cos_tile, sin_tile = em.view(cos_tile3, (TSc, R)), em.view(sin_tile3, (TSc, R))
+    cs_mode = "tile" if per_position else "row"
+    z = [0, 0]
+
+    def tile(p: Index, pc: Index, s0: Index, ts: int) -> None:
+        em.dma(x3, [p, s0, 0], x_tile3, [0, 0, 0], [1, ts, R])
+        cs0 = s0 if per_position else 0
+        tsc = ts if per_position else 1
+        em.dma(cos3, [pc, cs0, 0], cos_tile3, [0, 0, 0], [1, tsc, R])
+        em.dma(sin3, [pc, cs0, 0], sin_tile3, [0, 0, 0], [1, tsc, R])
+        em.vec("mul", y_tile, z, x_tile, z, ts, R, cos_tile, z, bmode=cs_mode)
+        if not interleaved:
+            em.vec("mul", tmp, z, x_tile, [0, half], ts, half, sin_tile, z, bmode=cs_mode)
+            em.vec("mul", tmp, [0, half], x_tile, z, ts, half, sin_tile, [0, half], bmode=cs_mode)
+            em.vec("sub", y_tile, z, y_tile, z, ts, half, tmp, z, bmode="tile")
+            em.vec("add", y_tile, [0, half], y_tile, [0, half], ts, half, tmp, [0, half], bmode="tile")
+        else:
+            pairs = ts * half
+            all_pairs = TS * half
+            x_pairs, y_pairs, tmp_pairs = (em.view(b, (all_pairs, 2)) for b in (x_tile, y_tile, tmp))
+            if per_position:
+                sin_pairs = em.view(sin_tile, (all_pairs, 2))
+                em.vec("mul", tmp_pairs, z, x_pairs, [0, 1], pairs, 1, sin_pairs, z, bmode="tile")
+                em.vec("mul", tmp_pairs, [0, 1], x_pairs, z, pairs, 1, sin_pairs, [0, 1], bmode="tile")
+                em.vec("sub", y_pairs, z, y_pairs, z, pairs, 1, tmp_pairs, z, bmode="tile")
+                em.vec("add", y_pairs, [0, 1], y_pairs, [0, 1], pairs, 1, tmp_pairs, [0, 1], bmode="tile")
+            else:
+                # rot(x) * sin with one sin row: swap pairs into tmp, then a row-mode multiply
+                em.vec("neg", tmp_pairs, z, x_pairs, [0, 1], pairs, 1)
+                em.vec("copy", tmp_pairs, [0, 1], x_pairs, z, pairs, 1)
+                em.vec("mul", tmp, z, tmp, z, ts, R, sin_tile, z, bmode="row")
+                em.vec("add", y_tile, z, y_tile, z, ts, R, tmp, z, bmode="tile")
+        em.dma(y_tile3, [0, 0, 0], out3, [p, s0, 0], [1, ts, R])
+        if rest3 is not None:
+            em.dma(x3, [p, s0, R], rest3, [0, 0, 0], [1, ts, D - R])
+            em.dma(rest3, [0, 0, 0], out3, [p, s0, R], [1, ts, D - R])
+
+    def nest(k: int, p: Index, pc: Index) -> None:
+        if k == len(lead_x):
+            em.tiles(S, TS, lambda s0, ts: tile(p, pc, s0, ts))
+            return
+        x_stride = num_elements(lead_x[k + 1:])
+        cs_stride = num_elements(lead_cs[k + 1:])
+        cs_full = lead_cs[k] != 1
+        em.range(lead_x[k], lambda i: nest(k + 1, em.add(p, em.mul(i, x_stride)),
+                                           em.add(pc, em.mul(i, cs_stride)) if cs_full else pc))
+
+    nest(0, 0, 0)

@@ -1,0 +1,194 @@
+"""graph.transpose, and the K transposes of attention and `transpose_b` matmuls: permuted copies
+of big blocks through the scratchpad (`permute_copy`).
+
+The DMA copies a box with the same shape on both sides, and each side is a row-major sub-box of
+a (re)view of a contiguous buffer: the dims of one DMA must be in the same order in its source
+and its destination. A permutation therefore needs one loop over a permuted dim, and the scheme
+makes that loop short and every DMA big. The permutation is first made canonical
+(`canonical_perm`: size-1 dims dropped, runs of dims adjacent in both orders merged). Dims
+outside the block are loops. DMA boxes are given as (extent, source stride, destination
+stride) per dim and mapped onto views whose origin is split over the view's dims by stride
+(`box_dma`), so no runtime division appears. Tile sizes come from
+tiling_cost.choose_permute_rows / choose_permute_block (docs/tiling.md, "Transposes").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects.builtin import f32
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.dialects.dtypes import element_type_of, num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile.builder import Emitter, Index
+from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.copies import copy_dram
+
+Terms = list[tuple[Index, int]]  # an element offset: sum of index * coefficient
+
+
+def canonical_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The same permutation on the fewest dims: size-1 dims dropped, runs of dims adjacent
+    (and in order) in both the input and the output merged. -> (dim sizes in input order,
+    perm: output dim k is input dim perm[k])."""
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    pos_in = {d: i for i, d in enumerate(keep)}
+    groups: list[list[int]] = []
+    for d in (p for p in perm if shape[p] != 1):
+        if groups and pos_in[d] == pos_in[groups[-1][-1]] + 1:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    by_in = sorted(range(len(groups)), key=lambda gi: pos_in[groups[gi][0]])
+    rank = {gi: r for r, gi in enumerate(by_in)}
+    return [num_elements([shape[d] for d in groups[gi]]) for gi in by_in], [rank[gi] for gi in range(len(groups))]
+
+
+def _box_side(em: Emitter, buf: SSAValue, total: int, strides: Sequence[int], terms: Terms) -> tuple[SSAValue, list[Index]]:
+    """View a contiguous buffer of `total` elements so that box dims of the given element
+    strides (descending, each dividing the one before) are a row-major sub-box, and split
+    the origin (sum of index * coefficient) over the view's dims: each term goes to the
+    dim with the largest stride dividing its coefficient. Offsets built from a tensor's
+    own nested strides always land inside that dim's extent."""
+    assert total % strides[0] == 0 and all(strides[k - 1] % strides[k] == 0 for k in range(1, len(strides)))
+    shape = [total // strides[0]] + [strides[k - 1] // strides[k] for k in range(1, len(strides))]
+    index: list[Index] = [0] * len(strides)
+    for iv, coef in terms:
+        if coef == 0 or (isinstance(iv, int) and iv == 0):
+            continue
+        k = next(k for k, s in enumerate(strides) if coef % s == 0)
+        index[k] = em.add(index[k], em.mul(iv, coef // strides[k]))
+    return em.view(buf, shape), index
+
+
+def box_dma(em: Emitter, src: SSAValue, src_total: int, dst: SSAValue, dst_total: int,
+            dims: Sequence[tuple[int, int, int]], src_terms: Terms, dst_terms: Terms) -> None:
+    """One tile.dma of a box given as (extent, src stride, dst stride) per dim, in elements,
+    outermost first (both strides descending). Extent-1 dims are dropped; an innermost
+    dim that is not contiguous on both sides gets a unit dim after it (rows of one
+    element). At most 3 dims remain (one DMA instruction)."""
+    box = [d for d in dims if d[0] != 1]
+    if not box or box[-1][1] != 1 or box[-1][2] != 1:
+        box.append((1, 1, 1))
+    assert len(box) <= 3, box
+    src_view, src_index = _box_side(em, src, src_total, [d[1] for d in box], src_terms)
+    dst_view, dst_index = _box_side(em, dst, dst_total, [d[2] for d in box], dst_terms)
+    em.dma(src_view, src_index, dst_view, dst_index, [d[0] for d in box])
+
+
+def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm: Sequence[int],
+                 dst: SSAValue) -> str:
+    """dst = transpose(src, perm), DRAM -> DRAM through the scratchpad in big blocks
+    (returns a description for debug-tiling). On the canonical permutation:
+
+    * innermost dim kept (rows of C contiguous elements): a block [Tu, Tv, TC] of the two
+      dims u (the output's second innermost) and v (the input's) is one 3-D DMA load in
+      input order; a loop over u or v stores it with the permuted strides (2-D DMAs of
+      [Tv, TC] / [Tu, TC]). The remaining dims are loops.
+    * innermost dim j moved (it becomes a row dim, the output's rows are dim i): a block
+      [Ti, Tj] is loaded in input order, transposed on chip by a loop of vector copies of
+      one column (or row) each, and stored as [Tj, Ti] in output order.
+
+    Block buffers are double buffered."""
+    em, hw = ctx.emitter, ctx.hw
+    sizes, cp = canonical_perm(shape, perm)
+    n = len(sizes)
+    if n <= 1:
+        copy_dram(ctx, src, dst, tuple(shape) or (1,))
+        return "a plain copy (the permutation moves no data)"
+    elem, elem_size = element_type_of(src), t.elem_bytes(src)
+    total = num_elements(sizes)
+    in_strides = [num_elements(sizes[d + 1:]) for d in range(n)]
+    out_pos = {d: k for k, d in enumerate(cp)}
+    out_strides = [num_elements([sizes[cp[k]] for k in range(out_pos[d] + 1, n)]) for d in range(n)]
+    desc = f"canonical {'x'.join(map(str, sizes))} perm {cp}: "
+
+    def nest(block_dims: Sequence[int], body: Callable[[Terms, Terms], None]) -> None:
+        others = [d for d in cp if d not in block_dims]  # loops, in output order
+        outer = [d for d in others if sizes[d] > 1]
+
+        def loop(k: int, terms_in: Terms, terms_out: Terms) -> None:
+            if k == len(outer):
+                body(terms_in, terms_out)
+                return
+            d = outer[k]
+            em.range(sizes[d], lambda x: loop(k + 1, terms_in + [(x, in_strides[d])],
+                                               terms_out + [(x, out_strides[d])]))
+
+        loop(0, [], [])
+
+    if cp[-1] == n - 1:  # rows of C contiguous elements stay rows
+        C, v, u = sizes[-1], n - 2, cp[n - 2]
+        outer = num_elements([sizes[d] for d in cp[:-2] if d not in (u, v)])
+        loops = sum(1 for d in cp[:-2] if d not in (u, v) and sizes[d] > 1)
+        choice = tiling_cost.choose_permute_rows(hw, sizes[u], sizes[v], C, elem_size, outer, loops, u == v - 1)
+        Tu, Tv, TC = choice.tiles
+        block = em.alloc((Tu, Tv, TC), elem, "spad", 2)
+        block_size = Tu * Tv * TC
+
+        def rows_block(terms_in: Terms, terms_out: Terms, u0: Index, tu: int, v0: Index, tv: int,
+                       c0: Index, tcn: int) -> None:
+            box_dma(em, src, total, block, block_size,
+                    [(tu, in_strides[u], Tv * TC), (tv, in_strides[v], TC), (tcn, 1, 1)],
+                    terms_in + [(u0, in_strides[u]), (v0, in_strides[v]), (c0, 1)], [])
+            if choice.loop == 1:  # one store per v: L[:, w, :] -> out rows of u
+                em.range(tv, lambda w: box_dma(
+                    em, block, block_size, dst, total, [(tu, Tv * TC, out_strides[u]), (tcn, 1, 1)], [(w, TC)],
+                    terms_out + [(u0, out_strides[u]), (em.add(v0, w), out_strides[v]), (c0, 1)]))
+            else:  # one store per u: L[w] -> out rows of v
+                em.range(tu, lambda w: box_dma(
+                    em, block, block_size, dst, total, [(tv, TC, out_strides[v]), (tcn, 1, 1)], [(w, Tv * TC)],
+                    terms_out + [(em.add(u0, w), out_strides[u]), (v0, out_strides[v]), (c0, 1)]))
+
+        nest((u, v, n - 1), lambda terms_in, terms_out: em.tiles(sizes[u], Tu, lambda u0, tu: em.tiles(
+            sizes[v], Tv, lambda v0, tv: em.tiles(
+                C, TC, lambda c0, tcn: rows_block(terms_in, terms_out, u0, tu, v0, tv, c0, tcn)))))
+        return (desc + f"blocks {Tu}x{Tv}x{TC} (one load each, one store per {'vu'[choice.loop]}): "
+                f"{choice.dmas} DMAs, est {choice.cycles} cycles")
+
+    # the innermost dim j moves: transpose [Ti, Tj] blocks on the vector unit
+    i, j = cp[-1], n - 1
+    outer = num_elements([sizes[d] for d in cp if d not in (i, j)])
+    loops = sum(1 for d in cp if d not in (i, j) and sizes[d] > 1)
+    choice = tiling_cost.choose_permute_block(hw, sizes[i], sizes[j], elem_size, outer, loops, i == n - 2,
+                                              out_pos[j] == n - 2)
+    Ti, Tj = choice.tiles
+    loaded = em.alloc((Ti, Tj), elem, "spad", 2)
+    transposed = em.alloc((Tj, Ti), elem, "spad", 2)
+
+    def transposed_block(terms_in: Terms, terms_out: Terms, i0: Index, ti: int, j0: Index, tj: int) -> None:
+        box_dma(em, src, total, loaded, Ti * Tj, [(ti, in_strides[i], Tj), (tj, 1, 1)],
+                terms_in + [(i0, in_strides[i]), (j0, 1)], [])
+        if choice.loop == 0:  # row r of the loaded block -> column r of the transposed one
+            em.range(ti, lambda r: em.vec("copy", transposed, [0, r], em.view(loaded, (Ti * Tj, 1)),
+                                          [em.mul(r, Tj), 0], tj, 1))
+        else:  # column c of the loaded block -> row c of the transposed one
+            em.range(tj, lambda c: em.vec("copy", em.view(transposed, (Tj * Ti, 1)), [em.mul(c, Ti), 0],
+                                          loaded, [0, c], ti, 1))
+        box_dma(em, transposed, Ti * Tj, dst, total, [(tj, Ti, out_strides[j]), (ti, 1, 1)], [],
+                terms_out + [(j0, out_strides[j]), (i0, 1)])
+
+    nest((i, j), lambda terms_in, terms_out: em.tiles(sizes[i], Ti, lambda i0, ti: em.tiles(
+        sizes[j], Tj, lambda j0, tj: transposed_block(terms_in, terms_out, i0, ti, j0, tj))))
+    return (desc + f"blocks {Ti}x{Tj} transposed by vector copies of one {'row' if choice.loop == 0 else 'column'} "
+            f"each: {choice.dmas} DMAs, est {choice.cycles} cycles (vector {choice.vector})")
+
+
+def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """A DRAM copy of src with its last two dims swapped (a loop nest of its own)."""
+    with ctx.stage(what="transposed copy"):
+        rank = len(shape)
+        dst = ctx.emitter.alloc((*shape[:-2], shape[-1], shape[-2]), f32, "dram")
+        permute_copy(ctx, src, shape, (*range(rank - 2), rank - 1, rank - 2), dst)
+        return dst
+
+
+def lower_transpose(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.TransposeOp)
+    shape = shape_of(op.input)
+    name = ctx.kernel_name()
+    desc = permute_copy(ctx, ctx.buffer(op.input), shape, g._ints(op.perm), ctx.output_buffer(op.results[0]))
+    ctx.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, shape))} perm {list(g._ints(op.perm))}: {desc}")

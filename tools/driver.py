@@ -1,0 +1,268 @@
+"""The compile driver: a model or graph IR in, an `infer.runtime.Executable` out.
+
+    exe = compile(source, target="edge", precision="fp32")   # import -> compile-npu -> artifact
+    exe = load("model.npu")                                  # an artifact, ready to run and to check
+
+Every caller goes through here: the command line (`infer compile`, `infer run`:
+tools/compile_cmds.py), the Python API (`infer.compile`, `infer.load`) and the ONNX NPU backend
+(tools/onnx_backend.py). The driver sits above frontend/, passes/ and runtime/ and imports no
+command-line module; its errors are `DriverError`, `IRError` and the like, one line each.
+
+`compile`:
+1. the graph-level module: imported (`infer.import_model`: .onnx, .pt2, Hugging Face folder,
+   onnx.ModelProto, torch module, ...), parsed (.mlir) or given (`infer.Model`, ModuleOp);
+2. its signature (names, shapes, dtypes) and the graph IR itself (the reference for the
+   outputs in `check`) with its weights;
+3. the `compile-npu{target precision}` pipeline on a clone (the caller's module is left as it
+   is; the clone keeps the weights, see dialects/weights.py), run through xDSL's
+   `PassPipeline` so the driver hears about every stage through its callback: it reports
+   progress and captures the graph IR just before graph-to-tile (one top-level op per
+   kernel, the op index being the `layer` the op markers name) as the per-layer reference;
+4. the artifact: program, DRAM layout (`npu.layout`, the contract of target/layout.py, as
+   JSON), op markers, the weights the program reads, the hardware config's TOML, and the
+   two graph IRs; it is validated by loading it back as a loader would.
+
+`load` and `compile` return Executables holding a `GraphReference` (tools/reference.py), so
+`exe.check(inputs)` works; `infer.runtime.load` alone gives Executables that run but cannot
+check (the reference interpreter is compiler code).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infer.runtime.artifact import Artifact, TensorSpec, dtype_name, save_safetensors
+from infer.runtime.executable import Executable
+from infer.tools.reference import GraphReference
+
+Progress = Callable[[str], None]
+
+
+class DriverError(Exception):
+    """Bad input for the compile driver (one line)."""
+
+
+def progress_printer(enabled: bool = True) -> Progress:
+    """`say(msg)`: `[  1.23 s] msg` on stderr (seconds since this call), or nothing."""
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if enabled:
+            print(f"[{time.perf_counter() - t0:6.2f} s] {msg}", file=sys.stderr, flush=True)
+    return say
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`["input=1x3x224x224", ...]` (the `--input-shape` form) -> {name: shape}."""
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            raise DriverError(f"--input-shape '{spec}': expected NAME=DxDxD, e.g. input=1x3x224x224") from None
+    return shapes
+
+
+# ---------------------------------------------------------------------------------- sources
+def graph_module(source: Any, example_inputs: Any = None, **import_options: Any):
+    """source -> the graph-level ModuleOp (imported, parsed, or the one given), with its weights."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    from infer.frontend import Model, import_model
+
+    if isinstance(source, Model):
+        return source.module
+    if isinstance(source, ModuleOp):
+        return source
+    if isinstance(source, str | Path) and str(source).endswith(".mlir"):
+        from infer.dialects.ir_io import check_weights_present, load_ir_file
+
+        module = load_ir_file(source)
+        check_weights_present(module)
+        return module
+    return import_model(source, example_inputs, **import_options).module
+
+
+def signature(module, entry: str = "main") -> dict[str, list[TensorSpec]]:
+    """The artifact's signature of function `entry`: {inputs, outputs} (static shapes only)."""
+    from xdsl.dialects.builtin import TensorType
+
+    from infer.dialects.dtypes import to_numpy_dtype
+    from infer.dialects.signature import entry_function, function_signature, output_names
+
+    names, specs = function_signature(module, entry)
+    inputs = [TensorSpec(n, tuple(s), dtype_name(d)) for n, (s, d) in zip(names, specs, strict=True)]
+    results = entry_function(module, entry).function_type.outputs.data
+    outputs = []
+    for n, t in zip(output_names(module, len(results), entry), results, strict=True):
+        if not isinstance(t, TensorType):
+            raise DriverError(f"function @{entry}: result '{n}' is not a tensor ({t})")
+        outputs.append(TensorSpec(n, tuple(t.get_shape()), dtype_name(to_numpy_dtype(t.get_element_type()))))
+    for s in inputs + outputs:
+        if any(d < 0 for d in s.shape):
+            raise DriverError(f"'{s.name}' has a dynamic shape {list(s.shape)}: compile needs static shapes "
+                              "(use --input-shape / input_shapes=)")
+    return {"inputs": inputs, "outputs": outputs}
+
+
+# ---------------------------------------------------------------------------------- compile
+def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str = "main",
+            example_inputs: Any = None, progress: bool | Progress = False, graph_passes: str = "",
+            calibration: Any = None, min_cosine: float | None = None, calibration_method: str | None = None,
+            **import_options: Any) -> Executable:
+    """Import (if needed) and compile for the accelerator -> `infer.runtime.Executable`.
+
+    source: a model path (.onnx/.pt2/HF folder), a graph-level `.mlir` path, an
+    `infer.Model`, a ModuleOp, an onnx.ModelProto, a torch module (+example_inputs)...
+    target: "edge", "server" or a TOML path. precision: "fp32" (3-pass bf16
+    emulation), "bf16", or "int8": graph-level int8 quantization first (`infer.quantize`
+    with `calibration` (.npz samples or a .json table), `min_cosine`, `calibration_method`;
+    the per-layer choice is reported through `progress`), then the lowering. progress: True
+    prints each stage with a timestamp on stderr; a callable hears the same messages.
+    graph_passes: a pass pipeline run on the graph-level module first (`-p` syntax; infer's
+    passes and plugins)."""
+    from xdsl.passes import ModulePass, PassPipeline
+
+    from infer.dialects.ir_io import make_context
+    from infer.dialects.weights import weights_of
+    from infer.passes.graph_to_tile import GraphToTilePass
+    from infer.passes.pipelines_npu import CompileNpuPass
+    from infer.target.hw import config_path, load_config
+
+    say = progress if callable(progress) else progress_printer(progress)
+    cfg = load_config(target)
+    toml_text = config_path(target).read_text()
+    if precision not in PRECISIONS:
+        raise DriverError(f"precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
+    if precision != "int8" and (calibration is not None or min_cosine is not None):
+        raise DriverError("calibration data and a cosine target apply to --precision int8 only")
+    say(f"importing {source if isinstance(source, str | Path) else type(source).__name__}")
+    graph = graph_module(source, example_inputs, **import_options)
+    if precision == "int8":
+        graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
+    require_float_lowering(graph)
+    sig = signature(graph, entry)
+    graph_ir, graph_weights = _reference_parts(graph)
+    graph_store = weights_of(graph)
+
+    module = graph.clone()  # keeps the weights; what the passes add or replace stays the clone's
+    layer_parts: list[tuple[str, bytes | None]] = []
+
+    def between(_done: ModulePass | None, op, upcoming: ModulePass | None) -> None:
+        if isinstance(upcoming, GraphToTilePass):  # the graph IR it lowers: one top-level op per
+            layer_parts.append(_reference_parts(op, graph_store))  # kernel, the per-layer reference
+        if upcoming is not None:
+            say(f"pass {upcoming.name}")
+
+    pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes)
+    PassPipeline(pipeline.passes(), callback=between).apply(make_context(), module)
+    layer_ir, layer_weights = layer_parts[0] if layer_parts else (None, None)
+
+    say("packaging the artifact")
+    program, layout, ops = _compiled_parts(module)
+    store = weights_of(module)
+    weights = save_safetensors({n: np.asarray(store.get(n)) for n in (w["name"] for w in layout.get("weights") or [])})
+    art = Artifact(program=program, weights=weights, signature=sig, layout=layout,
+                   target_name=cfg.name, target_toml=toml_text, precision=precision, entry=entry,
+                   source=str(source) if isinstance(source, str | Path) else type(source).__name__,
+                   ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
+                   layer_weights=layer_weights)
+    exe = Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
+    say(f"compiled: {len(exe.program)} instructions, {exe.layout.total_bytes} bytes of DRAM")
+    return exe
+
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def _quantized(graph, calibration: Any, min_cosine: float | None, method: str | None, entry: str, say: Progress):
+    """The int8 graph-level module (infer.quantize), the per-layer choice reported."""
+    from infer.tools.quantize import quantize
+
+    if calibration is None:
+        raise DriverError("--precision int8 needs calibration data: --calibration CALIB.npz (samples keyed by "
+                          "input name, leading sample axis) or a table from `infer calibrate` (.json)")
+    qmodel, report = quantize(graph, calibration, min_cosine=min_cosine, method=method, entry=entry, progress=say)
+    say("int8 quantization, per layer (float layers run as float kernels):\n" + report.table())
+    return qmodel.module
+
+
+def require_float_lowering(module) -> None:
+    """graph -> tile lowers f32 and bf16 kernels; a quantized module (integer kernels,
+    quantize/dequantize ops) is one error naming its first such op, never a float fallback."""
+    from infer.dialects import graph as g
+    from infer.dialects.ir_io import describe_location
+    from infer.passes.quantize.naming import NAME_ATTR
+
+    quantized = (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)
+    for op in module.walk():
+        if isinstance(op, quantized):
+            where = describe_location(op)
+            layer = op.attributes.get(NAME_ATTR)
+            named = f" (layer {layer.data})" if layer is not None and hasattr(layer, "data") else ""
+            raise DriverError(
+                ("" if where.startswith("<") else f"{where}: ") + f"'{op.name}' op{named} has no int8 lowering to "
+                "the NPU yet (graph -> tile lowers f32 and bf16 kernels only); the int8 model runs on the reference "
+                "interpreter: `infer quantize MODEL --calibration DATA -o MODEL.int8.mlir`, then `infer run-ir`")
+
+
+def load(path: str | Path) -> Executable:
+    """Load a `.npu` artifact (validated) as an Executable that can also `check`."""
+    return Executable.load(path, reference=GraphReference())
+
+
+def _reference_parts(module, known=None) -> tuple[str, bytes | None]:
+    """Graph IR text (weights attribute dropped) and its weights as safetensors bytes
+    (without those `known`, a weight store, holds with the same name and value)."""
+    from xdsl.printer import Printer
+
+    from infer.dialects.weights import WEIGHTS_ATTR, referenced_weights, weights_of
+
+    store = weights_of(module)
+    names = sorted(set(referenced_weights(module)))
+    if known is not None:
+        names = [n for n in names if not _same_weight(known, store, n)]
+    blob = save_safetensors({n: np.asarray(store.get(n)) for n in names}) if names else None
+    clone = module.clone()
+    clone.attributes.pop(WEIGHTS_ATTR, None)
+    stream = io.StringIO()
+    Printer(stream=stream).print_op(clone)
+    return stream.getvalue() + "\n", blob
+
+
+def _same_weight(known, store, name: str) -> bool:
+    if name not in known:
+        return False
+    a, b = known.get(name), store.get(name)
+    return a is b or (a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b))
+
+
+def _compiled_parts(module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]]:
+    """The npu.program (binary), the npu.layout (JSON form) and the op markers of a compiled module."""
+    from infer.dialects.npu import ProgramOp
+    from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, attr_to_json
+
+    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
+    if len(programs) != 1:
+        raise DriverError(f"the compiled module has {len(programs)} npu.program ops (expected 1)")
+    prog = programs[0]
+    layout_attr = module.attributes.get(LAYOUT_ATTR) or prog.attributes.get(LAYOUT_ATTR)
+    if layout_attr is None:
+        raise DriverError(f"the compiled module has no {LAYOUT_ATTR} attribute")
+    layout = attr_to_json(layout_attr)
+    ops_attr = module.attributes.get(OPS_ATTR) or prog.attributes.get(OPS_ATTR)
+    ops = attr_to_json(ops_attr) if ops_attr is not None else list(layout.pop("ops", []) or [])
+    return prog.to_program().to_bytes(), layout, ops
+
+
+__all__ = ["DriverError", "PRECISIONS", "compile", "require_float_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]
