@@ -215,20 +215,21 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
     stages, timing.roots = expand([pipeline])
     if isinstance(say, ConsoleProgress):
         say.expect(len(stages) + 1)
-    running = iter(stages)
+    ran = 0  # stages done
     started, started_cpu = time.perf_counter(), time.process_time()
 
     def between(done: ModulePass | None, op, upcoming: ModulePass | None) -> None:
-        nonlocal started, started_cpu
+        nonlocal ran, started, started_cpu
         if done is not None:
-            node = next(running).node
+            node = stages[ran].node
             node.seconds += time.perf_counter() - started
             node.cpu_seconds += time.process_time() - started_cpu
+            ran += 1
         if isinstance(upcoming, GraphToTilePass):  # the graph IR it lowers: one top-level op per
             with timing.phase("layer reference IR"):  # kernel, the per-layer reference
                 layer_parts.append(_reference_parts(op, graph_store))
-        if upcoming is not None:
-            say(f"pass {upcoming.name}")
+        if upcoming is not None:  # e.g. "pass graph-prepare-tiling > graph-optimize > graph-dce"
+            say("pass " + " > ".join((*stages[ran].path[1:], upcoming.name)))
         started, started_cpu = time.perf_counter(), time.process_time()
 
     PassPipeline(tuple(stage.pass_ for stage in stages), callback=between).apply(make_context(), module)
