@@ -14,6 +14,13 @@ the compute time lower bound is max(MACs / peak MACs per cycle, vector busy
 cycles), the memory bound is DRAM bytes / DRAM bytes per cycle; the larger one
 names the op's bound ("compute" or "bandwidth") and `achieved` = bound / span.
 Without markers the report is per engine only and says so.
+
+Energy (`infer.target.energy`, with the config's `[energy]` and `[area]` sections): per
+inference by component (matrix MACs, vector, scratchpad, accumulator, DRAM, static power x run
+time) and the average power at the config clock, from the per-instruction profile of a traced
+run; each op gets the dynamic energy of its instructions (`energy_pj`; static energy is the
+run's, not split by op). `energy` is None, and `energy_note` says why, for a run without a
+timing model or profile, or a config without the sections.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from infer.target.energy import Energy, EnergyModelError, energy_of
 from infer.target.sim import ENGINES, Counters
 
 
@@ -40,6 +48,7 @@ class OpStats:
     dram_bytes: int = 0
     compute_cycles: float = 0.0
     memory_cycles: float = 0.0
+    energy_pj: float = 0.0  # dynamic energy of the op's instructions
 
     @property
     def bound(self) -> str:
@@ -56,7 +65,7 @@ class OpStats:
         return {"name": self.name, "kind": self.kind, "instructions": [self.start, self.end],
                 "cycles": self.cycles, "busy": dict(self.busy), "macs": self.macs,
                 "dram_bytes": self.dram_bytes, "bound": self.bound, "achieved": self.achieved,
-                "executed": self.instructions}
+                "executed": self.instructions, "energy_uj": self.energy_pj * 1e-6}
 
 
 @dataclass
@@ -66,6 +75,8 @@ class Report:
     dram_bytes_per_cycle: int
     ops: list[OpStats] | None = None  # None: the program carries no per-op markers
     wall_seconds: float = 0.0
+    energy: Energy | None = None  # None: see energy_note
+    energy_note: str = ""
 
     # whole run
     @property
@@ -108,6 +119,9 @@ class Report:
         d["simulation_wall_seconds"] = self.wall_seconds
         d["peak_macs_per_cycle"] = self.peak_macs_per_cycle  # the roofline (runtime/plots.py)
         d["dram_bytes_per_cycle"] = self.dram_bytes_per_cycle
+        d["energy"] = None if self.energy is None else self.energy.as_dict()
+        if self.energy is None:
+            d["energy_note"] = self.energy_note
         return d
 
     def to_chrome_trace(self, path=None) -> dict[str, Any]:
@@ -148,14 +162,23 @@ class Report:
             lines.append("  stalls (cycles): " + ", ".join(f"{k} {v}" for k, v in st))
         else:
             lines.append("  stalls: none")
+        if self.energy is not None:
+            en = self.energy
+            parts = ", ".join(f"{k} {v * 1e-6:.3g}" for k, v in en.by_component.items())
+            lines.append(f"  energy per inference {en.total_pj * 1e-6:.4g} uJ ({parts} uJ); average power "
+                         f"{en.average_power_w * 1e3:.4g} mW at {c.clock_ghz:g} GHz; area {en.area['total']:.3g} mm^2")
+        else:
+            lines.append(f"  energy: not computed ({self.energy_note})")
         if self.ops is None:
             lines.append("  per-op: the program carries no op markers; per-engine numbers only")
         elif self.ops:
             lines.append(f"  top ops by cycles ({len(self.ops)} ops):")
-            lines.append(f"    {'op':<24} {'kind':<12} {'cycles':>10} {'MACs':>10} {'DRAM B':>10}  bound      achieved")
+            lines.append(f"    {'op':<24} {'kind':<12} {'cycles':>10} {'MACs':>10} {'DRAM B':>10}  bound      achieved"
+                         f" {'dyn nJ':>10}")
             for o in self.top_ops(top):
+                nj = f"{o.energy_pj * 1e-3:>10.1f}" if self.energy is not None else f"{'-':>10}"
                 lines.append(f"    {o.name[:24]:<24} {o.kind[:12]:<12} {o.cycles:>10} {o.macs:>10} {o.dram_bytes:>10}  "
-                             f"{o.bound:<10} {100 * o.achieved:5.1f}%")
+                             f"{o.bound:<10} {100 * o.achieved:5.1f}%  {nj}")
         return "\n".join(lines)
 
 
@@ -164,6 +187,13 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
     """Counters (+ the per-instruction profile of a traced run) + op markers -> Report."""
     rep = Report(counters, cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle, wall_seconds=wall_seconds)
     prof = counters.profile
+    if counters.mode == "functional":
+        rep.energy_note = "functional mode has no timing model"
+    else:
+        try:
+            rep.energy = energy_of(counters, program, cfg)
+        except EnergyModelError as e:
+            rep.energy_note = str(e)
     if not ops or prof is None:
         return rep
     stats = [OpStats(str(o.get("name", f"op{i}")), str(o.get("kind", "")), int(o["start"]), int(o["end"]))
@@ -193,6 +223,8 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
         if eng in ("matrix", "vector", "dma_load", "dma_store"):
             op.busy[eng] += count * _busy(ins, cfg)
         op.macs += prof.macs[pc]
+        if rep.energy is not None:
+            op.energy_pj += rep.energy.per_pc[pc]
         if ins.d.name in ("dma.load", "dma.store"):
             v = ins.as_dict()
             op.dram_bytes += count * v["n0"] * v["n1"] * v["n2"]
