@@ -105,3 +105,31 @@ def test_sections_optional():
     assert cfg.energy is None and cfg.area is None
     with pytest.raises(EnergyModelError, match="no \\[area\\] section"):
         area_breakdown(cfg)
+
+
+def test_run_report_energy_by_op():
+    """The run report of an artifact: energy per inference, power, the per-op column and JSON,
+    hand-counted for relu(x + b) on a 4x16 fp32 tile (all in the scratchpad)."""
+    from infer.runtime.executable import Executable
+
+    from helpers.runtime_artifacts import bias_relu_artifact
+
+    exe = Executable(bias_relu_artifact("edge"))
+    exe.run([np.zeros((4, 16), np.float32)])
+    rep, cfg = exe.last_report, exe.config
+    e = cfg.energy
+    spad_pj = e.sram_pj_per_byte * (cfg.memory.scratchpad_bytes / 4 / 32768) ** e.sram_bank_exponent
+    # bias_add: load b (64 B) and x (256 B); vec.add reads x (256 B) and b (a row, 64 B), writes 256 B
+    add = (64 + 256) * (e.dram_pj_per_byte + spad_pj) + (256 + 64 + 256) * spad_pj \
+        + 64 * cfg.vector.cost["add"] * e.vector_pj_per_element
+    # relu: reads and writes 256 B, then the store reads 256 B and writes them to DRAM
+    relu = (256 + 256 + 256) * spad_pj + 256 * e.dram_pj_per_byte + 64 * cfg.vector.cost["relu"] * e.vector_pj_per_element
+    assert [o.energy_pj for o in rep.ops] == pytest.approx([add, relu], rel=1e-12)
+    assert rep.energy.dynamic_pj == pytest.approx(add + relu, rel=1e-12)
+    d = rep.as_dict()
+    assert d["energy"]["total_uj"] == pytest.approx(rep.energy.total_pj * 1e-6)
+    assert d["ops"][1]["energy_uj"] == pytest.approx(relu * 1e-6)
+    assert "energy per inference" in rep.summary() and "dyn nJ" in rep.summary()
+    exe.run([np.zeros((4, 16), np.float32)], mode="functional")
+    assert exe.last_report.energy is None
+    assert exe.last_report.as_dict()["energy_note"] == "functional mode has no timing model"
