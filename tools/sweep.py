@@ -285,8 +285,8 @@ class SweepResult:
             pareto = ("E" if r.get("pareto_energy") else "") + ("A" if r.get("pareto_area") else "")
             body.append([*(str(r[k]) for k in keys), r["status"] + (" (cached)" if r.get("cached") else ""),
                          str(r["cycles"]) if ok else "-", f"{r['latency_us']:.1f}" if ok else "-",
-                         f"{r['energy_uj']:.4g}" if ok and r.get("energy_uj") != "" else "-",
-                         f"{r['power_mw']:.4g}" if ok and r.get("power_mw") != "" else "-",
+                         _num(r["energy_uj"]) if ok and r.get("energy_uj") != "" else "-",
+                         _num(r["power_mw"]) if ok and r.get("power_mw") != "" else "-",
                          f"{r['area_mm2']:.3f}" if r.get("area_mm2") not in (None, "") else "-", pareto or "-"])
         widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
         lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
@@ -416,10 +416,15 @@ def run_sweep(model: str | Path, base: str = "edge", params: list[Param] | list[
     return result
 
 
+def _num(x: float) -> str:
+    """4 significant digits without an exponent below 10^7."""
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
 def _brief(row: dict[str, Any]) -> str:
     if row["status"] != "ok":
         return f"{row['status']}: {row['reason']}"
-    return (f"{row['cycles']} cycles, {row.get('energy_uj', 0):.4g} uJ, {row['area_mm2']:.3f} mm^2 "
+    return (f"{row['cycles']} cycles, {_num(row.get('energy_uj', 0))} uJ, {row['area_mm2']:.3f} mm^2 "
             f"(compile {row.get('compile_s', 0):.1f} s, simulate {row.get('simulate_s', 0):.1f} s)")
 
 

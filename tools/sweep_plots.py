@@ -39,7 +39,8 @@ def _stacked(ax, rows, labels, parts: tuple[str, ...], column: str, unit: str) -
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylabel(unit)
-    ax.legend(fontsize=7, ncols=3)
+    ax.set_ylim(0, max(bottom) * 1.3 or 1.0)  # room for the legend above the bars
+    ax.legend(fontsize=7, ncols=3, loc="upper center")
 
 
 def plot_latency(rows, keys, path, title: str = "") -> Path:
