@@ -177,8 +177,13 @@ def point_label(point: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------ cache keys
+#: tools/ modules that do not change a point's result (command lines, plots, docs generators)
+_NOT_COMPILER = re.compile(r"tools/(cli|demo|opdocs|pass_docs|infer_opt|opt_.*|sweep_plots|.*_cmds)\.py$")
+
+
 def compiler_version() -> str:
-    """The package version + a hash of every source file of the compiler and simulator."""
+    """The package version + a hash of the source files of the compiler, the simulator, the
+    runtime and this module (run_point makes the rows)."""
     import infer
 
     root = Path(infer.__file__).resolve().parent
@@ -187,6 +192,8 @@ def compiler_version() -> str:
         p = root / sub
         files = [p] if p.is_file() else sorted(x for x in p.rglob("*.py") if "__pycache__" not in x.parts)
         for f in files:
+            if _NOT_COMPILER.search(f.relative_to(root).as_posix()):
+                continue
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
     return f"{infer.__version__}+{h.hexdigest()[:16]}"
