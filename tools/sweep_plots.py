@@ -24,9 +24,20 @@ from infer.runtime.plots import _pyplot, _save
 from infer.target.energy import AREA_COMPONENTS, COMPONENTS
 
 
+def _value(key: str, v: Any) -> str:
+    if key.endswith("bytes") and isinstance(v, int) and v >= 1024 and v % 1024 == 0:
+        return f"{v // 2**20}Mi" if v % 2**20 == 0 else f"{v // 1024}Ki"
+    return str(v)
+
+
 def _labels(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    """One line per swept key: its last name part and the value (byte sizes in Ki/Mi)."""
     short = [k.split(".")[-1] for k in keys]
-    return ["\n".join(f"{s}={r[k]}" for s, k in zip(short, keys, strict=True)) for r in rows]
+    return ["\n".join(f"{s}={_value(k, r[k])}" for s, k in zip(short, keys, strict=True)) for r in rows]
+
+
+def _width(n: int) -> float:
+    return max(6.0, 1.2 * n + 2)
 
 
 def _stacked(ax, rows, labels, parts: tuple[str, ...], column: str, unit: str) -> None:
@@ -45,7 +56,7 @@ def _stacked(ax, rows, labels, parts: tuple[str, ...], column: str, unit: str) -
 
 def plot_latency(rows, keys, path, title: str = "") -> Path:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(rows) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(_width(len(rows)), 4.5))
     ax.bar(range(len(rows)), [r["latency_us"] for r in rows], color="tab:blue")
     ax.set_xticks(range(len(rows)), _labels(rows, keys), fontsize=7)
     ax.set_ylabel("latency per inference (us)")
@@ -56,7 +67,7 @@ def plot_latency(rows, keys, path, title: str = "") -> Path:
 
 def plot_energy(rows, keys, path, title: str = "") -> Path:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(rows) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(_width(len(rows)), 4.5))
     _stacked(ax, rows, _labels(rows, keys), COMPONENTS, "energy_{}_uj", "energy per inference (uJ)")
     ax.set_title(f"energy per point by component {title}".strip(), fontsize=9)
     fig.tight_layout()
@@ -65,7 +76,7 @@ def plot_energy(rows, keys, path, title: str = "") -> Path:
 
 def plot_area(rows, keys, path, title: str = "") -> Path:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(rows) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(_width(len(rows)), 4.5))
     _stacked(ax, rows, _labels(rows, keys), AREA_COMPONENTS, "area_{}_mm2", "area (mm$^2$)")
     ax.set_title(f"area per point by component {title}".strip(), fontsize=9)
     fig.tight_layout()
