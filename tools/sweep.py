@@ -407,7 +407,8 @@ def run_sweep(model: str | Path, base: str = "edge", params: list[Param] | list[
 
         def done(i: int, result: dict[str, Any]) -> None:
             idx, key, _ = todo[i]
-            (cache / f"{key}.json").write_text(json.dumps(result))
+            if not result.pop("transient", False):
+                (cache / f"{key}.json").write_text(json.dumps(result))
             rows[idx].update(result, cached=0)
             say(f"done {point_label({k: rows[idx][k] for k in keys})}: {_brief(rows[idx])}")
 
@@ -482,7 +483,12 @@ def _run_tasks(tasks: list[PointTask], ray_address: str | None, out: Path,
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                done(refs[ref], ray.get(ref))
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as e:  # a worker died (e.g. out of memory): not cached
+                    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                    result = {"status": "failed", "reason": f"Ray: {type(e).__name__}: {msg}", "transient": True}
+                done(refs[ref], result)
     finally:
         if started_here:
             ray.shutdown()
