@@ -227,14 +227,14 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
                           **built)
 
 
-def _number(sec: Any, path: str, key: str, err, positive: bool = False) -> float:
+def _number(sec: Any, path: str, key: str, err) -> float:
     if not isinstance(sec, dict):
         raise err(path, "section is missing")
     if key not in sec:
         raise err(f"{path}.{key}", "is missing")
     v = sec[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (positive and v == 0):
-        raise err(f"{path}.{key}", f"must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise err(f"{path}.{key}", f"must be a non-negative number, got {v!r}")
     return float(v)
 
 
@@ -247,8 +247,8 @@ def _check_keys(sec: Any, path: str, known: set[str], err) -> None:
 
 
 def _energy_section(sec: Any, matrix: MatrixConfig, err) -> EnergyConfig:
-    names = {f.name for f in fields(EnergyConfig)}
-    _check_keys(sec, "energy", names, err)
+    names = [f.name for f in fields(EnergyConfig)]
+    _check_keys(sec, "energy", set(names), err)
     macs = sec.get("mac_pj")
     if not isinstance(macs, dict):
         raise err("energy.mac_pj", "section is missing (pJ per MAC by matmul dtype)")
@@ -256,9 +256,11 @@ def _energy_section(sec: Any, matrix: MatrixConfig, err) -> EnergyConfig:
     for dt in matrix.dtypes:  # every dtype the array implements needs its MAC energy
         _number(macs, "energy.mac_pj", dt, err)
     kw: dict[str, Any] = {"mac_pj": {dt: _number(macs, "energy.mac_pj", dt, err) for dt in macs}}
-    for key in names - {"mac_pj"}:
+    for key in names[1:]:  # after mac_pj, in field order
         if key == "sram_reference_bank_bytes":
-            v = sec.get(key)
+            if key not in sec:
+                raise err(f"energy.{key}", "is missing")
+            v = sec[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise err(f"energy.{key}", f"must be a positive integer, got {v!r}")
             kw[key] = v
