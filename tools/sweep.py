@@ -60,10 +60,6 @@ class Param:
     keys: tuple[str, ...]  # tied keys take the same value
     values: tuple[Any, ...]
 
-    @property
-    def label(self) -> str:
-        return "+".join(self.keys)
-
 
 # ------------------------------------------------------------------------------ parameters
 def _lookup(data: dict[str, Any], key: str) -> Any:
@@ -116,14 +112,16 @@ def parse_params(specs: list[str], base_text: str, base_name: str = "the base co
                 hint = f" (did you mean {', '.join(near)}?)" if near else ""
                 raise SweepError(f"--param {key}: not a key of {base_name}{hint}; sweepable keys are the numbers "
                                  f"in the config, e.g. matrix.rows, memory.scratchpad_bytes, dram.bytes_per_cycle") from None
-            if isinstance(like, dict) or isinstance(like, bool) or not isinstance(like, int | float):
+            if isinstance(like, dict):
+                raise SweepError(f"--param {key}: a section of {base_name}, not a value (e.g. {key}.{next(iter(like))})")
+            if isinstance(like, bool) or not isinstance(like, int | float):
                 raise SweepError(f"--param {key}: only numbers can be swept ({key} is {like!r} in {base_name})")
             if key in seen:
                 raise SweepError(f"--param {key}: given twice")
             seen.add(key)
         types = {type(_lookup(data, k)) for k in keys}
         like = _lookup(data, keys[0]) if len(types) == 1 else 0.0
-        texts = [t for t in rhs.split(",")]
+        texts = rhs.split(",")
         if any(not t.strip() for t in texts):
             raise SweepError(f"--param '{spec}': empty value in the list")
         values = tuple(dict.fromkeys(_parse_value("+".join(keys), t, like) for t in texts))
