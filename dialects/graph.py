@@ -20,6 +20,9 @@ Conventions
   and zero point as operands, and the integer kernels (`graph.conv2d_integer`,
   `graph.linear_integer`, `graph.matmul_integer`) compute in int8 with int32
   accumulation (docs/quantization.md).
+- Block-quantized weights (GGUF Q8_0 / Q4_0 / Q4_1) stay packed as `ui8`
+  weights; `graph.dequantize_blocks {format = "q4_1"}` states their values
+  (docs/gguf.md).
 - `graph.kernel` groups an anchor op (matmul, conv, norm, ...) with its
   elementwise epilogue, or a chain of elementwise ops, into one isolated region
   (formed by `graph-fuse`); the tile lowering turns each into one kernel.
@@ -78,6 +81,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from infer.dialects.block_quant import BLOCK_FORMATS, block_format
 from infer.dialects.dtypes import (
     SUPPORTED_ELEMENT_TYPES,
     element_type_name,
@@ -276,6 +280,74 @@ class WeightOp(WeightReference, TensorResultOp):
         if any(d == DYNAMIC for d in t.get_shape()):
             raise VerifyException("a weight must have a static shape")
         return [t]
+
+
+@irdl_op_definition
+class DequantizeBlocksOp(GraphOp):
+    """The float values of a block-quantized weight kept packed (llama.cpp's
+    Q8_0 / Q4_0 / Q4_1; see `infer.dialects.block_quant` and docs/gguf.md).
+
+    The operand is the packed weight as stored, normally a `graph.weight` of
+    `ui8`: `[..., K / block_size * block_bytes]`; the result is the logical
+    weight `[..., K]` in f32 (or f16 / bf16: computed in f32, then rounded once).
+    Each row (last dimension) is a sequence of blocks of 32 values with an fp16
+    scale `d` (and, for q4_1, an fp16 minimum `m`): q8_0 is `d * q` with signed
+    bytes q; q4_0 is `d * (q - 8)` and q4_1 `d * q + m` with 4-bit q (the low
+    nibbles of a block's 16 bytes are its first 16 values, the high nibbles the
+    last 16). Results are bit-identical to llama.cpp / `gguf.quants.dequantize`.
+
+    A lowering sees `graph.linear %x, (graph.dequantize_blocks (graph.weight))`
+    as "this matmul's weight is these packed blocks in this format" and may
+    keep the blocks packed in memory and expand them next to the matrix unit.
+
+        %p = graph.weight @blk.0.attn_q.weight : tensor<576x360xui8>
+        %w = graph.dequantize_blocks %p {format = "q4_1"} : (tensor<576x360xui8>) -> tensor<576x576xf32>
+    """
+
+    name = "graph.dequantize_blocks"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    block_format = prop_def(StringAttr, prop_name="format")
+    traits = traits_def(Pure())
+    assembly_format = "$input " + _FUNCTIONAL
+
+    def __init__(self, input: SSAValue | Operation, format: str, element_type: Attribute):
+        input = SSAValue.get(input)
+        fmt = block_format(format)
+        shape = shape_of(input)
+        logical = (*shape[:-1], fmt.logical_last_dim(shape[-1])) if shape else shape
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type, logical)],
+            properties={"format": StringAttr(format)},
+        )
+
+    @property
+    def format_name(self) -> str:
+        return self.block_format.data
+
+    def infer_result_types(self) -> list[TensorType]:
+        fmt = BLOCK_FORMATS.get(self.format_name)
+        if fmt is None:
+            raise VerifyException(
+                f"unknown block format \"{self.format_name}\" (supported: {', '.join(BLOCK_FORMATS)})"
+            )
+        if element_type_name(element_type_of(self.input)) != "ui8":
+            raise VerifyException(
+                f"the packed weight must be ui8, got {element_type_name(element_type_of(self.input))}"
+            )
+        elem = element_type_of(self.output)
+        if element_type_name(elem) not in ("f32", "f16", "bf16"):
+            raise VerifyException(f"the result must be f32, f16 or bf16, got {element_type_name(elem)}")
+        packed = shape_of(self.input)
+        if not packed:
+            raise VerifyException("the packed weight must have rank >= 1")
+        if packed[-1] == DYNAMIC or packed[-1] % fmt.block_bytes:
+            raise VerifyException(
+                f"a packed {fmt.name} row is a whole number of {fmt.block_bytes}-byte blocks, "
+                f"got {format_shape(packed)}"
+            )
+        return [TensorType(elem, (*packed[:-1], fmt.logical_last_dim(packed[-1])))]
 
 
 # --------------------------------------------------------------------------
@@ -1259,19 +1331,19 @@ def _quant_params(
     if axis is None:
         if len(s) > 1 or math.prod(s) != 1:
             raise VerifyException(
-                f"a per-tensor {what} has one element (shape [] or [1]), got {_fmtshape_of(s)} "
+                f"a per-tensor {what} has one element (shape [] or [1]), got {format_shape(s)} "
                 f"(give `axis` for one {what} per slice)"
             )
     else:
         a = normalize_axis(op.name, axis.value.data, len(x))
         if len(s) != 1 or (x[a] != DYNAMIC and s[0] != x[a]):
             raise VerifyException(
-                f"a per-axis {what} along axis {a} of a {_fmtshape_of(x)} operand has shape {x[a]}, "
-                f"got {_fmtshape_of(s)}"
+                f"a per-axis {what} along axis {a} of a {format_shape(x)} operand has shape {x[a]}, "
+                f"got {format_shape(s)}"
             )
     if zero_point is not None and shape_of(zero_point) != s:
         raise VerifyException(
-            f"the zero point has shape {_fmtshape_of(shape_of(zero_point))} but the {what} has {_fmtshape_of(s)}"
+            f"the zero point has shape {format_shape(shape_of(zero_point))} but the {what} has {format_shape(s)}"
         )
 
 
@@ -1449,7 +1521,7 @@ class LinearIntegerOp(IntegerKernelOp):
         self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
         self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
         self._check_bias(self.bias)
-        return [TensorType(i32, linearshape_of(self, self.input, self.weight, self.bias))]
+        return [TensorType(i32, linear_shape(self, self.input, self.weight, self.bias))]
 
 
 @irdl_op_definition
@@ -1472,7 +1544,7 @@ class MatmulIntegerOp(IntegerKernelOp):
     def infer_result_types(self) -> list[TensorType]:
         self._check_operand(self.lhs, "the lhs", self.lhs_zero_point, "lhs_zero_point")
         self._check_operand(self.rhs, "the rhs", self.rhs_zero_point, "rhs_zero_point")
-        shape = matmulshape_of(
+        shape = matmul_shape(
             self.name, shape_of(self.lhs), shape_of(self.rhs),
             bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
         )
@@ -1659,7 +1731,7 @@ class GraphCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
 Graph = Dialect(
     "graph",
     [
-        ConstantOp, WeightOp,
+        ConstantOp, WeightOp, DequantizeBlocksOp,
         NegOp, AbsOp, SignOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp,
         ErfOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp, ReluOp, SiluOp, SoftplusOp, NotOp,
         GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,

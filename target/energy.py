@@ -119,47 +119,68 @@ def _esize(code: int) -> int:
 
 def instruction_events(program, cfg: HardwareConfig) -> list[dict[str, float]]:
     """Per instruction, the events of ONE execution except MACs: {component: bytes or
-    element-cost units} (scratchpad/accumulator/dram bytes, vector element x cost)."""
+    element-cost units} (scratchpad/accumulator/dram bytes, vector element x cost), from the
+    table of event functions keyed on the mnemonic (vector ops: on the engine)."""
     out: list[dict[str, float]] = []
-    kn = (cfg.matrix.rows, cfg.matrix.cols)  # before any loadw: a full tile
+    state = {"kn": (cfg.matrix.rows, cfg.matrix.cols)}  # the loaded weights (before any: a full tile)
     for ins in program.instrs:
-        name, ev = ins.d.name, {}
-        if name in ("dma.load", "dma.store"):
-            v = ins.as_dict()
-            nbytes = v["n0"] * v["n1"] * v["n2"]
-            ev["dram"] = nbytes
-            ev[_local_space(v["local"])] = nbytes
-        elif name == "mx.loadw":
-            v = ins.as_dict()
-            kn = (v["k"], v["n"])
-            ev[_local_space(v["w"])] = v["k"] * v["n"] * _esize(v["dtype"])
-        elif name == "mx.matmul":
-            v = ins.as_dict()
-            k, n = kn
-            ev[_local_space(v["act"])] = v["m"] * k * _esize(v["dtype"])
-            ev["accumulator"] = v["m"] * n * 4 * (2 if v["accum"] else 1)
-        elif ins.d.engine == "vector":
-            _vector_events(ins, cfg, ev)
+        ev: dict[str, float] = {}
+        fn = _EVENTS.get(ins.d.name) or (_vector_events if ins.d.engine == "vector" else None)
+        if fn is not None:
+            fn(ins.as_dict(), ins, cfg, state, ev)
         out.append(ev)
     return out
 
 
-def _vector_events(ins, cfg: HardwareConfig, ev: dict[str, float]) -> None:
-    v = ins.as_dict()
+def _add(ev: dict[str, float], space: str, amount: float) -> None:
+    ev[space] = ev.get(space, 0) + amount
+
+
+def _dma_events(v, ins, cfg, state, ev) -> None:
+    nbytes = v["n0"] * v["n1"] * v["n2"]
+    _add(ev, "dram", nbytes)
+    _add(ev, _local_space(v["local"]), nbytes)
+
+
+def _loadw_events(v, ins, cfg, state, ev) -> None:
+    state["kn"] = (v["k"], v["n"])
+    _add(ev, _local_space(v["w"]), v["k"] * v["n"] * _esize(v["dtype"]))
+
+
+def _matmul_events(v, ins, cfg, state, ev) -> None:
+    k, n = state["kn"]
+    _add(ev, _local_space(v["act"]), v["m"] * k * _esize(v["dtype"]))
+    _add(ev, "accumulator", v["m"] * n * 4 * (2 if v["accum"] else 1))
+
+
+def _vector_events(v, ins, cfg, state, ev) -> None:
     vop = ins.d.vop
     rows, cols = v["rows"], v["cols"]
-    ev["vector"] = rows * cols * cfg.vector.cost[vop.name]
+    _add(ev, "vector", rows * cols * cfg.vector.cost[vop.name])
+    _VECTOR_OPERANDS.get(vop.form, _elementwise_operands)(v, vop, ev)
+    _add(ev, _local_space(v["dst"]), (rows if vop.form == "reduce" else rows * cols) * _esize(v["dt"]))
 
-    def add(space: str, nbytes: int) -> None:
-        ev[space] = ev.get(space, 0) + nbytes
 
-    add(_local_space(v["a"]), rows * cols * _esize(v["at"]))
+def _elementwise_operands(v, vop, ev) -> None:
+    """Operand a (a rows x cols tile) and, for binary ops, b as its broadcast mode reads it."""
+    rows, cols = v["rows"], v["cols"]
+    _add(ev, _local_space(v["a"]), rows * cols * _esize(v["at"]))
     if vop.form in ("binary", "requant"):
-        bmode = isa.BMODES[v["bmode"]]
-        nb = {"tile": rows * cols, "row": cols, "col": rows, "imm": 0}[bmode]
+        nb = {"tile": rows * cols, "row": cols, "col": rows, "imm": 0}[isa.BMODES[v["bmode"]]]
         if nb:
-            add(_local_space(v["b"]), nb * _esize(v["bt"]))
-    add(_local_space(v["dst"]), (rows if vop.form == "reduce" else rows * cols) * _esize(v["dt"]))
+            _add(ev, _local_space(v["b"]), nb * _esize(v["bt"]))
+
+
+def _dequant_operands(v, vop, ev) -> None:
+    """vec.dequant reads packed codes and per-block scales (isa.dequant_shapes)."""
+    (qr, qc), (sr, sc) = isa.dequant_shapes(v["fmt"], v["blocks"], v["rows"], v["cols"])
+    _add(ev, _local_space(v["q"]), qr * qc)
+    _add(ev, _local_space(v["s"]), sr * sc * isa.qscale_bytes(v["fmt"]))
+
+
+_EVENTS = {"dma.load": _dma_events, "dma.store": _dma_events, "mx.loadw": _loadw_events,
+           "mx.matmul": _matmul_events}
+_VECTOR_OPERANDS = {"dequant": _dequant_operands}
 
 
 def energy_of(counters, program, cfg: HardwareConfig) -> Energy:

@@ -17,7 +17,8 @@ ACC = 0x2000000
 
 # Three k=16 x n=8 bf16 weight tiles, each used by one matmul of m=4 rows (accumulating after
 # the first), a relu over the 4x8 fp32 result written back to the accumulator, a row sum into
-# the scratchpad, and a store of the 4x8 result.
+# the scratchpad, a store of the 4x8 result, and a q4_0 weight tile (32 x 8, blocks down the
+# columns) expanded to fp32 by vec.dequant.
 PROGRAM = f"""
     dma.load dram=r0+0, local=r0+0, n0=128, n1=4, n2=1, ds1=128, ls1=128, signal=s1
     dma.load dram=r0+512, local=r0+1024, n0=16, n1=48, n2=1, ds1=16, ls1=16, signal=s2
@@ -35,6 +36,7 @@ PROGRAM = f"""
     vec.relu dst=r0+{ACC}, a=r0+{ACC}, rows=4, cols=8, dstride=32, astride=32, dt=fp32, at=fp32, wait=s3
     vec.rsum dst=r0+4096, a=r0+{ACC}, rows=4, cols=8, dstride=4, astride=32, dt=fp32, at=fp32
     dma.store dram=r0+2048, local=r0+{ACC}, n0=32, n1=4, n2=1, ds1=32, ls1=32
+    vec.dequant dst=r0+8192, q=r0+6144, s=r0+7168, rows=32, cols=8, dstride=32, qstride=8, sstride=16, dt=fp32, fmt=q4_0, blocks=col
     halt
 """
 
@@ -50,12 +52,15 @@ def test_energy_hand_count():
     spad = (128 * 4 + 16 * 48          # the two loads land in the scratchpad
             + 3 * 16 * 8 * 2           # three weight tiles read by mx.loadw
             + 3 * 4 * 16 * 2           # three times 4 activation rows of k=16 bf16
-            + 4 * 4)                   # the row sums written
+            + 4 * 4                    # the row sums written
+            + 16 * 8 + 1 * 8 * 2       # dequant: 4-bit codes of 32 x 8, one fp16 scale per column block
+            + 32 * 8 * 4)              # and its fp32 result
     acc = (4 * 8 * 4 + 2 * 2 * 4 * 8 * 4  # matmul results: written, then read + written twice
            + 2 * 4 * 8 * 4             # relu reads and writes the tile
            + 4 * 8 * 4                 # rsum reads it
            + 4 * 8 * 4)                # the store reads it
-    vector = 4 * 8 * cfg.vector.cost["relu"] + 4 * 8 * cfg.vector.cost["rsum"]
+    vector = (4 * 8 * cfg.vector.cost["relu"] + 4 * 8 * cfg.vector.cost["rsum"]
+              + 32 * 8 * cfg.vector.cost["dequant"])
     assert c.macs == macs and c.dram_read_bytes + c.dram_write_bytes == dram
     spad_pj = e.sram_pj_per_byte * (cfg.memory.scratchpad_bytes / 4 / 32768) ** e.sram_bank_exponent
     acc_pj = e.sram_pj_per_byte * (cfg.memory.accumulator_bytes / 2 / 32768) ** e.sram_bank_exponent
