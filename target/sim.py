@@ -748,7 +748,7 @@ class _Run:
         lat = cfg.vector.latency
         name = vop.name
         float_in = at >= 2 or (binary and (bt >= 2 or (bmode == 3 and not float(imm).is_integer())))
-        transcend = name in ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip")
+        transcend = name in ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log")
         use_float = float_in or transcend or name == "requant"
         ctype = np.float32 if use_float else np.int64
         dshape = (rows, 1) if vop.form == "reduce" else (rows, cols)
@@ -886,4 +886,8 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "rsqrt": lambda a: np.float32(1) / np.sqrt(a), "recip": lambda a: np.float32(1) / a,
     "rsum": lambda a: a.sum(axis=1, keepdims=True), "rmax": lambda a: a.max(axis=1, keepdims=True),
     "requant": lambda a, b: a * b,
+    "log": np.log,
+    "eq": lambda a, b: (a == b).astype(np.result_type(a, b)),
+    "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),
+    "le": lambda a, b: (a <= b).astype(np.result_type(a, b)),
 }
