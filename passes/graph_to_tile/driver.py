@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    UnknownLoc,
     f32,
     i32,
     i64,
@@ -174,11 +175,29 @@ class FunctionLowering:
             for r in results:
                 self.ctx.output_buffer(r)
             return
+        before = self.block.last_op
         with self.ctx.stage(op):
             if isinstance(op, g.KernelOp):
                 self._lower_kernel(op)
             else:
                 self._lower_by_table(op)
+        self._locate(before, op)
+
+    def _locate(self, before: Operation | None, op: Operation) -> None:
+        """The tile ops op lowered to (after `before`) carry its location, so a tile-to-npu error
+        names the graph op (or model node) it came from."""
+        location = op.location
+        if isinstance(op, g.KernelOp) and isinstance(location, UnknownLoc):  # graph-fuse's region
+            anchor = op.anchor() or next(iter(op.body.block.ops), None)
+            location = anchor.location if anchor is not None else location
+        if isinstance(location, UnknownLoc):
+            return
+        new = before.next_op if before is not None else self.block.first_op
+        while new is not None:
+            for nested in new.walk():
+                if isinstance(nested.location, UnknownLoc):
+                    nested.location = location
+            new = new.next_op
 
     def _lower_by_table(self, op: Operation) -> None:
         lowering = lowering_for(op)
