@@ -2,7 +2,7 @@
 
 | tile op | instructions |
 |---|---|
-| tile.dma | dma.load / dma.store (contiguous run n0, up to two strided dims; more: one transfer per outer index, the long outer dims in hardware loops) |
+| tile.dma | dma.load / dma.store (contiguous run n0, up to two strided dims; more: one transfer per outer index, the long outer dims in hardware loops beyond MAX_DMA_SPLIT transfers) |
 | tile.matmul | mx.loadw (skipped when the same weight tile is still loaded) + mx.matmul |
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 ISA_DTYPE = {"i8": isa.DTYPE_CODE["int8"], "i32": isa.DTYPE_CODE["int32"],
              "f32": isa.DTYPE_CODE["fp32"], "bf16": isa.DTYPE_CODE["bf16"]}
 MAX_DMA_RUN = (1 << 20) - 1  # the longest contiguous run (n0) of one DMA
-MAX_DMA_SPLIT = 256  # straight-line transfers one tile.dma may be split into (long dims loop)
+MAX_DMA_SPLIT = 256  # straight-line transfers one tile.dma may be split into (more: long dims loop)
 
 
 @dataclass
@@ -187,15 +187,24 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
     level(0, codegen.resolve(dram_address), codegen.resolve(local_address), True, True)
 
 
-MIN_LOOPED_DIM = 4  # an outer DMA dim this long runs in a hardware loop (its middle n - 2 indices)
+MIN_LOOPED_DIM = 4  # an outer DMA dim this long may run in a hardware loop (its middle n - 2 indices)
 
 
 def _looped_dims(outer: list[tuple[int, int, int]], loops_left: int) -> set[int]:
-    """The outer dims of a split DMA that run in hardware loops: the longest ones, as many as
-    the loop nest has room for (the others are emitted index by index)."""
+    """The outer dims of a split DMA that run in hardware loops: none while the transfers fit
+    MAX_DMA_SPLIT straight-line DMAs (a loop costs two address registers, which deep kernel
+    nests may not have), else the longest ones until they do or the loop nest is full."""
+    def straight_line(looped: set[int]) -> int:
+        return math.prod(3 if i in looped else n for i, (n, _, _) in enumerate(outer))
+
     candidates = sorted((i for i, (n, _, _) in enumerate(outer) if n >= MIN_LOOPED_DIM),
                         key=lambda i: -outer[i][0])
-    return set(candidates[:max(0, loops_left)])
+    looped: set[int] = set()
+    for i in candidates:
+        if straight_line(looped) <= MAX_DMA_SPLIT or len(looped) >= loops_left:
+            break
+        looped.add(i)
+    return looped
 
 
 def _hull(address: Address, n1: int, stride1: int, n2: int, stride2: int, run: int) -> tuple[int, int]:
