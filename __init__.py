@@ -5,6 +5,8 @@
     outputs = m.run(inputs)                 # reference interpreter
     exe = infer.compile(m, target="edge")   # the whole pipeline -> Executable (an artifact)
     outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
+    table = infer.calibrate(m, "calib.npz")              # int8: activation ranges (JSON table)
+    qm, report = infer.quantize(m, "calib.npz", min_cosine=0.99)   # int8 model + per-layer report
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
 not load the compiler. `infer.compile` and `infer.load` are the compile driver's
@@ -14,7 +16,7 @@ interpreter; `infer.runtime.load` gives one that only runs.
 
 from typing import Any
 
-__all__ = ["Model", "ModelImportError", "compile", "import_model", "load"]
+__all__ = ["Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -23,6 +25,8 @@ _LAZY = {
     "import_model": ("infer.frontend", "import_model"),
     "compile": ("infer.tools.driver", "compile"),
     "load": ("infer.tools.driver", "load"),
+    "calibrate": ("infer.tools.quantize", "calibrate"),
+    "quantize": ("infer.tools.quantize", "quantize"),
 }
 
 

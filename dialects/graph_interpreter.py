@@ -41,6 +41,9 @@ Numerics
   causality) produces zeros (as PyTorch's math SDPA backend does), not NaN.
 - Floating-point exceptions (overflow, division by zero, invalid) produce IEEE
   results (inf / NaN) silently.
+- Quantization ops and integer kernels compute what `infer.dialects.linear_quant`
+  states (ONNX QuantizeLinear/DequantizeLinear, the NPU's requant, exact integer
+  accumulation saturated to int32; docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
+from infer.dialects import linear_quant as lq
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, format_shape, to_numpy_dtype
 from infer.dialects.weight_refs import stored_weight, weight_store_for
 from infer.dialects.weights import WeightStore, WeightStoreError
@@ -957,6 +961,53 @@ def _arg_reduce(op: g.ArgReduceOp, xs: list[np.ndarray], env: _Env) -> np.ndarra
         raise InterpreterError(f"{op.name}: arg-reduction over an empty axis")
     fn = np.argmax if isinstance(op, g.ArgmaxOp) else np.argmin
     return fn(x, axis=axis, keepdims=_bool_of(op.keepdims)).astype(np.int64)
+
+
+# -- quantization (numerics: infer.dialects.linear_quant) --------------------------------------------
+
+
+def _opt_axis(op: Any) -> int | None:
+    """The normalized `axis` of a quantization op, None when per tensor."""
+    if op.axis is None:
+        return None
+    return _int_of(op.axis) % max(len(_result_type(op).get_shape()), 1)
+
+
+@_kernel(g.QuantizeLinearOp)
+def _quantize_linear(op: g.QuantizeLinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    zero_point = xs[2] if len(xs) > 2 else None
+    return lq.quantize_linear(xs[0], xs[1], zero_point, _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.DequantizeLinearOp)
+def _dequantize_linear(op: g.DequantizeLinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    zero_point = xs[2] if len(xs) > 2 else None
+    return lq.dequantize_linear(xs[0], xs[1], zero_point, _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.RequantizeOp)
+def _requantize(op: g.RequantizeOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    return lq.requantize(xs[0], xs[1], _int_of(op.zero_point), _opt_axis(op), _out_dtype(op))
+
+
+@_kernel(g.Conv2dIntegerOp)
+def _conv2d_integer(op: g.Conv2dIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    stride, pad, dil = _window_attrs(op)
+    bias = xs[2] if len(xs) > 2 else None
+    return lq.conv2d_integer(xs[0], xs[1], bias, _int_of(op.input_zero_point), _int_of(op.weight_zero_point),
+                             stride, pad, dil, _int_of(op.groups))
+
+
+@_kernel(g.LinearIntegerOp)
+def _linear_integer(op: g.LinearIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    bias = xs[2] if len(xs) > 2 else None
+    return lq.linear_integer(xs[0], xs[1], bias, _int_of(op.input_zero_point), _int_of(op.weight_zero_point))
+
+
+@_kernel(g.MatmulIntegerOp)
+def _matmul_integer(op: g.MatmulIntegerOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    return lq.matmul_integer(xs[0], xs[1], _int_of(op.lhs_zero_point), _int_of(op.rhs_zero_point),
+                             _bool_of(op.transpose_a), _bool_of(op.transpose_b))
 
 
 # -- fusion groups ---------------------------------------------------------------------------------

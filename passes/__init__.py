@@ -48,6 +48,8 @@ _PASSES: dict[str, str] = {
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-subsample-strided-conv": "infer.passes.graph_subsample_strided_conv:GraphSubsampleStridedConvPass",
+    "graph-quantize": "infer.passes.quantize.insert:GraphQuantizePass",
+    "graph-quantize-kernels": "infer.passes.quantize.kernels:GraphQuantizeKernelsPass",
     "graph-optimize": "infer.passes.pipelines:GraphOptimizePass",
     "graph-prepare-tiling": "infer.passes.pipelines:GraphPrepareTilingPass",
     "lower-to-tile": "infer.passes.pipelines:LowerToTilePass",

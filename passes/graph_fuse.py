@@ -14,7 +14,8 @@ Each group becomes one kernel of the tile lowering:
 The chain grows from the current value v (first the anchor's result) into its
 user u while
 - all uses of v are in u (so no intermediate is needed outside the kernel),
-- u is elementwise (`graph.ELEMENTWISE_OPS`: unary, binary, where, cast) with
+- u is elementwise (`graph.ELEMENTWISE_OPS`: unary, binary, where, cast and the
+  quantize / dequantize / requantize conversions) with
   one result in the same block,
 - u's result has v's shape: u's other operands are values from outside the
   kernel that broadcast to v's shape (so `add(conv_out, skip)` joins the
@@ -62,13 +63,16 @@ from infer.dialects.dtypes import shape_of
 ALL_KINDS: tuple[str, ...] = tuple(g.KERNEL_ANCHORS)
 DEFAULT_MAX_EPILOGUE = 4
 
-_ElementwiseOp = g.UnaryOp | g.BinaryOp | g.WhereOp | g.CastOp
+_ElementwiseOp = (
+    g.UnaryOp | g.BinaryOp | g.WhereOp | g.CastOp | g.QuantizeLinearOp | g.DequantizeLinearOp | g.RequantizeOp
+)
 _AnchorOp = (
     g.MatmulOp | g.LinearOp | g.Conv2dOp | g.LayerNormOp | g.RmsNormOp | g.SoftmaxOp
     | g.LogSoftmaxOp | g.AttentionOp | g.MaxPool2dOp | g.AvgPool2dOp | g.GlobalAvgPoolOp
-    | g.GlobalMaxPoolOp
+    | g.GlobalMaxPoolOp | g.Conv2dIntegerOp | g.LinearIntegerOp | g.MatmulIntegerOp
 )
 assert set(_AnchorOp.__args__) == set(g.ANCHOR_OPS)  # type: ignore[attr-defined]
+assert set(_ElementwiseOp.__args__) == set(g.ELEMENTWISE_OPS)  # type: ignore[attr-defined]
 
 
 def _fusable(op: Operation) -> bool:

@@ -328,9 +328,11 @@ def check_layers(exe, inputs: Any = None, *, trace: bool = True, check_races: bo
                  progress: Callable[[str], None] | None = None, min_cosine: float = MIN_COSINE,
                  min_sqnr: float = MIN_SQNR,
                  on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
-                 reference: CheckReference | None = None) -> CheckReport:
-    """Run `exe` (an Executable) on the simulator with a DRAM snapshot after every kernel,
-    run the reference interpreter (`reference`), and compare layer by layer and output by output."""
+                 reference: CheckReference | None = None,
+                 mode: str = "fast") -> CheckReport:
+    """Run `exe` (an Executable) on the simulator (simulation `mode`) with a DRAM snapshot
+    after every kernel, run the reference interpreter (`reference`), and compare layer by
+    layer and output by output."""
     say = progress or (lambda _msg: None)
     reference = _require(reference)
     art: Artifact = exe.artifact
@@ -343,7 +345,7 @@ def check_layers(exe, inputs: Any = None, *, trace: bool = True, check_races: bo
     nvals = sum(len(o.get("values") or []) for o in art.ops) if per_layer else 0
     say(f"running on the {exe.target} simulator ({len(exe.program)} instructions"
         + (f", {nvals} per-layer DRAM snapshots)" if per_layer else ")"))
-    outputs = exe.run(arrays, trace=trace, check_races=check_races, on_pc=hooks or None)
+    outputs = exe.run(arrays, trace=trace, check_races=check_races, on_pc=hooks or None, mode=mode)
 
     layers: list[LayerCheck] = []
     uncompared: list[str] = []

@@ -17,6 +17,10 @@ Imports only infer.target and numpy: no compiler needed at run time.
 `INFER_SIM_CHECK_RACES=1` in the environment (or `run(..., check_races=True)`) runs the
 simulator's data-race checker: an unsynchronised conflicting access between two engines is a
 `RunError` naming both instructions (slower; for testing the compiler's synchronisation).
+
+`run(..., mode=...)` picks the simulation mode (`infer.target.sim.MODES`, docs/simulator.md):
+"fast" (default), "reference" (instruction by instruction), "functional" (outputs, no
+timing) or "timing" (cycles and counters, no outputs).
 """
 
 from __future__ import annotations
@@ -140,15 +144,21 @@ class Executable:
 
     def run(self, inputs: Any = None, *, trace: bool = True,
             check_races: bool | None = None,
-            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> list[np.ndarray]:
+            on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+            mode: str = "fast") -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
         `trace=True` (default) records the engine timelines, needed for the per-op
         report and `last_report.to_chrome_trace`. `check_races` runs the simulator's race
         checker (default: on when the environment sets INFER_SIM_CHECK_RACES=1). `on_pc`
         is passed to `Simulator.run` (callbacks `f(pc, dram)` when the program reaches an
-        instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range)."""
-        from infer.target.sim import SimFault, Simulator
+        instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range).
+        `mode`: "fast" (default), "reference", "functional" (outputs, the report has no
+        cycles) or "timing" (cycles and counters only: returns no outputs)."""
+        from infer.target.sim import MODES, SimFault, Simulator
+
+        if mode not in MODES:
+            raise RunError(f"unknown simulation mode '{mode}' (modes: {', '.join(MODES)})")
 
         if inputs is None:
             inputs = []
@@ -164,15 +174,17 @@ class Executable:
         sim = Simulator(self.config)
         t0 = time.perf_counter()
         try:
-            counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc)
+            counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc,
+                               mode=mode)
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0
         outs = []
-        for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
-            held = np_dtype(p.dtype)
-            n = int(np.prod(s.shape, dtype=np.int64)) * held.itemsize
-            outs.append(from_dram(dram[p.offset:p.offset + n].view(held).reshape(s.shape).copy(), s.np_dtype))
+        if mode != "timing":  # timing mode computes no data
+            for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
+                held = np_dtype(p.dtype)
+                n = int(np.prod(s.shape, dtype=np.int64)) * held.itemsize
+                outs.append(from_dram(dram[p.offset:p.offset + n].view(held).reshape(s.shape).copy(), s.np_dtype))
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
                                         self.config, wall)
         return outs
@@ -180,7 +192,8 @@ class Executable:
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
               progress: Callable[[str], None] | None = None, min_cosine: float = 0.999,
               min_sqnr: float = 30.0,
-              on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None) -> CheckReport:
+              on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+              mode: str = "fast") -> CheckReport:
         """Run on the simulator and compare with the reference interpreter, layer by layer.
 
         Returns an `infer.runtime.check.CheckReport`: `.layers` (one row per graph-level
@@ -189,11 +202,15 @@ class Executable:
         `.first_bad`, `.ok()`, `.table()`, `.as_dict()` (JSON-able), `.sim_outputs`.
         `last_report` is set as by `run`. Needs the graph IR in the artifact and this
         Executable's `reference` (`infer.runtime.check.NoReferenceError` without one).
-        `on_pc` callbacks run before the snapshots at the same pc."""
+        `on_pc` callbacks run before the snapshots at the same pc. `mode` as for `run`, except
+        "timing" (no data to compare)."""
         from infer.runtime.check import check_layers
 
+        if mode == "timing":
+            raise RunError("the per-layer check compares data: timing mode computes none")
         return check_layers(self, inputs, trace=trace, check_races=check_races, progress=progress,
-                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc, reference=self.reference)
+                            min_cosine=min_cosine, min_sqnr=min_sqnr, on_pc=on_pc, reference=self.reference,
+                            mode=mode)
 
 
 def sim_check_races_from_env() -> bool:

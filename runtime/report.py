@@ -5,11 +5,11 @@ config clock, per-engine busy cycles and utilisation, stalls by cause, DRAM byte
 MACs and the fraction of the matrix unit's peak.
 
 Per-op numbers need the op markers the compiler records in the artifact (`ops`:
-instruction index ranges [start, end) with a name). The simulator's trace events
-(engine, start, duration, pc) of the instructions in an op's range give its
-span (first start to last completion), its busy cycles per engine, and, from the
-instruction fields, its MACs (m x k x n of each matmul with the weights loaded
-before it) and its DRAM bytes. Each op is placed on the roofline of the config:
+instruction index ranges [start, end) with a name) and a traced run. The simulator's
+per-instruction profile of the engine events (how often each instruction ran, its first
+start and last completion, its matmuls' MACs: m x k x n with the weights loaded before
+it) gives each op its span (first start to last completion), its busy cycles per engine,
+its MACs and, from the instruction fields, its DRAM bytes. Each op is placed on the roofline of the config:
 the compute time lower bound is max(MACs / peak MACs per cycle, vector busy
 cycles), the memory bound is DRAM bytes / DRAM bytes per cycle; the larger one
 names the op's bound ("compute" or "bandwidth") and `achieved` = bound / span.
@@ -101,10 +101,13 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         d = self.counters.as_dict()
+        d["simulation_mode"] = self.counters.mode
         d["dram_bytes"] = self.dram_bytes
         d["matrix_peak_fraction"] = self.matrix_peak_fraction
         d["ops"] = None if self.ops is None else [o.as_dict() for o in self.ops]
         d["simulation_wall_seconds"] = self.wall_seconds
+        d["peak_macs_per_cycle"] = self.peak_macs_per_cycle  # the roofline (runtime/plots.py)
+        d["dram_bytes_per_cycle"] = self.dram_bytes_per_cycle
         return d
 
     def to_chrome_trace(self, path=None) -> dict[str, Any]:
@@ -129,8 +132,12 @@ class Report:
 
     def summary(self, top: int = 8) -> str:
         c = self.counters
+        if c.mode == "functional":
+            return (f"functional-only run ({c.config}): outputs, no timing model; {c.instructions} instructions "
+                    f"executed, MACs {c.macs}, DRAM read {c.dram_read_bytes} B, written {c.dram_write_bytes} B")
         lines = [f"performance ({c.config}, {c.clock_ghz:g} GHz): {c.cycles} cycles = {c.seconds * 1e6:.2f} us; "
-                 f"{c.instructions} instructions executed"]
+                 f"{c.instructions} instructions executed" + (" (timing-only run: no data computed)"
+                                                               if c.mode == "timing" else "")]
         util = "  ".join(f"{e} {100 * c.utilization(e):.1f}%" for e in ENGINES if e != "scalar")
         lines.append(f"  engine utilisation: {util}")
         lines.append(f"  MACs {c.macs} = {100 * c.matrix_utilization:.1f}% of matrix peak "
@@ -154,23 +161,19 @@ class Report:
 
 def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, cfg,
                  wall_seconds: float = 0.0) -> Report:
-    """Counters (+ trace events when the run was traced) + op markers -> Report."""
+    """Counters (+ the per-instruction profile of a traced run) + op markers -> Report."""
     rep = Report(counters, cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle, wall_seconds=wall_seconds)
-    if not ops:
+    prof = counters.profile
+    if not ops or prof is None:
         return rep
     stats = [OpStats(str(o.get("name", f"op{i}")), str(o.get("kind", "")), int(o["start"]), int(o["end"]))
              for i, o in enumerate(ops)]
     order = sorted(range(len(stats)), key=lambda i: stats[i].start)
     starts = [stats[i].start for i in order]
     instrs = program.instrs
-    eng_names = ENGINES
-    loaded_kn = (0, 0)
-    for eng, _name, start, dur, pc in counters.events:
-        ins = instrs[pc]
-        dname = ins.d.name
-        if dname == "mx.loadw":
-            v = ins.as_dict()
-            loaded_kn = (v["k"], v["n"])
+    for pc, count in enumerate(prof.count):
+        if not count:
+            continue
         j = bisect.bisect_right(starts, pc) - 1
         # markers may nest or leave gaps: find the innermost range holding pc
         op = None
@@ -182,17 +185,17 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
             j -= 1
         if op is None:
             continue
-        op.instructions += 1
-        end = start + max(dur, 1)
-        op.first = start if op.first < 0 else min(op.first, start)
-        op.last = max(op.last, end)
-        if eng_names[eng] in ("matrix", "vector", "dma_load", "dma_store"):
-            op.busy[eng_names[eng]] += _busy(ins, cfg, loaded_kn)
-        if dname == "mx.matmul":
-            op.macs += ins.as_dict()["m"] * loaded_kn[0] * loaded_kn[1]
-        elif dname in ("dma.load", "dma.store"):
+        ins = instrs[pc]
+        op.instructions += count
+        op.first = prof.first[pc] if op.first < 0 else min(op.first, prof.first[pc])
+        op.last = max(op.last, prof.last[pc])
+        eng = ins.d.engine
+        if eng in ("matrix", "vector", "dma_load", "dma_store"):
+            op.busy[eng] += count * _busy(ins, cfg)
+        op.macs += prof.macs[pc]
+        if ins.d.name in ("dma.load", "dma.store"):
             v = ins.as_dict()
-            op.dram_bytes += v["n0"] * v["n1"] * v["n2"]
+            op.dram_bytes += count * v["n0"] * v["n1"] * v["n2"]
     peak, bw = cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle
     for o in stats:
         if o.instructions:
@@ -203,7 +206,7 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
     return rep
 
 
-def _busy(ins, cfg, loaded_kn: tuple[int, int]) -> int:
+def _busy(ins, cfg) -> int:
     """Busy cycles of one instruction on its engine (the simulator's occupancy model)."""
     name = ins.d.name
     v = ins.as_dict()

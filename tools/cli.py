@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 
 # Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
-_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.serve_sim_cmds"]
+_SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.quantize_cmds",
+                       "infer.tools.serve_sim_cmds"]
 
 
 class CLIError(Exception):

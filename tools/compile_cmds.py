@@ -1,11 +1,16 @@
 """`infer compile` and `infer run`: the command line over the compile driver (tools/driver.py).
 
-    infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16] -o OUT.npu
+    infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
+                  [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
+              [--plot DIR]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
 signature, DRAM layout, the hardware config, and the graph IR for `--check`).
+`--precision int8` quantizes at the graph level first (tools/quantize.py) and prints the
+per-layer choice; until the int8 lowering exists it then stops with one error naming the first
+op that has no int8 lowering.
 `run`: load (validated), run on the simulator, print an output summary and the
 performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it
@@ -24,14 +29,17 @@ import numpy as np
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from infer.tools.driver import DriverError, parse_input_shapes
     from infer.tools.driver import compile as compile_model
-    from infer.tools.driver import parse_input_shapes
 
     options: dict[str, Any] = {}
     if args.input_shape:
         options["input_shapes"] = parse_input_shapes(args.input_shape)
+    if args.precision != "int8" and (args.calibration or args.min_cosine is not None):
+        raise DriverError("--calibration and --min-cosine apply to --precision int8 only")
     exe = compile_model(args.model, target=args.target, precision=args.precision, progress=True,
-                        graph_passes=args.graph_passes, **options)
+                        graph_passes=args.graph_passes, calibration=args.calibration, min_cosine=args.min_cosine,
+                        calibration_method=args.calibration_method, **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
     print(f"wrote {out} ({Path(out).stat().st_size} bytes): {exe!r}", file=sys.stderr)
@@ -43,18 +51,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     from infer.tools.driver import load, progress_printer
 
     say = progress_printer(True)
+    if args.mode == "timing" and (args.check or args.output):
+        print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
+              file=sys.stderr)
+        return 1
+    if args.mode == "functional" and (args.plot or args.trace):
+        # Plots and traces are drawn from the timing model's events, which this mode skips.
+        print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
+              "(use --mode fast)", file=sys.stderr)
+        return 1
     exe = load(args.artifact)
     a = exe.artifact
     inputs = load_inputs(args.inputs, exe.input_names, [(s.shape, s.np_dtype) for s in a.inputs])
     checked = None
     if args.check:  # one run: outputs, performance report and a DRAM snapshot after each kernel
-        checked = exe.check(inputs, trace=True, progress=say)
+        checked = exe.check(inputs, trace=True, progress=say, mode=args.mode)
         outputs = checked.sim_outputs
     else:
-        say(f"running {args.artifact} on the {exe.target} simulator ({len(exe.program)} instructions)")
-        outputs = exe.run(inputs, trace=True)
+        say(f"running {args.artifact} on the {exe.target} simulator ({len(exe.program)} instructions, "
+            f"{args.mode} mode)")
+        outputs = exe.run(inputs, trace=True, mode=args.mode)
     say("done")
-    print(summarize(exe.output_names, outputs))
+    if args.mode == "timing":
+        print("outputs: not computed (timing mode)")
+        outputs = []
+    else:
+        print(summarize(exe.output_names, outputs))
     if args.output:
         np.savez(args.output, **dict(zip(exe.output_names, outputs, strict=True)))
         print(f"wrote {args.output}", file=sys.stderr)
@@ -63,6 +85,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         report.to_chrome_trace(args.trace)
         print(f"wrote {args.trace} (Chrome trace: open in chrome://tracing or ui.perfetto.dev)", file=sys.stderr)
+    if args.plot:
+        from infer.runtime.plots import write_plots
+
+        print(f"wrote {', '.join(map(str, write_plots(report, args.plot)))}", file=sys.stderr)
     if args.json:
         import json
 
@@ -111,8 +137,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", help=".onnx, .pt2, Hugging Face folder, or graph-level .mlir")
     p.add_argument("-t", "--target", default="edge", help="edge, server or a CONFIG.toml (default: edge)")
     p.add_argument("-o", "--output", help="artifact path (default: MODEL.npu)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="fp32 (3-pass bf16 emulation on the matrix unit) or bf16")
+    p.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+                   help="fp32 (3-pass bf16 emulation on the matrix unit), bf16, or int8 (graph-level int8 "
+                        "quantization with --calibration, then the lowering; docs/quantization.md)")
+    p.add_argument("--calibration", metavar="CALIB.npz|CALIB.json",
+                   help="int8: calibration samples (.npz: one array per model input, keyed by input name, with a "
+                        "leading sample axis) or a table from `infer calibrate` (.json)")
+    p.add_argument("--min-cosine", type=float, metavar="C",
+                   help="int8: keep the most sensitive layers in float until the model's output cosine to the "
+                        "float model on the calibration samples is >= C (e.g. 0.99; needs .npz samples)")
+    p.add_argument("--calibration-method", choices=["minmax", "percentile", "entropy", "mse"],
+                   help="int8 with .npz samples: how each activation's range is chosen (default entropy)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
                    help="static shape for a model input with dynamic dims (repeatable)")
     p.add_argument("--graph-passes", default="", metavar="PIPELINE",
@@ -129,4 +164,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "error, SQNR); exit 1 when an output mismatches")
     p.add_argument("--trace", help="write a Chrome-trace JSON of the engine timelines (and ops)")
     p.add_argument("--json", help="write the performance report as JSON")
+    p.add_argument("--mode", choices=["fast", "reference", "functional", "timing"], default="fast",
+                   help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
+                        "reference), reference (one instruction at a time), functional (outputs only, no "
+                        "timing model), timing (cycles and counters only, no outputs; for sweeps)")
+    p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
+                   "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))

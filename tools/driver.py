@@ -118,15 +118,19 @@ def signature(module, entry: str = "main") -> dict[str, list[TensorSpec]]:
 # ---------------------------------------------------------------------------------- compile
 def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str = "main",
             example_inputs: Any = None, progress: bool | Progress = False, graph_passes: str = "",
+            calibration: Any = None, min_cosine: float | None = None, calibration_method: str | None = None,
             **import_options: Any) -> Executable:
     """Import (if needed) and compile for the accelerator -> `infer.runtime.Executable`.
 
     source: a model path (.onnx/.pt2/HF folder), a graph-level `.mlir` path, an
     `infer.Model`, a ModuleOp, an onnx.ModelProto, a torch module (+example_inputs)...
     target: "edge", "server" or a TOML path. precision: "fp32" (3-pass bf16
-    emulation) or "bf16". progress: True prints each stage with a timestamp on stderr;
-    a callable hears the same messages. graph_passes: a pass pipeline run on the graph-level
-    module first (`-p` syntax; infer's passes and plugins)."""
+    emulation), "bf16", or "int8": graph-level int8 quantization first (`infer.quantize`
+    with `calibration` (.npz samples or a .json table), `min_cosine`, `calibration_method`;
+    the per-layer choice is reported through `progress`), then the lowering. progress: True
+    prints each stage with a timestamp on stderr; a callable hears the same messages.
+    graph_passes: a pass pipeline run on the graph-level module first (`-p` syntax; infer's
+    passes and plugins)."""
     from xdsl.passes import ModulePass, PassPipeline
 
     from infer.dialects.ir_io import make_context
@@ -138,8 +142,15 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     say = progress if callable(progress) else progress_printer(progress)
     cfg = load_config(target)
     toml_text = config_path(target).read_text()
+    if precision not in PRECISIONS:
+        raise DriverError(f"precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
+    if precision != "int8" and (calibration is not None or min_cosine is not None):
+        raise DriverError("calibration data and a cosine target apply to --precision int8 only")
     say(f"importing {source if isinstance(source, str | Path) else type(source).__name__}")
     graph = graph_module(source, example_inputs, **import_options)
+    if precision == "int8":
+        graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
+    require_float_lowering(graph)
     sig = signature(graph, entry)
     graph_ir, graph_weights = _reference_parts(graph)
     graph_store = weights_of(graph)
@@ -169,6 +180,40 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     exe = Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
     say(f"compiled: {len(exe.program)} instructions, {exe.layout.total_bytes} bytes of DRAM")
     return exe
+
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def _quantized(graph, calibration: Any, min_cosine: float | None, method: str | None, entry: str, say: Progress):
+    """The int8 graph-level module (infer.quantize), the per-layer choice reported."""
+    from infer.tools.quantize import quantize
+
+    if calibration is None:
+        raise DriverError("--precision int8 needs calibration data: --calibration CALIB.npz (samples keyed by "
+                          "input name, leading sample axis) or a table from `infer calibrate` (.json)")
+    qmodel, report = quantize(graph, calibration, min_cosine=min_cosine, method=method, entry=entry, progress=say)
+    say("int8 quantization, per layer (float layers run as float kernels):\n" + report.table())
+    return qmodel.module
+
+
+def require_float_lowering(module) -> None:
+    """graph -> tile lowers f32 and bf16 kernels; a quantized module (integer kernels,
+    quantize/dequantize ops) is one error naming its first such op, never a float fallback."""
+    from infer.dialects import graph as g
+    from infer.dialects.ir_io import describe_location
+    from infer.passes.quantize.naming import NAME_ATTR
+
+    quantized = (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)
+    for op in module.walk():
+        if isinstance(op, quantized):
+            where = describe_location(op)
+            layer = op.attributes.get(NAME_ATTR)
+            named = f" (layer {layer.data})" if layer is not None and hasattr(layer, "data") else ""
+            raise DriverError(
+                ("" if where.startswith("<") else f"{where}: ") + f"'{op.name}' op{named} has no int8 lowering to "
+                "the NPU yet (graph -> tile lowers f32 and bf16 kernels only); the int8 model runs on the reference "
+                "interpreter: `infer quantize MODEL --calibration DATA -o MODEL.int8.mlir`, then `infer run-ir`")
 
 
 def load(path: str | Path) -> Executable:
@@ -220,4 +265,4 @@ def _compiled_parts(module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]
     return prog.to_program().to_bytes(), layout, ops
 
 
-__all__ = ["DriverError", "compile", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]
+__all__ = ["DriverError", "PRECISIONS", "compile", "require_float_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import infer
-from infer.passes import infer_passes
-
 from helpers.onnx_models import mlp_onnx
+from helpers.sim_modes import assert_sim_modes_agree
+from infer.passes import infer_passes
 
 pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
 
@@ -53,6 +53,7 @@ def check_outputs(ys, refs, precision: str) -> list[float]:
 def run_and_compare(source, inputs, target: str, precision: str, **import_options):
     exe = infer.compile(source, target=target, precision=precision, **import_options)
     ys = exe.run(inputs, check_races=True)  # a missing semaphore faults instead of hiding
+    assert_sim_modes_agree(exe, inputs, ys)  # the race-checked run used the reference engine
     model = source if isinstance(source, infer.Model) else infer.import_model(source, **import_options)
     refs = model.run(inputs)
     scores = check_outputs(ys, refs, precision)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import infer
+from helpers.sim_modes import assert_sim_modes_agree
 
 MAX_INSTRUCTIONS = 50_000
 
@@ -37,6 +38,8 @@ def _compile_and_check(resnet50, image, expected, target, precision):
     assert static < MAX_INSTRUCTIONS, f"{static} instructions"
     (logits,) = exe.run({"image": image}, check_races=(precision == "fp32" and target == "server"))
     executed = exe.last_report.counters.instructions
+    if precision == "fp32" and target == "server":  # the race-checked run used the reference engine
+        assert_sim_modes_agree(exe, {"image": image}, [logits])
     # loops stay loops down to the binary: every instruction runs several times on average
     # (server's large tiles need fewer iterations than edge's: ~5x there, ~90x on edge)
     assert executed > 3 * static, (executed, static)

@@ -91,3 +91,53 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["compile", "x.onnx", "--precision", "fp7"])
     assert e.value.code == 2
+
+
+def test_run_modes(artifact, tmp_path, capsys):
+    """`--mode`: the same outputs in fast, reference and functional mode, the same cycles in
+    fast, reference and timing mode; timing mode computes no outputs."""
+    np.savez(tmp_path / "in.npz", x=np.ones((4, 16), np.float32))
+    reports, ys = {}, {}
+    for mode in ("fast", "reference", "functional", "timing"):
+        args = ["run", artifact, "--inputs", str(tmp_path / "in.npz"), "--mode", mode,
+                "--json", str(tmp_path / f"{mode}.json")]
+        if mode != "timing":
+            args += ["--output", str(tmp_path / f"{mode}.npz")]
+        rc = main(args)
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        reports[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
+        assert reports[mode]["simulation_mode"] == mode
+        if mode == "timing":
+            assert "outputs: not computed (timing mode)" in out
+        else:
+            assert "y: float32 4x16" in out
+            with np.load(tmp_path / f"{mode}.npz") as f:
+                ys[mode] = f["y"]
+        if mode == "functional":
+            assert "functional-only run" in out
+    assert ys["fast"].tobytes() == ys["reference"].tobytes() == ys["functional"].tobytes()
+    cycles = {m: reports[m]["cycles"] for m in reports}
+    assert cycles["fast"] == cycles["reference"] == cycles["timing"] > 0 and cycles["functional"] == 0
+
+
+def test_run_timing_mode_refuses_outputs(artifact, tmp_path, capsys):
+    assert main(["run", artifact, "--mode", "timing", "--output", str(tmp_path / "o.npz")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("infer run: error: --mode timing computes no data") and "\n" not in err.strip()
+
+
+@pytest.mark.parametrize("flag", ["--plot", "--trace"])
+def test_run_functional_mode_refuses_timing_outputs(artifact, tmp_path, capsys, flag):
+    assert main(["run", artifact, "--mode", "functional", flag, str(tmp_path / "t")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"infer run: error: --mode functional has no timing model: it cannot {flag}")
+    assert "\n" not in err.strip() and not (tmp_path / "t").exists()
+
+
+def test_run_help_documents_modes(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--mode {fast,reference,functional,timing}" in out
+    assert "functional (outputs only, no timing model)" in out and "timing (cycles and counters only" in out

@@ -1,0 +1,175 @@
+"""A program decoded once for the fast engines: per-instruction tables read from the ISA
+definition and the hardware config, and the loop structure.
+
+`decoded(program, cfg)` caches the result on the Program object (keyed by the config), so a
+program run many times (the runtime runs one artifact per inference) is decoded once. The
+cache is checked against the instruction list, so a program edited in place is decoded again.
+
+The timing class of an instruction follows from its engine in the ISA table (`isa.ENGINES`):
+every `dma_load`/`dma_store` instruction is a transfer, every `vector` instruction occupies
+the vector unit for ceil(rows*cols/lanes) * cost[op] cycles; the scalar front end and the
+matrix unit's two instructions have their own rules (docs/isa.md, "Timing model").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infer.target import isa
+from infer.target.asm import Program, format_instr
+from infer.target.hw import HardwareConfig
+from infer.target.sim_core import ENGINE_INDEX, NP_DTYPES, Fault, SimFault
+from infer.target.sim_reference import compile_checks
+
+# timing classes (small ints: the timing engine's dispatch)
+T_SCALAR, T_LD, T_SYNC_ALL, T_HALT, T_LOOP, T_DMA, T_LOADW, T_MATMUL, T_VECTOR = range(9)
+_SCALAR_CLASS = {"ld": T_LD, "fence": T_SYNC_ALL, "halt": T_HALT, "loop": T_LOOP}
+_MATRIX_CLASS = {"mx.loadw": T_LOADW, "mx.matmul": T_MATMUL}
+
+
+@dataclass
+class Loop:
+    """One `loop` instruction: body [start, end); `count_base` 0 means a constant trip count."""
+
+    pc: int
+    start: int
+    end: int
+    count_base: int
+    count: int
+    #: every loop nested in the body has a constant trip count and the body has no halt:
+    #: the instructions of one iteration are the same sequence every time
+    static_body: bool
+    #: instructions executed per iteration, when static_body (inner loops at their counts)
+    steps_per_iteration: int
+
+
+@dataclass
+class Decoded:
+    """Per-pc tables (lists indexed by instruction index) for one program and config."""
+
+    n: int
+    names: list[str]
+    engine: list[int]
+    tclass: list[int]
+    wait: list[int]
+    signal: list[int]
+    signal2: list[int]
+    #: timing parameters by class: DMA (xfer cycles, bytes), loadw (cycles, k*n),
+    #: matmul (cycles = m * cycles_per_row, m), vector (occupancy, elements)
+    p1: list[int]
+    p2: list[int]
+    loops: dict[int, Loop]
+    #: any loop whose count is read from a register (timing then needs the register values)
+    dynamic_loops: bool
+    instrs: list[isa.Instr]
+    matrix_rows: int
+    #: what the fast engines derive and keep per program: "tables" (the functional engine's
+    #: operand tuples), "reads" (registers each instruction reads), "plans" (batched loop
+    #: executions), "failed"/"lane_rejects" (loops not batched, and why: for profiling)
+    caches: dict[str, Any] = field(default_factory=dict)
+
+
+def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tuple[int, int]:
+    d = ins.d
+    if d.engine in ("dma_load", "dma_store"):
+        n0, n1, n2 = v["n0"], v["n1"], v["n2"]
+        burst = cfg.dram.burst_bytes
+        charged = n2 * n1 * (-(-n0 // burst) * burst)
+        return -(-charged // cfg.dram.bytes_per_cycle), n0 * n1 * n2
+    if d.name == "mx.loadw":
+        k, n = v["k"], v["n"]
+        esz = NP_DTYPES[v["dtype"]].itemsize
+        return -(-(k * n * esz) // cfg.matrix.weight_load_bytes_per_cycle), k * n
+    if d.name == "mx.matmul":
+        return v["m"] * cfg.matrix.cycles_per_row, v["m"]
+    if d.engine == "vector":
+        assert d.vop is not None
+        rows, cols = v["rows"], v["cols"]
+        groups = -(-(rows * cols) // cfg.vector.lanes)
+        return groups * cfg.vector.cost[d.vop.name], rows * cols
+    return 0, 0
+
+
+def _well_nested(instrs: list[isa.Instr]) -> bool:
+    ends: list[int] = []
+    for i, ins in enumerate(instrs):
+        while ends and ends[-1] <= i:
+            ends.pop()
+        if ins.d.name == "loop":
+            end = i + 1 + ins.as_dict()["body"]
+            if end > len(instrs) or (ends and end > ends[-1]):
+                return False
+            ends.append(end)
+    return True
+
+
+def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
+    instrs = prog.instrs
+    n = len(instrs)
+    names, engine, tclass, wait, signal, signal2, p1, p2 = ([] for _ in range(8))
+    for pc, ins in enumerate(instrs):
+        try:
+            compile_checks(cfg, ins)
+        except Fault as fl:
+            raise SimFault(pc, format_instr(ins), fl.cause, fl.kind) from None
+        d = ins.d
+        names.append(d.name)
+        engine.append(ENGINE_INDEX[d.engine])
+        if d.engine == "scalar":
+            tclass.append(_SCALAR_CLASS.get(d.name, T_SCALAR))
+        elif d.engine == "matrix":
+            tclass.append(_MATRIX_CLASS[d.name])
+        elif d.engine == "vector":
+            tclass.append(T_VECTOR)
+        else:
+            tclass.append(T_DMA)
+        wait.append(ins.wait)
+        signal.append(ins.signal)
+        signal2.append(ins.signal2)
+        a, b = _timing_params(cfg, ins, dict(zip(d.field_names, ins.values)))
+        p1.append(a)
+        p2.append(b)
+    if not _well_nested(instrs):
+        return None  # the reference engine's control flow is the definition there
+    loops: dict[int, Loop] = {}
+    for pc in range(n - 1, -1, -1):  # inner loops first
+        ins = instrs[pc]
+        if tclass[pc] != T_LOOP:
+            continue
+        v = ins.as_dict()
+        count_base, count = v["count_base"], v["count"]
+        start, end = pc + 1, pc + 1 + v["body"]
+        static, steps, q = True, 0, start
+        while q < end:
+            if tclass[q] == T_LOOP:
+                inner = loops[q]
+                static = static and inner.static_body and inner.count_base == 0
+                steps += 1 + max(inner.count, 0) * inner.steps_per_iteration
+                q = inner.end
+                continue
+            if tclass[q] == T_HALT:
+                static = False
+            steps += 1
+            q += 1
+        loops[pc] = Loop(pc, start, end, count_base, count, static, steps if static else 0)
+    dynamic = any(lp.count_base != 0 for lp in loops.values())
+    return Decoded(n, names, engine, tclass, wait, signal, signal2, p1, p2, loops, dynamic,
+                   instrs, cfg.matrix.rows)
+
+
+def decoded(prog: Program, cfg: HardwareConfig) -> Decoded | None:
+    """The decoded tables of prog for cfg (cached on prog); None when the loops do not nest
+    properly (then only the reference engine runs the program). Raises the SimFault the
+    reference engine raises before running (register/semaphore numbers, matrix dtypes)."""
+    cache: dict[Any, Any] = prog.__dict__.setdefault("_sim_decoded", {})
+    key = repr(cfg)  # configs are frozen dataclasses (with a dict inside: not hashable)
+    hit = cache.get(key)
+    instrs = prog.instrs
+    if hit is not None:
+        snapshot, dec = hit
+        if len(snapshot) == len(instrs) and all(a is b for a, b in zip(snapshot, instrs)):
+            return dec
+    dec = _decode(prog, cfg)
+    cache[key] = (list(instrs), dec)
+    return dec

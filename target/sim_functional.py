@@ -1,0 +1,259 @@
+"""The functional engine: data and registers without timing (modes "fast" and "functional").
+
+Instructions run in program order with the reference engine's numerics and fault checks
+(`sim_core`, `sim_reference.local_view`), read from per-instruction tables built once per
+decoded program. At a hardware loop it first asks `sim_lockstep` to run all iterations as
+lane-batched numpy operations (one per instruction of the body); when that cannot be proven
+equivalent, the loop runs iteration by iteration here (its inner loops get the same chance).
+
+Besides memory and registers it records what the timing engine needs from the data: the trip
+count of every loop whose count comes from a register, in execution order, and where it
+faulted (the number of instructions completed before the fault), so the fast mode reports the
+fault the reference engine would report first. `data=False` is the control pass of the
+timing-only mode: registers, loops and `ld` only (no memory is written, so an `ld` of DRAM
+the program stores to is refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from infer.target import isa
+from infer.target.asm import format_instr
+from infer.target.sim_core import (
+    Counters, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
+from infer.target.sim_decode import (
+    T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
+from infer.target.sim_reference import dma_views, initial_registers, local_view, matmul_step
+
+if TYPE_CHECKING:
+    from infer.target.sim import Simulator
+
+_ALU = {"li": 0, "addi": 1, "add": 2, "sub": 3, "mul": 4, "muli": 5}
+
+
+def functional_tables(dec: Decoded) -> list[Any]:
+    """Per-pc operand tuples of the functional engines (built once per decoded program)."""
+    cached = dec.caches.get("tables")
+    if cached is not None:
+        return cached
+    out: list[Any] = []
+    for pc, ins in enumerate(dec.instrs):
+        tc, v = dec.tclass[pc], ins.as_dict()
+        if tc == T_SCALAR:
+            op = _ALU.get(ins.d.name)
+            out.append(None if op is None else (op, v["rd"], v.get("rs", 0), v.get("rt", 0),
+                                                v.get("imm", 0)))
+        elif tc == T_LD:
+            out.append((v["rd"], v["addr_base"], v["addr"]))
+        elif tc == T_LOOP:
+            out.append(dec.loops[pc])
+        elif tc == T_DMA:
+            n0, n1, n2, ds1, ds2, ls1, ls2 = (v[k] for k in ("n0", "n1", "n2", "ds1", "ds2",
+                                                             "ls1", "ls2"))
+            out.append((v["dram_base"], v["dram"], v["local_base"], v["local"], n0, n1, n2,
+                        ds1, ds2, ls1, ls2,
+                        min(0, (n1 - 1) * ds1) + min(0, (n2 - 1) * ds2),
+                        max(0, (n1 - 1) * ds1) + max(0, (n2 - 1) * ds2) + n0,
+                        min(0, (n1 - 1) * ls1) + min(0, (n2 - 1) * ls2),
+                        max(0, (n1 - 1) * ls1) + max(0, (n2 - 1) * ls2) + n0,
+                        ins.d.engine == "dma_load"))
+        elif tc == T_LOADW:
+            out.append((v["w_base"], v["w"], v["k"], v["n"], v["stride"], v["dtype"],
+                        weights_dtype(v["dtype"], dec.matrix_rows)))
+        elif tc == T_MATMUL:
+            dt = v["dtype"]
+            out.append((v["act_base"], v["act"], v["acc_base"], v["acc"], v["m"], v["astride"],
+                        v["cstride"], dt, bool(v["accum"]), dt == 0, 1 if dt == 0 else 2))
+        elif tc == T_VECTOR:
+            spec = VectorSpec.of(ins)
+            binary = spec.binary
+            out.append((spec, v["rows"], v["cols"], v["dst_base"], v["dst"], v["a_base"],
+                        v["a"], v["dstride"], v["astride"], v["dt"], v["at"],
+                        v["b_base"] if binary else 0, v["b"] if binary else 0,
+                        v["bstride"] if binary else 0, v["bt"] if binary else 0,
+                        v["bmode"] if binary else 3))
+        else:
+            out.append(None)
+    dec.caches["tables"] = out
+    return out
+
+
+
+
+class FunctionalRun:
+    """One run of the functional engine over a decoded program."""
+
+    def __init__(self, sim: Simulator, dec: Decoded, dram: np.ndarray,
+                 regs: Mapping[str | int, int],
+                 on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
+                 data: bool = True):
+        cfg = sim.cfg
+        self.sim, self.dec, self.cfg, self.dram, self.data = sim, dec, cfg, dram, data
+        self.regs = initial_registers(cfg, regs)
+        self.on_pc = dict(on_pc) if on_pc else {}
+        self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
+        self.steps = 0
+        self.loop_counts: list[int] = []
+        #: (instructions completed before the fault, the fault) when the program faulted
+        self.fault: tuple[int, SimFault] | None = None
+        self.weights: np.ndarray | None = None
+        self.wdtype = -1
+        self.stack: list[list[Any]] = []  # [start, end, remaining, Loop]
+        self.stores: list[tuple[int, int]] = []  # control pass: DRAM ranges stored to
+
+    def execute(self) -> FunctionalRun:
+        from infer.target.sim_lockstep import try_lockstep
+
+        dec, dram, sim, c, regs = self.dec, self.dram, self.sim, self.c, self.regs
+        tab = functional_tables(dec)
+        tclass, engine = dec.tclass, dec.engine
+        nins = c.per_engine_instructions
+        n, stack, hooks, data = dec.n, self.stack, self.on_pc, self.data
+        fired: set[int] = set()
+        depth = self.cfg.scalar.loop_depth
+        lockstep_ok = data
+        pc = 0
+        try:
+            while pc < n:
+                if hooks and not stack and pc in hooks and pc not in fired:
+                    fired.add(pc)
+                    hooks[pc](pc, dram)
+                tc = tclass[pc]
+                t = tab[pc]
+                npc = pc + 1
+                if tc == T_SCALAR:
+                    if t is not None:
+                        op, rd, rs, rt, imm = t
+                        if op == 1:
+                            val = regs[rs] + imm
+                        elif op == 0:
+                            val = imm
+                        elif op == 2:
+                            val = regs[rs] + regs[rt]
+                        elif op == 3:
+                            val = regs[rs] - regs[rt]
+                        elif op == 4:
+                            val = regs[rs] * regs[rt]
+                        else:
+                            val = regs[rs] * imm
+                        if not isa.REG_MIN <= val <= isa.REG_MAX:
+                            raise Fault("register", f"result {val} overflows 64-bit register r{rd}")
+                        if rd:
+                            regs[rd] = val
+                elif tc == T_LOOP:
+                    lp: Loop = t
+                    cnt = regs[lp.count_base] + lp.count
+                    if lp.count_base:
+                        self.loop_counts.append(cnt)
+                    if cnt <= 0:
+                        npc = lp.end
+                    else:
+                        if len(stack) >= depth:
+                            raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
+                        if lockstep_ok and cnt > 1 and try_lockstep(self, lp, cnt):
+                            npc = lp.end
+                            nins[0] += 1
+                            self.steps += 1
+                            pc = self._after_body(npc)
+                            continue
+                        stack.append([lp.start, lp.end, cnt, lp])
+                elif tc == T_DMA:
+                    db, do, lb, lo = t[0], t[1], t[2], t[3]
+                    if data:
+                        dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
+                        if t[15]:
+                            lv[...] = dv
+                        else:
+                            dv[...] = lv
+                    elif not t[15]:
+                        d = regs[db] + do
+                        self.stores.append((d + t[11], d + t[12]))
+                    if t[15]:
+                        c.dram_read_bytes += t[4] * t[5] * t[6]
+                    else:
+                        c.dram_write_bytes += t[4] * t[5] * t[6]
+                elif tc == T_MATMUL:
+                    if data:
+                        self._matmul(t)
+                elif tc == T_LOADW:
+                    if data:
+                        wb, wo, k, nn, stride, dt, wdt = t
+                        w = local_view(sim, regs[wb] + wo, k, nn, stride, dt, "weights")
+                        self.weights = w.astype(wdt, order="C")
+                        self.wdtype = dt
+                elif tc == T_VECTOR:
+                    if data:
+                        self._vector(t)
+                    c.vector_elements += t[1] * t[2]
+                elif tc == T_LD:
+                    self._ld(t)
+                    c.dram_read_bytes += 4
+                elif tc == T_HALT:
+                    npc = n
+                nins[engine[pc]] += 1
+                self.steps += 1
+                pc = self._after_body(npc) if stack else npc
+        except Fault as fl:
+            self.fault = (self.steps, SimFault(pc, format_instr(dec.instrs[pc]), fl.cause,
+                                               fl.kind))
+            return self
+        if hooks and n in hooks and pc == n:
+            hooks[n](n, dram)
+        c.instructions = self.steps
+        return self
+
+    def _after_body(self, npc: int) -> int:
+        """Take loop back-edges at npc (the reference engine's loop control)."""
+        stack = self.stack
+        while stack and npc == stack[-1][1]:
+            top = stack[-1]
+            top[2] -= 1
+            if top[2] > 0:
+                return top[0]
+            stack.pop()
+        return npc
+
+    def _ld(self, t: tuple) -> None:
+        rd, base, off = t
+        dram = self.dram
+        a = self.regs[base] + off
+        if a < 0 or a + 4 > dram.size:
+            raise Fault("out-of-bounds", f"ld address {a} outside DRAM ({dram.size} bytes)")
+        if a % 4:
+            raise Fault("misaligned", f"ld address {a:#x} not 4-byte aligned")
+        if not self.data:
+            for lo, hi in self.stores:
+                if lo < a + 4 and a < hi:
+                    raise Fault("data-dependent", f"ld reads DRAM [{a:#x}, {a + 4:#x}) that an "
+                                "earlier dma.store of the program writes: its value is data, "
+                                "which timing-only mode does not compute (use mode 'fast')")
+        if rd:
+            self.regs[rd] = int(self.dram[a:a + 4].view(np.int32)[0])
+
+    def _matmul(self, t: tuple) -> None:
+        ab, ao, cb, co, m, astride, cstride, dt, accum = t[:9]
+        regs = self.regs
+        matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, regs[cb] + co, m, astride, cstride,
+                    accum, self.c)
+
+    def _vector(self, t: tuple) -> None:
+        spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t
+        regs, sim = self.regs, self.sim
+        a = local_view(sim, regs[ab] + ao, rows, cols, astride, at, "operand a")
+        dst = local_view(sim, regs[db] + do, rows, 1 if spec.reduce else cols, dstride, dt,
+                         "destination")
+        b = None
+        if spec.binary and bmode != 3:
+            base = regs[bb] + bo
+            if bmode == 0:
+                b = local_view(sim, base, rows, cols, bstride, bt, "operand b")
+            elif bmode == 1:
+                b = local_view(sim, base, 1, cols, 0, bt, "operand b (row)")
+            else:
+                b = local_view(sim, base, rows, 1, bstride, bt, "operand b (col)")
+        vector_compute(spec, a, b, dst, dt)
+

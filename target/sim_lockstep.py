@@ -1,0 +1,649 @@
+"""Lane-batched execution of hardware loops (the functional engine's fast path).
+
+A loop of N iterations runs as one numpy operation per instruction of one iteration, over all
+N iterations ("lanes") at once: a DMA of every iteration is one strided copy with the iteration
+as an extra leading dimension, a matmul one stacked matmul, a vector op one op on stacked
+tiles. Loops nested inside whose iterations are independent too become further lane
+dimensions (up to MAXD); the others run unrolled inside the batched loop. Registers are affine
+in the lane indices (value + sum of step * lane), so every address is a strided numpy view.
+
+Why the results are the reference engine's bits:
+- The numerics are the same functions (`sim_core`) on stacked operands: elementwise ops and
+  conversions per element; row reductions over contiguous rows of the same length; a stacked
+  matmul is one BLAS call per slice, each slice the (m, k) x (k, n) call the reference makes
+  (C-ordered operands of the same shapes).
+- The order of execution changes from iteration-major to instruction-major, which is exact
+  when no instruction of one iteration touches bytes another iteration touches with a write
+  involved (`sim_dependence.conflicts`: exact strided byte ranges, conservative only where it
+  says so), except local memory that every iteration uses at the same addresses (buffers: a
+  tile is loaded, computed and stored in every iteration): each lane then works on a private
+  copy of the scratchpad/accumulator range, exact when every byte an iteration reads was
+  written earlier in the same iteration or is never written by the loop (checked byte by
+  byte: `sim_dependence.private_ok`); the copies of the last lane are what remains.
+- Registers: the body's scalar instructions run once symbolically; the loop is accepted only
+  when every register the body reads before writing ends the iteration at its start value
+  plus a constant (so iteration i sees start + i * step exactly) and no lane overflows.
+- Everything the reference checks before an instruction (bounds, alignment, matmul state,
+  loop depth) is checked for all lanes first; if any lane would fault, the loop runs one
+  instruction at a time instead, so the fault is the reference's.
+Loops with `ld`, register-driven inner trip counts, or a matmul using weights that an earlier
+iteration loaded run one iteration at a time.
+
+Plans are cached on the decoded program by the loop, its trip count and the values of the
+registers the body reads, so a program run again skips the analysis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from infer.target import isa
+from infer.target.sim_access import ACC, DRAM, SPAD
+from infer.target.sim_core import (
+    NP_DTYPES, accumulate_into, converted, matmul_into, matmul_product, vector_compute)
+from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
+from infer.target.sim_dependence import (
+    MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
+    OP_VEXIT, Reject, box_extent, conflicts, lane_extent, private_ok)
+from infer.target.sim_functional import functional_tables
+from infer.target.sim_versions import version_loop
+
+if TYPE_CHECKING:
+    from infer.target.sim_functional import FunctionalRun
+
+ACC_BASE = isa.ACC_BASE
+#: private copies of local memory larger than this (bytes, all lanes): not batched
+MAX_PRIVATE_BYTES = 1 << 28
+_BASE = {SPAD: 0, ACC: ACC_BASE, DRAM: 0}
+
+
+# A form is (a, b_0, ..., b_{MAXD-1}): the value a + sum_k b_k * lane_k.
+Form = tuple[int, ...]
+
+
+class _Walk:
+    """Walks one iteration of a loop body symbolically and builds the batched operations."""
+
+    def __init__(self, fr: FunctionalRun):
+        self.fr, self.dec, self.tab = fr, fr.dec, functional_tables(fr.dec)
+        self.size = {SPAD: fr.sim.spad.size, ACC: fr.sim.acc.size, DRAM: fr.dram.size}
+        self.depth_left = fr.cfg.scalar.loop_depth - len(fr.stack) - 1
+        self.nest = 0
+        self.dims: list[int] = []
+        zeros = (0,) * MAXD
+        self.forms: list[Form] = [(v,) + zeros for v in fr.regs]
+        self.ops: list[tuple[Any, ...]] = []
+        self.accs: list[tuple[Any, ...]] = []  # see sim_dependence
+        self.plevel = {SPAD: 0, ACC: 0}  # leading lane dims the memory is private over
+        # the weights a matmul uses: (slot, lane dims, k, n); slot -1 = loaded before the loop
+        self.weights: tuple[int, int, int, int] | None = None
+        self.wdt = fr.wdtype
+        if fr.weights is not None:
+            self.weights = (-1, 0, *fr.weights.shape)
+        self.carried: list[Any] = []  # weights a matmul may not use (another lane's)
+        self.slots = 0
+        self.versions: list[tuple[Any, ...]] = []  # renamed buffers (sim_versions)
+        self.count = [0] * 10  # steps, 5 engines, DRAM read, DRAM written, MACs, vector elements
+
+    # ------------------------------------------------------------------ registers
+    def ext(self, f: Form) -> tuple[int, int]:
+        lo = hi = f[0]
+        for k, n in enumerate(self.dims):
+            s = f[k + 1] * (n - 1)
+            if s < 0:
+                lo += s
+            else:
+                hi += s
+        return lo, hi
+
+    def scalar(self, t: tuple) -> None:
+        op, rd, rs, rt, imm = t
+        forms = self.forms
+        x, y = forms[rs], forms[rt]
+        if op == 1:
+            r = (x[0] + imm,) + x[1:]
+        elif op == 0:
+            r = (imm,) + (0,) * MAXD
+        elif op == 2:
+            r = tuple(p + q for p, q in zip(x, y))
+        elif op == 3:
+            r = tuple(p - q for p, q in zip(x, y))
+        elif op == 5:
+            r = tuple(p * imm for p in x)
+        elif not any(y[1:]):
+            r = tuple(p * y[0] for p in x)
+        elif not any(x[1:]):
+            r = tuple(q * x[0] for q in y)
+        else:
+            raise Reject("register product of two lane-dependent values")
+        lo, hi = self.ext(r)
+        if lo < isa.REG_MIN or hi > isa.REG_MAX:
+            raise Reject("register overflow in some lane")
+        if rd:
+            forms[rd] = r
+
+    def dry(self, start: int, end: int, regs: list[int], live: set[int],
+            written: set[int]) -> None:
+        """Run the scalar instructions of [start, end) on concrete values (one iteration),
+        collecting the registers read before being written (`live`)."""
+        tab, tclass, reads = self.tab, self.dec.tclass, reads_table(self.dec)
+        pc = start
+        while pc < end:
+            tc = tclass[pc]
+            live.update(r for r in reads[pc] if r not in written)
+            if tc == T_SCALAR and tab[pc] is not None:
+                op, rd, rs, rt, imm = tab[pc]
+                x, y = regs[rs], regs[rt]
+                v = (imm, x + imm, x + y, x - y, x * y, x * imm)[op]
+                if rd:
+                    regs[rd] = v
+                    written.add(rd)
+            elif tc == T_LOOP:
+                lp = tab[pc]
+                for _ in range(max(lp.count, 0)):
+                    self.dry(lp.start, lp.end, regs, live, written)
+                pc = lp.end
+                continue
+            elif tc == T_LD:
+                raise Reject("ld in the body")
+            pc += 1
+
+    # ------------------------------------------------------------------ walking
+    def body(self, start: int, end: int) -> None:
+        tab, tclass, engine, count = self.tab, self.dec.tclass, self.dec.engine, self.count
+        pc = start
+        while pc < end:
+            tc = tclass[pc]
+            t = tab[pc]
+            count[0] += 1
+            count[1 + engine[pc]] += 1
+            if tc == T_SCALAR:
+                if t is not None:
+                    self.scalar(t)
+            elif tc == T_LOOP:
+                self.loop(t)
+                pc = t.end
+                continue
+            elif tc == T_DMA:
+                self.dma(t)
+            elif tc == T_LOADW:
+                self.loadw(t)
+            elif tc == T_MATMUL:
+                self.matmul(t)
+            elif tc == T_VECTOR:
+                self.vector(t)
+            elif tc == T_LD:
+                raise Reject("ld in the body")
+            pc += 1
+
+    def loop(self, lp: Loop) -> None:
+        cnt = lp.count  # constant: the batched loop's body is static
+        if cnt <= 0:
+            return
+        if self.nest + 1 > self.depth_left:
+            raise Reject("loop nesting too deep")
+        self.nest += 1
+        if not (cnt > 1 and len(self.dims) < MAXD and self.lane_loop(lp, cnt)):
+            for _ in range(cnt):
+                self.body(lp.start, lp.end)
+        self.nest -= 1
+
+    def lane_loop(self, lp: Loop, cnt: int) -> bool:
+        """Walk lp as a new lane dimension; False (state restored) when its iterations are
+        not independent (raises for the outermost loop: then nothing is batched)."""
+        d = len(self.dims)
+        concrete = [f[0] for f in self.forms]
+        live: set[int] = set()
+        self.dry(lp.start, lp.end, concrete, live, set())
+        delta = [c - f[0] for c, f in zip(concrete, self.forms)]
+        start = list(self.forms)
+        saved = (len(self.ops), len(self.accs), self.weights, self.wdt, self.slots,
+                 list(self.count), dict(self.plevel), list(self.carried))
+        self.forms = [f[:d + 1] + (dl,) + f[d + 2:] for f, dl in zip(start, delta)]
+        self.dims.append(cnt)
+        outer_plevel = saved[6]
+        for s in (SPAD, ACC):  # optimistic: inner loops may make their own copies
+            if self.plevel[s] == d:
+                self.plevel[s] = d + 1
+        if any(self.dec.tclass[q] == T_LOADW for q in range(lp.start, lp.end)):
+            self.carried.append(self.weights)
+        try:
+            self.body(lp.start, lp.end)
+            for r in live:
+                s = start[r]
+                if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
+                    raise Reject("registers not affine in the iteration")
+            private = self.decide(d, saved[0], saved[1], outer_plevel)
+        except Reject as e:
+            if d == 0:
+                raise
+            self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
+            n_ops, n_accs = saved[0], saved[1]
+            del self.ops[n_ops:], self.accs[n_accs:]
+            (_, _, self.weights, self.wdt, self.slots, count, self.plevel, self.carried) = saved
+            self.count[:] = count  # in place: the enclosing walk holds this list
+            self.forms = start
+            self.dims.pop()
+            return False
+        lanes = tuple(self.dims)
+        self.dims.pop()
+        self.plevel, self.carried = outer_plevel, saved[7]
+        if private:
+            self.ops.insert(saved[0], (OP_ENTER, d + 1, tuple(private), lanes))
+            self.ops.append((OP_EXIT, d + 1, tuple(private), lanes))
+        self.count[:] = [c0 + cnt * (c - c0) for c, c0 in zip(self.count, saved[5])]
+        # the registers of the last lane
+        self.forms = [f[:1 + d] + (0,) + f[d + 2:] if not f[d + 1] else
+                      (f[0] + f[d + 1] * (cnt - 1),) + f[1:d + 1] + (0,) + f[d + 2:]
+                      for f in self.forms]
+        return True
+
+    def decide(self, d: int, first_op: int, first_acc: int,
+               outer_plevel: dict[int, int]) -> list[int]:
+        """Private copies or shared memory for lane dimension d; raises when the lanes
+        depend on each other."""
+        accs = self.accs[first_acc:]
+        dims = tuple(self.dims)
+        private, renamed = [], []
+        for space in (SPAD, ACC):
+            mine = [a for a in accs if a[0] == space]
+            if (mine and outer_plevel[space] == d and any(a[1] for a in mine)
+                    and all(a[2][d + 1] == 0 for a in mine)):
+                if private_ok(accs, space, d, dims, _BASE[space]):
+                    private.append(space)
+                else:
+                    renamed.append(space)
+            elif any((op[0] == OP_ENTER and space in op[2]) or (
+                    op[0] == OP_VENTER and any(v[1] == space for v in op[2]))
+                    for op in self.ops[first_op:]):
+                raise Reject("inner private copies of shared memory")
+        if conflicts([a for a in accs if a[0] not in private and a[0] not in renamed], d, dims):
+            raise Reject("iterations depend on each other")
+        if renamed:
+            version_loop(self, d, first_op, first_acc, renamed, _BASE)
+        return private
+
+    # ------------------------------------------------------------------ operands
+    def local(self, f: Form, rows: int, row_bytes: int, stride: int, esz: int) -> int:
+        """The memory of a local tile for every lane, or Reject if some lane would fault
+        (the reference checks of local_view)."""
+        lo, hi = self.ext(f)
+        if lo >= ACC_BASE:
+            space = ACC
+        elif lo >= 0 and hi < ACC_BASE:
+            space = SPAD
+        else:
+            raise Reject("local operand outside one memory")
+        base = _BASE[space]
+        if hi - base + (rows - 1) * stride + row_bytes > self.size[space]:
+            raise Reject("local operand out of bounds")
+        if (f[0] - base) % esz or any(b % esz for b in f[1:]) or stride % esz:
+            raise Reject("misaligned local operand")
+        return space
+
+    def operand(self, space: int, f: Form, shape: tuple[int, ...], strides: tuple[int, ...],
+                dtype: Any) -> tuple[Any, ...]:
+        return (space, f, tuple(self.dims), shape, strides, dtype)
+
+    def access(self, space: int, write: bool, f: Form, shape: tuple[int, ...],
+               strides: tuple[int, ...], operand: int) -> None:
+        self.accs.append((space, write, f, tuple(self.dims), shape, strides, len(self.ops),
+                          operand))
+
+    def dma(self, t: tuple) -> None:
+        (db, do, lb, lo_, n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load) = t
+        fd, fl = self.forms[db], self.forms[lb]
+        d = (fd[0] + do,) + fd[1:]
+        loc = (fl[0] + lo_,) + fl[1:]
+        dmin, dmax = self.ext(d)
+        if dmin + dlo < 0 or dmax + dhi > self.size[DRAM]:
+            raise Reject("DMA outside DRAM")
+        lmin, lmax = self.ext(loc)
+        if lmin >= ACC_BASE:
+            space = ACC
+        elif lmin >= 0 and lmax < ACC_BASE:
+            space = SPAD
+        else:
+            raise Reject("DMA local range outside one memory")
+        base = _BASE[space]
+        if lmin - base + llo < 0 or lmax - base + lhi > self.size[space]:
+            raise Reject("DMA outside local memory")
+        shape = (n2, n1, n0)
+        dv = self.operand(DRAM, d, shape, (ds2, ds1, 1), np.uint8)
+        lv = self.operand(space, loc, shape, (ls2, ls1, 1), np.uint8)
+        self.access(DRAM, not load, d, shape, (ds2, ds1, 1), 2 if load else 1)
+        self.access(space, load, loc, shape, (ls2, ls1, 1), 1 if load else 2)
+        self.ops.append((OP_DMA, lv, dv) if load else (OP_DMA, dv, lv))
+        self.count[6 if load else 7] += n0 * n1 * n2
+
+    def loadw(self, t: tuple) -> None:
+        wb, wo, k, n, stride, dt, wdt = t
+        fw = self.forms[wb]
+        f = (fw[0] + wo,) + fw[1:]
+        esz = NP_DTYPES[dt].itemsize
+        space = self.local(f, k, n * esz, stride, esz)
+        op = self.operand(space, f, (k, n), (stride, esz), NP_DTYPES[dt])
+        self.access(space, False, f, (k, n * esz), (stride, 1), 2)
+        slot = self.slots
+        self.slots += 1
+        self.ops.append((OP_LOADW, slot, op, wdt))
+        self.weights = (slot, len(self.dims), k, n)
+        self.wdt = dt
+
+    def matmul(self, t: tuple) -> None:
+        ab, ao, cb, co, m, astride, cstride, dt, accum, is_int, odt = t
+        w = self.weights
+        if w is None or any(w is c for c in self.carried):
+            raise Reject("matmul with weights loaded by an earlier iteration")
+        if self.wdt != dt:
+            raise Reject("matmul dtype differs from the weights'")
+        slot, wdims, k, n = w
+        fa, fc = self.forms[ab], self.forms[cb]
+        fa = (fa[0] + ao,) + fa[1:]
+        fc = (fc[0] + co,) + fc[1:]
+        if self.ext(fc)[0] < ACC_BASE:
+            raise Reject("matmul output outside the accumulator")
+        esz = NP_DTYPES[dt].itemsize
+        sa = self.local(fa, m, k * esz, astride, esz)
+        sc = self.local(fc, m, n * 4, cstride, 4)
+        act = self.operand(sa, fa, (m, k), (astride, esz), NP_DTYPES[dt])
+        out = self.operand(sc, fc, (m, n), (cstride, 4), NP_DTYPES[odt])
+        self.access(sa, False, fa, (m, k * esz), (astride, 1), 3)
+        if accum:
+            self.access(sc, False, fc, (m, n * 4), (cstride, 1), 4)
+        self.access(sc, True, fc, (m, n * 4), (cstride, 1), 4)
+        self.ops.append((OP_MATMUL, slot, (wdims, len(self.dims)), act, out, is_int, accum))
+        self.count[8] += m * k * n
+
+    def vector(self, t: tuple) -> None:
+        spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t
+        ea, ed = NP_DTYPES[at].itemsize, NP_DTYPES[dt].itemsize
+        dcols = 1 if spec.reduce else cols
+        f = self.forms[ab]
+        fa = (f[0] + ao,) + f[1:]
+        f = self.forms[db]
+        fd = (f[0] + do,) + f[1:]
+        sa = self.local(fa, rows, cols * ea, astride, ea)
+        sd = self.local(fd, rows, dcols * ed, dstride, ed)
+        if spec.a_is_dead:  # bounds checked above; any values of the operand's type will do
+            a = ("zero", fa, tuple(self.dims), (rows, cols), (astride, ea), NP_DTYPES[at])
+        else:
+            a = self.operand(sa, fa, (rows, cols), (astride, ea), NP_DTYPES[at])
+            self.access(sa, False, fa, (rows, cols * ea), (astride, 1), 2)
+        dst = self.operand(sd, fd, (rows, dcols), (dstride, ed), NP_DTYPES[dt])
+        b = None
+        if spec.binary and bmode != 3:
+            eb = NP_DTYPES[bt].itemsize
+            f = self.forms[bb]
+            fb = (f[0] + bo,) + f[1:]
+            brows, bcols, bstr = ((rows, cols, bstride), (1, cols, 0), (rows, 1, bstride))[bmode]
+            sb = self.local(fb, brows, bcols * eb, bstr, eb)
+            b = self.operand(sb, fb, (brows, bcols), (bstr, eb), NP_DTYPES[bt])
+            self.access(sb, False, fb, (brows, bcols * eb), (bstr, 1), 3)
+        self.access(sd, True, fd, (rows, dcols * ed), (dstride, 1), 4)
+        self.ops.append((OP_VECTOR, spec, a, b, dst, dt))
+        self.count[9] += rows * cols
+
+
+# ----------------------------------------------------------------------------- plans
+class Plan:
+    """The batched form of one loop execution: operations with their views resolved to
+    (memory, offset, shape, strides, dtype), the private copies' ranges, and what the loop
+    does to registers, weights and counters."""
+
+    def __init__(self, ops: list[tuple[Any, ...]], hulls: dict[int, tuple[int, int]],
+                 final: dict[int, int], walk: _Walk):
+        self.ops, self.hulls, self.final = ops, hulls, final
+        self.weights, self.wdt, self.slots, self.count = (walk.weights, walk.wdt, walk.slots,
+                                                          walk.count)
+        self.versions = walk.versions
+
+
+def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
+    """Resolve every operand to a view description: memory key ((space, level) for a private
+    copy), offset, shape and strides, once the private copies are known."""
+    hulls: dict[int, tuple[int, int]] = {}
+    for space, _, f, lanes, shape, strides, _, _ in walk.accs:
+        if space == DRAM:
+            continue
+        lo, hi = hulls.get(space, (1 << 62, -(1 << 62)))
+        off = f[0] - _BASE[space]
+        blo, bhi = box_extent(shape, strides)
+        llo, lhi = lane_extent(f, lanes, 0)
+        hulls[space] = (min(lo, off + blo + llo), max(hi, off + bhi + lhi))
+    walk.hulls = hulls
+    level = {SPAD: 0, ACC: 0, DRAM: 0}
+    out: list[tuple[Any, ...]] = []
+
+    versions = {v[0]: v for v in walk.versions}
+
+    def view(o: tuple[Any, ...]) -> tuple[Any, ...]:
+        space, f, lanes, shape, strides, dtype = o[:6]
+        if space == "zero":
+            return ("zero", 0, lanes + shape, (), dtype)
+        if type(space) is tuple:  # a renamed buffer: ("V", version id, slot offset)
+            _, vid, slot = space
+            _, sp, d, n, wlo, whi, _ = versions[vid]
+            hq = whi - wlo
+            lstr = [(n + 1) * hq * math.prod(lanes[k + 1:d]) if k < d else (hq if k == d else
+                                                                           f[k + 1])
+                    for k in range(len(lanes))]
+            return (("V", vid), slot * hq + f[0] - _BASE[sp] - wlo, lanes + shape,
+                    tuple(lstr) + strides, dtype)
+        p = level[space]
+        if p:
+            lo, hi = hulls[space]
+            h = hi - lo
+            key, off = (space, p), f[0] - _BASE[space] - lo
+            lstr = [h * math.prod(lanes[k + 1:p]) for k in range(p)]
+        else:
+            key, off, lstr = space, f[0] - _BASE[space], []
+        lstr += [f[k + 1] for k in range(p, len(lanes))]
+        if len(o) > 6:  # one lane dimension dropped (the reduction's accumulator)
+            drop = o[6]
+            lanes = lanes[:drop] + lanes[drop + 1:]
+            del lstr[drop]
+        return (key, off, lanes + shape, tuple(lstr) + strides, dtype)
+
+    for op in walk.ops:
+        kind = op[0]
+        if kind == OP_ENTER or kind == OP_EXIT:
+            for space in op[2]:
+                level[space] = op[1] if kind == OP_ENTER else op[1] - 1
+                lo, hi = hulls[space]
+                if math.prod(op[3]) * (hi - lo) > MAX_PRIVATE_BYTES:
+                    raise Reject("private copies too large")
+            out.append(op)
+        elif kind == OP_DMA:
+            out.append((kind, view(op[1]), view(op[2])))
+        elif kind == OP_LOADW:
+            out.append((kind, op[1], view(op[2]), op[3]))
+        elif kind == OP_PRODUCT:
+            (wd, md) = op[3]
+            w_adapt = None if wd == md else ((1,) * (md - wd) if wd < md else
+                                             (slice(None),) * md + (-1,) * (wd - md))
+            out.append((kind, op[1], op[2], (wd, w_adapt), view(op[4]), op[5]))
+        elif kind == OP_ACCUM:
+            out.append((kind, op[1], op[2], [(view(acc), members, is_int)
+                                             for acc, members, is_int in op[3]]))
+        elif kind == OP_VENTER or kind == OP_VEXIT:
+            out.append(op)
+        elif kind == OP_MATMUL:
+            (wd, md) = op[2]
+            w_adapt = None if wd == md else ((1,) * (md - wd) if wd < md else
+                                             (slice(None),) * md + (-1,) * (wd - md))
+            out.append((kind, op[1], (wd, w_adapt), view(op[3]), view(op[4]), op[5], op[6]))
+        else:
+            _, spec, a, b, dst, dt = op
+            out.append((kind, spec, view(a), None if b is None else view(b), view(dst), dt))
+    return out
+
+
+def _make_plan(fr: FunctionalRun, lp: Loop, n: int) -> Plan:
+    walk = _Walk(fr)
+    walk.lane_loop(lp, n)
+    tab = walk.tab
+    written = {tab[q][1] for q in range(lp.start, lp.end)
+               if walk.dec.tclass[q] == T_SCALAR and tab[q] is not None and tab[q][1]}
+    final = {r: walk.forms[r][0] for r in written}
+    ops = _finalize(walk)
+    return Plan(ops, walk.hulls, final, walk)
+
+
+def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
+    sim = fr.sim
+    mem: dict[Any, np.ndarray] = {DRAM: fr.dram, SPAD: sim.spad, ACC: sim.acc}
+
+    def view(o: tuple[Any, ...]) -> np.ndarray:
+        key, off, shape, strides, dtype = o
+        if key == "zero":
+            return np.broadcast_to(np.zeros((), dtype), shape)
+        return np.ndarray(shape, dtype, mem[key], off, strides)
+
+    slots: list[Any] = [None] * plan.slots
+    products: dict[int, np.ndarray] = {}
+    sat = 0
+    hulls = plan.hulls
+    for op in plan.ops:
+        kind = op[0]
+        if kind == OP_DMA:
+            view(op[1])[...] = view(op[2])
+        elif kind == OP_MATMUL:
+            wd, adapt = op[2]
+            w = slots[op[1]] if op[1] >= 0 else fr.weights
+            if adapt is not None:
+                w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
+                    else w[adapt]
+            sat += matmul_into(view(op[3]), w, view(op[4]), op[5], op[6])
+        elif kind == OP_LOADW:
+            slots[op[1]] = converted(view(op[2]), op[3])
+        elif kind == OP_PRODUCT:
+            wd, adapt = op[3]
+            w = slots[op[2]] if op[2] >= 0 else fr.weights
+            if adapt is not None:
+                w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
+                    else w[adapt]
+            products[op[1]] = matmul_product(view(op[4]), w)
+        elif kind == OP_ACCUM:
+            _, d, n, chains = op
+            for acc, members, is_int in chains:
+                out = view(acc)
+                tmp = out.copy()  # contiguous: the same additions, in the same order
+                for j in range(n):
+                    at = (slice(None),) * d + (j,)
+                    for q in members:
+                        sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
+                    tmp[...] = out
+                    for j in range(n):
+                        at = (slice(None),) * d + (j,)
+                        for q in members:
+                            accumulate_into(tmp, products[q][at], is_int, True)
+                out[...] = tmp
+            for _, members, _ in chains:
+                for q in members:
+                    del products[q]
+        elif kind == OP_VENTER:
+            for vid, space, d, n, wlo, whi, outer in op[2]:
+                cur = _current(mem, hulls, space, d, wlo, whi)
+                v = np.empty(outer + (n + 1, whi - wlo), np.uint8)
+                v[...] = np.expand_dims(cur, -2)  # bytes no iteration writes stay
+                mem[("V", vid)] = v
+        elif kind == OP_VEXIT:
+            info = {v[0]: v for v in plan.versions}
+            for vid, space, mask in op[2]:
+                _, _, d, n, wlo, whi, _ = info[vid]
+                np.copyto(_current(mem, hulls, space, d, wlo, whi),
+                          mem.pop(("V", vid))[..., n, :], where=mask)
+        elif kind == OP_VECTOR:
+            _, spec, a, b, dst, dt = op
+            vector_compute(spec, view(a), None if b is None else view(b), view(dst), dt)
+        elif kind == OP_ENTER:
+            level, lanes = op[1], op[3]
+            for space in op[2]:
+                lo, hi = hulls[space]
+                parent = mem[(space, level - 1)] if level > 1 else mem[space][lo:hi]
+                p = np.empty(lanes + (hi - lo,), np.uint8)
+                p[...] = np.expand_dims(parent, level - 1)
+                mem[(space, level)] = p
+        else:  # OP_EXIT
+            level = op[1]
+            for space in op[2]:
+                lo, hi = hulls[space]
+                last = mem.pop((space, level))[..., -1, :]
+                if level > 1:
+                    mem[(space, level - 1)][...] = last
+                else:
+                    mem[space][lo:hi] = last
+    if plan.weights is not None and plan.weights[0] >= 0:
+        slot, wdims, _, _ = plan.weights
+        fr.weights = np.ascontiguousarray(slots[slot][(-1,) * wdims])
+        fr.wdtype = plan.wdt
+    for r, v in plan.final.items():
+        fr.regs[r] = v
+    c, cnt = fr.c, plan.count
+    c.acc_saturations += sat
+    c.macs += cnt[8]
+    c.dram_read_bytes += cnt[6]
+    c.dram_write_bytes += cnt[7]
+    c.vector_elements += cnt[9]
+    for e in range(5):
+        c.per_engine_instructions[e] += cnt[1 + e]
+    fr.steps += cnt[0]
+
+
+def _current(mem: dict[Any, np.ndarray], hulls: dict[int, tuple[int, int]], space: int,
+             level: int, lo: int, hi: int) -> np.ndarray:
+    """Bytes [lo, hi) of a local memory as the lanes of `level` outer dimensions see it (its
+    private copy at that level, or the memory itself)."""
+    if level:
+        h = hulls[space][0]
+        return mem[(space, level)][..., lo - h:hi - h]
+    return mem[space][lo:hi]
+
+
+def reads_table(dec: Any) -> list[tuple[int, ...]]:
+    """Per pc: the registers the instruction reads."""
+    tab = dec.caches.get("reads")
+    if tab is None:
+        tab = dec.caches["reads"] = [tuple(v for f, v in zip(ins.d.fields, ins.values)
+                                     if f.kind == "reg" and f.name != "rd" and v)
+                               for ins in dec.instrs]
+    return tab
+
+
+def _reads(dec: Any, lp: Loop) -> tuple[int, ...]:
+    """The registers the loop body reads (the plan depends on their values at entry)."""
+    cache = dec.caches.setdefault("loop_reads", {})
+    regs = cache.get(lp.pc)
+    if regs is None:
+        reads = reads_table(dec)
+        regs = cache[lp.pc] = tuple(sorted({r for q in range(lp.start, lp.end) for r in reads[q]}))
+    return regs
+
+
+def try_lockstep(fr: FunctionalRun, lp: Loop, n: int) -> bool:
+    """Run all n iterations of lp batched if that is provably exact; False (nothing done)
+    otherwise."""
+    dec = fr.dec
+    if not lp.static_body:
+        return False
+    failed: dict[int, str] = dec.caches.setdefault("failed", {})
+    if lp.pc in failed:
+        return False
+    plans: dict[Any, Plan] = dec.caches.setdefault("plans", {})
+    key = (lp.pc, n, fr.dram.size, len(fr.stack), tuple(fr.regs[r] for r in _reads(dec, lp)),
+           fr.wdtype, None if fr.weights is None else fr.weights.shape)
+    plan = plans.get(key)
+    if plan is None:
+        try:
+            plan = _make_plan(fr, lp, n)
+        except Reject as e:
+            failed[lp.pc] = str(e)  # why, for whoever profiles the simulator
+            return False
+        plans[key] = plan
+    _run_plan(fr, plan)
+    return True

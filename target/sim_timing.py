@@ -1,0 +1,362 @@
+"""The timing engine: the timing model of docs/isa.md without data (modes "fast" and "timing").
+
+It executes the front end and every engine's queue exactly as the reference engine does
+(`sim_reference.ReferenceRun`: same formulas, same order of stall attribution), reading the
+per-instruction tables of `sim_decode` instead of touching memory. One function with the
+machine state in local variables, because this loop runs per executed instruction.
+
+Steady-state extrapolation. The timing state at the start of a loop iteration is, relative to
+the front-end time T: the engines' free and retire times, the start times of the last
+queue_depth instructions per engine, every semaphore's token times, the DRAM calendar, the DMA
+channels, the matrix unit's weight path/stream/buffer times and its buffer index, and the k*n
+of the loaded weights. A time at or before T (T + 1 for the values only ever compared with a
+dispatch time, which is at least T + 1) acts exactly like T (T + 1), so the state is compared
+in that canonical form. When the canonical state at the start of iteration i equals the one
+at the start of iteration i - p and the loop body always executes the same instruction
+sequence (constant inner trip counts, no halt: `Loop.static_body`), every later period of p
+iterations behaves identically, shifted by the same number of cycles D: the timing model is a
+deterministic function of that state and of the instructions' static fields. The engine then
+skips k whole periods (leaving at least one iteration to run): every time in the state moves
+by k*D, every counter grows by k times its growth over the period, the per-instruction
+profile and the event log (as a repeat record) likewise. Exact by induction, not
+approximated: a loop whose state does not repeat is simply executed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from infer.target import isa
+from infer.target.asm import format_instr
+from infer.target.hw import HardwareConfig
+from infer.target.sim_core import (
+    E_LOAD, E_MATRIX, E_STORE, E_VECTOR, ENGINES, Calendar, Counters, Fault, PcProfile, SimFault,
+    deadlock)
+from infer.target.sim_decode import (
+    T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_SYNC_ALL, T_VECTOR, Decoded)
+
+#: periods (in loop iterations) the extrapolation looks for
+MAX_PERIOD = 4
+#: a loop boundary is checked only when the iterations left hold at least this many steps
+MIN_STEPS_TO_SKIP = 32
+
+
+class TimingStop(Exception):
+    """The timing pass reached the step where the functional pass faulted, without a fault
+    of its own that comes first."""
+
+
+def _clamped(vals: Any, t: int) -> tuple[int, ...]:
+    return tuple([v - t if v > t else 0 for v in vals])
+
+
+def _state_key(t: int, eng_free: list[int], retired: list[int], starts: list[deque[int]],
+               sems: list[deque[int]], nsem: int, last_done: int, cal: Calendar,
+               chans: list[list[int]], matrix: tuple[int, ...], wbuf: int, cur_kn: int) -> Any:
+    """The canonical timing state relative to front-end time t (see the module docstring)."""
+    t1 = t + 1
+    ends = cal.ends
+    i = bisect_left(ends, t1 + 1)  # intervals ending after t + 1
+    calk = tuple([(s - t if s > t1 else 1, e - t) for s, e in zip(cal.starts[i:], ends[i:])])
+    return (
+        _clamped(eng_free, t1), _clamped(retired, t1),
+        tuple([_clamped(q, t) for q in starts]),
+        tuple([_clamped(sems[s], t) for s in range(1, nsem + 1)]),
+        last_done - t if last_done > t else 0, calk,
+        tuple(sorted(_clamped(chans[0], t1))), tuple(sorted(_clamped(chans[1], t1))),
+        _clamped(matrix, t1), wbuf, cur_kn,
+    )
+
+
+def _shift(d: int, eng_free: list[int], retired: list[int], starts: list[deque[int]],
+           sems: list[deque[int]], cal: Calendar, chans: list[list[int]],
+           wrel: list[int]) -> None:
+    """Move every time of the state's lists and queues d cycles later."""
+    for lst in (eng_free, retired, chans[0], chans[1], wrel, cal.starts, cal.ends):
+        lst[:] = [v + d for v in lst]
+    for q in starts:
+        vals = [v + d for v in q]
+        q.clear()
+        q.extend(vals)
+    for q in sems:
+        if q:
+            vals = [v + d for v in q]
+            q.clear()
+            q.extend(vals)
+
+
+def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
+               loop_counts: Iterator[int] | None = None,
+               stop_step: int | None = None) -> Counters:
+    """Simulate the timing of the decoded program. `loop_counts` yields the trip count of
+    every execution of a loop whose count is read from a register, in execution order (the
+    functional pass records them). `stop_step` (the number of instructions the functional
+    pass completed before it faulted) ends the run there with TimingStop, unless the timing
+    model faults first (a deadlock; a scalar instruction waits before it executes)."""
+    n = dec.n
+    tclass, engine, waitv, sig1, sig2 = dec.tclass, dec.engine, dec.wait, dec.signal, dec.signal2
+    p1, p2, names, loops = dec.p1, dec.p2, dec.names, dec.loops
+    lat, setup = cfg.dram.latency_cycles, cfg.dma.setup_cycles
+    fill, vlat = cfg.matrix.fill_drain_cycles, cfg.vector.latency
+    nbuf, depth, nsem = cfg.matrix.weight_buffers, cfg.scalar.loop_depth, cfg.scalar.semaphores
+    qdepth = [cfg.queue_depth(e) for e in ENGINES]
+    q_full = ["queue_full_" + e for e in ENGINES]
+    sem_stall = ["semaphore_" + e for e in ENGINES]
+    limit = stop_step if stop_step is not None else -1
+
+    c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
+    busy, nins, stalls = c.busy, c.per_engine_instructions, c.stalls
+    prof = PcProfile.empty(n) if trace else None
+    c.profile = prof
+    log = c.log
+    events = log.items
+    pcnt, pfirst, plast, pmacs = ((prof.count, prof.first, prof.last, prof.macs) if prof
+                                  else ([], [], [], []))
+
+    fe = last_done = 0
+    eng_free, retired = [0] * 5, [0] * 5
+    starts: list[deque[int]] = [deque(maxlen=d) for d in qdepth]
+    sems: list[deque[int]] = [deque() for _ in range(isa.MAX_SEMAPHORES + 1)]
+    cal = Calendar()
+    reserve = cal.reserve
+    chans = [[0] * cfg.dma.channels, [0] * cfg.dma.channels]
+    wpath_free = weights_ready = stream_free = 0
+    wrel = [0, 0]
+    wbuf = cur_kn = 0
+    rd_bytes = wr_bytes = dram_busy = macs = wl_cycles = vec_elems = 0
+    steps = 0
+    # loop frames: [start, end, remaining, Loop, iterations done, history]
+    stack: list[list[Any]] = []
+    pc = 0
+    try:
+        while pc < n:
+            if steps == limit:
+                w = waitv[pc]
+                if engine[pc] == 0 and w and not sems[w]:
+                    raise deadlock(w)
+                raise TimingStop
+            tc = tclass[pc]
+            steps += 1
+            npc = pc + 1
+            if tc >= T_DMA:
+                # ---- dispatch to engine e's queue
+                e = engine[pc]
+                q = starts[e]
+                t = fe
+                if len(q) == qdepth[e] and q[0] > t:
+                    stalls[q_full[e]] = stalls.get(q_full[e], 0) + q[0] - t
+                    t = q[0]
+                fe = t + 1
+                ready = eng_free[e]
+                if ready < fe:
+                    ready = fe
+                w = waitv[pc]
+                if w:
+                    fifo = sems[w]
+                    if not fifo:
+                        raise deadlock(w)
+                    ts = fifo.popleft()
+                    if ts > ready:
+                        stalls[sem_stall[e]] = stalls.get(sem_stall[e], 0) + ts - ready
+                        ready = ts
+                # ---- the engine's own timing
+                if tc == T_MATMUL:
+                    macs += p2[pc] * cur_kn
+                    if prof is not None:
+                        pmacs[pc] += p2[pc] * cur_kn
+                    start = ready if ready > stream_free else stream_free
+                    if weights_ready > start:
+                        stalls["weight_load"] = stalls.get("weight_load", 0) + weights_ready - start
+                        start = weights_ready
+                    cyc = p1[pc]
+                    stream_free = start + cyc
+                    wrel[wbuf] = stream_free
+                    free, done, b = start + 1, stream_free + fill, cyc
+                elif tc == T_LOADW:
+                    buf = (wbuf + 1) % nbuf
+                    start = ready if ready > wpath_free else wpath_free
+                    if wrel[buf] > start:
+                        stalls["weight_buffer"] = stalls.get("weight_buffer", 0) + wrel[buf] - start
+                        start = wrel[buf]
+                    cyc = p1[pc]
+                    wpath_free = weights_ready = done = start + cyc
+                    wbuf = buf
+                    cur_kn = p2[pc]
+                    wl_cycles += cyc
+                    free, b = start + 1, 0
+                elif tc == T_VECTOR:
+                    occ = p1[pc]
+                    vec_elems += p2[pc]
+                    start = ready
+                    free, done, b = ready + occ, ready + occ + vlat, occ
+                else:  # T_DMA
+                    ch = chans[0] if e == E_LOAD else chans[1]
+                    ci = min(range(len(ch)), key=ch.__getitem__)
+                    start = ready if ready > ch[ci] else ch[ci]
+                    dirn = "load" if e == E_LOAD else "store"
+                    if start > ready:
+                        k = "dma_channels_" + dirn
+                        stalls[k] = stalls.get(k, 0) + start - ready
+                    t0 = start + setup
+                    xfer = p1[pc]
+                    xs = reserve(t0, xfer)
+                    if xs > t0:
+                        k = "dram_bandwidth_" + dirn
+                        stalls[k] = stalls.get(k, 0) + xs - t0
+                    done = xs + xfer + lat
+                    ch[ci] = done
+                    dram_busy += xfer
+                    if e == E_LOAD:
+                        rd_bytes += p2[pc]
+                    else:
+                        wr_bytes += p2[pc]
+                    free, b = t0, xfer
+                # ---- finish: in-order retirement, signals, trace
+                eng_free[e] = free
+                q.append(start)
+                busy[e] += b
+                nins[e] += 1
+                r = retired[e]
+                if done > r:
+                    retired[e] = r = done
+                s = sig1[pc]
+                if s:
+                    sems[s].append(r)
+                s = sig2[pc]
+                if s:
+                    sems[s].append(r)
+                if done > last_done:
+                    last_done = done
+                if prof is not None:
+                    events.append((e, names[pc], start, done - start, pc))
+                    pcnt[pc] += 1
+                    if pfirst[pc] < 0:
+                        pfirst[pc] = start
+                    end = done if done > start else start + 1
+                    if end > plast[pc]:
+                        plast[pc] = end
+            else:
+                # ---- the front end: wait, execute, signal
+                w = waitv[pc]
+                if w:
+                    fifo = sems[w]
+                    if not fifo:
+                        raise deadlock(w)
+                    ts = fifo.popleft()
+                    if ts > fe:
+                        stalls["semaphore_scalar"] = stalls.get("semaphore_scalar", 0) + ts - fe
+                        fe = ts
+                if tc == T_SCALAR:
+                    fe += 1
+                elif tc == T_LOOP:
+                    lp = loops[pc]
+                    cnt = lp.count if lp.count_base == 0 else next(loop_counts)  # type: ignore[arg-type]
+                    fe += 1
+                    if cnt <= 0:
+                        npc = lp.end
+                    else:
+                        if len(stack) >= depth:
+                            raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
+                        stack.append([lp.start, lp.end, cnt, lp, 0, []])
+                elif tc == T_LD:
+                    fe += 1 + lat
+                    rd_bytes += 4
+                    if lat:
+                        stalls["scalar_load"] = stalls.get("scalar_load", 0) + lat
+                else:  # fence, halt: wait until every engine is idle
+                    if last_done > fe:
+                        fe = last_done
+                    fe += 1
+                    if tc == T_HALT:
+                        npc = n
+                nins[0] += 1
+                busy[0] += 1
+                s = sig1[pc]
+                if s:
+                    sems[s].append(fe)
+                s = sig2[pc]
+                if s:
+                    sems[s].append(fe)
+            # ---- loop back-edges; steady-state extrapolation at iteration boundaries
+            while stack and npc == stack[-1][1]:
+                top = stack[-1]
+                top[2] -= 1
+                if top[2] <= 0:
+                    stack.pop()
+                    continue
+                npc = top[0]
+                top[4] += 1
+                lp = top[3]
+                if not lp.static_body or (top[2] - 1) * lp.steps_per_iteration < MIN_STEPS_TO_SKIP:
+                    break
+                key = _state_key(fe, eng_free, retired, starts, sems, nsem, last_done, cal,
+                                 chans, (wpath_free, weights_ready, stream_free, wrel[0],
+                                         wrel[1]), wbuf, cur_kn)
+                hist = top[5]
+                period = 0
+                for p in range(1, min(MAX_PERIOD, len(hist)) + 1):
+                    if hist[-p][0] == key:
+                        period = p
+                        break
+                if period:
+                    h = hist[-period]
+                    k = (top[2] - 1) // period
+                    dsteps = steps - h[2]
+                    if limit >= 0:
+                        k = min(k, (limit - steps) // dsteps)
+                    if k > 0:
+                        delta = fe - h[1]
+                        d = delta * k
+                        fe += d
+                        last_done += d
+                        wpath_free += d
+                        weights_ready += d
+                        stream_free += d
+                        _shift(d, eng_free, retired, starts, sems, cal, chans, wrel)
+                        steps += k * dsteps
+                        hb, hn, hs, hsc = h[3]
+                        for i in range(5):
+                            busy[i] += k * (busy[i] - hb[i])
+                            nins[i] += k * (nins[i] - hn[i])
+                        for name, v in list(stalls.items()):
+                            dv = v - hs.get(name, 0)
+                            if dv:
+                                stalls[name] = v + k * dv
+                        sc = (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems)
+                        rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems = (
+                            v + k * (v - v0) for v, v0 in zip(sc, hsc))
+                        if prof is not None:
+                            log.repeat(h[4], len(log), k, delta)
+                            lo, hi = lp.start, lp.end
+                            hcnt, hmacs = h[5]
+                            for j in range(lo, hi):
+                                dc = pcnt[j] - hcnt[j - lo]
+                                if dc:
+                                    pcnt[j] += k * dc
+                                    plast[j] += d
+                                    pmacs[j] += k * (pmacs[j] - hmacs[j - lo])
+                        top[2] -= k * period
+                        top[4] += k * period
+                        hist.clear()
+                        break
+                snap = ((list(busy), list(nins), dict(stalls),
+                         (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems)))
+                psnap = (pcnt[lp.start:lp.end], pmacs[lp.start:lp.end]) if prof is not None \
+                    else None
+                hist.append((key, fe, steps, snap, len(log), psnap))
+                if len(hist) > MAX_PERIOD:
+                    del hist[0]
+                break
+            if steps & 0xFFF == 0:
+                cal.prune(fe)
+            pc = npc
+    except Fault as fl:
+        raise SimFault(pc, format_instr(dec.instrs[pc]), fl.cause, fl.kind) from None
+    c.instructions = steps
+    c.cycles = max(fe, last_done)
+    c.dram_read_bytes, c.dram_write_bytes, c.dram_busy_cycles = rd_bytes, wr_bytes, dram_busy
+    c.macs, c.weight_load_cycles, c.vector_elements = macs, wl_cycles, vec_elems
+    return c

@@ -1,0 +1,184 @@
+"""Simulation modes (infer.target.sim.MODES): the fast mode computes the reference mode's
+outputs bit for bit and its cycles and counters exactly; functional mode the same outputs;
+timing mode the same cycles and counters. On random programs (sim_programs: compiled-kernel
+shapes with every structural choice drawn, and any instruction of the ISA table in random loop
+nests, faults included) and on hand-written kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infer.target import kernels
+from infer.target.asm import Program
+from infer.target.sim import MODES, SimFault, Simulator
+from infer.target.sim_decode import decoded
+
+from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def run_mode(prog: Program, dram: np.ndarray, mode: str, regs=None, trace: bool = True,
+             cfg: str = "edge", spad_seed: int = 7):
+    """(outcome, DRAM, scratchpad, accumulator): outcome is the Counters or the SimFault."""
+    sim = Simulator(cfg)
+    rng = np.random.default_rng(spad_seed)  # the same stale local memory for every mode
+    sim.spad[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
+    sim.acc[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
+    d = dram.copy()
+    try:
+        out = sim.run(prog, d, regs=regs, trace=trace, mode=mode)
+    except SimFault as e:
+        out = e
+    return out, d, sim.spad.copy(), sim.acc.copy()
+
+
+def fault_key(e: SimFault) -> tuple:
+    return (e.index, e.kind, e.cause)
+
+
+def assert_modes_agree(prog: Program, dram: np.ndarray, regs=None, cfg: str = "edge") -> None:
+    ref, rd, rs, ra = run_mode(prog, dram, "reference", regs, cfg=cfg)
+    fast, fd, fs, fa = run_mode(prog, dram, "fast", regs, cfg=cfg)
+    if isinstance(ref, SimFault):
+        assert isinstance(fast, SimFault), f"reference faulted ({ref}), fast did not"
+        assert fault_key(fast) == fault_key(ref)
+    else:
+        assert not isinstance(fast, SimFault), f"fast faulted: {fast}"
+        assert fd.tobytes() == rd.tobytes() and fs.tobytes() == rs.tobytes()
+        assert fa.tobytes() == ra.tobytes()
+        assert fast.as_dict() == ref.as_dict()
+        assert fast.profile == ref.profile and fast.events == ref.events
+    func, ud, us, ua = run_mode(prog, dram, "functional", regs, cfg=cfg)
+    if not isinstance(ref, SimFault):
+        assert not isinstance(func, SimFault), func
+        assert (ud.tobytes(), us.tobytes(), ua.tobytes()) == (rd.tobytes(), rs.tobytes(),
+                                                              ra.tobytes())
+        assert (func.cycles, func.instructions, func.macs, func.acc_saturations) == (
+            0, ref.instructions, ref.macs, ref.acc_saturations)
+    elif ref.kind != "deadlock":  # functional mode has no semaphores to deadlock on
+        assert isinstance(func, SimFault) and fault_key(func) == fault_key(ref)
+    tim, td, ts, ta = run_mode(prog, dram, "timing", regs, cfg=cfg)
+    assert td.tobytes() == dram.tobytes()  # no data touched
+    if not isinstance(ref, SimFault):
+        assert not isinstance(tim, SimFault), tim
+        want = ref.as_dict()
+        want["acc_saturations"] = 0  # data: not computed in timing mode
+        assert tim.as_dict() == want
+        assert tim.profile == ref.profile and tim.events == ref.events
+    elif ref.kind == "deadlock":
+        assert isinstance(tim, SimFault) and fault_key(tim) == fault_key(ref)
+
+
+@SETTINGS
+@given(params=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in TILED_PARAMS.items()}),
+       seed=st.integers(0, 1000))
+def test_tiled_kernels(params, seed):
+    prog, dram = tiled_kernel(params, seed)
+    assert_modes_agree(prog, dram)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_programs(seed):
+    prog, dram, regs = random_program(seed)
+    assert_modes_agree(prog, dram, regs)
+
+
+def _batched(prog: Program, cfg: str = "edge") -> int:
+    """How many loop executions the last fast run batched (plans cached on the program)."""
+    return len(decoded(prog, Simulator(cfg).cfg).caches.get("plans", {}))
+
+
+@pytest.mark.parametrize("params", [
+    dict(dtype="bf16", k=16, n=16, m=16, nk=5, nout=4, ncol=3, pipelined=True, out_moves=True,
+         epilogue="bias", clear="mul0"),
+    dict(dtype="int8", k=8, n=16, m=8, nk=3, nout=2, ncol=2, pipelined=False, out_moves=True,
+         epilogue="requant", clear="accum0"),
+])
+def test_batched_paths_are_exercised(params):
+    """The compiled-kernel shapes take the batched paths (nested lanes, private copies,
+    renamed buffers, reductions), and a second run reuses the cached plans."""
+    prog, dram = tiled_kernel(params)
+    assert_modes_agree(prog, dram)
+    assert _batched(prog) > 0
+    first = run_mode(prog, dram, "fast")
+    again = run_mode(prog, dram, "fast")
+    assert first[1].tobytes() == again[1].tobytes()
+    assert first[0].as_dict() == again[0].as_dict()
+
+
+@pytest.mark.parametrize("cfg", ["edge", "server"])
+def test_hand_written_kernels(cfg):
+    r = 16 if cfg == "edge" else 128
+    for k in (kernels.gemm(cfg, 64, 2 * r, 4 * r, double_buffer=True),
+              kernels.gemm(cfg, 32, 4 * r, 2 * r, "bf16", double_buffer=False),
+              kernels.gemv(cfg, 2 * r, 2 * r), kernels.softmax(cfg, 64, 128),
+              kernels.layernorm(cfg, 64, 128)):
+        assert_modes_agree(k.program, k.dram, cfg=cfg)
+
+
+def test_fault_inside_a_batched_loop_is_the_reference_fault():
+    # iteration 5 of 8 reads past the scratchpad: the fast mode reports that instruction
+    text = ("li rd=r1, imm=0x3f000\n"
+            "loop count=8, body=3\n"
+            "  vec.relu dst=0, a=r1+0, rows=1, cols=256, dstride=1024, astride=1024, dt=fp32, at=fp32\n"
+            "  addi rd=r1, rs=r1, imm=0x400\n"
+            "  nop\n"
+            "halt")
+    prog = Program.from_asm(text)
+    ref, *_ = run_mode(prog, np.zeros(64, np.uint8), "reference")
+    fast, *_ = run_mode(prog, np.zeros(64, np.uint8), "fast")
+    assert isinstance(ref, SimFault) and ref.kind == "out-of-bounds"
+    assert fault_key(fast) == fault_key(ref)
+
+
+def test_deadlock_before_a_data_fault_is_reported_first():
+    prog = Program.from_asm("nop wait=s2\ndma.load dram=0x10000, local=0, n0=4, n1=1, n2=1\nhalt")
+    ref, *_ = run_mode(prog, np.zeros(64, np.uint8), "reference")
+    fast, *_ = run_mode(prog, np.zeros(64, np.uint8), "fast")
+    assert ref.kind == "deadlock" and fault_key(fast) == fault_key(ref)
+
+
+# a loop whose trip count is read from DRAM: by a runtime-provided table (timing mode can run
+# it) or from a word the program itself stores (timing mode refuses: that count is data)
+PAGE_LOOP = """
+    li rd=r3, imm=0
+    {store}
+    ld rd=r1, addr=r2+0
+    loop count=r1+0, body=3
+      dma.load dram=r3+0x100, local=r3+0, n0=16, n1=1, n2=1, signal=s1
+      nop wait=s1
+      addi rd=r3, rs=r3, imm=16
+    halt
+"""
+
+
+def test_timing_mode_runs_loop_counts_from_runtime_tables():
+    prog = Program.from_asm(PAGE_LOOP.format(store="nop"))
+    dram = np.zeros(1024, np.uint8)
+    dram[0:4] = np.frombuffer(np.int32(5).tobytes(), np.uint8)
+    ref, *_ = run_mode(prog, dram, "reference", regs={"r2": 0})
+    tim, *_ = run_mode(prog, dram, "timing", regs={"r2": 0})
+    assert ref.instructions == 3 + 1 + 5 * 3 + 1
+    assert (tim.cycles, tim.instructions) == (ref.cycles, ref.instructions)
+    assert_modes_agree(prog, dram, regs={"r2": 0})
+
+
+def test_timing_mode_refuses_loop_counts_the_program_computes():
+    prog = Program.from_asm(PAGE_LOOP.format(
+        store="dma.store dram=0, local=0x40, n0=4, n1=1, n2=1, signal=s2\nnop wait=s2"))
+    tim, *_ = run_mode(prog, np.zeros(1024, np.uint8), "timing", regs={"r2": 0})
+    assert isinstance(tim, SimFault) and tim.kind == "data-dependent"
+    assert "timing-only mode" in tim.cause and tim.index == 3
+    assert_modes_agree(prog, np.zeros(1024, np.uint8), regs={"r2": 0})
+
+
+def test_modes_and_unknown_mode():
+    assert MODES == ("fast", "reference", "functional", "timing")
+    with pytest.raises(ValueError, match="unknown simulation mode 'quick'"):
+        Simulator("edge").run(Program.from_asm("halt"), np.zeros(4, np.uint8), mode="quick")
