@@ -1259,19 +1259,19 @@ def _quant_params(
     if axis is None:
         if len(s) > 1 or math.prod(s) != 1:
             raise VerifyException(
-                f"a per-tensor {what} has one element (shape [] or [1]), got {_fmtshape_of(s)} "
+                f"a per-tensor {what} has one element (shape [] or [1]), got {format_shape(s)} "
                 f"(give `axis` for one {what} per slice)"
             )
     else:
         a = normalize_axis(op.name, axis.value.data, len(x))
         if len(s) != 1 or (x[a] != DYNAMIC and s[0] != x[a]):
             raise VerifyException(
-                f"a per-axis {what} along axis {a} of a {_fmtshape_of(x)} operand has shape {x[a]}, "
-                f"got {_fmtshape_of(s)}"
+                f"a per-axis {what} along axis {a} of a {format_shape(x)} operand has shape {x[a]}, "
+                f"got {format_shape(s)}"
             )
     if zero_point is not None and shape_of(zero_point) != s:
         raise VerifyException(
-            f"the zero point has shape {_fmtshape_of(shape_of(zero_point))} but the {what} has {_fmtshape_of(s)}"
+            f"the zero point has shape {format_shape(shape_of(zero_point))} but the {what} has {format_shape(s)}"
         )
 
 
@@ -1449,7 +1449,7 @@ class LinearIntegerOp(IntegerKernelOp):
         self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
         self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
         self._check_bias(self.bias)
-        return [TensorType(i32, linearshape_of(self, self.input, self.weight, self.bias))]
+        return [TensorType(i32, linear_shape(self, self.input, self.weight, self.bias))]
 
 
 @irdl_op_definition
@@ -1472,7 +1472,7 @@ class MatmulIntegerOp(IntegerKernelOp):
     def infer_result_types(self) -> list[TensorType]:
         self._check_operand(self.lhs, "the lhs", self.lhs_zero_point, "lhs_zero_point")
         self._check_operand(self.rhs, "the rhs", self.rhs_zero_point, "rhs_zero_point")
-        shape = matmulshape_of(
+        shape = matmul_shape(
             self.name, shape_of(self.lhs), shape_of(self.rhs),
             bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
         )

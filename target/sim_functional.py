@@ -24,10 +24,11 @@ import numpy as np
 from infer.target import isa
 from infer.target.asm import format_instr
 from infer.target.sim_core import (
-    Counters, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
+    Counters, DequantSpec, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
-from infer.target.sim_reference import dma_views, initial_registers, local_view, matmul_step
+from infer.target.sim_reference import (
+    dequant_views, dma_views, initial_registers, local_view, matmul_step)
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -68,6 +69,10 @@ def functional_tables(dec: Decoded) -> list[Any]:
             dt = v["dtype"]
             out.append((v["act_base"], v["act"], v["acc_base"], v["acc"], v["m"], v["astride"],
                         v["cstride"], dt, bool(v["accum"]), dt == 0, 1 if dt == 0 else 2))
+        elif tc == T_VECTOR and ins.d.vop is not None and ins.d.vop.form == "dequant":
+            out.append((DequantSpec.of(ins), v["rows"], v["cols"], v["dst_base"], v["dst"],
+                        v["q_base"], v["q"], v["s_base"], v["s"], v["dstride"], v["qstride"],
+                        v["sstride"], v["dt"]))
         elif tc == T_VECTOR:
             spec = VectorSpec.of(ins)
             binary = spec.binary
@@ -187,7 +192,7 @@ class FunctionalRun:
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     if data:
-                        self._vector(t)
+                        _VECTOR_RUNNERS[type(t[0])](self, t)
                     c.vector_elements += t[1] * t[2]
                 elif tc == T_LD:
                     self._ld(t)
@@ -257,3 +262,14 @@ class FunctionalRun:
                 b = local_view(sim, base, rows, 1, bstride, bt, "operand b (col)")
         vector_compute(spec, a, b, dst, dt)
 
+    def _dequant(self, t: tuple) -> None:
+        spec, rows, cols, db, do, qb, qo, sb, so, dstride, qstride, sstride, dt = t
+        regs, sim = self.regs, self.sim
+        q, s = dequant_views(sim, spec, rows, cols, regs[qb] + qo, qstride, regs[sb] + so,
+                             sstride)
+        dst = local_view(sim, regs[db] + do, rows, cols, dstride, dt, "destination")
+        spec.compute(q, s, dst, dt)
+
+
+#: how the functional engine runs a vector instruction, by the kind of its table entry
+_VECTOR_RUNNERS = {VectorSpec: FunctionalRun._vector, DequantSpec: FunctionalRun._dequant}

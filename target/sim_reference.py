@@ -32,7 +32,8 @@ from infer.target.asm import Program, format_instr
 from infer.target.sim_access import ACC, DRAM, RACE_SPACES, SPAD, dma_access, overlap, rows_access
 from infer.target.sim_core import (
     E_LOAD, E_MATRIX, E_SCALAR, E_STORE, E_VECTOR, ENGINES, NP_DTYPES, Calendar, Counters, Fault,
-    PcProfile, SimFault, VectorSpec, deadlock, matmul_into, vector_compute, weights_dtype)
+    DequantSpec, PcProfile, SimFault, VectorSpec, deadlock, matmul_into, vector_compute,
+    vector_occupancy, weights_dtype)
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -84,7 +85,15 @@ def matmul_step(sim: Simulator, weights: np.ndarray | None, wdtype: int, dt: int
 def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt: int,
                what: str) -> np.ndarray:
     """The (rows, cols) tile of dtype dt at local address addr (bounds and alignment checked)."""
-    esz = NP_DTYPES[dt].itemsize
+    return local_array(sim, addr, rows, cols, stride, NP_DTYPES[dt], NP_DTYPES[dt].itemsize,
+                       isa.DTYPES[dt][0], what)
+
+
+def local_array(sim: Simulator, addr: int, rows: int, cols: int, stride: int, npdt: Any,
+                align: int, tname: str, what: str) -> np.ndarray:
+    """The (rows, cols) tile of numpy dtype npdt at local address addr; the address and the
+    stride must be multiples of `align` (the element, or a `vec.dequant` scale entry)."""
+    esz = npdt.itemsize
     if addr >= isa.ACC_BASE:
         mem, off, space = sim.acc, addr - isa.ACC_BASE, "accumulator"
     else:
@@ -95,10 +104,21 @@ def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt:
     if last > mem.size:
         raise Fault("out-of-bounds", f"{what} [{addr:#x}, {addr - off + last:#x}) exceeds "
                     f"the {space} ({mem.size} bytes)")
-    if off % esz or stride % esz:
+    if off % align or stride % align:
         raise Fault("misaligned", f"{what} address {addr:#x} / stride {stride} not "
-                    f"aligned to {esz} bytes ({isa.DTYPES[dt][0]})")
-    return np.ndarray((rows, cols), NP_DTYPES[dt], mem, off, (stride, esz))
+                    f"aligned to {align} bytes ({tname})")
+    return np.ndarray((rows, cols), npdt, mem, off, (stride, esz))
+
+
+def dequant_views(sim: Simulator, spec: DequantSpec, rows: int, cols: int, q: int,
+                  qstride: int, s: int, sstride: int) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, scales) operand tiles of a `vec.dequant` (bounds and alignment checked): the
+    codes as bytes (int8 for q8_0), the scales as fp16 (d, or d, m pairs, along a row)."""
+    (qr, qc), (sr, sc) = isa.dequant_shapes(spec.fmt, spec.axis, rows, cols)
+    fname = isa.QFORMATS[spec.fmt]
+    return (local_array(sim, q, qr, qc, qstride, spec.code_dtype, 1, fname, "codes"),
+            local_array(sim, s, sr, sc * spec.scale_entry, sstride, np.dtype(np.float16),
+                        2 * spec.scale_entry, f"{fname} scales", "scales"))
 
 
 def compile_checks(cfg: Any, ins: isa.Instr) -> None:
@@ -497,6 +517,8 @@ class ReferenceRun:
         v = ins.as_dict()
         vop = ins.d.vop
         assert vop is not None
+        if vop.form == "dequant":
+            return self._c_dequant(pc, ins)
         cfg, regs, sim, c = self.cfg, self.regs, self.sim, self.c
         wait, signal, signal2 = ins.wait, ins.signal, ins.signal2
         rows, cols = v["rows"], v["cols"]
@@ -506,8 +528,7 @@ class ReferenceRun:
         binary = spec.binary
         if binary:
             bb, bo, bstride, bt, bmode = v["b_base"], v["b"], v["bstride"], v["bt"], v["bmode"]
-        groups = -(-(rows * cols) // cfg.vector.lanes)
-        occ = groups * cfg.vector.cost[vop.name]
+        occ = vector_occupancy(cfg, ins)
         lat = cfg.vector.latency
         dshape = (rows, 1) if spec.reduce else (rows, cols)
         nelem = rows * cols
@@ -551,6 +572,41 @@ class ReferenceRun:
                 x = regs[db] + do
                 rows_access(ACC if x >= isa.ACC_BASE else SPAD, True, x, dshape[0], d_bytes,
                             dstride, accs)
+                self.race(E_VECTOR, pc, ready, ready + occ + lat, accs)
+            return pc + 1
+        return f
+
+    def _c_dequant(self, pc: int, ins: isa.Instr) -> Any:
+        v = ins.as_dict()
+        regs, sim, c = self.regs, self.sim, self.c
+        wait, signal, signal2 = ins.wait, ins.signal, ins.signal2
+        rows, cols, dt = v["rows"], v["cols"], v["dt"]
+        spec = DequantSpec.of(ins)
+        occ = vector_occupancy(self.cfg, ins)
+        lat = self.cfg.vector.latency
+        nelem = rows * cols
+        (qr, qc), (sr, sc) = isa.dequant_shapes(spec.fmt, spec.axis, rows, cols)
+        s_bytes = sc * 2 * spec.scale_entry
+        d_bytes = cols * NP_DTYPES[dt].itemsize
+        chk = self.check_races
+
+        def f() -> int:
+            q, s = dequant_views(sim, spec, rows, cols, regs[v["q_base"]] + v["q"],
+                                 v["qstride"], regs[v["s_base"]] + v["s"], v["sstride"])
+            dst = local_view(sim, regs[v["dst_base"]] + v["dst"], rows, cols, v["dstride"], dt,
+                             "destination")
+            spec.compute(q, s, dst, dt)
+            c.vector_elements += nelem
+            ready = self.dispatch(E_VECTOR, wait)
+            self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
+            if chk:
+                accs: list[Any] = []
+                for name, nrows, nbytes, stride, write in (
+                        ("q", qr, qc, v["qstride"], False), ("s", sr, s_bytes, v["sstride"], False),
+                        ("dst", rows, d_bytes, v["dstride"], True)):
+                    x = regs[v[name + "_base"]] + v[name]
+                    rows_access(ACC if x >= isa.ACC_BASE else SPAD, write, x, nrows, nbytes,
+                                stride, accs)
                 self.race(E_VECTOR, pc, ready, ready + occ + lat, accs)
             return pc + 1
         return f
