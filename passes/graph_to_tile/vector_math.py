@@ -212,6 +212,52 @@ def _erf(s: Seq, op, dst, xs, temps, ints) -> None:
     s.tile("sub", dst, t, dst)
 
 
+TWO_PI_HIGH = 6.28125  # 2 pi = TWO_PI_HIGH + TWO_PI_LOW; k * TWO_PI_HIGH is exact for |k| < 2^15
+TWO_PI_LOW = 2 * math.pi - TWO_PI_HIGH
+SINE_TAYLOR = (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800)  # z^1, z^3, ..., z^11
+
+
+def _sine_or_cosine(s: Seq, dst: SSAValue, x: SSAValue, temps: Sequence[SSAValue], as_int: SSAValue,
+                    cosine: bool) -> None:
+    """dst = sin(x) or cos(x): y = x - 2 pi rint(x / 2 pi) in [-pi, pi] (Cody-Waite, two-part
+    2 pi), then sin(y) = sign(y) S(pi/2 - |pi/2 - |y||), cos(y) = S(pi/2 - |y|) with S the
+    Taylor polynomial of degree 11 on [-pi/2, pi/2] (|err| < 6e-8, odd: S(0) = 0 exactly)."""
+    y, z, z2, p = temps[:4]
+    s.imm("mul", z, x, 1 / (2 * math.pi))
+    s.rint(z, z, as_int)  # k
+    s.imm("mul", y, z, -TWO_PI_HIGH)
+    s.tile("add", y, y, x)
+    s.imm("mul", z, z, -TWO_PI_LOW)
+    s.tile("add", y, y, z)  # y = x - 2 pi k
+    s.v("abs", z, y)
+    s.imm("mul", z, z, -1.0)
+    s.imm("add", z, z, math.pi / 2)  # pi/2 - |y|
+    if not cosine:
+        s.v("abs", z, z)
+        s.imm("mul", z, z, -1.0)
+        s.imm("add", z, z, math.pi / 2)
+    s.tile("mul", z2, z, z)
+    s.imm("mul", p, z2, SINE_TAYLOR[5])
+    for coef in reversed(SINE_TAYLOR[:5]):
+        s.imm("add", p, p, coef)
+        if coef != SINE_TAYLOR[0]:
+            s.tile("mul", p, p, z2)
+    s.tile("mul", dst, p, z)
+    if not cosine:  # the sign of y: dst - 2 (y < 0) dst
+        s.imm("lt", z, y, 0.0)
+        s.tile("mul", z, z, dst)
+        s.imm("mul", z, z, 2.0)
+        s.tile("sub", dst, dst, z)
+
+
+def _sin(s: Seq, op, dst, xs, temps, ints) -> None:
+    _sine_or_cosine(s, dst, _tile(xs[0]), temps, ints[0], cosine=False)
+
+
+def _cos(s: Seq, op, dst, xs, temps, ints) -> None:
+    _sine_or_cosine(s, dst, _tile(xs[0]), temps, ints[0], cosine=True)
+
+
 def _clip(s: Seq, op, dst, xs, temps, ints) -> None:
     src = _tile(xs[0])
     if op.min is not None:
@@ -523,6 +569,8 @@ RULES: dict[type[Operation], Rule] = {
     g.HardSigmoidOp: Rule(_hard_sigmoid, vector_op="add"),
     g.ErfOp: Rule(_erf, temps=2, cost=22),
     g.SoftplusOp: Rule(_softplus, temps=1, cost=8),
+    g.SinOp: Rule(_sin, temps=4, int_temps=1, cost=26),
+    g.CosOp: Rule(_cos, temps=4, int_temps=1, cost=22),
     g.FloorOp: Rule(_floor, temps=3, int_temps=1, cost=12),
     g.CeilOp: Rule(_ceil, temps=4, int_temps=1, cost=14),
     g.RoundOp: Rule(_round, temps=3, int_temps=1, cost=9),

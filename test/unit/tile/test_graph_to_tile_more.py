@@ -288,3 +288,16 @@ def test_cast_round_trips(target, precision):
     r = check(module(CASTS), target, precision, inputs=[[x]])
     np.testing.assert_array_equal(r.after[0][1], r.before[0][1])  # truncation is exact
     np.testing.assert_array_equal(r.after[0][0], r.before[0][0])  # bf16 rounding is exact
+
+
+def test_sine_and_cosine_over_many_periods():
+    """sin/cos: range reduction by 2 pi then a degree-11 polynomial, exact zero at 0."""
+    m = module(fn("%x: tensor<6x50xf32>", "tensor<6x50xf32>, tensor<6x50xf32>", """
+  %s = graph.sin %x : (tensor<6x50xf32>) -> tensor<6x50xf32>
+  %c = graph.cos %x : (tensor<6x50xf32>) -> tensor<6x50xf32>
+  func.return %s, %c : tensor<6x50xf32>, tensor<6x50xf32>"""))
+    x = np.linspace(-60, 60, 300, dtype=np.float32).reshape(6, 50)
+    x[0, :4] = [0.0, -0.0, np.pi / 2, -np.pi]
+    r = check(m, "edge", "fp32", inputs=[[x]])
+    np.testing.assert_allclose(r.after[0][0], np.sin(x.astype(np.float64)), rtol=0, atol=2e-5)
+    assert r.after[0][0][0, 0] == 0.0
