@@ -42,9 +42,15 @@ def _model(path, second: str):
 
 
 def test_onnx_node_name_in_a_lowering_error(tmp_path):
-    path = _model(tmp_path / "m.onnx", "Sin")
-    with pytest.raises(Exception, match=r"m\.onnx: Sin node 'layer7': error: 'graph\.sin' op graph-to-tile"):
-        compile_model(str(path))
+    """A convolution whose weight is a model input (not lowered: weights are compile-time)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 2, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="act1"), helper.make_node("Conv", ["h", "w"], ["y"], name="layer7")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, w], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(Exception, match=r"m\.onnx: Conv node 'layer7': error: 'graph\.conv2d' op graph-to-tile"):
+        compile_model(str(tmp_path / "m.onnx"))
 
 
 def test_onnx_model_with_located_ops_still_compiles(tmp_path):
