@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from infer.passes import infer_passes
 
-from helpers.fuzz_check import run_case
+from infer.dialects.ir_io import make_context, parse_ir
+
+from helpers.fuzz_check import run_case, run_module_case
 from helpers.fuzz_graphs import FuzzGraph, Node, build, graphs, make_inputs
 from helpers.fuzz_known import known_bug
 
@@ -82,10 +84,23 @@ def test_an_internal_compiler_error_is_a_crash(monkeypatch: pytest.MonkeyPatch):
     assert outcome.detail.startswith("KeyError: 'offset' (raised at fuzz/test_fuzz_harness.py:"), outcome
 
 
+TRANSPOSED_LHS_MATMUL = """
+func.func @main(%x: tensor<8x4xf32>) -> tensor<4x5xf32> {
+  %t = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %w = graph.constant dense<0.5> : tensor<8x5xf32>
+  %y = graph.matmul %t, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  func.return %y : tensor<4x5xf32>
+}
+"""
+
+
 def test_a_clean_refusal_is_unsupported_and_nan_is_degenerate():
-    log_softmax = FuzzGraph(RELU.nodes[:1] + (Node("log_softmax", (0,), (("axis", -1),)),), (1,))
-    outcome = run_case(log_softmax, "edge", "fp32")
-    assert outcome.kind == "unsupported" and "log_softmax" in outcome.detail, outcome
+    # graph-canonicalize folds the transpose into matmul's transpose_a, which graph-to-tile
+    # refuses with a clean error (test_fuzz_regressions.test_transpose_then_matmul)
+    module = parse_ir(make_context(), TRANSPOSED_LHS_MATMUL, "refused.mlir")
+    inputs = [np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)]
+    outcome = run_module_case(module, inputs, "edge", "fp32")
+    assert outcome.kind == "unsupported" and "transpose_a" in outcome.detail, outcome
     nan = FuzzGraph(RELU.nodes[:1] + (Node("sqrt", (0,)),), (1,))  # sqrt of normal inputs
     assert run_case(nan, "edge", "fp32").kind == "degenerate"
 

@@ -2,11 +2,13 @@
 model of something the fuzzer found, compiled for both configs and run on the simulator against
 the reference interpreter (helpers/fuzz_check.run_module_case).
 
-The strict xfails are graph-to-tile bugs not fixed yet (passes/graph_to_tile/, which the
-operator-coverage work of issue 16 is changing): models made only of ops docs/tiling.md says
-are lowered, which the compiler refuses with a clean error. The generator avoids them (see
-helpers/fuzz_graphs.py: `Draft.sealed`, `Draft.floats`, `_uses_of_dead_integer_inputs`, `fam_matmul`). When one
-is fixed its test XPASSes, which fails: remove the mark then, and the generator's restriction.
+Most were refusals the operator-coverage work of issue 16 fixed (an integer input cast inside
+an elementwise chain, bf16 and i32 round trips in a kernel, an unused integer input, a rank-0
+elementwise op): they now run. The strict xfails are graph-to-tile bugs not fixed yet: models
+made only of ops docs/tiling.md says are lowered, which the compiler refuses. The generator
+avoids them (helpers/fuzz_graphs.py: `fam_matmul`; helpers/fuzz_known.py counts the remainder
+tile one). When one is fixed its test XPASSes, which fails: remove the mark then, and the
+generator's restriction.
 """
 
 from __future__ import annotations
@@ -63,10 +65,6 @@ func.func @main(%ids: tensor<4x8xi64>) -> tensor<4x8xf32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-to-tile refuses an integer input whose cast to f32 graph-fuse put "
-                                       "in an elementwise chain ('only f32 tensor arguments ... got "
-                                       "tensor<4x8xi64>'): docs/tiling.md accepts a cast to f32 as a use, but "
-                                       "only a lone one in its kernel")
 @pytest.mark.parametrize("target", TARGETS)
 def test_integer_input_cast_then_elementwise(target):
     ids = np.random.default_rng(1).integers(-8, 8, (4, 8)).astype(np.int64)
@@ -84,9 +82,6 @@ func.func @main(%x: tensor<4x8xf32>) -> tensor<4x5xf32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-fuse puts the f32 -> bf16 -> f32 casts into the linear's epilogue "
-                                       "and graph-to-tile refuses them there ('only elementwise unary/binary ops "
-                                       "can follow a kernel's anchor'); the same round trip on its own lowers")
 @pytest.mark.parametrize("target", TARGETS)
 def test_linear_then_bf16_round_trip(target):
     # small integers: the linear is exact on both sides, so no bf16 rounding can flip
@@ -107,9 +102,6 @@ func.func @main(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="two f32 -> i32 -> f32 round trips in one elementwise kernel: graph-to-tile "
-                                       "lowers the first and refuses the second ('only f32 tensors are supported, "
-                                       "got tensor<4x8xi32>')")
 @pytest.mark.parametrize("target", TARGETS)
 def test_two_integer_round_trips(target):
     check(TWO_INT_ROUND_TRIPS, [normal(4, 8)], target)
@@ -123,10 +115,6 @@ func.func @main(%ids: tensor<3xi64>, %x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-to-tile refuses an i32/i64 argument nothing uses ('only f32 "
-                                       "tensor arguments ... got tensor<3xi64>'; integer_inputs.accepts_integer_input "
-                                       "refuses an unused value) where an unused f32 argument is fine; the fuzzer met "
-                                       "it when dead-code elimination removed an embedding lookup no output needed")
 @pytest.mark.parametrize("target", TARGETS)
 def test_unused_integer_input(target):
     ids = np.array([0, 2, 1], np.int64)
@@ -142,10 +130,6 @@ func.func @main(%x: tensor<4x8xf32>) -> tensor<f32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-to-tile's elementwise lowering refuses an op on a rank-0 tensor "
-                                       "('result () is not the kernel's output shape (1,)': the tile frame of a rank-0 "
-                                       "output is [1], and the op's result shape is compared with it); the reduction "
-                                       "to a rank-0 tensor on its own lowers")
 @pytest.mark.parametrize("target", TARGETS)
 def test_elementwise_on_a_rank0_tensor(target):
     check(RANK0_ELEMENTWISE, [normal(4, 8)], target)
