@@ -117,3 +117,25 @@ def test_packed_weight_is_not_folded():
     GraphPrepareTilingPass().apply(make_context(), module)
     assert any(isinstance(o, g.DequantizeBlocksOp) for o in module.walk())
     assert sorted(weights_of(module).names()) == ["w"]
+
+
+@pytest.mark.parametrize("qtype,target,precision", [("Q4_1", "server", "fp32"), ("Q8_0", "edge", "bf16")])
+def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
+    """A 2-layer Llama GGUF (helpers.gguf_models) prefill: every projection and the LM head run
+    on packed blocks (one vec.dequant per matrix in the program) and the logits and KV
+    outputs match the graph interpreter."""
+    from helpers.gguf_models import GGUF_LLAMA, write_llama_gguf
+
+    model = infer.import_model(write_llama_gguf(tmp_path / "tiny.gguf", qtype), phase="prefill", seq_len=8,
+                               max_len=16)
+    ids = np.random.default_rng(0).integers(0, GGUF_LLAMA["vocab"], (1, 8)).astype(np.int64)
+    exe = infer.compile(model, target=target, precision=precision)
+    ys = exe.run([ids], check_races=True)
+    matrices = 7 * GGUF_LLAMA["layers"] + 1
+    assert sum(1 for i in exe.program.instrs if i.d.name == "vec.dequant") == matrices
+    for y, ref in zip(ys, model.run([ids]), strict=True):
+        y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
+        if precision == "fp32":
+            assert np.abs(y - ref).max() <= 1e-3 * (ref.max() - ref.min())
+        else:
+            assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
