@@ -148,7 +148,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
         # x staging f32 + bf16 hi(/lo), double buffered; codes and scales rings; the expanded
         # weight bf16 hi(/lo) double buffered (+ an f32 expansion tile for fp32 emulation)
         spad = 2 * tm * tk * (4 + 2 * copies)
-        spad += WEIGHT_DEPTH * (int(tk * tn * code_bytes) + tk // QBLOCK * tn * entry)
+        spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
         spad += (2 * tn * 4 if bias is not None else 0)
         spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
@@ -180,7 +180,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
     codes_tile = em.alloc((code_rows, TN), i8 if fmt_name == "q8_0" else ui8, "spad", WEIGHT_DEPTH)
-    scales_tile = em.alloc((TK // QBLOCK, TN * entry // 2), f16, "spad", WEIGHT_DEPTH)
+    scales_strip = em.alloc((Kp // QBLOCK, TN * entry // 2), f16, "spad", 2)
     w_tile = alloc_bf16_tile(ctx, TK, TN)
     w_expanded = em.alloc((TK, TN), f32, "spad", 2) if copies == 2 else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
@@ -188,18 +188,21 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     z = [0, 0]
 
     def tile_body(m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        # the scales of the whole k extent of this n tile: one DMA, issued an n tile ahead
+        em.dma(scales_w, [em.mul(n_tile, Kp // QBLOCK), 0], scales_strip, z, [K // QBLOCK, tn * entry // 2])
         em.fill(acc, z, tm, tn, 0.0)
 
         def k_step(k_tile: Index, k0: Index, tk: int) -> None:
+            # loads first, each with its own first consumer: tile-to-npu software-pipelines
+            # them (issued one iteration ahead; docs/codegen.md)
             em.dma(xv, [m0, k0], x_staging, z, [tm, tk])
-            split_on_chip(em, x_staging, x_tile, tm, tk)
-            # the k loop counts tiles, so the plane rows are affine in it
+            # the k loop counts tiles, so the codes row is affine in it
             code_row = em.add(em.mul(n_tile, code_rows_p), em.mul(k_tile, code_rows))
-            scale_row = em.add(em.mul(n_tile, Kp // QBLOCK), em.mul(k_tile, TK // QBLOCK))
             em.dma(codes_w, [code_row, 0], codes_tile, z, [tk * fmt.bits // 8, tn])
-            em.dma(scales_w, [scale_row, 0], scales_tile, z, [tk // QBLOCK, tn * entry // 2])
+            split_on_chip(em, x_staging, x_tile, tm, tk)
             target = w_expanded if w_expanded is not None else w_tile.hi
-            _dequant(em, target, codes_tile, scales_tile, tk, tn, fmt_name)
+            _dequant(em, target, codes_tile, [0, 0], scales_strip, [em.mul(k_tile, TK // QBLOCK), 0], tk, tn,
+                     fmt_name)
             if w_expanded is not None:
                 split_on_chip(em, w_expanded, w_tile, tk, tn)
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
@@ -230,10 +233,13 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     em.tiles(M, TM, over_n)
 
 
-def _dequant(em, dst: SSAValue, codes: SSAValue, scales: SSAValue, rows: int, cols: int, fmt: str) -> None:
-    """dst[:rows, :cols] = tile.dequant of the codes and scales tiles (blocks down the columns)."""
+def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
+             scales_at: Sequence[Index], rows: int, cols: int, fmt: str) -> None:
+    """dst[:rows, :cols] = tile.dequant of the codes and scales tiles at the given origins
+    (blocks down the columns)."""
     z = [em.index_value(0)] * 2
     em.insert(t.DequantOp.build(
-        operands=[dst, z, codes, z, scales, z],
+        operands=[dst, z, codes, [em.index_value(i) for i in codes_at], scales,
+                  [em.index_value(i) for i in scales_at]],
         properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
                     "format": StringAttr(fmt), "blocks": StringAttr("col")}))
