@@ -10,15 +10,20 @@ per weight), cut here into tile-major order [N/TN][K/32 rows of the tile][TN] so
 tile's codes and scales are one contiguous DMA each. Both planes are new weights of the
 module's weight store (ui8 / i8 codes, f16 scales); the dense weight is never materialised.
 
-Loop nest as gemm.py's (m -> n -> k): per k step the activation tile is DMAd and split to
-bf16, the codes and scales tiles are DMAd, `tile.dequant` expands them into the bf16 weight
-tile (bf16 precision) or into an f32 tile that is split into hi/lo (fp32 emulation), and
-`matrix_unit.emit_tile_product` feeds the array. The expanded values are exactly those of the
-graph interpreter's `dequantize_blocks` (then rounded to bf16 once, as for any weight), so the
-tile program agrees with the graph within the usual bf16/fp32 tolerance and with the
-simulator bit for bit. Tile sizes: tiling_cost.choose_gemm with TK a multiple of the block
-and this kernel's footprint; the codes and scales tiles are `WEIGHT_DEPTH`-deep rings so the
-weight DMAs run ahead of the expansion (docs/isa.md, "Block-quantized weights").
+Loop nest as gemm.py's (m -> n -> k): per n tile one DMA brings the scales of its whole k
+extent; per k step the activation tile and the codes tile are DMAd first (so tile-to-npu
+software-pipelines them one iteration ahead: docs/codegen.md), the activations are split to
+bf16, `tile.dequant` expands the codes into the bf16 weight tile (bf16 precision) or into an
+f32 tile that is split into hi/lo (fp32 emulation), and `matrix_unit.emit_tile_product`
+feeds the array. The expanded values are exactly those of the graph interpreter's
+`dequantize_blocks` (then rounded to bf16 once, as for any weight), so the tile program
+agrees with the graph within the usual bf16/fp32 tolerance and with the simulator bit for bit.
+
+Tile sizes: tiling_cost.choose_gemm with this kernel's footprint and TK a multiple of the
+block that divides K (no remainder k tile, whose use outside the k loop would stop the buffer
+rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_exposed_latencies`).
+The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
+weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
 
 Anything else (a matmul without transpose_b, batched weights, a packed tensor that is not a
 weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weight.
@@ -47,8 +52,7 @@ from infer.target.qblocks import split_blocks
 
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
-#: buffers of the codes and scales rings: the weight DMAs of the next tiles are in flight
-#: while one tile is expanded and multiplied (2 would serialise DMA and expansion per tile)
+#: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
 WEIGHT_DEPTH = 2
 
 
@@ -162,9 +166,17 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
         footprint=footprint)
-    tk_cands = [c for c in tiling_cost.pow2_candidates(K, max(QBLOCK, hw.matrix.rows)) if c % QBLOCK == 0]
-    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, tk_cands=tk_cands or [QBLOCK],
+    # k tiles: whole blocks that divide K, so the k loop has no remainder tile after it (a use
+    # outside the loop would stop tile-to-npu from rotating the weight buffers on it)
+    tk_cands = [c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0]
+    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, tk_cands=tk_cands,
                                      override=ctx.override(name, 3))
+    if not choice.overridden:
+        cost_model_tiles = choice.tiles
+        choice = _fewer_exposed_latencies(hw, M, N, K, choice)
+        if choice.tiles != cost_model_tiles:
+            ctx.debug(f"[graph-to-tile] {name}:   packed weights: {'x'.join(map(str, choice.tiles))} instead of "
+                      f"{'x'.join(map(str, cost_model_tiles))} (one DRAM latency per weight tile counted)")
     TM, TN, TK = choice.tiles
     if TK % QBLOCK:
         raise error(op, f"{name}: the k tile {TK} of a {fmt_name} weight must be a multiple of {QBLOCK}")
@@ -231,6 +243,25 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
             tile_body(m0, tm, full, full * TN, rem)
 
     em.tiles(M, TM, over_n)
+
+
+def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Choice) -> tiling_cost.Choice:
+    """Re-rank the fitting candidates by estimated cycles plus one DRAM latency per weight tile.
+
+    The cost model counts bandwidth, not latency. Here each weight tile is a chain DMA ->
+    vec.dequant -> mx.loadw, and with two-deep rings only one tile is in flight ahead, so a
+    small-M GEMV pays about one DRAM latency per tile (measured on a 576x1536 q4_1 GEMV on
+    server: 7188 cycles in 18 k tiles, 3641 in one); few large tiles win there. Ties and
+    loop-depth ordering stay as the cost model has them."""
+    depth = hw.scalar.loop_depth
+
+    def key(e: tiling_cost.Estimate) -> tuple:
+        tm, tn, tk = e.tiles
+        tiles = -(-M // tm) * -(-N // tn) * -(-K // tk)
+        return (e.loops > depth, e.cycles + tiles * hw.dram.latency_cycles, e.spad + e.acc)
+
+    best = min(choice.candidates, key=key)
+    return tiling_cost.Choice(best.tiles, best, choice.candidates, rejected=choice.rejected)
 
 
 def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
