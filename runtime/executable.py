@@ -188,7 +188,8 @@ class Executable:
                 n = s.nbytes
                 outs.append(dram[p.offset:p.offset + n].view(s.np_dtype).reshape(s.shape).copy())
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
-                                        self.config, wall)
+                                        self.config, wall, passes=3 if self.artifact.precision == "fp32" else 1,
+                                        io_bytes=sum(r.nbytes for r in (*lay.inputs, *lay.outputs)))
         return outs
 
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,

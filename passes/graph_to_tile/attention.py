@@ -65,6 +65,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
                                 batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
+    ctx.predict(choice.best.cycles)
     override = ctx.override(name, 2)
     TQ, TKV = (override[0], override[1]) if override else (choice.tiles[0], choice.tiles[1])
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"

@@ -69,6 +69,7 @@ def _lower_round_trip(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(
         ctx.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2 if via == "bf16" else 14, live_tiles=5,
         footprint=lambda tr, tcn: tr * tcn * (20 if via == "bf16" else 40))  # x, y, low (, a, r) x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, f"cast f32->{via}->f32", "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(inner.input), (M, N))
     out2 = em.view(ctx.output_buffer(op.output), (M, N))

@@ -103,6 +103,7 @@ class LoweringContext:
         self._weight_sources: list[np.ndarray] = []  # `_weights` keys on id(array): keep them alive
         self._current_op: Operation = function  # the op being lowered (error locations)
         self._last_kernel_name: str | None = None
+        self.prediction = 0  # the cost model's cycles for the graph op being lowered (`predict`)
 
     # -- precision ------------------------------------------------------------
     @property
@@ -205,6 +206,11 @@ class LoweringContext:
         if sizes is not None and len(sizes) != count:
             raise LoweringError(f"error: {STAGE}: override for {name} needs {count} sizes, got {len(sizes)}")
         return sizes
+
+    def predict(self, cycles: int) -> None:
+        """Add the cost model's estimate of a loop nest to the graph op being lowered (its
+        kernel and helper nests); the driver records the sum beside the op's roofline."""
+        self.prediction += int(cycles)
 
     def debug(self, text: str) -> None:
         if self.session.debug:

@@ -43,7 +43,7 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile import casts, elementwise, integer_inputs
+from infer.passes.graph_to_tile import casts, elementwise, integer_inputs, roofline
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -57,6 +57,8 @@ from infer.passes.graph_to_tile.copies import copy_dram
 from infer.passes.graph_to_tile.lowerings import lowering_for
 from infer.target.hw import load_config
 
+_NO_CODE_OPS = (t.AllocOp, t.WeightOp, t.ViewOp)  # top-level ops that emit no instruction
+
 
 class FunctionLowering:
     """Lowers one func.func: `FunctionLowering(session, function).run()` is the new function."""
@@ -64,6 +66,7 @@ class FunctionLowering:
     def __init__(self, session: LoweringSession, function: func.FuncOp):
         self.function = function
         self.fused: set[Operation] = set()  # epilogue ops lowered with their anchor
+        self._lowering = False  # inside lower_op (nested calls lower a kernel's ops one by one)
         self.in_types, self.out_types, self.host_dtypes = self._signature()
         self.block = Block(arg_types=self.in_types + self.out_types)
         self.ctx = LoweringContext(session, function, Emitter(self.block))
@@ -153,12 +156,29 @@ class FunctionLowering:
 
     # -- dispatch -------------------------------------------------------------------
     def lower_op(self, op: Operation) -> None:
-        """Lower one op (or graph.kernel) as one loop nest."""
-        with self.ctx.stage(op):
-            if isinstance(op, g.KernelOp):
-                self._lower_kernel(op)
-            else:
-                self._lower_by_table(op)
+        """Lower one op (or graph.kernel) as one loop nest; the outermost call records the op's
+        algorithmic roofline on the last top-level op it emitted (roofline.py)."""
+        outermost = not self._lowering
+        self._lowering = True
+        if outermost:
+            self.ctx.prediction = 0
+        fused_before = set(self.fused)
+        last_before = self.block.last_op
+        try:
+            with self.ctx.stage(op):
+                if isinstance(op, g.KernelOp):
+                    self._lower_kernel(op)
+                else:
+                    self._lower_by_table(op)
+        finally:
+            self._lowering = not outermost
+        if outermost:
+            last = self.block.last_op
+            emitted = last if last is not last_before and not isinstance(last, _NO_CODE_OPS) else None
+            fused = [o for o in op.parent_block().ops if o in self.fused and o not in fused_before] \
+                if op.parent_block() is not None else []
+            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused), self.ctx.prediction,
+                         roofline.kernel_class(op))
 
     def _lower_by_table(self, op: Operation) -> None:
         lowering = lowering_for(op)

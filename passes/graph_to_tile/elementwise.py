@@ -72,6 +72,11 @@ class TileFrame:
     col0: Index
     rows: int
     cols: int
+    # padded-width tiles (conv.py): the column group is (OH, OW) and the tile holds
+    # cols // pitch output rows of `pitch` columns, the first OW of each valid, starting at
+    # output row `pixel_row0` (col0 = pixel_row0 . OW); 0: the columns are contiguous
+    pitch: int = 0
+    pixel_row0: Index = 0
 
     @property
     def groups(self) -> Groups:
@@ -149,6 +154,16 @@ def _load_buffer(em: Emitter, src: SSAValue, shape: tuple[int, ...], frame: Tile
     batches = num_elements(frame.batch_shape) if full_batch else 1
     rows, cols = num_elements(frame.row_shape), num_elements(frame.col_shape)
     batch = frame.batch if full_batch else 0
+    if full_cols and frame.pitch:  # padded-width tile: [rows, pixel rows, OW] boxes
+        height, width = frame.col_shape[-2], frame.col_shape[-1]
+        lines = frame.cols // frame.pitch
+        tile_rows = frame.rows if full_rows else 1
+        local = em.alloc((tile_rows, frame.cols), f32, "spad", 2)
+        view = em.view(src, ((batches * rows if full_rows else batches), height, width))
+        first = em.add(em.mul(batch, rows), frame.row0) if full_rows else batch
+        em.dma(view, [first, frame.pixel_row0, 0], em.view(local, (tile_rows, lines, frame.pitch)), [0, 0, 0],
+               [tile_rows, lines, width])
+        return ("tile" if full_rows else "row"), local
     if full_rows and full_cols:
         view = em.view(src, (batches * rows, cols))
         local = em.alloc((frame.rows, frame.cols), f32, "spad", 2)
@@ -550,6 +565,7 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
         override=override[0] if override else None, footprint=footprint)
     choice.rows = min(choice.rows, rows_total)
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 

@@ -182,6 +182,7 @@ def _lower_int_to_f32(ctx: LoweringContext, x: SSAValue, result: SSAValue, mask:
     what = "cast int32->f32" + (" -> additive attention mask" if mask else "")
     choice = tiling_cost.choose_rows(ctx.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=4 if mask else 1,
                                      live_tiles=2, footprint=lambda tr, tcn: tr * tcn * 16)  # int32 x, f32 y, x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, what, "x".join(map(str, shape)), choice))
     x2 = em.view(src, (M, N))
     out = em.alloc(shape, f32, "dram") if mask else ctx.output_buffer(result)

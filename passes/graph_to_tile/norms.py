@@ -49,6 +49,7 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     choice.rows = min(choice.rows, M)
     if footprint(1, D) > ctx.hw.memory.scratchpad_bytes:
         raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{ctx.hw.name}'")
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (M, D))
     out2 = em.view(ctx.output_buffer(op.results[0]), (M, D))
@@ -126,6 +127,7 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(ctx.hw, channels, pixels, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
                                      override=(override[0] if override else None),
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "batch_norm", "x".join(map(str, out_shape)), choice))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
     scale_tile = em.alloc((choice.rows, 1), f32, "spad", 2)

@@ -72,6 +72,7 @@ def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: 
     em = ctx.emitter
     choice = tiling_cost.choose_rows(ctx.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res columns x2
+    ctx.predict(choice.cycles)
     x2, out2 = em.view(src, (M, K)), em.view(dst, (M, 1))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
     partial = em.alloc((choice.rows, 1), f32, "spad", 2)
