@@ -23,6 +23,13 @@ model's MACs and the weights plus the model's inputs and outputs (intermediates 
 on chip). Markers without the record (hand-written programs) fall back to the executed
 work: max(executed MACs / peak, vector busy) against the moved bytes. Without markers the
 report is per engine only and says so.
+
+Energy (`infer.target.energy`, with the config's `[energy]` and `[area]` sections): per
+inference by component (matrix MACs, vector, scratchpad, accumulator, DRAM, static power x run
+time) and the average power at the config clock, from the per-instruction profile of a traced
+run; each op gets the dynamic energy of its instructions (`energy_pj`; static energy is the
+run's, not split by op). `energy` is None, and `energy_note` says why, for a run without a
+timing model or profile, or a config without the sections.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from infer.target.energy import Energy, EnergyModelError, energy_of
 from infer.target.sim import ENGINES, Counters
 from infer.target.sim_core import vector_occupancy
 
@@ -63,6 +71,7 @@ class OpStats:
     @property
     def roofline_cycles(self) -> float:
         return max(self.compute_cycles, self.memory_cycles)
+    energy_pj: float = 0.0  # dynamic energy of the op's instructions
 
     @property
     def bound(self) -> str:
@@ -92,7 +101,7 @@ class OpStats:
                 "compulsory_bytes": self.compulsory_bytes, "weight_bytes": self.weight_bytes,
                 "roofline_cycles": self.roofline_cycles, "bound": self.bound,
                 "achieved": self.achieved, "executed": self.instructions, "predicted": self.predicted,
-                "class": self.kernel_class}
+                "class": self.kernel_class, "energy_uj": self.energy_pj * 1e-6}
 
 
 @dataclass
@@ -130,6 +139,8 @@ class Report:
         """Algorithmic roofline / simulated cycles (1.0 = at the roofline)."""
         r = self.roofline_cycles
         return r / self.cycles if r is not None and self.cycles else None
+    energy: Energy | None = None  # None: see energy_note
+    energy_note: str = ""
 
     # whole run
     @property
@@ -177,6 +188,9 @@ class Report:
         d["simulation_wall_seconds"] = self.wall_seconds
         d["peak_macs_per_cycle"] = self.peak_macs_per_cycle  # the roofline (runtime/plots.py)
         d["dram_bytes_per_cycle"] = self.dram_bytes_per_cycle
+        d["energy"] = None if self.energy is None else self.energy.as_dict()
+        if self.energy is None:
+            d["energy_note"] = self.energy_note
         return d
 
     def to_chrome_trace(self, path=None) -> dict[str, Any]:
@@ -224,6 +238,13 @@ class Report:
             lines.append("  stalls (cycles): " + ", ".join(f"{k} {v}" for k, v in st))
         else:
             lines.append("  stalls: none")
+        if self.energy is not None:
+            en = self.energy
+            parts = ", ".join(f"{k} {v * 1e-6:.3g}" for k, v in en.by_component.items())
+            lines.append(f"  energy per inference {en.total_pj * 1e-6:.4g} uJ ({parts} uJ); average power "
+                         f"{en.average_power_w * 1e3:.4g} mW at {c.clock_ghz:g} GHz; area {en.area['total']:.3g} mm^2")
+        else:
+            lines.append(f"  energy: not computed ({self.energy_note})")
         if self.ops is None:
             lines.append("  per-op: the program carries no op markers; per-engine numbers only")
         elif self.ops:
@@ -236,17 +257,18 @@ class Report:
         """The per-op table (the `top` slowest ops, all when None, in program order then)."""
         ops = self.top_ops(top) if top is not None else list(self.ops or [])
         rows = [f"{indent}{'op':<24} {'kind':<12} {'cycles':>10} {'predicted':>10} {'roofline':>10} {'% roof':>7} "
-                f"{'model MACs':>12} {'MACs x':>6} {'compulsory B':>12} {'moved B':>12} {'traffic x':>9}  bound"]
+                f"{'model MACs':>12} {'MACs x':>6} {'compulsory B':>12} {'moved B':>12} {'traffic x':>9}  {'bound':<10} {'dyn nJ':>10}"]
         for o in ops:
             pred = str(o.predicted) if o.predicted is not None else "-"
             mx = f"{o.mac_overhead:.2f}" if o.mac_overhead is not None else "-"
             tx = f"{o.traffic:.2f}" if o.traffic is not None else "-"
             model = str(o.model_macs) if o.model_macs is not None else f"({o.macs})"
             comp = str(o.compulsory_bytes) if o.compulsory_bytes is not None else "-"
+            nj = f"{o.energy_pj * 1e-3:.1f}" if self.energy is not None else "-"
             rows.append(f"{indent}{o.name[:24]:<24} {(o.kernel_class or o.kind)[:12]:<12} {o.cycles:>10} {pred:>10} "
                         f"{o.roofline_cycles:>10.0f} "
                         f"{100 * o.achieved:6.1f}% {model:>12} {mx:>6} {comp:>12} {o.dram_bytes:>12} {tx:>9}  "
-                        f"{o.bound}")
+                        f"{o.bound:<10} {nj:>10}")
         return "\n".join(rows)
 
 
@@ -258,6 +280,13 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
     rep = Report(counters, cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle, wall_seconds=wall_seconds,
                  passes=passes, io_bytes=io_bytes)
     prof = counters.profile
+    if counters.mode == "functional":
+        rep.energy_note = "functional mode has no timing model"
+    else:
+        try:
+            rep.energy = energy_of(counters, program, cfg)
+        except EnergyModelError as e:
+            rep.energy_note = str(e)
     if not ops or prof is None:
         return rep
 
@@ -295,6 +324,8 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
         if eng in ("matrix", "vector", "dma_load", "dma_store"):
             op.busy[eng] += count * _busy(ins, cfg)
         op.macs += prof.macs[pc]
+        if rep.energy is not None:
+            op.energy_pj += rep.energy.per_pc[pc]
         if ins.d.name in ("dma.load", "dma.store"):
             v = ins.as_dict()
             op.dram_bytes += count * v["n0"] * v["n1"] * v["n2"]

@@ -22,7 +22,7 @@ import numpy as np
 
 # Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
 _SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.quantize_cmds",
-                       "infer.tools.serve_sim_cmds", "infer.tools.generate_cmds"]
+                       "infer.tools.serve_sim_cmds", "infer.tools.generate_cmds", "infer.tools.sweep_cmds"]
 
 
 class CLIError(Exception):
