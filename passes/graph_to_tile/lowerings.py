@@ -31,6 +31,7 @@ from infer.passes.graph_to_tile import (
     gather,
     gemm,
     norms,
+    packed_gemm,
     pooling,
     reductions,
     rotary,
@@ -61,9 +62,10 @@ class Lowering:
 
 
 LOWERINGS: dict[type[Operation], Lowering] = {
-    # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue
-    g.LinearOp: Lowering(with_epilogue=gemm.lower_gemm),
-    g.MatmulOp: Lowering(with_epilogue=gemm.lower_gemm),
+    # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue;
+    # a packed GGUF weight (graph.dequantize_blocks of a weight) stays packed (packed_gemm.py)
+    g.LinearOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed),
+    g.MatmulOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
     g.AttentionOp: Lowering(attention.lower_attention, operand_types=storage.BOOL),
     # vector unit: pooling, row-wise norms and softmax, elementwise

@@ -6,6 +6,7 @@
 | tile.matmul | mx.loadw (skipped when the same weight tile is still loaded) + mx.matmul |
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
+| tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
 | tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
 
@@ -334,6 +335,33 @@ def select_fill(codegen: CodeGenerator, op: t.FillOp) -> None:
                  accesses, first_part=False)
 
 
+# ------------------------------------------------------------------ tile.dequant
+def select_dequant(codegen: CodeGenerator, op: t.DequantOp) -> None:
+    """vec.dequant: the codes and scales boxes of the tile op (op.boxes(), in elements of
+    their memrefs) are the instruction's codes and scale tiles."""
+    rows, cols = op.rows.value.data, op.cols.value.data
+    dst, codes, scales = (codegen.buffers[v] for v in (op.dst, op.codes, op.scales))
+    fmt, axis = op.isa_codes()
+    (code_rows, code_cols), (scale_rows, scale_cols) = op.boxes()
+
+    def operand(buffer: TileBuffer, indices, box_rows: int, box_cols: int) -> Operand:
+        stride = buffer.shape[1] * buffer.element_bytes
+        return _operand(codegen, buffer, codegen.tile_address(buffer, indices, op), box_rows, stride,
+                        box_cols * buffer.element_bytes)
+
+    d = operand(dst, op.dst_indices, rows, cols)
+    q = operand(codes, op.codes_indices, code_rows, code_cols)
+    s = operand(scales, op.scales_indices, scale_rows, scale_cols)
+    fields = dict(dst_base=d.register, dst=d.immediate, q_base=q.register, q=q.immediate,
+                  s_base=s.register, s=s.immediate, rows=rows, cols=cols,
+                  dstride=dst.shape[1] * dst.element_bytes, qstride=codes.shape[1] * codes.element_bytes,
+                  sstride=scales.shape[1] * scales.element_bytes, dt=ISA_DTYPE[dst.element], fmt=fmt,
+                  blocks=axis)
+    slot = codegen.double_buffering.slot
+    codegen.emit(op, "vec.dequant", "vector", fields,
+                 [q.access(False, slot(codes)), s.access(False, slot(scales)), d.access(True, slot(dst))])
+
+
 # ------------------------------------------------------------------ tile.gather_rows
 def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     """dst[d0 + k, d1:d1+cols] = table[idx[i0 + k], c0:c0+cols]: per row the front end
@@ -413,4 +441,5 @@ SELECTION: dict[type[Operation], Callable] = {
     t.VectorOp: select_vector,
     t.FillOp: select_fill,
     t.GatherRowsOp: select_gather_rows,
+    t.DequantOp: select_dequant,
 }
