@@ -1449,7 +1449,7 @@ class LinearIntegerOp(IntegerKernelOp):
         self._check_operand(self.input, "the input", self.input_zero_point, "input_zero_point")
         self._check_operand(self.weight, "the weight", self.weight_zero_point, "weight_zero_point")
         self._check_bias(self.bias)
-        return [TensorType(i32, linearshape_of(self, self.input, self.weight, self.bias))]
+        return [TensorType(i32, linear_shape(self, self.input, self.weight, self.bias))]
 
 
 @irdl_op_definition
@@ -1472,7 +1472,7 @@ class MatmulIntegerOp(IntegerKernelOp):
     def infer_result_types(self) -> list[TensorType]:
         self._check_operand(self.lhs, "the lhs", self.lhs_zero_point, "lhs_zero_point")
         self._check_operand(self.rhs, "the rhs", self.rhs_zero_point, "rhs_zero_point")
-        shape = matmulshape_of(
+        shape = matmul_shape(
             self.name, shape_of(self.lhs), shape_of(self.rhs),
             bool(self.transpose_a.value.data), bool(self.transpose_b.value.data),
         )
