@@ -432,7 +432,7 @@ class ReferenceRun:
             return f
         ab, ao, cb, co = v["act_base"], v["act"], v["acc_base"], v["acc"]
         m, astride, cstride, accum = v["m"], v["astride"], v["cstride"], v["accum"]
-        cyc = m * mc.cycles_per_row
+        cyc = mc.matmul_cycles(m, dname)
         fill = mc.fill_drain_cycles
         is_int = dt == 0
         odt = 1 if is_int else 2
