@@ -29,6 +29,8 @@ from infer.passes.graph_to_tile import (
     elementwise,
     gather,
     gemm,
+    integer_epilogue,
+    integer_gemm,
     norms,
     pooling,
     reductions,
@@ -60,6 +62,11 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.MatmulOp: Lowering(with_epilogue=gemm.lower_gemm),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
     g.AttentionOp: Lowering(attention.lower_attention),
+    # the int8 path (integer_gemm.py): int32 accumulation, requantize/dequantize epilogue
+    g.LinearIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
+    g.MatmulIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
+    g.RequantizeOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
+    g.DequantizeLinearOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
     # vector unit: pooling, row-wise norms and softmax, elementwise
     g.MaxPool2dOp: Lowering(pooling.lower_window_pool),
     g.AvgPool2dOp: Lowering(pooling.lower_window_pool),
