@@ -75,6 +75,8 @@ def _operands(ctx: LoweringContext, op: Operation) -> tuple[SSAValue, np.ndarray
         w_t = np.asarray(w).T if op.transpose_b.value.data else np.asarray(w)
         bias = None
         require_signed_int8(op, op.lhs, op.rhs)
+    if "int8" not in ctx.hw.matrix.dtypes:
+        raise error(op, f"target '{ctx.hw.name}' has no int8 matrix unit")
     if w_zp != 0:
         raise error(op, f"weight zero point {w_zp}: the NPU lowering takes symmetric weights (zero point 0)")
     return x, np.ascontiguousarray(w_t), bias, x_zp

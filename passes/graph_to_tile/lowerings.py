@@ -29,6 +29,7 @@ from infer.passes.graph_to_tile import (
     elementwise,
     gather,
     gemm,
+    integer_conv,
     integer_epilogue,
     integer_gemm,
     norms,
@@ -62,9 +63,10 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.MatmulOp: Lowering(with_epilogue=gemm.lower_gemm),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
     g.AttentionOp: Lowering(attention.lower_attention),
-    # the int8 path (integer_gemm.py): int32 accumulation, requantize/dequantize epilogue
+    # the int8 path (integer_gemm.py, integer_conv.py): int32 accumulation, requantize/dequantize epilogue
     g.LinearIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
     g.MatmulIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
+    g.Conv2dIntegerOp: Lowering(with_epilogue=integer_conv.lower_integer_conv, f32_only=False),
     g.RequantizeOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
     g.DequantizeLinearOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
     # vector unit: pooling, row-wise norms and softmax, elementwise

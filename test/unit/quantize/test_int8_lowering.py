@@ -87,3 +87,47 @@ def test_int8_remainder_tiles_are_bit_exact() -> None:
     text, weights = mlp(37, 45, 70, 19, rng)
     x = rng.standard_normal((37, 45)).astype(np.float32) * 3
     _three_ways(text, weights, x, "edge", overrides="kernel1=16x32x16,kernel2=8x16x32")
+
+
+def cnn(rng, *, zp: int = 0) -> tuple[str, dict[str, np.ndarray], tuple[int, ...]]:
+    """f32 -> requantize -> conv2d_integer 3x3 pad 1 (+bias, relu, per-channel requantize with
+    zero point `zp`) -> conv2d_integer 3x3 stride 2, 2 groups, asymmetric padding (input zero
+    point `zp`) -> dequantize (per channel) -> relu (float) -> f32."""
+    N, C, H, W, O1, O2 = 2, 3, 9, 11, 20, 6
+    w1 = rng.integers(-127, 128, (O1, C, 3, 3), dtype=np.int8)
+    b1 = rng.integers(-3000, 3000, (O1,), dtype=np.int32)
+    w2 = rng.integers(-127, 128, (O2, O1 // 2, 3, 3), dtype=np.int8)
+    m1 = (rng.uniform(0.5, 2.0, O1) / (27 * 48.0)).astype(np.float32)
+    s2 = (rng.uniform(0.5, 2.0, O2) * 1e-3).astype(np.float32)
+    f = lambda a: ", ".join(repr(float(v)) for v in a)  # noqa: E731
+    x_t, a_t, h_t, y_t = (f"tensor<{N}x{C}x{H}x{W}xf32>", f"tensor<{N}x{O1}x{H}x{W}xi32>",
+                          f"tensor<{N}x{O1}x{H}x{W}xi8>", f"tensor<{N}x{O2}x5x6xf32>")
+    xq_t, a2_t = f"tensor<{N}x{C}x{H}x{W}xi8>", f"tensor<{N}x{O2}x5x6xi32>"
+    text = f"""func.func @main(%x: {x_t}) -> {y_t} {{
+  %s = graph.constant dense<19.0> : tensor<1xf32>
+  %xq = graph.requantize %x, %s : ({x_t}, tensor<1xf32>) -> {xq_t}
+  %w1 = graph.weight @w1 : tensor<{O1}x{C}x3x3xi8>
+  %b1 = graph.weight @b1 : tensor<{O1}xi32>
+  %a1 = graph.conv2d_integer %xq, %w1, %b1 {{padding = array<i64: 1, 1, 1, 1>}} : ({xq_t}, tensor<{O1}x{C}x3x3xi8>, tensor<{O1}xi32>) -> {a_t}
+  %r1 = graph.relu %a1 : ({a_t}) -> {a_t}
+  %m1 = graph.constant dense<[{f(m1)}]> : tensor<{O1}xf32>
+  %h = graph.requantize %r1, %m1 {{axis = 1 : i64, zero_point = {zp} : i64}} : ({a_t}, tensor<{O1}xf32>) -> {h_t}
+  %w2 = graph.weight @w2 : tensor<{O2}x{O1 // 2}x3x3xi8>
+  %a2 = graph.conv2d_integer %h, %w2 {{stride = array<i64: 2, 2>, padding = array<i64: 1, 2, 1, 0>, groups = 2 : i64, input_zero_point = {zp} : i64}} : ({h_t}, tensor<{O2}x{O1 // 2}x3x3xi8>) -> {a2_t}
+  %s2 = graph.constant dense<[{f(s2)}]> : tensor<{O2}xf32>
+  %d = graph.dequantize_linear %a2, %s2 {{axis = 1 : i64}} : ({a2_t}, tensor<{O2}xf32>) -> {y_t}
+  %y = graph.relu %d : ({y_t}) -> {y_t}
+  func.return %y : {y_t}
+}}
+"""
+    return text, {"w1": w1, "b1": b1, "w2": w2}, (N, C, H, W)
+
+
+@BOTH
+@pytest.mark.parametrize("zp", [0, 5])
+def test_int8_cnn_is_bit_exact(target, zp) -> None:
+    rng = np.random.default_rng(11 + zp)
+    text, weights, shape = cnn(rng, zp=zp)
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    y = _three_ways(text, weights, x, target)
+    assert (y > 0).mean() > 0.2 and np.unique(y).size > 10
