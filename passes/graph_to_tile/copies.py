@@ -67,8 +67,9 @@ def padded_copy(ctx: LoweringContext, x: SSAValue, planes: int, H: int, W: int,
         border = em.alloc((border_rows, Wp), elem, "spad")
         em.fill(border, [0, 0], border_rows, Wp, value)
         em.tiles(planes * Hp, border_rows, lambda r0, r: em.dma(border, [0, 0], rows2, [r0, 0], [r, Wp]))
-        tile_h = max(1, min(H, quarter // (W * 4 * 2)))
-        tile_planes = max(1, min(planes, quarter // (tile_h * W * 4 * 2)))
+        _, max_rows, max_planes = tiling_cost.dma_box_limits()  # one DMA box [planes, rows, W]
+        tile_h = max(1, min(H, quarter // (W * 4 * 2), max_rows))
+        tile_planes = max(1, min(planes, quarter // (tile_h * W * 4 * 2), max_planes))
         staging = em.alloc((tile_planes, tile_h, W), elem, "spad", 2)
 
         def body(c0: Index, cn: int, h0: Index, hn: int) -> None:

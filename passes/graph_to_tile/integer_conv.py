@@ -83,7 +83,7 @@ def lower_integer_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
     spec = tiling_cost.GemmSpec(
         lhs_bytes=1, lhs_split=False, rhs_bytes=1, rhs_split=False, passes=1, taps=taps, batch=N * groups,
         epi_cost=epi.vector_cost(ctx, bias is not None, per_row=True), matmul_dtype="int8",
-        out_bytes={"requant": 1, "dequant": 4, "acc": 4}[epi.kind], footprint=footprint)
+        out_bytes=epi.stored_bytes, footprint=footprint)
     pixel_candidates = sorted({min(OH, 1 << i) * OW for i in range(0, max(1, OH).bit_length() + 1)})
     override = ctx.override(name, 3)
     if override is not None and override[1] % OW:

@@ -16,7 +16,9 @@ kernel's epilogue (its `graph.kernel` region after the integer anchor) is, in or
   saturated to int8): the same bits, since sat8(sat32(r) + zp) = sat8(r + zp) for |zp| < 2^8;
 * or `graph.dequantize_linear` to f32 (`vec.mul` by the per-channel scale: fp32(acc) * scale,
   one rounding, as the reference), after which the remaining float ops run as an ordinary
-  epilogue (elementwise.apply_epilogue) on the f32 tile.
+  epilogue (elementwise.apply_epilogue) on the f32 tile, optionally ending in a per-tensor
+  `graph.requantize` of that f32 tile to int8 (the next layer's input: `vec.requant` by the
+  immediate, or for a zero point `vec.mul` into the int32 tile, free by then, and the add).
 
 The vector unit's numerics are the simulator's and the tile interpreter's (store_converted:
 float -> int rounds half to even and saturates), so graph interpreter, tile interpreter and
@@ -94,9 +96,15 @@ class IntegerEpilogue:
     zero_point: int = 0
     quant_result: SSAValue | None = None
     float_ops: list[Operation] = field(default_factory=list)
+    final_requantize: g.RequantizeOp | None = None  # after the float ops: f32 -> i8, per tensor
 
     def out_element(self) -> Attribute:
         return {"requant": i8, "dequant": f32, "acc": i32}[self.kind]
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes per element of the stored result."""
+        return 1 if self.kind == "requant" or self.final_requantize is not None else 4
 
     def vector_cost(self, ctx: LoweringContext, has_bias: bool, per_row: bool) -> int:
         cost = ctx.hw.vector.cost
@@ -105,6 +113,8 @@ class IntegerEpilogue:
             total += cost["mul"] + cost["add"] if per_row or self.zero_point else cost["requant"]
         elif self.kind == "dequant":
             total += cost["mul"] + epilogue_cost(ctx, self.float_ops)
+            if self.final_requantize is not None:
+                total += cost["requant"] + (cost["add"] if self.final_requantize.zero_point.value.data else 0)
         return total
 
 
@@ -130,7 +140,26 @@ def parse_epilogue(ctx: LoweringContext, anchor: Operation, epilogue: Sequence[O
                 raise error(op, "dequantizing an int32 accumulator takes zero point 0")
             epi.kind, epi.quant_result = "dequant", op.output
             epi.scale = channel_vector(ctx, op, op.scale, channels, _axis(op), channel_axis)
-            epi.float_ops, current = ops, op.results[0]
+            current = op.results[0]
+            requantizes = [i for i, o in enumerate(ops) if isinstance(o, g.QUANTIZATION_OPS)]
+            if requantizes:
+                final = ops[requantizes[0]]
+                if not (isinstance(final, g.RequantizeOp) and requantizes[0] == len(ops) - 1
+                        and element_name_of(final.output) == "i8"):
+                    raise error(final, "only one requantize to i8, at the end, may follow the float ops of an "
+                                "integer kernel")
+                multiplier = ctx.constant(final.multiplier)
+                if multiplier is None or np.unique(np.asarray(multiplier)).size != 1:
+                    raise error(final, "a requantize after float ops must be per tensor (one constant multiplier)")
+                epi.final_requantize = final
+                ops = ops[:-1]
+            epi.float_ops = ops
+            if ops:
+                current = ops[-1].results[0]
+            if epi.final_requantize is not None:
+                if epi.final_requantize.input is not current:
+                    raise error(epi.final_requantize, "the requantize must take the float ops' result")
+                current = epi.final_requantize.output
             break
         else:
             raise error(op, f"'{op.name}' after an integer kernel has no int8 lowering (supported: relu on the "
@@ -138,7 +167,7 @@ def parse_epilogue(ctx: LoweringContext, anchor: Operation, epilogue: Sequence[O
         current = op.results[0]
         if epi.kind == "requant" and ops:
             raise error(ops[0], "ops after an int8 requantize in the same kernel are not supported")
-    if (epi.float_ops[-1].results[0] if epi.float_ops else current) is not result:
+    if current is not result:
         raise error(anchor, "the kernel's result is not the end of its epilogue chain")
     return epi
 
@@ -176,11 +205,14 @@ def epilogue_scratchpad(ctx: LoweringContext, epi: IntegerEpilogue, result: SSAV
                         has_bias: bool):
     """(rows, cols) -> scratchpad bytes of the epilogue's buffers for one output tile size
     (channel vectors counted by the caller)."""
-    float_bytes = (epilogue_footprint(ctx, epi.float_ops, result, [epi.quant_result], frame_groups)
+    float_result = epi.final_requantize.input if epi.final_requantize is not None else result
+    float_bytes = (epilogue_footprint(ctx, epi.float_ops, float_result, [epi.quant_result], frame_groups)
                    if epi.kind == "dequant" else None)
 
     def bytes_for(rows: int, cols: int) -> int:
         out = 2 * rows * cols * {"requant": 1, "dequant": 4, "acc": 0}[epi.kind]
+        if epi.final_requantize is not None:
+            out += 2 * rows * cols
         return out + (float_bytes(rows, cols) if float_bytes is not None else 0)
 
     return bytes_for
@@ -212,7 +244,19 @@ def emit_epilogue(ctx: LoweringContext, epi: IntegerEpilogue, acc: SSAValue, row
         return out_tile
     em.vec("mul", out_tile, z, acc, z, rows, cols, scale_tile, z, bmode=channel_mode)
     assert epi.quant_result is not None
-    return apply_epilogue(ctx, epi.float_ops, {epi.quant_result: out_tile}, frame, result)
+    final = epi.final_requantize
+    if final is None:
+        return apply_epilogue(ctx, epi.float_ops, {epi.quant_result: out_tile}, frame, result)
+    floats = apply_epilogue(ctx, epi.float_ops, {epi.quant_result: out_tile}, frame, final.input)
+    multiplier = float(np.asarray(ctx.constant(final.multiplier)).reshape(-1)[0])
+    zero_point = final.zero_point.value.data
+    int8_tile = em.alloc((rows, cols), i8, "spad", 2)
+    if zero_point:  # rne(fp32 * m) into the int32 tile (free now), + zero point saturating to int8
+        em.vec("mul", acc, z, floats, z, rows, cols, bmode="imm", imm=multiplier)
+        em.vec("add", int8_tile, z, acc, z, rows, cols, bmode="imm", imm=float(zero_point))
+    else:
+        em.vec("requant", int8_tile, z, floats, z, rows, cols, bmode="imm", imm=multiplier)
+    return int8_tile
 
 
 # -- standalone requantize / dequantize_linear ----------------------------------------------------
@@ -252,7 +296,7 @@ def lower_quantization_op(ctx: LoweringContext, op: Operation) -> None:
         ctx.hw, M, N, bytes_in=in_bytes, bytes_out=out_bytes, vec_cost=2 if two_steps else 1, live_tiles=3,
         footprint=lambda tr, tc: 2 * tr * tc * (in_bytes + out_bytes + (4 if two_steps else 0)) + 2 * tc * 4)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
-    TR, TC = min(choice.rows, M), choice.cols
+    TR, TC = min(choice.rows, M, tiling_cost.dma_box_limits()[1]), choice.cols  # rows: one DMA box
     x2 = em.view(ctx.buffer(x), (M, N))
     out2 = em.view(int_output_buffer(ctx, y), (M, N))
     x_tile = em.alloc((TR, TC), x.type.get_element_type(), "spad", 2)  # type: ignore[attr-defined]

@@ -102,11 +102,13 @@ def lower_integer_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
         spad += sum(epi_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         return spad, 2 * tm * tn * 4
 
-    out_bytes = {"requant": 1, "dequant": 4, "acc": 4}[epi.kind]
+    out_bytes = epi.stored_bytes
     spec = tiling_cost.GemmSpec(
         lhs_bytes=1, lhs_split=False, rhs_bytes=1, rhs_split=False, passes=1, matmul_dtype="int8",
         epi_cost=epi.vector_cost(ctx, bias is not None, per_row=False), out_bytes=out_bytes, footprint=footprint)
-    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, override=ctx.override(name, 3))
+    rows_limit = tiling_cost.dma_box_limits()[1]  # TM rows: one strided DMA box
+    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, override=ctx.override(name, 3),
+                                     tm_cands=tiling_cost.pow2_candidates(M, hw.matrix.rows, rows_limit))
     TM, TN, TK = choice.tiles
     ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1] + " (int8)", f"M={M} N={N} K={K}", choice))
     # pre-packed int8 weights: [N/TN tiles][Kp][TN] so one weight tile is one contiguous DMA

@@ -131,3 +131,63 @@ def test_int8_cnn_is_bit_exact(target, zp) -> None:
     x = rng.standard_normal(shape).astype(np.float32) * 3
     y = _three_ways(text, weights, x, target)
     assert (y > 0).mean() > 0.2 and np.unique(y).size > 10
+
+
+def test_cli_compiles_int8_and_runs_the_reference_bits(tmp_path) -> None:
+    """`infer compile MODEL --precision int8 --calibration calib.npz` -> an artifact whose
+    simulated outputs are the reference int8 interpreter's (`infer.quantize` on the same
+    samples), and `infer run --check` on it passes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers.onnx_models import mlp_onnx
+
+    model = mlp_onnx(tmp_path / "mlp.onnx", batch=6, d_in=40, hidden=50, d_out=12)
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((3, 6, 40)).astype(np.float32))
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    infer_bin = str(Path(sys.executable).parent / "infer")
+    compiled = subprocess.run([infer_bin, "compile", str(model), "-t", "server", "--precision", "int8", "--calibration",
+                               "calib.npz", "-o", "mlp.npu"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert compiled.returncode == 0, compiled.stderr
+    assert "int8" in compiled.stderr + compiled.stdout
+    ran = subprocess.run([infer_bin, "run", "mlp.npu", "--inputs", "in.npz", "--output", "out.npz", "--check"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    qmodel, report = infer.quantize(str(model), str(tmp_path / "calib.npz"))
+    assert report.float_layers == []
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["y"], qmodel.run([x])[0])
+
+
+@BOTH
+@pytest.mark.parametrize("zp", [0, -3])
+def test_float_ops_between_integer_kernels_are_bit_exact(target, zp) -> None:
+    """linear_integer -> dequantize -> float add (row) + relu -> per-tensor requantize (zero
+    point `zp`) in one kernel: the f32 tile requantized on chip."""
+    M, K, N = 29, 70, 45
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (N, K), dtype=np.int8)
+    shift = ", ".join(repr(float(v)) for v in rng.standard_normal(N).astype(np.float32))
+    text = f"""func.func @main(%x: tensor<{M}x{K}xf32>) -> tensor<{M}x{N}xf32> {{
+  %s = graph.constant dense<30.0> : tensor<1xf32>
+  %xq = graph.requantize %x, %s : (tensor<{M}x{K}xf32>, tensor<1xf32>) -> tensor<{M}x{K}xi8>
+  %w = graph.weight @w : tensor<{N}x{K}xi8>
+  %a = graph.linear_integer %xq, %w : (tensor<{M}x{K}xi8>, tensor<{N}x{K}xi8>) -> tensor<{M}x{N}xi32>
+  %sc = graph.constant dense<0.0007> : tensor<1xf32>
+  %d = graph.dequantize_linear %a, %sc : (tensor<{M}x{N}xi32>, tensor<1xf32>) -> tensor<{M}x{N}xf32>
+  %b = graph.constant dense<[{shift}]> : tensor<{N}xf32>
+  %e = graph.add %d, %b : (tensor<{M}x{N}xf32>, tensor<{N}xf32>) -> tensor<{M}x{N}xf32>
+  %r = graph.relu %e : (tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  %m = graph.constant dense<23.0> : tensor<1xf32>
+  %q = graph.requantize %r, %m {{zero_point = {zp} : i64}} : (tensor<{M}x{N}xf32>, tensor<1xf32>) -> tensor<{M}x{N}xi8>
+  %s2 = graph.constant dense<0.05> : tensor<1xf32>
+  %y = graph.dequantize_linear %q, %s2 : (tensor<{M}x{N}xi8>, tensor<1xf32>) -> tensor<{M}x{N}xf32>
+  func.return %y : tensor<{M}x{N}xf32>
+}}
+"""
+    x = rng.standard_normal((M, K)).astype(np.float32) * 2
+    y = _three_ways(text, {"w": w}, x, target)
+    assert np.unique(y).size > 10
