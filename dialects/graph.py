@@ -1259,19 +1259,19 @@ def _quant_params(
     if axis is None:
         if len(s) > 1 or math.prod(s) != 1:
             raise VerifyException(
-                f"a per-tensor {what} has one element (shape [] or [1]), got {_fmtshape_of(s)} "
+                f"a per-tensor {what} has one element (shape [] or [1]), got {format_shape(s)} "
                 f"(give `axis` for one {what} per slice)"
             )
     else:
         a = normalize_axis(op.name, axis.value.data, len(x))
         if len(s) != 1 or (x[a] != DYNAMIC and s[0] != x[a]):
             raise VerifyException(
-                f"a per-axis {what} along axis {a} of a {_fmtshape_of(x)} operand has shape {x[a]}, "
-                f"got {_fmtshape_of(s)}"
+                f"a per-axis {what} along axis {a} of a {format_shape(x)} operand has shape {x[a]}, "
+                f"got {format_shape(s)}"
             )
     if zero_point is not None and shape_of(zero_point) != s:
         raise VerifyException(
-            f"the zero point has shape {_fmtshape_of(shape_of(zero_point))} but the {what} has {_fmtshape_of(s)}"
+            f"the zero point has shape {format_shape(shape_of(zero_point))} but the {what} has {format_shape(s)}"
         )
 
 

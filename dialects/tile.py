@@ -23,6 +23,8 @@ Ops
   rows x cols tile; binary ops take b as a tile, a row vector, a column vector
   or an immediate (`bmode`).
 - `tile.fill`: set a local tile to a constant (vector unit).
+- `tile.dequant`: expand llama.cpp block-quantized codes and their per-block
+  fp16 scales into an f32/bf16 tile (vector unit: one `vec.dequant`).
 - `tile.gather_rows`: copy table rows picked by a runtime index memref (i32/i64)
   to DRAM or a local buffer (embedding lookup; data-dependent DMA addresses).
 
@@ -70,6 +72,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import element_name_of, shape_of
 from infer.dialects.weight_refs import WeightReference
+from infer.target import isa
 from infer.target.isa import VECTOR_OP_BY_NAME
 
 SPACES = ("dram", "spad", "acc")
@@ -495,6 +498,72 @@ class FillOp(TileOp):
         _check_box("dst", self.dst, self.dst_indices, (self.rows.value.data, self.cols.value.data))
 
 
-Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp, GatherRowsOp], [])
+@irdl_op_definition
+class DequantOp(TileOp):
+    """dst[rows x cols] = the block-quantized codes times their blocks' scales (plus the
+    minimum for q4_1), as `vec.dequant` computes them (docs/isa.md, "Block-quantized
+    weights"). `format` is q4_0, q4_1 or q8_0; `blocks` says which way a 32-element block
+    runs in dst: "col" (32 consecutive rows of a column: a k x n weight tile) or "row" (32
+    consecutive columns of a row). `codes` holds the codes in the plane layout of
+    `infer.target.qblocks.split_blocks` (ui8, two 4-bit codes a byte; i8 for q8_0), `scales`
+    the blocks' fp16 entries (d; q4_1: d, m), one scale row per 32 rows (blocks = col) or per
+    row (blocks = row)."""
+
+    name = "tile.dequant"
+    dst = operand_def(MemRefType)
+    dst_indices = var_operand_def(IndexType)
+    codes = operand_def(MemRefType)
+    codes_indices = var_operand_def(IndexType)
+    scales = operand_def(MemRefType)
+    scales_indices = var_operand_def(IndexType)
+    rows = prop_def(IntegerAttr[I64])
+    cols = prop_def(IntegerAttr[I64])
+    format = prop_def(StringAttr)
+    blocks = prop_def(StringAttr)
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$dst `[` $dst_indices `]` `,` $codes `[` $codes_indices `]` `,` $scales `[` $scales_indices `]` "
+        "attr-dict `:` type($dst) `,` type($codes) `,` type($scales)"
+    )
+
+    def isa_codes(self) -> tuple[int, int]:
+        """(fmt, blocks) as `vec.dequant` encodes them."""
+        return isa.QFORMAT_CODE[self.format.data], isa.QAXIS_CODE[self.blocks.data]
+
+    def boxes(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The (rows, cols) boxes of codes and scales (elements of their memrefs)."""
+        fmt, axis = self.isa_codes()
+        (qr, qc), (sr, sc) = isa.dequant_shapes(fmt, axis, self.rows.value.data, self.cols.value.data)
+        return (qr, qc), (sr, sc * isa.qscale_bytes(fmt) // 2)
+
+    def verify_(self) -> None:
+        """A known format and block axis; whole blocks along the block axis; dst a 2-D local
+        f32/bf16 memref, codes ui8 (q8_0: i8) and scales f16, all 2-D local; every box inside
+        its buffer."""
+        name, axis = self.format.data, self.blocks.data
+        formats = [f for f in isa.QFORMAT_CODE if not f.startswith("reserved")]
+        if name not in formats:
+            raise VerifyException(f"unknown block format '{name}' (supported: {', '.join(formats)})")
+        if axis not in isa.QAXIS_CODE:
+            raise VerifyException(f"blocks must be \"col\" or \"row\", got \"{axis}\"")
+        rows, cols = self.rows.value.data, self.cols.value.data
+        along, n = ("rows", rows) if axis == "col" else ("cols", cols)
+        if n < 1 or n % isa.QBLOCK:
+            raise VerifyException(f"{along} = {n} must be a positive multiple of the {isa.QBLOCK}-element block (blocks = {axis})")
+        code_type = "i8" if name == "q8_0" else "ui8"
+        for what, buf, types in (("dst", self.dst, ("f32", "bf16")), ("codes", self.codes, (code_type,)),
+                                 ("scales", self.scales, ("f16",))):
+            _check_space(buf, what, LOCAL_SPACES)
+            if len(shape_of(buf)) != 2:
+                raise VerifyException(f"{what} must be a 2-D memref, got rank {len(shape_of(buf))}")
+            if element_name_of(buf) not in types:
+                raise VerifyException(f"{what} of {name} must be {' or '.join(types)}, got {element_name_of(buf)}")
+        codes_box, scales_box = self.boxes()
+        _check_box("dst", self.dst, self.dst_indices, (rows, cols))
+        _check_box("codes", self.codes, self.codes_indices, codes_box)
+        _check_box("scales", self.scales, self.scales_indices, scales_box)
+
+
+Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp, GatherRowsOp, DequantOp], [])
 
 __all__ = ["Tile", "memref", "space_of", "target_of", "Float32Type"]

@@ -37,6 +37,9 @@ so a tile program and the npu program it lowers to compute the same bits.
   operand when it is integral (the tile -> npu lowering encodes `bt` as an
   integer type then, unless a is a float type).
 - `tile.fill`: the fp32 value stored with `store_converted`.
+- `tile.dequant`: `infer.target.sim_core.dequant_compute`, the function the
+  simulator runs for `vec.dequant` (exact products, q4_1's add rounded once in
+  fp32, then stored as f32 or bf16).
 - `tile.dma`: a bit copy, dst[j + b] = src[i + b * step].
 - `tile.gather_rows`: a bit copy of the rows `table[idx[k]]`; i64 indices are
   read as their low 32 bits (sign-extended, as the ISA's `ld`); an index outside
@@ -91,6 +94,7 @@ from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError, 
 from infer.dialects.weight_refs import stored_weight, weight_store_for
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
+from infer.target.sim_core import DequantSpec, dequant_compute
 
 __all__ = [
     "OUTPUT_ATTR",
@@ -343,6 +347,24 @@ class TileFunctions(InterpreterFunctions):
         src = _box("table", table, [0, c0], (V, cols))
         d = _box("dst", dst, dst_idx, (rows, cols))
         np.copyto(d, src[idx])
+        return ()
+
+    @impl(t.DequantOp)
+    @_located
+    def run_dequant(self, interpreter: Interpreter, op: t.DequantOp, args: tuple[Any, ...]):
+        nd, nq = len(op.dst_indices), len(op.codes_indices)
+        dst, *rest = args
+        dst_idx, rest = rest[:nd], rest[nd:]
+        codes, *rest = rest
+        codes_idx, rest = rest[:nq], rest[nq:]
+        scales, *scales_idx = rest
+        fmt, axis = op.isa_codes()
+        codes_box, scales_box = op.boxes()
+        d = _box("dst", dst, dst_idx, (op.rows.value.data, op.cols.value.data))
+        dt = _DT_CODE[element_type_name(_memref_type(op.dst).get_element_type())]
+        with np.errstate(all="ignore"):  # inf * 0 is NaN, as on the vector unit
+            dequant_compute(DequantSpec(fmt, axis), _box("codes", codes, codes_idx, codes_box),
+                            _box("scales", scales, scales_idx, scales_box), d, dt)
         return ()
 
     @impl(t.FillOp)

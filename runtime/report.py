@@ -24,6 +24,7 @@ from typing import Any
 
 from infer.target import isa
 from infer.target.sim import ENGINES, Counters
+from infer.target.sim_core import vector_occupancy
 
 
 @dataclass
@@ -220,6 +221,5 @@ def _busy(ins, cfg) -> int:
         charged = v["n2"] * v["n1"] * (-(-v["n0"] // burst) * burst)
         return -(-charged // cfg.dram.bytes_per_cycle)
     if ins.d.engine == "vector":
-        groups = -(-(v["rows"] * v["cols"]) // cfg.vector.lanes)
-        return groups * cfg.vector.cost[ins.d.vop.name]
+        return vector_occupancy(cfg, ins)
     return 0

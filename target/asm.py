@@ -6,7 +6,8 @@ Assembly syntax, one instruction per line (`#` or `;` start a comment):
 
 Values by field kind: registers `r5`; semaphores `s3`; a base-register + offset pair prints
 as one operand `name=r3+0x100` (`name=0x100` means base r0); dtypes by name (`int8`, `bf16`,
-`fp32`, ...); bmode `tile|row|col|imm`; fp32 immediates as a decimal float (`1.5`, `-inf`) or
+`fp32`, ...); bmode `tile|row|col|imm`, block format `q4_0|q4_1|q8_0` and block axis
+`col|row` by name; fp32 immediates as a decimal float (`1.5`, `-inf`) or
 `0x...` raw bits; everything else an integer (decimal or 0x hex). Omitted fields are 0.
 
 Binary container (`.bin`): 16-byte header `b"NPUBIN\\0\\0"`, u32 format version (1), u32
@@ -51,8 +52,8 @@ def format_value(f: isa.FieldDef, v: int, base: int | None = None) -> str:
         return f"s{v}"
     if f.kind == "dtype":
         return isa.DTYPES[v][0]
-    if f.kind == "bmode":
-        return isa.BMODES[v]
+    if f.kind in isa.ENUM_KINDS:
+        return isa.ENUM_KINDS[f.kind][v]
     if f.kind == "f32":
         x = isa.bits_f32(v)
         if math.isfinite(x) and isa.f32_bits(x) == v:
@@ -124,10 +125,12 @@ def parse_value(d: isa.InstrDef, name: str, text: str) -> dict[str, int]:
             if text not in isa.DTYPE_CODE:
                 raise AsmError(f"{name}: unknown dtype '{text}'")
             return {name: isa.DTYPE_CODE[text]}
-        if f.kind == "bmode":
-            if text not in isa.BMODE_CODE:
-                raise AsmError(f"{name}: unknown bmode '{text}' (tile, row, col, imm)")
-            return {name: isa.BMODE_CODE[text]}
+        if f.kind in isa.ENUM_KINDS:
+            names = isa.ENUM_KINDS[f.kind]
+            codes = {n: c for c, n in names.items() if not n.startswith("reserved")}
+            if text not in codes:
+                raise AsmError(f"{name}: unknown {f.kind} '{text}' ({', '.join(codes)})")
+            return {name: codes[text]}
         if f.kind == "f32":
             if text.lower().startswith("0x"):
                 return {name: int(text, 16)}

@@ -182,9 +182,9 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
                 v = sec.get("cost")
                 if not isinstance(v, dict):
                     raise err(p, "section is missing")
-                for op in isa.VECTOR_OPS:
+                for op in isa.VECTOR_UNIT_OPS:
                     get_int(v, p, op.name)
-                extra = set(v) - {o.name for o in isa.VECTOR_OPS}
+                extra = set(v) - {o.name for o in isa.VECTOR_UNIT_OPS}
                 if extra:
                     raise err(f"{p}.{sorted(extra)[0]}", "is not a vector op")
                 kw[f.name] = dict(v)

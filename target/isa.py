@@ -60,6 +60,39 @@ def dtype_size(code: int) -> int | None:
 BMODES = {0: "tile", 1: "row", 2: "col", 3: "imm"}
 BMODE_CODE = {v: k for k, v in BMODES.items()}
 
+# ----------------------------------------------------------------------------- block quantization
+#: llama.cpp / GGUF block formats `vec.dequant` expands (docs/isa.md, "Block-quantized weights")
+QFORMATS = {0: "q4_0", 1: "q4_1", 2: "q8_0", 3: "reserved3"}
+QFORMAT_CODE = {v: k for k, v in QFORMATS.items()}
+#: elements per quantization block (one scale, and for q4_1 one minimum, per block)
+QBLOCK = 32
+#: which way a block runs in the destination tile: down one column (32 consecutive rows: the
+#: k x n weight tile mx.loadw takes) or along one row (32 consecutive columns: GGUF's own order)
+QAXES = {0: "col", 1: "row"}
+QAXIS_CODE = {v: k for k, v in QAXES.items()}
+#: field kind -> {code: name} for the fields assembly spells by name
+ENUM_KINDS = {"bmode": BMODES, "qfmt": QFORMATS, "qaxis": QAXES}
+
+
+def qformat_bits(fmt: int) -> int:
+    """Bits per code of a block format: 4 (q4_0, q4_1) or 8 (q8_0)."""
+    return 8 if QFORMATS[fmt] == "q8_0" else 4
+
+
+def qscale_bytes(fmt: int) -> int:
+    """Bytes of one block's scale entry: fp16 d, or for q4_1 the pair (fp16 d, fp16 m)."""
+    return 4 if QFORMATS[fmt] == "q4_1" else 2
+
+
+def dequant_shapes(fmt: int, axis: int, rows: int, cols: int) -> tuple[tuple[int, int],
+                                                                       tuple[int, int]]:
+    """(codes tile (rows, bytes per row), scale tile (rows, entries per row)) of a
+    `vec.dequant` producing a rows x cols tile (block dimension a multiple of QBLOCK)."""
+    half = qformat_bits(fmt) == 4
+    if QAXES[axis] == "col":
+        return (rows // 2 if half else rows, cols), (rows // QBLOCK, cols)
+    return (rows, cols // 2 if half else cols), (rows, cols // QBLOCK)
+
 # ----------------------------------------------------------------------------- vector ops
 @dataclass(frozen=True)
 class VecOpDef:
@@ -96,13 +129,21 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
     ),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
+#: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family
+#: (its operands are packed codes and per-block scales), so kept out of VECTOR_OPS
+DEQUANT_OP = VecOpDef(
+    "dequant", "dequant",
+    "expand llama.cpp block-quantized codes: d[i, j] = fp32(code(i, j)) * fp32(scale) "
+    "(+ fp32(min) for q4_1), one fp16 scale (and min) per block of 32 elements, converted to dt")
+#: every op of the vector unit, each with a cost in the config's [vector.cost]
+VECTOR_UNIT_OPS: tuple[VecOpDef, ...] = (*VECTOR_OPS, DEQUANT_OP)
 
 
 # ----------------------------------------------------------------------------- fields
 @dataclass(frozen=True)
 class FieldDef:
-    """One bit field. kind: reg | sem | imm | count | stride | dtype | bmode | f32 | flag |
-    dram_off | local_off. Offsets (`*_off`) pair with a base register field named `<base>`
+    """One bit field. kind: reg | sem | imm | count | stride | dtype | bmode | qfmt | qaxis |
+    f32 | flag | dram_off | local_off. Offsets (`*_off`) pair with a base register field named `<base>`
     and print in assembly as `name=rB+off`."""
 
     name: str
@@ -326,6 +367,43 @@ def _vec_constraints(form: str) -> tuple[Constraint, ...]:
 for _i, _v in enumerate(VECTOR_OPS):
     _defs.append(InstrDef("vec." + _v.name, 0x40 + _i, "vector", _vec_fields(_v.form),
                           "Vector unit: " + _v.doc + ".", _vec_constraints(_v.form), vop=_v))
+
+
+def _dequant_ok(v: dict[str, int]) -> str | None:
+    fmt, axis = v["fmt"], v["blocks"]
+    if QFORMATS[fmt].startswith("reserved"):
+        return f"fmt = {fmt} is a reserved block format code"
+    along = "rows" if QAXES[axis] == "col" else "cols"
+    if v[along] % QBLOCK:
+        return (f"{along} = {v[along]} is not a multiple of the {QBLOCK}-element block "
+                f"(blocks={QAXES[axis]})")
+    size = qscale_bytes(fmt)
+    for name in ("s", "sstride"):
+        if v[name] % size:
+            return f"{name} = {v[name]} is not aligned to the {size}-byte {QFORMATS[fmt]} scale entry"
+    return None
+
+
+_defs.append(InstrDef(
+    "vec.dequant", 0x60, "vector",
+    (*_local("dst", "destination tile (rows x cols of dt)"),
+     *_local("q", "packed codes (q4: two 4-bit codes per byte; q8_0: one int8 per byte)"),
+     *_local("s", "block scales (per block fp16 d; q4_1: fp16 d, fp16 m)"),
+     FieldDef("rows", 16, kind="count", doc="destination rows"),
+     FieldDef("cols", 16, kind="count", doc="destination columns"),
+     FieldDef("dstride", 20, kind="stride", doc="destination byte stride between rows"),
+     FieldDef("qstride", 20, kind="stride", doc="codes byte stride between rows"),
+     FieldDef("sstride", 20, kind="stride", doc="scales byte stride between rows"),
+     FieldDef("dt", 3, kind="dtype", doc="destination dtype (fp32 or bf16)"),
+     FieldDef("fmt", 2, kind="qfmt", doc="block format: q4_0, q4_1 or q8_0"),
+     FieldDef("blocks", 1, kind="qaxis", doc="col: a block is 32 consecutive rows of one "
+              "column (k x n weight tiles); row: 32 consecutive columns of one row")),
+    "Vector unit, weight decompression: expand llama.cpp block-quantized codes (q4_0: "
+    "(q - 8) * d; q4_1: q * d + m; q8_0: q * d) into a rows x cols tile of dt; the products "
+    "are exact, q4_1's sum rounds once in fp32 (docs/isa.md, \"Block-quantized weights\").",
+    (_positive("rows", "cols"), _dtype_in("dt", ("fp32", "bf16")), _aligned("dst", "dt"),
+     _aligned("dstride", "dt"), _dequant_ok),
+    vop=DEQUANT_OP))
 
 
 def _with_layout(d: InstrDef) -> InstrDef:

@@ -47,6 +47,10 @@ def render() -> str:
     out.append("")
     out.append("Broadcast modes (`bmode`): " + ", ".join(f"{k} = {v}" for k, v in
                                                          isa.BMODES.items()) + ".")
+    out.append("")
+    out.append("Block formats (`fmt`): " + ", ".join(f"{k} = {v}" for k, v in
+                                                      isa.QFORMATS.items()) + "; block axes "
+               "(`blocks`): " + ", ".join(f"{k} = {v}" for k, v in isa.QAXES.items()) + ".")
     return "\n".join(out) + "\n"
 
 

@@ -305,6 +305,9 @@ class VectorSpec:
     #: 0: how programs clear a tile), so reading it carries no data
     a_is_dead: bool = False
 
+    def compute(self, a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, dt: int) -> None:
+        vector_compute(self, a, b, dst, dt)
+
     @staticmethod
     def of(ins: isa.Instr) -> VectorSpec:
         vop = ins.d.vop
@@ -331,6 +334,85 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
         r = spec.fn(x, spec.imm if b is None else b.astype(spec.ctype))
     else:
         r = spec.fn(x)
+    store_converted(dst, r, dt)
+
+
+def vector_occupancy(cfg: Any, ins: isa.Instr) -> int:
+    """Cycles a vector instruction occupies the vector unit (docs/isa.md, "Timing model"):
+    ceil(rows*cols / lanes) * cost[op]; `vec.dequant` is counted in groups of 4*lanes bytes
+    of output (two bf16 or one fp32 weight per lane per cycle)."""
+    vop = ins.d.vop
+    assert vop is not None
+    v = ins.as_dict()
+    n, lanes = v["rows"] * v["cols"], cfg.vector.lanes
+    if vop.form == "dequant":
+        return -(-(n * NP_DTYPES[v["dt"]].itemsize) // (4 * lanes)) * cfg.vector.cost[vop.name]
+    return -(-n // lanes) * cfg.vector.cost[vop.name]
+
+
+_NIBBLE_SHIFTS = np.array([0, 4], np.uint8)
+
+
+@dataclass(frozen=True)
+class DequantSpec:
+    """How a `vec.dequant` computes, from its static fields (shared by the engines)."""
+
+    fmt: int
+    axis: int  # isa.QAXES: 0 = a block runs down a column, 1 = along a row
+
+    @staticmethod
+    def of(ins: isa.Instr) -> DequantSpec:
+        v = ins.as_dict()
+        return DequantSpec(v["fmt"], v["blocks"])
+
+    @property
+    def code_dtype(self) -> Any:
+        """The storage type of the codes operand: int8 (q8_0) or packed bytes."""
+        return np.dtype(np.int8) if isa.qformat_bits(self.fmt) == 8 else np.dtype(np.uint8)
+
+    @property
+    def scale_entry(self) -> int:
+        """fp16 values per block in the scales operand: 1 (d) or 2 (d, m)."""
+        return isa.qscale_bytes(self.fmt) // 2
+
+    def compute(self, q: np.ndarray, s: np.ndarray, dst: np.ndarray, dt: int) -> None:
+        dequant_compute(self, q, s, dst, dt)
+
+
+def dequant_codes(spec: DequantSpec, q: np.ndarray) -> np.ndarray:
+    """The codes of a (..., rows, cols) tile as fp32: q8_0's int8 values; a q4 tile's
+    nibbles in llama.cpp's order (in the 16 bytes of a block's codes, the low nibbles are
+    elements 0..15 and the high nibbles elements 16..31), minus 8 for q4_0."""
+    if isa.qformat_bits(spec.fmt) == 8:
+        return q.astype(np.float32)
+    lead = q.shape[:-2]
+    r, c = q.shape[-2:]
+    h = isa.QBLOCK // 2
+    if spec.axis == 0:  # packed rows 16g..16g+15 hold rows 32g..32g+31 of every column
+        x = q.reshape(lead + (r // h, 1, h, c)) >> _NIBBLE_SHIFTS.reshape(2, 1, 1)
+        nib = (x & np.uint8(0x0F)).reshape(lead + (2 * r, c))
+    else:  # bytes 16g..16g+15 of a row hold its columns 32g..32g+31
+        x = q.reshape(lead + (r, c // h, 1, h)) >> _NIBBLE_SHIFTS.reshape(2, 1)
+        nib = (x & np.uint8(0x0F)).reshape(lead + (r, 2 * c))
+    if isa.QFORMATS[spec.fmt] == "q4_0":
+        return (nib.astype(np.int8) - np.int8(8)).astype(np.float32)
+    return nib.astype(np.float32)
+
+
+def dequant_compute(spec: DequantSpec, q: np.ndarray, s: np.ndarray, dst: np.ndarray,
+                    dt: int) -> None:
+    """dst = codes * d (+ m) converted to dt. q: the codes tile (..., code rows, code bytes) in
+    spec.code_dtype; s: the scales (..., scale rows, entries * scale_entry) as fp16. The
+    product of a code (<= 8 bits) and an fp16 scale (11-bit significand) is exact in fp32, so
+    only q4_1's add rounds (once, to nearest even): the numerics of llama.cpp's and gguf's
+    dequantization in fp32, fused multiply-add or not."""
+    codes = dequant_codes(spec, q)
+    p = spec.scale_entry
+    axis = -2 if spec.axis == 0 else -1
+    d = np.repeat(s[..., 0::p].astype(np.float32), isa.QBLOCK, axis=axis)
+    r = d * codes
+    if p == 2:
+        r += np.repeat(s[..., 1::p].astype(np.float32), isa.QBLOCK, axis=axis)
     store_converted(dst, r, dt)
 
 

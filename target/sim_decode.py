@@ -7,7 +7,7 @@ cache is checked against the instruction list, so a program edited in place is d
 
 The timing class of an instruction follows from its engine in the ISA table (`isa.ENGINES`):
 every `dma_load`/`dma_store` instruction is a transfer, every `vector` instruction occupies
-the vector unit for ceil(rows*cols/lanes) * cost[op] cycles; the scalar front end and the
+the vector unit for `sim_core.vector_occupancy` cycles; the scalar front end and the
 matrix unit's two instructions have their own rules (docs/isa.md, "Timing model").
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from infer.target import isa
 from infer.target.asm import Program, format_instr
 from infer.target.hw import HardwareConfig
-from infer.target.sim_core import ENGINE_INDEX, NP_DTYPES, Fault, SimFault
+from infer.target.sim_core import ENGINE_INDEX, NP_DTYPES, Fault, SimFault, vector_occupancy
 from infer.target.sim_reference import compile_checks
 
 # timing classes (small ints: the timing engine's dispatch)
@@ -84,10 +84,7 @@ def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tu
     if d.name == "mx.matmul":
         return cfg.matrix.matmul_cycles(v["m"], isa.DTYPES[v["dtype"]][0]), v["m"]
     if d.engine == "vector":
-        assert d.vop is not None
-        rows, cols = v["rows"], v["cols"]
-        groups = -(-(rows * cols) // cfg.vector.lanes)
-        return groups * cfg.vector.cost[d.vop.name], rows * cols
+        return vector_occupancy(cfg, ins), v["rows"] * v["cols"]
     return 0, 0
 
 

@@ -24,10 +24,11 @@ import numpy as np
 from infer.target import isa
 from infer.target.asm import format_instr
 from infer.target.sim_core import (
-    Counters, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
+    Counters, DequantSpec, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
-from infer.target.sim_reference import initial_registers, local_view
+from infer.target.sim_reference import (
+    dequant_views, dma_views, initial_registers, local_view, matmul_step)
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -68,6 +69,10 @@ def functional_tables(dec: Decoded) -> list[Any]:
             dt = v["dtype"]
             out.append((v["act_base"], v["act"], v["acc_base"], v["acc"], v["m"], v["astride"],
                         v["cstride"], dt, bool(v["accum"]), dt == 0, 1 if dt == 0 else 2))
+        elif tc == T_VECTOR and ins.d.vop is not None and ins.d.vop.form == "dequant":
+            out.append((DequantSpec.of(ins), v["rows"], v["cols"], v["dst_base"], v["dst"],
+                        v["q_base"], v["q"], v["s_base"], v["s"], v["dstride"], v["qstride"],
+                        v["sstride"], v["dt"]))
         elif tc == T_VECTOR:
             spec = VectorSpec.of(ins)
             binary = spec.binary
@@ -82,24 +87,6 @@ def functional_tables(dec: Decoded) -> list[Any]:
     return out
 
 
-def dma_views(sim: Simulator, dram: np.ndarray, t: tuple, d: int, loc: int) -> tuple[np.ndarray,
-                                                                                      np.ndarray]:
-    """(DRAM view, local view) of a DMA at DRAM address d and local address loc, bounds
-    checked with the reference engine's messages."""
-    (_, _, _, _, n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load) = t
-    dir_ = "load" if load else "store"
-    if d + dlo < 0 or d + dhi > dram.size:
-        raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
-                    f"outside DRAM ({dram.size} bytes)")
-    if loc >= isa.ACC_BASE:
-        mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
-    else:
-        mem, off, space = sim.spad, loc, "scratchpad"
-    if loc < 0 or off + llo < 0 or off + lhi > mem.size:
-        raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
-                    f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
-    return (np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1)),
-            np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1)))
 
 
 class FunctionalRun:
@@ -182,7 +169,7 @@ class FunctionalRun:
                 elif tc == T_DMA:
                     db, do, lb, lo = t[0], t[1], t[2], t[3]
                     if data:
-                        dv, lv = dma_views(sim, dram, t, regs[db] + do, regs[lb] + lo)
+                        dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
                         if t[15]:
                             lv[...] = dv
                         else:
@@ -205,7 +192,7 @@ class FunctionalRun:
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     if data:
-                        self._vector(t)
+                        _VECTOR_RUNNERS[type(t[0])](self, t)
                     c.vector_elements += t[1] * t[2]
                 elif tc == T_LD:
                     self._ld(t)
@@ -253,22 +240,10 @@ class FunctionalRun:
             self.regs[rd] = int(self.dram[a:a + 4].view(np.int32)[0])
 
     def _matmul(self, t: tuple) -> None:
-        ab, ao, cb, co, m, astride, cstride, dt, accum, is_int, odt = t
-        w, regs, sim = self.weights, self.regs, self.sim
-        if w is None:
-            raise Fault("state", "mx.matmul before any mx.loadw")
-        if self.wdtype != dt:
-            raise Fault("state", f"matmul dtype {isa.DTYPES[dt][0]} differs from the loaded "
-                        f"weights' {isa.DTYPES[self.wdtype][0]}")
-        k, n = w.shape
-        accaddr = regs[cb] + co
-        if accaddr < isa.ACC_BASE:
-            raise Fault("out-of-bounds", f"matmul output {accaddr:#x} is not in the "
-                        f"accumulator (which starts at {isa.ACC_BASE:#x})")
-        a = local_view(sim, regs[ab] + ao, m, k, astride, dt, "activations")
-        out = local_view(sim, accaddr, m, n, cstride, odt, "accumulator")
-        self.c.acc_saturations += matmul_into(a, w, out, is_int, accum)
-        self.c.macs += m * k * n
+        ab, ao, cb, co, m, astride, cstride, dt, accum = t[:9]
+        regs = self.regs
+        matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, regs[cb] + co, m, astride, cstride,
+                    accum, self.c)
 
     def _vector(self, t: tuple) -> None:
         spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t
@@ -287,3 +262,14 @@ class FunctionalRun:
                 b = local_view(sim, base, rows, 1, bstride, bt, "operand b (col)")
         vector_compute(spec, a, b, dst, dt)
 
+    def _dequant(self, t: tuple) -> None:
+        spec, rows, cols, db, do, qb, qo, sb, so, dstride, qstride, sstride, dt = t
+        regs, sim = self.regs, self.sim
+        q, s = dequant_views(sim, spec, rows, cols, regs[qb] + qo, qstride, regs[sb] + so,
+                             sstride)
+        dst = local_view(sim, regs[db] + do, rows, cols, dstride, dt, "destination")
+        spec.compute(q, s, dst, dt)
+
+
+#: how the functional engine runs a vector instruction, by the kind of its table entry
+_VECTOR_RUNNERS = {VectorSpec: FunctionalRun._vector, DequantSpec: FunctionalRun._dequant}

@@ -43,7 +43,7 @@ import numpy as np
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_core import (
-    NP_DTYPES, accumulate_into, converted, matmul_into, matmul_product, vector_compute)
+    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, matmul_into, matmul_product)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
@@ -174,7 +174,7 @@ class _Walk:
             elif tc == T_MATMUL:
                 self.matmul(t)
             elif tc == T_VECTOR:
-                self.vector(t)
+                _VECTOR_WALKERS[type(t[0])](self, t)
             elif tc == T_LD:
                 raise Reject("ld in the body")
             pc += 1
@@ -387,6 +387,28 @@ class _Walk:
         self.ops.append((OP_VECTOR, spec, a, b, dst, dt))
         self.count[9] += rows * cols
 
+    def dequant(self, t: tuple) -> None:
+        spec, rows, cols, db, do, qb, qo, sb, so, dstride, qstride, sstride, dt = t
+        (qr, qc), (sr, sc) = isa.dequant_shapes(spec.fmt, spec.axis, rows, cols)
+        ed, p = NP_DTYPES[dt].itemsize, spec.scale_entry
+        fq, fs, fd = ((self.forms[r][0] + o,) + self.forms[r][1:]
+                      for r, o in ((qb, qo), (sb, so), (db, do)))
+        sq = self.local(fq, qr, qc, qstride, 1)
+        ss = self.local(fs, sr, sc * 2 * p, sstride, 2 * p)
+        sd = self.local(fd, rows, cols * ed, dstride, ed)
+        q = self.operand(sq, fq, (qr, qc), (qstride, 1), spec.code_dtype)
+        s = self.operand(ss, fs, (sr, sc * p), (sstride, 2), np.dtype(np.float16))
+        dst = self.operand(sd, fd, (rows, cols), (dstride, ed), NP_DTYPES[dt])
+        self.access(sq, False, fq, (qr, qc), (qstride, 1), 2)
+        self.access(ss, False, fs, (sr, sc * 2 * p), (sstride, 1), 3)
+        self.access(sd, True, fd, (rows, cols * ed), (dstride, 1), 4)
+        self.ops.append((OP_VECTOR, spec, q, s, dst, dt))
+        self.count[9] += rows * cols
+
+
+#: how a vector instruction is walked, by the kind of its functional-table entry
+_VECTOR_WALKERS = {VectorSpec: _Walk.vector, DequantSpec: _Walk.dequant}
+
 
 # ----------------------------------------------------------------------------- plans
 class Plan:
@@ -560,7 +582,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                           mem.pop(("V", vid))[..., n, :], where=mask)
         elif kind == OP_VECTOR:
             _, spec, a, b, dst, dt = op
-            vector_compute(spec, view(a), None if b is None else view(b), view(dst), dt)
+            spec.compute(view(a), None if b is None else view(b), view(dst), dt)
         elif kind == OP_ENTER:
             level, lanes = op[1], op[3]
             for space in op[2]:

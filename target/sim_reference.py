@@ -32,16 +32,68 @@ from infer.target.asm import Program, format_instr
 from infer.target.sim_access import ACC, DRAM, RACE_SPACES, SPAD, dma_access, overlap, rows_access
 from infer.target.sim_core import (
     E_LOAD, E_MATRIX, E_SCALAR, E_STORE, E_VECTOR, ENGINES, NP_DTYPES, Calendar, Counters, Fault,
-    PcProfile, SimFault, VectorSpec, deadlock, matmul_into, vector_compute, weights_dtype)
+    DequantSpec, PcProfile, SimFault, VectorSpec, deadlock, matmul_into, vector_compute,
+    vector_occupancy, weights_dtype)
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
 
 
+def dma_views(sim: Simulator, dram: np.ndarray, geometry: tuple, d: int, loc: int) -> tuple[np.ndarray,
+                                                                                             np.ndarray]:
+    """(DRAM view, local view) of a DMA at DRAM address d and local address loc; out-of-bounds
+    boxes are faults. `geometry` is (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load):
+    the box and its byte extents relative to the two base addresses."""
+    n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load = geometry
+    dir_ = "load" if load else "store"
+    if d + dlo < 0 or d + dhi > dram.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
+                    f"outside DRAM ({dram.size} bytes)")
+    if loc >= isa.ACC_BASE:
+        mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
+    else:
+        mem, off, space = sim.spad, loc, "scratchpad"
+    if loc < 0 or off + llo < 0 or off + lhi > mem.size:
+        raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
+                    f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
+    return (np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1)),
+            np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1)))
+
+
+def matmul_step(sim: Simulator, weights: np.ndarray | None, wdtype: int, dt: int, act_addr: int, acc_addr: int,
+                m: int, astride: int, cstride: int, accum: bool, counters: Any) -> int:
+    """The data side of `mx.matmul`: m activation rows times the loaded weights into the
+    accumulator (int8 -> int32 or float -> fp32); faults on a state or address error.
+    Returns the MACs, which it also adds to `counters`."""
+    if weights is None:
+        raise Fault("state", "mx.matmul before any mx.loadw")
+    if wdtype != dt:
+        raise Fault("state", f"matmul dtype {isa.DTYPES[dt][0]} differs from the loaded "
+                    f"weights' {isa.DTYPES[wdtype][0]}")
+    k, n = weights.shape
+    if acc_addr < isa.ACC_BASE:
+        raise Fault("out-of-bounds", f"matmul output {acc_addr:#x} is not in the "
+                    f"accumulator (which starts at {isa.ACC_BASE:#x})")
+    is_int = dt == 0
+    a = local_view(sim, act_addr, m, k, astride, dt, "activations")
+    out = local_view(sim, acc_addr, m, n, cstride, 1 if is_int else 2, "accumulator")
+    counters.acc_saturations += matmul_into(a, weights, out, is_int, accum)
+    counters.macs += m * k * n
+    return m * k * n
+
+
 def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt: int,
                what: str) -> np.ndarray:
     """The (rows, cols) tile of dtype dt at local address addr (bounds and alignment checked)."""
-    esz = NP_DTYPES[dt].itemsize
+    return local_array(sim, addr, rows, cols, stride, NP_DTYPES[dt], NP_DTYPES[dt].itemsize,
+                       isa.DTYPES[dt][0], what)
+
+
+def local_array(sim: Simulator, addr: int, rows: int, cols: int, stride: int, npdt: Any,
+                align: int, tname: str, what: str) -> np.ndarray:
+    """The (rows, cols) tile of numpy dtype npdt at local address addr; the address and the
+    stride must be multiples of `align` (the element, or a `vec.dequant` scale entry)."""
+    esz = npdt.itemsize
     if addr >= isa.ACC_BASE:
         mem, off, space = sim.acc, addr - isa.ACC_BASE, "accumulator"
     else:
@@ -52,10 +104,21 @@ def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt:
     if last > mem.size:
         raise Fault("out-of-bounds", f"{what} [{addr:#x}, {addr - off + last:#x}) exceeds "
                     f"the {space} ({mem.size} bytes)")
-    if off % esz or stride % esz:
+    if off % align or stride % align:
         raise Fault("misaligned", f"{what} address {addr:#x} / stride {stride} not "
-                    f"aligned to {esz} bytes ({isa.DTYPES[dt][0]})")
-    return np.ndarray((rows, cols), NP_DTYPES[dt], mem, off, (stride, esz))
+                    f"aligned to {align} bytes ({tname})")
+    return np.ndarray((rows, cols), npdt, mem, off, (stride, esz))
+
+
+def dequant_views(sim: Simulator, spec: DequantSpec, rows: int, cols: int, q: int,
+                  qstride: int, s: int, sstride: int) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, scales) operand tiles of a `vec.dequant` (bounds and alignment checked): the
+    codes as bytes (int8 for q8_0), the scales as fp16 (d, or d, m pairs, along a row)."""
+    (qr, qc), (sr, sc) = isa.dequant_shapes(spec.fmt, spec.axis, rows, cols)
+    fname = isa.QFORMATS[spec.fmt]
+    return (local_array(sim, q, qr, qc, qstride, spec.code_dtype, 1, fname, "codes"),
+            local_array(sim, s, sr, sc * spec.scale_entry, sstride, np.dtype(np.float16),
+                        2 * spec.scale_entry, f"{fname} scales", "scales"))
 
 
 def compile_checks(cfg: Any, ins: isa.Instr) -> None:
@@ -343,22 +406,12 @@ class ReferenceRun:
         lhi = max(0, (n1 - 1) * ls1) + max(0, (n2 - 1) * ls2) + n0
         dir_ = "load" if load else "store"
         chk = self.check_races
+        geometry = (n0, n1, n2, ds1, ds2, ls1, ls2, dlo, dhi, llo, lhi, load)
 
         def f() -> int:
             d = regs[db] + do
             loc = regs[lb] + lo
-            if d + dlo < 0 or d + dhi > dram.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} DRAM range [{d + dlo}, {d + dhi}) "
-                            f"outside DRAM ({dram.size} bytes)")
-            if loc >= isa.ACC_BASE:
-                mem, off, space = sim.acc, loc - isa.ACC_BASE, "accumulator"
-            else:
-                mem, off, space = sim.spad, loc, "scratchpad"
-            if loc < 0 or off + llo < 0 or off + lhi > mem.size:
-                raise Fault("out-of-bounds", f"dma.{dir_} local range [{loc + llo:#x}, "
-                            f"{loc + lhi:#x}) outside the {space} ({mem.size} bytes)")
-            dv = np.ndarray((n2, n1, n0), np.uint8, dram, d, (ds2, ds1, 1))
-            lv = np.ndarray((n2, n1, n0), np.uint8, mem, off, (ls2, ls1, 1))
+            dv, lv = dma_views(sim, dram, geometry, d, loc)
             if load:
                 lv[...] = dv
                 c.dram_read_bytes += nbytes
@@ -397,7 +450,6 @@ class ReferenceRun:
         cfg, mc, regs = self.cfg, self.cfg.matrix, self.regs
         wait, signal, signal2, c = ins.wait, ins.signal, ins.signal2, self.c
         dt = v["dtype"]
-        dname = isa.DTYPES[dt][0]
         nbuf = mc.weight_buffers
         chk = self.check_races
         esz = NP_DTYPES[dt].itemsize
@@ -434,27 +486,13 @@ class ReferenceRun:
         m, astride, cstride, accum = v["m"], v["astride"], v["cstride"], v["accum"]
         cyc = mc.matmul_cycles(m, dname)
         fill = mc.fill_drain_cycles
-        is_int = dt == 0
-        odt = 1 if is_int else 2
 
         def f() -> int:
-            w = self.weights
-            if w is None:
-                raise Fault("state", "mx.matmul before any mx.loadw")
-            if self.wdtype != dt:
-                raise Fault("state", f"matmul dtype {dname} differs from the loaded weights' "
-                            f"{isa.DTYPES[self.wdtype][0]}")
-            k, n = w.shape
             accaddr = regs[cb] + co
-            if accaddr < isa.ACC_BASE:
-                raise Fault("out-of-bounds", f"matmul output {accaddr:#x} is not in the "
-                            f"accumulator (which starts at {isa.ACC_BASE:#x})")
-            a = local_view(self.sim, regs[ab] + ao, m, k, astride, dt, "activations")
-            out = local_view(self.sim, accaddr, m, n, cstride, odt, "accumulator")
-            c.acc_saturations += matmul_into(a, w, out, is_int, accum)
-            c.macs += m * k * n
+            macs = matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, accaddr, m, astride,
+                               cstride, accum, c)
             if prof is not None:
-                prof.macs[pc] += m * k * n
+                prof.macs[pc] += macs
             ready = self.dispatch(E_MATRIX, wait)
             start = max(ready, self.stream_free)
             if self.weights_ready > start:
@@ -465,6 +503,7 @@ class ReferenceRun:
             self.wbuf_release[self.wbuf] = end
             self.finish(E_MATRIX, start, start + 1, end + fill, cyc, signal, signal2, pc)
             if chk:
+                k, n = self.weights.shape
                 accs: list[Any] = []
                 aa = regs[ab] + ao
                 rows_access(ACC if aa >= isa.ACC_BASE else SPAD, False, aa, m, k * esz, astride,
@@ -478,6 +517,8 @@ class ReferenceRun:
         v = ins.as_dict()
         vop = ins.d.vop
         assert vop is not None
+        if vop.form == "dequant":
+            return self._c_dequant(pc, ins)
         cfg, regs, sim, c = self.cfg, self.regs, self.sim, self.c
         wait, signal, signal2 = ins.wait, ins.signal, ins.signal2
         rows, cols = v["rows"], v["cols"]
@@ -487,8 +528,7 @@ class ReferenceRun:
         binary = spec.binary
         if binary:
             bb, bo, bstride, bt, bmode = v["b_base"], v["b"], v["bstride"], v["bt"], v["bmode"]
-        groups = -(-(rows * cols) // cfg.vector.lanes)
-        occ = groups * cfg.vector.cost[vop.name]
+        occ = vector_occupancy(cfg, ins)
         lat = cfg.vector.latency
         dshape = (rows, 1) if spec.reduce else (rows, cols)
         nelem = rows * cols
@@ -532,6 +572,41 @@ class ReferenceRun:
                 x = regs[db] + do
                 rows_access(ACC if x >= isa.ACC_BASE else SPAD, True, x, dshape[0], d_bytes,
                             dstride, accs)
+                self.race(E_VECTOR, pc, ready, ready + occ + lat, accs)
+            return pc + 1
+        return f
+
+    def _c_dequant(self, pc: int, ins: isa.Instr) -> Any:
+        v = ins.as_dict()
+        regs, sim, c = self.regs, self.sim, self.c
+        wait, signal, signal2 = ins.wait, ins.signal, ins.signal2
+        rows, cols, dt = v["rows"], v["cols"], v["dt"]
+        spec = DequantSpec.of(ins)
+        occ = vector_occupancy(self.cfg, ins)
+        lat = self.cfg.vector.latency
+        nelem = rows * cols
+        (qr, qc), (sr, sc) = isa.dequant_shapes(spec.fmt, spec.axis, rows, cols)
+        s_bytes = sc * 2 * spec.scale_entry
+        d_bytes = cols * NP_DTYPES[dt].itemsize
+        chk = self.check_races
+
+        def f() -> int:
+            q, s = dequant_views(sim, spec, rows, cols, regs[v["q_base"]] + v["q"],
+                                 v["qstride"], regs[v["s_base"]] + v["s"], v["sstride"])
+            dst = local_view(sim, regs[v["dst_base"]] + v["dst"], rows, cols, v["dstride"], dt,
+                             "destination")
+            spec.compute(q, s, dst, dt)
+            c.vector_elements += nelem
+            ready = self.dispatch(E_VECTOR, wait)
+            self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
+            if chk:
+                accs: list[Any] = []
+                for name, nrows, nbytes, stride, write in (
+                        ("q", qr, qc, v["qstride"], False), ("s", sr, s_bytes, v["sstride"], False),
+                        ("dst", rows, d_bytes, v["dstride"], True)):
+                    x = regs[v[name + "_base"]] + v[name]
+                    rows_access(ACC if x >= isa.ACC_BASE else SPAD, write, x, nrows, nbytes,
+                                stride, accs)
                 self.race(E_VECTOR, pc, ready, ready + occ + lat, accs)
             return pc + 1
         return f

@@ -82,7 +82,7 @@ func.func @f(%x: tensor<4xf32>) {
 
 // A matmul kernel needs its anchor.
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{a "matmul" kernel must hold exactly one anchor op (graph.matmul or graph.linear), found none}}
+  // expected-error @+1 {{a "matmul" kernel must hold exactly one anchor op (graph.matmul or graph.linear or graph.matmul_integer or graph.linear_integer), found none}}
   %r = graph.kernel "matmul" (%x) : (tensor<4xf32>) -> tensor<4xf32> {
   ^bb0(%a: tensor<4xf32>):
     %e = graph.relu %a : (tensor<4xf32>) -> tensor<4xf32>
@@ -95,7 +95,7 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // Exactly one anchor.
 func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
-  // expected-error @+1 {{a "matmul" kernel must hold exactly one anchor op (graph.matmul or graph.linear), found graph.matmul, graph.matmul}}
+  // expected-error @+1 {{a "matmul" kernel must hold exactly one anchor op (graph.matmul or graph.linear or graph.matmul_integer or graph.linear_integer), found graph.matmul, graph.matmul}}
   %r = graph.kernel "matmul" (%x) : (tensor<4x4xf32>) -> tensor<4x4xf32> {
   ^bb0(%a: tensor<4x4xf32>):
     %m = graph.matmul %a, %a : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>

@@ -42,6 +42,7 @@ vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=78
 vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
 vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
 vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
+vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17
 # CHECK: nop wait=s7, signal=s20, signal2=s6
 # CHECK-NEXT: halt wait=s14, signal=s26, signal2=s31
 # CHECK-NEXT: li rd=r28, imm=-139310528704029, wait=s5, signal=s7, signal2=s18
@@ -78,3 +79,4 @@ vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=
 # CHECK-NEXT: vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
 # CHECK-NEXT: vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
 # CHECK-NEXT: vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
+# CHECK-NEXT: vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17

@@ -64,6 +64,27 @@ npu.program {
 // -----
 
 npu.program {
+  // expected-error @+1 {{npu.vec.dequant: rows = 48 is not a multiple of the 32-element block (blocks=col)}}
+  npu.vec.dequant dst=0x0, q=0x0, s=0x0, rows=48, cols=16, dt=fp32, fmt=q4_0, blocks=col
+}
+
+// -----
+
+npu.program {
+  // expected-error @+1 {{npu.vec.dequant: s = 2 is not aligned to the 4-byte q4_1 scale entry}}
+  npu.vec.dequant dst=0x0, q=0x0, s=0x2, rows=1, cols=32, dt=bf16, fmt=q4_1, blocks=row
+}
+
+// -----
+
+npu.program {
+  // expected-error @+1 {{fmt: unknown qfmt 'q4_k' (q4_0, q4_1, q8_0)}}
+  npu.vec.dequant dst=0x0, q=0x0, s=0x0, rows=1, cols=32, dt=bf16, fmt=q4_k, blocks=row
+}
+
+// -----
+
+npu.program {
   // expected-error @+1 {{npu.mx.loadw: w = 1 is not aligned to 2 bytes}}
   npu.mx.loadw w=0x1, k=16, n=16, stride=32, dtype=bf16
 }

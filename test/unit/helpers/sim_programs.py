@@ -178,6 +178,8 @@ def _field_value(rng: np.random.Generator, d: isa.InstrDef, f: isa.FieldDef,
         return DT[str(rng.choice(("int8", "int32", "fp32", "bf16")))]
     if f.kind == "bmode":
         return int(rng.integers(0, 4))
+    if f.kind in ("qfmt", "qaxis"):
+        return int(rng.integers(0, len(isa.ENUM_KINDS[f.kind]) - (f.kind == "qfmt")))
     if f.kind == "f32":
         return isa.f32_bits(float(rng.choice([0.0, 0.5, -2.0, 3.0, 1.25])))
     if f.kind == "flag":
@@ -197,6 +199,9 @@ def _random_instr(rng: np.random.Generator, regs: list[int], nsem: int, mdt: int
             for src in ("rs", "rt"):
                 if src in vals:
                     vals[src] = int(rng.choice(regs[:3]))
+        if d.name == "vec.dequant":  # the block dimension is whole 32-element blocks
+            along = "rows" if isa.QAXES[vals["blocks"]] == "col" else "cols"
+            vals[along] = isa.QBLOCK * int(rng.integers(1, 3))
         wait = int(rng.integers(1, nsem + 1)) if rng.random() < 0.06 else 0
         sig = int(rng.integers(1, nsem + 1)) if rng.random() < 0.3 else 0
         if not isa.check(d, vals, wait, sig, 0):

@@ -56,6 +56,7 @@ def _write(tmp_path, mutate):
      "server.toml: matrix.rows must be a positive power of two <= 2048, got 100"),
     (lambda d: d["dram"].pop("bytes_per_cycle"), "server.toml: dram.bytes_per_cycle is missing"),
     (lambda d: d["vector"]["cost"].pop("exp"), "server.toml: vector.cost.exp is missing"),
+    (lambda d: d["vector"]["cost"].pop("dequant"), "server.toml: vector.cost.dequant is missing"),
     (lambda d: d["memory"].update(scratchpad_bytes=2**30), "memory.scratchpad_bytes must be <="),
     (lambda d: d["scalar"].update(registers=64), "scalar.registers must be <= 32"),
     (lambda d: d["dma"].update(channels=0), "dma.channels must be >= 1, got 0"),
