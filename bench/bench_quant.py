@@ -73,7 +73,8 @@ MODELS = {"gemm": _gemm, "mlp": _mlp, "resnet50": _resnet50, "minilm": _minilm}
 
 
 def calibration_samples(model, count: int) -> dict[str, np.ndarray]:
-    """`count` random samples per input (token ids in [1, 1000), masks of ones, floats N(0, 1))."""
+    """`count` random samples per input (token ids in [1, 1000), masks of ones, token types of
+    zeros, floats N(0, 1))."""
     from infer.dialects.signature import function_signature
 
     rng = np.random.default_rng(1)
@@ -83,6 +84,7 @@ def calibration_samples(model, count: int) -> dict[str, np.ndarray]:
         dtype = np.dtype(dtype)
         if np.issubdtype(dtype, np.integer):
             out[name] = (np.ones((count, *shape), dtype) if "mask" in name
+                         else np.zeros((count, *shape), dtype) if "type" in name
                          else rng.integers(1, 1000, (count, *shape)).astype(dtype))
         else:
             out[name] = rng.standard_normal((count, *shape)).astype(dtype)
