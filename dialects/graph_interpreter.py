@@ -13,6 +13,8 @@ Public API
 - `graph.kernel` runs its body on its operands (in `run_module` with the xDSL
   interpreter's `run_ssacfg_region`, in `evaluate_op` op by op); `graph.yield`
   returns its operands. A kernel computes exactly what its ops compute unfused.
+- `ConstantCache`: values that depend only on weights and constants, kept
+  across runs (`run_module(..., constant_cache=)`), e.g. by a text generator.
 - `InterpreterError`: bad inputs, out-of-range gather indices, integer division
   by zero, missing weights, ...
 
@@ -76,11 +78,13 @@ from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
 from infer.dialects import linear_quant as lq
+from infer.dialects.block_quant import dequantize_blocks
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, format_shape, to_numpy_dtype
 from infer.dialects.weight_refs import stored_weight, weight_store_for
 from infer.dialects.weights import WeightStore, WeightStoreError
 
 __all__ = [
+    "ConstantCache",
     "InterpreterError",
     "GraphFunctions",
     "evaluate_op",
@@ -264,12 +268,63 @@ def _erf_block(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-class _Env:
-    """What a kernel may need beyond its operands (the weight store)."""
+class ConstantCache:
+    """Values that depend only on weights and constants, kept across runs of one
+    unchanged module (`run_module(..., constant_cache=cache)`): weights read from
+    the store, dequantized weights, casts of weights, ... Ops that compute the
+    same op on the same weights share one value, also across the module's
+    functions (the dequantization of a weight in @prefill and in @decode)."""
 
-    def __init__(self, weights: WeightStore | None, module: ModuleOp | None):
+    def __init__(self) -> None:
+        self._keys: dict[Operation, tuple] = {}
+        self._values: dict[tuple, tuple[np.ndarray, ...]] = {}
+
+    def key(self, op: Operation) -> tuple | None:
+        """The op's identity by value, or None if it depends on a function argument.
+        Ops run in order, so an op is a function of weights and constants alone
+        exactly when every operand comes from an op that already has a key."""
+        found = self._keys.get(op)
+        if found is not None:
+            return found or None  # () marks an op that depends on an argument
+        if isinstance(op, g.WeightOp):
+            key: tuple = ("weight", op.weight_key, op.output.type)
+        elif isinstance(op, g.ConstantOp):
+            key = ("constant", op)
+        else:
+            operands = []
+            for v in op.operands:
+                owner_key = self._keys.get(v.owner) if isinstance(v.owner, Operation) else None
+                if not owner_key:
+                    self._keys[op] = ()
+                    return None
+                operands.append((owner_key, v.index))
+            key = (op.name, tuple(op.properties.items()), tuple(operands), tuple(r.type for r in op.results))
+        self._keys[op] = key
+        return key
+
+    def get(self, key: tuple) -> tuple[np.ndarray, ...] | None:
+        return self._values.get(key)
+
+    def put(self, key: tuple, values: tuple[np.ndarray, ...]) -> None:
+        self._values[key] = values
+
+    def __contains__(self, op: Operation) -> bool:
+        key = self._keys.get(op)
+        return bool(key) and key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class _Env:
+    """What a kernel may need beyond its operands (the weight store), and the
+    optional cache of values that depend only on weights and constants."""
+
+    def __init__(self, weights: WeightStore | None, module: ModuleOp | None,
+                 constant_cache: ConstantCache | None = None):
         self._weights = weights
         self._module = module
+        self.constant_cache = constant_cache
 
     def weights(self, op: Operation) -> WeightStore:
         if self._weights is None:
@@ -310,6 +365,13 @@ def _weight(op: g.WeightOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
         return stored_weight(op, env.weights(op))
     except (WeightStoreError, ValueError) as e:
         raise InterpreterError(f"{op.name} @{op.weight_key}: {e}") from None
+
+
+@_kernel(g.DequantizeBlocksOp)
+def _dequantize_blocks(op: g.DequantizeBlocksOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    # float32 values as llama.cpp computes them, rounded once to an f16/bf16 result
+    # (here, inside the kernel's IEEE error state: a large scale overflows f16 to inf)
+    return dequantize_blocks(xs[0], op.format_name).astype(_out_dtype(op))
 
 
 # -- elementwise unary -----------------------------------------------------------
@@ -593,7 +655,9 @@ def _matmul(op: g.MatmulOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
 @_kernel(g.LinearOp)
 def _linear(op: g.LinearOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x, w = _upcast(xs[0]), _upcast(xs[1])
-    y = np.matmul(x, w.T)
+    # one 2-D product: numpy runs a stacked [..., S, K] @ [K, N] without BLAS
+    # (100x slower for the one-row products of a decode step)
+    y = np.matmul(x.reshape(-1, x.shape[-1]), w.T).reshape(*x.shape[:-1], w.shape[0])
     if len(xs) > 2:
         y = y + _upcast(xs[2])
     return y
@@ -1092,8 +1156,9 @@ def evaluate_op(
 class _GraphFunctionsBase(InterpreterFunctions):
     """Evaluates graph ops on numpy arrays; holds the weight store."""
 
-    def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None):
-        self.env = _Env(weights, module)
+    def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None,
+                 constant_cache: ConstantCache | None = None):
+        self.env = _Env(weights, module, constant_cache)
 
 
 def _describe(op: Operation) -> str:
@@ -1110,10 +1175,17 @@ def _describe(op: Operation) -> str:
 
 def _make_impl(op_type: type[Operation]) -> Any:
     def run(self: _GraphFunctionsBase, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]):
+        cache = self.env.constant_cache
+        key = cache.key(op) if cache is not None else None
+        if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
+            return hit
         try:
-            return tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
+            values = tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
         except InterpreterError as e:
             raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+        if key is not None:
+            cache.put(key, values)  # type: ignore[union-attr]
+        return values
 
     run.__name__ = f"run_{op_type.name.split('.', 1)[1]}"
     return impl(op_type)(run)
@@ -1261,6 +1333,7 @@ def run_module(
     weights: WeightStore | None = None,
     *,
     on_op: Callable[[int, Operation, list[np.ndarray]], None] | None = None,
+    constant_cache: ConstantCache | None = None,
 ) -> list[np.ndarray]:
     """Run function `entry` of `module` on `inputs` (by position, or by name: the
     argument attribute `graph.name`, else "arg0", "arg1", ...). Returns the
@@ -1269,11 +1342,17 @@ def run_module(
     `on_op(index, op, results)` (optional) is called after each op of the function body
     runs (index = the op's position in the body; a `graph.kernel` counts as one op, its
     region's ops are not reported): intermediate values by op, e.g. for a per-layer
-    comparison. The callback decides what to keep."""
+    comparison. The callback decides what to keep.
+
+    `constant_cache` (optional): a `ConstantCache` the caller keeps across runs of
+    the same, unchanged module. Values that depend only on weights and constants (weights
+    read from the store, dequantized weights, folded constants) are computed on
+    the first run and reused by the next ones; a text generator that runs
+    @decode once per token passes one. Results are the same with or without it."""
     fn = _find_entry(module, entry)
     arrays = _bind_inputs(fn, inputs)
     interpreter = Interpreter(module, listeners=(_TopLevelOps(fn, on_op),) if on_op is not None else ())
-    interpreter.register_implementations(GraphFunctions(weights, module))
+    interpreter.register_implementations(GraphFunctions(weights, module, constant_cache))
     interpreter.register_implementations(FuncFunctions())
     try:
         results = interpreter.call_op(fn, tuple(arrays))

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, NameLoc, StringAttr
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -101,9 +101,13 @@ def parse_ir(ctx: Context, text: str, name: str, line_offset: int = 0) -> Module
 
 
 def describe_location(op: Operation) -> str:
+    """`file:line:col` of op (parsed IR), the label of the model node it was imported from
+    (a NameLoc: `model.onnx: Conv node 'conv1'`), or its parent's location."""
     loc = op.location
     if isinstance(loc, FileLineColLoc):
         return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    if isinstance(loc, NameLoc):
+        return loc.desc.data
     parent = op.parent_op()
     return describe_location(parent) if parent is not None else "<unknown location>"
 

@@ -3,7 +3,9 @@
 * `npu.layout`: the DRAM layout contract (`infer.target.layout.DramLayout`, docs/codegen.md),
   stored as its JSON form: `layout_to_attr(layout)`, `layout_from_attr(attr)`,
   `layout_from_module(module)`.
-* `npu.ops`: the op markers, one per graph-level kernel: `{name, kind, start, end[, values]}`,
+* `npu.ops`: the op markers, one per graph-level kernel: `{name, kind, start, end[, macs, bytes,
+  weight_bytes, predicted, class][, values]}` (`macs`...: the kernel's algorithmic roofline record
+  and the cost model's prediction, docs/performance.md),
   the instruction range [start, end) and, optionally, `values` = `[{layer | output, offset,
   shape, dtype}]`: graph-level values whose DRAM bytes are final when the marker ends
   (docs/codegen.md, "Op markers"; the per-layer check reads them): `ops_to_attr(ops)`,
@@ -29,6 +31,7 @@ from infer.target.layout import DramLayout
 
 LAYOUT_ATTR = "npu.layout"
 OPS_ATTR = "npu.ops"
+ROOFLINE_KEYS = ("macs", "bytes", "weight_bytes", "predicted", "class")  # a marker's roofline record
 
 
 def json_to_attr(value: Any, key: str = "") -> Attribute:
@@ -98,6 +101,9 @@ def ops_to_attr(ops: Sequence[Mapping]) -> b.ArrayAttr:
     out = []
     for o in ops:
         marker = {"name": o["name"], "kind": o["kind"], "start": o["start"], "end": o["end"]}
+        for key in ROOFLINE_KEYS:
+            if key in o:
+                marker[key] = o[key]
         if o.get("values"):
             marker["values"] = o["values"]
         out.append(json_to_attr(marker))

@@ -82,6 +82,10 @@ TARGET_ATTR = "tile.target"
 # result the buffer holds. graph-to-tile writes it; tile-to-npu turns it into the op markers
 # the per-layer check reads.
 LAYER_ATTR = "tile.layer"
+# On a kernel's last top-level tile op: {macs, bytes, weight_bytes} of the graph op it lowers, as
+# the model defines it (passes/graph_to_tile/roofline.py); tile-to-npu copies it into the op
+# markers for the run report's algorithmic roofline.
+ROOFLINE_ATTR = "tile.roofline"
 
 # Element types each engine reads/writes (graph-level names).
 MATMUL_INPUT_TYPES = {"bf16": "bf16", "i8": "int8"}

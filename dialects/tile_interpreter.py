@@ -111,7 +111,7 @@ OUTPUT_ATTR = "tile.output"
 
 # isa dtype codes of the vector unit's element types (infer.target.isa.DTYPES)
 _DT_CODE = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
-_TRANSCENDENTAL = ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip")
+_TRANSCENDENTAL = ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log")
 
 
 # --------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 - a path ending in .pt2, a torch.export.ExportedProgram,
   or a torch.nn.Module with example_inputs                   -> infer.frontend.torch_import
 - a Hugging Face folder (config.json + *.safetensors)        -> infer.frontend.hf_import
+- a path ending in .gguf (llama.cpp)                         -> infer.frontend.gguf_import
 - a path ending in .mlir                                     -> parsed graph IR
 """
 
@@ -45,7 +46,7 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
             from infer.frontend.hf_import import import_hf_folder
 
             _reject_onnx_options("a Hugging Face folder", options)
-            return Model(import_hf_folder(path, **options))
+            return Model(import_hf_folder(path, **options), source=path)
         if not path.exists():
             raise ModelImportError(f"{path}: no such file or folder")
         suffix = path.suffix.lower()
@@ -53,6 +54,11 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
             from infer.frontend.onnx_import import import_onnx
 
             return Model(import_onnx(path, **options))
+        if suffix == ".gguf":
+            from infer.frontend.gguf_import import import_gguf
+
+            _reject_onnx_options(".gguf files", options)
+            return Model(import_gguf(path, **options), source=path)
         if suffix == ".pt2":
             from infer.frontend.torch_import import import_pt2
 
@@ -67,7 +73,7 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
             except IRError as e:
                 raise ModelImportError(str(e)) from None
         raise ModelImportError(
-            f"{path}: unsupported model format '{suffix}' (supported: .onnx, .pt2, .mlir, "
+            f"{path}: unsupported model format '{suffix}' (supported: .onnx, .pt2, .gguf, .mlir, "
             "or a Hugging Face folder with config.json and *.safetensors)"
         )
     if isinstance(source, Model):
@@ -81,7 +87,7 @@ def import_model(source: Any, example_inputs: Any = None, **options: Any) -> Mod
 
         return Model(import_torch(source, example_inputs, **options))
     raise ModelImportError(
-        f"cannot import a {type(source).__name__}: give a path (.onnx, .pt2, .mlir, Hugging Face "
+        f"cannot import a {type(source).__name__}: give a path (.onnx, .pt2, .gguf, .mlir, Hugging Face "
         "folder), an onnx.ModelProto, a torch.nn.Module with example_inputs, or an ExportedProgram"
     )
 

@@ -2,21 +2,30 @@
 the tensors: headers parsed and validated (`read_safetensors_header`), tensor names, dtypes and
 shapes (`Checkpoint`), and the weight store a module imported from it uses: the checkpoint's
 own file (`CheckpointWeightStore`, bf16 included) or, for a sharded checkpoint, each tensor
-read lazily from its shard (`ShardedWeightStore`)."""
+read lazily from its shard (`ShardedWeightStore`).
+
+`WeightProvider` is what the model builders of hf_import.py read tensors from, by Hugging
+Face name: a `Checkpoint` here, or a GGUF file's `GGUFWeights` (gguf_import.py)."""
 
 from __future__ import annotations
 
 import json
 import math
 import struct
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ml_dtypes
 import numpy as np
 from safetensors import safe_open
+from xdsl.ir import SSAValue
 
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.frontend.model import ModelImportError
+
+if TYPE_CHECKING:
+    from infer.frontend.builder import GraphBuilder
 
 
 SAFETENSORS_DTYPES: dict[str, np.dtype] = {
@@ -148,8 +157,32 @@ class ShardedWeightStore(WeightStore):
         return True
 
 
+class WeightProvider(Protocol):
+    """Where a model builder gets its tensors by (Hugging Face) name: a folder's
+    safetensors `Checkpoint` or a GGUF file's `GGUFWeights`."""
+
+    folder: Path  # the model's folder or file, for messages
+    config_name: str  # where the hyper-parameters come from, for messages
+    store: WeightStore  # the module's weight store
+    tensors: Mapping[str, Any]  # name -> an object with the logical `.shape`
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def emit(self, b: GraphBuilder, name: str, dtype: np.dtype) -> SSAValue:
+        """Append the ops that yield tensor `name` as a `dtype` tensor of its logical shape."""
+        ...
+
+
 class Checkpoint:
-    """Tensor names, dtypes and shapes of a folder's safetensors checkpoint."""
+    """Tensor names, dtypes and shapes of a folder's safetensors checkpoint.
+
+    The weight provider the model builders read (`infer.frontend.gguf_import`
+    has another, `GGUFWeights`): `name in provider`, `provider.tensors[name].shape`
+    (the logical shape), `provider.emit(builder, name, dtype)` (the IR that
+    yields the tensor in the compute dtype), `provider.store` (the module's
+    weight store), `provider.folder` and `provider.config_name` (for messages)."""
+
+    config_name = "config.json"
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -188,3 +221,8 @@ class Checkpoint:
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
+
+    def emit(self, b: GraphBuilder, name: str, dtype: np.dtype) -> SSAValue:
+        """`graph.weight` of the checkpoint tensor (no copy), cast to `dtype` if stored otherwise."""
+        info = self.tensors[name]
+        return b.cast(b.file_weight(name, info.shape, info.dtype), dtype)

@@ -14,6 +14,11 @@ Supported architectures (by `model_type` / `architectures` in config.json)
   1_Pooling/config.json selects mean/cls/max pooling, and a Normalize module
   adds L2 normalization).
 
+The builders read tensors by Hugging Face name from a weight provider
+(`WeightProvider`, in hf_checkpoint.py): a folder's `Checkpoint`, or
+`GGUFWeights` for GGUF files (infer.frontend.gguf_import, which reuses the Llama
+builder with RoPE on interleaved pairs).
+
 Weights are never read at import time: the module's weight store is the
 checkpoint's own safetensors file (single file) and `graph.weight` ops refer to
 the checkpoint's tensor names; a sharded checkpoint
@@ -63,7 +68,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of, to_numpy_dtype
 from infer.dialects.weights import WeightStore, attach_weights
 from infer.frontend.builder import GraphBuilder
-from infer.frontend.hf_checkpoint import Checkpoint
+from infer.frontend.hf_checkpoint import Checkpoint, WeightProvider
 from infer.frontend.model import ModelImportError
 
 # --------------------------------------------------------------------------
@@ -76,7 +81,7 @@ class _Emitter(GraphBuilder):
     Its constants stay in the text whatever their size (`inline_constant`), so that the
     module's weights are exactly the checkpoint's tensors."""
 
-    def __init__(self, ckpt: Checkpoint, dtype: np.dtype, prefixes: Sequence[str]):
+    def __init__(self, ckpt: WeightProvider, dtype: np.dtype, prefixes: Sequence[str]):
         super().__init__(ckpt.store)
         self.ckpt = ckpt
         self.dtype = np.dtype(dtype)
@@ -105,10 +110,10 @@ class _Emitter(GraphBuilder):
         info = self.ckpt.tensors[key]
         if tuple(info.shape) != tuple(shape):
             raise ModelImportError(
-                f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but config.json "
+                f"{self.ckpt.folder}: tensor '{key}' has shape {list(info.shape)} but {self.ckpt.config_name} "
                 f"implies {list(shape)}"
             )
-        v = self.cast(self.file_weight(key, info.shape, info.dtype), self.dtype)
+        v = self.ckpt.emit(self, key, self.dtype)
         self._weights[key] = v
         return v
 
@@ -231,12 +236,13 @@ def _combine(funcs: list[tuple[str, ModuleOp]], store: WeightStore) -> ModuleOp:
 
 class _ModelImporter:
     """One architecture's importer: reads config.json (`read_config`), then `build`s the
-    module with an `_Emitter` over the checkpoint, whose tensor names may carry one of
-    `prefixes`."""
+    module with an `_Emitter` over the weight provider (`ckpt`: a folder's checkpoint or a
+    GGUF file's tensors, by Hugging Face name), whose tensor names may carry one of
+    `prefixes`. `cfg` holds Hugging Face config.json keys."""
 
     prefixes: Sequence[str] = ("",)
 
-    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: Checkpoint, dtype: np.dtype):
+    def __init__(self, folder: Path, cfg: dict[str, Any], ckpt: WeightProvider, dtype: np.dtype):
         self.folder, self.cfg, self.ckpt, self.dtype = folder, cfg, ckpt, dtype
         self.read_config()
 
@@ -386,6 +392,10 @@ def rope_inv_freq(cfg: dict[str, Any], rot_dim: int, folder: Path) -> tuple[np.n
 
 class _LlamaImporter(_DecoderImporter):
     prefixes = ("", "model.")
+    rope_interleaved = False
+    """False: q/k rows as Hugging Face stores them, RoPE rotates halves. True: rows
+    as llama.cpp's GGUF converter permuted them (each head's halves interleaved),
+    RoPE rotates adjacent pairs: the same attention scores on the stored weights."""
 
     def read_config(self) -> None:
         c = self.cfg_get
@@ -423,7 +433,7 @@ class _LlamaImporter(_DecoderImporter):
     def embed(self, e: _Emitter, ids, ctx):
         table = e.w("embed_tokens.weight", (self.vocab, self.hidden))
         x = e.op(g.GatherOp, [table, ids], axis=g.i64_attr(0))
-        # RoPE angles: positions x inv_freq, halves repeated (HF layout)
+        # RoPE angles: positions x inv_freq, laid out for the q/k rows (rope_interleaved)
         inv = e.inline_constant(self.inv_freq.astype(self.dtype))
         if isinstance(ctx, _PrefillContext):
             pos = e.reshape(e.cast(ctx.positions, self.dtype), (ctx.seq, 1))
@@ -433,7 +443,12 @@ class _LlamaImporter(_DecoderImporter):
             pos = e.reshape(e.cast(ctx.position, self.dtype), (ctx.batch, 1))
             ang = e.op(g.MulOp, [pos, inv])  # [B, R/2]
             shape = (ctx.batch, 1, 1, self.rot_dim)
-        ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
+        if self.rope_interleaved:  # angle i for features 2i and 2i+1
+            rows = shape[0]
+            col = e.reshape(ang, (rows, self.rot_dim // 2, 1))
+            ang = e.reshape(e.op(g.ConcatOp, [col, col], axis=g.i64_attr(-1)), (rows, self.rot_dim))
+        else:  # HF layout: halves repeated
+            ang = e.op(g.ConcatOp, [ang, ang], axis=g.i64_attr(-1))
         cos, sin = e.op(g.CosOp, [ang]), e.op(g.SinOp, [ang])
         if self.attn_scaling != 1.0:
             s = e.scalar(self.attn_scaling, like=cos)
@@ -448,8 +463,9 @@ class _LlamaImporter(_DecoderImporter):
         q = e.heads(e.linear(hn, f"{p}.self_attn.q_proj", h, self.n_heads * d), self.n_heads, d)
         k = e.heads(e.linear(hn, f"{p}.self_attn.k_proj", h, self.n_kv_heads * d), self.n_kv_heads, d)
         v = e.heads(e.linear(hn, f"{p}.self_attn.v_proj", h, self.n_kv_heads * d), self.n_kv_heads, d)
-        q = e.op(g.RotaryOp, [q, ctx.cos, ctx.sin])
-        k = e.op(g.RotaryOp, [k, ctx.cos, ctx.sin])
+        rope = {"interleaved": g.bool_attr(True)} if self.rope_interleaved else {}
+        q = e.op(g.RotaryOp, [q, ctx.cos, ctx.sin], **rope)
+        k = e.op(g.RotaryOp, [k, ctx.cos, ctx.sin], **rope)
         att, k_all, v_all = self.attend(e, q, k, v, ctx, past_k, past_v)
         o = e.linear(e.merge_heads(att), f"{p}.self_attn.o_proj", self.n_heads * d, h)
         x = e.op(g.AddOp, [x, o])

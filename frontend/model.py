@@ -18,12 +18,21 @@ class ModelImportError(Exception):
     """A model cannot be imported; the message names the file/node and what is wrong."""
 
 
+_NOT_LOADED = object()
+
+
 class Model:
     """Graph-level IR plus its weights. `print(model)` shows the IR (weights are
-    kept out of the text); `model.run(inputs)` runs the reference interpreter."""
+    kept out of the text); `model.run(inputs)` runs the reference interpreter.
 
-    def __init__(self, module: ModuleOp):
+    A model imported from a GGUF file or a Hugging Face folder remembers it as
+    `source`, which serves its tokenizer and chat template (`tokenizer`,
+    `chat_template`, `apply_chat_template`)."""
+
+    def __init__(self, module: ModuleOp, source: str | os.PathLike[str] | None = None):
         self.module = module
+        self.source = Path(source) if source is not None else None
+        self._tokenizer = _NOT_LOADED
 
     @property
     def weights(self):
@@ -48,6 +57,32 @@ class Model:
         Printer(stream=stream).print_op(self.module)
         path.write_text(stream.getvalue() + "\n")
         return path
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer (a transformers tokenizer, built from the GGUF
+        metadata or the Hugging Face folder's tokenizer files on first use), or
+        None when the model carries none."""
+        if self._tokenizer is _NOT_LOADED:
+            from infer.frontend.tokenizer import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.source) if self.source is not None else None
+        return self._tokenizer
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template (Jinja text) the model ships, or None."""
+        tok = self.tokenizer
+        template = getattr(tok, "chat_template", None) if tok is not None else None
+        return template if isinstance(template, str) else None
+
+    def apply_chat_template(self, conversation: str | Sequence[Mapping[str, str]],
+                            add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of a conversation (a user prompt, or a list of
+        {"role": ..., "content": ...} messages) in the model's chat template."""
+        from infer.frontend.tokenizer import apply_chat_template
+
+        return apply_chat_template(self, conversation, add_generation_prompt)
 
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], entry: str = "main") -> list[np.ndarray]:
         """Run function `entry` (decoders have `prefill` and `decode`) on the reference interpreter."""

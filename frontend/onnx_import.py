@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import ModuleOp, NameLoc, StringAttr, UnknownLoc
+from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
@@ -247,6 +247,16 @@ class Importer:
         self.node: onnx.NodeProto | None = None
 
     # -- problems ---------------------------------------------------------
+    def _locate_new_ops(self, before: Operation | None, where: str) -> None:
+        """The ops a node added (after `before`) carry its label as their location, so an error
+        at any level below names the layer (ir_io.describe_location)."""
+        loc = NameLoc(StringAttr(f"{self.label}: {where}"), UnknownLoc())
+        op = before.next_op if before is not None else self.b.block.first_op
+        while op is not None:
+            if isinstance(op.location, UnknownLoc):
+                op.location = loc
+            op = op.next_op
+
     def _node_label(self, node: onnx.NodeProto) -> str:
         domain = f"{node.domain}:" if node.domain not in ("", "ai.onnx") else ""
         outs = ", ".join(o for o in node.output if o)
@@ -448,7 +458,9 @@ class Importer:
             extra = sorted(a.name for a in node.attribute if a.name not in spec.attrs)
             if extra:
                 raise NodeProblem(f"attribute(s) {', '.join(extra)} are not supported")
+            before = self.b.block.last_op
             results = list(spec.fn(self, node))
+            self._locate_new_ops(before, where)
             for i, name in enumerate(node.output):
                 if not name:
                     continue

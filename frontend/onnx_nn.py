@@ -168,6 +168,35 @@ def _batch_norm(imp: Importer, node: onnx.NodeProto):
     return [y]
 
 
+@handler("LRN", attrs=("alpha", "beta", "bias", "size"))
+def _lrn(imp: Importer, node: onnx.NodeProto):
+    """y = x / (bias + alpha / size * sum of x^2 over the channel window)^beta; the window
+    sum is a 1x1 convolution with a 0/1 band matrix (channels c - (size-1)//2 .. c +
+    ceil((size-1)/2)), so the matrix unit does it."""
+    x = imp.value(node.input[0])
+    require_float(x, "LRN")
+    xs = shape_of(x)
+    if len(xs) < 3:
+        raise NodeProblem(f"LRN needs an input [N, C, spatial...], got rank {len(xs)}")
+    size = int(attribute(node, "size"))
+    alpha, beta, bias = (float(attribute(node, a, d)) for a, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    n, c = xs[0], xs[1]
+    pixels = int(np.prod(xs[2:]))
+    channel = np.arange(c)
+    offset = channel[None, :] - channel[:, None]  # [out, in]: in - out
+    band = ((offset >= -((size - 1) // 2)) & (offset <= math.ceil((size - 1) / 2))).astype(numpy_dtype_of(x))
+    weight = imp.b.constant(band.reshape(c, c, 1, 1), name=f"{node.name or 'lrn'}.window")
+    square = imp.b.op(g.MulOp, [x, x])
+    flat = imp.b.reshape(square, (n, c, 1, pixels))
+    window = imp.b.op(g.Conv2dOp, [flat, weight, None], stride=g.i64_array([1, 1]),
+                      padding=g.i64_array([0, 0, 0, 0]), dilation=g.i64_array([1, 1]),
+                      groups=g.i64_attr(1))
+    window = imp.b.reshape(window, xs)
+    base = imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [window, imp.b.scalar(alpha / size, window)]),
+                              imp.b.scalar(bias, window)])
+    return [imp.b.op(g.DivOp, [x, imp.b.op(g.PowOp, [base, imp.b.scalar(beta, base)])])]
+
+
 @handler("InstanceNormalization", attrs=("epsilon",))
 def _instance_norm(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])

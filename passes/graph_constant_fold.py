@@ -12,7 +12,10 @@ exactly what the op would compute at run time. Each result becomes
   file beside the output; see `infer.dialects.weights.save_weights`).
 
 Not folded: `graph.dequantize_linear` (a weight stored quantized stays so: the quantization
-passes turn DQ -> op into an integer kernel reading the stored integers), results with more
+passes turn DQ -> op into an integer kernel reading the stored integers),
+`graph.dequantize_blocks` (a GGUF weight stays packed: graph-to-tile keeps the blocks packed in
+DRAM and expands them on chip, and folds the op itself where a kernel needs dense values),
+results with more
 than `max-elements` elements, results whose
 type has a `?` dimension (run `graph-shape-inference` first), and ops the
 interpreter refuses (integer division by zero, out-of-range gather indices,
@@ -74,8 +77,9 @@ class FoldConstantOp(RewritePattern):
         return self._values[op]
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
-        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp | g.WeightOp | g.DequantizeLinearOp):
-            return  # a dequantized weight stays quantized: integer kernels read its integers
+        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp | g.WeightOp | g.DequantizeLinearOp
+                                                                | g.DequantizeBlocksOp):
+            return  # a dequantized weight stays quantized: kernels read the stored integers / blocks
         if not op.operands or not all(_static(r.type) for r in op.results):
             return
         if any(math.prod(r.type.get_shape()) > self.max_elements for r in op.results):  # type: ignore[attr-defined]

@@ -192,6 +192,291 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
     return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
 
 
+def stream_estimate(hw: HardwareConfig, read_bytes: float, write_bytes: float, vector_cycles: float = 0,
+                    instructions: float = 0) -> int:
+    """Cycles of a helper nest that streams data through the scratchpad (planes of conv
+    inputs, copies): DRAM bytes over the bandwidth, the vector unit or the front end, whichever
+    is slowest, plus one load and one store latency."""
+    dram = (read_bytes + write_bytes) / hw.dram.bytes_per_cycle
+    return int(max(dram, vector_cycles, instructions)) + 2 * (hw.dram.latency_cycles + hw.dma.setup_cycles)
+
+
+# -- convolution (passes/graph_to_tile/conv.py) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """A conv kernel as the cost model sees it: per group an implicit GEMM of Og output
+    channels x OH.Wq padded-width pixels x Cg.taps over windows built on chip from the input
+    rows (planes.WindowLoader): `row_phases` DMAs of input rows and `planes` windows per load."""
+
+    batch: int
+    groups: int
+    Og: int
+    Cg: int
+    taps: int
+    OH: int
+    OW: int
+    Wq: int
+    H: int
+    W: int
+    stride: int
+    halo_rows: int  # window plane rows beyond the tile's output rows
+    prepared: bool  # padded: bf16 planes prepared in DRAM by a helper nest (else built on chip)
+    planes: int
+    row_phases: int
+    copies: int
+    passes: int
+    epi_cost: int  # vector cost units per output element (bias and epilogue ops)
+    epi_tiles: int  # full-size operand tiles the epilogue loads (residual, ...)
+    in_bytes: int = 4  # bytes per input element in DRAM
+    # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
+    footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
+                                                                                       compare=False)
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """orientation "pixels" (window stationary, weights stream: m = TO) or "channels" (weights
+    stationary, pixels stream: m = TOH.Wq); TO output channels x TOH output rows per tile, TC
+    input channels per step; `outer`: the loop outside ("o": output-channel tiles, "rows")."""
+
+    orientation: str
+    TO: int
+    TOH: int
+    TC: int
+    outer: str = "o"
+    im2col: bool = False  # the taps folded into the depth (copied into one operand per step)
+
+    def text(self) -> str:
+        return (f"{self.orientation} TO={self.TO} TOH={self.TOH} TC={self.TC} outer={self.outer}"
+                + (" im2col" if self.im2col else ""))
+
+
+@dataclass
+class ConvEstimate:
+    tiles: ConvTiles
+    cycles: int
+    matrix: int
+    memory: int
+    vector: int
+    frontend: int
+    spad: int
+    acc: int
+    feasible: bool = True  # the loop nest lowers (hardware loop depth)
+    instructions: int = 0  # static instructions (code size)
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.matrix, "memory": self.memory, "vector": self.vector, "front end": self.frontend}
+        return max(terms, key=lambda k: terms[k])
+
+
+@dataclass
+class ConvChoice:
+    tiles: ConvTiles
+    best: ConvEstimate
+    candidates: list[ConvEstimate] = field(default_factory=list)
+    overridden: bool = False
+    rejected: int = 0
+
+
+def _counts(total: int, tile: int) -> list[tuple[int, int]]:
+    """[(extent, how many)] of `tiles(total, tile)`: the full tiles and the remainder."""
+    tile = max(1, min(tile, total))
+    full, rem = divmod(total, tile)
+    return [(tile, full)] + ([(rem, 1)] if rem else [])
+
+
+def _loop_trips(total: int, tile: int) -> int:
+    """Trips of the hardware loop `tiles(total, tile)` emits (0: no loop)."""
+    full = total // max(1, min(tile, total))
+    return full if full >= 2 else 0
+
+
+def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
+    """A nest of loops with these trip counts (outermost first; < 2 = no loop) lowers: loops
+    deeper than scalar.loop_depth are unrolled by tile-to-npu, which allows 16 trips."""
+    depth = 0
+    for trips in chain:
+        if trips >= 2:
+            depth += 1
+            if depth > hw.scalar.loop_depth and trips > 16:
+                return False
+    return True
+
+
+def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate:
+    R, Ccols = hw.matrix.rows, hw.matrix.cols
+    L = hw.vector.lanes
+    vcost = hw.vector.cost
+    bw, burst = hw.dram.bytes_per_cycle, hw.dram.burst_bytes
+    wl_rate = hw.matrix.weight_load_bytes_per_cycle
+    TO, TOH, TC = min(T.TO, s.Og), min(T.TOH, s.OH), min(T.TC, s.Cg)
+    channels = T.orientation == "channels"
+    nO, nR, nC = -(-s.Og // TO), -(-s.OH // TOH), -(-s.Cg // TC)
+    single = nC == 1
+    images = s.batch * s.groups
+    o_counts, r_counts, c_counts = _counts(s.Og, TO), _counts(s.OH, TOH), _counts(s.Cg, TC)
+
+    def bursts(nbytes: float) -> int:
+        return -(-int(nbytes) // burst) * burst
+
+    def wload(k: int, n: int) -> int:  # + 1: the next mx.loadw starts after the matmul does
+        return -(-(k * n * 2) // wl_rate) + 1
+
+    # matrix: per (o tile, row tile, channel step)
+    matrix = 0
+    matmuls = 0
+    for to, no in o_counts:
+        for toh, nr in r_counts:
+            tq = toh * s.Wq
+            for tc, nc in c_counts:
+                step = count = 0
+                depth, products = (tc * s.taps, 1) if T.im2col else (tc, s.taps)
+                for k, nk in _counts(depth, R):
+                    for n, nn in _counts(to if channels else tq, Ccols):
+                        step += nk * nn * max(tq if channels else to, wload(k, n))
+                        count += nk * nn
+                matrix += no * nr * nc * step * products * s.passes
+                matmuls += no * nr * nc * count * products * s.passes
+    matrix *= images
+    matmuls *= images
+    out_tiles = images * nO * nR
+    steps = out_tiles * nC
+    # DRAM traffic: window rows (f32), weight blocks, outputs and epilogue operands
+    window_loads = images * nR * (1 if (T.outer == "rows" and single) else nO * nC)
+    weight_loads = images * nO * (1 if (T.outer == "o" and single) else nR * nC)
+    avg_tc, avg_to, avg_toh = s.Cg / nC, s.Og / nO, s.OH / nR
+    rq = avg_toh + s.halo_rows
+    if s.prepared and channels:  # pixel-major planes: a run per pixel, or one when all channels
+        window_b = s.planes * s.copies * (bursts(rq * s.Wq * s.Cg * 2) if TC >= s.Cg
+                                          else rq * s.Wq * bursts(avg_tc * 2))
+    elif s.prepared:
+        window_b = s.planes * s.copies * avg_tc * bursts(rq * s.Wq * 2)
+    elif s.stride == 1:
+        window_b = s.row_phases * avg_tc * bursts(rq * s.W * s.in_bytes)
+    else:
+        window_b = s.row_phases * avg_tc * rq * bursts(s.W * s.in_bytes)
+    if channels:
+        weight_b = s.copies * bursts(s.taps * avg_tc * TO * 2)
+    else:
+        weight_b = s.copies * avg_to * bursts(s.taps * avg_tc * 2)
+    pitched = s.Wq != s.OW
+    out_b = avg_to * (avg_toh * bursts(s.OW * 4) if pitched else bursts(avg_toh * s.OW * 4))
+    load_bytes = window_loads * window_b + weight_loads * weight_b + out_tiles * out_b * s.epi_tiles
+    store_bytes = out_tiles * out_b
+    loads = window_loads * (s.planes * s.copies if s.prepared else s.row_phases) + weight_loads * s.copies \
+        + out_tiles * s.epi_tiles
+    stores = out_tiles
+    lat, setup, chans = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
+    memory = int(max((load_bytes + store_bytes) / bw,
+                     (loads * (setup + lat) + load_bytes / bw) / chans,
+                     (stores * (setup + lat) + store_bytes / bw) / chans))
+    # vector unit: building the windows, the epilogue
+    nw = -(-s.W // s.stride)
+    pixels = rq * nw
+    split = vcost["copy"] + (vcost["sub"] + vcost["copy"] if s.copies == 2 else 0)
+    per_load = 0.0
+    per_load_instrs = 0.0
+    if s.prepared:
+        pass  # windows straight from the prepared planes
+    elif channels:  # transposes, then place (+ round)
+        n_t = min(avg_tc, pixels)
+        per_load += s.planes * n_t * -(-int(max(avg_tc, pixels)) // L) * vcost["copy"]
+        per_load_instrs += s.planes * n_t
+    elif s.stride > 1:  # the column phase gather
+        per_load += s.planes * -(-int(avg_tc * pixels) // L) * vcost["copy"]
+        per_load_instrs += s.planes
+    if not s.prepared:
+        per_load += s.planes * -(-int(avg_tc * pixels) // L) * split
+        per_load_instrs += s.planes * (3 if s.copies == 2 else 1)
+    tq_avg = avg_toh * s.Wq
+    if T.im2col:  # per step a copy per tap of [tc, pixels]
+        per_load += s.taps * s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        per_load_instrs += s.taps * s.copies
+    per_tile = -(-int(avg_to * tq_avg) // L)
+    # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
+    fill = 0 if single and (s.taps == 1 or T.im2col) else 2
+    vector = window_loads * per_load + out_tiles * per_tile * (s.epi_cost + fill)
+    vec_instrs = window_loads * per_load_instrs + out_tiles * (s.epi_cost + 1 + fill)
+    if channels:
+        n_t = min(avg_to, tq_avg)
+        vector += out_tiles * n_t * -(-int(max(avg_to, tq_avg)) // L) * vcost["copy"]
+        vec_instrs += out_tiles * n_t
+    # front end: every instruction is dispatched in order, one per cycle
+    frontend = int(2 * matmuls + vec_instrs + loads + stores + 3 * (steps + out_tiles))
+    # loop nest: n, groups, outer, inner, channel steps, then the inner chains
+    row_loop = nR if nR >= 2 else 0
+    outer_trips = _loop_trips(s.Og, TO) if T.outer == "o" else row_loop
+    inner_trips = row_loop if T.outer == "o" else _loop_trips(s.Og, TO)
+    head = [s.batch, s.groups, outer_trips, inner_trips, _loop_trips(s.Cg, TC)]
+    tq_full = TOH * s.Wq
+    if channels:
+        chains = [[_loop_trips(TC - min(TC, R), R), _loop_trips(TO, Ccols)], [min(TO, tq_full)]]
+        if not s.prepared:
+            chains.append([min(TC, (TOH + s.halo_rows) * nw)])
+    else:
+        chains = [[_loop_trips(tq_full, Ccols), _loop_trips(TC - min(TC, R), R)]]
+    feasible = all(_nest_ok(hw, head + chain) for chain in chains)
+    # static code: the taps are unrolled, and the edge row tiles are emitted on their own
+    per_step = 2 * s.taps * s.passes * (-(-TC // R)) * ((-(-TO // Ccols)) if channels else 2) + 8
+    copies_of_body = (2 if s.Cg % TC else 1) * (1 + (1 if s.OH % TOH else 0)) * (2 if s.Og % TO else 1)
+    instructions = per_step * copies_of_body
+    spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col) if s.footprint is not None
+                 else (0, 2 * TO * tq_full * 4))
+    overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
+    cycles = int(max(matrix, memory, vector, frontend)) + overhead
+    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible, instructions)
+
+
+def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
+    """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order."""
+    R, Ccols = hw.matrix.rows, hw.matrix.cols
+    if override is not None:
+        TO, TOH, TC = override
+        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col)) for o in ("pixels", "channels")
+                for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))]
+        best = min(ests, key=lambda e: (not e.feasible, e.spad > hw.memory.scratchpad_bytes
+                                        or e.acc > hw.memory.accumulator_bytes, e.cycles))
+        return ConvChoice(best.tiles, best, [best], overridden=True)
+    cands: list[ConvEstimate] = []
+    rejected = 0
+    toh_cands = pow2_candidates(s.OH, 1)
+    tc_cands = pow2_candidates(s.Cg, R)
+    for orientation in ("pixels", "channels"):
+        to_cands = pow2_candidates(s.Og, Ccols if orientation == "channels" else min(16, R))
+        for TO in to_cands:
+            for TOH in toh_cands:
+                for TC in tc_cands:
+                    for outer, im2col in ((o, i) for o in ("o", "rows")
+                                          for i in ((False, True) if s.taps > 1 and TC < R else (False,))):
+                        e = conv_estimate(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col))
+                        if e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes \
+                                and e.feasible:
+                            cands.append(e)
+                        else:
+                            rejected += 1
+    if not cands:
+        e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
+        return ConvChoice(e.tiles, e, [e], rejected=rejected)
+    cands.sort(key=lambda e: (e.cycles, e.instructions, e.spad + e.acc))
+    return ConvChoice(cands[0].tiles, cands[0], cands, rejected=rejected)
+
+
+def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
+    b = ch.best
+    lines = [f"[graph-to-tile] {name}: conv2d {shape} tiles {b.tiles.text()}"
+             f"{' (override)' if ch.overridden else ''}: est {b.cycles} cycles (compute {b.matrix}, memory "
+             f"{b.memory}, vector {b.vector}, front end {b.frontend}) -> {b.bound}-bound; spad {b.spad} B, "
+             f"acc {b.acc} B"]
+    if not ch.overridden:
+        others = ", ".join(f"{e.tiles.text()}={e.cycles}" for e in ch.candidates[1:top + 1])
+        lines.append(f"[graph-to-tile] {name}:   why: fewest cycles of {len(ch.candidates)} fitting candidates"
+                     f" ({ch.rejected} over capacity or too deep); next best {others or 'none'}")
+    return "\n".join(lines)
+
+
 @dataclass
 class RowChoice:
     rows: int

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from infer.runtime.boundary import converts
 from infer.target.layout import DTYPES, DramLayout, LayoutError, lookup_dtype
 
 MAGIC = b"INFERNPU"
@@ -90,12 +91,6 @@ def dtype_name(dt: Any) -> str:
     raise ArtifactError(f"unsupported dtype {dt}")
 
 
-def narrowed(host: np.dtype, dram: np.dtype) -> bool:
-    """Whether an input of dtype `host` (signature) is held in DRAM as `dram` (layout):
-    graph-to-tile narrows i64 arguments to i32 (arg attr `tile.host_dtype = "i64"`; the
-    vector unit has no int64). `Executable.run` converts such inputs, refusing values
-    outside the int32 range."""
-    return np.dtype(host) == np.int64 and np.dtype(dram) == np.int32
 
 
 # ----------------------------------------------------------------------------- signature / layout
@@ -324,11 +319,10 @@ class Artifact:
                 raise ArtifactError(f"mismatched artifact: the signature has {len(specs)} {what}(s), the layout "
                                     f"{len(places)}")
             for s, p in zip(specs, places, strict=True):
-                if s.shape != p.shape or (s.np_dtype.itemsize != np_dtype(p.dtype).itemsize
-                                          and not (what == "input" and narrowed(s.np_dtype, np_dtype(p.dtype)))):
+                if s.shape != p.shape or not converts(s.np_dtype, np_dtype(p.dtype), what):
                     raise ArtifactError(f"mismatched artifact: {what} '{s.name}' is {s.dtype} {list(s.shape)} in the "
                                         f"signature but {p.dtype} {list(p.shape)} in the layout")
-                if p.offset + s.nbytes > lay.total_bytes:
+                if p.offset + p.nbytes > lay.total_bytes:
                     raise ArtifactError(f"mismatched artifact: {what} '{s.name}' [{p.offset}, {p.offset + s.nbytes})"
                                         f" lies outside the DRAM image ({lay.total_bytes} bytes)")
         arrays = self.weight_arrays()

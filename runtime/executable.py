@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.runtime.artifact import Artifact, ArtifactError, narrowed, np_dtype
+from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
+from infer.runtime.boundary import BoundaryError, from_dram, to_dram
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramLayout
 
@@ -134,16 +135,12 @@ class Executable:
 
     @staticmethod
     def _to_dram_dtype(name: str, a: np.ndarray, dram: np.dtype) -> np.ndarray:
-        """An input as DRAM holds it: i64 inputs narrowed to i32 by graph-to-tile are
-        converted here (values outside int32 are refused, never wrapped)."""
-        if a.dtype == dram or not narrowed(a.dtype, dram):
-            return a
-        info = np.iinfo(np.int32)
-        if a.size and (a.min() < info.min or a.max() > info.max):
-            bad = a[(a < info.min) | (a > info.max)].ravel()[0]
-            raise RunError(f"input '{name}': int64 value {int(bad)} is outside the int32 range "
-                           f"[{info.min}, {info.max}] (the accelerator holds int64 inputs as int32)")
-        return np.ascontiguousarray(a.astype(np.int32))
+        """An input as DRAM holds it (runtime/boundary.py: i64 narrowed to i32, integers, bools
+        and f16/bf16/f64 held as f32); a value it cannot hold exactly is a RunError."""
+        try:
+            return to_dram(name, a, dram)
+        except BoundaryError as e:
+            raise RunError(str(e)) from None
 
     def run(self, inputs: Any = None, *, trace: bool = True,
             check_races: bool | None = None,
@@ -185,10 +182,12 @@ class Executable:
         outs = []
         if mode != "timing":  # timing mode computes no data
             for p, s in zip(lay.outputs, self.artifact.outputs, strict=True):
-                n = s.nbytes
-                outs.append(dram[p.offset:p.offset + n].view(s.np_dtype).reshape(s.shape).copy())
+                held = np_dtype(p.dtype)
+                n = int(np.prod(s.shape, dtype=np.int64)) * held.itemsize
+                outs.append(from_dram(dram[p.offset:p.offset + n].view(held).reshape(s.shape).copy(), s.np_dtype))
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
-                                        self.config, wall)
+                                        self.config, wall, passes=3 if self.artifact.precision == "fp32" else 1,
+                                        io_bytes=sum(r.nbytes for r in (*lay.inputs, *lay.outputs)))
         return outs
 
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,

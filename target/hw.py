@@ -2,6 +2,11 @@
 
 Every number the timing model and the compiler use comes from here.
 `load_config("edge" | "server" | path)`; invalid configs raise `ConfigError` naming the field.
+
+The `[energy]` and `[area]` sections (per-event energies and per-component area coefficients,
+read by `infer.target.energy`) are optional, so a config written before they existed (e.g. one
+stored in an older artifact) still loads; when a section is present every key is required and
+checked like the other fields. The bundled configs have both.
 """
 
 from __future__ import annotations
@@ -85,6 +90,33 @@ class ScalarConfig:
 
 
 @dataclass(frozen=True)
+class EnergyConfig:
+    """Energy per event, in picojoules at the config's technology node (infer.target.energy).
+
+    SRAM energy per byte depends on the bank size, as CACTI-like models have it: a bank of B
+    bytes costs `sram_pj_per_byte * (B / sram_reference_bank_bytes) ** sram_bank_exponent`
+    per byte read or written, so a sweep over memory sizes sees the bigger banks' cost."""
+
+    mac_pj: dict[str, float]  # one multiply-accumulate of the matrix unit, by input dtype
+    vector_pj_per_element: float  # one element of a cost-1 vector op (x vector.cost[op])
+    sram_pj_per_byte: float  # one byte read or written in a bank of the reference size
+    sram_reference_bank_bytes: int
+    sram_bank_exponent: float
+    dram_pj_per_byte: float  # one byte moved between DRAM and the chip (both directions)
+    static_mw_per_mm2: float  # leakage and idle clock power per mm^2 of the area model
+
+
+@dataclass(frozen=True)
+class AreaConfig:
+    """Area coefficients in mm^2 at the config's technology node (infer.target.energy)."""
+
+    pe_mm2: float  # one processing element of the systolic array (all of matrix.dtypes)
+    vector_lane_mm2: float
+    sram_mm2_per_kib: float  # scratchpad and accumulator SRAM (bit cells + periphery)
+    fixed_mm2: float  # front end, DMA engines, DRAM controller and PHY
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     name: str
     clock_ghz: float
@@ -95,6 +127,8 @@ class HardwareConfig:
     dma: DmaConfig
     scalar: ScalarConfig
     source: str = "<dict>"
+    energy: EnergyConfig | None = None  # None: the config has no [energy] section
+    area: AreaConfig | None = None  # None: the config has no [area] section
 
     @property
     def peak_macs_per_cycle(self) -> int:
@@ -145,7 +179,7 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
     clock = data.get("clock_ghz")
     if isinstance(clock, bool) or not isinstance(clock, int | float) or clock <= 0:
         raise err("clock_ghz", f"must be a positive number, got {clock!r}")
-    unknown = set(data) - {"name", "clock_ghz", *_SECTIONS}
+    unknown = set(data) - {"name", "clock_ghz", *_SECTIONS, "energy", "area"}
     if unknown:
         raise err(sorted(unknown)[0], "is not a known config field")
 
@@ -223,7 +257,58 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
                   f"bf16 MAC per PE per cycle), got {m.macs_per_cycle['bf16']}")
     if m.weight_buffers > 2:
         raise err("matrix.weight_buffers", f"must be 1 or 2, got {m.weight_buffers}")
-    return HardwareConfig(name=name, clock_ghz=float(clock), source=source, **built)
+    energy = _energy_section(data["energy"], built["matrix"], err) if "energy" in data else None
+    area = _area_section(data["area"], err) if "area" in data else None
+    return HardwareConfig(name=name, clock_ghz=float(clock), source=source, energy=energy, area=area,
+                          **built)
+
+
+def _number(sec: Any, path: str, key: str, err) -> float:
+    if not isinstance(sec, dict):
+        raise err(path, "section is missing")
+    if key not in sec:
+        raise err(f"{path}.{key}", "is missing")
+    v = sec[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise err(f"{path}.{key}", f"must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+def _check_keys(sec: Any, path: str, known: set[str], err) -> None:
+    if not isinstance(sec, dict):
+        raise err(path, "section is missing")
+    extra = set(sec) - known
+    if extra:
+        raise err(f"{path}.{sorted(extra)[0]}", "is not a known config field")
+
+
+def _energy_section(sec: Any, matrix: MatrixConfig, err) -> EnergyConfig:
+    names = [f.name for f in fields(EnergyConfig)]
+    _check_keys(sec, "energy", set(names), err)
+    macs = sec.get("mac_pj")
+    if not isinstance(macs, dict):
+        raise err("energy.mac_pj", "section is missing (pJ per MAC by matmul dtype)")
+    _check_keys(macs, "energy.mac_pj", set(isa.MATMUL_DTYPES[:-1]), err)
+    for dt in matrix.dtypes:  # every dtype the array implements needs its MAC energy
+        _number(macs, "energy.mac_pj", dt, err)
+    kw: dict[str, Any] = {"mac_pj": {dt: _number(macs, "energy.mac_pj", dt, err) for dt in macs}}
+    for key in names[1:]:  # after mac_pj, in field order
+        if key == "sram_reference_bank_bytes":
+            if key not in sec:
+                raise err(f"energy.{key}", "is missing")
+            v = sec[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise err(f"energy.{key}", f"must be a positive integer, got {v!r}")
+            kw[key] = v
+        else:
+            kw[key] = _number(sec, "energy", key, err)
+    return EnergyConfig(**kw)
+
+
+def _area_section(sec: Any, err) -> AreaConfig:
+    names = [f.name for f in fields(AreaConfig)]
+    _check_keys(sec, "area", set(names), err)
+    return AreaConfig(**{key: _number(sec, "area", key, err) for key in names})
 
 
 def bundled_configs() -> list[str]:

@@ -127,6 +127,10 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
         "d = saturate_int8(round_half_even(fp32(a) * b)), b = fp32 per-column scales "
         "(bmode=row) or an fp32 immediate (bmode=imm)",
     ),
+    VecOpDef("log", "unary", "d = ln(a) (fp32; -inf at 0, NaN below)"),
+    VecOpDef("eq", "binary", "d = 1 if a == b else 0 (NaN compares unequal)"),
+    VecOpDef("lt", "binary", "d = 1 if a < b else 0 (false with a NaN)"),
+    VecOpDef("le", "binary", "d = 1 if a <= b else 0 (false with a NaN)"),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
 #: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family

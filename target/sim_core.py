@@ -288,8 +288,13 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "rsum": lambda a: a.sum(axis=-1, keepdims=True),
     "rmax": lambda a: a.max(axis=-1, keepdims=True),
     "requant": lambda a, b: a * b,
+    "log": np.log,
+    # comparisons: 1 where a op b holds, else 0, in the compute type (false when either is NaN)
+    "eq": lambda a, b: (a == b).astype(np.result_type(a, b)),
+    "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),
+    "le": lambda a, b: (a <= b).astype(np.result_type(a, b)),
 }
-TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip"))
+TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log"))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The `infer` command line.
 
     infer import MODEL [-o OUT.mlir] [--input-shape NAME=1x3x224x224] [--list-unsupported]
+        MODEL: .onnx, .pt2 (torch.export), .gguf (llama.cpp), .mlir or a Hugging Face folder
     infer run-ir FILE.mlir [--inputs IN.npz] [--output OUT.npz]
 
 Exit status: 0 success; 1 bad or unsupported input (one message on stderr);
@@ -21,7 +22,7 @@ import numpy as np
 
 # Subcommand modules: each has `register(subparsers)`; a parser's `func(args) -> int` runs it.
 _SUBCOMMAND_MODULES = ["infer.tools.npu_cmds", "infer.tools.compile_cmds", "infer.tools.quantize_cmds",
-                       "infer.tools.serve_sim_cmds"]
+                       "infer.tools.serve_sim_cmds", "infer.tools.generate_cmds", "infer.tools.sweep_cmds"]
 
 
 class CLIError(Exception):
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("import", help="import a model (.onnx, .pt2, Hugging Face folder) to graph-level IR")
+    p = sub.add_parser("import", help="import a model (.onnx, .pt2, .gguf, Hugging Face folder) to graph-level IR")
     p.add_argument("model")
     p.add_argument("-o", "--output", help="write IR here (weights go beside it); default: stdout")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",

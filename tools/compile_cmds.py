@@ -30,7 +30,7 @@ import numpy as np
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from infer.tools.driver import DriverError, parse_input_shapes
+    from infer.tools.driver import CompileTiming, DriverError, parse_input_shapes
     from infer.tools.driver import compile as compile_model
 
     options: dict[str, Any] = {}
@@ -38,12 +38,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
         options["input_shapes"] = parse_input_shapes(args.input_shape)
     if args.precision != "int8" and (args.calibration or args.min_cosine is not None):
         raise DriverError("--calibration and --min-cosine apply to --precision int8 only")
-    exe = compile_model(args.model, target=args.target, precision=args.precision, progress=True,
+    timing = CompileTiming() if args.timing else None
+    exe = compile_model(args.model, target=args.target, precision=args.precision, progress=not args.quiet,
                         graph_passes=args.graph_passes, calibration=args.calibration, min_cosine=args.min_cosine,
-                        calibration_method=args.calibration_method, **options)
+                        calibration_method=args.calibration_method, timing=timing, **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
-    print(f"wrote {out} ({Path(out).stat().st_size} bytes): {exe!r}", file=sys.stderr)
+    if not args.quiet:
+        print(f"wrote {out} ({Path(out).stat().st_size} bytes): {exe!r}", file=sys.stderr)
+    if timing is not None:
+        timing.report(sys.stderr)
     return 0
 
 
@@ -51,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from infer.tools.cli import load_inputs, summarize
     from infer.tools.driver import load, progress_printer
 
-    say = progress_printer(True)
+    say = progress_printer(not args.quiet)
     if args.mode == "timing" and (args.check or args.output):
         print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
               file=sys.stderr)
@@ -73,6 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{args.mode} mode)")
         outputs = exe.run(inputs, trace=True, mode=args.mode)
     say("done")
+    say.close()
     if args.mode == "timing":
         print("outputs: not computed (timing mode)")
         outputs = []
@@ -154,6 +159,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--graph-passes", default="", metavar="PIPELINE",
                    help="passes run on the graph-level IR first, e.g. 'my-pass{factor=2},graph-dce' "
                         "(infer's passes and plugins: infer-opt --list-passes)")
+    p.add_argument("--timing", action="store_true",
+                   help="print where the compile time goes on stderr: the import, every pass of the pipeline "
+                        "and the packaging (a report like mlir-opt's --mlir-timing)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")
     p.set_defaults(func=_guarded("compile", cmd_compile))
 
     p = subparsers.add_parser("run", help="run a .npu artifact on the instruction-set simulator")
@@ -165,6 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "error, SQNR); exit 1 when an output mismatches")
     p.add_argument("--trace", help="write a Chrome-trace JSON of the engine timelines (and ops)")
     p.add_argument("--json", help="write the performance report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")
     p.add_argument("--mode", choices=["fast", "reference", "functional", "timing"], default="fast",
                    help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
                         "reference), reference (one instruction at a time), functional (outputs only, no "

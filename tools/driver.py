@@ -30,16 +30,18 @@ check (the reference interpreter is compiler code).
 from __future__ import annotations
 
 import io
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from infer.runtime.artifact import Artifact, TensorSpec, dtype_name, save_safetensors
 from infer.runtime.executable import Executable
+from infer.tools.opt_pipeline import Node, TimePasses, expand
+from infer.tools.progress import ConsoleProgress
 from infer.tools.reference import GraphReference
 
 Progress = Callable[[str], None]
@@ -49,14 +51,48 @@ class DriverError(Exception):
     """Bad input for the compile driver (one line)."""
 
 
-def progress_printer(enabled: bool = True) -> Progress:
-    """`say(msg)`: `[  1.23 s] msg` on stderr (seconds since this call), or nothing."""
-    t0 = time.perf_counter()
+def progress_printer(enabled: bool = True) -> ConsoleProgress:
+    """`say(msg)`: `[  1.23 s] msg` on stderr (seconds since this call), with a live status line
+    on a terminal (tools/progress.py; `close()` it, or use it as a context manager), or nothing."""
+    return ConsoleProgress(enabled)
 
-    def say(msg: str) -> None:
-        if enabled:
-            print(f"[{time.perf_counter() - t0:6.2f} s] {msg}", file=sys.stderr, flush=True)
-    return say
+
+class CompileTiming:
+    """Where one `compile` spends its wall time, reported like mlir-opt's `--mlir-timing`
+    (`infer-opt --time-passes`, the same report): the import, every pass of compile-npu as a
+    tree (named pipelines with their stages), then the other phases: the graph reference
+    IR (printed for `check`), the per-layer reference IR, packaging the artifact and loading it
+    back to validate it. `infer compile --timing` prints it."""
+
+    def __init__(self) -> None:
+        self.timer = TimePasses(leading=("import",), cpu=True)
+        self.roots: list[Node] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.timer.add(name, time.perf_counter() - start, time.process_time() - start_cpu)
+
+    def seconds(self, cpu: bool = False) -> dict[str, float]:
+        """Wall (or CPU) seconds per leaf pass (by name, repeats summed) and per other phase."""
+        out: dict[str, float] = dict(self.timer.extra_cpu if cpu else self.timer.extra)
+
+        def visit(node: Node) -> None:
+            if node.children:
+                for child in node.children:
+                    visit(child)
+            else:
+                out[node.name] = out.get(node.name, 0.0) + (node.cpu_seconds if cpu else node.seconds)
+
+        for root in self.roots:
+            visit(root)
+        return out
+
+    def report(self, stream: IO[str]) -> None:
+        self.timer.report(self.roots, stream)
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -119,7 +155,7 @@ def signature(module, entry: str = "main") -> dict[str, list[TensorSpec]]:
 def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str = "main",
             example_inputs: Any = None, progress: bool | Progress = False, graph_passes: str = "",
             calibration: Any = None, min_cosine: float | None = None, calibration_method: str | None = None,
-            **import_options: Any) -> Executable:
+            timing: CompileTiming | None = None, **import_options: Any) -> Executable:
     """Import (if needed) and compile for the accelerator -> `infer.runtime.Executable`.
 
     source: a model path (.onnx/.pt2/HF folder), a graph-level `.mlir` path, an
@@ -130,7 +166,20 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     the per-layer choice is reported through `progress`), then the lowering. progress: True
     prints each stage with a timestamp on stderr; a callable hears the same messages.
     graph_passes: a pass pipeline run on the graph-level module first (`-p` syntax; infer's
-    passes and plugins)."""
+    passes and plugins). timing: a CompileTiming that records where the time goes."""
+    if callable(progress):
+        return _compile(source, target, precision, entry, example_inputs, progress, graph_passes,
+                        calibration, min_cosine, calibration_method, timing or CompileTiming(),
+                        import_options)
+    with progress_printer(progress) as say:
+        return _compile(source, target, precision, entry, example_inputs, say, graph_passes,
+                        calibration, min_cosine, calibration_method, timing or CompileTiming(),
+                        import_options)
+
+
+def _compile(source: Any, target: str, precision: str, entry: str, example_inputs: Any, say: Progress,
+             graph_passes: str, calibration: Any, min_cosine: float | None, calibration_method: str | None,
+             timing: CompileTiming, import_options: dict[str, Any]) -> Executable:
     from xdsl.passes import ModulePass, PassPipeline
 
     from infer.dialects.ir_io import make_context
@@ -139,7 +188,6 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     from infer.passes.pipelines_npu import CompileNpuPass
     from infer.target.hw import config_path, load_config
 
-    say = progress if callable(progress) else progress_printer(progress)
     cfg = load_config(target)
     toml_text = config_path(target).read_text()
     if precision not in PRECISIONS:
@@ -147,28 +195,59 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     if precision != "int8" and (calibration is not None or min_cosine is not None):
         raise DriverError("calibration data and a cosine target apply to --precision int8 only")
     say(f"importing {source if isinstance(source, str | Path) else type(source).__name__}")
-    graph = graph_module(source, example_inputs, **import_options)
+    with timing.phase("import"):
+        graph = graph_module(source, example_inputs, **import_options)
     if precision == "int8" and not (calibration is None and _is_quantized(graph)):
-        graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
-    require_npu_lowering(graph)
-    sig = signature(graph, entry)
-    graph_ir, graph_weights = _reference_parts(graph)
-    graph_store = weights_of(graph)
-
-    module = graph.clone()  # keeps the weights; what the passes add or replace stays the clone's
+        with timing.phase("int8 quantization"):
+            graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
+    with timing.phase("graph reference IR"):
+        require_npu_lowering(graph)
+        sig = signature(graph, entry)
+        graph_ir, graph_weights = _reference_parts(graph)
+        graph_store = weights_of(graph)
+        module = graph.clone()  # keeps the weights; what the passes add or replace stays the clone's
     layer_parts: list[tuple[str, bytes | None]] = []
 
-    def between(_done: ModulePass | None, op, upcoming: ModulePass | None) -> None:
-        if isinstance(upcoming, GraphToTilePass):  # the graph IR it lowers: one top-level op per
-            layer_parts.append(_reference_parts(op, graph_store))  # kernel, the per-layer reference
-        if upcoming is not None:
-            say(f"pass {upcoming.name}")
-
+    # The stages of compile-npu with its named pipelines expanded, so each pass is timed and
+    # reported on its own (the same passes in the same order as running the pipelines).
     pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes)
-    PassPipeline(pipeline.passes(), callback=between).apply(make_context(), module)
+    pipeline.passes()  # (bad options: the pipeline's own error, before anything runs)
+    stages, timing.roots = expand([pipeline])
+    if isinstance(say, ConsoleProgress):
+        say.expect(len(stages) + 1)
+    ran = 0  # stages done
+    started, started_cpu = time.perf_counter(), time.process_time()
+
+    def between(done: ModulePass | None, op, upcoming: ModulePass | None) -> None:
+        nonlocal ran, started, started_cpu
+        if done is not None:
+            node = stages[ran].node
+            node.seconds += time.perf_counter() - started
+            node.cpu_seconds += time.process_time() - started_cpu
+            ran += 1
+        if isinstance(upcoming, GraphToTilePass):  # the graph IR it lowers: one top-level op per
+            with timing.phase("layer reference IR"):  # kernel, the per-layer reference
+                layer_parts.append(_reference_parts(op, graph_store))
+        if upcoming is not None:  # e.g. "pass graph-prepare-tiling > graph-optimize > graph-dce"
+            say("pass " + " > ".join((*stages[ran].path[1:], upcoming.name)))
+        started, started_cpu = time.perf_counter(), time.process_time()
+
+    PassPipeline(tuple(stage.pass_ for stage in stages), callback=between).apply(make_context(), module)
     layer_ir, layer_weights = layer_parts[0] if layer_parts else (None, None)
 
     say("packaging the artifact")
+    with timing.phase("packaging"):
+        exe = _package(module, sig, cfg, toml_text, precision, entry, source, graph_ir, graph_weights,
+                       layer_ir, layer_weights)
+    say(f"compiled: {len(exe.program)} instructions, {exe.layout.total_bytes} bytes of DRAM")
+    return exe
+
+
+def _package(module, sig, cfg, toml_text: str, precision: str, entry: str, source: Any, graph_ir: str,
+             graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None) -> Executable:
+    """The compiled module -> an artifact, validated by loading it back as a loader would."""
+    from infer.dialects.weights import weights_of
+
     program, layout, ops = _compiled_parts(module)
     store = weights_of(module)
     weights = save_safetensors({n: np.asarray(store.get(n)) for n in (w["name"] for w in layout.get("weights") or [])})
@@ -177,9 +256,7 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
                    source=str(source) if isinstance(source, str | Path) else type(source).__name__,
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
                    layer_weights=layer_weights)
-    exe = Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
-    say(f"compiled: {len(exe.program)} instructions, {exe.layout.total_bytes} bytes of DRAM")
-    return exe
+    return Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
 
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -275,4 +352,4 @@ def _compiled_parts(module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]
     return prog.to_program().to_bytes(), layout, ops
 
 
-__all__ = ["DriverError", "PRECISIONS", "compile", "require_npu_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]
+__all__ = ["CompileTiming", "DriverError", "PRECISIONS", "compile", "require_npu_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]

@@ -119,6 +119,14 @@ class InferOptMain(xDSLOptMain):
         self.extra_instrumentations: list[Instrumentation] = []
         super().__init__(description="infer's optimizer driver: mlir-opt's conventions on xDSL, with infer's "
                                      "dialects, passes and targets", args=argv)
+        if getattr(self.args, "verify_each_numerically", False):
+            from infer.tools.opt_numerics import NumericOptions, VerifyEachNumerically
+
+            a = self.args
+            self.extra_instrumentations.append(VerifyEachNumerically(NumericOptions(
+                seed=a.verify_numerics_seed, inputs_file=a.verify_numerics_inputs, entry=a.verify_numerics_entry,
+                rounding_tol=a.verify_numerics_rounding_tol, fp32_tol=a.verify_numerics_fp32_tol,
+                bf16_cosine=a.verify_numerics_bf16_cosine)))
 
     # ------------------------------------------------------------------ registries
     def register_all_dialects(self):
@@ -158,6 +166,7 @@ class InferOptMain(xDSLOptMain):
                 action.help = helps[action.dest]
         arg_parser.add_argument("--print-ir-after-failure", action="store_true",
                                 help="when a pass fails, print the module as it left it (on stderr)")
+        self._register_numeric_arguments(arg_parser)
         arg_parser.add_argument("--list-passes", nargs="?", const="infer", choices=["infer", "all"],
                                 help="list infer's passes, named pipelines and plugins with their options "
                                      "(=all: and the upstream xDSL passes)")
@@ -166,6 +175,34 @@ class InferOptMain(xDSLOptMain):
         if self._wants_help:  # the pass list imports every pass module: only when asked for
             arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
             arg_parser.epilog = self.pass_list(upstream=False)
+
+    @staticmethod
+    def _register_numeric_arguments(arg_parser: argparse.ArgumentParser) -> None:
+        from infer.tools.opt_numerics import NumericOptions as D  # only dataclass defaults: no compiler import
+
+        group = arg_parser.add_argument_group(
+            "per-pass numeric validation",
+            "--verify-each-numerically runs the module before the first pass and after every pass (each stage of "
+            "a named pipeline) on the interpreter of its level (graph, tile; npu: the simulator) with the same "
+            "inputs and reports the first pass whose results differ beyond its tolerance: bit-exact unless the "
+            "pass declares otherwise; graph -> tile lowering: the e2e criteria of its precision")
+        group.add_argument("--verify-each-numerically", action="store_true",
+                           help="check every pass's results against the results before it (exit 1 on a difference)")
+        group.add_argument("--verify-numerics-seed", type=int, default=D.seed, metavar="N",
+                           help=f"seed of the random inputs (default {D.seed}; as infer.passes.testing.random_inputs)")
+        group.add_argument("--verify-numerics-inputs", metavar="IN.npz",
+                           help="inputs keyed by input name (graph.name, else arg<i>) instead of random ones")
+        group.add_argument("--verify-numerics-entry", metavar="NAME",
+                           help="the function to run (default: main, or the module's only function)")
+        group.add_argument("--verify-numerics-rounding-tol", type=float, default=D.rounding_tol, metavar="X",
+                           help="passes that round differently (batch-norm folding): max abs error <= X x the output's "
+                                f"scale, the larger of its range and magnitude (default {D.rounding_tol:g})")
+        group.add_argument("--verify-numerics-fp32-tol", type=float, default=D.fp32_tol, metavar="X",
+                           help="graph -> tile at precision=fp32: max abs error <= X x the output's scale "
+                                f"(default {D.fp32_tol:g})")
+        group.add_argument("--verify-numerics-bf16-cosine", type=float, default=D.bf16_cosine, metavar="X",
+                           help=f"graph -> tile at precision=bf16: cosine similarity >= X per output "
+                                f"(default {D.bf16_cosine:g})")
 
     # ------------------------------------------------------------------ pass docs
     def _pass_doc(self, name: str):
@@ -220,6 +257,9 @@ class InferOptMain(xDSLOptMain):
             instrumentations.append(VerifyEach(timer))
         if self.args.print_between_passes:
             instrumentations.append(PrintBetweenPasses(sys.stdout))
+        for ins in self.extra_instrumentations:
+            if timer is not None and hasattr(ins, "timer"):  # checks that report their own time (a row)
+                ins.timer = timer
         instrumentations += self.extra_instrumentations
         if self.args.print_ir_after_failure:
             instrumentations.append(PrintIRAfterFailure(sys.stderr))

@@ -5,8 +5,8 @@ the backend's expected-failure list.
 
 Only the onnx *node* tests run (the installed onnx generates them in memory);
 the real/simple/pytorch model tests need downloads and are excluded. The
-expected-failure list is a JSON file in the repo (test names, one per failing
-test), like IREE's per-backend xfail files:
+expected-failure list is a JSON file in the repo (each failing test's name with the
+reason it failed when the list was written), like IREE's per-backend xfail files:
 
     reference: infer/frontend/onnx_xfail_reference.json
     npu:       infer/tools/npu_xfail.json
@@ -57,14 +57,15 @@ def load_xfail(name: str) -> set[str]:
     return set(data["xfail"] if isinstance(data, dict) else data)
 
 
-def write_xfail(name: str, failing: set[str]) -> Path:
+def write_xfail(name: str, failing: dict[str, str]) -> Path:
+    """Write the backend's list: failing test name -> the reason it failed (one line)."""
     path = xfail_path(name)
     data = {
         "comment": (
             f"ONNX node tests expected to fail on the {name} backend. Regenerate with "
             f"`python -m infer.tools.onnx_xfail --backend {name} --write`."
         ),
-        "xfail": sorted(failing),
+        "xfail": {test: failing[test] for test in sorted(failing)},
     }
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     slow = sorted(outcomes, key=lambda o: -o.seconds)[:5]
     print("slowest: " + ", ".join(f"{o.name} {o.seconds:.2f}s" for o in slow))
     if args.write:
-        path = write_xfail(args.backend, failing)
+        path = write_xfail(args.backend, {o.name: o.reason for o in outcomes if not o.passed})
         print(f"wrote {path} ({len(failing)} expected failures)")
     elif not args.filter:
         expected = load_xfail(args.backend)

@@ -12,7 +12,8 @@ in the accumulator). Finally O / l. Causal tiles above the diagonal are masked (
 
 Explicit masks: a compile-time mask (i1: true = attend, or additive) becomes an additive weight
 [mb*mh*Sq, Skv] (-inf/false -> -1e30); a runtime additive mask [B|1, H|1, Sq|1, Skv] (such as
-the one integer_inputs.py makes from an integer attention mask) is DMA'd per score tile
+the one integer_inputs.py makes from an integer attention mask, or from a runtime i1 mask) is
+DMA'd per score tile
 (`bmode=row` for one query row) and added after q.K^T. A query row with every key masked yields
 the mean of V (-1e30 mask) or NaN (runtime -inf), not the reference's zeros.
 """
@@ -28,6 +29,7 @@ from xdsl.ir import Operation
 from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import integer_inputs
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
 from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
@@ -65,6 +67,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
                                 batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
+    ctx.predict(choice.best.cycles)
     override = ctx.override(name, 2)
     TQ, TKV = (override[0], override[1]) if override else (choice.tiles[0], choice.tiles[1])
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
@@ -117,7 +120,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             if mask_shape[3] != Skv or mask_shape[2] not in (1, Sq):
                 raise error(op, f"a runtime mask {mask_shape} must have the key dim ({Skv}) and 1 or {Sq} query rows")
             mq = mask_shape[2]
-            mask2 = em.view(ctx.buffer(op.mask), (mb * mh * mq, Skv))
+            mask2 = em.view(integer_inputs.additive_mask(ctx, op.mask), (mb * mh * mq, Skv))
         mask_tile = em.alloc((TQ if mq > 1 else 1, TKV), f32, "spad", 2)
     z = [0, 0]
 

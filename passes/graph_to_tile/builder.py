@@ -26,8 +26,13 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import tile as t
+from infer.target import isa
 
 Index = int | SSAValue  # a tile origin: a compile-time int or an index value
+
+# the largest box one vector instruction encodes (the ISA's field widths)
+_VECTOR_ROWS = isa.BY_NAME["vec.copy"].field("rows").hi
+_VECTOR_COLS = isa.BY_NAME["vec.copy"].field("cols").hi
 
 
 def tile_extents(total: int, tile: int) -> list[int]:
@@ -46,6 +51,7 @@ class Emitter:
         self._constants: dict[int, SSAValue] = {}
         self._alloc_after: Operation | None = None  # local buffers go after it, before the nest's loops
         self._local_allocs: list[t.AllocOp] = []  # spad/acc allocs of the current loop nest
+        self._pool: tuple[dict, dict, bool] | None = None  # (pool, taken counts, single-buffered)
 
     def hoist(self, op: Operation) -> Operation:
         """Insert at the function entry (constants, weights)."""
@@ -80,6 +86,29 @@ class Emitter:
             marker.detach()
             marker.erase()
             self._alloc_after, self._local_allocs = saved
+
+    @contextlib.contextmanager
+    def alloc_pool(self, pool: dict, single: bool = False) -> Iterator[None]:
+        """Local allocs inside take their buffers from `pool`: the i-th alloc of a given shape,
+        type and space inside one `alloc_pool` block is the same buffer in every block using
+        the same pool (code emitted more than once, e.g. peeled tiles, shares its buffers);
+        `single`: they are single-buffered."""
+        saved = self._pool
+        self._pool = (pool, {}, single)
+        try:
+            yield
+        finally:
+            self._pool = saved
+
+    @contextlib.contextmanager
+    def no_pool(self) -> Iterator[None]:
+        """Allocs inside are ordinary (outside any `alloc_pool`)."""
+        saved = self._pool
+        self._pool = None
+        try:
+            yield
+        finally:
+            self._pool = saved
 
     # -- index arithmetic (folded when static) --
     def constant(self, value: int) -> SSAValue:
@@ -151,6 +180,16 @@ class Emitter:
 
     # -- tile ops --
     def alloc(self, shape: Sequence[int], elem: Attribute, space: str, buffers: int = 1) -> SSAValue:
+        if self._pool is not None and space != "dram":
+            pool, taken, single = self._pool
+            key = (tuple(shape), str(elem), space, 1 if single else buffers)
+            index = taken.get(key, 0)
+            taken[key] = index + 1
+            if (key, index) not in pool:
+                self._pool = None
+                pool[(key, index)] = self.alloc(shape, elem, space, 1 if single else buffers)
+                self._pool = (pool, taken, single)
+            return pool[(key, index)]
         op = t.AllocOp(t.memref(shape, elem, space), buffers=buffers)
         if space != "dram":
             self._local_allocs.append(op)
@@ -177,15 +216,33 @@ class Emitter:
                                   properties=props))
 
     def matmul(self, lhs: SSAValue, lhs_index: Sequence[Index], rhs: SSAValue, rhs_index: Sequence[Index],
-               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int) -> None:
+               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int, accumulate: bool = True) -> None:
+        """acc (+)= lhs @ rhs; `accumulate=False` overwrites the accumulator box."""
         self.insert(t.MatmulOp.build(
             operands=[lhs, self._indices(lhs_index), rhs, self._indices(rhs_index), acc, self._indices(acc_index)],
             properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
-                        "accumulate": IntegerAttr(1, i1)}))
+                        "accumulate": IntegerAttr(1 if accumulate else 0, i1)}))
 
     def vec(self, op: str, dst: SSAValue, dst_index: Sequence[Index], a: SSAValue, a_index: Sequence[Index],
             rows: int, cols: int, b: SSAValue | None = None, b_index: Sequence[Index] = (),
             bmode: str | None = None, imm: float | None = None) -> None:
+        """One vector op; a box with more rows or columns than one instruction encodes (the
+        ISA's `rows`/`cols` fields) becomes several ops over row or column chunks."""
+        max_rows, max_cols = _VECTOR_ROWS, _VECTOR_COLS
+        if rows > max_rows or cols > max_cols:
+            reduce = t.VectorOp.OPS[op].form == "reduce"
+            if cols > max_cols and reduce:
+                raise ValueError(f"a row reduction over {cols} columns does not fit one vector instruction")
+            for r0 in range(0, rows, max_rows):
+                for c0 in range(0, cols, max_cols):
+                    r, c = min(max_rows, rows - r0), min(max_cols, cols - c0)
+                    shift = lambda idx, dr, dc: [self.add(idx[0], dr), self.add(idx[1], dc)]  # noqa: E731
+                    b_at = list(b_index)
+                    if b is not None and bmode in ("tile", "row", "col"):
+                        b_at = shift(b_index, r0 if bmode != "row" else 0, c0 if bmode != "col" else 0)
+                    self.vec(op, dst, shift(dst_index, r0, 0 if reduce else c0), a, shift(a_index, r0, c0), r, c,
+                             b, b_at, bmode, imm)
+            return
         props: dict[str, Attribute] = {"op": StringAttr(op), "rows": IntegerAttr(rows, i64),
                                        "cols": IntegerAttr(cols, i64)}
         if bmode is not None:
@@ -198,6 +255,12 @@ class Emitter:
             properties=props))
 
     def fill(self, dst: SSAValue, dst_index: Sequence[Index], rows: int, cols: int, value: float) -> None:
+        if rows > _VECTOR_ROWS or cols > _VECTOR_COLS:  # several instructions' worth: in chunks
+            for r0 in range(0, rows, _VECTOR_ROWS):
+                for c0 in range(0, cols, _VECTOR_COLS):
+                    self.fill(dst, [self.add(dst_index[0], r0), self.add(dst_index[1], c0)],
+                              min(_VECTOR_ROWS, rows - r0), min(_VECTOR_COLS, cols - c0), value)
+            return
         self.insert(t.FillOp.build(operands=[dst, self._indices(dst_index)],
                                    properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
                                                "value": FloatAttr(float(value), Float32Type())}))

@@ -8,8 +8,10 @@ back, as one kernel, on row tiles:
   t(a) = r - rint(r - a + 0.5), r = rint(a) (the vector unit's f32 -> i32 conversion rounds
   half to even); exact for |x| < 2^31 (the vector unit saturates beyond).
 
-Casts of integer model inputs lower in integer_inputs.py; other casts (to tensors used as
-integers or bf16) have no lowering.
+Casts of integer model inputs lower in integer_inputs.py. Every other cast works on f32-held
+values (storage.py): one that keeps the value (float -> float, int/bool -> float, widening
+integers) aliases its input's buffer; the others (to bf16, float -> integer, narrowing
+integers, to i1) are elementwise sequences (vector_math.emit_cast).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from xdsl.ir import Operation, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import integer_inputs
+from infer.passes.graph_to_tile import elementwise, integer_inputs
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext, no_lowering_error, require_f32_results
+from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.vector_math import cast_kind
 
 ROUND_TRIP = ("bf16", "i32")  # the element types an f32 value may make a round trip through
 
@@ -51,8 +55,12 @@ def lower_cast(ctx: LoweringContext, op: Operation) -> None:
     if is_outer_round_trip(op):
         _lower_round_trip(ctx, op)
         return
-    require_f32_results(op)
-    raise no_lowering_error(op)
+    if cast_kind(op) == "copy":  # the f32-held value is the result's value (storage.py): alias it
+        ctx.buffers[op.output] = ctx.buffer(op.input)
+        if op.output in ctx.destinations:
+            copy_dram(ctx, ctx.buffers[op.output], ctx.destinations[op.output], shape_of(op.output))
+        return
+    elementwise.lower_elementwise_op(ctx, op)
 
 
 def _lower_round_trip(ctx: LoweringContext, op: Operation) -> None:
@@ -69,6 +77,7 @@ def _lower_round_trip(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(
         ctx.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=2 if via == "bf16" else 14, live_tiles=5,
         footprint=lambda tr, tcn: tr * tcn * (20 if via == "bf16" else 40))  # x, y, low (, a, r) x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, f"cast f32->{via}->f32", "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(inner.input), (M, N))
     out2 = em.view(ctx.output_buffer(op.output), (M, N))

@@ -36,6 +36,7 @@ from infer.dialects.dtypes import dense_to_numpy, element_name_of, element_type_
 from infer.dialects.graph_interpreter import evaluate_op
 from infer.dialects.ir_io import LoweringError, lowering_error
 from infer.dialects.weights import weights_of
+from infer.passes.graph_to_tile import storage
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.target.hw import HardwareConfig
 
@@ -50,15 +51,10 @@ def error(op: Operation, message: str) -> LoweringError:
 
 
 def no_lowering_error(op: Operation) -> LoweringError:
-    return error(op, "this op has no tile lowering (supported: linear, matmul, conv2d, elementwise, where, "
-                 "pooling, batch/layer/rms norm, softmax, attention, reshape, transpose, slice, concat, "
-                 "broadcast, pad, reduce_sum/mean/max/min, gather, rotary)")
-
-
-def require_f32_results(op: Operation) -> None:
-    for result in op.results:
-        if not isinstance(result.type, TensorType) or element_name_of(result) != "f32":
-            raise error(op, f"only f32 tensors are supported, got {result.type}")
+    return error(op, "this op has no tile lowering (supported: linear, matmul, conv2d, elementwise ops and "
+                 "comparisons, logic, casts, where, pooling, batch/layer/rms norm, softmax, log_softmax, "
+                 "attention, reshape, transpose, slice, concat, broadcast, pad, reductions, argmax/argmin, "
+                 "gather, rotary)")
 
 
 def local_bytes(alloc: t.AllocOp) -> int:
@@ -103,6 +99,7 @@ class LoweringContext:
         self._weight_sources: list[np.ndarray] = []  # `_weights` keys on id(array): keep them alive
         self._current_op: Operation = function  # the op being lowered (error locations)
         self._last_kernel_name: str | None = None
+        self.prediction = 0  # the cost model's cycles for the graph op being lowered (`predict`)
 
     # -- precision ------------------------------------------------------------
     @property
@@ -179,7 +176,12 @@ class LoweringContext:
             self.buffers[value] = self.emitter.hoist(op).results[0]
             return self.buffers[value]
         hint = owner.weight_key if isinstance(owner, g.WeightOp) else "const"
-        broadcast = np.broadcast_to(array, shape).astype(np.float32)
+        held = storage.held_constant(np.broadcast_to(array, shape))
+        if held is None:
+            raise error(owner if isinstance(owner, Operation) else self._function,
+                        f"the compile-time {array.dtype} value cannot be held exactly as f32 (integers "
+                        f"beyond +-2^24, f64 values f32 cannot represent)")
+        broadcast = held
         self.buffers[value] = self.weight(hint, np.ascontiguousarray(broadcast), f32)
         return self.buffers[value]
 
@@ -207,6 +209,11 @@ class LoweringContext:
         if sizes is not None and len(sizes) != count:
             raise LoweringError(f"error: {STAGE}: override for {name} needs {count} sizes, got {len(sizes)}")
         return sizes
+
+    def predict(self, cycles: int) -> None:
+        """Add the cost model's estimate of a loop nest to the graph op being lowered (its
+        kernel and helper nests); the driver records the sum beside the op's roofline."""
+        self.prediction += int(cycles)
 
     def debug(self, text: str) -> None:
         if self.session.debug:

@@ -1,21 +1,41 @@
-"""graph.conv2d (NCHW; groups, stride, dilation, padding) on the matrix unit, with a fused epilogue.
+"""graph.conv2d (NCHW; groups, stride, dilation, padding) on the matrix unit: an implicit GEMM
+over padded-width windows, with a fused epilogue.
 
-The output [O, pixels] is NCHW already, so the activation window is the stationary operand and
-the weights stream. For each (n, group, o-tile, output-row tile): `fill acc`; for each channel
-tile and tap (kh, kw): one 3-D strided DMA of the window xp[c0:, oh0*s + kh*d:, kw*d:] with
-`src_steps [1, s, s]` -> [TC, TOH, OW], viewed [TC, TOH*OW] and split to bf16; a DMA of the
-tap's weight block [TO, TC] (packed [(g*KH*KW + tap)*Og + o, c]); matmuls acc[TO, TP] += W.X.
-Padding is one zero-bordered DRAM copy of the input (copies.padded_copy). Epilogue: the bias
-per output channel (`bmode=col`), then the kernel's elementwise ops (residual add, BN-folded
-ops, activation). Pixel tiles are whole output rows (TP = TOH*OW).
+The input is read as the stride-phase planes of its padded form (planes.py), built on chip: a
+tile of TOH output rows of TO output channels loads, per channel step of TC channels, the input
+rows its window needs (one DMA per row phase, whole rows) and the vector unit pads, splits the
+stride phases and rounds them to bf16 (`hi`, and `lo` for the fp32 emulation) into one window
+per plane: TOH + halo plane rows laid end to end. One window serves every tap: tap (kh, kw) is
+the window shifted by its flat offset, so output pixel q = oh.Wq + ow of the tile reads window
+element q + offset (columns OW..Wq-1 of each output row are computed and never stored). Two
+orientations:
+
+* "pixels": the channel-major window [TC, Lw] is the array's stationary operand (k = channels,
+  n = flat pixels), the weights [TO, taps.TC] stream through it (m = TO rows);
+  acc[TO, TOH.Wq] (+)= W[TO, C] . X[C, pixels]. Good when a tile has many pixels.
+* "channels": the window is pixel-major [Lw, TC] (transposed while it is built), the weights
+  are stationary (k = channels, n = output channels) and the pixels stream (m = TOH.Wq rows,
+  each tap a row shift); acc[pixels, TO] (+)= X^T . W^T, transposed back to [TO, pixels]
+  before the epilogue. Good when the output has few pixels and many channels (late ResNet
+  stages on a 128x128 array).
+
+With a single channel step the first matmul pass into each accumulator column block
+overwrites it (no fill); several steps zero the accumulator and stay one (pipelined) loop.
+Then the bias per output channel (`bmode=col`, all biases loaded once), the kernel's
+elementwise ops (residual add, BN-folded ops, activation) on the [TO, TOH.Wq] tile
+(elementwise.TileFrame with `pitch`), one DMA store of the valid [TO, TOH, OW] box. The
+orientation, tile sizes and loop order (output-channel tiles or row tiles outside; with a
+single channel step the operand the inner loop does not change is loaded once per outer tile,
+single-buffered) are the cost model's choice (tiling_cost.choose_conv). Row tiles whose window
+reaches into the padding are emitted on their own (planes.row_tiles).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -24,107 +44,425 @@ from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
-from infer.passes.graph_to_tile.copies import padded_copy
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
-from infer.passes.graph_to_tile.matrix_unit import (
-    alloc_bf16_tile,
-    emit_tile_product,
-    packed_weight_parts,
-    split_on_chip,
-)
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts
+from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_planes
+from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
+
+
+def conv_planes(op: g.Conv2dOp) -> Planes:
+    _, _, H, W = shape_of(op.input)
+    _, _, KH, KW = shape_of(op.weight)
+    _, _, OH, OW = shape_of(op.results[0])
+    return Planes(H, W, KH, KW, tuple(g._ints(op.stride)), tuple(g._ints(op.dilation)),  # type: ignore[arg-type]
+                  tuple(g._ints(op.padding)), OH, OW)  # type: ignore[arg-type]
+
+
+def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
+              p: Planes) -> tiling_cost.ConvSpec:
+    """What the cost model needs to know about this conv kernel (its shape, its planes, its
+    epilogue and its exact local-buffer footprint)."""
+    N, C, H, W = shape_of(op.input)
+    O, Cg, KH, KW = shape_of(op.weight)
+    groups = op.groups.value.data
+    copies = ctx.bf16_copies
+    out_shape = shape_of(result)
+    P = len(p.phases)
+    sw = p.stride[1]
+    even = W % sw == 0
+    width = W if even else -(-W // sw)
+    nw = -(-W // sw)
+    row_phases = len({rp for rp, _ in p.phases})
+    epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
+    has_bias = op.bias is not None
+    prepared = any(p.pads)
+
+    def footprint(orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool) -> tuple[int, int]:
+        """The buffers of the looped row tiles and of the edge row tiles (_ConvKernel.buffer_counts),
+        the hoisted weights, the biases."""
+        rq, lw, tq = p.window_rows(toh), p.window_length(toh), toh * p.Wq
+        steps, o_tiles = -(-Cg // tc), -(-(O // groups) // to)
+        single = steps == 1
+        tiles, (lo, hi) = row_tile_plan(p, toh, not prepared)
+        kinds = ([True] if hi > lo else []) + ([False] if len(tiles) > hi - lo else [])
+        weights = to * KH * KW * tc * 2 * copies
+        spad = weights if single and outer == "o" else 0
+        spad += O * 4 if has_bias else 0
+        acc = 0
+        for looped in kinds:
+            inner_o = outer == "rows" and o_tiles >= 2
+            wb = 2 if steps > 1 or looped else 1
+            kb = 2 if steps > 1 or (outer == "rows" and (inner_o or looped)) else 1
+            ab = 2 if looped or inner_o else 1
+            if not prepared:
+                spad += wb * row_phases * tc * rq * width * 4  # staging (f32 input rows)
+                if orientation == "channels" or (sw > 1 and even):
+                    spad += wb * rq * nw * tc * (2 if copies == 1 else 4)  # gathered tile
+            spad += wb * P * tc * lw * 2 * copies  # the windows (bf16 hi(/lo))
+            if im2col:
+                spad += wb * KH * KW * tc * tq * 2 * copies
+            if orientation == "channels":
+                spad += ab * to * tq * 4  # the accumulator transposed back
+            if not (single and outer == "o"):
+                spad += kb * weights
+            sizes = {t[1] for i, t in enumerate(tiles) if (lo <= i < hi) == looped}
+            # epilogue tiles: one set per tile shape (sizes x output-channel extents); double-
+            # buffered ones are counted x2 by epilogue_bytes, single-buffered pools hold one
+            epi = sum(epilogue_bytes(a, s * p.Wq) for a in tile_extents(O // groups, to) for s in sizes)
+            spad += epi if ab == 2 else epi // 2
+            acc += ab * to * tq * 4
+        return spad, acc
+
+    produced = {r for e in epilogue for r in e.results}
+    return tiling_cost.ConvSpec(
+        batch=N, groups=groups, Og=O // groups, Cg=Cg, taps=KH * KW, OH=p.OH, OW=p.OW, Wq=p.Wq, H=H, W=W,
+        stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
+        copies=copies, passes=ctx.matmul_passes, epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0),
+        epi_tiles=sum(1 for e in epilogue for v in e.operands
+                      if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
+        footprint=footprint)
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
     """`op` (graph.conv2d) followed by the elementwise `epilogue` ops on its output tiles;
     `result` (the last of them, or op's result) is stored."""
     assert isinstance(op, g.Conv2dOp)
-    em, hw = ctx.emitter, ctx.hw
     w = ctx.constant(op.weight)
     if w is None:
         raise error(op, "conv2d needs a compile-time weight")
-    N, C, H, W = shape_of(op.input)
+    N = shape_of(op.input)[0]
     O, Cg, KH, KW = shape_of(op.weight)
     groups = op.groups.value.data
-    Og = O // groups
-    stride_h, stride_w = g._ints(op.stride)
-    dilation_h, dilation_w = g._ints(op.dilation)
-    pads = tuple(g._ints(op.padding))
-    _, _, OH, OW = shape_of(op.results[0])
-    taps = KH * KW
-    xp = padded_copy(ctx, ctx.buffer(op.input), N * C, H, W, (pads[0], pads[1], pads[2], pads[3]), 0.0)
+    p = conv_planes(op)
     name = ctx.kernel_name()
-    copies = ctx.bf16_copies
-    out_shape = shape_of(result)
-    epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (OH, OW)))
-    has_bias = op.bias is not None
-
-    def footprint(to: int, tp: int, tcn: int) -> tuple[int, int]:
-        # window f32 staging + bf16 hi(/lo) [TC, TP]; weight block bf16 hi(/lo) [TO, TC];
-        # bias column; epilogue tiles [TO, TP] -- double buffered; the accumulator tile
-        spad = 2 * (tcn * tp * (4 + 2 * copies) + to * tcn * 2 * copies)
-        spad += (2 * to * 4 if has_bias else 0)
-        # each emitted tile shape (full, remainder) allocates its own epilogue buffers
-        rows_per_tile = max(1, tp // OW)
-        spad += sum(epilogue_bytes(a, b * OW) for a in tile_extents(Og, to) for b in tile_extents(OH, rows_per_tile))
-        return spad, 2 * to * tp * 4
-
-    produced = {r for e in epilogue for r in e.results}
-    spec = tiling_cost.GemmSpec(
-        lhs_bytes=2 * copies, lhs_split=False, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
-        taps=taps, batch=N * groups, epi_cost=epilogue_cost(ctx, epilogue) + (1 if op.bias else 0),
-        epi_tiles=sum(1 for e in epilogue for v in e.operands
-                      if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
-        footprint=footprint)
-    pixel_candidates = sorted({min(OH, 1 << i) * OW for i in range(0, max(1, OH).bit_length() + 1)})
+    spec = conv_spec(ctx, op, epilogue, result, p)
     override = ctx.override(name, 3)
-    if override is not None and override[1] % OW:
-        raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {OW}")
-    choice = tiling_cost.choose_gemm(hw, Og, OH * OW, Cg, spec, tn_cands=pixel_candidates, override=override)
-    TO, TP, TC = choice.tiles
-    TOH = max(1, TP // OW)
-    ctx.debug(tiling_cost.describe_choice(name, "conv2d", f"O={Og} P={OH}x{OW} C={Cg} taps={KH}x{KW}"
-                                          + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
-    # weights: per (group, tap) an [Og, Cg] block: rows ((g*taps + kh*KW + kw)*Og + o)
-    blocks = np.asarray(w, np.float32).reshape(groups, Og, Cg, KH, KW).transpose(0, 3, 4, 1, 2)
-    blocks = blocks.reshape(groups * taps * Og, Cg)
-    hint = (op.weight.owner.weight_key if isinstance(op.weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
-    packs = packed_weight_parts(ctx, hint, np.ascontiguousarray(blocks))
-    out2 = em.view(ctx.output_buffer(result), (N * O, OH * OW))
-    window = em.alloc((TC, TOH, OW), f32, "spad", 2)
-    window2 = em.view(window, (TC, TOH * OW))
-    x_tile = alloc_bf16_tile(ctx, TC, TP)
-    w_tile = alloc_bf16_tile(ctx, TO, TC)
-    acc = em.alloc((TO, TP), f32, "acc", 2)
-    bias_col = em.view(ctx.buffer(op.bias), (O, 1)) if op.bias is not None else None
-    bias_tile = em.alloc((TO, 1), f32, "spad", 2) if bias_col is not None else None
-    z = [0, 0]
+    if override is not None and override[1] % p.OW:
+        raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
+    choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW,
+                                                                           override[2]))
+    ctx.predict(choice.best.cycles)
+    ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
+                                        + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
+                                        + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
+    _ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32)).emit()
 
-    def tile(n: Index, group: Index, o0: Index, to: int, oh0: Index, toh: int) -> None:
-        tp = toh * OW
-        em.fill(acc, z, to, tp, 0.0)
 
-        def channel_step(c0: Index, tcn: int) -> None:
-            def tap(kh: Index, kw: Index) -> None:
-                row = em.add(em.add(em.mul(n, C), em.mul(group, Cg)), c0)
-                em.dma(xp, [row, em.add(em.mul(oh0, stride_h), em.mul(kh, dilation_h)), em.mul(kw, dilation_w)],
-                       window, [0, 0, 0], [tcn, toh, OW], [1, stride_h, stride_w])
-                split_on_chip(em, window2, x_tile, tcn, tp)
-                w_row = em.add(em.mul(em.add(em.add(em.mul(group, taps), em.mul(kh, KW)), kw), Og), o0)
-                em.dma(packs[0], [w_row, c0], w_tile.hi, z, [to, tcn])
-                if w_tile.lo is not None:
-                    em.dma(packs[1], [w_row, c0], w_tile.lo, z, [to, tcn])
-                emit_tile_product(ctx, w_tile, x_tile, acc, to, tcn, tp, width_outer=True)
+class _ConvKernel:
+    """The loop nest of one conv kernel for chosen tiles (see the module docstring)."""
 
-            em.range(KH, lambda kh: em.range(KW, lambda kw: tap(kh, kw)))
+    def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp, epilogue: Sequence[Operation],
+                 result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray):
+        self.ctx, self.em, self.name = ctx, ctx.emitter, name
+        self.op, self.epilogue, self.result, self.p = op, epilogue, result, p
+        N, C, _, _ = shape_of(op.input)
+        O, Cg, KH, KW = shape_of(op.weight)
+        self.N, self.C, self.O, self.Cg, self.KH, self.KW = N, C, O, Cg, KH, KW
+        self.groups = op.groups.value.data
+        self.Og = O // self.groups
+        self.taps = [(kh, kw) for kh in range(KH) for kw in range(KW)]
+        self.channels_wide = tiles.orientation == "channels"
+        TO, TOH, TC = min(tiles.TO, self.Og), min(tiles.TOH, p.OH), min(tiles.TC, Cg)
+        self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col)
+        self.TQ = TOH * p.Wq
+        em, copies = self.em, ctx.bf16_copies
+        self.single = TC >= Cg
+        # the first matmul overwrites the accumulator when there is one product per tile
+        # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
+        self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)
+        # tiles emitted on their own (the edge row tiles) have their own buffers, single-buffered
+        # and shared among them; the looped tiles' buffers rotate on their loop
+        self._sets: dict[bool, _Buffers] = {}
+        # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
+        self.planes = prepare_planes(ctx, ctx.buffer(op.input), N * C, p, "bf16", copies, 0.0,
+                                     pixel_major=C if self.channels_wide else 0) if any(p.pads) else None
+        self._pools: dict[bool, dict] = {True: {}, False: {}}
+        # with one channel step the weights of an output tile are loaded once per outer
+        # output-channel tile (outer = "o"): single-buffered, shared by every row tile
+        self.hoisted_weights = self._weight_block(1) if self.single and tiles.outer == "o" else None
+        # the bias of every output channel, loaded once before the loops
+        self.bias = em.alloc((O, 1), f32, "spad") if op.bias is not None else None
+        self.out3 = em.view(ctx.output_buffer(result), (N * O, p.OH, p.OW))
+        self.packs = self._pack_weights(w)
 
-        em.tiles(Cg, TC, channel_step)
-        r0 = em.add(em.mul(group, Og), o0)
-        if bias_col is not None and bias_tile is not None:
-            em.dma(bias_col, [r0, 0], bias_tile, z, [to, 1])
-            em.vec("add", acc, z, acc, z, to, tp, bias_tile, z, bmode="col")
-        frame = TileFrame((N,), (O,), (OH, OW), n, r0, em.mul(oh0, OW), to, tp)
-        result_tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-        em.dma(result_tile, z, out2, [em.add(em.mul(n, O), r0), em.mul(oh0, OW)], [to, tp])
+    def _weight_block(self, buffers: int) -> Bf16Tile:
+        em, taps, T = self.em, len(self.taps), self.tiles
+        shape = (taps * T.TC, T.TO) if self.channels_wide else (T.TO, taps * T.TC)
+        return Bf16Tile(em.alloc(shape, bf16, "spad", buffers),
+                        em.alloc(shape, bf16, "spad", buffers) if self.ctx.bf16_copies == 2 else None)
 
-    em.range(N, lambda n: em.range(groups, lambda gi: em.tiles(
-        Og, TO, lambda o0, to: em.tiles(OH, TOH, lambda oh0, toh: tile(n, gi, o0, to, oh0, toh)))))
+    def buffer_counts(self, looped: bool) -> tuple[int, int, int]:
+        """(window, weight block, accumulator and epilogue) buffers of looped or edge row tiles:
+        2 where they rotate on a loop inside the tile's emission (the channel steps; the row
+        loop for looped tiles; the output-channel loop when it is inside), else 1."""
+        T = self.tiles
+        steps = -(-self.Cg // T.TC)
+        o_tiles = -(-self.Og // T.TO)
+        inner_o = T.outer == "rows" and o_tiles >= 2
+        window = 2 if steps > 1 or looped else 1
+        weights = 2 if steps > 1 or (T.outer == "rows" and (inner_o or looped)) else 1
+        acc = 2 if looped or inner_o else 1
+        return window, weights, acc
+
+    def buffers(self, looped: bool) -> "_Buffers":
+        """The local buffers of looped or of edge row tiles (made on first use)."""
+        if looped not in self._sets:
+            with self.em.no_pool():
+                self._sets[looped] = self._make_buffers(looped)
+        return self._sets[looped]
+
+    def _make_buffers(self, looped: bool) -> "_Buffers":
+        """Allocated outside any alloc pool (they are made on first use, which may be inside a
+        pooled tile): they rotate on the nest's own loops, and a pool would single-buffer them
+        and hand them out again, by shape, to other code emitted in a pooled block."""
+        em, T, p = self.em, self.tiles, self.p
+        window_buffers, weight_buffers, acc_buffers = self.buffer_counts(looped)
+        if self.planes is not None:
+            loader = PreparedWindows(self.ctx, p, self.planes, self.N, self.C, T.TC, T.TOH,
+                                     pixel_major=self.channels_wide, buffers=window_buffers)
+        else:
+            loader = WindowLoader(self.ctx, p, self.ctx.buffer(self.op.input), self.C, T.TC, T.TOH,
+                                  pixel_major=self.channels_wide, targets=[bf16] * self.ctx.bf16_copies,
+                                  border=0.0, buffers=window_buffers)
+        windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
+        wblock = self.hoisted_weights or self._weight_block(weight_buffers)
+        if self.channels_wide:
+            acc = em.alloc((self.TQ, T.TO), f32, "acc", acc_buffers)
+            acc_t = em.alloc((T.TO, self.TQ), f32, "spad", acc_buffers)
+        else:
+            acc, acc_t = em.alloc((T.TO, self.TQ), f32, "acc", acc_buffers), None
+        im2col = None
+        if T.im2col:
+            shape = (self.TQ, len(self.taps) * T.TC) if self.channels_wide else (len(self.taps) * T.TC, self.TQ)
+            im2col = Bf16Tile(em.alloc(shape, bf16, "spad", window_buffers),
+                              em.alloc(shape, bf16, "spad", window_buffers) if self.ctx.bf16_copies == 2 else None)
+        return _Buffers(loader, windows, wblock, acc, acc_t, im2col)
+
+    # -- weights -------------------------------------------------------------------------------
+    def _pack_weights(self, w: np.ndarray) -> list[SSAValue]:
+        """pixels: rows (g, o), columns (channel step, tap, channel): the block of a channel step
+        is [TO, taps.tc] at column taps.c0. channels: per (g, output tile j, channel step, tap,
+        channel) a row of TO output channels (zero past Og): the block [taps.tc, TO] starts at row
+        (g.nO + j).taps.Cg + taps.c0, one contiguous run."""
+        TO, TC = self.tiles.TO, self.tiles.TC
+        G, Og, Cg, KH, KW = self.groups, self.Og, self.Cg, self.KH, self.KW
+        taps = KH * KW
+        w5 = w.reshape(G, Og, Cg, KH, KW)
+        steps = [(c0, min(TC, Cg - c0)) for c0 in range(0, Cg, TC)]
+        if not self.channels_wide:
+            cols = [w5[:, :, c0:c0 + tc].reshape(G, Og, tc, taps).transpose(0, 1, 3, 2).reshape(G * Og, taps * tc)
+                    for c0, tc in steps]
+            packed = np.concatenate(cols, axis=1)
+        else:
+            nO = -(-Og // TO)
+            wp = np.zeros((G, nO * TO, Cg, taps), np.float32)
+            wp[:, :Og] = w5.reshape(G, Og, Cg, taps)
+            wp = wp.reshape(G, nO, TO, Cg, taps)
+            blocks = [wp[:, :, :, c0:c0 + tc].transpose(0, 1, 4, 3, 2).reshape(G, nO, taps * tc, TO)
+                      for c0, tc in steps]
+            packed = np.concatenate(blocks, axis=2).reshape(G * nO * taps * Cg, TO)
+        owner = self.op.weight.owner
+        hint = owner.weight_key if isinstance(owner, g.WeightOp) else f"{self.name}.weight"
+        return packed_weight_parts(self.ctx, hint + (".packed_t" if self.channels_wide else ".packed"),
+                                   np.ascontiguousarray(packed))
+
+    def load_weights(self, wblock: Bf16Tile, gi: Index, o_tile: Index, o0: Index, to: int, c0: Index,
+                     tc: int) -> None:
+        em, taps = self.em, len(self.taps)
+        for part, dst in zip(self.packs, (wblock.hi, wblock.lo), strict=False):
+            if dst is None:
+                continue
+            if self.channels_wide:
+                nO = -(-self.Og // self.tiles.TO)
+                row = em.add(em.mul(em.add(em.mul(gi, nO), o_tile), taps * self.Cg), em.mul(c0, taps))
+                em.dma(part, [row, 0], dst, [0, 0], [taps * tc, self.tiles.TO])
+            else:
+                em.dma(part, [em.add(em.mul(gi, self.Og), o0), em.mul(c0, taps)], dst, [0, 0], [to, taps * tc])
+
+    def load_window(self, bufs: "_Buffers", n: Index, gi: Index, rows: tuple[Index, int, int, int], c0: Index,
+                    tc: int) -> None:
+        oh0, toh, top, bottom = rows
+        bufs.loader.load(n, self.em.add(self.em.mul(gi, self.Cg), c0), oh0, toh, tc, top, bottom)
+
+    # -- one output tile -------------------------------------------------------------------------
+    def plane_taps(self, plane: int) -> tuple[int, int, int, int]:
+        """The taps reading `plane` as a grid: (kh0, kh step, count) x (kw0, kw step, count) ->
+        (kh0, nh, kw0, nw) with steps sh/gcd and sw/gcd folded in `tap_at`."""
+        p = self.p
+        rp, cp = p.phases[plane]
+        khs = [kh for kh in range(self.KH) if (p.dilation[0] * kh) % p.stride[0] == rp]
+        kws = [kw for kw in range(self.KW) if (p.dilation[1] * kw) % p.stride[1] == cp]
+        return khs[0], len(khs), kws[0], len(kws)
+
+    def tap_steps(self, plane: int) -> tuple[int, int]:
+        p = self.p
+        rp, cp = p.phases[plane]
+        khs = [kh for kh in range(self.KH) if (p.dilation[0] * kh) % p.stride[0] == rp]
+        kws = [kw for kw in range(self.KW) if (p.dilation[1] * kw) % p.stride[1] == cp]
+        return (khs[1] - khs[0] if len(khs) > 1 else 1), (kws[1] - kws[0] if len(kws) > 1 else 1)
+
+    def over_taps(self, body: Callable[[int, Index, Index], None]) -> None:
+        """body(plane, tap index, window offset) for every tap: per plane a loop nest over its
+        taps (both affine in the loop variables: the taps of one plane are a grid)."""
+        em, p = self.em, self.p
+        for plane in range(len(p.phases)):
+            kh0, nh, kw0, nw = self.plane_taps(plane)
+            dkh, dkw = self.tap_steps(plane)
+            # row shift (dh.kh) // sh and column shift (dw.kw) // sw grow by dh.dkh/sh, dw.dkw/sw
+            row_step = p.dilation[0] * dkh // p.stride[0]
+            col_step = p.dilation[1] * dkw // p.stride[1]
+            base_t, base_off = kh0 * self.KW + kw0, p.offset(kh0, kw0)
+
+            def tap(a: Index, b: Index, plane: int = plane, base_t: int = base_t, base_off: int = base_off,
+                    dkh: int = dkh, dkw: int = dkw, row_step: int = row_step, col_step: int = col_step) -> None:
+                t = em.add(em.add(em.mul(a, dkh * self.KW), em.mul(b, dkw)), base_t)
+                offset = em.add(em.add(em.mul(a, row_step * p.Wq), em.mul(b, col_step)), base_off)
+                body(plane, t, offset)
+
+            em.range(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
+
+    def products(self, bufs: "_Buffers", to: int, toh: int, tc: int, first: bool) -> None:
+        """Every tap's matmuls of one channel step into the accumulator tile: per tap a product
+        with the shifted window (a loop nest over the taps; `first`: one tap, which overwrites
+        the accumulator), or, with im2col, the windows' tap shifts copied into one [taps.tc,
+        pixels] operand first and one product of depth taps.tc."""
+        ctx, em, p = self.ctx, self.em, self.p
+        tq = toh * p.Wq
+        if bufs.im2col is not None:
+            cols = bufs.im2col
+
+            def gather(plane: int, t: Index, offset: Index) -> None:
+                for src, dst in ((bufs.windows[plane].hi, cols.hi), (bufs.windows[plane].lo, cols.lo)):
+                    if src is None or dst is None:
+                        continue
+                    if self.channels_wide:
+                        em.vec("copy", dst, [0, em.mul(t, tc)], src, [offset, 0], tq, tc)
+                    else:
+                        em.vec("copy", dst, [em.mul(t, tc), 0], src, [0, offset], tc, tq)
+
+            self.over_taps(gather)
+            depth = len(self.taps) * tc
+            if self.channels_wide:
+                emit_tile_product(ctx, cols, bufs.wblock, bufs.acc, tq, depth, to, overwrite=first)
+            else:
+                emit_tile_product(ctx, bufs.wblock, cols, bufs.acc, to, depth, tq, width_outer=True, overwrite=first)
+            return
+
+        def product(plane: int, t: Index, offset: Index, overwrite: bool = False) -> None:
+            if self.channels_wide:
+                emit_tile_product(ctx, bufs.windows[plane], bufs.wblock, bufs.acc, tq, tc, to,
+                                  lhs_at=(offset, 0), rhs_at=(em.mul(t, tc), 0), overwrite=overwrite)
+            else:
+                emit_tile_product(ctx, bufs.wblock, bufs.windows[plane], bufs.acc, to, tc, tq, width_outer=True,
+                                  lhs_at=(0, em.mul(t, tc)), rhs_at=(0, offset), overwrite=overwrite)
+
+        if len(self.taps) == 1:
+            product(0, 0, 0, overwrite=first)
+        else:
+            self.over_taps(product)
+
+    def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int) -> None:
+        """dst[:cols, :rows] = src[:rows, :cols]^T by a loop of copies over the smaller side."""
+        em = self.em
+        src_rows, src_cols = src.type.get_shape()  # type: ignore[attr-defined]
+        dst_rows, dst_cols = dst.type.get_shape()  # type: ignore[attr-defined]
+        if rows <= cols:  # row r of src -> column r of dst
+            flat = em.view(src, (src_rows * src_cols, 1))
+            em.range(rows, lambda r: em.vec("copy", dst, [0, r], flat, [em.mul(r, src_cols), 0], cols, 1))
+        else:  # column j of src -> row j of dst
+            flat = em.view(dst, (dst_rows * dst_cols, 1))
+            em.range(cols, lambda j: em.vec("copy", flat, [em.mul(j, dst_cols), 0], src, [0, j], rows, 1))
+
+    def finish(self, bufs: "_Buffers", n: Index, gi: Index, o0: Index, to: int, oh0: Index, toh: int) -> None:
+        """Bias, epilogue and the store of one output tile."""
+        em, p = self.em, self.p
+        tq = toh * p.Wq
+        z = [0, 0]
+        tile = bufs.acc
+        if bufs.acc_t is not None:
+            self._transpose(bufs.acc, bufs.acc_t, tq, to)
+            tile = bufs.acc_t
+        r0 = em.add(em.mul(gi, self.Og), o0)
+        if self.bias is not None:
+            em.vec("add", tile, z, tile, z, to, tq, self.bias, [r0, 0], bmode="col")
+        pitch = p.Wq if p.Wq != p.OW else 0
+        frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
+        result_tile = apply_epilogue(self.ctx, self.epilogue, {self.op.results[0]: tile}, frame, self.result)
+        out_row = em.add(em.mul(n, self.O), r0)
+        if pitch:
+            # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
+            tile_rows, tile_cols = result_tile.type.get_shape()  # type: ignore[attr-defined]
+            rows_view = em.view(result_tile, (tile_rows, tile_cols // p.Wq, p.Wq))
+            em.dma(rows_view, [0, 0, 0], self.out3, [out_row, oh0, 0], [to, toh, p.OW])
+        else:
+            em.dma(result_tile, z, em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
+                   [to, tq])
+
+    # -- the nest --------------------------------------------------------------------------------
+    def emit(self) -> None:
+        em, p, T = self.em, self.p, self.tiles
+        TO, TOH, TC = T.TO, T.TOH, T.TC
+        single = self.single
+
+        def out_tiles(body: Callable[[Index, Index, int], None]) -> None:
+            """body(tile index, o0, to) over the output-channel tiles (the tile index is a loop
+            variable, so the packed weight row is affine in it)."""
+            full, rem = divmod(self.Og, TO)
+            if full == 1:
+                body(0, 0, TO)
+            elif full > 1:
+                em.loop(0, full, 1, lambda j: body(j, em.mul(j, TO), TO))
+            if rem:
+                body(full, full * TO, rem)
+
+        def tile(bufs: _Buffers, n: Index, gi: Index, j: Index, o0: Index, to: int,
+                 rows: tuple[Index, int, int, int], window_loaded: bool, weights_loaded: bool) -> None:
+            oh0, toh = rows[0], rows[1]
+
+            def step(c0: Index, tc: int, first: bool) -> None:
+                if not window_loaded:
+                    self.load_window(bufs, n, gi, rows, c0, tc)
+                if not weights_loaded:
+                    self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc)
+                self.products(bufs, to, toh, tc, first)
+
+            if single and self.overwrites:
+                step(0, self.Cg, True)
+            else:  # zero the accumulator; the steps stay one loop (software-pipelined)
+                em.fill(bufs.acc, [0, 0], *((toh * p.Wq, to) if self.channels_wide else (to, toh * p.Wq)), 0.0)
+                em.tiles(self.Cg, TC, lambda c0, tc: step(c0, tc, False))
+            self.finish(bufs, n, gi, o0, to, oh0, toh)
+
+        def per_image(n: Index, gi: Index) -> None:
+            if T.outer == "o":
+                def over_rows(j: Index, o0: Index, to: int) -> None:
+                    if self.hoisted_weights is not None:
+                        self.load_weights(self.hoisted_weights, gi, j, o0, to, 0, TC)
+
+                    def row(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
+                        with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):
+                            tile(self.buffers(looped), n, gi, j, o0, to, (oh0, toh, top, bottom), False, single)
+                    row_tiles(em, p, TOH, self.planes is None, row)
+                out_tiles(over_rows)
+            else:
+                def over_outputs(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
+                    rows = (oh0, toh, top, bottom)
+                    bufs = self.buffers(looped)
+                    with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):
+                        if single:
+                            self.load_window(bufs, n, gi, rows, 0, TC)
+                        out_tiles(lambda j, o0, to: tile(bufs, n, gi, j, o0, to, rows, single, False))
+                row_tiles(em, p, TOH, self.planes is None, over_outputs)
+
+        if self.bias is not None:
+            em.dma(em.view(self.ctx.buffer(self.op.bias), (self.O, 1)), [0, 0], self.bias, [0, 0], [self.O, 1])
+        em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
+
+
+class _Buffers:
+    """The local buffers of one kind of emitted row tile (looped or edge)."""
+
+    def __init__(self, loader: WindowLoader | PreparedWindows, windows: list[Bf16Tile], wblock: Bf16Tile, acc: SSAValue,
+                 acc_t: SSAValue | None, im2col: Bf16Tile | None):
+        self.loader, self.windows, self.wblock, self.acc, self.acc_t = loader, windows, wblock, acc, acc_t
+        self.im2col = im2col

@@ -25,7 +25,7 @@ from infer.dialects.dtypes import element_type_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import integer_inputs
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext, require_f32_results
+from infer.passes.graph_to_tile.context import LoweringContext
 
 
 def _dims(shape: Sequence[int]) -> str:
@@ -36,6 +36,8 @@ def copy_dram(ctx: LoweringContext, src: SSAValue, dst: SSAValue, shape: Sequenc
     """dst = src (same shape), in row tiles through the scratchpad."""
     em, scratchpad = ctx.emitter, ctx.hw.memory.scratchpad_bytes
     n = num_elements(shape)
+    if n == 0:
+        return
     cols = shape[-1] if shape else 1
     rows = n // cols
     src2, dst2 = em.view(src, (rows, cols)), em.view(dst, (rows, cols))
@@ -218,7 +220,6 @@ def lower_reshape(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.ReshapeOp)
     if integer_inputs.lower_if_integer(ctx, op):
         return
-    require_f32_results(op)
     ctx.buffers[op.output] = ctx.emitter.view(ctx.buffer(op.input), shape_of(op.output))
     if op.output in ctx.destinations:
         copy_dram(ctx, ctx.buffers[op.output], ctx.destinations[op.output], shape_of(op.output))

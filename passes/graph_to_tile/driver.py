@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    UnknownLoc,
     f32,
     i32,
     i64,
@@ -40,10 +41,10 @@ from xdsl.passes import ModulePass
 
 from infer.dialects import graph as g
 from infer.dialects import tile as t
-from infer.dialects.dtypes import dense_to_numpy, element_type_name, shape_of
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile import casts, elementwise, integer_epilogue, integer_inputs
+from infer.passes.graph_to_tile import casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -51,11 +52,12 @@ from infer.passes.graph_to_tile.context import (
     LoweringSession,
     error,
     no_lowering_error,
-    require_f32_results,
 )
 from infer.passes.graph_to_tile.copies import copy_dram
-from infer.passes.graph_to_tile.lowerings import lowering_for
+from infer.passes.graph_to_tile.lowerings import check_types, lowering_for
 from infer.target.hw import load_config
+
+_NO_CODE_OPS = (t.AllocOp, t.WeightOp, t.ViewOp)  # top-level ops that emit no instruction
 
 
 class FunctionLowering:
@@ -64,36 +66,50 @@ class FunctionLowering:
     def __init__(self, session: LoweringSession, function: func.FuncOp):
         self.function = function
         self.fused: set[Operation] = set()  # epilogue ops lowered with their anchor
+        self._lowering = False  # inside lower_op (nested calls lower a kernel's ops one by one)
         self.in_types, self.out_types, self.host_dtypes = self._signature()
         self.block = Block(arg_types=self.in_types + self.out_types)
         self.ctx = LoweringContext(session, function, Emitter(self.block))
 
     def _signature(self) -> tuple[list[Attribute], list[Attribute], dict[int, str]]:
-        """The DRAM memref types of the inputs and outputs, and the host dtype of each narrowed
-        (i64 -> i32) input."""
+        """The DRAM memref types of the inputs and outputs, and the graph type of each one DRAM
+        holds as another type (i64 inputs narrowed to i32, other types held as f32: storage.py)."""
         fn = self.function
         ftype = fn.function_type
         old_args = list(fn.body.block.args)
+        ret = fn.body.block.last_op
+        results = list(ret.operands) if isinstance(ret, func.ReturnOp) else []
         in_types: list[Attribute] = []
+        out_types: list[Attribute] = []
         host_dtypes: dict[int, str] = {}
-        for i, ty in enumerate(list(ftype.inputs.data) + list(ftype.outputs.data)):
-            elem_name = element_type_name(ty.get_element_type()) if isinstance(ty, TensorType) else ""
-            accepted = elem_name == "f32"
-            if (not accepted and i < len(old_args) and elem_name in integer_inputs.INDEX_TYPES
-                    and integer_inputs.accepts_integer_input(old_args[i])):
-                accepted = True  # integer inputs: gather indices, casts to f32, attention masks
-            if not accepted:
-                raise error(fn, f"only f32 tensor arguments and results are supported (and i32/i64 "
-                            f"arguments that feed gather indices, casts to f32 or attention masks), got {ty}")
-            if i < len(old_args):
+        inputs = list(ftype.inputs.data)
+        for i, ty in enumerate(inputs + list(ftype.outputs.data)):
+            if not isinstance(ty, TensorType):
+                raise error(fn, f"only tensor arguments and results are supported, got {ty}")
+            elem_name = element_type_name(ty.get_element_type())
+            is_input = i < len(inputs)
+            elem: Attribute = f32
+            if elem_name == "f32":
+                pass
+            elif (is_input and elem_name in integer_inputs.INDEX_TYPES
+                  and integer_inputs.accepts_integer_input(old_args[i])):
+                # integer inputs that feed gather indices, casts to f32 or attention masks
                 elem = ty.get_element_type()
                 if elem_name == "i64" and not integer_inputs.is_index_source(old_args[i]):
                     # narrowed: DRAM holds int32 for the vector unit, the runtime converts (range-checked);
                     # i64 arguments that only feed gathers stay i64 (gather_rows reads the low word)
                     elem = i32
                     host_dtypes[i] = "i64"
-                in_types.append(t.memref(shape_of(ty), elem, "dram"))
-        out_types: list[Attribute] = [t.memref(shape_of(ty), f32, "dram") for ty in ftype.outputs.data]
+            elif elem_name in storage.HELD or (elem_name == "f64" and (
+                    storage.f64_argument_held(old_args[i]) if is_input
+                    else storage.f64_result_held(results[i - len(inputs)]))):
+                host_dtypes[i] = elem_name  # held as f32 (storage.py); the runtime converts
+            else:
+                what = f"argument #{i}" if is_input else f"result #{i - len(inputs)}"
+                raise error(fn, f"{what} is {ty}: f64 tensors are supported only at the boundary (arguments "
+                            f"whose uses are all casts to f32/f16/bf16, results that are casts to f64); "
+                            f"f32, f16, bf16, integer and i1 tensors are supported")
+            (in_types if is_input else out_types).append(t.memref(shape_of(ty), elem, "dram"))
         return in_types, out_types, host_dtypes
 
     def run(self) -> func.FuncOp:
@@ -148,24 +164,65 @@ class FunctionLowering:
             entries = dict(res_attrs.data)
             entries.setdefault("graph.name", StringAttr(f"output{i}" if len(old_res_attrs) > 1 else "output"))
             entries["tile.output"] = UnitAttr()
+            if len(self.in_types) + i in self.host_dtypes:
+                entries["tile.host_dtype"] = StringAttr(self.host_dtypes[len(self.in_types) + i])
             attrs.append(DictionaryAttr(entries))
         return attrs
 
     # -- dispatch -------------------------------------------------------------------
     def lower_op(self, op: Operation) -> None:
-        """Lower one op (or graph.kernel) as one loop nest."""
-        with self.ctx.stage(op):
-            if isinstance(op, g.KernelOp):
-                self._lower_kernel(op)
-            else:
-                self._lower_by_table(op)
+        """Lower one op (or graph.kernel) as one loop nest; the outermost call records the op's
+        algorithmic roofline on the last top-level op it emitted (roofline.py). An op whose
+        results are all empty (a zero-size dim) has nothing to compute."""
+        results = [r for r in op.results if isinstance(r.type, TensorType)]
+        if results and all(num_elements(shape_of(r)) == 0 for r in results):
+            for r in results:
+                self.ctx.output_buffer(r)
+            return
+        outermost = not self._lowering
+        self._lowering = True
+        if outermost:
+            self.ctx.prediction = 0
+        fused_before = set(self.fused)
+        last_before = self.block.last_op
+        try:
+            with self.ctx.stage(op):
+                if isinstance(op, g.KernelOp):
+                    self._lower_kernel(op)
+                else:
+                    self._lower_by_table(op)
+        finally:
+            self._lowering = not outermost
+        self._locate(last_before, op)
+        if outermost:
+            last = self.block.last_op
+            emitted = last if last is not last_before and not isinstance(last, _NO_CODE_OPS) else None
+            fused = [o for o in op.parent_block().ops if o in self.fused and o not in fused_before] \
+                if op.parent_block() is not None else []
+            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused), self.ctx.prediction,
+                         roofline.kernel_class(op))
+
+    def _locate(self, before: Operation | None, op: Operation) -> None:
+        """The tile ops op lowered to (after `before`) carry its location, so a tile-to-npu error
+        names the graph op (or model node) it came from."""
+        location = op.location
+        if isinstance(op, g.KernelOp) and isinstance(location, UnknownLoc):  # graph-fuse's region
+            anchor = op.anchor() or next(iter(op.body.block.ops), None)
+            location = anchor.location if anchor is not None else location
+        if isinstance(location, UnknownLoc):
+            return
+        new = before.next_op if before is not None else self.block.first_op
+        while new is not None:
+            for nested in new.walk():
+                if isinstance(nested.location, UnknownLoc):
+                    nested.location = location
+            new = new.next_op
 
     def _lower_by_table(self, op: Operation) -> None:
         lowering = lowering_for(op)
-        if lowering is None or lowering.f32_only:
-            require_f32_results(op)
         if lowering is None:
             raise no_lowering_error(op)
+        check_types(op, lowering)
         if lowering.with_epilogue is not None:
             if isinstance(op, g.INTEGER_KERNEL_OPS):
                 chain = integer_epilogue.integer_chain(self.ctx, op)
@@ -192,6 +249,10 @@ class FunctionLowering:
             if isinstance(o, g.ConstantOp):
                 ctx.set_constant(o.output, dense_to_numpy(o.value))
         ops = [o for o in ops if not isinstance(o, g.ConstantOp)]
+        for o in ops:
+            lowering = lowering_for(o)
+            if lowering is not None:
+                check_types(o, lowering)
         for arg, value in zip(block.args, kernel.inputs, strict=True):
             if value in ctx.buffers:
                 ctx.buffers[arg] = ctx.buffers[value]

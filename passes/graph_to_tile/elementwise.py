@@ -3,26 +3,27 @@
 An output tile is a `TileFrame`: the output shape split into three groups, batch + rows +
 columns, and a [rows x cols] window of it. Every operand of an elementwise op must be, on that
 frame, full (a `tile`, DMA'd per tile), a row vector (`row`, broadcast down the rows), a
-column vector (`col`, broadcast along the rows) or a compile-time scalar (`imm`); these are
-the vector unit's `bmode`s. Standalone elementwise ops and anchor-less `graph.kernel
-"elementwise"` regions (`lower_elementwise`) pick the group split that makes every operand one
-of these and walk the output in row tiles [TR, TC] (tiling_cost.choose_rows).
+column vector (`col`, broadcast along the rows), a runtime scalar (DMA'd once and spread down a
+column) or a compile-time scalar (`imm`); these are the vector unit's `bmode`s. Standalone
+elementwise ops and anchor-less `graph.kernel "elementwise"` regions (`lower_elementwise`) pick
+the group split that makes every operand one of these and walk the output in row tiles
+[TR, TC] (tiling_cost.choose_rows).
 
 The epilogue of a matmul/conv kernel (`apply_epilogue`) runs the kernel's trailing elementwise
 ops on its accumulator tile before the one DMA store: `fusable_chain` finds them when no
 `graph.kernel` region names them. `epilogue_footprint` mirrors the buffers `apply_epilogue`
 allocates, so the cost model sizes tiles with the epilogue included.
 
-Vector sequences: erf-GELU uses Abramowitz & Stegun 7.1.26 (|err| < 1.5e-7); leaky_relu, elu,
-hard_sigmoid, clip, div (reciprocal and multiply) and pow with exponents 2, 3, +-0.5, +-1 are
-short sequences of vector ops; `where` with a compile-time condition is x*c + y*(1-c) on the
-tile (exact for finite values). Other elementwise ops (comparisons, logic, log, erf, sin, ...)
-have no lowering.
+Each op is the instruction sequence its rule in `vector_math.RULES` emits (one vector op, or a
+sequence: erf-GELU, comparisons, logic, rounding, casts, integer division, pow, ...; exactness
+is documented there). `where` selects on the tile: with a compile-time condition the branches
+are masked at compile time (x*c + y*(1-c), exact for finite values); with a runtime condition
+c*x + (1-c)*y (exact for finite values), or min/max against +-inf when a branch is the
+constant +-inf (attention masks).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,23 +36,16 @@ from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.copies import copy_box
+from infer.passes.graph_to_tile.vector_math import RULES, Seq, int_temp_type
 
-UNARY_VECTOR_OPS: dict[type[Operation], str] = {
-    g.ReluOp: "relu", g.NegOp: "neg", g.AbsOp: "abs", g.ExpOp: "exp", g.SqrtOp: "sqrt",
-    g.RsqrtOp: "rsqrt", g.ReciprocalOp: "recip", g.TanhOp: "tanh", g.SigmoidOp: "sigmoid",
-    g.SiluOp: "silu"}
-"""Unary graph ops that are one vector op."""
-BINARY_VECTOR_OPS: dict[type[Operation], str] = {
-    g.AddOp: "add", g.SubOp: "sub", g.MulOp: "mul", g.MaximumOp: "max", g.MinimumOp: "min",
-    g.DivOp: "div"}
-"""Binary graph ops that are one vector op (div: a reciprocal, then a multiply)."""
-COMMUTATIVE = ("add", "mul", "max", "min")
-POW_EXPONENTS = (2.0, 0.5, 1.0, -1.0, -0.5, 3.0)  # compile-time exponents graph.pow lowers
-ERF_GELU_COST = 20  # vector ops of the A&S erf-GELU sequence (cost-model estimate)
-
-# Abramowitz & Stegun 7.1.26: erf(a) = 1 - t (p1 + t (p2 + ...)) e^{-a^2}, t = 1 / (1 + p a), |err| < 1.5e-7
-_AS_P = 0.3275911
-_AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+EPILOGUE_OPS = (g.ReluOp, g.NegOp, g.AbsOp, g.ExpOp, g.SqrtOp, g.RsqrtOp, g.ReciprocalOp, g.TanhOp,
+                g.SigmoidOp, g.SiluOp, g.GeluOp, g.ClipOp, g.LeakyReluOp, g.EluOp, g.HardSigmoidOp,
+                g.AddOp, g.SubOp, g.MulOp, g.MaximumOp, g.MinimumOp, g.DivOp)
+"""Elementwise ops the lowering fuses after a matmul/conv anchor by itself (`fusable_chain`;
+graph-fuse's kernels may hold any op of `ELEMENTWISE_OPS`)."""
+ELEMENTWISE_OPS = (*RULES, g.WhereOp)
+"""Elementwise ops with a vector-unit lowering."""
 
 Groups = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # batch, row and column dims
 Operand = tuple[str, object]  # (bmode, local buffer) or ("imm", float)
@@ -72,6 +66,11 @@ class TileFrame:
     col0: Index
     rows: int
     cols: int
+    # padded-width tiles (conv.py): the column group is (OH, OW) and the tile holds
+    # cols // pitch output rows of `pitch` columns, the first OW of each valid, starting at
+    # output row `pixel_row0` (col0 = pixel_row0 . OW); 0: the columns are contiguous
+    pitch: int = 0
+    pixel_row0: Index = 0
 
     @property
     def groups(self) -> Groups:
@@ -136,8 +135,6 @@ def load_operand(ctx: LoweringContext, value: SSAValue, frame: TileFrame, op: Op
     if kinds is None:
         raise error(op, f"operand of shape {shape_of(value)} broadcasts onto the output "
                     f"{frame.shape} in a way the tile lowering does not support")
-    if not kinds[1] and not kinds[2]:
-        raise error(op, "a runtime scalar operand is not supported (only compile-time scalars)")
     return _load_buffer(ctx.emitter, ctx.buffer(value), shape_of(value), frame)
 
 
@@ -145,10 +142,26 @@ def _load_buffer(em: Emitter, src: SSAValue, shape: tuple[int, ...], frame: Tile
     kinds = classify(frame.groups, shape)
     assert kinds is not None
     full_batch, full_rows, full_cols = kinds
-    assert full_rows or full_cols
     batches = num_elements(frame.batch_shape) if full_batch else 1
     rows, cols = num_elements(frame.row_shape), num_elements(frame.col_shape)
     batch = frame.batch if full_batch else 0
+    if full_cols and frame.pitch:  # padded-width tile: [rows, pixel rows, OW] boxes
+        height, width = frame.col_shape[-2], frame.col_shape[-1]
+        lines = frame.cols // frame.pitch
+        tile_rows = frame.rows if full_rows else 1
+        local = em.alloc((tile_rows, frame.cols), f32, "spad", 2)
+        view = em.view(src, ((batches * rows if full_rows else batches), height, width))
+        first = em.add(em.mul(batch, rows), frame.row0) if full_rows else batch
+        em.dma(view, [first, frame.pixel_row0, 0], em.view(local, (tile_rows, lines, frame.pitch)), [0, 0, 0],
+               [tile_rows, lines, width])
+        return ("tile" if full_rows else "row"), local
+    if not full_rows and not full_cols:  # a runtime scalar (per batch): spread down a column
+        one = em.alloc((1, 1), f32, "spad", 2)
+        em.dma(em.view(src, (batches, 1)), [batch, 0], one, [0, 0], [1, 1])
+        column = em.alloc((frame.rows, 1), f32, "spad", 2)
+        em.fill(column, [0, 0], frame.rows, 1, 0.0)
+        em.vec("add", column, [0, 0], column, [0, 0], frame.rows, 1, one, [0, 0], bmode="row")
+        return "col", column
     if full_rows and full_cols:
         view = em.view(src, (batches * rows, cols))
         local = em.alloc((frame.rows, frame.cols), f32, "spad", 2)
@@ -193,11 +206,22 @@ def _broadcast_tile(em: Emitter, kind: str, x: object, frame: TileFrame) -> SSAV
 # -- the epilogue ----------------------------------------------------------------------------------
 
 
+def _arrange(em: Emitter, op: Operation, xs: list[Operand], frame: TileFrame) -> list[Operand]:
+    """Operands as the op's rule takes them: a commutative op takes a broadcast first operand
+    second; operands the rule needs as full tiles are broadcast onto the tile."""
+    rule = RULES[type(op)]
+    if rule.commutative and len(xs) == 2 and xs[0][0] != "tile" and xs[1][0] == "tile":
+        xs = [xs[1], xs[0]]
+    return [("tile", _broadcast_tile(em, *x, frame)) if i in rule.tile_operands(op) and x[0] != "tile" else x
+            for i, x in enumerate(xs)]
+
+
 def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[SSAValue, SSAValue],
                    frame: TileFrame, result: SSAValue) -> SSAValue:
     """Apply elementwise ops to local tiles; `tiles` maps tensors already on the tile (the
     anchor's result) to [rows x cols] fp32 local buffers at [0, 0]. Returns the tile of `result`."""
-    em, rows, cols, z = ctx.emitter, frame.rows, frame.cols, ORIGIN
+    em, rows, cols = ctx.emitter, frame.rows, frame.cols
+    seq = Seq(em, rows, cols)
 
     def operand(value: SSAValue, op: Operation) -> Operand:
         if value in tiles:
@@ -206,50 +230,24 @@ def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[S
 
     for op in ops:
         out = op.results[0]
-        if shape_of(out) != frame.shape:
+        if shape_of(out) != frame.shape and not (shape_of(out) == () and frame.shape == (1,)):  # 0-d: one column
             raise error(op, f"result {shape_of(out)} is not the kernel's output shape {frame.shape}")
+        rule = RULES.get(type(op))
+        if rule is None and not isinstance(op, g.WhereOp):
+            raise error(op, "this elementwise op has no vector-unit lowering")
         dst = em.alloc((rows, cols), f32, "spad", 2)
         if isinstance(op, g.WhereOp):
             _where(ctx, op, dst, frame, operand)
-        elif isinstance(op, g.UnaryOp):
-            kind, x = operand(op.operands[0], op)
-            if kind != "tile":  # broadcast operand: materialize it on the tile
-                x = _broadcast_tile(em, kind, x, frame)
-            _unary(em, op, dst, x, rows, cols)  # type: ignore[arg-type]
-        elif isinstance(op, g.BinaryOp):
-            kind_a, a = operand(op.lhs, op)
-            kind_b, b = operand(op.rhs, op)
-            name = BINARY_VECTOR_OPS.get(type(op))
-            if name is None:
-                if isinstance(op, g.PowOp) and kind_b == "imm" and b in POW_EXPONENTS:
-                    if kind_a != "tile":
-                        a = _broadcast_tile(em, kind_a, a, frame)
-                    _pow(em, dst, a, b, rows, cols)  # type: ignore[arg-type]
-                    tiles[out] = dst
-                    continue
-                raise error(op, "this elementwise op has no vector-unit lowering")
-            if kind_a != "tile":
-                if name in COMMUTATIVE:
-                    kind_a, a, kind_b, b = kind_b, b, kind_a, a
-                else:
-                    a = _broadcast_tile(em, kind_a, a, frame)
-                    kind_a = "tile"
-            if kind_a != "tile":
-                a = _broadcast_tile(em, kind_a, a, frame)
-            if name == "div":
-                if kind_b == "imm":
-                    em.vec("mul", dst, z, a, z, rows, cols, bmode="imm", imm=1.0 / b)  # type: ignore[operator]
-                else:
-                    shape = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[kind_b]
-                    reciprocal = em.alloc(shape, f32, "spad", 2)
-                    em.vec("recip", reciprocal, z, b, z, *shape)  # type: ignore[arg-type]
-                    em.vec("mul", dst, z, a, z, rows, cols, reciprocal, z, bmode=kind_b)  # type: ignore[arg-type]
-            elif kind_b == "imm":
-                em.vec(name, dst, z, a, z, rows, cols, bmode="imm", imm=b)  # type: ignore[arg-type]
-            else:
-                em.vec(name, dst, z, a, z, rows, cols, b, z, bmode=kind_b)  # type: ignore[arg-type]
         else:
-            raise error(op, "only elementwise unary/binary ops can follow a kernel's anchor")
+            assert rule is not None
+            xs = _arrange(em, op, [operand(v, op) for v in op.operands], frame)
+            n_temps, n_ints, n_b = rule.temp_count(op)
+            temps = [em.alloc((rows, cols), f32, "spad", 1) for _ in range(n_temps)]
+            if n_b and xs[1][0] != "imm":
+                shape = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[xs[1][0]]
+                temps += [em.alloc(shape, f32, "spad", 2) for _ in range(n_b)]
+            ints = [em.alloc((rows, cols), int_temp_type(op), "spad", 1) for _ in range(n_ints)]
+            rule.emit(seq, op, dst, xs, temps, ints)
         tiles[out] = dst
     if result not in tiles:
         kind, x = operand(result, ops[-1] if ops else result.owner)  # type: ignore[arg-type]
@@ -259,12 +257,12 @@ def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[S
 
 def _where(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,
            operand: Callable[[SSAValue, Operation], Operand]) -> None:
-    """where(c, x, y) with a compile-time condition: x*c + y*(1-c) on the tile
-    (exact for finite values); a compile-time branch is masked at compile time."""
+    """where(c, x, y) on the tile (see the module docstring)."""
     em, rows, cols, z = ctx.emitter, frame.rows, frame.cols, ORIGIN
     condition = ctx.constant(op.condition)
     if condition is None:
-        raise error(op, "where needs a compile-time condition (runtime i1 tensors are not lowered)")
+        _where_runtime(ctx, op, dst, frame, operand)
+        return
     take_lhs = np.asarray(condition).astype(np.bool_)
     terms: list[SSAValue] = []
     for value, mask in ((op.lhs, take_lhs), (op.rhs, ~take_lhs)):
@@ -292,122 +290,35 @@ def _where(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,
         em.vec("add", dst, z, terms[0], z, rows, cols, terms[1], z, bmode="tile")
 
 
-def _pow(em: Emitter, dst: SSAValue, a: SSAValue, exponent: float, rows: int, cols: int) -> None:
-    z = ORIGIN
-    if exponent == 2.0:
-        em.vec("mul", dst, z, a, z, rows, cols, a, z, bmode="tile")
-    elif exponent == 3.0:
-        em.vec("mul", dst, z, a, z, rows, cols, a, z, bmode="tile")
-        em.vec("mul", dst, z, dst, z, rows, cols, a, z, bmode="tile")
-    elif exponent == 0.5:
-        em.vec("sqrt", dst, z, a, z, rows, cols)
-    elif exponent == -0.5:
-        em.vec("rsqrt", dst, z, a, z, rows, cols)
-    elif exponent == -1.0:
-        em.vec("recip", dst, z, a, z, rows, cols)
-    else:
-        em.vec("copy", dst, z, a, z, rows, cols)
+def infinite_branch(ctx: LoweringContext, op: g.WhereOp) -> tuple[int, float] | None:
+    """(branch index 0/1, +-inf) when one branch of a runtime-condition where is the
+    compile-time scalar +-inf (selected with min/max), else None."""
+    for index, value in enumerate((op.lhs, op.rhs)):
+        array = ctx.constant(value)
+        if array is not None and array.size == 1 and np.isinf(float(array.reshape(()))):
+            return index, float(array.reshape(()))
+    return None
 
 
-# -- unary ops that are vector sequences --------------------------------------------------------
-
-
-def _gelu(em: Emitter, op: g.GeluOp, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    z = ORIGIN
-    if op.approximate.data == "tanh":
-        em.vec("gelu", dst, z, x, z, rows, cols)
+def _where_runtime(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,
+                   operand: Callable[[SSAValue, Operation], Operand]) -> None:
+    em = ctx.emitter
+    seq = Seq(em, frame.rows, frame.cols)
+    c = _broadcast_tile(em, *operand(op.condition, op), frame)
+    scratch = em.alloc((frame.rows, frame.cols), f32, "spad", 1)
+    special = infinite_branch(ctx, op)
+    if special is not None:
+        index, infinity = special
+        other = _broadcast_tile(em, *operand((op.rhs, op.lhs)[index], op), frame)
+        # t = infinity where the infinite branch is taken, -infinity elsewhere: (2 sel - 1) inf
+        seq.imm("mul", scratch, c, 2.0 if index == 0 else -2.0)
+        seq.imm("add", scratch, scratch, -1.0 if index == 0 else 1.0)
+        seq.imm("mul", scratch, scratch, infinity)
+        seq.tile("max" if infinity > 0 else "min", dst, other, scratch)
         return
-    # 0.5 (x + |x| erf(|x| / sqrt 2)) with A&S 7.1.26 for erf on a >= 0
-    a = em.alloc((rows, cols), f32, "spad", 1)
-    t = em.alloc((rows, cols), f32, "spad", 1)
-    p = em.alloc((rows, cols), f32, "spad", 1)
-    em.vec("abs", a, z, x, z, rows, cols)
-    em.vec("mul", a, z, a, z, rows, cols, bmode="imm", imm=1 / math.sqrt(2))  # a = |x|/sqrt2
-    em.vec("mul", t, z, a, z, rows, cols, bmode="imm", imm=_AS_P)
-    em.vec("add", t, z, t, z, rows, cols, bmode="imm", imm=1.0)
-    em.vec("recip", t, z, t, z, rows, cols)  # t
-    em.vec("mul", p, z, t, z, rows, cols, bmode="imm", imm=_AS[4])
-    for coef in reversed(_AS[:4]):
-        em.vec("add", p, z, p, z, rows, cols, bmode="imm", imm=coef)
-        em.vec("mul", p, z, p, z, rows, cols, t, z, bmode="tile")  # p = t * poly(t)
-    em.vec("mul", t, z, a, z, rows, cols, a, z, bmode="tile")
-    em.vec("neg", t, z, t, z, rows, cols)
-    em.vec("exp", t, z, t, z, rows, cols)  # e^{-a^2}
-    em.vec("mul", p, z, p, z, rows, cols, t, z, bmode="tile")
-    em.vec("sub", p, z, p, z, rows, cols, bmode="imm", imm=1.0)  # -(erf(a))
-    em.vec("abs", a, z, x, z, rows, cols)
-    em.vec("mul", p, z, p, z, rows, cols, a, z, bmode="tile")  # -|x| erf
-    em.vec("sub", dst, z, x, z, rows, cols, p, z, bmode="tile")
-    em.vec("mul", dst, z, dst, z, rows, cols, bmode="imm", imm=0.5)
-
-
-def _clip(em: Emitter, op: g.ClipOp, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    z = ORIGIN
-    src = x
-    if op.min is not None:
-        em.vec("max", dst, z, src, z, rows, cols, bmode="imm", imm=op.min.value.data)
-        src = dst
-    if op.max is not None:
-        em.vec("min", dst, z, src, z, rows, cols, bmode="imm", imm=op.max.value.data)
-        src = dst
-    if src is x:
-        em.vec("copy", dst, z, x, z, rows, cols)
-
-
-def _leaky_relu(em: Emitter, op: g.LeakyReluOp, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    z = ORIGIN
-    negative = em.alloc((rows, cols), f32, "spad", 1)
-    em.vec("min", negative, z, x, z, rows, cols, bmode="imm", imm=0.0)
-    em.vec("mul", negative, z, negative, z, rows, cols, bmode="imm", imm=op.alpha.value.data)
-    em.vec("relu", dst, z, x, z, rows, cols)
-    em.vec("add", dst, z, dst, z, rows, cols, negative, z, bmode="tile")
-
-
-def _elu(em: Emitter, op: g.EluOp, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    z = ORIGIN
-    negative = em.alloc((rows, cols), f32, "spad", 1)
-    em.vec("min", negative, z, x, z, rows, cols, bmode="imm", imm=0.0)
-    em.vec("exp", negative, z, negative, z, rows, cols)
-    em.vec("add", negative, z, negative, z, rows, cols, bmode="imm", imm=-1.0)
-    em.vec("mul", negative, z, negative, z, rows, cols, bmode="imm", imm=op.alpha.value.data)
-    em.vec("relu", dst, z, x, z, rows, cols)
-    em.vec("add", dst, z, dst, z, rows, cols, negative, z, bmode="tile")
-
-
-def _hard_sigmoid(em: Emitter, op: g.HardSigmoidOp, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    z = ORIGIN
-    em.vec("mul", dst, z, x, z, rows, cols, bmode="imm", imm=op.alpha.value.data)
-    em.vec("add", dst, z, dst, z, rows, cols, bmode="imm", imm=op.beta.value.data)
-    em.vec("max", dst, z, dst, z, rows, cols, bmode="imm", imm=0.0)
-    em.vec("min", dst, z, dst, z, rows, cols, bmode="imm", imm=1.0)
-
-
-UNARY_SEQUENCES: dict[type[Operation], Callable] = {
-    g.GeluOp: _gelu, g.ClipOp: _clip, g.LeakyReluOp: _leaky_relu, g.EluOp: _elu,
-    g.HardSigmoidOp: _hard_sigmoid}
-"""Unary graph ops that are a sequence of vector ops: (emitter, op, dst, x, rows, cols)."""
-EPILOGUE_OPS = (*UNARY_VECTOR_OPS, *UNARY_SEQUENCES, *BINARY_VECTOR_OPS)
-"""Elementwise ops the lowering fuses after a matmul/conv anchor by itself (`fusable_chain`)."""
-ELEMENTWISE_OPS = (*EPILOGUE_OPS, g.PowOp, g.WhereOp)
-"""Elementwise ops with a vector-unit lowering (graph.pow: compile-time exponents in POW_EXPONENTS)."""
-
-
-def _unary(em: Emitter, op: Operation, dst: SSAValue, x: SSAValue, rows: int, cols: int) -> None:
-    vector_op = UNARY_VECTOR_OPS.get(type(op))
-    if vector_op is not None:
-        em.vec(vector_op, dst, ORIGIN, x, ORIGIN, rows, cols)
-        return
-    sequence = UNARY_SEQUENCES.get(type(op))
-    if sequence is None:
-        raise error(op, "this elementwise op has no vector-unit lowering")
-    sequence(em, op, dst, x, rows, cols)
-
-
-def _temporaries(op: Operation) -> int:
-    """[rows, cols] single-buffered temporaries the unary op's vector sequence allocates."""
-    if isinstance(op, g.GeluOp):
-        return 3 if op.approximate.data != "tanh" else 0
-    return 1 if isinstance(op, g.LeakyReluOp | g.EluOp) else 0
+    x = _broadcast_tile(em, *operand(op.lhs, op), frame)
+    y = _broadcast_tile(em, *operand(op.rhs, op), frame)
+    seq.select(dst, c, x, y, scratch)
 
 
 # -- what an epilogue costs ------------------------------------------------------------------------
@@ -417,29 +328,36 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
                        on_tile: Sequence[SSAValue], groups: Groups) -> Callable[[int, int], int]:
     """Scratchpad bytes of the local buffers `apply_epilogue(ops, ...)` allocates for a
     [rows, cols] output tile (it mirrors the allocation decisions of `apply_epilogue`,
-    `_where`, the unary sequences, `_load_buffer` and `_broadcast_tile`): (rows, cols) -> bytes."""
-    counts = {"tile": 0, "row": 0, "col": 0}  # fp32 [rows, cols] tiles, [1, cols] rows, [rows, 1] columns
+    `_arrange`, `_where`, `_load_buffer` and `_broadcast_tile`): (rows, cols) -> bytes."""
+    counts = {"tile": 0, "row": 0, "col": 0, "one": 0}  # f32 [rows, cols] tiles, rows, columns, scalars
     tiles = set(on_tile)
 
     def kind_of(shape: tuple[int, ...], const_scalar: bool) -> str:
         if const_scalar:
             return "imm"
         kinds = classify(groups, shape)
-        if kinds is None or not (kinds[1] or kinds[2]):
+        if kinds is None:
             return "tile"
+        if not (kinds[1] or kinds[2]):
+            return "scalar"
         return "tile" if kinds[1] and kinds[2] else ("row" if kinds[2] else "col")
 
-    def load(kind: str) -> None:  # double-buffered
+    def load(kind: str) -> str:  # double-buffered
+        if kind == "scalar":  # a [1, 1] buffer spread down a column
+            counts["one"] += 2
+            counts["col"] += 2
+            return "col"
         if kind in counts:
             counts[kind] += 2
+        return kind
 
     def operand(value: SSAValue) -> str:
         if value in tiles:
             return "tile"
         array = ctx.constant(value)
-        kind = kind_of(shape_of(value), array is not None and array.size == 1)
-        load(kind)
-        return kind
+        if array is not None and kind_of(shape_of(value), array.size == 1) not in ("imm", "tile", "row", "col"):
+            return load("tile")  # a compile-time array broadcast (load_array)
+        return load(kind_of(shape_of(value), array is not None and array.size == 1))
 
     def broadcast(kind: str) -> str:
         if kind != "tile":
@@ -450,7 +368,15 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
         counts["tile"] += 2  # dst
         if isinstance(op, g.WhereOp):
             condition = ctx.constant(op.condition)
-            take_lhs = np.asarray(condition).astype(np.bool_) if condition is not None else np.ones((1,), np.bool_)
+            if condition is None:
+                broadcast(operand(op.condition))
+                counts["tile"] += 1  # scratch
+                special = infinite_branch(ctx, op)
+                values = [(op.rhs, op.lhs)[special[0]]] if special is not None else [op.lhs, op.rhs]
+                for value in values:
+                    broadcast(operand(value))
+                continue
+            take_lhs = np.asarray(condition).astype(np.bool_)
             for value, mask in ((op.lhs, take_lhs), (op.rhs, ~take_lhs)):
                 if not mask.any():
                     continue
@@ -458,6 +384,7 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
                 if array is not None:
                     masked_shape = np.broadcast_shapes(np.shape(array), mask.shape)
                     kind = kind_of(tuple(masked_shape), num_elements(masked_shape) == 1)
+                    kind = "tile" if kind == "scalar" else kind
                     broadcast(kind)
                     load(kind)
                     continue
@@ -466,28 +393,24 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
                     continue
                 load(kind_of(tuple(mask.shape), mask.size == 1))
                 counts["tile"] += 2
-        elif isinstance(op, g.UnaryOp):
-            broadcast(operand(op.operands[0]))
-            counts["tile"] += _temporaries(op)
-        elif isinstance(op, g.BinaryOp):
-            kind_a, kind_b = operand(op.lhs), operand(op.rhs)
-            name = BINARY_VECTOR_OPS.get(type(op))
-            if name is None:
-                broadcast(kind_a)
-            else:
-                if kind_a != "tile":
-                    if name in COMMUTATIVE:
-                        kind_a, kind_b = kind_b, kind_a
-                    else:
-                        kind_a = broadcast(kind_a)
-                broadcast(kind_a)
-                if name == "div" and kind_b != "imm":
-                    load(kind_b)
+        elif type(op) in RULES:
+            rule = RULES[type(op)]
+            kinds = [operand(v) for v in op.operands]
+            if rule.commutative and len(kinds) == 2 and kinds[0] != "tile" and kinds[1] == "tile":
+                kinds = [kinds[1], kinds[0]]
+            for i in rule.tile_operands(op):
+                if i < len(kinds):
+                    kinds[i] = broadcast(kinds[i])
+            n_temps, n_ints, n_b = rule.temp_count(op)
+            counts["tile"] += n_temps + n_ints  # single-buffered (int scratch: 4 bytes or fewer)
+            if n_b and len(kinds) > 1 and kinds[1] != "imm":
+                for _ in range(n_b):
+                    load(kinds[1])
         tiles.update(op.results)
     if result not in tiles:
         broadcast(operand(result))
-    tile_count, row_count, col_count = counts["tile"], counts["row"], counts["col"]
-    return lambda rows, cols: 4 * (tile_count * rows * cols + row_count * cols + col_count * rows)
+    tile_count, row_count, col_count, ones = counts["tile"], counts["row"], counts["col"], counts["one"]
+    return lambda rows, cols: 4 * (tile_count * rows * cols + row_count * cols + col_count * rows + ones)
 
 
 def epilogue_cost(ctx: LoweringContext, ops: Sequence[Operation]) -> int:
@@ -495,10 +418,13 @@ def epilogue_cost(ctx: LoweringContext, ops: Sequence[Operation]) -> int:
     cost = ctx.hw.vector.cost
     total = 0
     for op in ops:
-        if isinstance(op, g.GeluOp) and op.approximate.data == "none":
-            total += ERF_GELU_COST
+        rule = RULES.get(type(op))
+        if rule is None:
+            total += cost.get("add", 1)
+        elif rule.vector_op is not None:
+            total += cost.get(rule.vector_op, 1)
         else:
-            total += cost.get(UNARY_VECTOR_OPS.get(type(op), BINARY_VECTOR_OPS.get(type(op), "add")), 1)
+            total += rule.cost(op) if callable(rule.cost) else rule.cost
     return total
 
 
@@ -517,12 +443,8 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
             if value not in produced and value not in inputs:
                 inputs.append(value)
 
-    def fits(groups: Groups, value: SSAValue) -> bool:  # full, row, column or compile-time scalar
-        kinds = classify(groups, shape_of(value))
-        if kinds is None:
-            return False
-        return not (not kinds[1] and not kinds[2] and ctx.constant(value) is None
-                    and num_elements(shape_of(value)) == 1)
+    def fits(groups: Groups, value: SSAValue) -> bool:  # full, row, column or scalar
+        return classify(groups, shape_of(value)) is not None
 
     split = None
     rank = len(out_shape)
@@ -534,32 +456,55 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
                 break
         if split:
             break
-    if split is None:
+    materialized: dict[SSAValue, SSAValue] = {}
+    if split is None:  # some operand broadcasts in a way no split serves: copy it to the full shape
         split = ((), out_shape[:-1] if out_shape else (), out_shape[-1:] if out_shape else (1,))
+        for value in inputs:
+            if not fits(split, value):
+                materialized[value] = _broadcast_full(ctx, value, out_shape)
     batch_shape, row_shape, col_shape = split
     if not col_shape:
         col_shape = (1,)
     batches, rows_total, cols_total = num_elements(batch_shape), num_elements(row_shape), num_elements(col_shape)
     name = ctx.kernel_name()
     out2 = em.view(ctx.output_buffer(result), (batches * rows_total, cols_total))
-    full_inputs = [v for v in inputs if (kinds := classify(split, shape_of(v))) and kinds[1] and kinds[2]]
-    footprint = epilogue_footprint(ctx, ops, result, [], (batch_shape, row_shape, col_shape))
+    full_inputs = [v for v in inputs if v in materialized
+                   or ((kinds := classify(split, shape_of(v))) and kinds[1] and kinds[2])]
+    on_tile = epilogue_footprint(ctx, ops, result, list(materialized), (batch_shape, row_shape, col_shape))
+
+    def footprint(rows: int, cols: int) -> int:  # + the materialized operands' tiles, x2
+        return on_tile(rows, cols) + 2 * 4 * rows * cols * len(materialized)
+
     override = ctx.override(name, 1)
     choice = tiling_cost.choose_rows(
         ctx.hw, batches * rows_total, cols_total, bytes_in=4 * max(1, len(full_inputs)), bytes_out=4,
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
         override=override[0] if override else None, footprint=footprint)
     choice.rows = min(choice.rows, rows_total)
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 
     def body(batch: Index, row0: Index, rows: int, col0: Index, cols: int) -> None:
         frame = TileFrame(batch_shape, row_shape, col_shape, batch, row0, col0, rows, cols)
-        tile = apply_epilogue(ctx, ops, {}, frame, result)
+        on_tile: dict[SSAValue, SSAValue] = {}
+        for value, full in materialized.items():
+            on_tile[value] = _load_buffer(em, full, out_shape, frame)[1]  # type: ignore[assignment]
+        tile = apply_epilogue(ctx, ops, on_tile, frame, result)
         em.dma(tile, ORIGIN, out2, [em.add(em.mul(batch, rows_total), row0), col0], [rows, cols])
 
     em.range(batches, lambda b: em.tiles(
         rows_total, choice.rows, lambda r0, rows: em.tiles(cols_total, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
+
+
+def _broadcast_full(ctx: LoweringContext, value: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+    """A DRAM copy of `value` broadcast to `shape` (copies.copy_box, a loop nest of its own)."""
+    in_shape = (1,) * (len(shape) - len(shape_of(value))) + shape_of(value)
+    full = ctx.emitter.alloc(shape, f32, "dram")
+    src = ctx.emitter.view(ctx.buffer(value), in_shape) if in_shape else ctx.buffer(value)
+    steps = [0 if (a == 1 and b != 1) else 1 for a, b in zip(in_shape, shape, strict=True)]
+    copy_box(ctx, src, in_shape, [0] * len(shape), steps, full, shape, [0] * len(shape), shape)
+    return full
 
 
 def lower_elementwise_op(ctx: LoweringContext, op: Operation) -> None:

@@ -1,24 +1,28 @@
 """graph.gather: embedding lookups and index selection.
 
 * axis 0 with runtime indices (embedding lookup): `tile.gather_rows` (a column tile of the table
-  [V, W] -> scratchpad [TR, TC], then a DMA store). Runtime indices must be in [0, V) (negative
-  indices are not wrapped; i64 indices are read as their low 32 bits) and come from a function
-  argument (integer_inputs.py); runtime indices on other axes are refused.
+  [V, W] -> scratchpad [TR, TC], then a DMA store). Integer model inputs used only as indices
+  are read as they are (integer_inputs.py: must be in [0, V); i64 indices are read as their
+  low 32 bits); indices computed on the device (held as f32 values, storage.py) are converted
+  to an i32 buffer first, negative ones wrapped (+V), in a helper nest.
+* runtime indices on another axis: the axis is moved to the front (transpose.permute_copy),
+  rows are gathered, and the result is permuted back (helper nests).
 * compile-time indices on axis 0 become an i32 weight for the same op; on other axes one box
-  copy per index (at most 64).
+  copy per index (at most 64; more: the runtime path's transposes).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects.builtin import f32, i32
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import num_elements, shape_of
+from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.copies import copy_box
+from infer.passes.graph_to_tile.transpose import permute_copy
 
 MAX_BOX_COPIES = 64  # compile-time indices on an inner axis: one box copy each, at most this many
 
@@ -35,10 +39,7 @@ def lower_gather(ctx: LoweringContext, op: Operation) -> None:
     if const_indices is not None:
         indices = np.asarray(const_indices, np.int64).reshape(-1)
         indices = np.where(indices < 0, indices + shape[axis], indices)
-        if axis != 0 and count > MAX_BOX_COPIES:
-            raise error(op, f"gather along axis {axis} with {count} compile-time indices "
-                        f"(at most {MAX_BOX_COPIES} are lowered)")
-        if axis != 0:
+        if axis != 0 and count <= MAX_BOX_COPIES:
             ctx.debug(f"[graph-to-tile] {name}: gather axis {axis}: {count} compile-time indices, one box copy each")
             lead, trail = shape[:axis], num_elements(shape[axis + 1:])
             in_shape, out_shape = (*lead, shape[axis], trail), (*lead, count, trail)
@@ -51,13 +52,61 @@ def lower_gather(ctx: LoweringContext, op: Operation) -> None:
             return
         index_buffer = ctx.weight(f"{name}.indices", indices.astype(np.int32), i32)
     else:
-        if axis != 0:
-            raise error(op, f"gather along axis {axis} with runtime indices is not supported (axis 0 is)")
         index_buffer = ctx.buffers.get(op.indices)
         if index_buffer is None:
-            raise error(op, "runtime gather indices must come from a function argument (i32/i64)")
-    V, W = shape[0], num_elements(shape[1:])
-    table = em.view(ctx.buffer(op.input), (V, W))
+            raise error(op, "runtime gather indices have no buffer")
+        if element_name_of(index_buffer) == "f32":
+            index_buffer = _indices_as_i32(ctx, index_buffer, count, shape[axis])
+    table_buffer = ctx.buffer(op.input)
+    if axis != 0:  # move the axis to the front, gather rows, move it back
+        lead, trail = shape[:axis], shape[axis + 1:]
+        front = (shape[axis], *lead, *trail)
+        perm = (axis, *range(axis), *range(axis + 1, len(shape)))
+        with ctx.stage(what="transposed copy"):
+            moved = em.alloc(front, f32, "dram")
+            permute_copy(ctx, table_buffer, shape, perm, moved)
+        gathered = em.alloc((count, *lead, *trail), f32, "dram")
+        _gather_rows(ctx, name, moved, front[0], num_elements(front[1:]), index_buffer, count, gathered)
+        back = (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
+        with ctx.stage(what="transposed copy"):
+            permute_copy(ctx, gathered, (count, *lead, *trail), back, em.view(out, (*lead, count, *trail)))
+        return
+    _gather_rows(ctx, name, table_buffer, shape[0], num_elements(shape[1:]), index_buffer, count, out)
+
+
+def _indices_as_i32(ctx: LoweringContext, indices: SSAValue, count: int, size: int) -> SSAValue:
+    """An i32 DRAM copy of f32-held indices, negative ones wrapped (+size). A loop nest of its own."""
+    with ctx.stage(what="indices to i32"):
+        em = ctx.emitter
+        out = em.alloc((count,), i32, "dram")
+        cols = min(count, ctx.staging_tile_elements)
+        rows = -(-count // cols)
+        if rows * cols != count:
+            cols, rows = 1, count
+        TR = max(1, min(rows, ctx.staging_tile_elements // cols))
+        x2, out2 = em.view(indices, (rows, cols)), em.view(out, (rows, cols))
+        x_tile = em.alloc((TR, cols), f32, "spad", 2)
+        negative = em.alloc((TR, cols), f32, "spad", 2)
+        as_int = em.alloc((TR, cols), i32, "spad", 2)
+        z = [0, 0]
+
+        def tile(r0: Index, tr: int) -> None:
+            em.dma(x2, [r0, 0], x_tile, z, [tr, cols])
+            em.vec("lt", negative, z, x_tile, z, tr, cols, bmode="imm", imm=0.0)
+            em.vec("mul", negative, z, negative, z, tr, cols, bmode="imm", imm=float(size))
+            em.vec("add", x_tile, z, x_tile, z, tr, cols, negative, z, bmode="tile")
+            em.vec("copy", as_int, z, x_tile, z, tr, cols)
+            em.dma(as_int, z, out2, [r0, 0], [tr, cols])
+
+        em.tiles(rows, TR, tile)
+        return out
+
+
+def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int, W: int,
+                 index_buffer: SSAValue, count: int, out: SSAValue) -> None:
+    """out[count, W] = table[indices] with tile.gather_rows on [TR, TC] tiles."""
+    em = ctx.emitter
+    table = em.view(table_buffer, (V, W))
     ids = em.view(index_buffer, (count,))
     out2 = em.view(out, (count, W))
     TC = min(W, ctx.staging_tile_elements)

@@ -120,6 +120,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
         footprint=footprint)
     choice = tiling_cost.choose_gemm(hw, M, N, K, spec, override=ctx.override(name, 3))
+    ctx.predict(choice.best.cycles)
     TM, TN, TK = choice.tiles
     ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}"
                                           + (f" batch={batches}" if batches > 1 else ""), choice))

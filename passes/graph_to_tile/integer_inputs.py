@@ -124,13 +124,20 @@ def _reads_runtime_integers(ctx: LoweringContext, op: Operation) -> bool:
     """Whether op reads a runtime integer buffer (an argument, possibly through aliasing
     casts/reshapes) or a runtime additive mask."""
     if isinstance(op, g.KernelOp) and kernel_cast(op) is not None:
-        return is_integer_index(op.inputs[0]) and op.inputs[0] in ctx.buffers
+        return is_integer_index(op.inputs[0]) and _integer_storage(ctx, op.inputs[0])
     if not isinstance(op, g.CastOp | g.ReshapeOp):
         return False
     x = op.operands[0]
     if x in ctx.masks:
         return isinstance(op, g.ReshapeOp)
-    return is_integer_index(x) and x in ctx.buffers
+    return is_integer_index(x) and _integer_storage(ctx, x)
+
+
+def _integer_storage(ctx: LoweringContext, value: SSAValue) -> bool:
+    """Whether value's DRAM buffer holds integers (a runtime integer input, possibly through
+    aliasing casts/reshapes), not integer values held as f32 (storage.py)."""
+    buffer = ctx.buffers.get(value)
+    return buffer is not None and element_name_of(buffer) != "f32"
 
 
 def _lower_runtime_integer_op(ctx: LoweringContext, op: Operation) -> None:
@@ -182,6 +189,7 @@ def _lower_int_to_f32(ctx: LoweringContext, x: SSAValue, result: SSAValue, mask:
     what = "cast int32->f32" + (" -> additive attention mask" if mask else "")
     choice = tiling_cost.choose_rows(ctx.hw, M, N, bytes_in=4, bytes_out=4, vec_cost=4 if mask else 1,
                                      live_tiles=2, footprint=lambda tr, tcn: tr * tcn * 16)  # int32 x, f32 y, x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, what, "x".join(map(str, shape)), choice))
     x2 = em.view(src, (M, N))
     out = em.alloc(shape, f32, "dram") if mask else ctx.output_buffer(result)
@@ -205,3 +213,32 @@ def _lower_int_to_f32(ctx: LoweringContext, x: SSAValue, result: SSAValue, mask:
         em.dma(y_tile, z, out2, [r0, c0], [rows, cols])
 
     em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: tile(r0, rows, c0, cols)))
+
+
+def additive_mask(ctx: LoweringContext, value: SSAValue) -> SSAValue:
+    """The additive f32 DRAM buffer of runtime attention mask `value`: itself when it is one (an
+    f32 mask, or an i1 mask this module made additive); an i1 mask held as 0/1 (storage.py)
+    becomes (x - 1) * 1e30 (0 where x, -1e30 elsewhere) in a helper nest."""
+    buffer = ctx.buffer(value)
+    if value in ctx.masks or element_name_of(value) != "i1":
+        return buffer
+    with ctx.stage(what="additive mask"):
+        em = ctx.emitter
+        shape = shape_of(value)
+        N = shape[-1] if shape else 1
+        M = num_elements(shape) // N
+        TR = max(1, min(M, ctx.staging_tile_elements // max(N, 1)))
+        TC = min(N, ctx.staging_tile_elements)
+        out = em.alloc(shape, f32, "dram")
+        x2, out2 = em.view(buffer, (M, N)), em.view(out, (M, N))
+        tile = em.alloc((TR, TC), f32, "spad", 2)
+        z = [0, 0]
+
+        def body(r0: Index, rows: int, c0: Index, cols: int) -> None:
+            em.dma(x2, [r0, c0], tile, z, [rows, cols])
+            em.vec("add", tile, z, tile, z, rows, cols, bmode="imm", imm=-1.0)
+            em.vec("mul", tile, z, tile, z, rows, cols, bmode="imm", imm=-NEG_INF)
+            em.dma(tile, z, out2, [r0, c0], [rows, cols])
+
+        em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: body(r0, rows, c0, cols)))
+        return out

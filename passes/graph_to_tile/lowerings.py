@@ -8,9 +8,10 @@ The driver looks each op up by its exact type (`lowering_for`). An entry is one 
   (matmul/linear, conv2d); the driver finds the epilogue in the op's `graph.kernel` region or,
   without one, with `elementwise.fusable_chain`.
 
-The driver refuses non-f32 results before calling a lowering unless its entry says
-`f32_only=False` (casts and reshapes, which also carry integer model inputs). An op type
-missing here has no tile lowering: a located error.
+Every tensor is held in DRAM as f32 values whatever its graph element type (storage.py); an
+entry's `types` are the element types its lowering computes exactly, and the driver refuses an
+op reading or writing another type before calling it (`check_types`; default: the float types,
+which compute in f32). An op type missing here has no tile lowering: a located error.
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ from infer.passes.graph_to_tile import (
     integer_epilogue,
     integer_gemm,
     norms,
+    packed_gemm,
     pooling,
     reductions,
     rotary,
+    storage,
     transpose,
 )
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.vector_math import RULES
+
+ANY = storage.HELD | {"f64"}  # casts and reshapes also carry integer model inputs and f64 at the boundary
 
 OpLowering = Callable[[LoweringContext, Operation], None]
 AnchorLowering = Callable[[LoweringContext, Operation, Sequence[Operation], SSAValue], None]
@@ -51,24 +57,30 @@ class Lowering:
 
     alone: OpLowering | None = None
     with_epilogue: AnchorLowering | None = None
-    f32_only: bool = True
+    types: frozenset[str] = storage.FLOATS
+    operand_types: frozenset[str] = frozenset()  # more element types its operands may have
 
     def __post_init__(self) -> None:
         assert (self.alone is None) != (self.with_epilogue is None), "give exactly one lowering function"
 
 
+INT8_PATH = frozenset({"f32", "i8", "i32"})
+"""Element types of the int8 kernels and quantization ops (integer_epilogue.py)."""
+
 LOWERINGS: dict[type[Operation], Lowering] = {
-    # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue
-    g.LinearOp: Lowering(with_epilogue=gemm.lower_gemm),
-    g.MatmulOp: Lowering(with_epilogue=gemm.lower_gemm),
+    # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue;
+    # a packed GGUF weight (graph.dequantize_blocks of a weight) stays packed (packed_gemm.py)
+    g.LinearOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed),
+    g.MatmulOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
-    g.AttentionOp: Lowering(attention.lower_attention),
-    # the int8 path (integer_gemm.py, integer_conv.py): int32 accumulation, requantize/dequantize epilogue
-    g.LinearIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
-    g.MatmulIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, f32_only=False),
-    g.Conv2dIntegerOp: Lowering(with_epilogue=integer_conv.lower_integer_conv, f32_only=False),
-    g.RequantizeOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
-    g.DequantizeLinearOp: Lowering(integer_epilogue.lower_quantization_op, f32_only=False),
+    g.AttentionOp: Lowering(attention.lower_attention, operand_types=storage.BOOL),
+    # the int8 path (integer_gemm.py, integer_conv.py): int8 operands and results in int8 DRAM
+    # buffers of their own (not held as f32), int32 accumulation, requantize/dequantize epilogue
+    g.LinearIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, types=INT8_PATH),
+    g.MatmulIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, types=INT8_PATH),
+    g.Conv2dIntegerOp: Lowering(with_epilogue=integer_conv.lower_integer_conv, types=INT8_PATH),
+    g.RequantizeOp: Lowering(integer_epilogue.lower_quantization_op, types=INT8_PATH),
+    g.DequantizeLinearOp: Lowering(integer_epilogue.lower_quantization_op, types=INT8_PATH),
     # vector unit: pooling, row-wise norms and softmax, elementwise
     g.MaxPool2dOp: Lowering(pooling.lower_window_pool),
     g.AvgPool2dOp: Lowering(pooling.lower_window_pool),
@@ -79,24 +91,36 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.SoftmaxOp: Lowering(norms.lower_rowwise),
     g.LogSoftmaxOp: Lowering(norms.lower_rowwise),
     g.BatchNormOp: Lowering(norms.lower_batch_norm),
-    **{op_type: Lowering(elementwise.lower_elementwise_op) for op_type in elementwise.ELEMENTWISE_OPS},
+    **{op_type: Lowering(elementwise.lower_elementwise_op, types=rule.types, operand_types=rule.operand_types)
+       for op_type, rule in RULES.items()},
+    g.WhereOp: Lowering(elementwise.lower_elementwise_op, types=storage.HELD, operand_types=storage.BOOL),
     g.RotaryOp: Lowering(rotary.lower_rotary),
-    g.ReduceSumOp: Lowering(reductions.lower_reduce),
+    g.ReduceSumOp: Lowering(reductions.lower_reduce, types=storage.NUMBERS),
     g.ReduceMeanOp: Lowering(reductions.lower_reduce),
-    g.ReduceMaxOp: Lowering(reductions.lower_reduce),
-    g.ReduceMinOp: Lowering(reductions.lower_reduce),
-    g.ReduceProdOp: Lowering(reductions.lower_reduce),
+    g.ReduceMaxOp: Lowering(reductions.lower_reduce, types=storage.NUMBERS | storage.BOOL),
+    g.ReduceMinOp: Lowering(reductions.lower_reduce, types=storage.NUMBERS | storage.BOOL),
+    g.ReduceProdOp: Lowering(reductions.lower_reduce, types=storage.NUMBERS),
+    g.ArgmaxOp: Lowering(reductions.lower_arg_reduce, types=storage.INTEGERS, operand_types=storage.NUMBERS),
+    g.ArgminOp: Lowering(reductions.lower_arg_reduce, types=storage.INTEGERS, operand_types=storage.NUMBERS),
     # data movement
-    g.ReshapeOp: Lowering(copies.lower_reshape, f32_only=False),
-    g.CastOp: Lowering(casts.lower_cast, f32_only=False),
-    g.TransposeOp: Lowering(transpose.lower_transpose),
-    g.SliceOp: Lowering(copies.lower_slice),
-    g.ConcatOp: Lowering(copies.lower_concat),
-    g.BroadcastOp: Lowering(copies.lower_broadcast),
-    g.PadOp: Lowering(copies.lower_pad),
-    g.GatherOp: Lowering(gather.lower_gather),
+    g.ReshapeOp: Lowering(copies.lower_reshape, types=ANY),
+    g.CastOp: Lowering(casts.lower_cast, types=ANY),
+    g.TransposeOp: Lowering(transpose.lower_transpose, types=storage.HELD),
+    g.SliceOp: Lowering(copies.lower_slice, types=storage.HELD),
+    g.ConcatOp: Lowering(copies.lower_concat, types=storage.HELD),
+    g.BroadcastOp: Lowering(copies.lower_broadcast, types=storage.HELD),
+    g.PadOp: Lowering(copies.lower_pad, types=storage.HELD),
+    g.GatherOp: Lowering(gather.lower_gather, types=storage.HELD, operand_types=storage.INTEGERS),
 }
 
 
 def lowering_for(op: Operation) -> Lowering | None:
     return LOWERINGS.get(type(op))
+
+
+def check_types(op: Operation, lowering: Lowering) -> None:
+    """Refuse an op reading or writing an element type its lowering does not compute exactly."""
+    bad = storage.unsupported_types(op, lowering.types, lowering.types | lowering.operand_types)
+    if bad:
+        raise error(op, f"{', '.join(bad)} tensors are not supported by this op's tile lowering "
+                    f"(it supports {', '.join(sorted(lowering.types))})")

@@ -1,9 +1,10 @@
 """Row-wise kernels on the vector unit: graph.layer_norm, rms_norm, softmax; and batch_norm.
 
-* layer/rms norm and softmax work on whole rows [TR, D] (D = the product of the normalized
-  dims): `rsum`/`rmax` to a column, `bmode=col` broadcasts, `rsqrt`, the scale/bias as
-  `bmode=row` rows. Softmax is lowered along the last (contiguous) axis; log_softmax is refused
-  (no logarithm on the vector unit).
+* layer/rms norm, softmax and log_softmax work on whole rows [TR, D] (D = the product of the
+  normalized dims): `rsum`/`rmax` to a column, `bmode=col` broadcasts, `rsqrt`, the scale/bias
+  as `bmode=row` rows; log_softmax is x - max - ln(sum(exp(x - max))). (Log-)softmax along an
+  axis with dims after it ([M, K, T], T > 1) transposes to [M, T, K] and back around the rows
+  (transpose.permute_copy, helper nests).
 * batch_norm without a preceding conv (graph-fold-batch-norm folds the others): per-channel
   compile-time scale and shift as `bmode=col` columns on [channels, pixels] tiles.
 """
@@ -12,28 +13,29 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects.builtin import f32
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.transpose import permute_copy
 
 
 def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
-    """graph.layer_norm, rms_norm, softmax (log_softmax: an error)."""
+    """graph.layer_norm, rms_norm, softmax, log_softmax."""
     assert isinstance(op, g.NormOp | g.AxisOp)
     em = ctx.emitter
     shape = shape_of(op.input)
     axis = op.axis.value.data % len(shape)
-    is_softmax = isinstance(op, g.SoftmaxOp)
-    if isinstance(op, g.SoftmaxOp | g.LogSoftmaxOp):
-        if isinstance(op, g.LogSoftmaxOp):
-            raise error(op, "log_softmax needs a logarithm, which the vector unit does not have")
-        if any(d != 1 for d in shape[axis + 1:]):
-            raise error(op, "softmax is lowered along the last (contiguous) axis only")
-        axis = len(shape) - 1 if all(d == 1 for d in shape[axis + 1:]) and shape[axis:] else axis
+    is_softmax = isinstance(op, g.SoftmaxOp | g.LogSoftmaxOp)
+    is_log = isinstance(op, g.LogSoftmaxOp)
+    trailing = 1
+    if is_softmax:
+        trailing = num_elements(shape[axis + 1:])
+        shape = (num_elements(shape[:axis]) * trailing, shape[axis])  # rows of the transposed [M, T, K]
+        axis = 1
     M, D = num_elements(shape[:axis]), num_elements(shape[axis:])
     name = ctx.kernel_name()
     override = ctx.override(name, 1)
@@ -49,9 +51,15 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     choice.rows = min(choice.rows, M)
     if footprint(1, D) > ctx.hw.memory.scratchpad_bytes:
         raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{ctx.hw.name}'")
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (M, D))
     out2 = em.view(ctx.output_buffer(op.results[0]), (M, D))
+    if trailing > 1:  # [M, K, T] -> rows of [M, T, K], and back after
+        blocks = (M // trailing, D, trailing)
+        final = out2
+        x2 = em.view(_permuted(ctx, x2, blocks), (M, D))
+        out2 = em.alloc((M, D), f32, "dram")
     TR = choice.rows
     x_tile = em.alloc((TR, D), f32, "spad", 2)
     y_tile = em.alloc((TR, D), f32, "spad", 2)
@@ -76,7 +84,14 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
 
     def tile(r0: Index, tr: int) -> None:
         em.dma(x2, [r0, 0], x_tile, z, [tr, D])
-        if is_softmax:
+        if is_log:  # x - m - ln(sum(exp(x - m)))
+            em.vec("rmax", column, z, x_tile, z, tr, D)
+            em.vec("sub", x_tile, z, x_tile, z, tr, D, column, z, bmode="col")
+            em.vec("exp", y_tile, z, x_tile, z, tr, D)
+            em.vec("rsum", column, z, y_tile, z, tr, D)
+            em.vec("log", column, z, column, z, tr, 1)
+            em.vec("sub", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
+        elif is_softmax:
             em.vec("rmax", column, z, x_tile, z, tr, D)
             em.vec("sub", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
             em.vec("exp", y_tile, z, y_tile, z, tr, D)
@@ -100,6 +115,17 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
         em.dma(y_tile, z, out2, [r0, 0], [tr, D])
 
     em.tiles(M, TR, tile)
+    if trailing > 1:
+        with ctx.stage(what="transposed copy"):
+            permute_copy(ctx, out2, (M // trailing, trailing, D), (0, 2, 1), final)
+
+
+def _permuted(ctx: LoweringContext, x: SSAValue, shape: tuple[int, int, int]) -> SSAValue:
+    """A DRAM copy of x viewed [M, K, T] as [M, T, K] (a loop nest of its own)."""
+    with ctx.stage(what="transposed copy"):
+        dst = ctx.emitter.alloc((shape[0], shape[2], shape[1]), f32, "dram")
+        permute_copy(ctx, x, shape, (0, 2, 1), dst)
+        return dst
 
 
 def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
@@ -126,6 +152,7 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(ctx.hw, channels, pixels, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
                                      override=(override[0] if override else None),
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "batch_norm", "x".join(map(str, out_shape)), choice))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
     scale_tile = em.alloc((choice.rows, 1), f32, "spad", 2)

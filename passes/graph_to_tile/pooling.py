@@ -1,9 +1,11 @@
 """Pooling on the vector unit: graph.max_pool2d / avg_pool2d and the global pools.
 
-* windowed: one padded copy of the input (-1e30 for max, 0 for avg; extended at the bottom and
-  right so every window, ceil_mode included, stays inside: copies.padded_copy), then per tap
-  one strided window DMA [TR, TOH, OW] and a vector `max`/`add` into the running result; avg
-  multiplies by a compile-time 1/count row (count_include_pad and ceil-mode rules).
+* windowed: the input's stride-phase planes prepared once in DRAM (planes.py; -1e30 around
+  the data for max, 0 for avg; the padding extended at the bottom and right so every window,
+  ceil_mode included, stays inside), then per tap, a stride-1 shift of one plane, one window
+  DMA [TR, TOH, OW] of whole contiguous rows (a strided window DMA would move one element per
+  burst) and a vector `max`/`add` into the running result; avg multiplies by a compile-time
+  1/count row (count_include_pad and ceil-mode rules).
 * global: `rsum`/`rmax` over column chunks of [N*C, H*W] rows, combined per row.
 """
 
@@ -18,7 +20,7 @@ from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext
-from infer.passes.graph_to_tile.copies import padded_copy
+from infer.passes.graph_to_tile.planes import Planes, prepare_planes
 
 
 def _average_divisors(op: g.AvgPool2dOp, H: int, W: int, OH: int, OW: int) -> np.ndarray:
@@ -54,7 +56,9 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
     need_w = (OW - 1) * stride_w + (KW - 1) * dilation_w + 1
     bottom = max(bottom, need_h - H - top)
     right = max(right, need_w - W - left)
-    xp = padded_copy(ctx, ctx.buffer(op.input), N * C, H, W, (top, left, bottom, right), NEG_INF if is_max else 0.0)
+    p = Planes(H, W, KH, KW, (stride_h, stride_w), (dilation_h, dilation_w), (top, left, bottom, right), OH, OW)
+    (planes,) = prepare_planes(ctx, ctx.buffer(op.input), N * C, p, "f32", 1, NEG_INF if is_max else 0.0)
+    planes3 = em.view(planes, (N * C, len(p.phases) * p.Hq, p.Wq))  # [plane rows of every phase, Wq]
     name = ctx.kernel_name()
     override = ctx.override(name, 2)
 
@@ -70,6 +74,7 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
                                      footprint=footprint)
     TR = choice.rows
     TOH = override[1] if override else rows_per_tile(choice.cols)
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], f"{N}x{C}x{H}x{W} window {KH}x{KW}", choice)
               + f"\n[graph-to-tile] {name}:   channels x output rows per tile = {TR}x{TOH}")
     out2 = em.view(ctx.output_buffer(op.results[0]), (N * C, OH * OW))
@@ -88,18 +93,33 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
         tp = toh * OW
         em.fill(acc, z, tr, tp, NEG_INF if is_max else 0.0)
 
-        def tap(kh: Index, kw: Index) -> None:
-            em.dma(xp, [r0, em.add(em.mul(oh0, stride_h), em.mul(kh, dilation_h)), em.mul(kw, dilation_w)],
-                   window, [0, 0, 0], [tr, toh, OW], [1, stride_h, stride_w])
+        def tap(plane: int, row: Index, col: Index) -> None:  # the tap reads plane rows oh0 + row.., cols col..
+            em.dma(planes3, [r0, em.add(em.add(oh0, plane * p.Hq), row), col], window, [0, 0, 0], [tr, toh, OW])
             em.vec("max" if is_max else "add", acc, z, acc, z, tr, tp, window2, z, bmode="tile")
 
-        em.range(KH, lambda kh: em.range(KW, lambda kw: tap(kh, kw)))
+        over_plane_taps(em, p, tap)
         if reciprocal is not None and reciprocal_tile is not None:
             em.dma(reciprocal, [0, em.mul(oh0, OW)], reciprocal_tile, z, [1, tp])
             em.vec("mul", acc, z, acc, z, tr, tp, reciprocal_tile, z, bmode="row")
         em.dma(acc, z, out2, [r0, em.mul(oh0, OW)], [tr, tp])
 
     em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
+
+
+def over_plane_taps(em, p: Planes, body) -> None:
+    """body(plane, row shift, column shift) for every tap of the window: per plane a loop nest
+    over its taps (the taps of one stride phase are a grid whose shifts are affine in the loop
+    variables)."""
+    (sh, sw), (dh, dw) = p.stride, p.dilation
+    for plane, (rp, cp) in enumerate(p.phases):
+        khs = [kh for kh in range(p.KH) if (dh * kh) % sh == rp]
+        kws = [kw for kw in range(p.KW) if (dw * kw) % sw == cp]
+        row0, col0 = (dh * khs[0]) // sh, (dw * kws[0]) // sw
+        row_step = (dh * (khs[1] - khs[0])) // sh if len(khs) > 1 else 0
+        col_step = (dw * (kws[1] - kws[0])) // sw if len(kws) > 1 else 0
+        em.range(len(khs), lambda a, plane=plane, row0=row0, col0=col0, row_step=row_step, col_step=col_step, n=len(kws):
+                 em.range(n, lambda b: body(plane, em.add(em.mul(a, row_step), row0),
+                                            em.add(em.mul(b, col_step), col0))))
 
 
 def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
@@ -113,6 +133,7 @@ def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
     choice = tiling_cost.choose_rows(ctx.hw, planes, pixels, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
                                      override=(override[0] if override else None),
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res x2
+    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (planes, pixels))
     out2 = em.view(ctx.output_buffer(op.results[0]), (planes, 1))

@@ -125,6 +125,7 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
         outer = num_elements([sizes[d] for d in cp[:-2] if d not in (u, v)])
         loops = sum(1 for d in cp[:-2] if d not in (u, v) and sizes[d] > 1)
         choice = tiling_cost.choose_permute_rows(hw, sizes[u], sizes[v], C, elem_size, outer, loops, u == v - 1)
+        ctx.predict(choice.cycles)
         Tu, Tv, TC = choice.tiles
         block = em.alloc((Tu, Tv, TC), elem, "spad", 2)
         block_size = Tu * Tv * TC
@@ -155,6 +156,7 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
     loops = sum(1 for d in cp if d not in (i, j) and sizes[d] > 1)
     choice = tiling_cost.choose_permute_block(hw, sizes[i], sizes[j], elem_size, outer, loops, i == n - 2,
                                               out_pos[j] == n - 2)
+    ctx.predict(choice.cycles)
     Ti, Tj = choice.tiles
     loaded = em.alloc((Ti, Tj), elem, "spad", 2)
     transposed = em.alloc((Tj, Ti), elem, "spad", 2)

@@ -28,7 +28,8 @@ from infer.passes.tile_to_npu.addressing import (
     constant_of,
     resolve,
 )
-from infer.passes.tile_to_npu.common import fail, memref_info, top_level_op
+from infer.dialects.ir_io import LoweringError
+from infer.passes.tile_to_npu.common import STAGE, fail, memref_info, top_level_op
 from infer.passes.tile_to_npu.dependencies import (
     Access,
     AccessRequest,
@@ -46,7 +47,7 @@ from infer.passes.tile_to_npu.program_tree import (
 )
 from infer.passes.tile_to_npu.rotation import DoubleBuffering, plan_rotation
 from infer.passes.tile_to_npu.selection import SELECTION, LoadedWeightTile
-from infer.passes.tile_to_npu.semaphores import VirtualSemaphores, assign_physical_semaphores
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, VirtualSemaphores, assign_physical_semaphores
 from infer.target import isa
 from infer.target.asm import Program
 from infer.target.hw import HardwareConfig
@@ -145,7 +146,13 @@ class CodeGenerator:
         lower = _LOWERING.get(type(op))
         if lower is None:
             raise fail(op, "unsupported op in a tile-level function")
-        lower(self, op)
+        try:
+            lower(self, op)
+        except LoweringError as e:  # a stage's error naming no op (out of registers, ...): locate it
+            message = str(e)
+            if isinstance(e, OutOfSemaphores) or ": error: " in message:
+                raise
+            raise fail(op, message.removeprefix(f"{STAGE}: ")) from None
 
     # ------------------------------------------------------------------ loops
     def emit_for(self, op: scf.ForOp) -> None:

@@ -105,6 +105,7 @@ _BUFFERS_OF_OP = {
     t.VectorOp: lambda op: [(op.a, False), *((b, False) for b in op.b), (op.dst, True)],
     t.FillOp: lambda op: [(op.dst, True)],
     t.GatherRowsOp: lambda op: [(op.table, False), (op.indices, False), (op.dst, True)],
+    t.DequantOp: lambda op: [(op.codes, False), (op.scales, False), (op.dst, True)],
 }
 
 

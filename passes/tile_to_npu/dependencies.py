@@ -17,6 +17,7 @@ consumer that waits for P also learns what P knew, so redundant waits are droppe
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -59,16 +60,18 @@ class AccessRequest(NamedTuple):
     ring: RingSlot | None
 
 
-@dataclass(eq=False)
 class Access:
-    """A byte range an emitted instruction reads or writes (the hull over its loops' iterations)."""
+    """A byte range an emitted instruction reads or writes (the hull over its loops' iterations);
+    `position` is its index in the tracker's list of every access (emission order)."""
 
-    low: int
-    high: int
-    space: str
-    writes: bool
-    instruction: Instruction
-    ring: RingSlot | None
+    __slots__ = ("low", "high", "space", "writes", "instruction", "ring", "sequence", "position")
+
+    def __init__(self, low: int, high: int, space: str, writes: bool, instruction: Instruction,
+                 ring: RingSlot | None) -> None:
+        self.low, self.high, self.space, self.writes = low, high, space, writes
+        self.instruction, self.ring = instruction, ring
+        self.sequence = instruction.sequence
+        self.position = -1
 
     def overlaps(self, other: Access) -> bool:
         return self.low < other.high and other.low < self.high
@@ -101,29 +104,65 @@ class AccessIndex:
                 self.keys.setdefault((access.space, access.instruction.engine), []).append(key)
             listed.append(access)
 
-    def latest_conflict(self, access: Access, engine: str, best: Access | None) -> Access | None:
-        """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
-        them writing, not the same double-buffer half in another round), if later than best."""
+    def _keys(self, access: Access, engine: str) -> list[tuple]:
+        """The lists that can hold accesses of `engine` conflicting with `access`."""
         pages = self._pages(access)
         if pages is None:  # a wide query: every page list of this space
             keys = self.keys.get((access.space, engine), [])
-        else:
-            keys = [(access.space, page, engine, writes) for page in (*pages, None)
-                    for writes in (True, False)]
-        for key in keys:
-            if not (key[3] or access.writes):
-                continue
-            for earlier in reversed(self.lists.get(key, ())):
-                if best is not None and earlier.instruction.sequence <= best.instruction.sequence:
+            return keys if access.writes else [key for key in keys if key[3]]
+        kinds = (True, False) if access.writes else (True,)
+        return [(access.space, page, engine, writes) for page in (*pages, None) for writes in kinds]
+
+    def latest_conflict(self, access: Access, engine: str, after: int) -> Access | None:
+        """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
+        them writing, not the same double-buffer half in another round) and is later than
+        instruction sequence number `after` (the caller passes what is already known complete
+        or already found: the backward scans stop there)."""
+        best = None
+        low, high, ring = access.low, access.high, access.ring
+        lists = self.lists
+        for key in self._keys(access, engine):
+            for earlier in reversed(lists.get(key, ())):
+                if earlier.sequence <= after:
                     break
-                if not earlier.overlaps(access):
+                if not (earlier.low < high and low < earlier.high):
                     continue
-                if (earlier.ring and access.ring and earlier.ring.same_half(access.ring)
-                        and earlier.ring.round is not access.ring.round):
+                if (ring is not None and earlier.ring is not None and earlier.ring.same_half(ring)
+                        and earlier.ring.round is not ring.round):
                     continue
-                best = earlier
+                best, after = earlier, earlier.sequence
                 break
         return best
+
+    def conflicts_from(self, access: Access, position: int,
+                       after: dict[str, int]) -> list[Access]:
+        """The accesses of other engines at tracker positions >= `position` that conflict
+        with `access` by bytes (overlapping, one of them writing) and are later than sequence
+        number `after[engine]`, in position order."""
+        found: dict[int, Access] = {}
+        low, high = access.low, access.high
+        for engine in QUEUED_ENGINES:
+            if engine == access.instruction.engine:
+                continue
+            for key in self._keys(access, engine):
+                listed = self.lists.get(key)
+                if not listed or listed[-1].sequence <= after[engine]:
+                    continue
+                # (a list is in emission order, so in both position and sequence order)
+                start = max(bisect.bisect_left(listed, position, key=_position_of),
+                            bisect.bisect_right(listed, after[engine], key=_sequence_of))
+                for later in listed[start:]:
+                    if later.low < high and low < later.high:
+                        found[later.position] = later
+        return [found[p] for p in sorted(found)]
+
+
+def _sequence_of(access: Access) -> int:
+    return access.sequence
+
+
+def _position_of(access: Access) -> int:
+    return access.position
 
 
 def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
@@ -255,23 +294,28 @@ class DependencyTracker:
     def synchronise_with_earlier(self, instruction: Instruction, accesses: list[Access]) -> None:
         """Order a new instruction after the latest conflicting access of every other engine
         (latest first: a later producer of one engine covers its earlier ones), then record
-        what its engine knows to be complete when it starts."""
+        what its engine knows to be complete when it starts. Accesses its engine already
+        knows complete are not looked for (synchronising with them would do nothing)."""
         latest: dict[str, Access] = {}
-        for access in accesses:
-            for engine in QUEUED_ENGINES:
-                if engine == instruction.engine:
-                    continue
-                found = self.index.latest_conflict(access, engine, latest.get(engine))
+        consumer = instruction.engine
+        for engine in QUEUED_ENGINES:
+            if engine == consumer:
+                continue
+            after = self.coverage.get((engine, consumer), 0)
+            for access in accesses:
+                found = self.index.latest_conflict(access, engine, after)
                 if found is not None:
                     latest[engine] = found
-        for found in sorted(latest.values(), key=lambda a: -a.instruction.sequence):
+                    after = found.sequence
+        for found in sorted(latest.values(), key=lambda a: -a.sequence):
             self.synchronise(found.instruction, instruction)
-        instruction.known_complete = {engine: self.coverage.get((engine, instruction.engine), 0)
-                                      for engine in QUEUED_ENGINES if engine != instruction.engine}
+        instruction.known_complete = {engine: self.coverage.get((engine, consumer), 0)
+                                      for engine in QUEUED_ENGINES if engine != consumer}
 
     def record(self, accesses: list[Access]) -> None:
-        self.accesses.extend(accesses)
         for access in accesses:
+            access.position = len(self.accesses)
+            self.accesses.append(access)
             self.index.add(access)
 
     def synchronise_scalar_read(self, instruction: Instruction, low: int, high: int) -> None:
@@ -280,26 +324,26 @@ class DependencyTracker:
         latest: dict[str, Access] = {}
         query = Access(low, high, "dram", False, instruction, None)
         for engine in QUEUED_ENGINES:
-            found = self.index.latest_conflict(query, engine, None)
+            found = self.index.latest_conflict(query, engine,
+                                               self.coverage.get((engine, instruction.engine), 0))
             if found is not None:
                 latest[engine] = found
-        for found in sorted(latest.values(), key=lambda a: -a.instruction.sequence):
+        for found in sorted(latest.values(), key=lambda a: -a.sequence):
             self.synchronise(found.instruction, instruction)
 
     def synchronise_loop_carried(self, loop: HardwareLoop, op: Operation,
                                  rotation_loop_of: dict[t.AllocOp, scf.ForOp]) -> None:
         """Dependencies from iteration j of a closing loop's body to iteration j+1: the producer
-        signals the loop's drain semaphore and the front end drains it at the end of the body."""
-        body = self.accesses[loop.first_access:]
-        for ci, consumer_access in enumerate(body):
-            for producer_access in body[ci:]:
-                producer, consumer = producer_access.instruction, consumer_access.instruction
-                if producer.engine == consumer.engine or not (producer_access.writes
-                                                              or consumer_access.writes):
-                    continue
-                if producer_access.space != consumer_access.space or not producer_access.overlaps(
-                        consumer_access):
-                    continue
+        signals the loop's drain semaphore and the front end drains it at the end of the body.
+        (Consumers in body order, each with its conflicting later producers in body order.)"""
+        for consumer_access in self.accesses[loop.first_access:]:
+            consumer = consumer_access.instruction
+            # producers the consumer's engine already knows complete would be skipped below
+            known = {engine: self.coverage.get((engine, consumer.engine), 0)
+                     for engine in QUEUED_ENGINES}
+            for producer_access in self.index.conflicts_from(consumer_access,
+                                                             consumer_access.position, known):
+                producer = producer_access.instruction
                 # the same half of a double buffer is guarded by its free semaphore across
                 # iterations of its rotation loop and of loops around it (the ring's token chain
                 # continues), but inside a loop nested in the rotation loop the same half is

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import tile as t
@@ -25,6 +25,7 @@ _KIND_OF_OP = {
     t.VectorOp: lambda op: op.op.data,
     t.DmaOp: lambda op: "dma",
     t.GatherRowsOp: lambda op: "gather",
+    t.DequantOp: lambda op: "dequant",
 }
 
 
@@ -37,6 +38,7 @@ class KernelGroup:
     kinds: set[str] = field(default_factory=set)  # matmul, dma, gather, vector op names
     layer_allocs: list[t.AllocOp] = field(default_factory=list)  # DRAM allocs with tile.layer
     written: list[SSAValue] = field(default_factory=list)  # buffers its DMAs write
+    roofline: dict[str, int | str] = field(default_factory=dict)  # graph-to-tile's tile.roofline records, summed
 
 
 @dataclass
@@ -47,9 +49,11 @@ class OpMarker:
     end: int
     group: int
     values: list[dict] = field(default_factory=list)
+    roofline: dict[str, int | str] = field(default_factory=dict)  # macs, bytes, weight_bytes, predicted, class
 
     def to_dict(self) -> dict:
         out: dict = {"name": self.name, "kind": self.kind, "start": self.start, "end": self.end}
+        out.update(self.roofline)
         if self.values:
             out["values"] = self.values
         return out
@@ -78,6 +82,10 @@ class KernelGroups:
         if isinstance(op, (t.AllocOp, t.ViewOp, t.WeightOp)):
             return
         group.emitted = True
+        record = op.attributes.get(t.ROOFLINE_ATTR)
+        if isinstance(record, DictionaryAttr):
+            _add_record(group.roofline, {k: v.value.data if isinstance(v, IntegerAttr) else v.data
+                                         for k, v in record.data.items() if isinstance(v, IntegerAttr | StringAttr)})
         for inner in op.walk():
             if isinstance(inner, t.DmaOp) and root_buffer(inner.dst) not in group.written:
                 group.written.append(root_buffer(inner.dst))
@@ -96,8 +104,11 @@ class KernelGroups:
 def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
                buffers: dict[SSAValue, TileBuffer], layout: DramLayout,
                fn: func.FuncOp) -> list[dict]:
-    """[{name, kind, start, end[, values]}]: one per graph-level kernel, in program order,
-    covering the whole program. `values` lists the graph-level values whose DRAM bytes are
+    """[{name, kind, start, end[, macs, bytes, weight_bytes, predicted, class][, values]}]: one per
+    graph-level kernel, in program order, covering the whole program; `macs`/`bytes`/
+    `weight_bytes` are graph-to-tile's algorithmic roofline record of the kernel
+    (`tile.roofline`, summed over its groups), `predicted` the cost model's cycles, `class` the
+    kernel class. `values` lists the graph-level values whose DRAM bytes are
     final when the marker ends (for the per-layer check): the buffers graph-to-tile tagged
     `tile.layer` ({layer, offset, shape, dtype}) and the output arguments ({output, offset,
     shape, dtype}), each at the marker of the last group that writes it."""
@@ -117,6 +128,8 @@ def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
     for marker, following in zip(markers, [*markers[1:], None], strict=True):
         end_group = following.group if following is not None else len(groups)
         marker.values = [v for g, vs in ordered_values if marker.group <= g < end_group for v in vs]
+        for group in groups[marker.group:end_group]:
+            _add_record(marker.roofline, group.roofline)
     _name_markers(markers, groups)
     merged: list[OpMarker] = []
     for marker in markers:  # a kernel's prologue group (e.g. padding) takes the kernel's name
@@ -126,9 +139,19 @@ def op_markers(program: list[FlatInstruction], kernel_groups: KernelGroups,
             if marker.kind == "matmul" or into.kind in ("dma", "copy"):
                 into.kind = marker.kind
             into.values = into.values + marker.values
+            _add_record(into.roofline, marker.roofline)
         else:
             merged.append(marker)
     return [marker.to_dict() for marker in merged]
+
+
+def _add_record(into: dict[str, int | str], record: dict[str, int | str]) -> None:
+    """Sum the numbers of a roofline record into another (a string, the class, is kept)."""
+    for key, value in record.items():
+        if isinstance(value, str):
+            into.setdefault(key, value)
+        else:
+            into[key] = int(into.get(key, 0)) + value
 
 
 def _values_by_group(groups: list[KernelGroup], buffers: dict[SSAValue, TileBuffer],

@@ -150,7 +150,8 @@ def pipelinable_loads(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp) -> l
     body = list(loop.body.block.ops)
     walk = [o for o in loop.walk() if o is not loop]
     position = {o: i for i, o in enumerate(walk)}
-    writes_dram = any(isinstance(o, t.DmaOp) and not o.is_load for o in walk)
+    written = {root_buffer(o.dst) for o in walk if isinstance(o, t.DmaOp) and not o.is_load}
+    writes_dram = bool(written)
     loads, first_consumers = [], []
     for op in body:
         if not isinstance(op, t.DmaOp) or not op.is_load:
@@ -160,9 +161,12 @@ def pipelinable_loads(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp) -> l
                 or plan.first_use.get(alloc) is not op):
             continue
         source = root_buffer(op.src)
+        # a DRAM alloc the loop never writes is read-only here too: live allocs never share
+        # bytes (tile-plan-memory), and the loop writes only other buffers
         read_only = isinstance(source.owner, t.WeightOp) or (
             isinstance(source, BlockArgument) and source.block is fn.body.block
-            and not is_output_argument(fn, source.index))
+            and not is_output_argument(fn, source.index)) or (
+            isinstance(source.owner, t.AllocOp) and source not in written)
         if not read_only and writes_dram:
             continue
         users = [u for u in users_through_views(alloc.buffer) if u is not op]

@@ -2,10 +2,11 @@
 
 | tile op | instructions |
 |---|---|
-| tile.dma | dma.load / dma.store (contiguous run n0, up to two strided dims; more: split) |
+| tile.dma | dma.load / dma.store (contiguous run n0, up to two strided dims; more: one transfer per outer index, the long outer dims in hardware loops beyond MAX_DMA_SPLIT transfers) |
 | tile.matmul | mx.loadw (skipped when the same weight tile is still loaded) + mx.matmul |
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
+| tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
 | tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
 
@@ -15,7 +16,6 @@ and hands every instruction to `CodeGenerator.emit`, which synchronises it.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 ISA_DTYPE = {"i8": isa.DTYPE_CODE["int8"], "i32": isa.DTYPE_CODE["int32"],
              "f32": isa.DTYPE_CODE["fp32"], "bf16": isa.DTYPE_CODE["bf16"]}
 MAX_DMA_RUN = (1 << 20) - 1  # the longest contiguous run (n0) of one DMA
-MAX_DMA_SPLIT = 256  # transfers one tile.dma may be split into
+MAX_DMA_SPLIT = 256  # straight-line transfers one tile.dma may be split into (more: long dims loop)
 
 
 @dataclass
@@ -139,37 +139,91 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
     inner = dims[-2:] if len(dims) >= 2 else dims
     n1, ds1, ls1 = inner[-1] if inner else (1, 0, 0)
     n2, ds2, ls2 = inner[0] if len(inner) == 2 else (1, 0, 0)
-    transfers = list(itertools.product(*[range(n) for n, _, _ in outer]))
-    if len(transfers) > MAX_DMA_SPLIT:
-        raise fail(op, f"the DMA box needs {len(transfers)} transfers (more than 3 strided dims)")
+    looped = _looped_dims(outer, codegen.hw.scalar.loop_depth - len(codegen.cursor.loops))
+    transfers = math.prod(3 if i in looped else n for i, (n, _, _) in enumerate(outer))
+    if transfers > MAX_DMA_SPLIT:
+        raise fail(op, f"the DMA box {list(box)} needs {transfers} transfers: more strided dims than "
+                   f"the hardware loops left in this nest can step (scalar.loop_depth = "
+                   f"{codegen.hw.scalar.loop_depth})")
     name, engine = ("dma.load", "dma_load") if load else ("dma.store", "dma_store")
     local = dst if load else src
     full = (codegen.double_buffering.full_semaphore_of.get(dst.rotating_alloc)  # type: ignore[arg-type]
             if op in codegen.double_buffering.early_loads else None)
 
-    def hull(address: Address, stride1: int, stride2: int) -> tuple[int, int]:
-        return (address.low + min(0, (n1 - 1) * stride1) + min(0, (n2 - 1) * stride2),
-                address.high + max(0, (n1 - 1) * stride1) + max(0, (n2 - 1) * stride2) + run)
-
-    for k, transfer in enumerate(transfers):
-        dram_offset = sum(i * ds for i, (_, ds, _) in zip(transfer, outer))
-        local_offset = sum(i * ls for i, (_, _, ls) in zip(transfer, outer))
-        dram = codegen.resolve(dram_address + AffineIndex(dram_offset, {}))
-        local_at = codegen.resolve(local_address + AffineIndex(local_offset, {}))
+    def transfer(dram: Address, local_at: Address, first_part: bool, last_part: bool) -> None:
+        """One DMA of the two inner strided dims at these addresses."""
         dram_register = codegen.registers.register_for(dram.register_key)
         local_register = codegen.registers.register_for(local_at.register_key)
-        dram_low, dram_high = hull(dram, ds1, ds2)
-        local_low, local_high = hull(local_at, ls1, ls2)
+        dram_low, dram_high = _hull(dram, n1, ds1, n2, ds2, run)
+        local_low, local_high = _hull(local_at, n1, ls1, n2, ls2, run)
         fields = dict(dram_base=dram_register, dram=dram.immediate, local_base=local_register,
                       local=local_at.immediate, n0=run, n1=n1, n2=n2, ds1=ds1, ds2=ds2, ls1=ls1,
                       ls2=ls2)
         accesses = [AccessRequest("dram", dram_low, dram_high, not load, None),
                     AccessRequest("local", local_low, local_high, load,
                                   codegen.double_buffering.slot(local))]
-        last = k == len(transfers) - 1
-        inst = codegen.emit(op, name, engine, fields, accesses, first_part=k == 0, last_part=last)
-        if full is not None and last:  # a split load signals the loop's full semaphore once
+        inst = codegen.emit(op, name, engine, fields, accesses, first_part=first_part, last_part=last_part)
+        if full is not None and last_part:  # a split load signals the loop's full semaphore once
             codegen.tracker.add_signal(inst, full)
+
+    def level(i: int, dram: Address, local_at: Address, first_part: bool, last_part: bool) -> None:
+        """The transfers of outer dims i.. : a looped dim runs its first and last index
+        straight-line around a hardware loop over the others (so the op's first and last
+        instruction, which take and release its tokens, are outside the loop)."""
+        if i == len(outer):
+            transfer(dram, local_at, first_part, last_part)
+            return
+        n, ds, ls = outer[i]
+        if i not in looped:
+            for k in range(n):
+                level(i + 1, _shifted(dram, k * ds), _shifted(local_at, k * ls),
+                      first_part and k == 0, last_part and k == n - 1)
+            return
+        level(i + 1, dram, local_at, first_part, False)
+        loop, outer_block = codegen.open_loop(n - 2)
+        level(i + 1, _stepped(dram, loop, ds), _stepped(local_at, loop, ls), False, False)
+        codegen.close_loop(loop, outer_block, op)
+        level(i + 1, _shifted(dram, (n - 1) * ds), _shifted(local_at, (n - 1) * ls), False, last_part)
+
+    level(0, codegen.resolve(dram_address), codegen.resolve(local_address), True, True)
+
+
+MIN_LOOPED_DIM = 4  # an outer DMA dim this long may run in a hardware loop (its middle n - 2 indices)
+
+
+def _looped_dims(outer: list[tuple[int, int, int]], loops_left: int) -> set[int]:
+    """The outer dims of a split DMA that run in hardware loops: none while the transfers fit
+    MAX_DMA_SPLIT straight-line DMAs (a loop costs two address registers, which deep kernel
+    nests may not have), else the longest ones until they do or the loop nest is full."""
+    def straight_line(looped: set[int]) -> int:
+        return math.prod(3 if i in looped else n for i, (n, _, _) in enumerate(outer))
+
+    candidates = sorted((i for i, (n, _, _) in enumerate(outer) if n >= MIN_LOOPED_DIM),
+                        key=lambda i: -outer[i][0])
+    looped: set[int] = set()
+    for i in candidates:
+        if straight_line(looped) <= MAX_DMA_SPLIT or len(looped) >= loops_left:
+            break
+        looped.add(i)
+    return looped
+
+
+def _hull(address: Address, n1: int, stride1: int, n2: int, stride2: int, run: int) -> tuple[int, int]:
+    """The bytes a DMA touches on one side: every iteration of the address's loops, two strided dims."""
+    return (address.low + min(0, (n1 - 1) * stride1) + min(0, (n2 - 1) * stride2),
+            address.high + max(0, (n1 - 1) * stride1) + max(0, (n2 - 1) * stride2) + run)
+
+
+def _shifted(address: Address, offset: int) -> Address:
+    return Address(address.register_key, address.immediate + offset, address.low + offset,
+                   address.high + offset)
+
+
+def _stepped(address: Address, loop, stride: int) -> Address:
+    """The address of indices 1 .. loop.count of a dim with this stride, stepped by `loop`."""
+    span = stride * (loop.count - 1)
+    return Address(address.register_key + ((loop, stride),), address.immediate + stride,
+                   address.low + stride + min(0, span), address.high + stride + max(0, span))
 
 
 # ------------------------------------------------------------------ tile.matmul
@@ -281,6 +335,33 @@ def select_fill(codegen: CodeGenerator, op: t.FillOp) -> None:
                  accesses, first_part=False)
 
 
+# ------------------------------------------------------------------ tile.dequant
+def select_dequant(codegen: CodeGenerator, op: t.DequantOp) -> None:
+    """vec.dequant: the codes and scales boxes of the tile op (op.boxes(), in elements of
+    their memrefs) are the instruction's codes and scale tiles."""
+    rows, cols = op.rows.value.data, op.cols.value.data
+    dst, codes, scales = (codegen.buffers[v] for v in (op.dst, op.codes, op.scales))
+    fmt, axis = op.isa_codes()
+    (code_rows, code_cols), (scale_rows, scale_cols) = op.boxes()
+
+    def operand(buffer: TileBuffer, indices, box_rows: int, box_cols: int) -> Operand:
+        stride = buffer.shape[1] * buffer.element_bytes
+        return _operand(codegen, buffer, codegen.tile_address(buffer, indices, op), box_rows, stride,
+                        box_cols * buffer.element_bytes)
+
+    d = operand(dst, op.dst_indices, rows, cols)
+    q = operand(codes, op.codes_indices, code_rows, code_cols)
+    s = operand(scales, op.scales_indices, scale_rows, scale_cols)
+    fields = dict(dst_base=d.register, dst=d.immediate, q_base=q.register, q=q.immediate,
+                  s_base=s.register, s=s.immediate, rows=rows, cols=cols,
+                  dstride=dst.shape[1] * dst.element_bytes, qstride=codes.shape[1] * codes.element_bytes,
+                  sstride=scales.shape[1] * scales.element_bytes, dt=ISA_DTYPE[dst.element], fmt=fmt,
+                  blocks=axis)
+    slot = codegen.double_buffering.slot
+    codegen.emit(op, "vec.dequant", "vector", fields,
+                 [q.access(False, slot(codes)), s.access(False, slot(scales)), d.access(True, slot(dst))])
+
+
 # ------------------------------------------------------------------ tile.gather_rows
 def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     """dst[d0 + k, d1:d1+cols] = table[idx[i0 + k], c0:c0+cols]: per row the front end
@@ -360,4 +441,5 @@ SELECTION: dict[type[Operation], Callable] = {
     t.VectorOp: select_vector,
     t.FillOp: select_fill,
     t.GatherRowsOp: select_gather_rows,
+    t.DequantOp: select_dequant,
 }

@@ -2,10 +2,12 @@
 // RUN: infer-opt %s -p 'graph-to-tile{target=server}' | filecheck %s --check-prefix=SERVER
 // RUN: infer-opt %s -p 'graph-to-tile{target=edge debug-tiling=true}' -o /dev/null 2>&1 | filecheck %s --check-prefix=DEBUG
 
-// conv 3x3 pad 1 + residual add (fused by graph-to-tile as the epilogue): the
-// input is copied into a zero-bordered DRAM buffer once, then per output tile
-// the kh x kw taps load shifted windows (one 3-D DMA each) that become the
-// stationary operand, the weight block [O, C] per tap streams through the array.
+// conv 3x3 pad 1 + residual add (fused by graph-to-tile as the epilogue), lowered as an
+// implicit GEMM: the padded input is prepared once in DRAM as bf16 planes (hi/lo halves for
+// the fp32 emulation), rows of padded width so that one window in the scratchpad serves
+// every tap (a tap is an offset into it). The cost model picks the orientation per target:
+// on edge the window is the stationary operand (pixel-major planes [N, phases, Hq, Wq, C]),
+// output channels stream; on server, im2col of the whole image with the weights stationary.
 
 func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> tensor<1x64x28x28xf32> {
   %w = graph.constant dense<0.01> : tensor<64x64x3x3xf32>
@@ -14,26 +16,37 @@ func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> ten
   func.return %s : tensor<1x64x28x28xf32>
 }
 
-// EDGE:      tile.weight @kernel0.weight.packed_hi : memref<576x64xbf16, "dram">
-// EDGE:      %[[XP:.*]] = tile.alloc : memref<64x30x30xf32, "dram">
-// EDGE:      tile.fill {{.*}} value = 0.000000e+00
+// EDGE-DAG:  tile.weight @kernel0.weight.packed_t_hi : memref<2304x16xbf16, "dram">
+// EDGE-DAG:  tile.weight @kernel0.weight.packed_t_lo : memref<2304x16xbf16, "dram">
+// EDGE-DAG:  tile.alloc {buffers = 2 : i64} : memref<570x16xbf16, "spad">
+// EDGE-DAG:  tile.alloc : memref<480x16xf32, "acc">
+// EDGE-DAG:  %[[PLANES:.*]] = tile.alloc : memref<1x1x31x30x64xbf16, "dram">
+// EDGE:      tile.dma {{.*}}, %{{.*}}[{{.*}}] {shape = array<i64: 3, 28, 64>}
 // EDGE:      scf.for
-// EDGE:        tile.dma {{.*}}, %[[XP]][{{.*}}] {shape = array<i64: {{[0-9]+}}, 28, 28>}
-// EDGE:      scf.for
-// EDGE-NEXT:     tile.fill {{.*}} {rows = 64 : i64, cols = 112 : i64
+// EDGE:        tile.fill {{.*}} {rows = 480 : i64, cols = 16 : i64, value = 0.000000e+00 : f32}
+// EDGE-NEXT:   scf.for
+// EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
+// EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
+// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
+// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
 // EDGE-NEXT:     scf.for
 // EDGE-NEXT:       scf.for
-// EDGE-NEXT:         scf.for
-// EDGE:                tile.dma %[[XP]][{{.*}}] {shape = array<i64: 16, 4, 28>}
-// EDGE-NEXT:           tile.vector "copy"
-// EDGE-NEXT:           tile.vector "sub"
-// EDGE-NEXT:           tile.vector "copy"
-// EDGE:                tile.dma {{.*}} {shape = array<i64: 64, 16>}
-// EDGE:                tile.matmul {{.*}} {m = 64 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}
-// EDGE:          tile.dma {{.*}} {shape = array<i64: 64, 112>}
-// EDGE-NEXT:     tile.vector "add" {{.*}} bmode = "tile"
+// EDGE:              tile.matmul {{.*}} {m = 480 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}
+// EDGE-NEXT:         tile.matmul
+// EDGE-NEXT:         tile.matmul
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 16, 16, 28>} : memref<64x28x28xf32, "dram">, memref<16x16x30xf32, "spad">
+// EDGE-NEXT:   tile.vector "add" {{.*}} bmode = "tile"
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 16, 16, 28>} : memref<16x16x30xf32, "spad">, memref<64x28x28xf32, "dram">
+// the last 12 output rows: their own buffers
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 16, 12, 28>} : memref<16x12x30xf32, "spad">, memref<64x28x28xf32, "dram">
 
-// SERVER:      tile.dma %[[XP:.*]][{{.*}}] {shape = array<i64: 64, {{[0-9]+}}, 28>}
-// SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64, accumulate = true}
+// SERVER-DAG:  tile.weight @kernel0.weight.packed_hi : memref<64x576xbf16, "dram">
+// SERVER-DAG:  tile.weight @kernel0.weight.packed_lo : memref<64x576xbf16, "dram">
+// SERVER:      tile.dma {{.*}} {shape = array<i64: 64, 930>} : memref<64x930xbf16, "dram">, memref<64x930xbf16, "spad">
+// SERVER:      scf.for
+// SERVER:        tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 840 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
+// SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 128 : i64, n = 128 : i64} : memref<64x576xbf16, "spad">, memref<576x840xbf16, "spad">, memref<64x840xf32, "acc">
+// SERVER:      tile.vector "add" {{.*}} {rows = 64 : i64, cols = 840 : i64, bmode = "tile"}
+// SERVER:      tile.dma {{.*}} {tile.roofline = {macs = 28901376 : i64, {{.*}}class = "conv2d"}, shape = array<i64: 64, 28, 28>}
 
-// DEBUG: [graph-to-tile] kernel0: conv2d O=64 P=28x28 C=64 taps=3x3 batch=1 tiles TMxTNxTK = 64x112x16
+// DEBUG: [graph-to-tile] kernel0: conv2d O=64 P=28x28 C=64 taps=3x3 batch=1 tiles channels TO=16 TOH=16 TC=16 outer=o

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.gguf_models import write_llama_gguf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -179,3 +180,23 @@ def minilm_batch(minilm_st):
     feeds = {k: tok[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
     ref = minilm_st.encode(SENTENCES, convert_to_numpy=True)
     return feeds, ref
+
+
+# --------------------------------------------------------------------------
+# Tiny Llama GGUF files (test/unit/helpers/gguf_models.py)
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def llama_gguf(tmp_path_factory):
+    """llama_gguf(qtype, **options) -> path of a tiny Llama GGUF (cached per session)."""
+    cache: dict = {}
+
+    def get(qtype: str = "Q4_1", **options) -> Path:
+        key = (qtype, tuple(sorted(options.items())))
+        if key not in cache:
+            folder = tmp_path_factory.mktemp(f"gguf_{qtype.lower()}")
+            cache[key] = write_llama_gguf(folder / "model.gguf", qtype, **options)
+        return cache[key]
+
+    return get

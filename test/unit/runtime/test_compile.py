@@ -93,3 +93,26 @@ def test_cli_compile_and_run_check(mlp, tmp_path, capsys):
     assert main(["run", str(out), "--check"]) == 0
     text = capsys.readouterr().out
     assert "y: float32 4x10" in text and "cycles" in text and "SQNR" in text and "OK" in text
+
+
+def test_cli_compile_timing_report_and_quiet(mlp, exe, tmp_path, capsys):
+    """--timing: a row per pass of compile-npu (named pipelines with their stages, in order) and
+    per phase around it, wall and CPU time; timing it changes nothing in the program. --quiet
+    (compile and run): no progress lines on stderr."""
+    from infer.passes.pipelines_npu import CompileNpuPass
+
+    out = tmp_path / "m.npu"
+    assert main(["compile", str(mlp), "-t", "edge", "-o", str(out), "--timing", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    report = err[err.index("Pass execution timing report"):]
+    assert err.startswith("===") and "pass tile-to-npu" not in err and "wrote" not in err
+    assert "User Time (CPU)" in report and "Wall Time" in report
+    names = [line.split("%)")[-1].strip() for line in report.splitlines() if "%)" in line]
+    stages = [p.name for p in CompileNpuPass(target="edge").flatten()]
+    assert names[0] == "import" and names[1] == "compile-npu" and names[-1] == "Total"
+    assert [n for n in names if n in stages] == stages  # every stage, in pipeline order
+    assert {"graph-prepare-tiling", "graph-optimize", "packaging", "graph reference IR"} <= set(names)
+    assert infer.load(out).artifact.program == exe.artifact.program
+    assert main(["run", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert " s] " not in err and "running" not in err  # (the random-inputs note stays)

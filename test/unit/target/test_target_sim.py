@@ -219,6 +219,25 @@ def test_vector_ops_match_numpy():
                                   x.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
+def test_log_and_comparisons():
+    x = np.array([[1.0, 0.5, 0.0, -1.0, np.inf, np.nan, 2.0, -0.0]], np.float32)
+    y = np.array([[1.0, 1.5, -0.0, -2.0, np.inf, np.nan, np.nan, 0.0]], np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(vec_run("log", x), np.log(x))
+    # 1 where the comparison holds, 0 elsewhere (NaN compares false; -0 == +0)
+    np.testing.assert_array_equal(vec_run("eq", x, y), (x == y).astype(np.float32))
+    np.testing.assert_array_equal(vec_run("lt", x, y), (x < y).astype(np.float32))
+    np.testing.assert_array_equal(vec_run("le", x, y), (x <= y).astype(np.float32))
+    np.testing.assert_array_equal(vec_run("lt", x, None, "imm", imm=0.5), (x < 0.5).astype(np.float32))
+    c = np.array([[0.5]], np.float32)
+    np.testing.assert_array_equal(vec_run("le", x, c, "col"), (x <= 0.5).astype(np.float32))
+    # integers compare exactly
+    a = np.array([[2**31 - 1, -5, 7]], np.int64)
+    b = np.array([[2**31 - 2, -5, 8]], np.int64)
+    assert vec_run("lt", a, b, dt="int32", at="int32").tolist() == [[0, 0, 1]]
+    assert vec_run("eq", a, b, dt="int32", at="int32").tolist() == [[0, 1, 0]]
+
+
 def test_int_ops_saturate_and_requant():
     a = np.array([[2**31 - 10, -(2**31) + 5, 100, -7]], np.int64)
     out = vec_run("add", a, np.array([[100, -100, 1, 1]]), dt="int32", at="int32")

@@ -178,8 +178,24 @@ def test_cnn_after_fold_batch_norm_and_fuse(target):
     assert "graph." not in str(r.module).replace("graph.name", "").replace("graph.weights", "")
 
 
+def test_conv_residual_with_short_last_row_tile():
+    """64 channels 28x28, 3x3 pad 1 and a fused residual add: edge tiles the 28 output rows
+    as 16 + 12, and the short last row tile stores from its own, smaller buffers."""
+    m = module("""
+func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> tensor<1x64x28x28xf32> {
+  %w = graph.weight @w : tensor<64x64x3x3xf32>
+  %y = graph.conv2d %x, %w {padding = array<i64: 1, 1, 1, 1>} : (tensor<1x64x28x28xf32>, tensor<64x64x3x3xf32>) -> tensor<1x64x28x28xf32>
+  %s = graph.add %y, %res : (tensor<1x64x28x28xf32>, tensor<1x64x28x28xf32>) -> tensor<1x64x28x28xf32>
+  func.return %s : tensor<1x64x28x28xf32>
+}
+""", {"w": RNG.standard_normal((64, 64, 3, 3)) * 0.05})
+    check(m, "edge", "fp32")
+
+
 def test_resnet_sized_conv_is_compact():
-    """A ResNet-50 stage conv (256 -> 64 channels, 3x3, 56x56) lowers to a few ops per loop body."""
+    """A ResNet-50 stage conv (256 -> 64 channels, 3x3, 56x56) lowers to a few ops per loop body
+    (the kernel and the nest that prepares its padded input planes: the size does not grow with
+    the problem)."""
     m = module("""
 func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
   %w = graph.weight @w : tensor<64x256x3x3xf32>
@@ -196,7 +212,7 @@ func.func @main(%x: tensor<1x256x56x56xf32>) -> tensor<1x64x56x56xf32> {
         GraphToTilePass(target=target).apply(CTX, mm)
         verify_module(mm)
         n_ops = sum(1 for _ in mm.walk())
-        assert n_ops < 150, (target, n_ops)
+        assert n_ops < 250, (target, n_ops)
 
 
 BLOCK = """
@@ -260,3 +276,50 @@ def test_transformer_block_after_fuse(target):
     tol = TOL["fp32"]
     check_pass_preserves_semantics(module(BLOCK, BLOCK_W), f"graph-fuse,graph-to-tile{{target={target}}}",
                                    rtol=tol, atol=tol)
+
+
+def test_vector_box_wider_than_one_instruction_is_split():
+    """A vector op or fill over more columns than the ISA's 16-bit `cols` field encodes becomes
+    several instructions whose boxes tile the original one; a row-broadcast operand moves
+    with the column chunks only."""
+    from xdsl.dialects.builtin import f32
+    from xdsl.ir import Block
+
+    from infer.dialects import tile as t
+    from infer.passes.graph_to_tile.builder import Emitter
+
+    cols = 70000
+    block = Block(arg_types=[t.memref((2, cols), f32, "spad"), t.memref((1, cols), f32, "spad")])
+    em = Emitter(block)
+    x, row = block.args
+    em.vec("add", x, [0, 0], x, [0, 0], 2, cols, row, [0, 0], bmode="row")
+    em.fill(x, [0, 0], 2, cols, 0.0)
+
+    def static(indices) -> list[int]:
+        return [v.owner.value.value.data for v in indices]
+
+    vecs = [o for o in block.ops if isinstance(o, t.VectorOp)]
+    fills = [o for o in block.ops if isinstance(o, t.FillOp)]
+    assert [(static(o.dst_indices), static(o.b_indices), o.cols.value.data) for o in vecs] == [
+        ([0, 0], [0, 0], 65535), ([0, 65535], [0, 65535], cols - 65535)]
+    assert [o.rows.value.data for o in vecs] == [2, 2]
+    assert sum(o.cols.value.data for o in fills) == cols
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_strided_max_pool_reads_whole_rows(target):
+    """A 3x3 stride-2 padded max pool reads its taps from the input's stride-phase planes: no
+    window DMA steps over columns (one element per DRAM burst), and the result matches."""
+    m = module("""
+func.func @main(%x: tensor<1x8x18x18xf32>) -> tensor<1x8x9x9xf32> {
+  %o = graph.max_pool2d %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x8x18x18xf32>) -> tensor<1x8x9x9xf32>
+  func.return %o : tensor<1x8x9x9xf32>
+}
+""")
+    check(m.clone(), target, "fp32")
+    GraphToTilePass(target=target).apply(CTX, m)
+    from infer.dialects import tile as t
+
+    dmas = [o for o in m.walk() if isinstance(o, t.DmaOp)]
+    assert dmas and all("src_steps" not in o.properties or list(o.properties["src_steps"].get_values())[-1] == 1
+                        for o in dmas)

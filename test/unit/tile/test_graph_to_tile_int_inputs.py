@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infer.dialects.ir_io import IRError, make_context, parse_ir, verify_module
+from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import GraphToTilePass
 
@@ -77,15 +77,3 @@ def test_i64_attention_mask(target, precision):
     qkv = [RNG.standard_normal(s).astype(np.float32) for s in ((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8))]
     r = check(m, target, precision, [*qkv, mask])
     assert 'tile.host_dtype = "i64"' in str(r)
-
-
-def test_i1_cast_used_otherwise_is_refused():
-    m = module("""func.func @main(%x: tensor<4xf32>, %i: tensor<4xi64>) -> tensor<4xf32> {
-  %b = graph.cast %i : (tensor<4xi64>) -> tensor<4xi1>
-  %z = graph.constant dense<0.0> : tensor<4xf32>
-  %a = graph.where %b, %x, %z : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-  func.return %a : tensor<4xf32>
-}
-""")
-    with pytest.raises(IRError, match=r"only f32 tensor arguments .* attention masks\), got tensor<4xi64>"):
-        GraphToTilePass().apply(CTX, m)

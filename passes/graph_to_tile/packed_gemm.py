@@ -1,0 +1,276 @@
+"""graph.linear / graph.matmul whose weight is `graph.dequantize_blocks` of a `graph.weight`:
+the blocks stay packed in DRAM and are expanded on chip next to the matrix unit.
+
+The pattern (docs/gguf.md): `linear(x, dequantize_blocks(W))` with W the GGUF bytes of an
+[N, K] matrix (blocks of 32 along K), or `matmul(x, dequantize_blocks(W)) {transpose_b}`,
+the same product. The product needs W^T (k x n tiles for `mx.loadw`), whose blocks run down
+the columns: `infer.target.qblocks.split_blocks(raw, fmt, N, K, "col")` turns the GGUF bytes
+into a codes plane and a scales plane at compile time (a byte permutation: q4_1 stays 5 bits
+per weight), cut here into tile-major order [N/TN][K/32 rows of the tile][TN] so that each
+tile's codes and scales are one contiguous DMA each. Both planes are new weights of the
+module's weight store (ui8 / i8 codes, f16 scales); the dense weight is never materialised.
+
+Loop nest as gemm.py's (m -> n -> k): per n tile one DMA brings the scales of its whole k
+extent; per k step the activation tile and the codes tile are DMAd first (so tile-to-npu
+software-pipelines them one iteration ahead: docs/codegen.md), the activations are split to
+bf16, `tile.dequant` expands the codes into the bf16 weight tile (bf16 precision) or into an
+f32 tile that is split into hi/lo (fp32 emulation), and `matrix_unit.emit_tile_product`
+feeds the array. The expanded values are exactly those of the graph interpreter's
+`dequantize_blocks` (then rounded to bf16 once, as for any weight), so the tile program
+agrees with the graph within the usual bf16/fp32 tolerance and with the simulator bit for bit.
+
+Tile sizes: tiling_cost.choose_gemm with this kernel's footprint and TK a multiple of the
+block that divides K (no remainder k tile, whose use outside the k loop would stop the buffer
+rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_exposed_latencies`).
+The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
+weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
+
+Anything else (a matmul without transpose_b, batched weights, a packed tensor that is not a
+weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, f16, f32, i8, i64
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects import tile as t
+from infer.dialects.block_quant import block_format
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import gemm
+from infer.passes.graph_to_tile.builder import Index, tile_extents
+from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.target import isa
+from infer.target.qblocks import split_blocks
+
+ui8 = IntegerType(8, Signedness.UNSIGNED)
+QBLOCK = isa.QBLOCK
+#: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
+WEIGHT_DEPTH = 2
+
+
+def packed_weight_of(op: Operation) -> tuple[g.DequantizeBlocksOp, g.WeightOp] | None:
+    """(dequantize_blocks, packed weight) when `op` multiplies by a 2-D packed GGUF weight in
+    the x @ W^T form, else None."""
+    if isinstance(op, g.LinearOp):
+        weight = op.weight
+    elif isinstance(op, g.MatmulOp) and op.transpose_b.value.data and not op.transpose_a.value.data:
+        weight = op.rhs
+        if len(shape_of(op.lhs)) < 2:
+            return None
+    else:
+        return None
+    dq = _outside_kernel(weight).owner
+    if not isinstance(dq, g.DequantizeBlocksOp) or len(shape_of(weight)) != 2:
+        return None
+    packed = dq.input.owner
+    if not isinstance(packed, g.WeightOp):
+        return None
+    return dq, packed
+
+
+def _outside_kernel(value: SSAValue) -> SSAValue:
+    """The value a graph.kernel region's block argument stands for (graph-fuse wraps the
+    matmul in a kernel whose inputs are its operands), or `value` itself."""
+    if isinstance(value, BlockArgument):
+        kernel = value.block.parent_op()
+        if isinstance(kernel, g.KernelOp):
+            return kernel.inputs[value.index]
+    return value
+
+
+def lower_gemm_or_packed(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation],
+                         result: SSAValue) -> None:
+    """The lowering table's entry for linear and matmul: packed GGUF weights here, the rest
+    by gemm.lower_gemm."""
+    found = packed_weight_of(op)
+    if found is None:
+        gemm.lower_gemm(ctx, op, epilogue, result)
+    else:
+        lower_packed_gemm(ctx, op, epilogue, result, *found)
+
+
+def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N: int, K: int,
+                   TN: int, Kp: int) -> tuple[SSAValue, SSAValue]:
+    """The codes and scales planes of W^T in tile-major order, as tile.weights: codes
+    [N/TN * Kp/2 (q8_0: Kp)][TN] ui8/i8, scales [N/TN * Kp/32][TN * entry / 2] f16 (zero
+    padding past N and K: zero codes and scales, which expand to zeros the tiles never use)."""
+    codes, scales = split_blocks(raw, fmt, N, K, "col")  # (K/2 or K) x N, K/32 x N*entry bytes
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt])
+    Np = -(-N // TN) * TN
+    tiles = Np // TN
+
+    def tile_major(plane: np.ndarray, rows: int, width: int) -> np.ndarray:
+        padded = np.zeros((rows, Np * width), np.uint8)
+        padded[: plane.shape[0], : plane.shape[1]] = plane.view(np.uint8)
+        return np.ascontiguousarray(padded.reshape(rows, tiles, TN * width).transpose(1, 0, 2)
+                                    .reshape(tiles * rows, TN * width))
+
+    codes_tm = tile_major(codes, Kp * codes.shape[0] // K, 1)
+    scales_tm = tile_major(scales, Kp // QBLOCK, entry).view(np.float16)
+    code_elem = i8 if fmt == "q8_0" else ui8
+    if fmt == "q8_0":
+        codes_tm = codes_tm.view(np.int8)
+    out = []
+    for suffix, data, elem in ((".codes", codes_tm, code_elem), (".scales", scales_tm, f16)):
+        name = ctx.store.add(hint + suffix, data)
+        out.append(ctx.emitter.hoist(t.WeightOp(name, t.memref(data.shape, elem, "dram"))).results[0])
+    return out[0], out[1]
+
+
+def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
+                      dq: g.DequantizeBlocksOp, packed: g.WeightOp) -> None:
+    em, hw = ctx.emitter, ctx.hw
+    fmt_name = dq.block_format.data
+    fmt = block_format(fmt_name)
+    N, K = shape_of(dq.output)
+    if isinstance(op, g.LinearOp):
+        x, bias = op.input, op.bias
+    else:
+        assert isinstance(op, g.MatmulOp)
+        x, bias = op.lhs, None
+    x_shape = shape_of(x)
+    M = num_elements(x_shape[:-1])
+    out_shape = shape_of(result)
+    out2 = em.view(ctx.output_buffer(result), (M, N))
+    xv = em.view(ctx.buffer(x), (M, K))
+    frame_groups = ((), tuple(out_shape[:-1]), (N,))
+    name = ctx.kernel_name()
+    copies = ctx.bf16_copies
+    code_bytes = fmt.bits / 8  # per weight
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
+
+    def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
+        # x staging f32 + bf16 hi(/lo), double buffered; codes and scales rings; the expanded
+        # weight bf16 hi(/lo) double buffered (+ an f32 expansion tile for fp32 emulation)
+        spad = 2 * tm * tk * (4 + 2 * copies)
+        spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
+        spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
+        spad += (2 * tn * 4 if bias is not None else 0)
+        spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
+        return spad, 2 * tm * tn * 4
+
+    produced = {r for e in epilogue for r in e.results}
+    spec = tiling_cost.GemmSpec(
+        lhs_bytes=4, lhs_split=True, rhs_bytes=code_bytes + entry / QBLOCK, rhs_split=copies == 2,  # type: ignore[arg-type]
+        passes=ctx.matmul_passes, batch=1,
+        epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0),
+        epi_tiles=sum(1 for e in epilogue for v in e.operands
+                      if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
+        footprint=footprint)
+    # k tiles: whole blocks that divide K, so the k loop has no remainder tile after it (a use
+    # outside the loop would stop tile-to-npu from rotating the weight buffers on it)
+    tk_cands = [c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0]
+    choice = tiling_cost.choose_gemm(hw, M, N, K, spec, tk_cands=tk_cands,
+                                     override=ctx.override(name, 3))
+    if not choice.overridden:
+        cost_model_tiles = choice.tiles
+        choice = _fewer_exposed_latencies(hw, M, N, K, choice)
+        if choice.tiles != cost_model_tiles:
+            ctx.debug(f"[graph-to-tile] {name}:   packed weights: {'x'.join(map(str, choice.tiles))} instead of "
+                      f"{'x'.join(map(str, cost_model_tiles))} (one DRAM latency per weight tile counted)")
+    TM, TN, TK = choice.tiles
+    if TK % QBLOCK:
+        raise error(op, f"{name}: the k tile {TK} of a {fmt_name} weight must be a multiple of {QBLOCK}")
+    ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1] + f" ({fmt_name} packed)",
+                                          f"M={M} N={N} K={K}", choice))
+    Kp = -(-K // TK) * TK
+    codes_w, scales_w = _plane_weights(ctx, packed.weight_key, np.asarray(ctx.store.get(packed.weight_key)),
+                                       fmt_name, N, K, TN, Kp)
+    code_rows = TK * fmt.bits // 8  # codes-plane rows of one k tile
+    code_rows_p = Kp * fmt.bits // 8
+    bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    # local buffers
+    x_staging = em.alloc((TM, TK), f32, "spad", 2)
+    x_tile = alloc_bf16_tile(ctx, TM, TK)
+    codes_tile = em.alloc((code_rows, TN), i8 if fmt_name == "q8_0" else ui8, "spad", WEIGHT_DEPTH)
+    scales_strip = em.alloc((Kp // QBLOCK, TN * entry // 2), f16, "spad", 2)
+    w_tile = alloc_bf16_tile(ctx, TK, TN)
+    w_expanded = em.alloc((TK, TN), f32, "spad", 2) if copies == 2 else None
+    acc = em.alloc((TM, TN), f32, "acc", 2)
+    bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
+    z = [0, 0]
+
+    def tile_body(m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        # the scales of the whole k extent of this n tile: one DMA, issued an n tile ahead
+        em.dma(scales_w, [em.mul(n_tile, Kp // QBLOCK), 0], scales_strip, z, [K // QBLOCK, tn * entry // 2])
+        em.fill(acc, z, tm, tn, 0.0)
+
+        def k_step(k_tile: Index, k0: Index, tk: int) -> None:
+            # loads first, each with its own first consumer: tile-to-npu software-pipelines
+            # them (issued one iteration ahead; docs/codegen.md)
+            em.dma(xv, [m0, k0], x_staging, z, [tm, tk])
+            # the k loop counts tiles, so the codes row is affine in it
+            code_row = em.add(em.mul(n_tile, code_rows_p), em.mul(k_tile, code_rows))
+            em.dma(codes_w, [code_row, 0], codes_tile, z, [tk * fmt.bits // 8, tn])
+            split_on_chip(em, x_staging, x_tile, tm, tk)
+            target = w_expanded if w_expanded is not None else w_tile.hi
+            _dequant(em, target, codes_tile, [0, 0], scales_strip, [em.mul(k_tile, TK // QBLOCK), 0], tk, tn,
+                     fmt_name)
+            if w_expanded is not None:
+                split_on_chip(em, w_expanded, w_tile, tk, tn)
+            emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
+
+        full_k, rem_k = divmod(K, TK)
+        if full_k == 1:
+            k_step(0, 0, TK)
+        elif full_k > 1:
+            em.loop(0, full_k, 1, lambda j: k_step(j, em.mul(j, TK), TK))
+        if rem_k:
+            k_step(full_k, full_k * TK, rem_k)
+        if bias_row is not None and bias_tile is not None:
+            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+            em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
+        frame = TileFrame(*frame_groups, 0, m0, n0, tm, tn)
+        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+        em.dma(tile, z, out2, [m0, n0], [tm, tn])
+
+    def over_n(m0: Index, tm: int) -> None:
+        full, rem = divmod(N, TN)
+        if full == 1:
+            tile_body(m0, tm, 0, 0, TN)
+        elif full > 1:
+            em.loop(0, full, 1, lambda j: tile_body(m0, tm, j, em.mul(j, TN), TN))
+        if rem:
+            tile_body(m0, tm, full, full * TN, rem)
+
+    em.tiles(M, TM, over_n)
+
+
+def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Choice) -> tiling_cost.Choice:
+    """Re-rank the fitting candidates by estimated cycles plus one DRAM latency per weight tile.
+
+    The cost model counts bandwidth, not latency. Here each weight tile is a chain DMA ->
+    vec.dequant -> mx.loadw, and with two-deep rings only one tile is in flight ahead, so a
+    small-M GEMV pays about one DRAM latency per tile (measured on a 576x1536 q4_1 GEMV on
+    server: 7188 cycles in 18 k tiles, 3641 in one); few large tiles win there. Ties and
+    loop-depth ordering stay as the cost model has them."""
+    depth = hw.scalar.loop_depth
+
+    def key(e: tiling_cost.Estimate) -> tuple:
+        tm, tn, tk = e.tiles
+        tiles = -(-M // tm) * -(-N // tn) * -(-K // tk)
+        return (e.loops > depth, e.cycles + tiles * hw.dram.latency_cycles, e.spad + e.acc)
+
+    best = min(choice.candidates, key=key)
+    return tiling_cost.Choice(best.tiles, best, choice.candidates, rejected=choice.rejected)
+
+
+def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
+             scales_at: Sequence[Index], rows: int, cols: int, fmt: str) -> None:
+    """dst[:rows, :cols] = tile.dequant of the codes and scales tiles at the given origins
+    (blocks down the columns)."""
+    z = [em.index_value(0)] * 2
+    em.insert(t.DequantOp.build(
+        operands=[dst, z, codes, [em.index_value(i) for i in codes_at], scales,
+                  [em.index_value(i) for i in scales_at]],
+        properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
+                    "format": StringAttr(fmt), "blocks": StringAttr("col")}))

@@ -1,0 +1,103 @@
+"""Element types on the accelerator: how graph-to-tile holds each graph element type in DRAM,
+and which types each lowering accepts.
+
+The vector unit computes in fp32 (int32, int8 and bf16 only as conversion formats), so every
+graph tensor is held in DRAM as **f32**, whatever its graph element type:
+
+| graph type | held as | exact |
+|---|---|---|
+| f32 | f32 | yes |
+| i1 | 0.0 / 1.0 | yes |
+| i8 .. i64, ui8 .. ui64 | the integer value | while every value stays within +-2^24 (the runtime checks inputs; constants are checked here). Narrow types wrap only at the outputs: an intermediate int8 sum of 100 + 100 is 200, not -56 |
+| f16, bf16 | the value | f16/bf16 ops compute in f32 and round once, at the output (one op: the same result, as f32 has more than twice the bits; chains are more accurate than the reference's per-op rounding); casts to bf16 round on the vector unit |
+| f64 | the value rounded to f32 | only at the boundary: an f64 argument whose every use is a cast to f32/f16/bf16 (the runtime rounds it as the cast would), and casts to f64 (exact widening) |
+
+i32/i64 model inputs that only feed gathers, casts to f32 or attention masks keep integer
+storage (integer_inputs.py). The function signature keeps the graph's dtypes; the runtime
+converts at the boundary (runtime/boundary.py) and the arg/result attribute
+`tile.host_dtype` records the graph type of each argument held otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import element_name_of
+
+FLOATS = frozenset({"f32", "f16", "bf16"})
+"""Float types computed in f32."""
+INTEGERS = frozenset({"i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"})
+BOOL = frozenset({"i1"})
+HELD = FLOATS | INTEGERS | BOOL
+"""Every type held as f32 values (data movement is exact for all of them)."""
+NUMBERS = FLOATS | INTEGERS
+"""Types whose arithmetic (add, sub, mul, max, min, neg, abs, relu) is exact on f32-held values
+(integers: while the values stay within +-2^24)."""
+EXACT_INTEGER_LIMIT = 1 << 24
+"""Integers held as f32 are exact up to this magnitude."""
+HOST_ROUNDED = frozenset({"f32", "f16", "bf16"})
+"""Casts of an f64 argument to these types round as the runtime's f64 -> f32 conversion does
+(f32 has more than twice the bits of f16 and bf16, so rounding twice is rounding once)."""
+
+
+def tensor_element(value: SSAValue) -> str | None:
+    return element_name_of(value) if isinstance(value.type, TensorType) else None
+
+
+def unsupported_types(op: Operation, results: frozenset[str], operands: frozenset[str]) -> list[str]:
+    """The element types of op's results outside `results` and of its operands outside
+    `operands`, in order."""
+    bad = {name for v in op.results if (name := tensor_element(v)) is not None and name not in results}
+    bad |= {name for v in op.operands if (name := tensor_element(v)) is not None and name not in operands}
+    return sorted(bad)
+
+
+def _cast_of(op: Operation) -> g.CastOp | None:
+    """op itself when it is a cast, or the cast of a `graph.kernel` whose region is one cast of
+    its single input (graph-fuse wraps lone casts), else None."""
+    if isinstance(op, g.CastOp):
+        return op
+    if isinstance(op, g.KernelOp) and len(op.inputs) == 1 and len(op.outputs) == 1:
+        inner = [o for o in op.body.block.ops if o is not op.yield_op]
+        if len(inner) == 1 and isinstance(inner[0], g.CastOp) and inner[0].input is op.body.block.args[0]:
+            return inner[0]
+    return None
+
+
+def f64_argument_held(arg: SSAValue) -> bool:
+    """Whether an f64 function argument may be held as f32: its every use is a cast to a type the
+    runtime's rounding to f32 rounds exactly as the cast would (HOST_ROUNDED)."""
+    uses = list(arg.uses)
+    return bool(uses) and all((cast := _cast_of(u.operation)) is not None
+                              and element_name_of(cast.output) in HOST_ROUNDED for u in uses)
+
+
+def f64_result_held(value: SSAValue) -> bool:
+    """Whether an f64 function result may be computed as f32: it is a cast of a held value
+    (widening to f64 is exact)."""
+    cast = _cast_of(value.owner) if isinstance(value.owner, Operation) else None
+    return cast is not None and element_name_of(cast.input) in HELD
+
+
+def held_constant(array: np.ndarray) -> np.ndarray | None:
+    """A compile-time value as the f32 DRAM holds it, or None when it is not exact (an integer
+    beyond +-2^24, an f64 value that f32 cannot represent)."""
+    array = np.asarray(array)
+    if array.dtype.kind in "iu":
+        if array.size and (np.max(array) > EXACT_INTEGER_LIMIT
+                           or (array.dtype.kind == "i" and np.min(array) < -EXACT_INTEGER_LIMIT)):
+            return None
+        return array.astype(np.float32)
+    if array.dtype == np.float64:
+        held = array.astype(np.float32)
+        same = (held.astype(np.float64) == array) | (np.isnan(array) & np.isnan(held))
+        return held if np.all(same) else None
+    return array.astype(np.float32)
+
+
+__all__ = ["BOOL", "EXACT_INTEGER_LIMIT", "FLOATS", "HELD", "HOST_ROUNDED", "INTEGERS", "NUMBERS",
+           "f64_argument_held", "f64_result_held", "held_constant", "tensor_element",
+           "unsupported_types"]

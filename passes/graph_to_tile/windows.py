@@ -1,0 +1,230 @@
+"""Windows of conv/pool kernels built on chip from the raw input (no padding: planes.py).
+
+`WindowLoader` loads, per channel step and tile of output rows, the window of every stride-phase
+plane (planes.Planes) of an unpadded input straight from the input rows in DRAM and builds it on
+the vector unit; `row_tiles` walks the tiles of output rows (edge tiles whose windows would
+reach outside the input are emitted on their own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects.builtin import MemRefType, f32
+from xdsl.ir import Attribute, SSAValue
+
+from infer.dialects.dtypes import element_type_name, num_elements
+from infer.passes.graph_to_tile.builder import Emitter, Index
+from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.planes import Planes
+
+def row_tile_plan(p: Planes, TOH: int, clip: bool = True) -> tuple[list[tuple[int, int, int, int]],
+                                                                     tuple[int, int]]:
+    """The tiles of TOH output rows as (oh0, toh, top, bottom) and the range [lo, hi) of them
+    that is one loop (empty when fewer than 2 tiles qualify): the longest run of full tiles
+    whose windows need no clipping (Planes.clip; `clip=False`: windows of prepared planes,
+    which never need it)."""
+    OH = p.OH
+    TOH = max(1, min(TOH, OH))
+    starts = list(range(0, OH, TOH))
+    sizes = [min(TOH, OH - oh0) for oh0 in starts]
+    clips = [p.clip(oh0, toh) if clip else (0, 0) for oh0, toh in zip(starts, sizes, strict=True)]
+    runs: list[tuple[int, int]] = []
+    for i, (clip, size) in enumerate(zip(clips, sizes, strict=True)):
+        if clip == (0, 0) and size == TOH:
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+    lo, hi = max(runs, key=lambda r: r[1] - r[0]) if runs else (0, 0)
+    if hi - lo < 2:
+        lo = hi = 0
+    return [(oh0, toh, *clip) for oh0, toh, clip in zip(starts, sizes, clips, strict=True)], (lo, hi)
+
+
+def row_tiles(em: Emitter, p: Planes, TOH: int, clip: bool,
+              body: Callable[[Index, int, int, int, bool], None]) -> None:
+    """body(oh0, toh, top, bottom, looped) over the tiles of TOH output rows; `top`/`bottom` are
+    the window rows outside the input (Planes.clip, when `clip`): such tiles are emitted on
+    their own, the longest run of full tiles that need no clipping is one loop (`looped`)."""
+    tiles, (lo, hi) = row_tile_plan(p, TOH, clip)
+    TOH = max(1, min(TOH, p.OH))
+    for i, (oh0, toh, top, bottom) in enumerate(tiles):
+        if i == lo and hi > lo:
+            em.loop(lo * TOH, hi * TOH, TOH, lambda oh0: body(oh0, TOH, 0, 0, True))
+        if lo <= i < hi:
+            continue
+        body(oh0, toh, top, bottom, False)
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    ty = value.type
+    assert isinstance(ty, MemRefType)
+    return tuple(ty.get_shape())
+
+
+class WindowLoader:
+    """Loads, per channel step and tile of output rows, the windows of every plane from the
+    input in DRAM (any [.., H, W] buffer: the rows of its [rows, H, W] view are the channels;
+    f32 or bf16) into local buffers, doing the padding, the stride phases and the rounding on
+    chip:
+
+    * one DMA per row phase of the window's input rows (a row step for strides; whole rows, so
+      no DMA moves single elements) into a staging tile [TC, RQ, W] (RQ = the window's plane
+      rows); rows outside the input are filled with the border value;
+    * gather (per plane): a stride's column phase taken on the vector unit (the rows viewed as
+      groups of sw elements, one `copy` of one column of that view), and for pixel-major
+      windows the transpose (one `copy` per channel, or per pixel when there are fewer), into
+      a contiguous [TC, RQ.nw] / [RQ.nw, TC] tile;
+    * place: one `copy` of those rows into the padded windows (border columns filled), which
+      also rounds to the windows' element type (bf16 `hi`, and `lo` = bf16(x - hi) for the fp32
+      emulation; or f32 for pooling). Steps that would be identities are skipped.
+
+    Channel-major windows are [TC, Lw] (a channel's plane rows end to end), pixel-major ones
+    [Lw, TC]; `windows[plane]` lists one buffer per element type in `targets`. An odd input
+    width with a stride loads the column phase by a DMA with element steps instead (slow)."""
+
+    def __init__(self, ctx: LoweringContext, p: Planes, src: SSAValue, C: int, TC: int, TOH: int, *,
+                 pixel_major: bool, targets: Sequence[Attribute], border: float, buffers: int = 2):
+        em = self.em = ctx.emitter
+        self.C = C
+        self.ctx, self.p, self.TC, self.TOH = ctx, p, TC, TOH
+        self.pixel_major, self.border = pixel_major, border
+        H, W = p.H, p.W
+        src_type = src.type
+        assert isinstance(src_type, MemRefType)
+        self.src_elem = src_type.get_element_type()
+        self.src = em.view(src, (num_elements(_shape(src)) // (H * W), H, W))
+        sw = p.stride[1]
+        self.RQ = p.window_rows(TOH)
+        self.Lw = p.window_length(TOH)
+        self.even = W % sw == 0
+        self.nw = -(-W // sw)  # plane columns holding data (at most)
+        self.split = len(targets) == 2  # hi and lo (fp32 emulation)
+        width = W if self.even else self.nw
+        self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
+                        for rp in sorted({rp for rp, _ in p.phases})}
+        gather_elem = f32 if self.split or element_type_name(targets[0]) == "f32" else targets[0]
+        self.needs_gather = pixel_major or (sw > 1 and self.even)
+        self.gathered = None
+        if self.needs_gather:
+            shape = (self.RQ * self.nw, TC) if pixel_major else (TC, self.RQ * self.nw)
+            self.gathered = em.alloc(shape, gather_elem, "spad", buffers)
+        shape = (self.Lw, TC) if pixel_major else (TC, self.Lw)
+        self.windows = [[em.alloc(shape, e, "spad", buffers) for e in targets] for _ in p.phases]
+
+    def load(self, n: Index, channel: Index, oh0: Index, toh: int, tc: int, top: int, bottom: int) -> None:
+        """The windows of channels [channel, channel + tc) of image n for output rows
+        [oh0, oh0 + toh); `top`/`bottom` window rows lie outside the input."""
+        em, p = self.em, self.p
+        first_row = em.add(em.mul(n, self.C), channel)
+        sh, sw = p.stride
+        rq = p.window_rows(toh)
+        rows = rq - top - bottom
+        for rp, staging in self.staging.items():
+            width = _shape(staging)[2]
+            src_row = em.add(em.mul(em.add(oh0, top), sh), rp - p.pads[0])
+            if rows > 0 and self.even:
+                em.dma(self.src, [first_row, src_row, 0], staging, [0, top, 0], [tc, rows, p.W],
+                       [1, sh, 1] if sh > 1 else None)
+            flat = em.view(staging, (self.TC, self.RQ * width))
+            if top:
+                em.fill(flat, [0, 0], tc, top * width, self.border)
+            if bottom:
+                em.fill(flat, [0, (rq - bottom) * width], tc, bottom * width, self.border)
+            for cp in [c for r, c in p.phases if r == rp]:
+                wc = (cp - p.pads[1]) % sw
+                if not self.even and rows > 0:
+                    nw = len(range(wc, p.W, sw))
+                    em.dma(self.src, [first_row, src_row, wc], staging, [0, top, 0], [tc, rows, nw], [1, sh, sw])
+                self._plane(p.phases.index((rp, cp)), staging, wc, rq, tc)
+
+    def _plane(self, plane: int, staging: SSAValue, wc: int, rq: int, tc: int) -> None:
+        em, p = self.em, self.p
+        sw, left, Wq = p.stride[1], p.pads[1], p.Wq
+        nw = len(range(wc, p.W, sw))  # data columns of this column phase
+        j0 = (wc + left) // sw  # where they start in the plane
+        width = _shape(staging)[2]
+        windows = self.windows[plane]
+        if self.pixel_major:
+            src = self._transpose(staging, width, wc, nw, rq, tc)  # [rq.nw, tc] (pitch TC)
+            if Wq == nw and j0 == 0:  # unpadded: the transpose is the window (rounded)
+                self._round(src, (0, 0), windows, (0, 0), rq * nw, tc)
+                return
+            views = [em.view(w, (self.RQ, Wq * self.TC)) for w in windows]
+            rows_src = em.view(src, (self.RQ, self.nw * self.TC)) if nw == self.nw else None
+            if rows_src is None:  # a narrower phase: place row by row
+                flat = em.view(src, (self.RQ * self.nw, self.TC))
+                self._fill_border_pixels(views, rq, j0, nw, tc)
+                for i in range(rq):
+                    self._round(flat, (i * nw, 0), [em.view(w, (self.RQ * Wq, self.TC)) for w in windows],
+                                (i * Wq + j0, 0), nw, tc)
+                return
+            self._fill_border_pixels(views, rq, j0, nw, tc)
+            if tc == self.TC:
+                self._round(rows_src, (0, 0), views, (0, j0 * self.TC), rq, nw * tc)
+            else:  # a channel remainder: pixels of tc channels at pitch TC
+                for i in range(rq):
+                    self._round(em.view(src, (self.RQ * self.nw, self.TC)), (i * self.nw, 0),
+                                [em.view(w, (self.RQ * Wq, self.TC)) for w in windows], (i * Wq + j0, 0), nw, tc)
+            return
+        # channel-major
+        if self.gathered is not None:  # the column phase: every sw-th element of the rows
+            groups = em.view(staging, (self.TC * self.RQ * width // sw, sw))
+            gathered = em.view(self.gathered, (self.TC * self.RQ * self.nw, 1))
+            em.vec("copy", gathered, [0, 0], groups, [0, wc], tc * self.RQ * nw, 1)
+            src, pitch = em.view(self.gathered, (self.TC * self.RQ, self.nw)), self.nw
+        else:
+            src, pitch = em.view(staging, (self.TC * self.RQ, width)), width
+        views = [em.view(w, (self.TC * self.RQ, Wq)) for w in windows]
+        if j0:
+            for v in views:
+                em.fill(v, [0, 0], tc * self.RQ, j0, self.border)
+        if Wq - j0 - nw > 0:
+            for v in views:
+                em.fill(v, [0, j0 + nw], tc * self.RQ, Wq - j0 - nw, self.border)
+        _ = pitch
+        self._round(src, (0, 0), views, (0, j0), tc * self.RQ, nw)
+
+    def _fill_border_pixels(self, views: list[SSAValue], rq: int, j0: int, nw: int, tc: int) -> None:
+        em, Wq, TC = self.em, self.p.Wq, self.TC
+        for v in views:
+            if j0:
+                em.fill(v, [0, 0], rq, j0 * TC, self.border)
+            if Wq - j0 - nw > 0:
+                em.fill(v, [0, (j0 + nw) * TC], rq, (Wq - j0 - nw) * TC, self.border)
+
+    def _transpose(self, staging: SSAValue, width: int, wc: int, nw: int, rq: int, tc: int) -> SSAValue:
+        """The column phase of the staging tile [TC, RQ, width] transposed into the gathered
+        tile [RQ.nw, TC]: per channel one strided `copy` (or per pixel when fewer)."""
+        em = self.em
+        assert self.gathered is not None
+        sw = self.p.stride[1] if self.even else 1
+        pixels = rq * nw
+        out = self.gathered
+        if tc <= pixels:  # channel c: its phase elements (every sw-th) -> column c
+            groups = em.view(staging, (self.TC * self.RQ * width // sw, sw))
+            em.range(tc, lambda c: em.vec("copy", out, [0, c], groups, [em.mul(c, self.RQ * width // sw), wc],
+                                          pixels, 1))
+        else:  # pixel q: its channels -> row q
+            flat_out = em.view(out, (self.RQ * self.nw * self.TC, 1))
+            plane = em.view(staging, (self.TC, self.RQ * width))
+            if sw > 1 and self.even:
+                # pixel q = (i, j) sits at column i.width + wc + sw.j of the channel rows
+                for i in range(rq):
+                    em.range(nw, lambda j, i=i: em.vec(
+                        "copy", flat_out, [em.mul(em.add(j, i * nw), self.TC), 0], plane,
+                        [0, em.add(em.mul(j, sw), i * width + wc)], tc, 1))
+            else:
+                em.range(pixels, lambda q: em.vec("copy", flat_out, [em.mul(q, self.TC), 0], plane, [0, q], tc, 1))
+        return out
+
+    def _round(self, src: SSAValue, s_at: tuple[Index, Index], dsts: list[SSAValue], d_at: tuple[Index, Index],
+               rows: int, cols: int) -> None:
+        """dsts[0] = round(src); with two destinations dsts[1] = bf16(src - dsts[0]) (src, f32, is
+        overwritten)."""
+        em = self.em
+        em.vec("copy", dsts[0], list(d_at), src, list(s_at), rows, cols)
+        if len(dsts) == 2:
+            em.vec("sub", src, list(s_at), src, list(s_at), rows, cols, dsts[0], list(d_at), bmode="tile")
+            em.vec("copy", dsts[1], list(d_at), src, list(s_at), rows, cols)

@@ -1,0 +1,113 @@
+"""The fuzzer's own machinery: generation is reproducible (a printed FuzzGraph rebuilds the
+same model), and a differential run classifies what goes wrong - a wrong number, a simulator
+fault, an internal compiler error, a clean refusal, a reference with NaN."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from infer.passes import infer_passes
+
+from infer.dialects.ir_io import make_context, parse_ir
+
+from helpers.fuzz_check import run_case, run_module_case
+from helpers.fuzz_graphs import FuzzGraph, Node, build, graphs, make_inputs
+from helpers.fuzz_known import known_bug
+
+pytestmark = pytest.mark.skipif("tile-to-npu" not in infer_passes(), reason="tile-to-npu is not registered")
+
+RELU = FuzzGraph((Node("input", (), (("dtype", "f32"), ("shape", (3, 20)))), Node("relu", (0,))), (1,), seed=4)
+
+
+def _generated(n: int, at: int) -> list[FuzzGraph]:
+    out: list[FuzzGraph] = []
+
+    @seed(at)
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(graphs())
+    def collect(fg: FuzzGraph) -> None:
+        out.append(fg)
+
+    collect()
+    return out
+
+
+def test_generation_is_reproducible_and_printable():
+    first, again = _generated(12, 7), _generated(12, 7)
+    assert first == again  # the same seed and count: the same models
+    assert len({repr(fg) for fg in first}) > 6
+    for fg in first:
+        clone = eval(repr(fg), {"FuzzGraph": FuzzGraph, "Node": Node})  # noqa: S307 (our own repr)
+        assert clone == fg
+        assert str(build(clone)) == str(build(fg))
+        assert all(np.array_equal(a, b) for a, b in zip(make_inputs(clone), make_inputs(fg), strict=True))
+
+
+def test_a_passing_model():
+    assert run_case(RELU, "edge", "fp32").kind == "passed"
+
+
+def test_a_wrong_number_is_a_mismatch(monkeypatch: pytest.MonkeyPatch):
+    from infer.target import sim
+
+    monkeypatch.setitem(sim.VECTOR_FUNCTIONS, "relu", np.abs)  # the simulator's relu is wrong
+    outcome = run_case(RELU, "server", "bf16")
+    assert (outcome.kind, outcome.where) == ("mismatch", "compare"), outcome
+    assert "simulator" in outcome.detail and "reference" in outcome.detail
+
+
+def test_a_simulator_fault_is_a_crash(monkeypatch: pytest.MonkeyPatch):
+    from infer.target.sim import SimFault, Simulator
+
+    def fault(self, *args, **kwargs):
+        raise SimFault(3, "vec.relu ...", "pc 3 reads it while pc 2 writes it (missing wait/signal)", "race")
+
+    monkeypatch.setattr(Simulator, "run", fault)
+    outcome = run_case(RELU, "edge", "fp32")
+    assert (outcome.kind, outcome.where) == ("crash", "run"), outcome
+    assert "race" in outcome.detail
+
+
+def test_an_internal_compiler_error_is_a_crash(monkeypatch: pytest.MonkeyPatch):
+    from infer.passes.tile_memory_plan import TilePlanMemoryPass
+
+    def broken(self, ctx, op):
+        raise KeyError("offset")
+
+    monkeypatch.setattr(TilePlanMemoryPass, "apply", broken)
+    outcome = run_case(RELU, "edge", "fp32")
+    assert (outcome.kind, outcome.where) == ("crash", "compile"), outcome
+    assert outcome.detail.startswith("KeyError: 'offset' (raised at fuzz/test_fuzz_harness.py:"), outcome
+
+
+TRANSPOSED_LHS_MATMUL = """
+func.func @main(%x: tensor<8x4xf32>) -> tensor<4x5xf32> {
+  %t = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %w = graph.constant dense<0.5> : tensor<8x5xf32>
+  %y = graph.matmul %t, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  func.return %y : tensor<4x5xf32>
+}
+"""
+
+
+def test_a_clean_refusal_is_unsupported_and_nan_is_degenerate():
+    # graph-canonicalize folds the transpose into matmul's transpose_a, which graph-to-tile
+    # refuses with a clean error (test_fuzz_regressions.test_transpose_then_matmul)
+    module = parse_ir(make_context(), TRANSPOSED_LHS_MATMUL, "refused.mlir")
+    inputs = [np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)]
+    outcome = run_module_case(module, inputs, "edge", "fp32")
+    assert outcome.kind == "unsupported" and "transpose_a" in outcome.detail, outcome
+    nan = FuzzGraph(RELU.nodes[:1] + (Node("sqrt", (0,)),), (1,))  # sqrt of normal inputs
+    assert run_case(nan, "edge", "fp32").kind == "degenerate"
+
+
+def test_a_refusal_that_blames_the_compiler_is_a_crash_and_a_known_bug():
+    relu = FuzzGraph((Node("input", (), (("dtype", "f32"), ("shape", (127, 254)))), Node("relu", (0,))), (1,))
+    outcome = run_case(relu, "edge", "fp32")  # test_elementwise_rows_with_a_remainder_tile
+    assert (outcome.kind, outcome.where) == ("crash", "compile"), outcome
+    assert known_bug(relu, "edge", "fp32", outcome) == "test_elementwise_rows_with_a_remainder_tile"
+    assert known_bug(relu, "server", "fp32", outcome) is None
