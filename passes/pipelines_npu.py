@@ -45,7 +45,8 @@ class CompileNpuPass(PipelinePass):
 
     Options:
       target: the hardware config: "edge", "server" or a TOML path.
-      precision: "fp32" (matmuls as three bf16 passes) or "bf16" (bf16 products, fp32 accumulation).
+      precision: "fp32" (matmuls as three bf16 passes), "bf16" (bf16 products, fp32 accumulation) or
+        "int8" (a quantized module: integer kernels on the int8 path, its float layers as bf16).
       graph-passes: a pass pipeline (`-p` syntax, e.g. "my-pass{factor=2},graph-dce") run on the
         graph-level module first; plugin passes are found by name like infer's own.
     """
@@ -61,8 +62,8 @@ class CompileNpuPass(PipelinePass):
         # (infer-opt, via flatten()) refuses bad options before any stage runs.
         from infer.target.hw import ConfigError, load_config
 
-        if self.precision not in ("fp32", "bf16"):
-            raise CompileError(f"error: compile-npu: precision must be fp32 or bf16, got '{self.precision}'")
+        if self.precision not in ("fp32", "bf16", "int8"):
+            raise CompileError(f"error: compile-npu: precision must be fp32, bf16 or int8, got '{self.precision}'")
         try:
             load_config(self.target)
         except ConfigError as e:

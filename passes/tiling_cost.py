@@ -11,13 +11,17 @@ accumulator), so the left operand is re-read once per n tile and the right
 operand once per m tile. Inputs are double buffered (2 copies each) and the
 accumulator tile too, so each buffer gets half the memory.
 
-    matrix  = steps * mm_per_step * max(TM * cycles_per_row, weight_load(k, n))
+    matrix  = steps * mm_per_step * max(matmul_cycles(TM, dtype), weight_load(k, n))
               + out_tiles * fill_drain
     memory  = sum(DMA bytes, each row rounded up to whole bursts) / bytes_per_cycle
               + DMAs * setup_cycles / channels
     vector  = steps * split_cost(lhs, rhs) + out_tiles * epilogue_cost
     cycles  = max(matrix, memory, vector) + out_tiles * (fill_drain + vector.latency)
               + dram.latency
+
+`matmul_cycles(TM, dtype)` is TM * cycles_per_row at the dtype's MAC rate
+(`matrix.macs_per_cycle`: int8 at twice bf16 on the server config); weight loads move
+the dtype's bytes (int8: 1, bf16: 2).
 
 The bound of an op is the largest of the three terms.
 """
@@ -46,6 +50,7 @@ class GemmSpec:
     epi_cost: int = 0  # vector cost units per output element (sum of vector.cost of epilogue ops)
     epi_tiles: int = 0  # extra [TM, TN] fp32 operand tiles loaded per output tile (residual, ...)
     out_bytes: int = 4
+    matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
     # lowered loop nest keeps live at once (the lowering's own allocs, x2 when double
@@ -108,8 +113,10 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
         spad, acc = spec.footprint(tm, tn, tk)
     # matrix unit
     mm_per_step = -(-tk // R) * -(-tn // C) * spec.passes
-    wload = -(-min(tk, R) * min(tn, C) * 2 // hw.matrix.weight_load_bytes_per_cycle)
-    matrix = steps * mm_per_step * max(tm * hw.matrix.cycles_per_row, wload) + out_tiles * hw.matrix.fill_drain_cycles
+    esz = 1 if spec.matmul_dtype == "int8" else 2
+    wload = -(-min(tk, R) * min(tn, C) * esz // hw.matrix.weight_load_bytes_per_cycle)
+    stream = hw.matrix.matmul_cycles(tm, spec.matmul_dtype)
+    matrix = steps * mm_per_step * max(stream, wload) + out_tiles * hw.matrix.fill_drain_cycles
     # DRAM traffic: lhs once per n tile, rhs once per m tile
     lhs_row = tk * spec.lhs_bytes if spec.lhs_row_contig else spec.lhs_bytes
     lhs_rows = tm if spec.lhs_row_contig else tm * tk

@@ -38,6 +38,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from infer.target import isa
 from infer.target.energy import Energy, EnergyModelError, energy_of
 from infer.target.sim import ENGINES, Counters
 from infer.target.sim_core import vector_occupancy
@@ -348,7 +349,7 @@ def _busy(ins, cfg) -> int:
     name = ins.d.name
     v = ins.as_dict()
     if name == "mx.matmul":
-        return v["m"] * cfg.matrix.cycles_per_row
+        return cfg.matrix.matmul_cycles(v["m"], isa.DTYPES[v["dtype"]][0])
     if name == "mx.loadw":
         return 0
     if name in ("dma.load", "dma.store"):

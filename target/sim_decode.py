@@ -82,7 +82,7 @@ def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tu
         esz = NP_DTYPES[v["dtype"]].itemsize
         return -(-(k * n * esz) // cfg.matrix.weight_load_bytes_per_cycle), k * n
     if d.name == "mx.matmul":
-        return v["m"] * cfg.matrix.cycles_per_row, v["m"]
+        return cfg.matrix.matmul_cycles(v["m"], isa.DTYPES[v["dtype"]][0]), v["m"]
     if d.engine == "vector":
         return vector_occupancy(cfg, ins), v["rows"] * v["cols"]
     return 0, 0

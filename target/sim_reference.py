@@ -484,7 +484,7 @@ class ReferenceRun:
             return f
         ab, ao, cb, co = v["act_base"], v["act"], v["acc_base"], v["acc"]
         m, astride, cstride, accum = v["m"], v["astride"], v["cstride"], v["accum"]
-        cyc = m * mc.cycles_per_row
+        cyc = mc.matmul_cycles(m, isa.DTYPES[dt][0])
         fill = mc.fill_drain_cycles
 
         def f() -> int:

@@ -8,9 +8,10 @@
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
 signature, DRAM layout, the hardware config, and the graph IR for `--check`).
-`--precision int8` quantizes at the graph level first (tools/quantize.py) and prints the
-per-layer choice; until the int8 lowering exists it then stops with one error naming the first
-op that has no int8 lowering.
+`--precision int8` quantizes at the graph level first (tools/quantize.py), prints the
+per-layer choice and lowers the integer kernels to the matrix unit's int8 path (float layers
+as bf16); an already quantized module (`infer quantize -o M.int8.mlir`) compiles without
+calibration data. A quantized op with no int8 lowering is one error naming it.
 `run`: load (validated), run on the simulator, print an output summary and the
 performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it

@@ -197,11 +197,11 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
     say(f"importing {source if isinstance(source, str | Path) else type(source).__name__}")
     with timing.phase("import"):
         graph = graph_module(source, example_inputs, **import_options)
-    if precision == "int8":
+    if precision == "int8" and not (calibration is None and _is_quantized(graph)):
         with timing.phase("int8 quantization"):
             graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
     with timing.phase("graph reference IR"):
-        require_float_lowering(graph)
+        require_npu_lowering(graph)
         sig = signature(graph, entry)
         graph_ir, graph_weights = _reference_parts(graph)
         graph_store = weights_of(graph)
@@ -274,23 +274,33 @@ def _quantized(graph, calibration: Any, min_cosine: float | None, method: str | 
     return qmodel.module
 
 
-def require_float_lowering(module) -> None:
-    """graph -> tile lowers f32 and bf16 kernels; a quantized module (integer kernels,
-    quantize/dequantize ops) is one error naming its first such op, never a float fallback."""
+def _is_quantized(module) -> bool:
+    """Whether a graph module is quantized already (an `infer quantize` output, a QDQ import)."""
+    from infer.dialects import graph as g
+
+    return any(isinstance(op, (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)) for op in module.walk())
+
+
+def require_npu_lowering(module) -> None:
+    """Every quantized op (integer kernels, quantize/dequantize ops) must have an int8 lowering
+    to the NPU (graph_to_tile.lowerings): else one error naming the first that has none, never a
+    float fallback."""
     from infer.dialects import graph as g
     from infer.dialects.ir_io import describe_location
+    from infer.passes.graph_to_tile.lowerings import LOWERINGS, lowering_for
     from infer.passes.quantize.naming import NAME_ATTR
 
     quantized = (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)
     for op in module.walk():
-        if isinstance(op, quantized):
+        if isinstance(op, quantized) and lowering_for(op) is None:
             where = describe_location(op)
             layer = op.attributes.get(NAME_ATTR)
             named = f" (layer {layer.data})" if layer is not None and hasattr(layer, "data") else ""
+            lowered = sorted(t.name for t in quantized if t in LOWERINGS)
             raise DriverError(
                 ("" if where.startswith("<") else f"{where}: ") + f"'{op.name}' op{named} has no int8 lowering to "
-                "the NPU yet (graph -> tile lowers f32 and bf16 kernels only); the int8 model runs on the reference "
-                "interpreter: `infer quantize MODEL --calibration DATA -o MODEL.int8.mlir`, then `infer run-ir`")
+                f"the NPU yet (lowered: {', '.join(lowered)}); the int8 model runs on the reference interpreter: "
+                "`infer quantize MODEL --calibration DATA -o MODEL.int8.mlir`, then `infer run-ir`")
 
 
 def load(path: str | Path) -> Executable:
@@ -342,4 +352,4 @@ def _compiled_parts(module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]
     return prog.to_program().to_bytes(), layout, ops
 
 
-__all__ = ["CompileTiming", "DriverError", "PRECISIONS", "compile", "require_float_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]
+__all__ = ["CompileTiming", "DriverError", "PRECISIONS", "compile", "require_npu_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]

@@ -142,7 +142,7 @@ class LoweringContext:
         self._constants[value] = array
 
     def weight(self, hint: str, array: np.ndarray, elem: Attribute) -> SSAValue:
-        """A `tile.weight` holding `array` as `elem` (f32, bf16 or i32), added to the module's
+        """A `tile.weight` holding `array` as `elem` (f32, bf16, i32 or i8), added to the module's
         weight store under a name made from `hint`; one weight per array and type."""
         key = (hint, id(array), array.shape, str(elem))
         if key not in self._weights:
@@ -151,6 +151,8 @@ class LoweringContext:
                 data = np.ascontiguousarray(array.astype(ml_dtypes.bfloat16))
             elif element_type_name(elem) == "i32":
                 data = np.ascontiguousarray(np.asarray(array, dtype=np.int32))
+            elif element_type_name(elem) == "i8":
+                data = np.ascontiguousarray(np.asarray(array, dtype=np.int8))
             else:
                 data = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
             name = self.store.add(hint, data)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_type_of, num_elements, shape_of
@@ -51,10 +51,10 @@ def copy_dram(ctx: LoweringContext, src: SSAValue, dst: SSAValue, shape: Sequenc
 
 
 def padded_copy(ctx: LoweringContext, x: SSAValue, planes: int, H: int, W: int,
-                pads: tuple[int, int, int, int], value: float) -> SSAValue:
+                pads: tuple[int, int, int, int], value: float, elem: Attribute = f32) -> SSAValue:
     """x viewed [planes, H, W] copied into a DRAM buffer [planes, H + top + bottom, W + left +
-    right] whose border is `value` (zero padding of convs, -inf of max pooling); x itself
-    (viewed) without padding. A loop nest of its own."""
+    right] whose border is `value` (zero padding of convs, -inf of max pooling, the input zero
+    point of int8 convs: `elem` i8); x itself (viewed) without padding. A loop nest of its own."""
     with ctx.stage(what="padded copy"):
         em = ctx.emitter
         top, left, bottom, right = pads
@@ -62,16 +62,17 @@ def padded_copy(ctx: LoweringContext, x: SSAValue, planes: int, H: int, W: int,
         if not any(pads):
             return x3
         Hp, Wp = H + top + bottom, W + left + right
-        xp = em.alloc((planes, Hp, Wp), f32, "dram")
+        xp = em.alloc((planes, Hp, Wp), elem, "dram")
         quarter = ctx.hw.memory.scratchpad_bytes // 4
         rows2 = em.view(xp, (planes * Hp, Wp))
         border_rows = max(1, min(planes * Hp, quarter // (Wp * 4)))
-        border = em.alloc((border_rows, Wp), f32, "spad")
+        border = em.alloc((border_rows, Wp), elem, "spad")
         em.fill(border, [0, 0], border_rows, Wp, value)
         em.tiles(planes * Hp, border_rows, lambda r0, r: em.dma(border, [0, 0], rows2, [r0, 0], [r, Wp]))
-        tile_h = max(1, min(H, quarter // (W * 4 * 2)))
-        tile_planes = max(1, min(planes, quarter // (tile_h * W * 4 * 2)))
-        staging = em.alloc((tile_planes, tile_h, W), f32, "spad", 2)
+        _, max_rows, max_planes = tiling_cost.dma_box_limits()  # one DMA box [planes, rows, W]
+        tile_h = max(1, min(H, quarter // (W * 4 * 2), max_rows))
+        tile_planes = max(1, min(planes, quarter // (tile_h * W * 4 * 2), max_planes))
+        staging = em.alloc((tile_planes, tile_h, W), elem, "spad", 2)
 
         def body(c0: Index, cn: int, h0: Index, hn: int) -> None:
             em.dma(x3, [c0, h0, 0], staging, [0, 0, 0], [cn, hn, W])

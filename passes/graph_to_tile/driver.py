@@ -44,7 +44,7 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile import casts, elementwise, integer_inputs, roofline, storage
+from infer.passes.graph_to_tile import casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -224,7 +224,10 @@ class FunctionLowering:
             raise no_lowering_error(op)
         check_types(op, lowering)
         if lowering.with_epilogue is not None:
-            chain = elementwise.fusable_chain(self.ctx, op)
+            if isinstance(op, g.INTEGER_KERNEL_OPS):
+                chain = integer_epilogue.integer_chain(self.ctx, op)
+            else:
+                chain = elementwise.fusable_chain(self.ctx, op)
             self.fused.update(chain)
             lowering.with_epilogue(self.ctx, op, chain, (chain[-1] if chain else op).results[0])
         else:
@@ -263,8 +266,10 @@ class FunctionLowering:
         result = yield_op.values[0]
         if kernel.outputs[0] in ctx.destinations:
             ctx.destinations[result] = ctx.destinations[kernel.outputs[0]]
-        if anchor is None and any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o) for o in ops):
-            for o in ops:  # cast round trips have their own kernel: lower the region op by op
+        quantization = [i for i, o in enumerate(ops) if isinstance(o, g.QUANTIZATION_OPS)]
+        if anchor is None and (quantization or any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o)
+                                                   for o in ops)):
+            for o in ops:  # cast round trips and quantization ops (their own kernels): op by op
                 self.lower_op(o)
         elif anchor is None:
             elementwise.lower_elementwise(ctx, ops, result)
@@ -276,11 +281,20 @@ class FunctionLowering:
                     self.lower_op(o)
                 epilogue = ops[anchor_index + 1:]
             lowering = lowering_for(anchor)
+            after: list[Operation] = []
+            if not isinstance(anchor, g.INTEGER_KERNEL_OPS) and quantization and quantization[-1] > anchor_index:
+                # a float kernel's result quantized to int8: the float epilogue, then the
+                # quantization ops (and what follows them) as kernels of their own
+                first = next(i for i in quantization if i > anchor_index)
+                epilogue, after = ops[anchor_index + 1:first], ops[first:]
             if lowering is not None and lowering.with_epilogue is not None:
-                lowering.with_epilogue(ctx, anchor, epilogue, result)
+                lowering.with_epilogue(ctx, anchor, epilogue, (epilogue[-1] if epilogue else anchor).results[0]
+                                       if after else result)
+                for o in after:
+                    self.lower_op(o)
             else:
                 self.lower_op(anchor)
-                for o in epilogue:
+                for o in epilogue + after:
                     self.lower_op(o)
         ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
 
@@ -309,7 +323,8 @@ class GraphToTilePass(ModulePass):
     Options:
       target: the hardware config whose tiles and memories the kernels are sized for
         ("edge", "server" or a TOML path).
-      precision: "fp32" (matmul products as three bf16 passes) or "bf16" (bf16 inputs,
+      precision: "fp32" (matmul products as three bf16 passes), "int8" (float kernels of a
+        quantized module as bf16; integer kernels always take the int8 path) or "bf16" (bf16 inputs,
         fp32 accumulation).
       overrides: tile sizes that replace the cost model's choice, per kernel:
         "kernel3=64x64x32,kernel5=8" (names as printed by debug-tiling).
@@ -324,8 +339,8 @@ class GraphToTilePass(ModulePass):
     debug_tiling: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.precision not in ("fp32", "bf16"):
-            raise LoweringError(f"error: {STAGE}: precision must be fp32 or bf16, got '{self.precision}'")
+        if self.precision not in ("fp32", "bf16", "int8"):
+            raise LoweringError(f"error: {STAGE}: precision must be fp32, bf16 or int8, got '{self.precision}'")
         try:
             hw = load_config(self.target)
         except Exception as e:

@@ -30,6 +30,9 @@ from infer.passes.graph_to_tile import (
     elementwise,
     gather,
     gemm,
+    integer_conv,
+    integer_epilogue,
+    integer_gemm,
     norms,
     packed_gemm,
     pooling,
@@ -61,6 +64,9 @@ class Lowering:
         assert (self.alone is None) != (self.with_epilogue is None), "give exactly one lowering function"
 
 
+INT8_PATH = frozenset({"f32", "i8", "i32"})
+"""Element types of the int8 kernels and quantization ops (integer_epilogue.py)."""
+
 LOWERINGS: dict[type[Operation], Lowering] = {
     # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue;
     # a packed GGUF weight (graph.dequantize_blocks of a weight) stays packed (packed_gemm.py)
@@ -68,6 +74,13 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.MatmulOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
     g.AttentionOp: Lowering(attention.lower_attention, operand_types=storage.BOOL),
+    # the int8 path (integer_gemm.py, integer_conv.py): int8 operands and results in int8 DRAM
+    # buffers of their own (not held as f32), int32 accumulation, requantize/dequantize epilogue
+    g.LinearIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, types=INT8_PATH),
+    g.MatmulIntegerOp: Lowering(with_epilogue=integer_gemm.lower_integer_gemm, types=INT8_PATH),
+    g.Conv2dIntegerOp: Lowering(with_epilogue=integer_conv.lower_integer_conv, types=INT8_PATH),
+    g.RequantizeOp: Lowering(integer_epilogue.lower_quantization_op, types=INT8_PATH),
+    g.DequantizeLinearOp: Lowering(integer_epilogue.lower_quantization_op, types=INT8_PATH),
     # vector unit: pooling, row-wise norms and softmax, elementwise
     g.MaxPool2dOp: Lowering(pooling.lower_window_pool),
     g.AvgPool2dOp: Lowering(pooling.lower_window_pool),

@@ -21,6 +21,16 @@ def test_bundled():
     assert load_config(TARGET / "edge.toml") == e
 
 
+def test_macs_per_cycle_by_dtype():
+    e, s = load_config("edge"), load_config("server")
+    assert s.macs_per_cycle("int8") == 2 * s.macs_per_cycle("bf16") == 2 * s.peak_macs_per_cycle
+    assert e.macs_per_cycle("int8") == e.macs_per_cycle("bf16") == e.peak_macs_per_cycle
+    # an int8 matmul of m rows streams in ceil(m / 2) cycles on the server, m on the edge
+    assert [s.matrix.matmul_cycles(m, "int8") for m in (1, 2, 7, 128)] == [1, 1, 4, 64]
+    assert [s.matrix.matmul_cycles(m, "bf16") for m in (1, 7, 128)] == [1, 7, 128]
+    assert [e.matrix.matmul_cycles(m, "int8") for m in (1, 7, 128)] == [1, 7, 128]
+
+
 def _write(tmp_path, mutate):
     data = tomllib.loads((TARGET / "server.toml").read_text())
     mutate(data)
@@ -53,6 +63,12 @@ def _write(tmp_path, mutate):
     (lambda d: d["dma"].update(bogus=1), "dma.bogus is not a known config field"),
     (lambda d: d.update(clock_ghz="fast"), "clock_ghz must be a positive number"),
     (lambda d: d["matrix"].update(dtypes=["int3"]), "matrix.dtypes must be a non-empty list"),
+    (lambda d: d["matrix"]["macs_per_cycle"].pop("int8"), "server.toml: matrix.macs_per_cycle.int8 is missing"),
+    (lambda d: d["matrix"]["macs_per_cycle"].update(int8=20000),
+     "matrix.macs_per_cycle.int8 must be a multiple of rows * cols = 16384"),
+    (lambda d: d["matrix"]["macs_per_cycle"].update(bf16=32768), "matrix.macs_per_cycle.bf16 must be rows * cols"),
+    (lambda d: d["matrix"]["macs_per_cycle"].update(fp8e4m3=16384),
+     "matrix.macs_per_cycle.fp8e4m3 is not one of matrix.dtypes"),
 ])
 def test_invalid_configs(tmp_path, mutate, msg):
     with pytest.raises(ConfigError) as e:

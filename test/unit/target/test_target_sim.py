@@ -263,6 +263,27 @@ def test_matmul_int8_saturates_and_counts():
 
 
 # ------------------------------------------------------------------ timing
+@pytest.mark.parametrize("cfg,int8_rows_per_cycle", [("server", 2), ("edge", 1)])
+def test_matmul_streams_at_the_dtype_mac_rate(cfg, int8_rows_per_cycle):
+    """matrix.macs_per_cycle: an int8 matmul streams its rows at the config's int8 rate
+    (twice bf16 on the server); its weight tile loads in half the bytes of bf16."""
+    m = 512
+
+    def busy(dtype):
+        esz = 1 if dtype == "int8" else 2
+        _, c = run(f"mx.loadw w=0, k=16, n=16, stride={16 * esz}, dtype={dtype}\n"
+                   f"mx.matmul act=0, acc={ACC:#x}, m={m}, astride={16 * esz}, cstride=64, dtype={dtype}, accum=0\n"
+                   "halt", np.zeros(16, np.uint8), cfg)
+        return c.busy_by_engine()["matrix"], c.weight_load_cycles
+
+    (bf16_busy, bf16_load), (int8_busy, int8_load) = busy("bf16"), busy("int8")
+    hw = Simulator(cfg).cfg
+    assert bf16_busy - int8_busy == m * hw.matrix.cycles_per_row - m * hw.matrix.cycles_per_row // int8_rows_per_cycle
+    assert bf16_busy >= m * hw.matrix.cycles_per_row
+    assert int8_load == -(-256 // hw.matrix.weight_load_bytes_per_cycle)
+    assert bf16_load == -(-512 // hw.matrix.weight_load_bytes_per_cycle)
+
+
 def test_double_buffering_is_faster_and_gemm_near_peak():
     k2 = kernels.gemm("edge", 256, 128, 256, double_buffer=True)
     k1 = kernels.gemm("edge", 256, 128, 256, double_buffer=False)
