@@ -104,12 +104,12 @@ def test_fp32_emulation_is_tight():
 
 def test_unsupported_op_is_located_error():
     m = module("""
-func.func @main(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
-  %y = graph.sin %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  func.return %y : tensor<4x8xf32>
+func.func @main(%x: tensor<8x4xf32>, %w: tensor<8x5xf32>) -> tensor<4x5xf32> {
+  %y = graph.matmul %x, %w {transpose_a = true} : (tensor<8x4xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  func.return %y : tensor<4x5xf32>
 }
 """)
-    with pytest.raises(IRError, match=r"test.mlir:3:\d+: error: 'graph.sin' op graph-to-tile"):
+    with pytest.raises(IRError, match=r"test.mlir:3:\d+: error: 'graph.matmul' op graph-to-tile: transpose_a is not supported"):
         GraphToTilePass().apply(CTX, m)
 
 
