@@ -20,7 +20,7 @@ accumulator tile too, so each buffer gets half the memory.
               + dram.latency
 
 `matmul_cycles(TM, dtype)` is TM * cycles_per_row at the dtype's MAC rate
-(`matrix.macs_per_cycle`: int8 at twice bf16 on the server config); weight loads move
+(`matrix.macs_per_pe`: int8 at twice bf16 on the server config); weight loads move
 the dtype's bytes (int8: 1, bf16: 2).
 
 The bound of an op is the largest of the three terms.

@@ -35,14 +35,14 @@ class MatrixConfig:
     weight_load_bytes_per_cycle: int
     weight_buffers: int
     queue_depth: int
-    #: dtype -> MACs the whole array completes per cycle at the streaming rate: a multiple of
-    #: rows * cols (each PE does `rate / (rows * cols)` MACs of that dtype per cycle, so a
-    #: matmul of m rows streams in ceil(m * cycles_per_row * rows * cols / rate) cycles)
-    macs_per_cycle: dict[str, int]
+    #: dtype -> MACs one PE completes per cycle on that dtype at the streaming rate (bf16, the
+    #: base rate, is 1): the array does rows * cols * rate MACs per cycle, and a matmul of m
+    #: rows streams in ceil(m * cycles_per_row / rate) cycles
+    macs_per_pe: dict[str, int]
 
     def pe_macs(self, dtype: str) -> int:
         """MACs one PE completes per cycle on `dtype` operands (1 for the base rate)."""
-        return self.macs_per_cycle[dtype] // (self.rows * self.cols)
+        return self.macs_per_pe[dtype]
 
     def matmul_cycles(self, m: int, dtype: str) -> int:
         """Streaming cycles of an `mx.matmul` of m activation rows of `dtype` (its engine
@@ -138,7 +138,7 @@ class HardwareConfig:
 
     def macs_per_cycle(self, dtype: str) -> int:
         """MACs per cycle of the matrix unit on `dtype` operands ("int8", "bf16", ...)."""
-        return self.matrix.macs_per_cycle[dtype]
+        return self.matrix.rows * self.matrix.cols * self.matrix.macs_per_pe[dtype]
 
     def queue_depth(self, engine: str) -> int:
         return {"scalar": self.scalar.queue_depth, "dma_load": self.dma.queue_depth,
@@ -202,10 +202,10 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
                     raise err(p, f"must be a non-empty list from {list(isa.MATMUL_DTYPES[:-1])},"
                               f" got {v!r}")
                 kw[f.name] = tuple(v)
-            elif f.name == "macs_per_cycle":
-                v = sec.get("macs_per_cycle")
+            elif f.name == "macs_per_pe":
+                v = sec.get("macs_per_pe")
                 if not isinstance(v, dict):
-                    raise err(p, "section is missing (MACs per cycle of each of matrix.dtypes)")
+                    raise err(p, "section is missing (MACs per PE per cycle of each of matrix.dtypes)")
                 for dt in kw.get("dtypes", ()):
                     get_int(v, p, dt)
                 extra = set(v) - set(kw.get("dtypes", ()))
@@ -248,13 +248,9 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
         raise err("scalar.registers", f"must be <= {isa.MAX_REGISTERS}, got {sc.registers}")
     if sc.semaphores > isa.MAX_SEMAPHORES:
         raise err("scalar.semaphores", f"must be <= {isa.MAX_SEMAPHORES}, got {sc.semaphores}")
-    for dt, rate in m.macs_per_cycle.items():
-        if rate % (m.rows * m.cols):
-            raise err(f"matrix.macs_per_cycle.{dt}", f"must be a multiple of rows * cols = {m.rows * m.cols} "
-                      f"(whole MACs per PE per cycle), got {rate}")
-    if "bf16" in m.macs_per_cycle and m.macs_per_cycle["bf16"] != m.rows * m.cols:
-        raise err("matrix.macs_per_cycle.bf16", f"must be rows * cols = {m.rows * m.cols} (the base rate: one "
-                  f"bf16 MAC per PE per cycle), got {m.macs_per_cycle['bf16']}")
+    if m.macs_per_pe.get("bf16", 1) != 1:
+        raise err("matrix.macs_per_pe.bf16", f"must be 1 (the base rate: one bf16 MAC per PE per cycle), "
+                  f"got {m.macs_per_pe['bf16']}")
     if m.weight_buffers > 2:
         raise err("matrix.weight_buffers", f"must be 1 or 2, got {m.weight_buffers}")
     energy = _energy_section(data["energy"], built["matrix"], err) if "energy" in data else None

@@ -14,7 +14,7 @@ float ops after it) and one DMA store of the int8 / f32 tile.
 A batched lhs against a 2-D constant rhs is one [batch*M, K] GEMM. Supported: i8 operands,
 weight zero point 0 (symmetric weights, what graph-quantize writes), any input zero point.
 Tile sizes come from tiling_cost.choose_gemm with int8 bytes and the int8 MAC rate
-(`matrix.macs_per_cycle`).
+(`matrix.macs_per_pe`).
 """
 
 from __future__ import annotations

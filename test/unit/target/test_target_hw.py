@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from infer.target.hw import ConfigError, bundled_configs, load_config
+from infer.target.hw import ConfigError, bundled_configs, from_dict, load_config
 
 TARGET = Path(__file__).resolve().parents[3] / "target"
 
@@ -29,6 +29,11 @@ def test_macs_per_cycle_by_dtype():
     assert [s.matrix.matmul_cycles(m, "int8") for m in (1, 2, 7, 128)] == [1, 1, 4, 64]
     assert [s.matrix.matmul_cycles(m, "bf16") for m in (1, 7, 128)] == [1, 7, 128]
     assert [e.matrix.matmul_cycles(m, "int8") for m in (1, 7, 128)] == [1, 7, 128]
+    # the rate is per PE, so a config with another array size keeps the int8 : bf16 ratio
+    data = tomllib.loads((TARGET / "server.toml").read_text())
+    data["matrix"]["rows"] = data["matrix"]["cols"] = 64
+    small = from_dict(data, "server64")
+    assert small.macs_per_cycle("int8") == 2 * small.macs_per_cycle("bf16") == 2 * 64 * 64
 
 
 def _write(tmp_path, mutate):
@@ -63,12 +68,11 @@ def _write(tmp_path, mutate):
     (lambda d: d["dma"].update(bogus=1), "dma.bogus is not a known config field"),
     (lambda d: d.update(clock_ghz="fast"), "clock_ghz must be a positive number"),
     (lambda d: d["matrix"].update(dtypes=["int3"]), "matrix.dtypes must be a non-empty list"),
-    (lambda d: d["matrix"]["macs_per_cycle"].pop("int8"), "server.toml: matrix.macs_per_cycle.int8 is missing"),
-    (lambda d: d["matrix"]["macs_per_cycle"].update(int8=20000),
-     "matrix.macs_per_cycle.int8 must be a multiple of rows * cols = 16384"),
-    (lambda d: d["matrix"]["macs_per_cycle"].update(bf16=32768), "matrix.macs_per_cycle.bf16 must be rows * cols"),
-    (lambda d: d["matrix"]["macs_per_cycle"].update(fp8e4m3=16384),
-     "matrix.macs_per_cycle.fp8e4m3 is not one of matrix.dtypes"),
+    (lambda d: d["matrix"]["macs_per_pe"].pop("int8"), "server.toml: matrix.macs_per_pe.int8 is missing"),
+    (lambda d: d["matrix"]["macs_per_pe"].update(int8=0), "matrix.macs_per_pe.int8 must be >= 1, got 0"),
+    (lambda d: d["matrix"]["macs_per_pe"].update(bf16=2), "matrix.macs_per_pe.bf16 must be 1"),
+    (lambda d: d["matrix"]["macs_per_pe"].update(fp8e4m3=1),
+     "matrix.macs_per_pe.fp8e4m3 is not one of matrix.dtypes"),
 ])
 def test_invalid_configs(tmp_path, mutate, msg):
     with pytest.raises(ConfigError) as e:

@@ -265,7 +265,7 @@ def test_matmul_int8_saturates_and_counts():
 # ------------------------------------------------------------------ timing
 @pytest.mark.parametrize("cfg,int8_rows_per_cycle", [("server", 2), ("edge", 1)])
 def test_matmul_streams_at_the_dtype_mac_rate(cfg, int8_rows_per_cycle):
-    """matrix.macs_per_cycle: an int8 matmul streams its rows at the config's int8 rate
+    """matrix.macs_per_pe: an int8 matmul streams its rows at the config's int8 rate
     (twice bf16 on the server); its weight tile loads in half the bytes of bf16."""
     m = 512
 
