@@ -172,6 +172,18 @@ class Emitter:
         if rem:
             body(full * tile, rem)
 
+    def counted_tiles(self, extent: int, tile: int, body: Callable[[Index, Index, int], None]) -> None:
+        """body(number, origin, size) over [0, extent) in tiles of `tile`: the scf.for counts
+        tiles (so per-tile data, such as a packed weight row, is affine in it) and the
+        remainder tile comes after it, sizes static."""
+        full, rem = divmod(extent, tile)
+        if full == 1:
+            body(0, 0, tile)
+        elif full > 1:
+            self.loop(0, full, 1, lambda j: body(j, self.mul(j, tile), tile))
+        if rem:
+            body(full, full * tile, rem)
+
     def range(self, n: int, body: Callable[[Index], None]) -> None:
         if n == 1:
             body(0)

@@ -178,12 +178,6 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
 
     def over_n(b: Index, m0: Index, tm: int) -> None:
         # the n loop counts tiles (n_tile), so the packed weight row is affine in it
-        full, rem = divmod(N, TN)
-        if full == 1:
-            tile_body(b, m0, tm, 0, 0, TN)
-        elif full > 1:
-            em.loop(0, full, 1, lambda j: tile_body(b, m0, tm, j, em.mul(j, TN), TN))
-        if rem:
-            tile_body(b, m0, tm, full, full * TN, rem)
+        em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(b, m0, tm, j, n0, tn))
 
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))

@@ -234,13 +234,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
         em.dma(tile, z, out2, [m0, n0], [tm, tn])
 
     def over_n(m0: Index, tm: int) -> None:
-        full, rem = divmod(N, TN)
-        if full == 1:
-            tile_body(m0, tm, 0, 0, TN)
-        elif full > 1:
-            em.loop(0, full, 1, lambda j: tile_body(m0, tm, j, em.mul(j, TN), TN))
-        if rem:
-            tile_body(m0, tm, full, full * TN, rem)
+        em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(m0, tm, j, n0, tn))
 
     em.tiles(M, TM, over_n)
 
