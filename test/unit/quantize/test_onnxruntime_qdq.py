@@ -116,3 +116,23 @@ def test_onnxruntime_qdq_attention_on_the_simulator(tmp_path) -> None:
     ir = exe.artifact.graph_ir
     assert ir.count("graph.linear_integer") + ir.count("graph.matmul_integer") == 6  # q, k, v, o, up, down
     assert ir.count("graph.matmul ") == 2  # q·kᵀ and P·V in float
+
+
+@pytest.mark.parametrize("scale", [0.0, float("nan")])
+def test_qdq_scale_of_zero_or_nan_is_one_located_error(tmp_path, scale) -> None:
+    from onnx import TensorProto, helper
+
+    from infer.frontend import ModelImportError
+
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quantize_x"),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequantize_x")],
+        "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor("s", TensorProto.FLOAT, [], [scale]), helper.make_tensor("z", TensorProto.INT8, [], [0])])
+    path = tmp_path / "bad_scale.onnx"
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(ModelImportError, match=r"QuantizeLinear node 'quantize_x': the scale must be finite and positive"):
+        infer.import_model(path)
