@@ -544,11 +544,14 @@ class ScatterRowsOp(TileOp):
 @irdl_op_definition
 class LoadIndexOp(TileOp):
     """An index value read at run time from an i32 DRAM element (the ISA's `ld`), e.g. the
-    trip count of a loop over a sequence's KV blocks: `scf.for %j = %c0 to %n step %c1`."""
+    trip count of a loop over a sequence's KV blocks: `scf.for %j = %c0 to %n step %c1`.
+    `bound` is the largest value it may take (addresses are checked against it at compile
+    time; a larger value is an error of the interpreter)."""
 
     name = "tile.load_index"
     buffer = operand_def(MemRefType)
     buffer_indices = var_operand_def(IndexType)
+    bound = prop_def(IntegerAttr[I64])
     result = result_def(IndexType)
     assembly_format = "$buffer `[` $buffer_indices `]` attr-dict `:` type($buffer)"
 

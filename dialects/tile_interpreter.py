@@ -375,7 +375,9 @@ class TileFunctions(InterpreterFunctions):
     @_located
     def run_load_index(self, interpreter: Interpreter, op: t.LoadIndexOp, args: tuple[Any, ...]):
         buf, *at = args
-        value = _box("buffer", buf, at, (1,) * len(at)).reshape(-1)[0]
+        value = int(_box("buffer", buf, at, (1,) * len(at)).reshape(-1)[0])
+        if not 0 <= value <= op.bound.value.data:
+            raise InterpreterError(f"tile.load_index: {value} is outside 0 .. {op.bound.value.data} (its bound)")
         return (scalar_attr(int(value), IndexType(), interpreter.index_bitwidth),)
 
     @impl(t.DequantOp)

@@ -294,7 +294,9 @@ class Emitter:
                       [self.index_value(table_col)]],
             properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64)}))
 
-    def load_index(self, buffer: SSAValue, at: Sequence[Index]) -> SSAValue:
-        """An index value read at run time from an i32 DRAM element (a run-time loop bound)."""
+    def load_index(self, buffer: SSAValue, at: Sequence[Index], bound: int) -> SSAValue:
+        """An index value in 0..bound read at run time from an i32 DRAM element (a run-time
+        loop bound)."""
         return self.insert(t.LoadIndexOp.build(operands=[buffer, self._indices(at)],
+                                               properties={"bound": IntegerAttr(bound, i64)},
                                                result_types=[IndexType()])).results[0]

@@ -29,7 +29,7 @@ tile.gather_rows, tile.load_index).
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import f32, i32
+from xdsl.dialects.builtin import bf16, f32, i32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -37,7 +37,7 @@ from infer.dialects.dtypes import element_name_of, shape_of
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
 from infer.passes.graph_to_tile.copies import copy_dram
-from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, split_on_chip
 
 MASK_BIAS = 1.0e30  # added (negated) to masked scores: finite, so no inf - inf
 
@@ -74,6 +74,14 @@ def lower_kv_cache_write(ctx: LoweringContext, op: Operation) -> None:
         em.scatter_rows(staging, [0, 0], slots, r0, out, c0, tr, tc)
 
     em.tiles(N, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tc: tile(r0, tr, c0, tc)))
+
+
+def _single_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
+    """A matrix operand tile (bf16 hi, and lo for fp32 emulation), single-buffered: its uses sit
+    in the run-time block loop, which is not double-buffered."""
+    em = ctx.emitter
+    lo = em.alloc((rows, cols), bf16, "spad") if ctx.bf16_copies == 2 else None
+    return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), lo)
 
 
 def _blocks_used(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: int) -> SSAValue:
@@ -133,10 +141,10 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         keep = em.alloc((rows, BS), f32, "spad")
         k_block = em.alloc((1, BS * Wk), f32, "spad")
         v_block = em.alloc((1, BS * Wv), f32, "spad")
-        v_tile = alloc_bf16_tile(ctx, BS, Wv)
+        v_tile = _single_bf16_tile(ctx, BS, Wv)
         product = em.alloc((BS, D), f32, "spad")
         scores = em.alloc((rows, BS), f32, "spad")
-        p_tile = alloc_bf16_tile(ctx, rows, BS)
+        p_tile = _single_bf16_tile(ctx, rows, BS)
         m = em.alloc((rows, 1), f32, "spad")
         m_new = em.alloc((rows, 1), f32, "spad")
         l_sum = em.alloc((rows, 1), f32, "spad")
@@ -196,7 +204,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
-            count = em.load_index(blocks, [b])
+            count = em.load_index(blocks, [b], MB)
             em.loop(0, count, 1, lambda j: block(b, j))
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
