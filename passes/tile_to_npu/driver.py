@@ -127,6 +127,15 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
         shape, element, element_bytes = memref_info(ty)
         attrs = attributes[i] if i < len(attributes) else {}
         name = attrs.get("graph.name")
+        tied = attrs.get(t.ALIAS_ATTR)
+        if isinstance(tied, IntegerAttr):  # written in place: the input's own region
+            j = tied.value.data
+            if not (0 <= j < i and not layout.args[j].output and layout.args[j].shape == shape
+                    and layout.args[j].dtype == element):
+                raise fail(fn, f"argument #{i}: {t.ALIAS_ATTR} = {j} is not an earlier input of its type")
+            layout.args.append(DramRegion(name.data if isinstance(name, StringAttr) else f"arg{i}",
+                                          layout.args[j].offset, shape, element, i, True, j))
+            continue
         layout.args.append(DramRegion(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
                                   shape, element, i, is_output_flag(attrs.get("tile.output"))))
         end = align_up(end + num_elements(shape) * element_bytes, alignment)
