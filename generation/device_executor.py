@@ -43,37 +43,38 @@ from infer.runtime.session import DeviceSession
 METADATA_INPUTS = ("input_ids", "positions", "slots", "block_tables", "context_lens")
 
 
-class DeviceExecutor:
-    """A paged-KV artifact's @prefill_chunk / @decode on the simulator (StepExecutor)."""
+class PagedExecutor:
+    """The host side of paged decoding (block tables, slots, chunks, batches) over a session
+    that runs the @prefill_chunk / @decode entry points: `session.run(entry, {input: array})`
+    -> {output: array} (the pools stay in the session), `session.last_seconds` (simulated
+    time of the last run, None when not simulated). `signature`: {entry: {input: shape}} and
+    the logits' vocabulary size; `paged`: the import's {block_size, max_len, ...}."""
 
-    def __init__(self, compiled: Any, *, mode: str = "fast"):
-        art: Artifact = getattr(compiled, "artifact", compiled)
-        if not {"prefill_chunk", "decode"} <= set(art.entry_names()):
-            raise GenerationError("the device executor needs an artifact with @prefill_chunk and @decode entry points "
-                                  "(import with kv_cache='paged' and compile every function); it has "
-                                  + ", ".join("@" + n for n in art.entry_names()))
-        paged = art.meta.get("paged_kv")
+    def __init__(self, session, signature: dict[str, dict[str, tuple[int, ...]]], vocab_size: int,
+                 paged: dict[str, Any]):
+        if not {"prefill_chunk", "decode"} <= set(signature):
+            raise GenerationError("paged generation needs @prefill_chunk and @decode (import with kv_cache='paged' "
+                                  "and compile every function); found " + ", ".join("@" + n for n in signature))
         if not isinstance(paged, dict) or not isinstance(paged.get("block_size"), int):
-            raise GenerationError("the artifact does not record its paged KV cache (meta 'paged_kv'): recompile it")
-        prefill, decode = art.for_entry("prefill_chunk"), art.for_entry("decode")
-        names = [s.name for s in prefill.inputs]
-        if names[:5] != list(METADATA_INPUTS) or [s.name for s in decode.inputs] != names:
-            raise GenerationError(f"@prefill_chunk/@decode do not have the paged decoder signature ({', '.join(METADATA_INPUTS)}, "
-                                  "pools...)")
+            raise GenerationError("the model does not record its paged KV cache (infer.paged_kv): re-import it")
+        prefill, decode = signature["prefill_chunk"], signature["decode"]
+        names = list(prefill)
+        if names[:5] != list(METADATA_INPUTS) or list(decode) != names:
+            raise GenerationError(f"@prefill_chunk/@decode do not have the paged decoder signature "
+                                  f"({', '.join(METADATA_INPUTS)}, pools...)")
         self.pools = names[5:]
-        shapes = {s.name: s.shape for s in prefill.inputs}
-        self.chunk = shapes["input_ids"][1]
-        self.batch = {s.name: s.shape for s in decode.inputs}["input_ids"][0]
-        self.max_blocks = shapes["block_tables"][1]
+        self.chunk = prefill["input_ids"][1]
+        self.batch = decode["input_ids"][0]
+        self.max_blocks = prefill["block_tables"][1]
         self.block_size = int(paged["block_size"])
-        self.num_blocks = shapes[self.pools[0]][0] // self.block_size
+        self.num_blocks = prefill[self.pools[0]][0] // self.block_size
         self.scratch_blocks = math.ceil(max(self.chunk, self.batch) / self.block_size)
         self.free_blocks = self.num_blocks - self.scratch_blocks
         self.scratch_slot = self.free_blocks * self.block_size  # first slot of the scratch blocks
         self.max_context = min(int(paged.get("max_len", self.max_blocks * self.block_size)),
                                self.max_blocks * self.block_size)
-        self.vocab_size = prefill.outputs[0].shape[-1]
-        self.session = DeviceSession(art, resident=self.pools, mode=mode)
+        self.vocab_size = vocab_size
+        self.session = session
         self.last_device_seconds: float | None = None
         self._tables: list[list[int]] = []
         self._lengths: list[int] = []
@@ -123,18 +124,20 @@ class DeviceExecutor:
         self._free = list(range(self.free_blocks - 1, -1, -1))
         self._tables = [[] for _ in rows]
         self._lengths = [0] * n
-        seconds, last = 0.0, []
+        seconds: float | None = 0.0
+        last = []
         for seq, row in enumerate(rows):
             self._grow(seq, row.size)
             for start in range(0, row.size, self.chunk):
-                logits, s = self._prefill_chunk(seq, row, start)
-                seconds += s
+                logits = self._prefill_chunk(seq, row, start)
+                step = self.session.last_seconds
+                seconds = None if seconds is None or step is None else seconds + step
             last.append(logits[(row.size - 1) % self.chunk])
             self._lengths[seq] = row.size
         self.last_device_seconds = seconds
         return np.stack(last)
 
-    def _prefill_chunk(self, seq: int, row: np.ndarray, start: int) -> tuple[np.ndarray, float]:
+    def _prefill_chunk(self, seq: int, row: np.ndarray, start: int) -> np.ndarray:
         c = self.chunk
         real = min(c, row.size - start)
         ids = np.zeros((1, c), np.int32)
@@ -144,7 +147,7 @@ class DeviceExecutor:
         outs = self.session.run("prefill_chunk", {
             "input_ids": ids, "positions": positions, "slots": slots,
             "block_tables": self._table_row(seq).reshape(1, -1), "context_lens": np.array([start + c], np.int32)})
-        return outs["logits"][0], self.session.last_report.seconds
+        return outs["logits"][0]
 
     def decode(self, tokens: Sequence[int]) -> np.ndarray:
         n = len(self._lengths)
@@ -169,7 +172,7 @@ class DeviceExecutor:
         outs = self.session.run("decode", {"input_ids": ids, "positions": positions, "slots": slots,
                                            "block_tables": tables, "context_lens": lens})
         self._lengths = [t + 1 for t in self._lengths]
-        self.last_device_seconds = self.session.last_report.seconds
+        self.last_device_seconds = self.session.last_seconds
         return outs["logits"][:n, 0]
 
     def lengths(self) -> list[int]:
@@ -177,4 +180,78 @@ class DeviceExecutor:
         return list(self._lengths)
 
 
-__all__ = ["DeviceExecutor"]
+class _SimulatorSession(DeviceSession):
+    @property
+    def last_seconds(self) -> float | None:
+        return self.last_report.seconds if self.last_report is not None else None
+
+
+class DeviceExecutor(PagedExecutor):
+    """A paged-KV artifact (an `Artifact`, or an Executable from `infer.compile`) on the
+    simulator: its @prefill_chunk / @decode in one DeviceSession, the pools resident."""
+
+    def __init__(self, compiled: Any, *, mode: str = "fast"):
+        art: Artifact = getattr(compiled, "artifact", compiled)
+        entries = {n: art.for_entry(n) for n in art.entry_names()}
+        signature = {n: {s.name: s.shape for s in a.inputs} for n, a in entries.items()}
+        vocab = entries["prefill_chunk"].outputs[0].shape[-1] if "prefill_chunk" in entries else 0
+        if "paged_kv" not in art.meta:
+            raise GenerationError("the artifact does not record its paged KV cache (meta 'paged_kv'): compile a model "
+                                  "imported with kv_cache='paged'")
+        pools = [n for n in signature.get("decode", {}) if n not in METADATA_INPUTS]
+        super().__init__(None, signature, vocab, art.meta["paged_kv"])
+        self.session = _SimulatorSession(art, resident=pools, mode=mode)
+
+
+class _InterpreterSession:
+    """The paged functions of a graph-level model on the reference interpreter, the pools
+    kept on the host: the golden model of a DeviceSession."""
+
+    last_seconds = None
+
+    def __init__(self, model, pools: dict[str, tuple[tuple[int, ...], np.dtype]]):
+        from infer.dialects.graph_interpreter import ConstantCache
+
+        self.model = model
+        self.pools = {n: np.zeros(shape, dtype) for n, (shape, dtype) in pools.items()}
+        self._constants = ConstantCache()
+
+    def run(self, entry: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from infer.dialects.graph_interpreter import run_module
+        from infer.dialects.signature import output_names
+
+        outs = run_module(self.model.module, {**inputs, **self.pools}, entry=entry, constant_cache=self._constants)
+        names = output_names(self.model.module, len(outs), entry)
+        result = dict(zip(names, outs, strict=True))
+        for n in self.pools:
+            self.pools[n] = result.pop(n)
+        return result
+
+
+class PagedReferenceExecutor(PagedExecutor):
+    """The paged functions of a `Model` (import_model(..., kv_cache="paged")) on the reference
+    interpreter, with the device executor's paging: what the device must reproduce."""
+
+    def __init__(self, model):
+        from infer.dialects.signature import function_signature
+
+        funcs = [op.sym_name.data for op in model.module.body.block.ops]
+        signature, pools = {}, {}
+        for name in funcs:
+            names, specs = function_signature(model.module, name)
+            signature[name] = {n: tuple(shape) for n, (shape, _) in zip(names, specs, strict=True)}
+            pools.update({n: (tuple(shape), dt) for n, (shape, dt) in zip(names, specs, strict=True)
+                          if n not in METADATA_INPUTS})
+        attr = model.module.attributes.get("infer.paged_kv")
+        from infer.dialects.npu_attrs import attr_to_json
+
+        paged = attr_to_json(attr) if attr is not None else {}
+        vocab = 0
+        if "prefill_chunk" in funcs:
+            from infer.dialects.signature import entry_function
+
+            vocab = entry_function(model.module, "prefill_chunk").function_type.outputs.data[0].get_shape()[-1]
+        super().__init__(_InterpreterSession(model, pools), signature, vocab, paged)
+
+
+__all__ = ["DeviceExecutor", "PagedExecutor", "PagedReferenceExecutor"]
