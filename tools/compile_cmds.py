@@ -2,6 +2,7 @@
 
     infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
                   [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
+                  [--entry NAME ...] [--chunk C] [--max-context N] [--block-size BS] [--num-blocks NB] [--batch B]
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
               [--plot DIR]
 
@@ -12,6 +13,11 @@ signature, DRAM layout, the hardware config, and the graph IR for `--check`).
 per-layer choice and lowers the integer kernels to the matrix unit's int8 path (float layers
 as bf16); an already quantized module (`infer quantize -o M.int8.mlir`) compiles without
 calibration data. A quantized op with no int8 lowering is one error naming it.
+A module with several functions gives one artifact with an entry point per function (`--entry`
+picks them, default all, or @main alone when the module has one; a missing one is an error
+listing the module's functions), the weights shared (tools/entries.py). GGUF files and Hugging
+Face decoder folders are imported with a paged KV cache (@prefill_chunk, @decode; the cache and
+batch options, defaults in --help; docs/gguf.md).
 `run`: load (validated), run on the simulator, print an output summary and the
 performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it

@@ -74,7 +74,10 @@ def test_bad_input_is_one_error(tiny_gguf, tmp_path, capsys):
         ([tiny_gguf, "--prompt", "word " * 40, "--max-context", 24],
          "the prompt is 203 tokens but the context holds 24 (raise --max-context"),
         ([no_tokenizer, "--prompt", PROMPT], "the model carries no tokenizer"),
-        ([tiny_gguf, "--prompt", PROMPT, "-t", "server"], "decode on the device is not implemented yet"),
+        ([tiny_gguf, "--prompt", "word " * 40, "-t", "server", "--max-context", 32],
+         "the prompt is 203 tokens but the KV cache holds 32 per sequence (raise --max-context"),
+        ([tiny_gguf, "--prompt", PROMPT, "-t", "server", "--block-size", 12], "block_size must be a power of two"),
+        ([tiny_gguf, "--prompt", PROMPT, "--chunk", 8], "--chunk applies to generation on the simulated NPU"),
         ([tiny_gguf, "--prompt", PROMPT, "--temperature", -1], "temperature must be >= 0"),
     ]
     for args, message in cases:
@@ -89,4 +92,5 @@ def test_help_says_where_it_runs(capsys):
         cli_main(["generate", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    assert "reference interpreter" in text and "not implemented yet" in text and "infer.Generator" in text
+    assert "reference interpreter" in text and "simulated NPU" in text and "infer.Generator" in text
+    assert "DeviceExecutor" in text and "--chunk" in text and "default 32" in text
