@@ -14,7 +14,9 @@ into it once, and treats as *resident* every input that an output aliases (an ou
 in place: `aliases`, {output: input}) plus any it is told to (`resident=`): a resident input is
 zero at the start, is not passed to `run` (`write` / `read` set or inspect it from the host), and
 is never copied in or out per call. An output aliased to a resident input is not returned (it is
-that buffer). Every other input is written at its entry's address before the program runs, and
+that buffer); an output with a resident buffer's name that the program wrote elsewhere (no
+alias) is moved to the buffer within the DRAM image after the call (`copied_bytes` counts it:
+0 when the compiler updated it in place). Every other input is written at its entry's address before the program runs, and
 every other output read back after. A resident buffer must have one address, shape and dtype in
 every entry that has it (checked when the session is built).
 
@@ -78,6 +80,7 @@ class DeviceSession:
                 self.dram[w.offset:w.offset + w.nbytes] = np.frombuffer(arrays[w.name].tobytes(), np.uint8)
         self.last_report: Report | None = None
         self.calls = 0
+        self.copied_bytes = 0  # resident buffers moved within DRAM (outputs not aliased to them)
 
     @property
     def resident(self) -> list[str]:
@@ -141,6 +144,16 @@ class DeviceSession:
         for spec, r in e.outputs:
             if spec.name in e.aliases and e.aliases[spec.name] in self._resident:
                 continue  # the output IS the resident buffer
+            if spec.name in self._resident and spec.name not in e.aliases:
+                # a new value of a resident buffer that the program wrote elsewhere (no alias):
+                # moved within the DRAM image, never through the host arrays; counted
+                home = self._resident[spec.name]
+                if (r.shape, r.dtype) != (home.shape, home.dtype):
+                    raise SessionError(f"entry '{entry}': output '{spec.name}' does not match resident buffer "
+                                       f"'{spec.name}' ({r.dtype}{list(r.shape)} vs {home.dtype}{list(home.shape)})")
+                self.dram[home.offset:home.offset + home.nbytes] = self.dram[r.offset:r.offset + r.nbytes].copy()
+                self.copied_bytes += home.nbytes
+                continue
             held = np_dtype(r.dtype)
             n = int(np.prod(spec.shape, dtype=np.int64)) * held.itemsize
             outs[spec.name] = from_dram(self.dram[r.offset:r.offset + n].view(held).reshape(spec.shape).copy(),

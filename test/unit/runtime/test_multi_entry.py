@@ -14,13 +14,13 @@ from infer.dialects.weights import WeightStore, attach_weights
 from infer.frontend import Model
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.hf_import import _combine
-from infer.runtime import Artifact, DeviceSession
+from infer.runtime import Artifact, DeviceSession, Executable
 from infer.runtime.session import SessionError
 from infer.tools.cli import main
 
 
 def _two_functions() -> Model:
-    """@wide(x[4,16], state[8,16]) -> (relu(x W^T + b) [4,32], sum of state's rows) and
+    """@wide(x[4,16], state[8,16]) -> (relu(x W^T + b) [4,32], sum of state's rows, 2 * state) and
     @narrow(x[2,16], state[8,16]) -> (x W^T + b [2,32], the same sum): both read W and b,
     both take `state`."""
     rng = np.random.default_rng(0)
@@ -38,7 +38,11 @@ def _two_functions() -> Model:
         if relu:
             y = b.op(g.ReluOp, [y])
         total = b.op(g.ReduceSumOp, [state], axes=g.i64_array([0]), keepdims=g.bool_attr(True))  # [1, 16]
-        funcs.append((name, b.finish([y, total], ["y", "total"])))
+        if relu:  # @wide also returns a new state (doubled)
+            doubled = b.op(g.AddOp, [state, state])
+            funcs.append((name, b.finish([y, total, doubled], ["y", "total", "state"])))
+        else:
+            funcs.append((name, b.finish([y, total], ["y", "total"])))
     module = _combine(funcs, store)
     attach_weights(module, store)
     return Model(module)
@@ -73,7 +77,7 @@ def test_every_function_is_an_entry_point_sharing_the_weights(exe, model, tmp_pa
     assert state[0].offset == state[1].offset  # a shared argument: one address
     for entry, rows in (("wide", 4), ("narrow", 2)):
         inputs = _inputs(rows, rows)
-        got = infer.runtime.Executable(art.for_entry(entry)).run(inputs)
+        got = Executable(art.for_entry(entry)).run(inputs)
         ref = model.run(inputs, entry=entry)
         for a, b in zip(got, ref, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max())
@@ -88,10 +92,14 @@ def test_a_session_keeps_a_resident_buffer_across_entries(exe, model):
         x = _inputs(rows, rows)["x"]
         out = sess.run(entry, {"x": x})
         ref = model.run({"x": x, "state": state}, entry=entry)
+        assert sorted(out) == ["total", "y"]  # the new state stays on the device
         np.testing.assert_allclose(out["total"], ref[1], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(out["y"], ref[0], rtol=1e-4, atol=1e-4 * np.abs(ref[0]).max())
         assert sess.last_report.cycles > 0
+        if entry == "wide":
+            state = ref[2]
     np.testing.assert_array_equal(sess.read("state"), state)
+    assert sess.copied_bytes == state.nbytes  # no alias: @wide's new state was moved within DRAM once
     with pytest.raises(SessionError, match="entry 'wide' takes inputs x; unexpected state"):
         sess.run("wide", {"x": np.zeros((4, 16), np.float32), "state": state})
     with pytest.raises(SessionError, match="no entry point 'decode'"):
