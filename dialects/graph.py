@@ -1071,6 +1071,130 @@ class GatherOp(TensorResultOp):
         return [TensorType(element_type_of(self.input), (*x[:axis], *shape_of(self.indices), *x[axis + 1 :]))]
 
 
+def _require_i32(value: SSAValue, what: str, rank: int) -> Shape:
+    if element_type_name(element_type_of(value)) != "i32":
+        raise VerifyException(
+            f"{what} must be i32, got {element_type_name(element_type_of(value))}"
+        )
+    shape = shape_of(value)
+    if len(shape) != rank:
+        raise VerifyException(f"{what} must have rank {rank}, got shape {format_shape(shape)}")
+    return shape
+
+
+@irdl_op_definition
+class KvCacheWriteOp(TensorResultOp):
+    """Write rows into a paged KV pool at token slots (docs/paged-kv.md).
+
+    cache: T[S, W] (one row per token slot: all KV heads of one token), rows: T[N, W],
+    slots: i32[N]. The result is the cache with row slots[i] replaced by rows[i]; a slot
+    outside [0, S) is an error at run time. The host computes the slots (vLLM's
+    slot_mapping): block_table[t // BS] * BS + t % BS. When the cache is a function
+    argument and the result is returned, the NPU lowering writes in place (the result's
+    buffer is the argument's: a donated buffer).
+
+        %k1 = graph.kv_cache_write %k0, %rows, %slots : (tensor<64x32xf32>, tensor<2x32xf32>, tensor<2xi32>) -> tensor<64x32xf32>
+    """
+
+    name = "graph.kv_cache_write"
+    cache = operand_def(TensorType)
+    rows = operand_def(TensorType)
+    slots = operand_def(TensorType)
+    assembly_format = "$cache `,` $rows `,` $slots " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.cache, self.rows])
+        s, w = _require_rank(self, self.cache, "the cache [S, W]", [2])
+        n, wr = _require_rank(self, self.rows, "the rows [N, W]", [2])
+        (ns,) = _require_i32(self.slots, "the slots", 1)
+        if wr != w:
+            raise VerifyException(f"rows {format_shape((n, wr))} must have the cache's row width {w}")
+        if ns != n:
+            raise VerifyException(f"{n} rows but {ns} slots")
+        return [TensorType(elem, (s, w))]
+
+
+@irdl_op_definition
+class PagedAttentionOp(TensorResultOp):
+    """Attention of the last Sq tokens of each sequence over its paged KV cache
+    (docs/paged-kv.md).
+
+    q: T[B, Hq, Sq, D], k_cache: T[S, Hkv*D], v_cache: T[S, Hkv*Dv] (S = NB * BS: a pool of
+    NB blocks of BS token rows), block_tables: i32[B, MB], context_lens: i32[B];
+    `block_size` = BS (a power of two), `scale` defaults to 1/sqrt(D).
+    Sequence b has n = context_lens[b] tokens (0 <= n <= MB * BS); token t lives in row
+    block_tables[b, t // BS] * BS + t % BS of the pools; query row i is the token at
+    position n - Sq + i (the queries are the last Sq tokens, already written to the cache)
+    and attends to the tokens t <= n - Sq + i (causal); query head h reads KV head
+    h // (Hq / Hkv). A query row without any key (n - Sq + i < 0) yields zeros. Decode is
+    Sq = 1, a chunk of prefill Sq = C. Only the blocks below ceil(n / BS) are read.
+
+        %o = graph.paged_attention %q, %kc, %vc, %bt, %n {block_size = 16 : i64} : (tensor<2x4x1x8xf32>, tensor<64x16xf32>, tensor<64x16xf32>, tensor<2x4xi32>, tensor<2xi32>) -> tensor<2x4x1x8xf32>
+    """
+
+    name = "graph.paged_attention"
+    query = operand_def(TensorType)
+    key_cache = operand_def(TensorType)
+    value_cache = operand_def(TensorType)
+    block_tables = operand_def(TensorType)
+    context_lens = operand_def(TensorType)
+    block_size = prop_def(IntegerAttr[I64])
+    scale = opt_prop_def(FloatAttr)
+    assembly_format = (
+        "$query `,` $key_cache `,` $value_cache `,` $block_tables `,` $context_lens " + _FUNCTIONAL
+    )
+
+    @property
+    def block_size_value(self) -> int:
+        return int(self.block_size.value.data)
+
+    def geometry(self) -> tuple[int, int, int, int, int, int, int]:
+        """(B, Hq, Sq, D, Hkv, Dv, MB) after verification."""
+        b, hq, sq, d = shape_of(self.query)
+        wk = shape_of(self.key_cache)[1]
+        hkv = wk // d
+        dv = shape_of(self.value_cache)[1] // hkv
+        return b, hq, sq, d, hkv, dv, shape_of(self.block_tables)[1]
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.query, self.key_cache, self.value_cache])
+        _require_float(self, self.query, "the query")
+        b, hq, sq, d = _require_rank(self, self.query, "the query [B, Hq, Sq, D]", [4])
+        s, wk = _require_rank(self, self.key_cache, "the key cache [S, Hkv*D]", [2])
+        sv, wv = _require_rank(self, self.value_cache, "the value cache [S, Hkv*Dv]", [2])
+        bt_b, _mb = _require_i32(self.block_tables, "the block tables [B, MB]", 2)
+        (cl_b,) = _require_i32(self.context_lens, "the context lengths [B]", 1)
+        bs = self.block_size_value
+        if bs < 1 or bs & (bs - 1):
+            raise VerifyException(f"block_size must be a power of two, got {bs}")
+        if s != sv:
+            raise VerifyException(f"the key cache has {s} rows but the value cache {sv}")
+        if s % bs:
+            raise VerifyException(f"the caches' {s} rows are not a whole number of {bs}-row blocks")
+        if d < 1 or wk % d:
+            raise VerifyException(
+                f"the key cache width {wk} is not a multiple of the query head dim {d}"
+            )
+        hkv = wk // d
+        if hq % hkv:
+            raise VerifyException(
+                f"query heads ({hq}) must be a multiple of key/value heads ({hkv} = {wk} / {d})"
+            )
+        if wv % hkv:
+            raise VerifyException(
+                f"the value cache width {wv} is not a multiple of the key/value heads ({hkv})"
+            )
+        if bt_b != b or cl_b != b:
+            raise VerifyException(
+                f"block tables ({bt_b} rows) and context lengths ({cl_b}) must have the "
+                f"query's batch {b}"
+            )
+        return [TensorType(elem, (b, hq, sq, wv // hkv))]
+
+
+PAGED_KV_OPS = (KvCacheWriteOp, PagedAttentionOp)
+
+
 # --------------------------------------------------------------------------
 # Structure
 # --------------------------------------------------------------------------
@@ -1741,7 +1865,7 @@ Graph = Dialect(
         MatmulOp, LinearOp,
         Conv2dOp, MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp, GlobalMaxPoolOp,
         BatchNormOp, LayerNormOp, RmsNormOp, SoftmaxOp, LogSoftmaxOp,
-        AttentionOp, RotaryOp, GatherOp,
+        AttentionOp, RotaryOp, GatherOp, *PAGED_KV_OPS,
         ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
         ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
         KernelOp, YieldOp,

@@ -916,6 +916,68 @@ def _gather(op: g.GatherOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     return np.take(x, idx, axis=axis)
 
 
+@_kernel(g.KvCacheWriteOp)
+def _kv_cache_write(op: g.KvCacheWriteOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    cache, rows, slots = xs
+    size = cache.shape[0]
+    bad = (slots < 0) | (slots >= size)
+    if bad.any():
+        raise InterpreterError(
+            f"{op.name}: slot {int(slots[bad][0])} is out of range for a cache of {size} rows "
+            f"(valid: 0 .. {size - 1})"
+        )
+    out = cache.copy()
+    out[slots.astype(np.int64)] = rows
+    return out
+
+
+def paged_token_rows(block_table: np.ndarray, n: int, block_size: int) -> np.ndarray:
+    """The pool rows of tokens 0 .. n-1 of one sequence (block_table[t // BS] * BS + t % BS)."""
+    t = np.arange(n, dtype=np.int64)
+    return block_table[t // block_size].astype(np.int64) * block_size + t % block_size
+
+
+@_kernel(g.PagedAttentionOp)
+def _paged_attention(op: g.PagedAttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    q, k_cache, v_cache = _upcast(xs[0]), _upcast(xs[1]), _upcast(xs[2])
+    tables, lens = xs[3], xs[4]
+    b, hq, sq, d, hkv, dv, mb = op.geometry()
+    bs = op.block_size_value
+    blocks = k_cache.shape[0] // bs
+    group = hq // hkv
+    scale = q.dtype.type(_float_of(op.scale) if op.scale is not None else 1.0 / math.sqrt(d))
+    out = np.zeros((b, hq, sq, dv), dtype=q.dtype)
+    for seq in range(b):
+        n = int(lens[seq])
+        if n < 0 or n > mb * bs:
+            raise InterpreterError(
+                f"{op.name}: context length {n} of sequence {seq} is outside 0 .. {mb * bs} "
+                f"({mb} blocks of {bs} tokens)"
+            )
+        used = tables[seq, : -(-n // bs)]
+        if ((used < 0) | (used >= blocks)).any():
+            bad = int(used[(used < 0) | (used >= blocks)][0])
+            raise InterpreterError(
+                f"{op.name}: sequence {seq} uses block {bad}, outside the pool's 0 .. {blocks - 1}"
+            )
+        rows = paged_token_rows(tables[seq], n, bs)
+        k = k_cache[rows].reshape(n, hkv, d).transpose(1, 0, 2)  # [Hkv, n, D]
+        v = v_cache[rows].reshape(n, hkv, dv).transpose(1, 0, 2)
+        qg = q[seq].reshape(hkv, group * sq, d)
+        scores = (np.matmul(qg, np.swapaxes(k, -1, -2)) * scale).reshape(hkv, group, sq, n)
+        position = n - sq + np.arange(sq)
+        allowed = np.arange(n)[None, :] <= position[:, None]  # [Sq, n]
+        scores = np.where(allowed, scores, -np.inf)
+        live = position >= 0  # a query row with at least one key
+        m = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
+        m = np.where(live[:, None], m, q.dtype.type(0))
+        e = np.exp(scores - m)
+        p = e / np.where(live[:, None], np.sum(e, axis=-1, keepdims=True), q.dtype.type(1))
+        o = np.matmul(p.reshape(hkv, group * sq, n), v).reshape(hq, sq, dv)
+        out[seq] = np.where(live[:, None], o, q.dtype.type(0))
+    return out
+
+
 # -- structure ------------------------------------------------------------------------------------
 
 
