@@ -138,6 +138,10 @@ def cmd_run(args: argparse.Namespace) -> int:
               "(use --mode fast)", file=sys.stderr)
         return 1
     exe = load(args.artifact)
+    if args.entry is not None and args.entry != exe.artifact.entry:
+        from infer.runtime import Executable
+
+        exe = Executable(exe.artifact.for_entry(args.entry), reference=exe.reference)
     a = exe.artifact
     inputs = load_inputs(args.inputs, exe.input_names, [(s.shape, s.np_dtype) for s in a.inputs])
     checked = None
@@ -244,6 +248,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("run", help="run a .npu artifact on the instruction-set simulator")
     p.add_argument("artifact")
+    p.add_argument("--entry", metavar="NAME", help="the entry point to run (an artifact compiled from several "
+                                                  "functions; default: its first)")
     p.add_argument("--inputs", help=".npz keyed by input name (default: deterministic random inputs)")
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--check", action="store_true",

@@ -128,12 +128,20 @@ def _generate_on_device(args: argparse.Namespace) -> int:
     if model.tokenizer is None:
         raise CLIError(f"{args.model}: the model carries no tokenizer (GGUF tokenizer.ggml.* metadata or "
                        "a folder's tokenizer files), so the prompt cannot be encoded")
-    max_len = model.module.attributes["infer.paged_kv"].data["max_len"].value.data  # type: ignore[union-attr]
+    from infer.dialects.npu_attrs import attr_to_json
+
+    paged = attr_to_json(model.module.attributes["infer.paged_kv"])
     chat = not args.no_chat_template and model.chat_template is not None
     ids = model.apply_chat_template(args.prompt) if chat else [int(t) for t in model.tokenizer.encode(args.prompt)]
-    if len(ids) > max_len:  # before the compile: a clear error, fast
-        raise CLIError(f"the prompt is {len(ids)} tokens but the KV cache holds {max_len} per sequence "
+    # the executor's own checks, before the compile: a clear error, fast
+    if len(ids) > paged["max_len"]:
+        raise CLIError(f"the prompt is {len(ids)} tokens but the KV cache holds {paged['max_len']} per sequence "
                        "(raise --max-context up to the model's context length, or shorten the prompt)")
+    bs = paged["block_size"]
+    usable = paged["num_blocks"] - -(-max(paged["chunk"], paged["batch"]) // bs)
+    if -(-len(ids) // bs) > usable:
+        raise CLIError(f"the KV-cache pool is too small for this request: the prompt needs {-(-len(ids) // bs)} "
+                       f"blocks of {bs} tokens, the pool has {usable} for sequences (raise --num-blocks)")
     print(f"note: compiling {args.model} for the {target} NPU ({precision}; @prefill_chunk and @decode in one "
           "artifact)", file=sys.stderr, flush=True)
     exe = compile_model(model, target=target, precision=precision, progress=not args.quiet)

@@ -114,3 +114,9 @@ def test_single_entry_and_the_cli(model, tmp_path, capsys):
     assert art.entry_names() == ["narrow"] and art.entries == []
     assert main(["compile", str(mlir), "--entry", "main", "-o", str(out), "-q"]) == 1
     assert "the module has no function @main (its functions: @wide, @narrow)" in capsys.readouterr().err
+    both = tmp_path / "both.npu"
+    assert main(["compile", str(mlir), "-o", str(both), "-q"]) == 0
+    assert main(["run", str(both), "--entry", "narrow", "--check", "-q"]) == 0
+    assert "total" in capsys.readouterr().out
+    assert main(["run", str(both), "--entry", "decode", "-q"]) == 1
+    assert "the artifact has no entry point 'decode' (entry points: wide, narrow)" in capsys.readouterr().err

@@ -77,6 +77,8 @@ def test_bad_input_is_one_error(tiny_gguf, tmp_path, capsys):
         ([tiny_gguf, "--prompt", "word " * 40, "-t", "server", "--max-context", 32],
          "the prompt is 203 tokens but the KV cache holds 32 per sequence (raise --max-context"),
         ([tiny_gguf, "--prompt", PROMPT, "-t", "server", "--block-size", 12], "block_size must be a power of two"),
+        ([tiny_gguf, "--prompt", "word " * 4, "-t", "server", "--chunk", 8, "--block-size", 4, "--num-blocks", 4],
+         "the KV-cache pool is too small for this request: the prompt needs 6 blocks of 4 tokens, the pool has 2"),
         ([tiny_gguf, "--prompt", PROMPT, "--chunk", 8], "--chunk applies to generation on the simulated NPU"),
         ([tiny_gguf, "--prompt", PROMPT, "--temperature", -1], "temperature must be >= 0"),
     ]
