@@ -23,6 +23,9 @@ sequence lives in slot block_table[t // BS] * BS + t % BS).
 - `decode(tokens)`: one `@decode` step for the batch: every sequence appends its token at its own
   position (different lengths in one step); the rows of a batch with fewer than B sequences
   are idle rows on scratch slots.
+- For a serving engine (continuous batching): `add_sequence(id, prompt) -> logits`,
+  `decode_step({id: token, ...}) -> {id: logits}` (any running sequences, at most B),
+  `release(id)`, `free_block_count`.
 `last_device_seconds`: the simulated time of the last call (the sum over the chunks of a
 prefill) at the hardware config's clock. Errors (`GenerationError`, one message): a prompt
 longer than the cache holds per sequence, a pool without enough free blocks for the request.
@@ -31,7 +34,7 @@ longer than the cache holds per sequence, a pool without enough free blocks for 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,12 +79,12 @@ class PagedExecutor:
         self.vocab_size = vocab_size
         self.session = session
         self.last_device_seconds: float | None = None
-        self._tables: list[list[int]] = []
-        self._lengths: list[int] = []
-        self._free: list[int] = []
+        self._tables: dict[Hashable, list[int]] = {}  # running sequences: blocks, tokens in the cache
+        self._lengths: dict[Hashable, int] = {}
+        self._free: list[int] = list(range(self.free_blocks - 1, -1, -1))
 
     # ---------------------------------------------------------------- paging
-    def _grow(self, seq: int, length: int) -> None:
+    def _grow(self, seq: Hashable, length: int) -> None:
         """Give sequence `seq` the blocks for `length` tokens."""
         need = math.ceil(length / self.block_size) - len(self._tables[seq])
         if need > len(self._free):
@@ -92,52 +95,51 @@ class PagedExecutor:
         for _ in range(need):
             self._tables[seq].append(self._free.pop())
 
-    def _slot(self, seq: int, t: int) -> int:
+    def _slot(self, seq: Hashable, t: int) -> int:
         return self._tables[seq][t // self.block_size] * self.block_size + t % self.block_size
 
-    def _table_row(self, seq: int | None) -> np.ndarray:
+    def _table_row(self, seq: Hashable | None) -> np.ndarray:
         row = np.full(self.max_blocks, self.free_blocks, np.int32)  # unused entries: the first scratch block
         if seq is not None:
             row[: len(self._tables[seq])] = self._tables[seq]
         return row
 
-    # ---------------------------------------------------------------- steps
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-        n = len(prompts)
-        if not 1 <= n <= self.batch:
-            raise GenerationError(f"the decode step was compiled for batches of {self.batch}; got {n} prompts")
-        rows = [np.asarray(p, np.int64).reshape(-1) for p in prompts]
-        for i, row in enumerate(rows):
-            if row.size == 0:
-                raise GenerationError(f"prompt {i} is empty")
-            if row.size > self.max_context:
-                raise GenerationError(f"the prompt has {row.size} tokens but the KV cache holds {self.max_context} per "
-                                      "sequence (compile with a larger --max-context, or shorten the prompt)")
-            bad = row[(row < 0) | (row >= self.vocab_size)]
-            if bad.size:
-                raise GenerationError(f"token id {int(bad[0])} is outside the vocabulary (0 .. {self.vocab_size - 1})")
-        need = sum(math.ceil(r.size / self.block_size) for r in rows)
-        if need > self.free_blocks:
-            raise GenerationError(f"the KV-cache pool is too small for this request: the prompts need {need} blocks of "
-                                  f"{self.block_size} tokens, the pool has {self.free_blocks} for sequences (compile "
-                                  "with more --num-blocks, or fewer / shorter prompts)")
-        self._free = list(range(self.free_blocks - 1, -1, -1))
-        self._tables = [[] for _ in rows]
-        self._lengths = [0] * n
-        seconds: float | None = 0.0
-        last = []
-        for seq, row in enumerate(rows):
-            self._grow(seq, row.size)
-            for start in range(0, row.size, self.chunk):
-                logits = self._prefill_chunk(seq, row, start)
-                step = self.session.last_seconds
-                seconds = None if seconds is None or step is None else seconds + step
-            last.append(logits[(row.size - 1) % self.chunk])
-            self._lengths[seq] = row.size
-        self.last_device_seconds = seconds
-        return np.stack(last)
+    def _check_prompt(self, prompt: Sequence[int], what: str = "the prompt") -> np.ndarray:
+        row = np.asarray(prompt, np.int64).reshape(-1)
+        if row.size == 0:
+            raise GenerationError(f"{what} is empty")
+        if row.size > self.max_context:
+            raise GenerationError(f"{what} has {row.size} tokens but the KV cache holds {self.max_context} per "
+                                  "sequence (compile with a larger --max-context, or shorten the prompt)")
+        bad = row[(row < 0) | (row >= self.vocab_size)]
+        if bad.size:
+            raise GenerationError(f"token id {int(bad[0])} is outside the vocabulary (0 .. {self.vocab_size - 1})")
+        return row
 
-    def _prefill_chunk(self, seq: int, row: np.ndarray, start: int) -> np.ndarray:
+    # ---------------------------------------------------------------- sequences (continuous batching)
+    def add_sequence(self, seq: Hashable, prompt: Sequence[int]) -> np.ndarray:
+        """Admit sequence `seq`: its blocks, its prompt through @prefill_chunk (C tokens a call);
+        returns the logits [V] after its last prompt token. `last_device_seconds`: all chunks."""
+        if seq in self._tables:
+            raise GenerationError(f"sequence {seq!r} is already running")
+        row = self._check_prompt(prompt)
+        if math.ceil(row.size / self.block_size) > len(self._free):
+            raise GenerationError(f"the KV-cache pool is too small for this request: the prompt needs "
+                                  f"{math.ceil(row.size / self.block_size)} blocks of {self.block_size} tokens, "
+                                  f"{len(self._free)} of the pool's {self.free_blocks} are free (compile with more "
+                                  "--num-blocks, or a shorter prompt)")
+        self._tables[seq], self._lengths[seq] = [], 0
+        self._grow(seq, row.size)
+        seconds: float | None = 0.0
+        for start in range(0, row.size, self.chunk):
+            logits = self._prefill_chunk(seq, row, start)
+            step = self.session.last_seconds
+            seconds = None if seconds is None or step is None else seconds + step
+        self._lengths[seq] = row.size
+        self.last_device_seconds = seconds
+        return logits[(row.size - 1) % self.chunk]
+
+    def _prefill_chunk(self, seq: Hashable, row: np.ndarray, start: int) -> np.ndarray:
         c = self.chunk
         real = min(c, row.size - start)
         ids = np.zeros((1, c), np.int32)
@@ -149,35 +151,80 @@ class PagedExecutor:
             "block_tables": self._table_row(seq).reshape(1, -1), "context_lens": np.array([start + c], np.int32)})
         return outs["logits"][0]
 
+    def decode_step(self, tokens: Mapping[Hashable, int]) -> dict[Hashable, np.ndarray]:
+        """One @decode call: each sequence in `tokens` (at most B, any lengths) appends its
+        token; returns {sequence: logits [V]}."""
+        if not 1 <= len(tokens) <= self.batch:
+            raise GenerationError(f"a decode step takes 1 to {self.batch} sequences, got {len(tokens)}")
+        b = self.batch
+        ids = np.zeros((b, 1), np.int32)
+        positions = np.zeros((b, 1), np.int32)
+        slots = self.scratch_slot + np.arange(b, dtype=np.int32)  # idle rows write to scratch slots
+        tables = np.stack([self._table_row(None)] * b)
+        lens = np.ones(b, np.int32)
+        for row, (seq, tok) in enumerate(tokens.items()):
+            if seq not in self._tables:
+                raise GenerationError(f"sequence {seq!r} is not running (add_sequence first)")
+            t = self._lengths[seq]
+            if t >= self.max_context:
+                raise GenerationError(f"the context is full ({self.max_context} tokens)")
+            if not 0 <= int(tok) < self.vocab_size:
+                raise GenerationError(f"token id {int(tok)} is outside the vocabulary (0 .. {self.vocab_size - 1})")
+            self._grow(seq, t + 1)
+            ids[row, 0], positions[row, 0], slots[row], lens[row] = int(tok), t, self._slot(seq, t), t + 1
+            tables[row] = self._table_row(seq)
+        outs = self.session.run("decode", {"input_ids": ids, "positions": positions, "slots": slots,
+                                           "block_tables": tables, "context_lens": lens})
+        for seq in tokens:
+            self._lengths[seq] += 1
+        self.last_device_seconds = self.session.last_seconds
+        return {seq: outs["logits"][row, 0] for row, seq in enumerate(tokens)}
+
+    def release(self, seq: Hashable) -> None:
+        """Free sequence `seq`'s blocks."""
+        self._free.extend(reversed(self._tables.pop(seq)))
+        del self._lengths[seq]
+
+    @property
+    def free_block_count(self) -> int:
+        return len(self._free)
+
+    # ---------------------------------------------------------------- StepExecutor
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
+        """Start a batch of sequences 0 .. n-1 (releasing every running one)."""
+        n = len(prompts)
+        if not 1 <= n <= self.batch:
+            raise GenerationError(f"the decode step was compiled for batches of {self.batch}; got {n} prompts")
+        rows = [self._check_prompt(p, f"prompt {i}" if n > 1 else "the prompt") for i, p in enumerate(prompts)]
+        need = sum(math.ceil(r.size / self.block_size) for r in rows)
+        if need > self.free_blocks:
+            raise GenerationError(f"the KV-cache pool is too small for this request: the prompts need {need} blocks of "
+                                  f"{self.block_size} tokens, the pool has {self.free_blocks} for sequences (compile "
+                                  "with more --num-blocks, or fewer / shorter prompts)")
+        for seq in list(self._tables):
+            self.release(seq)
+        self._free = list(range(self.free_blocks - 1, -1, -1))
+        seconds: float | None = 0.0
+        last = []
+        for seq, row in enumerate(rows):
+            last.append(self.add_sequence(seq, row))
+            step = self.last_device_seconds
+            seconds = None if seconds is None or step is None else seconds + step
+        self.last_device_seconds = seconds
+        return np.stack(last)
+
     def decode(self, tokens: Sequence[int]) -> np.ndarray:
         n = len(self._lengths)
         if n == 0:
             raise GenerationError("decode before prefill: start the batch with prefill(prompts)")
         if len(tokens) != n:
             raise GenerationError(f"the batch has {n} sequences; got {len(tokens)} tokens")
-        if max(self._lengths) >= self.max_context:
-            raise GenerationError(f"the context is full ({self.max_context} tokens)")
-        b = self.batch
-        ids = np.zeros((b, 1), np.int32)
-        positions = np.zeros((b, 1), np.int32)
-        slots = self.scratch_slot + np.arange(b, dtype=np.int32)
-        tables = np.stack([self._table_row(None)] * b)
-        lens = np.ones(b, np.int32)
-        for seq, (tok, t) in enumerate(zip(tokens, self._lengths, strict=True)):
-            if not 0 <= int(tok) < self.vocab_size:
-                raise GenerationError(f"token id {int(tok)} is outside the vocabulary (0 .. {self.vocab_size - 1})")
-            self._grow(seq, t + 1)
-            ids[seq, 0], positions[seq, 0], slots[seq], lens[seq] = int(tok), t, self._slot(seq, t), t + 1
-            tables[seq] = self._table_row(seq)
-        outs = self.session.run("decode", {"input_ids": ids, "positions": positions, "slots": slots,
-                                           "block_tables": tables, "context_lens": lens})
-        self._lengths = [t + 1 for t in self._lengths]
-        self.last_device_seconds = self.session.last_seconds
-        return outs["logits"][:n, 0]
+        out = self.decode_step(dict(zip(self._lengths, tokens, strict=True)))
+        return np.stack(list(out.values()))
 
     def lengths(self) -> list[int]:
-        """Tokens each active sequence holds in its cache."""
-        return list(self._lengths)
+        """Tokens each running sequence holds in its cache."""
+        return list(self._lengths.values())
 
 
 class _SimulatorSession(DeviceSession):

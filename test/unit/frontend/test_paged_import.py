@@ -86,3 +86,34 @@ def test_executor_errors(llama_folder):
     ex.prefill([[1] * 12])  # 3 blocks: all the pool has
     with pytest.raises(GenerationError, match="the KV-cache pool is too small"):
         ex.decode([5])
+
+
+def test_sequences_join_and_leave_a_running_batch(llama_folder):
+    """The serving-engine interface: a sequence admitted while others decode, one released and
+    its blocks reused, each sequence's greedy tokens as when it runs alone."""
+    paged = import_model(llama_folder, kv_cache="paged", chunk=8, max_len=32, block_size=4, batch=2)
+    rng = np.random.default_rng(3)
+    prompts = {"a": list(rng.integers(0, 256, 6)), "b": list(rng.integers(0, 256, 10)),
+               "c": list(rng.integers(0, 256, 3))}
+
+    def alone(p, n):
+        gen = Generator(paged, executor=paged_executor(paged))
+        return [t.id for t in gen.generate(p, max_new_tokens=n, stop_token_ids=[])]
+
+    ex = paged_executor(paged)
+    out = {"a": [int(ex.add_sequence("a", prompts["a"]).argmax())]}
+    out["a"].append(int(ex.decode_step({"a": out["a"][-1]})["a"].argmax()))
+    out["b"] = [int(ex.add_sequence("b", prompts["b"]).argmax())]
+    for _ in range(3):
+        step = ex.decode_step({s: out[s][-1] for s in ("a", "b")})
+        for s, logits in step.items():
+            out[s].append(int(logits.argmax()))
+    free = ex.free_block_count
+    ex.release("a")
+    assert ex.free_block_count == free + 3  # 6 + 4 tokens: 3 blocks of 4
+    out["c"] = [int(ex.add_sequence("c", prompts["c"]).argmax())]
+    for _ in range(2):
+        step = ex.decode_step({s: out[s][-1] for s in ("c", "b")})
+        for s, logits in step.items():
+            out[s].append(int(logits.argmax()))
+    assert out == {"a": alone(prompts["a"], 5), "b": alone(prompts["b"], 6), "c": alone(prompts["c"], 3)}
