@@ -12,8 +12,8 @@ with a joint placement of the arguments (`npu.placement`, passes/tile_to_npu/dri
   one address, the same in every entry, at the start of DRAM;
 - every other argument is placed after those, per entry (the entries' private arguments
   overlap: one entry runs at a time);
-- an output that is an alias of an input (`aliases`, {output: input}, written by graph-to-tile
-  for results updated in place) is placed at its input's address;
+- an output that is an alias of an input (`tile.alias_of` on the output argument, written by
+  graph-to-tile for results updated in place) is placed at its input's address;
 - the weight region starts after the largest entry's arguments, so it has one address for all.
 
 `select_entries` picks the functions (`--entry`, default all), `joint_placement` computes the
@@ -28,8 +28,9 @@ from typing import Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
-ALIASES_ATTR = "tile.aliases"
-"""Function attribute of a tile-level function: {output name: input name} (PAGED_KV.md)."""
+ALIAS_ATTR = "tile.alias_of"
+"""On an output argument of a tile-level function: the position of the input argument whose
+buffer it is (graph-to-tile writes it for results updated in place; infer.dialects.tile)."""
 
 
 class EntryError(Exception):
@@ -121,12 +122,21 @@ def _arguments(fn: func.FuncOp) -> list[tuple[str, int, tuple]]:
 
 
 def function_aliases(fn: func.FuncOp) -> dict[str, str]:
-    """{output name: input name} of a tile-level function (graph-to-tile's record of results
-    that are their argument's buffer), {} when it has none."""
-    from infer.dialects.npu_attrs import attr_to_json
+    """{output name: input name} of a tile-level function: its output arguments that graph-to-tile
+    marked `tile.alias_of = <input position>` (results written in place: the output IS that
+    input's buffer); {} when it has none."""
+    from xdsl.dialects.builtin import IntegerAttr
 
-    attr = fn.attributes.get(ALIASES_ATTR)
-    return {str(k): str(v) for k, v in attr_to_json(attr).items()} if attr is not None else {}
+    from infer.passes.tile_to_npu.common import argument_attributes
+
+    attributes = argument_attributes(fn)
+
+    def name(i: int) -> str:
+        n = attributes[i].get("graph.name") if i < len(attributes) else None
+        return n.data if isinstance(n, StringAttr) else f"arg{i}"
+
+    return {name(i): name(int(a.value.data)) for i, attrs in enumerate(attributes)
+            if isinstance(a := attrs.get(ALIAS_ATTR), IntegerAttr)}
 
 
 def entry_aliases(module: ModuleOp, entry: str) -> dict[str, str]:
@@ -197,5 +207,5 @@ def lower_entries(ctx, module: ModuleOp, entries: Sequence[str], target: str,
     return out
 
 
-__all__ = ["ALIASES_ATTR", "EntryError", "entry_aliases", "function_names", "joint_placement", "keep_functions",
+__all__ = ["ALIAS_ATTR", "EntryError", "entry_aliases", "function_names", "joint_placement", "keep_functions",
            "lower_entries", "select_entries", "share_identical_weights"]
