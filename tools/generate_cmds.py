@@ -40,8 +40,12 @@ _FINISH = {
 }
 
 
-def _seconds(s: float | None, digits: int = 3) -> str:
-    return "n/a" if s is None else f"{s:.{digits}f} s"
+def _seconds(s: float | None) -> str:
+    return "n/a" if s is None else f"{s:.3f} s"
+
+
+def _ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{s * 1e3:.3f} ms"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -116,6 +120,12 @@ def _generate_on_device(args: argparse.Namespace) -> int:
     from infer.tools.driver import compile as compile_model
 
     _check_request(args)
+    from infer.generation.sampling import SamplingError, SamplingOptions
+
+    try:  # the sampling options before the compile
+        SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed)
+    except SamplingError as e:
+        raise CLIError(str(e)) from None
     if args.prefill_length is not None:
         raise CLIError("--prefill-length is the reference interpreter's; on the simulated NPU use --chunk")
     if not is_decoder_source(args.model):
@@ -165,8 +175,8 @@ def _generate_on_device(args: argparse.Namespace) -> int:
     stats = gen.last_stats
     assert stats is not None
     _print_counts(args, gen, stats)
-    print(f"device time:      time to first token {_seconds(stats.device_time_to_first_token_s)}, per output "
-          f"token {_seconds(stats.device_time_per_output_token_s, 6)} (simulated {exe.target} cycles at "
+    print(f"device time:      time to first token {_ms(stats.device_time_to_first_token_s)}, per output "
+          f"token {_ms(stats.device_time_per_output_token_s)} (simulated {exe.target} cycles at "
           f"{ex.session.config.clock_ghz:g} GHz)", file=sys.stderr)
     print(f"host wall time:   {end - start:.3f} s (import and compile {compiled - start:.3f} s, generation "
           f"{end - gen_start:.3f} s: time to first token {_seconds(stats.time_to_first_token_s)}, per decode "

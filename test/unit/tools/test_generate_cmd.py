@@ -80,6 +80,7 @@ def test_bad_input_is_one_error(tiny_gguf, tmp_path, capsys):
         ([tiny_gguf, "--prompt", "word " * 4, "-t", "server", "--chunk", 8, "--block-size", 4, "--num-blocks", 4],
          "the KV-cache pool is too small for this request: the prompt needs 6 blocks of 4 tokens, the pool has 2"),
         ([tiny_gguf, "--prompt", PROMPT, "--chunk", 8], "--chunk applies to generation on the simulated NPU"),
+        ([tiny_gguf, "--prompt", PROMPT, "-t", "server", "--top-p", 2], "top_p must be in (0, 1]"),
         ([tiny_gguf, "--prompt", PROMPT, "--temperature", -1], "temperature must be >= 0"),
     ]
     for args, message in cases:
