@@ -45,7 +45,7 @@ class _Entry:
         self.artifact = art
         self.program = art.decode_program()
         self.layout = art.parsed_layout()
-        self.aliases = dict(art.aliases)
+        self.aliases = {**self.layout.aliases, **art.aliases}
         self.inputs = {s.name: (s, r) for s, r in zip(art.inputs, self.layout.inputs, strict=True)}
         self.outputs = [(s, r) for s, r in zip(art.outputs, self.layout.outputs, strict=True)]
 

@@ -161,7 +161,8 @@ def joint_placement(functions: Sequence[func.FuncOp], alignment: int) -> tuple[d
     end = 0
     for name, entry_args in args.items():  # shared buffers first, in order of first appearance
         for key, nbytes, ident in entry_args:
-            if seen[ident] > 1 and ident not in shared and key.removeprefix("out:") not in aliases[name]:
+            aliased = key.startswith("out:") and key[4:] in aliases[name]
+            if seen[ident] > 1 and ident not in shared and not aliased:
                 shared[ident] = end
                 end = align_up(end + nbytes, alignment)
     private_start, weights_offset = end, end

@@ -139,6 +139,14 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
         attrs = attributes[i] if i < len(attributes) else {}
         name = attrs.get("graph.name")
         arg_name = name.data if isinstance(name, StringAttr) else f"arg{i}"
+        tied = attrs.get(t.ALIAS_ATTR)
+        if isinstance(tied, IntegerAttr):  # written in place: the input's own region
+            j = tied.value.data
+            if not (0 <= j < i and not layout.args[j].output and layout.args[j].shape == shape
+                    and layout.args[j].dtype == element):
+                raise fail(fn, f"argument #{i}: {t.ALIAS_ATTR} = {j} is not an earlier input of its type")
+            layout.args.append(DramRegion(arg_name, layout.args[j].offset, shape, element, i, True, j))
+            continue
         output = is_output_flag(attrs.get("tile.output"))
         offset = end
         if placement is not None:
