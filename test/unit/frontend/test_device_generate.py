@@ -36,12 +36,15 @@ def test_the_artifact_has_both_entry_points_sharing_weights_and_pools(compiled):
     ex = DeviceExecutor(compiled)
     assert ex.session.resident == sorted(f"{kv}_{i}" for i in range(2) for kv in "kv")
     assert (ex.chunk, ex.batch, ex.block_size, ex.max_context) == (8, 4, 4, 48)
+    for name in art.entry_names():  # every pool is updated in place (tied to its argument)
+        assert art.for_entry(name).parsed_layout().aliases == {p: p for p in ex.session.resident}
 
 
 def test_greedy_16_tokens_on_the_device_equal_the_reference(paged, compiled, llama_folder):
     prompt = _prompts()[1]
     device = Generator(paged, executor=DeviceExecutor(compiled))
     got = [t.id for t in device.generate(prompt, max_new_tokens=16, stop_token_ids=[])]
+    assert device.executor.session.copied_bytes == 0  # the pools never moved
     reference = Generator(paged, executor=PagedReferenceExecutor(paged))
     assert got == [t.id for t in reference.generate(prompt, max_new_tokens=16, stop_token_ids=[])]
     dense = Generator(import_model(llama_folder, seq_len=16, max_len=48))
