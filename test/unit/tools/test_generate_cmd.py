@@ -97,3 +97,17 @@ def test_help_says_where_it_runs(capsys):
     text = capsys.readouterr().out
     assert "reference interpreter" in text and "simulated NPU" in text and "infer.Generator" in text
     assert "DeviceExecutor" in text and "--chunk" in text and "default 32" in text
+
+
+def test_on_the_simulated_npu_like_the_reference(tiny_gguf, capsys):
+    """-t server: the paged artifact on the simulator gives the reference interpreter's greedy
+    text, with simulated time to first token and per output token beside the host wall time."""
+    options = ["--prompt", PROMPT, "--max-new-tokens", 6, "--max-context", 32]
+    status, want, _ = _generate(capsys, tiny_gguf, *options)
+    assert status == 0
+    status, out, err = _generate(capsys, tiny_gguf, *options, "-t", "server", "--chunk", 8, "-q")
+    assert status == 0, err
+    assert out == want
+    assert "runs on the simulated server NPU (fp32): chunk 8 tokens, KV cache" in err
+    assert "device time:      time to first token " in err and " ms (simulated server cycles at " in err
+    assert "host wall time:" in err and "import and compile" in err
