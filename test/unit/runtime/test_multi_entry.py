@@ -120,3 +120,26 @@ def test_single_entry_and_the_cli(model, tmp_path, capsys):
     assert "total" in capsys.readouterr().out
     assert main(["run", str(both), "--entry", "decode", "-q"]) == 1
     assert "the artifact has no entry point 'decode' (entry points: wide, narrow)" in capsys.readouterr().err
+
+
+def test_compile_a_gguf_decoder_from_the_cli(tmp_path, capsys):
+    """A GGUF file compiles as a paged decoder with the cache and batch options; --entry picks
+    one of its functions; the options are refused for a model that is not a decoder."""
+    from helpers.gguf_models import write_llama_gguf
+
+    gguf = write_llama_gguf(tmp_path / "tiny.gguf", "Q8_0")
+    out = tmp_path / "decode.npu"
+    assert main(["compile", str(gguf), "-t", "server", "--entry", "decode", "--chunk", "8", "--max-context", "32",
+                 "--block-size", "8", "--num-blocks", "9", "--batch", "2", "-o", str(out), "-q"]) == 0
+    art = Artifact.load(out)
+    assert art.entry_names() == ["decode"]
+    assert art.meta["paged_kv"] == {"block_size": 8, "num_blocks": 9, "max_len": 32, "chunk": 8, "batch": 2}
+    shapes = {s.name: s.shape for s in art.inputs}
+    assert shapes["input_ids"] == (2, 1) and shapes["block_tables"] == (2, 4) and shapes["k_0"] == (72, 32)
+    assert art.parsed_layout().aliases == {f"{kv}_{i}": f"{kv}_{i}" for i in range(2) for kv in "kv"}
+    capsys.readouterr()
+    assert main(["compile", str(gguf), "--entry", "prefill", "-o", str(out), "-q"]) == 1
+    assert "the module has no function @prefill (its functions: @prefill_chunk, @decode)" in capsys.readouterr().err
+    mlir = _two_functions().save(tmp_path / "two.mlir")
+    assert main(["compile", str(mlir), "--block-size", "8", "-o", str(out), "-q"]) == 1
+    assert "--block-size applies to decoders" in capsys.readouterr().err
