@@ -40,6 +40,9 @@ S = `seq_len` (prefill length) and P = `max_len` (cache capacity) are static.
 `phase="prefill"` or `phase="decode"` imports only that function, named
 `@main` (a single-function module that `Model.run` and the compiler take as is).
 Prompts in one batch have the same length (no padding inside prefill).
+`kv_cache="paged"` (with `chunk`, `max_len`, `block_size`, `num_blocks`, `batch`) builds
+instead `@prefill_chunk` and `@decode` over paged KV-cache pools, the functions the NPU runs
+(frontend/paged_decoder.py, docs/gguf.md).
 
 Encoders (BERT): one function `@main(input_ids, attention_mask, token_type_ids:
 i64[B, S]) -> last_hidden_state f32[B, S, H]` plus `sentence_embedding f32[B, H]`
