@@ -424,6 +424,21 @@ class NotOp(UnaryOp):
 
 
 @irdl_op_definition
+class BitwiseNotOp(UnaryOp):
+    """~x: every bit of an integer tensor flipped (two's complement; -x - 1 when signed)."""
+
+    name = "graph.bitwise_not"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not is_integer(element_type_of(self.input)):
+            raise VerifyException(
+                f"the operand must be an integer tensor, got {element_type_name(element_type_of(self.input))}"
+            )
+        return [self.input.type]
+
+
+@irdl_op_definition
 class GeluOp(UnaryOp):
     """GELU: exact (`approximate = "none"`, erf form) or the tanh approximation."""
 
@@ -484,12 +499,13 @@ class HardSigmoidOp(UnaryOp):
 class BinaryOp(TensorResultOp, ABC):
     """`z = x op y` elementwise with numpy broadcasting; both operands have the same
     element type, which the result keeps, except that comparisons (equal, less,
-    less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands."""
+    less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands; the
+    bitwise ops and shifts take integer operands."""
 
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     RESULT_IS_BOOL: ClassVar[bool] = False
-    OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops)
+    OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops), "int" (bitwise ops)
     assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
@@ -503,6 +519,10 @@ class BinaryOp(TensorResultOp, ABC):
         if self.OPERAND_KIND == "bool" and not is_bool(elem):
             raise VerifyException(
                 f"operands must be i1 tensors, got {element_type_name(elem)}"
+            )
+        if self.OPERAND_KIND == "int" and not is_integer(elem):
+            raise VerifyException(
+                f"operands must be integer tensors (i8 to i64, ui8 to ui64), got {element_type_name(elem)}"
             )
         shape = broadcast_shapes(self.name, shape_of(self.lhs), shape_of(self.rhs))
         return [TensorType(i1 if self.RESULT_IS_BOOL else elem, shape)]
@@ -539,6 +559,18 @@ GreaterEqualOp = _binary("greater_equal", "x >= y", result_is_bool=True)
 AndOp = _binary("and", "logical and", operand_kind="bool")
 OrOp = _binary("or", "logical or", operand_kind="bool")
 XorOp = _binary("xor", "logical xor", operand_kind="bool")
+BitwiseAndOp = _binary("bitwise_and", "x & y on the two's complement bits of integers", operand_kind="int")
+BitwiseOrOp = _binary("bitwise_or", "x | y on the two's complement bits of integers", operand_kind="int")
+BitwiseXorOp = _binary("bitwise_xor", "x ^ y on the two's complement bits of integers", operand_kind="int")
+ShiftLeftOp = _binary(
+    "shift_left", "x << y for integers: bits shifted past the width are lost; a shift by y >= the "
+    "bit width (or y < 0) gives 0", operand_kind="int",
+)
+ShiftRightOp = _binary(
+    "shift_right", "x >> y for integers: logical for unsigned types, arithmetic (sign-filling) for "
+    "signed ones; a shift by y >= the bit width (or y < 0) gives 0 (-1 for a negative signed x)",
+    operand_kind="int",
+)
 
 
 @irdl_op_definition
@@ -562,19 +594,49 @@ class WhereOp(TensorResultOp):
         return [TensorType(elem, shape)]
 
 
+_E8M0_ROUND_MODES = ("up", "down", "nearest")
+
+
 @irdl_op_definition
 class CastOp(TensorResultOp):
-    """Convert the element type (float->int truncates toward zero; int->bool is x != 0)."""
+    """Convert the element type (float->int truncates toward zero; int->bool is x != 0).
+
+    The storage-only types (`dtypes.STORAGE_ONLY_TYPES`: 8- and 4-bit floats, 4- and
+    2-bit integers) are cast to and from here. To an 8-bit float other than f8E8M0FNU the
+    value rounds to nearest even; with `saturate`, values beyond the largest finite value
+    (infinities included) become it (ONNX Cast's default), without, they overflow as
+    the type does (inf or NaN). f4E2M1FN always saturates. f8E8M0FNU (a power of two)
+    takes the exponent of |x| rounded by `round_mode` ("up": any fraction rounds up,
+    "down", "nearest"); NaN and inf give NaN, exponents past 2^127 give 2^127 with
+    `saturate`, NaN without. To a 4- or 2-bit integer, floats truncate toward zero and
+    a value out of the type's range gives 0 (ONNX leaves it unspecified; this is what
+    ml_dtypes, which the ONNX tests use, does); integers wrap."""
 
     name = "graph.cast"
     input = operand_def(TensorType)
+    saturate = prop_def(BoolAttr, default_value=bool_attr(False))
+    round_mode = prop_def(StringAttr, default_value=StringAttr("up"))
     assembly_format = "$input " + _FUNCTIONAL
 
-    def __init__(self, input: SSAValue | Operation, element_type: Attribute):
+    def __init__(
+        self, input: SSAValue | Operation, element_type: Attribute, saturate: bool = False,
+        round_mode: str = "up",
+    ):
         input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(element_type, shape_of(input))])
+        properties: dict[str, Attribute] = {}
+        if saturate:
+            properties["saturate"] = bool_attr(True)
+        if round_mode != "up":
+            properties["round_mode"] = StringAttr(round_mode)
+        super().__init__(
+            operands=[input], result_types=[TensorType(element_type, shape_of(input))], properties=properties
+        )
 
     def infer_result_types(self) -> list[TensorType]:
+        if self.round_mode.data not in _E8M0_ROUND_MODES:
+            raise VerifyException(
+                f"round_mode must be one of {', '.join(_E8M0_ROUND_MODES)}, got \"{self.round_mode.data}\""
+            )
         return [TensorType(element_type_of(self.output), shape_of(self.input))]
 
 
@@ -1858,9 +1920,10 @@ Graph = Dialect(
         ConstantOp, WeightOp, DequantizeBlocksOp,
         NegOp, AbsOp, SignOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp,
         ErfOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp, ReluOp, SiluOp, SoftplusOp, NotOp,
-        GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,
+        BitwiseNotOp, GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,
         AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, ModOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp,
+        BitwiseAndOp, BitwiseOrOp, BitwiseXorOp, ShiftLeftOp, ShiftRightOp,
         WhereOp, CastOp,
         MatmulOp, LinearOp,
         Conv2dOp, MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp, GlobalMaxPoolOp,

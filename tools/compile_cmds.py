@@ -3,8 +3,8 @@
     infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
                   [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
                   [--entry NAME ...] [--chunk C] [--max-context N] [--block-size BS] [--num-blocks NB] [--batch B]
-    infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
-              [--plot DIR]
+    infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--entry NAME] [--check [--framework MODEL.onnx]]
+              [--trace TRACE.json] [--json REPORT.json] [--plot DIR]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
@@ -23,6 +23,10 @@ performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it
 ran, against the same op of the compiled graph IR) and every output against the
 artifact's graph IR (cosine, max abs error, SQNR); exit 1 when an output mismatches.
+`--framework MODEL.onnx` (with `--check`): onnxruntime runs the model the artifact was
+compiled from on the same inputs and names the odd one out of each mismatching output
+(tools/framework_check.py); an output where the simulator agrees with onnxruntime and the
+reference interpreter does not is reported as such and does not fail the run.
 """
 
 from __future__ import annotations
@@ -33,6 +37,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def _judge_by_framework(model: str, exe: Any, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
+    """The mismatching outputs judged by onnxruntime: 0 when the reference interpreter is the odd
+    one out of every one of them, else 1."""
+    from infer.tools.framework_check import FrameworkError, judge, onnxruntime_outputs
+    from infer.tools.reference import GraphReference
+
+    try:
+        framework = onnxruntime_outputs(model, exe.input_names, inputs)
+    except FrameworkError as e:
+        print(f"infer run: error: --framework: {e}", file=sys.stderr)
+        return 1
+    reference = GraphReference().outputs(exe.artifact, inputs)
+    verdicts = judge(exe.output_names, outputs, reference, framework)
+    print("the mismatching outputs, judged by onnxruntime on the original model:")
+    for v in verdicts:
+        print("  " + v.line())
+    return 0 if verdicts and all(v.odd_one_out == "reference" for v in verdicts) else 1
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -132,6 +155,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
               file=sys.stderr)
         return 1
+    if args.framework and not args.check:
+        print("infer run: error: --framework judges the check's mismatches: it needs --check", file=sys.stderr)
+        return 1
     if args.mode == "functional" and (args.plot or args.trace):
         # Plots and traces are drawn from the timing model's events, which this mode skips.
         print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
@@ -186,7 +212,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("per output:")
         for r in checked.outputs:
             print("  " + r.line())
-        if not checked.outputs_ok():
+        if not checked.outputs_ok() and args.framework:
+            status = _judge_by_framework(args.framework, exe, inputs, outputs)
+        elif not checked.outputs_ok():
             status = 1
         elif checked.first_bad is not None:
             print(f"warning: layer {checked.first_bad.name} ({checked.first_bad.kernel}) is out of tolerance "
@@ -255,6 +283,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="compare with the reference interpreter layer by layer and per output (cosine, max abs "
                         "error, SQNR); exit 1 when an output mismatches")
+    p.add_argument("--framework", metavar="MODEL.onnx",
+                   help="with --check: run this ONNX model (the one the artifact was compiled from) on "
+                        "onnxruntime and name the odd one out of each output the simulator and the reference "
+                        "interpreter disagree on; the run fails only if the simulator is not the one agreeing "
+                        "with onnxruntime")
     p.add_argument("--trace", help="write a Chrome-trace JSON of the engine timelines (and ops)")
     p.add_argument("--json", help="write the performance report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")

@@ -119,6 +119,10 @@ class FunctionLowering:
                     storage.f64_argument_held(old_args[i]) if is_input
                     else storage.f64_result_held(results[i - len(inputs)]))):
                 host_dtypes[i] = elem_name  # held as f32 (storage.py); the runtime converts
+            elif elem_name != "f64":  # the storage-only 8/4/2-bit types (dtypes.STORAGE_ONLY_TYPES)
+                what = f"argument #{i}" if is_input else f"result #{i - len(inputs)}"
+                raise error(fn, f"{what} is {ty}: {elem_name} tensors are not supported by the NPU lowering "
+                            f"(f32, f16, bf16, integer and i1 tensors are, and f64 at the boundary)")
             else:
                 what = f"argument #{i}" if is_input else f"result #{i - len(inputs)}"
                 raise error(fn, f"{what} is {ty}: f64 tensors are supported only at the boundary (arguments "
