@@ -43,12 +43,12 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_structure
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_quant, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 from infer.frontend.onnx_ops import HANDLERS, NeedsInputValue, NodeProblem, constant_node_value, numpy_dtype_for
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_quant, onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]

@@ -215,6 +215,9 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
             raise DriverError("--precision int8 compiles one entry point; choose it with --entry")
         with timing.phase("int8 quantization"):
             graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
+    elif precision == "int8" and _has_qdq(graph):
+        with timing.phase("int8 kernels of a QDQ model"):
+            graph = _integer_kernels(graph, say)
     with timing.phase("graph reference IR"):
         require_npu_lowering(graph)
         sigs = {e: signature(graph, e) for e in entries}
@@ -331,6 +334,36 @@ def _is_quantized(module) -> bool:
     from infer.dialects import graph as g
 
     return any(isinstance(op, (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)) for op in module.walk())
+
+
+def _has_qdq(module) -> bool:
+    """Whether a quantized module still has `graph.quantize_linear` ops: a QDQ model as
+    imported (onnxruntime's `quantize_static`), not yet in the integer-kernel form that
+    `infer.quantize` writes."""
+    from infer.dialects import graph as g
+
+    return any(isinstance(op, g.QuantizeLinearOp) for op in module.walk())
+
+
+def _integer_kernels(graph, say: Progress):
+    """An imported QDQ model in the form the NPU runs: `graph-quantize-kernels` (DQ -> op ->
+    Q into integer kernels, the remaining quantize_linear ops into requantize by 1 / scale), then
+    the dequantize_linear ops of constants no kernel took folded to float constants, and uint8
+    values moved to int8 (passes/quantize/unsigned.py)."""
+    from infer.dialects.ir_io import make_context
+    from infer.passes.graph_dce import GraphDCEPass
+    from infer.passes.quantize.kernels import fold_constant_dequantize, quantize_kernels
+    from infer.passes.quantize.unsigned import signed_int8
+
+    module = graph.clone()
+    # the NPU has no int8 matmul of two runtime operands yet: those stay float matmuls of the
+    # dequantized int8 values
+    layers = quantize_kernels(module, runtime_rhs=False)
+    fold_constant_dequantize(module)
+    signed_int8(module)
+    GraphDCEPass().apply(make_context(), module)
+    say(f"int8 kernels of the QDQ model: {len(layers)} layer(s) ({', '.join(layers) or 'none'})")
+    return module
 
 
 def require_npu_lowering(module) -> None:
