@@ -479,7 +479,8 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
     choice = tiling_cost.choose_rows(
         ctx.hw, batches * rows_total, cols_total, bytes_in=4 * max(1, len(full_inputs)), bytes_out=4,
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
-        override=override[0] if override else None, footprint=footprint)
+        override=override[0] if override else None, footprint=footprint,
+        pipelined=len(full_inputs) <= 1)  # tile-to-npu pipelines loads whose first consumers differ
     choice.rows = min(choice.rows, rows_total)
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
