@@ -521,7 +521,33 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
                  else (0, 2 * TO * tq_full * 4))
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
+    ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
+    cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_loads * per_load,
+                                        vector - window_loads * per_load,
+                                        pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
+                                        frontend=frontend))
     return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible, instructions)
+
+
+def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
+                   matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
+                   frontend: float = 0) -> int:
+    """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
+    totals): per channel step a load round trip (windows and weights), the window building on
+    the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
+    the store's round trip. A software-pipelined step loop overlaps half of a step's chain
+    (double buffers); a loop tile-to-npu does not pipeline (fewer than 3 steps, or remainder
+    tiles: their second copy of the body, as measured) runs each step's chain in series."""
+    vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
+    n = max(1, out_tiles * steps)
+    ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
+    serial = dma_round_trip(hw, ld) + vec + vlat + mm
+    fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
+    step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
+    epi, store = tile_vector / out_tiles, store_bytes / out_tiles
+    tail = fill + epi + vlat + dma_round_trip(hw, store)
+    period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
+    return int(serial + (steps - 1) * step + tail + (out_tiles - 1) * period)
 
 
 def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
