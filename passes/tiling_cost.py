@@ -51,6 +51,11 @@ class GemmSpec:
     epi_tiles: int = 0  # extra [TM, TN] fp32 operand tiles loaded per output tile (residual, ...)
     out_bytes: int = 4
     bias: bool = False  # a bias row is loaded per output tile after its k loop (one more DMA round trip)
+    # flash attention (M = queries, N = keys, K = D): each [TM, TN] score tile is one step whose
+    # softmax (`epi_cost`, `softmax_ops` vector instructions in a dependent chain) feeds a second
+    # product P.V of `flash_dv` columns; 0: a plain GEMM
+    flash_dv: int = 0
+    softmax_ops: int = 0
     matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
@@ -157,6 +162,11 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     stream = hw.matrix.matmul_cycles(tm, spec.matmul_dtype)
     mm_step = mm_per_step * max(stream, wload)
     matrix = steps * mm_step
+    mm_pv = 0
+    if spec.flash_dv:  # P [TM, TN] . V [TN, Dv] after the softmax of each score tile
+        wload_pv = -(-min(tn, R) * min(spec.flash_dv, C) * esz // hw.matrix.weight_load_bytes_per_cycle)
+        mm_pv = -(-tn // R) * -(-spec.flash_dv // C) * spec.passes * max(stream, wload_pv)
+        matrix += out_tiles * mm_pv
     # DRAM traffic: lhs once per n tile, rhs once per m tile
     lhs_row = tk * spec.lhs_bytes if spec.lhs_row_contig else spec.lhs_bytes
     lhs_rows = tm if spec.lhs_row_contig else tm * tk
@@ -175,7 +185,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps, lhs_rows * _burst_bytes(hw, lhs_row),
                             tk * _burst_bytes(hw, rhs_row), tm * _burst_bytes(hw, tn * spec.out_bytes),
                             tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
-                            ragged=bool(M % tm or N % tn))
+                            ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
+                            pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
     cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
     # loop nest of the lowering: [batch] m, n, k tiles, then k and n array tiles per step
     # (single-iteration loops are inlined by tile-to-npu); conv adds its tap loops
@@ -187,7 +198,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
 
 def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: int, x_bytes: int, w_bytes: int,
                    out_bytes: int, bias_bytes: int, mm_count: int, mm_each: int, vec_step: int, acc_fill: int,
-                   epi: int, ragged: bool = False) -> int:
+                   epi: int, ragged: bool = False, mm_pv: int = 0, pv_bytes: int = 0) -> int:
     """Cycles of the lowered GEMM nest as the simulator runs it: per output tile `steps` k steps
     (load the activation tile and the weight tile, split the activations to bf16 on the vector
     unit, matmuls), then the bias row, the epilogue and the store of the tile.
@@ -200,6 +211,8 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     * one output tile's chain: the first loads, its k steps, the last matmul and the array's
       fill and drain (or the bias row's round trip, dispatched after the last weight load),
       the epilogue on the vector unit, the store's round trip.
+    * flash attention: per score tile the scores, the online softmax's dependent vector chain
+      (one vector latency per instruction) and the P.V product in series.
     * output tile period: its k steps and the part of the next tile's first load chain the matrix
       queue does not hide, or half the accumulator's round trip (the double-buffered
       accumulator tile i+2 is zeroed once tile i's store completed)."""
@@ -231,6 +244,12 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     # matmuls: their round trips show beyond what the matrix queue still holds
     restart = max(0, head - hw.matrix.queue_depth // 2 * mm_each) if not spec.rhs_split else 0
     period = max(steps * step + restart, acc_round / 2)
+    if spec.flash_dv:  # the running max and sum chain each step to the last: scores, softmax, P.V in series
+        # (the V tile's DMA is dispatched behind the softmax's instructions: its round trip
+        # overlaps the softmax only)
+        flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
+        period = max(period, flash)
+        chain += flash - (mm_step + fill)
     return int(chain + (out_tiles - 1) * period)
 
 
