@@ -634,7 +634,7 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
                 vec_cost: int, live_tiles: int, override: int | None = None,
                 whole_row: bool = False,
                 footprint: Callable[[int, int], int] | None = None, pipelined: bool = True,
-                rounds: int = 1) -> RowChoice:
+                rounds: int = 1, column_cost: float = 0) -> RowChoice:
     """Row-tiled vector kernels (elementwise, norms, softmax, pooling): tiles of
     [TR, TC] elements, `live_tiles` fp32 tiles of that size in the scratchpad
     (x2 for double buffering). `whole_row` keeps TC = N (row reductions).
@@ -642,7 +642,8 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
     `footprint(tr, tc)`: the exact scratchpad bytes of the lowering's buffers for a
     [tr, tc] tile (replaces the `live_tiles` estimate); candidates over the capacity
     are dropped. Cycles: `pipeline_cycles` over the tiles (`pipelined`, `rounds`: its
-    options)."""
+    options). `vec_cost`: vector cycles per `lanes` elements of the tile; `column_cost`: per
+    `lanes` rows (instructions on one column per row)."""
     L = hw.vector.lanes
     spad = hw.memory.scratchpad_bytes
     cap = spad // 2
@@ -665,13 +666,16 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
         nt = -(-M // tr) * -(-N // tc)
         load_b, store_b = tr * _burst_bytes(hw, tc * bytes_in), tr * _burst_bytes(hw, tc * bytes_out)
         mem = nt * (load_b + store_b) // hw.dram.bytes_per_cycle
-        vec_tile = -(-tr * tc // L) * vec_cost
+        vec_tile = -(-tr * tc // L) * vec_cost + -(-tr // L) * column_cost
         vec = nt * vec_tile
         cyc = pipeline_cycles(hw, nt, load_b, vec_tile + rounds * hw.vector.latency, store_b if bytes_out else 0,
                               pipelined=pipelined, rounds=rounds)
         cands.append((tr, cyc, mem))
-        if best is None or cyc < best.cycles:
-            best = RowChoice(tr, tc, cyc, mem, vec)
+        # within 2 % of the best, the larger tile wins: fewer instructions and per-tile waits,
+        # which the estimate does not count (rows candidates grow, so a later one is larger)
+        if best is None or cyc <= best.cycles * 1.02:
+            if best is None or cyc < best.cycles or cyc <= min(c for _, c, _ in cands) * 1.02:
+                best = RowChoice(tr, tc, cyc, mem, vec)
     if best is None:
         best = RowChoice(1, tc, 0, 0, 0)
     best.candidates = cands
