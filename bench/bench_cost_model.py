@@ -237,6 +237,12 @@ def main(argv: list[str]) -> int:
     lines, med = table(rows)
     print()
     print("\n".join(lines))
+    for target in TARGETS:
+        errs = [error(p, c) for (_, t), rs in rows.items() if t == target for _, p, c in rs]
+        if errs:
+            print(f"\n{target}: median error {100 * statistics.median(errs):.1f} % over {len(errs)} kernels, "
+                  f"worst {100 * max(errs):.1f} %", end="")
+    print()
     verdict = "meets goal" if med <= GOAL else f"{100 * (med - GOAL):.1f} points over {100 * GOAL:.0f} %"
     print(f"\nall kernels: median error {100 * med:.1f} % -- {verdict}")
     return 0
