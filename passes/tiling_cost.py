@@ -209,7 +209,8 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
       activation round trip (sharing the bandwidth with the weight tile), the split and a
       weight round trip. A runtime right operand is split too and loads beside the activations.
     * one output tile's chain: the first loads, its k steps, the last matmul and the array's
-      fill and drain (or the bias row's round trip, dispatched after the last weight load),
+      fill and drain (or the round trip of the bias row and the epilogue's operand tiles,
+      dispatched after the last weight load),
       the epilogue on the vector unit, the store's round trip.
     * flash attention: per score tile the scores, the online softmax's dependent vector chain
       (one vector latency per instruction) and the P.V product in series.
@@ -229,13 +230,12 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
             chain_step = dma_round_trip(hw, x_bytes) + split
         else:  # steps dispatched in program order (short k loops; and with remainder tiles, whose
             # second copy of the loop body leaves tile-to-npu too few semaphores to pipeline it, as
-            # measured): each waits for its loads, and the front end
-            # reaches the next step's loads once the matrix queue took this step's instructions
-            # (a matmul and its weight load take two queue entries)
-            chain_step = head + max(0, mm_count - hw.matrix.queue_depth // 2) * mm_each
+            # measured): the next step's loads wait for this step's matmuls
+            chain_step = rt_xw + split + mm_step + fill
     step = max((x_bytes + w_bytes) / bw, mm_step, vec_step, chain_step)
     rt_store = dma_round_trip(hw, out_bytes)
-    rt_bias = dma_round_trip(hw, bias_bytes) if spec.bias else 0
+    rt_bias = dma_round_trip(hw, (bias_bytes if spec.bias else 0) + spec.epi_tiles * out_bytes) \
+        if spec.bias or spec.epi_tiles else 0
     tail = max(mm_step + fill, rt_bias) + epi + vlat + rt_store
     chain = head + (steps - 1) * step + tail
     acc_round = acc_fill + vlat + steps * max(mm_step, vec_step) + fill + max(0, rt_bias - mm_step - fill) \
@@ -250,6 +250,8 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
         flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
         period = max(period, flash)
         chain += flash - (mm_step + fill)
+    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+        period = max(period, chain)
     return int(chain + (out_tiles - 1) * period)
 
 
@@ -566,7 +568,10 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     epi, store = tile_vector / out_tiles, store_bytes / out_tiles
     tail = fill + epi + vlat + dma_round_trip(hw, store)
     period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
-    return int(serial + (steps - 1) * step + tail + (out_tiles - 1) * period)
+    chain = serial + (steps - 1) * step + tail
+    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+        period = max(period, chain)
+    return int(chain + (out_tiles - 1) * period)
 
 
 def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
