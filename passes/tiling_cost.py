@@ -56,6 +56,9 @@ class GemmSpec:
     # product P.V of `flash_dv` columns; 0: a plain GEMM
     flash_dv: int = 0
     softmax_ops: int = 0
+    # False: the throughput estimate alone (packed-weight GEMMs, which re-rank the candidates
+    # by their own exposed latencies: packed_gemm._fewer_exposed_latencies)
+    schedule: bool = True
     matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
@@ -188,6 +191,10 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
                             ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
                             pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
     cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
+    if not spec.schedule:
+        fill = hw.matrix.fill_drain_cycles
+        cycles = max(matrix + out_tiles * fill, memory, steps * vec_step + out_tiles * -(-tm * tn // L)
+                     * (1 + spec.epi_cost)) + out_tiles * (fill + hw.vector.latency) + hw.dram.latency_cycles
     # loop nest of the lowering: [batch] m, n, k tiles, then k and n array tiles per step
     # (single-iteration loops are inlined by tile-to-npu); conv adds its tap loops
     loops = sum(x > 1 for x in (spec.batch, nm, nn, nk, -(-tk // R), -(-tn // C)))
