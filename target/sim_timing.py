@@ -42,6 +42,13 @@ from infer.target.sim_decode import (
 MAX_PERIOD = 4
 #: a loop boundary is checked only when the iterations left hold at least this many steps
 MIN_STEPS_TO_SKIP = 32
+#: after this many consecutive checked iterations without a period, a loop execution stops
+#: checking for BACKOFF_GAP iterations (then twice as many after the next such run, and so
+#: on): building the state costs far more than a short body's steps, and some loops never
+#: repeat it (a body draining a semaphore's queue of tokens shortens that queue every time).
+#: Only when to look changes; a period found is exact wherever it is found.
+BACKOFF_AFTER = 2 * MAX_PERIOD + 2
+BACKOFF_GAP = 8
 
 
 class TimingStop(Exception):
@@ -56,15 +63,21 @@ def _clamped(vals: Any, t: int) -> tuple[int, ...]:
 def _state_key(t: int, eng_free: list[int], retired: list[int], starts: list[deque[int]],
                sems: list[deque[int]], nsem: int, last_done: int, cal: Calendar,
                chans: list[list[int]], matrix: tuple[int, ...], wbuf: int, cur_kn: int) -> Any:
-    """The canonical timing state relative to front-end time t (see the module docstring)."""
+    """The canonical timing state relative to front-end time t (see the module docstring).
+    The queues are flattened into one tuple each, with their lengths beside them (the
+    same information as a tuple of tuples, built with far fewer calls: this runs at every
+    checked loop iteration)."""
     t1 = t + 1
     ends = cal.ends
     i = bisect_left(ends, t1 + 1)  # intervals ending after t + 1
     calk = tuple([(s - t if s > t1 else 1, e - t) for s, e in zip(cal.starts[i:], ends[i:])])
+    used = sems[1:nsem + 1]
     return (
         _clamped(eng_free, t1), _clamped(retired, t1),
-        tuple([_clamped(q, t) for q in starts]),
-        tuple([_clamped(sems[s], t) for s in range(1, nsem + 1)]),
+        tuple([len(q) for q in starts]),
+        tuple([v - t if v > t else 0 for q in starts for v in q]),
+        tuple([len(q) for q in used]),
+        tuple([v - t if v > t else 0 for q in used for v in q]),
         last_done - t if last_done > t else 0, calk,
         tuple(sorted(_clamped(chans[0], t1))), tuple(sorted(_clamped(chans[1], t1))),
         _clamped(matrix, t1), wbuf, cur_kn,
@@ -128,7 +141,8 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     wbuf = cur_kn = 0
     rd_bytes = wr_bytes = dram_busy = macs = wl_cycles = vec_elems = 0
     steps = 0
-    # loop frames: [start, end, remaining, Loop, iterations done, history]
+    # loop frames: [start, end, remaining, Loop, iterations done, history (states of the
+    # last consecutive checked iterations), next iteration to check, misses, back-off gap]
     stack: list[list[Any]] = []
     pc = 0
     try:
@@ -260,7 +274,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                     else:
                         if len(stack) >= depth:
                             raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
-                        stack.append([lp.start, lp.end, cnt, lp, 0, []])
+                        stack.append([lp.start, lp.end, cnt, lp, 0, [], 0, 0, BACKOFF_GAP])
                 elif tc == T_LD:
                     fe += 1 + lat
                     rd_bytes += 4
@@ -291,6 +305,8 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                 top[4] += 1
                 lp = top[3]
                 if not lp.static_body or (top[2] - 1) * lp.steps_per_iteration < MIN_STEPS_TO_SKIP:
+                    break
+                if top[4] < top[6]:  # backing off (see BACKOFF_AFTER)
                     break
                 key = _state_key(fe, eng_free, retired, starts, sems, nsem, last_done, cal,
                                  chans, (wpath_free, weights_ready, stream_free, wrel[0],
@@ -342,6 +358,13 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         top[4] += k * period
                         hist.clear()
                         break
+                top[7] += 1
+                if top[7] >= BACKOFF_AFTER:  # no period in a while: check again later
+                    top[6] = top[4] + top[8]
+                    top[7] = 0
+                    top[8] *= 2
+                    hist.clear()
+                    break
                 snap = ((list(busy), list(nins), dict(stalls),
                          (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems)))
                 psnap = (pcnt[lp.start:lp.end], pmacs[lp.start:lp.end]) if prof is not None \
