@@ -525,6 +525,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             return np.broadcast_to(np.zeros((), dtype), shape)
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
+    add = np.add
     slots: list[Any] = [None] * plan.slots
     products: dict[int, np.ndarray] = {}
     sat = 0
@@ -554,10 +555,18 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             for acc, members, is_int in chains:
                 out = view(acc)
                 tmp = out.copy()  # contiguous: the same additions, in the same order
-                for j in range(n):
-                    at = (slice(None),) * d + (j,)
-                    for q in members:
-                        sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                if is_int:
+                    for j in range(n):
+                        at = (slice(None),) * d + (j,)
+                        for q in members:
+                            sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                else:  # accumulate_into's float path, without a call per addition
+                    terms = [products[q] for q in members]
+                    if d:
+                        terms = [np.moveaxis(t, d, 0) for t in terms]
+                    for j in range(n):
+                        for t in terms:
+                            add(tmp, t[j], out=tmp)
                 if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
                     tmp[...] = out
                     for j in range(n):
