@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 from infer.target import isa
@@ -168,7 +169,7 @@ def per_program(prog: Program, cfg: HardwareConfig, name: str,
     instrs = prog.instrs
     if hit is not None:
         snapshot, value = hit
-        if len(snapshot) == len(instrs) and all(a is b for a, b in zip(snapshot, instrs)):
+        if len(snapshot) == len(instrs) and all(map(is_, snapshot, instrs)):
             return value
     value = build(prog, cfg)
     cache[key] = (list(instrs), value)
