@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all env test lit pytest demo bench eval fuzz clean
+.PHONY: all env test lit pytest demo demo-llm bench eval fuzz clean
 
 all: test
 
@@ -46,6 +46,11 @@ fuzz: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m infer.tools.demo
+
+# SmolLM2-135M-Instruct (Q4_1 GGUF) answers "What is the capital of France?" on the simulated
+# server NPU: paged-KV @prefill_chunk and @decode compiled into one artifact (tools/demo_llm.py).
+demo-llm: $(STAMP)
+	$(BIN)/python -m infer.tools.demo_llm
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

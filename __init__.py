@@ -9,6 +9,8 @@
     qm, report = infer.quantize(m, "calib.npz", min_cosine=0.99)   # int8 model + per-layer report
     gen = infer.Generator("model.gguf")     # text generation (reference interpreter by default)
     for piece in gen.generate("Hi!"): print(piece.text, end="")
+    m = infer.import_model("model.gguf", kv_cache="paged")          # @prefill_chunk + @decode
+    gen = infer.Generator(m, executor=infer.DeviceExecutor(infer.compile(m, target="server")))
 
 Names are imported lazily, so `import infer.runtime` (running an artifact) does
 not load the compiler. `infer.compile` and `infer.load` are the compile driver's
@@ -19,7 +21,7 @@ interpreter; `infer.runtime.load` gives one that only runs.
 from typing import Any
 
 __all__ = [
-    "Generator", "Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize",
+    "DeviceExecutor", "Generator", "Model", "ModelImportError", "calibrate", "compile", "import_model", "load", "quantize",
 ]
 __version__ = "0.1.0"
 
@@ -32,6 +34,7 @@ _LAZY = {
     "calibrate": ("infer.tools.quantize", "calibrate"),
     "quantize": ("infer.tools.quantize", "quantize"),
     "Generator": ("infer.generation", "Generator"),
+    "DeviceExecutor": ("infer.generation", "DeviceExecutor"),
 }
 
 

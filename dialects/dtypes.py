@@ -17,6 +17,12 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
+    Float4E2M1FNType,
+    Float8E4M3FNType,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float8E5M2Type,
+    Float8E8M0FNUType,
     Float64Type,
     IntegerType,
     MemRefType,
@@ -39,7 +45,40 @@ _TO_NUMPY: dict[str, np.dtype] = {
     "ui16": np.dtype(np.uint16),
     "ui32": np.dtype(np.uint32),
     "ui64": np.dtype(np.uint64),
+    # Storage types (ONNX's 8-, 4- and 2-bit types, one byte per element in numpy via
+    # ml_dtypes): the graph level holds, casts and moves them; arithmetic is on the wider
+    # types (see STORAGE_ONLY_TYPES).
+    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
+    "i4": np.dtype(ml_dtypes.int4),
+    "ui4": np.dtype(ml_dtypes.uint4),
+    "i2": np.dtype(ml_dtypes.int2),
+    "ui2": np.dtype(ml_dtypes.uint2),
 }
+
+_NARROW_FLOAT_TYPES = {
+    "f8E4M3FN": Float8E4M3FNType,
+    "f8E4M3FNUZ": Float8E4M3FNUZType,
+    "f8E5M2": Float8E5M2Type,
+    "f8E5M2FNUZ": Float8E5M2FNUZType,
+    "f8E8M0FNU": Float8E8M0FNUType,
+    "f4E2M1FN": Float4E2M1FNType,
+}
+
+_NARROW_INT_BYTES = {
+    np.dtype(ml_dtypes.int4): np.dtype(np.int8), np.dtype(ml_dtypes.int2): np.dtype(np.int8),
+    np.dtype(ml_dtypes.uint4): np.dtype(np.uint8), np.dtype(ml_dtypes.uint2): np.dtype(np.uint8),
+}
+"""The byte a 4- or 2-bit integer is stored as in a dense attribute."""
+
+STORAGE_ONLY_TYPES = frozenset({*_NARROW_FLOAT_TYPES, "i4", "ui4", "i2", "ui2"})
+"""Element types a graph value may have, but that no arithmetic op takes: they are cast
+to and from the wider types (graph.cast), quantized to (graph.quantize_linear) and moved
+(reshape, transpose, ...). `is_float` / `is_integer` are false for them."""
 
 SUPPORTED_ELEMENT_TYPES = tuple(_TO_NUMPY)
 
@@ -57,6 +96,9 @@ def element_type_name(t: Attribute) -> str:
     if isinstance(t, IntegerType):
         prefix = "ui" if t.signedness.data == Signedness.UNSIGNED else "i"
         return f"{prefix}{t.width.data}"
+    for name, cls in _NARROW_FLOAT_TYPES.items():
+        if isinstance(t, cls):
+            return name
     return str(t)
 
 
@@ -91,6 +133,8 @@ def parse_element_type(name: str) -> Attribute:
             return Float16Type()
         case "bf16":
             return BFloat16Type()
+        case _ if name in _NARROW_FLOAT_TYPES:
+            return _NARROW_FLOAT_TYPES[name]()
         case _ if name.startswith("ui"):
             return IntegerType(int(name[2:]), Signedness.UNSIGNED)
         case _ if name.startswith("i"):
@@ -107,7 +151,8 @@ def is_float(t: Attribute) -> bool:
 
 
 def is_integer(t: Attribute) -> bool:
-    return isinstance(t, IntegerType) and t.width.data > 1
+    """i8 and wider, signed or unsigned (the 4- and 2-bit types are storage only)."""
+    return isinstance(t, IntegerType) and t.width.data >= 8
 
 
 def is_bool(t: Attribute) -> bool:
@@ -135,6 +180,8 @@ def dense_attr(array: np.ndarray, *, splat: bool = False) -> DenseIntOrFPElement
         array = array.reshape(-1)[:1]
     if array.dtype == np.bool_:
         data = np.where(array, np.uint8(0xFF), np.uint8(0))
+    elif array.dtype in _NARROW_INT_BYTES:  # one (sign-extended) byte each, as xDSL's parser writes
+        data = array.astype(_NARROW_INT_BYTES[array.dtype])
     else:
         data = array.astype(array.dtype.newbyteorder("<"), copy=False)
     return DenseIntOrFPElementsAttr(t, BytesAttr(np.ascontiguousarray(data).tobytes()))
@@ -154,6 +201,8 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     raw = attr.data.data
     if dtype == np.bool_:
         flat = np.frombuffer(raw, dtype=np.uint8) != 0
+    elif dtype in _NARROW_INT_BYTES:
+        flat = np.frombuffer(raw, dtype=_NARROW_INT_BYTES[dtype]).astype(dtype)
     else:
         flat = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
     if flat.size == num_elements(shape):

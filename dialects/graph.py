@@ -424,6 +424,21 @@ class NotOp(UnaryOp):
 
 
 @irdl_op_definition
+class BitwiseNotOp(UnaryOp):
+    """~x: every bit of an integer tensor flipped (two's complement; -x - 1 when signed)."""
+
+    name = "graph.bitwise_not"
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def infer_result_types(self) -> list[TensorType]:
+        if not is_integer(element_type_of(self.input)):
+            raise VerifyException(
+                f"the operand must be an integer tensor, got {element_type_name(element_type_of(self.input))}"
+            )
+        return [self.input.type]
+
+
+@irdl_op_definition
 class GeluOp(UnaryOp):
     """GELU: exact (`approximate = "none"`, erf form) or the tanh approximation."""
 
@@ -484,12 +499,13 @@ class HardSigmoidOp(UnaryOp):
 class BinaryOp(TensorResultOp, ABC):
     """`z = x op y` elementwise with numpy broadcasting; both operands have the same
     element type, which the result keeps, except that comparisons (equal, less,
-    less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands."""
+    less_equal, greater, greater_equal) give i1; and, or, xor take i1 operands; the
+    bitwise ops and shifts take integer operands."""
 
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     RESULT_IS_BOOL: ClassVar[bool] = False
-    OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops)
+    OPERAND_KIND: ClassVar[str] = "any"  # "any", "bool" (logical ops), "int" (bitwise ops)
     assembly_format = "$lhs `,` $rhs " + _FUNCTIONAL
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
@@ -503,6 +519,10 @@ class BinaryOp(TensorResultOp, ABC):
         if self.OPERAND_KIND == "bool" and not is_bool(elem):
             raise VerifyException(
                 f"operands must be i1 tensors, got {element_type_name(elem)}"
+            )
+        if self.OPERAND_KIND == "int" and not is_integer(elem):
+            raise VerifyException(
+                f"operands must be integer tensors (i8 to i64, ui8 to ui64), got {element_type_name(elem)}"
             )
         shape = broadcast_shapes(self.name, shape_of(self.lhs), shape_of(self.rhs))
         return [TensorType(i1 if self.RESULT_IS_BOOL else elem, shape)]
@@ -539,6 +559,18 @@ GreaterEqualOp = _binary("greater_equal", "x >= y", result_is_bool=True)
 AndOp = _binary("and", "logical and", operand_kind="bool")
 OrOp = _binary("or", "logical or", operand_kind="bool")
 XorOp = _binary("xor", "logical xor", operand_kind="bool")
+BitwiseAndOp = _binary("bitwise_and", "x & y on the two's complement bits of integers", operand_kind="int")
+BitwiseOrOp = _binary("bitwise_or", "x | y on the two's complement bits of integers", operand_kind="int")
+BitwiseXorOp = _binary("bitwise_xor", "x ^ y on the two's complement bits of integers", operand_kind="int")
+ShiftLeftOp = _binary(
+    "shift_left", "x << y for integers: bits shifted past the width are lost; a shift by y >= the "
+    "bit width (or y < 0) gives 0", operand_kind="int",
+)
+ShiftRightOp = _binary(
+    "shift_right", "x >> y for integers: logical for unsigned types, arithmetic (sign-filling) for "
+    "signed ones; a shift by y >= the bit width (or y < 0) gives 0 (-1 for a negative signed x)",
+    operand_kind="int",
+)
 
 
 @irdl_op_definition
@@ -562,19 +594,49 @@ class WhereOp(TensorResultOp):
         return [TensorType(elem, shape)]
 
 
+_E8M0_ROUND_MODES = ("up", "down", "nearest")
+
+
 @irdl_op_definition
 class CastOp(TensorResultOp):
-    """Convert the element type (float->int truncates toward zero; int->bool is x != 0)."""
+    """Convert the element type (float->int truncates toward zero; int->bool is x != 0).
+
+    The storage-only types (`dtypes.STORAGE_ONLY_TYPES`: 8- and 4-bit floats, 4- and
+    2-bit integers) are cast to and from here. To an 8-bit float other than f8E8M0FNU the
+    value rounds to nearest even; with `saturate`, values beyond the largest finite value
+    (infinities included) become it (ONNX Cast's default), without, they overflow as
+    the type does (inf or NaN). f4E2M1FN always saturates. f8E8M0FNU (a power of two)
+    takes the exponent of |x| rounded by `round_mode` ("up": any fraction rounds up,
+    "down", "nearest"); NaN and inf give NaN, exponents past 2^127 give 2^127 with
+    `saturate`, NaN without. To a 4- or 2-bit integer, floats truncate toward zero and
+    a value out of the type's range gives 0 (ONNX leaves it unspecified; this is what
+    ml_dtypes, which the ONNX tests use, does); integers wrap."""
 
     name = "graph.cast"
     input = operand_def(TensorType)
+    saturate = prop_def(BoolAttr, default_value=bool_attr(False))
+    round_mode = prop_def(StringAttr, default_value=StringAttr("up"))
     assembly_format = "$input " + _FUNCTIONAL
 
-    def __init__(self, input: SSAValue | Operation, element_type: Attribute):
+    def __init__(
+        self, input: SSAValue | Operation, element_type: Attribute, saturate: bool = False,
+        round_mode: str = "up",
+    ):
         input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(element_type, shape_of(input))])
+        properties: dict[str, Attribute] = {}
+        if saturate:
+            properties["saturate"] = bool_attr(True)
+        if round_mode != "up":
+            properties["round_mode"] = StringAttr(round_mode)
+        super().__init__(
+            operands=[input], result_types=[TensorType(element_type, shape_of(input))], properties=properties
+        )
 
     def infer_result_types(self) -> list[TensorType]:
+        if self.round_mode.data not in _E8M0_ROUND_MODES:
+            raise VerifyException(
+                f"round_mode must be one of {', '.join(_E8M0_ROUND_MODES)}, got \"{self.round_mode.data}\""
+            )
         return [TensorType(element_type_of(self.output), shape_of(self.input))]
 
 
@@ -1069,6 +1131,130 @@ class GatherOp(TensorResultOp):
         if not x:
             raise VerifyException("cannot gather from a scalar")
         return [TensorType(element_type_of(self.input), (*x[:axis], *shape_of(self.indices), *x[axis + 1 :]))]
+
+
+def _require_i32(value: SSAValue, what: str, rank: int) -> Shape:
+    if element_type_name(element_type_of(value)) != "i32":
+        raise VerifyException(
+            f"{what} must be i32, got {element_type_name(element_type_of(value))}"
+        )
+    shape = shape_of(value)
+    if len(shape) != rank:
+        raise VerifyException(f"{what} must have rank {rank}, got shape {format_shape(shape)}")
+    return shape
+
+
+@irdl_op_definition
+class KvCacheWriteOp(TensorResultOp):
+    """Write rows into a paged KV pool at token slots (docs/paged-kv.md).
+
+    cache: T[S, W] (one row per token slot: all KV heads of one token), rows: T[N, W],
+    slots: i32[N]. The result is the cache with row slots[i] replaced by rows[i]; a slot
+    outside [0, S) is an error at run time. The host computes the slots (vLLM's
+    slot_mapping): block_table[t // BS] * BS + t % BS. When the cache is a function
+    argument and the result is returned, the NPU lowering writes in place (the result's
+    buffer is the argument's: a donated buffer).
+
+        %k1 = graph.kv_cache_write %k0, %rows, %slots : (tensor<64x32xf32>, tensor<2x32xf32>, tensor<2xi32>) -> tensor<64x32xf32>
+    """
+
+    name = "graph.kv_cache_write"
+    cache = operand_def(TensorType)
+    rows = operand_def(TensorType)
+    slots = operand_def(TensorType)
+    assembly_format = "$cache `,` $rows `,` $slots " + _FUNCTIONAL
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.cache, self.rows])
+        s, w = _require_rank(self, self.cache, "the cache [S, W]", [2])
+        n, wr = _require_rank(self, self.rows, "the rows [N, W]", [2])
+        (ns,) = _require_i32(self.slots, "the slots", 1)
+        if wr != w:
+            raise VerifyException(f"rows {format_shape((n, wr))} must have the cache's row width {w}")
+        if ns != n:
+            raise VerifyException(f"{n} rows but {ns} slots")
+        return [TensorType(elem, (s, w))]
+
+
+@irdl_op_definition
+class PagedAttentionOp(TensorResultOp):
+    """Attention of the last Sq tokens of each sequence over its paged KV cache
+    (docs/paged-kv.md).
+
+    q: T[B, Hq, Sq, D], k_cache: T[S, Hkv*D], v_cache: T[S, Hkv*Dv] (S = NB * BS: a pool of
+    NB blocks of BS token rows), block_tables: i32[B, MB], context_lens: i32[B];
+    `block_size` = BS (a power of two), `scale` defaults to 1/sqrt(D).
+    Sequence b has n = context_lens[b] tokens (0 <= n <= MB * BS); token t lives in row
+    block_tables[b, t // BS] * BS + t % BS of the pools; query row i is the token at
+    position n - Sq + i (the queries are the last Sq tokens, already written to the cache)
+    and attends to the tokens t <= n - Sq + i (causal); query head h reads KV head
+    h // (Hq / Hkv). A query row without any key (n - Sq + i < 0) yields zeros. Decode is
+    Sq = 1, a chunk of prefill Sq = C. Only the blocks below ceil(n / BS) are read.
+
+        %o = graph.paged_attention %q, %kc, %vc, %bt, %n {block_size = 16 : i64} : (tensor<2x4x1x8xf32>, tensor<64x16xf32>, tensor<64x16xf32>, tensor<2x4xi32>, tensor<2xi32>) -> tensor<2x4x1x8xf32>
+    """
+
+    name = "graph.paged_attention"
+    query = operand_def(TensorType)
+    key_cache = operand_def(TensorType)
+    value_cache = operand_def(TensorType)
+    block_tables = operand_def(TensorType)
+    context_lens = operand_def(TensorType)
+    block_size = prop_def(IntegerAttr[I64])
+    scale = opt_prop_def(FloatAttr)
+    assembly_format = (
+        "$query `,` $key_cache `,` $value_cache `,` $block_tables `,` $context_lens " + _FUNCTIONAL
+    )
+
+    @property
+    def block_size_value(self) -> int:
+        return int(self.block_size.value.data)
+
+    def geometry(self) -> tuple[int, int, int, int, int, int, int]:
+        """(B, Hq, Sq, D, Hkv, Dv, MB) after verification."""
+        b, hq, sq, d = shape_of(self.query)
+        wk = shape_of(self.key_cache)[1]
+        hkv = wk // d
+        dv = shape_of(self.value_cache)[1] // hkv
+        return b, hq, sq, d, hkv, dv, shape_of(self.block_tables)[1]
+
+    def infer_result_types(self) -> list[TensorType]:
+        elem = _require_same_elem(self, [self.query, self.key_cache, self.value_cache])
+        _require_float(self, self.query, "the query")
+        b, hq, sq, d = _require_rank(self, self.query, "the query [B, Hq, Sq, D]", [4])
+        s, wk = _require_rank(self, self.key_cache, "the key cache [S, Hkv*D]", [2])
+        sv, wv = _require_rank(self, self.value_cache, "the value cache [S, Hkv*Dv]", [2])
+        bt_b, _mb = _require_i32(self.block_tables, "the block tables [B, MB]", 2)
+        (cl_b,) = _require_i32(self.context_lens, "the context lengths [B]", 1)
+        bs = self.block_size_value
+        if bs < 1 or bs & (bs - 1):
+            raise VerifyException(f"block_size must be a power of two, got {bs}")
+        if s != sv:
+            raise VerifyException(f"the key cache has {s} rows but the value cache {sv}")
+        if s % bs:
+            raise VerifyException(f"the caches' {s} rows are not a whole number of {bs}-row blocks")
+        if d < 1 or wk % d:
+            raise VerifyException(
+                f"the key cache width {wk} is not a multiple of the query head dim {d}"
+            )
+        hkv = wk // d
+        if hq % hkv:
+            raise VerifyException(
+                f"query heads ({hq}) must be a multiple of key/value heads ({hkv} = {wk} / {d})"
+            )
+        if wv % hkv:
+            raise VerifyException(
+                f"the value cache width {wv} is not a multiple of the key/value heads ({hkv})"
+            )
+        if bt_b != b or cl_b != b:
+            raise VerifyException(
+                f"block tables ({bt_b} rows) and context lengths ({cl_b}) must have the "
+                f"query's batch {b}"
+            )
+        return [TensorType(elem, (b, hq, sq, wv // hkv))]
+
+
+PAGED_KV_OPS = (KvCacheWriteOp, PagedAttentionOp)
 
 
 # --------------------------------------------------------------------------
@@ -1734,14 +1920,15 @@ Graph = Dialect(
         ConstantOp, WeightOp, DequantizeBlocksOp,
         NegOp, AbsOp, SignOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp,
         ErfOp, SinOp, CosOp, FloorOp, CeilOp, RoundOp, ReluOp, SiluOp, SoftplusOp, NotOp,
-        GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,
+        BitwiseNotOp, GeluOp, ClipOp, LeakyReluOp, EluOp, HardSigmoidOp,
         AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, ModOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp,
+        BitwiseAndOp, BitwiseOrOp, BitwiseXorOp, ShiftLeftOp, ShiftRightOp,
         WhereOp, CastOp,
         MatmulOp, LinearOp,
         Conv2dOp, MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp, GlobalMaxPoolOp,
         BatchNormOp, LayerNormOp, RmsNormOp, SoftmaxOp, LogSoftmaxOp,
-        AttentionOp, RotaryOp, GatherOp,
+        AttentionOp, RotaryOp, GatherOp, *PAGED_KV_OPS,
         ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
         ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
         KernelOp, YieldOp,

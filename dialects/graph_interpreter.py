@@ -37,6 +37,11 @@ Numerics
 - Float -> int `cast` truncates toward zero (NaN / out-of-range values are
   unspecified); anything -> i1 is `x != 0`; int -> int wraps. f64 -> bf16 rounds
   via f32 (as PyTorch and ml_dtypes do); every other float cast rounds once.
+- The storage-only types (8- and 4-bit floats, 4- and 2-bit integers, as ml_dtypes arrays)
+  are cast as `graph.cast` states: to an 8-bit float with `saturate`, clipped to its finite
+  range first; f8E8M0FNU by the exponent rounded per `round_mode`.
+- Bitwise ops work on the two's complement bits; shifts by >= the bit width (or a
+  negative amount) give 0 (-1 for a negative signed value shifted right).
 - `clip` of an integer tensor uses ceil(min) and floor(max); integer
   `avg_pool2d` is an `InterpreterError`.
 - `attention`: a query row whose keys are all masked out (by the mask and/or
@@ -465,6 +470,11 @@ def _not(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     return np.logical_not(x) if x.dtype == np.bool_ else (x == 0)
 
 
+@_kernel(g.BitwiseNotOp)
+def _bitwise_not(op: Operation, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    return np.invert(xs[0])
+
+
 @_kernel(g.GeluOp)
 def _gelu(op: g.GeluOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     x = _upcast(xs[0])
@@ -603,13 +613,34 @@ def _binary(op: Operation, x: np.ndarray, y: np.ndarray) -> np.ndarray:
             return np.logical_or(x, y)
         case g.XorOp():
             return np.logical_xor(x, y)
+        case g.BitwiseAndOp():
+            return np.bitwise_and(x, y)
+        case g.BitwiseOrOp():
+            return np.bitwise_or(x, y)
+        case g.BitwiseXorOp():
+            return np.bitwise_xor(x, y)
+        case g.ShiftLeftOp() | g.ShiftRightOp():
+            return _shift(isinstance(op, g.ShiftLeftOp), x, y)
     raise InterpreterError(f"{op.name}: not a binary op")  # pragma: no cover
+
+
+def _shift(left: bool, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x << y or x >> y (arithmetic for signed x); shifts by >= the bit width or < 0 give
+    0 (or -1 for a negative signed x shifted right), not C's undefined behaviour."""
+    x, y = np.broadcast_arrays(x, y)
+    bits = x.dtype.itemsize * 8
+    inside = (y >= 0) & (y < bits)
+    amount = np.where(inside, y, 0).astype(x.dtype)
+    shifted = np.left_shift(x, amount) if left else np.right_shift(x, amount)
+    outside = np.zeros_like(x) if left or x.dtype.kind == "u" else np.where(x < 0, x.dtype.type(-1), x.dtype.type(0))
+    return np.where(inside, shifted, outside)
 
 
 _BINARY_OPS = (
     g.AddOp, g.SubOp, g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp, g.ModOp,
     g.EqualOp, g.LessOp, g.LessEqualOp, g.GreaterOp, g.GreaterEqualOp,
     g.AndOp, g.OrOp, g.XorOp,
+    g.BitwiseAndOp, g.BitwiseOrOp, g.BitwiseXorOp, g.ShiftLeftOp, g.ShiftRightOp,
 )
 
 
@@ -624,10 +655,61 @@ def _where(op: g.WhereOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     return np.where(c.astype(np.bool_, copy=False), x, y)
 
 
+_NARROW_FLOATS = tuple(np.dtype(getattr(ml_dtypes, n)) for n in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"))
+_NARROW_INTS = tuple(np.dtype(getattr(ml_dtypes, n)) for n in ("int4", "uint4", "int2", "uint2"))
+
+
+def _widen_storage(x: np.ndarray) -> np.ndarray:
+    """A storage-only value (8/4-bit floats, 4/2-bit integers) in the type its values are
+    computed in: f32 or i64 (exact for every value of these types)."""
+    if x.dtype in _NARROW_FLOATS:
+        return x.astype(_F32)
+    if x.dtype in _NARROW_INTS:
+        return x.astype(np.int64)
+    return x
+
+
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """f32 -> f8E8M0FNU (a power of two 2^(e - 127), e = 0..254; 0xff is NaN): the
+    exponent of |x| rounded by `round_mode` on the significand ("up": any fraction rounds
+    up, "down": truncates, "nearest": half to even on the biased exponent); NaN, inf and
+    (without `saturate`) exponents past 254 give NaN, with `saturate` 2^127; values below
+    2^-127 give 2^-127."""
+    bits = np.asarray(x, _F32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.int64)
+    fraction = bits & 0x7FFFFF
+    if round_mode == "up":
+        exponent = exponent + ((fraction > 0) & (exponent > 0) & (exponent < 0xFF))
+    elif round_mode == "nearest":
+        half = 0x400000
+        up = (fraction > half) | ((fraction == half) & (exponent % 2 == 1))
+        exponent = exponent + (up & (exponent > 0) & (exponent < 0xFF))
+    special = ((bits >> 23) & 0xFF) == 0xFF
+    over = exponent > 0xFE
+    exponent = np.where(over, 0xFE if saturate else 0xFF, exponent)
+    exponent = np.where(special, 0xFF, exponent)
+    return exponent.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+
+
 @_kernel(g.CastOp)
 def _cast(op: g.CastOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
-    x = xs[0]
+    x = _widen_storage(xs[0])
     dt = _out_dtype(op)
+    if dt == np.dtype(ml_dtypes.float8_e8m0fnu):
+        return _to_e8m0(_upcast(x).astype(_F32), _bool_of(op.saturate), op.round_mode.data)
+    if dt in _NARROW_FLOATS:
+        x = _upcast(x).astype(_F32) if _is_float_dtype(x.dtype) else x.astype(np.float64).astype(_F32)
+        if _bool_of(op.saturate) and dt != np.dtype(ml_dtypes.float4_e2m1fn):
+            info = ml_dtypes.finfo(dt)
+            x = np.clip(x, _F32.type(info.min), _F32.type(info.max))
+        return x.astype(dt)
+    if dt in _NARROW_INTS:
+        if _is_float_dtype(x.dtype):
+            info = ml_dtypes.iinfo(dt)
+            t = np.trunc(_upcast(x))
+            return np.where((t >= int(info.min)) & (t <= int(info.max)), t, 0).astype(np.int64).astype(dt)
+        return x.astype(np.int64).astype(dt)
     if dt == np.bool_:
         return x != 0
     if _is_float_dtype(x.dtype) and not _is_float_dtype(dt):
@@ -914,6 +996,68 @@ def _gather(op: g.GatherOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
     if np.issubdtype(idx.dtype, np.signedinteger):
         idx = np.where(idx < 0, idx + dim, idx)
     return np.take(x, idx, axis=axis)
+
+
+@_kernel(g.KvCacheWriteOp)
+def _kv_cache_write(op: g.KvCacheWriteOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    cache, rows, slots = xs
+    size = cache.shape[0]
+    bad = (slots < 0) | (slots >= size)
+    if bad.any():
+        raise InterpreterError(
+            f"{op.name}: slot {int(slots[bad][0])} is out of range for a cache of {size} rows "
+            f"(valid: 0 .. {size - 1})"
+        )
+    out = cache.copy()
+    out[slots.astype(np.int64)] = rows
+    return out
+
+
+def paged_token_rows(block_table: np.ndarray, n: int, block_size: int) -> np.ndarray:
+    """The pool rows of tokens 0 .. n-1 of one sequence (block_table[t // BS] * BS + t % BS)."""
+    t = np.arange(n, dtype=np.int64)
+    return block_table[t // block_size].astype(np.int64) * block_size + t % block_size
+
+
+@_kernel(g.PagedAttentionOp)
+def _paged_attention(op: g.PagedAttentionOp, xs: list[np.ndarray], env: _Env) -> np.ndarray:
+    q, k_cache, v_cache = _upcast(xs[0]), _upcast(xs[1]), _upcast(xs[2])
+    tables, lens = xs[3], xs[4]
+    b, hq, sq, d, hkv, dv, mb = op.geometry()
+    bs = op.block_size_value
+    blocks = k_cache.shape[0] // bs
+    group = hq // hkv
+    scale = q.dtype.type(_float_of(op.scale) if op.scale is not None else 1.0 / math.sqrt(d))
+    out = np.zeros((b, hq, sq, dv), dtype=q.dtype)
+    for seq in range(b):
+        n = int(lens[seq])
+        if n < 0 or n > mb * bs:
+            raise InterpreterError(
+                f"{op.name}: context length {n} of sequence {seq} is outside 0 .. {mb * bs} "
+                f"({mb} blocks of {bs} tokens)"
+            )
+        used = tables[seq, : -(-n // bs)]
+        if ((used < 0) | (used >= blocks)).any():
+            bad = int(used[(used < 0) | (used >= blocks)][0])
+            raise InterpreterError(
+                f"{op.name}: sequence {seq} uses block {bad}, outside the pool's 0 .. {blocks - 1}"
+            )
+        rows = paged_token_rows(tables[seq], n, bs)
+        k = k_cache[rows].reshape(n, hkv, d).transpose(1, 0, 2)  # [Hkv, n, D]
+        v = v_cache[rows].reshape(n, hkv, dv).transpose(1, 0, 2)
+        qg = q[seq].reshape(hkv, group * sq, d)
+        scores = (np.matmul(qg, np.swapaxes(k, -1, -2)) * scale).reshape(hkv, group, sq, n)
+        position = n - sq + np.arange(sq)
+        allowed = np.arange(n)[None, :] <= position[:, None]  # [Sq, n]
+        scores = np.where(allowed, scores, -np.inf)
+        live = position >= 0  # a query row with at least one key
+        m = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
+        m = np.where(live[:, None], m, q.dtype.type(0))
+        e = np.exp(scores - m)
+        p = e / np.where(live[:, None], np.sum(e, axis=-1, keepdims=True), q.dtype.type(1))
+        o = np.matmul(p.reshape(hkv, group * sq, n), v).reshape(hq, sq, dv)
+        out[seq] = np.where(live[:, None], o, q.dtype.type(0))
+    return out
 
 
 # -- structure ------------------------------------------------------------------------------------

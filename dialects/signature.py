@@ -21,7 +21,8 @@ def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
     for op in module.walk():
         if isinstance(op, func.FuncOp) and op.sym_name.data == entry:
             return op
-    raise IRError(f"the module has no function @{entry}")
+    names = ", ".join("@" + op.sym_name.data for op in module.walk() if isinstance(op, func.FuncOp))
+    raise IRError(f"the module has no function @{entry} (its functions: {names or 'none'})")
 
 
 def function_signature(module: ModuleOp, entry: str = "main") -> tuple[list[str], list[tuple[tuple[int, ...], np.dtype]]]:

@@ -27,6 +27,10 @@ Ops
   fp16 scales into an f32/bf16 tile (vector unit: one `vec.dequant`).
 - `tile.gather_rows`: copy table rows picked by a runtime index memref (i32/i64)
   to DRAM or a local buffer (embedding lookup; data-dependent DMA addresses).
+- `tile.scatter_rows`: its mirror, local rows stored to DRAM table rows picked by a
+  runtime i32 index memref (paged KV-cache writes).
+- `tile.load_index`: an index value read from an i32 DRAM element at run time (a
+  loop bound that follows a sequence's actual length).
 
 Every op addresses its memrefs with index operands giving the tile's origin in
 elements (`%buf[%i, %j]`), so a loop nest of tile ops reads like the program the
@@ -82,6 +86,10 @@ TARGET_ATTR = "tile.target"
 # result the buffer holds. graph-to-tile writes it; tile-to-npu turns it into the op markers
 # the per-layer check reads.
 LAYER_ATTR = "tile.layer"
+# On an output argument of a tile function: the position of the input argument whose buffer the
+# output IS (a result written in place, e.g. a KV pool: docs/paged-kv.md). The tile interpreter
+# binds both to one array; tile-to-npu gives both one DRAM region.
+ALIAS_ATTR = "tile.alias_of"
 # On a kernel's last top-level tile op: {macs, bytes, weight_bytes} of the graph op it lowers, as
 # the model defines it (passes/graph_to_tile/roofline.py); tile-to-npu copies it into the op
 # markers for the run report's algorithmic roofline.
@@ -481,6 +489,81 @@ class GatherRowsOp(TileOp):
 
 
 @irdl_op_definition
+class ScatterRowsOp(TileOp):
+    """Data-dependent row scatter (the mirror of `tile.gather_rows`: a KV-cache write):
+
+        table[indices[i0 + k], c0 : c0 + cols] = src[s0 + k, s1 : s1 + cols]   for k < rows
+
+    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM memref of i32, `src` a 2-D local
+    memref of the table's element type. Indices must lie in [0, table rows) (an error of the
+    interpreter, an out-of-bounds fault of the simulator). Each row is one DMA store of
+    `cols * element size` contiguous bytes whose DRAM address is `ld`'s register times the
+    table's row pitch. Two equal indices: the later row wins (stores issue in order)."""
+
+    name = "tile.scatter_rows"
+    src = operand_def(MemRefType)
+    src_indices = var_operand_def(IndexType)
+    indices = operand_def(MemRefType)
+    index_indices = var_operand_def(IndexType)
+    table = operand_def(MemRefType)
+    table_indices = var_operand_def(IndexType)
+    rows = prop_def(IntegerAttr[I64])
+    cols = prop_def(IntegerAttr[I64])
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$src `[` $src_indices `]` `,` $indices `[` $index_indices `]` `,` $table `[` $table_indices `]` "
+        "attr-dict `:` type($src) `,` type($indices) `,` type($table)"
+    )
+
+    def verify_(self) -> None:
+        """A 2-D local src, a 1-D DRAM memref of i32 indices, a 2-D DRAM table of src's element
+        type indexed by its first column; 1 <= cols <= the table's columns, 1 <= rows <= the
+        number of indices; the src box inside src."""
+        rows, cols = self.rows.value.data, self.cols.value.data
+        _check_space(self.src, "the source rows", LOCAL_SPACES)
+        _check_space(self.indices, "the indices", ("dram",))
+        _check_space(self.table, "the table", ("dram",))
+        if len(shape_of(self.table)) != 2 or len(self.table_indices) != 1:
+            raise VerifyException("the table must be a 2-D memref indexed with one index (the first column)")
+        if len(shape_of(self.indices)) != 1 or len(self.index_indices) != 1:
+            raise VerifyException("the indices must be a 1-D memref indexed with one index")
+        if element_name_of(self.indices) != "i32":
+            raise VerifyException(f"the indices must be i32, got {element_name_of(self.indices)}")
+        if len(shape_of(self.src)) != 2:
+            raise VerifyException(f"src must be a 2-D memref, got rank {len(shape_of(self.src))}")
+        if element_name_of(self.src) != element_name_of(self.table):
+            raise VerifyException(f"src and table element types differ ({element_name_of(self.src)} vs {element_name_of(self.table)})")
+        C = shape_of(self.table)[1]
+        if cols < 1 or cols > C:
+            raise VerifyException(f"cols = {cols} must be in 1..{C} (the table's columns)")
+        if rows < 1 or rows > shape_of(self.indices)[0]:
+            raise VerifyException(f"rows = {rows} must be in 1..{shape_of(self.indices)[0]} (the number of indices)")
+        _check_box("src", self.src, self.src_indices, (rows, cols))
+
+
+@irdl_op_definition
+class LoadIndexOp(TileOp):
+    """An index value read at run time from an i32 DRAM element (the ISA's `ld`), e.g. the
+    trip count of a loop over a sequence's KV blocks: `scf.for %j = %c0 to %n step %c1`.
+    `bound` is the largest value it may take (addresses are checked against it at compile
+    time; a larger value is an error of the interpreter)."""
+
+    name = "tile.load_index"
+    buffer = operand_def(MemRefType)
+    buffer_indices = var_operand_def(IndexType)
+    bound = prop_def(IntegerAttr[I64])
+    result = result_def(IndexType)
+    assembly_format = "$buffer `[` $buffer_indices `]` attr-dict `:` type($buffer)"
+
+    def verify_(self) -> None:
+        """A DRAM memref of i32 indexed with one index per dimension."""
+        _check_space(self.buffer, "the buffer", ("dram",))
+        if element_name_of(self.buffer) != "i32":
+            raise VerifyException(f"tile.load_index reads i32, got {element_name_of(self.buffer)}")
+        _check_box("the buffer", self.buffer, self.buffer_indices, (1,) * len(shape_of(self.buffer)))
+
+
+@irdl_op_definition
 class FillOp(TileOp):
     """dst[rows x cols] = value (vector unit)."""
 
@@ -568,6 +651,6 @@ class DequantOp(TileOp):
         _check_box("scales", self.scales, self.scales_indices, scales_box)
 
 
-Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp, GatherRowsOp, DequantOp], [])
+Tile = Dialect("tile", [AllocOp, WeightOp, ViewOp, DmaOp, MatmulOp, VectorOp, FillOp, GatherRowsOp, ScatterRowsOp, LoadIndexOp, DequantOp], [])
 
 __all__ = ["Tile", "memref", "space_of", "target_of", "Float32Type"]

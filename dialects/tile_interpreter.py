@@ -74,6 +74,7 @@ import numpy as np
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     DictionaryAttr,
+    IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
@@ -108,6 +109,7 @@ __all__ = [
 
 OUTPUT_ATTR = "tile.output"
 """Function argument attribute marking an output (destination) memref."""
+ALIAS_ATTR = t.ALIAS_ATTR
 
 # isa dtype codes of the vector unit's element types (infer.target.isa.DTYPES)
 _DT_CODE = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
@@ -349,6 +351,35 @@ class TileFunctions(InterpreterFunctions):
         np.copyto(d, src[idx])
         return ()
 
+    @impl(t.ScatterRowsOp)
+    @_located
+    def run_scatter_rows(self, interpreter: Interpreter, op: t.ScatterRowsOp, args: tuple[Any, ...]):
+        ns = len(op.src_indices)
+        src, src_idx, (idx_buf, i0, table, c0) = args[0], args[1:1 + ns], args[1 + ns:]
+        rows, cols = op.rows.value.data, op.cols.value.data
+        idx = _box("indices", idx_buf, [i0], (rows,)).astype(np.int64)
+        V = table.shape[0]
+        bad = (idx < 0) | (idx >= V)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise InterpreterError(
+                f"tile.scatter_rows: index {int(idx[k])} (#{_index(i0) + k}) is outside the table's {V} rows"
+            )
+        s = _box("src", src, src_idx, (rows, cols))
+        dst = _box("table", table, [0, c0], (V, cols))
+        for k in range(rows):  # in order: a repeated index keeps the later row (as the DMA stores)
+            dst[idx[k]] = s[k]
+        return ()
+
+    @impl(t.LoadIndexOp)
+    @_located
+    def run_load_index(self, interpreter: Interpreter, op: t.LoadIndexOp, args: tuple[Any, ...]):
+        buf, *at = args
+        value = int(_box("buffer", buf, at, (1,) * len(at)).reshape(-1)[0])
+        if not 0 <= value <= op.bound.value.data:
+            raise InterpreterError(f"tile.load_index: {value} is outside 0 .. {op.bound.value.data} (its bound)")
+        return (scalar_attr(int(value), IndexType(), interpreter.index_bitwidth),)
+
     @impl(t.DequantOp)
     @_located
     def run_dequant(self, interpreter: Interpreter, op: t.DequantOp, args: tuple[Any, ...]):
@@ -504,6 +535,14 @@ def _bind(fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
             raise InterpreterError(f"@{fname}: argument #{i} is a {ty}, not a memref")
         dt, shape = _np_dtype(ty), _static_shape(ty)
         if i in outs:
+            tied = attrs[i].get(ALIAS_ATTR)
+            if isinstance(tied, IntegerAttr):  # written in place: the input's own array
+                j = int(tied.value.data)
+                if j in outs or not 0 <= j < i or tuple(args[j].shape) != shape or args[j].dtype != dt:
+                    raise InterpreterError(f"@{fname}: output #{i} is tied ({ALIAS_ATTR}) to argument "
+                                           f"#{j}, which is not an input of its type")
+                args.append(args[j])
+                continue
             args.append(np.zeros(shape, dt))
             continue
         v = np.asarray(values[in_idx.index(i)])

@@ -126,11 +126,18 @@ class GraphBuilder:
             return x
         return self.op(graph.ReshapeOp, [x], TensorType(element_type_of(x), shape))
 
-    def cast(self, x: SSAValue, dtype: DType) -> SSAValue:
+    def cast(self, x: SSAValue, dtype: DType, saturate: bool = False, round_mode: str = "up") -> SSAValue:
+        """`x` as `dtype` (`x` itself when it has that type); `saturate` and `round_mode`
+        matter for the 8- and 4-bit float results only (graph.cast)."""
         element_type = _element_type(dtype)
         if element_type_of(x) == element_type:
             return x
-        return self.op(graph.CastOp, [x], TensorType(element_type, shape_of(x)))
+        properties = {}
+        if saturate:
+            properties["saturate"] = graph.bool_attr(True)
+        if round_mode != "up":
+            properties["round_mode"] = graph.StringAttr(round_mode)
+        return self.op(graph.CastOp, [x], TensorType(element_type, shape_of(x)), **properties)
 
     def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
         shape = tuple(int(d) for d in shape)

@@ -426,10 +426,12 @@ def import_gguf(
     phase: str | None = None,
     max_len: int | None = None,
     dtype: str | np.dtype = "float32",
+    **paged: Any,
 ) -> ModuleOp:
     """Import a GGUF file; the options are those of `import_hf_folder` (decoders):
     seq_len (prefill length, default min(128, context length)), max_len (KV-cache
-    capacity, default min(context length, seq_len + 128)), batch, phase, dtype."""
+    capacity, default min(context length, seq_len + 128)), batch, phase, dtype, and
+    kv_cache="paged" with block_size, num_blocks, chunk (frontend/paged_decoder.py)."""
     path = Path(path)
     if batch < 1:
         raise ModelImportError(f"batch must be >= 1, got {batch}")
@@ -445,7 +447,7 @@ def import_gguf(
     cfg = llama_config(file)
     weights = GGUFWeights(file, cfg["num_hidden_layers"])
     importer = _GGUFLlamaImporter(path, cfg, weights, np_dtype)
-    return importer.build(seq_len=seq_len, batch=batch, phase=phase, max_len=max_len)
+    return importer.build(seq_len=seq_len, batch=batch, phase=phase, max_len=max_len, **paged)
 
 
 __all__ = ["GGUFFile", "GGUFWeights", "GGUFWeightStore", "import_gguf", "llama_config", "open_gguf"]

@@ -40,6 +40,9 @@ S = `seq_len` (prefill length) and P = `max_len` (cache capacity) are static.
 `phase="prefill"` or `phase="decode"` imports only that function, named
 `@main` (a single-function module that `Model.run` and the compiler take as is).
 Prompts in one batch have the same length (no padding inside prefill).
+`kv_cache="paged"` (with `chunk`, `max_len`, `block_size`, `num_blocks`, `batch`) builds
+instead `@prefill_chunk` and `@decode` over paged KV-cache pools, the functions the NPU runs
+(frontend/paged_decoder.py, docs/gguf.md).
 
 Encoders (BERT): one function `@main(input_ids, attention_mask, token_type_ids:
 i64[B, S]) -> last_hidden_state f32[B, S, H]` plus `sentence_embedding f32[B, H]`
@@ -169,6 +172,7 @@ def import_hf_folder(
     phase: str | None = None,
     max_len: int | None = None,
     dtype: str | np.dtype = "float32",
+    **paged: Any,
 ) -> ModuleOp:
     """Import a Hugging Face folder; see the module docstring for the signatures.
 
@@ -176,6 +180,8 @@ def import_hf_folder(
     max_len: KV-cache capacity of decoders (default min(max positions, seq_len + 128)).
     phase: None (decoders: @prefill and @decode), "prefill" or "decode" (one @main).
     dtype: compute dtype (weights stored otherwise are cast in the graph).
+    kv_cache="paged" (decoders; with block_size, num_blocks, chunk): @prefill_chunk and
+    @decode over paged KV-cache pools instead (frontend/paged_decoder.py).
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -202,7 +208,10 @@ def import_hf_folder(
             f"{cfg.get('architectures')}); supported: {sorted(LLAMA_TYPES | GPT2_TYPES | BERT_TYPES)}"
         )
     ckpt = Checkpoint(folder)
-    return builder(folder, cfg, ckpt, np_dtype).build(seq_len=seq_len, batch=batch, phase=phase, max_len=max_len)
+    if paged and builder is _BertImporter:
+        raise ModelImportError(f"{', '.join(sorted(paged))} apply to decoders (Llama family, GPT-2), not BERT")
+    return builder(folder, cfg, ckpt, np_dtype).build(seq_len=seq_len, batch=batch, phase=phase, max_len=max_len,
+                                                      **paged)
 
 
 def to_numpy_dtype_name(name: str) -> np.dtype:
@@ -266,7 +275,14 @@ class _ModelImporter:
 class _DecoderImporter(_ModelImporter):
     """Shared prefill/decode structure; subclasses emit embeddings and blocks."""
 
-    def build(self, seq_len, batch, phase, max_len) -> ModuleOp:
+    def build(self, seq_len, batch, phase, max_len, kv_cache: str = "dense", block_size: int | None = None,
+              num_blocks: int | None = None, chunk: int | None = None) -> ModuleOp:
+        if kv_cache == "paged":
+            return self.build_paged(seq_len, batch, phase, max_len, block_size, num_blocks, chunk)
+        if kv_cache != "dense":
+            raise ModelImportError(f"kv_cache must be 'dense' or 'paged', got {kv_cache!r}")
+        if (block_size, num_blocks, chunk) != (None, None, None):
+            raise ModelImportError("block_size, num_blocks and chunk apply to kv_cache='paged'")
         max_pos = self.max_positions
         seq_len = seq_len or min(128, max_pos)
         max_len = max_len or min(max_pos, seq_len + 128)
@@ -285,6 +301,23 @@ class _DecoderImporter(_ModelImporter):
         if phase is not None:
             return funcs[0][1]
         return _combine(funcs, self.ckpt.store)
+
+    def build_paged(self, seq_len, batch, phase, max_len, block_size, num_blocks, chunk) -> ModuleOp:
+        """@prefill_chunk and @decode over paged KV pools (frontend/paged_decoder.py)."""
+        from infer.frontend.paged_decoder import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK, build_paged
+
+        if phase is not None:
+            raise ModelImportError("phase applies to kv_cache='dense'; a paged import has @prefill_chunk and @decode")
+        if seq_len is not None:
+            raise ModelImportError("kv_cache='paged' takes chunk (tokens per prefill step), not seq_len")
+        max_pos = self.max_positions
+        chunk = chunk or min(DEFAULT_CHUNK, max_pos)
+        max_len = max_len or min(max_pos, 256)
+        if not 1 <= chunk <= max_len <= max_pos:
+            raise ModelImportError(f"need 1 <= chunk ({chunk}) <= max_len ({max_len}) <= the model's "
+                                   f"max_position_embeddings ({max_pos})")
+        self.check_lengths(max_len)
+        return build_paged(self, batch, chunk, max_len, block_size or DEFAULT_BLOCK_SIZE, num_blocks)
 
     def check_lengths(self, max_len: int) -> None:
         pass
@@ -325,6 +358,10 @@ class _DecoderImporter(_ModelImporter):
 
     def attend(self, e: _Emitter, q, k, v, ctx, past_k=None, past_v=None, scale=None):
         """q: [B, Hq, s, D]; k, v: [B, Hkv, s, D]. Returns (out [B, Hq, s, D], k_cache, v_cache)."""
+        if getattr(ctx, "paged", False):
+            from infer.frontend.paged_decoder import attend_paged
+
+            return attend_paged(e, q, k, v, ctx, past_k, past_v, scale)
         props = {} if scale is None else {"scale": g.f64_attr(scale)}
         if isinstance(ctx, _PrefillContext):
             out = e.op(g.AttentionOp, [q, k, v], causal=g.bool_attr(True), **props)
@@ -434,6 +471,11 @@ class _LlamaImporter(_DecoderImporter):
         table = e.w("embed_tokens.weight", (self.vocab, self.hidden))
         x = e.op(g.GatherOp, [table, ids], axis=g.i64_attr(0))
         # RoPE angles: positions x inv_freq, laid out for the q/k rows (rope_interleaved)
+        if getattr(ctx, "paged", False):
+            cos, sin = (self.rope_rows(e, which, ctx) for which in ("cos", "sin"))
+            shape = (ctx.batch, 1, ctx.seq, self.rot_dim)
+            ctx.cos, ctx.sin = e.reshape(cos, shape), e.reshape(sin, shape)
+            return x
         inv = e.inline_constant(self.inv_freq.astype(self.dtype))
         if isinstance(ctx, _PrefillContext):
             pos = e.reshape(e.cast(ctx.positions, self.dtype), (ctx.seq, 1))
@@ -455,6 +497,19 @@ class _LlamaImporter(_DecoderImporter):
             cos, sin = e.op(g.MulOp, [cos, s]), e.op(g.MulOp, [sin, s])
         ctx.cos, ctx.sin = e.reshape(cos, shape), e.reshape(sin, shape)
         return x
+
+    def rope_rows(self, e: _Emitter, which: str, ctx) -> SSAValue:
+        """cos or sin at the runtime positions: rows of a table for positions [0, max_len)
+        (paged_decoder.rope_table), one weight shared by the module's functions."""
+        from infer.frontend.paged_decoder import rope_table
+
+        keys = getattr(self, "_rope_keys", None)
+        if keys is None or keys[0] != ctx.max_len:
+            tables = rope_table(self.inv_freq, ctx.max_len, self.rope_interleaved, self.attn_scaling, self.dtype)
+            keys = (ctx.max_len, {n: self.ckpt.store.add(f"rope_{n}_table", t) for n, t in zip(("cos", "sin"), tables)})
+            self._rope_keys = keys
+        table = e.file_weight(keys[1][which], (ctx.max_len, self.rot_dim), self.dtype)
+        return e.op(g.GatherOp, [table, ctx.positions], axis=g.i64_attr(0))  # [b, s, R]
 
     def block(self, e: _Emitter, i: int, x, ctx, past_k=None, past_v=None):
         p = f"layers.{i}"
@@ -522,7 +577,9 @@ class _Gpt2Importer(_DecoderImporter):
         wte = e.w("wte.weight", (self.vocab, self.hidden))
         wpe = e.w("wpe.weight", (self.max_positions, self.hidden))
         x = e.op(g.GatherOp, [wte, ids], axis=g.i64_attr(0))
-        if isinstance(ctx, _PrefillContext):
+        if getattr(ctx, "paged", False):
+            pe = e.op(g.GatherOp, [wpe, ctx.positions], axis=g.i64_attr(0))  # [b, s, H]
+        elif isinstance(ctx, _PrefillContext):
             pe = e.slice_dim(wpe, 0, 0, ctx.seq)  # [S, H]
         else:
             pe = e.reshape(e.op(g.GatherOp, [wpe, ctx.position], axis=g.i64_attr(0)), (ctx.batch, 1, self.hidden))

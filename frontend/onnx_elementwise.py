@@ -11,7 +11,7 @@ from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import numpy_dtype_of, shape_of
+from infer.dialects.dtypes import element_type_name, from_numpy_dtype, numpy_dtype_of, shape_of
 from infer.frontend.onnx_ops import (
     NodeProblem,
     attribute,
@@ -68,6 +68,29 @@ def _legacy_broadcast(imp: Importer, a: SSAValue, b: SSAValue, axis: int) -> SSA
     return imp.b.reshape(b, shape)
 
 
+_BITWISE = {"BitwiseAnd": g.BitwiseAndOp, "BitwiseOr": g.BitwiseOrOp, "BitwiseXor": g.BitwiseXorOp}
+
+
+@handler(*_BITWISE)
+def _bitwise(imp: Importer, node: onnx.NodeProto):
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return [imp.b.op(_BITWISE[node.op_type], [a, b])]
+
+
+@handler("BitwiseNot")
+def _bitwise_not(imp: Importer, node: onnx.NodeProto):
+    return [imp.b.op(g.BitwiseNotOp, [imp.value(node.input[0])])]
+
+
+@handler("BitShift", attrs=("direction",))
+def _bit_shift(imp: Importer, node: onnx.NodeProto):
+    direction = attribute(node, "direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise NodeProblem(f"direction must be LEFT or RIGHT, got '{direction}'")
+    a, b = imp.value(node.input[0]), imp.value(node.input[1])
+    return [imp.b.op(g.ShiftLeftOp if direction == "LEFT" else g.ShiftRightOp, [a, b])]
+
+
 @handler("Pow")
 def _pow(imp: Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
@@ -112,12 +135,31 @@ def _cast(imp: Importer, node: onnx.NodeProto):
         to = getattr(TensorProto, to.upper())
     dt = numpy_dtype_for(int(to), "the cast target")
     x = imp.value(node.input[0])
-    return [imp.b.cast(x, dt)]
+    return [_onnx_cast(imp, node, x, dt)]
+
+
+def _onnx_cast(imp: Importer, node: onnx.NodeProto, x: SSAValue, dt: np.dtype) -> SSAValue:
+    """Cast with ONNX's `saturate` (default 1; it only matters for 8-bit float targets,
+    and f4E2M1FN always saturates) and `round_mode` (default "up"; f8E8M0FNU only)."""
+    name = element_type_name(from_numpy_dtype(dt))
+    if not name.startswith("f8"):
+        return imp.b.cast(x, dt)
+    round_mode = attribute(node, "round_mode", "up") if name == "f8E8M0FNU" else "up"
+    if round_mode not in ("up", "down", "nearest"):
+        raise NodeProblem(f"round_mode '{round_mode}' is not supported (up, down, nearest)")
+    return imp.b.cast(x, dt, saturate=bool(attribute(node, "saturate", 1)), round_mode=round_mode)
 
 
 @handler("CastLike", attrs=("saturate", "round_mode"))
 def _cast_like(imp: Importer, node: onnx.NodeProto):
-    return [imp.b.cast(imp.value(node.input[0]), imp.dtype(node.input[1]))]
+    """Only the element type of the second input matters, so a constant first input folds
+    even when the second is computed at run time (the Attention function body casts its
+    -inf padding value like a runtime tensor and pads with it)."""
+    if imp.is_const(node.input[0]):
+        folded = imp.fold_like(node, node.input[1])
+        if folded is not None:
+            return folded
+    return [_onnx_cast(imp, node, imp.value(node.input[0]), imp.dtype(node.input[1]))]
 
 
 @handler("Identity")

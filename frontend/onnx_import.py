@@ -43,12 +43,12 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_structure
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_quant, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 from infer.frontend.onnx_ops import HANDLERS, NeedsInputValue, NodeProblem, constant_node_value, numpy_dtype_for
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_quant, onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
@@ -315,6 +315,11 @@ class Importer:
             raise NeedsInputValue(name, f"{what} comes from graph input '{name}', but it must be known at import time (make it an initializer)")
         raise NodeProblem(f"{what} ('{name}') is computed at run time, but it must be known at import time")
 
+    def fold_like(self, node: onnx.NodeProto, runtime_input: str) -> list[np.ndarray] | None:
+        """Fold `node`, whose inputs are all known but `runtime_input`, of which it only
+        reads the element type (CastLike's `target_type`); None when it cannot be folded."""
+        return _fold(self, node, {runtime_input: np.zeros((0,), self.dtype(runtime_input))})
+
     # -- driving ----------------------------------------------------------
     def run(self) -> ModuleOp:
         graph = self.graph
@@ -549,12 +554,14 @@ NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 _NULLARY_FOLD = {"Constant"}
 
 
-def _fold(imp: Importer, node: onnx.NodeProto) -> list[np.ndarray] | None:
+def _fold(imp: Importer, node: onnx.NodeProto, stand_ins: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray] | None:
     """Evaluate a node on constant inputs (numpy for the common shape ops,
-    onnx.reference otherwise); None when it cannot be evaluated."""
+    onnx.reference otherwise); None when it cannot be evaluated. `stand_ins` gives
+    values for inputs that are not constants but whose value the node does not read."""
     if node.op_type == "Constant":
         return [constant_node_value(node)]
-    ins = [imp.consts[i] if i else None for i in node.input]
+    stand_ins = stand_ins or {}
+    ins = [(stand_ins[i] if i in stand_ins else imp.consts[i]) if i else None for i in node.input]
     try:
         from onnx.reference import ReferenceEvaluator
 

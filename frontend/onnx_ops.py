@@ -100,8 +100,7 @@ def numpy_dtype_for(elem_type: int, what: str) -> np.dtype:
 _UNSUPPORTED_ELEM = {
     getattr(TensorProto, n)
     for n in (
-        "STRING", "COMPLEX64", "COMPLEX128", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-        "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2",
+        "STRING", "COMPLEX64", "COMPLEX128",
     )
     if hasattr(TensorProto, n)
 }

@@ -99,6 +99,8 @@ def collect_chain(start: Operation, limit: int) -> list[Operation]:
     """`start` followed by at most `limit` elementwise ops that can join it."""
     group = [start]
     while len(group) - 1 < limit and len(group[-1].results) == 1:
+        if isinstance(group[-1], g.RequantizeOp | g.QuantizeLinearOp):
+            break  # an int8 result ends a kernel (its users read it from DRAM: a QDQ model's DQ)
         user = next_in_chain(group[-1].results[0])
         if user is None:
             break

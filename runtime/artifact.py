@@ -20,6 +20,19 @@ performance report; an op may list `values` = [{layer | output, offset, shape, d
 DRAM regions holding graph-level values that are final when the op ends, for the per-layer
 check), `sections` ({name: {offset, size, sha256}}) and `meta` (free-form).
 
+Several entry points (a decoder's `prefill_chunk` and `decode`, compiled from one module): the
+top-level `entry`, `signature`, `layout`, `ops` and `program` section describe the first one;
+header key `entries` = {name: {signature, layout, ops, aliases}} the others, each with its own
+program section `program:NAME`. Every entry reads the same `weights` section at the same
+DRAM addresses (one copy of the weights on the device), and arguments of the same name, shape
+and dtype (the KV-cache pools) have one address in every entry, so they stay resident in DRAM
+across calls; each entry has its own activation arena, at the same address (entries run one at
+a time). `aliases` ({output name: input name}, header key `aliases` for the first entry) lists
+the outputs that ARE their input's buffer (updated in place, e.g. a KV pool after
+`graph.kv_cache_write`): the runtime neither copies them in nor out per call.
+`Artifact.entry_names()`, `Artifact.for_entry(NAME)` (the artifact seen as that one entry,
+sharing the bytes) give access to them; an artifact without `entries` is a single-entry one.
+
 Sections: `program` (the NPU binary container of target/asm.py), `weights`
 (safetensors bytes of the weights the program reads, by layout name), and
 optionally `graph_ir` (graph-level IR text the artifact was compiled from) and
@@ -131,6 +144,22 @@ def parse_layout(d: Any) -> DramLayout:
 
 # ----------------------------------------------------------------------------- the artifact
 @dataclass
+class EntryPoint:
+    """One more entry point of a multi-entry artifact (the first is the Artifact's own fields)."""
+
+    name: str
+    program: bytes
+    signature: dict[str, list[TensorSpec]]
+    layout: dict[str, Any]
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def header(self) -> dict[str, Any]:
+        return {"signature": {k: [s.as_dict() for s in v] for k, v in self.signature.items()},
+                "layout": self.layout, "ops": self.ops, "aliases": self.aliases}
+
+
+@dataclass
 class Artifact:
     program: bytes                      # NPU binary container (target/asm.py)
     weights: bytes                      # safetensors
@@ -149,6 +178,27 @@ class Artifact:
     meta: dict[str, Any] = field(default_factory=dict)
     infer_version: str = field(default_factory=infer_version)
     format_version: int = FORMAT_VERSION
+    aliases: dict[str, str] = field(default_factory=dict)  # of the first entry: {output: input}
+    entries: list[EntryPoint] = field(default_factory=list)  # the other entry points
+
+    # ---------------------------------------------------------------- entry points
+    def entry_names(self) -> list[str]:
+        return [self.entry, *(e.name for e in self.entries)]
+
+    def for_entry(self, name: str) -> Artifact:
+        """This artifact as its entry point `name` alone (same weights, config and IR bytes)."""
+        if name == self.entry:
+            return self
+        for e in self.entries:
+            if e.name == name:
+                return Artifact(program=e.program, weights=self.weights, signature=e.signature, layout=e.layout,
+                                target_name=self.target_name, target_toml=self.target_toml,
+                                precision=self.precision, entry=e.name, source=self.source, ops=e.ops,
+                                graph_ir=self.graph_ir, graph_weights=self.graph_weights, layer_ir=self.layer_ir,
+                                layer_weights=self.layer_weights, meta=self.meta, infer_version=self.infer_version,
+                                format_version=self.format_version, aliases=e.aliases)
+        raise ArtifactError(f"the artifact has no entry point '{name}' (entry points: "
+                            f"{', '.join(self.entry_names())})")
 
     # ---------------------------------------------------------------- derived
     @property
@@ -195,6 +245,8 @@ class Artifact:
             sections["layer_ir"] = self.layer_ir.encode()
         if self.layer_weights is not None:
             sections["layer_weights"] = self.layer_weights
+        for e in self.entries:
+            sections[f"program:{e.name}"] = e.program
         table, payload, off = {}, [], 0
         for name, data in sections.items():
             table[name] = {"offset": off, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -207,6 +259,10 @@ class Artifact:
             "signature": {k: [s.as_dict() for s in v] for k, v in self.signature.items()},
             "layout": self.layout, "ops": self.ops, "meta": self.meta, "sections": table,
         }
+        if self.aliases:
+            header["aliases"] = self.aliases
+        if self.entries:
+            header["entries"] = {e.name: e.header() for e in self.entries}
         hbytes = json.dumps(header, sort_keys=True).encode()
         body = _PRELUDE.pack(MAGIC, self.format_version, len(hbytes)) + hbytes + b"".join(payload)
         return body + hashlib.sha256(body).digest()
@@ -289,7 +345,16 @@ class Artifact:
                 layer_ir=blobs["layer_ir"].decode() if "layer_ir" in blobs else None,
                 layer_weights=blobs.get("layer_weights"), meta=dict(header.get("meta") or {}),
                 infer_version=str(header.get("infer_version", "?")), format_version=version,
+                aliases=_aliases(header.get("aliases"), str(header.get("entry", "main"))),
             )
+            for name, e in (header.get("entries") or {}).items():
+                if f"program:{name}" not in blobs:
+                    raise ArtifactError(f"corrupt artifact (missing section 'program:{name}')")
+                art.entries.append(EntryPoint(
+                    name=str(name), program=blobs[f"program:{name}"],
+                    signature={k: [TensorSpec.from_dict(x, f"entry {name}: signature {k[:-1]}")
+                                   for x in e["signature"][k]] for k in ("inputs", "outputs")},
+                    layout=e["layout"], ops=list(e.get("ops") or []), aliases=_aliases(e.get("aliases"), name)))
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
             raise ArtifactError(f"corrupt artifact (header field missing or malformed: {e})") from None
         art.validate()
@@ -297,7 +362,30 @@ class Artifact:
 
     # ---------------------------------------------------------------- validation
     def validate(self) -> None:
-        """Check that the parts agree; raises ArtifactError naming the first mismatch."""
+        """Check that the parts agree; raises ArtifactError naming the first mismatch (of
+        every entry point, and that the entries agree on the weights' and shared arguments'
+        addresses)."""
+        self._validate_entry()
+        if not self.entries:
+            return
+        names = self.entry_names()
+        if len(set(names)) != len(names):
+            raise ArtifactError(f"corrupt artifact (duplicate entry point names: {', '.join(names)})")
+        first = self.parsed_layout()
+        weights = {w.name: w.offset for w in first.weights}
+        for e in self.entries:
+            view = self.for_entry(e.name)
+            try:
+                view._validate_entry()
+            except ArtifactError as err:
+                raise ArtifactError(f"entry point '{e.name}': {err}") from None
+            lay = view.parsed_layout()
+            for w in lay.weights:
+                if weights.setdefault(w.name, w.offset) != w.offset:
+                    raise ArtifactError(f"mismatched artifact: entry points '{self.entry}' and '{e.name}' place weight "
+                                        f"'{w.name}' at different addresses")
+
+    def _validate_entry(self) -> None:
         cfg = self.config()
         if cfg.name != self.target_name:
             raise ArtifactError(f"mismatched artifact: target name '{self.target_name}' but its config says "
@@ -325,6 +413,14 @@ class Artifact:
                 if p.offset + p.nbytes > lay.total_bytes:
                     raise ArtifactError(f"mismatched artifact: {what} '{s.name}' [{p.offset}, {p.offset + s.nbytes})"
                                         f" lies outside the DRAM image ({lay.total_bytes} bytes)")
+        outputs, inputs = {p.name: p for p in lay.outputs}, {p.name: p for p in lay.inputs}
+        for out, src in self.aliases.items():
+            if out not in outputs or src not in inputs:
+                raise ArtifactError(f"mismatched artifact: alias {out} -> {src} names no output/input of entry "
+                                    f"'{self.entry}'")
+            if (outputs[out].offset, outputs[out].shape) != (inputs[src].offset, inputs[src].shape):
+                raise ArtifactError(f"mismatched artifact: output '{out}' is an alias of input '{src}' but the "
+                                    "layout does not place them at the same address")
         arrays = self.weight_arrays()
         for w in lay.weights:
             name, off, size = w.name, w.offset, w.nbytes
@@ -347,6 +443,14 @@ class Artifact:
                     raise ArtifactError(f"mismatched artifact: op marker '{o.get('name')}' places a value at "
                                         f"[{v.offset}, {v.offset + v.nbytes}), outside the DRAM image "
                                         f"({lay.total_bytes} bytes)")
+
+
+def _aliases(d: Any, entry: str) -> dict[str, str]:
+    if d is None:
+        return {}
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in d.items()):
+        raise ArtifactError(f"corrupt artifact (entry '{entry}': aliases must map output names to input names)")
+    return dict(d)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ op's MACs as the model defines it (`macs`) and its compulsory DRAM bytes (`bytes
 input, weight and output once, `weight_bytes` the weights' share), the tiling cost model's
 predicted cycles (`predicted`) and the kernel class (`class`). An op's roofline is
 max(macs x passes / peak MACs per cycle, bytes / DRAM bytes per cycle) (passes: 3 for the
-fp32 emulation, 1 for bf16) and `achieved` = roofline / span, so padding, partial tiles,
+fp32 emulation, 1 for bf16; the peak is that of the dtype the op's matmuls ran on: int8 runs
+at twice the bf16 rate on the server config) and `achieved` = roofline / span, so padding, partial tiles,
 extra passes and re-reads all count against the compiler; `mac_overhead` (executed / model
 MACs) and `traffic` (moved / compulsory bytes) say why. The whole run's roofline uses the
 model's MACs and the weights plus the model's inputs and outputs (intermediates could stay
@@ -57,6 +58,7 @@ class OpStats:
     busy: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0))
     instructions: int = 0
     macs: int = 0
+    peak_mac_cycles: float = 0.0  # the executed MACs at their dtype's peak rate
     dram_bytes: int = 0  # moved
     compute_cycles: float = 0.0  # roofline terms (algorithmic when the marker has the record)
     memory_cycles: float = 0.0
@@ -133,8 +135,14 @@ class Report:
     def roofline_cycles(self) -> float | None:
         if self.model_macs is None or self.compulsory_bytes is None:
             return None
-        return max(self.model_macs * self.passes / self.peak_macs_per_cycle,
-                   self.compulsory_bytes / self.dram_bytes_per_cycle)
+        return max(self.model_macs * self.passes * self.cycles_per_mac, self.compulsory_bytes / self.dram_bytes_per_cycle)
+
+    @property
+    def cycles_per_mac(self) -> float:
+        """Array cycles per MAC at the peak of the dtypes the run's MACs used (1 / the bf16
+        peak for a bf16 run, 1 / the int8 peak for an int8 one)."""
+        c = self.counters
+        return c.matrix_peak_cycles / c.macs if c.macs else 1 / self.peak_macs_per_cycle
 
     @property
     def roofline_fraction(self) -> float | None:
@@ -225,13 +233,15 @@ class Report:
                                                                if c.mode == "timing" else "")]
         util = "  ".join(f"{e} {100 * c.utilization(e):.1f}%" for e in ENGINES if e != "scalar")
         lines.append(f"  engine utilisation: {util}")
+        peaks = ", ".join(f"{d} {c.peak_macs_per_cycle_by_dtype.get(d, self.peak_macs_per_cycle)}"
+                          for d in c.macs_by_dtype) or str(self.peak_macs_per_cycle)
         lines.append(f"  MACs {c.macs} = {100 * c.matrix_utilization:.1f}% of matrix peak "
-                     f"({self.peak_macs_per_cycle} MACs/cycle); DRAM read {c.dram_read_bytes} B, "
+                     f"({peaks} MACs/cycle); DRAM read {c.dram_read_bytes} B, "
                      f"written {c.dram_write_bytes} B")
         roof = self.roofline_cycles
         if roof is not None and self.model_macs is not None and self.compulsory_bytes is not None:
             lines.append(f"  algorithmic roofline {roof:.0f} cycles = max({self.model_macs} model MACs"
-                         f"{f' x {self.passes} passes' if self.passes != 1 else ''} / {self.peak_macs_per_cycle}, "
+                         f"{f' x {self.passes} passes' if self.passes != 1 else ''} / {1 / self.cycles_per_mac:.0f}, "
                          f"{self.compulsory_bytes} compulsory B / {self.dram_bytes_per_cycle} B/cycle): "
                          f"run at {100 * roof / max(1, c.cycles):.1f}% of it; DRAM moved "
                          f"{self.dram_bytes / max(1, self.compulsory_bytes):.1f}x the compulsory bytes")
@@ -325,6 +335,9 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
         if eng is not None:
             op.busy[eng] += count * busy
         op.macs += prof.macs[pc]
+        if prof.macs[pc]:
+            dtype = isa.DTYPES[ins.as_dict()["dtype"]][0]
+            op.peak_mac_cycles += prof.macs[pc] / cfg.macs_per_cycle(dtype)
         if rep.energy is not None:
             op.energy_pj += rep.energy.per_pc[pc]
         op.dram_bytes += count * nbytes
@@ -332,11 +345,13 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
     for o in stats:
         if o.instructions:
             o.cycles = o.last - o.first
+        # the peak of the dtype the op's matmuls ran on (int8 and bf16 differ on server)
+        per_mac = o.peak_mac_cycles / o.macs if o.macs else 1 / peak
         if o.algorithmic:
-            o.compute_cycles = (o.model_macs or 0) * passes / peak
+            o.compute_cycles = (o.model_macs or 0) * passes * per_mac
             o.memory_cycles = (o.compulsory_bytes or 0) / bw
         else:  # no record: the executed work
-            o.compute_cycles = max(o.macs / peak, float(o.busy["vector"]))
+            o.compute_cycles = max(o.peak_mac_cycles, float(o.busy["vector"]))
             o.memory_cycles = o.dram_bytes / bw
     rep.ops = stats
     return rep

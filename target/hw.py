@@ -136,6 +136,11 @@ class HardwareConfig:
         dtype's own rate is `macs_per_cycle(dtype)`."""
         return self.matrix.rows * self.matrix.cols
 
+    @property
+    def peak_macs_per_cycle_by_dtype(self) -> dict[str, int]:
+        """The matrix unit's MACs per cycle on each of its dtypes."""
+        return {d: self.macs_per_cycle(d) for d in self.matrix.macs_per_pe}
+
     def macs_per_cycle(self, dtype: str) -> int:
         """MACs per cycle of the matrix unit on `dtype` operands ("int8", "bf16", ...)."""
         return self.matrix.rows * self.matrix.cols * self.matrix.macs_per_pe[dtype]

@@ -79,6 +79,7 @@ class DramRegion:
     dtype: str  # MLIR spelling as the compiler writes it: f32, bf16, i8, i32, ui8, ...
     index: int = -1  # argument position (-1 for weights)
     output: bool = False  # an output argument (the program writes it); key "output" in the JSON form
+    alias_of: int = -1  # an output written in place: the index of the input whose region it is
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -94,6 +95,8 @@ class DramRegion:
         d["name"] = self.name
         if argument:
             d["output"] = self.output
+            if self.alias_of >= 0:
+                d["alias_of"] = self.alias_of
         d.update(offset=self.offset, bytes=self.nbytes, shape=list(self.shape), dtype=self.dtype)
         return d
 
@@ -107,7 +110,8 @@ class DramRegion:
         dtype = str(d.get("dtype", "?"))
         dtype_of(dtype)
         region = DramRegion(str(d.get("name", f"arg{index}")), _int(d, "offset", f"{where}."), tuple(shape), dtype,
-                            index if index >= 0 else -1, bool(d.get("output", False)))
+                            index if index >= 0 else -1, bool(d.get("output", False)),
+                            _int(d, "alias_of", f"{where}.") if "alias_of" in d else -1)
         if "bytes" in d and _int(d, "bytes", f"{where}.") != region.nbytes:
             raise LayoutError(f"layout: {where} '{region.name}' says {d['bytes']} bytes, but {dtype}"
                               f"{list(region.shape)} is {region.nbytes}")
@@ -137,6 +141,14 @@ class DramLayout:
     @property
     def outputs(self) -> list[DramRegion]:
         return [a for a in self.args if a.output]
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """{output name: input name} of the outputs written in place (the input's region is the
+        output's: a runtime keeps such buffers resident and copies nothing in or out)."""
+        by_index = {a.index: a for a in self.args}
+        return {a.name: by_index[a.alias_of].name for a in self.outputs
+                if a.alias_of >= 0 and a.alias_of in by_index}
 
     @property
     def total_bytes(self) -> int:

@@ -70,6 +70,8 @@ class Decoded:
     #: operand tuples), "reads" (registers each instruction reads), "plans" (batched loop
     #: executions), "failed"/"lane_rejects" (loops not batched, and why: for profiling)
     caches: dict[str, Any] = field(default_factory=dict)
+    #: operand dtype code (isa.DTYPES) of each `mx.matmul`, 0 elsewhere: MACs by dtype
+    mdtype: list[int] = field(default_factory=list)
 
 
 def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tuple[int, int]:
@@ -106,7 +108,7 @@ def _well_nested(instrs: list[isa.Instr]) -> bool:
 def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
     instrs = prog.instrs
     n = len(instrs)
-    names, engine, tclass, wait, signal, signal2, p1, p2 = ([] for _ in range(8))
+    names, engine, tclass, wait, signal, signal2, p1, p2, mdtype = ([] for _ in range(9))
     for pc, ins in enumerate(instrs):
         try:
             compile_checks(cfg, ins)
@@ -126,9 +128,11 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
         wait.append(ins.wait)
         signal.append(ins.signal)
         signal2.append(ins.signal2)
-        a, b = _timing_params(cfg, ins, dict(zip(d.field_names, ins.values)))
+        fields = dict(zip(d.field_names, ins.values))
+        a, b = _timing_params(cfg, ins, fields)
         p1.append(a)
         p2.append(b)
+        mdtype.append(fields["dtype"] if d.name == "mx.matmul" else 0)
     if not _well_nested(instrs):
         return None  # the reference engine's control flow is the definition there
     loops: dict[int, Loop] = {}
@@ -154,7 +158,7 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
         loops[pc] = Loop(pc, start, end, count_base, count, static, steps if static else 0)
     dynamic = any(lp.count_base != 0 for lp in loops.values())
     return Decoded(n, names, engine, tclass, wait, signal, signal2, p1, p2, loops, dynamic,
-                   instrs, cfg.matrix.rows)
+                   instrs, cfg.matrix.rows, mdtype=mdtype)
 
 
 def per_program(prog: Program, cfg: HardwareConfig, name: str,

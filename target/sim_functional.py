@@ -101,7 +101,8 @@ class FunctionalRun:
         self.sim, self.dec, self.cfg, self.dram, self.data = sim, dec, cfg, dram, data
         self.regs = initial_registers(cfg, regs)
         self.on_pc = dict(on_pc) if on_pc else {}
-        self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
+        self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle,
+                          peak_macs_per_cycle_by_dtype=cfg.peak_macs_per_cycle_by_dtype)
         self.steps = 0
         self.loop_counts: list[int] = []
         #: (instructions completed before the fault, the fault) when the program faulted

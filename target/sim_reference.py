@@ -79,6 +79,8 @@ def matmul_step(sim: Simulator, weights: np.ndarray | None, wdtype: int, dt: int
     out = local_view(sim, acc_addr, m, n, cstride, 1 if is_int else 2, "accumulator")
     counters.acc_saturations += matmul_into(a, weights, out, is_int, accum)
     counters.macs += m * k * n
+    name = isa.DTYPES[dt][0]
+    counters.macs_by_dtype[name] = counters.macs_by_dtype.get(name, 0) + m * k * n
     return m * k * n
 
 
@@ -172,7 +174,8 @@ class ReferenceRun:
         # conflict with later ones (done > front-end time; everything later starts after that)
         self.inflight: list[tuple[int, int, int, int, list[Any]]] = []
         self.regs = initial_registers(cfg, regs)
-        self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
+        self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle,
+                          peak_macs_per_cycle_by_dtype=cfg.peak_macs_per_cycle_by_dtype)
         self.prof = PcProfile.empty(len(prog.instrs)) if trace else None
         self.c.profile = self.prof
         self.events = self.c.log.items

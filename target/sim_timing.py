@@ -153,7 +153,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     model faults first (a deadlock; a scalar instruction waits before it executes)."""
     n = dec.n
     tclass, engine, waitv, sig1, sig2 = dec.tclass, dec.engine, dec.wait, dec.signal, dec.signal2
-    p1, p2, names, loops = dec.p1, dec.p2, dec.names, dec.loops
+    p1, p2, names, loops, mdtype = dec.p1, dec.p2, dec.names, dec.loops, dec.mdtype
     lat, setup = cfg.dram.latency_cycles, cfg.dma.setup_cycles
     fill, vlat = cfg.matrix.fill_drain_cycles, cfg.vector.latency
     nbuf, depth, nsem = cfg.matrix.weight_buffers, cfg.scalar.loop_depth, cfg.scalar.semaphores
@@ -162,7 +162,8 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     sem_stall = ["semaphore_" + e for e in ENGINES]
     limit = stop_step if stop_step is not None else -1
 
-    c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle)
+    c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle,
+                          peak_macs_per_cycle_by_dtype=cfg.peak_macs_per_cycle_by_dtype)
     busy, nins, stalls = c.busy, c.per_engine_instructions, c.stalls
     prof = PcProfile.empty(n) if trace else None
     c.profile = prof
@@ -182,6 +183,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     wrel = [0, 0]
     wbuf = cur_kn = 0
     rd_bytes = wr_bytes = dram_busy = macs = wl_cycles = vec_elems = 0
+    dmacs = [0] * len(isa.DTYPES)  # MACs by matmul dtype code
     steps = 0
     # loop frames: [start, end, remaining, Loop, iterations done, history (states of the
     # last consecutive checked iterations), next iteration to check, misses, back-off gap]
@@ -220,9 +222,11 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         ready = ts
                 # ---- the engine's own timing
                 if tc == T_MATMUL:
-                    macs += p2[pc] * cur_kn
+                    x = p2[pc] * cur_kn
+                    macs += x
+                    dmacs[mdtype[pc]] += x
                     if prof is not None:
-                        pmacs[pc] += p2[pc] * cur_kn
+                        pmacs[pc] += x
                     start = ready if ready > stream_free else stream_free
                     if weights_ready > start:
                         stalls["weight_load"] = stalls.get("weight_load", 0) + weights_ready - start
@@ -387,7 +391,9 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                                 stalls[name] = v + k * dv
                         sc = (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems)
                         rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems = (
-                            v + k * (v - v0) for v, v0 in zip(sc, hsc))
+                            v + k * (v - v0) for v, v0 in zip(sc, hsc[:6]))
+                        for i, v0 in enumerate(hsc[6]):
+                            dmacs[i] += k * (dmacs[i] - v0)
                         if prof is not None:
                             log.repeat(h[4], len(log), k, delta)
                             lo, hi = lp.start, lp.end
@@ -410,7 +416,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                     hist.clear()
                     break
                 snap = ((list(busy), list(nins), dict(stalls),
-                         (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems)))
+                         (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems, tuple(dmacs))))
                 psnap = (pcnt[lp.start:lp.end], pmacs[lp.start:lp.end]) if prof is not None \
                     else None
                 hist.append((key, fe, steps, snap, len(log), psnap))
@@ -426,4 +432,5 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     c.cycles = max(fe, last_done)
     c.dram_read_bytes, c.dram_write_bytes, c.dram_busy_cycles = rd_bytes, wr_bytes, dram_busy
     c.macs, c.weight_load_cycles, c.vector_elements = macs, wl_cycles, vec_elems
+    c.macs_by_dtype = {isa.DTYPES[i][0]: v for i, v in enumerate(dmacs) if v}
     return c

@@ -2,8 +2,9 @@
 
     infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
                   [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
-    infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--check] [--trace TRACE.json] [--json REPORT.json]
-              [--plot DIR]
+                  [--entry NAME ...] [--chunk C] [--max-context N] [--block-size BS] [--num-blocks NB] [--batch B]
+    infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--entry NAME] [--check [--framework MODEL.onnx]]
+              [--trace TRACE.json] [--json REPORT.json] [--plot DIR]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
@@ -12,11 +13,20 @@ signature, DRAM layout, the hardware config, and the graph IR for `--check`).
 per-layer choice and lowers the integer kernels to the matrix unit's int8 path (float layers
 as bf16); an already quantized module (`infer quantize -o M.int8.mlir`) compiles without
 calibration data. A quantized op with no int8 lowering is one error naming it.
+A module with several functions gives one artifact with an entry point per function (`--entry`
+picks them, default all, or @main alone when the module has one; a missing one is an error
+listing the module's functions), the weights shared (tools/entries.py). GGUF files and Hugging
+Face decoder folders are imported with a paged KV cache (@prefill_chunk, @decode; the cache and
+batch options, defaults in --help; docs/gguf.md).
 `run`: load (validated), run on the simulator, print an output summary and the
 performance summary; `--check` compares with the reference interpreter layer by
 layer (the value each kernel leaves in the simulated DRAM, copied right after it
 ran, against the same op of the compiled graph IR) and every output against the
 artifact's graph IR (cosine, max abs error, SQNR); exit 1 when an output mismatches.
+`--framework MODEL.onnx` (with `--check`): onnxruntime runs the model the artifact was
+compiled from on the same inputs and names the odd one out of each mismatching output
+(tools/framework_check.py); an output where the simulator agrees with onnxruntime and the
+reference interpreter does not is reported as such and does not fail the run.
 """
 
 from __future__ import annotations
@@ -29,6 +39,25 @@ from typing import Any
 import numpy as np
 
 
+def _judge_by_framework(model: str, exe: Any, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
+    """The mismatching outputs judged by onnxruntime: 0 when the reference interpreter is the odd
+    one out of every one of them, else 1."""
+    from infer.tools.framework_check import FrameworkError, judge, onnxruntime_outputs
+    from infer.tools.reference import GraphReference
+
+    try:
+        framework = onnxruntime_outputs(model, exe.input_names, inputs)
+    except FrameworkError as e:
+        print(f"infer run: error: --framework: {e}", file=sys.stderr)
+        return 1
+    reference = GraphReference().outputs(exe.artifact, inputs)
+    verdicts = judge(exe.output_names, outputs, reference, framework)
+    print("the mismatching outputs, judged by onnxruntime on the original model:")
+    for v in verdicts:
+        print("  " + v.line())
+    return 0 if verdicts and all(v.odd_one_out == "reference" for v in verdicts) else 1
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from infer.tools.driver import CompileTiming, DriverError, parse_input_shapes
     from infer.tools.driver import compile as compile_model
@@ -36,12 +65,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.input_shape:
         options["input_shapes"] = parse_input_shapes(args.input_shape)
+    options.update(decoder_options(args))
     if args.precision != "int8" and (args.calibration or args.min_cosine is not None):
         raise DriverError("--calibration and --min-cosine apply to --precision int8 only")
     timing = CompileTiming() if args.timing else None
     exe = compile_model(args.model, target=args.target, precision=args.precision, progress=not args.quiet,
                         graph_passes=args.graph_passes, calibration=args.calibration, min_cosine=args.min_cosine,
-                        calibration_method=args.calibration_method, timing=timing, **options)
+                        calibration_method=args.calibration_method, timing=timing, entry=args.entry or None,
+                        **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
     if not args.quiet:
@@ -49,6 +80,70 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if timing is not None:
         timing.report(sys.stderr)
     return 0
+
+
+DECODER_OPTIONS = ("chunk", "max_context", "block_size", "num_blocks", "batch")
+
+
+def is_decoder_source(model: str) -> bool:
+    """A GGUF file or a Hugging Face decoder folder (Llama family, GPT-2)."""
+    path = Path(model)
+    if path.suffix.lower() == ".gguf":
+        return True
+    if not (path / "config.json").is_file():
+        return False
+    from infer.frontend.hf_import import GPT2_TYPES, LLAMA_TYPES, read_config
+    from infer.frontend.model import ModelImportError
+
+    try:
+        return str(read_config(path).get("model_type", "")).lower() in LLAMA_TYPES | GPT2_TYPES
+    except ModelImportError:
+        return False
+
+
+def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The paged-KV import options of a decoder (GGUF file, Hugging Face decoder folder): its
+    @prefill_chunk and @decode (docs/paged-kv.md); an error for another model."""
+    from infer.tools.driver import DriverError
+
+    given = [o for o in DECODER_OPTIONS if getattr(args, o) is not None]
+    if not is_decoder_source(args.model):
+        if given:
+            raise DriverError(f"--{given[0].replace('_', '-')} applies to decoders (a .gguf file or a Hugging Face "
+                              "Llama-family / GPT-2 folder)")
+        return {}
+    options = {"kv_cache": "paged", "chunk": args.chunk, "max_len": args.max_context, "block_size": args.block_size,
+               "num_blocks": args.num_blocks, "batch": args.batch}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
+    """The paged-KV options of `infer compile` and `infer generate` (decoders)."""
+    from infer.frontend.paged_decoder import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK
+
+    g = p.add_argument_group("decoders (.gguf, Hugging Face Llama-family / GPT-2 folders): a paged KV cache, "
+                             "entry points @prefill_chunk and @decode (docs/paged-kv.md)")
+    g.add_argument("--chunk", type=_positive, metavar="C",
+                   help=f"tokens per prefill step (default {DEFAULT_CHUNK}); a longer prompt takes several chunks")
+    g.add_argument("--max-context", type=_positive, metavar="N",
+                   help="most tokens one sequence holds, prompt and generated (default: 256, at most the model's "
+                        "context length)")
+    g.add_argument("--block-size", type=_positive, metavar="BS",
+                   help=f"tokens per KV-cache block, a power of two (default {DEFAULT_BLOCK_SIZE})")
+    g.add_argument("--num-blocks", type=_positive, metavar="NB",
+                   help="blocks in the KV-cache pool (default: --batch full sequences, plus the blocks that padding "
+                        "rows write to)")
+    g.add_argument("--batch", type=_positive, metavar="B", help="sequences per decode step (default 1)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -60,12 +155,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"infer run: error: --mode timing computes no data: it cannot {'--check' if args.check else '--output'}",
               file=sys.stderr)
         return 1
+    if args.framework and not args.check:
+        print("infer run: error: --framework judges the check's mismatches: it needs --check", file=sys.stderr)
+        return 1
     if args.mode == "functional" and (args.plot or args.trace):
         # Plots and traces are drawn from the timing model's events, which this mode skips.
         print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
               "(use --mode fast)", file=sys.stderr)
         return 1
     exe = load(args.artifact)
+    if args.entry is not None and args.entry != exe.artifact.entry:
+        from infer.runtime import Executable
+
+        exe = Executable(exe.artifact.for_entry(args.entry), reference=exe.reference)
     a = exe.artifact
     inputs = load_inputs(args.inputs, exe.input_names, [(s.shape, s.np_dtype) for s in a.inputs])
     checked = None
@@ -110,7 +212,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("per output:")
         for r in checked.outputs:
             print("  " + r.line())
-        if not checked.outputs_ok():
+        if not checked.outputs_ok() and args.framework:
+            status = _judge_by_framework(args.framework, exe, inputs, outputs)
+        elif not checked.outputs_ok():
             status = 1
         elif checked.first_bad is not None:
             print(f"warning: layer {checked.first_bad.name} ({checked.first_bad.kernel}) is out of tolerance "
@@ -120,11 +224,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _errors() -> tuple[type[Exception], ...]:
     from infer.dialects.ir_io import IRError
+    from infer.frontend.model import ModelImportError
     from infer.runtime.artifact import ArtifactError
     from infer.target.hw import ConfigError
     from infer.tools.driver import DriverError
 
-    return (ArtifactError, ConfigError, DriverError, IRError)
+    return (ArtifactError, ConfigError, DriverError, IRError, ModelImportError)
 
 
 def _guarded(cmd: str, fn):
@@ -140,7 +245,7 @@ def _guarded(cmd: str, fn):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compile", help="compile a model (or graph IR) to a .npu artifact")
-    p.add_argument("model", help=".onnx, .pt2, Hugging Face folder, or graph-level .mlir")
+    p.add_argument("model", help=".onnx, .pt2, .gguf, Hugging Face folder, or graph-level .mlir")
     p.add_argument("-t", "--target", default="edge", help="edge, server or a CONFIG.toml (default: edge)")
     p.add_argument("-o", "--output", help="artifact path (default: MODEL.npu)")
     p.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
@@ -162,16 +267,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timing", action="store_true",
                    help="print where the compile time goes on stderr: the import, every pass of the pipeline "
                         "and the packaging (a report like mlir-opt's --mlir-timing)")
+    p.add_argument("--entry", action="append", default=[], metavar="NAME",
+                   help="the function to compile (repeatable; default: @main when the module has one, else every "
+                        "function: one artifact, one entry point per function, the weights shared)")
+    add_decoder_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")
     p.set_defaults(func=_guarded("compile", cmd_compile))
 
     p = subparsers.add_parser("run", help="run a .npu artifact on the instruction-set simulator")
     p.add_argument("artifact")
+    p.add_argument("--entry", metavar="NAME", help="the entry point to run (an artifact compiled from several "
+                                                  "functions; default: its first)")
     p.add_argument("--inputs", help=".npz keyed by input name (default: deterministic random inputs)")
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--check", action="store_true",
                    help="compare with the reference interpreter layer by layer and per output (cosine, max abs "
                         "error, SQNR); exit 1 when an output mismatches")
+    p.add_argument("--framework", metavar="MODEL.onnx",
+                   help="with --check: run this ONNX model (the one the artifact was compiled from) on "
+                        "onnxruntime and name the odd one out of each output the simulator and the reference "
+                        "interpreter disagree on; the run fails only if the simulator is not the one agreeing "
+                        "with onnxruntime")
     p.add_argument("--trace", help="write a Chrome-trace JSON of the engine timelines (and ops)")
     p.add_argument("--json", help="write the performance report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")

@@ -41,6 +41,8 @@ import numpy as np
 from infer.runtime.artifact import Artifact, TensorSpec, dtype_name, save_safetensors
 from infer.runtime.executable import Executable
 from infer.tools.opt_pipeline import Node, TimePasses, expand
+from infer.tools.entries import (EntryError, entry_aliases, function_names, keep_functions, lower_entries,
+                                 select_entries, share_identical_weights)
 from infer.tools.progress import ConsoleProgress
 from infer.tools.reference import GraphReference
 
@@ -152,7 +154,7 @@ def signature(module, entry: str = "main") -> dict[str, list[TensorSpec]]:
 
 
 # ---------------------------------------------------------------------------------- compile
-def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str = "main",
+def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str | Sequence[str] | None = None,
             example_inputs: Any = None, progress: bool | Progress = False, graph_passes: str = "",
             calibration: Any = None, min_cosine: float | None = None, calibration_method: str | None = None,
             timing: CompileTiming | None = None, **import_options: Any) -> Executable:
@@ -166,7 +168,11 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     the per-layer choice is reported through `progress`), then the lowering. progress: True
     prints each stage with a timestamp on stderr; a callable hears the same messages.
     graph_passes: a pass pipeline run on the graph-level module first (`-p` syntax; infer's
-    passes and plugins). timing: a CompileTiming that records where the time goes."""
+    passes and plugins). timing: a CompileTiming that records where the time goes.
+    entry: the function(s) to compile: a name, a list of names, or None (default: @main when
+    the module has one, else every function). Several functions give ONE artifact with one
+    entry point each, sharing the weights (tools/entries.py); the Executable runs the first,
+    `exe.artifact.for_entry(NAME)` / `infer.runtime.DeviceSession` the others."""
     if callable(progress):
         return _compile(source, target, precision, entry, example_inputs, progress, graph_passes,
                         calibration, min_cosine, calibration_method, timing or CompileTiming(),
@@ -177,7 +183,7 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
                         import_options)
 
 
-def _compile(source: Any, target: str, precision: str, entry: str, example_inputs: Any, say: Progress,
+def _compile(source: Any, target: str, precision: str, entry: Any, example_inputs: Any, say: Progress,
              graph_passes: str, calibration: Any, min_cosine: float | None, calibration_method: str | None,
              timing: CompileTiming, import_options: dict[str, Any]) -> Executable:
     from xdsl.passes import ModulePass, PassPipeline
@@ -186,6 +192,8 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
     from infer.dialects.weights import weights_of
     from infer.passes.graph_to_tile import GraphToTilePass
     from infer.passes.pipelines_npu import CompileNpuPass
+    from infer.passes.tile_memory_plan import TilePlanMemoryPass
+    from infer.passes.tile_to_npu.driver import TileToNpuPass
     from infer.target.hw import config_path, load_config
 
     cfg = load_config(target)
@@ -197,15 +205,28 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
     say(f"importing {source if isinstance(source, str | Path) else type(source).__name__}")
     with timing.phase("import"):
         graph = graph_module(source, example_inputs, **import_options)
+    try:
+        entries = select_entries(graph, entry)
+    except EntryError as e:
+        raise DriverError(str(e)) from None
+    entry = entries[0]
     if precision == "int8" and not (calibration is None and _is_quantized(graph)):
+        if len(entries) > 1:
+            raise DriverError("--precision int8 compiles one entry point; choose it with --entry")
         with timing.phase("int8 quantization"):
             graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
+    elif precision == "int8" and _has_qdq(graph):
+        with timing.phase("int8 kernels of a QDQ model"):
+            graph = _integer_kernels(graph, say)
     with timing.phase("graph reference IR"):
         require_npu_lowering(graph)
-        sig = signature(graph, entry)
+        sigs = {e: signature(graph, e) for e in entries}
+        sig = sigs[entry]
         graph_ir, graph_weights = _reference_parts(graph)
         graph_store = weights_of(graph)
         module = graph.clone()  # keeps the weights; what the passes add or replace stays the clone's
+        if len(function_names(module)) > 1:
+            keep_functions(module, entries)  # functions not compiled are not lowered either
     layer_parts: list[tuple[str, bytes | None]] = []
 
     # The stages of compile-npu with its named pipelines expanded, so each pass is timed and
@@ -213,9 +234,14 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
     pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes)
     pipeline.passes()  # (bad options: the pipeline's own error, before anything runs)
     stages, timing.roots = expand([pipeline])
+    per_entry = stages[-1] if len(entries) > 1 else None  # tile-to-npu, then run once per entry
+    if per_entry is not None:
+        assert isinstance(per_entry.pass_, TileToNpuPass)
+        stages = stages[:-1]
     if isinstance(say, ConsoleProgress):
         say.expect(len(stages) + 1)
     ran = 0  # stages done
+    single_aliases: dict[str, str] = {}
     started, started_cpu = time.perf_counter(), time.process_time()
 
     def between(done: ModulePass | None, op, upcoming: ModulePass | None) -> None:
@@ -228,34 +254,63 @@ def _compile(source: Any, target: str, precision: str, entry: str, example_input
         if isinstance(upcoming, GraphToTilePass):  # the graph IR it lowers: one top-level op per
             with timing.phase("layer reference IR"):  # kernel, the per-layer reference
                 layer_parts.append(_reference_parts(op, graph_store))
+        if per_entry is not None and isinstance(upcoming, TilePlanMemoryPass):  # before the weights get offsets
+            share_identical_weights(op)
+        if isinstance(upcoming, TileToNpuPass):  # outputs updated in place, before the function goes
+            single_aliases.update(entry_aliases(op, entry))
         if upcoming is not None:  # e.g. "pass graph-prepare-tiling > graph-optimize > graph-dce"
             say("pass " + " > ".join((*stages[ran].path[1:], upcoming.name)))
         started, started_cpu = time.perf_counter(), time.process_time()
 
-    PassPipeline(tuple(stage.pass_ for stage in stages), callback=between).apply(make_context(), module)
+    ctx = make_context()
+    PassPipeline(tuple(stage.pass_ for stage in stages), callback=between).apply(ctx, module)
     layer_ir, layer_weights = layer_parts[0] if layer_parts else (None, None)
+    if per_entry is None:
+        compiled = [(entry, *_compiled_parts(module), single_aliases)]
+    else:
+        say(f"pass {per_entry.pass_.name}, once per entry point: {', '.join('@' + e for e in entries)}")
+        started, started_cpu = time.perf_counter(), time.process_time()
+        compiled = lower_entries(ctx, module, entries, str(target), _compiled_parts)
+        per_entry.node.seconds += time.perf_counter() - started
+        per_entry.node.cpu_seconds += time.process_time() - started_cpu
 
     say("packaging the artifact")
     with timing.phase("packaging"):
-        exe = _package(module, sig, cfg, toml_text, precision, entry, source, graph_ir, graph_weights,
-                       layer_ir, layer_weights)
-    say(f"compiled: {len(exe.program)} instructions, {exe.layout.total_bytes} bytes of DRAM")
+        exe = _package(module, sigs, compiled, cfg, toml_text, precision, source, graph_ir, graph_weights,
+                       layer_ir, layer_weights, _artifact_meta(graph))
+    say(f"compiled: {len(exe.program)} instructions"
+        + (f" (@{entry}; {len(entries)} entry points: {', '.join('@' + e for e in entries)})" if len(entries) > 1 else "")
+        + f", {exe.layout.total_bytes} bytes of DRAM")
     return exe
 
 
-def _package(module, sig, cfg, toml_text: str, precision: str, entry: str, source: Any, graph_ir: str,
-             graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None) -> Executable:
-    """The compiled module -> an artifact, validated by loading it back as a loader would."""
-    from infer.dialects.weights import weights_of
+def _artifact_meta(graph) -> dict[str, Any]:
+    """What the runtime needs to know of the graph module: a paged import's cache geometry
+    (`infer.paged_kv`: block size, ...) for the device executor."""
+    from infer.dialects.npu_attrs import attr_to_json
 
-    program, layout, ops = _compiled_parts(module)
+    attr = graph.attributes.get("infer.paged_kv")
+    return {"paged_kv": attr_to_json(attr)} if attr is not None else {}
+
+
+def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source: Any, graph_ir: str,
+             graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None,
+             meta: dict[str, Any]) -> Executable:
+    """The compiled entry points -> an artifact (one weights section: the weights every entry
+    reads), validated by loading it back as a loader would."""
+    from infer.dialects.weights import weights_of
+    from infer.runtime.artifact import EntryPoint
+
     store = weights_of(module)
-    weights = save_safetensors({n: np.asarray(store.get(n)) for n in (w["name"] for w in layout.get("weights") or [])})
-    art = Artifact(program=program, weights=weights, signature=sig, layout=layout,
+    names = sorted({w["name"] for _, _, layout, _, _ in compiled for w in layout.get("weights") or []})
+    weights = save_safetensors({n: np.asarray(store.get(n)) for n in names})
+    (entry, program, layout, ops, aliases), *others = compiled
+    art = Artifact(program=program, weights=weights, signature=sigs[entry], layout=layout,
                    target_name=cfg.name, target_toml=toml_text, precision=precision, entry=entry,
                    source=str(source) if isinstance(source, str | Path) else type(source).__name__,
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
-                   layer_weights=layer_weights)
+                   layer_weights=layer_weights, aliases=aliases, meta=meta,
+                   entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
     return Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
 
 
@@ -279,6 +334,36 @@ def _is_quantized(module) -> bool:
     from infer.dialects import graph as g
 
     return any(isinstance(op, (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)) for op in module.walk())
+
+
+def _has_qdq(module) -> bool:
+    """Whether a quantized module still has `graph.quantize_linear` ops: a QDQ model as
+    imported (onnxruntime's `quantize_static`), not yet in the integer-kernel form that
+    `infer.quantize` writes."""
+    from infer.dialects import graph as g
+
+    return any(isinstance(op, g.QuantizeLinearOp) for op in module.walk())
+
+
+def _integer_kernels(graph, say: Progress):
+    """An imported QDQ model in the form the NPU runs: `graph-quantize-kernels` (DQ -> op ->
+    Q into integer kernels, the remaining quantize_linear ops into requantize by 1 / scale), then
+    the dequantize_linear ops of constants no kernel took folded to float constants, and uint8
+    values moved to int8 (passes/quantize/unsigned.py)."""
+    from infer.dialects.ir_io import make_context
+    from infer.passes.graph_dce import GraphDCEPass
+    from infer.passes.quantize.kernels import fold_constant_dequantize, quantize_kernels
+    from infer.passes.quantize.unsigned import signed_int8
+
+    module = graph.clone()
+    # the NPU has no int8 matmul of two runtime operands yet: those stay float matmuls of the
+    # dequantized int8 values
+    layers = quantize_kernels(module, runtime_rhs=False)
+    fold_constant_dequantize(module)
+    signed_int8(module)
+    GraphDCEPass().apply(make_context(), module)
+    say(f"int8 kernels of the QDQ model: {len(layers)} layer(s) ({', '.join(layers) or 'none'})")
+    return module
 
 
 def require_npu_lowering(module) -> None:

@@ -2,17 +2,26 @@
 
     infer generate MODEL --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
                    [--top-p P] [--seed S] [--max-context N] [--prefill-length S] [--no-chat-template]
+                   [-t edge|server|CONFIG.toml [--precision fp32|bf16] [--chunk C] [--block-size BS]
+                    [--num-blocks NB]]
 
 MODEL is a GGUF file (llama.cpp: Llama family, F32/F16/BF16/Q8_0/Q4_0/Q4_1) or a Hugging Face
 folder (Llama family, GPT-2). The prompt goes through the model's chat template when it has one.
-The generated text streams to stdout; the note on where it runs and the summary (prompt and
-generated token counts, why it stopped, host wall time) go to stderr, so stdout is the answer.
+The generated text streams to stdout; the notes on where it runs and the summary (prompt and
+generated token counts, why it stopped, time to first token and time per output token, host
+wall time) go to stderr, so stdout is the answer.
 
-Where it runs: the graph-level reference interpreter, on this host. Decode on the simulated
-NPU is not implemented yet (issue 11, items 2-4), so no simulated cycles, device time to first
-token or device time per token are reported, and `-t/--target` and `--precision` (which select
-the simulated NPU) are refused with exit status 1 until it is. The Python equivalent is
-`infer.Generator`.
+Where it runs:
+- with `-t/--target` (or `--precision`): on the simulated NPU. The model is imported with a
+  paged KV cache (@prefill_chunk: --chunk tokens per step, default 32; @decode; --block-size
+  tokens per block, default 16; --num-blocks, default one full sequence of --max-context tokens,
+  default 256, plus the padding blocks) and compiled into one artifact for the target at
+  --precision (default fp32); the prefill and decode steps run on the instruction-set simulator
+  with the KV pools resident in its DRAM. Time to first token and per output token are the
+  simulated cycles at the config's clock; the host wall time is printed beside them.
+- without: on the graph-level reference interpreter, on this host (no simulated time).
+The Python equivalent is `infer.Generator` (with `executor=infer.DeviceExecutor(compiled)` for
+the simulated NPU: see infer/generation/device_executor.py).
 """
 
 from __future__ import annotations
@@ -21,8 +30,8 @@ import argparse
 import sys
 import time
 
-REFERENCE_NOTE = ("runs on the reference interpreter (the graph-level golden model, on this host): "
-                  "decode on the simulated NPU is not implemented yet, so no simulated cycles are reported")
+REFERENCE_NOTE = ("runs on the reference interpreter (the graph-level golden model, on this host), so no "
+                  "simulated cycles are reported (-t edge|server runs on the simulated NPU)")
 
 _FINISH = {
     "eos": "end of sequence",
@@ -35,13 +44,19 @@ def _seconds(s: float | None) -> str:
     return "n/a" if s is None else f"{s:.3f} s"
 
 
+def _ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{s * 1e3:.3f} ms"
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from infer.generation import GenerationError, Generator
     from infer.tools.cli import CLIError
 
     if args.target is not None or args.precision is not None:
-        raise CLIError("-t/--target and --precision select the simulated NPU, but decode on the device is not "
-                       "implemented yet; without them, generation runs on the reference interpreter")
+        return _generate_on_device(args)
+    paged = [o for o in ("chunk", "block_size", "num_blocks") if getattr(args, o) is not None]
+    if paged:
+        raise CLIError(f"--{paged[0].replace('_', '-')} applies to generation on the simulated NPU (-t/--target)")
     if args.max_new_tokens < 1:
         raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if not args.prompt:
@@ -86,6 +101,96 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_request(args: argparse.Namespace) -> None:
+    from infer.tools.cli import CLIError
+
+    if args.max_new_tokens < 1:
+        raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not args.prompt:
+        raise CLIError("--prompt is empty")
+
+
+def _generate_on_device(args: argparse.Namespace) -> int:
+    """The simulated NPU: paged import, one multi-entry artifact, DeviceExecutor."""
+    from infer.frontend import import_model
+    from infer.generation import GenerationError, Generator
+    from infer.generation.device_executor import DeviceExecutor
+    from infer.tools.cli import CLIError
+    from infer.tools.compile_cmds import is_decoder_source
+    from infer.tools.driver import compile as compile_model
+
+    _check_request(args)
+    from infer.generation.sampling import SamplingError, SamplingOptions
+
+    try:  # the sampling options before the compile
+        SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed)
+    except SamplingError as e:
+        raise CLIError(str(e)) from None
+    if args.prefill_length is not None:
+        raise CLIError("--prefill-length is the reference interpreter's; on the simulated NPU use --chunk")
+    if not is_decoder_source(args.model):
+        raise CLIError(f"{args.model}: not a .gguf file or a Hugging Face decoder folder (Llama family, GPT-2)")
+    target, precision = args.target or "edge", args.precision or "fp32"
+    options = {"kv_cache": "paged", "chunk": args.chunk, "max_len": args.max_context, "block_size": args.block_size,
+               "num_blocks": args.num_blocks}
+    start = time.perf_counter()
+    model = import_model(args.model, **{k: v for k, v in options.items() if v is not None})
+    if model.tokenizer is None:
+        raise CLIError(f"{args.model}: the model carries no tokenizer (GGUF tokenizer.ggml.* metadata or "
+                       "a folder's tokenizer files), so the prompt cannot be encoded")
+    from infer.dialects.npu_attrs import attr_to_json
+
+    paged = attr_to_json(model.module.attributes["infer.paged_kv"])
+    chat = not args.no_chat_template and model.chat_template is not None
+    ids = model.apply_chat_template(args.prompt) if chat else [int(t) for t in model.tokenizer.encode(args.prompt)]
+    # the executor's own checks, before the compile: a clear error, fast
+    if len(ids) > paged["max_len"]:
+        raise CLIError(f"the prompt is {len(ids)} tokens but the KV cache holds {paged['max_len']} per sequence "
+                       "(raise --max-context up to the model's context length, or shorten the prompt)")
+    bs = paged["block_size"]
+    usable = paged["num_blocks"] - -(-max(paged["chunk"], paged["batch"]) // bs)
+    if -(-len(ids) // bs) > usable:
+        raise CLIError(f"the KV-cache pool is too small for this request: the prompt needs {-(-len(ids) // bs)} "
+                       f"blocks of {bs} tokens, the pool has {usable} for sequences (raise --num-blocks)")
+    print(f"note: compiling {args.model} for the {target} NPU ({precision}; @prefill_chunk and @decode in one "
+          "artifact)", file=sys.stderr, flush=True)
+    exe = compile_model(model, target=target, precision=precision, progress=not args.quiet)
+    compiled = time.perf_counter()
+    try:
+        ex = DeviceExecutor(exe)
+        gen = Generator(model, executor=ex)
+        pieces = gen.generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        print(f"note: runs on the simulated {exe.target} NPU ({precision}): chunk {ex.chunk} tokens, KV cache "
+              f"{ex.num_blocks} blocks of {ex.block_size} tokens", file=sys.stderr, flush=True)
+        gen_start = time.perf_counter()
+        for piece in pieces:
+            sys.stdout.write(piece.text or "")
+            sys.stdout.flush()
+    except GenerationError as e:
+        raise CLIError(str(e)) from None
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    end = time.perf_counter()
+    stats = gen.last_stats
+    assert stats is not None
+    _print_counts(args, gen, stats)
+    print(f"device time:      time to first token {_ms(stats.device_time_to_first_token_s)}, per output "
+          f"token {_ms(stats.device_time_per_output_token_s)} (simulated {exe.target} cycles at "
+          f"{ex.session.config.clock_ghz:g} GHz)", file=sys.stderr)
+    print(f"host wall time:   {end - start:.3f} s (import and compile {compiled - start:.3f} s, generation "
+          f"{end - gen_start:.3f} s: time to first token {_seconds(stats.time_to_first_token_s)}, per decode "
+          f"step {_seconds(stats.time_per_output_token_s)})", file=sys.stderr)
+    return 0
+
+
+def _print_counts(args: argparse.Namespace, gen, stats) -> None:
+    template = "plain text" if args.no_chat_template or gen.model.chat_template is None else "chat template"
+    print(f"prompt tokens:    {stats.prompt_tokens} ({template})", file=sys.stderr)
+    print(f"generated tokens: {stats.generated_tokens} (stopped: {_FINISH.get(stats.finish_reason or '', '?')})",
+          file=sys.stderr)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -99,7 +204,7 @@ def _positive_int(text: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "generate", help="generate text with a language model (GGUF file or Hugging Face folder) on the "
-                         "reference interpreter",
+                         "simulated NPU (-t) or the reference interpreter",
         description=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", help="a .gguf file or a Hugging Face folder (Llama family, GPT-2)")
@@ -119,7 +224,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tokens per prefill step (default: 128, at most the model's context length); a longer "
                         "prompt continues one token per decode step")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
-    p.add_argument("-t", "--target", help="not available yet: the simulated NPU (decode on the device is not "
-                                          "implemented; refused with exit status 1)")
-    p.add_argument("--precision", help="not available yet: the NPU precision (refused with exit status 1)")
+    p.add_argument("-t", "--target", help="run on the simulated NPU with this config: edge, server or a "
+                                          "CONFIG.toml (default: the reference interpreter)")
+    p.add_argument("--precision", choices=["fp32", "bf16"],
+                   help="the NPU precision (default fp32; implies the simulated NPU, -t edge unless given)")
+    p.add_argument("--chunk", type=_positive_int, metavar="C",
+                   help="NPU: tokens per prefill step (default 32); a longer prompt takes several chunks")
+    p.add_argument("--block-size", type=_positive_int, metavar="BS",
+                   help="NPU: tokens per KV-cache block, a power of two (default 16)")
+    p.add_argument("--num-blocks", type=_positive_int, metavar="NB",
+                   help="NPU: blocks in the KV-cache pool (default: one sequence of --max-context tokens plus "
+                        "the padding blocks)")
+    p.add_argument("-q", "--quiet", action="store_true", help="NPU: no compile progress on stderr")
     p.set_defaults(func=cmd_generate)

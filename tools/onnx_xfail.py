@@ -50,11 +50,25 @@ def xfail_path(name: str) -> Path:
 
 
 def load_xfail(name: str) -> set[str]:
+    return set(load_xfail_reasons(name))
+
+
+def load_xfail_reasons(name: str) -> dict[str, str]:
+    """The backend's expected failures: test name -> the reason it fails (empty for a
+    bare list of names, which `missing_reasons` reports)."""
     path = xfail_path(name)
     if not path.exists():
-        return set()
+        return {}
     data = json.loads(path.read_text())
-    return set(data["xfail"] if isinstance(data, dict) else data)
+    entries = data["xfail"] if isinstance(data, dict) else data
+    if isinstance(entries, dict):
+        return {str(k): str(v or "") for k, v in entries.items()}
+    return {str(k): "" for k in entries}
+
+
+def missing_reasons(name: str) -> list[str]:
+    """The listed tests whose entry gives no reason (the list must say why each fails)."""
+    return sorted(t for t, why in load_xfail_reasons(name).items() if not why.strip())
 
 
 def write_xfail(name: str, failing: dict[str, str]) -> Path:

@@ -8,7 +8,8 @@ Kernel families build their loop nests through an `Emitter`:
 * loops: `loop` is one `scf.for`; `tiles(extent, tile, body)` is one `scf.for` over the full
   tiles and one statically sized remainder tile after it (never unrolled over tiles, so the IR
   does not grow with the problem); `range(n, body)` loops over n indices;
-* tile ops: `alloc`, `view`, `dma`, `matmul`, `vec`, `fill`, `gather_rows`;
+* tile ops: `alloc`, `view`, `dma`, `matmul`, `vec`, `fill`, `gather_rows`, `scatter_rows`,
+  `load_index` (a run-time loop bound);
 * loop nests: inside `with emitter.loop_nest() as allocs:` local (spad/acc) buffers are
   allocated before the nest starts, so they are live together for the whole nest and no
   buffer outlives it; `allocs` lists them for the local-memory check.
@@ -284,3 +285,18 @@ class Emitter:
             operands=[table, [self.index_value(table_col)], ids, [self.index_value(first_id)], dst,
                       self._indices(dst_index)],
             properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64)}))
+
+    def scatter_rows(self, src: SSAValue, src_index: Sequence[Index], ids: SSAValue, first_id: Index,
+                     table: SSAValue, table_col: Index, rows: int, cols: int) -> None:
+        """table[ids[first_id + i], table_col:table_col+cols] = src[i, :cols] for i < rows."""
+        self.insert(t.ScatterRowsOp.build(
+            operands=[src, self._indices(src_index), ids, [self.index_value(first_id)], table,
+                      [self.index_value(table_col)]],
+            properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64)}))
+
+    def load_index(self, buffer: SSAValue, at: Sequence[Index], bound: int) -> SSAValue:
+        """An index value in 0..bound read at run time from an i32 DRAM element (a run-time
+        loop bound)."""
+        return self.insert(t.LoadIndexOp.build(operands=[buffer, self._indices(at)],
+                                               properties={"bound": IntegerAttr(bound, i64)},
+                                               result_types=[IndexType()])).results[0]

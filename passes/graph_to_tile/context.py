@@ -93,6 +93,7 @@ class LoweringContext:
         self.buffers: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref holding it
         self.destinations: dict[SSAValue, SSAValue] = {}  # tensor -> function output to write it into
         self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
+        self.in_place: set[SSAValue] = set()  # kv_cache_write results whose output IS the cache argument
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._weights: dict[tuple, SSAValue] = {}

@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from infer.dialects import graph as g
@@ -60,6 +60,20 @@ from infer.target.hw import load_config
 _NO_CODE_OPS = (t.AllocOp, t.WeightOp, t.ViewOp)  # top-level ops that emit no instruction
 
 
+def in_place_cache(value: SSAValue, body: Block) -> int | None:
+    """The input position of the cache argument a returned `graph.kv_cache_write` may update in
+    place (the write is its only use and the types agree: a donated buffer), else None."""
+    op = value.owner
+    if not isinstance(op, g.KvCacheWriteOp) or value.type != op.cache.type:
+        return None
+    cache = op.cache
+    if not isinstance(cache, BlockArgument) or cache.block is not body:
+        return None
+    if len(list(cache.uses)) != 1:
+        return None
+    return cache.index
+
+
 class FunctionLowering:
     """Lowers one func.func: `FunctionLowering(session, function).run()` is the new function."""
 
@@ -68,6 +82,7 @@ class FunctionLowering:
         self.fused: set[Operation] = set()  # epilogue ops lowered with their anchor
         self._lowering = False  # inside lower_op (nested calls lower a kernel's ops one by one)
         self.in_types, self.out_types, self.host_dtypes = self._signature()
+        self.aliases: dict[int, int] = {}  # output argument -> the input argument it is (in place)
         self.block = Block(arg_types=self.in_types + self.out_types)
         self.ctx = LoweringContext(session, function, Emitter(self.block))
 
@@ -104,6 +119,10 @@ class FunctionLowering:
                     storage.f64_argument_held(old_args[i]) if is_input
                     else storage.f64_result_held(results[i - len(inputs)]))):
                 host_dtypes[i] = elem_name  # held as f32 (storage.py); the runtime converts
+            elif elem_name != "f64":  # the storage-only 8/4/2-bit types (dtypes.STORAGE_ONLY_TYPES)
+                what = f"argument #{i}" if is_input else f"result #{i - len(inputs)}"
+                raise error(fn, f"{what} is {ty}: {elem_name} tensors are not supported by the NPU lowering "
+                            f"(f32, f16, bf16, integer and i1 tensors are, and f64 at the boundary)")
             else:
                 what = f"argument #{i}" if is_input else f"result #{i - len(inputs)}"
                 raise error(fn, f"{what} is {ty}: f64 tensors are supported only at the boundary (arguments "
@@ -126,6 +145,10 @@ class FunctionLowering:
                 pending_copies.append((value, output))
             else:
                 ctx.destinations[value] = output
+                tied = in_place_cache(value, old)
+                if tied is not None:
+                    ctx.in_place.add(value)
+                    self.aliases[len(self.in_types) + outputs.index(output)] = tied
         for op in list(old.ops):
             if op is ret or op in self.fused:
                 continue
@@ -164,6 +187,8 @@ class FunctionLowering:
             entries = dict(res_attrs.data)
             entries.setdefault("graph.name", StringAttr(f"output{i}" if len(old_res_attrs) > 1 else "output"))
             entries["tile.output"] = UnitAttr()
+            if len(self.in_types) + i in self.aliases:
+                entries[t.ALIAS_ATTR] = IntegerAttr(self.aliases[len(self.in_types) + i], i64)
             if len(self.in_types) + i in self.host_dtypes:
                 entries["tile.host_dtype"] = StringAttr(self.host_dtypes[len(self.in_types) + i])
             attrs.append(DictionaryAttr(entries))

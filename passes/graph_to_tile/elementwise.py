@@ -34,7 +34,7 @@ from xdsl.ir import Operation, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile.builder import Emitter, Index
+from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.copies import copy_box
 from infer.passes.graph_to_tile.vector_math import RULES, Seq, int_temp_type
@@ -473,7 +473,10 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
     on_tile = epilogue_footprint(ctx, ops, result, list(materialized), (batch_shape, row_shape, col_shape))
 
     def footprint(rows: int, cols: int) -> int:  # + the materialized operands' tiles, x2
-        return on_tile(rows, cols) + 2 * 4 * rows * cols * len(materialized)
+        # each emitted tile shape (the full tile and a remainder, in rows and in columns)
+        # allocates its own buffers (Emitter.tiles), so all of them count
+        return sum(on_tile(r, c) + 2 * 4 * r * c * len(materialized)
+                   for r in tile_extents(rows_total, rows) for c in tile_extents(cols_total, cols))
 
     override = ctx.override(name, 1)
     choice = tiling_cost.choose_rows(

@@ -7,9 +7,9 @@ bias (`bmode=row`), the kernel's elementwise ops (elementwise.apply_epilogue), o
 
 Compile-time weights are pre-packed as W^T padded to whole tiles in tile-contiguous order
 [N/TN][Kp][TN], so each weight tile is one contiguous DMA. A runtime right operand (`q.k^T`-
-style matmuls) is DMA'd per tile and split on chip; `transpose_b` on a runtime operand first
-makes a transposed DRAM copy (transpose.transposed_copy). Tile sizes come from
-tiling_cost.choose_gemm with this kernel's exact local-buffer footprint.
+style matmuls) is DMA'd per tile and split on chip; `transpose_b` on a runtime operand, and
+`transpose_a`, first make a transposed DRAM copy of that operand (transpose.transposed_copy).
+Tile sizes come from tiling_cost.choose_gemm with this kernel's exact local-buffer footprint.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     """`op` (graph.linear or graph.matmul) followed by the elementwise `epilogue` ops on its
     output tiles; `result` (the last of them, or op's result) is stored."""
     em, hw = ctx.emitter, ctx.hw
+    lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
         w = ctx.constant(weight)
@@ -55,9 +56,12 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     else:
         assert isinstance(op, g.MatmulOp)
         x, weight, bias = op.lhs, op.rhs, None
-        if op.transpose_a.value.data:
-            raise error(op, "transpose_a is not supported by the tile lowering")
         x_shape, w_shape = shape_of(x), shape_of(weight)
+        if op.transpose_a.value.data:
+            # like a runtime transpose_b: a transposed DRAM copy of the lhs first (graph-canonicalize
+            # folds a transpose feeding the lhs into transpose_a; ONNX Gemm's transA gives it too)
+            lhs_src = transposed_copy(ctx, ctx.buffer(x), x_shape)
+            x_shape = (*x_shape[:-2], x_shape[-1], x_shape[-2])
         if len(x_shape) == 1:
             x_shape = (1, x_shape[0])
         if len(w_shape) == 1:
@@ -92,7 +96,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     lhs_full = num_elements(lhs_batch) == batches and batches > 1
     if lhs_batch and num_elements(lhs_batch) not in (1, batches):
         raise error(op, "partial batch broadcasting is not supported")
-    xv = em.view(ctx.buffer(x), ((batches if lhs_full else 1) * M, K))
+    xv = em.view(lhs_src if lhs_src is not None else ctx.buffer(x), ((batches if lhs_full else 1) * M, K))
     if isinstance(op, g.LinearOp):
         frame_groups = ((), tuple(out_shape[:-1]), (N,))
         batches, M = 1, num_elements(out_shape[:-1])

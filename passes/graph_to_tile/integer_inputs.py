@@ -2,7 +2,8 @@
 their casts and reshapes lower.
 
 i32/i64 function arguments are accepted when every use is one of: gather indices (directly or
-through integer casts/reshapes, which alias the buffer: `is_index_source`), a cast to f32, or a
+through integer casts/reshapes, which alias the buffer: `is_index_source`), paged-KV metadata
+(i32 slots, block tables, context lengths: `is_paged_kv_metadata`), a cast to f32, or a
 cast to i1 used only as an attention mask (through reshapes, also inside a fused
 `graph.kernel "attention"`); a lone cast wrapped in an elementwise `graph.kernel` by graph-fuse
 counts as the cast (`accepts_integer_input`). An i64 argument with a non-gather use becomes an
@@ -62,6 +63,8 @@ def accepts_integer_input(value: SSAValue) -> bool:
         op = use.operation
         if isinstance(op, g.GatherOp) and use.index == 1:
             continue
+        if is_paged_kv_metadata(op, use.index) and element_name_of(value) == "i32":
+            continue
         if isinstance(op, g.CastOp | g.ReshapeOp):
             result = op.results[0]
             elem = element_name_of(result)
@@ -77,6 +80,13 @@ def accepts_integer_input(value: SSAValue) -> bool:
                 continue
         return False
     return True
+
+
+def is_paged_kv_metadata(op: Operation, operand: int) -> bool:
+    """Whether operand #operand of op is paged-KV metadata read as raw int32 (paged_kv.py): the
+    slots of a kv_cache_write, the block tables and context lengths of a paged_attention."""
+    return ((isinstance(op, g.KvCacheWriteOp) and operand == 2)
+            or (isinstance(op, g.PagedAttentionOp) and operand in (3, 4)))
 
 
 def kernel_cast(op: Operation) -> g.CastOp | None:

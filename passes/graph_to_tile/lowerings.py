@@ -35,6 +35,7 @@ from infer.passes.graph_to_tile import (
     integer_gemm,
     norms,
     packed_gemm,
+    paged_kv,
     pooling,
     reductions,
     rotary,
@@ -111,6 +112,8 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.BroadcastOp: Lowering(copies.lower_broadcast, types=storage.HELD),
     g.PadOp: Lowering(copies.lower_pad, types=storage.HELD),
     g.GatherOp: Lowering(gather.lower_gather, types=storage.HELD, operand_types=storage.INTEGERS),
+    g.KvCacheWriteOp: Lowering(paged_kv.lower_kv_cache_write, operand_types=frozenset({"i32"})),
+    g.PagedAttentionOp: Lowering(paged_kv.lower_paged_attention, operand_types=frozenset({"i32"})),
 }
 
 

@@ -63,6 +63,7 @@ from infer.passes.quantize.common import (
     output_channel_axis,
     parameter,
     stamp,
+    weight_base_name,
     weight_channel_axis,
     with_type,
 )
@@ -112,8 +113,9 @@ def _single_user(v: SSAValue) -> Operation | None:
 
 
 class _Rewriter:
-    def __init__(self, module: ModuleOp):
+    def __init__(self, module: ModuleOp, runtime_rhs: bool = True):
         self.store = weights_of(module)
+        self.runtime_rhs = runtime_rhs
 
     def constant(self, array: np.ndarray, before: Operation, hint: str) -> SSAValue:
         op = parameter(np.asarray(array), self.store, hint)
@@ -142,6 +144,8 @@ class _Rewriter:
         if w_zp is None or (not weight.per_tensor() and weight.axis != w_axis):
             return False
         if isinstance(op, g.MatmulOp) and not weight.per_tensor() and constant_value(weight.q, store) is None:
+            return False
+        if isinstance(op, g.MatmulOp) and not self.runtime_rhs and constant_value(weight.q, store) is None:
             return False
         x = acts[0]
         assert x is not None
@@ -264,12 +268,36 @@ def _reciprocal_quantize(op: g.QuantizeLinearOp, store: WeightStore) -> None:
     Rewriter.replace_op(op, new)
 
 
-def quantize_kernels(module: ModuleOp, reciprocal_quantize: bool = True) -> list[str]:
+def fold_constant_dequantize(module: ModuleOp) -> int:
+    """Replace every `dequantize_linear` of a compile-time value that no integer kernel took
+    (an imported QDQ model's int32 bias of a Gemm imported as matmul + add, the weight of a
+    layer left in float) by its float32 values, computed as the interpreter does: nothing
+    to run on the device. Returns how many were folded."""
+    store = weights_of(module)
+    folded = 0
+    for op in [op for op in module.walk() if isinstance(op, g.DequantizeLinearOp)]:
+        q, scale = constant_value(op.input, store), constant_value(op.scale, store)
+        zp = constant_value(op.zero_point, store) if op.zero_point is not None else None
+        if q is None or scale is None or (op.zero_point is not None and zp is None):
+            continue
+        axis = None if op.axis is None else int(op.axis.value.data)
+        value = lq.dequantize_linear(np.asarray(q), np.asarray(scale), zp, axis, np.dtype(np.float32))
+        const = parameter(value, store, weight_base_name(op.input, "dequantized", "value"))
+        Rewriter.insert_op(const, InsertPoint.before(op))
+        Rewriter.replace_op(op, [], [const.results[0]])
+        folded += 1
+    GraphDCEPass().apply(Context(), module)
+    return folded
+
+
+def quantize_kernels(module: ModuleOp, reciprocal_quantize: bool = True, runtime_rhs: bool = True) -> list[str]:
     """Rewrite every QDQ layer of every function into an integer kernel (in program order);
-    returns the names of the layers rewritten."""
+    returns the names of the layers rewritten. `runtime_rhs=False` leaves a matmul whose
+    right operand is computed at run time (attention's q·kᵀ, P·V) a float matmul over the
+    dequantized operands."""
     from xdsl.dialects import func
 
-    rw = _Rewriter(module)
+    rw = _Rewriter(module, runtime_rhs)
     done = []
     for fn in [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]:
         names = layer_names(fn)

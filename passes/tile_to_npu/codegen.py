@@ -161,6 +161,9 @@ class CodeGenerator:
         emitted twice, one copy per half; the first and/or last iterations may be peeled)."""
         if op.iter_args:
             raise fail(op, "loops with iter_args are not supported")
+        if isinstance(op.ub.owner, t.LoadIndexOp):
+            self._emit_runtime_for(op, op.ub.owner)
+            return
         lower, upper, step = (constant_of(v, op, what) for v, what in
                               ((op.lb, "lower bound"), (op.ub, "upper bound"), (op.step, "step")))
         if step <= 0:
@@ -209,6 +212,48 @@ class CodeGenerator:
                 self._emit_iteration(op, iteration, body)
         self.bindings.pop(op, None)
         self.double_buffering.leave_rotation_loop(rings)
+
+    def _emit_runtime_for(self, op: scf.ForOp, bound: t.LoadIndexOp) -> None:
+        """scf.for 0 .. tile.load_index step 1: `ld` the trip count into a register, one
+        hardware loop `loop count=rC` (never unrolled, peeled, pipelined or inlined; the
+        address registers it steps are reset by `muli`/`add` of the count). Dependencies
+        leaving it would need a run-time number of drain waits: a `fence` after it instead
+        (everything it issued is complete), so nothing after it synchronises with its body."""
+        if constant_of(op.lb, op, "lower bound") != 0 or constant_of(op.step, op, "step") != 1:
+            raise fail(op, "a loop with a run-time bound must count from 0 in steps of 1")
+        if len(self.cursor.loops) + 1 > self.hw.scalar.loop_depth:
+            raise fail(op, f"loop nest deeper than scalar.loop_depth = {self.hw.scalar.loop_depth}")
+        source = self.buffers[bound.buffer]
+        at = self.resolve(self.tile_address(source, list(bound.buffer_indices), bound))
+        count_register = self.registers.take_scratch(op)
+        reset_register = self.registers.take_scratch(op)
+        ld = Instruction("ld", dict(rd=count_register, addr_base=self.registers.register_for(at.register_key),
+                                    addr=at.immediate), "scalar", self.cursor.loops, self.next_sequence())
+        self.tracker.synchronise_scalar_read(ld, at.low, at.high + 4)
+        self.cursor.block.append(ld)
+        ld.home_block = self.cursor.block
+        loop, outer_block = self.open_loop(bound.bound.value.data, op)
+        loop.count_register, loop.reset_register = count_register, reset_register
+        self.weight_tile.forget()
+        self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=1, offset=0, round=object())
+        self._emit_block(list(op.body.block.ops))
+        self.close_loop(loop, outer_block, op)
+        if loop.exit_drains or loop.exit_signals:
+            raise fail(op, "a dependency leaves a loop with a run-time bound through a drain "
+                       "semaphore (not supported)")
+        self.weight_tile.forget()
+        self.bindings.pop(op, None)
+        self.clock += 1
+        self.cursor.block.append(Instruction("fence", {}, "scalar", self.cursor.loops))
+        for access in self.tracker.accesses[loop.first_access:]:
+            inside = access.instruction
+            self.tracker.cover_all_engines(inside)
+            if inside.drain_loop is None:
+                inside.drain_loop = loop
+        for register in (count_register, reset_register):  # registers are 0 when not in use
+            self.cursor.block.append(Instruction("li", dict(rd=register, imm=0), "scalar",
+                                                 self.cursor.loops))
+            self.registers.give_back_scratch(register, self.clock)
 
     def _emit_iteration(self, op: scf.ForOp, iteration: int, ops: list[Operation],
                         round_: object | None = None) -> None:

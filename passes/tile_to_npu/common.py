@@ -90,6 +90,7 @@ _ENGINE_OF_OP = {
     t.DmaOp: lambda op: "dma_load" if op.is_load else "dma_store",
     t.MatmulOp: lambda op: "matrix",
     t.GatherRowsOp: lambda op: "dma_load",
+    t.ScatterRowsOp: lambda op: "dma_store",
 }
 
 
@@ -105,6 +106,7 @@ _BUFFERS_OF_OP = {
     t.VectorOp: lambda op: [(op.a, False), *((b, False) for b in op.b), (op.dst, True)],
     t.FillOp: lambda op: [(op.dst, True)],
     t.GatherRowsOp: lambda op: [(op.table, False), (op.indices, False), (op.dst, True)],
+    t.ScatterRowsOp: lambda op: [(op.src, False), (op.indices, False), (op.table, True)],
     t.DequantOp: lambda op: [(op.codes, False), (op.scales, False), (op.dst, True)],
 }
 

@@ -8,6 +8,14 @@ Input: a tile-level module after `tile-plan-memory` (offsets on every `tile.allo
 `tile.weights_bytes`). Output: the function is replaced by an `npu.program` and the module
 gets the DRAM layout contract `npu.layout` (target/layout.py, docs/codegen.md) and the op
 markers `npu.ops`.
+
+Several entry points of one module (a decoder's prefill chunk and decode step) share one
+weight region and keep some arguments (the KV-cache pools) at one address in every entry:
+the compile driver then sets the module attribute `npu.placement` = {"args": {NAME: offset},
+"weights_offset": N} before running this pass once per entry (`entry=`); `compute_layout`
+puts each argument (outputs by `out:NAME`) at the given offset and the weight region at
+`weights_offset` (both aligned; they must leave the arguments disjoint, which the driver's
+joint placement does). Without the attribute the layout is the single-entry one.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
 from infer.target.asm import Program
 from infer.target.hw import HardwareConfig, load_config
 from infer.target.layout import DramLayout, DramRegion, align_up
+
+PLACEMENT_ATTR = "npu.placement"
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,7 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
     layout = DramLayout(target.data if isinstance(target, StringAttr) else hw.name,
                        fn.sym_name.data, alignment)
     attributes = argument_attributes(fn)
+    placement = _placement(module)
     end = 0
     for i, ty in enumerate(fn.function_type.inputs.data):
         if not isinstance(ty, MemRefType):
@@ -127,9 +138,29 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
         shape, element, element_bytes = memref_info(ty)
         attrs = attributes[i] if i < len(attributes) else {}
         name = attrs.get("graph.name")
-        layout.args.append(DramRegion(name.data if isinstance(name, StringAttr) else f"arg{i}", end,
-                                  shape, element, i, is_output_flag(attrs.get("tile.output"))))
-        end = align_up(end + num_elements(shape) * element_bytes, alignment)
+        arg_name = name.data if isinstance(name, StringAttr) else f"arg{i}"
+        tied = attrs.get(t.ALIAS_ATTR)
+        if isinstance(tied, IntegerAttr):  # written in place: the input's own region
+            j = tied.value.data
+            if not (0 <= j < i and not layout.args[j].output and layout.args[j].shape == shape
+                    and layout.args[j].dtype == element):
+                raise fail(fn, f"argument #{i}: {t.ALIAS_ATTR} = {j} is not an earlier input of its type")
+            layout.args.append(DramRegion(arg_name, layout.args[j].offset, shape, element, i, True, j))
+            continue
+        output = is_output_flag(attrs.get("tile.output"))
+        offset = end
+        if placement is not None:
+            key = ("out:" if output else "") + arg_name
+            if key not in placement[0]:
+                raise fail(fn, f"{PLACEMENT_ATTR} places no argument '{key}'")
+            offset = placement[0][key]
+        layout.args.append(DramRegion(arg_name, offset, shape, element, i, output))
+        end = align_up(max(end, offset + num_elements(shape) * element_bytes), alignment)
+    if placement is not None:
+        if placement[1] < end or placement[1] % alignment:
+            raise fail(fn, f"{PLACEMENT_ATTR}: weights_offset {placement[1]} overlaps the arguments (they end at "
+                           f"{end}) or is not aligned to {alignment}")
+        end = placement[1]
     layout.weights_offset = end
     layout.weights_bytes = weights_bytes
     seen: set[str] = set()
@@ -148,3 +179,17 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
     layout.arena_bytes = arena_bytes
     layout.dram_bytes = max(align_up(end + arena_bytes, alignment), alignment)
     return layout
+
+
+def _placement(module: ModuleOp) -> tuple[dict[str, int], int] | None:
+    """The driver's joint placement of several entry points ({argument: offset}, weights offset),
+    or None."""
+    from infer.dialects.npu_attrs import attr_to_json
+
+    attr = module.attributes.get(PLACEMENT_ATTR)
+    if attr is None:
+        return None
+    d = attr_to_json(attr)
+    if not isinstance(d, dict) or not isinstance(d.get("args"), dict) or not isinstance(d.get("weights_offset"), int):
+        raise LoweringError(f"tile-to-npu: {PLACEMENT_ATTR} must be {{args: {{name: offset}}, weights_offset}}")
+    return {str(k): int(v) for k, v in d["args"].items()}, int(d["weights_offset"])

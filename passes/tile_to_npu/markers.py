@@ -25,6 +25,7 @@ _KIND_OF_OP = {
     t.VectorOp: lambda op: op.op.data,
     t.DmaOp: lambda op: "dma",
     t.GatherRowsOp: lambda op: "gather",
+    t.ScatterRowsOp: lambda op: "scatter",
     t.DequantOp: lambda op: "dequant",
 }
 

@@ -8,6 +8,8 @@
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
 | tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
 | tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop |
+| tile.scatter_rows | per row: ld + muli (+ add) + dma.store |
+| tile.load_index | nothing itself: the scf.for it bounds reads it with `ld` into its count register |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
 
 Each function computes addresses (addressing.py) and the byte ranges the instructions touch,
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from xdsl.dialects import scf
 from xdsl.ir import Operation
 
 from infer.dialects import tile as t
@@ -432,6 +435,64 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     codegen.registers.give_back_scratch(row_register, codegen.clock)
 
 
+# ------------------------------------------------------------------ tile.scatter_rows
+def select_scatter_rows(codegen: CodeGenerator, op: t.ScatterRowsOp) -> None:
+    """table[idx[i0 + k], c0:c0+cols] = src[s0 + k, s1:s1+cols]: per row the front end reads
+    the slot with `ld`, scales it by the table's row pitch and issues one row `dma.store` whose
+    DRAM base is that register (rows in order: a repeated slot keeps the later row). The rows
+    are emitted one by one (a KV write has a few; the scratch register is reused)."""
+    buffers = codegen.buffers
+    src, indices, table = buffers[op.src], buffers[op.indices], buffers[op.table]
+    if src.space == "dram":
+        raise fail(op, "the source rows must be in a local buffer")
+    rows, cols = op.rows.value.data, op.cols.value.data
+    element_bytes, index_bytes = table.element_bytes, indices.element_bytes
+    pitch = table.shape[1] * element_bytes
+    src_pitch = src.shape[1] * src.element_bytes
+    row_bytes = cols * element_bytes
+    table_index = (AffineIndex(table.base, {})
+                   + affine_of(op.table_indices[0], op).scaled(element_bytes))
+    table_at = codegen.resolve(table_index)
+    table_span = (table_at.low, table_at.high + (table.shape[0] - 1) * pitch + row_bytes)
+    index_at = codegen.resolve(codegen.tile_address(indices, op.index_indices, op))
+    src_at = codegen.resolve(codegen.tile_address(src, op.src_indices, op))
+    row_register = codegen.registers.take_scratch(op)
+    cursor = codegen.cursor
+    for k in range(rows):
+        ld = Instruction("ld", dict(rd=row_register,
+                                    addr_base=codegen.registers.register_for(index_at.register_key),
+                                    addr=index_at.immediate + k * index_bytes), "scalar",
+                         cursor.loops, codegen.next_sequence())
+        codegen.tracker.synchronise_scalar_read(ld, index_at.low, index_at.high + rows * index_bytes)
+        cursor.block.append(ld)
+        ld.home_block = cursor.block
+        cursor.block.append(Instruction("muli", dict(rd=row_register, rs=row_register, imm=pitch),
+                                        "scalar", cursor.loops))
+        if table_at.register_key:
+            column_register = codegen.registers.register_for(table_at.register_key)
+            cursor.block.append(Instruction("add", dict(rd=row_register, rs=row_register,
+                                                        rt=column_register), "scalar", cursor.loops))
+        fields = dict(dram_base=row_register, dram=table_at.immediate,
+                      local_base=codegen.registers.register_for(src_at.register_key),
+                      local=src_at.immediate + k * src_pitch,
+                      n0=row_bytes, n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0)
+        local_low = src_at.low + k * src_pitch
+        codegen.emit(op, "dma.store", "dma_store", fields,
+                     [AccessRequest("local", local_low, src_at.high + k * src_pitch + row_bytes, False,
+                                    codegen.double_buffering.slot(src)),
+                      AccessRequest("dram", table_span[0], table_span[1], True, None)],
+                     first_part=k == 0, last_part=k == rows - 1)
+    cursor.block.append(Instruction("li", dict(rd=row_register, imm=0), "scalar", cursor.loops))
+    codegen.registers.give_back_scratch(row_register, codegen.clock)
+
+
+def declare_load_index(codegen: CodeGenerator, op: t.LoadIndexOp) -> None:
+    """No instruction here: the loop whose bound it is reads it with `ld` (codegen.emit_for)."""
+    if any(not (isinstance(use.operation, scf.ForOp) and use.operation.ub is op.result)
+           for use in op.result.uses):
+        raise fail(op, "a run-time index may only be the upper bound of scf.for loops")
+
+
 SELECTION: dict[type[Operation], Callable] = {
     t.AllocOp: declare_alloc,
     t.WeightOp: declare_weight,
@@ -441,5 +502,7 @@ SELECTION: dict[type[Operation], Callable] = {
     t.VectorOp: select_vector,
     t.FillOp: select_fill,
     t.GatherRowsOp: select_gather_rows,
+    t.ScatterRowsOp: select_scatter_rows,
+    t.LoadIndexOp: declare_load_index,
     t.DequantOp: select_dequant,
 }

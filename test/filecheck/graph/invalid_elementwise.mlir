@@ -255,3 +255,48 @@ func.func @f(%x: tensor<2x3xf32>) {
   %0 = graph.cast %x : (tensor<2x3xf32>) -> tensor<3x2xi32>
   func.return
 }
+
+// -----
+
+// bitwise ops take integers.
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{operands must be integer tensors (i8 to i64, ui8 to ui64), got f32}}
+  %0 = graph.bitwise_and %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// shifts take integers (not i1).
+func.func @f(%x: tensor<4xi1>) {
+  // expected-error @+1 {{operands must be integer tensors (i8 to i64, ui8 to ui64), got i1}}
+  %0 = graph.shift_left %x, %x : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
+  func.return
+}
+
+// -----
+
+// bitwise_not takes integers.
+func.func @f(%x: tensor<4xf16>) {
+  // expected-error @+1 {{the operand must be an integer tensor, got f16}}
+  %0 = graph.bitwise_not %x : (tensor<4xf16>) -> tensor<4xf16>
+  func.return
+}
+
+// -----
+
+// storage-only types are not arithmetic.
+func.func @f(%x: tensor<4xf8E4M3FN>) {
+  // expected-error @+1 {{the operand must have a floating-point element type (f32, f16, bf16, f64), got f8E4M3FN}}
+  %0 = graph.exp %x : (tensor<4xf8E4M3FN>) -> tensor<4xf8E4M3FN>
+  func.return
+}
+
+// -----
+
+// graph.cast's round_mode (f8E8M0FNU results).
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{round_mode must be one of up, down, nearest, got "odd"}}
+  %0 = graph.cast %x {round_mode = "odd"} : (tensor<4xf32>) -> tensor<4xf8E8M0FNU>
+  func.return
+}

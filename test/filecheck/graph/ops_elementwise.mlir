@@ -63,6 +63,20 @@ func.func @binary(%x: tensor<2x3xf32>, %y: tensor<3xf32>, %i: tensor<4xi32>, %j:
   func.return
 }
 
+func.func @bitwise(%u: tensor<4xui8>, %i: tensor<4xi32>, %x: tensor<4xf32>) {
+  %0 = graph.bitwise_and %u, %u : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+  %1 = graph.bitwise_or %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %2 = graph.bitwise_xor %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %3 = graph.bitwise_not %u : (tensor<4xui8>) -> tensor<4xui8>
+  %4 = graph.shift_left %u, %u : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+  %5 = graph.shift_right %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %6 = graph.cast %x {saturate = true} : (tensor<4xf32>) -> tensor<4xf8E4M3FN>
+  %7 = graph.cast %x {round_mode = "nearest"} : (tensor<4xf32>) -> tensor<4xf8E8M0FNU>
+  %8 = graph.cast %6 : (tensor<4xf8E4M3FN>) -> tensor<4xf16>
+  %9 = graph.cast %i : (tensor<4xi32>) -> tensor<4xi4>
+  func.return
+}
+
 func.func @constants() {
   %0 = graph.constant dense<[1.5, -2.0]> : tensor<2xf32>
   %1 = graph.constant dense<7> : tensor<2x2xi64>
@@ -127,6 +141,19 @@ func.func @constants() {
 // CHECK-NEXT: %16 = graph.where %c, %x, %y : (tensor<2x1xi1>, tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
 // CHECK-NEXT: %17 = graph.cast %x : (tensor<2x3xf32>) -> tensor<2x3xbf16>
 // CHECK-NEXT: %18 = graph.cast %i : (tensor<4xi32>) -> tensor<4xi1>
+// CHECK-NEXT: func.return
+// CHECK-NEXT: }
+// CHECK-NEXT: func.func @bitwise(%u: tensor<4xui8>, %i: tensor<4xi32>, %x: tensor<4xf32>) {
+// CHECK-NEXT: %0 = graph.bitwise_and %u, %u : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+// CHECK-NEXT: %1 = graph.bitwise_or %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT: %2 = graph.bitwise_xor %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT: %3 = graph.bitwise_not %u : (tensor<4xui8>) -> tensor<4xui8>
+// CHECK-NEXT: %4 = graph.shift_left %u, %u : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+// CHECK-NEXT: %5 = graph.shift_right %i, %i : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+// CHECK-NEXT: %6 = graph.cast %x {saturate = true} : (tensor<4xf32>) -> tensor<4xf8E4M3FN>
+// CHECK-NEXT: %7 = graph.cast %x {round_mode = "nearest"} : (tensor<4xf32>) -> tensor<4xf8E8M0FNU>
+// CHECK-NEXT: %8 = graph.cast %6 : (tensor<4xf8E4M3FN>) -> tensor<4xf16>
+// CHECK-NEXT: %9 = graph.cast %i : (tensor<4xi32>) -> tensor<4xi4>
 // CHECK-NEXT: func.return
 // CHECK-NEXT: }
 // CHECK-NEXT: func.func @constants() {

@@ -4,11 +4,11 @@ the reference interpreter (helpers/fuzz_check.run_module_case).
 
 Most were refusals the operator-coverage work of issue 16 fixed (an integer input cast inside
 an elementwise chain, bf16 and i32 round trips in a kernel, an unused integer input, a rank-0
-elementwise op): they now run. The strict xfails are graph-to-tile bugs not fixed yet: models
-made only of ops docs/tiling.md says are lowered, which the compiler refuses. The generator
-avoids them (helpers/fuzz_graphs.py: `fam_matmul`; helpers/fuzz_known.py counts the remainder
-tile one). When one is fixed its test XPASSes, which fails: remove the mark then, and the
-generator's restriction.
+elementwise op, a transpose folded into matmul's transpose_a, an elementwise kernel with a
+remainder row tile): they now run. A bug found and not fixed yet gets a strict xfail here (a
+model made only of ops docs/tiling.md says are lowered, which the compiler refuses or gets
+wrong), the generator avoids it or helpers/fuzz_known.py counts it; when it is fixed its test
+XPASSes, which fails: remove the mark then, and the generator's restriction.
 """
 
 from __future__ import annotations
@@ -48,12 +48,25 @@ func.func @main(%x: tensor<8x4xf32>) -> tensor<4x5xf32> {
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="graph-canonicalize folds the transpose into graph.matmul's transpose_a, "
-                                       "which graph-to-tile refuses ('transpose_a is not supported by the tile "
-                                       "lowering'): transpose and matmul each lower on their own")
 @pytest.mark.parametrize("target", TARGETS)
 def test_transpose_then_matmul(target):
+    """graph-canonicalize folds the transpose into graph.matmul's transpose_a, which graph-to-tile
+    refused; it now lowers it as a transposed DRAM copy of the lhs and the matmul."""
     check(TRANSPOSE_MATMUL, [normal(8, 4)], target)
+
+
+BATCHED_TRANSPOSE_A = """
+func.func @main(%a: tensor<2x6x3xf32>, %b: tensor<2x6x5xf32>) -> tensor<2x3x5xf32> {
+  %y = graph.matmul %a, %b {transpose_a = true} : (tensor<2x6x3xf32>, tensor<2x6x5xf32>) -> tensor<2x3x5xf32>
+  %r = graph.relu %y : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  func.return %r : tensor<2x3x5xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_batched_matmul_with_transpose_a_and_an_epilogue(target):
+    check(BATCHED_TRANSPOSE_A, [normal(2, 6, 3, seed=3), normal(2, 6, 5, seed=4)], target)
 
 
 INT_CAST_CHAIN = """
@@ -149,13 +162,10 @@ func.func @main(%x: tensor<127x254xf32>) -> tensor<127x254xf32> {
 """
 
 
-@pytest.mark.parametrize("target", [
-    pytest.param("edge", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="graph-to-tile's elementwise rows: 127 rows in tiles of 64 are one full tile and a 63-row "
-               "remainder, and the buffers of both are counted in one loop nest (516,128 B of edge's "
-               "262,144 B scratchpad: 'a tiling cost-model bug'); 128 rows compile")),
-    "server",
-])
+@pytest.mark.parametrize("target", TARGETS)
 def test_elementwise_rows_with_a_remainder_tile(target):
+    """127 rows in tiles of 64 are one full tile and a 63-row remainder, whose buffers are
+    allocated apart: graph-to-tile's elementwise cost model counted one tile shape only and
+    chose tiles needing 516,128 B of edge's 262,144 B scratchpad ('a tiling cost-model bug');
+    it now counts every emitted tile shape, as the GEMM lowering does."""
     check(RELU_127_ROWS, [normal(127, 254)], target)

@@ -40,6 +40,11 @@ def _print(attr: DenseIntOrFPElementsAttr) -> str:
 
 def _sample(name: str) -> np.ndarray:
     dtype = to_numpy_dtype(parse_element_type(name))
+    if name in ("i4", "ui4", "i2", "ui2"):  # ml_dtypes' narrow integers (not np.integer)
+        info = ml_dtypes.iinfo(dtype)
+        return np.array([[0, 1, int(info.max)], [int(info.min), int(info.max) - 1, 1]]).astype(dtype)
+    if name == "f8E8M0FNU":  # powers of two only (no sign, no zero)
+        return np.array([[0.5, 1.0, 2.0], [2.0**-20, 2.0**100, 0.125]]).astype(dtype)
     if dtype == np.bool_:
         return np.array([[True, False, True], [False, False, True]])
     if np.issubdtype(dtype, np.unsignedinteger):

@@ -10,7 +10,7 @@ index), so dropping a node while shrinking leaves the other nodes' data unchange
 `graphs()` is the hypothesis strategy. It only generates what docs/tiling.md says the
 compiler lowers (f32 models; integer inputs as gather indices, casts to f32 and attention
 masks; softmax on the last axis; compile-time conv/linear weights, where conditions and
-norm parameters; no transpose_a, no log_softmax, no reduce_prod, no runtime where), with
+norm parameters; no log_softmax, no reduce_prod, no runtime where), with
 odd and prime sizes, partial tiles of both configs, batch dims and permuted layouts, and
 keeps every tensor small enough for the simulator (MAX_ELEMENTS, LARGE_ELEMENTS).
 
@@ -373,10 +373,6 @@ def fam_linear(d: Draft, x: int) -> int | None:
 def fam_matmul(d: Draft, x: int) -> int | None:
     sx = d.shape(x)
     if len(sx) < 2:
-        return None
-    if d.nodes[x].op == "transpose":
-        # graph-canonicalize folds a transpose of the last two dims into matmul's transpose_a,
-        # which graph-to-tile refuses (test_transpose_then_matmul): avoided until it is fixed
         return None
     *batch, m, k = sx
     kind = d.pick(("weight", "self", "input"))

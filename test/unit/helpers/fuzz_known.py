@@ -25,13 +25,7 @@ class KnownBug:
     applies: Callable[[FuzzGraph, str, str], bool] = lambda fg, target, precision: True
 
 
-KNOWN_BUGS: list[KnownBug] = [
-    # elementwise rows with a remainder tile: the full tile's buffers and the remainder's are both
-    # counted in one loop nest, twice what the cost model planned (relu on 127 x 254 on edge)
-    KnownBug("test_elementwise_rows_with_a_remainder_tile", "compile",
-             r"need \d+ bytes of scratchpad but target 'edge' holds .* cost-model bug",
-             lambda fg, target, precision: target == "edge"),
-]
+KNOWN_BUGS: list[KnownBug] = []
 
 
 def known_bug(fg: FuzzGraph, target: str, precision: str, outcome: Outcome) -> str | None:

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from infer.tools.onnx_xfail import BACKENDS, _Recorder, load_xfail, node_test_cases
+from infer.tools.onnx_xfail import BACKENDS, _Recorder, load_xfail, missing_reasons, node_test_cases
 
 
 class NodeTests:
@@ -26,6 +26,13 @@ class NodeTests:
         stale = sorted(self.xfail - set(self.cases))
         assert not stale, (
             f"the xfail list names tests that do not exist: {stale[:10]}; regenerate: {self.regenerate}"
+        )
+
+    def check_every_entry_gives_a_reason(self) -> None:
+        bare = missing_reasons(self.backend)
+        assert not bare, (
+            f"{len(bare)} entries of {self.xfail_file} give no reason why the test fails, e.g. "
+            f"{bare[:5]}; regenerate: {self.regenerate}"
         )
 
     def check(self, name: str) -> None:

@@ -284,6 +284,33 @@ def test_matmul_streams_at_the_dtype_mac_rate(cfg, int8_rows_per_cycle):
     assert bf16_load == -(-512 // hw.matrix.weight_load_bytes_per_cycle)
 
 
+@pytest.mark.parametrize("mode", ["reference", "timing"])
+def test_matrix_utilization_is_against_the_dtype_peak(mode):
+    """A matmul stream on the server config keeps the array at its int8 peak (twice the bf16
+    one): utilisation is measured against the dtype's own peak, so int8 stays below 100 %
+    and a bf16 and an int8 stream of the same shape both read as the same busy array."""
+    hw = Simulator("server").cfg
+    k = n = hw.matrix.rows
+    m, reps = 512, 16
+
+    def counters(dtype):
+        esz = 1 if dtype == "int8" else 2
+        body = (f"mx.matmul act=0, acc={ACC:#x}, m={m}, astride={k * esz}, cstride={4 * n}, dtype={dtype}, "
+                "accum=1\n") * reps
+        _, c = run(f"mx.loadw w=0, k={k}, n={n}, stride={n * esz}, dtype={dtype}\n{body}halt",
+                   np.zeros(k * n * esz, np.uint8), "server", mode=mode)
+        return c
+
+    bf16, int8 = counters("bf16"), counters("int8")
+    assert int8.macs == bf16.macs == reps * m * k * n
+    assert int8.macs_by_dtype == {"int8": int8.macs} and bf16.macs_by_dtype == {"bf16": bf16.macs}
+    assert int8.cycles < bf16.cycles
+    assert int8.macs / (hw.peak_macs_per_cycle * int8.cycles) > 1  # what the bf16 peak said
+    assert int8.matrix_utilization == pytest.approx(int8.macs / (hw.macs_per_cycle("int8") * int8.cycles))
+    assert bf16.matrix_utilization == pytest.approx(bf16.macs / (hw.macs_per_cycle("bf16") * bf16.cycles))
+    assert 0.9 < int8.matrix_utilization <= 1 and 0.9 < bf16.matrix_utilization <= 1
+
+
 def test_double_buffering_is_faster_and_gemm_near_peak():
     k2 = kernels.gemm("edge", 256, 128, 256, double_buffer=True)
     k1 = kernels.gemm("edge", 256, 128, 256, double_buffer=False)

@@ -104,12 +104,12 @@ def test_fp32_emulation_is_tight():
 
 def test_unsupported_op_is_located_error():
     m = module("""
-func.func @main(%x: tensor<8x4xf32>, %w: tensor<8x5xf32>) -> tensor<4x5xf32> {
-  %y = graph.matmul %x, %w {transpose_a = true} : (tensor<8x4xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
-  func.return %y : tensor<4x5xf32>
+func.func @main(%x: tensor<1x2x5x5xf32>, %w: tensor<3x2x3x3xf32>) -> tensor<1x3x3x3xf32> {
+  %y = graph.conv2d %x, %w : (tensor<1x2x5x5xf32>, tensor<3x2x3x3xf32>) -> tensor<1x3x3x3xf32>
+  func.return %y : tensor<1x3x3x3xf32>
 }
 """)
-    with pytest.raises(IRError, match=r"test.mlir:3:\d+: error: 'graph.matmul' op graph-to-tile: transpose_a is not supported"):
+    with pytest.raises(IRError, match=r"test.mlir:3:\d+: error: 'graph.conv2d' op graph-to-tile: conv2d needs a compile-time weight"):
         GraphToTilePass().apply(CTX, m)
 
 

@@ -74,7 +74,13 @@ def test_bad_input_is_one_error(tiny_gguf, tmp_path, capsys):
         ([tiny_gguf, "--prompt", "word " * 40, "--max-context", 24],
          "the prompt is 203 tokens but the context holds 24 (raise --max-context"),
         ([no_tokenizer, "--prompt", PROMPT], "the model carries no tokenizer"),
-        ([tiny_gguf, "--prompt", PROMPT, "-t", "server"], "decode on the device is not implemented yet"),
+        ([tiny_gguf, "--prompt", "word " * 40, "-t", "server", "--max-context", 32],
+         "the prompt is 203 tokens but the KV cache holds 32 per sequence (raise --max-context"),
+        ([tiny_gguf, "--prompt", PROMPT, "-t", "server", "--block-size", 12], "block_size must be a power of two"),
+        ([tiny_gguf, "--prompt", "word " * 4, "-t", "server", "--chunk", 8, "--block-size", 4, "--num-blocks", 4],
+         "the KV-cache pool is too small for this request: the prompt needs 6 blocks of 4 tokens, the pool has 2"),
+        ([tiny_gguf, "--prompt", PROMPT, "--chunk", 8], "--chunk applies to generation on the simulated NPU"),
+        ([tiny_gguf, "--prompt", PROMPT, "-t", "server", "--top-p", 2], "top_p must be in (0, 1]"),
         ([tiny_gguf, "--prompt", PROMPT, "--temperature", -1], "temperature must be >= 0"),
     ]
     for args, message in cases:
@@ -89,4 +95,19 @@ def test_help_says_where_it_runs(capsys):
         cli_main(["generate", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    assert "reference interpreter" in text and "not implemented yet" in text and "infer.Generator" in text
+    assert "reference interpreter" in text and "simulated NPU" in text and "infer.Generator" in text
+    assert "DeviceExecutor" in text and "--chunk" in text and "default 32" in text
+
+
+def test_on_the_simulated_npu_like_the_reference(tiny_gguf, capsys):
+    """-t server: the paged artifact on the simulator gives the reference interpreter's greedy
+    text, with simulated time to first token and per output token beside the host wall time."""
+    options = ["--prompt", PROMPT, "--max-new-tokens", 6, "--max-context", 32]
+    status, want, _ = _generate(capsys, tiny_gguf, *options)
+    assert status == 0
+    status, out, err = _generate(capsys, tiny_gguf, *options, "-t", "server", "--chunk", 8, "-q")
+    assert status == 0, err
+    assert out == want
+    assert "runs on the simulated server NPU (fp32): chunk 8 tokens, KV cache" in err
+    assert "device time:      time to first token " in err and " ms (simulated server cycles at " in err
+    assert "host wall time:" in err and "import and compile" in err

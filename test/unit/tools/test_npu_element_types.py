@@ -112,3 +112,13 @@ def test_f64_used_as_f64_is_refused_with_its_location():
 }""")
     with pytest.raises(IRError, match=r"test.mlir:1:\d+: error: .*f64 tensors are supported only at the boundary"):
         compile_model(m)
+
+
+def test_a_storage_only_argument_is_refused_with_its_location():
+    m = module("""func.func @main(%x: tensor<4xf8E4M3FN>) -> tensor<4xf32> {
+  %y = graph.cast %x : (tensor<4xf8E4M3FN>) -> tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}""")
+    with pytest.raises(IRError, match=r"test.mlir:1:\d+: error: .*argument #0 is tensor<4xf8E4M3FN>: f8E4M3FN tensors "
+                                      r"are not supported by the NPU lowering"):
+        compile_model(m)

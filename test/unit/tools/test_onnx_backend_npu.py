@@ -51,6 +51,10 @@ def test_xfail_list_names_existing_tests():
     NODE_TESTS.check_list_names_existing_tests()
 
 
+def test_xfail_list_gives_every_reason():
+    NODE_TESTS.check_every_entry_gives_a_reason()
+
+
 @pytest.mark.parametrize("name", sorted(NODE_TESTS.cases))
 def test_onnx_node_npu(name: str):
     NODE_TESTS.check(name)

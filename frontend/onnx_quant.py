@@ -1,0 +1,77 @@
+"""ONNX handlers: QuantizeLinear and DequantizeLinear (the QDQ form onnxruntime's
+`quantize_static` writes) as `graph.quantize_linear` / `graph.dequantize_linear`.
+
+A DequantizeLinear of an initializer (a weight or bias stored quantized) is not folded to
+floats at import: the quantization passes read its integers and scales
+(`graph-quantize-kernels` turns DQ -> conv/linear/matmul -> Q into integer kernels).
+Scales must be float32, known at import time, finite and positive.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from xdsl.dialects.builtin import TensorType
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import from_numpy_dtype, shape_of
+from infer.frontend.onnx_ops import NodeProblem, attribute, handler, input_name, normalize_axis
+
+if TYPE_CHECKING:
+    from infer.frontend.onnx_import import Importer
+
+_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _parameters(imp: Importer, node: onnx.NodeProto, rank: int, value_types: tuple[np.dtype, ...]):
+    """(scale, zero point or None, axis property or None) of a Q/DQ node, checked."""
+    scale = np.asarray(imp.static(node.input[1], "the scale"))
+    if scale.dtype != np.float32:
+        raise NodeProblem(f"the scale is {scale.dtype}; float32 scales only")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise NodeProblem(f"the scale must be finite and positive, got {scale.reshape(-1)[:8].tolist()}")
+    zp_name = input_name(node, 2)
+    zero_point = None
+    if zp_name:
+        zero_point = np.asarray(imp.static(zp_name, "the zero point"))
+        if zero_point.dtype not in value_types:
+            raise NodeProblem(f"the zero point is {zero_point.dtype}; supported: "
+                              f"{', '.join(str(t) for t in value_types)}")
+        if zero_point.size != scale.size or zero_point.ndim > 1:
+            raise NodeProblem(f"the zero point has shape {list(zero_point.shape)} but the scale {list(scale.shape)}")
+    axis = None
+    if scale.size != 1:  # per axis
+        if scale.ndim != 1:
+            raise NodeProblem(f"the scale has shape {list(scale.shape)}; per tensor or 1-D per axis only")
+        axis = g.i64_attr(normalize_axis(int(attribute(node, "axis", 1)), rank))
+    else:  # per tensor: one element, as a scalar
+        scale = scale.reshape(())
+        zero_point = None if zero_point is None else zero_point.reshape(())
+    return scale, zero_point, axis
+
+
+@handler("QuantizeLinear", attrs=("axis", "saturate"))
+def _quantize_linear(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    scale, zero_point, axis = _parameters(imp, node, len(shape_of(x)), _QUANTIZED)
+    result = zero_point.dtype if zero_point is not None else np.dtype(np.uint8)  # ONNX's default: uint8
+    zp = None if zero_point is None else imp.materialise(zero_point, node.input[2])
+    props = {} if axis is None else {"axis": axis}
+    return [imp.b.op(g.QuantizeLinearOp, [x, imp.materialise(scale, node.input[1]), zp],
+                     TensorType(from_numpy_dtype(result), shape_of(x)), **props)]
+
+
+@handler("DequantizeLinear", attrs=("axis",), fold=False)
+def _dequantize_linear(imp: Importer, node: onnx.NodeProto):
+    x = imp.value(node.input[0])
+    xdt = imp.dtype(node.input[0])
+    if xdt not in (*_QUANTIZED, np.dtype(np.int32)):
+        raise NodeProblem(f"the input is {xdt}; int8, uint8 and int32 only")
+    scale, zero_point, axis = _parameters(imp, node, len(shape_of(x)), (xdt,))
+    if xdt == np.int32 and zero_point is not None and (zero_point != 0).any():
+        raise NodeProblem("an int32 input has zero point 0")
+    zp = None if zero_point is None or xdt == np.int32 else imp.materialise(zero_point, node.input[2])
+    props = {} if axis is None else {"axis": axis}
+    return [imp.b.op(g.DequantizeLinearOp, [x, imp.materialise(scale, node.input[1]), zp], **props)]

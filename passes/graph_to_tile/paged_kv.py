@@ -1,0 +1,214 @@
+"""Paged KV cache (docs/paged-kv.md): graph.kv_cache_write and graph.paged_attention.
+
+The metadata (slots, block tables, context lengths) are i32 function arguments kept as raw
+int32 in DRAM (integer_inputs.py), read by the front end's `ld` (tile.scatter_rows,
+tile.gather_rows, tile.load_index).
+
+* kv_cache_write: the cache is copied to the result's buffer, unless the write is in place (the
+  driver ties a returned write of a cache argument to that argument: `tile.alias_of`), then the
+  rows go through the scratchpad and `tile.scatter_rows` stores each at its slot.
+* paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
+  a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
+  (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
+  DRAM buffer. Per sequence b (a static loop) the query rows of every head are loaded and
+  scaled once; then a loop over the blocks j < ceil(n / BS) whose upper bound is
+  `tile.load_index` of that buffer (a run-time trip count) gathers the K and V blocks (the pool
+  viewed as [NB, BS * W]: one DMA per block, its address from the block table) and, for all KV
+  heads at once:
+    - scores S[r, s] = q_r . k_s on the vector unit (one `mul` and one `rsum` per query row
+      and KV head: the pool is token-major, so q.K^T would need a transposed K tile, which the
+      DMA cannot produce; the rsum column written with a unit stride is the score row);
+    - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j BS
+      (kept as an f32 row tile `base` that loses BS per block), keep = clamp(remaining, 0, 1),
+      S += keep * 1e30 - 1e30;
+    - the online softmax of attention.py (running max m, sum l, output O in the accumulator;
+      P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit.
+  Finally O / max(l, 1e-30) is stored (rows without keys: 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import bf16, f32, i32
+from xdsl.ir import Operation, SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import element_name_of, shape_of
+from infer.passes.graph_to_tile.builder import Index
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
+from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, split_on_chip
+
+MASK_BIAS = 1.0e30  # added (negated) to masked scores: finite, so no inf - inf
+
+
+def metadata_buffer(ctx: LoweringContext, op: Operation, value: SSAValue, what: str) -> SSAValue:
+    """The raw int32 DRAM buffer of an i32 metadata operand (a function argument)."""
+    buffer = ctx.buffers.get(value)
+    if buffer is None or element_name_of(buffer) != "i32":
+        raise error(op, f"the {what} must be an i32 function argument (computed metadata is not "
+                    "supported)")
+    return buffer
+
+
+def lower_kv_cache_write(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.KvCacheWriteOp)
+    em = ctx.emitter
+    S, W = shape_of(op.cache)
+    N = shape_of(op.rows)[0]
+    slots = metadata_buffer(ctx, op, op.slots, "slots")
+    out = ctx.output_buffer(op.output)
+    if op.output not in ctx.in_place:
+        with ctx.stage(what="cache copy"):
+            copy_dram(ctx, ctx.buffer(op.cache), out, (S, W))
+    rows = em.view(ctx.buffer(op.rows), (N, W))
+    TC = min(W, ctx.staging_tile_elements)
+    TR = max(1, min(N, ctx.staging_tile_elements // TC))
+    ctx.debug(f"[graph-to-tile] {ctx.kernel_name()}: kv_cache_write of {N} rows of {W} "
+              f"({'in place' if op.output in ctx.in_place else 'into a copy'}): tile.scatter_rows "
+              f"tiles {TR}x{TC}")
+    staging = em.alloc((TR, TC), f32, "spad", 2)
+
+    def tile(r0: Index, tr: int, c0: Index, tc: int) -> None:
+        em.dma(rows, [r0, c0], staging, [0, 0], [tr, tc])
+        em.scatter_rows(staging, [0, 0], slots, r0, out, c0, tr, tc)
+
+    em.tiles(N, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tc: tile(r0, tr, c0, tc)))
+
+
+def _single_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
+    """A matrix operand tile (bf16 hi, and lo for fp32 emulation), single-buffered: its uses sit
+    in the run-time block loop, which is not double-buffered."""
+    em = ctx.emitter
+    lo = em.alloc((rows, cols), bf16, "spad") if ctx.bf16_copies == 2 else None
+    return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), lo)
+
+
+def _blocks_used(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: int) -> SSAValue:
+    """An i32 DRAM buffer [B]: ceil(context_lens[b] / BS), computed on the vector unit."""
+    em = ctx.emitter
+    with ctx.stage(what="blocks per sequence"):
+        out = em.alloc((batch,), i32, "dram")
+        as_int = em.alloc((1, batch), i32, "spad")
+        as_float = em.alloc((1, batch), f32, "spad")
+        z = [0, 0]
+        em.dma(em.view(lens, (1, batch)), z, as_int, z, [1, batch])
+        em.vec("copy", as_float, z, as_int, z, 1, batch)
+        em.vec("add", as_float, z, as_float, z, 1, batch, bmode="imm", imm=float(block_size - 1))
+        em.vec("mul", as_float, z, as_float, z, 1, batch, bmode="imm", imm=1.0 / block_size)
+        em.vec("sub", as_float, z, as_float, z, 1, batch, bmode="imm",
+               imm=(block_size - 1) / (2.0 * block_size))
+        em.vec("copy", as_int, z, as_float, z, 1, batch)  # rounds half to even: the floor here
+        em.dma(as_int, z, em.view(out, (1, batch)), z, [1, batch])
+    return out
+
+
+def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
+    assert isinstance(op, g.PagedAttentionOp)
+    em = ctx.emitter
+    B, Hq, Sq, D, Hkv, Dv, MB = op.geometry()
+    BS = op.block_size_value
+    S = shape_of(op.key_cache)[0]
+    NB = S // BS
+    Wk, Wv = Hkv * D, Hkv * Dv
+    G = Hq // Hkv
+    R = G * Sq  # query rows per KV head
+    rows = Hkv * R  # query rows of one sequence (= Hq * Sq), ordered (kv head, group, query)
+    scale = op.scale.value.data if op.scale is not None else 1.0 / np.sqrt(D)
+    tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
+    lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
+    blocks = _blocks_used(ctx, lens, B, BS)
+    name = ctx.kernel_name()
+    ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
+              f"block={BS}: a run-time loop over each sequence's blocks")
+    with ctx.stage(op, "paged attention"):
+        q2 = em.view(ctx.buffer(op.query), (B * rows, D))
+        out2 = em.view(ctx.output_buffer(op.output), (B * rows, Dv))
+        k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
+        v_blocks = em.view(ctx.buffer(op.value_cache), (NB, BS * Wv))
+        table_ids = em.view(tables, (B * MB,))
+        lens2 = em.view(lens, (B, 1))
+        # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
+        # number of keys of row r up to and including token j*BS + s
+        rr, ss = np.meshgrid(np.arange(rows), np.arange(BS), indexing="ij")
+        pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
+        z = [0, 0]
+        q_tile = em.alloc((rows, D), f32, "spad")
+        n_int = em.alloc((1, 1), i32, "spad")
+        n_float = em.alloc((1, 1), f32, "spad")
+        n_col = em.alloc((rows, 1), f32, "spad")
+        base = em.alloc((rows, BS), f32, "spad")
+        keep = em.alloc((rows, BS), f32, "spad")
+        k_block = em.alloc((1, BS * Wk), f32, "spad")
+        v_block = em.alloc((1, BS * Wv), f32, "spad")
+        v_tile = _single_bf16_tile(ctx, BS, Wv)
+        product = em.alloc((BS, D), f32, "spad")
+        scores = em.alloc((rows, BS), f32, "spad")
+        p_tile = _single_bf16_tile(ctx, rows, BS)
+        m = em.alloc((rows, 1), f32, "spad")
+        m_new = em.alloc((rows, 1), f32, "spad")
+        l_sum = em.alloc((rows, 1), f32, "spad")
+        tmp = em.alloc((rows, 1), f32, "spad")
+        tmp_tile = em.alloc((rows, BS), f32, "spad")
+        o = em.alloc((rows, Dv), f32, "acc")
+        k_rows = em.view(k_block, (BS, Wk))
+        v_rows = em.view(v_block, (BS, Wv))
+        score_column = em.view(scores, (rows * BS, 1))  # score row r = this column's [r*BS, +BS)
+
+        def block(b: Index, j: SSAValue) -> None:
+            em.gather_rows(k_blocks, 0, table_ids, em.add(em.mul(b, MB), j), k_block, z, 1, BS * Wk)
+            em.gather_rows(v_blocks, 0, table_ids, em.add(em.mul(b, MB), j), v_block, z, 1, BS * Wv)
+
+            def score_row(kv: Index, r: Index) -> None:
+                row = em.add(em.mul(kv, R), r)
+                em.vec("mul", product, z, k_rows, [0, em.mul(kv, D)], BS, D, q_tile, [row, 0], bmode="row")
+                em.vec("rsum", score_column, [em.mul(row, BS), 0], product, z, BS, D)
+
+            em.range(Hkv, lambda kv: em.range(R, lambda r: score_row(kv, r)))
+            # keep = clamp(remaining, 0, 1); scores += keep * 1e30 - 1e30
+            em.vec("max", keep, z, base, z, rows, BS, bmode="imm", imm=0.0)
+            em.vec("min", keep, z, keep, z, rows, BS, bmode="imm", imm=1.0)
+            em.vec("mul", tmp_tile, z, keep, z, rows, BS, bmode="imm", imm=MASK_BIAS)
+            em.vec("add", tmp_tile, z, tmp_tile, z, rows, BS, bmode="imm", imm=-MASK_BIAS)
+            em.vec("add", scores, z, scores, z, rows, BS, tmp_tile, z, bmode="tile")
+            em.vec("add", base, z, base, z, rows, BS, bmode="imm", imm=float(-BS))
+            # online softmax
+            em.vec("rmax", tmp, z, scores, z, rows, BS)
+            em.vec("max", m_new, z, m, z, rows, 1, tmp, z, bmode="tile")
+            em.vec("sub", tmp, z, m, z, rows, 1, m_new, z, bmode="tile")
+            em.vec("exp", tmp, z, tmp, z, rows, 1)  # alpha = e^(m_old - m_new)
+            em.vec("copy", m, z, m_new, z, rows, 1)
+            em.vec("sub", scores, z, scores, z, rows, BS, m_new, z, bmode="col")
+            em.vec("exp", scores, z, scores, z, rows, BS)
+            if Sq > 1:  # a query row without keys (n < Sq) must stay 0
+                em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
+            em.vec("mul", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
+            em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
+            em.vec("rsum", tmp, z, scores, z, rows, BS)
+            em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
+            split_on_chip(em, scores, p_tile, rows, BS)
+            split_on_chip(em, v_rows, v_tile, BS, Wv)
+            em.range(Hkv, lambda kv: emit_tile_product(
+                ctx, p_tile, v_tile, o, R, BS, Dv, lhs_at=(em.mul(kv, R), 0), rhs_at=(0, em.mul(kv, Dv)),
+                acc_at=(em.mul(kv, R), 0)))
+
+        def sequence(b: Index) -> None:
+            em.dma(q2, [em.mul(b, rows), 0], q_tile, z, [rows, D])
+            em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
+            em.dma(lens2, [b, 0], n_int, z, [1, 1])
+            em.vec("copy", n_float, z, n_int, z, 1, 1)
+            em.fill(n_col, z, rows, 1, 0.0)
+            em.vec("add", n_col, z, n_col, z, rows, 1, n_float, z, bmode="row")
+            em.dma(pos, z, base, z, [rows, BS])
+            em.vec("add", base, z, base, z, rows, BS, n_col, z, bmode="col")
+            em.fill(m, z, rows, 1, NEG_INF)
+            em.fill(l_sum, z, rows, 1, 0.0)
+            em.fill(o, z, rows, Dv, 0.0)
+            count = em.load_index(blocks, [b], MB)
+            em.loop(0, count, 1, lambda j: block(b, j))
+            em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
+            em.vec("recip", tmp, z, l_sum, z, rows, 1)
+            em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
+            em.dma(o, z, out2, [em.mul(b, rows), 0], [rows, Dv])
+
+        em.range(B, sequence)
