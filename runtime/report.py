@@ -336,7 +336,7 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
             op.busy[eng] += count * busy
         op.macs += prof.macs[pc]
         if prof.macs[pc]:
-            dtype = isa.DTYPES[ins.as_dict()["dtype"]][0]
+            dtype = isa.DTYPES[program.instrs[pc].as_dict()["dtype"]][0]
             op.peak_mac_cycles += prof.macs[pc] / cfg.macs_per_cycle(dtype)
         if rep.energy is not None:
             op.energy_pj += rep.energy.per_pc[pc]
