@@ -43,6 +43,7 @@ from infer.target import isa
 from infer.target.energy import Energy, EnergyModelError, energy_of
 from infer.target.sim import ENGINES, Counters
 from infer.target.sim_core import vector_occupancy
+from infer.target.sim_decode import per_program
 
 
 @dataclass
@@ -312,7 +313,7 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
              for i, o in enumerate(ops)]
     order = sorted(range(len(stats)), key=lambda i: stats[i].start)
     starts = [stats[i].start for i in order]
-    instrs = program.instrs
+    per_pc = per_program(program, cfg, "report_busy", _instruction_costs)
     for pc, count in enumerate(prof.count):
         if not count:
             continue
@@ -327,22 +328,19 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
             j -= 1
         if op is None:
             continue
-        ins = instrs[pc]
         op.instructions += count
         op.first = prof.first[pc] if op.first < 0 else min(op.first, prof.first[pc])
         op.last = max(op.last, prof.last[pc])
-        eng = ins.d.engine
-        if eng in ("matrix", "vector", "dma_load", "dma_store"):
-            op.busy[eng] += count * _busy(ins, cfg)
+        eng, busy, nbytes = per_pc[pc]
+        if eng is not None:
+            op.busy[eng] += count * busy
         op.macs += prof.macs[pc]
         if prof.macs[pc]:
-            dtype = isa.DTYPES[ins.as_dict()["dtype"]][0]
+            dtype = isa.DTYPES[program.instrs[pc].as_dict()["dtype"]][0]
             op.peak_mac_cycles += prof.macs[pc] / cfg.macs_per_cycle(dtype)
         if rep.energy is not None:
             op.energy_pj += rep.energy.per_pc[pc]
-        if ins.d.name in ("dma.load", "dma.store"):
-            v = ins.as_dict()
-            op.dram_bytes += count * v["n0"] * v["n1"] * v["n2"]
+        op.dram_bytes += count * nbytes
     peak, bw = cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle
     for o in stats:
         if o.instructions:
@@ -357,6 +355,23 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
             o.memory_cycles = o.dram_bytes / bw
     rep.ops = stats
     return rep
+
+
+def _instruction_costs(program, cfg) -> list[tuple[str | None, int, int]]:
+    """Per instruction: the engine whose busy cycles it adds to (None: the front end), its
+    busy cycles there, its DRAM bytes (computed once per program: see per_program)."""
+    out: list[tuple[str | None, int, int]] = []
+    for ins in program.instrs:
+        eng = ins.d.engine
+        nbytes = 0
+        if ins.d.name in ("dma.load", "dma.store"):
+            v = ins.as_dict()
+            nbytes = v["n0"] * v["n1"] * v["n2"]
+        if eng in ("matrix", "vector", "dma_load", "dma_store"):
+            out.append((eng, _busy(ins, cfg), nbytes))
+        else:
+            out.append((None, 0, nbytes))
+    return out
 
 
 def _busy(ins, cfg) -> int:

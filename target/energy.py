@@ -37,6 +37,7 @@ from typing import Any
 
 from infer.target import isa
 from infer.target.hw import HardwareConfig
+from infer.target.sim_decode import per_program
 
 COMPONENTS = ("matrix", "vector", "scratchpad", "accumulator", "dram", "static")
 AREA_COMPONENTS = ("matrix", "vector", "scratchpad", "accumulator", "fixed")
@@ -196,7 +197,8 @@ def energy_of(counters, program, cfg: HardwareConfig) -> Energy:
             "accumulator": sram_pj_per_byte(cfg, "accumulator")}
     by = dict.fromkeys(COMPONENTS, 0.0)
     per_pc = [0.0] * len(program.instrs)
-    for pc, (ins, ev) in enumerate(zip(program.instrs, instruction_events(program, cfg), strict=True)):
+    events = per_program(program, cfg, "energy_events", instruction_events)
+    for pc, (ins, ev) in enumerate(zip(program.instrs, events, strict=True)):
         count = prof.count[pc]
         if not count:
             continue

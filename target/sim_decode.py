@@ -13,7 +13,9 @@ matrix unit's two instructions have their own rules (docs/isa.md, "Timing model"
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 from infer.target import isa
@@ -159,18 +161,27 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
                    instrs, cfg.matrix.rows, mdtype=mdtype)
 
 
+def per_program(prog: Program, cfg: HardwareConfig, name: str,
+                build: Callable[[Program, HardwareConfig], Any]) -> Any:
+    """build(prog, cfg), computed once per program object, config and `name` and kept on the
+    program (checked against the instruction list, so a program edited in place is built
+    again): what a run needs that depends on the program and not on the data (the decoded
+    tables; the energy model's and the report's per-instruction tables)."""
+    cache: dict[Any, Any] = prog.__dict__.setdefault("_sim_decoded", {})
+    key = (name, repr(cfg))  # configs are frozen dataclasses (with a dict inside: not hashable)
+    hit = cache.get(key)
+    instrs = prog.instrs
+    if hit is not None:
+        snapshot, value = hit
+        if len(snapshot) == len(instrs) and all(map(is_, snapshot, instrs)):
+            return value
+    value = build(prog, cfg)
+    cache[key] = (list(instrs), value)
+    return value
+
+
 def decoded(prog: Program, cfg: HardwareConfig) -> Decoded | None:
     """The decoded tables of prog for cfg (cached on prog); None when the loops do not nest
     properly (then only the reference engine runs the program). Raises the SimFault the
     reference engine raises before running (register/semaphore numbers, matrix dtypes)."""
-    cache: dict[Any, Any] = prog.__dict__.setdefault("_sim_decoded", {})
-    key = repr(cfg)  # configs are frozen dataclasses (with a dict inside: not hashable)
-    hit = cache.get(key)
-    instrs = prog.instrs
-    if hit is not None:
-        snapshot, dec = hit
-        if len(snapshot) == len(instrs) and all(a is b for a, b in zip(snapshot, instrs)):
-            return dec
-    dec = _decode(prog, cfg)
-    cache[key] = (list(instrs), dec)
-    return dec
+    return per_program(prog, cfg, "decoded", _decode)

@@ -24,7 +24,8 @@ import numpy as np
 from infer.target import isa
 from infer.target.asm import format_instr
 from infer.target.sim_core import (
-    Counters, DequantSpec, Fault, SimFault, VectorSpec, matmul_into, vector_compute, weights_dtype)
+    Counters, DequantSpec, Fault, SimFault, VectorSpec, accumulate_into, converted, vector_compute,
+    weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
 from infer.target.sim_reference import (
@@ -110,6 +111,9 @@ class FunctionalRun:
         self.wdtype = -1
         self.stack: list[list[Any]] = []  # [start, end, remaining, Loop]
         self.stores: list[tuple[int, int]] = []  # control pass: DRAM ranges stored to
+        #: the activations of the last mx.matmul, converted (see _matmul)
+        self.act_key: tuple[Any, ...] | None = None
+        self.act_converted: np.ndarray | None = None
 
     def execute(self) -> FunctionalRun:
         from infer.target.sim_lockstep import try_lockstep
@@ -127,6 +131,7 @@ class FunctionalRun:
             while pc < n:
                 if hooks and not stack and pc in hooks and pc not in fired:
                     fired.add(pc)
+                    self.act_key = None
                     hooks[pc](pc, dram)
                 tc = tclass[pc]
                 t = tab[pc]
@@ -161,6 +166,7 @@ class FunctionalRun:
                         if len(stack) >= depth:
                             raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
                         if lockstep_ok and cnt > 1 and try_lockstep(self, lp, cnt):
+                            self.act_key = None
                             npc = lp.end
                             nins[0] += 1
                             self.steps += 1
@@ -169,6 +175,7 @@ class FunctionalRun:
                         stack.append([lp.start, lp.end, cnt, lp])
                 elif tc == T_DMA:
                     db, do, lb, lo = t[0], t[1], t[2], t[3]
+                    self.act_key = None
                     if data:
                         dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
                         if t[15]:
@@ -192,6 +199,7 @@ class FunctionalRun:
                         self.weights = w.astype(wdt, order="C")
                         self.wdtype = dt
                 elif tc == T_VECTOR:
+                    self.act_key = None
                     if data:
                         _VECTOR_RUNNERS[type(t[0])](self, t)
                     c.vector_elements += t[1] * t[2]
@@ -241,10 +249,29 @@ class FunctionalRun:
             self.regs[rd] = int(self.dram[a:a + 4].view(np.int32)[0])
 
     def _matmul(self, t: tuple) -> None:
-        ab, ao, cb, co, m, astride, cstride, dt, accum = t[:9]
+        ab, ao, cb, co, m, astride, cstride, dt, accum, is_int = t[:10]
         regs = self.regs
-        matmul_step(self.sim, self.weights, self.wdtype, dt, regs[ab] + ao, regs[cb] + co, m, astride, cstride,
-                    accum, self.c)
+        act, acc, w = regs[ab] + ao, regs[cb] + co, self.weights
+        if w is None or self.wdtype != dt or acc < isa.ACC_BASE or act >= isa.ACC_BASE:
+            # faults, or activations in the accumulator: the reference's path
+            self.act_key = None
+            matmul_step(self.sim, w, self.wdtype, dt, act, acc, m, astride, cstride, accum,
+                        self.c)
+            return
+        # matmul_step, keeping the converted activations: fp32 emulation multiplies the same
+        # scratchpad tile by two weight tiles in a row (see execute: act_key is forgotten
+        # whenever something else may write local memory)
+        k, n = w.shape
+        key = (act, m, k, astride, dt, w.dtype)
+        if key == self.act_key:
+            x = self.act_converted
+        else:
+            x = converted(local_view(self.sim, act, m, k, astride, dt, "activations"), w.dtype)
+            self.act_key, self.act_converted = key, x
+        out = local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator")
+        c = self.c
+        c.acc_saturations += accumulate_into(out, x @ w, is_int, accum)
+        c.macs += m * k * n
 
     def _vector(self, t: tuple) -> None:
         spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t

@@ -43,7 +43,7 @@ import numpy as np
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_core import (
-    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, matmul_into, matmul_product)
+    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
@@ -525,12 +525,29 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             return np.broadcast_to(np.zeros((), dtype), shape)
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
+    add = np.add
+    # the last activation operand converted for the matrix unit: fp32 emulation multiplies
+    # the same tile by two weight tiles in a row (only mx.loadw in between, which writes no
+    # memory; matmuls write the accumulator, so only scratchpad operands are kept)
+    last_act: list[Any] = [None, None, None]
+
+    def activations(desc: tuple[Any, ...], dtype: Any) -> np.ndarray:
+        if last_act[0] == desc and last_act[1] == dtype:
+            return last_act[2]
+        x = converted(view(desc), dtype)
+        key = desc[0]
+        if key == SPAD or (type(key) is tuple and key[0] == SPAD):
+            last_act[:] = desc, dtype, x
+        return x
+
     slots: list[Any] = [None] * plan.slots
     products: dict[int, np.ndarray] = {}
     sat = 0
     hulls = plan.hulls
     for op in plan.ops:
         kind = op[0]
+        if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT:
+            last_act[0] = None  # may write the scratchpad
         if kind == OP_DMA:
             view(op[1])[...] = view(op[2])
         elif kind == OP_MATMUL:
@@ -539,7 +556,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            sat += matmul_into(view(op[3]), w, view(op[4]), op[5], op[6])
+            sat += accumulate_into(view(op[4]), activations(op[3], w.dtype) @ w, op[5], op[6])
         elif kind == OP_LOADW:
             slots[op[1]] = converted(view(op[2]), op[3])
         elif kind == OP_PRODUCT:
@@ -548,16 +565,24 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            products[op[1]] = matmul_product(view(op[4]), w)
+            products[op[1]] = activations(op[4], w.dtype) @ w  # matmul_product
         elif kind == OP_ACCUM:
             _, d, n, chains = op
             for acc, members, is_int in chains:
                 out = view(acc)
                 tmp = out.copy()  # contiguous: the same additions, in the same order
-                for j in range(n):
-                    at = (slice(None),) * d + (j,)
-                    for q in members:
-                        sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                if is_int:
+                    for j in range(n):
+                        at = (slice(None),) * d + (j,)
+                        for q in members:
+                            sat += accumulate_into(tmp, products[q][at], is_int, True, False)
+                else:  # accumulate_into's float path, without a call per addition
+                    terms = [products[q] for q in members]
+                    if d:
+                        terms = [np.moveaxis(t, d, 0) for t in terms]
+                    for j in range(n):
+                        for t in terms:
+                            add(tmp, t[j], out=tmp)
                 if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
                     tmp[...] = out
                     for j in range(n):

@@ -42,6 +42,13 @@ from infer.target.sim_decode import (
 MAX_PERIOD = 4
 #: a loop boundary is checked only when the iterations left hold at least this many steps
 MIN_STEPS_TO_SKIP = 32
+#: after this many consecutive checked iterations without a period, a loop execution stops
+#: checking for BACKOFF_GAP iterations (then twice as many after the next such run, and so
+#: on): building the state costs far more than a short body's steps, and some loops never
+#: repeat it (a body draining a semaphore's queue of tokens shortens that queue every time).
+#: Only when to look changes; a period found is exact wherever it is found.
+BACKOFF_AFTER = 2 * MAX_PERIOD + 2
+BACKOFF_GAP = 8
 
 
 class TimingStop(Exception):
@@ -53,35 +60,83 @@ def _clamped(vals: Any, t: int) -> tuple[int, ...]:
     return tuple([v - t if v > t else 0 for v in vals])
 
 
-def _state_key(t: int, eng_free: list[int], retired: list[int], starts: list[deque[int]],
-               sems: list[deque[int]], nsem: int, last_done: int, cal: Calendar,
+#: what a loop body touches of the timing state: (engines it dispatches to, semaphores it
+#: waits on or signals, DMA directions (0 load, 1 store), DRAM calendar, matrix unit state)
+Footprint = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]
+
+
+def footprint(dec: Decoded, lp: Any, nsem: int) -> Footprint:
+    """The parts of the timing state the body of lp reads or writes (cached per program).
+    Everything else is neither read nor written by an iteration, so it stays as it is while
+    the loop runs: it is left out of the state compared across iterations and is not moved
+    when periods are skipped. `last_done` is always max(retired) (both are maxima over the
+    same completions), so it is recomputed, not compared. A `fence` reads every engine's
+    completions: then the body touches everything."""
+    cache = dec.caches.setdefault("timing_footprints", {})
+    fp = cache.get(lp.pc)
+    if fp is None:
+        body = range(lp.start, lp.end)
+        if any(dec.tclass[q] in (T_SYNC_ALL, T_HALT) for q in body):
+            fp = (tuple(range(len(ENGINES))), tuple(range(1, nsem + 1)), (0, 1), True, True)
+        else:
+            engs = sorted({dec.engine[q] for q in body if dec.tclass[q] >= T_DMA})
+            sem_ids = sorted({s for q in body for s in (dec.wait[q], dec.signal[q],
+                                                        dec.signal2[q]) if s})
+            dirs = tuple(d for d, e in ((0, E_LOAD), (1, E_STORE)) if e in engs)
+            fp = (tuple(engs), tuple(sem_ids), dirs, bool(dirs), E_MATRIX in engs)
+        cache[lp.pc] = fp
+    return fp
+
+
+def _state_key(t: int, fp: Footprint, eng_free: list[int], retired: list[int],
+               starts: list[deque[int]], sems: list[deque[int]], cal: Calendar,
                chans: list[list[int]], matrix: tuple[int, ...], wbuf: int, cur_kn: int) -> Any:
-    """The canonical timing state relative to front-end time t (see the module docstring)."""
+    """The canonical timing state relative to front-end time t (see the module docstring),
+    restricted to the loop body's footprint. The queues are flattened into one tuple each,
+    with their lengths beside them (the same information as a tuple of tuples, built with
+    far fewer calls: this runs at every checked loop iteration)."""
     t1 = t + 1
-    ends = cal.ends
-    i = bisect_left(ends, t1 + 1)  # intervals ending after t + 1
-    calk = tuple([(s - t if s > t1 else 1, e - t) for s, e in zip(cal.starts[i:], ends[i:])])
-    return (
-        _clamped(eng_free, t1), _clamped(retired, t1),
-        tuple([_clamped(q, t) for q in starts]),
-        tuple([_clamped(sems[s], t) for s in range(1, nsem + 1)]),
-        last_done - t if last_done > t else 0, calk,
-        tuple(sorted(_clamped(chans[0], t1))), tuple(sorted(_clamped(chans[1], t1))),
-        _clamped(matrix, t1), wbuf, cur_kn,
-    )
+    engs, sem_ids, dirs, use_cal, use_mx = fp
+    qs = [starts[e] for e in engs]
+    used = [sems[s] for s in sem_ids]
+    key: list[Any] = [
+        tuple([eng_free[e] - t1 if eng_free[e] > t1 else 0 for e in engs]),
+        tuple([retired[e] - t1 if retired[e] > t1 else 0 for e in engs]),
+        tuple([len(q) for q in qs]),
+        tuple([v - t if v > t else 0 for q in qs for v in q]),
+        tuple([len(q) for q in used]),
+        tuple([v - t if v > t else 0 for q in used for v in q]),
+    ]
+    if use_cal:
+        ends = cal.ends
+        i = bisect_left(ends, t1 + 1)  # intervals ending after t + 1
+        key.append(tuple([(s - t if s > t1 else 1, e - t)
+                          for s, e in zip(cal.starts[i:], ends[i:])]))
+    for d in dirs:
+        key.append(tuple(sorted([v - t1 if v > t1 else 0 for v in chans[d]])))
+    if use_mx:
+        key.append(tuple([v - t1 if v > t1 else 0 for v in matrix]))
+        key.append(wbuf)
+        key.append(cur_kn)
+    return tuple(key)
 
 
-def _shift(d: int, eng_free: list[int], retired: list[int], starts: list[deque[int]],
-           sems: list[deque[int]], cal: Calendar, chans: list[list[int]],
-           wrel: list[int]) -> None:
-    """Move every time of the state's lists and queues d cycles later."""
-    for lst in (eng_free, retired, chans[0], chans[1], wrel, cal.starts, cal.ends):
+def _shift(d: int, fp: Footprint, eng_free: list[int], retired: list[int],
+           starts: list[deque[int]], sems: list[deque[int]], cal: Calendar,
+           chans: list[list[int]], wrel: list[int]) -> None:
+    """Move every time of the footprint's lists and queues d cycles later."""
+    engs, sem_ids, dirs, use_cal, use_mx = fp
+    for e in engs:
+        eng_free[e] += d
+        retired[e] += d
+    lists = [chans[di] for di in dirs]
+    if use_cal:
+        lists += [cal.starts, cal.ends]
+    if use_mx:
+        lists.append(wrel)
+    for lst in lists:
         lst[:] = [v + d for v in lst]
-    for q in starts:
-        vals = [v + d for v in q]
-        q.clear()
-        q.extend(vals)
-    for q in sems:
+    for q in [starts[e] for e in engs] + [sems[s] for s in sem_ids]:
         if q:
             vals = [v + d for v in q]
             q.clear()
@@ -130,7 +185,8 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     rd_bytes = wr_bytes = dram_busy = macs = wl_cycles = vec_elems = 0
     dmacs = [0] * len(isa.DTYPES)  # MACs by matmul dtype code
     steps = 0
-    # loop frames: [start, end, remaining, Loop, iterations done, history]
+    # loop frames: [start, end, remaining, Loop, iterations done, history (states of the
+    # last consecutive checked iterations), next iteration to check, misses, back-off gap]
     stack: list[list[Any]] = []
     pc = 0
     try:
@@ -264,7 +320,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                     else:
                         if len(stack) >= depth:
                             raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
-                        stack.append([lp.start, lp.end, cnt, lp, 0, []])
+                        stack.append([lp.start, lp.end, cnt, lp, 0, [], 0, 0, BACKOFF_GAP])
                 elif tc == T_LD:
                     fe += 1 + lat
                     rd_bytes += 4
@@ -296,9 +352,12 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                 lp = top[3]
                 if not lp.static_body or (top[2] - 1) * lp.steps_per_iteration < MIN_STEPS_TO_SKIP:
                     break
-                key = _state_key(fe, eng_free, retired, starts, sems, nsem, last_done, cal,
-                                 chans, (wpath_free, weights_ready, stream_free, wrel[0],
-                                         wrel[1]), wbuf, cur_kn)
+                if top[4] < top[6]:  # backing off (see BACKOFF_AFTER)
+                    break
+                fp = footprint(dec, lp, nsem)
+                key = _state_key(fe, fp, eng_free, retired, starts, sems, cal, chans,
+                                 (wpath_free, weights_ready, stream_free, wrel[0], wrel[1]),
+                                 wbuf, cur_kn)
                 hist = top[5]
                 period = 0
                 for p in range(1, min(MAX_PERIOD, len(hist)) + 1):
@@ -315,11 +374,12 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         delta = fe - h[1]
                         d = delta * k
                         fe += d
-                        last_done += d
-                        wpath_free += d
-                        weights_ready += d
-                        stream_free += d
-                        _shift(d, eng_free, retired, starts, sems, cal, chans, wrel)
+                        if fp[4]:
+                            wpath_free += d
+                            weights_ready += d
+                            stream_free += d
+                        _shift(d, fp, eng_free, retired, starts, sems, cal, chans, wrel)
+                        last_done = max(retired)
                         steps += k * dsteps
                         hb, hn, hs, hsc = h[3]
                         for i in range(5):
@@ -348,6 +408,13 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         top[4] += k * period
                         hist.clear()
                         break
+                top[7] += 1
+                if top[7] >= BACKOFF_AFTER:  # no period in a while: check again later
+                    top[6] = top[4] + top[8]
+                    top[7] = 0
+                    top[8] *= 2
+                    hist.clear()
+                    break
                 snap = ((list(busy), list(nins), dict(stalls),
                          (rd_bytes, wr_bytes, dram_busy, macs, wl_cycles, vec_elems, tuple(dmacs))))
                 psnap = (pcnt[lp.start:lp.end], pmacs[lp.start:lp.end]) if prof is not None \

@@ -209,9 +209,13 @@ def _random_instr(rng: np.random.Generator, regs: list[int], nsem: int, mdt: int
     return isa.make("nop")
 
 
-def random_program(seed: int, length: int = 40) -> tuple[Program, np.ndarray, dict[str, int]]:
+def random_program(seed: int, length: int = 40, counts: tuple[int, int] = (0, 6),
+                   max_depth: int | None = None, strides: tuple[int, ...] | None = None
+                   ) -> tuple[Program, np.ndarray, dict[str, int]]:
     """Random instructions from the ISA table in random loop nests; returns (program, DRAM
-    image, initial registers)."""
+    image, initial registers). Constant trip counts are drawn from range(*counts), loops
+    nest up to max_depth (default: the config's loop depth), and the address registers move
+    by a choice of `strides` bytes per iteration (default: -32..64)."""
     rng = np.random.default_rng(seed)
     cfg = load_config("edge")
     nsem = 4
@@ -227,14 +231,16 @@ def random_program(seed: int, length: int = 40) -> tuple[Program, np.ndarray, di
     def block(budget: int, depth: int) -> None:
         while budget > 0:
             r = rng.random()
-            if r < 0.2 and depth < cfg.scalar.loop_depth and budget > 3:
+            if r < 0.2 and depth < (max_depth or cfg.scalar.loop_depth) and budget > 3:
                 inner = int(rng.integers(2, min(budget, 12) + 1))
-                with b.loop(count=int(rng.integers(0, 6)),
+                with b.loop(count=int(rng.integers(*counts)),
                             count_base=int(rng.choice([0, 0, 0, 3]))):
                     block(inner - 1, depth + 1)
                     for reg in regs[1:3]:
                         if rng.random() < 0.7:
-                            b.addi(rd=reg, rs=reg, imm=4 * int(rng.integers(-8, 17)))
+                            step = (4 * int(rng.integers(-8, 17)) if strides is None
+                                    else int(rng.choice(strides)))
+                            b.addi(rd=reg, rs=reg, imm=step)
                 budget -= inner
             else:
                 b.instrs.append(_random_instr(rng, regs, nsem, mdt))

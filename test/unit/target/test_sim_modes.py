@@ -182,3 +182,63 @@ def test_modes_and_unknown_mode():
     assert MODES == ("fast", "reference", "functional", "timing")
     with pytest.raises(ValueError, match="unknown simulation mode 'quick'"):
         Simulator("edge").run(Program.from_asm("halt"), np.zeros(4, np.uint8), mode="quick")
+
+
+# ----------------------------------------------------------------------------- timing extrapolation
+def _extrapolated(prog: Program, dram: np.ndarray) -> bool:
+    """Whether the fast mode's timing pass skipped loop periods (a repeat record in the log)."""
+    c = Simulator("edge").run(prog, dram.copy(), trace=True, mode="timing")
+    return any(type(item) is list for item in c.log.items)
+
+
+# a 64 KiB load (4096 cycles of DRAM time on edge) in flight while a loop runs
+IN_FLIGHT = """
+    dma.load dram=0, local=0x10000, n0=65536, n1=1, n2=1, signal=s1
+    li rd=r1, imm=0
+    loop count={count}, body=2
+      {body}
+      addi rd=r1, rs=r1, imm=0
+    nop wait=s1
+    halt
+"""
+
+
+def test_loop_beside_a_transfer_in_flight_is_extrapolated():
+    """The body never touches the DMA engines: their state (times still in the future) is
+    left out of the steady state, so the vector loop repeats while the load runs."""
+    prog = Program.from_asm(IN_FLIGHT.format(count=200, body=(
+        "vec.relu dst=r1+0x4000, a=r1+0x4000, rows=1, cols=64, dstride=256, astride=256, "
+        "dt=fp32, at=fp32")))
+    dram = np.random.default_rng(3).integers(0, 256, 1 << 17, dtype=np.uint8)
+    assert_modes_agree(prog, dram)
+    assert _extrapolated(prog, dram)
+
+
+def test_loop_repeating_late_is_extrapolated_after_backing_off():
+    """Small loads queue behind the big one (DRAM calendar, channels, queue): the state only
+    repeats once that completes, long after the first checks; the checks back off and
+    still find the period."""
+    prog = Program.from_asm(IN_FLIGHT.format(count=400, body=(
+        "dma.load dram=r1+0x100, local=r1+0x200, n0=64, n1=1, n2=1")))
+    dram = np.zeros(1 << 17, np.uint8)
+    assert_modes_agree(prog, dram)
+    assert _extrapolated(prog, dram)
+
+
+def test_semaphore_drain_loop():
+    """A body that only consumes tokens (the queue shortens every iteration: no repeat)."""
+    prog = Program.from_asm("loop count=300, body=1\n  nop signal=s2\n"
+                            "dma.load dram=0, local=0, n0=4096, n1=1, n2=1, signal=s3\n"
+                            "loop count=300, body=1\n  nop wait=s2\nnop wait=s3\nhalt")
+    assert_modes_agree(prog, np.zeros(8192, np.uint8))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_programs_with_long_loops(seed):
+    """Random programs whose loops run long enough for the timing pass to look for steady
+    states (and back off), with registers that mostly stay put."""
+    prog, dram, regs = random_program(seed, length=24, counts=(8, 48), max_depth=2,
+                                      strides=(0, 0, 0, 4))
+    assert_modes_agree(prog, dram, regs)
