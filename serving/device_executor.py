@@ -108,7 +108,8 @@ class CompiledProgramProfiler:
     "decode" (a = live rows, b = context): one @decode call with `a` rows each attending to
     `b` tokens (the others idle); "prefill" (a = the compiled chunk C, b = start): one
     @prefill_chunk call of C tokens at positions b .. b + C - 1. Run on a paged executor,
-    in the fast mode (the timing-only mode refuses the paged programs: their ld of run-time trip counts reads DRAM the program stores to)."""
+    in the fast mode (the timing-only mode refuses the paged programs: an `ld` of a run-time
+    trip count reads DRAM the program itself stores to)."""
 
     def __init__(self, paged, name: str):
         self.paged = paged

@@ -10,6 +10,7 @@ DeviceStepExecutor.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -143,3 +144,26 @@ def test_step_cost_table_predicts_20_random_steps(compiled, tmp_path, capsys):
         print("\nstep-cost table vs exact simulation, 20 random steps (tiny Llama, server): errors "
               + " ".join(f"{100 * e:+.2f}%" for e in errors) + f"; max |error| {100 * max(map(abs, errors)):.2f}%")
     assert max(map(abs, errors)) < 0.05
+
+
+def test_serve_sim_uses_the_compiled_programs_when_the_model_has_weights(tiny_llama, tmp_path, capsys):
+    from infer.tools.cli import main
+
+    args = ["serve-sim", str(tiny_llama[1]), "-t", "server", "--rate", "200", "--num-requests", "12",
+            "--prompt-len-median", "10", "--output-len-median", "4", "--max-batch-size", "4", "--token-budget", "16",
+            "--block-size", "4", "--device-chunk", "8", "--device-max-len", "32", "--precision", "fp32",
+            "--cache-dir", str(tmp_path), "--json", str(tmp_path / "r.json")]
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "simulated cycles of" in out and "compiled @prefill_chunk/@decode" in out
+    first = json.loads((tmp_path / "r.json").read_text())
+    assert first["completed"] == 12 and first["cost_table_cached"] is False
+    assert main(args) == 0                               # the second run reads the cached table: same numbers
+    again = json.loads((tmp_path / "r.json").read_text())
+    assert again["cost_table_cached"] is True and again["ttft_p99_s"] == first["ttft_p99_s"]
+    assert main([*args[:-4], "--cost", "analytic", "--cache-dir", str(tmp_path)]) == 0
+    assert "analytic roofline" in capsys.readouterr().out
+    (tmp_path / "sizes").mkdir()
+    (tmp_path / "sizes" / "config.json").write_text((tiny_llama[1] / "config.json").read_text())
+    assert main([*args[:1], str(tmp_path / "sizes"), *args[2:-2], "--cost", "device"]) == 1
+    assert "has no weights to compile" in capsys.readouterr().err
