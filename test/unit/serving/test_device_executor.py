@@ -20,7 +20,7 @@ import infer
 from infer.serving import BlockManager, Engine, Request, SchedulerConfig, make_scheduler
 from infer.serving.cost_table import CostGrid, CostTableKey, StepCostTable
 from infer.serving.device_executor import CompiledProgramProfiler, DeviceStepExecutor
-from infer.serving.scheduler import Step, StepItem
+from helpers.serving_steps import random_step
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
@@ -107,22 +107,6 @@ def test_batching_invariance_on_the_device(tiny_llama, compiled):
         assert alone[0] == _hf_greedy(tiny_llama[0], prompt), f"request {rid}: differs from transformers"
 
 
-def _random_step(rng, executor) -> Step:
-    """1-6 items: decodes (context 1 .. max) and prefill chunks (any start, 1-20 tokens)."""
-    items, next_block = [], 0
-    for rid in range(int(rng.integers(1, 7))):
-        if rng.random() < 0.6:
-            start, n = int(rng.integers(0, executor.max_context - 1)), 1
-        else:
-            n = int(rng.integers(1, 21))
-            start = int(rng.integers(0, executor.max_context - n + 1))
-        blocks = [(next_block + i) % executor.num_blocks for i in range(-(-(start + n) // executor.block_size))]
-        next_block += len(blocks)
-        request = Request(rid, [1] * (start + n), 1)
-        items.append(StepItem(request, start, n, n > 1 or rng.random() < 0.2, blocks))
-    return Step(items, [])
-
-
 def test_step_cost_table_predicts_20_random_steps(compiled, tmp_path, capsys):
     profiling = infer.DeviceExecutor(compiled)  # "timing" mode refuses these programs (an ld of a stored value)
     profiler = CompiledProgramProfiler(profiling, "tiny-llama")
@@ -137,7 +121,7 @@ def test_step_cost_table_predicts_20_random_steps(compiled, tmp_path, capsys):
     rng = np.random.default_rng(3)
     errors = []
     for _ in range(20):
-        step = _random_step(rng, exact)
+        step = random_step(rng, exact)
         simulated = exact.execute(step).cycles
         errors.append((table.step_cycles(step) - simulated) / simulated)
     with capsys.disabled():
