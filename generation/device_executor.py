@@ -25,7 +25,9 @@ sequence lives in slot block_table[t // BS] * BS + t % BS).
   are idle rows on scratch slots.
 - For a serving engine (continuous batching): `add_sequence(id, prompt) -> logits`,
   `decode_step({id: token, ...}) -> {id: logits}` (any running sequences, at most B),
-  `release(id)`, `free_block_count`.
+  `release(id)`, `free_block_count`. A serving engine whose own block manager owns the blocks
+  (infer.serving.device_executor) uses `bind(id, blocks, length)`, `extend(id, tokens)` (a
+  prompt chunk from any position), `decode_step` and `unbind(id)` instead.
 `last_device_seconds`: the simulated time of the last call (the sum over the chunks of a
 prefill) at the hardware config's clock. Errors (`GenerationError`, one message): a prompt
 longer than the cache holds per sequence, a pool without enough free blocks for the request.
