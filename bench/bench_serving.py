@@ -100,7 +100,8 @@ def main() -> int:
           f"workload: Poisson, prompt log-normal(median {PROMPT.median:g}, sigma {PROMPT.sigma:g}), output "
           f"log-normal(median {OUTPUT.median:g}, sigma {OUTPUT.sigma:g}), {REQUESTS} requests per point")
     print("step costs: ANALYTIC ROOFLINE model (max(MACs/peak, DRAM bytes/bandwidth)), not measured: "
-          "device profiling of the compiled programs is not available yet")
+          "the model folder here holds SmolLM2's sizes only (infer serve-sim profiles the compiled programs "
+          "of a folder with weights: docs/serving.md)")
     ok = True
     points = []
     for target in ("edge", "server"):

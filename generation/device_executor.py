@@ -25,7 +25,9 @@ sequence lives in slot block_table[t // BS] * BS + t % BS).
   are idle rows on scratch slots.
 - For a serving engine (continuous batching): `add_sequence(id, prompt) -> logits`,
   `decode_step({id: token, ...}) -> {id: logits}` (any running sequences, at most B),
-  `release(id)`, `free_block_count`.
+  `release(id)`, `free_block_count`. A serving engine whose own block manager owns the blocks
+  (infer.serving.device_executor) uses `bind(id, blocks, length)`, `extend(id, tokens)` (a
+  prompt chunk from any position), `decode_step` and `unbind(id)` instead.
 `last_device_seconds`: the simulated time of the last call (the sum over the chunks of a
 prefill) at the hardware config's clock. Errors (`GenerationError`, one message): a prompt
 longer than the cache holds per sequence, a pool without enough free blocks for the request.
@@ -188,6 +190,36 @@ class PagedExecutor:
     @property
     def free_block_count(self) -> int:
         return len(self._free)
+
+    # ---------------------------------------------------------------- blocks owned by the caller (a serving engine)
+    def bind(self, seq: Hashable, blocks: Sequence[int], length: int) -> None:
+        """Sequence `seq` holds `length` cached tokens on `blocks`, which the caller's block manager
+        owns (ids below `free_blocks`; they must cover every token fed next). The executor's own
+        free list is not used: forget the sequence with `unbind`, not `release`."""
+        if any(not 0 <= b < self.free_blocks for b in blocks):
+            raise GenerationError(f"block ids must be in 0 .. {self.free_blocks - 1} (the pool's blocks for sequences)")
+        self._tables[seq], self._lengths[seq] = list(blocks), length
+
+    def unbind(self, seq: Hashable) -> None:
+        del self._tables[seq], self._lengths[seq]
+
+    def extend(self, seq: Hashable, tokens: Sequence[int]) -> np.ndarray:
+        """Feed `tokens` after the cached ones of a bound sequence through @prefill_chunk (C tokens
+        a call, the last right-padded); returns the logits [V] of the last token."""
+        start = self._lengths[seq]
+        new = self._check_prompt(tokens, "the chunk")
+        last = start + (new.size - 1) // self.chunk * self.chunk  # the last call's first position
+        if last + self.chunk > self.max_blocks * self.block_size or start + new.size > self.max_context:
+            raise GenerationError(f"tokens {start} .. {start + new.size - 1} do not fit the compiled context "
+                                  f"({self.max_context} tokens, padded chunks of {self.chunk} within "
+                                  f"{self.max_blocks * self.block_size})")
+        if math.ceil((start + new.size) / self.block_size) > len(self._tables[seq]):
+            raise GenerationError(f"sequence {seq!r}: its blocks do not cover {start + new.size} tokens")
+        row = np.concatenate([np.zeros(start, np.int64), new])
+        for at in range(start, row.size, self.chunk):
+            logits = self._prefill_chunk(seq, row, at)
+        self._lengths[seq] = row.size
+        return logits[(row.size - 1 - last)]
 
     # ---------------------------------------------------------------- StepExecutor
     def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:

@@ -10,11 +10,13 @@ continuous batching with chunked prefill and preemption by recomputation; static
 batching as the baseline), the engine and its step-executor interface (`engine`), step
 costs (`cost`: analytic roofline profiler; `cost_table`: profiled, cached, interpolated
 table), workloads and traces (`workload`), metrics (`metrics`), the serving simulation
-behind `infer serve-sim` (`simulate`), Ray sweeps (`sweep`), plots (`plots`) and the
-reference executor on the graph interpreter (`reference_executor`).
+behind `infer serve-sim` (`simulate`; `device_costs`: its table from the compiled programs),
+Ray sweeps (`sweep`), plots (`plots`), the reference executor on the graph interpreter
+(`reference_executor`) and the device executor running the compiled programs on the simulator
+(`device_executor`).
 
-Imports infer.target and infer.runtime only; the reference executor imports the public
-`infer.import_model` when it is built. See docs/serving.md.
+Imports infer.target and infer.runtime only; models are imported and compiled through the
+public `infer.import_model` / `infer.compile` / `infer.DeviceExecutor`. See docs/serving.md.
 """
 
 from infer.serving.block_manager import BlockManager, BlockManagerError

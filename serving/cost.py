@@ -149,17 +149,35 @@ class AnalyticRooflineProfiler:
         return compose_step_cycles(step, self)
 
 
-def compose_step_cycles(step, entry_cycles) -> float:
-    """A step's cycles: one batched decode call plus one call per prefill chunk (see the module doc)."""
-    batch = step.idle_rows
-    context = step.idle_context
+def compose_step_cycles(step, entry_cycles, chunk: int | None = None, batch: int | None = None) -> float:
+    """A step's cycles: one batched decode call plus one call per prefill chunk (see the module doc).
+
+    With `chunk` and `batch` (the compiled programs' chunk C and decode batch B, as the device
+    executor runs them): a prefill item of n tokens from start s is ceil(n / C) calls
+    prefill(C, s + k C), and the decode items are calls of at most B rows in item order, each
+    decode(rows, mean context of its rows); idle rows are part of every decode call already."""
+    if chunk is None:
+        batch_rows = step.idle_rows
+        context = step.idle_context
+        total = 0.0
+        for item in step.items:
+            if item.is_prefill:
+                total += entry_cycles("prefill", item.num_tokens, item.start)
+            else:
+                batch_rows += 1
+                context += item.start + 1
+        if batch_rows:
+            total += entry_cycles("decode", batch_rows, context / batch_rows)
+        return total
     total = 0.0
+    decodes = []
     for item in step.items:
         if item.is_prefill:
-            total += entry_cycles("prefill", item.num_tokens, item.start)
+            for at in range(item.start, item.start + item.num_tokens, chunk):
+                total += entry_cycles("prefill", chunk, at)
         else:
-            batch += 1
-            context += item.start + 1
-    if batch:
-        total += entry_cycles("decode", batch, context / batch)
+            decodes.append(item.start + 1)
+    for at in range(0, len(decodes), batch or len(decodes)):
+        group = decodes[at:at + (batch or len(decodes))]
+        total += entry_cycles("decode", len(group), sum(group) / len(group))
     return total

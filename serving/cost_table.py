@@ -63,12 +63,21 @@ def _batch_axis(max_batch: int) -> list[int]:
 @dataclass(frozen=True)
 class CostGrid:
     axes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]   # entry -> (a axis, b axis)
+    chunk: int | None = None    # compiled programs: prefill calls of `chunk` tokens, decode calls of <= `batch` rows
+    batch: int | None = None
 
     @classmethod
     def for_limits(cls, max_batch: int, max_context: int) -> CostGrid:
         ctx = tuple(bucket_axis(0, max_context))
         return cls({"decode": (tuple(_batch_axis(max_batch)), ctx),
                     "prefill": (tuple(bucket_axis(1, max_context)), ctx)})
+
+    @classmethod
+    def for_programs(cls, batch: int, chunk: int, max_context: int, max_start: int) -> CostGrid:
+        """Compiled programs: decode (rows 1 .. B) x context (1 .. max_context), prefill (C) x start
+        (0 .. max_start): one grid point is one program call."""
+        return cls({"decode": (tuple(_batch_axis(batch)), tuple(bucket_axis(1, max_context))),
+                    "prefill": ((chunk,), tuple(bucket_axis(0, max_start)))}, chunk, batch)
 
     def points(self) -> int:
         return sum(len(a) * len(b) for a, b in self.axes.values())
@@ -82,7 +91,8 @@ class CostTableKey:
     source: str
 
     def digest(self, grid: CostGrid) -> str:
-        blob = json.dumps({"key": asdict(self), "grid": grid.axes, "format": TABLE_FORMAT}, sort_keys=True)
+        blob = json.dumps({"key": asdict(self), "grid": grid.axes, "calls": [grid.chunk, grid.batch],
+                           "format": TABLE_FORMAT}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -143,4 +153,4 @@ class StepCostTable:
         return ((1 - s) * ((1 - t) * v[i][j] + t * v[i][j2]) + s * ((1 - t) * v[i2][j] + t * v[i2][j2]))
 
     def step_cycles(self, step) -> float:
-        return compose_step_cycles(step, self.entry_cycles)
+        return compose_step_cycles(step, self.entry_cycles, self.grid.chunk, self.grid.batch)

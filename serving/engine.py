@@ -21,8 +21,8 @@ per-request state beyond the pool.
 
 Executors here: `CostModelExecutor` (simulation: placeholder tokens, cycles from a step-cost
 model), `infer.serving.reference_executor.ReferenceExecutor` (real tokens from the graph
-reference interpreter). A device executor (compiled prefill/decode programs on the
-simulator, KV pool in device DRAM) implements the same call.
+reference interpreter), `infer.serving.device_executor.DeviceStepExecutor` (the compiled
+@prefill_chunk/@decode programs on the simulator, KV pool in device DRAM, simulated cycles).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@
     report = simulate(opts, poisson_workload(...))     # or read_trace(path)
     print(report.table())
 
-The step costs come from a `StepCostTable` (cached on disk) profiled by the analytic
-roofline profiler until the device executor provides one that simulates the compiled
-programs; the report's `cost_source` says which.
+The step costs come from a `StepCostTable` (cached on disk): with `cost="auto"` (default) or
+"device", profiled from the model's compiled @prefill_chunk/@decode programs on the simulator
+when MODEL has weights (`infer.serving.device_costs`); otherwise, or with `cost="analytic"`,
+from the analytic roofline profiler. The report's `cost_source` says which (and, when "auto"
+fell back, why).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class ServeSimOptions:
     weight_bytes: float = 2.0             # bf16
     kv_bytes: float = 2.0
     cache_dir: str | None = None
+    cost: str = "auto"                    # auto (device when MODEL has weights), device, analytic
+    precision: str = "bf16"               # of the compiled programs the device table profiles
+    device_chunk: int = 16                # their prefill chunk, decode batch (<= max_batch_size), max_len
+    device_batch: int = 8
+    device_max_len: int = 1024
 
     def with_(self, **changes: Any) -> ServeSimOptions:
         return replace(self, **changes)
@@ -89,7 +96,30 @@ def resolve(opts: ServeSimOptions):
     return dims, hw, blocks
 
 
+COST_SOURCES = ("auto", "device", "analytic")
+
+
 def cost_table(opts: ServeSimOptions, dims: LlamaDims, hw) -> tuple[StepCostTable, bool]:
+    """The device table when asked for / possible (see the module doc), else the analytic one."""
+    from infer.serving.device_costs import DeviceCostsUnavailable, device_cost_table
+
+    if opts.cost not in COST_SOURCES:
+        raise SimulationError(f"unknown cost source {opts.cost!r} (supported: {', '.join(COST_SOURCES)})")
+    why = ""
+    if opts.cost != "analytic":
+        try:
+            return device_cost_table(opts, dims, hw, _hw_digest(hw), compiler_version())
+        except DeviceCostsUnavailable as e:
+            if opts.cost == "device":
+                raise SimulationError(str(e)) from None
+            why = str(e)
+    table, cached = analytic_cost_table(opts, dims, hw)
+    if why:
+        table.source += f" [device table unavailable: {why}]"
+    return table, cached
+
+
+def analytic_cost_table(opts: ServeSimOptions, dims: LlamaDims, hw) -> tuple[StepCostTable, bool]:
     profiler = AnalyticRooflineProfiler(dims, hw, opts.weight_bytes, opts.kv_bytes)
     key = CostTableKey(dims.digest(), _hw_digest(hw), compiler_version(), profiler.source)
     grid = CostGrid.for_limits(opts.max_batch_size, dims.max_context)
@@ -113,9 +143,9 @@ def simulate(opts: ServeSimOptions, specs: list[RequestSpec]) -> ServingReport:
             where = s.origin or f"request {r.request_id}"
             raise SimulationError(f"{where}: {str(e).split(': ', 1)[1]}") from None
     table, cached = cost_table(opts, dims, hw)
-    engine = Engine(scheduler, CostModelExecutor(table, opts.block_size, blocks), hw.clock_ghz)
-    result = engine.run(requests)
     opt_dict = {k: v for k, v in asdict(opts).items() if k not in ("model", "cache_dir")}
+    executor = CostModelExecutor(table, opts.block_size, blocks)
+    result = Engine(scheduler, executor, hw.clock_ghz).run(requests)
     return build_report(result, policy=opts.policy, target=hw.name, model=dims.name, kv_blocks=blocks,
                         block_size=opts.block_size, requests=len(specs),
                         extra={"options": opt_dict, "cost_table_cached": cached})

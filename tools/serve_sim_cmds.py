@@ -3,16 +3,18 @@
     infer serve-sim MODEL [-t edge|server|CONFIG.toml[,...]] (--trace REQ.jsonl | --rate R[,R...] --num-requests N)
                     [--policy continuous|static[,...]] [--max-batch-size B] [--token-budget T] [--block-size S]
                     [--num-kv-blocks K] [--watermark W] [--seed N] [--json OUT.json] [--plot-dir DIR]
-                    [--ray-address ADDR] [--no-ray]
+                    [--ray-address ADDR] [--no-ray] [--cost auto|device|analytic] [--precision fp32|bf16]
+                    [--device-chunk C] [--device-batch B] [--device-max-len L]
 
 MODEL is a Llama-family Hugging Face folder (or its config.json): the simulation needs its
-sizes only. One target, policy and rate run here and print the report table; several
-(comma lists) make a sweep whose points run in parallel on Ray (a local instance unless
---ray-address names a cluster) and print one row per point. Step costs come from the
-analytic roofline model until device profiling of the compiled programs exists; the output
-says which. Bad values (a malformed trace line, a request longer than the context or the
-KV pool, a rate <= 0, an unknown policy) are one error line and exit status 1; argparse's
-usage errors exit 2.
+sizes only, unless it has weights: then the step costs come from its own compiled
+@prefill_chunk/@decode programs simulated once per bucket (a cached table; --cost device|analytic
+forces one source), otherwise from the analytic roofline model; the output says which. One
+target, policy and rate run here and print the report table; several (comma lists) make a
+sweep whose points run in parallel on Ray (a local instance unless --ray-address names a
+cluster) and print one row per point. Bad values (a malformed trace line, a request longer
+than the context or the KV pool, a rate <= 0, an unknown policy) are one error line and exit
+status 1; argparse's usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def _options(args: argparse.Namespace):
 
     return ServeSimOptions(model=args.model, policy="continuous", max_batch_size=args.max_batch_size,
                            token_budget=args.token_budget, block_size=args.block_size,
-                           num_kv_blocks=args.num_kv_blocks, watermark=args.watermark, cache_dir=args.cache_dir)
+                           num_kv_blocks=args.num_kv_blocks, watermark=args.watermark, cache_dir=args.cache_dir,
+                           cost=args.cost, precision=args.precision, device_chunk=args.device_chunk,
+                           device_batch=args.device_batch, device_max_len=args.device_max_len)
 
 
 def cmd_serve_sim(args: argparse.Namespace) -> int:
@@ -178,5 +182,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot-dir", metavar="DIR", help="write PNG plots here (latency CDFs; sweep: rate curves)")
     p.add_argument("--ray-address", help="Ray cluster for sweeps (default: a local Ray instance)")
     p.add_argument("--no-ray", action="store_true", help="run sweep points one after another in this process")
+    p.add_argument("--cost", choices=("auto", "device", "analytic"), default="auto",
+                   help="step costs: device = simulate the model's compiled programs (MODEL must have weights), "
+                        "analytic = roofline model; auto = device when MODEL has weights (default)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
+                   help="precision of the programs the device cost table compiles (default bf16)")
+    p.add_argument("--device-chunk", type=int, default=16, help="their prefill chunk in tokens (default 16)")
+    p.add_argument("--device-batch", type=int, default=8, help="their decode batch (default 8, at most the max batch)")
+    p.add_argument("--device-max-len", type=int, default=1024,
+                   help="their context (default 1024; the table extrapolates beyond)")
     p.add_argument("--cache-dir", help="step-cost table cache (default $INFER_CACHE_DIR/serving or ~/.cache/infer/serving)")
     p.set_defaults(func=_guarded(cmd_serve_sim))
