@@ -244,6 +244,7 @@ class Measured:
     passes: int
     dram_bytes_per_cycle: int
     clock_ghz: float
+    loadw_bound: float  # docs/isa.md: the weight path's bf16 weights per cycle against DRAM's q4_1 weights per cycle
 
 
 def measure(art, sizes: Sizes, target: str, precision: str, decode_entries: dict[int, str],
@@ -264,8 +265,11 @@ def measure(art, sizes: Sizes, target: str, precision: str, decode_entries: dict
     chunk = {s.name: s.shape for s in art.for_entry("prefill_chunk").inputs}["input_ids"][1]
     prefill = run_step(session, "prefill_chunk", chunk_context or chunk, sizes, start=True)
     rep = session.last_report
+    cfg = session.config
+    q4_1_weights_per_cycle = cfg.dram.bytes_per_cycle / (20 / 32)  # 20 bytes per block of 32
+    loadw = cfg.matrix.weight_load_bytes_per_cycle / 2  # bf16 weights a cycle (fp32 loads more: a looser cap)
     return Measured(target, precision, steps, prefill, prefill_macs(sizes, chunk), rep.peak_macs_per_cycle,
-                    rep.passes, rep.dram_bytes_per_cycle, session.config.clock_ghz)
+                    rep.passes, rep.dram_bytes_per_cycle, cfg.clock_ghz, min(1.0, loadw / q4_1_weights_per_cycle))
 
 
 def report_lines(m: Measured, decode_entries: dict[int, str], contexts=(SHORT, LONG)) -> list[str]:
@@ -285,7 +289,7 @@ def report_lines(m: Measured, decode_entries: dict[int, str], contexts=(SHORT, L
         out.append(f"  decode B={b} ctx {st.context}: {st.cycles:,} cycles, DRAM roofline "
                    f"{st.compulsory_bytes / m.dram_bytes_per_cycle:,.0f}: {100 * frac:.1f} % of it -- "
                    + (verdict_at_least(frac, goal) if goal is not None else "goal >= 85 % is set for server B=1")
-                   + "; mx.loadw bound ~64 % (docs/isa.md)")
+                   + f"; mx.loadw caps it near {100 * m.loadw_bound:.1f} % (docs/isa.md)")
     for b, entry in sorted(decode_entries.items()):
         st = m.steps[(entry, contexts[0])]
         out.append(f"  decode B={b} ctx {st.context}: {b / st.seconds:,.1f} tokens/s simulated "

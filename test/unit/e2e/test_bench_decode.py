@@ -54,3 +54,14 @@ def test_decode_cost_follows_the_context(tiny):
     assert pair.kv_read_bytes == 2 * short.kv_read_bytes
     assert np.isfinite(short.seconds) and short.seconds > 0
 
+
+
+def test_the_table_has_every_figure(tiny):
+    path, art = tiny
+    entries = {1: "decode", 2: "decode_b2"}
+    m = bench.measure(art, bench.Sizes.of(path, art), "server", "bf16", entries, contexts=(8, 60))
+    assert m.loadw_bound == pytest.approx(0.64)  # docs/isa.md: 1024 bf16 weights vs 1600 q4_1 weights a cycle
+    assert m.prefill_macs == bench.prefill_macs(bench.Sizes.of(path, art), 8)
+    lines = bench.report_lines(m, entries, contexts=(8, 60))
+    assert len(lines) == 1 + 2 * 2 + 2 + 1 + 1  # header; bytes and roofline per batch; tokens/s; growth; prefill
+    assert "decode B=1 ctx 8 -> 60" in lines[-2] and "prefill chunk of 8 tokens" in lines[-1]
