@@ -55,7 +55,8 @@ MAX_LEN = 1056  # context 1024 + the appended token, rounded up to the chunk
 SHORT, LONG = 128, 1024  # decode contexts
 BATCHES = (1, 8)
 DRAM_GOAL = 0.85  # server, batch 1 (issue 11)
-# blocks: batch 8 at context 128 or batch 1 at 1024 (measured one after the other) + scratch
+# blocks: batch 8 at context 128 or batch 1 at 1024 (measured one after the other), the
+# executor's scratch blocks for a chunk's padding, and 2 spare
 NUM_BLOCKS = max(BATCHES[-1] * math.ceil((SHORT + 1) / BLOCK_SIZE), math.ceil((LONG + 1) / BLOCK_SIZE)) \
     + math.ceil(CHUNK / BLOCK_SIZE) + 2
 
@@ -187,10 +188,11 @@ class Step:
     wall_seconds: float  # host, the whole call
 
 
-def run_step(session, entry: str, context: int, sizes: Sizes, *, start: bool = False) -> Step:
-    """One call of `entry` (a decode step, or with start=True a prefill chunk at the start of a
-    sequence) where each of its B sequences holds `context` tokens after the call, on distinct
-    blocks of the pool; returns its cycles and DRAM bytes against the compulsory bytes."""
+def run_step(session, entry: str, context: int, sizes: Sizes) -> Step:
+    """One call of `entry` (a decode step of B sequences x 1 token, or a prefill chunk of 1 x C
+    tokens: with context = C, the first chunk of a sequence) after which each sequence holds
+    `context` tokens, on distinct blocks of the pool (the call writes the last 1 or C of them);
+    returns its cycles and DRAM bytes against the compulsory bytes."""
     art = session.entries[entry].artifact
     spec = {s.name: s.shape for s in art.inputs}
     batch, seq = spec["input_ids"]
@@ -263,7 +265,7 @@ def measure(art, sizes: Sizes, target: str, precision: str, decode_entries: dict
         if entry != first:
             steps[(entry, contexts[0])] = run_step(session, entry, contexts[0], sizes)
     chunk = {s.name: s.shape for s in art.for_entry("prefill_chunk").inputs}["input_ids"][1]
-    prefill = run_step(session, "prefill_chunk", chunk_context or chunk, sizes, start=True)
+    prefill = run_step(session, "prefill_chunk", chunk_context or chunk, sizes)
     rep = session.last_report
     cfg = session.config
     q4_1_weights_per_cycle = cfg.dram.bytes_per_cycle / (20 / 32)  # 20 bytes per block of 32
