@@ -58,6 +58,8 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
+# Every bench/bench_*.py. bench_decode.py compiles SmolLM2 once per config (minutes each) and
+# keeps the artifacts in build/bench_decode/ (keyed by the compiler version): re-runs only simulate.
 bench: $(BENCH_STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
