@@ -106,20 +106,22 @@ class Planes:
         """Flat elements of a plane window (its rows end to end)."""
         return self.window_rows(toh) * self.Wq
 
-    def clip(self, oh0: int, toh: int) -> tuple[int, int]:
-        """(top, bottom): the plane rows of the window of output rows [oh0, oh0 + toh) that lie
-        outside the input in every row phase (filled with the border value; at most the
-        padding)."""
-        sh = self.stride[0]
+    def clip_phase(self, oh0: int, toh: int, rp: int) -> tuple[int, int]:
+        """(top, bottom): the window rows of output rows [oh0, oh0 + toh) that lie outside the
+        input in row phase `rp` ((rows, 0) when none lies inside). Row phases differ when the
+        input's height is not a multiple of the stride: the last rows of one phase can lie
+        outside while the other phase's are inside."""
         rows = self.window_rows(toh)
-        top = bottom = rows
-        for rp in {rp for rp, _ in self.phases}:
-            inputs = [sh * (oh0 + i) + rp - self.pads[0] for i in range(rows)]
-            valid = [i for i, r in enumerate(inputs) if 0 <= r < self.H]
-            if not valid:
-                continue
-            top, bottom = min(top, valid[0]), min(bottom, rows - 1 - valid[-1])
-        return (top, bottom) if top < rows else (rows, 0)
+        inputs = [self.stride[0] * (oh0 + i) + rp - self.pads[0] for i in range(rows)]
+        valid = [i for i, r in enumerate(inputs) if 0 <= r < self.H]
+        return (valid[0], rows - 1 - valid[-1]) if valid else (rows, 0)
+
+    def clip(self, oh0: int, toh: int) -> tuple[int, int]:
+        """(top, bottom): the most window rows of output rows [oh0, oh0 + toh) that lie outside
+        the input in any row phase (0, 0: every phase's window lies inside, the tile can run in
+        a loop; otherwise each phase is clipped by `clip_phase`)."""
+        clips = [self.clip_phase(oh0, toh, rp) for rp in {rp for rp, _ in self.phases}]
+        return max(t for t, _ in clips), max(b for _, b in clips)
 
     def offset(self, kh: int, kw: int) -> int:
         _, ro, co = self.tap(kh, kw)

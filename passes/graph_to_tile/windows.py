@@ -120,8 +120,12 @@ class WindowLoader:
         first_row = em.add(em.mul(n, self.C), channel)
         sh, sw = p.stride
         rq = p.window_rows(toh)
-        rows = rq - top - bottom
+        clipped = top or bottom  # then oh0 is a compile-time row (clipped tiles are not looped)
         for rp, staging in self.staging.items():
+            # each row phase its own clipping: one phase's last rows can lie outside the input
+            # while the other's are inside (a height that is not a multiple of the stride)
+            top, bottom = p.clip_phase(oh0, toh, rp) if clipped else (0, 0)  # type: ignore[arg-type]
+            rows = rq - top - bottom
             width = _shape(staging)[2]
             src_row = em.add(em.mul(em.add(oh0, top), sh), rp - p.pads[0])
             if rows > 0 and self.even:
@@ -202,9 +206,24 @@ class WindowLoader:
         sw = self.p.stride[1] if self.even else 1
         pixels = rq * nw
         out = self.gathered
+        if not self.even and nw < width:
+            # an odd width's narrower column phase: its DMA left rows of nw elements at pitch
+            # `width` (not end to end), so the pixels move row by row
+            column = em.view(staging, (self.TC * self.RQ * width, 1))
+            flat_out = em.view(out, (self.RQ * self.nw * self.TC, 1))
+            plane = em.view(staging, (self.TC, self.RQ * width))
+            for i in range(rq):
+                if tc <= nw:  # channel c's row i -> rows i.nw .. of column c
+                    em.range(tc, lambda c, i=i: em.vec("copy", out, [i * nw, c], column,
+                                                       [em.add(em.mul(c, self.RQ * width), i * width), 0], nw, 1))
+                else:  # pixel (i, j)'s channels -> row i.nw + j
+                    em.range(nw, lambda j, i=i: em.vec("copy", flat_out, [em.mul(em.add(j, i * nw), self.TC), 0],
+                                                       plane, [0, em.add(j, i * width)], tc, 1))
+            return out
         if tc <= pixels:  # channel c: its phase elements (every sw-th) -> column c
             groups = em.view(staging, (self.TC * self.RQ * width // sw, sw))
-            em.range(tc, lambda c: em.vec("copy", out, [0, c], groups, [em.mul(c, self.RQ * width // sw), wc],
+            column0 = wc if self.even else 0  # an odd width's staging holds only this phase's columns
+            em.range(tc, lambda c: em.vec("copy", out, [0, c], groups, [em.mul(c, self.RQ * width // sw), column0],
                                           pixels, 1))
         else:  # pixel q: its channels -> row q
             flat_out = em.view(out, (self.RQ * self.nw * self.TC, 1))
