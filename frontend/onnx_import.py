@@ -43,12 +43,20 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_quant, onnx_structure
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
-from infer.frontend.onnx_ops import HANDLERS, NeedsInputValue, NodeProblem, constant_node_value, numpy_dtype_for
+from infer.frontend.onnx_ops import (
+    HANDLERS,
+    NeedsInputValue,
+    NodeProblem,
+    constant_node_value,
+    domain_ops,
+    handler_key,
+    numpy_dtype_for,
+)
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_quant, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
@@ -438,7 +446,7 @@ class Importer:
             self.fail(where, f"input(s) {', '.join(map(repr, missing))} are not defined before the node")
             self.poisoned.update(outs)
             return
-        spec = HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        spec = HANDLERS.get(handler_key(node.domain, node.op_type))
         if spec is None:
             body = self._function_body(node)
             if body is not None:
@@ -447,11 +455,10 @@ class Importer:
                 return
         try:
             if spec is None:
-                raise NodeProblem(
-                    f"op type '{node.op_type}'"
-                    + (f" of domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else "")
-                    + " is not supported"
-                )
+                raise NodeProblem(f"op type '{node.op_type}'" + (
+                    f" of domain '{node.domain}' is not supported (supported in that domain: "
+                    f"{', '.join(domain_ops(node.domain)) or 'none'})"
+                    if node.domain not in ("", "ai.onnx") else " is not supported"))
             # Fold nodes whose inputs are all known (and whose result is not random).
             if spec.fold and node.op_type not in NO_FOLD and all(self.is_const(i) for i in ins) and (ins or node.op_type in _NULLARY_FOLD):
                 folded = _fold(self, node)
