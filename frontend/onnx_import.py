@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from xdsl.dialects.builtin import ModuleOp, NameLoc, StringAttr, UnknownLoc
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
@@ -246,6 +246,7 @@ class Importer:
         self.static_inputs = dict(static_inputs or {})
         self.used_static_inputs: set[str] = set()
         self.b = GraphBuilder()
+        self.module_attributes: dict[str, Attribute] = {}  # what handlers record on the module
         self.consts: dict[str, np.ndarray] = {}
         self.ssa: dict[str, SSAValue] = {}
         self.poisoned: set[str] = set()
@@ -373,7 +374,9 @@ class Importer:
                 f"{self.label}: {len(lines)} problem(s) prevent the import:\n  " + "\n  ".join(lines)
             )
         try:
-            return self.b.finish(outputs, names)
+            module = self.b.finish(outputs, names)
+            module.attributes.update(self.module_attributes)
+            return module
         except VerifyException as e:
             raise ModelImportError(f"{self.label}: the imported graph does not verify: {_one_line(e)}") from None
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, TensorType, f64, i64
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, TensorType, UnitAttr, f64, i64
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
 
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
+DYNAMIC_QUANTIZATION_ATTR = "infer.dynamic_quantization"
+"""Module attribute: the model quantizes at run time (DynamicQuantizeLinear), so it is an int8
+model as imported (`--precision int8` needs no calibration); its integer matmuls run as exact
+float matmuls of integers, in bf16 on the NPU."""
 EXACT_SUM_LIMIT = 1 << 24
 """Integers up to this magnitude are exact in float32: the bound of the float form of an
 integer matmul / conv whose zero point is computed at run time."""
@@ -233,6 +237,7 @@ def _dynamic_quantize_linear(imp: Importer, node: onnx.NodeProto):
         zero_point = rint(clip(0 - lo / scale, 0, 255))
         y = clip(rint(x / scale) + zero_point, 0, 255)"""
     b = imp.b
+    imp.module_attributes[DYNAMIC_QUANTIZATION_ATTR] = UnitAttr()
     x = imp.value(node.input[0])
     if numpy_dtype_of(x) != np.float32:
         raise NodeProblem(f"the input is {numpy_dtype_of(x)}; float32 only")
@@ -252,4 +257,4 @@ def _dynamic_quantize_linear(imp: Importer, node: onnx.NodeProto):
 
 
 
-__all__ = ["EXACT_SUM_LIMIT"]
+__all__ = ["DYNAMIC_QUANTIZATION_ATTR", "EXACT_SUM_LIMIT"]

@@ -331,9 +331,13 @@ def _quantized(graph, calibration: Any, min_cosine: float | None, method: str | 
 
 
 def _is_quantized(module) -> bool:
-    """Whether a graph module is quantized already (an `infer quantize` output, a QDQ import)."""
+    """Whether a graph module is quantized already (an `infer quantize` output, a QDQ or
+    QOperator import, a `quantize_dynamic` model: frontend/onnx_qoperator.py)."""
     from infer.dialects import graph as g
+    from infer.frontend.onnx_qoperator import DYNAMIC_QUANTIZATION_ATTR
 
+    if DYNAMIC_QUANTIZATION_ATTR in module.attributes:
+        return True
     return any(isinstance(op, (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)) for op in module.walk())
 
 
