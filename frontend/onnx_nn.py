@@ -90,10 +90,11 @@ def _as_2d(r: int, strides, dilations, pads, kernel):
     return strides, dilations, pads, list(kernel)
 
 
-_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+"""The attributes Conv and its quantized forms (QLinearConv, ConvInteger) share."""
 
 
-@handler("Conv", attrs=_CONV_ATTRS)
+@handler("Conv", attrs=CONV_ATTRS)
 def _conv(imp: Importer, node: onnx.NodeProto):
     bias = imp.value(node.input[2]) if input_name(node, 2) else None
     return [convolution(imp, node, imp.value(node.input[0]), imp.value(node.input[1]), bias)]

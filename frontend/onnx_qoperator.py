@@ -33,7 +33,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend.onnx_nn import _CONV_ATTRS, convolution
+from infer.frontend.onnx_nn import CONV_ATTRS, convolution
 from infer.frontend.onnx_ops import NodeProblem, attribute, handler, input_name
 from infer.frontend.onnx_quant import quant_parameters
 
@@ -99,7 +99,7 @@ def _quantized_result(imp: Importer, node: onnx.NodeProto, y: SSAValue, scale_in
                     TensorType(from_numpy_dtype(result), shape_of(y)))
 
 
-@handler("QLinearConv", attrs=_CONV_ATTRS, fold=False)
+@handler("QLinearConv", attrs=CONV_ATTRS, fold=False)
 def _qlinear_conv(imp: Importer, node: onnx.NodeProto):
     x = _Operand(imp, node, 0, 1, 2, "x", 1)
     if x.axis is not None:
@@ -212,7 +212,7 @@ def _matmul_integer(imp: Importer, node: onnx.NodeProto):
     return [_as_float_form(imp, node, a_zp, b_zp, depth, lambda a, b: imp.b.op(g.MatmulOp, [a, b]))]
 
 
-@handler("ConvInteger", attrs=_CONV_ATTRS, fold=False)
+@handler("ConvInteger", attrs=CONV_ATTRS, fold=False)
 def _conv_integer(imp: Importer, node: onnx.NodeProto):
     x_zp, w_zp = _integer_operands(imp, node)
     if isinstance(x_zp, int) and isinstance(w_zp, int):
