@@ -39,16 +39,24 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from xdsl.dialects.builtin import ModuleOp, NameLoc, StringAttr, UnknownLoc
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_quant, onnx_structure
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
-from infer.frontend.onnx_ops import HANDLERS, NeedsInputValue, NodeProblem, constant_node_value, numpy_dtype_for
+from infer.frontend.onnx_ops import (
+    HANDLERS,
+    NeedsInputValue,
+    NodeProblem,
+    constant_node_value,
+    domain_ops,
+    handler_key,
+    numpy_dtype_for,
+)
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_quant, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
@@ -238,6 +246,7 @@ class Importer:
         self.static_inputs = dict(static_inputs or {})
         self.used_static_inputs: set[str] = set()
         self.b = GraphBuilder()
+        self.module_attributes: dict[str, Attribute] = {}  # what handlers record on the module
         self.consts: dict[str, np.ndarray] = {}
         self.ssa: dict[str, SSAValue] = {}
         self.poisoned: set[str] = set()
@@ -365,7 +374,9 @@ class Importer:
                 f"{self.label}: {len(lines)} problem(s) prevent the import:\n  " + "\n  ".join(lines)
             )
         try:
-            return self.b.finish(outputs, names)
+            module = self.b.finish(outputs, names)
+            module.attributes.update(self.module_attributes)
+            return module
         except VerifyException as e:
             raise ModelImportError(f"{self.label}: the imported graph does not verify: {_one_line(e)}") from None
 
@@ -438,7 +449,7 @@ class Importer:
             self.fail(where, f"input(s) {', '.join(map(repr, missing))} are not defined before the node")
             self.poisoned.update(outs)
             return
-        spec = HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        spec = HANDLERS.get(handler_key(node.domain, node.op_type))
         if spec is None:
             body = self._function_body(node)
             if body is not None:
@@ -447,11 +458,10 @@ class Importer:
                 return
         try:
             if spec is None:
-                raise NodeProblem(
-                    f"op type '{node.op_type}'"
-                    + (f" of domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else "")
-                    + " is not supported"
-                )
+                raise NodeProblem(f"op type '{node.op_type}'" + (
+                    f" of domain '{node.domain}' is not supported (supported in that domain: "
+                    f"{', '.join(domain_ops(node.domain)) or 'none'})"
+                    if node.domain not in ("", "ai.onnx") else " is not supported"))
             # Fold nodes whose inputs are all known (and whose result is not random).
             if spec.fold and node.op_type not in NO_FOLD and all(self.is_const(i) for i in ins) and (ins or node.op_type in _NULLARY_FOLD):
                 folded = _fold(self, node)

@@ -90,13 +90,20 @@ def _as_2d(r: int, strides, dilations, pads, kernel):
     return strides, dilations, pads, list(kernel)
 
 
-_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+"""The attributes Conv and its quantized forms (QLinearConv, ConvInteger) share."""
 
 
-@handler("Conv", attrs=_CONV_ATTRS)
+@handler("Conv", attrs=CONV_ATTRS)
 def _conv(imp: Importer, node: onnx.NodeProto):
-    x, w = imp.value(node.input[0]), imp.value(node.input[1])
     bias = imp.value(node.input[2]) if input_name(node, 2) else None
+    return [convolution(imp, node, imp.value(node.input[0]), imp.value(node.input[1]), bias)]
+
+
+def convolution(imp: Importer, node: onnx.NodeProto, x: SSAValue, w: SSAValue, bias: SSAValue | None,
+                conv_op: type[g.GraphOp] = g.Conv2dOp, **properties) -> SSAValue:
+    """`conv_op` (graph.conv2d, or graph.conv2d_integer with its zero points in `properties`)
+    of x and w with the window attributes of the Conv-like `node` (1-D as 2-D with H = 1)."""
     xs, ws = shape_of(x), shape_of(w)
     r = len(xs) - 2
     if r not in (1, 2):
@@ -108,14 +115,14 @@ def _conv(imp: Importer, node: onnx.NodeProto):
         x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
         w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
     y = imp.b.op(
-        g.Conv2dOp, [x, w, bias],
+        conv_op, [x, w, bias],
         stride=g.i64_array(strides), padding=g.i64_array(pads), dilation=g.i64_array(dilations),
-        groups=g.i64_attr(int(attribute(node, "group", 1))),
+        groups=g.i64_attr(int(attribute(node, "group", 1))), **properties,
     )
     if r == 1:
         ys = shape_of(y)
         y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
-    return [y]
+    return y
 
 
 @handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))

@@ -63,15 +63,25 @@ class OpSpec:
 
 
 HANDLERS: dict[str, OpSpec] = {}
-"""ONNX op type (default domain) -> how to import it."""
+"""ONNX op type -> how to import it; keyed by the op type for the default domain, by
+`domain:op_type` for another domain (`handler_key`)."""
 
 
-def handler(*op_types: str, attrs: Sequence[str] = (), fold: bool = True):
-    """Register the decorated function for `op_types` in HANDLERS."""
+def handler_key(domain: str, op_type: str) -> str:
+    return op_type if domain in ("", "ai.onnx") else f"{domain}:{op_type}"
+
+
+def domain_ops(domain: str) -> list[str]:
+    """The op types of a non-default `domain` that have a handler."""
+    return sorted(k.split(":", 1)[1] for k in HANDLERS if k.startswith(f"{domain}:"))
+
+
+def handler(*op_types: str, attrs: Sequence[str] = (), fold: bool = True, domain: str = ""):
+    """Register the decorated function for `op_types` (of `domain`) in HANDLERS."""
 
     def register(fn: Handler) -> Handler:
         for t in op_types:
-            HANDLERS[t] = OpSpec(fn, frozenset(attrs), fold)
+            HANDLERS[handler_key(domain, t)] = OpSpec(fn, frozenset(attrs), fold)
         return fn
 
     return register

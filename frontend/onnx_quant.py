@@ -27,25 +27,34 @@ _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 
 def _parameters(imp: Importer, node: onnx.NodeProto, rank: int, value_types: tuple[np.dtype, ...]):
     """(scale, zero point or None, axis property or None) of a Q/DQ node, checked."""
-    scale = np.asarray(imp.static(node.input[1], "the scale"))
+    return quant_parameters(imp, node, 1, 2, rank, value_types, int(attribute(node, "axis", 1)))
+
+
+def quant_parameters(imp: Importer, node: onnx.NodeProto, scale_index: int, zp_index: int, rank: int,
+                     value_types: tuple[np.dtype, ...], axis_if_per_axis: int, what: str = ""):
+    """(scale, zero point or None, axis property or None) of the quantization parameters at
+    inputs `scale_index` and `zp_index` of `node` (`what` names the operand in errors:
+    "x's " ...), checked: float32 scales, finite and positive, known at import time."""
+    scale = np.asarray(imp.static(node.input[scale_index], f"{what or 'the '}scale"))
     if scale.dtype != np.float32:
-        raise NodeProblem(f"the scale is {scale.dtype}; float32 scales only")
+        raise NodeProblem(f"{what or 'the '}scale is {scale.dtype}; float32 scales only")
     if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise NodeProblem(f"the scale must be finite and positive, got {scale.reshape(-1)[:8].tolist()}")
-    zp_name = input_name(node, 2)
+        raise NodeProblem(f"{what or 'the '}scale must be finite and positive, got {scale.reshape(-1)[:8].tolist()}")
+    zp_name = input_name(node, zp_index)
     zero_point = None
     if zp_name:
-        zero_point = np.asarray(imp.static(zp_name, "the zero point"))
+        zero_point = np.asarray(imp.static(zp_name, f"{what or 'the '}zero point"))
         if zero_point.dtype not in value_types:
-            raise NodeProblem(f"the zero point is {zero_point.dtype}; supported: "
+            raise NodeProblem(f"{what or 'the '}zero point is {zero_point.dtype}; supported: "
                               f"{', '.join(str(t) for t in value_types)}")
         if zero_point.size != scale.size or zero_point.ndim > 1:
-            raise NodeProblem(f"the zero point has shape {list(zero_point.shape)} but the scale {list(scale.shape)}")
+            raise NodeProblem(f"{what or 'the '}zero point has shape {list(zero_point.shape)} but the scale "
+                              f"{list(scale.shape)}")
     axis = None
     if scale.size != 1:  # per axis
         if scale.ndim != 1:
-            raise NodeProblem(f"the scale has shape {list(scale.shape)}; per tensor or 1-D per axis only")
-        axis = g.i64_attr(normalize_axis(int(attribute(node, "axis", 1)), rank))
+            raise NodeProblem(f"{what or 'the '}scale has shape {list(scale.shape)}; per tensor or 1-D per axis only")
+        axis = g.i64_attr(normalize_axis(axis_if_per_axis, rank))
     else:  # per tensor: one element, as a scalar
         scale = scale.reshape(())
         zero_point = None if zero_point is None else zero_point.reshape(())

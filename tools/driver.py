@@ -216,6 +216,7 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
         with timing.phase("int8 quantization"):
             graph = _quantized(graph, calibration, min_cosine, calibration_method, entry, say)
     elif precision == "int8" and _has_qdq(graph):
+        _require_float_boundary(graph, entry)
         with timing.phase("int8 kernels of a QDQ model"):
             graph = _integer_kernels(graph, say)
     with timing.phase("graph reference IR"):
@@ -330,9 +331,13 @@ def _quantized(graph, calibration: Any, min_cosine: float | None, method: str | 
 
 
 def _is_quantized(module) -> bool:
-    """Whether a graph module is quantized already (an `infer quantize` output, a QDQ import)."""
+    """Whether a graph module is quantized already (an `infer quantize` output, a QDQ or
+    QOperator import, a `quantize_dynamic` model: frontend/onnx_qoperator.py)."""
     from infer.dialects import graph as g
+    from infer.frontend.onnx_qoperator import DYNAMIC_QUANTIZATION_ATTR
 
+    if DYNAMIC_QUANTIZATION_ATTR in module.attributes:
+        return True
     return any(isinstance(op, (*g.QUANTIZATION_OPS, *g.INTEGER_KERNEL_OPS)) for op in module.walk())
 
 
@@ -345,17 +350,34 @@ def _has_qdq(module) -> bool:
     return any(isinstance(op, g.QuantizeLinearOp) for op in module.walk())
 
 
+def _require_float_boundary(graph, entry: str) -> None:
+    """The NPU program of a quantized model takes and returns float tensors (onnxruntime's
+    quantize_static writes QuantizeLinear / DequantizeLinear at the model's boundary): an int8
+    or uint8 model input or output is one error, naming it."""
+    sig = signature(graph, entry)
+    for kind, specs in (("input", sig["inputs"]), ("output", sig["outputs"])):
+        for spec in specs:
+            if spec.dtype in ("int8", "uint8"):
+                raise DriverError(
+                    f"model {kind} '{spec.name}' is {spec.dtype}: the int8 program of a quantized model takes and "
+                    "returns float tensors (quantize at the inputs and dequantize at the outputs inside the model, as "
+                    "onnxruntime's quantize_static writes it); the model runs as it is on the reference interpreter")
+
+
 def _integer_kernels(graph, say: Progress):
-    """An imported QDQ model in the form the NPU runs: `graph-quantize-kernels` (DQ -> op ->
+    """An imported QDQ or QOperator model in the form the NPU runs: max pooling of quantized
+    values in float between dequantize / quantize (passes/quantize/pools.py), `graph-quantize-kernels` (DQ -> op ->
     Q into integer kernels, the remaining quantize_linear ops into requantize by 1 / scale), then
     the dequantize_linear ops of constants no kernel took folded to float constants, and uint8
     values moved to int8 (passes/quantize/unsigned.py)."""
     from infer.dialects.ir_io import make_context
     from infer.passes.graph_dce import GraphDCEPass
     from infer.passes.quantize.kernels import fold_constant_dequantize, quantize_kernels
+    from infer.passes.quantize.pools import dequantize_pools
     from infer.passes.quantize.unsigned import signed_int8
 
     module = graph.clone()
+    dequantize_pools(module)  # a QOperator model pools int8 values: in float on the NPU, exactly
     # the NPU has no int8 matmul of two runtime operands yet: those stay float matmuls of the
     # dequantized int8 values
     layers = quantize_kernels(module, runtime_rhs=False)

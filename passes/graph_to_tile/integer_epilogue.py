@@ -71,6 +71,20 @@ def int_output_buffer(ctx: LoweringContext, value: SSAValue) -> SSAValue:
     return buffer
 
 
+def int_input_buffer(ctx: LoweringContext, value: SSAValue) -> SSAValue:
+    """The DRAM buffer an int8-path lowering reads `value` from, in value's own element type:
+    a compile-time i8 / i32 value (a quantized bias, a weight) as a weight of that type, since
+    `ctx.buffer` holds constants as f32 values, which an integer tile would read as raw bits."""
+    name = element_name_of(value)
+    if name in INT_ELEMENTS and value not in ctx.buffers:
+        array = ctx.constant(value)
+        if array is not None:
+            owner = value.owner
+            hint = owner.weight_key if isinstance(owner, g.WeightOp) else "const"
+            return ctx.weight(hint, np.ascontiguousarray(np.broadcast_to(array, shape_of(value))), INT_ELEMENTS[name])
+    return ctx.buffer(value)
+
+
 def channel_vector(ctx: LoweringContext, op: Operation, value: SSAValue, channels: int, axis: int | None,
                    channel_axis: int) -> np.ndarray:
     """A per-tensor or per-channel f32 constant (multiplier / scale) as [channels]."""
@@ -297,7 +311,7 @@ def lower_quantization_op(ctx: LoweringContext, op: Operation) -> None:
         footprint=lambda tr, tc: 2 * tr * tc * (in_bytes + out_bytes + (4 if two_steps else 0)) + 2 * tc * 4)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     TR, TC = min(choice.rows, M, tiling_cost.dma_box_limits()[1]), choice.cols  # rows: one DMA box
-    x2 = em.view(ctx.buffer(x), (M, N))
+    x2 = em.view(int_input_buffer(ctx, x), (M, N))
     out2 = em.view(int_output_buffer(ctx, y), (M, N))
     x_tile = em.alloc((TR, TC), x.type.get_element_type(), "spad", 2)  # type: ignore[attr-defined]
     y_tile = em.alloc((TR, TC), y.type.get_element_type(), "spad", 2)  # type: ignore[attr-defined]

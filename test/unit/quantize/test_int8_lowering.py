@@ -191,3 +191,31 @@ def test_float_ops_between_integer_kernels_are_bit_exact(target, zp) -> None:
     x = rng.standard_normal((M, K)).astype(np.float32) * 2
     y = _three_ways(text, {"w": w}, x, target)
     assert np.unique(y).size > 10
+
+
+@BOTH
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dequantize_of_an_int32_constant_is_bit_exact(target, per_channel) -> None:
+    """A standalone dequantize_linear of a compile-time int32 tensor (an imported Gemm's
+    quantized bias when no kernel takes it, and the import does not fold it): the constant is
+    read as int32, not as the f32 values the lowering holds constants in."""
+    M, N = 4, 10
+    rng = np.random.default_rng(2)
+    b = rng.integers(-50000, 50000, (N,), dtype=np.int32)
+    scales = (rng.uniform(0.5, 2, N) * 1e-4).astype(np.float32)
+    s_type = f"tensor<{N}xf32>" if per_channel else "tensor<1xf32>"
+    s_value = "dense<[" + ", ".join(repr(float(v)) for v in scales) + "]>" if per_channel else "dense<0.00013>"
+    axis = " {axis = 0 : i64}" if per_channel else ""
+    text = f"""func.func @main(%x: tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32> {{
+  %b = graph.weight @b : tensor<{N}xi32>
+  %s = graph.constant {s_value} : {s_type}
+  %d = graph.dequantize_linear %b, %s{axis} : (tensor<{N}xi32>, {s_type}) -> tensor<{N}xf32>
+  %y = graph.add %x, %d : (tensor<{M}x{N}xf32>, tensor<{N}xf32>) -> tensor<{M}x{N}xf32>
+  func.return %y : tensor<{M}x{N}xf32>
+}}
+"""
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    ref = run_module(_module(text, {"b": b}), [x])[0]
+    assert np.abs(ref).max() > 1  # the bias matters
+    simulated = infer.compile(_module(text, {"b": b}), target=target, precision="int8", graph_passes="").run([x])[0]
+    np.testing.assert_array_equal(simulated, ref)
