@@ -16,6 +16,7 @@ All bits above the last field are reserved and must be zero.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,9 +189,13 @@ class InstrDef:
                 return f
         raise KeyError(name)
 
-    @property
+    @functools.cached_property  # (read per instruction made, checked and looked up)
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
+
+    @functools.cached_property
+    def field_index(self) -> dict[str, int]:
+        return {f.name: i for i, f in enumerate(self.fields)}
 
 
 def _reg(name: str, doc: str) -> FieldDef:
@@ -456,7 +461,7 @@ class Instr:
         return self.d.name
 
     def __getitem__(self, name: str) -> int:
-        return self.values[self.d.field_names.index(name)]
+        return self.values[self.d.field_index[name]]
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.d.field_names, self.values))
