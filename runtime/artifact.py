@@ -182,6 +182,7 @@ class Artifact:
     entries: list[EntryPoint] = field(default_factory=list)  # the other entry points
     # (bytes, sections, header without its section table) of the last to_bytes/from_bytes
     _encoded: tuple[bytes, list, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _decoded: tuple[bytes, Any] | None = field(default=None, init=False, repr=False, compare=False)  # (program, Program)
 
     # ---------------------------------------------------------------- entry points
     def entry_names(self) -> list[str]:
@@ -225,13 +226,18 @@ class Artifact:
         return parse_layout(self.layout)
 
     def decode_program(self):
+        """The program section decoded (a new Program each call; the decoding is done once
+        per program bytes: validating and running an artifact both need it)."""
         from infer.target.asm import Program
         from infer.target.isa import EncodingError
 
-        try:
-            return Program.from_bytes(self.program)
-        except EncodingError as e:
-            raise ArtifactError(f"program section: {e}") from None
+        kept = self._decoded
+        if kept is None or kept[0] is not self.program:
+            try:
+                kept = self._decoded = (self.program, Program.from_bytes(self.program))
+            except EncodingError as e:
+                raise ArtifactError(f"program section: {e}") from None
+        return Program(list(kept[1].instrs), dict(kept[1].meta))
 
     def weight_arrays(self) -> dict[str, np.ndarray]:
         return load_safetensors(self.weights, "weights")

@@ -158,11 +158,11 @@ class FieldDef:
     doc: str = ""
     base: str | None = None  # for *_off kinds: the name of the base-register field
 
-    @property
+    @functools.cached_property  # (checked for every field of every instruction made or decoded)
     def lo(self) -> int:
         return -(1 << (self.bits - 1)) if self.signed else 0
 
-    @property
+    @functools.cached_property
     def hi(self) -> int:
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
@@ -485,7 +485,7 @@ def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
         elif f.kind == "dtype" and DTYPES[v][1] is None and not (
                 d.engine == "matrix" and DTYPES[v][0] == "int4"):
             errs.append(f"{f.name} = {v} is a reserved dtype code")
-    extra = set(values) - set(d.field_names)
+    extra = values.keys() - d.field_index.keys()
     if extra:
         errs.append(f"unknown field(s) {', '.join(sorted(extra))}")
     if errs:
