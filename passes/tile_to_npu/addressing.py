@@ -45,9 +45,10 @@ class AffineIndex:
                            {loop: c * factor for loop, c in self.coefficients.items() if c * factor})
 
 
-# value -> its AffineIndex, while `affine_cache()` is open (one lowering of a function: the IR
-# does not change under it, and a function is compiled again when it runs out of semaphores)
-_AFFINE_CACHE: ContextVar[dict[SSAValue, AffineIndex] | None] = ContextVar("affine_cache", default=None)
+# value -> its AffineIndex, and (base, shape, element bytes, *indices) -> a buffer element's
+# address, while `affine_cache()` is open (one lowering of a function: the IR does not change
+# under it, and a function is compiled again when it runs out of semaphores)
+_AFFINE_CACHE: ContextVar[dict[object, AffineIndex] | None] = ContextVar("affine_cache", default=None)
 
 
 @contextmanager
@@ -245,6 +246,16 @@ class TileBuffer:
 
     def element_address(self, indices: list[SSAValue], user: Operation) -> AffineIndex:
         """The byte address of element [indices] (in the first half of a double buffer)."""
+        cache = _AFFINE_CACHE.get()
+        if cache is None:
+            return self._element_address(indices, user)
+        key = (self.base, self.shape, self.element_bytes, *indices)
+        address = cache.get(key)
+        if address is None:
+            address = cache[key] = self._element_address(indices, user)
+        return address
+
+    def _element_address(self, indices: list[SSAValue], user: Operation) -> AffineIndex:
         address = AffineIndex(self.base, {})
         for index, stride in zip(indices, self.strides):
             address = address + affine_of(index, user).scaled(stride * self.element_bytes)
