@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, f16, f32, i8, i64
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, bf16, f16, f32, i8, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -46,7 +46,7 @@ from infer.passes.graph_to_tile import gemm
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
-from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.target import isa
 from infer.target.qblocks import split_blocks
 
@@ -188,6 +188,10 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     code_rows = TK * fmt.bits // 8  # codes-plane rows of one k tile
     code_rows_p = Kp * fmt.bits // 8
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    if M <= TM and N <= TN and K == TK:
+        _lower_resident(ctx, op, epilogue, result, fmt_name, (M, N, K), xv, out2, codes_w, scales_w, bias_row,
+                        frame_groups)
+        return
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
@@ -239,6 +243,82 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     em.tiles(M, TM, over_n)
 
 
+def _chunk_rows(K: int, steps: int = 3) -> int:
+    """Rows of W^T expanded per step of a resident product: the smallest multiple of the block
+    that divides K in at most `steps` steps. Three steps use the first step's tile and the two
+    halves of the double-buffered one once each: no step waits for the array to release a
+    buffer (a release comes a fill/drain latency after the step's last matmul, longer than a
+    step of a decode-sized matrix)."""
+    return min(c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0 and K // c <= steps)
+
+
+def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
+                    fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
+                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple) -> None:
+    """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
+    weight prefetch and an expansion pipelined with the matrix unit.
+
+    The codes and scales planes of the whole matrix are DMAd first, then the activations: the
+    weight loads read no value an earlier kernel writes, so the load engine starts them while
+    the previous kernel still computes (only the activations wait for its store). W^T is then
+    expanded in steps of KC rows (`_chunk_rows`) into a double-buffered bf16 tile inside a loop
+    that also multiplies the previous step's rows, so `vec.dequant` of step j+1 runs while the
+    array takes step j's weights (without the loop the whole expansion, then every `mx.loadw`,
+    ran one after the other). K % KC == 0: no remainder step, whose use after the loop would
+    stop the rotation."""
+    em, hw = ctx.emitter, ctx.hw
+    M, N, K = mnk
+    fmt = block_format(fmt_name)
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    KC = _chunk_rows(K)
+    z = [0, 0]
+    codes = em.alloc((K * fmt.bits // 8, N), i8 if fmt_name == "q8_0" else ui8, "spad")
+    scales = em.alloc((K // QBLOCK, N * entry // 2), f16, "spad")
+    x_staging = em.alloc((M, K), f32, "spad")
+    x_tile = Bf16Tile(em.alloc((M, K), bf16, "spad"),
+                      em.alloc((M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_tile = Bf16Tile(em.alloc((K, N), bf16, "spad"), em.alloc((K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_expanded = em.alloc((KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
+    acc = em.alloc((M, N), f32, "acc")
+    bias_tile = em.alloc((1, N), f32, "spad") if bias_row is not None else None
+    em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
+    em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
+    em.dma(xv, z, x_staging, z, [M, K])
+    if bias_row is not None and bias_tile is not None:
+        em.dma(bias_row, z, bias_tile, z, [1, N])
+    em.fill(acc, z, M, N, 0.0)
+
+    def expand(j: int) -> None:
+        if w_expanded is None:
+            _dequant(em, w_tile.hi, codes, [j * KC * fmt.bits // 8, 0], scales, [j * KC // QBLOCK, 0], KC, N,
+                     fmt_name, dst_at=[j * KC, 0])
+        else:
+            _dequant(em, w_expanded, codes, [j * KC * fmt.bits // 8, 0], scales, [j * KC // QBLOCK, 0], KC, N,
+                     fmt_name)
+            # hi/lo halves of these rows (the f32 tile is reused: the vector unit runs in order)
+            assert w_tile.lo is not None
+            em.vec("copy", w_tile.hi, [j * KC, 0], w_expanded, z, KC, N)
+            em.vec("sub", w_expanded, z, w_expanded, z, KC, N, w_tile.hi, [j * KC, 0], bmode="tile")
+            em.vec("copy", w_tile.lo, [j * KC, 0], w_expanded, z, KC, N)
+
+    # the first step is expanded before the activations are converted (the vector unit runs in
+    # order: behind the conversion it would wait for the previous kernel's store); each step
+    # has its own rows of the weight tile, so the expansion of step j+1 overlaps the array's
+    # work on step j (a fixed number of steps, straight-line: in a loop, the tile's rows would
+    # be one hull and every step would wait for the previous one's matmuls)
+    expand(0)
+    split_on_chip(em, x_staging, x_tile, M, K)
+    for j in range(K // KC):
+        if j:
+            expand(j)
+        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(0, j * KC), rhs_at=(j * KC, 0))
+    if bias_tile is not None:
+        em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
+    frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
+    tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+    em.dma(tile, z, out2, z, [M, N])
+
+
 def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Choice) -> tiling_cost.Choice:
     """Re-rank the fitting candidates by estimated cycles plus one DRAM latency per weight tile.
 
@@ -259,12 +339,11 @@ def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Cho
 
 
 def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
-             scales_at: Sequence[Index], rows: int, cols: int, fmt: str) -> None:
-    """dst[:rows, :cols] = tile.dequant of the codes and scales tiles at the given origins
-    (blocks down the columns)."""
-    z = [em.index_value(0)] * 2
+             scales_at: Sequence[Index], rows: int, cols: int, fmt: str, dst_at: Sequence[Index] = (0, 0)) -> None:
+    """dst[dst_at + (:rows, :cols)] = tile.dequant of the codes and scales tiles at the given
+    origins (blocks down the columns)."""
     em.insert(t.DequantOp.build(
-        operands=[dst, z, codes, [em.index_value(i) for i in codes_at], scales,
+        operands=[dst, [em.index_value(i) for i in dst_at], codes, [em.index_value(i) for i in codes_at], scales,
                   [em.index_value(i) for i in scales_at]],
         properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
                     "format": StringAttr(fmt), "blocks": StringAttr("col")}))
