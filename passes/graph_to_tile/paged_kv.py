@@ -156,8 +156,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         score_column = em.view(scores, (rows * BS, 1))  # score row r = this column's [r*BS, +BS)
 
         def block(b: Index, j: SSAValue) -> None:
-            em.gather_rows(k_blocks, 0, table_ids, em.add(em.mul(b, MB), j), k_block, z, 1, BS * Wk)
-            em.gather_rows(v_blocks, 0, table_ids, em.add(em.mul(b, MB), j), v_block, z, 1, BS * Wv)
+            # one index for both gathers, back to back: with equal row pitches tile-to-npu reads
+            # the block number once (one front-end `ld` per block, docs/paged-kv.md)
+            entry = em.add(em.mul(b, MB), j)
+            em.gather_rows(k_blocks, 0, table_ids, entry, k_block, z, 1, BS * Wk)
+            em.gather_rows(v_blocks, 0, table_ids, entry, v_block, z, 1, BS * Wv)
 
             def score_row(kv: Index, r: Index) -> None:
                 row = em.add(em.mul(kv, R), r)
