@@ -84,8 +84,9 @@ def _single_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
     return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), lo)
 
 
-def _blocks_used(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: int) -> SSAValue:
-    """An i32 DRAM buffer [B]: ceil(context_lens[b] / BS), computed on the vector unit."""
+def _blocks_after_first(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: int) -> SSAValue:
+    """An i32 DRAM buffer [B]: max(ceil(context_lens[b] / BS) - 1, 0) (the block loop's trip
+    count), computed on the vector unit."""
     em = ctx.emitter
     with ctx.stage(what="blocks per sequence"):
         out = em.alloc((batch,), i32, "dram")
@@ -97,7 +98,8 @@ def _blocks_used(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: i
         em.vec("add", as_float, z, as_float, z, 1, batch, bmode="imm", imm=float(block_size - 1))
         em.vec("mul", as_float, z, as_float, z, 1, batch, bmode="imm", imm=1.0 / block_size)
         em.vec("sub", as_float, z, as_float, z, 1, batch, bmode="imm",
-               imm=(block_size - 1) / (2.0 * block_size))
+               imm=(block_size - 1) / (2.0 * block_size) + 1.0)
+        em.vec("max", as_float, z, as_float, z, 1, batch, bmode="imm", imm=0.0)  # n = 0: no steps
         em.vec("copy", as_int, z, as_float, z, 1, batch)  # rounds half to even: the floor here
         em.dma(as_int, z, em.view(out, (1, batch)), z, [1, batch])
     return out
@@ -117,7 +119,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     scale = op.scale.value.data if op.scale is not None else 1.0 / np.sqrt(D)
     tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
-    blocks = _blocks_used(ctx, lens, B, BS)
+    blocks = _blocks_after_first(ctx, lens, B, BS)
     name = ctx.kernel_name()
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
               f"block={BS}: a run-time loop over each sequence's blocks")
@@ -155,12 +157,14 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         v_rows = em.view(v_block, (BS, Wv))
         score_column = em.view(scores, (rows * BS, 1))  # score row r = this column's [r*BS, +BS)
 
-        def block(b: Index, j: SSAValue) -> None:
+        def gather(b: Index, j: Index) -> None:
             # one index for both gathers, back to back: with equal row pitches tile-to-npu reads
             # the block number once (one front-end `ld` per block, docs/paged-kv.md)
             entry = em.add(em.mul(b, MB), j)
             em.gather_rows(k_blocks, 0, table_ids, entry, k_block, z, 1, BS * Wk)
             em.gather_rows(v_blocks, 0, table_ids, entry, v_block, z, 1, BS * Wv)
+
+        def block() -> None:
 
             def score_row(kv: Index, r: Index) -> None:
                 row = em.add(em.mul(kv, R), r)
@@ -183,8 +187,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.vec("copy", m, z, m_new, z, rows, 1)
             em.vec("sub", scores, z, scores, z, rows, BS, m_new, z, bmode="col")
             em.vec("exp", scores, z, scores, z, rows, BS)
-            if Sq > 1:  # a query row without keys (n < Sq) must stay 0
-                em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
+            # a query row without keys (n < Sq, or n = 0 whose block 0 is still read) stays 0
+            em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
             em.vec("mul", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
             em.vec("rsum", tmp, z, scores, z, rows, BS)
@@ -207,8 +211,18 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
-            count = em.load_index(blocks, [b], MB)
-            em.loop(0, count, 1, lambda j: block(b, j))
+            # block 0 is gathered first and each step gathers the next block after its own math
+            # (the block table's `ld` stalls the front end for a DRAM latency while the engines
+            # compute); the loop runs ceil(n / BS) - 1 steps, the last block's math follows it
+            gather(b, 0)
+            count = em.load_index(blocks, [b], max(MB - 1, 0))
+
+            def step(j: SSAValue) -> None:
+                block()
+                gather(b, em.add(j, 1))
+
+            em.loop(0, count, 1, step)
+            block()
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
