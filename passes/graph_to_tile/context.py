@@ -94,6 +94,9 @@ class LoweringContext:
         self.destinations: dict[SSAValue, SSAValue] = {}  # tensor -> function output to write it into
         self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
         self.in_place: set[SSAValue] = set()  # kv_cache_write results whose output IS the cache argument
+        # DRAM buffers derived from the function's arguments once and read by several kernels
+        # (paged attention's block counts, the same for every layer): key -> buffer
+        self.derived: dict[tuple, SSAValue] = {}
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._weights: dict[tuple, SSAValue] = {}

@@ -119,7 +119,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     scale = op.scale.value.data if op.scale is not None else 1.0 / np.sqrt(D)
     tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
-    blocks = _blocks_after_first(ctx, lens, B, BS)
+    # every layer of a step reads the same lengths: the counts are computed by the first
+    key = ("paged attention block steps", lens, BS)
+    if key not in ctx.derived:
+        ctx.derived[key] = _blocks_after_first(ctx, lens, B, BS)
+    blocks = ctx.derived[key]
     name = ctx.kernel_name()
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
               f"block={BS}: a run-time loop over each sequence's blocks")
