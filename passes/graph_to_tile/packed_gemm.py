@@ -305,12 +305,15 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
     # order: behind the conversion it would wait for the previous kernel's store); each step
     # has its own rows of the weight tile, so the expansion of step j+1 overlaps the array's
     # work on step j (a fixed number of steps, straight-line: in a loop, the tile's rows would
-    # be one hull and every step would wait for the previous one's matmuls)
+    # be one hull and every step would wait for the previous one's matmuls). Step j+1's expansion
+    # comes before step j's matmuls in program order too: behind them, the front end would
+    # dispatch it only once the matrix queue had taken them all
     expand(0)
     split_on_chip(em, x_staging, x_tile, M, K)
-    for j in range(K // KC):
-        if j:
-            expand(j)
+    steps = K // KC
+    for j in range(steps):
+        if j + 1 < steps:
+            expand(j + 1)
         emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(0, j * KC), rhs_at=(j * KC, 0))
     if bias_tile is not None:
         em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
