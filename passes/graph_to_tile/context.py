@@ -97,6 +97,7 @@ class LoweringContext:
         # DRAM buffers derived from the function's arguments once and read by several kernels
         # (paged attention's block counts, the same for every layer): key -> buffer
         self.derived: dict[tuple, SSAValue] = {}
+        self.resident_products = 0  # packed_gemm.py: resident products lowered so far (buffer halves)
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._weights: dict[tuple, SSAValue] = {}

@@ -256,65 +256,73 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
                     fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
                     scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple) -> None:
     """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
-    weight prefetch and an expansion pipelined with the matrix unit.
+    weight prefetch and an expansion overlapped with the matrix unit.
 
-    The codes and scales planes of the whole matrix are DMAd first, then the activations: the
-    weight loads read no value an earlier kernel writes, so the load engine starts them while
-    the previous kernel still computes (only the activations wait for its store). W^T is then
-    expanded in steps of KC rows (`_chunk_rows`) into a double-buffered bf16 tile inside a loop
-    that also multiplies the previous step's rows, so `vec.dequant` of step j+1 runs while the
-    array takes step j's weights (without the loop the whole expansion, then every `mx.loadw`,
-    ran one after the other). K % KC == 0: no remainder step, whose use after the loop would
-    stop the rotation."""
-    em, hw = ctx.emitter, ctx.hw
+    * The codes and scales planes of the whole matrix are DMAd first, then the activations:
+      the weight loads read no value an earlier kernel writes, so the load engine runs them
+      while the previous kernel still computes (only the activations wait for its store).
+    * W^T is expanded in up to three straight-line steps of KC rows (`_chunk_rows`), each
+      into its own rows of the weight tile, the first before the activations' conversion (the
+      vector unit runs in order: behind it the expansion would wait for the previous kernel's
+      store) and step j+1 before step j's matmuls in program order (behind them, the front
+      end would dispatch it only once the 8-deep matrix queue had taken them all), so
+      `vec.dequant` of step j+1 overlaps the array's `mx.loadw`/matmuls of step j. (In a loop
+      the tile's rows would be one hull and every step would wait for the previous one's
+      matmuls.)
+    * Consecutive resident products use alternate halves of buffers allocated twice as large
+      (`LoweringContext.resident_products` counts them): the planner gives the next kernel the
+      same bytes, and with one half each the next kernel's weight DMAs and expansion do not wait
+      for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
+      the accumulator (no fill, which would wait for the previous kernel's store of it)."""
+    em = ctx.emitter
     M, N, K = mnk
     fmt = block_format(fmt_name)
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
     KC = _chunk_rows(K)
     z = [0, 0]
-    codes = em.alloc((K * fmt.bits // 8, N), i8 if fmt_name == "q8_0" else ui8, "spad")
-    scales = em.alloc((K // QBLOCK, N * entry // 2), f16, "spad")
-    x_staging = em.alloc((M, K), f32, "spad")
-    x_tile = Bf16Tile(em.alloc((M, K), bf16, "spad"),
-                      em.alloc((M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_tile = Bf16Tile(em.alloc((K, N), bf16, "spad"), em.alloc((K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_expanded = em.alloc((KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
+    half = ctx.resident_products % 2
+    ctx.resident_products += 1
+    code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
+    codes = em.alloc((2 * code_rows, N), i8 if fmt_name == "q8_0" else ui8, "spad")
+    scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
+    x_staging = em.alloc((2 * M, K), f32, "spad")
+    x_tile = Bf16Tile(em.alloc((2 * M, K), bf16, "spad"),
+                      em.alloc((2 * M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
+                      em.alloc((2 * K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_expanded = em.alloc((2 * KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
     acc = em.alloc((M, N), f32, "acc")
     bias_tile = em.alloc((1, N), f32, "spad") if bias_row is not None else None
-    em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
-    em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
-    em.dma(xv, z, x_staging, z, [M, K])
+    c0, s0, x0, w0, e0 = half * code_rows, half * scale_rows, half * M, half * K, half * KC
+    em.dma(codes_w, z, codes, [c0, 0], [code_rows, N])
+    em.dma(scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+    em.dma(xv, z, x_staging, [x0, 0], [M, K])
     if bias_row is not None and bias_tile is not None:
         em.dma(bias_row, z, bias_tile, z, [1, N])
-    em.fill(acc, z, M, N, 0.0)
+
+    def split(src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
+        # split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)
+        em.vec("copy", dst.hi, [dst_row, 0], src, [src_row, 0], rows, cols)
+        if dst.lo is not None:
+            em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
+            em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
 
     def expand(j: int) -> None:
+        codes_at, scales_at = [c0 + j * KC * fmt.bits // 8, 0], [s0 + j * KC // QBLOCK, 0]
         if w_expanded is None:
-            _dequant(em, w_tile.hi, codes, [j * KC * fmt.bits // 8, 0], scales, [j * KC // QBLOCK, 0], KC, N,
-                     fmt_name, dst_at=[j * KC, 0])
-        else:
-            _dequant(em, w_expanded, codes, [j * KC * fmt.bits // 8, 0], scales, [j * KC // QBLOCK, 0], KC, N,
-                     fmt_name)
-            # hi/lo halves of these rows (the f32 tile is reused: the vector unit runs in order)
-            assert w_tile.lo is not None
-            em.vec("copy", w_tile.hi, [j * KC, 0], w_expanded, z, KC, N)
-            em.vec("sub", w_expanded, z, w_expanded, z, KC, N, w_tile.hi, [j * KC, 0], bmode="tile")
-            em.vec("copy", w_tile.lo, [j * KC, 0], w_expanded, z, KC, N)
+            _dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
+        else:  # the f32 rows are reused by every step: the vector unit runs in order
+            _dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
+            split(w_expanded, e0, w_tile, w0 + j * KC, KC, N)
 
-    # the first step is expanded before the activations are converted (the vector unit runs in
-    # order: behind the conversion it would wait for the previous kernel's store); each step
-    # has its own rows of the weight tile, so the expansion of step j+1 overlaps the array's
-    # work on step j (a fixed number of steps, straight-line: in a loop, the tile's rows would
-    # be one hull and every step would wait for the previous one's matmuls). Step j+1's expansion
-    # comes before step j's matmuls in program order too: behind them, the front end would
-    # dispatch it only once the matrix queue had taken them all
-    expand(0)
-    split_on_chip(em, x_staging, x_tile, M, K)
     steps = K // KC
+    expand(0)
+    split(x_staging, x0, x_tile, x0, M, K)
     for j in range(steps):
         if j + 1 < steps:
             expand(j + 1)
-        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(0, j * KC), rhs_at=(j * KC, 0))
+        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(x0, j * KC), rhs_at=(w0 + j * KC, 0),
+                          overwrite=j == 0)
     if bias_tile is not None:
         em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
     frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
