@@ -95,7 +95,7 @@ class BlockSteps(NamedTuple):
     last: SSAValue  # the number of the sequence's last block, block_tables[b, rest]
 
 
-def _block_steps(ctx: LoweringContext, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
+def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
                  block_size: int) -> BlockSteps:
     """The block loops' counts and the last block's number, computed on the vector unit in
     columns [B, 1] (exact in f32: lengths and block numbers stay far below 2^24): rest =
@@ -112,7 +112,7 @@ def _block_steps(ctx: LoweringContext, lens: SSAValue, tables: SSAValue, batch: 
         table_i = em.alloc((B, MB), i32, "spad")
         table_f = em.alloc((B, MB), f32, "spad")
         onehot = em.alloc((B, MB), f32, "spad")
-        iota = ctx.weight(f"{ctx.kernel_name()}.block_iota",
+        iota = ctx.weight(f"{name}.block_iota",
                           np.tile(np.arange(MB, dtype=np.float32), (B, 1)), f32)
         z = [0, 0]
 
@@ -168,11 +168,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
     # every layer of a step reads the same lengths: the counts are computed by the first
+    name = ctx.kernel_name()
     key = ("paged attention block steps", lens, tables, BS)
     if key not in ctx.derived:
-        ctx.derived[key] = _block_steps(ctx, lens, tables, B, MB, BS)
+        ctx.derived[key] = _block_steps(ctx, name, lens, tables, B, MB, BS)
     steps: BlockSteps = ctx.derived[key]
-    name = ctx.kernel_name()
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
               f"block={BS}: a run-time loop over each sequence's blocks")
     with ctx.stage(op, "paged attention"):
