@@ -6,7 +6,8 @@
 
 * `plot_roofline`: every op with MACs placed on the roofline of the config: arithmetic
   intensity (MACs per DRAM byte) on x, achieved MACs per cycle (MACs / the op's span) on y,
-  log-log, under the compute roof (`R x C` MACs/cycle) and the DRAM roof (bytes/cycle x
+  log-log, under a compute roof for each dtype the run's MACs used (`R x C x` that dtype's
+  MACs per PE per cycle: on server int8's roof is twice bf16's) and the DRAM roof (bytes/cycle x
   intensity). Ops without MACs (vector work, data movement) have no place on a MAC roofline:
   the figure counts them and their share of the cycles. The whole run is the black star.
 * `plot_timeline`: a Gantt chart of the engines (DMA load, DMA store, matrix, vector): each
@@ -59,9 +60,14 @@ def run_data(report: Any) -> dict[str, Any]:
     if not ops:  # no op markers: the whole program is one op
         ops = [{"name": "program", "kind": "program", "cycles": d["cycles"], "macs": d["macs"],
                 "dram_bytes": d["dram_bytes"], "busy": dict(d.get("busy_cycles", {}))}]
+    base = float(d["peak_macs_per_cycle"])
+    by_dtype = d.get("peak_macs_per_cycle_by_dtype") or {}
+    # A roof for each dtype the run's MACs used (an int8 program runs under the int8 roof, which
+    # on server is twice the bf16 one); the base rate when the report has no breakdown.
+    roofs = {dt: float(by_dtype.get(dt, base)) for dt, n in (d.get("macs_by_dtype") or {}).items() if n}
     return {"config": d.get("config", "?"), "cycles": int(d["cycles"]), "macs": int(d["macs"]),
-            "dram_bytes": int(d["dram_bytes"]), "peak": float(d["peak_macs_per_cycle"]),
-            "bandwidth": float(d["dram_bytes_per_cycle"]), "ops": list(ops)}
+            "dram_bytes": int(d["dram_bytes"]), "peak": max(roofs.values(), default=base),
+            "roofs": roofs or {"base": base}, "bandwidth": float(d["dram_bytes_per_cycle"]), "ops": list(ops)}
 
 
 def kind_colors(kinds) -> dict[str, Any]:
@@ -97,9 +103,11 @@ def plot_roofline(report: Any, path: PathLike, title: str = "") -> Path:
     pts_x = xs + [ridge] + ([whole[0]] if whole else [])
     lo, hi = min(pts_x) / 4, max(pts_x) * 4
     grid = np.geomspace(lo, hi, 200)
-    ax.plot(grid, np.minimum(peak, bw * grid), color="black", lw=2)
-    ax.axhline(peak, color="black", ls=":", lw=0.8)
-    ax.text(hi, peak * 1.08, f"compute roof {peak:g} MACs/cycle", ha="right", va="bottom", fontsize=9, clip_on=True)
+    for dtype, roof in sorted(r["roofs"].items(), key=lambda kv: kv[1]):
+        ax.plot(grid, np.minimum(roof, bw * grid), color="black", lw=2 if roof == peak else 1)
+        ax.axhline(roof, color="black", ls=":", lw=0.8)
+        name = "compute roof" if dtype == "base" else f"{dtype} compute roof"
+        ax.text(hi, roof * 1.08, f"{name} {roof:g} MACs/cycle", ha="right", va="bottom", fontsize=9, clip_on=True)
     ax.text(lo * 1.3, bw * lo * 1.3 * 1.8, f"DRAM roof {bw:g} B/cycle", fontsize=9, va="bottom", clip_on=True)
     ax.axvline(ridge, color="grey", ls="--", lw=0.8)
     ax.text(ridge * 1.05, peak / 50, f"ridge {ridge:.3g} MACs/B", color="grey", fontsize=8, rotation=90, clip_on=True)

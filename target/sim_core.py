@@ -178,6 +178,7 @@ class Counters:
             "stall_cycles": dict(self.stalls), "dram_read_bytes": self.dram_read_bytes,
             "dram_write_bytes": self.dram_write_bytes, "dram_busy_cycles": self.dram_busy_cycles,
             "macs": self.macs, "macs_by_dtype": dict(self.macs_by_dtype),
+            "peak_macs_per_cycle_by_dtype": dict(self.peak_macs_per_cycle_by_dtype),
             "matrix_utilization": self.matrix_utilization,
             "weight_load_cycles": self.weight_load_cycles,
             "vector_elements": self.vector_elements, "acc_saturations": self.acc_saturations,

@@ -153,6 +153,16 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
     return BlockSteps(*out)
 
 
+def kv_heads_per_pass(ctx: LoweringContext, Hkv: int, R: int, Dv: int) -> int:
+    """The KV heads one pass over a sequence's blocks serves: all of them when their output rows
+    (R per KV head, f32 in the accumulator) fit, else the largest divisor of Hkv that does (a
+    prefill chunk of 32 tokens with 9 query heads needs 72 KiB, edge holds 64 KiB); each further
+    pass gathers the sequence's K/V blocks again."""
+    capacity = ctx.hw.memory.accumulator_bytes
+    fitting = [h for h in range(Hkv, 0, -1) if Hkv % h == 0 and h * R * Dv * 4 <= capacity]
+    return fitting[0] if fitting else 1  # 1 that does not fit: the stage check names the buffer
+
+
 def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.PagedAttentionOp)
     em = ctx.emitter
@@ -163,7 +173,10 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     Wk, Wv = Hkv * D, Hkv * Dv
     G = Hq // Hkv
     R = G * Sq  # query rows per KV head
-    rows = Hkv * R  # query rows of one sequence (= Hq * Sq), ordered (kv head, group, query)
+    seq_rows = Hkv * R  # query rows of one sequence (= Hq * Sq), ordered (kv head, group, query)
+    HP = kv_heads_per_pass(ctx, Hkv, R, Dv)
+    passes = Hkv // HP
+    rows = HP * R  # query rows of one pass: KV heads [p HP, (p + 1) HP)
     scale = op.scale.value.data if op.scale is not None else 1.0 / np.sqrt(D)
     tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
@@ -174,16 +187,18 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         ctx.derived[key] = _block_steps(ctx, name, lens, tables, B, MB, BS)
     steps: BlockSteps = ctx.derived[key]
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
-              f"block={BS}: a run-time loop over each sequence's blocks")
+              f"block={BS}: a run-time loop over each sequence's blocks"
+              + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
     with ctx.stage(op, "paged attention"):
-        q2 = em.view(ctx.buffer(op.query), (B * rows, D))
-        out2 = em.view(ctx.output_buffer(op.output), (B * rows, Dv))
+        q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
+        out2 = em.view(ctx.output_buffer(op.output), (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
         v_blocks = em.view(ctx.buffer(op.value_cache), (NB, BS * Wv))
         table_ids = em.view(tables, (B * MB,))
         lens2 = em.view(lens, (B, 1))
         # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
-        # number of keys of row r up to and including token j*BS + s
+        # number of keys of row r up to and including token j*BS + s (the same for every pass:
+        # a pass's rows are whole KV heads, R a multiple of Sq)
         rr, ss = np.meshgrid(np.arange(rows), np.arange(BS), indexing="ij")
         pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
         z = [0, 0]
@@ -217,15 +232,16 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.gather_rows(k_blocks, 0, ids, entry, k_block[buf], z, 1, BS * Wk)
             em.gather_rows(v_blocks, 0, ids, entry, v_block[buf], z, 1, BS * Wv)
 
-        def block(buf: int) -> None:
+        def block(p: Index, buf: int) -> None:
             k_rows_b, v_rows_b = k_rows[buf], v_rows[buf]
 
-            def score_row(kv: Index, r: Index) -> None:
+            def score_row(kv: Index, r: Index) -> None:  # kv: the pass's own KV head
                 row = em.add(em.mul(kv, R), r)
-                em.vec("mul", product, z, k_rows_b, [0, em.mul(kv, D)], BS, D, q_tile, [row, 0], bmode="row")
+                head = em.add(em.mul(p, HP), kv)
+                em.vec("mul", product, z, k_rows_b, [0, em.mul(head, D)], BS, D, q_tile, [row, 0], bmode="row")
                 em.vec("rsum", score_column, [em.mul(row, BS), 0], product, z, BS, D)
 
-            em.range(Hkv, lambda kv: em.range(R, lambda r: score_row(kv, r)))
+            em.range(HP, lambda kv: em.range(R, lambda r: score_row(kv, r)))
             # keep = clamp(remaining, 0, 1); scores += keep * 1e30 - 1e30
             em.vec("max", keep, z, base, z, rows, BS, bmode="imm", imm=0.0)
             em.vec("min", keep, z, keep, z, rows, BS, bmode="imm", imm=1.0)
@@ -249,12 +265,13 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             split_on_chip(em, scores, p_tile, rows, BS)
             split_on_chip(em, v_rows_b, v_tile, BS, Wv)
-            em.range(Hkv, lambda kv: emit_tile_product(
-                ctx, p_tile, v_tile, o, R, BS, Dv, lhs_at=(em.mul(kv, R), 0), rhs_at=(0, em.mul(kv, Dv)),
-                acc_at=(em.mul(kv, R), 0)))
+            em.range(HP, lambda kv: emit_tile_product(
+                ctx, p_tile, v_tile, o, R, BS, Dv, lhs_at=(em.mul(kv, R), 0),
+                rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0)))
 
-        def sequence(b: Index) -> None:
-            em.dma(q2, [em.mul(b, rows), 0], q_tile, z, [rows, D])
+        def sequence_pass(b: Index, p: Index) -> None:
+            first_row = em.add(em.mul(b, seq_rows), em.mul(p, rows))
+            em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
             em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
             em.dma(lens2, [b, 0], n_int, z, [1, 1])
             em.vec("copy", n_float, z, n_int, z, 1, 1)
@@ -277,22 +294,22 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             def pair(i: SSAValue) -> None:
                 first = em.add(row0, em.mul(i, 2))
                 gather(table_ids, em.add(first, 1), 1)
-                block(0)
+                block(p, 0)
                 gather(table_ids, em.add(first, 2), 0)
-                block(1)
+                block(p, 1)
 
             em.loop(0, pairs, 1, pair)
-            block(0)
+            block(p, 0)
             odd = em.load_index(steps.odd, [b], 1)
 
             def last(_: SSAValue) -> None:
                 gather(last_ids, b, 1)
-                block(1)
+                block(p, 1)
 
             em.loop(0, odd, 1, last)
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
-            em.dma(o, z, out2, [em.mul(b, rows), 0], [rows, Dv])
+            em.dma(o, z, out2, [first_row, 0], [rows, Dv])
 
-        em.range(B, sequence)
+        em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))

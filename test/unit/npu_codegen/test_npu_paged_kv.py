@@ -6,6 +6,8 @@ cycles follow the sequence's actual context length, not the pool's capacity."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,9 @@ from infer.dialects.ir_io import verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.npu_attrs import layout_from_module
 from infer.dialects.weights import weights_of
+from infer.passes.graph_to_tile.paged_kv import kv_heads_per_pass
 from infer.passes.testing import apply_pass, run_entry
+from infer.target.hw import load_config
 from infer.target.sim import Simulator
 
 from tile.test_paged_kv_lowering import step_inputs, step_module
@@ -55,6 +59,28 @@ def test_paged_step_on_simulator(case, target, precision):
     for sim, tile, graph in zip(outputs, tile_outputs, reference, strict=True):
         assert sim.tobytes() == tile.tobytes()
         np.testing.assert_allclose(sim, graph, rtol=TOL[precision], atol=TOL[precision])
+
+
+# a prefill chunk whose output rows (Hq * Sq * Dv f32 = 80 KiB) overflow edge's 64 KiB accumulator:
+# the kernel serves one KV head per pass over the blocks (SmolLM2's chunk of 32 did this on edge)
+WIDE_CHUNK = ((1, 4, 2, 32, 160, 16, 6, 3), [40])
+
+
+def test_chunk_wider_than_the_accumulator_takes_passes():
+    geometry, lens = WIDE_CHUNK
+    _, Hq, Hkv, Sq, _, _, _, _ = geometry
+    hw = load_config("edge")
+    assert Hq * Sq * 160 * 4 > hw.memory.accumulator_bytes
+    assert kv_heads_per_pass(SimpleNamespace(hw=hw), Hkv, Hq // Hkv * Sq, 160) == 1
+    assert kv_heads_per_pass(SimpleNamespace(hw=load_config("server")), Hkv, Hq // Hkv * Sq, 160) == Hkv
+    xs = step_inputs(*geometry, lens)
+    reference = run_entry(step_module(geometry), xs)
+    tile_module, module, program, layout = compile_step(geometry, "edge")
+    tile_outputs = run_entry(tile_module, xs)
+    outputs, _ = simulate(module, program, layout, "edge", xs)
+    for sim, tile, graph in zip(outputs, tile_outputs, reference, strict=True):
+        assert sim.tobytes() == tile.tobytes()
+        np.testing.assert_allclose(sim, graph, rtol=TOL["fp32"], atol=TOL["fp32"])
 
 
 def test_cache_outputs_share_the_input_regions():

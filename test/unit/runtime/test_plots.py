@@ -11,6 +11,7 @@ from helpers.runtime_artifacts import bias_relu_artifact
 
 import infer
 from infer.runtime import Executable
+from infer.target.hw import load_config
 from infer.runtime.plots import PLOTS, merged_intervals, plot_roofline, plot_time_by_kind, plot_timeline, run_data
 from infer.tools.cli import main
 
@@ -59,6 +60,7 @@ def test_plots_read_the_report_dict(demo_run, tmp_path):
     d = json.loads(json.dumps(rep.as_dict()))
     data = run_data(d)
     assert (data["peak"], data["bandwidth"]) == (128 * 128, 1000)  # server.toml
+    assert d["peak_macs_per_cycle_by_dtype"] == load_config("server").peak_macs_per_cycle_by_dtype
     assert data["macs"] == rep.macs > 0 and len(data["ops"]) == len(rep.ops)
     assert sum(o["macs"] for o in data["ops"]) == rep.macs  # every MAC belongs to an op
     kinds = {o["kind"] for o in data["ops"]}
@@ -71,6 +73,22 @@ def test_plots_read_the_report_dict(demo_run, tmp_path):
         plot_timeline(d, tmp_path / "t.png")
     with pytest.raises(ValueError, match="'peak_macs_per_cycle' is missing"):
         plot_roofline({"cycles": 1}, tmp_path / "x.png")
+
+
+def test_roofline_has_a_roof_per_dtype_used(tmp_path):
+    """An int8 run sits under the int8 roof (twice bf16's on server), not the base one; a run
+    mixing dtypes draws both roofs and scales the plot to the higher."""
+    base = {"config": "server", "cycles": 1000, "macs": 10**6, "dram_bytes": 10**4,
+            "peak_macs_per_cycle": 16384, "dram_bytes_per_cycle": 1000,
+            "peak_macs_per_cycle_by_dtype": {"int8": 32768, "bf16": 16384}}
+    int8 = run_data({**base, "macs_by_dtype": {"int8": 10**6}})
+    assert int8["peak"] == 32768 and int8["roofs"] == {"int8": 32768}
+    mixed = run_data({**base, "macs_by_dtype": {"int8": 6 * 10**5, "bf16": 4 * 10**5}})
+    assert mixed["peak"] == 32768 and mixed["roofs"] == {"int8": 32768, "bf16": 16384}
+    old = run_data({k: v for k, v in base.items() if k != "peak_macs_per_cycle_by_dtype"})
+    assert old["peak"] == 16384 and old["roofs"] == {"base": 16384}  # a report without the breakdown
+    assert_png_image(plot_roofline({**base, "macs_by_dtype": {"int8": 6 * 10**5, "bf16": 4 * 10**5}},
+                                   tmp_path / "m.png"))
 
 
 def test_run_without_op_markers_is_one_op(tmp_path):
