@@ -76,6 +76,8 @@ class CodeGenerator:
         self.semaphores = VirtualSemaphores()
         self.tracker = DependencyTracker(self.semaphores, self.cursor)
         self.weight_tile = LoadedWeightTile()
+        # (the next tile.gather_rows op, the register holding its row offset): selection.py
+        self.shared_gather_row: tuple[Operation, int] | None = None
         self.kernel_groups = KernelGroups()
         self.plan = plan_rotation(fn, self.degrade_level, pipelining)
         self.double_buffering = DoubleBuffering(self.plan, self.semaphores, self.tracker,
