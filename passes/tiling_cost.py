@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from infer.passes.tiling_code import code_size, conv_nest
 from infer.target import isa
 from infer.target.hw import HardwareConfig
 
@@ -352,6 +353,8 @@ class ConvSpec:
     epi_cost: int  # vector cost units per output element (bias and epilogue ops)
     epi_tiles: int  # full-size operand tiles the epilogue loads (residual, ...)
     in_bytes: int = 4  # bytes per input element in DRAM
+    # per stride-phase plane, the trips of its two tap loops (conv.py `over_taps`): 3x3 -> ((3, 3),)
+    tap_nests: tuple[tuple[int, int], ...] = ()
     # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
     footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
                                                                                        compare=False)
@@ -386,7 +389,8 @@ class ConvEstimate:
     spad: int
     acc: int
     feasible: bool = True  # the loop nest lowers (hardware loop depth)
-    instructions: int = 0  # static instructions (code size)
+    instructions: int = 0  # static instructions (code size, tiling_code.code_size)
+    unrolled: bool = False  # the nest is deeper than scalar.loop_depth: tile-to-npu unrolls loops
 
     @property
     def bound(self) -> str:
@@ -540,11 +544,11 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
             chains.append([min(TC, (TOH + s.halo_rows) * nw)])
     else:
         chains = [[_loop_trips(tq_full, Ccols), _loop_trips(TC - min(TC, R), R)]]
-    feasible = all(_nest_ok(hw, head + chain) for chain in chains)
-    # static code: the taps are unrolled, and the edge row tiles are emitted on their own
-    per_step = 2 * s.taps * s.passes * (-(-TC // R)) * ((-(-TO // Ccols)) if channels else 2) + 8
-    copies_of_body = (2 if s.Cg % TC else 1) * (1 + (1 if s.OH % TOH else 0)) * (2 if s.Og % TO else 1)
-    instructions = per_step * copies_of_body
+    # static code of the nest as tile-to-npu emits it (loops beyond the hardware depth unrolled)
+    window_instrs = (s.planes * s.copies if s.prepared else s.row_phases) + (
+        0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
+    code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
+    feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
     spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col) if s.footprint is not None
                  else (0, 2 * TO * tq_full * 4))
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
@@ -554,7 +558,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
                                         vector - window_loads * per_load,
                                         pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
                                         frontend=frontend))
-    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible, instructions)
+    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
+                        code.instructions, code.unrolled)
 
 
 def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
@@ -579,6 +584,9 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
     return int(chain + (out_tiles - 1) * period)
+
+
+CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
 
 
 def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
@@ -611,8 +619,17 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     if not cands:
         e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
         return ConvChoice(e.tiles, e, [e], rejected=rejected)
-    cands.sort(key=lambda e: (e.cycles, e.instructions, e.spad + e.acc))
-    return ConvChoice(cands[0].tiles, cands[0], cands, rejected=rejected)
+    # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
+    # then fewest cycles
+    cands.sort(key=lambda e: (e.unrolled, e.cycles, e.instructions, e.spad + e.acc))
+    # candidates within CODE_TOLERANCE of the fewest cycles (well inside the model's error) are
+    # equally fast: of those, the smallest program
+    first = cands[0]
+    near = [e for e in cands if e.unrolled == first.unrolled and e.cycles <= first.cycles * (1 + CODE_TOLERANCE)]
+    best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
+    cands.remove(best)
+    cands.insert(0, best)
+    return ConvChoice(best.tiles, best, cands, rejected=rejected)
 
 
 def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
@@ -620,9 +637,9 @@ def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
     lines = [f"[graph-to-tile] {name}: conv2d {shape} tiles {b.tiles.text()}"
              f"{' (override)' if ch.overridden else ''}: est {b.cycles} cycles (compute {b.matrix}, memory "
              f"{b.memory}, vector {b.vector}, front end {b.frontend}) -> {b.bound}-bound; spad {b.spad} B, "
-             f"acc {b.acc} B"]
+             f"acc {b.acc} B; code ~{b.instructions} instructions{' (unrolled)' if b.unrolled else ''}"]
     if not ch.overridden:
-        others = ", ".join(f"{e.tiles.text()}={e.cycles}" for e in ch.candidates[1:top + 1])
+        others = ", ".join(f"{e.tiles.text()}={e.cycles} ({e.instructions} instr.)" for e in ch.candidates[1:top + 1])
         lines.append(f"[graph-to-tile] {name}:   why: fewest cycles of {len(ch.candidates)} fitting candidates"
                      f" ({ch.rejected} over capacity or too deep); next best {others or 'none'}")
     return "\n".join(lines)
