@@ -24,6 +24,10 @@ accumulator tile too, so each buffer gets half the memory.
 the dtype's bytes (int8: 1, bf16: 2).
 
 The bound of an op is the largest of the three terms.
+
+(Over ~800 lines: every kernel family's estimate shares the schedule terms above; the static
+code of a conv nest lives in tiling_code.py, and moving the conv estimate to its own module is
+the next split.)
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from infer.passes.tiling_code import code_size, conv_nest
 from infer.target import isa
 from infer.target.hw import HardwareConfig
 
@@ -50,6 +55,15 @@ class GemmSpec:
     epi_cost: int = 0  # vector cost units per output element (sum of vector.cost of epilogue ops)
     epi_tiles: int = 0  # extra [TM, TN] fp32 operand tiles loaded per output tile (residual, ...)
     out_bytes: int = 4
+    bias: bool = False  # a bias row is loaded per output tile after its k loop (one more DMA round trip)
+    # flash attention (M = queries, N = keys, K = D): each [TM, TN] score tile is one step whose
+    # softmax (`epi_cost`, `softmax_ops` vector instructions in a dependent chain) feeds a second
+    # product P.V of `flash_dv` columns; 0: a plain GEMM
+    flash_dv: int = 0
+    softmax_ops: int = 0
+    # False: the throughput estimate alone (packed-weight GEMMs, which re-rank the candidates
+    # by their own exposed latencies: packed_gemm._fewer_exposed_latencies)
+    schedule: bool = True
     matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
@@ -89,6 +103,44 @@ def _burst_bytes(hw: HardwareConfig, row_bytes: int) -> int:
     return -(-row_bytes // b) * b
 
 
+def dma_round_trip(hw: HardwareConfig, nbytes: float) -> float:
+    """Cycles from issuing one DMA of `nbytes` (bursts already counted) to its completion on an
+    idle engine: setup, the transfer at the DRAM bandwidth, the DRAM latency (docs/isa.md)."""
+    return hw.dma.setup_cycles + nbytes / hw.dram.bytes_per_cycle + hw.dram.latency_cycles
+
+
+def pipeline_cycles(hw: HardwareConfig, tiles: int, load_bytes: float, compute: float, store_bytes: float,
+                    loads: int = 1, stores: int = 1, pipelined: bool = True, rounds: int = 1) -> int:
+    """Cycles of a loop of `tiles` iterations that loads a tile (`loads` DMAs of `load_bytes` in
+    all), computes on it for `compute` cycles (vector occupancy, latency included) and stores
+    `store_bytes` (`stores` DMAs; 0 bytes: nothing stored per tile), with double-buffered tiles:
+
+    * the first tile's load, compute and store run back to back (pipeline fill and drain: one
+      DMA round trip in, one out);
+    * then one tile per period, the slowest of: DRAM bytes over the bandwidth (loads and stores
+      share it), the compute, each DMA engine's channels (a transfer holds a channel for setup +
+      transfer + latency), and the double-buffer recurrences: the load of tile i+2 reuses the
+      buffer tile i's compute frees, and the compute of tile i+2 the output buffer tile i's store
+      frees (a store completes after the DRAM latency), so two periods cover a load round trip
+      plus a compute, or a compute plus a store round trip;
+    * `pipelined=False` (tile-to-npu does not software-pipeline the loop, e.g. two loads whose
+      first consumer is the same instruction): the next tile's loads are dispatched in program
+      order, after the front end waited for this tile's, so a period holds a load round trip,
+      the compute and the store's transfer (ahead of the next load on the DRAM);
+    * `rounds` > 1: each tile is that many load -> compute pairs in series (window taps), each
+      load a round trip of its share of the bytes."""
+    bw, ch = hw.dram.bytes_per_cycle, hw.dma.channels
+    ld = dma_round_trip(hw, load_bytes / rounds) if load_bytes else 0.0
+    st = dma_round_trip(hw, store_bytes) if store_bytes else 0.0
+    chain = rounds * (ld + compute / rounds)  # one tile's loads and compute
+    per_dma = hw.dma.setup_cycles + hw.dram.latency_cycles
+    period = max((load_bytes + store_bytes) / bw, compute, (ld + compute) / 2, (compute + st) / 2,
+                 (loads * per_dma + load_bytes / bw) / ch, (stores * per_dma + store_bytes / bw) / ch if stores else 0)
+    if not pipelined or rounds > 1 or tiles < 3:  # (a loop of 2 trips is not pipelined either)
+        period = max(period, chain + store_bytes / bw)
+    return int(chain + st + (tiles - 1) * period)
+
+
 def spad_split_bytes(split: bool, passes: int) -> int:
     """Scratchpad bytes per element of one matmul input tile: the bf16 copies
     (hi, and lo in fp32 mode) plus the fp32 staging tile when split on chip."""
@@ -116,7 +168,13 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     esz = 1 if spec.matmul_dtype == "int8" else 2
     wload = -(-min(tk, R) * min(tn, C) * esz // hw.matrix.weight_load_bytes_per_cycle)
     stream = hw.matrix.matmul_cycles(tm, spec.matmul_dtype)
-    matrix = steps * mm_per_step * max(stream, wload) + out_tiles * hw.matrix.fill_drain_cycles
+    mm_step = mm_per_step * max(stream, wload)
+    matrix = steps * mm_step
+    mm_pv = 0
+    if spec.flash_dv:  # P [TM, TN] . V [TN, Dv] after the softmax of each score tile
+        wload_pv = -(-min(tn, R) * min(spec.flash_dv, C) * esz // hw.matrix.weight_load_bytes_per_cycle)
+        mm_pv = -(-tn // R) * -(-spec.flash_dv // C) * spec.passes * max(stream, wload_pv)
+        matrix += out_tiles * mm_pv
     # DRAM traffic: lhs once per n tile, rhs once per m tile
     lhs_row = tk * spec.lhs_bytes if spec.lhs_row_contig else spec.lhs_bytes
     lhs_rows = tm if spec.lhs_row_contig else tm * tk
@@ -129,15 +187,84 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     # vector unit: fp32 -> bf16 hi (/lo) splits, accumulator fill, epilogue
     split = cost["copy"] + (cost["sub"] + cost["copy"] if spec.passes == 3 else 0)
     vec_step = (-(-tm * tk // L) * split if spec.lhs_split else 0) + (-(-tk * tn // L) * split if spec.rhs_split else 0)
-    vector = steps * vec_step + out_tiles * -(-tm * tn // L) * (1 + spec.epi_cost)
-    overhead = out_tiles * (hw.matrix.fill_drain_cycles + hw.vector.latency) + hw.dram.latency_cycles
-    cycles = max(matrix, memory, vector) + overhead
+    acc_fill = -(-tm * tn // L) * cost["mul"]  # the accumulator tile is zeroed first
+    epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
+    vector = steps * vec_step + out_tiles * (acc_fill + epi)
+    cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps, lhs_rows * _burst_bytes(hw, lhs_row),
+                            tk * _burst_bytes(hw, rhs_row), tm * _burst_bytes(hw, tn * spec.out_bytes),
+                            tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
+                            ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
+                            pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
+    cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
+    if not spec.schedule:
+        fill = hw.matrix.fill_drain_cycles
+        cycles = max(matrix + out_tiles * fill, memory, steps * vec_step + out_tiles * -(-tm * tn // L)
+                     * (1 + spec.epi_cost)) + out_tiles * (fill + hw.vector.latency) + hw.dram.latency_cycles
     # loop nest of the lowering: [batch] m, n, k tiles, then k and n array tiles per step
     # (single-iteration loops are inlined by tile-to-npu); conv adds its tap loops
     loops = sum(x > 1 for x in (spec.batch, nm, nn, nk, -(-tk // R), -(-tn // C)))
     if spec.taps > 1:
         loops += 2
     return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc, loops)
+
+
+def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: int, x_bytes: int, w_bytes: int,
+                   out_bytes: int, bias_bytes: int, mm_count: int, mm_each: int, vec_step: int, acc_fill: int,
+                   epi: int, ragged: bool = False, mm_pv: int = 0, pv_bytes: int = 0) -> int:
+    """Cycles of the lowered GEMM nest as the simulator runs it: per output tile `steps` k steps
+    (load the activation tile and the weight tile, split the activations to bf16 on the vector
+    unit, matmuls), then the bias row, the epilogue and the store of the tile.
+
+    * k step period: the DRAM bytes, the matmuls, the split, or the load chain: the front end
+      waits for the activation tile (its split is the buffer's first consumer) before it
+      dispatches a pre-packed weight tile's DMA, so with double buffers two steps cover an
+      activation round trip (sharing the bandwidth with the weight tile), the split and a
+      weight round trip. A runtime right operand is split too and loads beside the activations.
+    * one output tile's chain: the first loads, its k steps, the last matmul and the array's
+      fill and drain (or the round trip of the bias row and the epilogue's operand tiles,
+      dispatched after the last weight load),
+      the epilogue on the vector unit, the store's round trip.
+    * flash attention: per score tile the scores, the online softmax's dependent vector chain
+      (one vector latency per instruction) and the P.V product in series.
+    * output tile period: its k steps and the part of the next tile's first load chain the matrix
+      queue does not hide, or half the accumulator's round trip (the double-buffered
+      accumulator tile i+2 is zeroed once tile i's store completed)."""
+    vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
+    mm_step = mm_count * mm_each
+    rt_xw = dma_round_trip(hw, x_bytes + w_bytes)
+    split = vec_step + vlat
+    if spec.rhs_split:  # a runtime right operand: both operands DMAed together, both split
+        head = rt_xw + split
+        chain_step = head / 2
+    else:
+        head = rt_xw + split + dma_round_trip(hw, w_bytes)
+        if steps >= 3 and not ragged:  # software-pipelined k loop: the next activation tile is in flight
+            chain_step = dma_round_trip(hw, x_bytes) + split
+        else:  # steps dispatched in program order (short k loops; and with remainder tiles, whose
+            # second copy of the loop body leaves tile-to-npu too few semaphores to pipeline it, as
+            # measured): the next step's loads wait for this step's matmuls
+            chain_step = rt_xw + split + mm_step + fill
+    step = max((x_bytes + w_bytes) / bw, mm_step, vec_step, chain_step)
+    rt_store = dma_round_trip(hw, out_bytes)
+    rt_bias = dma_round_trip(hw, (bias_bytes if spec.bias else 0) + spec.epi_tiles * out_bytes) \
+        if spec.bias or spec.epi_tiles else 0
+    tail = max(mm_step + fill, rt_bias) + epi + vlat + rt_store
+    chain = head + (steps - 1) * step + tail
+    acc_round = acc_fill + vlat + steps * max(mm_step, vec_step) + fill + max(0, rt_bias - mm_step - fill) \
+        + epi + vlat + rt_store
+    # the next tile's first loads are dispatched once the front end has queued this tile's last
+    # matmuls: their round trips show beyond what the matrix queue still holds
+    restart = max(0, head - hw.matrix.queue_depth // 2 * mm_each) if not spec.rhs_split else 0
+    period = max(steps * step + restart, acc_round / 2)
+    if spec.flash_dv:  # the running max and sum chain each step to the last: scores, softmax, P.V in series
+        # (the V tile's DMA is dispatched behind the softmax's instructions: its round trip
+        # overlaps the softmax only)
+        flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
+        period = max(period, flash)
+        chain += flash - (mm_step + fill)
+    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+        period = max(period, chain)
+    return int(chain + (out_tiles - 1) * period)
 
 
 def fits(hw: HardwareConfig, e: Estimate) -> bool:
@@ -230,6 +357,8 @@ class ConvSpec:
     epi_cost: int  # vector cost units per output element (bias and epilogue ops)
     epi_tiles: int  # full-size operand tiles the epilogue loads (residual, ...)
     in_bytes: int = 4  # bytes per input element in DRAM
+    # per stride-phase plane, the trips of its two tap loops (conv.py `over_taps`): 3x3 -> ((3, 3),)
+    tap_nests: tuple[tuple[int, int], ...] = ()
     # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
     footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
                                                                                        compare=False)
@@ -264,7 +393,8 @@ class ConvEstimate:
     spad: int
     acc: int
     feasible: bool = True  # the loop nest lowers (hardware loop depth)
-    instructions: int = 0  # static instructions (code size)
+    instructions: int = 0  # static instructions (code size, tiling_code.code_size)
+    unrolled: bool = False  # the nest is deeper than scalar.loop_depth: tile-to-npu unrolls loops
 
     @property
     def bound(self) -> str:
@@ -418,16 +548,49 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
             chains.append([min(TC, (TOH + s.halo_rows) * nw)])
     else:
         chains = [[_loop_trips(tq_full, Ccols), _loop_trips(TC - min(TC, R), R)]]
-    feasible = all(_nest_ok(hw, head + chain) for chain in chains)
-    # static code: the taps are unrolled, and the edge row tiles are emitted on their own
-    per_step = 2 * s.taps * s.passes * (-(-TC // R)) * ((-(-TO // Ccols)) if channels else 2) + 8
-    copies_of_body = (2 if s.Cg % TC else 1) * (1 + (1 if s.OH % TOH else 0)) * (2 if s.Og % TO else 1)
-    instructions = per_step * copies_of_body
+    # static code of the nest as tile-to-npu emits it (loops beyond the hardware depth unrolled)
+    window_instrs = (s.planes * s.copies if s.prepared else s.row_phases) + (
+        0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
+    code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
+    feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
     spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col) if s.footprint is not None
                  else (0, 2 * TO * tq_full * 4))
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
-    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible, instructions)
+    ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
+    cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_loads * per_load,
+                                        vector - window_loads * per_load,
+                                        pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
+                                        frontend=frontend))
+    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
+                        code.instructions, code.unrolled)
+
+
+def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
+                   matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
+                   frontend: float = 0) -> int:
+    """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
+    totals): per channel step a load round trip (windows and weights), the window building on
+    the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
+    the store's round trip. A software-pipelined step loop overlaps half of a step's chain
+    (double buffers); a loop tile-to-npu does not pipeline (fewer than 3 steps, or remainder
+    tiles: their second copy of the body, as measured) runs each step's chain in series."""
+    vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
+    n = max(1, out_tiles * steps)
+    ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
+    serial = dma_round_trip(hw, ld) + vec + vlat + mm
+    fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
+    step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
+    epi, store = tile_vector / out_tiles, store_bytes / out_tiles
+    tail = fill + epi + vlat + dma_round_trip(hw, store)
+    period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
+    chain = serial + (steps - 1) * step + tail
+    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+        period = max(period, chain)
+    return int(chain + (out_tiles - 1) * period)
+
+
+CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
 
 
 def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
@@ -460,8 +623,17 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     if not cands:
         e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
         return ConvChoice(e.tiles, e, [e], rejected=rejected)
-    cands.sort(key=lambda e: (e.cycles, e.instructions, e.spad + e.acc))
-    return ConvChoice(cands[0].tiles, cands[0], cands, rejected=rejected)
+    # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
+    # then fewest cycles
+    cands.sort(key=lambda e: (e.unrolled, e.cycles, e.instructions, e.spad + e.acc))
+    # candidates within CODE_TOLERANCE of the fewest cycles (well inside the model's error) are
+    # equally fast: of those, the smallest program
+    first = cands[0]
+    near = [e for e in cands if e.unrolled == first.unrolled and e.cycles <= first.cycles * (1 + CODE_TOLERANCE)]
+    best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
+    cands.remove(best)
+    cands.insert(0, best)
+    return ConvChoice(best.tiles, best, cands, rejected=rejected)
 
 
 def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
@@ -469,9 +641,9 @@ def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
     lines = [f"[graph-to-tile] {name}: conv2d {shape} tiles {b.tiles.text()}"
              f"{' (override)' if ch.overridden else ''}: est {b.cycles} cycles (compute {b.matrix}, memory "
              f"{b.memory}, vector {b.vector}, front end {b.frontend}) -> {b.bound}-bound; spad {b.spad} B, "
-             f"acc {b.acc} B"]
+             f"acc {b.acc} B; code ~{b.instructions} instructions{' (unrolled)' if b.unrolled else ''}"]
     if not ch.overridden:
-        others = ", ".join(f"{e.tiles.text()}={e.cycles}" for e in ch.candidates[1:top + 1])
+        others = ", ".join(f"{e.tiles.text()}={e.cycles} ({e.instructions} instr.)" for e in ch.candidates[1:top + 1])
         lines.append(f"[graph-to-tile] {name}:   why: fewest cycles of {len(ch.candidates)} fitting candidates"
                      f" ({ch.rejected} over capacity or too deep); next best {others or 'none'}")
     return "\n".join(lines)
@@ -494,14 +666,17 @@ class RowChoice:
 def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out: int,
                 vec_cost: int, live_tiles: int, override: int | None = None,
                 whole_row: bool = False,
-                footprint: Callable[[int, int], int] | None = None) -> RowChoice:
+                footprint: Callable[[int, int], int] | None = None, pipelined: bool = True,
+                rounds: int = 1, column_cost: float = 0) -> RowChoice:
     """Row-tiled vector kernels (elementwise, norms, softmax, pooling): tiles of
     [TR, TC] elements, `live_tiles` fp32 tiles of that size in the scratchpad
     (x2 for double buffering). `whole_row` keeps TC = N (row reductions).
     Cost per element = DRAM bytes / bandwidth vs vector ops / lanes.
     `footprint(tr, tc)`: the exact scratchpad bytes of the lowering's buffers for a
     [tr, tc] tile (replaces the `live_tiles` estimate); candidates over the capacity
-    are dropped."""
+    are dropped. Cycles: `pipeline_cycles` over the tiles (`pipelined`, `rounds`: its
+    options). `vec_cost`: vector cycles per `lanes` elements of the tile; `column_cost`: per
+    `lanes` rows (instructions on one column per row)."""
     L = hw.vector.lanes
     spad = hw.memory.scratchpad_bytes
     cap = spad // 2
@@ -522,13 +697,18 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
         if not override and footprint(tr, tc) > spad:
             continue
         nt = -(-M // tr) * -(-N // tc)
-        mem = nt * tr * (_burst_bytes(hw, tc * bytes_in) + _burst_bytes(hw, tc * bytes_out)) // hw.dram.bytes_per_cycle
-        mem += nt * 2 * hw.dma.setup_cycles // hw.dma.channels
-        vec = nt * -(-tr * tc // L) * vec_cost
-        cyc = max(mem, vec) + nt * hw.vector.latency // 4 + hw.dram.latency_cycles
+        load_b, store_b = tr * _burst_bytes(hw, tc * bytes_in), tr * _burst_bytes(hw, tc * bytes_out)
+        mem = nt * (load_b + store_b) // hw.dram.bytes_per_cycle
+        vec_tile = -(-tr * tc // L) * vec_cost + -(-tr // L) * column_cost
+        vec = nt * vec_tile
+        cyc = pipeline_cycles(hw, nt, load_b, vec_tile + rounds * hw.vector.latency, store_b if bytes_out else 0,
+                              pipelined=pipelined, rounds=rounds)
         cands.append((tr, cyc, mem))
-        if best is None or cyc < best.cycles:
-            best = RowChoice(tr, tc, cyc, mem, vec)
+        # within 2 % of the best, the larger tile wins: fewer instructions and per-tile waits,
+        # which the estimate does not count (rows candidates grow, so a later one is larger)
+        if best is None or cyc <= best.cycles * 1.02:
+            if best is None or cyc < best.cycles or cyc <= min(c for _, c, _ in cands) * 1.02:
+                best = RowChoice(tr, tc, cyc, mem, vec)
     if best is None:
         best = RowChoice(1, tc, 0, 0, 0)
     best.candidates = cands
@@ -565,6 +745,27 @@ def _permute_cycles(hw: HardwareConfig, loads: int, load_rows: int, load_row_byt
     vec = vec_ops * vec_op_cycles
     front = loads + stores + vec_ops
     return int(max(dram, ld, st, vec, front)) + 2 * (lat + setup), vec
+
+
+def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int) -> int:
+    """Cycles of `tile.gather_rows` in [tr, tc] tiles (each stored by one DMA): per row the front
+    end reads the index with a scalar `ld` (stalled for the DRAM latency) and dispatches the
+    address arithmetic and the row's DMA (4 more instructions, docs/tiling.md); the row DMAs
+    run on the load engine's channels. Per tile the slower of the two, then the last row's
+    round trip and the last tile's store round trip (earlier stores overlap the next tile's
+    rows)."""
+    lat, setup, ch = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
+    total = 0.0
+    for rows, n_r in _counts(count, tr):
+        for cols, n_c in _counts(width, tc):
+            row_bytes = _burst_bytes(hw, cols * 4)
+            front = rows * (1 + lat + 4)
+            engine = rows * (setup + row_bytes / hw.dram.bytes_per_cycle + lat) / ch
+            store = rows * row_bytes / hw.dram.bytes_per_cycle
+            total += n_r * n_c * max(front, engine, store + rows * row_bytes / hw.dram.bytes_per_cycle)
+    last_rows, last_cols = min(tr, count), min(tc, width)
+    return int(total + dma_round_trip(hw, _burst_bytes(hw, last_cols * 4))
+               + dma_round_trip(hw, last_rows * _burst_bytes(hw, last_cols * 4)))
 
 
 def dma_box_limits() -> tuple[int, int, int]:

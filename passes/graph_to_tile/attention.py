@@ -36,6 +36,7 @@ from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_pr
 from infer.passes.graph_to_tile.transpose import transposed_copy
 
 SOFTMAX_COST = 12  # vector ops per score element (cost-model estimate of the online softmax)
+SOFTMAX_OPS = 12  # dependent vector instructions of one score tile's online softmax (kv_tile_body)
 
 
 def lower_attention(ctx: LoweringContext, op: Operation) -> None:
@@ -65,7 +66,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         return spad, 2 * tq * tkv * 4 + 2 * tq * Dv * 4
 
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
-                                batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint)
+                                batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint, flash_dv=Dv,
+                                softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0))
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
     ctx.predict(choice.best.cycles)
     override = ctx.override(name, 2)

@@ -58,6 +58,14 @@ def conv_planes(op: g.Conv2dOp) -> Planes:
                   tuple(g._ints(op.padding)), OH, OW)  # type: ignore[arg-type]
 
 
+def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], list[int]]:
+    """The kernel rows and columns whose taps read stride-phase plane `plane` (a grid)."""
+    rp, cp = p.phases[plane]
+    khs = [kh for kh in range(KH) if (p.dilation[0] * kh) % p.stride[0] == rp]
+    kws = [kw for kw in range(KW) if (p.dilation[1] * kw) % p.stride[1] == cp]
+    return khs, kws
+
+
 def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
               p: Planes) -> tiling_cost.ConvSpec:
     """What the cost model needs to know about this conv kernel (its shape, its planes, its
@@ -120,7 +128,8 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         copies=copies, passes=ctx.matmul_passes, epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
-        footprint=footprint)
+        footprint=footprint,
+        tap_nests=tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P)))
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -288,17 +297,11 @@ class _ConvKernel:
     def plane_taps(self, plane: int) -> tuple[int, int, int, int]:
         """The taps reading `plane` as a grid: (kh0, kh step, count) x (kw0, kw step, count) ->
         (kh0, nh, kw0, nw) with steps sh/gcd and sw/gcd folded in `tap_at`."""
-        p = self.p
-        rp, cp = p.phases[plane]
-        khs = [kh for kh in range(self.KH) if (p.dilation[0] * kh) % p.stride[0] == rp]
-        kws = [kw for kw in range(self.KW) if (p.dilation[1] * kw) % p.stride[1] == cp]
+        khs, kws = plane_tap_grid(self.p, self.KH, self.KW, plane)
         return khs[0], len(khs), kws[0], len(kws)
 
     def tap_steps(self, plane: int) -> tuple[int, int]:
-        p = self.p
-        rp, cp = p.phases[plane]
-        khs = [kh for kh in range(self.KH) if (p.dilation[0] * kh) % p.stride[0] == rp]
-        kws = [kw for kw in range(self.KW) if (p.dilation[1] * kw) % p.stride[1] == cp]
+        khs, kws = plane_tap_grid(self.p, self.KH, self.KW, plane)
         return (khs[1] - khs[0] if len(khs) > 1 else 1), (kws[1] - kws[0] if len(kws) > 1 else 1)
 
     def over_taps(self, body: Callable[[int, Index, Index], None]) -> None:

@@ -413,8 +413,39 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
     return lambda rows, cols: 4 * (tile_count * rows * cols + row_count * cols + col_count * rows + ones)
 
 
+class _CostSeq(Seq):
+    """A Seq that emits nothing and sums the target's cost (`vector.cost`) of each vector
+    instruction a rule's sequence would emit (a fill: one `mul`)."""
+
+    def __init__(self, cost: dict[str, int]):
+        super().__init__(None, 1, 1)  # type: ignore[arg-type]
+        self.cost, self.total = cost, 0
+
+    def v(self, name, dst, a, b=None) -> None:  # type: ignore[override]
+        self.total += self.cost.get(name, 1)
+
+    def fill(self, dst, value) -> None:  # type: ignore[override]
+        self.total += self.cost.get("mul", 1)
+
+
+def rule_cost(ctx: LoweringContext, op: Operation, rule) -> int:
+    """Vector-unit cost units per element of one op's instruction sequence: the sum of the
+    target's costs of the instructions its rule emits (operands as tiles), or the rule's own
+    estimate when the sequence depends on more than the op."""
+    seq = _CostSeq(ctx.hw.vector.cost)
+    n_temps, n_ints, n_b = rule.temp_count(op)
+    xs = [("tile", object()) for _ in op.operands]
+    try:
+        rule.emit(seq, op, object(), xs, [object() for _ in range(n_temps + n_b)],
+                  [object() for _ in range(n_ints)])
+    except Exception:  # noqa: BLE001 - e.g. a sequence chosen by operand kinds: the rule's estimate
+        return rule.cost(op) if callable(rule.cost) else rule.cost
+    return max(1, seq.total)
+
+
 def epilogue_cost(ctx: LoweringContext, ops: Sequence[Operation]) -> int:
-    """Vector-unit cost units of the ops per output element (tiling_cost's epi_cost)."""
+    """Vector-unit cost units of the ops per output element (tiling_cost's epi_cost), read from
+    the target's per-instruction costs."""
     cost = ctx.hw.vector.cost
     total = 0
     for op in ops:
@@ -424,7 +455,7 @@ def epilogue_cost(ctx: LoweringContext, ops: Sequence[Operation]) -> int:
         elif rule.vector_op is not None:
             total += cost.get(rule.vector_op, 1)
         else:
-            total += rule.cost(op) if callable(rule.cost) else rule.cost
+            total += rule_cost(ctx, op, rule)
     return total
 
 
@@ -482,7 +513,8 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
     choice = tiling_cost.choose_rows(
         ctx.hw, batches * rows_total, cols_total, bytes_in=4 * max(1, len(full_inputs)), bytes_out=4,
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
-        override=override[0] if override else None, footprint=footprint)
+        override=override[0] if override else None, footprint=footprint,
+        pipelined=len(full_inputs) <= 1)  # tile-to-npu pipelines loads whose first consumers differ
     choice.rows = min(choice.rows, rows_total)
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),

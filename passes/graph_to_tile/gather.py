@@ -19,6 +19,7 @@ from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
+from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.copies import copy_box
@@ -111,8 +112,10 @@ def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int
     out2 = em.view(out, (count, W))
     TC = min(W, ctx.staging_tile_elements)
     TR = max(1, min(count, ctx.staging_tile_elements // TC))
+    cycles = tiling_cost.gather_rows_estimate(ctx.hw, count, W, TR, TC)
+    ctx.predict(cycles)
     ctx.debug(f"[graph-to-tile] {name}: gather rows {count} of {V}x{W} (row {W * 4} bytes): "
-              f"tile.gather_rows tiles {TR}x{TC}")
+              f"tile.gather_rows tiles {TR}x{TC}: est {cycles} cycles")
     rows_tile = em.alloc((TR, TC), f32, "spad", 2)
 
     def tile(r0: Index, tr: int, c0: Index, tcn: int) -> None:

@@ -118,7 +118,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     produced = {r for e in epilogue for r in e.results}
     spec = tiling_cost.GemmSpec(
         lhs_bytes=4, lhs_split=True, rhs_bytes=(4 if runtime_rhs else 2 * copies),
-        rhs_split=runtime_rhs is not None, passes=ctx.matmul_passes, batch=batches,
+        rhs_split=runtime_rhs is not None, passes=ctx.matmul_passes, batch=batches, bias=bias is not None,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),

@@ -45,7 +45,9 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2, a column x2, scale/bias rows
         return tr * d * 16 + tr * 8 + params * d * 4
 
-    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=4, vec_cost=8, live_tiles=3,
+    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=4,
+                                     vec_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), True),
+                                     column_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), False), live_tiles=3,
                                      override=(override[0] if override else None), whole_row=True,
                                      footprint=footprint)
     choice.rows = min(choice.rows, M)
@@ -118,6 +120,34 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     if trailing > 1:
         with ctx.stage(what="transposed copy"):
             permute_copy(ctx, out2, (M // trailing, trailing, D), (0, 2, 1), final)
+
+
+def param_rows_of(op: Operation) -> list[SSAValue]:
+    """The scale (and bias) a norm multiplies (adds) row-wise; none for softmax."""
+    if not isinstance(op, g.NormOp):
+        return []
+    has_bias = isinstance(op, g.LayerNormOp) and op.bias is not None
+    return [op.scale] + ([op.bias] if has_bias else [])
+
+
+# the vector instructions of one row tile in `lower_rowwise` (`tile`): (op, on the whole tile?)
+_ROW_OPS = {
+    "log_softmax": [("rmax", True), ("sub", True), ("exp", True), ("rsum", True), ("log", False), ("sub", True)],
+    "softmax": [("rmax", True), ("sub", True), ("exp", True), ("rsum", True), ("recip", False), ("mul", True)],
+    "layer_norm": [("rsum", True), ("mul", False), ("sub", True)],
+    "norm": [("mul", True), ("rsum", True), ("mul", False), ("add", False), ("rsqrt", False), ("mul", True)],
+}
+
+
+def _row_vector_cost(ctx: LoweringContext, op: Operation, params: int, whole: bool) -> int:
+    """Vector-unit cycles per `lanes` elements of a row tile's whole-tile instructions (`whole`),
+    or per `lanes` rows of its column instructions, from the target's per-op costs."""
+    cost = ctx.hw.vector.cost
+    kind = op.name.split(".")[1]
+    ops = list(_ROW_OPS.get(kind, []))
+    if kind in ("layer_norm", "rms_norm"):
+        ops = (ops if kind == "layer_norm" else []) + _ROW_OPS["norm"] + [("mul", True)] + [("add", True)] * (params - 1)
+    return sum(cost.get(name, 1) for name, on_tile in ops if on_tile == whole)
 
 
 def _permuted(ctx: LoweringContext, x: SSAValue, shape: tuple[int, int, int]) -> SSAValue:

@@ -165,7 +165,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
-        footprint=footprint)
+        footprint=footprint, schedule=False)
     # k tiles: whole blocks that divide K, so the k loop has no remainder tile after it (a use
     # outside the loop would stop tile-to-npu from rotating the weight buffers on it)
     tk_cands = [c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0]

@@ -71,7 +71,7 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
 
     choice = tiling_cost.choose_rows(ctx.hw, N * C, OH * OW, bytes_in=4 * KH * KW, bytes_out=4,
                                      vec_cost=KH * KW + 1, live_tiles=3, override=(override[0] if override else None),
-                                     footprint=footprint)
+                                     footprint=footprint, rounds=KH * KW)  # one load, then a max/add per tap
     TR = choice.rows
     TOH = override[1] if override else rows_per_tile(choice.cols)
     ctx.predict(choice.cycles)
