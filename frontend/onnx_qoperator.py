@@ -9,6 +9,10 @@ dialect's quantized IR rather than as ops of their own.
   with a requantizing epilogue, which computes what onnxruntime's kernels compute: int32
   accumulation, then acc * (x_scale * w_scale / y_scale), rounded half to even, plus y's zero
   point, saturated.
+* com.microsoft QLinearAdd, QLinearMul and QLinearGlobalAveragePool (what the quantizer writes
+  for residual adds, products and global pooling) likewise: dequantize, the float op,
+  quantize. They have no integer kernel: on the NPU the op runs in float between the
+  quantize/dequantize boundaries, within one output step of onnxruntime's arithmetic.
 * MatMulInteger and ConvInteger with compile-time zero points become `graph.matmul_integer` /
   `graph.conv2d_integer`.
 * DynamicQuantizeLinear (scale and zero point computed at run time, uint8) becomes the
@@ -144,6 +148,37 @@ def _qgemm(imp: Importer, node: onnx.NodeProto):
     if not input_name(node, 7):
         return [y]
     return [_quantized_result(imp, node, y, 7, 8)]
+
+
+def _per_tensor(imp: Importer, node: onnx.NodeProto, index: int, what: str) -> _Operand:
+    operand = _Operand(imp, node, index, index + 1, index + 2, what, 0)
+    if operand.axis is not None:
+        raise NodeProblem(f"{what}'s scale must be per tensor")
+    return operand
+
+
+_QLINEAR_BINARY = {"QLinearAdd": g.AddOp, "QLinearMul": g.MulOp}
+
+
+@handler(*_QLINEAR_BINARY, fold=False, domain="com.microsoft")
+def _qlinear_binary(imp: Importer, node: onnx.NodeProto):
+    """com.microsoft QLinearAdd / QLinearMul: C = quantize(dequantize(A) op dequantize(B)), both
+    operands and C per tensor (inputs A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    a = _per_tensor(imp, node, 0, "A")
+    b = _per_tensor(imp, node, 3, "B")
+    y = imp.b.op(_QLINEAR_BINARY[node.op_type], [a.dequantized(imp), b.dequantized(imp)])
+    return [_quantized_result(imp, node, y, 6, 7)]
+
+
+@handler("QLinearGlobalAveragePool", attrs=("channels_last",), fold=False, domain="com.microsoft")
+def _qlinear_global_average_pool(imp: Importer, node: onnx.NodeProto):
+    """com.microsoft QLinearGlobalAveragePool over NCHW (channels_last = 0): inputs X, x_scale,
+    x_zp, y_scale, y_zp."""
+    if int(attribute(node, "channels_last", 0)):
+        raise NodeProblem("channels_last = 1 is not supported (NCHW only)")
+    x = _per_tensor(imp, node, 0, "X")
+    y = imp.b.op(g.GlobalAvgPoolOp, [x.dequantized(imp)])
+    return [_quantized_result(imp, node, y, 3, 4)]
 
 
 # -- integer matmul / conv --------------------------------------------------------------------

@@ -180,6 +180,9 @@ class Artifact:
     format_version: int = FORMAT_VERSION
     aliases: dict[str, str] = field(default_factory=dict)  # of the first entry: {output: input}
     entries: list[EntryPoint] = field(default_factory=list)  # the other entry points
+    # (bytes, sections, header without its section table) of the last to_bytes/from_bytes
+    _encoded: tuple[bytes, list, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _decoded: tuple[bytes, Any] | None = field(default=None, init=False, repr=False, compare=False)  # (program, Program)
 
     # ---------------------------------------------------------------- entry points
     def entry_names(self) -> list[str]:
@@ -223,35 +226,32 @@ class Artifact:
         return parse_layout(self.layout)
 
     def decode_program(self):
+        """The program section decoded (a new Program each call; the decoding is done once
+        per program bytes: validating and running an artifact both need it)."""
         from infer.target.asm import Program
         from infer.target.isa import EncodingError
 
-        try:
-            return Program.from_bytes(self.program)
-        except EncodingError as e:
-            raise ArtifactError(f"program section: {e}") from None
+        kept = self._decoded
+        if kept is None or kept[0] is not self.program:
+            try:
+                kept = self._decoded = (self.program, Program.from_bytes(self.program))
+            except EncodingError as e:
+                raise ArtifactError(f"program section: {e}") from None
+        return Program(list(kept[1].instrs), dict(kept[1].meta))
 
     def weight_arrays(self) -> dict[str, np.ndarray]:
         return load_safetensors(self.weights, "weights")
 
     # ---------------------------------------------------------------- serialisation
-    def to_bytes(self) -> bytes:
-        sections: dict[str, bytes] = {"program": self.program, "weights": self.weights}
-        if self.graph_ir is not None:
-            sections["graph_ir"] = self.graph_ir.encode()
-        if self.graph_weights is not None:
-            sections["graph_weights"] = self.graph_weights
-        if self.layer_ir is not None:
-            sections["layer_ir"] = self.layer_ir.encode()
-        if self.layer_weights is not None:
-            sections["layer_weights"] = self.layer_weights
-        for e in self.entries:
-            sections[f"program:{e.name}"] = e.program
-        table, payload, off = {}, [], 0
-        for name, data in sections.items():
-            table[name] = {"offset": off, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            payload.append(data)
-            off += len(data)
+    def _sections(self) -> list[tuple[str, bytes | str]]:
+        """The payload sections in file order (text ones as str: encoded when written)."""
+        parts: list[tuple[str, bytes | str | None]] = [
+            ("program", self.program), ("weights", self.weights), ("graph_ir", self.graph_ir),
+            ("graph_weights", self.graph_weights), ("layer_ir", self.layer_ir),
+            ("layer_weights", self.layer_weights), *((f"program:{e.name}", e.program) for e in self.entries)]
+        return [(name, data) for name, data in parts if data is not None]
+
+    def _header(self, table: dict[str, Any]) -> dict[str, Any]:
         header = {
             "format": FORMAT, "format_version": self.format_version, "infer_version": self.infer_version,
             "target": {"name": self.target_name, "toml": self.target_toml}, "precision": self.precision,
@@ -263,9 +263,37 @@ class Artifact:
             header["aliases"] = self.aliases
         if self.entries:
             header["entries"] = {e.name: e.header() for e in self.entries}
-        hbytes = json.dumps(header, sort_keys=True).encode()
-        body = _PRELUDE.pack(MAGIC, self.format_version, len(hbytes)) + hbytes + b"".join(payload)
-        return body + hashlib.sha256(body).digest()
+        return header
+
+    def to_bytes(self) -> bytes:
+        """The file's bytes. Hashing the sections and the file dominates for big weights, so
+        the bytes an artifact was last written as or read from are kept (`_encoded`) and given
+        again while every section is the same object and the header is unchanged."""
+        sections = self._sections()
+        encoded = self._encoded
+        if encoded is not None:
+            data, kept_sections, kept_header = encoded
+            if (len(kept_sections) == len(sections)
+                    and all(n == m and a is b for (n, a), (m, b) in zip(sections, kept_sections))
+                    and json.dumps(self._header({}), sort_keys=True) == kept_header):
+                return data
+        table, payload, off = {}, [], 0
+        for name, text_or_bytes in sections:
+            data = text_or_bytes.encode() if isinstance(text_or_bytes, str) else text_or_bytes
+            table[name] = {"offset": off, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            payload.append(data)
+            off += len(data)
+        hbytes = json.dumps(self._header(table), sort_keys=True).encode()
+        parts = [_PRELUDE.pack(MAGIC, self.format_version, len(hbytes)), hbytes, *payload]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        data = b"".join([*parts, digest.digest()])  # (one copy of the payload)
+        self._remember_encoding(data)
+        return data
+
+    def _remember_encoding(self, data: bytes) -> None:
+        self._encoded = (data, self._sections(), json.dumps(self._header({}), sort_keys=True))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -286,7 +314,10 @@ class Artifact:
             raise ArtifactError(f"{path}: {e}") from None
 
     @staticmethod
-    def from_bytes(data: bytes) -> Artifact:
+    def from_bytes(data: bytes, checksums: bool = True) -> Artifact:
+        """The artifact in `data`, validated. checksums=False skips the SHA-256 checks of the
+        file and its sections (only for bytes this process has just written: the compile
+        driver loading its artifact back)."""
         if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
             raise ArtifactError("not an infer .npu artifact (bad magic; compile one with `infer compile`)")
         if len(data) < _PRELUDE.size:
@@ -319,12 +350,12 @@ class Artifact:
             raise ArtifactError(f"truncated artifact ({len(data)} bytes, expected {expected})")
         if len(data) > expected:
             raise ArtifactError(f"corrupt artifact ({len(data) - expected} unexpected trailing bytes)")
-        if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
+        if checksums and hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
             raise ArtifactError("corrupt artifact (checksum mismatch: the file was modified or damaged)")
         blobs: dict[str, bytes] = {}
         for name, s in sections.items():
             blob = data[hend + s["offset"]: hend + s["offset"] + s["size"]]
-            if hashlib.sha256(blob).hexdigest() != s.get("sha256"):
+            if checksums and hashlib.sha256(blob).hexdigest() != s.get("sha256"):
                 raise ArtifactError(f"corrupt artifact (section '{name}' checksum mismatch)")
             blobs[name] = blob
         for required in ("program", "weights"):
@@ -358,7 +389,19 @@ class Artifact:
         except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
             raise ArtifactError(f"corrupt artifact (header field missing or malformed: {e})") from None
         art.validate()
+        art._remember_loaded(data, sections, data[_PRELUDE.size:hend])
         return art
+
+    def _remember_loaded(self, data: bytes, file_table: dict[str, Any], file_header: bytes) -> None:
+        """Keep `data` as this artifact's bytes if writing it would give them again (the
+        header, re-made with the file's checksums, is byte for byte the file's)."""
+        table, off = {}, 0
+        for name, text_or_bytes in self._sections():
+            size = len(text_or_bytes.encode() if isinstance(text_or_bytes, str) else text_or_bytes)
+            table[name] = {"offset": off, "size": size, "sha256": file_table.get(name, {}).get("sha256")}
+            off += size
+        if json.dumps(self._header(table), sort_keys=True).encode() == file_header:
+            self._remember_encoding(data)
 
     # ---------------------------------------------------------------- validation
     def validate(self) -> None:

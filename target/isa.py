@@ -16,6 +16,7 @@ All bits above the last field are reserved and must be zero.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,11 +158,11 @@ class FieldDef:
     doc: str = ""
     base: str | None = None  # for *_off kinds: the name of the base-register field
 
-    @property
+    @functools.cached_property  # (checked for every field of every instruction made or decoded)
     def lo(self) -> int:
         return -(1 << (self.bits - 1)) if self.signed else 0
 
-    @property
+    @functools.cached_property
     def hi(self) -> int:
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
@@ -188,9 +189,13 @@ class InstrDef:
                 return f
         raise KeyError(name)
 
-    @property
+    @functools.cached_property  # (read per instruction made, checked and looked up)
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
+
+    @functools.cached_property
+    def field_index(self) -> dict[str, int]:
+        return {f.name: i for i, f in enumerate(self.fields)}
 
 
 def _reg(name: str, doc: str) -> FieldDef:
@@ -456,7 +461,7 @@ class Instr:
         return self.d.name
 
     def __getitem__(self, name: str) -> int:
-        return self.values[self.d.field_names.index(name)]
+        return self.values[self.d.field_index[name]]
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.d.field_names, self.values))
@@ -480,7 +485,7 @@ def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
         elif f.kind == "dtype" and DTYPES[v][1] is None and not (
                 d.engine == "matrix" and DTYPES[v][0] == "int4"):
             errs.append(f"{f.name} = {v} is a reserved dtype code")
-    extra = set(values) - set(d.field_names)
+    extra = values.keys() - d.field_index.keys()
     if extra:
         errs.append(f"unknown field(s) {', '.join(sorted(extra))}")
     if errs:

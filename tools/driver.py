@@ -312,7 +312,9 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
                    layer_weights=layer_weights, aliases=aliases, meta=meta,
                    entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
-    return Executable(Artifact.from_bytes(art.to_bytes()), reference=GraphReference())  # validated as loaded
+    # validated as a loader would (the checksums of bytes just written would only be hashed
+    # again); the loaded artifact keeps its bytes, so saving it does not serialise it again
+    return Executable(Artifact.from_bytes(art.to_bytes(), checksums=False), reference=GraphReference())
 
 
 PRECISIONS = ("fp32", "bf16", "int8")

@@ -20,6 +20,7 @@ function of the table (lowerings.py). It holds:
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,11 @@ class LoweringContext:
         self.destinations: dict[SSAValue, SSAValue] = {}  # tensor -> function output to write it into
         self.masks: set[SSAValue] = set()  # i1 attention masks held as additive f32 buffers
         self.in_place: set[SSAValue] = set()  # kv_cache_write results whose output IS the cache argument
+        # values computed once and used by several kernels: DRAM buffers derived from the
+        # function's arguments (paged attention's block counts, the same for every layer),
+        # packed weight planes and the buffers a look-ahead prefetched them into (packed_gemm.py)
+        self.derived: dict[tuple, Any] = {}
+        self.resident_products = 0  # packed_gemm.py: resident products lowered so far (buffer halves)
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._weights: dict[tuple, SSAValue] = {}

@@ -220,9 +220,15 @@ def lower_reshape(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.ReshapeOp)
     if integer_inputs.lower_if_integer(ctx, op):
         return
-    ctx.buffers[op.output] = ctx.emitter.view(ctx.buffer(op.input), shape_of(op.output))
-    if op.output in ctx.destinations:
-        copy_dram(ctx, ctx.buffers[op.output], ctx.destinations[op.output], shape_of(op.output))
+    lower_reshape_view(ctx, op.input, op.output)
+
+
+def lower_reshape_view(ctx: LoweringContext, source: SSAValue, result: SSAValue) -> None:
+    """`result` as a view of `source`'s buffer (the same bytes in the same order); a copy when
+    the result is a function output."""
+    ctx.buffers[result] = ctx.emitter.view(ctx.buffer(source), shape_of(result))
+    if result in ctx.destinations:
+        copy_dram(ctx, ctx.buffers[result], ctx.destinations[result], shape_of(result))
 
 
 def lower_slice(ctx: LoweringContext, op: Operation) -> None:

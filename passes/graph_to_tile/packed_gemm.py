@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, f16, f32, i8, i64
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, bf16, f16, f32, i8, i64
+from xdsl.dialects import func
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -46,7 +47,7 @@ from infer.passes.graph_to_tile import gemm
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
-from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.target import isa
 from infer.target.qblocks import split_blocks
 
@@ -102,6 +103,9 @@ def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N
     """The codes and scales planes of W^T in tile-major order, as tile.weights: codes
     [N/TN * Kp/2 (q8_0: Kp)][TN] ui8/i8, scales [N/TN * Kp/32][TN * entry / 2] f16 (zero
     padding past N and K: zero codes and scales, which expand to zeros the tiles never use)."""
+    key = ("packed planes", hint, TN, Kp)
+    if key in ctx.derived:  # planned by a look-ahead (_lower_resident's prefetch)
+        return ctx.derived[key]
     codes, scales = split_blocks(raw, fmt, N, K, "col")  # (K/2 or K) x N, K/32 x N*entry bytes
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt])
     Np = -(-N // TN) * TN
@@ -122,27 +126,23 @@ def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N
     for suffix, data, elem in ((".codes", codes_tm, code_elem), (".scales", scales_tm, f16)):
         name = ctx.store.add(hint + suffix, data)
         out.append(ctx.emitter.hoist(t.WeightOp(name, t.memref(data.shape, elem, "dram"))).results[0])
+    ctx.derived[key] = (out[0], out[1])
     return out[0], out[1]
 
 
-def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
-                      dq: g.DequantizeBlocksOp, packed: g.WeightOp) -> None:
-    em, hw = ctx.emitter, ctx.hw
+def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp, epilogue: Sequence[Operation],
+                  result: SSAValue, name: str | None) -> tuple[int, int, int, tuple[int, int, int]]:
+    """(M, N, K, (TM, TN, TK)) of a packed product: the cost model's choice re-ranked by
+    exposed latencies. `name` None: a look-ahead (no override, no debug output)."""
+    hw = ctx.hw
     fmt_name = dq.block_format.data
     fmt = block_format(fmt_name)
     N, K = shape_of(dq.output)
-    if isinstance(op, g.LinearOp):
-        x, bias = op.input, op.bias
-    else:
-        assert isinstance(op, g.MatmulOp)
-        x, bias = op.lhs, None
-    x_shape = shape_of(x)
-    M = num_elements(x_shape[:-1])
+    bias = op.bias if isinstance(op, g.LinearOp) else None
+    x = op.input if isinstance(op, g.LinearOp) else op.lhs  # type: ignore[attr-defined]
+    M = num_elements(shape_of(x)[:-1])
     out_shape = shape_of(result)
-    out2 = em.view(ctx.output_buffer(result), (M, N))
-    xv = em.view(ctx.buffer(x), (M, K))
     frame_groups = ((), tuple(out_shape[:-1]), (N,))
-    name = ctx.kernel_name()
     copies = ctx.bf16_copies
     code_bytes = fmt.bits / 8  # per weight
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
@@ -170,24 +170,46 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     # outside the loop would stop tile-to-npu from rotating the weight buffers on it)
     tk_cands = [c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0]
     choice = tiling_cost.choose_gemm(hw, M, N, K, spec, tk_cands=tk_cands,
-                                     override=ctx.override(name, 3))
+                                     override=ctx.override(name, 3) if name is not None else None)
     if not choice.overridden:
         cost_model_tiles = choice.tiles
         choice = _fewer_exposed_latencies(hw, M, N, K, choice)
-        if choice.tiles != cost_model_tiles:
+        if choice.tiles != cost_model_tiles and name is not None:
             ctx.debug(f"[graph-to-tile] {name}:   packed weights: {'x'.join(map(str, choice.tiles))} instead of "
                       f"{'x'.join(map(str, cost_model_tiles))} (one DRAM latency per weight tile counted)")
-    TM, TN, TK = choice.tiles
+    if name is not None:
+        ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1] + f" ({fmt_name} packed)",
+                                              f"M={M} N={N} K={K}", choice))
+    return M, N, K, choice.tiles
+
+
+def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
+                      dq: g.DequantizeBlocksOp, packed: g.WeightOp) -> None:
+    em = ctx.emitter
+    fmt_name = dq.block_format.data
+    fmt = block_format(fmt_name)
+    x = op.input if isinstance(op, g.LinearOp) else op.lhs  # type: ignore[attr-defined]
+    bias = op.bias if isinstance(op, g.LinearOp) else None
+    out_shape = shape_of(result)
+    name = ctx.kernel_name()
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name)
+    out2 = em.view(ctx.output_buffer(result), (M, N))
+    xv = em.view(ctx.buffer(x), (M, K))
+    frame_groups = ((), tuple(out_shape[:-1]), (N,))
+    copies = ctx.bf16_copies
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
     if TK % QBLOCK:
         raise error(op, f"{name}: the k tile {TK} of a {fmt_name} weight must be a multiple of {QBLOCK}")
-    ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1] + f" ({fmt_name} packed)",
-                                          f"M={M} N={N} K={K}", choice))
     Kp = -(-K // TK) * TK
     codes_w, scales_w = _plane_weights(ctx, packed.weight_key, np.asarray(ctx.store.get(packed.weight_key)),
                                        fmt_name, N, K, TN, Kp)
     code_rows = TK * fmt.bits // 8  # codes-plane rows of one k tile
     code_rows_p = Kp * fmt.bits // 8
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    if M <= TM and N <= TN and K == TK:
+        _lower_resident(ctx, op, epilogue, result, fmt_name, (M, N, K), xv, out2, codes_w, scales_w, bias_row,
+                        frame_groups)
+        return
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
@@ -239,6 +261,146 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     em.tiles(M, TM, over_n)
 
 
+def _chunk_rows(K: int, steps: int = 3) -> int:
+    """Rows of W^T expanded per step of a resident product: the smallest multiple of the block
+    that divides K in at most `steps` steps. Three steps use the first step's tile and the two
+    halves of the double-buffered one once each: no step waits for the array to release a
+    buffer (a release comes a fill/drain latency after the step's last matmul, longer than a
+    step of a decode-sized matrix)."""
+    return min(c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0 and K // c <= steps)
+
+
+def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
+                    fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
+                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple) -> None:
+    """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
+    weight prefetch and an expansion overlapped with the matrix unit.
+
+    * The codes and scales planes of the whole matrix are DMAd first, then the activations:
+      the weight loads read no value an earlier kernel writes, so the load engine runs them
+      while the previous kernel still computes (only the activations wait for its store).
+    * W^T is expanded in up to three straight-line steps of KC rows (`_chunk_rows`), each
+      into its own rows of the weight tile, the first before the activations' conversion (the
+      vector unit runs in order: behind it the expansion would wait for the previous kernel's
+      store) and step j+1 before step j's matmuls in program order (behind them, the front
+      end would dispatch it only once the 8-deep matrix queue had taken them all), so
+      `vec.dequant` of step j+1 overlaps the array's `mx.loadw`/matmuls of step j. (In a loop
+      the tile's rows would be one hull and every step would wait for the previous one's
+      matmuls.)
+    * Consecutive resident products use alternate halves of buffers allocated twice as large
+      (`LoweringContext.resident_products` counts them): the planner gives the next kernel the
+      same bytes, and with one half each the next kernel's weight DMAs and expansion do not wait
+      for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
+      the accumulator (no fill, which would wait for the previous kernel's store of it)."""
+    em = ctx.emitter
+    M, N, K = mnk
+    fmt = block_format(fmt_name)
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    KC = _chunk_rows(K)
+    z = [0, 0]
+    half = ctx.resident_products % 2
+    ctx.resident_products += 1
+    code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
+    codes = em.alloc((2 * code_rows, N), i8 if fmt_name == "q8_0" else ui8, "spad")
+    scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
+    x_staging = em.alloc((2 * M, K), f32, "spad")
+    x_tile = Bf16Tile(em.alloc((2 * M, K), bf16, "spad"),
+                      em.alloc((2 * M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
+                      em.alloc((2 * K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
+    w_expanded = em.alloc((2 * KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
+    acc = em.alloc((M, N), f32, "acc")
+    bias_tile = em.alloc((1, N), f32, "spad") if bias_row is not None else None
+    c0, s0, x0, w0, e0 = half * code_rows, half * scale_rows, half * M, half * K, half * KC
+    prefetched = ctx.derived.pop(("prefetched planes", op), None)
+    if prefetched is not None:  # the previous resident product loaded them
+        codes, scales = prefetched
+        c0 = s0 = 0
+    else:
+        em.dma(codes_w, z, codes, [c0, 0], [code_rows, N])
+        em.dma(scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+    em.dma(xv, z, x_staging, [x0, 0], [M, K])
+    # after the activations: ahead of them, its transfer would delay theirs
+    _prefetch_next(ctx, op)
+    if bias_row is not None and bias_tile is not None:
+        em.dma(bias_row, z, bias_tile, z, [1, N])
+
+    def split(src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
+        # split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)
+        em.vec("copy", dst.hi, [dst_row, 0], src, [src_row, 0], rows, cols)
+        if dst.lo is not None:
+            em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
+            em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
+
+    def expand(j: int) -> None:
+        codes_at, scales_at = [c0 + j * KC * fmt.bits // 8, 0], [s0 + j * KC // QBLOCK, 0]
+        if w_expanded is None:
+            _dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
+        else:  # the f32 rows are reused by every step: the vector unit runs in order
+            _dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
+            split(w_expanded, e0, w_tile, w0 + j * KC, KC, N)
+
+    steps = K // KC
+    expand(0)
+    split(x_staging, x0, x_tile, x0, M, K)
+    for j in range(steps):
+        if j + 1 < steps:
+            expand(j + 1)
+        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(x0, j * KC), rhs_at=(w0 + j * KC, 0),
+                          overwrite=j == 0)
+    if bias_tile is not None:
+        em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
+    frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
+    tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+    em.dma(tile, z, out2, z, [M, N])
+
+
+def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
+    """Cross-kernel prefetch: DMA the codes and scales planes of the next packed product of the
+    function (when it is resident too) into buffers of their own, here, before this product's
+    matmuls. Without it the next kernel's weight loads are dispatched only after the front end
+    has queued this kernel's ~50 matrix instructions (an 8-deep queue), so they could not
+    overlap this kernel's work. The next product finds them in `ctx.derived`; if its own
+    lowering then chooses other tiles (its fused epilogue is not known here), it loads its
+    planes itself and these bytes were read for nothing."""
+    found = _next_packed_product(op)
+    if found is None:
+        return
+    nxt, dq, packed = found
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None)
+    if not (M <= TM and N <= TN and K == TK):
+        return
+    em = ctx.emitter
+    fmt_name = dq.block_format.data
+    fmt = block_format(fmt_name)
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    codes_w, scales_w = _plane_weights(ctx, packed.weight_key, np.asarray(ctx.store.get(packed.weight_key)),
+                                       fmt_name, N, K, TN, K)
+    codes = em.alloc((2 * K * fmt.bits // 8, N), i8 if fmt_name == "q8_0" else ui8, "spad")
+    scales = em.alloc((2 * (K // QBLOCK), N * entry // 2), f16, "spad")
+    z = [0, 0]
+    em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
+    em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
+    ctx.derived[("prefetched planes", nxt)] = (codes, scales)
+
+
+def _next_packed_product(op: Operation) -> tuple[Operation, g.DequantizeBlocksOp, g.WeightOp] | None:
+    """The first linear/matmul on packed weights after `op` in its function (looking inside
+    fused graph.kernel regions), with its dequantize_blocks and packed weight."""
+    top = op
+    while top.parent_op() is not None and not isinstance(top.parent_op(), func.FuncOp):
+        top = top.parent_op()  # type: ignore[assignment]
+    nxt = top.next_op
+    while nxt is not None:
+        for inner in nxt.walk():
+            if isinstance(inner, (g.LinearOp, g.MatmulOp)):
+                found = packed_weight_of(inner)
+                if found is not None:
+                    return inner, *found
+        nxt = nxt.next_op
+    return None
+
+
 def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Choice) -> tiling_cost.Choice:
     """Re-rank the fitting candidates by estimated cycles plus one DRAM latency per weight tile.
 
@@ -259,12 +421,11 @@ def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Cho
 
 
 def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
-             scales_at: Sequence[Index], rows: int, cols: int, fmt: str) -> None:
-    """dst[:rows, :cols] = tile.dequant of the codes and scales tiles at the given origins
-    (blocks down the columns)."""
-    z = [em.index_value(0)] * 2
+             scales_at: Sequence[Index], rows: int, cols: int, fmt: str, dst_at: Sequence[Index] = (0, 0)) -> None:
+    """dst[dst_at + (:rows, :cols)] = tile.dequant of the codes and scales tiles at the given
+    origins (blocks down the columns)."""
     em.insert(t.DequantOp.build(
-        operands=[dst, z, codes, [em.index_value(i) for i in codes_at], scales,
+        operands=[dst, [em.index_value(i) for i in dst_at], codes, [em.index_value(i) for i in codes_at], scales,
                   [em.index_value(i) for i in scales_at]],
         properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
                     "format": StringAttr(fmt), "blocks": StringAttr("col")}))

@@ -28,6 +28,8 @@ tile.gather_rows, tile.load_index).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from xdsl.dialects.builtin import bf16, f32, i32
 from xdsl.ir import Operation, SSAValue
@@ -84,23 +86,71 @@ def _single_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
     return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), lo)
 
 
-def _blocks_used(ctx: LoweringContext, lens: SSAValue, batch: int, block_size: int) -> SSAValue:
-    """An i32 DRAM buffer [B]: ceil(context_lens[b] / BS), computed on the vector unit."""
+class BlockSteps(NamedTuple):
+    """i32 DRAM buffers [B] that drive each sequence's block loops (rest = max(ceil(n / BS) - 1,
+    0) blocks after block 0)."""
+
+    pairs: SSAValue  # rest // 2: steps of the two-buffer loop
+    odd: SSAValue  # rest % 2: 1 when a last block follows the loop
+    last: SSAValue  # the number of the sequence's last block, block_tables[b, rest]
+
+
+def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
+                 block_size: int) -> BlockSteps:
+    """The block loops' counts and the last block's number, computed on the vector unit in
+    columns [B, 1] (exact in f32: lengths and block numbers stay far below 2^24): rest =
+    round((n + BS - 1) / BS - (BS - 1) / (2 BS) - 1) clamped at 0 (the f32 -> i32 copy rounds
+    half to even: the floor of ceil(n / BS) - 1), pairs = round(rest / 2 - 1/4), odd = rest -
+    2 pairs, last = sum_j tables[b, j] * (j == rest) (a one-hot row)."""
     em = ctx.emitter
-    with ctx.stage(what="blocks per sequence"):
-        out = em.alloc((batch,), i32, "dram")
-        as_int = em.alloc((1, batch), i32, "spad")
-        as_float = em.alloc((1, batch), f32, "spad")
+    B, MB = batch, max_blocks
+    with ctx.stage(what="block steps per sequence"):
+        out = [em.alloc((B,), i32, "dram") for _ in range(3)]
+        col_i = em.alloc((B, 1), i32, "spad")
+        rest = em.alloc((B, 1), f32, "spad")
+        half = em.alloc((B, 1), f32, "spad")
+        table_i = em.alloc((B, MB), i32, "spad")
+        table_f = em.alloc((B, MB), f32, "spad")
+        onehot = em.alloc((B, MB), f32, "spad")
+        iota = ctx.weight(f"{name}.block_iota",
+                          np.tile(np.arange(MB, dtype=np.float32), (B, 1)), f32)
         z = [0, 0]
-        em.dma(em.view(lens, (1, batch)), z, as_int, z, [1, batch])
-        em.vec("copy", as_float, z, as_int, z, 1, batch)
-        em.vec("add", as_float, z, as_float, z, 1, batch, bmode="imm", imm=float(block_size - 1))
-        em.vec("mul", as_float, z, as_float, z, 1, batch, bmode="imm", imm=1.0 / block_size)
-        em.vec("sub", as_float, z, as_float, z, 1, batch, bmode="imm",
-               imm=(block_size - 1) / (2.0 * block_size))
-        em.vec("copy", as_int, z, as_float, z, 1, batch)  # rounds half to even: the floor here
-        em.dma(as_int, z, em.view(out, (1, batch)), z, [1, batch])
-    return out
+
+        def store(src: SSAValue, buffer: SSAValue) -> None:  # f32 column -> i32 buffer
+            em.vec("copy", col_i, z, src, z, B, 1)  # rounds half to even
+            em.dma(col_i, z, em.view(buffer, (B, 1)), z, [B, 1])
+
+        def rounded(col: SSAValue) -> None:  # col = round(col), through i32
+            em.vec("copy", col_i, z, col, z, B, 1)
+            em.vec("copy", col, z, col_i, z, B, 1)
+
+        em.dma(em.view(lens, (B, 1)), z, col_i, z, [B, 1])
+        em.dma(em.view(tables, (B, MB)), z, table_i, z, [B, MB])
+        em.vec("copy", rest, z, col_i, z, B, 1)
+        em.vec("add", rest, z, rest, z, B, 1, bmode="imm", imm=float(block_size - 1))
+        em.vec("mul", rest, z, rest, z, B, 1, bmode="imm", imm=1.0 / block_size)
+        em.vec("sub", rest, z, rest, z, B, 1, bmode="imm", imm=(block_size - 1) / (2.0 * block_size) + 1.0)
+        em.vec("max", rest, z, rest, z, B, 1, bmode="imm", imm=0.0)  # n = 0: block 0 only
+        rounded(rest)
+        em.vec("mul", half, z, rest, z, B, 1, bmode="imm", imm=0.5)
+        em.vec("sub", half, z, half, z, B, 1, bmode="imm", imm=0.25)
+        rounded(half)
+        store(half, out[0])
+        em.vec("mul", half, z, half, z, B, 1, bmode="imm", imm=-2.0)
+        em.vec("add", half, z, half, z, B, 1, rest, z, bmode="tile")
+        store(half, out[1])
+        # one-hot of column `rest` in each row: 1 - min(|j - rest|, 1)
+        em.dma(iota, z, onehot, z, [B, MB])
+        em.vec("sub", onehot, z, onehot, z, B, MB, rest, z, bmode="col")
+        em.vec("abs", onehot, z, onehot, z, B, MB)
+        em.vec("min", onehot, z, onehot, z, B, MB, bmode="imm", imm=1.0)
+        em.vec("mul", onehot, z, onehot, z, B, MB, bmode="imm", imm=-1.0)
+        em.vec("add", onehot, z, onehot, z, B, MB, bmode="imm", imm=1.0)
+        em.vec("copy", table_f, z, table_i, z, B, MB)
+        em.vec("mul", onehot, z, onehot, z, B, MB, table_f, z, bmode="tile")
+        em.vec("rsum", half, z, onehot, z, B, MB)
+        store(half, out[2])
+    return BlockSteps(*out)
 
 
 def kv_heads_per_pass(ctx: LoweringContext, Hkv: int, R: int, Dv: int) -> int:
@@ -130,8 +180,12 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     scale = op.scale.value.data if op.scale is not None else 1.0 / np.sqrt(D)
     tables = metadata_buffer(ctx, op, op.block_tables, "block tables")
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
-    blocks = _blocks_used(ctx, lens, B, BS)
+    # every layer of a step reads the same lengths: the counts are computed by the first
     name = ctx.kernel_name()
+    key = ("paged attention block steps", lens, tables, BS)
+    if key not in ctx.derived:
+        ctx.derived[key] = _block_steps(ctx, name, lens, tables, B, MB, BS)
+    steps: BlockSteps = ctx.derived[key]
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
               f"block={BS}: a run-time loop over each sequence's blocks"
               + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
@@ -154,8 +208,9 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         n_col = em.alloc((rows, 1), f32, "spad")
         base = em.alloc((rows, BS), f32, "spad")
         keep = em.alloc((rows, BS), f32, "spad")
-        k_block = em.alloc((1, BS * Wk), f32, "spad")
-        v_block = em.alloc((1, BS * Wv), f32, "spad")
+        # two buffers per pool: the gather of one block overlaps the math of the other
+        k_block = [em.alloc((1, BS * Wk), f32, "spad") for _ in range(2)]
+        v_block = [em.alloc((1, BS * Wv), f32, "spad") for _ in range(2)]
         v_tile = _single_bf16_tile(ctx, BS, Wv)
         product = em.alloc((BS, D), f32, "spad")
         scores = em.alloc((rows, BS), f32, "spad")
@@ -166,18 +221,24 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         tmp = em.alloc((rows, 1), f32, "spad")
         tmp_tile = em.alloc((rows, BS), f32, "spad")
         o = em.alloc((rows, Dv), f32, "acc")
-        k_rows = em.view(k_block, (BS, Wk))
-        v_rows = em.view(v_block, (BS, Wv))
+        k_rows = [em.view(buf, (BS, Wk)) for buf in k_block]
+        v_rows = [em.view(buf, (BS, Wv)) for buf in v_block]
+        last_ids = steps.last
         score_column = em.view(scores, (rows * BS, 1))  # score row r = this column's [r*BS, +BS)
 
-        def block(b: Index, p: Index, j: SSAValue) -> None:
-            em.gather_rows(k_blocks, 0, table_ids, em.add(em.mul(b, MB), j), k_block, z, 1, BS * Wk)
-            em.gather_rows(v_blocks, 0, table_ids, em.add(em.mul(b, MB), j), v_block, z, 1, BS * Wv)
+        def gather(ids: SSAValue, entry: Index, buf: int) -> None:
+            # one index for both gathers, back to back: with equal row pitches tile-to-npu reads
+            # the block number once (one front-end `ld` per block, docs/paged-kv.md)
+            em.gather_rows(k_blocks, 0, ids, entry, k_block[buf], z, 1, BS * Wk)
+            em.gather_rows(v_blocks, 0, ids, entry, v_block[buf], z, 1, BS * Wv)
+
+        def block(p: Index, buf: int) -> None:
+            k_rows_b, v_rows_b = k_rows[buf], v_rows[buf]
 
             def score_row(kv: Index, r: Index) -> None:  # kv: the pass's own KV head
                 row = em.add(em.mul(kv, R), r)
                 head = em.add(em.mul(p, HP), kv)
-                em.vec("mul", product, z, k_rows, [0, em.mul(head, D)], BS, D, q_tile, [row, 0], bmode="row")
+                em.vec("mul", product, z, k_rows_b, [0, em.mul(head, D)], BS, D, q_tile, [row, 0], bmode="row")
                 em.vec("rsum", score_column, [em.mul(row, BS), 0], product, z, BS, D)
 
             em.range(HP, lambda kv: em.range(R, lambda r: score_row(kv, r)))
@@ -196,14 +257,14 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.vec("copy", m, z, m_new, z, rows, 1)
             em.vec("sub", scores, z, scores, z, rows, BS, m_new, z, bmode="col")
             em.vec("exp", scores, z, scores, z, rows, BS)
-            if Sq > 1:  # a query row without keys (n < Sq) must stay 0
-                em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
+            # a query row without keys (n < Sq, or n = 0 whose block 0 is still read) stays 0
+            em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
             em.vec("mul", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
             em.vec("rsum", tmp, z, scores, z, rows, BS)
             em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             split_on_chip(em, scores, p_tile, rows, BS)
-            split_on_chip(em, v_rows, v_tile, BS, Wv)
+            split_on_chip(em, v_rows_b, v_tile, BS, Wv)
             em.range(HP, lambda kv: emit_tile_product(
                 ctx, p_tile, v_tile, o, R, BS, Dv, lhs_at=(em.mul(kv, R), 0),
                 rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0)))
@@ -221,8 +282,31 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
-            count = em.load_index(blocks, [b], MB)
-            em.loop(0, count, 1, lambda j: block(b, p, j))
+            # blocks in order through two buffers: block 0 is gathered first; each step of the
+            # loop gathers block 2i+1 into buffer 1, does block 2i's math, gathers block 2i+2
+            # into buffer 0 and does block 2i+1's math, so each gather (its block-table `ld`
+            # stalls the front end for a DRAM latency, then the DMA's latency) overlaps the
+            # other buffer's math; then block 2p's math, and block 2p+1 when rest is odd
+            row0 = em.mul(b, MB)
+            gather(table_ids, row0, 0)
+            pairs = em.load_index(steps.pairs, [b], max(MB - 1, 0) // 2)
+
+            def pair(i: SSAValue) -> None:
+                first = em.add(row0, em.mul(i, 2))
+                gather(table_ids, em.add(first, 1), 1)
+                block(p, 0)
+                gather(table_ids, em.add(first, 2), 0)
+                block(p, 1)
+
+            em.loop(0, pairs, 1, pair)
+            block(p, 0)
+            odd = em.load_index(steps.odd, [b], 1)
+
+            def last(_: SSAValue) -> None:
+                gather(last_ids, b, 1)
+                block(p, 1)
+
+            em.loop(0, odd, 1, last)
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")

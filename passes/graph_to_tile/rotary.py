@@ -4,6 +4,8 @@ x [P, S, D] in row tiles [TS, R] (R = the rotated features): y = x*cos + rot(x)*
 layout: rot = [-x2, x1] as column sub-boxes; interleaved: the tile viewed [TS*R/2, 2] so
 even/odd features are columns 0/1. cos/sin broadcast over x's leading dims by index arithmetic
 (a constant 1-dim reads row 0) and over S by a `bmode=row` operand; features R..D are copied.
+With one position (S = 1: decode) and cos/sin shared by the dim before S (the heads), that dim
+is taken as the rows instead.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
     R = cs_shape[-1]
     half = R // 2
     cs_shape = (1,) * (len(x_shape) - len(cs_shape)) + cs_shape
+    if S == 1 and len(x_shape) >= 3 and cs_shape[-3] == 1:
+        # one position (a decode step) and cos/sin shared by the dim before it (the heads):
+        # that dim becomes the rows of one tile with a broadcast cos/sin row, instead of a loop
+        # of one-row tiles (each a DMA round trip)
+        x_shape = tuple(x_shape[:-2]) + (D,)
+        cs_shape = tuple(cs_shape[:-3]) + (1, R)
+        S = x_shape[-2]
     lead_x, lead_cs = x_shape[:-2], cs_shape[:-2]
     per_position = cs_shape[-2] != 1 or S == 1  # cos/sin have a row per position (else one row)
     interleaved = bool(op.interleaved.value.data)

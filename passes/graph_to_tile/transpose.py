@@ -25,7 +25,7 @@ from infer.dialects.dtypes import element_type_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext
-from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.copies import copy_dram, lower_reshape_view
 
 Terms = list[tuple[Index, int]]  # an element offset: sum of index * coefficient
 
@@ -191,6 +191,12 @@ def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -
 def lower_transpose(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.TransposeOp)
     shape = shape_of(op.input)
+    moved = canonical_perm(shape, g._ints(op.perm))[1]
+    if moved == sorted(moved):
+        # only size-1 dims move (e.g. a decode step's [B, 1, H, D] -> [B, H, 1, D]): the bytes
+        # are already in the output's order, so the result is a view, like a reshape
+        lower_reshape_view(ctx, op.input, op.results[0])
+        return
     name = ctx.kernel_name()
     desc = permute_copy(ctx, ctx.buffer(op.input), shape, g._ints(op.perm), ctx.output_buffer(op.results[0]))
     ctx.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, shape))} perm {list(g._ints(op.perm))}: {desc}")

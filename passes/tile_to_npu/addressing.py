@@ -11,6 +11,9 @@ when not in use; `li r, 0` at program start makes that hold whatever the runtime
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, scf
@@ -42,10 +45,37 @@ class AffineIndex:
                            {loop: c * factor for loop, c in self.coefficients.items() if c * factor})
 
 
+# value -> its AffineIndex, and (base, shape, element bytes, *indices) -> a buffer element's
+# address, while `affine_cache()` is open (one lowering of a function: the IR does not change
+# under it, and a function is compiled again when it runs out of semaphores)
+_AFFINE_CACHE: ContextVar[dict[object, AffineIndex] | None] = ContextVar("affine_cache", default=None)
+
+
+@contextmanager
+def affine_cache() -> Iterator[None]:
+    """Remember every affine_of result until the block ends (the IR must not change in it)."""
+    token = _AFFINE_CACHE.set({})
+    try:
+        yield
+    finally:
+        _AFFINE_CACHE.reset(token)
+
+
 def affine_of(value: SSAValue, user: Operation) -> AffineIndex:
     """An index operand as an affine function of loop iteration numbers; anything that is not
     arith.constant/addi/subi/muli-by-a-constant of scf.for induction variables is an error
-    naming the op."""
+    naming the op. (The result is shared when cached: AffineIndex values are never changed
+    in place.)"""
+    cache = _AFFINE_CACHE.get()
+    if cache is None:
+        return _affine_of(value, user)
+    index = cache.get(value)
+    if index is None:
+        index = cache[value] = _affine_of(value, user)
+    return index
+
+
+def _affine_of(value: SSAValue, user: Operation) -> AffineIndex:
     owner = value.owner
     if isinstance(owner, arith.ConstantOp):
         if isinstance(owner.value, IntegerAttr):
@@ -216,6 +246,16 @@ class TileBuffer:
 
     def element_address(self, indices: list[SSAValue], user: Operation) -> AffineIndex:
         """The byte address of element [indices] (in the first half of a double buffer)."""
+        cache = _AFFINE_CACHE.get()
+        if cache is None:
+            return self._element_address(indices, user)
+        key = (self.base, self.shape, self.element_bytes, *indices)
+        address = cache.get(key)
+        if address is None:
+            address = cache[key] = self._element_address(indices, user)
+        return address
+
+    def _element_address(self, indices: list[SSAValue], user: Operation) -> AffineIndex:
         address = AffineIndex(self.base, {})
         for index, stride in zip(indices, self.strides):
             address = address + affine_of(index, user).scaled(stride * self.element_bytes)

@@ -63,7 +63,8 @@ class CodeGenerator:
     rotation.DegradeLevel); `run` raises OutOfSemaphores naming the kernels that did not fit."""
 
     def __init__(self, hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
-                 pipelining: bool = True, degrade: dict[Operation, int] | None = None):
+                 pipelining: bool = True, degrade: dict[Operation, int] | None = None,
+                 peeled_loops: set[scf.ForOp] | None = None):
         self.hw, self.layout, self.fn = hw, layout, fn
         self.degrade = degrade or {}
         self.buffers: dict[SSAValue, TileBuffer] = {}
@@ -75,11 +76,13 @@ class CodeGenerator:
         self.semaphores = VirtualSemaphores()
         self.tracker = DependencyTracker(self.semaphores, self.cursor)
         self.weight_tile = LoadedWeightTile()
+        # (the next tile.gather_rows op, the register holding its row offset): selection.py
+        self.shared_gather_row: tuple[Operation, int] | None = None
         self.kernel_groups = KernelGroups()
         self.plan = plan_rotation(fn, self.degrade_level, pipelining)
         self.double_buffering = DoubleBuffering(self.plan, self.semaphores, self.tracker,
                                                 self.cursor, self.bindings, fn)
-        self.peeled_loops = loops_to_peel(fn)
+        self.peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
 
     def degrade_level(self, op: Operation) -> int:
         """The degrade level of the top-level op (kernel part) containing op."""

@@ -106,12 +106,20 @@ class AccessIndex:
 
     def _keys(self, access: Access, engine: str) -> list[tuple]:
         """The lists that can hold accesses of `engine` conflicting with `access`."""
-        pages = self._pages(access)
-        if pages is None:  # a wide query: every page list of this space
-            keys = self.keys.get((access.space, engine), [])
+        space = access.space
+        shift = self.PAGE_SHIFT[space]
+        first, last = access.low >> shift, (access.high - 1) >> shift
+        if last - first >= self.WIDE:  # a wide query: every page list of this space
+            keys = self.keys.get((space, engine), [])
             return keys if access.writes else [key for key in keys if key[3]]
+        if first == last:  # (the common case, spelled out: this runs per access and engine)
+            if access.writes:
+                return [(space, first, engine, True), (space, first, engine, False),
+                        (space, None, engine, True), (space, None, engine, False)]
+            return [(space, first, engine, True), (space, None, engine, True)]
         kinds = (True, False) if access.writes else (True,)
-        return [(access.space, page, engine, writes) for page in (*pages, None) for writes in kinds]
+        return [(space, page, engine, writes) for page in (*range(first, last + 1), None)
+                for writes in kinds]
 
     def latest_conflict(self, access: Access, engine: str, after: int) -> Access | None:
         """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of

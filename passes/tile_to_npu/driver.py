@@ -32,7 +32,9 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, layout_to_attr, ops_to_attr
+from infer.passes.tile_to_npu.addressing import affine_cache
 from infer.passes.tile_to_npu.codegen import CodeGenerator
+from infer.passes.tile_to_npu.dependencies import loops_to_peel
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
 from infer.passes.tile_to_npu.rotation import DegradeLevel
 from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
@@ -82,15 +84,17 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
     software pipelining, then single-buffered. Every kernel that did not fit is degraded in
     the same attempt; the levels are kept per top-level op."""
     degrade: dict[Operation, int] = {}
-    while True:
-        try:
-            return CodeGenerator(hw, layout, fn, pipelining, degrade).run()
-        except OutOfSemaphores as e:
-            worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
-            if not worse:
-                raise LoweringError(str(e)) from None
-            for o in worse:
-                degrade[o] = degrade.get(o, 0) + 1
+    peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
+    with affine_cache():
+        while True:
+            try:
+                return CodeGenerator(hw, layout, fn, pipelining, degrade, peeled_loops).run()
+            except OutOfSemaphores as e:
+                worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+                if not worse:
+                    raise LoweringError(str(e)) from None
+                for o in worse:
+                    degrade[o] = degrade.get(o, 0) + 1
 
 
 def target_config(module: ModuleOp, name: str) -> HardwareConfig:

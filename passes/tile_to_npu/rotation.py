@@ -207,6 +207,7 @@ class DoubleBuffering:
         self.full_semaphore_of: dict[t.AllocOp, int] = {}  # pipelined alloc -> its loop's
         self.full_taken: set[tuple[t.AllocOp, object]] = set()  # (alloc, round) consumed
         self.early_loads: set[t.DmaOp] = set()  # loads issued one iteration ahead
+        self._rings_of: dict[scf.ForOp, list[t.AllocOp]] | None = None  # rotation loop -> ring allocs
 
     def start_top_level_item(self) -> None:
         self.idle_rings = []
@@ -228,8 +229,12 @@ class DoubleBuffering:
 
     def enter_rotation_loop(self, loop: scf.ForOp) -> list[t.AllocOp]:
         """Give the ring groups rotating on loop their free semaphores; returns the allocs."""
-        rings = [alloc for alloc, rotation in self.plan.rotation_loop_of.items()
-                 if rotation is loop and alloc in self.plan.ring_group_of]
+        if self._rings_of is None:  # (the plan is complete when emission starts)
+            self._rings_of = {}
+            for alloc, rotation in self.plan.rotation_loop_of.items():
+                if alloc in self.plan.ring_group_of:
+                    self._rings_of.setdefault(rotation, []).append(alloc)
+        rings = list(self._rings_of.get(loop, ()))
         of_group_half: dict[tuple[RingGroupKey, int], int] = {}
         for alloc in rings:
             for half in (0, 1):

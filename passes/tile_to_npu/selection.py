@@ -7,7 +7,7 @@
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
 | tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
-| tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop |
+| tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop; a one-row gather at the index the previous one-row gather read reuses its row register (no second ld) |
 | tile.scatter_rows | per row: ld + muli (+ add) + dma.store |
 | tile.load_index | nothing itself: the scf.for it bounds reads it with `ld` into its count register |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
@@ -389,11 +389,19 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     table_span = (table_at.low, table_at.high + (table.shape[0] - 1) * pitch + row_bytes)
     index_at = codegen.resolve(codegen.tile_address(indices, op.index_indices, op))
     dst_at = codegen.resolve(codegen.tile_address(dst, op.dst_indices, op))
-    row_register = codegen.registers.take_scratch(op)
+    # one row at the index the previous gather read (paged attention's K and V blocks): its
+    # register still holds index * pitch, so the front end does not stall on a second `ld`
+    shared = codegen.shared_gather_row
+    codegen.shared_gather_row = None
+    reuse = shared is not None and shared[0] is op and not table_at.register_key
+    row_register = shared[1] if shared is not None and shared[0] is op else codegen.registers.take_scratch(op)
     cursor = codegen.cursor
 
     def row(index_key: tuple, index_imm: int, dst_key: tuple, dst_imm: int, dst_span: int,
             first_part: bool, last_part: bool) -> None:
+        if reuse:
+            emit_dma(dst_key, dst_imm, dst_span, first_part, last_part)
+            return
         ld = Instruction("ld", dict(rd=row_register,
                                     addr_base=codegen.registers.register_for(index_key),
                                     addr=index_imm), "scalar", cursor.loops, codegen.next_sequence())
@@ -408,6 +416,9 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
             cursor.block.append(Instruction("add", dict(rd=row_register, rs=row_register,
                                                         rt=column_register), "scalar",
                                             cursor.loops))
+        emit_dma(dst_key, dst_imm, dst_span, first_part, last_part)
+
+    def emit_dma(dst_key: tuple, dst_imm: int, dst_span: int, first_part: bool, last_part: bool) -> None:
         fields = dict(dram_base=row_register, dram=table_at.immediate,
                       local_base=codegen.registers.register_for(dst_key), local=dst_imm,
                       n0=row_bytes, n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0)
@@ -430,6 +441,13 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     for k in range(looped, rows):
         row(index_at.register_key, index_at.immediate + k * index_bytes, dst_at.register_key,
             dst_at.immediate + k * dst_pitch, 0, k == 0, k == rows - 1)
+    following = op.next_op
+    if (rows == 1 and not table_at.register_key and isinstance(following, t.GatherRowsOp)
+            and following.rows.value.data == 1 and following.indices is op.indices
+            and list(following.index_indices) == list(op.index_indices)
+            and buffers[following.table].shape[1] * buffers[following.table].element_bytes == pitch):
+        codegen.shared_gather_row = (following, row_register)  # reset by the next gather
+        return
     # registers are 0 when not in use
     cursor.block.append(Instruction("li", dict(rd=row_register, imm=0), "scalar", cursor.loops))
     codegen.registers.give_back_scratch(row_register, codegen.clock)

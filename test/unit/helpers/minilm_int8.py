@@ -28,6 +28,10 @@ from helpers.minilm_sentences import CALIBRATION, EVALUATION
 SEQ = 32
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 METHOD = "minmax"
+# The mixed-precision search's target on 4 calibration sentences; the 50 evaluation sentences
+# are held to 0.99. The margin: searched at 0.99 it kept 4 FFN down projections in float and the
+# worst sentence on the simulator read 0.9894 (mean 0.9935).
+SEARCH_TARGET = 0.995
 
 
 def model_folder() -> Path:

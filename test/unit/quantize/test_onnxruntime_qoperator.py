@@ -38,7 +38,28 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12)), (4, 24)
 
 
-MODELS = {"cnn": _cnn, "mlp": _mlp}
+class _Residual(torch.nn.Module):
+    """A residual block with a gated branch and global pooling: the QOperator form has
+    com.microsoft QLinearAdd, QLinearMul and QLinearGlobalAveragePool around QLinearConvs."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.body = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.gate = torch.nn.Conv2d(8, 8, 1)
+        self.head = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = h + torch.relu(self.body(h)) * self.gate(h)
+        return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+def _residual():
+    return _Residual(), (1, 1, 8, 8)
+
+
+MODELS = {"cnn": _cnn, "mlp": _mlp, "residual": _residual}
 
 
 def _float_model(tmp_path, name: str):
@@ -102,6 +123,26 @@ def test_onnxruntime_qoperator_model_on_the_simulator(tmp_path, name, activation
         inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
         step = float(inits["y_scale"])
         assert np.abs(simulated - expected).max() <= step * 1.0001
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_onnxruntime_qoperator_elementwise_and_pooling(tmp_path, target) -> None:
+    """QLinearAdd / QLinearMul / QLinearGlobalAveragePool: the reference interpreter equals
+    onnxruntime; on the NPU they run in float between quantize/dequantize: one output step."""
+    path, shape = _static(tmp_path, "residual", "QInt8", "QInt8")
+    model_proto = onnx.load(str(path))
+    ms = {n.op_type for n in model_proto.graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool"} <= ms, ms
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    expected = _onnxruntime(path, x)
+    model = infer.import_model(path)
+    reference = model.run([x])[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in model_proto.graph.initializer}
+    step = float(inits["y_scale"])
+    assert np.abs(reference - expected).max() <= step * 1.0001
+    simulated = infer.compile(model, target=target, precision="int8").run([x])[0]
+    assert np.abs(simulated - expected).max() <= step * 1.0001
+    assert np.abs(simulated - reference).max() <= step * 1.0001
 
 
 @pytest.mark.parametrize("target", ["edge", "server"])
@@ -180,14 +221,15 @@ def test_qoperator_scale_of_zero_or_nan_is_one_located_error(tmp_path, scale) ->
 def test_unsupported_com_microsoft_op_names_what_is_supported(tmp_path) -> None:
     from infer.frontend import ModelImportError
 
-    node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], name="add", domain="com.microsoft")
+    node = helper.make_node("QLinearSigmoid", ["a", "s", "z", "s", "z"], ["y"], name="sig", domain="com.microsoft")
     path = _single_node_model(
         tmp_path, node, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4])],
         [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])],
         [helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]), helper.make_tensor("z", TensorProto.UINT8, [], [128])],
         [helper.make_opsetid("com.microsoft", 1)])
-    with pytest.raises(ModelImportError, match=r"com.microsoft:QLinearAdd node 'add': op type 'QLinearAdd' of domain "
-                                               r"'com.microsoft' is not supported \(supported in that domain: QGemm\)"):
+    with pytest.raises(ModelImportError, match=r"com.microsoft:QLinearSigmoid node 'sig': op type 'QLinearSigmoid' of "
+                                               r"domain 'com.microsoft' is not supported \(supported in that domain: "
+                                               r"QGemm, QLinearAdd, QLinearGlobalAveragePool, QLinearMul\)"):
         infer.import_model(path)
 
 

@@ -35,6 +35,34 @@ def test_optional_graph_sections_round_trip():
     assert back.graph_ir == art.graph_ir and back.graph_weights == art.graph_weights
 
 
+def test_kept_bytes_follow_every_change():
+    """An artifact gives the bytes it was read from or last written as again only while
+    nothing changed: a changed section or header field is serialised anew (a fresh
+    artifact with the same parts is the reference)."""
+    art = bias_relu_artifact()
+    data = art.to_bytes()
+    back = Artifact.from_bytes(data, checksums=False)
+    assert back.to_bytes() is data
+    back.meta["note"] = "changed"  # a header field, changed in place
+    art.meta["note"] = "changed"
+    assert back.to_bytes() == bias_relu_artifact_with(art).to_bytes() != data
+    back.graph_ir = art.graph_ir = "builtin.module {}\n"  # a new section
+    assert back.to_bytes() == bias_relu_artifact_with(art).to_bytes()
+    back.weights = art.weights = save_safetensors(  # a section replaced (same names and shapes)
+        {n: a + 1 for n, a in art.weight_arrays().items()})
+    assert back.to_bytes() == bias_relu_artifact_with(art).to_bytes()
+    assert Artifact.from_bytes(back.to_bytes()).weights == art.weights
+
+
+def bias_relu_artifact_with(art: Artifact) -> Artifact:
+    """A fresh Artifact of the same parts (nothing kept from an earlier serialisation)."""
+    return Artifact(program=art.program, weights=art.weights, signature=art.signature, layout=art.layout,
+                    target_name=art.target_name, target_toml=art.target_toml, precision=art.precision,
+                    entry=art.entry, source=art.source, ops=art.ops, graph_ir=art.graph_ir,
+                    graph_weights=art.graph_weights, layer_ir=art.layer_ir, layer_weights=art.layer_weights,
+                    meta=art.meta, infer_version=art.infer_version, aliases=art.aliases, entries=art.entries)
+
+
 def _err(data: bytes) -> str:
     with pytest.raises(ArtifactError) as e:
         Artifact.from_bytes(data)
