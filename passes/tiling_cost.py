@@ -359,6 +359,9 @@ class ConvSpec:
     in_bytes: int = 4  # bytes per input element in DRAM
     # per stride-phase plane, the trips of its two tap loops (conv.py `over_taps`): 3x3 -> ((3, 3),)
     tap_nests: tuple[tuple[int, int], ...] = ()
+    operand_bytes: int = 2  # bytes per window / weight element (bf16; int8: 1)
+    out_bytes: int = 4  # bytes per stored output element
+    matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
     # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
     footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
                                                                                        compare=False)
@@ -453,7 +456,10 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         return -(-int(nbytes) // burst) * burst
 
     def wload(k: int, n: int) -> int:  # + 1: the next mx.loadw starts after the matmul does
-        return -(-(k * n * 2) // wl_rate) + 1
+        return -(-(k * n * s.operand_bytes) // wl_rate) + 1
+
+    def stream(m: int) -> int:  # an mx.matmul of m rows at the operand type's MAC rate
+        return hw.matrix.matmul_cycles(m, s.matmul_dtype)
 
     # matrix: per (o tile, row tile, channel step)
     matrix = 0
@@ -466,7 +472,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
                 depth, products = (tc * s.taps, 1) if T.im2col else (tc, s.taps)
                 for k, nk in _counts(depth, R):
                     for n, nn in _counts(to if channels else tq, Ccols):
-                        step += nk * nn * max(tq if channels else to, wload(k, n))
+                        step += nk * nn * max(stream(tq if channels else to), wload(k, n))
                         count += nk * nn
                 matrix += no * nr * nc * step * products * s.passes
                 matmuls += no * nr * nc * count * products * s.passes
@@ -489,11 +495,11 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
     else:
         window_b = s.row_phases * avg_tc * rq * bursts(s.W * s.in_bytes)
     if channels:
-        weight_b = s.copies * bursts(s.taps * avg_tc * TO * 2)
+        weight_b = s.copies * bursts(s.taps * avg_tc * TO * s.operand_bytes)
     else:
-        weight_b = s.copies * avg_to * bursts(s.taps * avg_tc * 2)
+        weight_b = s.copies * avg_to * bursts(s.taps * avg_tc * s.operand_bytes)
     pitched = s.Wq != s.OW
-    out_b = avg_to * (avg_toh * bursts(s.OW * 4) if pitched else bursts(avg_toh * s.OW * 4))
+    out_b = avg_to * (avg_toh * bursts(s.OW * s.out_bytes) if pitched else bursts(avg_toh * s.OW * s.out_bytes))
     load_bytes = window_loads * window_b + weight_loads * weight_b + out_tiles * out_b * s.epi_tiles
     store_bytes = out_tiles * out_b
     loads = window_loads * (s.planes * s.copies if s.prepared else s.row_phases) + weight_loads * s.copies \

@@ -33,10 +33,11 @@ reaches into the padding are emitted on their own (planes.row_tiles).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects.builtin import bf16, f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of
@@ -48,6 +49,20 @@ from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, ep
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
+
+
+@dataclass(frozen=True)
+class IntegerConvParts:
+    """What an int8 conv kernel (integer_conv.py) tells conv_spec instead of the bf16 defaults:
+    its epilogue's scratchpad bytes per (rows, cols) tile, its channel vectors (folded bias,
+    requantize scales: [O, 1] words each), vector cost per output element, the full-size
+    operand tiles its float ops load, and the bytes of a stored element."""
+
+    epilogue_bytes: Callable[[int, int], int]
+    vectors: int
+    epi_cost: int
+    epi_tiles: int
+    out_bytes: int
 
 
 def conv_planes(op: g.Conv2dOp) -> Planes:
@@ -67,13 +82,17 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
 
 
 def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
-              p: Planes) -> tiling_cost.ConvSpec:
+              p: Planes, integer: IntegerConvParts | None = None) -> tiling_cost.ConvSpec:
     """What the cost model needs to know about this conv kernel (its shape, its planes, its
-    epilogue and its exact local-buffer footprint)."""
-    N, C, H, W = shape_of(op.input)
+    epilogue and its exact local-buffer footprint); `integer`: an int8 kernel's operand sizes
+    and epilogue (integer_conv.py) instead of the bf16 ones."""
+    N, C = shape_of(op.input)[:2]
+    H, W = p.H, p.W
     O, Cg, KH, KW = shape_of(op.weight)
     groups = op.groups.value.data
-    copies = ctx.bf16_copies
+    copies = ctx.bf16_copies if integer is None else 1
+    operand = 2 if integer is None else 1  # bytes per window / weight element
+    staged = 4 if integer is None else 1  # bytes per input element in DRAM (the staging tile)
     out_shape = shape_of(result)
     P = len(p.phases)
     sw = p.stride[1]
@@ -81,21 +100,27 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     width = W if even else -(-W // sw)
     nw = -(-W // sw)
     row_phases = len({rp for rp, _ in p.phases})
-    epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
+    if integer is None:
+        epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
+    else:
+        epilogue_bytes = integer.epilogue_bytes
     has_bias = op.bias is not None
     prepared = any(p.pads)
+    vectors = O * 4 if has_bias else 0
+    if integer is not None:
+        vectors = integer.vectors * O * 4
 
     def footprint(orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool) -> tuple[int, int]:
-        """The buffers of the looped row tiles and of the edge row tiles (_ConvKernel.buffer_counts),
+        """The buffers of the looped row tiles and of the edge row tiles (ConvKernel.buffer_counts),
         the hoisted weights, the biases."""
         rq, lw, tq = p.window_rows(toh), p.window_length(toh), toh * p.Wq
         steps, o_tiles = -(-Cg // tc), -(-(O // groups) // to)
         single = steps == 1
         tiles, (lo, hi) = row_tile_plan(p, toh, not prepared)
         kinds = ([True] if hi > lo else []) + ([False] if len(tiles) > hi - lo else [])
-        weights = to * KH * KW * tc * 2 * copies
+        weights = to * KH * KW * tc * operand * copies
         spad = weights if single and outer == "o" else 0
-        spad += O * 4 if has_bias else 0
+        spad += vectors
         acc = 0
         for looped in kinds:
             inner_o = outer == "rows" and o_tiles >= 2
@@ -103,12 +128,12 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
             kb = 2 if steps > 1 or (outer == "rows" and (inner_o or looped)) else 1
             ab = 2 if looped or inner_o else 1
             if not prepared:
-                spad += wb * row_phases * tc * rq * width * 4  # staging (f32 input rows)
+                spad += wb * row_phases * tc * rq * width * staged  # staging (input rows)
                 if orientation == "channels" or (sw > 1 and even):
-                    spad += wb * rq * nw * tc * (2 if copies == 1 else 4)  # gathered tile
-            spad += wb * P * tc * lw * 2 * copies  # the windows (bf16 hi(/lo))
+                    spad += wb * rq * nw * tc * (operand if copies == 1 else 4)  # gathered tile
+            spad += wb * P * tc * lw * operand * copies  # the windows (bf16 hi(/lo), or int8)
             if im2col:
-                spad += wb * KH * KW * tc * tq * 2 * copies
+                spad += wb * KH * KW * tc * tq * operand * copies
             if orientation == "channels":
                 spad += ab * to * tq * 4  # the accumulator transposed back
             if not (single and outer == "o"):
@@ -122,14 +147,22 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         return spad, acc
 
     produced = {r for e in epilogue for r in e.results}
+    # per plane, the trips of its tap loops: the code-size rule's input (passes/tiling_code.py)
+    tap_nests = tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P))
+    if integer is not None:
+        return tiling_cost.ConvSpec(
+            batch=N, groups=groups, Og=O // groups, Cg=Cg, taps=KH * KW, OH=p.OH, OW=p.OW, Wq=p.Wq, H=H, W=W,
+            stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=False, planes=P, row_phases=row_phases,
+            copies=1, passes=1, epi_cost=integer.epi_cost, epi_tiles=integer.epi_tiles, in_bytes=1,
+            operand_bytes=1, out_bytes=integer.out_bytes, matmul_dtype="int8", footprint=footprint,
+            tap_nests=tap_nests)
     return tiling_cost.ConvSpec(
         batch=N, groups=groups, Og=O // groups, Cg=Cg, taps=KH * KW, OH=p.OH, OW=p.OW, Wq=p.Wq, H=H, W=W,
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
         copies=copies, passes=ctx.matmul_passes, epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
-        footprint=footprint,
-        tap_nests=tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P)))
+        footprint=footprint, tap_nests=tap_nests)
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -154,16 +187,21 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
                                         + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
-    _ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32)).emit()
+    ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32)).emit()
 
 
-class _ConvKernel:
-    """The loop nest of one conv kernel for chosen tiles (see the module docstring)."""
+class ConvKernel:
+    """The loop nest of one conv kernel for chosen tiles (see the module docstring). bf16 (and
+    the fp32 emulation's hi/lo) operands; integer_conv.IntegerConvKernel overrides the operand
+    and accumulator types, the input, the weights and the epilogue for int8."""
+
+    operand_type: Attribute = bf16  # windows and weight blocks
+    accumulator_type: Attribute = f32
 
     def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray):
         self.ctx, self.em, self.name = ctx, ctx.emitter, name
-        self.op, self.epilogue, self.result, self.p = op, epilogue, result, p
+        self.op, self.epilogue_ops, self.result, self.p = op, epilogue, result, p
         N, C, _, _ = shape_of(op.input)
         O, Cg, KH, KW = shape_of(op.weight)
         self.N, self.C, self.O, self.Cg, self.KH, self.KW = N, C, O, Cg, KH, KW
@@ -174,7 +212,8 @@ class _ConvKernel:
         TO, TOH, TC = min(tiles.TO, self.Og), min(tiles.TOH, p.OH), min(tiles.TC, Cg)
         self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col)
         self.TQ = TOH * p.Wq
-        em, copies = self.em, ctx.bf16_copies
+        em = self.em
+        self.copies = self.operand_copies()
         self.single = TC >= Cg
         # the first matmul overwrites the accumulator when there is one product per tile
         # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
@@ -183,22 +222,61 @@ class _ConvKernel:
         # and shared among them; the looped tiles' buffers rotate on their loop
         self._sets: dict[bool, _Buffers] = {}
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
-        self.planes = prepare_planes(ctx, ctx.buffer(op.input), N * C, p, "bf16", copies, 0.0,
-                                     pixel_major=C if self.channels_wide else 0) if any(p.pads) else None
+        self.planes = self.prepare_input()
         self._pools: dict[bool, dict] = {True: {}, False: {}}
         # with one channel step the weights of an output tile are loaded once per outer
         # output-channel tile (outer = "o"): single-buffered, shared by every row tile
         self.hoisted_weights = self._weight_block(1) if self.single and tiles.outer == "o" else None
         # the bias of every output channel, loaded once before the loops
-        self.bias = em.alloc((O, 1), f32, "spad") if op.bias is not None else None
-        self.out3 = em.view(ctx.output_buffer(result), (N * O, p.OH, p.OW))
+        self.alloc_vectors()
+        self.out3 = em.view(self.output_buffer(), (N * O, p.OH, p.OW))
         self.packs = self._pack_weights(w)
+
+    # -- what the int8 kernel overrides --------------------------------------------------------------
+    def alloc_vectors(self) -> None:
+        """The per-output-channel vectors, loaded once before the loops (`load_vectors`)."""
+        self.bias = self.em.alloc((self.O, 1), f32, "spad") if self.op.bias is not None else None
+
+    def load_vectors(self) -> None:
+        if self.bias is not None:
+            self.em.dma(self.em.view(self.ctx.buffer(self.op.bias), (self.O, 1)), [0, 0], self.bias, [0, 0],
+                        [self.O, 1])
+
+    def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int) -> SSAValue:
+        """The bias and the fused elementwise ops on the [to, tq] accumulator tile (channels
+        along rows from frame.row0); returns the tile to store."""
+        if self.bias is not None:
+            self.em.vec("add", tile, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
+        return apply_epilogue(self.ctx, self.epilogue_ops, {self.op.results[0]: tile}, frame, self.result)
+
+    def operand_copies(self) -> int:
+        return self.ctx.bf16_copies
+
+    def prepare_input(self) -> list[SSAValue] | None:
+        """Padded inputs: their planes prepared in DRAM (planes.py); None: windows built on chip
+        from `input_source()`."""
+        if not any(self.p.pads):
+            return None
+        return prepare_planes(self.ctx, self.ctx.buffer(self.op.input), self.N * self.C, self.p, "bf16",
+                              self.copies, 0.0, pixel_major=self.C if self.channels_wide else 0)
+
+    def input_source(self) -> SSAValue:
+        return self.ctx.buffer(self.op.input)
+
+    def border(self) -> float:
+        return 0.0
+
+    def output_buffer(self) -> SSAValue:
+        return self.ctx.output_buffer(self.result)
+
+    def weight_parts(self, hint: str, packed: np.ndarray) -> list[SSAValue]:
+        return packed_weight_parts(self.ctx, hint, packed)
 
     def _weight_block(self, buffers: int) -> Bf16Tile:
         em, taps, T = self.em, len(self.taps), self.tiles
         shape = (taps * T.TC, T.TO) if self.channels_wide else (T.TO, taps * T.TC)
-        return Bf16Tile(em.alloc(shape, bf16, "spad", buffers),
-                        em.alloc(shape, bf16, "spad", buffers) if self.ctx.bf16_copies == 2 else None)
+        return Bf16Tile(em.alloc(shape, self.operand_type, "spad", buffers),
+                        em.alloc(shape, self.operand_type, "spad", buffers) if self.copies == 2 else None)
 
     def buffer_counts(self, looped: bool) -> tuple[int, int, int]:
         """(window, weight block, accumulator and epilogue) buffers of looped or edge row tiles:
@@ -230,21 +308,22 @@ class _ConvKernel:
             loader = PreparedWindows(self.ctx, p, self.planes, self.N, self.C, T.TC, T.TOH,
                                      pixel_major=self.channels_wide, buffers=window_buffers)
         else:
-            loader = WindowLoader(self.ctx, p, self.ctx.buffer(self.op.input), self.C, T.TC, T.TOH,
-                                  pixel_major=self.channels_wide, targets=[bf16] * self.ctx.bf16_copies,
-                                  border=0.0, buffers=window_buffers)
+            loader = WindowLoader(self.ctx, p, self.input_source(), self.C, T.TC, T.TOH,
+                                  pixel_major=self.channels_wide, targets=[self.operand_type] * self.copies,
+                                  border=self.border(), buffers=window_buffers)
         windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
         wblock = self.hoisted_weights or self._weight_block(weight_buffers)
         if self.channels_wide:
-            acc = em.alloc((self.TQ, T.TO), f32, "acc", acc_buffers)
-            acc_t = em.alloc((T.TO, self.TQ), f32, "spad", acc_buffers)
+            acc = em.alloc((self.TQ, T.TO), self.accumulator_type, "acc", acc_buffers)
+            acc_t = em.alloc((T.TO, self.TQ), self.accumulator_type, "spad", acc_buffers)
         else:
-            acc, acc_t = em.alloc((T.TO, self.TQ), f32, "acc", acc_buffers), None
+            acc, acc_t = em.alloc((T.TO, self.TQ), self.accumulator_type, "acc", acc_buffers), None
         im2col = None
         if T.im2col:
             shape = (self.TQ, len(self.taps) * T.TC) if self.channels_wide else (len(self.taps) * T.TC, self.TQ)
-            im2col = Bf16Tile(em.alloc(shape, bf16, "spad", window_buffers),
-                              em.alloc(shape, bf16, "spad", window_buffers) if self.ctx.bf16_copies == 2 else None)
+            im2col = Bf16Tile(em.alloc(shape, self.operand_type, "spad", window_buffers),
+                              em.alloc(shape, self.operand_type, "spad", window_buffers) if self.copies == 2
+                              else None)
         return _Buffers(loader, windows, wblock, acc, acc_t, im2col)
 
     # -- weights -------------------------------------------------------------------------------
@@ -264,7 +343,7 @@ class _ConvKernel:
             packed = np.concatenate(cols, axis=1)
         else:
             nO = -(-Og // TO)
-            wp = np.zeros((G, nO * TO, Cg, taps), np.float32)
+            wp = np.zeros((G, nO * TO, Cg, taps), w.dtype)
             wp[:, :Og] = w5.reshape(G, Og, Cg, taps)
             wp = wp.reshape(G, nO, TO, Cg, taps)
             blocks = [wp[:, :, :, c0:c0 + tc].transpose(0, 1, 4, 3, 2).reshape(G, nO, taps * tc, TO)
@@ -272,8 +351,8 @@ class _ConvKernel:
             packed = np.concatenate(blocks, axis=2).reshape(G * nO * taps * Cg, TO)
         owner = self.op.weight.owner
         hint = owner.weight_key if isinstance(owner, g.WeightOp) else f"{self.name}.weight"
-        return packed_weight_parts(self.ctx, hint + (".packed_t" if self.channels_wide else ".packed"),
-                                   np.ascontiguousarray(packed))
+        return self.weight_parts(hint + (".packed_t" if self.channels_wide else ".packed"),
+                                 np.ascontiguousarray(packed))
 
     def load_weights(self, wblock: Bf16Tile, gi: Index, o_tile: Index, o0: Index, to: int, c0: Index,
                      tc: int) -> None:
@@ -386,11 +465,9 @@ class _ConvKernel:
             self._transpose(bufs.acc, bufs.acc_t, tq, to)
             tile = bufs.acc_t
         r0 = em.add(em.mul(gi, self.Og), o0)
-        if self.bias is not None:
-            em.vec("add", tile, z, tile, z, to, tq, self.bias, [r0, 0], bmode="col")
         pitch = p.Wq if p.Wq != p.OW else 0
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
-        result_tile = apply_epilogue(self.ctx, self.epilogue, {self.op.results[0]: tile}, frame, self.result)
+        result_tile = self.epilogue(tile, frame, to, tq)
         out_row = em.add(em.mul(n, self.O), r0)
         if pitch:
             # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
@@ -457,8 +534,7 @@ class _ConvKernel:
                         out_tiles(lambda j, o0, to: tile(bufs, n, gi, j, o0, to, rows, single, False))
                 row_tiles(em, p, TOH, self.planes is None, over_outputs)
 
-        if self.bias is not None:
-            em.dma(em.view(self.ctx.buffer(self.op.bias), (self.O, 1)), [0, 0], self.bias, [0, 0], [self.O, 1])
+        self.load_vectors()
         em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
 
 

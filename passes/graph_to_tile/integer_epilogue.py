@@ -234,13 +234,15 @@ def epilogue_scratchpad(ctx: LoweringContext, epi: IntegerEpilogue, result: SSAV
 
 def emit_epilogue(ctx: LoweringContext, epi: IntegerEpilogue, acc: SSAValue, rows: int, cols: int,
                   bias_tile: SSAValue | None, scale_tile: SSAValue | None, out_tile: SSAValue | None,
-                  channel_mode: str, frame: TileFrame, result: SSAValue) -> SSAValue:
+                  channel_mode: str, frame: TileFrame, result: SSAValue,
+                  vector_at: tuple[Index, Index] = (0, 0)) -> SSAValue:
     """The epilogue on the [rows, cols] int32 accumulator tile; `channel_mode` "row" (channels
-    along columns: bias/scale tiles [1, cols]) or "col" (channels along rows: [rows, 1]).
-    Returns the tile to store."""
+    along columns: bias/scale tiles [1, cols]) or "col" (channels along rows: [rows, 1]), the
+    tile's channels starting at `vector_at` in them. Returns the tile to store."""
     em, z = ctx.emitter, [0, 0]
+    v = list(vector_at)
     if bias_tile is not None:
-        em.vec("add", acc, z, acc, z, rows, cols, bias_tile, z, bmode=channel_mode)
+        em.vec("add", acc, z, acc, z, rows, cols, bias_tile, v, bmode=channel_mode)
     if epi.relu:
         em.vec("relu", acc, z, acc, z, rows, cols)
     if epi.kind == "acc":
@@ -248,15 +250,15 @@ def emit_epilogue(ctx: LoweringContext, epi: IntegerEpilogue, acc: SSAValue, row
     assert scale_tile is not None and out_tile is not None
     if epi.kind == "requant":
         if channel_mode == "row" and epi.zero_point == 0:
-            em.vec("requant", out_tile, z, acc, z, rows, cols, scale_tile, z, bmode="row")
+            em.vec("requant", out_tile, z, acc, z, rows, cols, scale_tile, v, bmode="row")
         else:
-            em.vec("mul", acc, z, acc, z, rows, cols, scale_tile, z, bmode=channel_mode)
+            em.vec("mul", acc, z, acc, z, rows, cols, scale_tile, v, bmode=channel_mode)
             if epi.zero_point:
                 em.vec("add", out_tile, z, acc, z, rows, cols, bmode="imm", imm=float(epi.zero_point))
             else:
                 em.vec("copy", out_tile, z, acc, z, rows, cols)
         return out_tile
-    em.vec("mul", out_tile, z, acc, z, rows, cols, scale_tile, z, bmode=channel_mode)
+    em.vec("mul", out_tile, z, acc, z, rows, cols, scale_tile, v, bmode=channel_mode)
     assert epi.quant_result is not None
     final = epi.final_requantize
     if final is None:

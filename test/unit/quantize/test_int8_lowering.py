@@ -133,6 +133,47 @@ def test_int8_cnn_is_bit_exact(target, zp) -> None:
     assert (y > 0).mean() > 0.2 and np.unique(y).size > 10
 
 
+def late_cnn(rng, zp: int) -> tuple[str, dict[str, np.ndarray], tuple[int, ...]]:
+    """A late-ResNet-stage shape: few pixels, many channels (conv.py's "channels" orientation,
+    several channel steps on edge): f32 -> requantize (zero point `zp`) -> conv2d_integer 3x3
+    pad 1 (+bias, per-channel requantize) -> conv2d_integer 1x1 stride 2 on an odd width ->
+    dequantize (per channel)."""
+    N, C, H, W, O1, O2 = 1, 160, 7, 7, 144, 96
+    w1 = rng.integers(-127, 128, (O1, C, 3, 3), dtype=np.int8)
+    b1 = rng.integers(-3000, 3000, (O1,), dtype=np.int32)
+    w2 = rng.integers(-127, 128, (O2, O1, 1, 1), dtype=np.int8)
+    m1 = (rng.uniform(0.5, 2.0, O1) / (C * 9 * 48.0)).astype(np.float32)
+    s2 = (rng.uniform(0.5, 2.0, O2) * 1e-3).astype(np.float32)
+    f = lambda a: ", ".join(repr(float(v)) for v in a)  # noqa: E731
+    x_t, a_t, h_t = f"tensor<{N}x{C}x{H}x{W}xf32>", f"tensor<{N}x{O1}x{H}x{W}xi32>", f"tensor<{N}x{O1}x{H}x{W}xi8>"
+    xq_t, a2_t, y_t = f"tensor<{N}x{C}x{H}x{W}xi8>", f"tensor<{N}x{O2}x4x4xi32>", f"tensor<{N}x{O2}x4x4xf32>"
+    text = f"""func.func @main(%x: {x_t}) -> {y_t} {{
+  %s = graph.constant dense<19.0> : tensor<1xf32>
+  %xq = graph.requantize %x, %s {{zero_point = {zp} : i64}} : ({x_t}, tensor<1xf32>) -> {xq_t}
+  %w1 = graph.weight @w1 : tensor<{O1}x{C}x3x3xi8>
+  %b1 = graph.weight @b1 : tensor<{O1}xi32>
+  %a1 = graph.conv2d_integer %xq, %w1, %b1 {{padding = array<i64: 1, 1, 1, 1>, input_zero_point = {zp} : i64}} : ({xq_t}, tensor<{O1}x{C}x3x3xi8>, tensor<{O1}xi32>) -> {a_t}
+  %m1 = graph.constant dense<[{f(m1)}]> : tensor<{O1}xf32>
+  %h = graph.requantize %a1, %m1 {{axis = 1 : i64, zero_point = {zp} : i64}} : ({a_t}, tensor<{O1}xf32>) -> {h_t}
+  %w2 = graph.weight @w2 : tensor<{O2}x{O1}x1x1xi8>
+  %a2 = graph.conv2d_integer %h, %w2 {{stride = array<i64: 2, 2>, input_zero_point = {zp} : i64}} : ({h_t}, tensor<{O2}x{O1}x1x1xi8>) -> {a2_t}
+  %s2 = graph.constant dense<[{f(s2)}]> : tensor<{O2}xf32>
+  %y = graph.dequantize_linear %a2, %s2 {{axis = 1 : i64}} : ({a2_t}, tensor<{O2}xf32>) -> {y_t}
+  func.return %y : {y_t}
+}}
+"""
+    return text, {"w1": w1, "b1": b1, "w2": w2}, (N, C, H, W)
+
+
+@BOTH
+def test_int8_late_stage_convs_are_bit_exact(target) -> None:
+    rng = np.random.default_rng(3)
+    text, weights, shape = late_cnn(rng, -4)
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    y = _three_ways(text, weights, x, target)
+    assert np.unique(y).size > 100
+
+
 def test_cli_compiles_int8_and_runs_the_reference_bits(tmp_path) -> None:
     """`infer compile MODEL --precision int8 --calibration calib.npz` -> an artifact whose
     simulated outputs are the reference int8 interpreter's (`infer.quantize` on the same
