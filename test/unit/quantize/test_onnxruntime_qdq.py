@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import infer
+from helpers.onnxruntime_quant import quantize_static_file
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -54,21 +55,8 @@ def _quantized(tmp_path, name: str, activation: str):
         warnings.simplefilter("ignore")
         torch.onnx.export(net.eval(), (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"],
                           output_names=["y"], opset_version=17)
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(1)
-            self.samples = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    qpath = tmp_path / f"{name}.{activation}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(str(path), str(qpath), Reader(), quant_format=quantization.QuantFormat.QDQ,
-                                     activation_type=getattr(quantization.QuantType, activation),
-                                     weight_type=quantization.QuantType.QInt8, per_channel=name != "attention")
+    qpath = quantize_static_file(path, tmp_path / f"{name}.{activation}.onnx", shape, "QDQ", activation,
+                                 per_channel=name != "attention")
     return qpath, x
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import infer
+from helpers.onnxruntime_quant import quantize_static_file
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -76,20 +77,7 @@ def _float_model(tmp_path, name: str):
 def _static(tmp_path, name: str, activation: str, weight: str):
     path, shape = _float_model(tmp_path, name)
 
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(1)
-            self.samples = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    qpath = tmp_path / f"{name}.qop.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(str(path), str(qpath), Reader(), quant_format=quantization.QuantFormat.QOperator,
-                                     activation_type=getattr(quantization.QuantType, activation),
-                                     weight_type=getattr(quantization.QuantType, weight), per_channel=True)
+    qpath = quantize_static_file(path, tmp_path / f"{name}.qop.onnx", shape, "QOperator", activation, weight)
     return qpath, shape
 
 

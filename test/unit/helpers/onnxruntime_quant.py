@@ -1,0 +1,32 @@
+"""onnxruntime's `quantize_static` of a one-input ONNX file, calibrated on 8 random normal
+samples (seeded), as the QDQ and QOperator tests both use it."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+
+def quantize_static_file(path: Path, qpath: Path, shape: tuple[int, ...], quant_format: str, activation: str,
+                         weight: str = "QInt8", per_channel: bool = True, input_name: str = "x") -> Path:
+    """Write onnxruntime's static quantization of `path` to `qpath`: `quant_format` "QDQ" or
+    "QOperator", `activation` / `weight` QuantType names ("QInt8", "QUInt8")."""
+    from onnxruntime import quantization
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.samples = iter([{input_name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantization.quantize_static(str(path), str(qpath), Reader(),
+                                     quant_format=getattr(quantization.QuantFormat, quant_format),
+                                     activation_type=getattr(quantization.QuantType, activation),
+                                     weight_type=getattr(quantization.QuantType, weight), per_channel=per_channel)
+    return qpath
