@@ -1,5 +1,5 @@
-"""onnxruntime's `quantize_static` of a one-input ONNX file, calibrated on 8 random normal
-samples (seeded), as the QDQ and QOperator tests both use it."""
+"""The small float models the QDQ and QOperator tests quantize, and onnxruntime's
+`quantize_static` of a one-input ONNX file, calibrated on 8 random normal samples (seeded)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,22 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+
+def small_cnn():
+    """Two 3x3 convs with ReLU, a max pool and a linear head: (module, input shape)."""
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10)), (1, 1, 8, 8)
+
+
+def small_mlp():
+    """Two linears with a ReLU between: (module, input shape)."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12)), (4, 24)
 
 
 def quantize_static_file(path: Path, qpath: Path, shape: tuple[int, ...], quant_format: str, activation: str,

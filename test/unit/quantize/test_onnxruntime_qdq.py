@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import infer
-from helpers.onnxruntime_quant import quantize_static_file
+from helpers.onnxruntime_quant import quantize_static_file, small_cnn, small_mlp
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -33,17 +33,7 @@ class _Attention(torch.nn.Module):
         return h + self.down(torch.relu(self.up(h)))
 
 
-def _cnn():
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10)), (1, 1, 8, 8)
-
-
-def _mlp():
-    return torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12)), (4, 24)
-
-
-MODELS = {"cnn": _cnn, "mlp": _mlp, "attention": lambda: (_Attention(), (8, 16))}
+MODELS = {"cnn": small_cnn, "mlp": small_mlp, "attention": lambda: (_Attention(), (8, 16))}
 
 
 def _quantized(tmp_path, name: str, activation: str):

@@ -20,23 +20,13 @@ import numpy as np
 import pytest
 
 import infer
-from helpers.onnxruntime_quant import quantize_static_file
+from helpers.onnxruntime_quant import quantize_static_file, small_cnn, small_mlp
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-def _cnn():
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10)), (1, 1, 8, 8)
-
-
-def _mlp():
-    return torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12)), (4, 24)
 
 
 class _Residual(torch.nn.Module):
@@ -60,7 +50,7 @@ def _residual():
     return _Residual(), (1, 1, 8, 8)
 
 
-MODELS = {"cnn": _cnn, "mlp": _mlp, "residual": _residual}
+MODELS = {"cnn": small_cnn, "mlp": small_mlp, "residual": _residual}
 
 
 def _float_model(tmp_path, name: str):
