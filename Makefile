@@ -25,8 +25,12 @@ env: $(STAMP)
 lit: $(STAMP)
 	$(BIN)/lit -v test/filecheck
 
+# Two pytest-xdist workers (the CI machine's two cores); --dist loadfile keeps each test file in
+# one worker, so a module's fixtures (compiled models) are built once. PYTEST_WORKERS=0: serial.
+PYTEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -W error -m "not slow" test/unit
+	$(BIN)/python -m pytest -W error -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile test/unit
 
 test: lit pytest
 

@@ -9,22 +9,34 @@
   rows are gathered, and the result is permuted back (helper nests).
 * compile-time indices on axis 0 become an i32 weight for the same op; on other axes one box
   copy per index (at most 64; more: the runtime path's transposes).
+* a table that is `graph.dequantize_blocks` of a packed GGUF weight (the token embedding of a
+  Q8_0/Q4_0/Q4_1 model) stays packed: its rows are split at compile time into a codes plane and
+  a scales plane with blocks along the rows (`split_blocks(..., "row")`, llama.cpp's `get_rows`:
+  gathering rows commutes with a row-wise dequantization), each indexed row's codes and scales
+  are gathered and `tile.dequant blocks=row` expands them on chip. No dense copy of the table
+  is stored (SmolLM2's Q8_0 embedding: 30 MB of planes instead of 113 MB of f32).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import f32, i32
+from xdsl.dialects.builtin import IntegerType, Signedness, f16, f32, i8, i32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.dialects.block_quant import block_format
 from infer.passes.graph_to_tile.copies import copy_box
+from infer.passes.graph_to_tile.packed_gemm import emit_dequant
+from infer.target import isa
+from infer.target.qblocks import split_blocks
 from infer.passes.graph_to_tile.transpose import permute_copy
 
+UI8 = IntegerType(8, Signedness.UNSIGNED)
 MAX_BOX_COPIES = 64  # compile-time indices on an inner axis: one box copy each, at most this many
 
 
@@ -58,6 +70,10 @@ def lower_gather(ctx: LoweringContext, op: Operation) -> None:
             raise error(op, "runtime gather indices have no buffer")
         if element_name_of(index_buffer) == "f32":
             index_buffer = _indices_as_i32(ctx, index_buffer, count, shape[axis])
+    packed = _packed_table(op.input) if axis == 0 else None
+    if packed is not None:
+        _gather_packed_rows(ctx, name, *packed, shape, index_buffer, count, out)
+        return
     table_buffer = ctx.buffer(op.input)
     if axis != 0:  # move the axis to the front, gather rows, move it back
         lead, trail = shape[:axis], shape[axis + 1:]
@@ -123,3 +139,58 @@ def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int
         em.dma(rows_tile, [0, 0], out2, [r0, c0], [tr, tcn])
 
     em.tiles(count, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tcn: tile(r0, tr, c0, tcn)))
+
+
+def _packed_table(table: SSAValue) -> tuple[g.DequantizeBlocksOp, g.WeightOp] | None:
+    """(dequantize_blocks, packed weight) when the gathered table is a 2-D packed GGUF weight."""
+    dq = table.owner
+    if not isinstance(dq, g.DequantizeBlocksOp) or len(shape_of(table)) != 2:
+        return None
+    packed = dq.input.owner
+    return (dq, packed) if isinstance(packed, g.WeightOp) else None
+
+
+def _gather_packed_rows(ctx: LoweringContext, name: str, dq: g.DequantizeBlocksOp, packed: g.WeightOp,
+                        shape: tuple[int, ...], index_buffer: SSAValue, count: int, out: SSAValue) -> None:
+    """out[count, W] = dequantize_blocks(table)[indices]: per [TR, TC] tile the rows' codes and
+    scales are gathered (two tile.gather_rows) and expanded by tile.dequant blocks=row."""
+    em = ctx.emitter
+    fmt_name = dq.block_format.data
+    bits = block_format(fmt_name).bits
+    V, W = shape
+    key = ("packed rows", packed.weight_key)
+    if key not in ctx.derived:
+        codes, scales = split_blocks(np.asarray(ctx.store.get(packed.weight_key)), fmt_name, V, W, "row")
+        planes = []
+        for suffix, data, elem in ((".row_codes", codes, i8 if bits == 8 else UI8),
+                                   (".row_scales", np.ascontiguousarray(scales).view(np.float16), f16)):
+            weight_name = ctx.store.add(packed.weight_key + suffix, data)
+            planes.append(em.hoist(t.WeightOp(weight_name, t.memref(data.shape, elem, "dram"))).results[0])
+        ctx.derived[key] = tuple(planes)
+    codes_w, scales_w = ctx.derived[key]
+    scale_halves = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name]) // 2  # f16 entries of one block's scale
+    ids = em.view(index_buffer, (count,))
+    out2 = em.view(out, (count, W))
+    # whole blocks per column tile: W is a multiple of the block, so is every remainder tile
+    TC = min(W, max(isa.QBLOCK, ctx.staging_tile_elements // isa.QBLOCK * isa.QBLOCK))
+    TR = max(1, min(count, ctx.staging_tile_elements // TC))
+    cycles = (tiling_cost.gather_rows_estimate(ctx.hw, count, W * bits // 32, TR, TC * bits // 32)
+              + tiling_cost.gather_rows_estimate(ctx.hw, count, W // isa.QBLOCK * scale_halves // 2, TR,
+                                                 max(1, TC // isa.QBLOCK * scale_halves // 2)))
+    ctx.predict(cycles)
+    ctx.debug(f"[graph-to-tile] {name}: gather rows {count} of a packed {fmt_name} {V}x{W} table: codes and "
+              f"scales by tile.gather_rows, tile.dequant blocks=row, tiles {TR}x{TC}: est {cycles} cycles")
+    codes_tile = em.alloc((TR, TC * bits // 8), i8 if bits == 8 else UI8, "spad", 2)
+    scales_tile = em.alloc((TR, TC // isa.QBLOCK * scale_halves), f16, "spad", 2)
+    rows_tile = em.alloc((TR, TC), f32, "spad", 2)
+    z = [0, 0]
+
+    def tile(r0: Index, tr: int, c_tile: Index, c0: Index, tcn: int) -> None:
+        # the column tile counts tiles, so both planes' columns are affine in it
+        em.gather_rows(codes_w, em.mul(c_tile, TC * bits // 8), ids, r0, codes_tile, z, tr, tcn * bits // 8)
+        em.gather_rows(scales_w, em.mul(c_tile, TC // isa.QBLOCK * scale_halves), ids, r0, scales_tile, z, tr,
+                       tcn // isa.QBLOCK * scale_halves)
+        emit_dequant(em, rows_tile, codes_tile, z, scales_tile, z, tr, tcn, fmt_name, blocks="row")
+        em.dma(rows_tile, z, out2, [r0, c0], [tr, tcn])
+
+    em.tiles(count, TR, lambda r0, tr: em.counted_tiles(W, TC, lambda j, c0, tcn: tile(r0, tr, j, c0, tcn)))

@@ -235,7 +235,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
             em.dma(codes_w, [code_row, 0], codes_tile, z, [tk * fmt.bits // 8, tn])
             split_on_chip(em, x_staging, x_tile, tm, tk)
             target = w_expanded if w_expanded is not None else w_tile.hi
-            _dequant(em, target, codes_tile, [0, 0], scales_strip, [em.mul(k_tile, TK // QBLOCK), 0], tk, tn,
+            emit_dequant(em, target, codes_tile, [0, 0], scales_strip, [em.mul(k_tile, TK // QBLOCK), 0], tk, tn,
                      fmt_name)
             if w_expanded is not None:
                 split_on_chip(em, w_expanded, w_tile, tk, tn)
@@ -335,9 +335,9 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
     def expand(j: int) -> None:
         codes_at, scales_at = [c0 + j * KC * fmt.bits // 8, 0], [s0 + j * KC // QBLOCK, 0]
         if w_expanded is None:
-            _dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
+            emit_dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
         else:  # the f32 rows are reused by every step: the vector unit runs in order
-            _dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
+            emit_dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
             split(w_expanded, e0, w_tile, w0 + j * KC, KC, N)
 
     steps = K // KC
@@ -420,12 +420,13 @@ def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Cho
     return tiling_cost.Choice(best.tiles, best, choice.candidates, rejected=choice.rejected)
 
 
-def _dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
-             scales_at: Sequence[Index], rows: int, cols: int, fmt: str, dst_at: Sequence[Index] = (0, 0)) -> None:
+def emit_dequant(em, dst: SSAValue, codes: SSAValue, codes_at: Sequence[Index], scales: SSAValue,
+                 scales_at: Sequence[Index], rows: int, cols: int, fmt: str, dst_at: Sequence[Index] = (0, 0),
+                 blocks: str = "col") -> None:
     """dst[dst_at + (:rows, :cols)] = tile.dequant of the codes and scales tiles at the given
-    origins (blocks down the columns)."""
+    origins (blocks down the columns, or along the rows with blocks="row")."""
     em.insert(t.DequantOp.build(
         operands=[dst, [em.index_value(i) for i in dst_at], codes, [em.index_value(i) for i in codes_at], scales,
                   [em.index_value(i) for i in scales_at]],
         properties={"rows": IntegerAttr(rows, i64), "cols": IntegerAttr(cols, i64),
-                    "format": StringAttr(fmt), "blocks": StringAttr("col")}))
+                    "format": StringAttr(fmt), "blocks": StringAttr(blocks)}))

@@ -122,8 +122,9 @@ def test_packed_weight_is_not_folded():
 @pytest.mark.parametrize("qtype,target,precision", [("Q4_1", "server", "fp32"), ("Q8_0", "edge", "bf16")])
 def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
     """A 2-layer Llama GGUF (helpers.gguf_models) prefill: every projection and the LM head run
-    on packed blocks (each matrix expanded once by the program's vec.dequants) and the logits and KV
-    outputs match the graph interpreter."""
+    on packed blocks (each matrix expanded once by the program's vec.dequants), the token
+    embedding expands only the 8 rows it gathers, and the logits and KV outputs match the graph
+    interpreter."""
     from helpers.gguf_models import GGUF_LLAMA, write_llama_gguf
 
     model = infer.import_model(write_llama_gguf(tmp_path / "tiny.gguf", qtype), phase="prefill", seq_len=8,
@@ -136,13 +137,50 @@ def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
     weights = c["layers"] * (2 * c["hidden"] ** 2 + 2 * c["hidden"] * c["kv_heads"] * d + 3 * c["hidden"] * c["inter"]) \
         + c["vocab"] * c["hidden"]
     # each matrix is expanded once: a whole-matrix (resident) tile in up to three straight-line
-    # steps, so the dequant instructions of the program cover every weight exactly once
+    # steps, so the dequant instructions of the program cover every weight exactly once; the
+    # embedding's one dequant covers the gathered rows
     dequants = [i.as_dict() for i in exe.program.instrs if i.d.name == "vec.dequant"]
-    assert 7 * c["layers"] + 1 <= len(dequants) <= 3 * (7 * c["layers"] + 1)
-    assert sum(v["rows"] * v["cols"] for v in dequants) == weights
+    assert 7 * c["layers"] + 2 <= len(dequants) <= 3 * (7 * c["layers"] + 1) + 1
+    assert sum(v["rows"] * v["cols"] for v in dequants) == weights + 8 * c["hidden"]
     for y, ref in zip(ys, model.run([ids]), strict=True):
         y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
         if precision == "fp32":
             assert np.abs(y - ref).max() <= 1e-3 * (ref.max() - ref.min())
         else:
             assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
+
+
+@pytest.mark.parametrize("fmt,target,V,W,count", [("q8_0", "server", 50, 96, 7), ("q4_1", "edge", 40, 64, 3),
+                                                   ("q4_0", "edge", 6, 8256, 2)])  # 8256: two column tiles on edge
+def test_packed_embedding_gather(fmt, target, V, W, count):
+    """gather(dequantize_blocks(table), ids) gathers the packed rows and expands them on chip
+    (blocks along the rows): the rows equal the graph interpreter's bit for bit, no dense copy
+    of the table is stored, and the DRAM bytes read are the gathered rows' packed bytes."""
+    rng = np.random.default_rng(2)
+    raw = gguf.quants.quantize((rng.standard_normal((V, W))).astype(np.float32),
+                               getattr(gguf.GGMLQuantizationType, fmt.upper()))
+    P = raw.shape[1]
+    text = "\n".join([
+        f"func.func @main(%ids: tensor<{count}xi64>) -> tensor<{count}x{W}xf32> {{",
+        f"  %p = graph.weight @emb : tensor<{V}x{P}xui8>",
+        f'  %e = graph.dequantize_blocks %p {{format = "{fmt}"}} : (tensor<{V}x{P}xui8>) -> tensor<{V}x{W}xf32>',
+        f"  %g = graph.gather %e, %ids : (tensor<{V}x{W}xf32>, tensor<{count}xi64>) -> tensor<{count}x{W}xf32>",
+        f"  func.return %g : tensor<{count}x{W}xf32>",
+        "}"])
+    module = parse_ir(make_context(), text, "gather.mlir")
+    store = WeightStore()
+    store.set("emb", raw)
+    attach_weights(module, store)
+    ids = rng.integers(0, V, count).astype(np.int64)
+    tiles, weights = tile_module(module, target, "bf16")
+    ops = list(tiles.walk())
+    assert any(isinstance(o, t.DequantOp) and o.blocks.data == "row" for o in ops)
+    assert not any("f32" in str(o.buffer.type) for o in ops if isinstance(o, t.WeightOp)), "a dense table copy"
+    exe = infer.compile(module, target=target, precision="bf16")
+    y = exe.run([ids], check_races=True)[0]
+    assert y.tobytes() == run_module(module, [ids])[0].tobytes()
+    assert_sim_modes_agree(exe, [ids], [y])
+    # per index: the row's codes and scales (the GGUF row's P bytes) and the index, read as its
+    # low 32 bits by each of the two gathers per column tile
+    column_tiles = 2 if W > 8192 else 1
+    assert exe.last_report.counters.dram_read_bytes == count * (P + 2 * 4 * column_tiles)
