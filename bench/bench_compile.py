@@ -1,8 +1,10 @@
 """Compile time: `infer compile` next to iree-compile (llvm-cpu) on the same ONNX file.
 
-    python bench/bench_compile.py [--repeat N] [--targets edge,server] [--timing]
+    python bench/bench_compile.py [--repeat N] [--targets edge,server] [--models resnet50,minilm,llama] [--timing]
 
-The model is the ResNet-50 of bench_resnet50.py (torch -> ONNX here, nothing downloaded).
+The models (nothing downloaded): the ResNet-50 of bench_resnet50.py (torch -> ONNX here), and
+the ONNX exports bench_simulator.py measures onnxruntime on: all-MiniLM-L6-v2 (real weights,
+sequence 32, with mean pooling) and a 2-layer GQA Llama prefill (sequence 16).
 Both compilers run as fresh processes on the same file, one after the other in this run
 (the machines are shared and noisy: only ratios measured side by side mean something), and
 each time is the best of `--repeat` runs:
@@ -29,6 +31,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 from infer.tools.zoo import build_resnet50_onnx
+
+MODEL_TITLES = {"resnet50": "ResNet-50 (224x224)", "minilm": "all-MiniLM-L6-v2 (sequence 32)",
+                "llama": "Llama prefill (2 layers, GQA, sequence 16)"}
+
+
+def build_onnx(name: str, work: Path) -> Path:
+    """The model's ONNX file in `work`."""
+    if name == "resnet50":
+        return build_resnet50_onnx(work / "resnet50.onnx")
+    from bench_simulator import MODELS  # the exports onnxruntime runs in the simulator bench
+
+    return MODELS[name](work)[1]
 
 
 def tool(name: str) -> str | None:
@@ -101,36 +115,46 @@ def time_infer(onnx_path: Path, work: Path, target: str, repeat: int,
     return best, report
 
 
+def bench_model(name: str, work: Path, args: argparse.Namespace) -> None:
+    onnx_path = build_onnx(name, work)
+    print(f"== compile time, {MODEL_TITLES[name]}, {onnx_path.stat().st_size / 2**20:.1f} MiB ONNX, "
+          f"best of {args.repeat}")
+    iree = time_iree(onnx_path, work, args.repeat)
+    if isinstance(iree, str):
+        print(f"iree: {iree}")
+        iree_s = None
+    else:
+        iree_s = Timed(iree[0].wall + iree[1].wall, iree[0].cpu + iree[1].cpu)
+        print(f"iree-import-onnx + iree-compile (llvm-cpu): {iree_s.wall:.1f} s wall, {iree_s.cpu:.1f} s CPU "
+              f"(import {iree[0].wall:.1f} s + compile {iree[1].wall:.1f} s wall)")
+    for target in [t for t in args.targets.split(",") if t]:
+        result = time_infer(onnx_path, work, target, args.repeat, args.timing)
+        if isinstance(result, str):
+            print(f"infer compile -t {target}: {result}")
+            continue
+        seconds, report = result
+        ratio = (f": {seconds.wall / iree_s.wall:.2f}x iree by wall time, {seconds.cpu / iree_s.cpu:.2f}x by CPU "
+                 "time (goal <= 1.0)") if iree_s else ""
+        print(f"infer compile -t {target}: {seconds.wall:.1f} s wall, {seconds.cpu:.1f} s CPU{ratio}")
+        if args.timing:
+            print(report.rstrip())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="runs per compiler (the best counts)")
     ap.add_argument("--targets", default="edge,server", help="infer targets (comma-separated)")
+    ap.add_argument("--models", default="resnet50,minilm,llama",
+                    help=f"models (comma-separated, of {', '.join(MODEL_TITLES)})")
     ap.add_argument("--timing", action="store_true", help="print infer's per-pass timing report")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="infer-bench-compile-") as tmp:
-        work = Path(tmp)
-        onnx_path = build_resnet50_onnx(work / "resnet50.onnx")
-        print(f"== compile time, ResNet-50 (224x224, {onnx_path.stat().st_size / 2**20:.0f} MiB ONNX), "
-              f"best of {args.repeat}")
-        iree = time_iree(onnx_path, work, args.repeat)
-        if isinstance(iree, str):
-            print(f"iree: {iree}")
-            iree_s = None
-        else:
-            iree_s = Timed(iree[0].wall + iree[1].wall, iree[0].cpu + iree[1].cpu)
-            print(f"iree-import-onnx + iree-compile (llvm-cpu): {iree_s.wall:.1f} s wall, {iree_s.cpu:.1f} s CPU "
-                  f"(import {iree[0].wall:.1f} s + compile {iree[1].wall:.1f} s wall)")
-        for target in [t for t in args.targets.split(",") if t]:
-            result = time_infer(onnx_path, work, target, args.repeat, args.timing)
-            if isinstance(result, str):
-                print(f"infer compile -t {target}: {result}")
-                continue
-            seconds, report = result
-            ratio = (f": {seconds.wall / iree_s.wall:.2f}x iree by wall time, {seconds.cpu / iree_s.cpu:.2f}x by CPU "
-                     "time (goal <= 1.0)") if iree_s else ""
-            print(f"infer compile -t {target}: {seconds.wall:.1f} s wall, {seconds.cpu:.1f} s CPU{ratio}")
-            if args.timing:
-                print(report.rstrip())
+    models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(models) - set(MODEL_TITLES))
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(MODEL_TITLES)})")
+    for name in models:
+        with tempfile.TemporaryDirectory(prefix="infer-bench-compile-") as tmp:
+            bench_model(name, Path(tmp), args)
     return 0
 
 
