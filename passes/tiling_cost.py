@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infer.passes.tiling_code import code_size, conv_nest
+from infer.passes.tiling_tuning import pick_index
 from infer.target import isa
 from infer.target.hw import HardwareConfig
 
@@ -326,6 +327,7 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
     tn_cands = tn_cands or pow2_candidates(N, C)
     tk_cands = tk_cands or pow2_candidates(K, R)
     if override is not None:
+        pick_index([])  # (an overridden call keeps its number for the autotuner)
         e = gemm_estimate(hw, M, N, K, *override, spec)
         return Choice(override, e, [e], overridden=True)
     cands: list[Estimate] = []
@@ -339,12 +341,14 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
                 else:
                     rejected += 1
     if not cands:  # nothing fits: the smallest tile, reported as is
+        pick_index([])
         e = gemm_estimate(hw, M, N, K, min(tm_cands), min(tn_cands), min(tk_cands), spec)
         return Choice(e.tiles, e, [e], rejected=rejected)
     # nests that fit the hardware loop depth first (deeper ones do not lower), then fewest
     # cycles; ties -> the smaller footprint
     depth = hw.scalar.loop_depth
     cands.sort(key=lambda e: (e.loops > depth, e.cycles, e.spad + e.acc))
+    cands.insert(0, cands.pop(pick_index([e.tiles for e in cands])))  # (autotuning's pick, if any)
     return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
 
 
@@ -637,6 +641,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                 for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))]
         best = min(ests, key=lambda e: (not e.feasible, e.spad > hw.memory.scratchpad_bytes
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
+        pick_index([])
         return ConvChoice(best.tiles, best, [best], overridden=True)
     cands: list[ConvEstimate] = []
     rejected = 0
@@ -656,6 +661,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                         else:
                             rejected += 1
     if not cands:
+        pick_index([])
         e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
         return ConvChoice(e.tiles, e, [e], rejected=rejected)
     # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
@@ -666,6 +672,9 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     first = cands[0]
     near = [e for e in cands if e.unrolled == first.unrolled and e.cycles <= first.cycles * (1 + CODE_TOLERANCE)]
     best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
+    cands.remove(best)
+    cands.insert(0, best)
+    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
     cands.remove(best)
     cands.insert(0, best)
     return ConvChoice(best.tiles, best, cands, rejected=rejected)
