@@ -49,7 +49,9 @@ class CompileNpuPass(PipelinePass):
         "int8" (a quantized module: integer kernels on the int8 path, its float layers as bf16).
       graph-passes: a pass pipeline (`-p` syntax, e.g. "my-pass{factor=2},graph-dce") run on the
         graph-level module first; plugin passes are found by name like infer's own.
-      autotune, autotune-cache: graph-to-tile's autotuning (0: off; docs/tiling.md "Autotuning").
+      autotune: graph-to-tile's autotuning: 0 (off) or the number of tilings simulated per
+        distinct linear/matmul/conv/attention kernel (docs/tiling.md "Autotuning").
+      autotune-cache: where autotuning results are cached ("": $XDG_CACHE_HOME/infer/autotune).
     """
 
     name = "compile-npu"

@@ -14,8 +14,8 @@ The picks are cached on disk, one JSON file per (kernel signature, config, preci
 compiler version), in `autotune-cache` or `$XDG_CACHE_HOME/infer/autotune` (default
 `~/.cache/infer/autotune`): the signature is the single-kernel program's text (shapes,
 attributes, fused epilogue; weights are named, not valued), the config the TOML text's hash,
-the compiler version infer's version and a hash of the compiler, simulator and dialect
-sources. A second compile reads the file instead of simulating.
+the compiler version a hash of infer's version and of the compiler, simulator and
+dialect sources. A second compile reads the file instead of simulating.
 """
 
 from __future__ import annotations
@@ -53,18 +53,17 @@ def default_cache_dir() -> Path:
 
 @functools.cache
 def compiler_version() -> str:
-    """infer's version + a hash of the sources that decide a kernel's program and its simulated
-    cycles (dialects, passes, target)."""
-    import infer
-
-    root = Path(infer.__file__).resolve().parent
+    """A hash of infer's version (its __init__.py) and of the sources that decide a kernel's
+    program and its simulated cycles (dialects, passes, target)."""
+    root = Path(__file__).resolve().parents[2]  # the infer package
     h = hashlib.sha256()
-    for sub in ("dialects", "passes", "target"):
-        for f in sorted((root / sub).rglob("*.py")):
-            if "__pycache__" not in f.parts:
-                h.update(f.relative_to(root).as_posix().encode())
-                h.update(f.read_bytes())
-    return f"{infer.__version__}+{h.hexdigest()[:16]}"
+    files = [root / "__init__.py"] + [f for sub in ("dialects", "passes", "target")
+                                      for f in sorted((root / sub).rglob("*.py"))]
+    for f in files:
+        if "__pycache__" not in f.parts:
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return f"src-{h.hexdigest()[:16]}"
 
 
 def single_op_module(ctx: LoweringContext, op: Operation) -> ModuleOp | None:
@@ -155,7 +154,8 @@ def picks_for(ctx: LoweringContext, op: Operation, name: str) -> dict[int, str]:
         pass
     try:
         picks, measured = _tune(ctx, op, session.autotune)
-    except (LoweringError, StopIteration) as e:  # the op does not compile alone: the model's choice
+    except Exception as e:  # noqa: BLE001 - best effort: an op that does not compile or run alone
+        # (e.g. an attention mask made from an integer model input) keeps the cost model's choice
         ctx.debug(f"[graph-to-tile] {name}: autotune: not tuned ({str(e).splitlines()[0][:200]})")
         memo[key] = {}
         return {}
@@ -192,7 +192,7 @@ def _tune(ctx: LoweringContext, op: Operation, top: int) -> tuple[dict[int, str]
         for tiles in candidates[1:top]:
             try:
                 trial, _ = simulated_cycles(ctx, op, {**picks, call: tiles})
-            except LoweringError:
+            except LoweringError:  # (e.g. out of registers or semaphores for this tiling)
                 continue
             measured.append((call, tiles, trial))
             if trial < best_cycles:

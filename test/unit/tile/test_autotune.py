@@ -47,6 +47,22 @@ def test_autotune_keeps_the_fastest_and_caches(tmp_path, monkeypatch):
     assert again.program == tuned.program
 
 
+def test_cli_autotune_flag(tmp_path, capsys):
+    from infer.tools.cli import main
+
+    path = tmp_path / "attention.mlir"
+    path.write_text(ATTENTION)
+    cache = tmp_path / "cache"
+    assert main(["compile", str(path), "--precision", "bf16", "--autotune=2", "--autotune-cache", str(cache),
+                 "-o", str(tmp_path / "a.npu"), "-q"]) == 0
+    (record_file,) = cache.glob("*.json")
+    record = json.loads(record_file.read_text())
+    assert record["top"] == 2 and len(record["measured"]) == 2
+    with pytest.raises(SystemExit) as e:  # a count must be >= 1 (0 is "off": no flag)
+        main(["compile", str(path), "--autotune=0"])
+    assert e.value.code == 2 and "--autotune" in capsys.readouterr().err
+
+
 def test_autotune_rejects_a_negative_count(tmp_path):
     path = tmp_path / "attention.mlir"
     path.write_text(ATTENTION)
