@@ -37,6 +37,7 @@ from infer.dialects.ir_io import LoweringError, make_context
 from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.tiling_tuning import Tuning, tuning
+from infer.target.hw import config_path
 
 TUNED_OPS = (g.LinearOp, g.MatmulOp, g.Conv2dOp, g.AttentionOp)
 
@@ -119,9 +120,8 @@ def simulated_cycles(ctx: LoweringContext, op: Operation, picks: dict[int, str])
 
 
 def cache_key(ctx: LoweringContext, module: ModuleOp) -> str:
+    """(kernel signature: the single-kernel program's text, config, precision, N, compiler version)"""
     session = ctx.session
-    from infer.target.hw import config_path
-
     h = hashlib.sha256()
     for part in (str(module), config_path(session.target).read_text(), session.precision,
                  str(session.autotune), compiler_version()):
