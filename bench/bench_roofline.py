@@ -1,6 +1,9 @@
 """Whole models against the algorithmic roofline (issue 14), bf16, edge and server side by side.
 
-    python bench/bench_roofline.py [resnet50] [convs] [cnn] [minilm] [llama]   (default: all)
+    python bench/bench_roofline.py [resnet50] [convs] [cnn] [minilm] [llama] [--autotune=N]   (default: all)
+
+`--autotune=N`: every compile autotunes (graph-to-tile's top N tilings per distinct kernel
+simulated, the fastest kept; docs/tiling.md "Autotuning"), with a cache fresh for this run.
 
 Every number is the simulated run's `Executable.last_report` (runtime/report.py): the
 roofline is max(model MACs / peak MACs per cycle, compulsory DRAM bytes / DRAM bytes per
@@ -34,6 +37,8 @@ PRECISION = "bf16"
 RESNET_GOAL, CONV_GOAL, TRANSFORMER_GOAL, COST_GOAL = 0.70, 0.80, 0.70, 0.15
 MINILM_SEQ, LLAMA_SEQ = 128, 512
 
+AUTOTUNE: dict[str, object] = {}  # --autotune=N: infer.compile's autotune options for every run
+
 # (kernel class, target) -> [(op name, predicted, simulated)] over every run of this bench
 _kernels: dict[tuple[str, str], list[tuple[str, int, int]]] = defaultdict(list)
 
@@ -41,7 +46,7 @@ _kernels: dict[tuple[str, str], list[tuple[str, int, int]]] = defaultdict(list)
 def run(source, inputs, target: str, **options):
     """Compile, simulate once; (report, wall seconds). Records the ops' cost-model predictions."""
     t0 = time.perf_counter()
-    exe = infer.compile(source, target=target, precision=PRECISION, **options)
+    exe = infer.compile(source, target=target, precision=PRECISION, **AUTOTUNE, **options)
     exe.run(inputs)
     report = exe.last_report
     for o in report.ops or []:
@@ -219,12 +224,15 @@ def section_cost_model() -> None:
 
 
 def main(argv: list[str]) -> int:
-    wanted = set(argv) or {"resnet50", "convs", "cnn", "minilm", "llama"}
+    tuned = [a for a in argv if a.startswith("--autotune")]
+    wanted = set(argv) - set(tuned) or {"resnet50", "convs", "cnn", "minilm", "llama"}
     print(f"whole models against the algorithmic roofline, precision {PRECISION} "
           "(% roof = max(MACs / peak, compulsory bytes / bandwidth) / simulated cycles; "
-          "DRAM x = moved / compulsory bytes)")
+          "DRAM x = moved / compulsory bytes)" + (f", autotuned ({tuned[-1]})" if tuned else ""))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if tuned:
+            AUTOTUNE.update(autotune=int(tuned[-1].partition("=")[2] or 4), autotune_cache=str(work / "autotune"))
         header()
         models = [("ResNet-50", "resnet50", lambda: resnet50(work), RESNET_GOAL),
                   ("demo CNN", "cnn", lambda: demo_cnn(work), None),

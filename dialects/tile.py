@@ -2,7 +2,10 @@
 
 Each op is work one engine of the accelerator does on one tile; loops are
 `scf.for`, index arithmetic is `arith`, and buffers are builtin memrefs whose
-memory space says where they live:
+memory space says where they live. A loop's lower bound and step are constants;
+its upper bound is a constant, a `tile.load_index`, or affine in enclosing
+loops' induction variables (a triangular nest: causal attention's key tiles
+`scf.for %j = %c0 to %q0 + TQ step %TKV`, each term a multiple of the step):
 
     "dram"  main memory (function arguments, weights, the activation arena)
     "spad"  the on-chip scratchpad (matmul operands, vector tiles)

@@ -49,6 +49,9 @@ class CompileNpuPass(PipelinePass):
         "int8" (a quantized module: integer kernels on the int8 path, its float layers as bf16).
       graph-passes: a pass pipeline (`-p` syntax, e.g. "my-pass{factor=2},graph-dce") run on the
         graph-level module first; plugin passes are found by name like infer's own.
+      autotune: graph-to-tile's autotuning: 0 (off) or the number of tilings simulated per
+        distinct linear/matmul/conv/attention kernel (docs/tiling.md "Autotuning").
+      autotune-cache: where autotuning results are cached ("": $XDG_CACHE_HOME/infer/autotune).
     """
 
     name = "compile-npu"
@@ -56,6 +59,8 @@ class CompileNpuPass(PipelinePass):
     target: str = "edge"
     precision: str = "fp32"
     graph_passes: str = ""
+    autotune: int = 0
+    autotune_cache: str = ""
 
     def passes(self) -> tuple[ModulePass, ...]:
         # Checked here, where the stages are built, so a driver that runs the stages itself
@@ -71,7 +76,8 @@ class CompileNpuPass(PipelinePass):
         return (
             *self._graph_passes(),
             _stage("graph-prepare-tiling"),
-            _stage("graph-to-tile", target=self.target, precision=self.precision),
+            _stage("graph-to-tile", target=self.target, precision=self.precision,
+                   **({"autotune": self.autotune, "autotune_cache": self.autotune_cache} if self.autotune else {})),
             _stage("tile-plan-memory", target=self.target),
             _stage("tile-to-npu", target=self.target),
         )

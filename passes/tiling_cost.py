@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infer.passes.tiling_code import code_size, conv_nest
+from infer.passes.tiling_tuning import pick_index
 from infer.target import isa
 from infer.target.hw import HardwareConfig
 
@@ -61,6 +62,9 @@ class GemmSpec:
     # product P.V of `flash_dv` columns; 0: a plain GEMM
     flash_dv: int = 0
     softmax_ops: int = 0
+    # causal flash attention: Skv - Sq (the key offset of query 0); the tilings
+    # `triangular_score_tiles` accepts visit only the key tiles up to each query tile's diagonal
+    causal_offset: int | None = None
     # False: the throughput estimate alone (packed-weight GEMMs, which re-rank the candidates
     # by their own exposed latencies: packed_gemm._fewer_exposed_latencies)
     schedule: bool = True
@@ -196,6 +200,14 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
                             ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
                             pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
     cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
+    visited = (triangular_score_tiles(M, N, tm, tn, spec.causal_offset)
+               if spec.flash_dv and spec.causal_offset is not None else None)
+    if visited is not None:  # fully masked score tiles are skipped: the steps scale with the visits
+        # (per query tile a fence after its key loop: one softmax chain not overlapped)
+        share = visited / (nm * nn)
+        fence = spec.batch * (nm - 1) * (spec.softmax_ops * hw.vector.latency + mm_pv + hw.matrix.fill_drain_cycles)
+        matrix, memory, vector = int(matrix * share), int(memory * share), int(vector * share)
+        cycles = int(cycles * share) + fence
     if not spec.schedule:
         fill = hw.matrix.fill_drain_cycles
         cycles = max(matrix + out_tiles * fill, memory, steps * vec_step + out_tiles * -(-tm * tn // L)
@@ -206,6 +218,24 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     if spec.taps > 1:
         loops += 2
     return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc, loops)
+
+
+def triangular_score_tiles(Sq: int, Skv: int, tq: int, tkv: int, offset: int | None) -> int | None:
+    """Causal attention tiled TQ x TKV: the (query tile, key tile) pairs of one head that the
+    triangular loop nest visits (key tiles 0 .. the one holding the query tile's last visible
+    key), or None when the tiling keeps the dense loop (every pair, masked by the band). The
+    triangular nest needs whole query tiles, key tiles that divide the query tile and the
+    offset, and, with more than one query tile, TQ / TKV even: the key loop's trip count grows
+    by TQ / TKV per query tile, which must keep its double-buffer halves (tile-to-npu's
+    affine-bound loops, docs/codegen.md)."""
+    if offset is None or offset < 0 or Sq % tq or tq % tkv or offset % tkv or tkv > Skv:
+        return None
+    q_tiles = Sq // tq
+    if q_tiles > 1 and (tq // tkv) % 2:
+        return None
+    per_step = tq // tkv
+    first = (tq + offset) // tkv
+    return q_tiles * first + per_step * q_tiles * (q_tiles - 1) // 2
 
 
 def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: int, x_bytes: int, w_bytes: int,
@@ -297,6 +327,7 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
     tn_cands = tn_cands or pow2_candidates(N, C)
     tk_cands = tk_cands or pow2_candidates(K, R)
     if override is not None:
+        pick_index([])  # (an overridden call keeps its number for the autotuner)
         e = gemm_estimate(hw, M, N, K, *override, spec)
         return Choice(override, e, [e], overridden=True)
     cands: list[Estimate] = []
@@ -310,12 +341,14 @@ def choose_gemm(hw: HardwareConfig, M: int, N: int, K: int, spec: GemmSpec,
                 else:
                     rejected += 1
     if not cands:  # nothing fits: the smallest tile, reported as is
+        pick_index([])
         e = gemm_estimate(hw, M, N, K, min(tm_cands), min(tn_cands), min(tk_cands), spec)
         return Choice(e.tiles, e, [e], rejected=rejected)
     # nests that fit the hardware loop depth first (deeper ones do not lower), then fewest
     # cycles; ties -> the smaller footprint
     depth = hw.scalar.loop_depth
     cands.sort(key=lambda e: (e.loops > depth, e.cycles, e.spad + e.acc))
+    cands.insert(0, cands.pop(pick_index([e.tiles for e in cands])))  # (autotuning's pick, if any)
     return Choice(cands[0].tiles, cands[0], cands, rejected=rejected)
 
 
@@ -608,6 +641,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                 for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))]
         best = min(ests, key=lambda e: (not e.feasible, e.spad > hw.memory.scratchpad_bytes
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
+        pick_index([])
         return ConvChoice(best.tiles, best, [best], overridden=True)
     cands: list[ConvEstimate] = []
     rejected = 0
@@ -627,6 +661,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                         else:
                             rejected += 1
     if not cands:
+        pick_index([])
         e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
         return ConvChoice(e.tiles, e, [e], rejected=rejected)
     # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
@@ -637,6 +672,9 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     first = cands[0]
     near = [e for e in cands if e.unrolled == first.unrolled and e.cycles <= first.cycles * (1 + CODE_TOLERANCE)]
     best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
+    cands.remove(best)
+    cands.insert(0, best)
+    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
     cands.remove(best)
     cands.insert(0, best)
     return ConvChoice(best.tiles, best, cands, rejected=rejected)

@@ -2,6 +2,7 @@
 
     infer compile MODEL_OR_MLIR [-t edge|server|CONFIG.toml] [--precision fp32|bf16|int8] -o OUT.npu
                   [--calibration CALIB.npz|CALIB.json [--min-cosine 0.99] [--calibration-method M]]
+                  [--autotune[=N] [--autotune-cache DIR]]
                   [--entry NAME ...] [--chunk C] [--max-context N] [--block-size BS] [--num-blocks NB] [--batch B]
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--entry NAME] [--check [--framework MODEL.onnx]]
               [--trace TRACE.json] [--json REPORT.json] [--plot DIR]
@@ -72,7 +73,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     exe = compile_model(args.model, target=args.target, precision=args.precision, progress=not args.quiet,
                         graph_passes=args.graph_passes, calibration=args.calibration, min_cosine=args.min_cosine,
                         calibration_method=args.calibration_method, timing=timing, entry=args.entry or None,
-                        **options)
+                        autotune=args.autotune, autotune_cache=args.autotune_cache or "", **options)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     exe.save(out)
     if not args.quiet:
@@ -81,6 +82,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         timing.report(sys.stderr)
     return 0
 
+
+AUTOTUNE_TOP = 4  # `--autotune` without N: candidates simulated per kernel
 
 DECODER_OPTIONS = ("chunk", "max_context", "block_size", "num_blocks", "batch")
 
@@ -270,6 +273,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--entry", action="append", default=[], metavar="NAME",
                    help="the function to compile (repeatable; default: @main when the module has one, else every "
                         "function: one artifact, one entry point per function, the weights shared)")
+    p.add_argument("--autotune", nargs="?", type=_positive, const=AUTOTUNE_TOP, default=0, metavar="N",
+                   help=f"simulate the cost model's top N tilings (default {AUTOTUNE_TOP}) of each distinct "
+                        "linear/matmul/conv/attention kernel and keep the fastest; results are cached "
+                        "(docs/tiling.md, Autotuning)")
+    p.add_argument("--autotune-cache", metavar="DIR",
+                   help="where autotuning results are cached (default $XDG_CACHE_HOME/infer/autotune, "
+                        "else ~/.cache/infer/autotune)")
     add_decoder_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")
     p.set_defaults(func=_guarded("compile", cmd_compile))

@@ -157,7 +157,8 @@ def signature(module, entry: str = "main") -> dict[str, list[TensorSpec]]:
 def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry: str | Sequence[str] | None = None,
             example_inputs: Any = None, progress: bool | Progress = False, graph_passes: str = "",
             calibration: Any = None, min_cosine: float | None = None, calibration_method: str | None = None,
-            timing: CompileTiming | None = None, **import_options: Any) -> Executable:
+            timing: CompileTiming | None = None, autotune: int = 0, autotune_cache: str = "",
+            **import_options: Any) -> Executable:
     """Import (if needed) and compile for the accelerator -> `infer.runtime.Executable`.
 
     source: a model path (.onnx/.pt2/HF folder), a graph-level `.mlir` path, an
@@ -169,6 +170,9 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     prints each stage with a timestamp on stderr; a callable hears the same messages.
     graph_passes: a pass pipeline run on the graph-level module first (`-p` syntax; infer's
     passes and plugins). timing: a CompileTiming that records where the time goes.
+    autotune: 0 (off) or N: each distinct linear/matmul/conv/attention kernel's top N tilings are
+    simulated (timing mode) and the fastest kept, cached in `autotune_cache` ("": the default,
+    $XDG_CACHE_HOME/infer/autotune; docs/tiling.md "Autotuning").
     entry: the function(s) to compile: a name, a list of names, or None (default: @main when
     the module has one, else every function). Several functions give ONE artifact with one
     entry point each, sharing the weights (tools/entries.py); the Executable runs the first,
@@ -176,16 +180,17 @@ def compile(source: Any, target: str = "edge", precision: str = "fp32", *, entry
     if callable(progress):
         return _compile(source, target, precision, entry, example_inputs, progress, graph_passes,
                         calibration, min_cosine, calibration_method, timing or CompileTiming(),
-                        import_options)
+                        import_options, autotune, autotune_cache)
     with progress_printer(progress) as say:
         return _compile(source, target, precision, entry, example_inputs, say, graph_passes,
                         calibration, min_cosine, calibration_method, timing or CompileTiming(),
-                        import_options)
+                        import_options, autotune, autotune_cache)
 
 
 def _compile(source: Any, target: str, precision: str, entry: Any, example_inputs: Any, say: Progress,
              graph_passes: str, calibration: Any, min_cosine: float | None, calibration_method: str | None,
-             timing: CompileTiming, import_options: dict[str, Any]) -> Executable:
+             timing: CompileTiming, import_options: dict[str, Any], autotune: int = 0,
+             autotune_cache: str = "") -> Executable:
     from xdsl.passes import ModulePass, PassPipeline
 
     from infer.dialects.ir_io import make_context
@@ -232,7 +237,10 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
 
     # The stages of compile-npu with its named pipelines expanded, so each pass is timed and
     # reported on its own (the same passes in the same order as running the pipelines).
-    pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes)
+    if autotune < 0:
+        raise DriverError(f"autotune must be 0 (off) or the number of candidates to simulate, got {autotune}")
+    pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes,
+                              autotune=autotune, autotune_cache=str(autotune_cache or ""))
     pipeline.passes()  # (bad options: the pipeline's own error, before anything runs)
     stages, timing.roots = expand([pipeline])
     per_entry = stages[-1] if len(entries) > 1 else None  # tile-to-npu, then run once per entry

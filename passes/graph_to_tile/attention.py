@@ -67,11 +67,15 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
                                 batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint, flash_dv=Dv,
-                                softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0))
+                                softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0),
+                                causal_offset=offset if causal else None)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
     ctx.predict(choice.best.cycles)
     override = ctx.override(name, 2)
     TQ, TKV = (override[0], override[1]) if override else (choice.tiles[0], choice.tiles[1])
+    # causal: each query tile visits the key tiles up to its diagonal only (tiling_cost
+    # .triangular_score_tiles says which tilings can): a key loop bound affine in the query tile
+    triangular = causal and tiling_cost.triangular_score_tiles(Sq, Skv, TQ, TKV, offset) is not None
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                           + (" causal" if causal else ""), choice)
               + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)")
@@ -169,7 +173,14 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             split_on_chip(em, v_staging, v_tile, tkv, Dv)
             emit_tile_product(ctx, p_tile, v_tile, o, tq, tkv, Dv)
 
-        em.tiles(Skv, TKV, kv_tile_body)
+        if triangular:  # key tiles 0 .. the one holding key q0 + TQ - 1 + offset (the last visible)
+            upper = em.add(q0, TQ + offset)
+            if isinstance(upper, int):
+                em.tiles(upper, TKV, kv_tile_body)
+            else:
+                em.loop(0, upper, TKV, lambda j0: kv_tile_body(j0, TKV))
+        else:
+            em.tiles(Skv, TKV, kv_tile_body)
         em.vec("recip", tmp, z, l_sum, z, tq, 1)
         em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
         em.dma(o, z, out2, [q_row, 0], [tq, Dv])

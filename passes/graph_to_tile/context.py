@@ -80,6 +80,12 @@ class LoweringSession:
     module: ModuleOp
     counter: int = 0
     log: list[str] = field(default_factory=list)
+    # autotuning (autotune.py): the target's name for the single-kernel compiles, the top N
+    # candidates to simulate (0: off), the cache directory ("": the default) and this run's picks
+    target: str = ""
+    autotune: int = 0
+    autotune_cache: str = ""
+    autotune_memo: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 class LoweringContext:

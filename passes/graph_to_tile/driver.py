@@ -18,6 +18,7 @@ unpacked here into its anchor and epilogue; every other op goes to its entry in 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -44,7 +45,8 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile import casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
+from infer.passes import tiling_tuning
+from infer.passes.graph_to_tile import autotune, casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -210,8 +212,11 @@ class FunctionLowering:
             self.ctx.prediction = 0
         fused_before = set(self.fused)
         last_before = self.block.last_op
+        picks = (autotune.picks_for(self.ctx, op, f"kernel{self.ctx.session.counter}")
+                 if outermost and self.ctx.session.autotune and autotune.tunable(op) else {})
         try:
-            with self.ctx.stage(op):
+            with self.ctx.stage(op), (tiling_tuning.tuning(tiling_tuning.Tuning(picks)) if picks
+                                      else contextlib.nullcontext()):
                 if isinstance(op, g.KernelOp):
                     self._lower_kernel(op)
                 else:
@@ -354,6 +359,11 @@ class GraphToTilePass(ModulePass):
       overrides: tile sizes that replace the cost model's choice, per kernel:
         "kernel3=64x64x32,kernel5=8" (names as printed by debug-tiling).
       debug-tiling: print why each kernel's tile sizes were chosen (on stderr).
+      autotune: 0 (off) or N: per distinct GEMM-shaped kernel (linear, matmul, conv, attention),
+        simulate the cost model's top N tilings as a single-kernel program in timing mode and
+        keep the fastest (autotune.py; docs/tiling.md "Autotuning").
+      autotune-cache: the directory of the autotuning results ("": $XDG_CACHE_HOME/infer/autotune,
+        default ~/.cache/infer/autotune).
     """
 
     name = "graph-to-tile"
@@ -362,6 +372,8 @@ class GraphToTilePass(ModulePass):
     precision: str = "fp32"
     overrides: str = ""
     debug_tiling: bool = False
+    autotune: int = 0
+    autotune_cache: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.precision not in ("fp32", "bf16", "int8"):
@@ -372,7 +384,10 @@ class GraphToTilePass(ModulePass):
             raise LoweringError(f"error: {STAGE}: {e}") from None
         if "bf16" not in hw.matrix.dtypes:
             raise LoweringError(f"error: {STAGE}: target '{hw.name}' has no bf16 matrix unit")
-        session = LoweringSession(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op)
+        if self.autotune < 0:
+            raise LoweringError(f"error: {STAGE}: autotune must be 0 (off) or the number of candidates, got {self.autotune}")
+        session = LoweringSession(hw, self.precision, parse_overrides(self.overrides), self.debug_tiling, op,
+                                  target=self.target, autotune=self.autotune, autotune_cache=self.autotune_cache)
         weights_of(op)  # open the module's weight store now, even when no function needs it
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or fn.is_declaration:

@@ -122,10 +122,19 @@ class LoopBinding:
     unroll: int = 1
     offset: int = 0
     round: object = None  # identity of this emitted body copy (a double buffer's round)
+    trip: int | None = None  # the loop's trip count in this copy's emission (None: it varies)
+    # a copy after the hardware loop of a loop whose trip count is affine in enclosing loops
+    # (codegen.emit_affine_for): iteration `trip - from_end`, with trip = `trip_index` (an
+    # affine function of the enclosing loops' iterations); `parity`: that iteration mod 2
+    from_end: int = 0
+    trip_index: AffineIndex | None = None
+    parity: int = 0
 
     @property
     def half(self) -> int:
         """The half of a double buffer rotating on this loop that this copy uses."""
+        if self.from_end:
+            return self.parity
         return (self.iteration % 2) if self.iteration is not None else self.offset % 2
 
 
@@ -144,6 +153,7 @@ class Address:
 def resolve(index: AffineIndex, bindings: dict[scf.ForOp, LoopBinding]) -> Address:
     """An affine index in the body copy being emitted: fixed iterations fold into the
     immediate, hardware-loop iterations into the register key."""
+    index = _counted_from_end(index, bindings)
     immediate = index.constant
     per_loop: dict[HardwareLoop, int] = {}
     for loop, c in index.coefficients.items():
@@ -164,6 +174,38 @@ def resolve(index: AffineIndex, bindings: dict[scf.ForOp, LoopBinding]) -> Addre
         low += min(0, span)
         high += max(0, span)
     return Address(key, immediate, low, high)
+
+
+def _counted_from_end(index: AffineIndex, bindings: dict[scf.ForOp, LoopBinding]) -> AffineIndex:
+    """c * t of a loop bound to a copy counted from its end (t = trip - k, the trip count affine
+    in enclosing loops) becomes c * trip - c * k, in terms of the enclosing loops."""
+    while any((b := bindings.get(loop)) is not None and b.from_end for loop in index.coefficients):
+        out = AffineIndex(index.constant, {})
+        for loop, c in index.coefficients.items():
+            binding = bindings.get(loop)
+            if binding is not None and binding.from_end:
+                assert binding.trip_index is not None
+                out = out + binding.trip_index.scaled(c) + AffineIndex(-c * binding.from_end, {})
+            else:
+                out = out + AffineIndex(0, {loop: c})
+        index = out
+    return index
+
+
+def trip_index_of(loop: scf.ForOp) -> AffineIndex:
+    """A loop's trip count as an affine function of enclosing loops' iterations: constant
+    lower bound and step, an upper bound affine in enclosing loops whose coefficients the step
+    divides (a triangular loop nest: `scf.for %j = %c0 to %q0 + TQ step %TKV`)."""
+    lower = constant_of(loop.lb, loop, "lower bound")
+    step = constant_of(loop.step, loop, "step")
+    if step <= 0:
+        raise fail(loop, f"loop step must be positive, got {step}")
+    upper = affine_of(loop.ub, loop)
+    if any(c % step for c in upper.coefficients.values()):
+        raise fail(loop, f"the upper bound's terms in enclosing loops must be multiples of the "
+                   f"step ({step}) so that the trip count is affine in those loops")
+    return AffineIndex(-(-(upper.constant - lower) // step),
+                       {outer: c // step for outer, c in upper.coefficients.items()})
 
 
 class AddressRegisters:

@@ -27,6 +27,7 @@ from infer.passes.tile_to_npu.addressing import (
     TileBuffer,
     constant_of,
     resolve,
+    trip_index_of,
 )
 from infer.dialects.ir_io import LoweringError
 from infer.passes.tile_to_npu.common import STAGE, fail, memref_info, top_level_op
@@ -69,6 +70,7 @@ class CodeGenerator:
         self.degrade = degrade or {}
         self.buffers: dict[SSAValue, TileBuffer] = {}
         self.bindings: dict[scf.ForOp, LoopBinding] = {}
+        self.trips: dict[scf.ForOp, int | None] = {}  # each loop's trip count while emitted (None: varies)
         self.cursor = EmissionCursor()
         self._sequence_numbers = itertools.count(1)
         self.clock = 0  # advances with every engine instruction and loop opened
@@ -167,11 +169,13 @@ class CodeGenerator:
         if isinstance(op.ub.owner, t.LoadIndexOp):
             self._emit_runtime_for(op, op.ub.owner)
             return
-        lower, upper, step = (constant_of(v, op, what) for v, what in
-                              ((op.lb, "lower bound"), (op.ub, "upper bound"), (op.step, "step")))
-        if step <= 0:
-            raise fail(op, f"loop step must be positive, got {step}")
-        trip = max(0, -(-(upper - lower) // step))
+        trip_index = trip_index_of(op)
+        trips = self.resolve(trip_index)  # fixed enclosing iterations fold into the immediate
+        if trips.register_key:  # the trip count varies with an enclosing hardware loop
+            self._emit_affine_for(op, trip_index, trips)
+            return
+        trip = max(0, trips.immediate)
+        self.trips[op] = trip
         body = list(op.body.block.ops)
         unroll = 2 if op in self.plan.rotation_loops else 1
         rings = self.double_buffering.enter_rotation_loop(op)
@@ -207,7 +211,7 @@ class CodeGenerator:
             for copy in range(unroll):
                 self.weight_tile.forget()
                 self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=unroll,
-                                                offset=copy + peeled_first, round=object())
+                                                offset=copy + peeled_first, round=object(), trip=trip)
                 self._emit_block(body)
             self.close_loop(loop, outer_block, op)
             self.weight_tile.forget()
@@ -258,11 +262,97 @@ class CodeGenerator:
                                                  self.cursor.loops))
             self.registers.give_back_scratch(register, self.clock)
 
+    def _emit_affine_for(self, op: scf.ForOp, trip_index: AffineIndex, trips: Address) -> None:
+        """A loop whose trip count is affine in enclosing hardware loops (a triangular nest:
+        causal attention's key tiles up to the query tile). One hardware loop whose count is
+        `count_base + count` (count_base: an address register the enclosing loops step), kept
+        a rotation / software-pipelined loop: iteration 0 is a fixed copy before it (so is
+        iteration 1's loads when pipelined), the last `tail` iterations fixed copies after it,
+        counted from the end (their addresses are affine in the enclosing loops too), and the
+        hardware loop runs the `unroll`-sized groups between. The count must grow by multiples
+        of `unroll` (so every copy keeps its double-buffer half) and be >= 1 + tail. A `fence`
+        follows the hardware loop: the dependencies leaving it would otherwise need a drain
+        of a run-time number of tokens (everything it issued is complete after the fence)."""
+        unroll = 2 if op in self.plan.rotation_loops else 1
+        first_trip = trips.immediate  # at the first iteration of every varying enclosing loop
+        tail = (first_trip - 2) % unroll + 1
+        if any(c <= 0 or c % unroll for _, c in trips.register_key):
+            raise fail(op, f"a loop bound affine in enclosing loops must grow by a positive multiple "
+                       f"of {unroll} iterations per enclosing iteration (double-buffer halves)")
+        if first_trip < 1 + tail:
+            raise fail(op, f"a loop bound affine in enclosing loops needs at least {1 + tail} "
+                       f"iterations, got {first_trip}")
+        if len(self.cursor.loops) + 1 > self.hw.scalar.loop_depth:
+            raise fail(op, f"loop nest deeper than scalar.loop_depth = {self.hw.scalar.loop_depth}")
+        self.trips[op] = None
+        body = list(op.body.block.ops)
+        rings = self.double_buffering.enter_rotation_loop(op)
+        pipelined = op in self.plan.pipelined_loads
+        loads = self.plan.pipelined_loads.get(op, [])
+        rest = [o for o in body if o not in loads]
+        count_register = self.registers.register_for(
+            tuple((loop, c // unroll) for loop, c in trips.register_key))
+        reset_register = self.registers.take_scratch(op)
+        self.weight_tile.forget()
+        if pipelined:
+            self.double_buffering.start_pipelined_loop(loads)
+            declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
+            self._emit_iteration(op, 0, declarations + loads)
+            self.weight_tile.forget()
+            self._emit_iteration(op, 1, loads)
+            self.weight_tile.forget()
+            self._emit_iteration(op, 0, rest)
+            groups = [[(loads, copy + 2), (rest, copy + 1)] for copy in range(2)]
+        else:
+            self._emit_iteration(op, 0, body)
+            groups = [[(body, copy + 1)] for copy in range(unroll)]
+        loop, outer_block = self.open_loop((trips.high - 1 - tail) // unroll, op)
+        loop.count_register, loop.reset_register = count_register, reset_register
+        loop.count_immediate = (first_trip - 1 - tail) // unroll
+        for group in groups:
+            for ops, offset in group:
+                self.weight_tile.forget()
+                self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=unroll, offset=offset,
+                                                round=object())
+                self._emit_block(ops)
+        self.close_loop(loop, outer_block, op)
+        if loop.exit_drains or loop.exit_signals:
+            raise fail(op, "a dependency leaves a loop with a varying trip count through a drain "
+                       "semaphore (not supported)")
+        self.clock += 1
+        self.cursor.block.append(Instruction("fence", {}, "scalar", self.cursor.loops))
+        for access in self.tracker.accesses[loop.first_access:]:
+            self.tracker.cover_all_engines(access.instruction)
+            if access.instruction.drain_loop is None:
+                access.instruction.drain_loop = loop
+        self.cursor.block.append(Instruction("li", dict(rd=reset_register, imm=0), "scalar",
+                                             self.cursor.loops))
+        self.registers.give_back_scratch(reset_register, self.clock)
+
+        def from_end(k: int, ops: list[Operation]) -> None:
+            self.weight_tile.forget()
+            self.bindings[op] = LoopBinding(from_end=k, trip_index=trip_index,
+                                            parity=(first_trip - k) % 2, round=object())
+            self._emit_block(ops)
+
+        for k in range(tail, 0, -1):
+            if pipelined:
+                if k > 1:
+                    from_end(k - 1, loads)
+                from_end(k, rest)
+            else:
+                from_end(k, body)
+        if pipelined:
+            self.double_buffering.end_pipelined_loop(loads)
+        self.bindings.pop(op, None)
+        self.double_buffering.leave_rotation_loop(rings)
+
     def _emit_iteration(self, op: scf.ForOp, iteration: int, ops: list[Operation],
                         round_: object | None = None) -> None:
         """One inlined (or peeled) iteration of op's body, or of some of its ops."""
         self.bindings[op] = LoopBinding(iteration=iteration,
-                                        round=object() if round_ is None else round_)
+                                        round=object() if round_ is None else round_,
+                                        trip=self.trips.get(op))
         self._emit_block(ops)
 
     def _emit_pipelined_for(self, op: scf.ForOp, trip: int, body: list[Operation]) -> None:
@@ -290,7 +380,7 @@ class CodeGenerator:
             for ops, offset in ((loads, copy + 1), (rest, copy)):
                 self.weight_tile.forget()
                 self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=2, offset=offset,
-                                                round=object())
+                                                round=object(), trip=trip)
                 self._emit_block(ops)
         self.close_loop(loop, outer_block, op)
         self.weight_tile.forget()

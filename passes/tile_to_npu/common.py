@@ -74,15 +74,31 @@ def enclosing_loops(op: Operation, fn: func.FuncOp) -> list[scf.ForOp]:
 
 
 def trip_count(loop: scf.ForOp) -> int:
-    """The iteration count of a loop with constant bounds (0 when a bound is not constant)."""
+    """The iteration count of a loop with constant bounds; of a loop whose upper bound grows
+    affinely with enclosing loops (a triangular nest), its smallest; 0 when a bound is read
+    at run time or not affine."""
     bounds = []
     for value in (loop.lb, loop.ub, loop.step):
         owner = value.owner
         if not isinstance(owner, arith.ConstantOp) or not isinstance(owner.value, IntegerAttr):
+            if value is loop.ub and isinstance(owner, (arith.AddiOp, arith.SubiOp, arith.MuliOp)):
+                return _smallest_affine_trip(loop)
             return 0
         bounds.append(int(owner.value.value.data))
     lower, upper, step = bounds
     return max(0, -(-(upper - lower) // step)) if step > 0 else 0
+
+
+def _smallest_affine_trip(loop: scf.ForOp) -> int:
+    from infer.passes.tile_to_npu.addressing import trip_index_of  # (addressing imports this module)
+
+    try:
+        trips = trip_index_of(loop)
+    except LoweringError:
+        return 0
+    if any(c < 0 for c in trips.coefficients.values()):
+        return 0
+    return max(0, trips.constant)
 
 
 # the engine that runs each tile op's instructions (each tile op lowers to one engine)

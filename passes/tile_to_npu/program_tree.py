@@ -46,9 +46,12 @@ class HardwareLoop:
     exit_signals: list[int] = field(default_factory=list)  # semaphores signalled after it
     first_access: int = 0  # index of its body's first access in the dependency tracker
     source_loop: scf.ForOp | None = None
-    # a run-time trip count (tile.load_index): the register `ld` reads it into (count is then
-    # its bound), and a scratch register for resetting the stepped registers after the loop
+    # a trip count in a register: `ld` of a run-time count (tile.load_index), or the variable
+    # part of a count affine in enclosing loops (an address register those loops step); the
+    # trip count is count_register + count_immediate (count is then its largest value), and
+    # a scratch register resets the stepped registers after the loop
     count_register: int = 0
+    count_immediate: int = 0
     reset_register: int = 0
     opened_at: int = 0  # the emission clock when the loop opened
     group: int = 0  # op-marker group (top-level loops only)
@@ -119,20 +122,25 @@ def _flatten_into(items: list[Item], out: list[FlatInstruction], depth: int,
             raise LoweringError(f"tile-to-npu: a loop body of {len(body)} instructions "
                                 "exceeds the loop instruction's 16-bit body field")
         if loop.count_register:
-            out.append(FlatInstruction("loop", 0, 0, 0, dict(count_base=loop.count_register, count=0,
+            out.append(FlatInstruction("loop", 0, 0, 0, dict(count_base=loop.count_register,
+                                                              count=loop.count_immediate,
                                                               body=len(body)), item_group, item_start))
         else:
             out.append(FlatInstruction("loop", 0, 0, 0, dict(count=loop.count, body=len(body)),
                                        item_group, item_start))
         out.extend(body)
         for register, step in loop.register_steps:
-            if loop.count_register:  # r -= step * (the run-time count)
+            if loop.count_register:  # r -= step * (count_register + count_immediate)
                 out.append(FlatInstruction("muli", 0, 0, 0, dict(rd=loop.reset_register,
                                                                  rs=loop.count_register, imm=-step),
                                            item_group, item_start))
                 out.append(FlatInstruction("add", 0, 0, 0, dict(rd=register, rs=register,
                                                                 rt=loop.reset_register),
                                            item_group, item_start))
+                if loop.count_immediate:
+                    out.append(FlatInstruction("addi", 0, 0, 0, dict(rd=register, rs=register,
+                                                                     imm=-step * loop.count_immediate),
+                                               item_group, item_start))
                 continue
             out.append(FlatInstruction("addi", 0, 0, 0,
                                        dict(rd=register, rs=register, imm=-step * loop.count),

@@ -311,8 +311,12 @@ class DoubleBuffering:
         loops = enclosing_loops(op, self.fn)
         for loop in loops[loops.index(rotation) + 1:] if rotation in loops else []:
             binding = self.bindings[loop]
-            trip = trip_count(loop)
-            if binding.iteration is not None:
+            trip = binding.trip if binding.trip is not None else -1  # -1: the trip count varies
+            if binding.from_end:  # (a loop whose trip count varies: its first iteration is a
+                # fixed copy before the hardware loop, its last the copy counted 1 from the end)
+                if first or binding.from_end != 1:
+                    return False
+            elif binding.iteration is not None:
                 if binding.iteration != (0 if first else trip - 1):
                     return False
             elif first:
