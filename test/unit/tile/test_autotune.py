@@ -12,6 +12,7 @@ import pytest
 import infer
 from infer.passes.graph_to_tile import autotune
 from infer.target.sim import Simulator
+from infer.tools.driver import DriverError
 
 Q, KV = "tensor<1x2x64x16xf32>", "tensor<1x1x64x16xf32>"
 ATTENTION = f"""func.func @main(%q: {Q}, %k: {KV}, %v: {KV}) -> {Q} {{
@@ -66,5 +67,5 @@ def test_cli_autotune_flag(tmp_path, capsys):
 def test_autotune_rejects_a_negative_count(tmp_path):
     path = tmp_path / "attention.mlir"
     path.write_text(ATTENTION)
-    with pytest.raises(infer.tools.driver.DriverError, match="autotune must be 0"):
+    with pytest.raises(DriverError, match="autotune must be 0"):
         infer.compile(path, target="edge", precision="bf16", autotune=-1)
