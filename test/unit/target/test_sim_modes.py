@@ -307,3 +307,26 @@ def test_bf16_conversion_is_the_ml_dtypes_cast_for_every_bit_pattern():
         got = converted(v, np.float32)
         assert got.dtype == np.float32 and got.shape == v.shape
         assert got.view(np.uint32).tobytes() == v.astype(np.float32).view(np.uint32).tobytes()
+
+
+def test_bf16_store_rounds_like_the_ml_dtypes_cast():
+    """sim_core.store_converted rounds large fp32 tiles to bf16 as integers: the bits of
+    ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow, denormals,
+    infinities and NaNs (which become the default NaN)."""
+    import ml_dtypes
+
+    from infer.target.sim_core import BF16_SHIFT_MIN, store_converted
+
+    rng = np.random.default_rng(11)
+    special = np.array([0, 0x80000000, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
+                        0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F800000, 0xFF800000,
+                        0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000001, 0x807FFFFF], np.uint32)
+    bits = np.concatenate([special, rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint32)])
+    r = bits.view(np.float32).reshape(-1, 16)
+    assert r.size >= BF16_SHIFT_MIN
+    dst = np.zeros((r.shape[0], 32), ml_dtypes.bfloat16)[:, ::2]  # a strided destination
+    with np.errstate(all="ignore"):  # as in the simulator: inf and NaN are data
+        store_converted(dst, r, 3)
+    want = np.where(np.isnan(r), np.array(0x7FC00000, np.uint32).view(np.float32), r)
+    assert dst.view(np.uint16).tobytes() == want.astype(ml_dtypes.bfloat16).view(
+        np.uint16).tobytes()
