@@ -264,7 +264,7 @@ DEFAULT_NAN = np.array(0x7FC00000, np.uint32).view(np.float32)[()]
 _add_reduce = np.add.reduce
 
 
-def _may_hold_nan(x: np.ndarray) -> bool:
+def may_hold_nan(x: np.ndarray) -> bool:
     """Whether x may hold a NaN: its sum is NaN (a NaN, or infinities of both signs). One
     reduction called directly (ndarray.sum's Python wrapper and np.isnan of the scalar cost
     more than the sum of a tile: this runs after every matmul and vector op)."""
@@ -280,11 +280,11 @@ def default_nan(x: np.ndarray) -> None:
 
 
 def canonical_nans(x: np.ndarray) -> None:
-    """default_nan(x) after the cheap test of _may_hold_nan (what accumulate_into does after
+    """default_nan(x) after the cheap test of may_hold_nan (what accumulate_into does after
     each float accumulation when asked to). A float tile that several matmuls accumulate into
     in a row, read by nothing in between, may be canonicalised once after the last one: the
     sums that are not NaN do not depend on NaN payloads, and NaN stays NaN under addition."""
-    if _may_hold_nan(x):
+    if may_hold_nan(x):
         default_nan(x)
 
 
@@ -300,7 +300,7 @@ def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
             r = np.nan_to_num(np.rint(r.astype(np.float64)), nan=0.0)
         dst[...] = np.clip(r, lo, hi).astype(dst.dtype)
     else:
-        if r.dtype.kind == "f" and _may_hold_nan(r) and np.isnan(r).any():
+        if r.dtype.kind == "f" and may_hold_nan(r) and np.isnan(r).any():
             r = np.where(np.isnan(r), DEFAULT_NAN, r)
         if dst.dtype == _BF16 and r.dtype == _F32 and dst.size >= BF16_SHIFT_MIN:
             np.copyto(dst.view(np.uint16), _bf16_bits(r), casting="unsafe")
@@ -545,7 +545,7 @@ hardware)."""
         out += r
     else:
         out[...] = r
-    if nan_check and _may_hold_nan(out):
+    if nan_check and may_hold_nan(out):
         default_nan(out)
     return 0
 

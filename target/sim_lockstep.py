@@ -43,7 +43,7 @@ import numpy as np
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_core import (
-    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted)
+    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, may_hold_nan)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
@@ -629,7 +629,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                     for j in range(n):
                         for t in terms:
                             add(tmp, t[j], out=tmp)
-                if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
+                if not is_int and may_hold_nan(tmp):  # again, each step with default NaNs
                     tmp[...] = out
                     for j in range(n):
                         at = (slice(None),) * d + (j,)
