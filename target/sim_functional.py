@@ -24,8 +24,8 @@ import numpy as np
 from infer.target import isa
 from infer.target.asm import format_instr
 from infer.target.sim_core import (
-    Counters, DequantSpec, Fault, SimFault, VectorSpec, accumulate_into, converted, vector_compute,
-    weights_dtype)
+    Counters, DequantSpec, Fault, SimFault, VectorSpec, accumulate_into, canonical_nans, converted,
+    vector_compute, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
 from infer.target.sim_reference import (
@@ -114,6 +114,10 @@ class FunctionalRun:
         #: the activations of the last mx.matmul, converted (see _matmul)
         self.act_key: tuple[Any, ...] | None = None
         self.act_converted: np.ndarray | None = None
+        #: the fp32 accumulator tile of the last mx.matmul, whose NaNs are not yet made the
+        #: default NaN, and its (address, m, n, stride): see _matmul and flush_nans
+        self.nan_tile: np.ndarray | None = None
+        self.nan_key: tuple[int, int, int, int] | None = None
 
     def execute(self) -> FunctionalRun:
         from infer.target.sim_lockstep import try_lockstep
@@ -132,6 +136,8 @@ class FunctionalRun:
                 if hooks and not stack and pc in hooks and pc not in fired:
                     fired.add(pc)
                     self.act_key = None
+                    if self.nan_tile is not None:
+                        self.flush_nans()
                     hooks[pc](pc, dram)
                 tc = tclass[pc]
                 t = tab[pc]
@@ -156,6 +162,8 @@ class FunctionalRun:
                         if rd:
                             regs[rd] = val
                 elif tc == T_LOOP:
+                    if self.nan_tile is not None:
+                        self.flush_nans()
                     lp: Loop = t
                     cnt = regs[lp.count_base] + lp.count
                     if lp.count_base:
@@ -176,6 +184,8 @@ class FunctionalRun:
                 elif tc == T_DMA:
                     db, do, lb, lo = t[0], t[1], t[2], t[3]
                     self.act_key = None
+                    if self.nan_tile is not None:
+                        self.flush_nans()
                     if data:
                         dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
                         if t[15]:
@@ -195,15 +205,21 @@ class FunctionalRun:
                 elif tc == T_LOADW:
                     if data:
                         wb, wo, k, nn, stride, dt, wdt = t
+                        if self.nan_tile is not None and regs[wb] + wo >= isa.ACC_BASE:
+                            self.flush_nans()
                         w = local_view(sim, regs[wb] + wo, k, nn, stride, dt, "weights")
-                        self.weights = w.astype(wdt, order="C")
+                        self.weights = converted(w, wdt)
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     self.act_key = None
+                    if self.nan_tile is not None:
+                        self.flush_nans()
                     if data:
                         _VECTOR_RUNNERS[type(t[0])](self, t)
                     c.vector_elements += t[1] * t[2]
                 elif tc == T_LD:
+                    if self.nan_tile is not None:
+                        self.flush_nans()
                     self._ld(t)
                     c.dram_read_bytes += 4
                 elif tc == T_HALT:
@@ -212,9 +228,13 @@ class FunctionalRun:
                 self.steps += 1
                 pc = self._after_body(npc) if stack else npc
         except Fault as fl:
+            if self.nan_tile is not None:
+                self.flush_nans()
             self.fault = (self.steps, SimFault(pc, format_instr(dec.instrs[pc]), fl.cause,
                                                fl.kind))
             return self
+        if self.nan_tile is not None:
+            self.flush_nans()
         if hooks and n in hooks and pc == n:
             hooks[n](n, dram)
         c.instructions = self.steps
@@ -255,6 +275,8 @@ class FunctionalRun:
         if w is None or self.wdtype != dt or acc < isa.ACC_BASE or act >= isa.ACC_BASE:
             # faults, or activations in the accumulator: the reference's path
             self.act_key = None
+            if self.nan_tile is not None:
+                self.flush_nans()
             matmul_step(self.sim, w, self.wdtype, dt, act, acc, m, astride, cstride, accum,
                         self.c)
             return
@@ -270,8 +292,24 @@ class FunctionalRun:
             self.act_key, self.act_converted = key, x
         out = local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator")
         c = self.c
-        c.acc_saturations += accumulate_into(out, x @ w, is_int, accum)
+        if is_int:
+            if self.nan_tile is not None:
+                self.flush_nans()
+            c.acc_saturations += accumulate_into(out, x @ w, True, accum)
+        else:
+            # fp32 emulation accumulates three products into one tile in a row: its NaNs are
+            # made the default NaN once, before anything else can read it (canonical_nans)
+            okey = (acc, m, n, cstride)
+            if self.nan_tile is not None and self.nan_key != okey:
+                self.flush_nans()
+            accumulate_into(out, x @ w, False, accum, nan_check=False)
+            self.nan_tile, self.nan_key = out, okey
         c.macs += m * k * n
+
+    def flush_nans(self) -> None:
+        """Make the NaNs of the pending accumulator tile the default NaN (see _matmul)."""
+        canonical_nans(self.nan_tile)
+        self.nan_tile = self.nan_key = None
 
     def _vector(self, t: tuple) -> None:
         spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t

@@ -43,7 +43,7 @@ import numpy as np
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_core import (
-    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted)
+    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, may_hold_nan)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
@@ -511,8 +511,53 @@ def _make_plan(fr: FunctionalRun, lp: Loop, n: int) -> Plan:
     written = {tab[q][1] for q in range(lp.start, lp.end)
                if walk.dec.tclass[q] == T_SCALAR and tab[q] is not None and tab[q][1]}
     final = {r: walk.forms[r][0] for r in written}
-    ops = _finalize(walk)
+    ops = _share_work(_finalize(walk))
     return Plan(ops, walk.hulls, final, walk)
+
+
+def _in_spad(desc: tuple[Any, ...]) -> bool:
+    """Whether a resolved view is of the scratchpad or a private copy of it (keys name
+    distinct arrays: the scratchpad, a private copy (space, level), a version array)."""
+    key = desc[0]
+    return key == SPAD or (type(key) is tuple and key[0] == SPAD)
+
+
+def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Work the batched operations need not repeat, marked once per plan:
+    - an mx.loadw converting the same scratchpad view as an earlier one, with only loadw and
+      matrix operations in between (they write the accumulator), reuses its weights (fp32
+      emulation loads the high half of a weight tile twice: with the activations' high and
+      low halves);
+    - an fp32 mx.matmul followed (across loadw of scratchpad weights) by another one
+      accumulating into the same view, with scratchpad activations, leaves making its NaNs
+      the default NaN to that one (`sim_core.canonical_nans`).
+    OP_LOADW gets the slot to reuse (-1: convert), OP_MATMUL whether to canonicalise NaNs."""
+    out: list[tuple[Any, ...]] = []
+    loaded: dict[Any, int] = {}  # (view, compute type) -> slot, valid since its load
+    for i, op in enumerate(ops):
+        kind = op[0]
+        if kind == OP_LOADW:
+            key = (op[2], op[3])
+            alias = loaded.get(key, -1) if _in_spad(op[2]) else -1
+            if alias < 0 and _in_spad(op[2]):
+                loaded[key] = op[1]
+            out.append(op + (alias,))
+            continue
+        if kind == OP_MATMUL:
+            check = True
+            if not op[5]:  # float
+                for nxt in ops[i + 1:]:
+                    if nxt[0] == OP_LOADW and _in_spad(nxt[2]):
+                        continue
+                    check = not (nxt[0] == OP_MATMUL and not nxt[5] and nxt[6]
+                                 and nxt[4] == op[4] and _in_spad(nxt[3]))
+                    break
+            out.append(op + (check,))
+            continue
+        if kind != OP_PRODUCT:  # may write the scratchpad or its copies
+            loaded.clear()
+        out.append(op)
+    return out
 
 
 def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
@@ -556,9 +601,10 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            sat += accumulate_into(view(op[4]), activations(op[3], w.dtype) @ w, op[5], op[6])
+            sat += accumulate_into(view(op[4]), activations(op[3], w.dtype) @ w, op[5], op[6],
+                                   op[7])
         elif kind == OP_LOADW:
-            slots[op[1]] = converted(view(op[2]), op[3])
+            slots[op[1]] = converted(view(op[2]), op[3]) if op[4] < 0 else slots[op[4]]
         elif kind == OP_PRODUCT:
             wd, adapt = op[3]
             w = slots[op[2]] if op[2] >= 0 else fr.weights
@@ -583,7 +629,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                     for j in range(n):
                         for t in terms:
                             add(tmp, t[j], out=tmp)
-                if not is_int and np.isnan(tmp).any():  # again, each step with default NaNs
+                if not is_int and may_hold_nan(tmp):  # again, each step with default NaNs
                     tmp[...] = out
                     for j in range(n):
                         at = (slice(None),) * d + (j,)

@@ -242,3 +242,91 @@ def test_random_programs_with_long_loops(seed):
     prog, dram, regs = random_program(seed, length=24, counts=(8, 48), max_depth=2,
                                       strides=(0, 0, 0, 4))
     assert_modes_agree(prog, dram, regs)
+
+
+def _fp32_emulation_program() -> Program:
+    """fp32 emulated as three bf16 passes (x_hi @ w_hi + x_hi @ w_lo + x_lo @ w_hi, what
+    compiled fp32 programs do per tile): in a loop over three activation tiles (batched) and
+    once more outside any loop."""
+    passes = ("  mx.loadw w=r0+0x1000, k=16, n=16, stride=32, dtype=bf16\n"
+              "  mx.matmul act={a}+0x0, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=0\n"
+              "  mx.loadw w=r0+0x1200, k=16, n=16, stride=32, dtype=bf16\n"
+              "  mx.matmul act={a}+0x0, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=1\n"
+              "  mx.loadw w=r0+0x1000, k=16, n=16, stride=32, dtype=bf16\n"
+              "  mx.matmul act={a}+0x200, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=1\n")
+    return Program.from_asm(
+        "dma.load dram=r0+0x0, local=r0+0x0, n0=5120, n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0\n"
+        "li rd=r1, imm=0\n"
+        "li rd=r2, imm=0x2000000\n"
+        "loop count=3, body=8\n"
+        + passes.format(a="r1", c="r2") +
+        "  addi rd=r1, rs=r1, imm=1024\n"
+        "  addi rd=r2, rs=r2, imm=1024\n"
+        "li rd=r3, imm=0x2000c00\n"
+        + passes.format(a="r0", c="r3") +
+        "dma.store dram=r0+0x2000, local=r0+0x2000000, n0=4096, n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0\n"
+        "halt")
+
+
+def test_fp32_emulation_shares_weights_and_nan_checks_exactly():
+    """The fast mode converts a weight tile loaded twice once and makes the NaNs of a tile
+    that three matmuls accumulate into the default NaN once (sim_lockstep._share_work, the
+    functional engine's flush_nans); the bits stay the reference's, NaN payloads and inf - inf
+    included."""
+    from infer.target.sim_dependence import OP_LOADW, OP_MATMUL
+
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 1 << 16, 2560, dtype=np.uint16)  # any bf16, NaNs included
+    bits[rng.integers(0, 2560, 40)] = 0x7F80  # +inf
+    bits[rng.integers(0, 2560, 40)] = 0xFF80  # -inf
+    bits[rng.integers(0, 2560, 40)] = 0x7FA5  # a signalling NaN with a payload
+    dram = np.zeros(0x3000, np.uint8)
+    dram[:5120] = bits.view(np.uint8)
+    prog = _fp32_emulation_program()
+    assert_modes_agree(prog, dram)
+    _, out, _, _ = run_mode(prog, dram, "fast")
+    result = out[0x2000:0x3000].view(np.uint32)
+    assert (result == 0x7FC00000).any() and (np.isnan(result.view(np.float32))
+                                            <= (result == 0x7FC00000)).all()
+    plans = decoded(prog, Simulator("edge").cfg).caches["plans"]
+    (plan,) = plans.values()
+    assert [op[4] >= 0 for op in plan.ops if op[0] == OP_LOADW] == [False, False, True]
+    assert [op[7] for op in plan.ops if op[0] == OP_MATMUL] == [False, False, True]
+
+
+def test_bf16_conversion_is_the_ml_dtypes_cast_for_every_bit_pattern():
+    """sim_core.converted turns large bf16 tiles into fp32 as integers: the same bits as
+    ml_dtypes' cast (the reference's) for all 65536 patterns, strided and broadcast lanes too."""
+    import ml_dtypes
+
+    from infer.target.sim_core import BF16_SHIFT_MIN, converted
+
+    a = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(16, 64, 64)
+    for v in (a, a[:, 1::2, 3:], a[5], np.broadcast_to(a[7], (3, 64, 64))):
+        assert v.size >= BF16_SHIFT_MIN
+        got = converted(v, np.float32)
+        assert got.dtype == np.float32 and got.shape == v.shape
+        assert got.view(np.uint32).tobytes() == v.astype(np.float32).view(np.uint32).tobytes()
+
+
+def test_bf16_store_rounds_like_the_ml_dtypes_cast():
+    """sim_core.store_converted rounds large fp32 tiles to bf16 as integers: the bits of
+    ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow, denormals,
+    infinities and NaNs (which become the default NaN)."""
+    import ml_dtypes
+
+    from infer.target.sim_core import BF16_SHIFT_MIN, store_converted
+
+    rng = np.random.default_rng(11)
+    special = np.array([0, 0x80000000, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
+                        0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F800000, 0xFF800000,
+                        0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000001, 0x807FFFFF], np.uint32)
+    bits = np.concatenate([special, rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint32)])
+    r = bits.view(np.float32).reshape(-1, 16)
+    assert r.size >= BF16_SHIFT_MIN
+    dst = np.zeros((r.shape[0], 32), ml_dtypes.bfloat16)[:, ::2]  # a strided destination
+    with np.errstate(all="ignore"):  # as in the simulator: inf and NaN are data
+        store_converted(dst, r, 3)
+    want = np.where(np.isnan(r), np.array(0x7FC00000, np.uint32).view(np.float32), r)
+    assert dst.view(np.uint16).tobytes() == want.astype(ml_dtypes.bfloat16).view(
+        np.uint16).tobytes()
