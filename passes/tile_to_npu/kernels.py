@@ -10,15 +10,16 @@ after a kernel, the semaphores of it and the kernel before it are allocated on t
 (semaphores.allocate on that window of the program: a kernel's virtual semaphores live over
 its own top-level items and reach back into the kernel before it for the signals its waits
 pair with). The kernels that did not fit get the reference's rule, one degrade level more for
-each of their top-level ops below NO_DOUBLE_BUFFERING, and the code generator goes back to the
-checkpoint of the first of them (or of an earlier kernel holding a double-buffered alloc whose
+each of their top-level ops below NO_DOUBLE_BUFFERING (none left: that kernel stays as it is,
+and when no failed kernel has one the reference fails), and the code generator goes back to the
+checkpoint of the first kernel raised (or of an earlier kernel holding a double-buffered alloc whose
 rotation plan changed) and emits from there. The program is that of the reference compiling
 the function at the final levels (the rollback restores every piece of state the emission
 carries from kernel to kernel); the final levels are the reference's when a kernel's fit does
 not depend on the levels of the kernels before it, which holds on the stock configs (programs
 byte-identical, bench/program_hashes.py) and is what the test on a few-semaphore config checks.
-When the window cannot decide like the reference (a kernel that does not fit even at the last
-level, or the whole program's allocation failing after every window fitted) `KernelByKernel.run`
+When the window cannot decide like the reference (no failed kernel can go lower, or the whole
+program's allocation failing after every window fitted) `KernelByKernel.run`
 raises NotDecided and the driver falls back to the reference loop.
 """
 
@@ -139,15 +140,16 @@ class KernelByKernel:
         plan their allocs again; returns the kernel to emit again from."""
         codegen = self.codegen
         raised: list[Operation] = []
-        for k in sorted(failed):
+        back_to = len(self.kernels)
+        for k in sorted(failed):  # (a kernel at the last level is left as it is, like the loop does)
             worse = [op for op in self.kernels[k]
                      if codegen.degrade.get(op, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
-            if not worse:  # (the reference raises the other kernels, then fails: let it)
-                raise NotDecided
             for op in worse:
                 codegen.degrade[op] = codegen.degrade.get(op, 0) + 1
             raised += worse
-        back_to = min(failed)
+            back_to = min(back_to, k) if worse else back_to
+        if not raised:  # (the loop fails here, with its own message)
+            raise NotDecided
         allocs = list(dict.fromkeys(a for op in raised for a in self.allocs_used_in.get(op, ())))
         if allocs:
             old = codegen.plan
