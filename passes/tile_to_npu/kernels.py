@@ -87,6 +87,7 @@ class KernelByKernel:
                                      for user in users_through_views(alloc.buffer)):
                 self.allocs_used_in.setdefault(top, []).append(alloc)
         self.emissions: Counter[int] = Counter()
+        self.semaphore_count = min(codegen.hw.scalar.semaphores, isa.MAX_SEMAPHORES)
         self.item_before: list = []  # (while running) the top-level item before each kernel
 
     def run(self) -> tuple[Program, list[dict]]:
@@ -95,26 +96,31 @@ class KernelByKernel:
         codegen.start()
         checkpoints: list[tuple] = []
         first_sequence: list[int] = []  # of each kernel's first engine instruction
+        first_virtual: list[int] = []  # virtual semaphores created before each kernel
         self.item_before = []
         k = 0
         while k < len(self.kernels):
             if k == len(checkpoints):
                 checkpoints.append(codegen.checkpoint())
                 first_sequence.append(codegen.sequence + 1)
+                first_virtual.append(len(codegen.semaphores))
                 self.item_before.append(codegen.cursor.block[-1] if codegen.cursor.block else None)
             codegen.tracker.earliest_signalled = codegen.sequence + 1
             codegen.emit_kernel(self.kernels[k])
             self.emissions[k] += 1
             # the window: from the kernel before it, or from the kernel of the earliest
             # instruction it added a signal to (an overlap of semaphores there grew)
-            first = bisect.bisect_right(first_sequence, codegen.tracker.earliest_signalled) - 1
-            failed = self._window_failures(max(min(k - 1, first), 0))
+            first = max(min(k - 1, bisect.bisect_right(first_sequence, codegen.tracker.earliest_signalled) - 1), 0)
+            # (the window's items use only virtuals created since: as few as physical ones fit)
+            fits = len(codegen.semaphores) - first_virtual[first] <= self.semaphore_count
+            failed = set() if fits else self._window_failures(first)
             if not failed:
                 k += 1
                 continue
             back_to = self._degrade(failed)
             codegen.rollback(checkpoints[back_to])
-            del checkpoints[back_to:], first_sequence[back_to:], self.item_before[back_to:]
+            del checkpoints[back_to:], first_sequence[back_to:], first_virtual[back_to:]
+            del self.item_before[back_to:]
             k = back_to
         codegen.tracker.undo_log = None
         try:
@@ -133,7 +139,7 @@ class KernelByKernel:
             start -= 1
         window: list = []
         flatten(block[start:], self.codegen.hw.scalar.loop_depth, window)
-        return allocate(window, self.codegen.semaphores, min(self.codegen.hw.scalar.semaphores, isa.MAX_SEMAPHORES)).failed_groups
+        return allocate(window, self.codegen.semaphores, self.semaphore_count).failed_groups
 
     def _degrade(self, failed: set[int]) -> int:
         """Raise the level of the failed kernels' top-level ops (below NO_DOUBLE_BUFFERING) and
