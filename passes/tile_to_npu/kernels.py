@@ -1,26 +1,31 @@
 """Compiling a function kernel by kernel: a kernel that runs out of semaphores is taken back and
 compiled again with less overlap, the kernels before it stay as they are.
 
-The reference is the whole-function loop (`driver.compile_function_again`): compile the function,
-allocate the semaphores, raise the degrade level (rotation.DegradeLevel) of the top-level ops
-of every op-marker group (kernel) that did not fit, compile the whole function again, until it
-fits. On ResNet-50 that compiled the function twice or more. Here the kernels (the op-marker
-groups, markers.KernelGroups) are emitted one after the other with a checkpoint before each;
-after a kernel, the semaphores of it and the kernel before it are allocated on their own
-(semaphores.allocate on that window of the program: a kernel's virtual semaphores live over
-its own top-level items and reach back into the kernel before it for the signals its waits
-pair with). The kernels that did not fit get the reference's rule, one degrade level more for
-each of their top-level ops below NO_DOUBLE_BUFFERING (none left: that kernel stays as it is,
-and when no failed kernel has one the reference fails), and the code generator goes back to the
-checkpoint of the first kernel raised (or of an earlier kernel holding a double-buffered alloc whose
-rotation plan changed) and emits from there. The program is that of the reference compiling
-the function at the final levels (the rollback restores every piece of state the emission
-carries from kernel to kernel); the final levels are the reference's when a kernel's fit does
-not depend on the levels of the kernels before it, which holds on the stock configs (programs
-byte-identical, bench/program_hashes.py) and is what the test on a few-semaphore config checks.
-When the window cannot decide like the reference (no failed kernel can go lower, or the whole
-program's allocation failing after every window fitted) `KernelByKernel.run`
-raises NotDecided and the driver falls back to the reference loop.
+The reference is the whole-function loop (`driver.compile_function_again`): compile the
+function, allocate the semaphores, raise the degrade level (rotation.DegradeLevel) of the top-
+level ops of every op-marker group (kernel) that did not fit, compile the whole function again,
+until it fits. On ResNet-50 that compiled the function twice or more. Here the kernels (the op-
+marker groups, markers.KernelGroups) are emitted one after the other with a checkpoint before
+each; after a kernel, the semaphores of a window of the program are allocated on their own
+(semaphores.allocate): from the kernel before it, or from the kernel of the earliest
+instruction it gave a signal to if that is earlier. A virtual semaphore lives over top-level
+items of the kernel that created it and of the earlier kernels whose instructions signal it, so
+inside the window every overlap of live ranges is the one the whole program has. The kernels
+that did not fit get the reference's rule, one degrade level more for each of their top-level
+ops below NO_DOUBLE_BUFFERING (none left: that kernel stays as it is, and when no failed kernel
+has one the reference fails), and the code generator goes back to the checkpoint of the first
+kernel raised (or of an earlier kernel holding a double-buffered alloc whose rotation plan
+changed) and emits from there. The program is that of the reference compiling the function at
+the final levels (the rollback restores every piece of state the emission carries from kernel
+to kernel); the final levels are the reference's when a kernel's fit does not depend on the
+levels of the kernels before it, which holds on the stock configs (programs byte-identical,
+bench/program_hashes.py) and is what the test on a few-semaphore config checks. (A failure is
+blamed on the op-marker group of the top-level item where the failing virtual's range starts; a
+relay nop inserted among earlier items while a later op is emitted is an item labelled group 0,
+so the loop then raises kernel 0: the window does the same.) When the window cannot decide like
+the reference (no failed kernel can go lower, or the whole program's allocation failing after
+every window fitted) `KernelByKernel.run` raises NotDecided and the driver falls back to the
+reference loop.
 """
 
 from __future__ import annotations
