@@ -244,6 +244,14 @@ class AddressRegisters:
         self.owner[register] = outermost
         return register
 
+    def checkpoint(self) -> tuple:
+        """The state between two kernels (no loop open), for `rollback`."""
+        return list(self.free), set(self.used), dict(self.by_key), dict(self.owner)
+
+    def rollback(self, state: tuple) -> None:
+        free, used, by_key, owner = state
+        self.free, self.used, self.by_key, self.owner = list(free), set(used), dict(by_key), dict(owner)
+
     def release_loop(self, loop: HardwareLoop, clock: int) -> None:
         """The loop is closed: the registers live over it are free from `clock` on."""
         for register, owner in list(self.owner.items()):

@@ -11,7 +11,6 @@ markers.py (op markers), program_tree.py (the emitted code and its flattening).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 
 from xdsl.dialects import arith, func, scf
@@ -46,7 +45,7 @@ from infer.passes.tile_to_npu.program_tree import (
     Item,
     flatten,
 )
-from infer.passes.tile_to_npu.rotation import DoubleBuffering, plan_rotation
+from infer.passes.tile_to_npu.rotation import DoubleBuffering, RotationPlan, plan_rotation
 from infer.passes.tile_to_npu.selection import SELECTION, LoadedWeightTile
 from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, VirtualSemaphores, assign_physical_semaphores
 from infer.target import isa
@@ -61,7 +60,9 @@ _NO_CODE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, scf.Yiel
 
 class CodeGenerator:
     """One compilation of a tile function at given degrade levels (top-level op -> level:
-    rotation.DegradeLevel); `run` raises OutOfSemaphores naming the kernels that did not fit."""
+    rotation.DegradeLevel); `run` raises OutOfSemaphores naming the kernels that did not fit.
+    kernels.py drives it kernel by kernel instead (`start`, `emit_kernel`, `checkpoint`,
+    `rollback`, `finish`), taking back only a kernel that ran out of semaphores."""
 
     def __init__(self, hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
                  pipelining: bool = True, degrade: dict[Operation, int] | None = None,
@@ -72,7 +73,7 @@ class CodeGenerator:
         self.bindings: dict[scf.ForOp, LoopBinding] = {}
         self.trips: dict[scf.ForOp, int | None] = {}  # each loop's trip count while emitted (None: varies)
         self.cursor = EmissionCursor()
-        self._sequence_numbers = itertools.count(1)
+        self.sequence = 0  # of the last engine instruction emitted
         self.clock = 0  # advances with every engine instruction and loop opened
         self.registers = AddressRegisters(hw.scalar.registers)
         self.semaphores = VirtualSemaphores()
@@ -92,11 +93,51 @@ class CodeGenerator:
 
     def run(self) -> tuple[Program, list[dict]]:
         """The program and its op markers."""
+        self.start()
+        self._emit_block(self.fn.body.block.ops, top_level=True)
+        return self.finish()
+
+    def start(self) -> None:
+        """The function's arguments are DRAM buffers."""
         for i, arg in enumerate(self.fn.body.block.args):
             region = self.layout.args[i]
             shape, element, element_bytes = memref_info(arg.type)  # type: ignore[arg-type]
             self.buffers[arg] = TileBuffer("dram", region.offset, shape, element_bytes, element)
-        self._emit_block(self.fn.body.block.ops, top_level=True)
+
+    def emit_kernel(self, ops: Iterable[Operation]) -> None:
+        """Emit the top-level ops of one kernel (after `start` and the kernels before it)."""
+        self._emit_block(ops, top_level=True)
+
+    def checkpoint(self) -> tuple:
+        """The state between two kernels, for `rollback` (after `tracker.undo_log` is set)."""
+        assert not self.cursor.loops and not self.bindings
+        return (dict(self.buffers), len(self.cursor.block), self.sequence, self.clock,
+                self.registers.checkpoint(), len(self.semaphores), self.tracker.checkpoint(),
+                (self.weight_tile.key, self.weight_tile.span), self.shared_gather_row,
+                len(self.kernel_groups.groups), self.double_buffering.checkpoint())
+
+    def rollback(self, state: tuple) -> None:
+        """Forget everything emitted since `state` was taken: as if the kernels after it had
+        never been emitted."""
+        (buffers, items, self.sequence, self.clock, registers, semaphores, tracker,
+         (self.weight_tile.key, self.weight_tile.span), self.shared_gather_row, groups,
+         double_buffering) = state
+        self.buffers.clear()
+        self.buffers.update(buffers)
+        self.tracker.rollback(tracker)  # (removes relays inserted among earlier items first)
+        del self.cursor.block[items:]
+        self.registers.rollback(registers)
+        self.semaphores.forget_after(semaphores)
+        self.kernel_groups.forget_after(groups)
+        self.double_buffering.rollback(double_buffering)
+
+    def use_plan(self, plan: RotationPlan) -> None:
+        """Emit what follows with this rotation plan."""
+        self.plan = plan
+        self.double_buffering.use_plan(plan)
+
+    def finish(self) -> tuple[Program, list[dict]]:
+        """Flatten, allocate the semaphores, build the op markers."""
         program = [FlatInstruction("li", 0, 0, 0, dict(rd=reg, imm=0), 0, i)
                    for i, reg in enumerate(sorted(self.registers.used))]
         flatten(self.cursor.block, self.hw.scalar.loop_depth, program)
@@ -425,7 +466,8 @@ class CodeGenerator:
         return resolve(index, self.bindings)
 
     def next_sequence(self) -> int:
-        return next(self._sequence_numbers)
+        self.sequence += 1
+        return self.sequence
 
     # ------------------------------------------------------------------ emission
     def emit(self, op: Operation, name: str, engine: str, fields: dict[str, int],

@@ -104,6 +104,14 @@ class AccessIndex:
                 self.keys.setdefault((access.space, access.instruction.engine), []).append(key)
             listed.append(access)
 
+    def remove_latest(self, access: Access) -> None:
+        """Take back the access added last (a kernel compiled again)."""
+        pages = self._pages(access)
+        for page in pages if pages is not None else (None,):
+            listed = self.lists[(access.space, page, access.instruction.engine, access.writes)]
+            assert listed[-1] is access
+            listed.pop()
+
     def _keys(self, access: Access, engine: str) -> list[tuple]:
         """The lists that can hold accesses of `engine` conflicting with `access`."""
         space = access.space
@@ -173,6 +181,23 @@ def _position_of(access: Access) -> int:
     return access.position
 
 
+def _restore_instruction(instruction: Instruction, signal: int, signal2: int,
+                         drain_loop: HardwareLoop | None, relays: list[Instruction] | None) -> None:
+    instruction.signal, instruction.signal2 = signal, signal2
+    instruction.drain_loop, instruction.relays = drain_loop, relays
+
+
+def _restore_loop(loop: HardwareLoop, exit_drains: dict[int, int], tail_drains: dict[int, int]) -> None:
+    loop.exit_drains, loop.tail_drains = exit_drains, tail_drains
+
+
+def _remove_inserted(block: list, nop: Instruction) -> None:
+    del block[next(i for i, item in enumerate(block) if item is nop)]
+
+
+_UNDO = {"instruction": _restore_instruction, "loop": _restore_loop, "inserted": _remove_inserted}
+
+
 def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
     """How often instruction runs per iteration of its `outer_loops`-th enclosing loop."""
     return math.prod(loop.count for loop in instruction.loops[outer_loops:])
@@ -193,10 +218,50 @@ class DependencyTracker:
         # renewed at every top-level item (semaphores.py: live ranges are per item)
         self.pair_semaphores: dict[tuple[str, str], int] = {}
         self.drain_semaphores: dict[int, int] = {}  # loop depth -> semaphore
+        # while compiling kernel by kernel (kernels.py): the state of every instruction and
+        # loop before the tracker changed it, so a kernel compiled again can take back what
+        # it added to earlier kernels' code (signals, relays, drains)
+        self.undo_log: list[tuple] | None = None
+        # the sequence number of the earliest producer given a new signal since it was reset
+        # (kernels.py: where the semaphores of the kernel being emitted start)
+        self.earliest_signalled = 0
 
     def start_top_level_item(self) -> None:
         self.pair_semaphores = {}
         self.drain_semaphores = {}
+
+    def checkpoint(self) -> tuple:
+        """The tracker's state between two kernels, for `rollback`."""
+        assert self.undo_log is not None
+        return (len(self.accesses), dict(self.coverage), dict(self.pair_semaphores),
+                dict(self.drain_semaphores), len(self.undo_log))
+
+    def rollback(self, state: tuple) -> None:
+        """Back to `state`: the accesses recorded since are forgotten, what was changed in
+        earlier instructions and loops is restored, inserted relays are removed."""
+        assert self.undo_log is not None
+        count, coverage, pairs, drains, logged = state
+        self.coverage, self.pair_semaphores, self.drain_semaphores = dict(coverage), dict(pairs), dict(drains)
+        for entry in reversed(self.undo_log[logged:]):
+            _UNDO[entry[0]](*entry[1:])
+        del self.undo_log[logged:]
+        for access in reversed(self.accesses[count:]):
+            self.index.remove_latest(access)
+        del self.accesses[count:]
+
+    def _note(self, instruction: Instruction) -> None:
+        """instruction's signals, relays and drain loop are about to change."""
+        if self.undo_log is not None:
+            if instruction.sequence:
+                self.earliest_signalled = min(self.earliest_signalled, instruction.sequence)
+            self.undo_log.append(("instruction", instruction, instruction.signal, instruction.signal2,
+                                  instruction.drain_loop,
+                                  None if instruction.relays is None else list(instruction.relays)))
+
+    def note_drains(self, loop: HardwareLoop) -> None:
+        """loop's exit or tail drains are about to change."""
+        if self.undo_log is not None:
+            self.undo_log.append(("loop", loop, dict(loop.exit_drains), dict(loop.tail_drains)))
 
     def pair_semaphore(self, producer_engine: str, consumer_engine: str) -> int:
         key = (producer_engine, consumer_engine)
@@ -217,6 +282,7 @@ class DependencyTracker:
         front-end `nop wait=relay, signal=.., signal2=..` right after it re-signals the others."""
         if semaphore in (producer.signal, producer.signal2):
             return
+        self._note(producer)
         if not producer.signal:
             producer.signal = semaphore
         elif not producer.signal2:
@@ -231,16 +297,19 @@ class DependencyTracker:
         elif any(semaphore in (nop.signal, nop.signal2) for nop in producer.relays):
             return
         elif not producer.relays[-1].signal2:
+            self._note(producer.relays[-1])
             producer.relays[-1].signal2 = semaphore
         else:
             nop = front_end_nop(producer.loops, signal=semaphore)
             self._insert_after(producer, producer.relays[-1], nop)
             producer.relays.append(nop)
 
-    @staticmethod
-    def _insert_after(producer: Instruction, anchor: Instruction, nop: Instruction) -> None:
-        assert producer.home_block is not None
-        producer.home_block.insert(producer.home_block.index(anchor) + 1, nop)
+    def _insert_after(self, producer: Instruction, anchor: Instruction, nop: Instruction) -> None:
+        block = producer.home_block
+        assert block is not None
+        block.insert(block.index(anchor) + 1, nop)
+        if self.undo_log is not None:
+            self.undo_log.append(("inserted", block, nop))
 
     def wait(self, consumer: Instruction, semaphore: int) -> None:
         """consumer waits for semaphore (a second wait goes to a front-end nop before it)."""
@@ -284,6 +353,8 @@ class DependencyTracker:
                                     f"instruction {producer.name} drained in two loops)")
             drain = self.drain_semaphore(exited.depth)
             self.add_signal(producer, drain)
+            self._note(producer)
+            self.note_drains(exited)
             producer.drain_loop = exited
             exited.exit_drains[drain] = (exited.exit_drains.get(drain, 0)
                                          + iterations_inside(producer, shared))
@@ -374,6 +445,8 @@ class DependencyTracker:
                                "dependency on an instruction drained by an outer loop)")
                 drain = self.drain_semaphore(loop.depth)
                 self.add_signal(producer, drain)
+                self._note(producer)
+                self.note_drains(loop)
                 producer.drain_loop = loop
                 # loop.depth = the index of the first loop inside `loop` in producer.loops
                 loop.tail_drains[drain] = (loop.tail_drains.get(drain, 0)

@@ -35,6 +35,7 @@ from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, layout_to_attr, ops_
 from infer.passes.tile_to_npu.addressing import affine_cache
 from infer.passes.tile_to_npu.codegen import CodeGenerator
 from infer.passes.tile_to_npu.dependencies import loops_to_peel
+from infer.passes.tile_to_npu.kernels import KernelByKernel, NotDecided
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
 from infer.passes.tile_to_npu.rotation import DegradeLevel
 from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
@@ -81,10 +82,25 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
     """The program and op markers of fn. A kernel (op-marker group) that needs more semaphores
     than the target has is compiled again with less overlap (rotation.DegradeLevel): first
     without double buffering on loops that contain another double-buffered loop, then without
-    software pipelining, then single-buffered. Every kernel that did not fit is degraded in
-    the same attempt; the levels are kept per top-level op."""
-    degrade: dict[Operation, int] = {}
+    software pipelining, then single-buffered. The function is compiled kernel by kernel and
+    only a kernel that did not fit is compiled again (kernels.py); where that cannot decide
+    like the whole-function loop (`compile_function_again`), the loop decides."""
     peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
+    with affine_cache():
+        try:
+            return KernelByKernel(CodeGenerator(hw, layout, fn, pipelining, {}, peeled_loops),
+                                  pipelining).run()
+        except NotDecided:
+            return compile_function_again(hw, layout, fn, pipelining, peeled_loops)
+
+
+def compile_function_again(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp, pipelining: bool,
+                           peeled_loops: set | None = None) -> tuple[Program, list[dict]]:
+    """The reference for compile_function: the whole function is compiled, and compiled again
+    as long as kernels do not fit, every kernel that did not fit one degrade level lower in
+    the next attempt (the levels are kept per top-level op)."""
+    degrade: dict[Operation, int] = {}
+    peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
     with affine_cache():
         while True:
             try:

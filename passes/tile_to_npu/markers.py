@@ -71,6 +71,12 @@ class KernelGroups:
     def current(self) -> int:
         return len(self.groups) - 1
 
+    def forget_after(self, count: int) -> None:
+        """Forget the groups after the first `count` (kernels compiled again)."""
+        for group in range(count, len(self.groups)):
+            del self.ops_of_group[group]
+        del self.groups[count:]
+
     def add_top_level_op(self, op: Operation) -> None:
         """A tile.alloc after instructions were emitted starts a new group: graph-to-tile emits
         each kernel as its allocs followed by its code."""

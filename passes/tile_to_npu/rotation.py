@@ -17,7 +17,7 @@ the emission-time side: the half and round of each access and the semaphore toke
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -72,12 +72,19 @@ class RotationPlan:
     pipelined_loads: dict[scf.ForOp, list[t.DmaOp]] = field(default_factory=dict)
 
 
+def double_buffered_allocs(fn: func.FuncOp) -> list[t.AllocOp]:
+    """The allocs a rotation plan is made for, in IR order."""
+    return [op for op in fn.walk() if isinstance(op, t.AllocOp) and op.buffers.value.data == 2]
+
+
 def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
-                  pipelining: bool) -> RotationPlan:
+                  pipelining: bool, allocs: Iterable[t.AllocOp] | None = None) -> RotationPlan:
+    """The rotation plan of fn's double-buffered `allocs` (default: all, in IR order). An
+    alloc's rotation loop, and so its entries, depend on the degrade level of the top-level
+    op holding its uses only: a plan for the allocs used in some top-level ops replaces
+    their entries in the plan of all (kernels.py)."""
     plan = RotationPlan()
-    for alloc in fn.walk():
-        if not isinstance(alloc, t.AllocOp) or alloc.buffers.value.data != 2:
-            continue
+    for alloc in double_buffered_allocs(fn) if allocs is None else allocs:
         users = users_through_views(alloc.buffer)
         if not users:
             continue
@@ -212,6 +219,22 @@ class DoubleBuffering:
     def start_top_level_item(self) -> None:
         self.idle_rings = []
         self.ring_of_group_half = {}
+
+    def checkpoint(self) -> tuple:
+        """The state between two kernels, for `rollback` (no rotation loop is being emitted)."""
+        assert not self.free_semaphore_of and not self.active_rings and not self.full_semaphore_of
+        return list(self.idle_rings), dict(self.ring_of_group_half), set(self.early_loads)
+
+    def rollback(self, state: tuple) -> None:
+        idle_rings, ring_of_group_half, early_loads = state
+        self.idle_rings, self.ring_of_group_half = list(idle_rings), dict(ring_of_group_half)
+        self.early_loads = set(early_loads)
+        self.free_semaphore_of, self.active_rings, self.full_semaphore_of = {}, set(), {}
+
+    def use_plan(self, plan: RotationPlan) -> None:
+        """A new plan (kernels compiled again with less overlap)."""
+        self.plan = plan
+        self._rings_of = None
 
     def _binding(self, buffer: TileBuffer) -> LoopBinding:
         assert buffer.rotating_alloc is not None

@@ -53,6 +53,14 @@ class VirtualSemaphores:
     def __getitem__(self, number: int) -> VirtualSemaphore:
         return self.records[number]
 
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def forget_after(self, count: int) -> None:
+        """Forget every virtual created after the first `count` (a kernel compiled again)."""
+        for number in range(self.FIRST_ID + count, self.FIRST_ID + len(self.records)):
+            del self.records[number]
+
 
 class OutOfSemaphores(LoweringError):
     """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit."""
@@ -69,6 +77,38 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
     front-end nops that hand a physical semaphore from a ring to a balanced use or back).
     Raises OutOfSemaphores naming the top-level ops of every op-marker group (kernel) that
     did not fit, so the driver can compile all of them again with less overlap at once."""
+    allocation = allocate(program, virtuals, count)
+    if allocation.failed_groups:
+        raise OutOfSemaphores(allocation.message, [op for g in sorted(allocation.failed_groups)
+                                                   for op in ops_of_group.get(g, [])])
+    out: list[FlatInstruction] = []
+    physical = allocation.physical
+    for i, inst in enumerate(program):
+        out.extend(allocation.inserted.get(i, ()))
+        out.append(replace(inst, wait=physical.get(inst.wait, 0),
+                           signal=physical.get(inst.signal, 0),
+                           signal2=physical.get(inst.signal2, 0)))
+    return out
+
+
+@dataclass
+class Allocation:
+    """What `allocate` decided: virtual -> physical, the handover nops to insert before an
+    instruction index, and the op-marker groups that did not fit (with the first failure's
+    message)."""
+
+    physical: dict[int, int]
+    inserted: dict[int, list[FlatInstruction]]
+    failed_groups: set[int]
+    message: str
+
+
+def allocate(program: list[FlatInstruction], virtuals: VirtualSemaphores,
+             count: int) -> Allocation:
+    """Greedy by live-range start: every virtual gets a physical semaphore free over its
+    range, or its group is marked failed (and allocation goes on, to find every kernel that
+    does not fit). Also run on a window of the program (codegen.py, kernel by kernel): a
+    virtual used before the window then starts at its first instruction."""
     item_span: dict[int, tuple[int, int]] = {}  # top-level item -> [first, end) instruction
     for i, inst in enumerate(program):
         first, end = item_span.get(inst.item, (i, i + 1))
@@ -113,13 +153,4 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
         physical[virtual] = chosen
         busy_until[chosen] = end
         idle_tokens[chosen] = wanted_tokens
-    if failed_groups:
-        raise OutOfSemaphores(message, [op for g in sorted(failed_groups)
-                                        for op in ops_of_group.get(g, [])])
-    out: list[FlatInstruction] = []
-    for i, inst in enumerate(program):
-        out.extend(inserted.get(i, ()))
-        out.append(replace(inst, wait=physical.get(inst.wait, 0),
-                           signal=physical.get(inst.signal, 0),
-                           signal2=physical.get(inst.signal2, 0)))
-    return out
+    return Allocation(physical, inserted, failed_groups, message)

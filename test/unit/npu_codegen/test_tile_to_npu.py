@@ -322,6 +322,60 @@ def test_loop_nest_over_the_semaphore_budget_is_compiled_with_less_overlap(tmp_p
         lower(ir.replace('tile.target = "edge"', f'tile.target = "{tiny}"'))
 
 
+@pytest.mark.parametrize("semaphores", [6, 10])
+def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, semaphores):
+    """Attention-shaped kernels (two projections, scores, softmax, weighted sum) on edge with
+    few semaphores: a kernel that does not fit is taken back and compiled again with less
+    overlap, once per degrade level it needs, and the kernels after the last one that failed
+    are compiled once; the program and op markers are those of the whole-function loop (the
+    reference: compile everything, raise the failed kernels, compile everything again). With
+    6 semaphores, kernels taken back had added signals and relays to earlier kernels' code."""
+    import re
+
+    from infer.dialects.weights import WeightStore, attach_weights
+    from infer.passes.testing import apply_pass
+    from infer.passes.tile_to_npu.addressing import affine_cache
+    from infer.passes.tile_to_npu.codegen import CodeGenerator
+    from infer.passes.tile_to_npu.driver import compile_function_again, compute_layout, entry_function, target_config
+    from infer.passes.tile_to_npu.kernels import KernelByKernel
+    from infer.target import isa
+
+    ty = "tensor<64x64xf32>"
+    module = parse_ir(CTX, f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
+  %wq = graph.weight @wq : {ty}
+  %wk = graph.weight @wk : {ty}
+  %q = graph.linear %x, %wq : ({ty}, {ty}) -> {ty}
+  %k = graph.linear %x, %wk : ({ty}, {ty}) -> {ty}
+  %s = graph.matmul %q, %k {{transpose_b = true}} : ({ty}, {ty}) -> {ty}
+  %p = graph.softmax %s {{axis = -1 : i64}} : ({ty}) -> {ty}
+  %y = graph.matmul %p, %x : ({ty}, {ty}) -> {ty}
+  func.return %y : {ty}
+}}""", "attention.mlir")
+    store = WeightStore()
+    for name in ("wq", "wk"):
+        store.set(name, (np.random.default_rng(0).standard_normal((64, 64)) * 0.05).astype(np.float32))
+    attach_weights(module, store)
+    config = tmp_path / "few.toml"
+    config.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {semaphores}",
+                             (Path(isa.__file__).parent / "edge.toml").read_text()))
+    apply_pass(f'lower-to-tile{{target="{config}"}}', module)
+    hw, fn = target_config(module, ""), entry_function(module, "")
+    layout = compute_layout(module, fn, hw)
+    with affine_cache():
+        kernels = KernelByKernel(CodeGenerator(hw, layout, fn), pipelining=True)
+        program, markers = kernels.run()
+    reference, reference_markers = compile_function_again(hw, layout, fn, True)
+    assert program.to_bytes() == reference.to_bytes() and markers == reference_markers
+    levels = [max(kernels.codegen.degrade.get(op, 0) for op in ops) for ops in kernels.kernels]
+    failed = [k for k, level in enumerate(levels) if level]
+    assert failed, levels  # (the config is small enough for kernels not to fit)
+    for k, level in enumerate(levels):
+        if level:  # once at each level it was tried at
+            assert kernels.emissions[k] == 1 + level, (k, levels, kernels.emissions)
+        elif k > max(failed):
+            assert kernels.emissions[k] == 1, (k, levels, kernels.emissions)
+
+
 def test_short_loop_beyond_the_nesting_depth_is_emitted_iteration_by_iteration():
     """Five nested loops on a target with scalar.loop_depth = 4: the innermost (3 iterations)
     is emitted iteration by iteration instead of failing; a long one still fails clearly."""

@@ -1,0 +1,207 @@
+"""Compiling a function kernel by kernel: a kernel that runs out of semaphores is taken back and
+compiled again with less overlap, the kernels before it stay as they are.
+
+The reference is the whole-function loop (`driver.compile_function_again`): compile the
+function, allocate the semaphores, raise the degrade level (rotation.DegradeLevel) of the top-
+level ops of every op-marker group (kernel) that did not fit, compile the whole function again,
+until it fits. On ResNet-50 that compiled the function twice or more. Here the kernels (the op-
+marker groups, markers.KernelGroups) are emitted one after the other with a checkpoint before
+each; after a kernel, the semaphores of a window of the program are allocated on their own
+(semaphores.allocate): from the kernel before it, or from the kernel of the earliest
+instruction it gave a signal to if that is earlier. A virtual semaphore lives over top-level
+items of the kernel that created it and of the earlier kernels whose instructions signal it, so
+inside the window every overlap of live ranges is the one the whole program has. The kernels
+that did not fit get the reference's rule, one degrade level more for each of their top-level
+ops below NO_DOUBLE_BUFFERING (none left: that kernel stays as it is, and when no failed kernel
+has one the reference fails), and the code generator goes back to the checkpoint of the first
+kernel raised (or of an earlier kernel holding a double-buffered alloc whose rotation plan
+changed) and emits from there. The program is that of the reference compiling the function at
+the final levels (the rollback restores every piece of state the emission carries from kernel
+to kernel); the final levels are the reference's when a kernel's fit does not depend on the
+levels of the kernels before it, which holds on the stock configs (programs byte-identical,
+bench/program_hashes.py) and is what the test on a few-semaphore config checks. (A failure is
+blamed on the op-marker group of the top-level item where the failing virtual's range starts; a
+relay nop inserted among earlier items while a later op is emitted is an item labelled group 0,
+so the loop then raises kernel 0: the window does the same.) When the window cannot decide like
+the reference (no failed kernel can go lower, or the whole program's allocation failing after
+every window fitted) `KernelByKernel.run` raises NotDecided and the driver falls back to the
+reference loop.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+from xdsl.dialects import func
+from xdsl.ir import Operation
+
+from infer.dialects import tile as t
+from infer.passes.tile_to_npu.codegen import _NO_CODE, CodeGenerator
+from infer.passes.tile_to_npu.common import top_level_op, users_through_views
+from infer.passes.tile_to_npu.program_tree import flatten
+from infer.passes.tile_to_npu.rotation import (
+    DegradeLevel,
+    RotationPlan,
+    double_buffered_allocs,
+    plan_rotation,
+)
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, allocate
+from infer.target import isa
+from infer.target.asm import Program
+
+
+class NotDecided(Exception):
+    """Kernel by kernel cannot decide the degrade levels like the whole-function loop."""
+
+
+def kernels_of(fn: func.FuncOp) -> list[list[Operation]]:
+    """fn's top-level ops split into op-marker groups (the rule of
+    markers.KernelGroups.add_top_level_op: a tile.alloc after code starts a new group); ops that
+    emit nothing go with the group before them."""
+    kernels: list[list[Operation]] = []
+    emitted = False
+    for op in fn.body.block.ops:
+        if not isinstance(op, _NO_CODE) and (not kernels or (isinstance(op, t.AllocOp) and emitted)):
+            kernels.append([])
+            emitted = False
+        if not kernels:
+            kernels.append([])
+        kernels[-1].append(op)
+        if not isinstance(op, (_NO_CODE, t.AllocOp, t.ViewOp, t.WeightOp)):
+            emitted = True
+    return kernels
+
+
+class KernelByKernel:
+    """One compilation of a function kernel by kernel (module docstring). `emissions` counts
+    how often each kernel was emitted (1 + the times it was taken back)."""
+
+    def __init__(self, codegen: CodeGenerator, pipelining: bool):
+        self.codegen = codegen
+        self.fn = codegen.fn
+        self.pipelining = pipelining
+        self.kernels = kernels_of(self.fn)
+        self.kernel_of: dict[Operation, int] = {op: k for k, ops in enumerate(self.kernels)
+                                                for op in ops}
+        # double-buffered allocs by the top-level ops using them (their plan entries depend on
+        # those ops' levels), in IR order
+        self.allocs_used_in: dict[Operation, list[t.AllocOp]] = {}
+        for alloc in double_buffered_allocs(self.fn):
+            for top in dict.fromkeys(top_level_op(user, self.fn)
+                                     for user in users_through_views(alloc.buffer)):
+                self.allocs_used_in.setdefault(top, []).append(alloc)
+        self.emissions: Counter[int] = Counter()
+        self.semaphore_count = min(codegen.hw.scalar.semaphores, isa.MAX_SEMAPHORES)
+        self.item_before: list = []  # (while running) the top-level item before each kernel
+
+    def run(self) -> tuple[Program, list[dict]]:
+        codegen = self.codegen
+        codegen.tracker.undo_log = []
+        codegen.start()
+        checkpoints: list[tuple] = []
+        first_sequence: list[int] = []  # of each kernel's first engine instruction
+        first_virtual: list[int] = []  # virtual semaphores created before each kernel
+        self.item_before = []
+        k = 0
+        while k < len(self.kernels):
+            if k == len(checkpoints):
+                checkpoints.append(codegen.checkpoint())
+                first_sequence.append(codegen.sequence + 1)
+                first_virtual.append(len(codegen.semaphores))
+                self.item_before.append(codegen.cursor.block[-1] if codegen.cursor.block else None)
+            codegen.tracker.earliest_signalled = codegen.sequence + 1
+            codegen.emit_kernel(self.kernels[k])
+            self.emissions[k] += 1
+            # the window: from the kernel before it, or from the kernel of the earliest
+            # instruction it added a signal to (an overlap of semaphores there grew)
+            first = max(min(k - 1, bisect.bisect_right(first_sequence, codegen.tracker.earliest_signalled) - 1), 0)
+            # (the window's items use only virtuals created since: as few as physical ones fit)
+            fits = len(codegen.semaphores) - first_virtual[first] <= self.semaphore_count
+            failed = set() if fits else self._window_failures(first)
+            if not failed:
+                k += 1
+                continue
+            back_to = self._degrade(failed)
+            codegen.rollback(checkpoints[back_to])
+            del checkpoints[back_to:], first_sequence[back_to:], first_virtual[back_to:]
+            del self.item_before[back_to:]
+            k = back_to
+        codegen.tracker.undo_log = None
+        try:
+            return codegen.finish()
+        except OutOfSemaphores:
+            raise NotDecided from None
+
+    def _window_failures(self, first_kernel: int) -> set[int]:
+        """The kernels from first_kernel on that do not fit, allocating the semaphores of
+        their top-level items alone. (Items of earlier kernels are found by identity: relays
+        inserted among them later are items of their own, labelled group 0 like main's.)"""
+        block = self.codegen.cursor.block
+        before = self.item_before[first_kernel]
+        start = len(block)
+        while start > 0 and block[start - 1] is not before:
+            start -= 1
+        window: list = []
+        flatten(block[start:], self.codegen.hw.scalar.loop_depth, window)
+        return allocate(window, self.codegen.semaphores, self.semaphore_count).failed_groups
+
+    def _degrade(self, failed: set[int]) -> int:
+        """Raise the level of the failed kernels' top-level ops (below NO_DOUBLE_BUFFERING) and
+        plan their allocs again; returns the kernel to emit again from."""
+        codegen = self.codegen
+        raised: list[Operation] = []
+        back_to = len(self.kernels)
+        for k in sorted(failed):  # (a kernel at the last level is left as it is, like the loop does)
+            worse = [op for op in self.kernels[k]
+                     if codegen.degrade.get(op, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+            for op in worse:
+                codegen.degrade[op] = codegen.degrade.get(op, 0) + 1
+            raised += worse
+            back_to = min(back_to, k) if worse else back_to
+        if not raised:  # (the loop fails here, with its own message)
+            raise NotDecided
+        allocs = list(dict.fromkeys(a for op in raised for a in self.allocs_used_in.get(op, ())))
+        if allocs:
+            old = codegen.plan
+            new = _replace_entries(old, plan_rotation(self.fn, codegen.degrade_level,
+                                                      self.pipelining, allocs), allocs)
+            for alloc in allocs:
+                if _entries(old, alloc) != _entries(new, alloc):
+                    back_to = min(back_to, self.kernel_of[top_level_op(alloc, self.fn)])
+            codegen.use_plan(new)
+        return back_to
+
+
+def _entries(plan: RotationPlan, alloc: t.AllocOp) -> tuple:
+    loop = plan.rotation_loop_of.get(alloc)
+    return (loop, plan.first_use.get(alloc), plan.last_use.get(alloc),
+            plan.ring_group_of.get(alloc), alloc in plan.token_takers, alloc in plan.token_givers,
+            None if loop is None else tuple(plan.pipelined_loads.get(loop, ())))
+
+
+def _replace_entries(old: RotationPlan, part: RotationPlan, allocs: list[t.AllocOp]) -> RotationPlan:
+    """old with the entries of `allocs` (and of their rotation loops) from `part`, a plan made
+    for them alone: the plan of the whole function at the new levels. (An alloc's entries keep
+    their order relative to the other allocs of its rotation loop, which all are in `allocs`:
+    the order ring semaphores are created in.)"""
+    gone = set(allocs)
+    loops = {old.rotation_loop_of[a] for a in allocs if a in old.rotation_loop_of}
+    plan = RotationPlan()
+    for alloc, loop in old.rotation_loop_of.items():
+        if alloc not in gone:
+            plan.rotation_loop_of[alloc] = loop
+            plan.first_use[alloc], plan.last_use[alloc] = old.first_use[alloc], old.last_use[alloc]
+            if alloc in old.ring_group_of:
+                plan.ring_group_of[alloc] = old.ring_group_of[alloc]
+    plan.rotation_loops = (old.rotation_loops - loops) | part.rotation_loops
+    plan.token_takers = (old.token_takers - gone) | part.token_takers
+    plan.token_givers = (old.token_givers - gone) | part.token_givers
+    plan.pipelined_loads = {loop: loads for loop, loads in old.pipelined_loads.items()
+                            if loop not in loops}
+    plan.rotation_loop_of.update(part.rotation_loop_of)
+    plan.first_use.update(part.first_use)
+    plan.last_use.update(part.last_use)
+    plan.ring_group_of.update(part.ring_group_of)
+    plan.pipelined_loads.update(part.pipelined_loads)
+    return plan
