@@ -259,6 +259,20 @@ class FunctionLowering:
             assert lowering.alone is not None
             lowering.alone(self.ctx, op)
 
+    def _lower_shared(self, kernel: g.KernelOp, op: Operation) -> None:
+        """Lower an op of a kernel's prologue standalone, once for every kernel that holds the
+        same op on the same inputs (graph-fuse-norm-prologue copies a norm into each product
+        that reads it; a product that does not take it on chip reuses the first result)."""
+        outside = dict(zip(kernel.body.block.args, kernel.inputs, strict=True))
+        key = ("shared prologue", op.name, str(op.properties), str(op.attributes),
+               tuple(outside.get(v, v) for v in op.operands))
+        if key in self.ctx.derived:
+            for r, buffer in zip(op.results, self.ctx.derived[key], strict=True):
+                self.ctx.buffers[r] = buffer
+            return
+        self.lower_op(op)
+        self.ctx.derived[key] = [self.ctx.buffers[r] for r in op.results]
+
     def _lower_kernel(self, kernel: g.KernelOp) -> None:
         """A graph.kernel region: its anchor with the other ops as the epilogue, an anchor-less
         elementwise chain, or (ops feeding the anchor, cast round trips) op by op."""
@@ -301,11 +315,14 @@ class FunctionLowering:
         else:
             epilogue = [o for o in ops if o is not anchor]
             anchor_index = ops.index(anchor)
-            if anchor_index != 0:  # ops before the anchor feed it: lower them standalone first
-                for o in ops[:anchor_index]:
-                    self.lower_op(o)
-                epilogue = ops[anchor_index + 1:]
             lowering = lowering_for(anchor)
+            if anchor_index != 0:  # ops before the anchor feed it: on chip by the anchor's
+                epilogue = ops[anchor_index + 1:]  # lowering, or standalone first
+                prologue = ops[:anchor_index]
+                if lowering is None or lowering.prologue is None or \
+                        not lowering.prologue(ctx, anchor, prologue, epilogue, result):
+                    for o in prologue:
+                        self._lower_shared(kernel, o)
             after: list[Operation] = []
             if not isinstance(anchor, g.INTEGER_KERNEL_OPS) and quantization and quantization[-1] > anchor_index:
                 # a float kernel's result quantized to int8: the float epilogue, then the

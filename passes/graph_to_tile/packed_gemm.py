@@ -25,6 +25,12 @@ rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_expose
 The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
 weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
 
+RMSNorm prologue (graph-fuse-norm-prologue): a kernel `rms_norm -> linear` whose product is
+resident loads the norm's input rows instead of the normalised ones and normalises them in the
+activations' staging tile with the norm kernel's own vector instructions (bit for bit its
+result); the normalised rows never go to DRAM. A tiled product leaves the prologue to the
+driver (a norm kernel shared by the products that read it).
+
 Anything else (a matmul without transpose_b, batched weights, a packed tensor that is not a
 weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weight.
 """
@@ -98,6 +104,37 @@ def lower_gemm_or_packed(ctx: LoweringContext, op: Operation, epilogue: Sequence
         lower_packed_gemm(ctx, op, epilogue, result, *found)
 
 
+def _norm_prologue_of(op: Operation) -> g.RmsNormOp | None:
+    """The rms_norm (over the last dim) in front of `op` in its kernel that makes `op`'s
+    activations, or None."""
+    norm = op.operands[0].owner
+    if not isinstance(norm, g.RmsNormOp) or norm.parent_block() is not op.parent_block():
+        return None
+    rank = len(shape_of(norm.input))
+    return norm if norm.axis.value.data % rank == rank - 1 else None
+
+
+def takes_norm_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation],
+                        epilogue: Sequence[Operation], result: SSAValue) -> bool:
+    """The lowering table's prologue check for linear/matmul: True (and the norm recorded for
+    lower_packed_gemm) when the prologue is the rms_norm of the activations and the product
+    on packed weights is resident (then normalised on chip)."""
+    found = packed_weight_of(op)
+    norm = _norm_prologue_of(op)
+    if found is None or norm is None or list(prologue) != [norm]:
+        return False
+    if ctx.session.overrides.get(f"kernel{ctx.session.counter}") is not None:
+        return False  # tiles given by hand: the norm stays a kernel of its own
+    K = shape_of(norm.input)[-1]
+    if ctx.constant(norm.scale) is None and num_elements(shape_of(norm.scale)) != K:
+        return False
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, found[0], epilogue, result, None, prologue=True)
+    if not (M <= TM and N <= TN and K == TK):
+        return False
+    ctx.derived[("norm prologue", op)] = norm
+    return True
+
+
 def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N: int, K: int,
                    TN: int, Kp: int) -> tuple[SSAValue, SSAValue]:
     """The codes and scales planes of W^T in tile-major order, as tile.weights: codes
@@ -131,9 +168,11 @@ def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N
 
 
 def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp, epilogue: Sequence[Operation],
-                  result: SSAValue, name: str | None) -> tuple[int, int, int, tuple[int, int, int]]:
+                  result: SSAValue, name: str | None,
+                  prologue: bool = False) -> tuple[int, int, int, tuple[int, int, int]]:
     """(M, N, K, (TM, TN, TK)) of a packed product: the cost model's choice re-ranked by
-    exposed latencies. `name` None: a look-ahead (no override, no debug output)."""
+    exposed latencies. `name` None: a look-ahead (no override, no debug output). `prologue`:
+    an rms_norm prologue on chip (its squares, scale row and column count in the footprint)."""
     hw = ctx.hw
     fmt_name = dq.block_format.data
     fmt = block_format(fmt_name)
@@ -155,6 +194,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
         spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
         spad += (2 * tn * 4 if bias is not None else 0)
+        spad += (M * K * 4 + K * 4 + M * 4 if prologue else 0)
         spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         return spad, 2 * tm * tn * 4
 
@@ -191,10 +231,14 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     x = op.input if isinstance(op, g.LinearOp) else op.lhs  # type: ignore[attr-defined]
     bias = op.bias if isinstance(op, g.LinearOp) else None
     out_shape = shape_of(result)
+    norm = ctx.derived.pop(("norm prologue", op), None)
     name = ctx.kernel_name()
-    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name)
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name, prologue=norm is not None)
+    resident = M <= TM and N <= TN and K == TK
+    if norm is not None and not resident:  # (takes_norm_prologue chose the same tiles)
+        raise error(op, f"{name}: an rms_norm prologue needs a resident product")
     out2 = em.view(ctx.output_buffer(result), (M, N))
-    xv = em.view(ctx.buffer(x), (M, K))
+    xv = em.view(ctx.buffer(norm.input if norm is not None else x), (M, K))
     frame_groups = ((), tuple(out_shape[:-1]), (N,))
     copies = ctx.bf16_copies
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
@@ -206,9 +250,9 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     code_rows = TK * fmt.bits // 8  # codes-plane rows of one k tile
     code_rows_p = Kp * fmt.bits // 8
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
-    if M <= TM and N <= TN and K == TK:
+    if resident:
         _lower_resident(ctx, op, epilogue, result, fmt_name, (M, N, K), xv, out2, codes_w, scales_w, bias_row,
-                        frame_groups)
+                        frame_groups, norm)
         return
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
@@ -272,7 +316,8 @@ def _chunk_rows(K: int, steps: int = 3) -> int:
 
 def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
                     fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
-                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple) -> None:
+                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple,
+                    norm: g.RmsNormOp | None = None) -> None:
     """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
     weight prefetch and an expansion overlapped with the matrix unit.
 
@@ -291,7 +336,9 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
       (`LoweringContext.resident_products` counts them): the planner gives the next kernel the
       same bytes, and with one half each the next kernel's weight DMAs and expansion do not wait
       for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
-      the accumulator (no fill, which would wait for the previous kernel's store of it)."""
+      the accumulator (no fill, which would wait for the previous kernel's store of it).
+    * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
+      tile (`_normalize_rows`) before the split."""
     em = ctx.emitter
     M, N, K = mnk
     fmt = block_format(fmt_name)
@@ -319,6 +366,7 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
     else:
         em.dma(codes_w, z, codes, [c0, 0], [code_rows, N])
         em.dma(scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+    norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
     em.dma(xv, z, x_staging, [x0, 0], [M, K])
     # after the activations: ahead of them, its transfer would delay theirs
     _prefetch_next(ctx, op)
@@ -342,6 +390,8 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
 
     steps = K // KC
     expand(0)
+    if norm is not None and norm_params is not None:
+        _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
     for j in range(steps):
         if j + 1 < steps:
@@ -353,6 +403,36 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
     frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
     tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
     em.dma(tile, z, out2, z, [M, N])
+
+
+def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """The scratchpad tiles of an rms_norm prologue: (squares [M, K], row sums [M, 1], the scale
+    row [1, K], DMAd here: it reads no value an earlier kernel writes)."""
+    em = ctx.emitter
+    scale = ctx.constant(norm.scale)
+    if scale is not None:
+        row = np.ascontiguousarray(np.broadcast_to(scale, (K,)).reshape(1, K).astype(np.float32))
+        src = ctx.weight("rms_norm.param", row, f32)
+    else:
+        src = em.view(ctx.buffer(norm.scale), (1, K))
+    gamma = em.alloc((1, K), f32, "spad")
+    em.dma(src, [0, 0], gamma, [0, 0], [1, K])
+    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
+
+
+def _normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
+                    M: int, K: int) -> None:
+    """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: norms.lower_rowwise's instructions in its
+    order (so the rows are bit for bit the norm kernel's)."""
+    squares, column, gamma = params
+    z, at = [0, 0], [x0, 0]
+    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
+    em.vec("rsum", column, z, squares, z, M, K)
+    em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
+    em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
+    em.vec("rsqrt", column, z, column, z, M, 1)
+    em.vec("mul", x, at, x, at, M, K, column, z, bmode="col")
+    em.vec("mul", x, at, x, at, M, K, gamma, z, bmode="row")
 
 
 def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
@@ -367,7 +447,8 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     if found is None:
         return
     nxt, dq, packed = found
-    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None)
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None,
+                                          prologue=_norm_prologue_of(nxt) is not None)
     if not (M <= TM and N <= TN and K == TK):
         return
     em = ctx.emitter
