@@ -44,7 +44,15 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile import casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
+from infer.passes.graph_to_tile import (
+    casts,
+    elementwise,
+    integer_epilogue,
+    integer_inputs,
+    packed_siblings,
+    roofline,
+    storage,
+)
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -204,6 +212,8 @@ class FunctionLowering:
             for r in results:
                 self.ctx.output_buffer(r)
             return
+        if self.ctx.derived.pop((packed_siblings.LOWERED_WITH, op), False):
+            return  # lowered with an earlier product on the same activations
         outermost = not self._lowering
         self._lowering = True
         if outermost:
@@ -338,7 +348,8 @@ class FunctionLowering:
                 self.lower_op(anchor)
                 for o in epilogue + after:
                     self.lower_op(o)
-        ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+        if result in ctx.buffers:  # (a result only sibling products read stays on chip)
+            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:

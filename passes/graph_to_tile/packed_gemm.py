@@ -38,6 +38,7 @@ weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weigh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, bf16, f16, f32, i8, i64
@@ -237,7 +238,6 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     resident = M <= TM and N <= TN and K == TK
     if norm is not None and not resident:  # (takes_norm_prologue chose the same tiles)
         raise error(op, f"{name}: an rms_norm prologue needs a resident product")
-    out2 = em.view(ctx.output_buffer(result), (M, N))
     xv = em.view(ctx.buffer(norm.input if norm is not None else x), (M, K))
     frame_groups = ((), tuple(out_shape[:-1]), (N,))
     copies = ctx.bf16_copies
@@ -251,9 +251,15 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     code_rows_p = Kp * fmt.bits // 8
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
     if resident:
-        _lower_resident(ctx, op, epilogue, result, fmt_name, (M, N, K), xv, out2, codes_w, scales_w, bias_row,
-                        frame_groups, norm)
+        from infer.passes.graph_to_tile import packed_siblings
+
+        others = packed_siblings.siblings(ctx, op, norm, M, K)
+        out2 = em.view(ctx.output_buffer(result), (M, N)) if packed_siblings.needed_outside(ctx, op, others) \
+            else None
+        first = ResidentProduct(op, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2, frame_groups)
+        _lower_resident(ctx, [first, *others], xv, M, K, norm)
         return
+    out2 = em.view(ctx.output_buffer(result), (M, N))
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
@@ -314,24 +320,45 @@ def _chunk_rows(K: int, steps: int = 3) -> int:
     return min(c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0 and K // c <= steps)
 
 
-def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
-                    fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
-                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple,
-                    norm: g.RmsNormOp | None = None) -> None:
-    """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
-    weight prefetch and an expansion overlapped with the matrix unit.
+@dataclass
+class ResidentProduct:
+    """One product of `_lower_resident`: its anchor, epilogue and result, its planes, and where
+    its result goes (`out2` None: it stays on chip, read only by later products' epilogues,
+    whose block arguments `on_chip` lists as index of the product that makes them)."""
 
-    * The codes and scales planes of the whole matrix are DMAd first, then the activations:
-      the weight loads read no value an earlier kernel writes, so the load engine runs them
-      while the previous kernel still computes (only the activations wait for its store).
+    op: Operation
+    epilogue: Sequence[Operation]
+    result: SSAValue
+    fmt_name: str
+    N: int
+    codes_w: SSAValue
+    scales_w: SSAValue
+    bias_row: SSAValue | None
+    out2: SSAValue | None
+    frame_groups: tuple
+    on_chip: dict[SSAValue, int] = field(default_factory=dict)
+
+
+def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], xv: SSAValue, M: int, K: int,
+                    norm: g.RmsNormOp | None = None) -> None:
+    """Whole products in one tile each (decode-shaped: M rows of a small batch) on the same
+    activations `xv` [M, K] (several: packed_siblings.py's group, e.g. q/k/v or gate/up, loaded,
+    normalised and split once): cross-kernel weight prefetch and an expansion overlapped with
+    the matrix unit.
+
+    * The codes and scales planes of the first product are DMAd first, then the activations,
+      then the other products' planes: the weight loads read no value an earlier kernel writes,
+      so the load engine runs them while the previous kernel still computes (only the
+      activations wait for its store).
     * W^T is expanded in up to three straight-line steps of KC rows (`_chunk_rows`), each
       into its own rows of the weight tile, the first before the activations' conversion (the
       vector unit runs in order: behind it the expansion would wait for the previous kernel's
-      store) and step j+1 before step j's matmuls in program order (behind them, the front
-      end would dispatch it only once the 8-deep matrix queue had taken them all), so
-      `vec.dequant` of step j+1 overlaps the array's `mx.loadw`/matmuls of step j. (In a loop
-      the tile's rows would be one hull and every step would wait for the previous one's
-      matmuls.)
+      store) and step j+1 (or the next product's step 0) before step j's matmuls in program
+      order (behind them, the front end would dispatch it only once the 8-deep matrix queue
+      had taken them all), so `vec.dequant` of step j+1 overlaps the array's
+      `mx.loadw`/matmuls of step j. (In a loop the tile's rows would be one hull and every
+      step would wait for the previous one's matmuls.) A product's epilogue follows the next
+      product's first matmuls, so the vector unit does not wait for the array's drain.
     * Consecutive resident products use alternate halves of buffers allocated twice as large
       (`LoweringContext.resident_products` counts them): the planner gives the next kernel the
       same bytes, and with one half each the next kernel's weight DMAs and expansion do not wait
@@ -340,38 +367,62 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
     * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
       tile (`_normalize_rows`) before the split."""
     em = ctx.emitter
-    M, N, K = mnk
-    fmt = block_format(fmt_name)
-    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
     KC = _chunk_rows(K)
+    steps = K // KC
     z = [0, 0]
-    half = ctx.resident_products % 2
-    ctx.resident_products += 1
-    code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
-    codes = em.alloc((2 * code_rows, N), i8 if fmt_name == "q8_0" else ui8, "spad")
-    scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
+    copies = ctx.bf16_copies
+    x_half = ctx.resident_products % 2
+    x0 = x_half * M
     x_staging = em.alloc((2 * M, K), f32, "spad")
     x_tile = Bf16Tile(em.alloc((2 * M, K), bf16, "spad"),
-                      em.alloc((2 * M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
-                      em.alloc((2 * K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_expanded = em.alloc((2 * KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
-    acc = em.alloc((M, N), f32, "acc")
-    bias_tile = em.alloc((1, N), f32, "spad") if bias_row is not None else None
-    c0, s0, x0, w0, e0 = half * code_rows, half * scale_rows, half * M, half * K, half * KC
-    prefetched = ctx.derived.pop(("prefetched planes", op), None)
-    if prefetched is not None:  # the previous resident product loaded them
-        codes, scales = prefetched
-        c0 = s0 = 0
-    else:
-        em.dma(codes_w, z, codes, [c0, 0], [code_rows, N])
-        em.dma(scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+                      em.alloc((2 * M, K), bf16, "spad") if copies == 2 else None)
+
+    @dataclass
+    class Planes:  # one product's on-chip buffers and their row origins
+        codes: SSAValue
+        scales: SSAValue
+        w_tile: Bf16Tile
+        w_expanded: SSAValue | None
+        acc: SSAValue
+        bias_tile: SSAValue | None
+        c0: int
+        s0: int
+        w0: int
+        e0: int
+
+    def load_planes(p: ResidentProduct) -> Planes:
+        fmt = block_format(p.fmt_name)
+        entry = isa.qscale_bytes(isa.QFORMAT_CODE[p.fmt_name])
+        N = p.N
+        half = ctx.resident_products % 2
+        ctx.resident_products += 1
+        code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
+        codes = em.alloc((2 * code_rows, N), i8 if p.fmt_name == "q8_0" else ui8, "spad")
+        scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
+        c0, s0 = half * code_rows, half * scale_rows
+        prefetched = ctx.derived.pop(("prefetched planes", p.op), None)
+        if prefetched is not None:  # the previous resident product loaded them
+            codes, scales = prefetched
+            c0 = s0 = 0
+        else:
+            em.dma(p.codes_w, z, codes, [c0, 0], [code_rows, N])
+            em.dma(p.scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+        w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
+                          em.alloc((2 * K, N), bf16, "spad") if copies == 2 else None)
+        w_expanded = em.alloc((2 * KC, N), f32, "spad") if copies == 2 else None
+        return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
+                      em.alloc((1, N), f32, "spad") if p.bias_row is not None else None,
+                      c0, s0, half * K, half * KC)
+
+    planes = [load_planes(products[0])]
     norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
     em.dma(xv, z, x_staging, [x0, 0], [M, K])
-    # after the activations: ahead of them, its transfer would delay theirs
-    _prefetch_next(ctx, op)
-    if bias_row is not None and bias_tile is not None:
-        em.dma(bias_row, z, bias_tile, z, [1, N])
+    # after the activations: ahead of them, their transfer would delay the activations'
+    planes += [load_planes(p) for p in products[1:]]
+    _prefetch_next(ctx, products[-1].op)
+    for p, b in zip(products, planes, strict=True):
+        if p.bias_row is not None and b.bias_tile is not None:
+            em.dma(p.bias_row, z, b.bias_tile, z, [1, p.N])
 
     def split(src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
         # split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)
@@ -380,29 +431,46 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
             em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
             em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
 
-    def expand(j: int) -> None:
-        codes_at, scales_at = [c0 + j * KC * fmt.bits // 8, 0], [s0 + j * KC // QBLOCK, 0]
-        if w_expanded is None:
-            _dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
+    def expand(i: int, j: int) -> None:
+        p, b = products[i], planes[i]
+        bits = block_format(p.fmt_name).bits
+        codes_at, scales_at = [b.c0 + j * KC * bits // 8, 0], [b.s0 + j * KC // QBLOCK, 0]
+        if b.w_expanded is None:
+            _dequant(em, b.w_tile.hi, b.codes, codes_at, b.scales, scales_at, KC, p.N, p.fmt_name,
+                     dst_at=[b.w0 + j * KC, 0])
         else:  # the f32 rows are reused by every step: the vector unit runs in order
-            _dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
-            split(w_expanded, e0, w_tile, w0 + j * KC, KC, N)
+            _dequant(em, b.w_expanded, b.codes, codes_at, b.scales, scales_at, KC, p.N, p.fmt_name,
+                     dst_at=[b.e0, 0])
+            split(b.w_expanded, b.e0, b.w_tile, b.w0 + j * KC, KC, p.N)
 
-    steps = K // KC
-    expand(0)
+    results: list[SSAValue] = []
+
+    def finish(i: int) -> None:  # bias, epilogue (earlier products' results on chip), store
+        p, b = products[i], planes[i]
+        if b.bias_tile is not None:
+            em.vec("add", b.acc, z, b.acc, z, M, p.N, b.bias_tile, z, bmode="row")
+        frame = TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)
+        tiles = {p.op.results[0]: b.acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
+        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result)
+        results.append(tile)
+        if p.out2 is not None:
+            em.dma(tile, z, p.out2, z, [M, p.N])
+
+    expand(0, 0)
     if norm is not None and norm_params is not None:
         _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
-    for j in range(steps):
-        if j + 1 < steps:
-            expand(j + 1)
-        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(x0, j * KC), rhs_at=(w0 + j * KC, 0),
-                          overwrite=j == 0)
-    if bias_tile is not None:
-        em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
-    frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
-    tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-    em.dma(tile, z, out2, z, [M, N])
+    for i, (p, b) in enumerate(zip(products, planes, strict=True)):
+        for j in range(steps):
+            if j + 1 < steps:
+                expand(i, j + 1)
+            elif i + 1 < len(products):
+                expand(i + 1, 0)
+            emit_tile_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(x0, j * KC),
+                              rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
+            if j == 0 and i > 0:
+                finish(i - 1)
+    finish(len(products) - 1)
 
 
 def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
