@@ -50,7 +50,7 @@ from infer.dialects import tile as t
 from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import gemm
+from infer.passes.graph_to_tile import gemm, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
@@ -254,9 +254,11 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
         from infer.passes.graph_to_tile import packed_siblings
 
         others = packed_siblings.siblings(ctx, op, norm, M, K)
-        out2 = em.view(ctx.output_buffer(result), (M, N)) if packed_siblings.needed_outside(ctx, op, others) \
-            else None
-        first = ResidentProduct(op, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2, frame_groups)
+        after = packed_siblings.consumers(ctx, op, M, N)
+        out2 = em.view(ctx.output_buffer(result), (M, N)) \
+            if after is None and packed_siblings.needed_outside(ctx, op, others) else None
+        first = ResidentProduct(op, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2, frame_groups,
+                                after=after)
         _lower_resident(ctx, [first, *others], xv, M, K, norm)
         return
     out2 = em.view(ctx.output_buffer(result), (M, N))
@@ -337,6 +339,7 @@ class ResidentProduct:
     out2: SSAValue | None
     frame_groups: tuple
     on_chip: dict[SSAValue, int] = field(default_factory=dict)
+    after: product_consumers.Consumers | None = None  # rotary / KV append done on its tile
 
 
 def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], xv: SSAValue, M: int, K: int,
@@ -419,6 +422,9 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     em.dma(xv, z, x_staging, [x0, 0], [M, K])
     # after the activations: ahead of them, their transfer would delay the activations'
     planes += [load_planes(p) for p in products[1:]]
+    for p in products:
+        if p.after is not None:
+            product_consumers.load_tables(ctx, p.after, M)
     _prefetch_next(ctx, products[-1].op)
     for p, b in zip(products, planes, strict=True):
         if p.bias_row is not None and b.bias_tile is not None:
@@ -455,6 +461,8 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         results.append(tile)
         if p.out2 is not None:
             em.dma(tile, z, p.out2, z, [M, p.N])
+        if p.after is not None:
+            product_consumers.emit(ctx, p.after, tile, M, p.N)
 
     expand(0, 0)
     if norm is not None and norm_params is not None:

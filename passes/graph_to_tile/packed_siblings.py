@@ -88,6 +88,24 @@ def needed_outside(ctx: LoweringContext, op: Operation, others: list) -> bool:
     return out in ctx.destinations or any(u.operation not in grouped for u in out.uses)
 
 
+def consumers(ctx: LoweringContext, op: Operation, M: int, N: int):
+    """The rotary / KV write done on product `op`'s tile (product_consumers.py), marked for the
+    driver to skip, or None. The product's result buffer is allocated (views of it are still
+    lowered) but not written."""
+    from infer.passes.graph_to_tile import product_consumers
+
+    kernel = op.parent_op()
+    if not isinstance(kernel, g.KernelOp) or not isinstance(kernel.parent_op(), func.FuncOp):
+        return None
+    first = ctx.derived.get(("group head", kernel), kernel)
+    found = product_consumers.find(ctx, kernel, kernel.outputs[0], M, N, first)
+    if found is None:
+        return None
+    product_consumers.mark(ctx, found)
+    ctx.output_buffer(kernel.outputs[0])
+    return found
+
+
 def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: int, K: int) -> list:
     """The ResidentProducts to lower with resident packed product `op` (see the module
     docstring), their kernels marked for the driver to skip; [] when there are none."""
@@ -167,8 +185,10 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
         fmt_name = dq.block_format.data
         N = shape_of(dq.output)[0]
         out = nxt.outputs[0]
+        ctx.derived[("group head", nxt)] = kernel
+        after = consumers(ctx, anchor, M, N)
         needed = any(u.operation not in grouped for u in out.uses) or out in ctx.destinations
-        out2 = em.view(ctx.output_buffer(out), (M, N)) if needed else None
+        out2 = em.view(ctx.output_buffer(out), (M, N)) if needed and after is None else None
         if out2 is not None:
             ctx.buffers[result] = ctx.buffers[out]
         codes_w, scales_w = packed_gemm._plane_weights(ctx, packed.weight_key,
@@ -177,6 +197,7 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
         bias = anchor.bias if isinstance(anchor, g.LinearOp) else None
         bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
         products.append(packed_gemm.ResidentProduct(anchor, epilogue, result, fmt_name, N, codes_w, scales_w,
-                                                    bias_row, out2, ((), tuple(shape_of(result)[:-1]), (N,)), on_chip))
+                                                    bias_row, out2, ((), tuple(shape_of(result)[:-1]), (N,)), on_chip,
+                                                    after))
         ctx.derived[(LOWERED_WITH, nxt)] = True
     return products
