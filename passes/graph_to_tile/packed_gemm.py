@@ -60,6 +60,8 @@ from infer.target.qblocks import split_blocks
 
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
+#: ctx.derived key: scratchpad bytes of the resident products lowered so far in this nest
+CHAIN_BYTES = ("resident chain bytes",)
 #: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
 WEIGHT_DEPTH = 2
 
@@ -257,6 +259,9 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
         after = packed_siblings.consumers(ctx, op, M, N)
         out2 = em.view(ctx.output_buffer(result), (M, N)) \
             if after is None and packed_siblings.needed_outside(ctx, op, others) else None
+        kernel = op.parent_op()
+        if isinstance(kernel, g.KernelOp) and result in ctx.buffers:  # chained groups may read it
+            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
         first = ResidentProduct(op, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2, frame_groups,
                                 after=after)
         _lower_resident(ctx, [first, *others], xv, M, K, norm)
@@ -342,8 +347,8 @@ class ResidentProduct:
     after: product_consumers.Consumers | None = None  # rotary / KV append done on its tile
 
 
-def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], xv: SSAValue, M: int, K: int,
-                    norm: g.RmsNormOp | None = None) -> None:
+def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], xv: SSAValue | None, M: int, K: int,
+                    norm: g.RmsNormOp | None = None, x_tile_src: SSAValue | None = None) -> None:
     """Whole products in one tile each (decode-shaped: M rows of a small batch) on the same
     activations `xv` [M, K] (several: packed_siblings.py's group, e.g. q/k/v or gate/up, loaded,
     normalised and split once): cross-kernel weight prefetch and an expansion overlapped with
@@ -368,17 +373,29 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
       for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
       the accumulator (no fill, which would wait for the previous kernel's store of it).
     * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
-      tile (`_normalize_rows`) before the split."""
+      tile (`_normalize_rows`) before the split.
+    * `x_tile_src`: the activations are an earlier group's result tile (packed_siblings.chained:
+      o -> gate/up -> down -> q/k/v), copied into the staging tile instead of loaded (`xv`
+      None); after its last product the next chained group is lowered the same way."""
     em = ctx.emitter
     KC = _chunk_rows(K)
     steps = K // KC
     z = [0, 0]
     copies = ctx.bf16_copies
-    x_half = ctx.resident_products % 2
-    x0 = x_half * M
-    x_staging = em.alloc((2 * M, K), f32, "spad")
-    x_tile = Bf16Tile(em.alloc((2 * M, K), bf16, "spad"),
-                      em.alloc((2 * M, K), bf16, "spad") if copies == 2 else None)
+    head = x_tile_src is None  # the kernel's first group (chained groups live in the same nest)
+    if head:
+        ctx.derived[CHAIN_BYTES] = 0
+    spad_bytes = {"f32": 4, "bf16": 2, "f16": 2, "ui8": 1, "i8": 1}
+
+    def alloc(shape: tuple[int, int], elem, space: str = "spad") -> SSAValue:
+        if space == "spad":
+            ctx.derived[CHAIN_BYTES] += shape[0] * shape[1] * spad_bytes[str(elem)]
+        return em.alloc(shape, elem, space)
+
+    x_rows = 2 * M if head else M
+    x0 = (ctx.resident_products % 2) * M if head else 0
+    x_staging = alloc((x_rows, K), f32)
+    x_tile = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 else None)
 
     @dataclass
     class Planes:  # one product's on-chip buffers and their row origins
@@ -393,15 +410,17 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         w0: int
         e0: int
 
-    def load_planes(p: ResidentProduct) -> Planes:
+    def load_planes(p: ResidentProduct, double: bool) -> Planes:
+        # double: two halves, the kernel's first product (see above); the others have their
+        # own bytes in this nest
         fmt = block_format(p.fmt_name)
         entry = isa.qscale_bytes(isa.QFORMAT_CODE[p.fmt_name])
         N = p.N
-        half = ctx.resident_products % 2
-        ctx.resident_products += 1
+        half, n = (ctx.resident_products % 2, 2) if double else (0, 1)
+        ctx.resident_products += 1 if double else 0
         code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
-        codes = em.alloc((2 * code_rows, N), i8 if p.fmt_name == "q8_0" else ui8, "spad")
-        scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
+        codes = alloc((n * code_rows, N), i8 if p.fmt_name == "q8_0" else ui8)
+        scales = alloc((n * scale_rows, N * entry // 2), f16)
         c0, s0 = half * code_rows, half * scale_rows
         prefetched = ctx.derived.pop(("prefetched planes", p.op), None)
         if prefetched is not None:  # the previous resident product loaded them
@@ -410,18 +429,19 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         else:
             em.dma(p.codes_w, z, codes, [c0, 0], [code_rows, N])
             em.dma(p.scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
-        w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
-                          em.alloc((2 * K, N), bf16, "spad") if copies == 2 else None)
-        w_expanded = em.alloc((2 * KC, N), f32, "spad") if copies == 2 else None
+        w_tile = Bf16Tile(alloc((n * K, N), bf16), alloc((n * K, N), bf16) if copies == 2 else None)
+        w_expanded = alloc((n * KC, N), f32) if copies == 2 else None
         return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
-                      em.alloc((1, N), f32, "spad") if p.bias_row is not None else None,
+                      alloc((1, N), f32) if p.bias_row is not None else None,
                       c0, s0, half * K, half * KC)
 
-    planes = [load_planes(products[0])]
+    planes = [load_planes(products[0], head)]
     norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
-    em.dma(xv, z, x_staging, [x0, 0], [M, K])
+    if x_tile_src is None:
+        assert xv is not None
+        em.dma(xv, z, x_staging, [x0, 0], [M, K])
     # after the activations: ahead of them, their transfer would delay the activations'
-    planes += [load_planes(p) for p in products[1:]]
+    planes += [load_planes(p, False) for p in products[1:]]
     for p in products:
         if p.after is not None:
             product_consumers.load_tables(ctx, p.after, M)
@@ -465,6 +485,8 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             product_consumers.emit(ctx, p.after, tile, M, p.N)
 
     expand(0, 0)
+    if x_tile_src is not None:
+        em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
     if norm is not None and norm_params is not None:
         _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
@@ -479,6 +501,12 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             if j == 0 and i > 0:
                 finish(i - 1)
     finish(len(products) - 1)
+    from infer.passes.graph_to_tile import packed_siblings
+
+    chain = packed_siblings.chained(ctx, list(products), results, M)
+    if chain is not None:
+        nxt_products, src, K2, norm2 = chain
+        _lower_resident(ctx, nxt_products, None, M, K2, norm2, x_tile_src=src)
 
 
 def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:

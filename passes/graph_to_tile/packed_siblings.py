@@ -67,13 +67,15 @@ def _defined_before(value: SSAValue, op: Operation) -> bool:
     return True  # a function argument
 
 
-def _footprint(ctx: LoweringContext, M: int, K: int, N: int, fmt_name: str, epilogue_ops: int) -> tuple[int, int]:
-    """(scratchpad, accumulator) bytes of one product in _lower_resident (both halves)."""
+def _footprint(ctx: LoweringContext, M: int, K: int, N: int, fmt_name: str, epilogue_ops: int,
+               halves: int = 1) -> tuple[int, int]:
+    """(scratchpad, accumulator) bytes of one product in _lower_resident (`halves` 2: the
+    kernel's first product, double buffers), its epilogue and a rotary's tiles."""
     copies = ctx.bf16_copies
     fmt = block_format(fmt_name)
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
-    spad = 2 * (K * fmt.bits // 8) * N + 2 * (K // 32) * N * entry + 2 * K * N * 2 * copies
-    spad += (2 * K * N * 4 if copies == 2 else 0) + (epilogue_ops + 1) * 2 * M * N * 4
+    spad = halves * ((K * fmt.bits // 8) * N + (K // 32) * N * entry + K * N * 2 * copies)
+    spad += (halves * K * N * 4 if copies == 2 else 0) + (epilogue_ops + 3) * 2 * M * N * 4
     return spad, M * N * 4
 
 
@@ -106,7 +108,8 @@ def consumers(ctx: LoweringContext, op: Operation, M: int, N: int):
     return found
 
 
-def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: int, K: int) -> list:
+def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: int, K: int,
+             chained: bool = False) -> list:
     """The ResidentProducts to lower with resident packed product `op` (see the module
     docstring), their kernels marked for the driver to skip; [] when there are none."""
     from infer.passes.graph_to_tile import packed_gemm
@@ -117,8 +120,9 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
     source = _source(kernel, op, norm)
     first_dq = packed_gemm.packed_weight_of(op)
     assert first_dq is not None
-    spad, acc = _footprint(ctx, M, K, shape_of(op.results[0])[-1], first_dq[0].block_format.data, 2)
-    spad += 2 * M * K * (8 + 2 * ctx.bf16_copies)
+    spad, acc = _footprint(ctx, M, K, shape_of(op.results[0])[-1], first_dq[0].block_format.data, 2,
+                           1 if chained else 2)
+    spad += 2 * M * K * (8 + 2 * ctx.bf16_copies) + ctx.derived.get(packed_gemm.CHAIN_BYTES, 0) * chained
     made: dict[SSAValue, int] = {kernel.outputs[0]: 0}
     found: list[tuple[g.KernelOp, Operation, list[Operation], SSAValue, int, g.DequantizeBlocksOp, g.WeightOp,
                       dict[SSAValue, int]]] = []
@@ -169,35 +173,94 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
     if not found:
         return []
     grouped = {kernel, *(f[0] for f in found)}
-    products = []
+    return [_product(ctx, *f, grouped, kernel, M, K) for f in found]
+
+
+def _product(ctx: LoweringContext, nxt: g.KernelOp, anchor: Operation, epilogue: list[Operation], result: SSAValue,
+             tn: int, dq: g.DequantizeBlocksOp, packed: g.WeightOp, on_chip: dict[SSAValue, int],
+             grouped: set[Operation], head: g.KernelOp, M: int, K: int):
+    """The ResidentProduct of kernel `nxt` lowered in `head`'s group (`grouped`: the group's
+    kernels); its block arguments bound like the driver binds them, the kernel marked for the
+    driver to skip."""
+    from infer.passes.graph_to_tile import packed_gemm
+
     em = ctx.emitter
-    for nxt, anchor, epilogue, result, tn, dq, packed, on_chip in found:
-        ctx.kernel_name()  # the name it would have had (later kernels keep theirs)
-        for o in nxt.body.block.ops:
-            if isinstance(o, g.ConstantOp):
-                ctx.set_constant(o.output, dense_to_numpy(o.value))
-        for arg, value in zip(nxt.body.block.args, nxt.inputs, strict=True):
-            if value in ctx.buffers:
-                ctx.buffers[arg] = ctx.buffers[value]
-            array = ctx.constant(value)
-            if array is not None:
-                ctx.set_constant(arg, array)
-        fmt_name = dq.block_format.data
-        N = shape_of(dq.output)[0]
-        out = nxt.outputs[0]
-        ctx.derived[("group head", nxt)] = kernel
-        after = consumers(ctx, anchor, M, N)
-        needed = any(u.operation not in grouped for u in out.uses) or out in ctx.destinations
-        out2 = em.view(ctx.output_buffer(out), (M, N)) if needed and after is None else None
-        if out2 is not None:
-            ctx.buffers[result] = ctx.buffers[out]
-        codes_w, scales_w = packed_gemm._plane_weights(ctx, packed.weight_key,
-                                                       np.asarray(ctx.store.get(packed.weight_key)), fmt_name, N, K,
-                                                       tn, K)
-        bias = anchor.bias if isinstance(anchor, g.LinearOp) else None
-        bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
-        products.append(packed_gemm.ResidentProduct(anchor, epilogue, result, fmt_name, N, codes_w, scales_w,
-                                                    bias_row, out2, ((), tuple(shape_of(result)[:-1]), (N,)), on_chip,
-                                                    after))
-        ctx.derived[(LOWERED_WITH, nxt)] = True
-    return products
+    ctx.kernel_name()  # the name it would have had (later kernels keep theirs)
+    for o in nxt.body.block.ops:
+        if isinstance(o, g.ConstantOp):
+            ctx.set_constant(o.output, dense_to_numpy(o.value))
+    for arg, value in zip(nxt.body.block.args, nxt.inputs, strict=True):
+        if value in ctx.buffers:
+            ctx.buffers[arg] = ctx.buffers[value]
+        array = ctx.constant(value)
+        if array is not None:
+            ctx.set_constant(arg, array)
+    fmt_name = dq.block_format.data
+    N = shape_of(dq.output)[0]
+    out = nxt.outputs[0]
+    ctx.derived[("group head", nxt)] = head
+    after = consumers(ctx, anchor, M, N)
+    needed = any(u.operation not in grouped for u in out.uses) or out in ctx.destinations
+    out2 = em.view(ctx.output_buffer(out), (M, N)) if needed and after is None else None
+    if out2 is not None:
+        ctx.buffers[result] = ctx.buffers[out]
+    codes_w, scales_w = packed_gemm._plane_weights(ctx, packed.weight_key, np.asarray(ctx.store.get(packed.weight_key)),
+                                                   fmt_name, N, K, tn, K)
+    bias = anchor.bias if isinstance(anchor, g.LinearOp) else None
+    bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    ctx.derived[(LOWERED_WITH, nxt)] = True
+    return packed_gemm.ResidentProduct(anchor, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2,
+                                       ((), tuple(shape_of(result)[:-1]), (N,)), on_chip, after)
+
+
+def chained(ctx: LoweringContext, products: list, tiles: list[SSAValue], M: int):
+    """The next group when its activations are a result of this one still on chip: the next
+    "matmul" kernel (only views and weights in between) on packed weights, resident, whose
+    activations (or its rms_norm prologue's input) are the result of one of `products` (its
+    tile in `tiles`), with every other input made before this group. -> (its products with
+    their siblings, the source tile, K, its norm or None), or None. o -> gate/up -> down ->
+    the next layer's q/k/v follow each other so, without a DRAM round trip of the rows."""
+    from infer.passes.graph_to_tile import packed_gemm
+
+    if ctx.session.overrides:
+        return None
+    kernels = [p.op.parent_op() for p in products]
+    if not all(isinstance(k, g.KernelOp) for k in kernels):
+        return None
+    first, last = kernels[0], kernels[-1]
+    made = {k.outputs[0]: tile for k, tile in zip(kernels, tiles, strict=True)}
+    nxt = last.next_op
+    while nxt is not None and isinstance(nxt, _BETWEEN):
+        nxt = nxt.next_op
+    if not isinstance(nxt, g.KernelOp) or nxt.kind.data != "matmul" or len(nxt.outputs) != 1:
+        return None
+    anchor = nxt.anchor()
+    packed = packed_gemm.packed_weight_of(anchor) if anchor is not None else None
+    if anchor is None or packed is None:
+        return None
+    norm = packed_gemm._norm_prologue_of(anchor)
+    if nxt.prologue() != ([norm] if norm is not None else []):
+        return None
+    source = _outer(nxt, norm.input if norm is not None else anchor.operands[0])
+    if source not in made or (norm is not None and not _defined_before(_outer(nxt, norm.scale), first)):
+        return None
+    for arg, value in zip(nxt.body.block.args, nxt.inputs, strict=True):
+        if value is not source and not _defined_before(value, first) and value not in made:
+            return None
+    ops = [o for o in nxt.body.block.ops if o is not nxt.yield_op and not isinstance(o, g.ConstantOp)]
+    epilogue = ops[ops.index(anchor) + 1:]
+    if any(not isinstance(o, g.ELEMENTWISE_OPS) or isinstance(o, g.QUANTIZATION_OPS) for o in epilogue):
+        return None
+    result = nxt.yield_op.values[0]  # type: ignore[union-attr]
+    Mn, Nn, K, (TM, TN, TK) = packed_gemm._choose_tiles(ctx, anchor, packed[0], epilogue, result, None,
+                                                        prologue=norm is not None)
+    if Mn != M or not (Mn <= TM and Nn <= TN and K == TK) or shape_of(result)[-1] != Nn:
+        return None
+    s, _ = _footprint(ctx, M, K, Nn, packed[0].block_format.data, len(epilogue))
+    if ctx.derived.get(packed_gemm.CHAIN_BYTES, 0) + s + 2 * M * K * 8 > SPAD_SHARE * ctx.hw.memory.scratchpad_bytes:
+        return None
+    head = _product(ctx, nxt, anchor, epilogue, result, TN, *packed, {}, {nxt}, nxt, M, K)
+    others = siblings(ctx, anchor, norm, M, K, chained=True)
+    if others and head.out2 is not None and not needed_outside(ctx, anchor, others):
+        head.out2 = None  # read only by its siblings: stays on chip
+    return [head, *others], made[source], K, norm
