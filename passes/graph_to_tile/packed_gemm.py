@@ -255,6 +255,8 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     if resident:
         from infer.passes.graph_to_tile import packed_siblings
 
+        # (imported here: packed_siblings uses this module's helpers)
+        packed_siblings.start_nest(ctx, op)
         others = packed_siblings.siblings(ctx, op, norm, M, K)
         after = packed_siblings.consumers(ctx, op, M, N)
         out2 = em.view(ctx.output_buffer(result), (M, N)) \

@@ -34,6 +34,23 @@ from infer.target import isa
 #: ctx.derived key prefix of a kernel lowered with an earlier sibling (the driver skips it)
 LOWERED_WITH = "lowered with a sibling"
 MAX_SIBLINGS = 3
+#: ctx.derived key: the kernel whose position the current nest of products is emitted at (a
+#: value the nest reads must exist there: made before it, or by an earlier group of the nest)
+NEST_HEAD = ("resident nest head",)
+#: ctx.derived key: the results of the kernels lowered in the current nest so far
+NEST_MADE = ("resident nest results",)
+
+
+def start_nest(ctx: LoweringContext, op: Operation) -> None:
+    """A nest of products starts with product `op` (its kernel's position is the nest's)."""
+    kernel = op.parent_op()
+    ctx.derived[NEST_HEAD] = kernel
+    ctx.derived[NEST_MADE] = set(kernel.outputs) if isinstance(kernel, g.KernelOp) else set()
+
+
+def _in_nest(ctx: LoweringContext, value: SSAValue, kernel: Operation) -> bool:
+    """Whether the current nest can read `value`: made before the nest or by it."""
+    return _defined_before(value, ctx.derived.get(NEST_HEAD, kernel)) or value in ctx.derived.get(NEST_MADE, ())
 #: share of the scratchpad a group's buffers may take (the next kernel's prefetched planes and
 #: the planner's other live buffers need the rest)
 SPAD_SHARE = 0.75
@@ -74,7 +91,7 @@ def _footprint(ctx: LoweringContext, M: int, K: int, N: int, fmt_name: str, epil
     copies = ctx.bf16_copies
     fmt = block_format(fmt_name)
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
-    spad = halves * ((K * fmt.bits // 8) * N + (K // 32) * N * entry + K * N * 2 * copies)
+    spad = halves * ((K * fmt.bits // 8) * N + (K // isa.QBLOCK) * N * entry + K * N * 2 * copies)
     spad += (halves * K * N * 4 if copies == 2 else 0) + (epilogue_ops + 3) * 2 * M * N * 4
     return spad, M * N * 4
 
@@ -99,8 +116,7 @@ def consumers(ctx: LoweringContext, op: Operation, M: int, N: int):
     kernel = op.parent_op()
     if not isinstance(kernel, g.KernelOp) or not isinstance(kernel.parent_op(), func.FuncOp):
         return None
-    first = ctx.derived.get(("group head", kernel), kernel)
-    found = product_consumers.find(ctx, kernel, kernel.outputs[0], M, N, first)
+    found = product_consumers.find(ctx, kernel, kernel.outputs[0], M, N, ctx.derived.get(NEST_HEAD, kernel))
     if found is None:
         return None
     product_consumers.mark(ctx, found)
@@ -153,7 +169,7 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
                 if any(u.operation in reads_anchor_or_norm for u in arg.uses):
                     inputs_ok = False
                 on_chip[arg] = made[value]
-            elif not _defined_before(value, kernel):
+            elif not _in_nest(ctx, value, kernel):
                 inputs_ok = False
         if not inputs_ok:
             break
@@ -173,14 +189,13 @@ def siblings(ctx: LoweringContext, op: Operation, norm: g.RmsNormOp | None, M: i
     if not found:
         return []
     grouped = {kernel, *(f[0] for f in found)}
-    return [_product(ctx, *f, grouped, kernel, M, K) for f in found]
+    return [_product(ctx, *f, grouped, M, K) for f in found]
 
 
 def _product(ctx: LoweringContext, nxt: g.KernelOp, anchor: Operation, epilogue: list[Operation], result: SSAValue,
              tn: int, dq: g.DequantizeBlocksOp, packed: g.WeightOp, on_chip: dict[SSAValue, int],
-             grouped: set[Operation], head: g.KernelOp, M: int, K: int):
-    """The ResidentProduct of kernel `nxt` lowered in `head`'s group (`grouped`: the group's
-    kernels); its block arguments bound like the driver binds them, the kernel marked for the
+             grouped: set[Operation], M: int, K: int):
+    """The ResidentProduct of kernel `nxt` lowered in a group (`grouped`: the group's kernels); its block arguments bound like the driver binds them, the kernel marked for the
     driver to skip."""
     from infer.passes.graph_to_tile import packed_gemm
 
@@ -198,7 +213,6 @@ def _product(ctx: LoweringContext, nxt: g.KernelOp, anchor: Operation, epilogue:
     fmt_name = dq.block_format.data
     N = shape_of(dq.output)[0]
     out = nxt.outputs[0]
-    ctx.derived[("group head", nxt)] = head
     after = consumers(ctx, anchor, M, N)
     needed = any(u.operation not in grouped for u in out.uses) or out in ctx.destinations
     out2 = em.view(ctx.output_buffer(out), (M, N)) if needed and after is None else None
@@ -209,6 +223,7 @@ def _product(ctx: LoweringContext, nxt: g.KernelOp, anchor: Operation, epilogue:
     bias = anchor.bias if isinstance(anchor, g.LinearOp) else None
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
     ctx.derived[(LOWERED_WITH, nxt)] = True
+    ctx.derived.setdefault(NEST_MADE, set()).add(out)
     return packed_gemm.ResidentProduct(anchor, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2,
                                        ((), tuple(shape_of(result)[:-1]), (N,)), on_chip, after)
 
@@ -227,7 +242,7 @@ def chained(ctx: LoweringContext, products: list, tiles: list[SSAValue], M: int)
     kernels = [p.op.parent_op() for p in products]
     if not all(isinstance(k, g.KernelOp) for k in kernels):
         return None
-    first, last = kernels[0], kernels[-1]
+    first, last = ctx.derived.get(NEST_HEAD, kernels[0]), kernels[-1]
     made = {k.outputs[0]: tile for k, tile in zip(kernels, tiles, strict=True)}
     nxt = last.next_op
     while nxt is not None and isinstance(nxt, _BETWEEN):
@@ -242,10 +257,10 @@ def chained(ctx: LoweringContext, products: list, tiles: list[SSAValue], M: int)
     if nxt.prologue() != ([norm] if norm is not None else []):
         return None
     source = _outer(nxt, norm.input if norm is not None else anchor.operands[0])
-    if source not in made or (norm is not None and not _defined_before(_outer(nxt, norm.scale), first)):
+    if source not in made or (norm is not None and not _in_nest(ctx, _outer(nxt, norm.scale), first)):
         return None
     for arg, value in zip(nxt.body.block.args, nxt.inputs, strict=True):
-        if value is not source and not _defined_before(value, first) and value not in made:
+        if value is not source and not _in_nest(ctx, value, first) and value not in made:
             return None
     ops = [o for o in nxt.body.block.ops if o is not nxt.yield_op and not isinstance(o, g.ConstantOp)]
     epilogue = ops[ops.index(anchor) + 1:]
@@ -259,7 +274,7 @@ def chained(ctx: LoweringContext, products: list, tiles: list[SSAValue], M: int)
     s, _ = _footprint(ctx, M, K, Nn, packed[0].block_format.data, len(epilogue))
     if ctx.derived.get(packed_gemm.CHAIN_BYTES, 0) + s + 2 * M * K * 8 > SPAD_SHARE * ctx.hw.memory.scratchpad_bytes:
         return None
-    head = _product(ctx, nxt, anchor, epilogue, result, TN, *packed, {}, {nxt}, nxt, M, K)
+    head = _product(ctx, nxt, anchor, epilogue, result, TN, *packed, {}, {nxt}, M, K)
     others = siblings(ctx, anchor, norm, M, K, chained=True)
     if others and head.out2 is not None and not needed_outside(ctx, anchor, others):
         head.out2 = None  # read only by its siblings: stays on chip
