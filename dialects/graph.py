@@ -1789,7 +1789,10 @@ class KernelOp(GraphOp):
     operands (same types, same order); `graph.yield` returns the results. `kind`
     names the kernel class the lowering uses (see `KERNEL_ANCHORS`): every kind
     but "elementwise" holds exactly one anchor op of that kind; all other ops
-    are elementwise (`ELEMENTWISE_OPS`) or `graph.constant`.
+    are elementwise (`ELEMENTWISE_OPS`) or `graph.constant`, except a "matmul"
+    kernel's prologue: a `graph.rms_norm` first in the region whose only use is
+    the anchor's activation operand (graph-fuse-norm-prologue; the lowering
+    normalises the rows on chip where the product's activations are loaded).
     """
 
     name = "graph.kernel"
@@ -1822,7 +1825,19 @@ class KernelOp(GraphOp):
 
     def anchor(self) -> Operation | None:
         """The kernel's anchor op (None for an "elementwise" kernel)."""
-        return next((o for o in self.body.block.ops if isinstance(o, ANCHOR_OPS)), None)
+        classes = KERNEL_ANCHORS.get(self.kind.data) or ANCHOR_OPS
+        return next((o for o in self.body.block.ops if isinstance(o, classes)), None)
+
+    def prologue(self) -> list[Operation]:
+        """The ops before the anchor that feed it (a "matmul" kernel's rms_norm prologue)."""
+        anchor = self.anchor()
+        ops: list[Operation] = []
+        for o in self.body.block.ops:
+            if o is anchor:
+                return ops
+            if not isinstance(o, ConstantOp):
+                ops.append(o)
+        return []
 
     def infer_result_types(self) -> list[TensorType]:
         yield_op = self.yield_op
@@ -1864,6 +1879,15 @@ class KernelOp(GraphOp):
             )
         anchors = [o for o in block.ops if isinstance(o, ANCHOR_OPS)]
         expected = KERNEL_ANCHORS[kind]
+        if kind == "matmul" and len(anchors) == 2 and isinstance(anchors[0], RmsNormOp):
+            norm, anchor = anchors
+            uses = [u for u in norm.results[0].uses]
+            if (not isinstance(anchor, expected) or len(uses) != 1 or uses[0].operation is not anchor
+                    or uses[0].index != 0):
+                raise VerifyException(
+                    "a \"matmul\" kernel's rms_norm prologue must feed only the anchor's first operand"
+                )
+            anchors = [anchor]
         if kind == "elementwise":
             if anchors:
                 raise VerifyException(

@@ -30,6 +30,7 @@ from infer.passes.graph_constant_fold import (
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
+from infer.passes.graph_fuse_prologue import GraphFuseNormProloguePass
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
 
@@ -83,7 +84,8 @@ class GraphPrepareTilingPass(PipelinePass):
     """Cleanup, batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
-    graph-fold-batch-norm; max-epilogue, kinds -> graph-fuse. Constant folding and
+    graph-fold-batch-norm; max-epilogue, kinds -> graph-fuse (then graph-fuse-norm-prologue:
+    RMSNorms into the packed-weight products they feed). Constant folding and
     shape inference run before fusion, so kernels never wrap constant work and
     their block arguments have final types.
     """
@@ -101,6 +103,7 @@ class GraphPrepareTilingPass(PipelinePass):
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds),
+            GraphFuseNormProloguePass(),
         )
 
 

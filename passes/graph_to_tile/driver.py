@@ -46,7 +46,16 @@ from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_element
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
 from infer.passes import tiling_tuning
-from infer.passes.graph_to_tile import autotune, casts, elementwise, integer_epilogue, integer_inputs, roofline, storage
+from infer.passes.graph_to_tile import (
+    autotune,
+    casts,
+    elementwise,
+    integer_epilogue,
+    integer_inputs,
+    packed_siblings,
+    roofline,
+    storage,
+)
 from infer.passes.graph_to_tile.builder import Emitter
 from infer.passes.graph_to_tile.context import (
     STAGE,
@@ -206,6 +215,8 @@ class FunctionLowering:
             for r in results:
                 self.ctx.output_buffer(r)
             return
+        if self.ctx.derived.pop((packed_siblings.LOWERED_WITH, op), False):
+            return  # lowered with an earlier product on the same activations
         outermost = not self._lowering
         self._lowering = True
         if outermost:
@@ -264,6 +275,20 @@ class FunctionLowering:
             assert lowering.alone is not None
             lowering.alone(self.ctx, op)
 
+    def _lower_shared(self, kernel: g.KernelOp, op: Operation) -> None:
+        """Lower an op of a kernel's prologue standalone, once for every kernel that holds the
+        same op on the same inputs (graph-fuse-norm-prologue copies a norm into each product
+        that reads it; a product that does not take it on chip reuses the first result)."""
+        outside = dict(zip(kernel.body.block.args, kernel.inputs, strict=True))
+        key = ("shared prologue", op.name, str(op.properties), str(op.attributes),
+               tuple(outside.get(v, v) for v in op.operands))
+        if key in self.ctx.derived:
+            for r, buffer in zip(op.results, self.ctx.derived[key], strict=True):
+                self.ctx.buffers[r] = buffer
+            return
+        self.lower_op(op)
+        self.ctx.derived[key] = [self.ctx.buffers[r] for r in op.results]
+
     def _lower_kernel(self, kernel: g.KernelOp) -> None:
         """A graph.kernel region: its anchor with the other ops as the epilogue, an anchor-less
         elementwise chain, or (ops feeding the anchor, cast round trips) op by op."""
@@ -306,11 +331,14 @@ class FunctionLowering:
         else:
             epilogue = [o for o in ops if o is not anchor]
             anchor_index = ops.index(anchor)
-            if anchor_index != 0:  # ops before the anchor feed it: lower them standalone first
-                for o in ops[:anchor_index]:
-                    self.lower_op(o)
-                epilogue = ops[anchor_index + 1:]
             lowering = lowering_for(anchor)
+            if anchor_index != 0:  # ops before the anchor feed it: on chip by the anchor's
+                epilogue = ops[anchor_index + 1:]  # lowering, or standalone first
+                prologue = ops[:anchor_index]
+                if lowering is None or lowering.prologue is None or \
+                        not lowering.prologue(ctx, anchor, prologue, epilogue, result):
+                    for o in prologue:
+                        self._lower_shared(kernel, o)
             after: list[Operation] = []
             if not isinstance(anchor, g.INTEGER_KERNEL_OPS) and quantization and quantization[-1] > anchor_index:
                 # a float kernel's result quantized to int8: the float epilogue, then the
@@ -326,7 +354,8 @@ class FunctionLowering:
                 self.lower_op(anchor)
                 for o in epilogue + after:
                     self.lower_op(o)
-        ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+        if result in ctx.buffers:  # (a result only sibling products read stays on chip)
+            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:

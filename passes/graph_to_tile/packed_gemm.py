@@ -25,6 +25,12 @@ rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_expose
 The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
 weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
 
+RMSNorm prologue (graph-fuse-norm-prologue): a kernel `rms_norm -> linear` whose product is
+resident loads the norm's input rows instead of the normalised ones and normalises them in the
+activations' staging tile with the norm kernel's own vector instructions (bit for bit its
+result); the normalised rows never go to DRAM. A tiled product leaves the prologue to the
+driver (a norm kernel shared by the products that read it).
+
 Anything else (a matmul without transpose_b, batched weights, a packed tensor that is not a
 weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weight.
 """
@@ -32,6 +38,7 @@ weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weigh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, Signedness, StringAttr, bf16, f16, f32, i8, i64
@@ -43,7 +50,7 @@ from infer.dialects import tile as t
 from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import gemm
+from infer.passes.graph_to_tile import gemm, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
@@ -53,6 +60,8 @@ from infer.target.qblocks import split_blocks
 
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
+#: ctx.derived key: scratchpad bytes of the resident products lowered so far in this nest
+CHAIN_BYTES = ("resident chain bytes",)
 #: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
 WEIGHT_DEPTH = 2
 
@@ -98,6 +107,37 @@ def lower_gemm_or_packed(ctx: LoweringContext, op: Operation, epilogue: Sequence
         lower_packed_gemm(ctx, op, epilogue, result, *found)
 
 
+def _norm_prologue_of(op: Operation) -> g.RmsNormOp | None:
+    """The rms_norm (over the last dim) in front of `op` in its kernel that makes `op`'s
+    activations, or None."""
+    norm = op.operands[0].owner
+    if not isinstance(norm, g.RmsNormOp) or norm.parent_block() is not op.parent_block():
+        return None
+    rank = len(shape_of(norm.input))
+    return norm if norm.axis.value.data % rank == rank - 1 else None
+
+
+def takes_norm_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation],
+                        epilogue: Sequence[Operation], result: SSAValue) -> bool:
+    """The lowering table's prologue check for linear/matmul: True (and the norm recorded for
+    lower_packed_gemm) when the prologue is the rms_norm of the activations and the product
+    on packed weights is resident (then normalised on chip)."""
+    found = packed_weight_of(op)
+    norm = _norm_prologue_of(op)
+    if found is None or norm is None or list(prologue) != [norm]:
+        return False
+    if ctx.session.overrides.get(f"kernel{ctx.session.counter}") is not None:
+        return False  # tiles given by hand: the norm stays a kernel of its own
+    K = shape_of(norm.input)[-1]
+    if ctx.constant(norm.scale) is None and num_elements(shape_of(norm.scale)) != K:
+        return False
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, found[0], epilogue, result, None, prologue=True)
+    if not (M <= TM and N <= TN and K == TK):
+        return False
+    ctx.derived[("norm prologue", op)] = norm
+    return True
+
+
 def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N: int, K: int,
                    TN: int, Kp: int) -> tuple[SSAValue, SSAValue]:
     """The codes and scales planes of W^T in tile-major order, as tile.weights: codes
@@ -131,9 +171,11 @@ def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N
 
 
 def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp, epilogue: Sequence[Operation],
-                  result: SSAValue, name: str | None) -> tuple[int, int, int, tuple[int, int, int]]:
+                  result: SSAValue, name: str | None,
+                  prologue: bool = False) -> tuple[int, int, int, tuple[int, int, int]]:
     """(M, N, K, (TM, TN, TK)) of a packed product: the cost model's choice re-ranked by
-    exposed latencies. `name` None: a look-ahead (no override, no debug output)."""
+    exposed latencies. `name` None: a look-ahead (no override, no debug output). `prologue`:
+    an rms_norm prologue on chip (its squares, scale row and column count in the footprint)."""
     hw = ctx.hw
     fmt_name = dq.block_format.data
     fmt = block_format(fmt_name)
@@ -155,6 +197,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
         spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
         spad += (2 * tn * 4 if bias is not None else 0)
+        spad += (M * K * 4 + K * 4 + M * 4 if prologue else 0)
         spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         return spad, 2 * tm * tn * 4
 
@@ -191,10 +234,13 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     x = op.input if isinstance(op, g.LinearOp) else op.lhs  # type: ignore[attr-defined]
     bias = op.bias if isinstance(op, g.LinearOp) else None
     out_shape = shape_of(result)
+    norm = ctx.derived.pop(("norm prologue", op), None)
     name = ctx.kernel_name()
-    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name)
-    out2 = em.view(ctx.output_buffer(result), (M, N))
-    xv = em.view(ctx.buffer(x), (M, K))
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name, prologue=norm is not None)
+    resident = M <= TM and N <= TN and K == TK
+    if norm is not None and not resident:  # (takes_norm_prologue chose the same tiles)
+        raise error(op, f"{name}: an rms_norm prologue needs a resident product")
+    xv = em.view(ctx.buffer(norm.input if norm is not None else x), (M, K))
     frame_groups = ((), tuple(out_shape[:-1]), (N,))
     copies = ctx.bf16_copies
     entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
@@ -206,10 +252,23 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     code_rows = TK * fmt.bits // 8  # codes-plane rows of one k tile
     code_rows_p = Kp * fmt.bits // 8
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
-    if M <= TM and N <= TN and K == TK:
-        _lower_resident(ctx, op, epilogue, result, fmt_name, (M, N, K), xv, out2, codes_w, scales_w, bias_row,
-                        frame_groups)
+    if resident:
+        from infer.passes.graph_to_tile import packed_siblings
+
+        # (imported here: packed_siblings uses this module's helpers)
+        packed_siblings.start_nest(ctx, op)
+        others = packed_siblings.siblings(ctx, op, norm, M, K)
+        after = packed_siblings.consumers(ctx, op, M, N)
+        out2 = em.view(ctx.output_buffer(result), (M, N)) \
+            if after is None and packed_siblings.needed_outside(ctx, op, others) else None
+        kernel = op.parent_op()
+        if isinstance(kernel, g.KernelOp) and result in ctx.buffers:  # chained groups may read it
+            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+        first = ResidentProduct(op, epilogue, result, fmt_name, N, codes_w, scales_w, bias_row, out2, frame_groups,
+                                after=after)
+        _lower_resident(ctx, [first, *others], xv, M, K, norm)
         return
+    out2 = em.view(ctx.output_buffer(result), (M, N))
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
@@ -270,60 +329,128 @@ def _chunk_rows(K: int, steps: int = 3) -> int:
     return min(c for c in range(QBLOCK, K + 1, QBLOCK) if K % c == 0 and K // c <= steps)
 
 
-def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue,
-                    fmt_name: str, mnk: tuple[int, int, int], xv: SSAValue, out2: SSAValue, codes_w: SSAValue,
-                    scales_w: SSAValue, bias_row: SSAValue | None, frame_groups: tuple) -> None:
-    """The whole product in one tile (decode-shaped: M rows of a small batch): cross-kernel
-    weight prefetch and an expansion overlapped with the matrix unit.
+@dataclass
+class ResidentProduct:
+    """One product of `_lower_resident`: its anchor, epilogue and result, its planes, and where
+    its result goes (`out2` None: it stays on chip, read only by later products' epilogues,
+    whose block arguments `on_chip` lists as index of the product that makes them)."""
 
-    * The codes and scales planes of the whole matrix are DMAd first, then the activations:
-      the weight loads read no value an earlier kernel writes, so the load engine runs them
-      while the previous kernel still computes (only the activations wait for its store).
+    op: Operation
+    epilogue: Sequence[Operation]
+    result: SSAValue
+    fmt_name: str
+    N: int
+    codes_w: SSAValue
+    scales_w: SSAValue
+    bias_row: SSAValue | None
+    out2: SSAValue | None
+    frame_groups: tuple
+    on_chip: dict[SSAValue, int] = field(default_factory=dict)
+    after: product_consumers.Consumers | None = None  # rotary / KV append done on its tile
+
+
+def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], xv: SSAValue | None, M: int, K: int,
+                    norm: g.RmsNormOp | None = None, x_tile_src: SSAValue | None = None) -> None:
+    """Whole products in one tile each (decode-shaped: M rows of a small batch) on the same
+    activations `xv` [M, K] (several: packed_siblings.py's group, e.g. q/k/v or gate/up, loaded,
+    normalised and split once): cross-kernel weight prefetch and an expansion overlapped with
+    the matrix unit.
+
+    * The codes and scales planes of the first product are DMAd first, then the activations,
+      then the other products' planes: the weight loads read no value an earlier kernel writes,
+      so the load engine runs them while the previous kernel still computes (only the
+      activations wait for its store).
     * W^T is expanded in up to three straight-line steps of KC rows (`_chunk_rows`), each
       into its own rows of the weight tile, the first before the activations' conversion (the
       vector unit runs in order: behind it the expansion would wait for the previous kernel's
-      store) and step j+1 before step j's matmuls in program order (behind them, the front
-      end would dispatch it only once the 8-deep matrix queue had taken them all), so
-      `vec.dequant` of step j+1 overlaps the array's `mx.loadw`/matmuls of step j. (In a loop
-      the tile's rows would be one hull and every step would wait for the previous one's
-      matmuls.)
+      store) and step j+1 (or the next product's step 0) before step j's matmuls in program
+      order (behind them, the front end would dispatch it only once the 8-deep matrix queue
+      had taken them all), so `vec.dequant` of step j+1 overlaps the array's
+      `mx.loadw`/matmuls of step j. (In a loop the tile's rows would be one hull and every
+      step would wait for the previous one's matmuls.) A product's epilogue follows the next
+      product's first matmuls, so the vector unit does not wait for the array's drain.
     * Consecutive resident products use alternate halves of buffers allocated twice as large
       (`LoweringContext.resident_products` counts them): the planner gives the next kernel the
       same bytes, and with one half each the next kernel's weight DMAs and expansion do not wait
       for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
-      the accumulator (no fill, which would wait for the previous kernel's store of it)."""
+      the accumulator (no fill, which would wait for the previous kernel's store of it).
+    * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
+      tile (`_normalize_rows`) before the split.
+    * `x_tile_src`: the activations are an earlier group's result tile (packed_siblings.chained:
+      o -> gate/up -> down -> q/k/v), copied into the staging tile instead of loaded (`xv`
+      None); after its last product the next chained group is lowered the same way."""
     em = ctx.emitter
-    M, N, K = mnk
-    fmt = block_format(fmt_name)
-    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
     KC = _chunk_rows(K)
+    steps = K // KC
     z = [0, 0]
-    half = ctx.resident_products % 2
-    ctx.resident_products += 1
-    code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
-    codes = em.alloc((2 * code_rows, N), i8 if fmt_name == "q8_0" else ui8, "spad")
-    scales = em.alloc((2 * scale_rows, N * entry // 2), f16, "spad")
-    x_staging = em.alloc((2 * M, K), f32, "spad")
-    x_tile = Bf16Tile(em.alloc((2 * M, K), bf16, "spad"),
-                      em.alloc((2 * M, K), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_tile = Bf16Tile(em.alloc((2 * K, N), bf16, "spad"),
-                      em.alloc((2 * K, N), bf16, "spad") if ctx.bf16_copies == 2 else None)
-    w_expanded = em.alloc((2 * KC, N), f32, "spad") if ctx.bf16_copies == 2 else None
-    acc = em.alloc((M, N), f32, "acc")
-    bias_tile = em.alloc((1, N), f32, "spad") if bias_row is not None else None
-    c0, s0, x0, w0, e0 = half * code_rows, half * scale_rows, half * M, half * K, half * KC
-    prefetched = ctx.derived.pop(("prefetched planes", op), None)
-    if prefetched is not None:  # the previous resident product loaded them
-        codes, scales = prefetched
-        c0 = s0 = 0
-    else:
-        em.dma(codes_w, z, codes, [c0, 0], [code_rows, N])
-        em.dma(scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
-    em.dma(xv, z, x_staging, [x0, 0], [M, K])
-    # after the activations: ahead of them, its transfer would delay theirs
-    _prefetch_next(ctx, op)
-    if bias_row is not None and bias_tile is not None:
-        em.dma(bias_row, z, bias_tile, z, [1, N])
+    copies = ctx.bf16_copies
+    head = x_tile_src is None  # the kernel's first group (chained groups live in the same nest)
+    if head:
+        ctx.derived[CHAIN_BYTES] = 0
+    spad_bytes = {"f32": 4, "bf16": 2, "f16": 2, "ui8": 1, "i8": 1}
+
+    def alloc(shape: tuple[int, int], elem, space: str = "spad") -> SSAValue:
+        if space == "spad":
+            ctx.derived[CHAIN_BYTES] += shape[0] * shape[1] * spad_bytes[str(elem)]
+        return em.alloc(shape, elem, space)
+
+    x_rows = 2 * M if head else M
+    x0 = (ctx.resident_products % 2) * M if head else 0
+    x_staging = alloc((x_rows, K), f32)
+    x_tile = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 else None)
+
+    @dataclass
+    class Planes:  # one product's on-chip buffers and their row origins
+        codes: SSAValue
+        scales: SSAValue
+        w_tile: Bf16Tile
+        w_expanded: SSAValue | None
+        acc: SSAValue
+        bias_tile: SSAValue | None
+        c0: int
+        s0: int
+        w0: int
+        e0: int
+
+    def load_planes(p: ResidentProduct, double: bool) -> Planes:
+        # double: two halves, the kernel's first product (see above); the others have their
+        # own bytes in this nest
+        fmt = block_format(p.fmt_name)
+        entry = isa.qscale_bytes(isa.QFORMAT_CODE[p.fmt_name])
+        N = p.N
+        half, n = (ctx.resident_products % 2, 2) if double else (0, 1)
+        ctx.resident_products += 1 if double else 0
+        code_rows, scale_rows = K * fmt.bits // 8, K // QBLOCK
+        codes = alloc((n * code_rows, N), i8 if p.fmt_name == "q8_0" else ui8)
+        scales = alloc((n * scale_rows, N * entry // 2), f16)
+        c0, s0 = half * code_rows, half * scale_rows
+        prefetched = ctx.derived.pop(("prefetched planes", p.op), None)
+        if prefetched is not None:  # the previous resident product loaded them
+            codes, scales = prefetched
+            c0 = s0 = 0
+        else:
+            em.dma(p.codes_w, z, codes, [c0, 0], [code_rows, N])
+            em.dma(p.scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+        w_tile = Bf16Tile(alloc((n * K, N), bf16), alloc((n * K, N), bf16) if copies == 2 else None)
+        w_expanded = alloc((n * KC, N), f32) if copies == 2 else None
+        return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
+                      alloc((1, N), f32) if p.bias_row is not None else None,
+                      c0, s0, half * K, half * KC)
+
+    planes = [load_planes(products[0], head)]
+    norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
+    if x_tile_src is None:
+        assert xv is not None
+        em.dma(xv, z, x_staging, [x0, 0], [M, K])
+    # after the activations: ahead of them, their transfer would delay the activations'
+    planes += [load_planes(p, False) for p in products[1:]]
+    for p in products:
+        if p.after is not None:
+            product_consumers.load_tables(ctx, p.after, M)
+    _prefetch_next(ctx, products[-1].op)
+    for p, b in zip(products, planes, strict=True):
+        if p.bias_row is not None and b.bias_tile is not None:
+            em.dma(p.bias_row, z, b.bias_tile, z, [1, p.N])
 
     def split(src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
         # split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)
@@ -332,27 +459,86 @@ def _lower_resident(ctx: LoweringContext, op: Operation, epilogue: Sequence[Oper
             em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
             em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
 
-    def expand(j: int) -> None:
-        codes_at, scales_at = [c0 + j * KC * fmt.bits // 8, 0], [s0 + j * KC // QBLOCK, 0]
-        if w_expanded is None:
-            emit_dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[w0 + j * KC, 0])
+    def expand(i: int, j: int) -> None:
+        p, b = products[i], planes[i]
+        bits = block_format(p.fmt_name).bits
+        codes_at, scales_at = [b.c0 + j * KC * bits // 8, 0], [b.s0 + j * KC // QBLOCK, 0]
+        if b.w_expanded is None:
+            emit_dequant(em, b.w_tile.hi, b.codes, codes_at, b.scales, scales_at, KC, p.N, p.fmt_name,
+                         dst_at=[b.w0 + j * KC, 0])
         else:  # the f32 rows are reused by every step: the vector unit runs in order
-            emit_dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[e0, 0])
-            split(w_expanded, e0, w_tile, w0 + j * KC, KC, N)
+            emit_dequant(em, b.w_expanded, b.codes, codes_at, b.scales, scales_at, KC, p.N, p.fmt_name,
+                         dst_at=[b.e0, 0])
+            split(b.w_expanded, b.e0, b.w_tile, b.w0 + j * KC, KC, p.N)
 
-    steps = K // KC
-    expand(0)
+    results: list[SSAValue] = []
+
+    def finish(i: int) -> None:  # bias, epilogue (earlier products' results on chip), store
+        p, b = products[i], planes[i]
+        if b.bias_tile is not None:
+            em.vec("add", b.acc, z, b.acc, z, M, p.N, b.bias_tile, z, bmode="row")
+        frame = TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)
+        tiles = {p.op.results[0]: b.acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
+        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result)
+        results.append(tile)
+        if p.out2 is not None:
+            em.dma(tile, z, p.out2, z, [M, p.N])
+        if p.after is not None:
+            product_consumers.emit(ctx, p.after, tile, M, p.N)
+
+    expand(0, 0)
+    if x_tile_src is not None:
+        em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
+    if norm is not None and norm_params is not None:
+        _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
-    for j in range(steps):
-        if j + 1 < steps:
-            expand(j + 1)
-        emit_tile_product(ctx, x_tile, w_tile, acc, M, KC, N, lhs_at=(x0, j * KC), rhs_at=(w0 + j * KC, 0),
-                          overwrite=j == 0)
-    if bias_tile is not None:
-        em.vec("add", acc, z, acc, z, M, N, bias_tile, z, bmode="row")
-    frame = TileFrame(*frame_groups, 0, 0, 0, M, N)
-    tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-    em.dma(tile, z, out2, z, [M, N])
+    for i, (p, b) in enumerate(zip(products, planes, strict=True)):
+        for j in range(steps):
+            if j + 1 < steps:
+                expand(i, j + 1)
+            elif i + 1 < len(products):
+                expand(i + 1, 0)
+            emit_tile_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(x0, j * KC),
+                              rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
+            if j == 0 and i > 0:
+                finish(i - 1)
+    finish(len(products) - 1)
+    from infer.passes.graph_to_tile import packed_siblings
+
+    chain = packed_siblings.chained(ctx, list(products), results, M)
+    if chain is not None:
+        nxt_products, src, K2, norm2 = chain
+        _lower_resident(ctx, nxt_products, None, M, K2, norm2, x_tile_src=src)
+
+
+def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """The scratchpad tiles of an rms_norm prologue: (squares [M, K], row sums [M, 1], the scale
+    row [1, K], DMAd here: it reads no value an earlier kernel writes)."""
+    em = ctx.emitter
+    scale = ctx.constant(norm.scale)
+    if scale is not None:
+        row = np.ascontiguousarray(np.broadcast_to(scale, (K,)).reshape(1, K).astype(np.float32))
+        src = ctx.weight("rms_norm.param", row, f32)
+    else:
+        src = em.view(ctx.buffer(norm.scale), (1, K))
+    gamma = em.alloc((1, K), f32, "spad")
+    em.dma(src, [0, 0], gamma, [0, 0], [1, K])
+    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
+
+
+def _normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
+                    M: int, K: int) -> None:
+    """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: norms.lower_rowwise's instructions in its
+    order (so the rows are bit for bit the norm kernel's)."""
+    squares, column, gamma = params
+    z, at = [0, 0], [x0, 0]
+    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
+    em.vec("rsum", column, z, squares, z, M, K)
+    em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
+    em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
+    em.vec("rsqrt", column, z, column, z, M, 1)
+    em.vec("mul", x, at, x, at, M, K, column, z, bmode="col")
+    em.vec("mul", x, at, x, at, M, K, gamma, z, bmode="row")
 
 
 def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
@@ -367,7 +553,8 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     if found is None:
         return
     nxt, dq, packed = found
-    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None)
+    M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None,
+                                          prologue=_norm_prologue_of(nxt) is not None)
     if not (M <= TM and N <= TN and K == TK):
         return
     em = ctx.emitter

@@ -18,7 +18,8 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 }
 
 // The transposes cancel in graph-canonicalize, the constants fold in
-// graph-constant-fold; the last stage (graph-fuse) leaves the output.
+// graph-constant-fold; the last stages (graph-fuse, graph-fuse-norm-prologue) leave the
+// output.
 // CHECK:      IR after graph-canonicalize (in graph-prepare-tiling > graph-optimize):
 // CHECK-NOT:  graph.transpose
 // CHECK:      %s = graph.add %c, %d
@@ -29,6 +30,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // CHECK:      IR after graph-shape-inference (in graph-prepare-tiling > graph-optimize):
 // CHECK:      IR after graph-fold-batch-norm (in graph-prepare-tiling):
 // CHECK:      IR after graph-dce (in graph-prepare-tiling):
+// CHECK:      IR after graph-fuse (in graph-prepare-tiling):
 // CHECK-NOT:  IR after
 // CHECK:      %r = graph.kernel "elementwise" (%x, %s)
 
@@ -45,6 +47,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fold-batch-norm
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-dce
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fuse
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fuse-norm-prologue
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}  graph-dce
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}  verify
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}  output
