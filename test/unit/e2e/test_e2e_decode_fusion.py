@@ -18,17 +18,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from xdsl.dialects.func import FuncOp
-from xdsl.passes import PassPipeline
 
 import infer
+from helpers.tile_programs import tile_module
 from infer.dialects import graph as g
 from infer.dialects import tile as t
 from infer.dialects.graph_interpreter import run_module
 from infer.dialects.ir_io import make_context
 from infer.dialects.tile_interpreter import run_tile_module
-from infer.dialects.weights import weights_of
 from infer.passes.pipelines import GraphPrepareTilingPass
-from infer.passes.pipelines_npu import CompileNpuPass
 
 pytest.importorskip("gguf")
 
@@ -77,17 +75,8 @@ def test_fused_decode_step_matches_the_interpreters(tmp_path, target, precision)
     xs = decode_inputs(model, [3, 10])
     reference = run_module(model.module, xs)
 
-    work = model.module.clone()
-    captured = {}
-
-    def after(done, op, _upcoming):
-        if done is not None and done.name == "graph-to-tile":
-            captured["tile"] = op.clone()
-
-    PassPipeline(CompileNpuPass(target=target, precision=precision).passes(), callback=after).apply(
-        make_context(), work)
-    tiles = captured["tile"]
-    expected = run_tile_module(tiles, xs, weights=weights_of(work))
+    tiles, weights = tile_module(model.module, target, precision)
+    expected = run_tile_module(tiles, xs, weights=weights)
 
     exe = infer.compile(model, target=target, precision=precision)
     ys = exe.run(xs, check_races=True)

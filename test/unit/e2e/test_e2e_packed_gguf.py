@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.passes import PassPipeline
 
 import infer
 from helpers.sim_modes import assert_sim_modes_agree
+from helpers.tile_programs import tile_module
 from infer.dialects import graph as g
 from infer.dialects import tile as t
 from infer.dialects.graph_interpreter import run_module
@@ -25,7 +25,6 @@ from infer.dialects.ir_io import make_context, parse_ir
 from infer.dialects.tile_interpreter import run_tile_module
 from infer.dialects.weights import WeightStore, attach_weights, weights_of
 from infer.passes.pipelines import GraphPrepareTilingPass
-from infer.passes.pipelines_npu import CompileNpuPass
 
 gguf = pytest.importorskip("gguf")
 
@@ -58,20 +57,6 @@ def packed_linear_module(fmt: str, M: int, K: int, N: int, *, bias: bool = False
         store.set("b", rng.standard_normal(N).astype(np.float32))
     attach_weights(module, store)
     return module
-
-
-def tile_module(module, target: str, precision: str):
-    """The module as compile-npu leaves it after graph-to-tile (and its weight store)."""
-    work = module.clone()
-    captured = {}
-
-    def after(done, op, _upcoming):
-        if done is not None and done.name == "graph-to-tile":
-            captured["tile"] = op.clone()
-
-    PassPipeline(CompileNpuPass(target=target, precision=precision).passes(), callback=after).apply(
-        make_context(), work)
-    return captured["tile"], weights_of(work)
 
 
 CASES = [  # fmt, target, precision, M, K, N, bias, relu: remainder tiles in n and k on both configs

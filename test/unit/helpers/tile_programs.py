@@ -1,22 +1,42 @@
 """Hand-written planned tile IR for the tile-to-npu tests, and running it both ways: on the
 tile interpreter and, lowered by tile-plan-memory + tile-to-npu, on the simulator
-(`run_both` asserts the outputs are bit-identical)."""
+(`run_both` asserts the outputs are bit-identical); `tile_module`: a graph module's tile IR as
+compile-npu makes it."""
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 
+from xdsl.passes import PassPipeline
+
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.tile_interpreter import run_tile_module
 from infer.dialects.npu_attrs import layout_from_module
+from infer.dialects.weights import weights_of
+from infer.passes.pipelines_npu import CompileNpuPass
 from infer.passes.tile_memory_plan import TilePlanMemoryPass
 from infer.passes.tile_to_npu import TileToNpuPass
 from infer.target.sim import Simulator
 
 CTX = make_context()
 BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def tile_module(module, target: str, precision: str):
+    """The graph module as compile-npu leaves it after graph-to-tile, and its weight store (the
+    module itself is not changed)."""
+    work = module.clone()
+    captured = {}
+
+    def after(done, op, _upcoming):
+        if done is not None and done.name == "graph-to-tile":
+            captured["tile"] = op.clone()
+
+    PassPipeline(CompileNpuPass(target=target, precision=precision).passes(), callback=after).apply(
+        make_context(), work)
+    return captured["tile"], weights_of(work)
 
 
 def lower(text: str):
