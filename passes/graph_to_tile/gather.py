@@ -20,23 +20,21 @@
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerType, Signedness, f16, f32, i8, i32
+from xdsl.dialects.builtin import f16, f32, i8, i32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects import tile as t
+from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
-from infer.dialects.block_quant import block_format
 from infer.passes.graph_to_tile.copies import copy_box
-from infer.passes.graph_to_tile.packed_gemm import emit_dequant
+from infer.passes.graph_to_tile.packed_gemm import emit_dequant, packed_source, plane_weight, ui8
+from infer.passes.graph_to_tile.transpose import permute_copy
 from infer.target import isa
 from infer.target.qblocks import split_blocks
-from infer.passes.graph_to_tile.transpose import permute_copy
 
-UI8 = IntegerType(8, Signedness.UNSIGNED)
 MAX_BOX_COPIES = 64  # compile-time indices on an inner axis: one box copy each, at most this many
 
 
@@ -70,7 +68,7 @@ def lower_gather(ctx: LoweringContext, op: Operation) -> None:
             raise error(op, "runtime gather indices have no buffer")
         if element_name_of(index_buffer) == "f32":
             index_buffer = _indices_as_i32(ctx, index_buffer, count, shape[axis])
-    packed = _packed_table(op.input) if axis == 0 else None
+    packed = packed_source(op.input) if axis == 0 else None
     if packed is not None:
         _gather_packed_rows(ctx, name, *packed, shape, index_buffer, count, out)
         return
@@ -141,15 +139,6 @@ def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int
     em.tiles(count, TR, lambda r0, tr: em.tiles(W, TC, lambda c0, tcn: tile(r0, tr, c0, tcn)))
 
 
-def _packed_table(table: SSAValue) -> tuple[g.DequantizeBlocksOp, g.WeightOp] | None:
-    """(dequantize_blocks, packed weight) when the gathered table is a 2-D packed GGUF weight."""
-    dq = table.owner
-    if not isinstance(dq, g.DequantizeBlocksOp) or len(shape_of(table)) != 2:
-        return None
-    packed = dq.input.owner
-    return (dq, packed) if isinstance(packed, g.WeightOp) else None
-
-
 def _gather_packed_rows(ctx: LoweringContext, name: str, dq: g.DequantizeBlocksOp, packed: g.WeightOp,
                         shape: tuple[int, ...], index_buffer: SSAValue, count: int, out: SSAValue) -> None:
     """out[count, W] = dequantize_blocks(table)[indices]: per [TR, TC] tile the rows' codes and
@@ -157,16 +146,14 @@ def _gather_packed_rows(ctx: LoweringContext, name: str, dq: g.DequantizeBlocksO
     em = ctx.emitter
     fmt_name = dq.block_format.data
     bits = block_format(fmt_name).bits
+    code_elem = i8 if bits == 8 else ui8
     V, W = shape
     key = ("packed rows", packed.weight_key)
     if key not in ctx.derived:
         codes, scales = split_blocks(np.asarray(ctx.store.get(packed.weight_key)), fmt_name, V, W, "row")
-        planes = []
-        for suffix, data, elem in ((".row_codes", codes, i8 if bits == 8 else UI8),
-                                   (".row_scales", np.ascontiguousarray(scales).view(np.float16), f16)):
-            weight_name = ctx.store.add(packed.weight_key + suffix, data)
-            planes.append(em.hoist(t.WeightOp(weight_name, t.memref(data.shape, elem, "dram"))).results[0])
-        ctx.derived[key] = tuple(planes)
+        ctx.derived[key] = (plane_weight(ctx, packed.weight_key + ".row_codes", codes, code_elem),
+                            plane_weight(ctx, packed.weight_key + ".row_scales",
+                                         np.ascontiguousarray(scales).view(np.float16), f16))
     codes_w, scales_w = ctx.derived[key]
     scale_halves = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name]) // 2  # f16 entries of one block's scale
     ids = em.view(index_buffer, (count,))
@@ -180,7 +167,7 @@ def _gather_packed_rows(ctx: LoweringContext, name: str, dq: g.DequantizeBlocksO
     ctx.predict(cycles)
     ctx.debug(f"[graph-to-tile] {name}: gather rows {count} of a packed {fmt_name} {V}x{W} table: codes and "
               f"scales by tile.gather_rows, tile.dequant blocks=row, tiles {TR}x{TC}: est {cycles} cycles")
-    codes_tile = em.alloc((TR, TC * bits // 8), i8 if bits == 8 else UI8, "spad", 2)
+    codes_tile = em.alloc((TR, TC * bits // 8), code_elem, "spad", 2)
     scales_tile = em.alloc((TR, TC // isa.QBLOCK * scale_halves), f16, "spad", 2)
     rows_tile = em.alloc((TR, TC), f32, "spad", 2)
     z = [0, 0]

@@ -77,8 +77,14 @@ def packed_weight_of(op: Operation) -> tuple[g.DequantizeBlocksOp, g.WeightOp] |
             return None
     else:
         return None
-    dq = _outside_kernel(weight).owner
-    if not isinstance(dq, g.DequantizeBlocksOp) or len(shape_of(weight)) != 2:
+    return packed_source(weight)
+
+
+def packed_source(value: SSAValue) -> tuple[g.DequantizeBlocksOp, g.WeightOp] | None:
+    """(dequantize_blocks, packed weight) when `value` (or what a graph.kernel block argument
+    stands for) is a 2-D packed GGUF weight expanded by dequantize_blocks, else None."""
+    dq = _outside_kernel(value).owner
+    if not isinstance(dq, g.DequantizeBlocksOp) or len(shape_of(value)) != 2:
         return None
     packed = dq.input.owner
     if not isinstance(packed, g.WeightOp):
@@ -162,12 +168,17 @@ def _plane_weights(ctx: LoweringContext, hint: str, raw: np.ndarray, fmt: str, N
     code_elem = i8 if fmt == "q8_0" else ui8
     if fmt == "q8_0":
         codes_tm = codes_tm.view(np.int8)
-    out = []
-    for suffix, data, elem in ((".codes", codes_tm, code_elem), (".scales", scales_tm, f16)):
-        name = ctx.store.add(hint + suffix, data)
-        out.append(ctx.emitter.hoist(t.WeightOp(name, t.memref(data.shape, elem, "dram"))).results[0])
-    ctx.derived[key] = (out[0], out[1])
-    return out[0], out[1]
+    planes = (plane_weight(ctx, hint + ".codes", codes_tm, code_elem),
+              plane_weight(ctx, hint + ".scales", scales_tm, f16))
+    ctx.derived[key] = planes
+    return planes
+
+
+def plane_weight(ctx: LoweringContext, hint: str, data: np.ndarray, elem) -> SSAValue:
+    """A codes or scales plane as a DRAM `tile.weight` of element type `elem` (ui8/i8, f16),
+    stored as it is (LoweringContext.weight converts to f32/bf16/i32/i8 only)."""
+    name = ctx.store.add(hint, data)
+    return ctx.emitter.hoist(t.WeightOp(name, t.memref(data.shape, elem, "dram"))).results[0]
 
 
 def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp, epilogue: Sequence[Operation],
