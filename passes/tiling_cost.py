@@ -292,10 +292,9 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
         flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
         period = max(period, flash)
         chain += flash - (mm_step + fill)
-    if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
-    serial_tiles = min(serial_tiles, out_tiles - 1)
-    return int(chain + (out_tiles - 1 - serial_tiles) * period + serial_tiles * max(period, chain))
+    return int(chain + (out_tiles - 1) * period)
 
 
 def fits(hw: HardwareConfig, e: Estimate) -> bool:
@@ -482,6 +481,11 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
     return True
 
 
+# cycles per iteration of a transpose loop (one `copy` of a row or column and two address
+# increments, dispatched one per cycle by the front end), when the copy itself is shorter
+TRANSPOSE_STEP = 3
+
+
 def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate:
     # a padded input's planes: prepared in DRAM by the helper nest (its cycles counted here), or
     # its windows built on chip like an unpadded input's
@@ -572,7 +576,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         pass  # windows straight from the prepared planes
     elif channels:  # transposes, then place (+ round)
         n_t = min(avg_tc, pixels)
-        per_load += s.planes * n_t * -(-int(max(avg_tc, pixels)) // L) * vcost["copy"]
+        per_load += s.planes * n_t * max(-(-int(max(avg_tc, pixels)) // L) * vcost["copy"], TRANSPOSE_STEP)
         per_load_instrs += s.planes * n_t
     elif s.stride > 1:  # the column phase gather
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * vcost["copy"]
@@ -593,7 +597,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
     vec_instrs = window_instrs_run + out_tiles * (s.epi_cost + 1 + fill)
     if channels:
         n_t = min(avg_to, tq_avg)
-        vector += out_tiles * n_t * -(-int(max(avg_to, tq_avg)) // L) * vcost["copy"]
+        vector += out_tiles * n_t * max(-(-int(max(avg_to, tq_avg)) // L) * vcost["copy"], TRANSPOSE_STEP)
         vec_instrs += out_tiles * n_t
     # front end: every instruction is dispatched in order, one per cycle
     frontend = int(2 * matmuls + vec_instrs + loads + stores + 3 * (steps + out_tiles))
@@ -619,17 +623,28 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
     ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
+    # the first output tile's step loads (and builds) what the tiles after it share: with one
+    # channel step, a row tile's whole window (rows outside) or an output tile's whole weight
+    # block (output-channel tiles outside), before its first matmul
+    first_step = None
+    if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
+        first_step = (window_b + weight_b, window_vector / max(1, window_loads))
     cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_vector,
                                         vector - window_vector,
                                         pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
-                                        frontend=frontend, serial_tiles=edge_tiles))
+                                        frontend=frontend, serial_tiles=edge_tiles,
+                                        first_step=first_step,
+                                        shared=nO if single and T.outer == "rows" else 1,
+                                        window_instrs=window_instrs_run))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
 
 
 def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
-                   frontend: float = 0, serial_tiles: int = 0) -> int:
+                   frontend: float = 0, serial_tiles: int = 0,
+                   first_step: tuple[float, float] | None = None, shared: int = 1,
+                   window_instrs: float = 0) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -637,17 +652,32 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     (double buffers); a loop tile-to-npu does not pipeline (fewer than 3 steps, or remainder
     tiles: their second copy of the body, as measured) runs each step's chain in series.
     `serial_tiles` of the output tiles are emitted on their own (single-buffered: the row tiles
-    whose on-chip windows reach into the padding) and run their whole chain in series."""
+    whose on-chip windows reach into the padding) and run their whole chain in series.
+    `first_step`: (load bytes, window vector cycles) of the first step when it loads more than
+    the average (an operand shared by the tiles after it); `shared`: output tiles per window
+    built on chip (the output-channel tiles of a row tile's window with one channel step)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
     serial = dma_round_trip(hw, ld) + vec + vlat + mm
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
+    if pipelined and window_instrs > hw.vector.queue_depth * n:
+        # a step's window building is more vector instructions than the vector queue holds
+        # (the transposes of pixel-major windows): the front end waits for those beyond the
+        # queue to issue (at least TRANSPOSE_STEP each) and dispatches the next step's loads only then
+        beyond = 1 - hw.vector.queue_depth * n / window_instrs
+        step = max(step, ld / bw + max(vec * beyond, (window_instrs / n - hw.vector.queue_depth) * TRANSPOSE_STEP))
     epi, store = tile_vector / out_tiles, store_bytes / out_tiles
     tail = fill + epi + vlat + dma_round_trip(hw, store)
     period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
-    chain = serial + (steps - 1) * step + tail
+    if vec:
+        # the vector unit runs in order: a tile's window building (its first step's) waits behind
+        # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
+        # matmuls wait for the window: once per window built (`shared` tiles use one)
+        period = max(period, steps * mm + (fill + epi + vlat) / shared + vec)
+    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + first_step[1] + vlat + mm
+    chain = first + (steps - 1) * step + tail
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
     serial_tiles = min(serial_tiles, out_tiles - 1)
