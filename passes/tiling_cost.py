@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infer.passes.tiling_code import code_size, conv_nest
 from infer.passes.tiling_tuning import pick_index
@@ -383,6 +383,7 @@ class ConvSpec:
     stride: int
     halo_rows: int  # window plane rows beyond the tile's output rows
     prepared: bool  # padded: bf16 planes prepared in DRAM by a helper nest (else built on chip)
+    # (a padded input's windows can also be built on chip: ConvTiles.on_chip_padding)
     planes: int
     row_phases: int
     copies: int
@@ -396,8 +397,12 @@ class ConvSpec:
     out_bytes: int = 4  # bytes per stored output element
     matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
     # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
-    footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
-                                                                                       compare=False)
+    footprint: Callable[[str, int, int, int, str, bool, bool], tuple[int, int]] | None = field(
+        default=None, compare=False)
+    # the prepared planes' helper nest (planes.prepare_estimate): (channel-major, pixel-major) cycles
+    prepare_cycles: tuple[int, int] = (0, 0)
+    # TOH -> row tiles of windows padded on chip that are emitted on their own (windows.row_tile_plan)
+    edge_row_tiles: Callable[[int], int] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -412,10 +417,13 @@ class ConvTiles:
     TC: int
     outer: str = "o"
     im2col: bool = False  # the taps folded into the depth (copied into one operand per step)
+    # a padded input: its windows built on chip from the input rows (the padding filled there)
+    # instead of loaded from stride-phase planes a helper nest prepares in DRAM first
+    on_chip_padding: bool = False
 
     def text(self) -> str:
         return (f"{self.orientation} TO={self.TO} TOH={self.TOH} TC={self.TC} outer={self.outer}"
-                + (" im2col" if self.im2col else ""))
+                + (" im2col" if self.im2col else "") + (" on-chip-padding" if self.on_chip_padding else ""))
 
 
 @dataclass
@@ -431,6 +439,7 @@ class ConvEstimate:
     feasible: bool = True  # the loop nest lowers (hardware loop depth)
     instructions: int = 0  # static instructions (code size, tiling_code.code_size)
     unrolled: bool = False  # the nest is deeper than scalar.loop_depth: tile-to-npu unrolls loops
+    helper: int = 0  # of `cycles`, the prepared planes' helper nest (predicted with that nest)
 
     @property
     def bound(self) -> str:
@@ -472,7 +481,22 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
     return True
 
 
+# cycles per iteration of a transpose loop (one `copy` of a row or column and two address
+# increments, dispatched one per cycle by the front end), when the copy itself is shorter
+TRANSPOSE_STEP = 3
+
+
 def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate:
+    # a padded input's planes: prepared in DRAM by the helper nest (its cycles counted here), or
+    # its windows built on chip like an unpadded input's
+    helper = edge_tiles = 0
+    if s.prepared and T.on_chip_padding:
+        s = replace(s, prepared=False)
+        # the row tiles whose windows reach into the padding are emitted on their own
+        edge_tiles = (s.edge_row_tiles(min(T.TOH, s.OH)) if s.edge_row_tiles is not None else 0) \
+            * s.batch * s.groups * -(-s.Og // min(T.TO, s.Og))
+    elif s.prepared:
+        helper = s.prepare_cycles[1 if T.orientation == "channels" else 0]
     R, Ccols = hw.matrix.rows, hw.matrix.cols
     L = hw.vector.lanes
     vcost = hw.vector.cost
@@ -552,7 +576,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         pass  # windows straight from the prepared planes
     elif channels:  # transposes, then place (+ round)
         n_t = min(avg_tc, pixels)
-        per_load += s.planes * n_t * -(-int(max(avg_tc, pixels)) // L) * vcost["copy"]
+        per_load += s.planes * n_t * max(-(-int(max(avg_tc, pixels)) // L) * vcost["copy"], TRANSPOSE_STEP)
         per_load_instrs += s.planes * n_t
     elif s.stride > 1:  # the column phase gather
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * vcost["copy"]
@@ -561,17 +585,19 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * split
         per_load_instrs += s.planes * (3 if s.copies == 2 else 1)
     tq_avg = avg_toh * s.Wq
-    if T.im2col:  # per step a copy per tap of [tc, pixels]
-        per_load += s.taps * s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
-        per_load_instrs += s.taps * s.copies
+    window_vector = window_loads * per_load
+    window_instrs_run = window_loads * per_load_instrs
+    if T.im2col:  # per step of every output tile (conv.py `products`) a copy per tap of [tc, pixels]
+        window_vector += steps * s.taps * s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        window_instrs_run += steps * s.taps * s.copies
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
     fill = 0 if single and (s.taps == 1 or T.im2col) else 2
-    vector = window_loads * per_load + out_tiles * per_tile * (s.epi_cost + fill)
-    vec_instrs = window_loads * per_load_instrs + out_tiles * (s.epi_cost + 1 + fill)
+    vector = window_vector + out_tiles * per_tile * (s.epi_cost + fill)
+    vec_instrs = window_instrs_run + out_tiles * (s.epi_cost + 1 + fill)
     if channels:
         n_t = min(avg_to, tq_avg)
-        vector += out_tiles * n_t * -(-int(max(avg_to, tq_avg)) // L) * vcost["copy"]
+        vector += out_tiles * n_t * max(-(-int(max(avg_to, tq_avg)) // L) * vcost["copy"], TRANSPOSE_STEP)
         vec_instrs += out_tiles * n_t
     # front end: every instruction is dispatched in order, one per cycle
     frontend = int(2 * matmuls + vec_instrs + loads + stores + 3 * (steps + out_tiles))
@@ -592,41 +618,70 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
     code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
     feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
-    spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col) if s.footprint is not None
+    spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared) if s.footprint is not None
                  else (0, 2 * TO * tq_full * 4))
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
     ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
-    cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_loads * per_load,
-                                        vector - window_loads * per_load,
+    # the first output tile's step loads (and builds) what the tiles after it share: with one
+    # channel step, a row tile's whole window (rows outside) or an output tile's whole weight
+    # block (output-channel tiles outside), before its first matmul
+    first_step = None
+    if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
+        first_step = (window_b + weight_b, window_vector / max(1, window_loads))
+    cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_vector,
+                                        vector - window_vector,
                                         pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
-                                        frontend=frontend))
-    return ConvEstimate(T, cycles, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
-                        code.instructions, code.unrolled)
+                                        frontend=frontend, serial_tiles=edge_tiles,
+                                        first_step=first_step,
+                                        shared=nO if single and T.outer == "rows" else 1,
+                                        window_instrs=window_instrs_run))
+    return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
+                        code.instructions, code.unrolled, helper)
 
 
 def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
-                   frontend: float = 0) -> int:
+                   frontend: float = 0, serial_tiles: int = 0,
+                   first_step: tuple[float, float] | None = None, shared: int = 1,
+                   window_instrs: float = 0) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
     the store's round trip. A software-pipelined step loop overlaps half of a step's chain
     (double buffers); a loop tile-to-npu does not pipeline (fewer than 3 steps, or remainder
-    tiles: their second copy of the body, as measured) runs each step's chain in series."""
+    tiles: their second copy of the body, as measured) runs each step's chain in series.
+    `serial_tiles` of the output tiles are emitted on their own (single-buffered: the row tiles
+    whose on-chip windows reach into the padding) and run their whole chain in series.
+    `first_step`: (load bytes, window vector cycles) of the first step when it loads more than
+    the average (an operand shared by the tiles after it); `shared`: output tiles per window
+    built on chip (the output-channel tiles of a row tile's window with one channel step)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
     serial = dma_round_trip(hw, ld) + vec + vlat + mm
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
+    if pipelined and window_instrs > hw.vector.queue_depth * n:
+        # a step's window building is more vector instructions than the vector queue holds
+        # (the transposes of pixel-major windows): the front end waits for those beyond the
+        # queue to issue (at least TRANSPOSE_STEP each) and dispatches the next step's loads only then
+        beyond = 1 - hw.vector.queue_depth * n / window_instrs
+        step = max(step, ld / bw + max(vec * beyond, (window_instrs / n - hw.vector.queue_depth) * TRANSPOSE_STEP))
     epi, store = tile_vector / out_tiles, store_bytes / out_tiles
     tail = fill + epi + vlat + dma_round_trip(hw, store)
     period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
-    chain = serial + (steps - 1) * step + tail
-    if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
+    if vec:
+        # the vector unit runs in order: a tile's window building (its first step's) waits behind
+        # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
+        # matmuls wait for the window: once per window built (`shared` tiles use one)
+        period = max(period, steps * mm + (fill + epi + vlat) / shared + vec)
+    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + first_step[1] + vlat + mm
+    chain = first + (steps - 1) * step + tail
+    if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
-    return int(chain + (out_tiles - 1) * period)
+    serial_tiles = min(serial_tiles, out_tiles - 1)
+    return int(chain + (out_tiles - 1 - serial_tiles) * period + serial_tiles * max(period, chain))
 
 
 CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
@@ -635,10 +690,12 @@ CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked
 def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
     """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order."""
     R, Ccols = hw.matrix.rows, hw.matrix.cols
+    padding = (False, True) if s.prepared else (False,)  # a padded input: planes in DRAM, or on chip
     if override is not None:
         TO, TOH, TC = override
-        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col)) for o in ("pixels", "channels")
-                for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))]
+        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip)) for o in ("pixels", "channels")
+                for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))
+                for chip in padding]
         best = min(ests, key=lambda e: (not e.feasible, e.spad > hw.memory.scratchpad_bytes
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
         pick_index([])
@@ -652,9 +709,10 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
         for TO in to_cands:
             for TOH in toh_cands:
                 for TC in tc_cands:
-                    for outer, im2col in ((o, i) for o in ("o", "rows")
-                                          for i in ((False, True) if s.taps > 1 and TC < R else (False,))):
-                        e = conv_estimate(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col))
+                    for outer, im2col, chip in ((o, i, c) for o in ("o", "rows")
+                                                for i in ((False, True) if s.taps > 1 and TC < R else (False,))
+                                                for c in padding):
+                        e = conv_estimate(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip))
                         if e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes \
                                 and e.feasible:
                             cands.append(e)

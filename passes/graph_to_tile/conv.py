@@ -47,7 +47,7 @@ from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts
-from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_planes
+from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
 
 
@@ -105,14 +105,16 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     else:
         epilogue_bytes = integer.epilogue_bytes
     has_bias = op.bias is not None
-    prepared = any(p.pads)
+    prepared = any(p.pads)  # planes in DRAM, or (ConvTiles.on_chip_padding) windows padded on chip
     vectors = O * 4 if has_bias else 0
     if integer is not None:
         vectors = integer.vectors * O * 4
 
-    def footprint(orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool) -> tuple[int, int]:
+    def footprint(orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
+                  prepared: bool) -> tuple[int, int]:
         """The buffers of the looped row tiles and of the edge row tiles (ConvKernel.buffer_counts),
-        the hoisted weights, the biases."""
+        the hoisted weights, the biases; `prepared`: windows loaded from planes prepared in DRAM
+        (else built on chip)."""
         rq, lw, tq = p.window_rows(toh), p.window_length(toh), toh * p.Wq
         steps, o_tiles = -(-Cg // tc), -(-(O // groups) // to)
         single = steps == 1
@@ -162,7 +164,18 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         copies=copies, passes=ctx.matmul_passes, epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
-        footprint=footprint, tap_nests=tap_nests)
+        footprint=footprint, tap_nests=tap_nests,
+        prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False),
+                        prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True)) if prepared else (0, 0),
+        edge_row_tiles=_edge_row_tiles(p) if prepared else None)
+
+
+def _edge_row_tiles(p: Planes) -> Callable[[int], int]:
+    """TOH -> the row tiles of on-chip padded windows emitted on their own (not in the row loop)."""
+    def count(toh: int) -> int:
+        tiles, (lo, hi) = row_tile_plan(p, toh, True)
+        return len(tiles) - (hi - lo)
+    return count
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -183,7 +196,7 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW,
                                                                            override[2]))
-    ctx.predict(choice.best.cycles)
+    ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
                                         + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
@@ -210,7 +223,8 @@ class ConvKernel:
         self.taps = [(kh, kw) for kh in range(KH) for kw in range(KW)]
         self.channels_wide = tiles.orientation == "channels"
         TO, TOH, TC = min(tiles.TO, self.Og), min(tiles.TOH, p.OH), min(tiles.TC, Cg)
-        self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col)
+        self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col,
+                                           tiles.on_chip_padding)
         self.TQ = TOH * p.Wq
         em = self.em
         self.copies = self.operand_copies()
@@ -254,8 +268,9 @@ class ConvKernel:
 
     def prepare_input(self) -> list[SSAValue] | None:
         """Padded inputs: their planes prepared in DRAM (planes.py); None: windows built on chip
-        from `input_source()`."""
-        if not any(self.p.pads):
+        from `input_source()` (unpadded inputs, and padded ones the cost model pads on chip:
+        ConvTiles.on_chip_padding)."""
+        if not any(self.p.pads) or self.tiles.on_chip_padding:
             return None
         return prepare_planes(self.ctx, self.ctx.buffer(self.op.input), self.N * self.C, self.p, "bf16",
                               self.copies, 0.0, pixel_major=self.C if self.channels_wide else 0)

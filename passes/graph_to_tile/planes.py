@@ -131,6 +131,17 @@ class Planes:
 
 
 
+def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, pixel_major: bool) -> int:
+    """The cost model's cycles for `prepare_planes`' helper nest (a streaming estimate)."""
+    P = len(p.phases)
+    esize = 2 if elem == "bf16" else 4
+    count = copies if elem == "bf16" else 1
+    elements = planes_count * p.H * p.W
+    vector = elements / hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
+    return tiling_cost.stream_estimate(
+        hw, elements * 4, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1), vector)
+
+
 def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Planes, elem: str,
                    copies: int, border: float, pixel_major: int = 0) -> list[SSAValue]:
     """The planes of x (viewed [planes_count, H, W], f32) in DRAM as [planes_count, phases, Hq,
@@ -138,14 +149,7 @@ def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Plan
     input; `pixel_major` = C (planes_count = N.C): [N, phases, Hq, Wq, C] instead. A loop nest
     of its own."""
     em = ctx.emitter
-    P = len(p.phases)
-    esize = 2 if elem == "bf16" else 4
-    count = copies if elem == "bf16" else 1
-    elements = planes_count * p.H * p.W
-    vector = elements / ctx.hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
-    ctx.predict(tiling_cost.stream_estimate(
-        ctx.hw, elements * 4, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1),
-        vector))
+    ctx.predict(prepare_estimate(ctx.hw, planes_count, p, elem, copies, bool(pixel_major)))
     if pixel_major:
         with ctx.stage(what="input planes (pixel-major)"):
             return _prepare_pixel_major(ctx, x, planes_count // pixel_major, pixel_major, p, copies, border)

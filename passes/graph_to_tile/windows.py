@@ -1,4 +1,6 @@
-"""Windows of conv/pool kernels built on chip from the raw input (no padding: planes.py).
+"""Windows of conv/pool kernels built on chip from the raw input (the padding filled on chip
+too; padded inputs can instead be read from planes prepared in DRAM, planes.py: the conv's cost
+model chooses, tiling_cost.ConvTiles.on_chip_padding).
 
 `WindowLoader` loads, per channel step and tile of output rows, the window of every stride-phase
 plane (planes.Planes) of an unpadded input straight from the input rows in DRAM and builds it on
