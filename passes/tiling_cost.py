@@ -395,9 +395,9 @@ class ConvSpec:
     operand_bytes: int = 2  # bytes per window / weight element (bf16; int8: 1)
     out_bytes: int = 4  # bytes per stored output element
     matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
-    # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
-    footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = field(default=None,
-                                                                                       compare=False)
+    # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer;
+    # part of the spec's equality (graph_to_tile.conv.ConvFootprint is a value): equal specs rank alike
+    footprint: Callable[[str, int, int, int, str, bool], tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -632,9 +632,13 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
 CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
 
 
-def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
-    """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order."""
-    R, Ccols = hw.matrix.rows, hw.matrix.cols
+def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None,
+                memo: dict[ConvSpec, tuple[list[ConvEstimate], int]] | None = None) -> ConvChoice:
+    """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order. `memo`: the
+    rankings of the specs seen before on this `hw` (one dict per graph-to-tile run): a kernel
+    equal to an earlier one (ResNet's repeated blocks) is ranked once; the autotuner's pick is
+    still asked for on every call."""
+    R = hw.matrix.rows
     if override is not None:
         TO, TOH, TC = override
         ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col)) for o in ("pixels", "channels")
@@ -643,6 +647,26 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
         pick_index([])
         return ConvChoice(best.tiles, best, [best], overridden=True)
+    ranked = memo.get(s) if memo is not None else None
+    if ranked is None:
+        ranked = _rank_conv(hw, s)
+        if memo is not None:
+            memo[s] = ranked
+    cands, rejected = list(ranked[0]), ranked[1]
+    if not cands:
+        pick_index([])
+        e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
+        return ConvChoice(e.tiles, e, [e], rejected=rejected)
+    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
+    cands.remove(best)
+    cands.insert(0, best)
+    return ConvChoice(best.tiles, best, cands, rejected=rejected)
+
+
+def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int]:
+    """The fitting candidates of choose_conv, the cost model's choice first, and how many did
+    not fit."""
+    R, Ccols = hw.matrix.rows, hw.matrix.cols
     cands: list[ConvEstimate] = []
     rejected = 0
     toh_cands = pow2_candidates(s.OH, 1)
@@ -661,9 +685,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                         else:
                             rejected += 1
     if not cands:
-        pick_index([])
-        e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
-        return ConvChoice(e.tiles, e, [e], rejected=rejected)
+        return cands, rejected
     # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
     # then fewest cycles
     cands.sort(key=lambda e: (e.unrolled, e.cycles, e.instructions, e.spad + e.acc))
@@ -674,10 +696,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
     cands.remove(best)
     cands.insert(0, best)
-    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
-    cands.remove(best)
-    cands.insert(0, best)
-    return ConvChoice(best.tiles, best, cands, rejected=rejected)
+    return cands, rejected
 
 
 def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:
