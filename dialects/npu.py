@@ -71,16 +71,26 @@ class NpuInstrOp(IRDLOperation):
         return out
 
     def sync(self) -> tuple[int, int, int]:
+        props = self.properties
         vals = []
         for s in _SYNC:
-            a = self.properties.get(s)
-            vals.append(a.value.data if isinstance(a, IntegerAttr) else 0)
+            a = props.get(s)
+            vals.append(0 if a is None else a.value.data if a.__class__ is IntegerAttr or isinstance(a, IntegerAttr)
+                        else 0)
         return vals[0], vals[1], vals[2]
 
     def to_instr(self) -> Instr:
-        v = self.field_values()
+        props = self.properties
+        values = []
+        for name in self.ISA_DEF.field_names:  # (per instruction of a program: kept lean)
+            a = props.get(name)
+            if a.__class__ is not IntegerAttr and not isinstance(a, IntegerAttr):  # missing: field_values' error
+                v = self.field_values()
+                values = [v[f.name] for f in self.ISA_DEF.fields]
+                break
+            values.append(a.value.data)
         w, s, s2 = self.sync()
-        return Instr(self.ISA_DEF, tuple(v[f.name] for f in self.ISA_DEF.fields), w, s, s2)
+        return Instr(self.ISA_DEF, tuple(values), w, s, s2)
 
     @classmethod
     def from_instr(cls, ins: Instr) -> NpuInstrOp:
