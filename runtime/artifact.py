@@ -589,11 +589,13 @@ def save_safetensors(arrays: dict[str, np.ndarray]) -> bytes:
     chunks, off = [], 0
     for name in sorted(arrays):
         a = np.asarray(arrays[name])
-        b = a.tobytes()  # C order (keeps 0-d shapes)
+        # the C-order bytes (as a.tobytes(), 0-d included), viewed, not copied: the weights are
+        # copied once, into the result
+        b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         header[name] = {"dtype": _ST_CODES[dtype_name(a.dtype)], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(b)]}
+                        "data_offsets": [off, off + b.nbytes]}
         chunks.append(b)
-        off += len(b)
+        off += b.nbytes
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(chunks)
+    return b"".join([struct.pack("<Q", len(h)), h, *chunks])
