@@ -472,7 +472,18 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
     return True
 
 
-def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate:
+def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
+    """The (scratchpad, accumulator) bytes of tiles T (ConvEstimate.spad / .acc): the spec's
+    footprint, or without one a double-buffered accumulator tile."""
+    TO, TOH, TC = min(T.TO, s.Og), min(T.TOH, s.OH), min(T.TC, s.Cg)
+    if s.footprint is not None:
+        return s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col)
+    return 0, 2 * TO * TOH * s.Wq * 4
+
+
+def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
+                  buffers: tuple[int, int] | None = None) -> ConvEstimate:
+    """The cost model's estimate of tiles T; `buffers`: conv_buffers(s, T) if known."""
     R, Ccols = hw.matrix.rows, hw.matrix.cols
     L = hw.vector.lanes
     vcost = hw.vector.cost
@@ -592,8 +603,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
     code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
     feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
-    spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col) if s.footprint is not None
-                 else (0, 2 * TO * tq_full * 4))
+    spad, acc = buffers if buffers is not None else conv_buffers(s, T)
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
     ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
@@ -678,9 +688,13 @@ def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int
                 for TC in tc_cands:
                     for outer, im2col in ((o, i) for o in ("o", "rows")
                                           for i in ((False, True) if s.taps > 1 and TC < R else (False,))):
-                        e = conv_estimate(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col))
-                        if e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes \
-                                and e.feasible:
+                        T = ConvTiles(orientation, TO, TOH, TC, outer, im2col)
+                        spad, acc = buffers = conv_buffers(s, T)
+                        if spad > hw.memory.scratchpad_bytes or acc > hw.memory.accumulator_bytes:
+                            rejected += 1  # (over capacity: not estimated; most of edge's candidates)
+                            continue
+                        e = conv_estimate(hw, s, T, buffers)
+                        if e.feasible:
                             cands.append(e)
                         else:
                             rejected += 1
