@@ -436,6 +436,9 @@ def used_bits(d: InstrDef) -> int:
     return HEADER_BITS + sum(f.bits for f in d.fields)
 
 
+_USED_BITS: dict[int, int] = {d.opcode: used_bits(d) for d in INSTRUCTIONS}  # by opcode, for decode_word
+
+
 # ----------------------------------------------------------------------------- instructions
 class EncodingError(ValueError):
     """A field value out of range, a violated constraint, or an undecodable word.
@@ -524,7 +527,7 @@ def decode_word(w: int) -> Instr:
     d = BY_OPCODE.get(op)
     if d is None:
         raise EncodingError(f"unknown opcode {op:#04x}")
-    if w >> used_bits(d):
+    if w >> _USED_BITS[op]:
         raise EncodingError(f"{d.name}: reserved bits set")
     wait = (w >> 8) & 0x1F
     signal = (w >> 13) & 0x1F
