@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import google.protobuf.message
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -191,12 +192,44 @@ def _check_versions(model: onnx.ModelProto, label: str) -> None:
 
 
 def _normalise(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """The model checked, converted to TARGET_OPSET (when it converts) and with ONNX's shape
+    inference's value_info. The converter and shape inference each serialise the model and
+    parse their result: for a model of big weights that copying is most of the import, and
+    neither reads a weight's values (only its type and dims), so they run on the model with
+    its big initializers' bytes left out, put back afterwards (`_BulkData`)."""
     _check_versions(model, label)
+    _check_model(model, label)
+    bulk = _BulkData.take(model)
     try:
-        if model.ByteSize() < 2**31 - 1:
-            onnx.checker.check_model(model)
+        out = _convert_and_infer(model)
+    finally:
+        bulk.put_back(model)
+    if out is not model and not bulk.put_back(out):
+        out = _convert_and_infer(model)  # the passes changed a weight left out: run them on the whole model
+    return out
+
+
+def _check_model(model: onnx.ModelProto, label: str) -> None:
+    """onnx.checker on the model (one serialisation; models of 2 GiB or more, which protobuf
+    cannot serialise, are not checked)."""
+    if sum(len(t.raw_data) for t in model.graph.initializer) >= _PROTOBUF_LIMIT:
+        return
+    try:
+        data = model.SerializeToString()
+    except (ValueError, OverflowError, google.protobuf.message.EncodeError):  # over protobuf's limit
+        return
+    if len(data) >= _PROTOBUF_LIMIT:
+        return
+    try:
+        onnx.checker.check_model(data)
     except Exception as e:
         raise ModelImportError(f"{label}: not a valid ONNX model: {_one_line(e)}") from None
+
+
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+def _convert_and_infer(model: onnx.ModelProto) -> onnx.ModelProto:
     if _default_opset(model) != TARGET_OPSET and _convertible(model):
         try:
             from onnx import version_converter
@@ -206,7 +239,52 @@ def _normalise(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
                 model = converted
         except Exception:
             pass  # keep the original opset; handlers accept every form
+    try:
+        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception:
+        pass  # shape inference is advisory here; the graph ops infer their own types
     return model
+
+
+@dataclass
+class _BulkData:
+    """The bytes of a model's big initializers (at least BULK_BYTES of raw data, not int32 /
+    int64: the small and integer tensors, which shape inference may read as shapes, axes or
+    sizes, stay), taken out by name while the version converter and shape inference run."""
+
+    BULK_BYTES = 4096
+    data: dict[str, tuple[bytes, tuple[int, ...], int]]  # name -> (raw_data, dims, data_type)
+
+    @classmethod
+    def take(cls, model: onnx.ModelProto) -> _BulkData:
+        inits = model.graph.initializer
+        counts: dict[str, int] = {}
+        for t in inits:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        data = {}
+        for t in inits:
+            if (len(t.raw_data) >= cls.BULK_BYTES and t.name and counts[t.name] == 1
+                    and t.data_type not in (TensorProto.INT32, TensorProto.INT64)):
+                data[t.name] = (t.raw_data, tuple(t.dims), t.data_type)
+                t.raw_data = b""
+        return cls(data)
+
+    def put_back(self, model: onnx.ModelProto) -> bool:
+        """The bytes back into `model`'s initializers of the same names; False (and nothing
+        changed) unless each is there once, with its dims and type and no data."""
+        found = {}
+        for t in model.graph.initializer:
+            kept = self.data.get(t.name)
+            if kept is None:
+                continue
+            if t.name in found or t.raw_data or (tuple(t.dims), t.data_type) != kept[1:]:
+                return False
+            found[t.name] = t
+        if len(found) != len(self.data):
+            return False
+        for name, t in found.items():
+            t.raw_data = self.data[name][0]
+        return True
 
 
 def _convertible(model: onnx.ModelProto) -> bool:
@@ -572,6 +650,11 @@ def _fold(imp: Importer, node: onnx.NodeProto, stand_ins: Mapping[str, np.ndarra
         return [constant_node_value(node)]
     stand_ins = stand_ins or {}
     ins = [(stand_ins[i] if i in stand_ins else imp.consts[i]) if i else None for i in node.input]
+    identity = node.op_type == "Identity" and node.domain in ("", "ai.onnx")
+    if identity and len(ins) == 1 and isinstance(ins[0], np.ndarray):
+        # (torch exports pass weights through Identity nodes: a copy, without building and
+        # running a one-node model on onnx.reference, ~4 ms each)
+        return [np.array(ins[0], copy=True)]
     try:
         from onnx.reference import ReferenceEvaluator
 
@@ -630,10 +713,6 @@ def import_onnx(
     label = _label(source)
     model = load_onnx_model(source, base_dir)
     model = _normalise(model, label)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:
-        pass  # shape inference is advisory here; the graph ops infer their own types
     imp = Importer(model, label, input_shapes, list_unsupported, static_inputs)
     try:
         module = imp.run()

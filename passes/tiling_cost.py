@@ -396,13 +396,15 @@ class ConvSpec:
     operand_bytes: int = 2  # bytes per window / weight element (bf16; int8: 1)
     out_bytes: int = 4  # bytes per stored output element
     matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
-    # (orientation, TO, TOH, TC, outer, im2col) -> (scratchpad, accumulator) bytes of every local buffer
-    footprint: Callable[[str, int, int, int, str, bool, bool], tuple[int, int]] | None = field(
-        default=None, compare=False)
+    # (orientation, TO, TOH, TC, outer, im2col, prepared) -> (scratchpad, accumulator) bytes of every
+    # local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is a value): equal
+    # specs rank alike
+    footprint: Callable[[str, int, int, int, str, bool, bool], tuple[int, int]] | None = None
     # the prepared planes' helper nest (planes.prepare_estimate): (channel-major, pixel-major) cycles
     prepare_cycles: tuple[int, int] = (0, 0)
-    # TOH -> row tiles of windows padded on chip that are emitted on their own (windows.row_tile_plan)
-    edge_row_tiles: Callable[[int], int] | None = field(default=None, compare=False)
+    # TOH -> row tiles of windows padded on chip that are emitted on their own (windows.row_tile_plan;
+    # graph_to_tile.conv.EdgeRowTiles, a value like the footprint)
+    edge_row_tiles: Callable[[int], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -486,7 +488,20 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
 TRANSPOSE_STEP = 3
 
 
-def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate:
+def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
+    """The (scratchpad, accumulator) bytes of tiles T (ConvEstimate.spad / .acc): the spec's
+    footprint, or without one a double-buffered accumulator tile."""
+    TO, TOH, TC = min(T.TO, s.Og), min(T.TOH, s.OH), min(T.TC, s.Cg)
+    if s.footprint is not None:
+        return s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared and not T.on_chip_padding)
+    return 0, 2 * TO * TOH * s.Wq * 4
+
+
+def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
+                  buffers: tuple[int, int] | None = None) -> ConvEstimate:
+    """The cost model's estimate of tiles T; `buffers`: conv_buffers(s, T) if known."""
+    if buffers is None:
+        buffers = conv_buffers(s, T)
     # a padded input's planes: prepared in DRAM by the helper nest (its cycles counted here), or
     # its windows built on chip like an unpadded input's
     helper = edge_tiles = 0
@@ -618,8 +633,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> ConvEstimate
         0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
     code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
     feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
-    spad, acc = (s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared) if s.footprint is not None
-                 else (0, 2 * TO * tq_full * 4))
+    spad, acc = buffers
     overhead = lat + setup + hw.matrix.fill_drain_cycles + hw.vector.latency + out_tiles * hw.vector.latency // 4
     cycles = int(max(matrix, memory, vector, frontend)) + overhead
     ragged = bool(s.Og % TO or s.OH % TOH or s.Cg % TC)
@@ -687,10 +701,15 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
 CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
 
 
-def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None) -> ConvChoice:
-    """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order."""
-    R, Ccols = hw.matrix.rows, hw.matrix.cols
-    padding = (False, True) if s.prepared else (False,)  # a padded input: planes in DRAM, or on chip
+def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] | None = None,
+                memo: dict[ConvSpec, tuple[list[ConvEstimate], int]] | None = None) -> ConvChoice:
+    """The fastest fitting conv tiling: orientation x TO x TOH x TC x loop order (x, for a
+    padded input, planes in DRAM or windows padded on chip). `memo`: the rankings of the specs
+    seen before on this `hw` (one dict per graph-to-tile run): a kernel equal to an earlier one
+    (ResNet's repeated blocks) is ranked once; the autotuner's pick is still asked for on every
+    call."""
+    R = hw.matrix.rows
+    padding = _padding_choices(s)
     if override is not None:
         TO, TOH, TC = override
         ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip)) for o in ("pixels", "channels")
@@ -700,6 +719,32 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
         pick_index([])
         return ConvChoice(best.tiles, best, [best], overridden=True)
+    ranked = memo.get(s) if memo is not None else None
+    if ranked is None:
+        ranked = _rank_conv(hw, s)
+        if memo is not None:
+            memo[s] = ranked
+    cands, rejected = list(ranked[0]), ranked[1]
+    if not cands:
+        pick_index([])
+        e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
+        return ConvChoice(e.tiles, e, [e], rejected=rejected)
+    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
+    cands.remove(best)
+    cands.insert(0, best)
+    return ConvChoice(best.tiles, best, cands, rejected=rejected)
+
+
+def _padding_choices(s: ConvSpec) -> tuple[bool, ...]:
+    """ConvTiles.on_chip_padding's candidates: a padded input's planes in DRAM, or on chip."""
+    return (False, True) if s.prepared else (False,)
+
+
+def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int]:
+    """The fitting candidates of choose_conv, the cost model's choice first, and how many did
+    not fit."""
+    R, Ccols = hw.matrix.rows, hw.matrix.cols
+    padding = _padding_choices(s)
     cands: list[ConvEstimate] = []
     rejected = 0
     toh_cands = pow2_candidates(s.OH, 1)
@@ -712,16 +757,18 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
                     for outer, im2col, chip in ((o, i, c) for o in ("o", "rows")
                                                 for i in ((False, True) if s.taps > 1 and TC < R else (False,))
                                                 for c in padding):
-                        e = conv_estimate(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip))
-                        if e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes \
-                                and e.feasible:
+                        T = ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip)
+                        spad, acc = buffers = conv_buffers(s, T)
+                        if spad > hw.memory.scratchpad_bytes or acc > hw.memory.accumulator_bytes:
+                            rejected += 1  # (over capacity: not estimated; most of edge's candidates)
+                            continue
+                        e = conv_estimate(hw, s, T, buffers)
+                        if e.feasible:
                             cands.append(e)
                         else:
                             rejected += 1
     if not cands:
-        pick_index([])
-        e = conv_estimate(hw, s, ConvTiles("pixels", min(16, s.Og), 1, min(R, s.Cg), "o"))
-        return ConvChoice(e.tiles, e, [e], rejected=rejected)
+        return cands, rejected
     # nests within the hardware loop depth first (deeper ones are unrolled: "loops stay loops"),
     # then fewest cycles
     cands.sort(key=lambda e: (e.unrolled, e.cycles, e.instructions, e.spad + e.acc))
@@ -732,10 +779,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     best = min(near, key=lambda e: (e.instructions, e.cycles, e.spad + e.acc))
     cands.remove(best)
     cands.insert(0, best)
-    best = cands[pick_index([e.tiles for e in cands])]  # (autotuning's pick, if any)
-    cands.remove(best)
-    cands.insert(0, best)
-    return ConvChoice(best.tiles, best, cands, rejected=rejected)
+    return cands, rejected
 
 
 def describe_conv(name: str, shape: str, ch: ConvChoice, top: int = 3) -> str:

@@ -533,7 +533,11 @@ def marker_values(op: dict[str, Any], what: str = "op marker") -> list[MarkerVal
 
 def _check_program_against_config(prog, cfg) -> None:
     nreg, nsem = cfg.scalar.registers, cfg.scalar.semaphores
+    checked: set[int] = set()  # an instruction seen before (decoding shares repeated ones) passed already
     for i, ins in enumerate(prog.instrs):
+        if id(ins) in checked:
+            continue
+        checked.add(id(ins))
         for f, v in zip(ins.d.fields, ins.values, strict=True):
             if f.kind == "reg" and v >= nreg:
                 raise ArtifactError(f"mismatched artifact: instruction {i} uses r{v}, config {cfg.name} has "
@@ -589,11 +593,13 @@ def save_safetensors(arrays: dict[str, np.ndarray]) -> bytes:
     chunks, off = [], 0
     for name in sorted(arrays):
         a = np.asarray(arrays[name])
-        b = a.tobytes()  # C order (keeps 0-d shapes)
+        # the C-order bytes (as a.tobytes(), 0-d included), viewed, not copied: the weights are
+        # copied once, into the result
+        b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         header[name] = {"dtype": _ST_CODES[dtype_name(a.dtype)], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(b)]}
+                        "data_offsets": [off, off + b.nbytes]}
         chunks.append(b)
-        off += len(b)
+        off += b.nbytes
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(chunks)
+    return b"".join([struct.pack("<Q", len(h)), h, *chunks])

@@ -436,6 +436,9 @@ def used_bits(d: InstrDef) -> int:
     return HEADER_BITS + sum(f.bits for f in d.fields)
 
 
+_USED_BITS: dict[int, int] = {d.opcode: used_bits(d) for d in INSTRUCTIONS}  # by opcode, for decode_word
+
+
 # ----------------------------------------------------------------------------- instructions
 class EncodingError(ValueError):
     """A field value out of range, a violated constraint, or an undecodable word.
@@ -524,7 +527,7 @@ def decode_word(w: int) -> Instr:
     d = BY_OPCODE.get(op)
     if d is None:
         raise EncodingError(f"unknown opcode {op:#04x}")
-    if w >> used_bits(d):
+    if w >> _USED_BITS[op]:
         raise EncodingError(f"{d.name}: reserved bits set")
     wait = (w >> 8) & 0x1F
     signal = (w >> 13) & 0x1F
@@ -547,17 +550,25 @@ def encode(instrs: list[Instr]) -> bytes:
 
 
 def decode(raw: bytes) -> list[Instr]:
+    """The instructions of raw words. A word that repeats (loop bodies emitted again, the
+    same DMA or sync pattern: ~3/4 of ResNet-50's words) is decoded and checked once; its
+    Instr, a value, is shared."""
     if len(raw) % WORD_BYTES:
         raise EncodingError(f"code size {len(raw)} is not a multiple of {WORD_BYTES} bytes")
     out = []
+    decoded: dict[bytes, Instr] = {}
     for i in range(0, len(raw), WORD_BYTES):
-        w = int.from_bytes(raw[i:i + WORD_BYTES], "little")
-        try:
-            out.append(decode_word(w))
-        except EncodingError as e:
-            err = EncodingError(f"instruction {i // WORD_BYTES}: {e}")
-            err.index, err.word, err.cause = i // WORD_BYTES, w, str(e)
-            raise err from None
+        chunk = raw[i:i + WORD_BYTES]
+        ins = decoded.get(chunk)
+        if ins is None:
+            w = int.from_bytes(chunk, "little")
+            try:
+                ins = decoded[chunk] = decode_word(w)
+            except EncodingError as e:
+                err = EncodingError(f"instruction {i // WORD_BYTES}: {e}")
+                err.index, err.word, err.cause = i // WORD_BYTES, w, str(e)
+                raise err from None
+        out.append(ins)
     return out
 
 

@@ -217,7 +217,7 @@ class Emitter:
         assert isinstance(ty, MemRefType)
         if tuple(ty.get_shape()) == tuple(shape):
             return src
-        out = MemRefType(ty.get_element_type(), list(shape), memory_space=ty.memory_space)
+        out = t.memref_type(tuple(shape), ty.get_element_type(), ty.memory_space)
         return self.insert(t.ViewOp.build(operands=[src], result_types=[out])).results[0]
 
     def dma(self, src: SSAValue, src_index: Sequence[Index], dst: SSAValue, dst_index: Sequence[Index],

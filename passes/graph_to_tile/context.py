@@ -86,6 +86,9 @@ class LoweringSession:
     autotune: int = 0
     autotune_cache: str = ""
     autotune_memo: dict[str, dict[int, str]] = field(default_factory=dict)
+    # tiling_cost.choose_conv's rankings by ConvSpec (on this run's hw): equal conv kernels
+    # (ResNet's repeated blocks) are ranked once
+    conv_rankings: dict[Any, Any] = field(default_factory=dict)
 
 
 class LoweringContext:

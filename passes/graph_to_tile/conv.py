@@ -81,48 +81,45 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
-def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
-              p: Planes, integer: IntegerConvParts | None = None) -> tiling_cost.ConvSpec:
-    """What the cost model needs to know about this conv kernel (its shape, its planes, its
-    epilogue and its exact local-buffer footprint); `integer`: an int8 kernel's operand sizes
-    and epilogue (integer_conv.py) instead of the bf16 ones."""
-    N, C = shape_of(op.input)[:2]
-    H, W = p.H, p.W
-    O, Cg, KH, KW = shape_of(op.weight)
-    groups = op.groups.value.data
-    copies = ctx.bf16_copies if integer is None else 1
-    operand = 2 if integer is None else 1  # bytes per window / weight element
-    staged = 4 if integer is None else 1  # bytes per input element in DRAM (the staging tile)
-    out_shape = shape_of(result)
-    P = len(p.phases)
-    sw = p.stride[1]
-    even = W % sw == 0
-    width = W if even else -(-W // sw)
-    nw = -(-W // sw)
-    row_phases = len({rp for rp, _ in p.phases})
-    if integer is None:
-        epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
-    else:
-        epilogue_bytes = integer.epilogue_bytes
-    has_bias = op.bias is not None
-    prepared = any(p.pads)  # planes in DRAM, or (ConvTiles.on_chip_padding) windows padded on chip
-    vectors = O * 4 if has_bias else 0
-    if integer is not None:
-        vectors = integer.vectors * O * 4
+@dataclass(frozen=True)
+class ConvFootprint:
+    """(orientation, TO, TOH, TC, outer, im2col, prepared) -> the (scratchpad, accumulator) bytes
+    of a conv kernel's local buffers: those of the looped row tiles and of the edge row tiles
+    (ConvKernel.buffer_counts), the hoisted weights, the biases; `prepared`: windows loaded from
+    planes prepared in DRAM (else built on chip). A value made of everything the footprint reads
+    (hashable), so ConvSpec equality covers it and choose_conv can reuse the ranking of an
+    identical kernel."""
 
-    def footprint(orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
-                  prepared: bool) -> tuple[int, int]:
-        """The buffers of the looped row tiles and of the edge row tiles (ConvKernel.buffer_counts),
-        the hoisted weights, the biases; `prepared`: windows loaded from planes prepared in DRAM
-        (else built on chip)."""
+    p: Planes
+    O: int
+    Cg: int
+    KH: int
+    KW: int
+    groups: int
+    operand: int  # bytes per window / weight element
+    copies: int  # bf16 parts per operand (hi, lo)
+    staged: int  # bytes per input element in DRAM (the staging tile)
+    vectors: int  # bytes of the channel vectors (biases, scales)
+    epilogue_bytes: Callable[[int, int], int]
+
+    def __call__(self, orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
+                 prepared: bool) -> tuple[int, int]:
+        p, operand, copies, staged = self.p, self.operand, self.copies, self.staged
+        O, Cg, groups = self.O, self.Cg, self.groups
+        P = len(p.phases)
+        sw = p.stride[1]
+        even = p.W % sw == 0
+        width = p.W if even else -(-p.W // sw)
+        nw = -(-p.W // sw)
+        row_phases = len({rp for rp, _ in p.phases})
         rq, lw, tq = p.window_rows(toh), p.window_length(toh), toh * p.Wq
         steps, o_tiles = -(-Cg // tc), -(-(O // groups) // to)
         single = steps == 1
         tiles, (lo, hi) = row_tile_plan(p, toh, not prepared)
         kinds = ([True] if hi > lo else []) + ([False] if len(tiles) > hi - lo else [])
-        weights = to * KH * KW * tc * operand * copies
+        weights = to * self.KH * self.KW * tc * operand * copies
         spad = weights if single and outer == "o" else 0
-        spad += vectors
+        spad += self.vectors
         acc = 0
         for looped in kinds:
             inner_o = outer == "rows" and o_tiles >= 2
@@ -135,7 +132,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
                     spad += wb * rq * nw * tc * (operand if copies == 1 else 4)  # gathered tile
             spad += wb * P * tc * lw * operand * copies  # the windows (bf16 hi(/lo), or int8)
             if im2col:
-                spad += wb * KH * KW * tc * tq * operand * copies
+                spad += wb * self.KH * self.KW * tc * tq * operand * copies
             if orientation == "channels":
                 spad += ab * to * tq * 4  # the accumulator transposed back
             if not (single and outer == "o"):
@@ -143,11 +140,36 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
             sizes = {t[1] for i, t in enumerate(tiles) if (lo <= i < hi) == looped}
             # epilogue tiles: one set per tile shape (sizes x output-channel extents); double-
             # buffered ones are counted x2 by epilogue_bytes, single-buffered pools hold one
-            epi = sum(epilogue_bytes(a, s * p.Wq) for a in tile_extents(O // groups, to) for s in sizes)
+            epi = sum(self.epilogue_bytes(a, s * p.Wq) for a in tile_extents(O // groups, to) for s in sizes)
             spad += epi if ab == 2 else epi // 2
             acc += ab * to * tq * 4
         return spad, acc
 
+
+def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
+              p: Planes, integer: IntegerConvParts | None = None) -> tiling_cost.ConvSpec:
+    """What the cost model needs to know about this conv kernel (its shape, its planes, its
+    epilogue and its exact local-buffer footprint); `integer`: an int8 kernel's operand sizes
+    and epilogue (integer_conv.py) instead of the bf16 ones."""
+    N, C = shape_of(op.input)[:2]
+    H, W = p.H, p.W
+    O, Cg, KH, KW = shape_of(op.weight)
+    groups = op.groups.value.data
+    copies = ctx.bf16_copies if integer is None else 1
+    out_shape = shape_of(result)
+    P = len(p.phases)
+    row_phases = len({rp for rp, _ in p.phases})
+    if integer is None:
+        epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
+    else:
+        epilogue_bytes = integer.epilogue_bytes
+    has_bias = op.bias is not None
+    prepared = any(p.pads)  # planes in DRAM, or (ConvTiles.on_chip_padding) windows padded on chip
+    vectors = O * 4 if has_bias else 0
+    if integer is not None:
+        vectors = integer.vectors * O * 4
+    footprint = ConvFootprint(p, O, Cg, KH, KW, groups, operand=2 if integer is None else 1, copies=copies,
+                              staged=4 if integer is None else 1, vectors=vectors, epilogue_bytes=epilogue_bytes)
     produced = {r for e in epilogue for r in e.results}
     # per plane, the trips of its tap loops: the code-size rule's input (passes/tiling_code.py)
     tap_nests = tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P))
@@ -167,15 +189,19 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         footprint=footprint, tap_nests=tap_nests,
         prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False),
                         prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True)) if prepared else (0, 0),
-        edge_row_tiles=_edge_row_tiles(p) if prepared else None)
+        edge_row_tiles=EdgeRowTiles(p) if prepared else None)
 
 
-def _edge_row_tiles(p: Planes) -> Callable[[int], int]:
-    """TOH -> the row tiles of on-chip padded windows emitted on their own (not in the row loop)."""
-    def count(toh: int) -> int:
-        tiles, (lo, hi) = row_tile_plan(p, toh, True)
+@dataclass(frozen=True)
+class EdgeRowTiles:
+    """TOH -> the row tiles of on-chip padded windows emitted on their own (not in the row
+    loop). A value (like ConvFootprint), so ConvSpec equality covers it."""
+
+    p: Planes
+
+    def __call__(self, toh: int) -> int:
+        tiles, (lo, hi) = row_tile_plan(self.p, toh, True)
         return len(tiles) - (hi - lo)
-    return count
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -194,8 +220,8 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     override = ctx.override(name, 3)
     if override is not None and override[1] % p.OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
-    choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW,
-                                                                           override[2]))
+    choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
+                                     memo=ctx.session.conv_rankings)
     ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")

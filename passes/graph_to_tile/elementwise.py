@@ -324,8 +324,23 @@ def _where_runtime(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: Ti
 # -- what an epilogue costs ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class EpilogueBytes:
+    """Scratchpad bytes of an epilogue's local buffers per [rows, cols] output tile: f32
+    [rows, cols] tiles, [1, cols] rows, [rows, 1] columns and scalars. A value (hashable,
+    compared by its counts), so a cost-model spec that holds it can key a cache."""
+
+    tiles: int
+    rows: int
+    cols: int
+    ones: int
+
+    def __call__(self, rows: int, cols: int) -> int:
+        return 4 * (self.tiles * rows * cols + self.rows * cols + self.cols * rows + self.ones)
+
+
 def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: SSAValue,
-                       on_tile: Sequence[SSAValue], groups: Groups) -> Callable[[int, int], int]:
+                       on_tile: Sequence[SSAValue], groups: Groups) -> EpilogueBytes:
     """Scratchpad bytes of the local buffers `apply_epilogue(ops, ...)` allocates for a
     [rows, cols] output tile (it mirrors the allocation decisions of `apply_epilogue`,
     `_arrange`, `_where`, `_load_buffer` and `_broadcast_tile`): (rows, cols) -> bytes."""
@@ -409,8 +424,7 @@ def epilogue_footprint(ctx: LoweringContext, ops: Sequence[Operation], result: S
         tiles.update(op.results)
     if result not in tiles:
         broadcast(operand(result))
-    tile_count, row_count, col_count, ones = counts["tile"], counts["row"], counts["col"], counts["one"]
-    return lambda rows, cols: 4 * (tile_count * rows * cols + row_count * cols + col_count * rows + ones)
+    return EpilogueBytes(counts["tile"], counts["row"], counts["col"], counts["one"])
 
 
 class _CostSeq(Seq):

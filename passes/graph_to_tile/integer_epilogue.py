@@ -40,6 +40,7 @@ from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (
+    EpilogueBytes,
     TileFrame,
     apply_epilogue,
     epilogue_cost,
@@ -215,21 +216,31 @@ def _axis(op: Operation) -> int | None:
     return None if axis is None else axis.value.data
 
 
+@dataclass(frozen=True)
+class IntegerEpilogueBytes:
+    """(rows, cols) -> scratchpad bytes of an int8 epilogue's buffers for one output tile size:
+    `per_element` bytes per output element (the double-buffered output tiles) plus the float
+    ops' buffers (a dequant epilogue). A value (hashable), like EpilogueBytes."""
+
+    per_element: int
+    float_bytes: EpilogueBytes | None
+
+    def __call__(self, rows: int, cols: int) -> int:
+        out = self.per_element * rows * cols
+        return out + (self.float_bytes(rows, cols) if self.float_bytes is not None else 0)
+
+
 def epilogue_scratchpad(ctx: LoweringContext, epi: IntegerEpilogue, result: SSAValue, frame_groups,
-                        has_bias: bool):
+                        has_bias: bool) -> IntegerEpilogueBytes:
     """(rows, cols) -> scratchpad bytes of the epilogue's buffers for one output tile size
     (channel vectors counted by the caller)."""
     float_result = epi.final_requantize.input if epi.final_requantize is not None else result
     float_bytes = (epilogue_footprint(ctx, epi.float_ops, float_result, [epi.quant_result], frame_groups)
                    if epi.kind == "dequant" else None)
-
-    def bytes_for(rows: int, cols: int) -> int:
-        out = 2 * rows * cols * {"requant": 1, "dequant": 4, "acc": 0}[epi.kind]
-        if epi.final_requantize is not None:
-            out += 2 * rows * cols
-        return out + (float_bytes(rows, cols) if float_bytes is not None else 0)
-
-    return bytes_for
+    per_element = 2 * {"requant": 1, "dequant": 4, "acc": 0}[epi.kind]
+    if epi.final_requantize is not None:
+        per_element += 2
+    return IntegerEpilogueBytes(per_element, float_bytes)
 
 
 def emit_epilogue(ctx: LoweringContext, epi: IntegerEpilogue, acc: SSAValue, rows: int, cols: int,

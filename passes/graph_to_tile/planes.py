@@ -31,6 +31,7 @@ data, in one of two layouts:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import SSAValue
@@ -42,7 +43,8 @@ from infer.passes.graph_to_tile.context import LoweringContext
 
 @dataclass(frozen=True)
 class Planes:
-    """Stride-phase planes of a padded [N.C, H, W] input for a KH x KW window."""
+    """Stride-phase planes of a padded [N.C, H, W] input for a KH x KW window (a value: its
+    derived properties are computed once, the cost model reads them per tiling candidate)."""
 
     H: int
     W: int
@@ -54,19 +56,19 @@ class Planes:
     OH: int
     OW: int
 
-    @property
+    @cached_property
     def raw(self) -> bool:
         """No padding and stride 1: the input itself is the one plane (Wq = W)."""
         return not any(self.pads) and self.stride == (1, 1)
 
-    @property
+    @cached_property
     def phases(self) -> tuple[tuple[int, int], ...]:
         """The (row phase, column phase) pairs some tap reads, in plane order."""
         sh, sw = self.stride
         dh, dw = self.dilation
         return tuple(sorted({((dh * kh) % sh, (dw * kw) % sw) for kh in range(self.KH) for kw in range(self.KW)}))
 
-    @property
+    @cached_property
     def Hq(self) -> int:
         """Plane rows (prepared planes hold every row a window reads, border rows included)."""
         if self.raw:
@@ -74,7 +76,7 @@ class Planes:
         sh = self.stride[0]
         return max(self.window_rows(self.OH), -(-(self.H + self.pads[0] + self.pads[2]) // sh))
 
-    @property
+    @cached_property
     def Wq(self) -> int:
         if self.raw:
             return self.W
@@ -88,11 +90,11 @@ class Planes:
         plane = self.phases.index(((dh * kh) % sh, (dw * kw) % sw))
         return plane, (dh * kh) // sh, (dw * kw) // sw
 
-    @property
+    @cached_property
     def halo_rows(self) -> int:
         return (self.dilation[0] * (self.KH - 1)) // self.stride[0]
 
-    @property
+    @cached_property
     def halo_cols(self) -> int:
         return (self.dilation[1] * (self.KW - 1)) // self.stride[1]
 

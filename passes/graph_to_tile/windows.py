@@ -11,6 +11,7 @@ reach outside the input are emitted on their own).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from xdsl.dialects.builtin import MemRefType, f32
 from xdsl.ir import Attribute, SSAValue
@@ -20,12 +21,13 @@ from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.graph_to_tile.planes import Planes
 
-def row_tile_plan(p: Planes, TOH: int, clip: bool = True) -> tuple[list[tuple[int, int, int, int]],
+@lru_cache(maxsize=4096)
+def row_tile_plan(p: Planes, TOH: int, clip: bool = True) -> tuple[tuple[tuple[int, int, int, int], ...],
                                                                      tuple[int, int]]:
     """The tiles of TOH output rows as (oh0, toh, top, bottom) and the range [lo, hi) of them
     that is one loop (empty when fewer than 2 tiles qualify): the longest run of full tiles
     whose windows need no clipping (Planes.clip; `clip=False`: windows of prepared planes,
-    which never need it)."""
+    which never need it). Cached: the conv cost model asks for it per tiling candidate."""
     OH = p.OH
     TOH = max(1, min(TOH, OH))
     starts = list(range(0, OH, TOH))
@@ -41,7 +43,7 @@ def row_tile_plan(p: Planes, TOH: int, clip: bool = True) -> tuple[list[tuple[in
     lo, hi = max(runs, key=lambda r: r[1] - r[0]) if runs else (0, 0)
     if hi - lo < 2:
         lo = hi = 0
-    return [(oh0, toh, *clip) for oh0, toh, clip in zip(starts, sizes, clips, strict=True)], (lo, hi)
+    return tuple((oh0, toh, *clip) for oh0, toh, clip in zip(starts, sizes, clips, strict=True)), (lo, hi)
 
 
 def row_tiles(em: Emitter, p: Planes, TOH: int, clip: bool,

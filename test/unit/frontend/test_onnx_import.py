@@ -148,6 +148,27 @@ def test_old_opset_forms_and_integer_ops():
     _check_against_ort(model, {"x": _f32(2, 3, 4)})
 
 
+def test_big_weights_are_left_out_of_the_opset_conversion_and_put_back():
+    # the converter and shape inference run without the bytes of initializers of 4 KiB or more
+    # (onnx_import._BulkData): the imported weights are the model's, the int64 axes stay
+    from infer.frontend.onnx_import import _BulkData
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ReduceMean", ["h"], ["y"], axes=[1], keepdims=1)]  # axes: an input from opset 18
+    w = _f32(64, 64)
+    model = _model(nodes, [x], [_out("y", 2)], [_init("w", w)], opset=11)
+    _check_against_ort(model, {"x": _f32(2, 64)})
+    bulk = _BulkData.take(model)
+    assert list(bulk.data) == ["w"] and model.graph.initializer[0].raw_data == b""
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    changed.graph.initializer[0].dims[:] = [32, 128]
+    assert not bulk.put_back(changed) and changed.graph.initializer[0].raw_data == b""  # not the same tensor
+    assert bulk.put_back(model)
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[0]), w)
+
+
 def test_input_shapes_make_dynamic_dims_static():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
     y = _out("y", 2)
