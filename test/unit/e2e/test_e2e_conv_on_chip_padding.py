@@ -46,9 +46,9 @@ def _conv_model(path, C, O, H, W, stride):
 def test_on_chip_padded_windows(tmp_path, monkeypatch, target, orientation, stride, H, W):
     choose = tiling_cost.choose_conv
 
-    def forced(hw, spec, override=None):
+    def forced(hw, spec, override=None, memo=None):
         assert spec.prepared  # a padded input: the planes in DRAM or the windows padded on chip
-        tiles = dataclasses.replace(choose(hw, spec, override).tiles, orientation=orientation, TOH=4,
+        tiles = dataclasses.replace(choose(hw, spec, override, memo).tiles, orientation=orientation, TOH=4,
                                     on_chip_padding=True)  # 4 output rows: a clipped first and last tile
         estimate = tiling_cost.conv_estimate(hw, spec, tiles)
         return tiling_cost.ConvChoice(tiles, estimate, [estimate])
