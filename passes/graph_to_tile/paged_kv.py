@@ -190,18 +190,26 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
               f"block={BS}: a run-time loop over each sequence's blocks"
               + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
     with ctx.stage(op, "paged attention"):
+        z = [0, 0]
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
         out2 = em.view(ctx.output_buffer(op.output), (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
         v_blocks = em.view(ctx.buffer(op.value_cache), (NB, BS * Wv))
-        table_ids = em.view(tables, (B * MB,))
+        # the block table and the block counts in the scratchpad (one DMA each per kernel): the
+        # front end reads every block number and trip count with `lds`, a scratchpad latency,
+        # instead of stalling a DRAM latency on `ld` per block (docs/paged-kv.md)
+        table_ids = em.alloc((B * MB,), i32, "spad")
+        em.dma(em.view(tables, (B, MB)), z, em.view(table_ids, (B, MB)), z, [B, MB])
+        local_steps = BlockSteps(*(em.alloc((B,), i32, "spad") for _ in range(3)))
+        for dram_counts, counts in zip(steps, local_steps):
+            em.dma(em.view(dram_counts, (1, B)), z, em.view(counts, (1, B)), z, [1, B])
+        steps = local_steps
         lens2 = em.view(lens, (B, 1))
         # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
         # number of keys of row r up to and including token j*BS + s (the same for every pass:
         # a pass's rows are whole KV heads, R a multiple of Sq)
         rr, ss = np.meshgrid(np.arange(rows), np.arange(BS), indexing="ij")
         pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
-        z = [0, 0]
         q_tile = em.alloc((rows, D), f32, "spad")
         n_int = em.alloc((1, 1), i32, "spad")
         n_float = em.alloc((1, 1), f32, "spad")
