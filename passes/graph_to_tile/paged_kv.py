@@ -2,7 +2,9 @@
 
 The metadata (slots, block tables, context lengths) are i32 function arguments kept as raw
 int32 in DRAM (integer_inputs.py), read by the front end's `ld` (tile.scatter_rows,
-tile.gather_rows, tile.load_index).
+tile.gather_rows, tile.load_index); paged attention copies the block table and its block
+counts to the scratchpad once per kernel and reads them with `lds` (a scratchpad latency
+instead of a DRAM one per block).
 
 * kv_cache_write: the cache is copied to the result's buffer, unless the write is in place (the
   driver ties a returned write of a cache argument to that argument: `tile.alias_of`), then the
@@ -10,7 +12,8 @@ tile.gather_rows, tile.load_index).
 * paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
   a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
   (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
-  DRAM buffer. Per sequence b (a static loop) the query rows of every head are loaded and
+  DRAM buffer (copied, with the block table, to the scratchpad by each paged-attention kernel).
+  Per sequence b (a static loop) the query rows of every head are loaded and
   scaled once; then a loop over the blocks j < ceil(n / BS) whose upper bound is
   `tile.load_index` of that buffer (a run-time trip count) gathers the K and V blocks (the pool
   viewed as [NB, BS * W]: one DMA per block, its address from the block table) and, for all KV
