@@ -8,7 +8,8 @@ instead of a DRAM one per block).
 
 * kv_cache_write: the cache is copied to the result's buffer, unless the write is in place (the
   driver ties a returned write of a cache argument to that argument: `tile.alias_of`), then the
-  rows go through the scratchpad and `tile.scatter_rows` stores each at its slot.
+  rows go through the scratchpad and `tile.scatter_rows` stores each at its slot (several
+  slots: copied to the scratchpad first and read with `lds`).
 * paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
   a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
   (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
@@ -73,6 +74,10 @@ def lower_kv_cache_write(ctx: LoweringContext, op: Operation) -> None:
               f"({'in place' if op.output in ctx.in_place else 'into a copy'}): tile.scatter_rows "
               f"tiles {TR}x{TC}")
     staging = em.alloc((TR, TC), f32, "spad", 2)
+    if N > 1:  # the slots in the scratchpad (one DMA): `lds` per row instead of a DRAM latency
+        local_slots = em.alloc((N,), i32, "spad")
+        em.dma(em.view(slots, (1, N)), [0, 0], em.view(local_slots, (1, N)), [0, 0], [1, N])
+        slots = local_slots
 
     def tile(r0: Index, tr: int, c0: Index, tc: int) -> None:
         em.dma(rows, [r0, c0], staging, [0, 0], [tr, tc])

@@ -54,8 +54,11 @@ def test_paged_step_on_simulator(case, target, precision):
     tile_module, module, program, layout = compile_step(geometry, target, precision)
     tile_outputs = run_entry(tile_module, xs)
     outputs, _ = simulate(module, program, layout, target, xs)
-    # the block loop's trip count is a register (read by `ld`), not an immediate
+    # the block loop's trip count is a register (read by `lds`), not an immediate
     assert any(i.name == "loop" and i.as_dict().get("count_base") for i in program.instrs)
+    # several sequences or tokens: slots, block numbers and counts all come from the scratchpad
+    names = {i.name for i in program.instrs}
+    assert "lds" in names and "ld" not in names
     for sim, tile, graph in zip(outputs, tile_outputs, reference, strict=True):
         assert sim.tobytes() == tile.tobytes()
         np.testing.assert_allclose(sim, graph, rtol=TOL[precision], atol=TOL[precision])
