@@ -444,9 +444,10 @@ class GatherRowsOp(TileOp):
 
         dst[d0 + k, d1 : d1 + cols] = table[indices[i0 + k], c0 : c0 + cols]   for k < rows
 
-    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM memref of i32 or i64 (an i64
-    index is read as its low 32 bits, little endian, sign-extended: what the ISA's
-    `ld` reads at the element's address), `dst` is DRAM or local with the table's
+    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM or scratchpad memref of i32 or i64
+    (an i64 index is read as its low 32 bits, little endian, sign-extended: what the ISA's
+    `ld`, or `lds` from the scratchpad, reads at the element's address), `dst` is DRAM or
+    local with the table's
     element type. Indices must lie in [0, table rows): there is no wrap-around of
     negative indices (the hardware has no compare), an index outside is an error of
     the interpreter and an out-of-bounds fault of the simulator. Each row moves
@@ -473,12 +474,12 @@ class GatherRowsOp(TileOp):
         return self.cols.value.data * elem_bytes(self.table)
 
     def verify_(self) -> None:
-        """A 2-D DRAM table indexed by its first column, a 1-D DRAM memref of i32/i64
-        indices, a 2-D dst of the table's element type; 1 <= cols <= the table's columns,
+        """A 2-D DRAM table indexed by its first column, a 1-D DRAM or scratchpad memref of
+        i32/i64 indices, a 2-D dst of the table's element type; 1 <= cols <= the table's columns,
         1 <= rows <= the number of indices; the dst box inside dst."""
         rows, cols = self.rows.value.data, self.cols.value.data
         _check_space(self.table, "the table", ("dram",))
-        _check_space(self.indices, "the indices", ("dram",))
+        _check_space(self.indices, "the indices", ("dram", "spad"))
         if len(shape_of(self.table)) != 2:
             raise VerifyException(f"the table must be a 2-D memref, got rank {len(shape_of(self.table))}")
         if len(self.table_indices) != 1:
@@ -505,8 +506,8 @@ class ScatterRowsOp(TileOp):
 
         table[indices[i0 + k], c0 : c0 + cols] = src[s0 + k, s1 : s1 + cols]   for k < rows
 
-    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM memref of i32, `src` a 2-D local
-    memref of the table's element type. Indices must lie in [0, table rows) (an error of the
+    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM or scratchpad memref of i32 (read with
+    `ld` or `lds`), `src` a 2-D local memref of the table's element type. Indices must lie in [0, table rows) (an error of the
     interpreter, an out-of-bounds fault of the simulator). Each row is one DMA store of
     `cols * element size` contiguous bytes whose DRAM address is `ld`'s register times the
     table's row pitch. Two equal indices: the later row wins (stores issue in order)."""
@@ -527,12 +528,12 @@ class ScatterRowsOp(TileOp):
     )
 
     def verify_(self) -> None:
-        """A 2-D local src, a 1-D DRAM memref of i32 indices, a 2-D DRAM table of src's element
+        """A 2-D local src, a 1-D DRAM or scratchpad memref of i32 indices, a 2-D DRAM table of src's element
         type indexed by its first column; 1 <= cols <= the table's columns, 1 <= rows <= the
         number of indices; the src box inside src."""
         rows, cols = self.rows.value.data, self.cols.value.data
         _check_space(self.src, "the source rows", LOCAL_SPACES)
-        _check_space(self.indices, "the indices", ("dram",))
+        _check_space(self.indices, "the indices", ("dram", "spad"))
         _check_space(self.table, "the table", ("dram",))
         if len(shape_of(self.table)) != 2 or len(self.table_indices) != 1:
             raise VerifyException("the table must be a 2-D memref indexed with one index (the first column)")
@@ -554,7 +555,8 @@ class ScatterRowsOp(TileOp):
 
 @irdl_op_definition
 class LoadIndexOp(TileOp):
-    """An index value read at run time from an i32 DRAM element (the ISA's `ld`), e.g. the
+    """An index value read at run time from an i32 DRAM element (the ISA's `ld`) or scratchpad
+    element (`lds`, a scratchpad latency instead of a DRAM one), e.g. the
     trip count of a loop over a sequence's KV blocks: `scf.for %j = %c0 to %n step %c1`.
     `bound` is the largest value it may take (addresses are checked against it at compile
     time; a larger value is an error of the interpreter)."""
@@ -567,8 +569,8 @@ class LoadIndexOp(TileOp):
     assembly_format = "$buffer `[` $buffer_indices `]` attr-dict `:` type($buffer)"
 
     def verify_(self) -> None:
-        """A DRAM memref of i32 indexed with one index per dimension."""
-        _check_space(self.buffer, "the buffer", ("dram",))
+        """A DRAM or scratchpad memref of i32 indexed with one index per dimension."""
+        _check_space(self.buffer, "the buffer", ("dram", "spad"))
         if element_name_of(self.buffer) != "i32":
             raise VerifyException(f"tile.load_index reads i32, got {element_name_of(self.buffer)}")
         _check_box("the buffer", self.buffer, self.buffer_indices, (1,) * len(shape_of(self.buffer)))

@@ -87,6 +87,9 @@ class ScalarConfig:
     semaphores: int
     loop_depth: int
     queue_depth: int
+    #: front-end cycles an `lds` (an int32 read of the scratchpad into a register) takes beyond
+    #: its dispatch cycle; `ld` of DRAM takes dram.latency_cycles
+    local_load_cycles: int
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,11 @@ _defs: list[InstrDef] = [
              "rd = sign-extended little-endian int32 at DRAM[addr] (4-byte aligned); stalls the "
              "front end for the DRAM latency (page-table lookups).",
              (_aligned("addr", None, 4),)),
+    InstrDef("lds", 0x0B, "scalar", (_reg("rd", "destination"), *_local("addr", "local address")),
+             "rd = sign-extended little-endian int32 at local[addr] (4-byte aligned; the "
+             "scratchpad, or the accumulator at its base): an index the program keeps on chip "
+             "(a block table), read in scalar.local_load_cycles instead of a DRAM latency.",
+             (_aligned("addr", None, 4),)),
     InstrDef("loop", 0x09, "scalar",
              (_reg("count_base", "base register of the trip count"),
               FieldDef("count", 32, True, "imm", "trip count = count_base + count",

@@ -26,7 +26,7 @@ from infer.target.sim_reference import compile_checks
 
 # timing classes (small ints: the timing engine's dispatch)
 T_SCALAR, T_LD, T_SYNC_ALL, T_HALT, T_LOOP, T_DMA, T_LOADW, T_MATMUL, T_VECTOR = range(9)
-_SCALAR_CLASS = {"ld": T_LD, "fence": T_SYNC_ALL, "halt": T_HALT, "loop": T_LOOP}
+_SCALAR_CLASS = {"ld": T_LD, "lds": T_LD, "fence": T_SYNC_ALL, "halt": T_HALT, "loop": T_LOOP}
 _MATRIX_CLASS = {"mx.loadw": T_LOADW, "mx.matmul": T_MATMUL}
 
 
@@ -58,7 +58,8 @@ class Decoded:
     signal: list[int]
     signal2: list[int]
     #: timing parameters by class: DMA (xfer cycles, bytes), loadw (cycles, k*n),
-    #: matmul (cycles = m * cycles_per_row, m), vector (occupancy, elements)
+    #: matmul (cycles = m * cycles_per_row, m), vector (occupancy, elements), ld / lds
+    #: (front-end latency, DRAM bytes read)
     p1: list[int]
     p2: list[int]
     loops: dict[int, Loop]
@@ -89,6 +90,10 @@ def _timing_params(cfg: HardwareConfig, ins: isa.Instr, v: dict[str, int]) -> tu
         return cfg.matrix.matmul_cycles(v["m"], isa.DTYPES[v["dtype"]][0]), v["m"]
     if d.engine == "vector":
         return vector_occupancy(cfg, ins), v["rows"] * v["cols"]
+    if d.name == "ld":  # (front-end latency, DRAM bytes read)
+        return cfg.dram.latency_cycles, 4
+    if d.name == "lds":
+        return cfg.scalar.local_load_cycles, 0
     return 0, 0
 
 

@@ -29,7 +29,7 @@ from infer.target.sim_core import (
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
 from infer.target.sim_reference import (
-    dequant_views, dma_views, initial_registers, local_view, matmul_step)
+    dequant_views, dma_views, initial_registers, local_view, local_word, matmul_step)
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -49,8 +49,8 @@ def functional_tables(dec: Decoded) -> list[Any]:
             op = _ALU.get(ins.d.name)
             out.append(None if op is None else (op, v["rd"], v.get("rs", 0), v.get("rt", 0),
                                                 v.get("imm", 0)))
-        elif tc == T_LD:
-            out.append((v["rd"], v["addr_base"], v["addr"]))
+        elif tc == T_LD:  # (rd, base, offset, DRAM bytes read: 4 for ld, 0 for lds)
+            out.append((v["rd"], v["addr_base"], v["addr"], dec.p2[pc]))
         elif tc == T_LOOP:
             out.append(dec.loops[pc])
         elif tc == T_DMA:
@@ -221,7 +221,7 @@ class FunctionalRun:
                     if self.nan_tile is not None:
                         self.flush_nans()
                     self._ld(t)
-                    c.dram_read_bytes += 4
+                    c.dram_read_bytes += t[3]
                 elif tc == T_HALT:
                     npc = n
                 nins[engine[pc]] += 1
@@ -252,9 +252,17 @@ class FunctionalRun:
         return npc
 
     def _ld(self, t: tuple) -> None:
-        rd, base, off = t
+        rd, base, off, from_dram = t
         dram = self.dram
         a = self.regs[base] + off
+        if not from_dram:  # lds: local memory, which only the program writes
+            value = local_word(self.sim, a)
+            if not self.data:
+                raise Fault("data-dependent", f"lds reads local memory at {a:#x}: its value is "
+                            "data, which timing-only mode does not compute (use mode 'fast')")
+            if rd:
+                self.regs[rd] = value
+            return
         if a < 0 or a + 4 > dram.size:
             raise Fault("out-of-bounds", f"ld address {a} outside DRAM ({dram.size} bytes)")
         if a % 4:

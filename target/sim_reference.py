@@ -91,6 +91,11 @@ def local_view(sim: Simulator, addr: int, rows: int, cols: int, stride: int, dt:
                        isa.DTYPES[dt][0], what)
 
 
+def local_word(sim: Simulator, addr: int) -> int:
+    """The sign-extended int32 at local address addr (`lds`; bounds and alignment checked)."""
+    return int(local_array(sim, addr, 1, 1, 4, np.dtype(np.int32), 4, "int32", "lds")[0, 0])
+
+
 def local_array(sim: Simulator, addr: int, rows: int, cols: int, stride: int, npdt: Any,
                 align: int, tname: str, what: str) -> np.ndarray:
     """The (rows, cols) tile of numpy dtype npdt at local address addr; the address and the
@@ -372,6 +377,24 @@ class ReferenceRun:
                 self.c.dram_read_bytes += 4
                 self.fe += 1 + lat
                 self.stall("scalar_load", lat)
+                sync_out()
+                return pc + 1
+            return f
+        if name == "lds":
+            base, off = v["addr_base"], v["addr"]
+            lds_lat = self.cfg.scalar.local_load_cycles
+            chk = self.check_races
+
+            def f() -> int:
+                sync_in()
+                a = regs[base] + off
+                value = local_word(self.sim, a)
+                if chk:
+                    self.race(E_SCALAR, pc, self.fe, self.fe + 1 + lds_lat,
+                              [(ACC if a >= isa.ACC_BASE else SPAD, False, a, a + 4, 1, 4, 0)])
+                setreg(rd, value)
+                self.fe += 1 + lds_lat
+                self.stall("scalar_load", lds_lat)
                 sync_out()
                 return pc + 1
             return f

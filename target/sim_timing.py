@@ -321,11 +321,12 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         if len(stack) >= depth:
                             raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
                         stack.append([lp.start, lp.end, cnt, lp, 0, [], 0, 0, BACKOFF_GAP])
-                elif tc == T_LD:
-                    fe += 1 + lat
-                    rd_bytes += 4
-                    if lat:
-                        stalls["scalar_load"] = stalls.get("scalar_load", 0) + lat
+                elif tc == T_LD:  # ld (DRAM) / lds (scratchpad): p1 latency, p2 DRAM bytes
+                    ld_lat = p1[pc]
+                    fe += 1 + ld_lat
+                    rd_bytes += p2[pc]
+                    if ld_lat:
+                        stalls["scalar_load"] = stalls.get("scalar_load", 0) + ld_lat
                 else:  # fence, halt: wait until every engine is idle
                     if last_done > fe:
                         fe = last_done

@@ -2,15 +2,19 @@
 
 The metadata (slots, block tables, context lengths) are i32 function arguments kept as raw
 int32 in DRAM (integer_inputs.py), read by the front end's `ld` (tile.scatter_rows,
-tile.gather_rows, tile.load_index).
+tile.gather_rows, tile.load_index); paged attention copies the block table and its block
+counts to the scratchpad once per kernel and reads them with `lds` (a scratchpad latency
+instead of a DRAM one per block).
 
 * kv_cache_write: the cache is copied to the result's buffer, unless the write is in place (the
   driver ties a returned write of a cache argument to that argument: `tile.alias_of`), then the
-  rows go through the scratchpad and `tile.scatter_rows` stores each at its slot.
+  rows go through the scratchpad and `tile.scatter_rows` stores each at its slot (several
+  slots: copied to the scratchpad first and read with `lds`).
 * paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
   a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
   (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
-  DRAM buffer. Per sequence b (a static loop) the query rows of every head are loaded and
+  DRAM buffer (copied, with the block table, to the scratchpad by each paged-attention kernel).
+  Per sequence b (a static loop) the query rows of every head are loaded and
   scaled once; then a loop over the blocks j < ceil(n / BS) whose upper bound is
   `tile.load_index` of that buffer (a run-time trip count) gathers the K and V blocks (the pool
   viewed as [NB, BS * W]: one DMA per block, its address from the block table) and, for all KV
@@ -70,6 +74,10 @@ def lower_kv_cache_write(ctx: LoweringContext, op: Operation) -> None:
               f"({'in place' if op.output in ctx.in_place else 'into a copy'}): tile.scatter_rows "
               f"tiles {TR}x{TC}")
     staging = em.alloc((TR, TC), f32, "spad", 2)
+    if N > 1:  # the slots in the scratchpad (one DMA): `lds` per row instead of a DRAM latency
+        local_slots = em.alloc((N,), i32, "spad")
+        em.dma(em.view(slots, (1, N)), [0, 0], em.view(local_slots, (1, N)), [0, 0], [1, N])
+        slots = local_slots
 
     def tile(r0: Index, tr: int, c0: Index, tc: int) -> None:
         em.dma(rows, [r0, c0], staging, [0, 0], [tr, tc])
@@ -190,18 +198,26 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
               f"block={BS}: a run-time loop over each sequence's blocks"
               + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
     with ctx.stage(op, "paged attention"):
+        z = [0, 0]
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
         out2 = em.view(ctx.output_buffer(op.output), (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
         v_blocks = em.view(ctx.buffer(op.value_cache), (NB, BS * Wv))
-        table_ids = em.view(tables, (B * MB,))
+        # the block table and the block counts in the scratchpad (one DMA each per kernel): the
+        # front end reads every block number and trip count with `lds`, a scratchpad latency,
+        # instead of stalling a DRAM latency on `ld` per block (docs/paged-kv.md)
+        table_ids = em.alloc((B * MB,), i32, "spad")
+        em.dma(em.view(tables, (B, MB)), z, em.view(table_ids, (B, MB)), z, [B, MB])
+        local_steps = BlockSteps(*(em.alloc((B,), i32, "spad") for _ in range(3)))
+        for dram_counts, counts in zip(steps, local_steps):
+            em.dma(em.view(dram_counts, (1, B)), z, em.view(counts, (1, B)), z, [1, B])
+        steps = local_steps
         lens2 = em.view(lens, (B, 1))
         # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
         # number of keys of row r up to and including token j*BS + s (the same for every pass:
         # a pass's rows are whole KV heads, R a multiple of Sq)
         rr, ss = np.meshgrid(np.arange(rows), np.arange(BS), indexing="ij")
         pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
-        z = [0, 0]
         q_tile = em.alloc((rows, D), f32, "spad")
         n_int = em.alloc((1, 1), i32, "spad")
         n_float = em.alloc((1, 1), f32, "spad")

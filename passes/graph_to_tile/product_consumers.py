@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import f32, i32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -43,6 +43,7 @@ class Consumers:
     write: g.KvCacheWriteOp | None
     store_rotary: bool  # the rotated rows are read by another op too (q: paged attention)
     tables: tuple[SSAValue, SSAValue] | None = None  # cos, sin tiles [M, D] once loaded
+    slots: SSAValue | None = None  # the write's slots [M] in the scratchpad once loaded
 
 
 def _free_view(op: Operation) -> bool:
@@ -112,11 +113,17 @@ def mark(ctx: LoweringContext, c: Consumers) -> None:
 
 
 def load_tables(ctx: LoweringContext, c: Consumers, M: int) -> None:
-    """DMA the cos/sin rows [M, D] (made by earlier kernels: issued early, off the product's
-    critical path)."""
+    """DMA the cos/sin rows [M, D] (made by earlier kernels) and the write's slots [M] into the
+    scratchpad: issued early, off the product's critical path, so the scatter's front end reads
+    each slot with `lds` (a scratchpad latency) instead of stalling a DRAM latency on `ld`."""
+    em = ctx.emitter
+    if c.write is not None:
+        slots = em.alloc((M,), i32, "spad")
+        em.dma(em.view(metadata_buffer(ctx, c.write, c.write.slots, "slots"), (1, M)), [0, 0],
+               em.view(slots, (1, M)), [0, 0], [1, M])
+        c.slots = slots
     if c.rotary is None:
         return
-    em = ctx.emitter
     D = shape_of(c.rotary.cos)[-1]
     tiles = []
     for v in (c.rotary.cos, c.rotary.sin):
@@ -158,5 +165,5 @@ def emit(ctx: LoweringContext, c: Consumers, tile: SSAValue, M: int, N: int) -> 
     if c.write is not None:
         S, W = shape_of(c.write.cache)
         pool = ctx.output_buffer(c.write.output)
-        slots = metadata_buffer(ctx, c.write, c.write.slots, "slots")
+        slots = c.slots if c.slots is not None else metadata_buffer(ctx, c.write, c.write.slots, "slots")
         em.scatter_rows(rows, z, slots, 0, em.view(pool, (S, W)), 0, M, W)

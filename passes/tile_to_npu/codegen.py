@@ -262,7 +262,7 @@ class CodeGenerator:
         self.double_buffering.leave_rotation_loop(rings)
 
     def _emit_runtime_for(self, op: scf.ForOp, bound: t.LoadIndexOp) -> None:
-        """scf.for 0 .. tile.load_index step 1: `ld` the trip count into a register, one
+        """scf.for 0 .. tile.load_index step 1: `ld` (`lds`) the trip count into a register, one
         hardware loop `loop count=rC` (never unrolled, peeled, pipelined or inlined; the
         address registers it steps are reset by `muli`/`add` of the count). Dependencies
         leaving it would need a run-time number of drain waits: a `fence` after it instead
@@ -275,9 +275,11 @@ class CodeGenerator:
         at = self.resolve(self.tile_address(source, list(bound.buffer_indices), bound))
         count_register = self.registers.take_scratch(op)
         reset_register = self.registers.take_scratch(op)
-        ld = Instruction("ld", dict(rd=count_register, addr_base=self.registers.register_for(at.register_key),
-                                    addr=at.immediate), "scalar", self.cursor.loops, self.next_sequence())
-        self.tracker.synchronise_scalar_read(ld, at.low, at.high + 4)
+        local = source.space != "dram"  # a count kept in the scratchpad: `lds`
+        ld = Instruction("lds" if local else "ld",
+                         dict(rd=count_register, addr_base=self.registers.register_for(at.register_key),
+                              addr=at.immediate), "scalar", self.cursor.loops, self.next_sequence())
+        self.tracker.synchronise_scalar_read(ld, at.low, at.high + 4, "local" if local else "dram")
         self.cursor.block.append(ld)
         ld.home_block = self.cursor.block
         loop, outer_block = self.open_loop(bound.bound.value.data, op)

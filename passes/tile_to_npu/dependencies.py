@@ -397,11 +397,13 @@ class DependencyTracker:
             self.accesses.append(access)
             self.index.add(access)
 
-    def synchronise_scalar_read(self, instruction: Instruction, low: int, high: int) -> None:
-        """A front-end `ld` of DRAM [low, high): wait for the engines' earlier writes. (The front
-        end executes it before dispatching anything later, so it is never a producer.)"""
+    def synchronise_scalar_read(self, instruction: Instruction, low: int, high: int,
+                                space: str = "dram") -> None:
+        """A front-end `ld` of DRAM [low, high) (`lds` of local memory: space "local"): wait for
+        the engines' earlier writes. (The front end executes it before dispatching anything
+        later, so it is never a producer.)"""
         latest: dict[str, Access] = {}
-        query = Access(low, high, "dram", False, instruction, None)
+        query = Access(low, high, space, False, instruction, None)
         for engine in QUEUED_ENGINES:
             found = self.index.latest_conflict(query, engine,
                                                self.coverage.get((engine, instruction.engine), 0))

@@ -7,9 +7,9 @@
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
 | tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
-| tile.gather_rows | per row: ld + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop; a one-row gather at the index the previous one-row gather read reuses its row register (no second ld) |
-| tile.scatter_rows | per row: ld + muli (+ add) + dma.store |
-| tile.load_index | nothing itself: the scf.for it bounds reads it with `ld` into its count register |
+| tile.gather_rows | per row: ld (lds: indices in the scratchpad) + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop; a one-row gather at the index the previous one-row gather read reuses its row register (no second ld) |
+| tile.scatter_rows | per row: ld (lds: slots in the scratchpad) + muli (+ add) + dma.store |
+| tile.load_index | nothing itself: the scf.for it bounds reads it with `ld` (`lds` from the scratchpad) into its count register |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
 
 Each function computes addresses (addressing.py) and the byte ranges the instructions touch,
@@ -368,7 +368,8 @@ def select_dequant(codegen: CodeGenerator, op: t.DequantOp) -> None:
 # ------------------------------------------------------------------ tile.gather_rows
 def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     """dst[d0 + k, d1:d1+cols] = table[idx[i0 + k], c0:c0+cols]: per row the front end
-    reads the index with `ld` (an i64 index: its low word), scales it by the table's row
+    reads the index with `ld` (an i64 index: its low word; `lds` when the indices are in the
+    scratchpad), scales it by the table's row
     pitch and issues one row DMA whose DRAM base is that register. Rows 0..n-2 run in a
     hardware loop stepping the index and destination registers (registers keyed by the
     loop like any address stream); the last row is peeled after the loop, so a consumer
@@ -388,6 +389,8 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     table_at = codegen.resolve(table_index)
     table_span = (table_at.low, table_at.high + (table.shape[0] - 1) * pitch + row_bytes)
     index_at = codegen.resolve(codegen.tile_address(indices, op.index_indices, op))
+    # indices in the scratchpad (paged attention's block table): `lds`, a scratchpad latency
+    index_load, index_space = ("ld", "dram") if indices.space == "dram" else ("lds", "local")
     dst_at = codegen.resolve(codegen.tile_address(dst, op.dst_indices, op))
     # one row at the index the previous gather read (paged attention's K and V blocks): its
     # register still holds index * pitch, so the front end does not stall on a second `ld`
@@ -402,11 +405,12 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
         if reuse:
             emit_dma(dst_key, dst_imm, dst_span, first_part, last_part)
             return
-        ld = Instruction("ld", dict(rd=row_register,
-                                    addr_base=codegen.registers.register_for(index_key),
-                                    addr=index_imm), "scalar", cursor.loops, codegen.next_sequence())
+        ld = Instruction(index_load, dict(rd=row_register,
+                                          addr_base=codegen.registers.register_for(index_key),
+                                          addr=index_imm), "scalar", cursor.loops,
+                         codegen.next_sequence())
         codegen.tracker.synchronise_scalar_read(ld, index_at.low,
-                                                index_at.high + rows * index_bytes)
+                                                index_at.high + rows * index_bytes, index_space)
         cursor.block.append(ld)
         ld.home_block = cursor.block
         cursor.block.append(Instruction("muli", dict(rd=row_register, rs=row_register, imm=pitch),
@@ -456,7 +460,7 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
 # ------------------------------------------------------------------ tile.scatter_rows
 def select_scatter_rows(codegen: CodeGenerator, op: t.ScatterRowsOp) -> None:
     """table[idx[i0 + k], c0:c0+cols] = src[s0 + k, s1:s1+cols]: per row the front end reads
-    the slot with `ld`, scales it by the table's row pitch and issues one row `dma.store` whose
+    the slot with `ld` (`lds` when the slots are in the scratchpad), scales it by the table's row pitch and issues one row `dma.store` whose
     DRAM base is that register (rows in order: a repeated slot keeps the later row). The rows
     are emitted one by one (a KV write has a few; the scratch register is reused)."""
     buffers = codegen.buffers
@@ -476,12 +480,15 @@ def select_scatter_rows(codegen: CodeGenerator, op: t.ScatterRowsOp) -> None:
     src_at = codegen.resolve(codegen.tile_address(src, op.src_indices, op))
     row_register = codegen.registers.take_scratch(op)
     cursor = codegen.cursor
+    # slots in the scratchpad (a fused KV append): `lds`, a scratchpad latency
+    index_load, index_space = ("ld", "dram") if indices.space == "dram" else ("lds", "local")
     for k in range(rows):
-        ld = Instruction("ld", dict(rd=row_register,
-                                    addr_base=codegen.registers.register_for(index_at.register_key),
-                                    addr=index_at.immediate + k * index_bytes), "scalar",
+        ld = Instruction(index_load, dict(rd=row_register,
+                                          addr_base=codegen.registers.register_for(index_at.register_key),
+                                          addr=index_at.immediate + k * index_bytes), "scalar",
                          cursor.loops, codegen.next_sequence())
-        codegen.tracker.synchronise_scalar_read(ld, index_at.low, index_at.high + rows * index_bytes)
+        codegen.tracker.synchronise_scalar_read(ld, index_at.low, index_at.high + rows * index_bytes,
+                                                index_space)
         cursor.block.append(ld)
         ld.home_block = cursor.block
         cursor.block.append(Instruction("muli", dict(rd=row_register, rs=row_register, imm=pitch),

@@ -96,3 +96,9 @@ def test_fused_decode_step_matches_the_interpreters(tmp_path, target, precision)
     classes = [a.data["class"].data for o in tiles.walk()
                if (a := o.attributes.get(t.ROOFLINE_ATTR)) is not None and "class" in a.data]
     assert classes == ["gather"] * 3 + ["linear"] + ["paged_attention", "linear"] * 2
+    # the slots of the appends and the block loops' trip counts are read from the scratchpad
+    # (one DMA per kernel, then `lds`: no DRAM latency on the front end per entry)
+    read = [o.indices if isinstance(o, t.ScatterRowsOp) else o.buffer for o in tiles.walk()
+            if isinstance(o, t.ScatterRowsOp | t.LoadIndexOp)]
+    assert len(read) == 2 * (2 + 2)  # per layer: the K and V appends, the two trip counts
+    assert {t.space_of(v) for v in read} == {"spad"}

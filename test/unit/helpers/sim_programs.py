@@ -190,7 +190,7 @@ def _field_value(rng: np.random.Generator, d: isa.InstrDef, f: isa.FieldDef,
 
 
 def _random_instr(rng: np.random.Generator, regs: list[int], nsem: int, mdt: int) -> isa.Instr:
-    candidates = [d for d in isa.INSTRUCTIONS if d.name not in ("halt", "loop", "ld")]
+    candidates = [d for d in isa.INSTRUCTIONS if d.name not in ("halt", "loop", "ld", "lds")]
     for _ in range(100):
         d = candidates[int(rng.integers(len(candidates)))]
         vals = {f.name: _field_value(rng, d, f, regs, mdt) for f in d.fields}

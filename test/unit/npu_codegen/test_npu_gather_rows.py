@@ -1,6 +1,7 @@
-"""tile.gather_rows -> npu: `ld` the index, scale by the row pitch, one row DMA from the
-register address (rows 0..n-2 in a hardware loop, the last peeled); simulator bit-identical to
-the tile interpreter, hand-written tile IR and an embedding lookup through graph-to-tile."""
+"""tile.gather_rows -> npu: `ld` the index (`lds` from the scratchpad), scale by the row
+pitch, one row DMA from the register address (rows 0..n-2 in a hardware loop, the last
+peeled); simulator bit-identical to the tile interpreter, hand-written tile IR and an
+embedding lookup through graph-to-tile."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from infer.dialects.weights import weights_of
 from infer.dialects.npu_attrs import layout_from_module
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu import LoweringError
+from infer.target.hw import load_config
 from infer.target.sim import Simulator
 
 from helpers.tile_programs import lower, mr, run_both
@@ -139,3 +141,33 @@ def test_embedding_graph_to_simulator(target, ity):
     (y,) = layout.read_outputs(dram)
     assert y.tobytes() == tile_ref.tobytes()
     np.testing.assert_array_equal(y, graph_ref)
+
+
+def test_gather_rows_with_indices_in_the_scratchpad_reads_them_with_lds():
+    """Indices copied to the scratchpad by one DMA: each row's index is read with `lds` (a
+    scratchpad latency, not a DRAM one), ordered after that DMA (races checked: conftest.py),
+    and the rows are the tile interpreter's."""
+    V, W, N = 40, 16, 12
+    T, I, Y = mr((V, W), "f32", "dram"), mr((N,), "i32", "dram"), mr((N, W), "f32", "dram")
+    I2, L2, L1, B = mr((1, N), "i32", "dram"), mr((1, N), "i32", "spad"), mr((N,), "i32", "spad"), mr((N, W), "f32", "spad")
+    text = f"""builtin.module attributes {{tile.target = "server"}} {{
+  func.func @main(%tab: {T} {{graph.name = "table"}}, %idx: {I} {{graph.name = "idx"}}, %y: {Y} {{graph.name = "y", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %idx2 = tile.view %idx : {I} -> {I2}
+    %local = tile.alloc {{buffers = 1 : i64}} : {L2}
+    tile.dma %idx2[%c0, %c0], %local[%c0, %c0] {{shape = array<i64: 1, {N}>}} : {I2}, {L2}
+    %ids = tile.view %local : {L2} -> {L1}
+    %buf = tile.alloc {{buffers = 1 : i64}} : {B}
+    tile.gather_rows %tab[%c0], %ids[%c0], %buf[%c0, %c0] {{rows = {N} : i64, cols = {W} : i64}} : {T}, {L1}, {B}
+    tile.dma %buf[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {N}, {W}>}} : {B}, {Y}
+    func.return
+  }}
+}}
+"""
+    table, idx = _inputs(V, W, N, "i32", seed=3)
+    prog, counters, (y,) = run_both(text, [table, idx], target="server")
+    np.testing.assert_array_equal(y, table[idx])
+    names = [i.name for i in prog.instrs]
+    assert "ld" not in names and "lds" in names
+    # N reads at the scratchpad's latency, none at DRAM's
+    assert counters.stalls["scalar_load"] == N * load_config("server").scalar.local_load_cycles

@@ -178,6 +178,52 @@ def test_timing_mode_refuses_loop_counts_the_program_computes():
     assert_modes_agree(prog, np.zeros(1024, np.uint8), regs={"r2": 0})
 
 
+# the same loop reading its page table from the scratchpad with `lds` after one DMA of it: the
+# trip count and the page numbers are data (the table's copy), so timing-only mode refuses it
+LOCAL_PAGE_LOOP = """
+    li rd=r3, imm=0
+    dma.load dram=r2+0, local=0x800, n0=16, n1=1, n2=1, signal=s2
+    nop wait=s2
+    lds rd=r1, addr=r0+0x800
+    li rd=r5, imm=0x804
+    loop count=r1+0, body=6
+      lds rd=r4, addr=r5+0
+      muli rd=r4, rs=r4, imm=16
+      dma.load dram=r4+0x100, local=r3+0, n0=16, n1=1, n2=1, signal=s1
+      nop wait=s1
+      addi rd=r3, rs=r3, imm=16
+      addi rd=r5, rs=r5, imm=4
+    dma.store dram=0x300, local=0, n0=48, n1=1, n2=1
+    halt
+"""
+
+
+def test_lds_page_loop_agrees_across_modes():
+    dram = np.zeros(1024, np.uint8)
+    dram[0x40:0x50] = np.frombuffer(np.array([3, 2, 0, 5], np.int32).tobytes(), np.uint8)
+    dram[0x100:0x200] = np.arange(256, dtype=np.uint8)
+    prog = Program.from_asm(LOCAL_PAGE_LOOP)
+    ref, rd, *_ = run_mode(prog, dram, "reference", regs={"r2": 0x40})
+    assert not isinstance(ref, SimFault), ref
+    assert list(rd[0x300:0x330]) == [*range(32, 48), *range(0, 16), *range(80, 96)]
+    assert ref.stalls["scalar_load"] == 4 * Simulator("edge").cfg.scalar.local_load_cycles
+    for cfg in ("edge", "server"):  # fast = reference bit for bit and cycle for cycle
+        ref, *ref_mem = run_mode(prog, dram, "reference", regs={"r2": 0x40}, cfg=cfg)
+        fast, *fast_mem = run_mode(prog, dram, "fast", regs={"r2": 0x40}, cfg=cfg)
+        func, *func_mem = run_mode(prog, dram, "functional", regs={"r2": 0x40}, cfg=cfg)
+        assert [m.tobytes() for m in fast_mem] == [m.tobytes() for m in ref_mem]
+        assert [m.tobytes() for m in func_mem] == [m.tobytes() for m in ref_mem]
+        assert fast.as_dict() == ref.as_dict() and fast.events == ref.events
+        tim, *_ = run_mode(prog, dram, "timing", regs={"r2": 0x40}, cfg=cfg)
+        assert isinstance(tim, SimFault) and tim.kind == "data-dependent" and tim.index == 3
+    # a fault of lds (out of the scratchpad) is the same fault in every mode
+    bad = Program.from_asm(LOCAL_PAGE_LOOP.replace("li rd=r5, imm=0x804", "li rd=r5, imm=-4"))
+    faults = [run_mode(bad, dram, mode, regs={"r2": 0x40})[0]
+              for mode in ("reference", "fast", "functional")]
+    assert all(isinstance(f, SimFault) and f.kind == "out-of-bounds" for f in faults)
+    assert len({fault_key(f) for f in faults}) == 1
+
+
 def test_modes_and_unknown_mode():
     assert MODES == ("fast", "reference", "functional", "timing")
     with pytest.raises(ValueError, match="unknown simulation mode 'quick'"):

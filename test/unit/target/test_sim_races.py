@@ -130,6 +130,20 @@ def test_dram_race_between_store_and_front_end_ld():
     run(text.format(sig=", signal=s1", wait=", wait=s1"))
 
 
+def test_scratchpad_race_between_engine_write_and_front_end_lds():
+    """`lds` reads the scratchpad on the front end: an engine's write of those bytes must be
+    ordered before it (here a DMA load still in flight), like `ld`'s DRAM words."""
+    text = """
+    dma.load dram=0, local=0x100, n0=64, n1=1, n2=1{sig}
+    lds rd=r2, addr=r0+0x120{wait}
+    halt
+    """
+    f = race(text.format(sig="", wait=""))
+    assert f.index == 1 and "scratchpad [0x120, 0x124)" in f.cause
+    assert "pc 1 lds (scalar" in f.cause and "pc 0 dma.load (dma_load" in f.cause
+    run(text.format(sig=", signal=s1", wait=", wait=s1"))
+
+
 def test_dram_race_between_store_and_load_engines():
     text = """
     dma.store dram=0x800, local=0, n0=64, n1=4, n2=1, ds1=128, ls1=64{sig}

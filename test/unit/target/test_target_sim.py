@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from infer.target import isa, kernels
-from infer.target.asm import Program
+from infer.target.asm import AsmError, Program
 from infer.target.sim import SimFault, Simulator
 
 ACC = isa.ACC_BASE
@@ -360,3 +360,51 @@ def test_counters_and_trace(tmp_path):
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(xs) == sum(c.per_engine_instructions[1:])
     assert all(e["dur"] > 0 for e in xs)
+
+
+# ------------------------------------------------------------------ lds: an index from local memory
+def test_lds_reads_local_int32_at_scratchpad_latency():
+    """`lds` loads the sign-extended int32 at a scratchpad or accumulator address into a
+    register; the front end spends 1 + scalar.local_load_cycles on it instead of `ld`'s
+    1 + dram.latency_cycles, and it reads no DRAM."""
+    dram = np.zeros(1024, np.uint8)
+    dram[0:8] = np.frombuffer(np.array([-5, 3], np.int32).tobytes(), np.uint8)
+    text = """
+        dma.load dram=0, local=0x40, n0=8, n1=1, n2=1, signal=s1
+        nop wait=s1
+        {load} rd=r1, addr={first}
+        {load} rd=r2, addr={second}
+        addi rd=r1, rs=r1, imm=0x105     # 0x100: -5 + 0x105
+        muli rd=r2, rs=r2, imm=16        # 48
+        vec.copy dst=r2+0, a=0x40, rows=1, cols=2, dt=int32, at=int32
+        dma.store dram=r1+0, local=r2+0, n0=8, n1=1, n2=1
+        halt
+    """
+    sim, c = run(text.format(load="lds", first="r0+0x40", second="r3+0x44"), dram,
+                 regs={"r3": 0})
+    assert list(np.frombuffer(dram[0x100:0x108].tobytes(), np.int32)) == [-5, 3]
+    cfg = sim.cfg
+    # the same program reading the two words from DRAM with `ld`: the two front-end loads
+    # differ by exactly the latencies (everything after them waits for them)
+    dram2 = dram.copy()
+    dram2[0x100:0x108] = 0
+    _, c_ld = run(text.format(load="ld", first="r0+0", second="r3+4"), dram2, regs={"r3": 0})
+    assert dram2[0x100:0x108].tobytes() == dram[0x100:0x108].tobytes()
+    assert c_ld.cycles - c.cycles == 2 * (cfg.dram.latency_cycles - cfg.scalar.local_load_cycles)
+    assert c_ld.dram_read_bytes - c.dram_read_bytes == 8
+    assert c.stalls["scalar_load"] == 2 * cfg.scalar.local_load_cycles
+    # the accumulator is local memory too
+    s2 = Simulator("edge")
+    s2.acc[16:20] = np.frombuffer(np.int32(-2).tobytes(), np.uint8)
+    s2.run(Program.from_asm(f"lds rd=r1, addr={ACC + 16:#x}\naddi rd=r1, rs=r1, imm=66\n"
+                            "dma.store dram=r1+0, local=0, n0=1, n1=1, n2=1"), dram)
+    assert dram[64] == s2.spad[0]
+
+
+def test_lds_faults():
+    fault("li rd=r1, imm=2\nlds rd=r2, addr=r1+0x40", "misaligned", "lds address 0x42")
+    with pytest.raises(AsmError, match="addr = 262142 is not aligned to 4 bytes"):
+        Program.from_asm("lds rd=r2, addr=0x3fffe")  # the encoding's own check
+    fault("li rd=r1, imm=0x40000\nlds rd=r2, addr=r1+0", "out-of-bounds",
+          "exceeds the scratchpad")
+    fault("li rd=r1, imm=-8\nlds rd=r2, addr=r1+0", "out-of-bounds", "negative")
