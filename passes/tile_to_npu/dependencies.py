@@ -474,13 +474,16 @@ def loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
                     and range_a[1] < range_b[2] and range_b[1] < range_a[2])
 
     accesses = [(position[op], access) for op in order for access in accessed_buffers(op)]
+    access_positions = [i for i, _ in accesses]  # (ascending: a loop's ops are a slice of them)
     out: set[scf.ForOp] = set()
     for loop in order:
         if not isinstance(loop, scf.ForOp):
             continue
         last = max((position[o] for o in loop.walk()), default=position[loop])
-        inside = [a for i, a in accesses if position[loop] < i <= last]
-        later = [a for i, a in accesses if i > last]
+        first_inside = bisect.bisect_right(access_positions, position[loop])
+        first_later = bisect.bisect_right(access_positions, last)
+        inside = [a for _, a in accesses[first_inside:first_later]]
+        later = [a for _, a in accesses[first_later:]]
         if any((w1 or w2) and alias(r1, r2) for r1, w1 in inside for r2, w2 in later):
             out.add(loop)
     return out
