@@ -87,6 +87,7 @@ class CodeGenerator:
                                                 self.cursor, self.bindings, fn)
         self.peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
         self.checked = CheckedInstructions()
+        self.op_fields: dict[int, object] = {}  # id(op) -> selection.OpFields
 
     def degrade_level(self, op: Operation) -> int:
         """The degrade level of the top-level op (kernel part) containing op."""
