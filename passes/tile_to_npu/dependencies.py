@@ -88,6 +88,9 @@ class AccessIndex:
     def __init__(self) -> None:
         self.lists: dict[tuple, list[Access]] = {}
         self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
+        # engine -> the latest sequence number among its accesses after each one added (a
+        # query whose `after` is at least the last has nothing to find: most of them)
+        self.latest: dict[str, list[int]] = {}
 
     def _pages(self, access: Access) -> range | None:
         shift = self.PAGE_SHIFT[access.space]
@@ -95,6 +98,8 @@ class AccessIndex:
         return None if last - first >= self.WIDE else range(first, last + 1)
 
     def add(self, access: Access) -> None:
+        latest = self.latest.setdefault(access.instruction.engine, [])
+        latest.append(max(latest[-1], access.sequence) if latest else access.sequence)
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
             key = (access.space, page, access.instruction.engine, access.writes)
@@ -106,6 +111,7 @@ class AccessIndex:
 
     def remove_latest(self, access: Access) -> None:
         """Take back the access added last (a kernel compiled again)."""
+        self.latest[access.instruction.engine].pop()
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
             listed = self.lists[(access.space, page, access.instruction.engine, access.writes)]
@@ -134,6 +140,9 @@ class AccessIndex:
         them writing, not the same double-buffer half in another round) and is later than
         instruction sequence number `after` (the caller passes what is already known complete
         or already found: the backward scans stop there)."""
+        latest = self.latest.get(engine)
+        if not latest or latest[-1] <= after:
+            return None
         best = None
         low, high, ring = access.low, access.high, access.ring
         lists = self.lists
@@ -158,7 +167,8 @@ class AccessIndex:
         found: dict[int, Access] = {}
         low, high = access.low, access.high
         for engine in QUEUED_ENGINES:
-            if engine == access.instruction.engine:
+            latest = self.latest.get(engine)
+            if engine == access.instruction.engine or not latest or latest[-1] <= after[engine]:
                 continue
             for key in self._keys(access, engine):
                 listed = self.lists.get(key)
