@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from xdsl.dialects import func, scf
@@ -37,14 +36,14 @@ from infer.passes.tile_to_npu.program_tree import (
 from infer.passes.tile_to_npu.semaphores import VirtualSemaphores
 
 
-@dataclass(frozen=True, eq=False)
 class RingSlot:
     """The half of a double-buffered alloc an access touches, and in which round (emitted copy
-    of its rotation loop's body)."""
+    of its rotation loop's body). (Not changed after it is made; compared by identity.)"""
 
-    alloc: t.AllocOp
-    half: int
-    round: object
+    __slots__ = ("alloc", "half", "round")
+
+    def __init__(self, alloc: t.AllocOp, half: int, round: object) -> None:  # noqa: A002
+        self.alloc, self.half, self.round = alloc, half, round
 
     def same_half(self, other: RingSlot) -> bool:
         return self.alloc is other.alloc and self.half == other.half
