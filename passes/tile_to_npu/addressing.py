@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import IntegerAttr
@@ -142,8 +143,7 @@ class LoopBinding:
 RegisterKey = tuple[tuple[HardwareLoop, int], ...]
 
 
-@dataclass(frozen=True)
-class Address:
+class Address(NamedTuple):  # (a tuple: built for every operand of every emitted instruction)
     register_key: RegisterKey
     immediate: int
     low: int  # the lowest and highest value over every iteration of the key's loops

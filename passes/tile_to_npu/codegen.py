@@ -29,7 +29,7 @@ from infer.passes.tile_to_npu.addressing import (
     trip_index_of,
 )
 from infer.dialects.ir_io import LoweringError
-from infer.passes.tile_to_npu.common import STAGE, fail, memref_info, top_level_op
+from infer.passes.tile_to_npu.common import STAGE, CheckedInstructions, fail, memref_info, top_level_op
 from infer.passes.tile_to_npu.dependencies import (
     Access,
     AccessRequest,
@@ -86,6 +86,8 @@ class CodeGenerator:
         self.double_buffering = DoubleBuffering(self.plan, self.semaphores, self.tracker,
                                                 self.cursor, self.bindings, fn)
         self.peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
+        self.checked = CheckedInstructions()
+        self.op_fields: dict[int, object] = {}  # id(op) -> selection.OpFields
 
     def degrade_level(self, op: Operation) -> int:
         """The degrade level of the top-level op (kernel part) containing op."""
@@ -146,7 +148,8 @@ class CodeGenerator:
         program = assign_physical_semaphores(
             program, self.semaphores, min(self.hw.scalar.semaphores, isa.MAX_SEMAPHORES),
             self.kernel_groups.ops_of_group)
-        instructions = [isa.make(inst.name, inst.wait, inst.signal, inst.signal2, **inst.fields)
+        make = self.checked.make
+        instructions = [make(inst.name, inst.fields, inst.wait, inst.signal, inst.signal2)
                         for inst in program]
         markers = op_markers(program, self.kernel_groups, self.buffers, self.layout, self.fn)
         out = Program(instructions)
@@ -497,7 +500,7 @@ class CodeGenerator:
                 self.weight_tile.note_write(request.space, request.low, request.high)
         self.tracker.synchronise_with_earlier(inst, accesses)
         try:
-            isa.make(name, **fields)
+            self.checked.make(name, fields)
         except isa.EncodingError as e:
             raise fail(op, f"cannot encode {name}: {e}") from None
         self.cursor.block.append(inst)

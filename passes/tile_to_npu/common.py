@@ -16,6 +16,29 @@ STAGE = "tile-to-npu"
 QUEUED_ENGINES = tuple(engine for engine in isa.ENGINES if engine != "scalar")
 
 
+class CheckedInstructions:
+    """isa.make with the field checks done once per distinct (name, fields): a function's
+    instructions repeat the same fields many times (loop body copies, peeled and inlined
+    iterations, kernels compiled again), and each is checked when emitted and built again,
+    with its physical semaphores, for the program."""
+
+    def __init__(self) -> None:
+        self.checked: dict[tuple, isa.Instr] = {}
+
+    def make(self, name: str, fields: dict[str, int], wait: int = 0, signal: int = 0,
+             signal2: int = 0) -> isa.Instr:
+        """isa.make(name, wait, signal, signal2, **fields) (raises its EncodingError)."""
+        key = (name, *fields.items())
+        instr = self.checked.get(key)
+        if instr is None:
+            instr = self.checked[key] = isa.make(name, **fields)
+        if not (wait or signal or signal2):
+            return instr
+        if not all(0 <= s <= isa.MAX_SEMAPHORES for s in (wait, signal, signal2)):
+            return isa.make(name, wait, signal, signal2, **fields)  # (its error)
+        return isa.Instr(instr.d, instr.values, wait, signal, signal2)
+
+
 def fail(op: Operation, msg: str) -> LoweringError:
     """The one-line error naming op: `file:line:col: error: 'op' op tile-to-npu: msg`."""
     return lowering_error(op, STAGE, msg)

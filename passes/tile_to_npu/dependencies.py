@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from xdsl.dialects import func, scf
@@ -37,14 +36,14 @@ from infer.passes.tile_to_npu.program_tree import (
 from infer.passes.tile_to_npu.semaphores import VirtualSemaphores
 
 
-@dataclass(frozen=True, eq=False)
 class RingSlot:
     """The half of a double-buffered alloc an access touches, and in which round (emitted copy
-    of its rotation loop's body)."""
+    of its rotation loop's body). (Not changed after it is made; compared by identity.)"""
 
-    alloc: t.AllocOp
-    half: int
-    round: object
+    __slots__ = ("alloc", "half", "round")
+
+    def __init__(self, alloc: t.AllocOp, half: int, round: object) -> None:  # noqa: A002
+        self.alloc, self.half, self.round = alloc, half, round
 
     def same_half(self, other: RingSlot) -> bool:
         return self.alloc is other.alloc and self.half == other.half
@@ -88,6 +87,9 @@ class AccessIndex:
     def __init__(self) -> None:
         self.lists: dict[tuple, list[Access]] = {}
         self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
+        # engine -> the latest sequence number among its accesses after each one added (a
+        # query whose `after` is at least the last has nothing to find: most of them)
+        self.latest: dict[str, list[int]] = {}
 
     def _pages(self, access: Access) -> range | None:
         shift = self.PAGE_SHIFT[access.space]
@@ -95,6 +97,8 @@ class AccessIndex:
         return None if last - first >= self.WIDE else range(first, last + 1)
 
     def add(self, access: Access) -> None:
+        latest = self.latest.setdefault(access.instruction.engine, [])
+        latest.append(max(latest[-1], access.sequence) if latest else access.sequence)
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
             key = (access.space, page, access.instruction.engine, access.writes)
@@ -106,6 +110,7 @@ class AccessIndex:
 
     def remove_latest(self, access: Access) -> None:
         """Take back the access added last (a kernel compiled again)."""
+        self.latest[access.instruction.engine].pop()
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
             listed = self.lists[(access.space, page, access.instruction.engine, access.writes)]
@@ -134,6 +139,9 @@ class AccessIndex:
         them writing, not the same double-buffer half in another round) and is later than
         instruction sequence number `after` (the caller passes what is already known complete
         or already found: the backward scans stop there)."""
+        latest = self.latest.get(engine)
+        if not latest or latest[-1] <= after:
+            return None
         best = None
         low, high, ring = access.low, access.high, access.ring
         lists = self.lists
@@ -158,7 +166,8 @@ class AccessIndex:
         found: dict[int, Access] = {}
         low, high = access.low, access.high
         for engine in QUEUED_ENGINES:
-            if engine == access.instruction.engine:
+            latest = self.latest.get(engine)
+            if engine == access.instruction.engine or not latest or latest[-1] <= after[engine]:
                 continue
             for key in self._keys(access, engine):
                 listed = self.lists.get(key)
@@ -476,13 +485,16 @@ def loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:
                     and range_a[1] < range_b[2] and range_b[1] < range_a[2])
 
     accesses = [(position[op], access) for op in order for access in accessed_buffers(op)]
+    access_positions = [i for i, _ in accesses]  # (ascending: a loop's ops are a slice of them)
     out: set[scf.ForOp] = set()
     for loop in order:
         if not isinstance(loop, scf.ForOp):
             continue
         last = max((position[o] for o in loop.walk()), default=position[loop])
-        inside = [a for i, a in accesses if position[loop] < i <= last]
-        later = [a for i, a in accesses if i > last]
+        first_inside = bisect.bisect_right(access_positions, position[loop])
+        first_later = bisect.bisect_right(access_positions, last)
+        inside = [a for _, a in accesses[first_inside:first_later]]
+        later = [a for _, a in accesses[first_later:]]
         if any((w1 or w2) and alias(r1, r2) for r1, w1 in inside for r2, w2 in later):
             out.add(loop)
     return out

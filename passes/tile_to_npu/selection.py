@@ -73,6 +73,28 @@ class Operand(NamedTuple):
         return AccessRequest(self.space, self.low, self.high, writes, ring)
 
 
+class OpFields:
+    """A tile op's operands and attributes, each read through xDSL once: a loop body is emitted
+    many times (body copies, peeled and inlined iterations, kernels compiled again) and xDSL's
+    getter of a variadic operand decodes the op's segment sizes on every read."""
+
+    def __init__(self, op: Operation) -> None:
+        self._op = op
+
+    def __getattr__(self, name: str):
+        value = getattr(self._op, name)
+        setattr(self, name, value)  # (found in the instance next time: no __getattr__)
+        return value
+
+
+def fields_of(codegen: CodeGenerator, op: Operation):
+    """op's OpFields, kept for this compilation (the IR does not change under it)."""
+    fields = codegen.op_fields.get(id(op))
+    if fields is None:
+        fields = codegen.op_fields[id(op)] = OpFields(op)
+    return fields
+
+
 def _operand(codegen: CodeGenerator, buffer: TileBuffer, index: AffineIndex, rows: int,
              row_stride: int, row_bytes: int) -> Operand:
     address = codegen.resolve(index)
@@ -115,10 +137,11 @@ def declare_view(codegen: CodeGenerator, op: t.ViewOp) -> None:
 def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
     """dma.load / dma.store: the innermost contiguous bytes n0 (dims merged while contiguous on
     both sides), up to two strided dims; a box needing more dims is split into several DMAs."""
-    src, dst = codegen.buffers[op.src], codegen.buffers[op.dst]
-    box = tuple(int(n) for n in op.shape.get_values())
+    f = fields_of(codegen, op)
+    src, dst = codegen.buffers[f.src], codegen.buffers[f.dst]
+    box = tuple(int(n) for n in f.shape.get_values())
     element_bytes = src.element_bytes
-    load = op.is_load
+    load = f.is_load
     src_strides = [s * step * element_bytes for s, step in zip(src.strides, op.steps())]
     dst_strides = [s * element_bytes for s in dst.strides]
     dram_strides, local_strides = (src_strides, dst_strides) if load else (dst_strides, src_strides)
@@ -135,8 +158,8 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
                      if run % c == 0)
         dims.append((run // chunk, chunk, chunk))
         run = chunk
-    src_address = codegen.tile_address(src, op.src_indices, op)
-    dst_address = codegen.tile_address(dst, op.dst_indices, op)
+    src_address = codegen.tile_address(src, f.src_indices, op)
+    dst_address = codegen.tile_address(dst, f.dst_indices, op)
     dram_address, local_address = (src_address, dst_address) if load else (dst_address, src_address)
     outer = dims[:-2] if len(dims) > 2 else []
     inner = dims[-2:] if len(dims) >= 2 else dims
@@ -231,12 +254,13 @@ def _stepped(address: Address, loop, stride: int) -> Address:
 
 # ------------------------------------------------------------------ tile.matmul
 def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
-    lhs, rhs, acc = codegen.buffers[op.lhs], codegen.buffers[op.rhs], codegen.buffers[op.acc]
-    m, k, n = op.m.value.data, op.k.value.data, op.n.value.data
+    f = fields_of(codegen, op)
+    lhs, rhs, acc = codegen.buffers[f.lhs], codegen.buffers[f.rhs], codegen.buffers[f.acc]
+    m, k, n = f.m.value.data, f.k.value.data, f.n.value.data
     dtype = ISA_DTYPE[lhs.element]
     element_bytes = lhs.element_bytes
     weight_stride = rhs.shape[1] * element_bytes
-    weights = _operand(codegen, rhs, codegen.tile_address(rhs, op.rhs_indices, op), k,
+    weights = _operand(codegen, rhs, codegen.tile_address(rhs, f.rhs_indices, op), k,
                        weight_stride, n * element_bytes)
     weight_key = (weights.register, weights.immediate, k, n, weight_stride, dtype)
     rhs_slot = codegen.double_buffering.slot(rhs)
@@ -253,31 +277,32 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
         codegen.weight_tile.span = (weights.space, weights.low, weights.high)
     act_stride = lhs.shape[1] * element_bytes
     acc_stride = acc.shape[1] * 4
-    activations = _operand(codegen, lhs, codegen.tile_address(lhs, op.lhs_indices, op), m,
+    activations = _operand(codegen, lhs, codegen.tile_address(lhs, f.lhs_indices, op), m,
                            act_stride, k * element_bytes)
-    accumulator = _operand(codegen, acc, codegen.tile_address(acc, op.acc_indices, op), m,
+    accumulator = _operand(codegen, acc, codegen.tile_address(acc, f.acc_indices, op), m,
                            acc_stride, n * 4)
     codegen.emit(op, "mx.matmul", "matrix",
                  dict(act_base=activations.register, act=activations.immediate,
                       acc_base=accumulator.register, acc=accumulator.immediate, m=m,
                       astride=act_stride, cstride=acc_stride, dtype=dtype,
-                      accum=int(bool(op.accumulate.value.data))),
+                      accum=int(bool(f.accumulate.value.data))),
                  [activations.access(False, codegen.double_buffering.slot(lhs)),
                   accumulator.access(True, codegen.double_buffering.slot(acc))])
 
 
 # ------------------------------------------------------------------ tile.vector
 def select_vector(codegen: CodeGenerator, op: t.VectorOp) -> None:
-    name = op.op.data
-    form = op.form
-    rows, cols = op.rows.value.data, op.cols.value.data
-    dst, a = codegen.buffers[op.dst], codegen.buffers[op.a]
+    f = fields_of(codegen, op)
+    name = f.op.data
+    form = f.form
+    rows, cols = f.rows.value.data, f.cols.value.data
+    dst, a = codegen.buffers[f.dst], codegen.buffers[f.a]
     dst_cols = 1 if form == "reduce" else cols
     dst_stride = dst.shape[1] * dst.element_bytes
     a_stride = a.shape[1] * a.element_bytes
-    dst_operand = _operand(codegen, dst, codegen.tile_address(dst, op.dst_indices, op), rows,
+    dst_operand = _operand(codegen, dst, codegen.tile_address(dst, f.dst_indices, op), rows,
                            dst_stride, dst_cols * dst.element_bytes)
-    a_operand = _operand(codegen, a, codegen.tile_address(a, op.a_indices, op), rows, a_stride,
+    a_operand = _operand(codegen, a, codegen.tile_address(a, f.a_indices, op), rows, a_stride,
                          cols * a.element_bytes)
     fields = dict(dst_base=dst_operand.register, dst=dst_operand.immediate,
                   a_base=a_operand.register, a=a_operand.immediate, rows=rows, cols=cols,
@@ -285,19 +310,19 @@ def select_vector(codegen: CodeGenerator, op: t.VectorOp) -> None:
                   at=ISA_DTYPE[a.element])
     accesses = [a_operand.access(False, codegen.double_buffering.slot(a))]
     if form in ("binary", "requant"):
-        bmode = op.bmode.data if op.bmode is not None else "tile"
+        bmode = f.bmode.data if f.bmode is not None else "tile"
         fields["bmode"] = isa.BMODE_CODE[bmode]
         if bmode == "imm":
-            imm = float(op.imm.value.data) if op.imm is not None else 0.0
+            imm = float(f.imm.value.data) if f.imm is not None else 0.0
             fields.update(b_base=0, b=0, bstride=0, imm=isa.f32_bits(imm))
             # an integral immediate computes in exact integer math, as the tile interpreter does
             fields["bt"] = (ISA_DTYPE[a.element] if a.element in ("i8", "i32") and name != "requant"
                             else ISA_DTYPE["f32"])
         else:
-            b = codegen.buffers[op.b[0]]
+            b = codegen.buffers[f.b[0]]
             b_stride = b.shape[1] * b.element_bytes
             b_rows, b_cols = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[bmode]
-            b_operand = _operand(codegen, b, codegen.tile_address(b, op.b_indices, op), b_rows,
+            b_operand = _operand(codegen, b, codegen.tile_address(b, f.b_indices, op), b_rows,
                                  b_stride, b_cols * b.element_bytes)
             fields.update(b_base=b_operand.register, b=b_operand.immediate,
                           bstride=0 if bmode == "row" else b_stride, bt=ISA_DTYPE[b.element], imm=0)
@@ -311,11 +336,12 @@ def select_fill(codegen: CodeGenerator, op: t.FillOp) -> None:
     """vec.mul of the destination viewed as int8 by the integer immediate 0 (exact zero
     whatever the old bytes, NaN included), then vec.add of the value (vec.mul by -1.0 for
     -0.0); the op takes its free token on the first and releases it on the last."""
-    dst = codegen.buffers[op.dst]
-    rows, cols = op.rows.value.data, op.cols.value.data
-    value = float(op.value.value.data)
+    f = fields_of(codegen, op)
+    dst = codegen.buffers[f.dst]
+    rows, cols = f.rows.value.data, f.cols.value.data
+    value = float(f.value.value.data)
     dst_stride = dst.shape[1] * dst.element_bytes
-    target = _operand(codegen, dst, codegen.tile_address(dst, op.dst_indices, op), rows,
+    target = _operand(codegen, dst, codegen.tile_address(dst, f.dst_indices, op), rows,
                       dst_stride, cols * dst.element_bytes)
     dtype = ISA_DTYPE[dst.element]
     accesses = [target.access(True, codegen.double_buffering.slot(dst))]

@@ -14,7 +14,7 @@ changes.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from xdsl.ir import Operation
 
@@ -85,9 +85,9 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
     physical = allocation.physical
     for i, inst in enumerate(program):
         out.extend(allocation.inserted.get(i, ()))
-        out.append(replace(inst, wait=physical.get(inst.wait, 0),
-                           signal=physical.get(inst.signal, 0),
-                           signal2=physical.get(inst.signal2, 0)))
+        out.append(FlatInstruction(inst.name, physical.get(inst.wait, 0),
+                                   physical.get(inst.signal, 0), physical.get(inst.signal2, 0),
+                                   inst.fields, inst.group, inst.item))
     return out
 
 
