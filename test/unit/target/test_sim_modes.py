@@ -330,3 +330,21 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
     want = np.where(np.isnan(r), np.array(0x7FC00000, np.uint32).view(np.float32), r)
     assert dst.view(np.uint16).tobytes() == want.astype(ml_dtypes.bfloat16).view(
         np.uint16).tobytes()
+
+
+def test_timing_kept_per_program_is_copied_per_run():
+    """A program run again gets the timing pass's result from the decoded program (sim_fast.
+    timing_of): equal to a fresh computation, and each run's counters are its own."""
+    k = kernels.gemm("edge", 64, 64, 64, "bf16", double_buffer=True, tm=16)
+    first = run_mode(k.program, k.dram, "fast")[0]
+    assert decoded(k.program, Simulator("edge").cfg).caches["timing"]
+    first.busy[0] += 1
+    first.stalls["x"] = 1
+    first.profile.count[0] += 1
+    first.events.append((0, "x", 0, 0, 0))
+    again = run_mode(k.program, k.dram, "fast")[0]
+    fresh = run_mode(Program(list(k.program.instrs)), k.dram, "fast")[0]  # decoded anew
+    ref = run_mode(k.program, k.dram, "reference")[0]
+    for c in (again, fresh):
+        assert c.as_dict() == ref.as_dict()
+        assert c.profile == ref.profile and c.events == ref.events
