@@ -348,3 +348,33 @@ def test_timing_kept_per_program_is_copied_per_run():
     for c in (again, fresh):
         assert c.as_dict() == ref.as_dict()
         assert c.profile == ref.profile and c.events == ref.events
+
+
+# a ping-pong loop (the shape of a transpose): each half loads the next tile into the buffer
+# the other half reads, so the first half reads the previous iteration's second load (a
+# renamed scratchpad buffer read with a shift); its DRAM store and the second half's load
+# touch disjoint DRAM (second=0x4000: the load reads what the store wrote, which must keep
+# them in program order: a dependence cycle, not batched)
+PING_PONG = """
+    li rd=r4, imm=0
+    dma.load dram=0, local=0, n0=256, n1=1, n2=1
+    loop count=6, body=8
+      dma.load dram=r4+0x100, local=0x400, n0=256, n1=1, n2=1
+      vec.copy dst=0x800, a=0, rows=16, cols=4, dstride=16, astride=16, dt=fp32, at=fp32
+      dma.store dram=r4+0x4000, local=0x800, n0=256, n1=1, n2=1
+      dma.load dram=r4+{second}, local=0, n0=256, n1=1, n2=1
+      vec.copy dst=0xc00, a=0x400, rows=16, cols=4, dstride=16, astride=16, dt=fp32, at=fp32
+      dma.store dram=r4+0x4100, local=0xc00, n0=256, n1=1, n2=1
+      addi rd=r4, rs=r4, imm=0x200
+      nop
+    halt
+"""
+
+
+@pytest.mark.parametrize("second, batched", [("0x200", True), ("0x4000", False)])
+def test_ping_pong_loop_orders_only_overlapping_dram_accesses(second, batched):
+    prog = Program.from_asm(PING_PONG.format(second=second))
+    dram = np.random.default_rng(2).integers(0, 256, 0x6000, dtype=np.uint8)
+    assert_modes_agree(prog, dram)
+    failed = decoded(prog, Simulator("edge").cfg).caches.get("failed", {})
+    assert (2 not in failed) == batched, failed
