@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from infer.target import kernels
 from infer.target.asm import Program
 from infer.target.sim import MODES, SimFault, Simulator
+from infer.target.sim_core import LAYOUT_FREE
 from infer.target.sim_decode import decoded
 
 from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
@@ -378,3 +379,34 @@ def test_ping_pong_loop_orders_only_overlapping_dram_accesses(second, batched):
     assert_modes_agree(prog, dram)
     failed = decoded(prog, Simulator("edge").cfg).caches.get("failed", {})
     assert (2 not in failed) == batched, failed
+
+
+@pytest.mark.parametrize("op", sorted(LAYOUT_FREE))
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_layout_free_vector_ops_equal_the_copied_operands(op, dt):
+    """The ops vector_compute runs on operands in place (VectorSpec.layout_free) give the bits
+    of the C-ordered copies, on strided tiles full of NaNs, infinities and subnormals."""
+    import dataclasses
+
+    from infer.target.isa import DTYPE_CODE
+    from infer.target.sim_core import NP_DTYPES, VectorSpec, vector_compute
+
+    binary = op in ("add", "sub", "mul", "max", "min")
+    text = (f"vec.{op} dst=0, a=0, " + ("b=0, bstride=512, bt=fp32, bmode=tile, " if binary else "")
+            + f"rows=8, cols=64, dstride=512, astride=512, dt={dt}, at=fp32")
+    spec = VectorSpec.of(Program.from_asm(text).instrs[0])
+    assert spec.layout_free
+    rng = np.random.default_rng(1)
+    bits = rng.integers(0, 2**32, (3, 8, 128), dtype=np.uint64).astype(np.uint32)
+    bits[:, :, ::7] = rng.choice(np.array([0x7F800000, 0xFF800000, 0x7FC00001, 0xFFC12345, 1,
+                                           0x80000003, 0], np.uint32), (3, 8, 19))
+    x = bits.view(np.float32)
+    a, b = x[0, :, ::2], x[1, :, 1::2]  # strided (8, 64) tiles
+    out = {}
+    for flag in (True, False):
+        s = dataclasses.replace(spec, layout_free=flag)
+        dst = np.zeros((8, 64), NP_DTYPES[DTYPE_CODE[dt]])
+        with np.errstate(all="ignore"):  # as the simulator runs: inf and NaN are data
+            vector_compute(s, a, b if binary else None, dst, DTYPE_CODE[dt])
+        out[flag] = dst.tobytes()
+    assert out[True] == out[False]
