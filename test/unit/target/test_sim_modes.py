@@ -410,3 +410,38 @@ def test_layout_free_vector_ops_equal_the_copied_operands(op, dt):
             vector_compute(s, a, b if binary else None, dst, DTYPE_CODE[dt])
         out[flag] = dst.tobytes()
     assert out[True] == out[False]
+
+
+# straight-line fp32 emulation steps: the same weight tile is loaded twice; {between} may
+# rewrite it (a DMA or a vector op) before the second load, which must then convert it again
+TWICE = """
+    dma.load dram=0, local=0, n0=2048, n1=1, n2=1
+    mx.loadw w=0, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x400, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    mx.loadw w=0x200, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x400, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    {between}
+    mx.loadw w=0, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x600, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    dma.store dram=0x1000, local=0x2000000, n0=1024, n1=1, n2=1
+    halt
+"""
+
+
+@pytest.mark.parametrize("between", [
+    "nop",
+    "dma.load dram=0x800, local=0, n0=512, n1=1, n2=1",
+    "vec.neg dst=0, a=0, rows=16, cols=16, dstride=32, astride=32, dt=bf16, at=bf16",
+])
+def test_weights_loaded_twice_instruction_by_instruction(between):
+    """The functional engine converts a scratchpad weight tile loaded again with nothing
+    written in between once (FunctionalRun.wcache), and again after a write."""
+    prog = Program.from_asm(TWICE.format(between=between))
+    rng = np.random.default_rng(4)
+    dram = np.zeros(0x2000, np.uint8)
+    dram[:0x1000] = rng.integers(0x3C00, 0x4000, 0x800, dtype=np.uint16).view(np.uint8)
+    assert_modes_agree(prog, dram)
+    changed = run_mode(prog, dram, "fast")[1][0x1000:0x2000]
+    if between != "nop":
+        same = run_mode(Program.from_asm(TWICE.format(between="nop")), dram, "fast")[1]
+        assert changed.tobytes() != same[0x1000:0x2000].tobytes()
