@@ -134,6 +134,10 @@ class Counters:
     profile: PcProfile | None = None
     log: EventLog = field(default_factory=EventLog, repr=False)
     _events: list[tuple[int, str, int, int, int]] | None = field(default=None, repr=False)
+    #: the DRAM byte ranges [lo, hi) the run may have written (every dma.store's hull), when
+    #: the engine knows them (fast and functional modes without faults or on_pc callbacks;
+    #: [] in timing mode); None otherwise. What a caller reusing its DRAM buffer must restore.
+    dram_written: list[tuple[int, int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def events(self) -> list[tuple[int, str, int, int, int]]:

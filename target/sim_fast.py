@@ -43,14 +43,19 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
         return ReferenceRun(sim, program, dram, regs, trace).execute(on_pc)
     if mode == "timing":
         if not dec.dynamic_loops:
-            return timing_of(dec, cfg, mode, trace, [], None)
+            c = timing_of(dec, cfg, mode, trace, [], None)
+            c.dram_written = []
+            return c
         # loop counts come from registers: the control pass computes them
         fr = FunctionalRun(sim, dec, dram, regs, data=False).execute()
     else:
         fr = FunctionalRun(sim, dec, dram, regs, on_pc).execute()
+    # what the run wrote to DRAM, when nothing else may have (callbacks may write anywhere)
+    written = [] if mode == "timing" else None if on_pc or fr.fault is not None else fr.stores
     if mode == "functional":
         if fr.fault is not None:
             raise fr.fault[1]
+        fr.c.dram_written = written
         return fr.c
     stop = fr.fault[0] if fr.fault is not None else None
     try:
@@ -60,6 +65,7 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
         raise fr.fault[1] from None
     if mode == "fast":
         c.acc_saturations = fr.c.acc_saturations
+    c.dram_written = written
     return c
 
 
@@ -96,7 +102,7 @@ def copy_counters(c: Counters) -> Counters:
         profile=None if c.profile is None else PcProfile(
             list(c.profile.count), list(c.profile.first), list(c.profile.last),
             list(c.profile.macs)),
-        log=EventLog(), _events=None)
+        log=EventLog(), _events=None, dram_written=None)
     out.log.items = list(c.log.items)
     out.log.offset = c.log.offset
     return out

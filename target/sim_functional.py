@@ -110,7 +110,9 @@ class FunctionalRun:
         self.weights: np.ndarray | None = None
         self.wdtype = -1
         self.stack: list[list[Any]] = []  # [start, end, remaining, Loop]
-        self.stores: list[tuple[int, int]] = []  # control pass: DRAM ranges stored to
+        #: the DRAM ranges [lo, hi) stored to (hulls), in execution order: the control pass
+        #: checks `ld` against them; a data run reports them (Counters.dram_written)
+        self.stores: list[tuple[int, int]] = []
         #: the activations of the last mx.matmul, converted (see _matmul)
         self.act_key: tuple[Any, ...] | None = None
         self.act_converted: np.ndarray | None = None
@@ -200,7 +202,7 @@ class FunctionalRun:
                             lv[...] = dv
                         else:
                             dv[...] = lv
-                    elif not t[15]:
+                    if not t[15]:
                         d = regs[db] + do
                         self.stores.append((d + t[11], d + t[12]))
                     if t[15]:
