@@ -4,7 +4,7 @@
 
 The models (nothing downloaded): the ResNet-50 of bench_resnet50.py (torch -> ONNX here), and
 the ONNX exports bench_simulator.py measures onnxruntime on: all-MiniLM-L6-v2 (real weights,
-sequence 32, with mean pooling) and a 2-layer GQA Llama prefill (sequence 16).
+sequence 32, with mean pooling) and issue 14's Llama-style prefill (hidden 512, GQA, sequence 512).
 Both compilers run as fresh processes on the same file, one after the other in this run
 (the machines are shared and noisy: only ratios measured side by side mean something), and
 each time is the best of `--repeat` runs:
@@ -33,7 +33,7 @@ from typing import NamedTuple
 from infer.tools.zoo import build_resnet50_onnx
 
 MODEL_TITLES = {"resnet50": "ResNet-50 (224x224)", "minilm": "all-MiniLM-L6-v2 (sequence 32)",
-                "llama": "Llama prefill (2 layers, GQA, sequence 16)"}
+                "llama": "Llama prefill (2 layers, hidden 512, GQA, sequence 512)"}
 
 
 def build_onnx(name: str, work: Path) -> Path:
