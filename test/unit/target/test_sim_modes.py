@@ -445,3 +445,32 @@ def test_weights_loaded_twice_instruction_by_instruction(between):
     if between != "nop":
         same = run_mode(Program.from_asm(TWICE.format(between="nop")), dram, "fast")[1]
         assert changed.tobytes() != same[0x1000:0x2000].tobytes()
+
+
+# a column scatter (the shape of a transpose's inner loop): iteration i writes 4 bytes at
+# column i of every row; with a row stride of {dstride} bytes the {count} iterations' columns
+# fit in a row (independent) or wrap into the next row (iteration 200 writes where iteration 0
+# did: dependent). More lane distances than sim_dependence.MAX_DELTAS to try one by one.
+SCATTER = """
+    li rd=r1, imm=0
+    li rd=r4, imm=0x10000
+    loop count={count}, body=3
+      vec.copy dst=r1+0, a=r4+0, rows=16, cols=1, dstride={dstride}, astride=4, dt=fp32, at=fp32
+      addi rd=r1, rs=r1, imm=4
+      addi rd=r4, rs=r4, imm=64
+    dma.store dram=0, local=0, n0=20000, n1=1, n2=1
+    halt
+"""
+
+
+@pytest.mark.parametrize("dstride, batched", [(1216, True), (800, False)])
+def test_column_scatter_with_many_lane_distances(dstride, batched):
+    prog = Program.from_asm(SCATTER.format(count=300, dstride=dstride))
+    sim = Simulator("edge")
+    dram = np.zeros(20000, np.uint8)
+    sim.spad[0x10000:0x10000 + 300 * 64] = np.random.default_rng(5).integers(
+        0, 256, 300 * 64, dtype=np.uint8)
+    assert_modes_agree(prog, dram)
+    sim.run(prog, dram, mode="fast")
+    failed = decoded(prog, sim.cfg).caches.get("failed", {})
+    assert (2 not in failed) == batched, failed
