@@ -26,6 +26,7 @@ timing) or "timing" (cycles and counters, no outputs).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -60,6 +61,11 @@ class Executable:
         self.layout: DramLayout = artifact.parsed_layout()
         self.last_report: Report | None = None
         self._image: np.ndarray | None = None
+        #: the DRAM buffer of the last run and the ranges written into it (its inputs and
+        #: Counters.dram_written): the next run restores those from the image instead of
+        #: copying it all
+        self._spare: tuple[np.ndarray, list[tuple[int, int]]] | None = None
+        self._spare_lock = threading.Lock()
 
     # ---------------------------------------------------------------- properties
     @property
@@ -99,6 +105,29 @@ class Executable:
             img.flags.writeable = False
             self._image = img
         return self._image
+
+    #: more written ranges than this: copy the whole image (merging them would cost more)
+    MAX_RESTORED_RANGES = 1 << 15
+
+    def _fresh_dram(self) -> np.ndarray:
+        """A writable copy of the DRAM image: the last run's buffer with the ranges it wrote
+        restored, when it left one (one run at a time takes it), else a copy of the image."""
+        image = self._base_image()
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is None or len(spare[1]) > self.MAX_RESTORED_RANGES:
+            return image.copy()
+        dram, written = spare
+        lo_run = hi_run = -1
+        for lo, hi in sorted(written):  # merged: one copy per run of overlapping ranges
+            if lo > hi_run:
+                if hi_run > lo_run:
+                    dram[lo_run:hi_run] = image[lo_run:hi_run]
+                lo_run = lo
+            hi_run = max(hi_run, hi)
+        if hi_run > lo_run:
+            dram[lo_run:hi_run] = image[lo_run:hi_run]
+        return dram
 
     def _normalise_inputs(self, inputs: Any) -> list[np.ndarray]:
         specs = self.artifact.inputs
@@ -164,7 +193,7 @@ class Executable:
             inputs = []
         arrays = self._normalise_inputs(inputs)
         lay = self.layout
-        dram = self._base_image().copy()
+        dram = self._fresh_dram()
         for p, s, a in zip(lay.inputs, self.artifact.inputs, arrays, strict=True):
             a = self._to_dram_dtype(s.name, a, np_dtype(p.dtype))
             b = np.frombuffer(a.tobytes(), np.uint8)
@@ -185,6 +214,9 @@ class Executable:
                 held = np_dtype(p.dtype)
                 n = int(np.prod(s.shape, dtype=np.int64)) * held.itemsize
                 outs.append(from_dram(dram[p.offset:p.offset + n].view(held).reshape(s.shape).copy(), s.np_dtype))
+        if counters.dram_written is not None and not on_pc:
+            self._spare = (dram, counters.dram_written
+                           + [(p.offset, p.offset + p.nbytes) for p in lay.inputs])
         self.last_report = build_report(counters, self.program, self.artifact.ops if trace else None,
                                         self.config, wall, passes=3 if self.artifact.precision == "fp32" else 1,
                                         io_bytes=sum(r.nbytes for r in (*lay.inputs, *lay.outputs)))

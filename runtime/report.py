@@ -331,13 +331,12 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
         op.instructions += count
         op.first = prof.first[pc] if op.first < 0 else min(op.first, prof.first[pc])
         op.last = max(op.last, prof.last[pc])
-        eng, busy, nbytes = per_pc[pc]
+        eng, busy, nbytes, mac_rate = per_pc[pc]
         if eng is not None:
             op.busy[eng] += count * busy
         op.macs += prof.macs[pc]
         if prof.macs[pc]:
-            dtype = isa.DTYPES[program.instrs[pc].as_dict()["dtype"]][0]
-            op.peak_mac_cycles += prof.macs[pc] / cfg.macs_per_cycle(dtype)
+            op.peak_mac_cycles += prof.macs[pc] / mac_rate
         if rep.energy is not None:
             op.energy_pj += rep.energy.per_pc[pc]
         op.dram_bytes += count * nbytes
@@ -357,20 +356,23 @@ def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, 
     return rep
 
 
-def _instruction_costs(program, cfg) -> list[tuple[str | None, int, int]]:
+def _instruction_costs(program, cfg) -> list[tuple[str | None, int, int, int]]:
     """Per instruction: the engine whose busy cycles it adds to (None: the front end), its
-    busy cycles there, its DRAM bytes (computed once per program: see per_program)."""
-    out: list[tuple[str | None, int, int]] = []
+    busy cycles there, its DRAM bytes and, for a matmul, the array's MACs per cycle on its
+    dtype (1 elsewhere) (computed once per program: see per_program)."""
+    out: list[tuple[str | None, int, int, int]] = []
     for ins in program.instrs:
         eng = ins.d.engine
-        nbytes = 0
+        nbytes, mac_rate = 0, 1
         if ins.d.name in ("dma.load", "dma.store"):
             v = ins.as_dict()
             nbytes = v["n0"] * v["n1"] * v["n2"]
+        elif ins.d.name == "mx.matmul":
+            mac_rate = cfg.macs_per_cycle(isa.DTYPES[ins.as_dict()["dtype"]][0])
         if eng in ("matrix", "vector", "dma_load", "dma_store"):
-            out.append((eng, _busy(ins, cfg), nbytes))
+            out.append((eng, _busy(ins, cfg), nbytes, mac_rate))
         else:
-            out.append((None, 0, nbytes))
+            out.append((None, 0, nbytes, mac_rate))
     return out
 
 

@@ -134,6 +134,10 @@ class Counters:
     profile: PcProfile | None = None
     log: EventLog = field(default_factory=EventLog, repr=False)
     _events: list[tuple[int, str, int, int, int]] | None = field(default=None, repr=False)
+    #: the DRAM byte ranges [lo, hi) the run may have written (every dma.store's hull), when
+    #: the engine knows them (fast and functional modes without faults or on_pc callbacks;
+    #: [] in timing mode); None otherwise. What a caller reusing its DRAM buffer must restore.
+    dram_written: list[tuple[int, int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def events(self) -> list[tuple[int, str, int, int, int]]:
@@ -349,6 +353,9 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),
     "le": lambda a, b: (a <= b).astype(np.result_type(a, b)),
 }
+#: elementwise vector ops whose every result element IEEE arithmetic defines exactly (no
+#: library approximation whose code path could depend on the operands' strides)
+LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu"))
 TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log"))
 
 
@@ -364,6 +371,10 @@ class VectorSpec:
     #: the result does not depend on operand a's value (an integer multiply by an immediate
     #: 0: how programs clear a tile), so reading it carries no data
     a_is_dead: bool = False
+    #: an elementwise operation IEEE defines exactly (add, sub, mul, max, min, copy, neg, abs,
+    #: relu): its bits do not depend on the operands' memory layout, so operands already in
+    #: the compute type are used in place instead of copied to C order (vector_compute)
+    layout_free: bool = False
 
     def compute(self, a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, dt: int) -> None:
         vector_compute(self, a, b, dst, dt)
@@ -381,7 +392,8 @@ class VectorSpec:
         ctype = np.float32 if use_float else np.int64
         dead = (not use_float and vop.name == "mul" and v["bmode"] == 3 and int(imm) == 0)
         return VectorSpec(VECTOR_FUNCTIONS[vop.name], binary, vop.form == "reduce", ctype,
-                          imm if use_float else np.int64(int(imm)), dead)
+                          imm if use_float else np.int64(int(imm)), dead,
+                          vop.name in LAYOUT_FREE and vop.form != "reduce")
 
 
 def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: np.ndarray,
@@ -389,9 +401,11 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
     """dst = op(a, b) converted to dt. a and b are operand views in their storage type (b None
     for unary ops and bmode=imm), converted to the compute type in C order, so a row
     reduction runs over contiguous rows of the same length however many tiles are stacked."""
-    x = converted(a, spec.ctype)
+    ct = spec.ctype
+    x = a if spec.layout_free and a.dtype == ct else converted(a, ct)
     if spec.binary:
-        r = spec.fn(x, spec.imm if b is None else b.astype(spec.ctype))
+        r = spec.fn(x, spec.imm if b is None else (
+            b if spec.layout_free and b.dtype == ct else b.astype(ct)))
     else:
         r = spec.fn(x)
     store_converted(dst, r, dt)

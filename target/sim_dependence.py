@@ -193,8 +193,27 @@ def _pair_conflict(x: tuple[Any, ...], y: tuple[Any, ...], n: int,
     last = min(int(np.ceil(hi_e)) - 1, n - 1)
     deltas = [e for e in range(first, last + 1) if e]
     if len(deltas) > MAX_DELTAS:
-        return True
+        return _rows_overlap_many(xr, yr, d0 + cx * np.array(deltas, np.int64))
     return any(_rows_overlap(xr, yr, d0 + cx * e) for e in deltas)
+
+
+def _rows_overlap_many(xr: list[Access], yr: list[Access], shifts: np.ndarray) -> bool:
+    """_rows_overlap for every shift at once, when every pair of row sets has one row stride
+    (gapped_overlap's O(1) case, vectorised over the shifts); True (conservative) otherwise."""
+    for x in xr:
+        for y in yr:
+            xs, ys, xn, yn = x[6], y[6], x[4], y[4]
+            if xs != ys or xs == 0 or xn == 1 or yn == 1:
+                return True
+            x0, xl, yl = x[2], x[5], y[5]
+            y0 = y[2] + shifts
+            near = (x0 < y[3] + shifts) & (y0 < x[3])
+            d = y0 - x0
+            u_lo = np.maximum(-(xn - 1), (-yl - d) // xs + 1)
+            u_hi = np.minimum(yn - 1, -((d - xl) // xs) - 1)
+            if (near & (u_lo <= u_hi)).any():
+                return True
+    return False
 
 
 def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[int, ...],

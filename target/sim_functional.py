@@ -110,7 +110,9 @@ class FunctionalRun:
         self.weights: np.ndarray | None = None
         self.wdtype = -1
         self.stack: list[list[Any]] = []  # [start, end, remaining, Loop]
-        self.stores: list[tuple[int, int]] = []  # control pass: DRAM ranges stored to
+        #: the DRAM ranges [lo, hi) stored to (hulls), in execution order: the control pass
+        #: checks `ld` against them; a data run reports them (Counters.dram_written)
+        self.stores: list[tuple[int, int]] = []
         #: the activations of the last mx.matmul, converted (see _matmul)
         self.act_key: tuple[Any, ...] | None = None
         self.act_converted: np.ndarray | None = None
@@ -118,6 +120,10 @@ class FunctionalRun:
         #: default NaN, and its (address, m, n, stride): see _matmul and flush_nans
         self.nan_tile: np.ndarray | None = None
         self.nan_key: tuple[int, int, int, int] | None = None
+        #: scratchpad weight tiles converted by mx.loadw since local memory was last written
+        #: (fp32 emulation loads the high half of a weight tile twice: with the activations'
+        #: high and low halves), cleared wherever act_key is forgotten
+        self.wcache: dict[tuple[int, ...], np.ndarray] = {}
 
     def execute(self) -> FunctionalRun:
         from infer.target.sim_lockstep import try_lockstep
@@ -136,6 +142,7 @@ class FunctionalRun:
                 if hooks and not stack and pc in hooks and pc not in fired:
                     fired.add(pc)
                     self.act_key = None
+                    self.wcache.clear()
                     if self.nan_tile is not None:
                         self.flush_nans()
                     hooks[pc](pc, dram)
@@ -175,6 +182,7 @@ class FunctionalRun:
                             raise Fault("loop", f"loop nesting exceeds scalar.loop_depth = {depth}")
                         if lockstep_ok and cnt > 1 and try_lockstep(self, lp, cnt):
                             self.act_key = None
+                            self.wcache.clear()
                             npc = lp.end
                             nins[0] += 1
                             self.steps += 1
@@ -184,6 +192,8 @@ class FunctionalRun:
                 elif tc == T_DMA:
                     db, do, lb, lo = t[0], t[1], t[2], t[3]
                     self.act_key = None
+                    if self.wcache:
+                        self.wcache.clear()
                     if self.nan_tile is not None:
                         self.flush_nans()
                     if data:
@@ -192,7 +202,7 @@ class FunctionalRun:
                             lv[...] = dv
                         else:
                             dv[...] = lv
-                    elif not t[15]:
+                    if not t[15]:
                         d = regs[db] + do
                         self.stores.append((d + t[11], d + t[12]))
                     if t[15]:
@@ -207,11 +217,22 @@ class FunctionalRun:
                         wb, wo, k, nn, stride, dt, wdt = t
                         if self.nan_tile is not None and regs[wb] + wo >= isa.ACC_BASE:
                             self.flush_nans()
-                        w = local_view(sim, regs[wb] + wo, k, nn, stride, dt, "weights")
-                        self.weights = converted(w, wdt)
+                        addr = regs[wb] + wo
+                        if addr < isa.ACC_BASE:  # matmuls write the accumulator only
+                            key = (addr, k, nn, stride, dt)
+                            w = self.wcache.get(key)
+                            if w is None:
+                                w = self.wcache[key] = converted(
+                                    local_view(sim, addr, k, nn, stride, dt, "weights"), wdt)
+                            self.weights = w
+                        else:
+                            self.weights = converted(
+                                local_view(sim, addr, k, nn, stride, dt, "weights"), wdt)
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     self.act_key = None
+                    if self.wcache:
+                        self.wcache.clear()
                     if self.nan_tile is not None:
                         self.flush_nans()
                     if data:

@@ -422,6 +422,13 @@ class Plan:
         self.weights, self.wdt, self.slots, self.count = (walk.weights, walk.wdt, walk.slots,
                                                           walk.count)
         self.versions = walk.versions
+        #: the hulls [lo, hi) of the DRAM bytes the loop stores to (FunctionalRun.stores)
+        self.dram_writes = []
+        for space, write, f, lanes, shape, strides, _, _ in walk.accs:
+            if space == DRAM and write:
+                blo, bhi = box_extent(shape, strides)
+                llo, lhi = lane_extent(f, lanes, 0)
+                self.dram_writes.append((f[0] + blo + llo, f[0] + bhi + lhi))
 
 
 def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
@@ -677,6 +684,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
         fr.wdtype = plan.wdt
     for r, v in plan.final.items():
         fr.regs[r] = v
+    fr.stores.extend(plan.dram_writes)
     c, cnt = fr.c, plan.count
     c.acc_saturations += sat
     c.macs += cnt[8]

@@ -224,24 +224,27 @@ def _schedule(walk: Any, first_op: int, accs: list[tuple[Any, ...]],
     for q in nodes:
         if ops[q][0] == OP_MATMUL and ops[q][1] in loader:
             preds[q].add(loader[ops[q][1]])
-    # program order among the instructions sharing a memory that is not renamed (with a
-    # write involved): after the last writer, before the next one
+    # program order among the instructions sharing a memory that is not renamed, for every
+    # pair that may touch a common byte with a write involved: the hulls of their accesses
+    # over all lanes intersect (the lanes of one instruction do not conflict with another's
+    # in other iterations: `conflicts` checked that; the same iteration keeps program order)
     for space in (DRAM, SPAD, ACC):
         if space in spaces:
             continue
-        touch: dict[int, bool] = {}
+        touch: dict[int, list[tuple[bool, int, int]]] = {}
         for a in accs:
             if a[0] == space:
-                touch[a[6]] = touch.get(a[6], False) or a[1]
-        writer, readers = -1, []
-        for q in sorted(touch):
-            if writer >= 0:
-                preds[q].add(writer)
-            if touch[q]:
-                preds[q].update(readers)
-                writer, readers = q, []
-            else:
-                readers.append(q)
+                blo, bhi = box_extent(a[4], a[5])
+                llo, lhi = lane_extent(a[2], a[3], 0)
+                touch.setdefault(a[6], []).append((a[1], a[2][0] + blo + llo,
+                                                   a[2][0] + bhi + lhi))
+        order_q = sorted(touch)
+        for i, q in enumerate(order_q):
+            tq = touch[q]
+            for p in order_q[i + 1:]:
+                if any((wq or wp) and lq < hp and lp < hq
+                       for wq, lq, hq in tq for wp, lp, hp in touch[p]):
+                    preds[p].add(q)
     succ: dict[int, list[int]] = {q: [] for q in nodes}
     indeg = {q: len(preds[q]) for q in nodes}
     for q, ps in preds.items():

@@ -113,3 +113,29 @@ def test_compare_metrics():
     assert noisy.max_abs == pytest.approx(0.1, rel=1e-5) and 20 < noisy.sqnr_db < 40
     assert not compare("o", r, -r).ok()
     assert not compare("o", r, r[:2]).ok()
+
+
+@pytest.mark.parametrize("make", [bias_relu_artifact, lambda: gemm_artifact()[0]])
+def test_dram_buffer_reused_with_written_ranges_restored(make):
+    """A run leaves its DRAM buffer and the ranges it wrote (Counters.dram_written); the next
+    run restores those from the image: the buffer it starts from is the image, byte for
+    byte. A reference run or one with on_pc callbacks leaves none (they may write anywhere)."""
+    exe = Executable(make())
+    inputs = [np.random.default_rng(1).standard_normal(s.shape).astype(s.np_dtype)
+              for s in exe.artifact.inputs]
+    image = exe._base_image()
+    first = exe.run(inputs)
+    for mode in ("fast", "functional", "timing"):
+        exe.run(inputs, mode=mode)
+        assert exe._spare is not None
+        assert exe.last_report.counters.dram_written is not None
+        dram = exe._fresh_dram()
+        assert dram.tobytes() == image.tobytes()
+        assert exe._spare is None
+        exe._spare = (dram, [])
+    for y, y0 in zip(exe.run(inputs), first, strict=True):
+        np.testing.assert_array_equal(y, y0)
+    exe.run(inputs, mode="reference")
+    assert exe._spare is None
+    exe.run(inputs, on_pc={0: lambda pc, dram: None})
+    assert exe._spare is None

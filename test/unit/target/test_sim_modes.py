@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from infer.target import kernels
 from infer.target.asm import Program
 from infer.target.sim import MODES, SimFault, Simulator
+from infer.target.sim_core import LAYOUT_FREE
 from infer.target.sim_decode import decoded
 
 from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
@@ -376,3 +377,146 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
     want = np.where(np.isnan(r), np.array(0x7FC00000, np.uint32).view(np.float32), r)
     assert dst.view(np.uint16).tobytes() == want.astype(ml_dtypes.bfloat16).view(
         np.uint16).tobytes()
+
+
+def test_timing_kept_per_program_is_copied_per_run():
+    """A program run again gets the timing pass's result from the decoded program (sim_fast.
+    timing_of): equal to a fresh computation, and each run's counters are its own."""
+    k = kernels.gemm("edge", 64, 64, 64, "bf16", double_buffer=True, tm=16)
+    first = run_mode(k.program, k.dram, "fast")[0]
+    assert decoded(k.program, Simulator("edge").cfg).caches["timing"]
+    first.busy[0] += 1
+    first.stalls["x"] = 1
+    first.profile.count[0] += 1
+    first.events.append((0, "x", 0, 0, 0))
+    again = run_mode(k.program, k.dram, "fast")[0]
+    fresh = run_mode(Program(list(k.program.instrs)), k.dram, "fast")[0]  # decoded anew
+    ref = run_mode(k.program, k.dram, "reference")[0]
+    for c in (again, fresh):
+        assert c.as_dict() == ref.as_dict()
+        assert c.profile == ref.profile and c.events == ref.events
+
+
+# a ping-pong loop (the shape of a transpose): each half loads the next tile into the buffer
+# the other half reads, so the first half reads the previous iteration's second load (a
+# renamed scratchpad buffer read with a shift); its DRAM store and the second half's load
+# touch disjoint DRAM (second=0x4000: the load reads what the store wrote, which must keep
+# them in program order: a dependence cycle, not batched)
+PING_PONG = """
+    li rd=r4, imm=0
+    dma.load dram=0, local=0, n0=256, n1=1, n2=1
+    loop count=6, body=8
+      dma.load dram=r4+0x100, local=0x400, n0=256, n1=1, n2=1
+      vec.copy dst=0x800, a=0, rows=16, cols=4, dstride=16, astride=16, dt=fp32, at=fp32
+      dma.store dram=r4+0x4000, local=0x800, n0=256, n1=1, n2=1
+      dma.load dram=r4+{second}, local=0, n0=256, n1=1, n2=1
+      vec.copy dst=0xc00, a=0x400, rows=16, cols=4, dstride=16, astride=16, dt=fp32, at=fp32
+      dma.store dram=r4+0x4100, local=0xc00, n0=256, n1=1, n2=1
+      addi rd=r4, rs=r4, imm=0x200
+      nop
+    halt
+"""
+
+
+@pytest.mark.parametrize("second, batched", [("0x200", True), ("0x4000", False)])
+def test_ping_pong_loop_orders_only_overlapping_dram_accesses(second, batched):
+    prog = Program.from_asm(PING_PONG.format(second=second))
+    dram = np.random.default_rng(2).integers(0, 256, 0x6000, dtype=np.uint8)
+    assert_modes_agree(prog, dram)
+    failed = decoded(prog, Simulator("edge").cfg).caches.get("failed", {})
+    assert (2 not in failed) == batched, failed
+
+
+@pytest.mark.parametrize("op", sorted(LAYOUT_FREE))
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_layout_free_vector_ops_equal_the_copied_operands(op, dt):
+    """The ops vector_compute runs on operands in place (VectorSpec.layout_free) give the bits
+    of the C-ordered copies, on strided tiles full of NaNs, infinities and subnormals."""
+    import dataclasses
+
+    from infer.target.isa import DTYPE_CODE
+    from infer.target.sim_core import NP_DTYPES, VectorSpec, vector_compute
+
+    binary = op in ("add", "sub", "mul", "max", "min")
+    text = (f"vec.{op} dst=0, a=0, " + ("b=0, bstride=512, bt=fp32, bmode=tile, " if binary else "")
+            + f"rows=8, cols=64, dstride=512, astride=512, dt={dt}, at=fp32")
+    spec = VectorSpec.of(Program.from_asm(text).instrs[0])
+    assert spec.layout_free
+    rng = np.random.default_rng(1)
+    bits = rng.integers(0, 2**32, (3, 8, 128), dtype=np.uint64).astype(np.uint32)
+    bits[:, :, ::7] = rng.choice(np.array([0x7F800000, 0xFF800000, 0x7FC00001, 0xFFC12345, 1,
+                                           0x80000003, 0], np.uint32), (3, 8, 19))
+    x = bits.view(np.float32)
+    a, b = x[0, :, ::2], x[1, :, 1::2]  # strided (8, 64) tiles
+    out = {}
+    for flag in (True, False):
+        s = dataclasses.replace(spec, layout_free=flag)
+        dst = np.zeros((8, 64), NP_DTYPES[DTYPE_CODE[dt]])
+        with np.errstate(all="ignore"):  # as the simulator runs: inf and NaN are data
+            vector_compute(s, a, b if binary else None, dst, DTYPE_CODE[dt])
+        out[flag] = dst.tobytes()
+    assert out[True] == out[False]
+
+
+# straight-line fp32 emulation steps: the same weight tile is loaded twice; {between} may
+# rewrite it (a DMA or a vector op) before the second load, which must then convert it again
+TWICE = """
+    dma.load dram=0, local=0, n0=2048, n1=1, n2=1
+    mx.loadw w=0, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x400, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    mx.loadw w=0x200, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x400, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    {between}
+    mx.loadw w=0, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x600, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    dma.store dram=0x1000, local=0x2000000, n0=1024, n1=1, n2=1
+    halt
+"""
+
+
+@pytest.mark.parametrize("between", [
+    "nop",
+    "dma.load dram=0x800, local=0, n0=512, n1=1, n2=1",
+    "vec.neg dst=0, a=0, rows=16, cols=16, dstride=32, astride=32, dt=bf16, at=bf16",
+])
+def test_weights_loaded_twice_instruction_by_instruction(between):
+    """The functional engine converts a scratchpad weight tile loaded again with nothing
+    written in between once (FunctionalRun.wcache), and again after a write."""
+    prog = Program.from_asm(TWICE.format(between=between))
+    rng = np.random.default_rng(4)
+    dram = np.zeros(0x2000, np.uint8)
+    dram[:0x1000] = rng.integers(0x3C00, 0x4000, 0x800, dtype=np.uint16).view(np.uint8)
+    assert_modes_agree(prog, dram)
+    changed = run_mode(prog, dram, "fast")[1][0x1000:0x2000]
+    if between != "nop":
+        same = run_mode(Program.from_asm(TWICE.format(between="nop")), dram, "fast")[1]
+        assert changed.tobytes() != same[0x1000:0x2000].tobytes()
+
+
+# a column scatter (the shape of a transpose's inner loop): iteration i writes 4 bytes at
+# column i of every row; with a row stride of {dstride} bytes the {count} iterations' columns
+# fit in a row (independent) or wrap into the next row (iteration 200 writes where iteration 0
+# did: dependent). More lane distances than sim_dependence.MAX_DELTAS to try one by one.
+SCATTER = """
+    li rd=r1, imm=0
+    li rd=r4, imm=0x10000
+    loop count={count}, body=3
+      vec.copy dst=r1+0, a=r4+0, rows=16, cols=1, dstride={dstride}, astride=4, dt=fp32, at=fp32
+      addi rd=r1, rs=r1, imm=4
+      addi rd=r4, rs=r4, imm=64
+    dma.store dram=0, local=0, n0=20000, n1=1, n2=1
+    halt
+"""
+
+
+@pytest.mark.parametrize("dstride, batched", [(1216, True), (800, False)])
+def test_column_scatter_with_many_lane_distances(dstride, batched):
+    prog = Program.from_asm(SCATTER.format(count=300, dstride=dstride))
+    sim = Simulator("edge")
+    dram = np.zeros(20000, np.uint8)
+    sim.spad[0x10000:0x10000 + 300 * 64] = np.random.default_rng(5).integers(
+        0, 256, 300 * 64, dtype=np.uint8)
+    assert_modes_agree(prog, dram)
+    sim.run(prog, dram, mode="fast")
+    failed = decoded(prog, sim.cfg).caches.get("failed", {})
+    assert (2 not in failed) == batched, failed
