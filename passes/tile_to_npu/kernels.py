@@ -23,9 +23,11 @@ bench/program_hashes.py) and is what the test on a few-semaphore config checks. 
 blamed on the op-marker group of the top-level item where the failing virtual's range starts; a
 relay nop inserted among earlier items while a later op is emitted is an item labelled group 0,
 so the loop then raises kernel 0: the window does the same.) When the window cannot decide like
-the reference (no failed kernel can go lower, or the whole program's allocation failing after
-every window fitted) `KernelByKernel.run` raises NotDecided and the driver falls back to the
-reference loop.
+the reference (no failed kernel can go lower) `KernelByKernel.run` raises NotDecided and the
+driver falls back to the reference loop. When every window fitted but the whole program's
+allocation fails (a semaphore live across windows: the Llama prefill's attention on edge), the
+kernels it names get the same rule and are emitted again from the first of them, instead of
+compiling the whole function again from level 0 (which took 3 more compilations there).
 """
 
 from __future__ import annotations
@@ -104,34 +106,48 @@ class KernelByKernel:
         first_virtual: list[int] = []  # virtual semaphores created before each kernel
         self.item_before = []
         k = 0
-        while k < len(self.kernels):
-            if k == len(checkpoints):
-                checkpoints.append(codegen.checkpoint())
-                first_sequence.append(codegen.sequence + 1)
-                first_virtual.append(len(codegen.semaphores))
-                self.item_before.append(codegen.cursor.block[-1] if codegen.cursor.block else None)
-            codegen.tracker.earliest_signalled = codegen.sequence + 1
-            codegen.emit_kernel(self.kernels[k])
-            self.emissions[k] += 1
-            # the window: from the kernel before it, or from the kernel of the earliest
-            # instruction it added a signal to (an overlap of semaphores there grew)
-            first = max(min(k - 1, bisect.bisect_right(first_sequence, codegen.tracker.earliest_signalled) - 1), 0)
-            # (the window's items use only virtuals created since: as few as physical ones fit)
-            fits = len(codegen.semaphores) - first_virtual[first] <= self.semaphore_count
-            failed = set() if fits else self._window_failures(first)
-            if not failed:
-                k += 1
+        while True:
+            while k < len(self.kernels):
+                if k == len(checkpoints):
+                    checkpoints.append(codegen.checkpoint())
+                    first_sequence.append(codegen.sequence + 1)
+                    first_virtual.append(len(codegen.semaphores))
+                    self.item_before.append(codegen.cursor.block[-1] if codegen.cursor.block else None)
+                codegen.tracker.earliest_signalled = codegen.sequence + 1
+                codegen.emit_kernel(self.kernels[k])
+                self.emissions[k] += 1
+                # the window: from the kernel before it, or from the kernel of the earliest
+                # instruction it added a signal to (an overlap of semaphores there grew)
+                first = max(min(k - 1, bisect.bisect_right(first_sequence, codegen.tracker.earliest_signalled) - 1), 0)
+                # (the window's items use only virtuals created since: as few as physical ones fit)
+                fits = len(codegen.semaphores) - first_virtual[first] <= self.semaphore_count
+                failed = set() if fits else self._window_failures(first)
+                if not failed:
+                    k += 1
+                    continue
+                k = self._take_back(failed, checkpoints, first_sequence, first_virtual)
+            try:
+                result = codegen.finish()
+            except OutOfSemaphores as e:
+                # every window fitted but the whole program does not (a semaphore lives across
+                # windows): the reference's rule on the kernels it names, and emit from there
+                failed = {self.kernel_of[op] for op in e.items if op in self.kernel_of}
+                if not failed:
+                    raise NotDecided from None
+                k = self._take_back(failed, checkpoints, first_sequence, first_virtual)
                 continue
-            back_to = self._degrade(failed)
-            codegen.rollback(checkpoints[back_to])
-            del checkpoints[back_to:], first_sequence[back_to:], first_virtual[back_to:]
-            del self.item_before[back_to:]
-            k = back_to
-        codegen.tracker.undo_log = None
-        try:
-            return codegen.finish()
-        except OutOfSemaphores:
-            raise NotDecided from None
+            codegen.tracker.undo_log = None
+            return result
+
+    def _take_back(self, failed: set[int], checkpoints: list[tuple], first_sequence: list[int],
+                   first_virtual: list[int]) -> int:
+        """Degrade the failed kernels and roll the code generator back to the first kernel to
+        emit again; returns that kernel."""
+        back_to = self._degrade(failed)
+        self.codegen.rollback(checkpoints[back_to])
+        del checkpoints[back_to:], first_sequence[back_to:], first_virtual[back_to:]
+        del self.item_before[back_to:]
+        return back_to
 
     def _window_failures(self, first_kernel: int) -> set[int]:
         """The kernels from first_kernel on that do not fit, allocating the semaphores of

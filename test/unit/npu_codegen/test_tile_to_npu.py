@@ -376,6 +376,72 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
             assert kernels.emissions[k] == 1, (k, levels, kernels.emissions)
 
 
+def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by_kernel(tmp_path, monkeypatch):
+    """A Llama prefill of 512 tokens exported to ONNX (1 layer, hidden 128) on edge: every
+    window fits but the whole program's allocation does not (a semaphore lives across windows,
+    in the attention); the kernels it names are degraded and emitted again from the first of
+    them instead of the whole function being compiled again from level 0, and the program and
+    op markers are still the whole-function loop's (the reference)."""
+    import warnings
+
+    import torch
+    import transformers
+
+    import infer
+    from infer.passes.tile_to_npu import driver
+    from infer.passes.tile_to_npu.codegen import CodeGenerator
+    from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
+
+    torch.manual_seed(0)
+    seq = 512
+    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+                                   max_position_embeddings=seq, attn_implementation="eager")
+    lm = transformers.LlamaForCausalLM(cfg).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = lm
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1]).unsqueeze(0)
+            return self.m(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos,
+                          use_cache=False).logits
+
+    path = tmp_path / "llama.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the torch exporter's tracer warnings)
+        torch.onnx.export(Logits(), (torch.zeros((1, seq), dtype=torch.int64),), str(path), dynamo=False,
+                          input_names=["input_ids"], output_names=["logits"], opset_version=17)
+    model = infer.import_model(path)
+    whole_program_failures = []
+    finish = CodeGenerator.finish
+
+    def counted_finish(self):
+        try:
+            return finish(self)
+        except OutOfSemaphores:
+            whole_program_failures.append(1)
+            raise
+
+    def no_fallback(*args, **kwargs):
+        raise AssertionError("kernel by kernel fell back to compiling the whole function again")
+
+    monkeypatch.setattr(CodeGenerator, "finish", counted_finish)
+    monkeypatch.setattr(driver, "compile_function_again", no_fallback)
+    compiled = infer.compile(model, target="edge", precision="fp32")
+    assert whole_program_failures  # (the case this test is about: taken back, not fallen back)
+    monkeypatch.undo()
+
+    def reference_loop(hw, layout, fn, pipelining):
+        return driver.compile_function_again(hw, layout, fn, pipelining)
+
+    monkeypatch.setattr(driver, "compile_function", reference_loop)
+    reference = infer.compile(model, target="edge", precision="fp32")
+    assert compiled.program.to_bytes() == reference.program.to_bytes()
+
+
 def test_short_loop_beyond_the_nesting_depth_is_emitted_iteration_by_iteration():
     """Five nested loops on a target with scalar.loop_depth = 4: the innermost (3 iterations)
     is emitted iteration by iteration instead of failing; a long one still fails clearly."""
