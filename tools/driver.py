@@ -18,9 +18,12 @@ command-line module; its errors are `DriverError`, `IRError` and the like, one l
    `PassPipeline` so the driver hears about every stage through its callback: it reports
    progress and captures the graph IR just before graph-to-tile (one top-level op per
    kernel, the op index being the `layer` the op markers name) as the per-layer reference;
+   its last stage, tile-to-npu, runs on its own (`TileToNpuPass.lower`, once per entry point):
+   the program, layout and markers are packaged as the pass computes them, not built into
+   npu ops and read back;
 4. the artifact: program, DRAM layout (`npu.layout`, the contract of target/layout.py, as
    JSON), op markers, the weights the program reads, the hardware config's TOML, and the
-   two graph IRs; it is validated by loading it back as a loader would.
+   two graph IRs; it is serialised once and validated as a loader validates it.
 
 `load` and `compile` return Executables holding a `GraphReference` (tools/reference.py), so
 `exe.check(inputs)` works; `infer.runtime.load` alone gives Executables that run but cannot
@@ -310,7 +313,7 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
              graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None,
              meta: dict[str, Any]) -> Executable:
     """The compiled entry points -> an artifact (one weights section: the weights every entry
-    reads), validated by loading it back as a loader would."""
+    reads), serialised (the bytes `save` writes) and validated as a loader would."""
     from infer.dialects.weights import weights_of
     from infer.runtime.artifact import EntryPoint
 
@@ -324,9 +327,13 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
                    layer_weights=layer_weights, aliases=aliases, meta=meta,
                    entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
-    # validated as a loader would (the checksums of bytes just written would only be hashed
-    # again); the loaded artifact keeps its bytes, so saving it does not serialise it again
-    return Executable(Artifact.from_bytes(art.to_bytes(), checksums=False), reference=GraphReference())
+    # serialised once (what `save` writes: the artifact keeps its bytes), and validated as a
+    # loader would by Executable (Artifact.validate: program, config, layout, signature and
+    # weights agree). Not parsed back from those bytes: a copy of every section (~200 MB for
+    # ResNet-50) and a second validation for an artifact equal to this one (the header is JSON
+    # of JSON-born values: the layout and markers come from attr_to_json)
+    art.to_bytes()
+    return Executable(art, reference=GraphReference())
 
 
 PRECISIONS = ("fp32", "bf16", "int8")
