@@ -12,6 +12,7 @@ Exit status: 0 success; 1 bad or unsupported input (one message on stderr);
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import os
@@ -164,6 +165,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the `infer` command itself: the process ends when main returns
+        if sys.argv[1:2] == ["compile"]:
+            keep_big_buffers_in_the_heap()
+        try:
+            return _main(argv)
+        finally:
+            # what is left (a compile leaves ~0.5 M objects of dead IR in reference cycles) is
+            # freed by the OS: frozen, the interpreter's final garbage collection skips it
+            # (~0.7 s of `infer compile` of ResNet-50). Not for main(argv) called in a process
+            # that goes on (tests): there the garbage is collected as usual.
+            gc.freeze()
+    return _main(argv)
+
+
+def keep_big_buffers_in_the_heap() -> None:
+    """glibc's malloc tuned for one compile (`infer compile`, a process that ends when it is
+    done): buffers of any size come from the heap (not mmap, up to 1 GiB), the heap grows by
+    256 MiB at a time and is never trimmed. A compile allocates and frees buffers of up to a few
+    hundred MB (weights as imported, packed, split into bf16 halves, serialised; the artifact's
+    bytes): by default each is a fresh mapping whose every page faults in, then is unmapped, and
+    freed heap memory goes back to the system. Reused, ResNet-50's compile takes ~40 % fewer page
+    faults and ~0.5 s less system time; its peak memory stays the same. A no-op where the C
+    library has no mallopt (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # (malloc.h)
+    for parameter, value in ((m_mmap_threshold, 1 << 30), (m_trim_threshold, (1 << 31) - 1),
+                             (m_top_pad, 256 << 20)):
+        mallopt(ctypes.c_int(parameter), ctypes.c_int(value))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

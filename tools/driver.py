@@ -18,9 +18,12 @@ command-line module; its errors are `DriverError`, `IRError` and the like, one l
    `PassPipeline` so the driver hears about every stage through its callback: it reports
    progress and captures the graph IR just before graph-to-tile (one top-level op per
    kernel, the op index being the `layer` the op markers name) as the per-layer reference;
+   its last stage, tile-to-npu, runs on its own (`TileToNpuPass.lower`, once per entry point):
+   the program, layout and markers are packaged as the pass computes them, not built into
+   npu ops and read back;
 4. the artifact: program, DRAM layout (`npu.layout`, the contract of target/layout.py, as
    JSON), op markers, the weights the program reads, the hardware config's TOML, and the
-   two graph IRs; it is validated by loading it back as a loader would.
+   two graph IRs; it is serialised once and validated as a loader validates it.
 
 `load` and `compile` return Executables holding a `GraphReference` (tools/reference.py), so
 `exe.check(inputs)` works; `infer.runtime.load` alone gives Executables that run but cannot
@@ -243,12 +246,15 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
                               autotune=autotune, autotune_cache=str(autotune_cache or ""))
     pipeline.passes()  # (bad options: the pipeline's own error, before anything runs)
     stages, timing.roots = expand([pipeline])
-    per_entry = stages[-1] if len(entries) > 1 else None  # tile-to-npu, then run once per entry
-    if per_entry is not None:
-        assert isinstance(per_entry.pass_, TileToNpuPass)
-        stages = stages[:-1]
+    # tile-to-npu runs last and on its own: its program, layout and markers are packaged as they
+    # are (`TileToNpuPass.lower`), not as npu ops read back; with several entry points it runs
+    # once per entry
+    lowering = stages[-1]
+    assert isinstance(lowering.pass_, TileToNpuPass)
+    stages = stages[:-1]
+    per_entry = lowering if len(entries) > 1 else None
     if isinstance(say, ConsoleProgress):
-        say.expect(len(stages) + 1)
+        say.expect(len(stages) + 2)
     ran = 0  # stages done
     single_aliases: dict[str, str] = {}
     started, started_cpu = time.perf_counter(), time.process_time()
@@ -265,8 +271,6 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
                 layer_parts.append(_reference_parts(op, graph_store))
         if per_entry is not None and isinstance(upcoming, TilePlanMemoryPass):  # before the weights get offsets
             share_identical_weights(op)
-        if isinstance(upcoming, TileToNpuPass):  # outputs updated in place, before the function goes
-            single_aliases.update(entry_aliases(op, entry))
         if upcoming is not None:  # e.g. "pass graph-prepare-tiling > graph-optimize > graph-dce"
             say("pass " + " > ".join((*stages[ran].path[1:], upcoming.name)))
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -275,13 +279,16 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
     PassPipeline(tuple(stage.pass_ for stage in stages), callback=between).apply(ctx, module)
     layer_ir, layer_weights = layer_parts[0] if layer_parts else (None, None)
     if per_entry is None:
-        compiled = [(entry, *_compiled_parts(module), single_aliases)]
+        say("pass " + " > ".join((*lowering.path[1:], lowering.pass_.name)))
+        single_aliases.update(entry_aliases(module, entry))  # outputs updated in place
+        started, started_cpu = time.perf_counter(), time.process_time()
+        compiled = [(entry, *_lowered_parts(lowering.pass_, module), single_aliases)]
     else:
         say(f"pass {per_entry.pass_.name}, once per entry point: {', '.join('@' + e for e in entries)}")
         started, started_cpu = time.perf_counter(), time.process_time()
-        compiled = lower_entries(ctx, module, entries, str(target), _compiled_parts)
-        per_entry.node.seconds += time.perf_counter() - started
-        per_entry.node.cpu_seconds += time.process_time() - started_cpu
+        compiled = lower_entries(module, entries, str(target), _lowered_parts)
+    lowering.node.seconds += time.perf_counter() - started
+    lowering.node.cpu_seconds += time.process_time() - started_cpu
 
     say("packaging the artifact")
     with timing.phase("packaging"):
@@ -306,7 +313,7 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
              graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None,
              meta: dict[str, Any]) -> Executable:
     """The compiled entry points -> an artifact (one weights section: the weights every entry
-    reads), validated by loading it back as a loader would."""
+    reads), serialised (the bytes `save` writes) and validated as a loader would."""
     from infer.dialects.weights import weights_of
     from infer.runtime.artifact import EntryPoint
 
@@ -320,9 +327,13 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
                    layer_weights=layer_weights, aliases=aliases, meta=meta,
                    entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
-    # validated as a loader would (the checksums of bytes just written would only be hashed
-    # again); the loaded artifact keeps its bytes, so saving it does not serialise it again
-    return Executable(Artifact.from_bytes(art.to_bytes(), checksums=False), reference=GraphReference())
+    # serialised once (what `save` writes: the artifact keeps its bytes), and validated as a
+    # loader would by Executable (Artifact.validate: program, config, layout, signature and
+    # weights agree). Not parsed back from those bytes: a copy of every section (~200 MB for
+    # ResNet-50) and a second validation for an artifact equal to this one (the header is JSON
+    # of JSON-born values: the layout and markers come from attr_to_json)
+    art.to_bytes()
+    return Executable(art, reference=GraphReference())
 
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -451,22 +462,14 @@ def _same_weight(known, store, name: str) -> bool:
     return a is b or (a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b))
 
 
-def _compiled_parts(module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]]:
-    """The npu.program (binary), the npu.layout (JSON form) and the op markers of a compiled module."""
-    from infer.dialects.npu import ProgramOp
-    from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, attr_to_json
+def _lowered_parts(lowering, module) -> tuple[bytes, dict[str, Any], list[dict[str, Any]]]:
+    """tile-to-npu (`lowering`, a TileToNpuPass) on the planned module -> the program (binary),
+    the npu.layout (JSON form) and the op markers, as the `npu.layout` and `npu.ops` attributes
+    of the module it would have compiled give them."""
+    from infer.dialects.npu_attrs import attr_to_json, layout_to_attr, ops_to_attr
 
-    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
-    if len(programs) != 1:
-        raise DriverError(f"the compiled module has {len(programs)} npu.program ops (expected 1)")
-    prog = programs[0]
-    layout_attr = module.attributes.get(LAYOUT_ATTR) or prog.attributes.get(LAYOUT_ATTR)
-    if layout_attr is None:
-        raise DriverError(f"the compiled module has no {LAYOUT_ATTR} attribute")
-    layout = attr_to_json(layout_attr)
-    ops_attr = module.attributes.get(OPS_ATTR) or prog.attributes.get(OPS_ATTR)
-    ops = attr_to_json(ops_attr) if ops_attr is not None else list(layout.pop("ops", []) or [])
-    return prog.to_program().to_bytes(), layout, ops
+    program, layout, markers = lowering.lower(module)
+    return program.to_bytes(), attr_to_json(layout_to_attr(layout)), attr_to_json(ops_to_attr(markers))
 
 
 __all__ = ["CompileTiming", "DriverError", "PRECISIONS", "compile", "require_npu_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]

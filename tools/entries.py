@@ -186,11 +186,11 @@ def joint_placement(functions: Sequence[func.FuncOp], alignment: int) -> tuple[d
     return placement, align_up(weights_offset, alignment)
 
 
-def lower_entries(ctx, module: ModuleOp, entries: Sequence[str], target: str,
-                  compiled_parts) -> list[tuple[str, bytes, dict[str, Any], list[dict[str, Any]], dict[str, str]]]:
+def lower_entries(module: ModuleOp, entries: Sequence[str], target: str,
+                  lowered_parts) -> list[tuple[str, bytes, dict[str, Any], list[dict[str, Any]], dict[str, str]]]:
     """Run tile-to-npu once per entry on a copy of the planned tile-level `module` with the
     joint placement; returns (entry, program bytes, layout JSON, op markers, aliases) each.
-    `compiled_parts(module)` reads a compiled module's (program, layout, ops)."""
+    `lowered_parts(tile_to_npu_pass, module)` lowers the module's entry to (program, layout, ops)."""
     from infer.dialects.npu_attrs import json_to_attr
     from infer.passes.tile_to_npu.driver import PLACEMENT_ATTR, TileToNpuPass
     from infer.target.hw import load_config
@@ -202,8 +202,7 @@ def lower_entries(ctx, module: ModuleOp, entries: Sequence[str], target: str,
         aliases = function_aliases(functions[entry])
         clone = module.clone()
         clone.attributes[PLACEMENT_ATTR] = json_to_attr({"args": placement[entry], "weights_offset": weights_offset})
-        TileToNpuPass(target=target, entry=entry).apply(ctx, clone)
-        program, layout, ops = compiled_parts(clone)
+        program, layout, ops = lowered_parts(TileToNpuPass(target=target, entry=entry), clone)
         out.append((entry, program, layout, ops, aliases))
     return out
 

@@ -377,11 +377,16 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
 
 
 def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by_kernel(tmp_path, monkeypatch):
-    """A Llama prefill of 512 tokens exported to ONNX (1 layer, hidden 128) on edge: every
-    window fits but the whole program's allocation does not (a semaphore lives across windows,
-    in the attention); the kernels it names are degraded and emitted again from the first of
-    them instead of the whole function being compiled again from level 0, and the program and
-    op markers are still the whole-function loop's (the reference)."""
+    """A Llama prefill of 512 tokens exported to ONNX (1 layer, hidden 128) on edge. With
+    windows that begin at the kernel before (not reaching back to where that kernel's
+    semaphores start: `KernelByKernel._window` as it was), every window fits but the whole
+    program's allocation does not (a semaphore lives across windows, in the attention); the
+    kernels it names are degraded and emitted again from the first of them instead of the whole
+    function being compiled again from level 0. With the windows as they are, a window sees that
+    failure (no whole-program failure). Both programs are the whole-function loop's (the
+    reference)."""
+    from infer.passes.tile_to_npu.kernels import KernelByKernel
+
     import warnings
 
     import torch
@@ -431,6 +436,9 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     monkeypatch.setattr(CodeGenerator, "finish", counted_finish)
     monkeypatch.setattr(driver, "compile_function_again", no_fallback)
     compiled = infer.compile(model, target="edge", precision="fp32")
+    assert not whole_program_failures  # (a window found it)
+    monkeypatch.setattr(KernelByKernel, "_window", lambda self, k, first: first)
+    short_windows = infer.compile(model, target="edge", precision="fp32")
     assert whole_program_failures  # (the case this test is about: taken back, not fallen back)
     monkeypatch.undo()
 
@@ -440,6 +448,7 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     monkeypatch.setattr(driver, "compile_function", reference_loop)
     reference = infer.compile(model, target="edge", precision="fp32")
     assert compiled.program.to_bytes() == reference.program.to_bytes()
+    assert short_windows.program.to_bytes() == reference.program.to_bytes()
 
 
 def test_short_loop_beyond_the_nesting_depth_is_emitted_iteration_by_iteration():
