@@ -106,14 +106,23 @@ class BlockSteps(NamedTuple):
     width: int  # MBP: entries per sequence in `table` (MB rounded up to a multiple of G)
 
 
-def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int) -> int:
-    """G, the blocks a paged-attention step gathers and computes at once: as many as the matrix
-    unit's P @ V takes in one pass (G BS <= matrix.rows), a power of two (1/G exact in f32), at
-    most the table's width. Each step pays one DMA latency (its G gathers are in flight
-    together) and one chain of dependent vector instructions and matmuls, so G blocks per step
-    divide what a long context costs in latency by G (docs/paged-kv.md)."""
-    g = max(1, min(ctx.hw.matrix.rows // block_size, max_blocks))
-    return 1 << (g.bit_length() - 1)
+def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, rows: int = 1, head_dim: int = 1) -> int:
+    """G, the blocks a paged-attention step gathers and computes at once. Each step pays one
+    DMA latency (its G gathers are in flight together; the other buffer's math is all that
+    overlaps it) and one chain of dependent vector instructions and matmuls, so a decode step
+    (a few query rows, little math per block) takes G blocks at a time until that math covers
+    the latency, as many as the matrix unit's P @ V takes in one pass (G BS <= matrix.rows), a
+    power of two (1/G exact in f32), at most the table's width. A prefill chunk's rows (Sq per
+    query head) already have a latency's worth of math per block: G = 1 (more would compute
+    masked keys at the start of a sequence)."""
+    hw = ctx.hw
+    lanes = hw.vector.lanes
+    per_block = rows * -(-block_size * head_dim // lanes) * (hw.vector.cost["mul"] + hw.vector.cost["rsum"])
+    g = 1
+    while (2 * g * block_size <= hw.matrix.rows and 2 * g <= max_blocks
+           and g * per_block < hw.dram.latency_cycles):
+        g *= 2
+    return g
 
 
 def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
@@ -235,8 +244,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     S = shape_of(op.key_cache)[0]
     NB = S // BS
     Wk, Wv = Hkv * D, Hkv * Dv
-    G = Hq // Hkv
-    R = G * Sq  # query rows per KV head
+    group = Hq // Hkv
+    R = group * Sq  # query rows per KV head
     seq_rows = Hkv * R  # query rows of one sequence (= Hq * Sq), ordered (kv head, group, query)
     HP = kv_heads_per_pass(ctx, Hkv, R, Dv)
     passes = Hkv // HP
@@ -246,7 +255,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
     # every layer of a step reads the same lengths: the counts are computed by the first
     name = ctx.kernel_name()
-    G = superblock_blocks(ctx, BS, MB)
+    G = superblock_blocks(ctx, BS, MB, rows, D)
     KB = G * BS  # keys per step
     key = ("paged attention block steps", lens, tables, BS, G)
     if key not in ctx.derived:

@@ -105,7 +105,7 @@ def test_cycles_follow_the_context_length(target):
     overlapped only the other buffer's short math)."""
     geometry = (1, 4, 2, 1, 16, 16, 64, 64)
     hw = load_config(target)
-    G = superblock_blocks(SimpleNamespace(hw=hw), 16, 64)
+    G = superblock_blocks(SimpleNamespace(hw=hw), 16, 64, 4, 16)
     assert G == (1 if target == "edge" else 8)
     _, module, program, layout = compile_step(geometry, target)
     names = [i.name for i in program.instrs]
@@ -133,8 +133,8 @@ def test_unused_block_table_entries_are_never_read():
     block past the pool): a step of G > 1 blocks gathers its padding from the table clamped to
     the sequence's last block (masked by the length), never from those entries."""
     geometry, lens = DECODE
-    B, _, _, _, _, BS, NB, MB = geometry
-    assert superblock_blocks(SimpleNamespace(hw=load_config("server")), BS, MB) > 1
+    B, Hq, _, _, D, BS, NB, MB = geometry
+    assert superblock_blocks(SimpleNamespace(hw=load_config("server")), BS, MB, Hq, D) > 1
     xs = step_inputs(*geometry, lens)
     tables = xs[4].copy()
     for b, n in enumerate(lens):
