@@ -298,6 +298,20 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
         p_tile = _single_bf16_tile(ctx, rows, KB)
+        # several sequences: their query rows, lengths and the position tile come in one DMA
+        # each per kernel, and (when the buffers take at most an eighth of the scratchpad) every
+        # sequence's first super-block is gathered at the start, so a sequence's math starts
+        # from a vector copy instead of waiting for its own gathers' DRAM latency
+        many = B > 1
+        prefetch_first = many and B * KB * (Wk + Wv) * 4 <= ctx.hw.memory.scratchpad_bytes // 8
+        if many:
+            q_all = em.alloc((B * seq_rows, D), f32, "spad")
+            out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
+            lens_all = em.alloc((B, 1), i32, "spad")
+            pos_tile = em.alloc((rows, KB), f32, "spad")
+        if prefetch_first:
+            first_k = em.alloc((B * G, BS * Wk), f32, "spad")
+            first_v = em.alloc((B * G, BS * Wv), f32, "spad")
         m = em.alloc((rows, 1), f32, "spad")
         m_new = em.alloc((rows, 1), f32, "spad")
         l_sum = em.alloc((rows, 1), f32, "spad")
@@ -354,14 +368,21 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
 
         def sequence_pass(b: Index, p: Index) -> None:
             first_row = em.add(em.mul(b, seq_rows), em.mul(p, rows))
-            em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
-            em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
-            em.dma(lens2, [b, 0], n_int, z, [1, 1])
-            em.vec("copy", n_float, z, n_int, z, 1, 1)
+            if many:
+                em.vec("mul", q_tile, z, q_all, [first_row, 0], rows, D, bmode="imm", imm=scale)
+                em.vec("copy", n_float, z, lens_all, [b, 0], 1, 1)
+            else:
+                em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
+                em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
+                em.dma(lens2, [b, 0], n_int, z, [1, 1])
+                em.vec("copy", n_float, z, n_int, z, 1, 1)
             em.fill(n_col, z, rows, 1, 0.0)
             em.vec("add", n_col, z, n_col, z, rows, 1, n_float, z, bmode="row")
-            em.dma(pos, z, base, z, [rows, KB])
-            em.vec("add", base, z, base, z, rows, KB, n_col, z, bmode="col")
+            if many:
+                em.vec("add", base, z, pos_tile, z, rows, KB, n_col, z, bmode="col")
+            else:
+                em.dma(pos, z, base, z, [rows, KB])
+                em.vec("add", base, z, base, z, rows, KB, n_col, z, bmode="col")
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
@@ -371,7 +392,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             # stalls the front end for a DRAM latency, then the DMA's latency) overlaps the
             # other buffer's math; then block 2p's math, and block 2p+1 when rest is odd
             row0 = em.mul(b, MBP)
-            gather(table_ids, row0, 0)
+            if prefetch_first:
+                em.vec("copy", k_rows[0], z, em.view(first_k, (B * KB, Wk)), [em.mul(b, KB), 0], KB, Wk)
+                em.vec("copy", v_rows[0], z, em.view(first_v, (B * KB, Wv)), [em.mul(b, KB), 0], KB, Wv)
+            else:
+                gather(table_ids, row0, 0)
             pairs = em.load_index(pairs_ids, [b], max(MBP // G - 1, 0) // 2)
 
             def pair(i: SSAValue) -> None:
@@ -392,7 +417,22 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.loop(0, odd, 1, last)
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
-            em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
-            em.dma(o, z, out2, [first_row, 0], [rows, Dv])
+            if many:  # the next sequence's O need not wait for this one's store
+                em.vec("mul", out_all, [first_row, 0], o, z, rows, Dv, tmp, z, bmode="col")
+            else:
+                em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
+                em.dma(o, z, out2, [first_row, 0], [rows, Dv])
 
+        if many:
+            em.dma(q2, z, q_all, z, [B * seq_rows, D])
+            em.dma(lens2, z, lens_all, z, [B, 1])
+            em.dma(pos, z, pos_tile, z, [rows, KB])
+        if prefetch_first:
+            def first_blocks(b: Index) -> None:
+                em.gather_rows(k_blocks, 0, table_ids, em.mul(b, MBP), first_k, [em.mul(b, G), 0], G, BS * Wk)
+                em.gather_rows(v_blocks, 0, table_ids, em.mul(b, MBP), first_v, [em.mul(b, G), 0], G, BS * Wv)
+
+            em.range(B, first_blocks)
         em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))
+        if many:
+            em.dma(out_all, z, out2, z, [B * seq_rows, Dv])
