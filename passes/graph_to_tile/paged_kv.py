@@ -11,19 +11,27 @@ instead of a DRAM one per block).
   rows go through the scratchpad and `tile.scatter_rows` stores each at its slot (several
   slots: copied to the scratchpad first and read with `lds`).
 * paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
-  a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
-  (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
-  DRAM buffer (copied, with the block table, to the scratchpad by each paged-attention kernel).
-  Per sequence b (a static loop) the query rows of every head are loaded and
-  scaled once; then a loop over the blocks j < ceil(n / BS) whose upper bound is
-  `tile.load_index` of that buffer (a run-time trip count) gathers the K and V blocks (the pool
-  viewed as [NB, BS * W]: one DMA per block, its address from the block table) and, for all KV
-  heads at once:
+  a helper nest computes, on the vector unit, each sequence's loop counts over its
+  super-blocks (G consecutive entries of its block table, `superblock_blocks`: 8 for a decode
+  step on server, whose little math per block would leave one DMA latency per block exposed; 1
+  on edge and for prefill chunks), the block numbers of its last super-block and (G > 1) the
+  block table padded to a multiple of G and clamped to the sequence's last block, so a
+  super-block's padding gathers a real block that the length mask drops and entries after the
+  last block are never read (exact in f32; into i32 DRAM buffers copied, with the table, to the
+  scratchpad by each paged-attention kernel). Per sequence b (a static loop) the query rows of
+  every head are scaled once (several sequences: their queries, lengths and the position tile
+  come in one DMA each per kernel, every sequence's first super-block is gathered at the
+  kernel's start and copied on chip when the buffers take <= 1/8 of the scratchpad, and the
+  outputs are stored once after the last sequence); then a loop over the super-blocks whose
+  upper bound is `tile.load_index` of those buffers (a run-time trip count) gathers the K and V
+  blocks (the pool viewed as [NB, BS * W]: one DMA per block, its address from the table, a
+  super-block's G DMAs in flight together) into two buffers (the gathers of one super-block
+  overlap the math of the other) and, for all KV heads at once over G * BS keys:
     - scores S[r, s] = q_r . k_s on the vector unit (one `mul` and one `rsum` per query row
       and KV head: the pool is token-major, so q.K^T would need a transposed K tile, which the
       DMA cannot produce; the rsum column written with a unit stride is the score row);
-    - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j BS
-      (kept as an f32 row tile `base` that loses BS per block), keep = clamp(remaining, 0, 1),
+    - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j G BS
+      (kept as an f32 row tile `base` that loses G BS per step), keep = clamp(remaining, 0, 1),
       S += keep * 1e30 - 1e30;
     - the online softmax of attention.py (running max m, sum l, output O in the accumulator;
       P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit.
@@ -386,11 +394,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
-            # blocks in order through two buffers: block 0 is gathered first; each step of the
-            # loop gathers block 2i+1 into buffer 1, does block 2i's math, gathers block 2i+2
-            # into buffer 0 and does block 2i+1's math, so each gather (its block-table `ld`
-            # stalls the front end for a DRAM latency, then the DMA's latency) overlaps the
-            # other buffer's math; then block 2p's math, and block 2p+1 when rest is odd
+            # super-blocks in order through two buffers: super-block 0 is gathered first (or
+            # copied from its prefetch); each step of the loop gathers super-block 2i+1 into
+            # buffer 1, does 2i's math, gathers 2i+2 into buffer 0 and does 2i+1's math, so each
+            # gather's DMA latency overlaps the other buffer's math; then 2p's math, and 2p+1's
+            # (the last super-block's blocks) when rest is odd
             row0 = em.mul(b, MBP)
             if prefetch_first:
                 em.vec("copy", k_rows[0], z, em.view(first_k, (B * KB, Wk)), [em.mul(b, KB), 0], KB, Wk)
