@@ -120,14 +120,16 @@ def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, ro
     overlaps it) and one chain of dependent vector instructions and matmuls, so a decode step
     (a few query rows, little math per block) takes G blocks at a time until that math covers
     the latency, as many as the matrix unit's P @ V takes in one pass (G BS <= matrix.rows), a
-    power of two (1/G exact in f32), at most the table's width. A prefill chunk's rows (Sq per
-    query head) already have a latency's worth of math per block: G = 1 (more would compute
-    masked keys at the start of a sequence)."""
+    power of two (1/G exact in f32), at most a quarter of the table's width (the cost follows
+    the context in steps of at most a quarter of the capacity; a step's padding after the last
+    block gathers that block again). A prefill chunk's rows (Sq per query head) already have a
+    latency's worth of math per block: G = 1 (more would compute masked keys at the start of a
+    sequence)."""
     hw = ctx.hw
     lanes = hw.vector.lanes
     per_block = rows * -(-block_size * head_dim // lanes) * (hw.vector.cost["mul"] + hw.vector.cost["rsum"])
     g = 1
-    while (2 * g * block_size <= hw.matrix.rows and 2 * g <= max_blocks
+    while (2 * g * block_size <= hw.matrix.rows and 2 * g <= max_blocks // 4
            and g * per_block < hw.dram.latency_cycles):
         g *= 2
     return g

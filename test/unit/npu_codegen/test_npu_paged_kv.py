@@ -132,7 +132,7 @@ def test_unused_block_table_entries_are_never_read():
     """A sequence's block-table entries after its last block may hold anything (here -1, or a
     block past the pool): a step of G > 1 blocks gathers its padding from the table clamped to
     the sequence's last block (masked by the length), never from those entries."""
-    geometry, lens = DECODE
+    geometry, lens = (3, 4, 2, 1, 8, 4, 30, 8), [1, 6, 12]  # DECODE with 8 entries per table: G = 2
     B, Hq, _, _, D, BS, NB, MB = geometry
     assert superblock_blocks(SimpleNamespace(hw=load_config("server")), BS, MB, Hq, D) > 1
     xs = step_inputs(*geometry, lens)
