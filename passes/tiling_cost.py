@@ -602,9 +602,13 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     tq_avg = avg_toh * s.Wq
     window_vector = window_loads * per_load
     window_instrs_run = window_loads * per_load_instrs
+    overlap = 0.0  # per step: window vector cycles that run beside the step's matmuls
     if T.im2col:  # per step of every output tile (conv.py `products`) a copy per tap of [tc, pixels]
-        window_vector += steps * s.taps * s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        tap_copy = s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        window_vector += steps * s.taps * tap_copy
         window_instrs_run += steps * s.taps * s.copies
+        if s.taps * TC > R:  # chunked (conv.im2col_chunks): the matmuls start after the first chunk's taps
+            overlap = (s.taps - min(s.taps, -(-R // TC))) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
     fill = 0 if single and (s.taps == 1 or T.im2col) else 2
@@ -649,7 +653,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         frontend=frontend, serial_tiles=edge_tiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
-                                        window_instrs=window_instrs_run))
+                                        window_instrs=window_instrs_run, overlap=overlap))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
 
@@ -658,7 +662,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
-                   window_instrs: float = 0) -> int:
+                   window_instrs: float = 0, overlap: float = 0) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -669,11 +673,17 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     whose on-chip windows reach into the padding) and run their whole chain in series.
     `first_step`: (load bytes, window vector cycles) of the first step when it loads more than
     the average (an operand shared by the tiles after it); `shared`: output tiles per window
-    built on chip (the output-channel tiles of a row tile's window with one channel step)."""
+    built on chip (the output-channel tiles of a row tile's window with one channel step).
+    `overlap`: of a step's window vector cycles, those the step's matmuls need only as they go
+    (the im2col chunks after the first): in the chains they run beside the matmuls."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
-    serial = dma_round_trip(hw, ld) + vec + vlat + mm
+
+    def built_and_multiplied(vector: float) -> float:  # window building, then the matmuls
+        return vector - overlap + max(mm, overlap)
+
+    serial = dma_round_trip(hw, ld) + vlat + built_and_multiplied(vec)
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
     if pipelined and window_instrs > hw.vector.queue_depth * n:
@@ -689,8 +699,9 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         # the vector unit runs in order: a tile's window building (its first step's) waits behind
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
         # matmuls wait for the window: once per window built (`shared` tiles use one)
-        period = max(period, steps * mm + (fill + epi + vlat) / shared + vec)
-    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + first_step[1] + vlat + mm
+        period = max(period, (steps - 1) * mm + (fill + epi + vlat) / shared + built_and_multiplied(vec))
+    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + vlat + built_and_multiplied(
+        first_step[1])
     chain = first + (steps - 1) * step + tail
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)

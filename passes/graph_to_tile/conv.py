@@ -81,6 +81,20 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
+def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, int]]:
+    """The im2col depth taps.tc in chunks of `rows` (the array's depth): (k0, k, first tap,
+    end tap) per chunk, the taps whose rows [t.tc, (t+1).tc) reach into it (copied with the
+    first chunk they reach). One chunk: the im2col is built whole (conv.py `products`)."""
+    depth = taps * tc
+    chunks, copied = [], 0
+    for k0 in range(0, depth, rows):
+        k = min(rows, depth - k0)
+        end = min(taps, -(-(k0 + k) // tc))
+        chunks.append((k0, k, copied, end))
+        copied = end
+    return chunks
+
+
 @dataclass(frozen=True)
 class ConvFootprint:
     """(orientation, TO, TOH, TC, outer, im2col, prepared) -> the (scratchpad, accumulator) bytes
@@ -451,6 +465,9 @@ class ConvKernel:
         pixels] operand first and one product of depth taps.tc."""
         ctx, em, p = self.ctx, self.em, self.p
         tq = toh * p.Wq
+        if bufs.im2col is not None and len(im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows)) > 1:
+            self.chunked_im2col_products(bufs, to, tq, tc, first)
+            return
         if bufs.im2col is not None:
             cols = bufs.im2col
 
@@ -483,6 +500,33 @@ class ConvKernel:
             product(0, 0, 0, overwrite=first)
         else:
             self.over_taps(product)
+
+    def chunked_im2col_products(self, bufs: "_Buffers", to: int, tq: int, tc: int, first: bool) -> None:
+        """im2col deeper than the array: per chunk of array rows of the [taps.tc] depth, the tap
+        shifts it holds copied (one `copy` per tap, straight-line), then that chunk's matmuls.
+        The matmuls of a chunk wait only for its own copies (the dependency tracker sees
+        each copy's rows), so the array starts after the first chunk's copies instead of
+        all of them and the rest of the copies overlap the matmuls (the in-order vector unit
+        would otherwise build every tap before the first matmul)."""
+        ctx, em, p = self.ctx, self.em, self.p
+        cols = bufs.im2col
+        for k0, k, t_lo, t_hi in im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows):
+            for t in range(t_lo, t_hi):
+                plane, ro, co = p.tap(*self.taps[t])
+                offset = ro * p.Wq + co
+                for src, dst in ((bufs.windows[plane].hi, cols.hi), (bufs.windows[plane].lo, cols.lo)):
+                    if src is None or dst is None:
+                        continue
+                    if self.channels_wide:
+                        em.vec("copy", dst, [0, t * tc], src, [offset, 0], tq, tc)
+                    else:
+                        em.vec("copy", dst, [t * tc, 0], src, [0, offset], tc, tq)
+            if self.channels_wide:
+                emit_tile_product(ctx, cols, bufs.wblock, bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=(k0, 0),
+                                  overwrite=first and k0 == 0)
+            else:
+                emit_tile_product(ctx, bufs.wblock, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=(0, k0),
+                                  rhs_at=(k0, 0), overwrite=first and k0 == 0)
 
     def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int) -> None:
         """dst[:cols, :rows] = src[:rows, :cols]^T by a loop of copies over the smaller side."""
