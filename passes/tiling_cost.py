@@ -644,6 +644,12 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # the first output tile's step loads (and builds) what the tiles after it share: with one
     # channel step, a row tile's whole window (rows outside) or an output tile's whole weight
     # block (output-channel tiles outside), before its first matmul
+    # channel-major weight blocks of a stride-1 tap conv are DMA'd per kernel row (conv.py
+    # `row_split_weights`): the first row's matmuls wait for its part only, the rest arrives beside them
+    kernel_rows = s.tap_nests[0][0] if s.planes == 1 and s.tap_nests else 1
+    late = 0.0
+    if channels and not T.im2col and kernel_rows > 1:
+        late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
     if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
         first_step = (window_b + weight_b, window_vector / max(1, window_loads))
@@ -653,7 +659,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         frontend=frontend, serial_tiles=edge_tiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
-                                        window_instrs=window_instrs_run, overlap=overlap))
+                                        window_instrs=window_instrs_run, overlap=overlap, late=late))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
 
@@ -662,7 +668,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
-                   window_instrs: float = 0, overlap: float = 0) -> int:
+                   window_instrs: float = 0, overlap: float = 0, late: float = 0) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -675,15 +681,16 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     the average (an operand shared by the tiles after it); `shared`: output tiles per window
     built on chip (the output-channel tiles of a row tile's window with one channel step).
     `overlap`: of a step's window vector cycles, those the step's matmuls need only as they go
-    (the im2col chunks after the first): in the chains they run beside the matmuls."""
+    (the im2col chunks after the first): in the chains they run beside the matmuls. `late`: of
+    a step's load bytes, those its first matmuls do not wait for (weights DMA'd per kernel row)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
 
     def built_and_multiplied(vector: float) -> float:  # window building, then the matmuls
-        return vector - overlap + max(mm, overlap)
+        return vector - overlap + max(mm, overlap, late / bw)
 
-    serial = dma_round_trip(hw, ld) + vlat + built_and_multiplied(vec)
+    serial = dma_round_trip(hw, ld - late) + vlat + built_and_multiplied(vec)
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
     if pipelined and window_instrs > hw.vector.queue_depth * n:
@@ -700,7 +707,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
         # matmuls wait for the window: once per window built (`shared` tiles use one)
         period = max(period, (steps - 1) * mm + (fill + epi + vlat) / shared + built_and_multiplied(vec))
-    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + vlat + built_and_multiplied(
+    first = serial if first_step is None else dma_round_trip(hw, first_step[0] - late) + vlat + built_and_multiplied(
         first_step[1])
     chain = first + (steps - 1) * step + tail
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series

@@ -81,6 +81,11 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
+def row_split_weights(tiles: tiling_cost.ConvTiles, planes: int, KH: int, KW: int) -> bool:
+    """Are the weight blocks of this conv DMA'd per kernel row (ConvKernel.row_split_weights)?"""
+    return tiles.orientation == "channels" and not tiles.im2col and planes == 1 and KH > 1
+
+
 def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, int]]:
     """The im2col depth taps.tc in chunks of `rows` (the array's depth): (k0, k, first tap,
     end tap) per chunk, the taps whose rows [t.tc, (t+1).tc) reach into it (copied with the
@@ -269,6 +274,11 @@ class ConvKernel:
         em = self.em
         self.copies = self.operand_copies()
         self.single = TC >= Cg
+        # channel-major weight blocks of a stride-1 tap conv are DMA'd per kernel row and the
+        # taps' loop over the kernel rows is unrolled: each row's matmuls wait for that row's
+        # weights only, so the first ones start after a KH-th of a large block (ResNet-50's
+        # 3x3 512->512: 4.7 MB) and the rest of it arrives beside them
+        self.row_split_weights = row_split_weights(tiles, len(p.phases), KH, KW)
         # the first matmul overwrites the accumulator when there is one product per tile
         # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
         self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)
@@ -418,7 +428,12 @@ class ConvKernel:
             if self.channels_wide:
                 nO = -(-self.Og // self.tiles.TO)
                 row = em.add(em.mul(em.add(em.mul(gi, nO), o_tile), taps * self.Cg), em.mul(c0, taps))
-                em.dma(part, [row, 0], dst, [0, 0], [taps * tc, self.tiles.TO])
+                # per kernel row its own DMA (rows of consecutive taps): that row's tap loop waits
+                # for it alone (see `row_split_weights`)
+                parts = self.KH if self.row_split_weights else 1
+                rows = taps * tc // parts
+                for i in range(parts):
+                    em.dma(part, [em.add(row, i * rows), 0], dst, [i * rows, 0], [rows, self.tiles.TO])
             else:
                 em.dma(part, [em.add(em.mul(gi, self.Og), o0), em.mul(c0, taps)], dst, [0, 0], [to, taps * tc])
 
@@ -444,6 +459,8 @@ class ConvKernel:
         em, p = self.em, self.p
         for plane in range(len(p.phases)):
             kh0, nh, kw0, nw = self.plane_taps(plane)
+            # weights loaded per kernel row: the rows' tap loops are emitted one after the other
+            rows = (lambda n, f: [f(a) for a in range(n)]) if self.row_split_weights else em.range
             dkh, dkw = self.tap_steps(plane)
             # row shift (dh.kh) // sh and column shift (dw.kw) // sw grow by dh.dkh/sh, dw.dkw/sw
             row_step = p.dilation[0] * dkh // p.stride[0]
@@ -456,7 +473,7 @@ class ConvKernel:
                 offset = em.add(em.add(em.mul(a, row_step * p.Wq), em.mul(b, col_step)), base_off)
                 body(plane, t, offset)
 
-            em.range(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
+            rows(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
 
     def products(self, bufs: "_Buffers", to: int, toh: int, tc: int, first: bool) -> None:
         """Every tap's matmuls of one channel step into the accumulator tile: per tap a product
