@@ -92,7 +92,9 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
     overwrites = single and (s.taps == 1 or T.im2col)
     pair = 2 * s.passes
     # weights DMA'd per kernel row (graph_to_tile/conv.py `row_split_weights`)
-    row_split = (channels and not T.im2col and s.planes == 1 and bool(s.tap_nests) and s.tap_nests[0][0] > 1)
+    from infer.passes.tiling_cost import row_split_weights  # (tiling_cost imports this module)
+
+    row_split = bool(s.tap_nests) and row_split_weights(T, s.planes, s.tap_nests[0][0], s.Og, s.OH, s.Cg)
 
     def product(to: int, tq: int, tc: int) -> list[int | Loop]:
         depth = tc * s.taps if T.im2col else tc

@@ -488,6 +488,16 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
 TRANSPOSE_STEP = 3
 
 
+def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Og: int, OH: int, Cg: int) -> bool:
+    """Are the weight blocks of conv tiles T DMA'd per kernel row, with the taps' kernel-row
+    loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)? Channel-major blocks
+    (rows of consecutive taps) of a stride-1 tap conv without im2col, loaded once per kernel
+    (one output-channel tile, one channel step, and the weights hoisted or one row tile): a
+    single-buffered block outside any rotating loop."""
+    once = T.TO >= Og and T.TC >= Cg and (T.outer == "o" or T.TOH >= OH)
+    return T.orientation == "channels" and not T.im2col and planes == 1 and kernel_rows > 1 and once
+
+
 def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
     """The (scratchpad, accumulator) bytes of tiles T (ConvEstimate.spad / .acc): the spec's
     footprint, or without one a double-buffered accumulator tile."""
@@ -608,7 +618,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         window_vector += steps * s.taps * tap_copy
         window_instrs_run += steps * s.taps * s.copies
         if s.taps * TC > R:  # chunked (conv.im2col_chunks): the matmuls start after the first chunk's taps
-            overlap = (s.taps - min(s.taps, -(-R // TC))) * tap_copy
+            overlap = (s.taps - min(s.taps, -(-(s.taps * TC % R or R) // TC))) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
     fill = 0 if single and (s.taps == 1 or T.im2col) else 2
@@ -648,7 +658,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # `row_split_weights`): the first row's matmuls wait for its part only, the rest arrives beside them
     kernel_rows = s.tap_nests[0][0] if s.planes == 1 and s.tap_nests else 1
     late = 0.0
-    if channels and not T.im2col and kernel_rows > 1:
+    if row_split_weights(T, s.planes, kernel_rows, s.Og, s.OH, s.Cg):
         late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
     if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):

@@ -81,21 +81,19 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
-def row_split_weights(tiles: tiling_cost.ConvTiles, planes: int, KH: int, KW: int) -> bool:
-    """Are the weight blocks of this conv DMA'd per kernel row (ConvKernel.row_split_weights)?"""
-    return tiles.orientation == "channels" and not tiles.im2col and planes == 1 and KH > 1
-
-
 def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, int]]:
-    """The im2col depth taps.tc in chunks of `rows` (the array's depth): (k0, k, first tap,
-    end tap) per chunk, the taps whose rows [t.tc, (t+1).tc) reach into it (copied with the
-    first chunk they reach). One chunk: the im2col is built whole (conv.py `products`)."""
+    """The im2col depth taps.tc in chunks of at most `rows` (the array's depth), the partial
+    one first (its matmuls cost what a full chunk's do, and it needs the fewest tap copies
+    before the array starts): (k0, k, first tap, end tap) per chunk, the taps whose rows
+    [t.tc, (t+1).tc) reach into it (copied with the first chunk they reach). One chunk: the
+    im2col is built whole (conv.py `products`)."""
     depth = taps * tc
+    first = depth % rows or rows
+    bounds = [0] + list(range(first, depth + 1, rows))
     chunks, copied = [], 0
-    for k0 in range(0, depth, rows):
-        k = min(rows, depth - k0)
-        end = min(taps, -(-(k0 + k) // tc))
-        chunks.append((k0, k, copied, end))
+    for k0, k1 in zip(bounds, bounds[1:]):
+        end = min(taps, -(-k1 // tc))
+        chunks.append((k0, k1 - k0, copied, end))
         copied = end
     return chunks
 
@@ -278,7 +276,7 @@ class ConvKernel:
         # taps' loop over the kernel rows is unrolled: each row's matmuls wait for that row's
         # weights only, so the first ones start after a KH-th of a large block (ResNet-50's
         # 3x3 512->512: 4.7 MB) and the rest of it arrives beside them
-        self.row_split_weights = row_split_weights(tiles, len(p.phases), KH, KW)
+        self.row_split_weights = tiling_cost.row_split_weights(self.tiles, len(p.phases), KH, self.Og, p.OH, Cg)
         # the first matmul overwrites the accumulator when there is one product per tile
         # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
         self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)
