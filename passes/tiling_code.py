@@ -92,7 +92,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
     overwrites = single and (s.taps == 1 or T.im2col)
     pair = 2 * s.passes
     # weights DMA'd per kernel row (graph_to_tile/conv.py `row_split_weights`)
-    from infer.passes.tiling_cost import row_split_weights  # (tiling_cost imports this module)
+    from infer.passes.tiling_cost import chunked_im2col, row_split_weights  # (tiling_cost imports this module)
 
     row_split = bool(s.tap_nests) and row_split_weights(T, s.planes, s.tap_nests[0][0], s.Og, s.OH, s.Cg)
 
@@ -108,7 +108,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
                 for _, nn in n_counts]
 
     def products(to: int, tq: int, tc: int) -> list[int | Loop]:
-        if T.im2col and s.taps * tc > rows:  # chunked (conv.im2col_chunks): straight-line tap copies, per
+        if T.im2col and chunked_im2col(s.taps, tc, rows):  # (conv.im2col_chunks) straight-line tap copies, per
             chunks = -(-s.taps * tc // rows)  # chunk its matmuls over the width
             n_counts = _counts(to if channels else tq, cols)
             return [s.taps * s.copies] + [Loop(nn, [pair]) for _ in range(chunks) for _, nn in n_counts]

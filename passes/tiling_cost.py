@@ -488,6 +488,16 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
 TRANSPOSE_STEP = 3
 
 
+MAX_IM2COL_CHUNKS = 8  # deeper im2col operands are built whole (measured: the edge stem's 10 chunks lost 3.5 %)
+
+
+def chunked_im2col(taps: int, tc: int, rows: int) -> bool:
+    """Is an im2col operand of taps.tc rows built and multiplied chunk by chunk of `rows` (the
+    array's depth; graph_to_tile/conv.py `chunked_im2col_products`)? When it is deeper than the
+    array and has at most MAX_IM2COL_CHUNKS chunks (each chunk is a loop nest of its own)."""
+    return rows < taps * tc <= MAX_IM2COL_CHUNKS * rows
+
+
 def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Og: int, OH: int, Cg: int) -> bool:
     """Are the weight blocks of conv tiles T DMA'd per kernel row, with the taps' kernel-row
     loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)? Channel-major blocks
@@ -617,7 +627,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         tap_copy = s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
         window_vector += steps * s.taps * tap_copy
         window_instrs_run += steps * s.taps * s.copies
-        if s.taps * TC > R:  # chunked (conv.im2col_chunks): the matmuls start after the first chunk's taps
+        if chunked_im2col(s.taps, TC, R):  # (conv.im2col_chunks) the matmuls start after the first chunk's taps
             overlap = (s.taps - min(s.taps, -(-(s.taps * TC % R or R) // TC))) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)

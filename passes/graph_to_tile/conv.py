@@ -480,7 +480,7 @@ class ConvKernel:
         pixels] operand first and one product of depth taps.tc."""
         ctx, em, p = self.ctx, self.em, self.p
         tq = toh * p.Wq
-        if bufs.im2col is not None and len(im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows)) > 1:
+        if bufs.im2col is not None and tiling_cost.chunked_im2col(len(self.taps), tc, ctx.hw.matrix.rows):
             self.chunked_im2col_products(bufs, to, tq, tc, first)
             return
         if bufs.im2col is not None:
@@ -518,14 +518,16 @@ class ConvKernel:
 
     def chunked_im2col_products(self, bufs: "_Buffers", to: int, tq: int, tc: int, first: bool) -> None:
         """im2col deeper than the array: per chunk of array rows of the [taps.tc] depth, the tap
-        shifts it holds copied (one `copy` per tap, straight-line), then that chunk's matmuls.
+        shifts it holds copied (one `copy` per tap, straight-line; the next chunk's before this
+        chunk's matmuls), then that chunk's matmuls.
         The matmuls of a chunk wait only for its own copies (the dependency tracker sees
         each copy's rows), so the array starts after the first chunk's copies instead of
         all of them and the rest of the copies overlap the matmuls (the in-order vector unit
         would otherwise build every tap before the first matmul)."""
         ctx, em, p = self.ctx, self.em, self.p
         cols = bufs.im2col
-        for k0, k, t_lo, t_hi in im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows):
+
+        def copy_taps(t_lo: int, t_hi: int) -> None:
             for t in range(t_lo, t_hi):
                 plane, ro, co = p.tap(*self.taps[t])
                 offset = ro * p.Wq + co
@@ -536,6 +538,20 @@ class ConvKernel:
                         em.vec("copy", dst, [0, t * tc], src, [offset, 0], tq, tc)
                     else:
                         em.vec("copy", dst, [t * tc, 0], src, [0, offset], tc, tq)
+
+        # the copies run one chunk ahead of the matmuls when the vector queue holds them: the
+        # front end dispatches a chunk's copies before it waits on the matrix queue behind the
+        # chunk before's matmuls (more copies than the queue holds would hold up the matmuls'
+        # dispatch instead: the stem's 42 taps of its second chunk)
+        chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows)
+        queue = ctx.hw.vector.queue_depth
+        ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
+        copy_taps(*chunks[0][2:])
+        for i, (k0, k, _, _) in enumerate(chunks):
+            if i + 1 < len(chunks) and ahead[i + 1]:
+                copy_taps(*chunks[i + 1][2:])
+            if i > 0 and not ahead[i]:
+                copy_taps(*chunks[i][2:])
             if self.channels_wide:
                 emit_tile_product(ctx, cols, bufs.wblock, bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=(k0, 0),
                                   overwrite=first and k0 == 0)
