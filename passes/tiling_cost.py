@@ -498,14 +498,12 @@ def chunked_im2col(taps: int, tc: int, rows: int) -> bool:
     return rows < taps * tc <= MAX_IM2COL_CHUNKS * rows
 
 
-def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Og: int, OH: int, Cg: int) -> bool:
-    """Are the weight blocks of conv tiles T DMA'd per kernel row, with the taps' kernel-row
-    loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)? Channel-major blocks
-    (rows of consecutive taps) of a stride-1 tap conv without im2col, loaded once per kernel
-    (one output-channel tile, one channel step, and the weights hoisted or one row tile): a
-    single-buffered block outside any rotating loop."""
-    once = T.TO >= Og and T.TC >= Cg and (T.outer == "o" or T.TOH >= OH)
-    return T.orientation == "channels" and not T.im2col and planes == 1 and kernel_rows > 1 and once
+def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int) -> bool:
+    """Are the weight blocks of conv tiles T one buffer per kernel row, each DMA'd on its own,
+    with the taps' kernel-row loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)?
+    Stride-1 tap convs without im2col. (One buffer with a DMA per row raced when the block
+    rotated in a software-pipelined loop: the second DMA counted as the first one's consumer.)"""
+    return not T.im2col and planes == 1 and kernel_rows > 1
 
 
 def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
@@ -664,11 +662,11 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # the first output tile's step loads (and builds) what the tiles after it share: with one
     # channel step, a row tile's whole window (rows outside) or an output tile's whole weight
     # block (output-channel tiles outside), before its first matmul
-    # channel-major weight blocks of a stride-1 tap conv are DMA'd per kernel row (conv.py
+    # the weight blocks of a stride-1 tap conv are DMA'd per kernel row (conv.py
     # `row_split_weights`): the first row's matmuls wait for its part only, the rest arrives beside them
     kernel_rows = s.tap_nests[0][0] if s.planes == 1 and s.tap_nests else 1
     late = 0.0
-    if row_split_weights(T, s.planes, kernel_rows, s.Og, s.OH, s.Cg):
+    if row_split_weights(T, s.planes, kernel_rows):
         late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
     if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
@@ -707,10 +705,10 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
 
-    def built_and_multiplied(vector: float) -> float:  # window building, then the matmuls
-        return vector - overlap + max(mm, overlap, late / bw)
+    def built_and_multiplied(vector: float, late_bytes: float = 0.0) -> float:  # window building, then the matmuls
+        return vector - overlap + max(mm, overlap, late_bytes / bw)
 
-    serial = dma_round_trip(hw, ld - late) + vlat + built_and_multiplied(vec)
+    serial = dma_round_trip(hw, ld) + vlat + built_and_multiplied(vec)
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
     if pipelined and window_instrs > hw.vector.queue_depth * n:
@@ -727,8 +725,12 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
         # matmuls wait for the window: once per window built (`shared` tiles use one)
         period = max(period, (steps - 1) * mm + (fill + epi + vlat) / shared + built_and_multiplied(vec))
-    first = serial if first_step is None else dma_round_trip(hw, first_step[0] - late) + vlat + built_and_multiplied(
-        first_step[1])
+    # the first step: its loads' round trip (without the weight rows its first matmuls do not
+    # wait for), the window building and the matmuls; later steps' loads are issued ahead
+    first_load, first_vector = (ld, vec) if first_step is None else first_step
+    first = dma_round_trip(hw, first_load - late) + vlat + built_and_multiplied(first_vector, late)
+    if not late and first_step is None:
+        first = serial
     chain = first + (steps - 1) * step + tail
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
