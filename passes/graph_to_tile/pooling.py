@@ -13,8 +13,8 @@
   (windows.WindowLoader, -1e30), so no plane goes through DRAM; each tap is then a flat shift of
   one plane window (output pixel q = oh.Wq + ow, as conv.py's padded-width windows) and one
   vector `max` into the [TC, TOH.Wq] result, whose valid [TC, TOH, OW] box is stored. (ResNet-50's
-  3x3/2 max pool on server: 37.9 K -> see docs/tiling.md; the planes path read the input, wrote
-  and read its planes and issued nine tap DMAs per tile in series.)
+  3x3/2 max pool: server 37.9 K -> 11.8 K cycles, edge 1.48 M -> 0.40 M; the planes path read the
+  input, wrote and read its planes and issued nine tap DMAs per tile in series.)
 * global: `rsum`/`rmax` over column chunks of [N*C, H*W] rows, combined per row.
 """
 
