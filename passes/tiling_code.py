@@ -94,7 +94,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
     # weights DMA'd per kernel row (graph_to_tile/conv.py `row_split_weights`)
     from infer.passes.tiling_cost import chunked_im2col, row_split_weights  # (tiling_cost imports this module)
 
-    row_split = bool(s.tap_nests) and row_split_weights(T, s.planes, s.tap_nests[0][0])
+    row_split = bool(s.tap_nests) and row_split_weights(T, s.planes, s.tap_nests[0][0], s.Cg)
 
     def product(to: int, tq: int, tc: int) -> list[int | Loop]:
         depth = tc * s.taps if T.im2col else tc

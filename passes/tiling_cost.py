@@ -498,12 +498,15 @@ def chunked_im2col(taps: int, tc: int, rows: int) -> bool:
     return rows < taps * tc <= MAX_IM2COL_CHUNKS * rows
 
 
-def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int) -> bool:
+def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Cg: int) -> bool:
     """Are the weight blocks of conv tiles T one buffer per kernel row, each DMA'd on its own,
     with the taps' kernel-row loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)?
-    Stride-1 tap convs without im2col. (One buffer with a DMA per row raced when the block
-    rotated in a software-pipelined loop: the second DMA counted as the first one's consumer.)"""
-    return not T.im2col and planes == 1 and kernel_rows > 1
+    Stride-1 tap convs without im2col and with one channel step (with several, each step's
+    block is loaded ahead of its matmuls anyway, and the unrolled rows inside the step loop
+    grew ResNet-50's fp32 edge program past 50 k instructions). (One buffer with a DMA per row
+    raced when the block rotated in a software-pipelined loop: the second DMA counted as the
+    first one's consumer.)"""
+    return not T.im2col and planes == 1 and kernel_rows > 1 and T.TC >= Cg
 
 
 def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
@@ -666,7 +669,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # `row_split_weights`): the first row's matmuls wait for its part only, the rest arrives beside them
     kernel_rows = s.tap_nests[0][0] if s.planes == 1 and s.tap_nests else 1
     late = 0.0
-    if row_split_weights(T, s.planes, kernel_rows):
+    if row_split_weights(T, s.planes, kernel_rows, s.Cg):
         late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
     if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):

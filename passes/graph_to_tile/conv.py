@@ -276,7 +276,7 @@ class ConvKernel:
         # its own) and the taps' loop over the kernel rows is unrolled: each row's matmuls wait
         # for that row's weights only, so the first ones start after a KH-th of a large block
         # (ResNet-50's 3x3 512->512: 4.7 MB) and the rest of it arrives beside them
-        self.row_split_weights = tiling_cost.row_split_weights(self.tiles, len(p.phases), KH)
+        self.row_split_weights = tiling_cost.row_split_weights(self.tiles, len(p.phases), KH, Cg)
         # the first matmul overwrites the accumulator when there is one product per tile
         # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
         self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)

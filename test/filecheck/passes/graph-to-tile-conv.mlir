@@ -33,15 +33,14 @@ func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> ten
 // EDGE-NEXT:   scf.for
 // EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
 // EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
-// one weight buffer per kernel row (its 3 taps x 16 channels; hi and lo), then one tap loop per
-// kernel row: a row's matmuls wait for its own weights only
-// EDGE-COUNT-6:  tile.dma {{.*}} {shape = array<i64: 48, 16>}
+// several channel steps: one weight block per step (no buffer per kernel row)
+// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
+// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
 // EDGE-NEXT:     scf.for
-// EDGE:            tile.matmul {{.*}} {m = 480 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}
-// EDGE-NEXT:       tile.matmul
-// EDGE-NEXT:       tile.matmul
-// EDGE:          scf.for
-// EDGE:          scf.for
+// EDGE-NEXT:       scf.for
+// EDGE:              tile.matmul {{.*}} {m = 480 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}
+// EDGE-NEXT:         tile.matmul
+// EDGE-NEXT:         tile.matmul
 // EDGE:        tile.dma {{.*}} {shape = array<i64: 16, 16, 28>} : memref<64x28x28xf32, "dram">, memref<16x16x30xf32, "spad">
 // EDGE-NEXT:   tile.vector "add" {{.*}} bmode = "tile"
 // EDGE:        tile.dma {{.*}} {shape = array<i64: 16, 16, 28>} : memref<16x16x30xf32, "spad">, memref<64x28x28xf32, "dram">
