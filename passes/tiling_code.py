@@ -91,6 +91,10 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
     single = TC >= s.Cg
     overwrites = single and (s.taps == 1 or T.im2col)
     pair = 2 * s.passes
+    # weights DMA'd per kernel row (graph_to_tile/conv.py `row_split_weights`)
+    from infer.passes.tiling_cost import chunked_im2col, row_split_weights  # (tiling_cost imports this module)
+
+    row_split = bool(s.tap_nests) and row_split_weights(T, s.planes, s.tap_nests[0][0], s.Cg)
 
     def product(to: int, tq: int, tc: int) -> list[int | Loop]:
         depth = tc * s.taps if T.im2col else tc
@@ -104,11 +108,17 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
                 for _, nn in n_counts]
 
     def products(to: int, tq: int, tc: int) -> list[int | Loop]:
+        if T.im2col and chunked_im2col(s.taps, tc, rows):  # (conv.im2col_chunks) straight-line tap copies, per
+            chunks = -(-s.taps * tc // rows)  # chunk its matmuls over the width
+            n_counts = _counts(to if channels else tq, cols)
+            return [s.taps * s.copies] + [Loop(nn, [pair]) for _ in range(chunks) for _, nn in n_counts]
         if T.im2col:
             gather: list[int | Loop] = [Loop(nh, [Loop(nw, [s.copies])]) for nh, nw in s.tap_nests]
             return gather + product(to, tq, tc)
         if s.taps == 1 or not s.tap_nests:
             return product(to, tq, tc)
+        if row_split:  # the kernel rows' tap loops one after the other
+            return [Loop(nw, product(to, tq, tc)) for nh, nw in s.tap_nests for _ in range(nh)]
         return [Loop(nh, [Loop(nw, product(to, tq, tc))]) for nh, nw in s.tap_nests]
 
     def step(to: int, toh: int, tc: int, window: bool, weights: bool) -> list[int | Loop]:
@@ -118,7 +128,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
             if channels and not s.prepared:
                 body += [Loop(min(tc, pixels), [1]) for _ in range(s.planes)]
         if weights:
-            body.append(s.copies)
+            body.append(s.copies * (s.tap_nests[0][0] if row_split else 1))
         return body + products(to, toh * s.Wq, tc)
 
     def tile(to: int, toh: int, window_loaded: bool, weights_loaded: bool) -> list[int | Loop]:
@@ -133,7 +143,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
 
     o_counts, r_counts = _counts(s.Og, TO), _counts(s.OH, TOH)
     if T.outer == "o":
-        hoisted = [s.copies] if single else []
+        hoisted = [s.copies * (s.tap_nests[0][0] if row_split else 1)] if single else []
         outer: list[int | Loop] = [Loop(no, hoisted + [Loop(nr, tile(to, toh, False, single)) for toh, nr in r_counts])
                                    for to, no in o_counts]
     else:

@@ -488,6 +488,27 @@ def _nest_ok(hw: HardwareConfig, chain: list[int]) -> bool:
 TRANSPOSE_STEP = 3
 
 
+MAX_IM2COL_CHUNKS = 8  # deeper im2col operands are built whole (measured: the edge stem's 10 chunks lost 3.5 %)
+
+
+def chunked_im2col(taps: int, tc: int, rows: int) -> bool:
+    """Is an im2col operand of taps.tc rows built and multiplied chunk by chunk of `rows` (the
+    array's depth; graph_to_tile/conv.py `chunked_im2col_products`)? When it is deeper than the
+    array and has at most MAX_IM2COL_CHUNKS chunks (each chunk is a loop nest of its own)."""
+    return rows < taps * tc <= MAX_IM2COL_CHUNKS * rows
+
+
+def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Cg: int) -> bool:
+    """Are the weight blocks of conv tiles T one buffer per kernel row, each DMA'd on its own,
+    with the taps' kernel-row loop unrolled (graph_to_tile/conv.py `ConvKernel.row_split_weights`)?
+    Stride-1 tap convs without im2col and with one channel step (with several, each step's
+    block is loaded ahead of its matmuls anyway, and the unrolled rows inside the step loop
+    grew ResNet-50's fp32 edge program past 50 k instructions). (One buffer with a DMA per row
+    raced when the block rotated in a software-pipelined loop: the second DMA counted as the
+    first one's consumer.)"""
+    return not T.im2col and planes == 1 and kernel_rows > 1 and T.TC >= Cg
+
+
 def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
     """The (scratchpad, accumulator) bytes of tiles T (ConvEstimate.spad / .acc): the spec's
     footprint, or without one a double-buffered accumulator tile."""
@@ -602,9 +623,13 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     tq_avg = avg_toh * s.Wq
     window_vector = window_loads * per_load
     window_instrs_run = window_loads * per_load_instrs
+    overlap = 0.0  # per step: window vector cycles that run beside the step's matmuls
     if T.im2col:  # per step of every output tile (conv.py `products`) a copy per tap of [tc, pixels]
-        window_vector += steps * s.taps * s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        tap_copy = s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
+        window_vector += steps * s.taps * tap_copy
         window_instrs_run += steps * s.taps * s.copies
+        if chunked_im2col(s.taps, TC, R):  # (conv.im2col_chunks) the matmuls start after the first chunk's taps
+            overlap = (s.taps - min(s.taps, -(-(s.taps * TC % R or R) // TC))) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
     fill = 0 if single and (s.taps == 1 or T.im2col) else 2
@@ -640,6 +665,12 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # the first output tile's step loads (and builds) what the tiles after it share: with one
     # channel step, a row tile's whole window (rows outside) or an output tile's whole weight
     # block (output-channel tiles outside), before its first matmul
+    # the weight blocks of a stride-1 tap conv are DMA'd per kernel row (conv.py
+    # `row_split_weights`): the first row's matmuls wait for its part only, the rest arrives beside them
+    kernel_rows = s.tap_nests[0][0] if s.planes == 1 and s.tap_nests else 1
+    late = 0.0
+    if row_split_weights(T, s.planes, kernel_rows, s.Cg):
+        late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
     if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
         first_step = (window_b + weight_b, window_vector / max(1, window_loads))
@@ -649,7 +680,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         frontend=frontend, serial_tiles=edge_tiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
-                                        window_instrs=window_instrs_run))
+                                        window_instrs=window_instrs_run, overlap=overlap, late=late))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
 
@@ -658,7 +689,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
-                   window_instrs: float = 0) -> int:
+                   window_instrs: float = 0, overlap: float = 0, late: float = 0) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -669,11 +700,18 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     whose on-chip windows reach into the padding) and run their whole chain in series.
     `first_step`: (load bytes, window vector cycles) of the first step when it loads more than
     the average (an operand shared by the tiles after it); `shared`: output tiles per window
-    built on chip (the output-channel tiles of a row tile's window with one channel step)."""
+    built on chip (the output-channel tiles of a row tile's window with one channel step).
+    `overlap`: of a step's window vector cycles, those the step's matmuls need only as they go
+    (the im2col chunks after the first): in the chains they run beside the matmuls. `late`: of
+    a step's load bytes, those its first matmuls do not wait for (weights DMA'd per kernel row)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
-    serial = dma_round_trip(hw, ld) + vec + vlat + mm
+
+    def built_and_multiplied(vector: float, late_bytes: float = 0.0) -> float:  # window building, then the matmuls
+        return vector - overlap + max(mm, overlap, late_bytes / bw)
+
+    serial = dma_round_trip(hw, ld) + vlat + built_and_multiplied(vec)
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
     step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
     if pipelined and window_instrs > hw.vector.queue_depth * n:
@@ -689,8 +727,13 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         # the vector unit runs in order: a tile's window building (its first step's) waits behind
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
         # matmuls wait for the window: once per window built (`shared` tiles use one)
-        period = max(period, steps * mm + (fill + epi + vlat) / shared + vec)
-    first = serial if first_step is None else dma_round_trip(hw, first_step[0]) + first_step[1] + vlat + mm
+        period = max(period, (steps - 1) * mm + (fill + epi + vlat) / shared + built_and_multiplied(vec))
+    # the first step: its loads' round trip (without the weight rows its first matmuls do not
+    # wait for), the window building and the matmuls; later steps' loads are issued ahead
+    first_load, first_vector = (ld, vec) if first_step is None else first_step
+    first = dma_round_trip(hw, first_load - late) + vlat + built_and_multiplied(first_vector, late)
+    if not late and first_step is None:
+        first = serial
     chain = first + (steps - 1) * step + tail
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)

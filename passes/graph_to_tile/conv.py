@@ -81,6 +81,23 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
+def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, int]]:
+    """The im2col depth taps.tc in chunks of at most `rows` (the array's depth), the partial
+    one first (its matmuls cost what a full chunk's do, and it needs the fewest tap copies
+    before the array starts): (k0, k, first tap, end tap) per chunk, the taps whose rows
+    [t.tc, (t+1).tc) reach into it (copied with the first chunk they reach). One chunk: the
+    im2col is built whole (conv.py `products`)."""
+    depth = taps * tc
+    first = depth % rows or rows
+    bounds = [0] + list(range(first, depth + 1, rows))
+    chunks, copied = [], 0
+    for k0, k1 in zip(bounds, bounds[1:]):
+        end = min(taps, -(-k1 // tc))
+        chunks.append((k0, k1 - k0, copied, end))
+        copied = end
+    return chunks
+
+
 @dataclass(frozen=True)
 class ConvFootprint:
     """(orientation, TO, TOH, TC, outer, im2col, prepared) -> the (scratchpad, accumulator) bytes
@@ -255,6 +272,11 @@ class ConvKernel:
         em = self.em
         self.copies = self.operand_copies()
         self.single = TC >= Cg
+        # the weight blocks of a stride-1 tap conv are one buffer per kernel row (each DMA'd on
+        # its own) and the taps' loop over the kernel rows is unrolled: each row's matmuls wait
+        # for that row's weights only, so the first ones start after a KH-th of a large block
+        # (ResNet-50's 3x3 512->512: 4.7 MB) and the rest of it arrives beside them
+        self.row_split_weights = tiling_cost.row_split_weights(self.tiles, len(p.phases), KH, Cg)
         # the first matmul overwrites the accumulator when there is one product per tile
         # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
         self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)
@@ -313,11 +335,16 @@ class ConvKernel:
     def weight_parts(self, hint: str, packed: np.ndarray) -> list[SSAValue]:
         return packed_weight_parts(self.ctx, hint, packed)
 
-    def _weight_block(self, buffers: int) -> Bf16Tile:
-        em, taps, T = self.em, len(self.taps), self.tiles
+    def _weight_block(self, buffers: int) -> list[Bf16Tile]:
+        """The weight block of a channel step: one buffer, or with `row_split_weights` one per
+        kernel row (its KW taps), each its own alloc (its own DMA, first use and rotation)."""
+        em, T = self.em, self.tiles
+        parts = self.KH if self.row_split_weights else 1
+        taps = len(self.taps) // parts
         shape = (taps * T.TC, T.TO) if self.channels_wide else (T.TO, taps * T.TC)
-        return Bf16Tile(em.alloc(shape, self.operand_type, "spad", buffers),
-                        em.alloc(shape, self.operand_type, "spad", buffers) if self.copies == 2 else None)
+        return [Bf16Tile(em.alloc(shape, self.operand_type, "spad", buffers),
+                         em.alloc(shape, self.operand_type, "spad", buffers) if self.copies == 2 else None)
+                for _ in range(parts)]
 
     def buffer_counts(self, looped: bool) -> tuple[int, int, int]:
         """(window, weight block, accumulator and epilogue) buffers of looped or edge row tiles:
@@ -395,18 +422,23 @@ class ConvKernel:
         return self.weight_parts(hint + (".packed_t" if self.channels_wide else ".packed"),
                                  np.ascontiguousarray(packed))
 
-    def load_weights(self, wblock: Bf16Tile, gi: Index, o_tile: Index, o0: Index, to: int, c0: Index,
+    def load_weights(self, wblock: list[Bf16Tile], gi: Index, o_tile: Index, o0: Index, to: int, c0: Index,
                      tc: int) -> None:
+        """The weight block of output tile o_tile, channel step c0: one DMA per part (kernel
+        row, `row_split_weights`) and bf16 copy."""
         em, taps = self.em, len(self.taps)
-        for part, dst in zip(self.packs, (wblock.hi, wblock.lo), strict=False):
-            if dst is None:
-                continue
-            if self.channels_wide:
-                nO = -(-self.Og // self.tiles.TO)
-                row = em.add(em.mul(em.add(em.mul(gi, nO), o_tile), taps * self.Cg), em.mul(c0, taps))
-                em.dma(part, [row, 0], dst, [0, 0], [taps * tc, self.tiles.TO])
-            else:
-                em.dma(part, [em.add(em.mul(gi, self.Og), o0), em.mul(c0, taps)], dst, [0, 0], [to, taps * tc])
+        span = taps // len(wblock) * tc  # a part's rows (channels) or columns (pixels)
+        for i, block in enumerate(wblock):
+            for pack, dst in zip(self.packs, (block.hi, block.lo), strict=False):
+                if dst is None:
+                    continue
+                if self.channels_wide:
+                    nO = -(-self.Og // self.tiles.TO)
+                    row = em.add(em.mul(em.add(em.mul(gi, nO), o_tile), taps * self.Cg), em.mul(c0, taps))
+                    em.dma(pack, [em.add(row, i * span), 0], dst, [0, 0], [span, self.tiles.TO])
+                else:
+                    em.dma(pack, [em.add(em.mul(gi, self.Og), o0), em.add(em.mul(c0, taps), i * span)], dst, [0, 0],
+                           [to, span])
 
     def load_window(self, bufs: "_Buffers", n: Index, gi: Index, rows: tuple[Index, int, int, int], c0: Index,
                     tc: int) -> None:
@@ -424,12 +456,17 @@ class ConvKernel:
         khs, kws = plane_tap_grid(self.p, self.KH, self.KW, plane)
         return (khs[1] - khs[0] if len(khs) > 1 else 1), (kws[1] - kws[0] if len(kws) > 1 else 1)
 
-    def over_taps(self, body: Callable[[int, Index, Index], None]) -> None:
+    def over_taps(self, body: Callable[..., None]) -> None:
         """body(plane, tap index, window offset) for every tap: per plane a loop nest over its
-        taps (both affine in the loop variables: the taps of one plane are a grid)."""
+        taps (both affine in the loop variables: the taps of one plane are a grid). With
+        `row_split_weights` the kernel rows are unrolled: body(plane, tap index within the row,
+        window offset, kernel row)."""
         em, p = self.em, self.p
         for plane in range(len(p.phases)):
             kh0, nh, kw0, nw = self.plane_taps(plane)
+            # weights loaded per kernel row: the rows' tap loops are emitted one after the other,
+            # each reading its row's part of the weights (tap index within the row)
+            split = self.row_split_weights
             dkh, dkw = self.tap_steps(plane)
             # row shift (dh.kh) // sh and column shift (dw.kw) // sw grow by dh.dkh/sh, dw.dkw/sw
             row_step = p.dilation[0] * dkh // p.stride[0]
@@ -438,11 +475,18 @@ class ConvKernel:
 
             def tap(a: Index, b: Index, plane: int = plane, base_t: int = base_t, base_off: int = base_off,
                     dkh: int = dkh, dkw: int = dkw, row_step: int = row_step, col_step: int = col_step) -> None:
-                t = em.add(em.add(em.mul(a, dkh * self.KW), em.mul(b, dkw)), base_t)
                 offset = em.add(em.add(em.mul(a, row_step * p.Wq), em.mul(b, col_step)), base_off)
+                if split:  # a: a compile-time kernel row
+                    body(plane, em.add(em.mul(b, dkw), base_t % self.KW), offset, kh0 + a * dkh)  # type: ignore[operator]
+                    return
+                t = em.add(em.add(em.mul(a, dkh * self.KW), em.mul(b, dkw)), base_t)
                 body(plane, t, offset)
 
-            em.range(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
+            if split:
+                for a in range(nh):
+                    em.range(nw, lambda b, a=a, tap=tap: tap(a, b))
+            else:
+                em.range(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
 
     def products(self, bufs: "_Buffers", to: int, toh: int, tc: int, first: bool) -> None:
         """Every tap's matmuls of one channel step into the accumulator tile: per tap a product
@@ -451,6 +495,9 @@ class ConvKernel:
         pixels] operand first and one product of depth taps.tc."""
         ctx, em, p = self.ctx, self.em, self.p
         tq = toh * p.Wq
+        if bufs.im2col is not None and tiling_cost.chunked_im2col(len(self.taps), tc, ctx.hw.matrix.rows):
+            self.chunked_im2col_products(bufs, to, tq, tc, first)
+            return
         if bufs.im2col is not None:
             cols = bufs.im2col
 
@@ -466,23 +513,68 @@ class ConvKernel:
             self.over_taps(gather)
             depth = len(self.taps) * tc
             if self.channels_wide:
-                emit_tile_product(ctx, cols, bufs.wblock, bufs.acc, tq, depth, to, overwrite=first)
+                emit_tile_product(ctx, cols, bufs.wblock[0], bufs.acc, tq, depth, to, overwrite=first)
             else:
-                emit_tile_product(ctx, bufs.wblock, cols, bufs.acc, to, depth, tq, width_outer=True, overwrite=first)
+                emit_tile_product(ctx, bufs.wblock[0], cols, bufs.acc, to, depth, tq, width_outer=True,
+                                  overwrite=first)
             return
 
-        def product(plane: int, t: Index, offset: Index, overwrite: bool = False) -> None:
+        def product(plane: int, t: Index, offset: Index, part: int = 0, overwrite: bool = False) -> None:
+            weights = bufs.wblock[part]  # (t: the tap within the part)
             if self.channels_wide:
-                emit_tile_product(ctx, bufs.windows[plane], bufs.wblock, bufs.acc, tq, tc, to,
+                emit_tile_product(ctx, bufs.windows[plane], weights, bufs.acc, tq, tc, to,
                                   lhs_at=(offset, 0), rhs_at=(em.mul(t, tc), 0), overwrite=overwrite)
             else:
-                emit_tile_product(ctx, bufs.wblock, bufs.windows[plane], bufs.acc, to, tc, tq, width_outer=True,
+                emit_tile_product(ctx, weights, bufs.windows[plane], bufs.acc, to, tc, tq, width_outer=True,
                                   lhs_at=(0, em.mul(t, tc)), rhs_at=(0, offset), overwrite=overwrite)
 
         if len(self.taps) == 1:
             product(0, 0, 0, overwrite=first)
         else:
             self.over_taps(product)
+
+    def chunked_im2col_products(self, bufs: "_Buffers", to: int, tq: int, tc: int, first: bool) -> None:
+        """im2col deeper than the array: per chunk of array rows of the [taps.tc] depth, the tap
+        shifts it holds copied (one `copy` per tap, straight-line; the next chunk's before this
+        chunk's matmuls), then that chunk's matmuls.
+        The matmuls of a chunk wait only for its own copies (the dependency tracker sees
+        each copy's rows), so the array starts after the first chunk's copies instead of
+        all of them and the rest of the copies overlap the matmuls (the in-order vector unit
+        would otherwise build every tap before the first matmul)."""
+        ctx, em, p = self.ctx, self.em, self.p
+        cols = bufs.im2col
+
+        def copy_taps(t_lo: int, t_hi: int) -> None:
+            for t in range(t_lo, t_hi):
+                plane, ro, co = p.tap(*self.taps[t])
+                offset = ro * p.Wq + co
+                for src, dst in ((bufs.windows[plane].hi, cols.hi), (bufs.windows[plane].lo, cols.lo)):
+                    if src is None or dst is None:
+                        continue
+                    if self.channels_wide:
+                        em.vec("copy", dst, [0, t * tc], src, [offset, 0], tq, tc)
+                    else:
+                        em.vec("copy", dst, [t * tc, 0], src, [0, offset], tc, tq)
+
+        # the copies run one chunk ahead of the matmuls when the vector queue holds them: the
+        # front end dispatches a chunk's copies before it waits on the matrix queue behind the
+        # chunk before's matmuls (more copies than the queue holds would hold up the matmuls'
+        # dispatch instead: the stem's 42 taps of its second chunk)
+        chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows)
+        queue = ctx.hw.vector.queue_depth
+        ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
+        copy_taps(*chunks[0][2:])
+        for i, (k0, k, _, _) in enumerate(chunks):
+            if i + 1 < len(chunks) and ahead[i + 1]:
+                copy_taps(*chunks[i + 1][2:])
+            if i > 0 and not ahead[i]:
+                copy_taps(*chunks[i][2:])
+            if self.channels_wide:
+                emit_tile_product(ctx, cols, bufs.wblock[0], bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=(k0, 0),
+                                  overwrite=first and k0 == 0)
+            else:
+                emit_tile_product(ctx, bufs.wblock[0], cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=(0, k0),
+                                  rhs_at=(k0, 0), overwrite=first and k0 == 0)
 
     def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int) -> None:
         """dst[:cols, :rows] = src[:rows, :cols]^T by a loop of copies over the smaller side."""
@@ -582,7 +674,7 @@ class ConvKernel:
 class _Buffers:
     """The local buffers of one kind of emitted row tile (looped or edge)."""
 
-    def __init__(self, loader: WindowLoader | PreparedWindows, windows: list[Bf16Tile], wblock: Bf16Tile, acc: SSAValue,
-                 acc_t: SSAValue | None, im2col: Bf16Tile | None):
+    def __init__(self, loader: WindowLoader | PreparedWindows, windows: list[Bf16Tile], wblock: list[Bf16Tile],
+                 acc: SSAValue, acc_t: SSAValue | None, im2col: Bf16Tile | None):
         self.loader, self.windows, self.wblock, self.acc, self.acc_t = loader, windows, wblock, acc, acc_t
         self.im2col = im2col
