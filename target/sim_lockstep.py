@@ -628,9 +628,8 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
             x = activations(op[4], w.dtype)
-            lead = np.broadcast_shapes(x.shape[:-2], w.shape[:-2])
-            if threads is not None and lead and lead[0] >= 2 and math.prod(
-                    lead) * x.shape[-2] * x.shape[-1] * w.shape[-1] >= MIN_PARALLEL_MACS:
+            if threads is not None and x.size * w.shape[-1] >= MIN_PARALLEL_MACS \
+                    and (lead := np.broadcast_shapes(x.shape[:-2], w.shape[:-2])) and lead[0] >= 2:
                 r = np.empty(lead + (x.shape[-2], w.shape[-1]), np.result_type(x, w))
 
                 def product_lanes(s: slice, x=x, w=w, r=r) -> None:
