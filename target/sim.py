@@ -40,6 +40,7 @@ from infer.target.sim_access import RACE_SPACES, overlap
 from infer.target.sim_core import (
     E_LOAD, E_MATRIX, E_SCALAR, E_STORE, E_VECTOR, ENGINES, NP_DTYPES, VECTOR_FUNCTIONS, Counters,
     SimFault, store_converted)
+from infer.target.sim_lanes import default_threads
 from infer.target.sim_reference import ReferenceRun
 
 __all__ = ["ENGINES", "E_LOAD", "E_MATRIX", "E_SCALAR", "E_STORE", "E_VECTOR", "MODES",
@@ -59,8 +60,11 @@ class Simulator:
     them. `dram` is a writable 1-D uint8 numpy array or a bytearray, updated in place.
     """
 
-    def __init__(self, config: HardwareConfig | str = "edge"):
+    def __init__(self, config: HardwareConfig | str = "edge", threads: int | None = None):
         self.cfg = load_config(config)
+        #: threads the functional engine may use for big batched operations (None: the cores
+        #: this process may run on; 1: serial). Results do not depend on it (sim_lanes).
+        self.threads = default_threads() if threads is None else max(1, int(threads))
         m = self.cfg.memory
         self.spad = np.zeros(m.scratchpad_bytes, np.uint8)
         self.acc = np.zeros(m.accumulator_bytes, np.uint8)

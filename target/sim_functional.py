@@ -28,6 +28,7 @@ from infer.target.sim_core import (
     vector_compute, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
+from infer.target.sim_lanes import pool as lane_pool
 from infer.target.sim_reference import (
     dequant_views, dma_views, initial_registers, local_view, local_word, matmul_step)
 
@@ -99,6 +100,7 @@ class FunctionalRun:
                  data: bool = True):
         cfg = sim.cfg
         self.sim, self.dec, self.cfg, self.dram, self.data = sim, dec, cfg, dram, data
+        self.lanes = lane_pool(sim.threads) if data else None
         self.regs = initial_registers(cfg, regs)
         self.on_pc = dict(on_pc) if on_pc else {}
         self.c = Counters(cfg.name, cfg.clock_ghz, peak_macs_per_cycle=cfg.peak_macs_per_cycle,

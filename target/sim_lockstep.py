@@ -49,6 +49,7 @@ from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
     OP_VEXIT, Reject, box_extent, conflicts, lane_extent, private_ok)
 from infer.target.sim_functional import functional_tables
+from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut, splittable
 from infer.target.sim_versions import version_loop
 
 if TYPE_CHECKING:
@@ -592,6 +593,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             last_act[:] = desc, dtype, x
         return x
 
+    threads = fr.lanes  # a LanePool (sim_lanes: lanes split over threads), or None
     slots: list[Any] = [None] * plan.slots
     products: dict[int, np.ndarray] = {}
     sat = 0
@@ -608,8 +610,15 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            sat += accumulate_into(view(op[4]), activations(op[3], w.dtype) @ w, op[5], op[6],
-                                   op[7])
+            x, out = activations(op[3], w.dtype), view(op[4])
+            if threads is not None and out.size * x.shape[-1] >= MIN_PARALLEL_MACS \
+                    and splittable(out):
+                def matmul_lanes(s: slice, x=x, w=w, out=out, op=op) -> int:
+                    return accumulate_into(out[s], cut(x, s, out) @ cut(w, s, out), op[5], op[6],
+                                           op[7])
+                sat += sum(threads.map(out.shape[0], matmul_lanes))
+            else:
+                sat += accumulate_into(out, x @ w, op[5], op[6], op[7])
         elif kind == OP_LOADW:
             slots[op[1]] = converted(view(op[2]), op[3]) if op[4] < 0 else slots[op[4]]
         elif kind == OP_PRODUCT:
@@ -618,7 +627,17 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            products[op[1]] = activations(op[4], w.dtype) @ w  # matmul_product
+            x = activations(op[4], w.dtype)
+            if threads is not None and x.size * w.shape[-1] >= MIN_PARALLEL_MACS \
+                    and (lead := np.broadcast_shapes(x.shape[:-2], w.shape[:-2])) and lead[0] >= 2:
+                r = np.empty(lead + (x.shape[-2], w.shape[-1]), np.result_type(x, w))
+
+                def product_lanes(s: slice, x=x, w=w, r=r) -> None:
+                    np.matmul(cut(x, s, r), cut(w, s, r), out=r[s])
+                threads.map(lead[0], product_lanes)
+                products[op[1]] = r
+            else:
+                products[op[1]] = x @ w  # matmul_product
         elif kind == OP_ACCUM:
             _, d, n, chains = op
             for acc, members, is_int in chains:
@@ -660,7 +679,13 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                           mem.pop(("V", vid))[..., n, :], where=mask)
         elif kind == OP_VECTOR:
             _, spec, a, b, dst, dt = op
-            spec.compute(view(a), None if b is None else view(b), view(dst), dt)
+            a, b, dst = view(a), None if b is None else view(b), view(dst)
+            if threads is not None and dst.size >= MIN_PARALLEL_ELEMENTS and splittable(dst):
+                def vector_lanes(s: slice, spec=spec, a=a, b=b, dst=dst, dt=dt) -> None:
+                    spec.compute(cut(a, s, dst), None if b is None else cut(b, s, dst), dst[s], dt)
+                threads.map(dst.shape[0], vector_lanes)
+            else:
+                spec.compute(a, b, dst, dt)
         elif kind == OP_ENTER:
             level, lanes = op[1], op[3]
             for space in op[2]:

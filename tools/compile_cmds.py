@@ -33,6 +33,7 @@ reference interpreter does not is reported as such and does not fail the run.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Plots and traces are drawn from the timing model's events, which this mode skips.
         print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
               "(use --mode fast)", file=sys.stderr)
+        return 1
+    from infer.target.sim_lanes import THREADS_ENV, default_threads
+
+    if args.sim_threads is not None:  # read by every Simulator this command creates
+        os.environ[THREADS_ENV] = str(args.sim_threads)
+    try:
+        default_threads()
+    except ValueError as e:
+        print(f"infer run: error: {e}", file=sys.stderr)
         return 1
     exe = load(args.artifact)
     if args.entry is not None and args.entry != exe.artifact.entry:
@@ -305,6 +315,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
                         "reference), reference (one instruction at a time), functional (outputs only, no "
                         "timing model), timing (cycles and counters only, no outputs; for sweeps)")
+    p.add_argument("--sim-threads", type=_positive, metavar="N",
+                   help="threads the simulator may use for big batched operations (default: the cores this "
+                        "process may run on, or INFER_SIM_THREADS; 1: one thread). Outputs and cycles do not "
+                        "depend on it")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
                    "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))

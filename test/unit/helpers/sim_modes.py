@@ -1,10 +1,14 @@
-"""The simulation modes on a compiled model (used by the e2e tests after their reference run):
-fast mode's outputs are the reference mode's bits and its cycles, counters and per-instruction
-profile are the same; functional mode's outputs too; timing mode's cycles and counters too."""
+"""The simulation modes agree: fast mode's outputs are the reference mode's bits and its
+cycles, counters and per-instruction profile are the same; functional mode's outputs too;
+timing mode's cycles and counters too. On a compiled model (`assert_sim_modes_agree`, used by
+the e2e tests after their reference run) and on a bare program (`assert_modes_agree`)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from infer.target.asm import Program
+from infer.target.sim import SimFault, Simulator
 
 
 def assert_sim_modes_agree(exe, inputs, ref_outputs: list[np.ndarray]) -> None:
@@ -23,3 +27,55 @@ def assert_sim_modes_agree(exe, inputs, ref_outputs: list[np.ndarray]) -> None:
     want = ref.as_dict()
     want["acc_saturations"] = 0  # data: timing mode computes none
     assert exe.last_report.counters.as_dict() == want
+
+
+def run_mode(prog: Program, dram: np.ndarray, mode: str, regs=None, trace: bool = True,
+             cfg: str = "edge", spad_seed: int = 7):
+    """(outcome, DRAM, scratchpad, accumulator): outcome is the Counters or the SimFault."""
+    sim = Simulator(cfg)
+    rng = np.random.default_rng(spad_seed)  # the same stale local memory for every mode
+    sim.spad[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
+    sim.acc[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
+    d = dram.copy()
+    try:
+        out = sim.run(prog, d, regs=regs, trace=trace, mode=mode)
+    except SimFault as e:
+        out = e
+    return out, d, sim.spad.copy(), sim.acc.copy()
+
+
+def fault_key(e: SimFault) -> tuple:
+    return (e.index, e.kind, e.cause)
+
+
+def assert_modes_agree(prog: Program, dram: np.ndarray, regs=None, cfg: str = "edge") -> None:
+    ref, rd, rs, ra = run_mode(prog, dram, "reference", regs, cfg=cfg)
+    fast, fd, fs, fa = run_mode(prog, dram, "fast", regs, cfg=cfg)
+    if isinstance(ref, SimFault):
+        assert isinstance(fast, SimFault), f"reference faulted ({ref}), fast did not"
+        assert fault_key(fast) == fault_key(ref)
+    else:
+        assert not isinstance(fast, SimFault), f"fast faulted: {fast}"
+        assert fd.tobytes() == rd.tobytes() and fs.tobytes() == rs.tobytes()
+        assert fa.tobytes() == ra.tobytes()
+        assert fast.as_dict() == ref.as_dict()
+        assert fast.profile == ref.profile and fast.events == ref.events
+    func, ud, us, ua = run_mode(prog, dram, "functional", regs, cfg=cfg)
+    if not isinstance(ref, SimFault):
+        assert not isinstance(func, SimFault), func
+        assert (ud.tobytes(), us.tobytes(), ua.tobytes()) == (rd.tobytes(), rs.tobytes(),
+                                                              ra.tobytes())
+        assert (func.cycles, func.instructions, func.macs, func.acc_saturations) == (
+            0, ref.instructions, ref.macs, ref.acc_saturations)
+    elif ref.kind != "deadlock":  # functional mode has no semaphores to deadlock on
+        assert isinstance(func, SimFault) and fault_key(func) == fault_key(ref)
+    tim, td, ts, ta = run_mode(prog, dram, "timing", regs, cfg=cfg)
+    assert td.tobytes() == dram.tobytes()  # no data touched
+    if not isinstance(ref, SimFault):
+        assert not isinstance(tim, SimFault), tim
+        want = ref.as_dict()
+        want["acc_saturations"] = 0  # data: not computed in timing mode
+        assert tim.as_dict() == want
+        assert tim.profile == ref.profile and tim.events == ref.events
+    elif ref.kind == "deadlock":
+        assert isinstance(tim, SimFault) and fault_key(tim) == fault_key(ref)

@@ -17,62 +17,11 @@ from infer.target.sim import MODES, SimFault, Simulator
 from infer.target.sim_core import LAYOUT_FREE
 from infer.target.sim_decode import decoded
 
+from helpers.sim_modes import assert_modes_agree, fault_key, run_mode
 from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def run_mode(prog: Program, dram: np.ndarray, mode: str, regs=None, trace: bool = True,
-             cfg: str = "edge", spad_seed: int = 7):
-    """(outcome, DRAM, scratchpad, accumulator): outcome is the Counters or the SimFault."""
-    sim = Simulator(cfg)
-    rng = np.random.default_rng(spad_seed)  # the same stale local memory for every mode
-    sim.spad[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
-    sim.acc[:4096] = rng.integers(0, 256, 4096, dtype=np.uint8)
-    d = dram.copy()
-    try:
-        out = sim.run(prog, d, regs=regs, trace=trace, mode=mode)
-    except SimFault as e:
-        out = e
-    return out, d, sim.spad.copy(), sim.acc.copy()
-
-
-def fault_key(e: SimFault) -> tuple:
-    return (e.index, e.kind, e.cause)
-
-
-def assert_modes_agree(prog: Program, dram: np.ndarray, regs=None, cfg: str = "edge") -> None:
-    ref, rd, rs, ra = run_mode(prog, dram, "reference", regs, cfg=cfg)
-    fast, fd, fs, fa = run_mode(prog, dram, "fast", regs, cfg=cfg)
-    if isinstance(ref, SimFault):
-        assert isinstance(fast, SimFault), f"reference faulted ({ref}), fast did not"
-        assert fault_key(fast) == fault_key(ref)
-    else:
-        assert not isinstance(fast, SimFault), f"fast faulted: {fast}"
-        assert fd.tobytes() == rd.tobytes() and fs.tobytes() == rs.tobytes()
-        assert fa.tobytes() == ra.tobytes()
-        assert fast.as_dict() == ref.as_dict()
-        assert fast.profile == ref.profile and fast.events == ref.events
-    func, ud, us, ua = run_mode(prog, dram, "functional", regs, cfg=cfg)
-    if not isinstance(ref, SimFault):
-        assert not isinstance(func, SimFault), func
-        assert (ud.tobytes(), us.tobytes(), ua.tobytes()) == (rd.tobytes(), rs.tobytes(),
-                                                              ra.tobytes())
-        assert (func.cycles, func.instructions, func.macs, func.acc_saturations) == (
-            0, ref.instructions, ref.macs, ref.acc_saturations)
-    elif ref.kind != "deadlock":  # functional mode has no semaphores to deadlock on
-        assert isinstance(func, SimFault) and fault_key(func) == fault_key(ref)
-    tim, td, ts, ta = run_mode(prog, dram, "timing", regs, cfg=cfg)
-    assert td.tobytes() == dram.tobytes()  # no data touched
-    if not isinstance(ref, SimFault):
-        assert not isinstance(tim, SimFault), tim
-        want = ref.as_dict()
-        want["acc_saturations"] = 0  # data: not computed in timing mode
-        assert tim.as_dict() == want
-        assert tim.profile == ref.profile and tim.events == ref.events
-    elif ref.kind == "deadlock":
-        assert isinstance(tim, SimFault) and fault_key(tim) == fault_key(ref)
 
 
 @SETTINGS
