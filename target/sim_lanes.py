@@ -27,9 +27,12 @@ from typing import Any
 import numpy as np
 
 #: operations with less work than this run serially (a hand-off to a helper thread costs tens
-#: of microseconds): multiply-adds of a matmul, elements of a vector operation or conversion
-MIN_PARALLEL_MACS = 1 << 21
-MIN_PARALLEL_ELEMENTS = 1 << 15
+#: of microseconds): multiply-adds of a matmul, elements of a vector operation. Measured on
+#: 2 cores: splitting matmuls from 2 M multiply-adds and vector ops from 32 K elements made
+#: ResNet-50 server slower (0.60 -> 0.79 s); from 8 M multiply-adds, and vector ops (memory
+#: bound) only from 1 M elements, the Llama prefill server gains (0.46 -> 0.39 s)
+MIN_PARALLEL_MACS = 1 << 23
+MIN_PARALLEL_ELEMENTS = 1 << 20
 #: chunks per thread: more than one, so a thread that got its core late takes fewer
 CHUNKS_PER_THREAD = 2
 
@@ -39,18 +42,25 @@ THREADS_ENV = "INFER_SIM_THREADS"
 
 
 def default_threads() -> int:
-    """INFER_SIM_THREADS when set (a positive integer), else the cores this process may run
-    on."""
+    """INFER_SIM_THREADS when set (a positive integer), else 1. Threads are opt-in: measured on
+    an idle 2-core machine they speed up models of big stacked matmuls (the Llama prefill on
+    server, 0.46 -> 0.39 s) and slow down the others (ResNet-50 server 0.60 -> 0.63 s, edge
+    programs 5-20 %: their operations are small), see docs/simulator.md."""
     text = os.environ.get(THREADS_ENV, "").strip()
-    if text:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(f"{THREADS_ENV}={text!r}: expected a positive integer (threads of "
-                             "the simulator's functional engine; 1 runs it serially)")
-        return value
+    if not text:
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{THREADS_ENV}={text!r}: expected a positive integer (threads of "
+                         "the simulator's functional engine; 1 runs it serially)")
+    return value
+
+
+def machine_threads() -> int:
+    """The cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux

@@ -316,9 +316,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "reference), reference (one instruction at a time), functional (outputs only, no "
                         "timing model), timing (cycles and counters only, no outputs; for sweeps)")
     p.add_argument("--sim-threads", type=_positive, metavar="N",
-                   help="threads the simulator may use for big batched operations (default: the cores this "
-                        "process may run on, or INFER_SIM_THREADS; 1: one thread). Outputs and cycles do not "
-                        "depend on it")
+                   help="threads the simulator may split big batched operations over (default: INFER_SIM_THREADS, "
+                        "else 1; helps programs of big stacked matmuls, slows small ones: docs/simulator.md). "
+                        "Outputs and cycles do not depend on it")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
                    "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))

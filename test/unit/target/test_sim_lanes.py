@@ -81,7 +81,7 @@ def test_compiled_gemm_products_split_over_threads_equal_the_reference(cfg, shap
 def test_big_operations_split_at_the_default_thresholds():
     """Without lowering the thresholds, a server GEMM's stacked matmuls are big enough to be
     split, and the outputs are the one-thread run's."""
-    k = kernels.gemm("server", 512, 512, 512, "bf16", double_buffer=True, tm=128)
+    k = kernels.gemm("server", 512, 1024, 512, "bf16", double_buffer=True, tm=256)
     calls = []
     real = LanePool.map
 
@@ -140,7 +140,8 @@ def test_thread_count_from_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="INFER_SIM_THREADS='zero': expected a positive integer"):
         Simulator("edge")
     monkeypatch.delenv(THREADS_ENV)
-    assert default_threads() >= 1
+    assert default_threads() == 1 and Simulator("edge").threads == 1  # opt-in
+    assert sim_lanes.machine_threads() >= 1
 
 
 def test_cli_rejects_a_bad_thread_count(tmp_path, monkeypatch, capsys):
