@@ -40,6 +40,15 @@ TILED_PARAMS = {
 }
 
 
+#: tiled_kernel parameters whose loops take every batched path of the fast mode (nested lanes,
+#: private copies, renamed buffers, reductions; bf16 and saturating int8)
+BATCHED_KERNELS = [
+    dict(dtype="bf16", k=16, n=16, m=16, nk=5, nout=4, ncol=3, pipelined=True, out_moves=True,
+         epilogue="bias", clear="mul0"),
+    dict(dtype="int8", k=8, n=16, m=8, nk=3, nout=2, ncol=2, pipelined=False, out_moves=True,
+         epilogue="requant", clear="accum0"),
+]
+
 def tiled_kernel(p: dict, seed: int = 0) -> tuple[Program, np.ndarray]:
     """A tiled GEMM-like kernel for the edge config; returns (program, DRAM image)."""
     rng = np.random.default_rng(seed)

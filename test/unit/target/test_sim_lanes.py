@@ -17,7 +17,7 @@ from infer.target.sim import Simulator
 from infer.target.sim_lanes import THREADS_ENV, LanePool, default_threads
 
 from helpers.sim_modes import assert_modes_agree, run_mode
-from helpers.sim_programs import TILED_PARAMS, tiled_kernel
+from helpers.sim_programs import BATCHED_KERNELS, TILED_PARAMS, tiled_kernel
 
 
 @contextlib.contextmanager
@@ -51,12 +51,7 @@ def test_split_batched_operations_equal_the_reference(params, seed):
         assert_modes_agree(prog, dram)
 
 
-@pytest.mark.parametrize("params", [
-    dict(dtype="bf16", k=16, n=16, m=16, nk=5, nout=4, ncol=3, pipelined=True, out_moves=True,
-         epilogue="bias", clear="mul0"),
-    dict(dtype="int8", k=8, n=16, m=8, nk=3, nout=2, ncol=2, pipelined=False, out_moves=True,
-         epilogue="requant", clear="accum0"),
-])
+@pytest.mark.parametrize("params", BATCHED_KERNELS)
 def test_every_kind_of_split_operation_equals_the_reference(params):
     """Stacked matmuls, products (reductions) and vector ops, bf16 and int8 (saturating),
     split into chunks on three threads: the reference's bits, saturations and cycles."""

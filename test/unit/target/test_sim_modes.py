@@ -18,7 +18,7 @@ from infer.target.sim_core import LAYOUT_FREE
 from infer.target.sim_decode import decoded
 
 from helpers.sim_modes import assert_modes_agree, fault_key, run_mode
-from helpers.sim_programs import TILED_PARAMS, random_program, tiled_kernel
+from helpers.sim_programs import BATCHED_KERNELS, TILED_PARAMS, random_program, tiled_kernel
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -44,12 +44,7 @@ def _batched(prog: Program, cfg: str = "edge") -> int:
     return len(decoded(prog, Simulator(cfg).cfg).caches.get("plans", {}))
 
 
-@pytest.mark.parametrize("params", [
-    dict(dtype="bf16", k=16, n=16, m=16, nk=5, nout=4, ncol=3, pipelined=True, out_moves=True,
-         epilogue="bias", clear="mul0"),
-    dict(dtype="int8", k=8, n=16, m=8, nk=3, nout=2, ncol=2, pipelined=False, out_moves=True,
-         epilogue="requant", clear="accum0"),
-])
+@pytest.mark.parametrize("params", BATCHED_KERNELS)
 def test_batched_paths_are_exercised(params):
     """The compiled-kernel shapes take the batched paths (nested lanes, private copies,
     renamed buffers, reductions), and a second run reuses the cached plans."""
