@@ -936,23 +936,28 @@ def _permute_cycles(hw: HardwareConfig, loads: int, load_rows: int, load_row_byt
     return int(max(dram, ld, st, vec, front)) + 2 * (lat + setup), vec
 
 
-def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int) -> int:
+def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int,
+                         local_indices: bool = False) -> int:
     """Cycles of `tile.gather_rows` in [tr, tc] tiles (each stored by one DMA): per row the front
-    end reads the index with a scalar `ld` (stalled for the DRAM latency) and dispatches the
-    address arithmetic and the row's DMA (4 more instructions, docs/tiling.md); the row DMAs
-    run on the load engine's channels. Per tile the slower of the two, then the last row's
-    round trip and the last tile's store round trip (earlier stores overlap the next tile's
-    rows)."""
+    end reads the index with a scalar `ld` (stalled for the DRAM latency; `local_indices`: `lds`
+    from the scratchpad copy, a scratchpad latency, after one DMA round trip of the indices)
+    and dispatches the address arithmetic and the row's DMA (4 more instructions,
+    docs/tiling.md); the row DMAs run on the load engine's channels. Per tile the slower of the
+    two, then the last row's round trip and the last tile's store round trip (earlier stores
+    overlap the next tile's rows)."""
     lat, setup, ch = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
+    index_lat = hw.scalar.local_load_cycles if local_indices else lat
     total = 0.0
     for rows, n_r in _counts(count, tr):
         for cols, n_c in _counts(width, tc):
             row_bytes = _burst_bytes(hw, cols * 4)
-            front = rows * (1 + lat + 4)
+            front = rows * (1 + index_lat + 4)
             engine = rows * (setup + row_bytes / hw.dram.bytes_per_cycle + lat) / ch
             store = rows * row_bytes / hw.dram.bytes_per_cycle
             total += n_r * n_c * max(front, engine, store + rows * row_bytes / hw.dram.bytes_per_cycle)
     last_rows, last_cols = min(tr, count), min(tc, width)
+    if local_indices:
+        total += dma_round_trip(hw, _burst_bytes(hw, count * 8))
     return int(total + dma_round_trip(hw, _burst_bytes(hw, last_cols * 4))
                + dma_round_trip(hw, last_rows * _burst_bytes(hw, last_cols * 4)))
 
