@@ -23,7 +23,10 @@ and the module records the sizes the runtime must reserve:
   inside a tile loop nest is live for the whole nest (so double buffering and
   engine overlap across iterations never see a false dependency); buffers of
   different loop nests may share bytes. `buffers = 2` reserves twice the size.
-  Module attributes `tile.spad_bytes` / `tile.acc_bytes` = the bytes used. A plan
+  Module attributes `tile.spad_bytes` / `tile.acc_bytes` = the bytes used. A local
+  alloc carrying the unit attribute `tile.live_from_alloc` is live from its alloc op on
+  (a cross-kernel prefetch buffer, placed before the kernel whose run it overlaps: it
+  must not share bytes with that kernel's buffers, graph_to_tile/gemm.py). A plan
   that does not fit the target's scratchpad/accumulator is an error naming the
   alloc (file:line:col) that ends past the capacity, and the capacity.
 
@@ -64,6 +67,7 @@ ARENA_ATTR = "tile.arena_bytes"
 WEIGHTS_ATTR = "tile.weights_bytes"
 WEIGHT_OFFSET_ATTR = "tile.offset"
 LOCAL_USED_ATTR = {"spad": "tile.spad_bytes", "acc": "tile.acc_bytes"}
+LIVE_FROM_ALLOC = "tile.live_from_alloc"
 _LOOPS = (scf.ForOp, scf.WhileOp)
 _RANDOM_ORDERS = 32
 _RANDOM_ORDERS_MAX_BUFFERS = 400
@@ -258,6 +262,8 @@ def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_n
         start = lo if start is None else min(start, lo)
         end = hi if end is None else max(end, hi)
 
+    if LIVE_FROM_ALLOC in alloc.attributes:
+        touch(numbering.index[alloc], numbering.index[alloc])
     seen: set[SSAValue] = set()
     work: list[SSAValue] = [alloc.results[0]]
     while work:
@@ -472,4 +478,4 @@ def _print_plan(rows: list[PlanRow], arena: int, weights: int, used: dict[str, i
           f"acc {used['acc']}/{capacity['acc']} bytes", file=out)
 
 
-__all__ = ["Interval", "TilePlanMemoryPass", "live_range", "peak_live_bytes", "plan_intervals"]
+__all__ = ["LIVE_FROM_ALLOC", "Interval", "TilePlanMemoryPass", "live_range", "peak_live_bytes", "plan_intervals"]

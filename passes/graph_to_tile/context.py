@@ -91,6 +91,19 @@ class LoweringSession:
     conv_rankings: dict[Any, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NestRecord:
+    """The last top-level loop nest (kernel) emitted: `anchor` is the op right before its first
+    op (None: it starts its block), `spad` the most scratchpad bytes its nests (the kernel and
+    its helper nests) hold at once. A cross-kernel prefetch buffer of the next kernel is
+    allocated after `anchor`, live over this kernel, if `spad` leaves room for it."""
+
+    anchor: Operation | None
+    block: Any
+    spad: int
+    acc: int
+
+
 class LoweringContext:
     """The state of lowering one function that kernel families read and extend (see the
     module docstring)."""
@@ -116,6 +129,9 @@ class LoweringContext:
         self._current_op: Operation = function  # the op being lowered (error locations)
         self._last_kernel_name: str | None = None
         self.prediction = 0  # the cost model's cycles for the graph op being lowered (`predict`)
+        self.previous_nest: NestRecord | None = None  # the last top-level nest (`stage`)
+        self._stage_depth = 0
+        self._nest_spad = self._nest_acc = 0  # the current top-level nest's local bytes so far
 
     # -- precision ------------------------------------------------------------
     @property
@@ -247,15 +263,28 @@ class LoweringContext:
         if op is not None:
             self._current_op = op
         self._last_kernel_name = None
+        top = self._stage_depth == 0
+        block = self.emitter.insert_point.block
+        anchor = self.emitter.insert_point.insert_before
+        anchor = block.last_op if anchor is None else anchor.prev_op
+        if top:
+            self._nest_spad = self._nest_acc = 0
+        self._stage_depth += 1
         try:
             with self.emitter.loop_nest() as allocs:
                 yield
             kernel = self._last_kernel_name or f"kernel{self.session.counter}"
             where = self._current_op
         finally:
+            self._stage_depth -= 1
             self._current_op = saved_op
             self._last_kernel_name = saved_name or self._last_kernel_name
         self._check_local(allocs, where, kernel + (f" ({what})" if what else ""))
+        # helper nests may overlap the kernel's buffers: the sum bounds what is live at once
+        self._nest_spad += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "spad")
+        self._nest_acc += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "acc")
+        if top:
+            self.previous_nest = NestRecord(anchor, block, self._nest_spad, self._nest_acc)
 
     def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),

@@ -15,9 +15,10 @@ Tile sizes come from tiling_cost.choose_gemm with this kernel's exact local-buff
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -27,6 +28,7 @@ from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import (
+    Bf16Tile,
     alloc_bf16_tile,
     emit_tile_product,
     packed_weight_parts,
@@ -139,13 +141,35 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         hint = (weight.owner.weight_key if isinstance(weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
         packs = packed_weight_parts(ctx, hint, blocked)
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    # the whole packed weight prefetched across the kernel boundary when it fits (see
+    # prefetch_weights): no weight DMA in the loop nest
+    spad_need, acc_need = footprint(TM, TN, TK)
+    resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TK * TN * 2 * copies, acc_need) if packs else None
+    if resident is not None:
+        # the cost model's cycles of this nest with its weights resident (the tiles stay those
+        # chosen for streaming weights: residency is decided once they are known)
+        estimate = tiling_cost.gemm_estimate(hw, M, N, K, TM, TN, TK, replace(spec, resident_weights=True))
+        ctx.predict(estimate.cycles - choice.best.cycles)
+        ctx.debug(f"[graph-to-tile] {name}: weights resident ({resident.hi.type}), loaded during the kernel "
+                  f"before: est {estimate.cycles} cycles")
+    # one (m, n) tile: no loop encloses the nest
+    single = batches == 1 and M <= TM and N <= TN
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
-    w_tile = alloc_bf16_tile(ctx, TK, TN)
+    w_tile = alloc_bf16_tile(ctx, TK, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
+    if resident is not None:
+        # the nest's buffers (but its epilogue's) live from before the kernel before too, so they
+        # share no bytes with it: their first writes (the activation loads, the accumulator
+        # fill, the bias row) wait only for their data, not for that kernel's last readers
+        prev = ctx.previous_nest
+        assert prev is not None
+        for v in (x_staging, x_tile.hi, x_tile.lo, bias_tile, acc):
+            if v is not None:
+                em.move_alloc_after(v, prev.anchor)
     rhs_view = None
     rhs_full = False
     if runtime_rhs:
@@ -154,11 +178,21 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         rhs_view = em.view(rhs_src, ((batches if rhs_full else 1) * K, N))
 
     def tile_body(b: Index, m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        z = [0, 0]
+        early_bias = single and bias_row is not None and bias_tile is not None
+        if early_bias:
+            # before the k loop: in a nest without loops the planner would otherwise give the bias
+            # row the weight tile's bytes, and its load would wait for the last matmul
+            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
         em.fill(acc, [0, 0], tm, tn, 0.0)
 
         def k_step(k0: Index, tk: int) -> None:
             em.dma(xv, [em.add(em.mul(b, M) if lhs_full else 0, m0), k0], x_staging, [0, 0], [tm, tk])
             split_on_chip(em, x_staging, x_tile, tm, tk)
+            if resident is not None:
+                emit_tile_product(ctx, x_tile, resident, acc, tm, tk, tn,
+                                  rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
+                return
             if packs:
                 row = em.add(em.mul(n_tile, Kp), k0)
                 em.dma(packs[0], [row, 0], w_tile.hi, [0, 0], [TK, TN])
@@ -172,9 +206,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
 
         em.tiles(K, TK, k_step)
-        z = [0, 0]
         if bias_row is not None and bias_tile is not None:
-            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+            if not early_bias:
+                em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
         tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
@@ -185,3 +219,42 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(b, m0, tm, j, n0, tn))
 
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
+
+
+#: weights are made resident only where the kernel before and this kernel keep their scratchpad
+#: (accumulator) bytes plus the weights within this share of the memory (the planner's best fit
+#: does not always reach the peak of live bytes)
+PREFETCH_SHARE = 0.75
+
+
+def prefetch_weights(ctx: LoweringContext, packs: Sequence[SSAValue], tn: int, nest_spad: int,
+                     nest_acc: int) -> Bf16Tile | None:
+    """Cross-kernel weight prefetch: the whole packed weight ([N/TN * Kp, TN] per bf16 part) DMAd
+    into the scratchpad as this kernel's first instructions, into buffers live from before the
+    kernel before (`LoweringContext.previous_nest`, `Emitter.alloc_after`), so the planner gives
+    them bytes that kernel does not use. The loads then wait for nothing (weights are read-only
+    and their bytes free): the front end dispatches them while the kernel before still runs its
+    last matmuls, epilogue and store, and only this kernel's first activation load waits for
+    that store (packed_gemm.py's `_prefetch_next` does the same for resident packed products).
+    The k loop then has no weight DMA (each weight byte is read once, however many m tiles).
+    None when there is no kernel before in this block, or the weights do not fit beside the
+    kernel before's buffers and this kernel's (then the weight tiles stream as before)."""
+    prev = ctx.previous_nest
+    em = ctx.emitter
+    if prev is None or prev.block is not em.insert_point.block:
+        return None
+    if prev.anchor is not None and prev.anchor.parent_block() is not prev.block:
+        return None
+    shape = shape_of(packs[0])
+    size = len(packs) * num_elements(shape) * 2
+    mem = ctx.hw.memory
+    if (prev.spad + nest_spad + size > PREFETCH_SHARE * mem.scratchpad_bytes
+            or prev.acc + nest_acc > PREFETCH_SHARE * mem.accumulator_bytes):
+        return None
+    parts = [em.alloc_after(prev.anchor, shape, bf16, "spad") for _ in packs]
+    max_bytes = tiling_cost.dma_box_limits()[0]
+    rows = max(1, max_bytes // (tn * 2))  # one DMA is at most the ISA's contiguous bytes
+    for src, dst in zip(packs, parts, strict=True):
+        for r0 in range(0, shape[0], rows):
+            em.dma(src, [r0, 0], dst, [r0, 0], [min(rows, shape[0] - r0), tn])
+    return Bf16Tile(parts[0], parts[1] if len(parts) > 1 else None)
