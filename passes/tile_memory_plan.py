@@ -26,7 +26,8 @@ and the module records the sizes the runtime must reserve:
   Module attributes `tile.spad_bytes` / `tile.acc_bytes` = the bytes used. A local
   alloc carrying the unit attribute `tile.live_from_alloc` is live from its alloc op on
   (a cross-kernel prefetch buffer, placed before the kernel whose run it overlaps: it
-  must not share bytes with that kernel's buffers, graph_to_tile/gemm.py). A plan
+  must not share bytes with that kernel's buffers, graph_to_tile/gemm.py and context.py;
+  when that plan does not fit, the attribute is ignored: it only moves overlap). A plan
   that does not fit the target's scratchpad/accumulator is an error naming the
   alloc (file:line:col) that ends past the capacity, and the capacity.
 
@@ -251,10 +252,12 @@ def _aliases(value: SSAValue) -> list[tuple[Operation, list[SSAValue]]]:
     return out
 
 
-def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_nest: bool) -> tuple[int, int]:
+def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_nest: bool,
+               from_alloc: bool = True) -> tuple[int, int]:
     """[first, last] program points (pre-order op indices) at which alloc's buffer
     is live; see the module docstring. `whole_nest`: a buffer allocated inside a
-    loop nest is live for the whole outermost loop of that nest."""
+    loop nest is live for the whole outermost loop of that nest. `from_alloc`: honour
+    `tile.live_from_alloc`."""
     start = end = None
 
     def touch(lo: int, hi: int) -> None:
@@ -262,7 +265,7 @@ def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_n
         start = lo if start is None else min(start, lo)
         end = hi if end is None else max(end, hi)
 
-    if LIVE_FROM_ALLOC in alloc.attributes:
+    if from_alloc and LIVE_FROM_ALLOC in alloc.attributes:
         touch(numbering.index[alloc], numbering.index[alloc])
     seen: set[SSAValue] = set()
     work: list[SSAValue] = [alloc.results[0]]
@@ -373,14 +376,22 @@ class TilePlanMemoryPass(ModulePass):
                 if not ops:
                     continue
                 local = space != "dram"
-                intervals = []
-                for a in ops:
-                    size = _memref_bytes(a) * a.buffers.value.data
-                    eb = elem_bytes(a.buffer)
-                    align = math.lcm(self.alignment or eb, eb) if local else dram_align
-                    lo, hi = live_range(a, fn, numbering, whole_nest=local)
-                    intervals.append(Interval(lo, hi, size if local else _align_up(size, align), align))
-                offsets, total = plan_intervals(intervals)
+
+                def plan(from_alloc: bool) -> tuple[list[Interval], list[int], int]:
+                    intervals = []
+                    for a in ops:
+                        size = _memref_bytes(a) * a.buffers.value.data
+                        eb = elem_bytes(a.buffer)
+                        align = math.lcm(self.alignment or eb, eb) if local else dram_align
+                        lo, hi = live_range(a, fn, numbering, whole_nest=local, from_alloc=from_alloc)
+                        intervals.append(Interval(lo, hi, size if local else _align_up(size, align), align))
+                    return intervals, *plan_intervals(intervals)
+
+                intervals, offsets, total = plan(True)
+                if local and total > capacity[space] and any(LIVE_FROM_ALLOC in a.attributes for a in ops):
+                    # the buffers kept apart from the kernel before (a cross-kernel prefetch) do
+                    # not fit as placed: plan them as ordinary buffers (correct, less overlap)
+                    intervals, offsets, total = plan(False)
                 if local:
                     self._check_fits(space, ops, intervals, offsets, capacity[space], hw.name)
                     used[space] = max(used[space], total)

@@ -43,6 +43,10 @@ from infer.target.hw import HardwareConfig
 
 STAGE = "graph-to-tile"
 NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
+#: a kernel's local buffers get bytes apart from the kernel before's where both fit in this share
+#: of the scratchpad and of the accumulator (`LoweringContext.stage`; the planner's best fit does
+#: not always reach the peak of live bytes)
+KERNEL_OVERLAP_SHARE = 0.75
 FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded at compile time
 
 
@@ -284,7 +288,29 @@ class LoweringContext:
         self._nest_spad += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "spad")
         self._nest_acc += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "acc")
         if top:
+            self._apart_from_previous(allocs, block)
             self.previous_nest = NestRecord(anchor, block, self._nest_spad, self._nest_acc)
+
+    def _apart_from_previous(self, allocs: Sequence[t.AllocOp], block) -> None:
+        """Give a kernel's local buffers bytes the kernel before does not use, where both fit in
+        KERNEL_OVERLAP_SHARE of each memory: its allocs move before that kernel, live from there
+        (`tile.live_from_alloc`). Without it the planner reuses the bytes the kernel before
+        just freed, and the kernel's first writes of them (a weight or parameter load, the
+        accumulator's fill) wait for that kernel's last readers (its epilogue and store): the
+        loads that read nothing the kernel before writes then run while it still computes,
+        and only the first load of its result waits for its store."""
+        prev = self.previous_nest
+        if prev is None or prev.block is not block or not allocs:
+            return
+        if prev.anchor is not None and prev.anchor.parent_block() is not block:
+            return
+        mem = self.hw.memory
+        if (prev.spad + self._nest_spad > KERNEL_OVERLAP_SHARE * mem.scratchpad_bytes
+                or prev.acc + self._nest_acc > KERNEL_OVERLAP_SHARE * mem.accumulator_bytes):
+            return
+        for a in allocs:
+            if a.parent_block() is block:
+                self.emitter.move_alloc_after(a.buffer, prev.anchor)
 
     def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),
