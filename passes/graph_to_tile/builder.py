@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import tile as t
-from infer.passes.tile_memory_plan import LIVE_FROM_ALLOC
+from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.target import isa
 
 Index = int | SSAValue  # a tile origin: a compile-time int or an index value
@@ -213,42 +213,13 @@ class Emitter:
             return op.results[0]
         return self.insert(op).results[0]
 
-    def alloc_after(self, anchor: Operation | None, shape: Sequence[int], elem: Attribute, space: str) -> SSAValue:
-        """A local buffer of the current loop nest whose alloc op is placed right after `anchor`
-        (None: at the start of the block the nest is emitted in), i.e. before ops emitted
-        earlier; the memory planner keeps it live from there when it carries
-        `LIVE_FROM_ALLOC` (a cross-kernel prefetch buffer, gemm.py)."""
-        op = t.AllocOp(t.memref(shape, elem, space))
-        op.attributes[LIVE_FROM_ALLOC] = UnitAttr()
-        self._local_allocs.append(op)
-        if anchor is None:
-            first = self.insert_point.block.first_op
-            if first is None:
-                self.insert_point.block.add_op(op)
-            else:
-                self.insert_point.block.insert_op_before(op, first)
-        else:
-            anchor.parent_block().insert_op_after(op, anchor)
-        return op.results[0]
-
-    def move_alloc_after(self, buffer: SSAValue, anchor: Operation | None) -> None:
-        """Move the alloc of a local buffer of the current nest right after `anchor` (as
-        `alloc_after`), live from there."""
+    @staticmethod
+    def live_from_previous(buffer: SSAValue) -> None:
+        """Mark a local buffer of the current kernel live from the start of the kernel before
+        (`tile.live_from_previous`, tile-plan-memory): it gets bytes that kernel does not use."""
         op = buffer.owner
         assert isinstance(op, t.AllocOp)
-        op.attributes[LIVE_FROM_ALLOC] = UnitAttr()
-        block = op.parent_block()
-        if self._alloc_after is op:
-            self._alloc_after = op.prev_op
-        op.detach()
-        if anchor is None:
-            first = block.first_op
-            if first is None:
-                block.add_op(op)
-            else:
-                block.insert_op_before(op, first)
-        else:
-            anchor.parent_block().insert_op_after(op, anchor)
+        op.attributes[LIVE_FROM_PREVIOUS] = UnitAttr()
 
     def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
         ty = src.type

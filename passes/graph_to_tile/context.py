@@ -97,12 +97,11 @@ class LoweringSession:
 
 @dataclass(frozen=True)
 class NestRecord:
-    """The last top-level loop nest (kernel) emitted: `anchor` is the op right before its first
-    op (None: it starts its block), `spad` the most scratchpad bytes its nests (the kernel and
-    its helper nests) hold at once. A cross-kernel prefetch buffer of the next kernel is
-    allocated after `anchor`, live over this kernel, if `spad` leaves room for it."""
+    """The last top-level loop nest (kernel) emitted: its block and the scratchpad and
+    accumulator bytes its nests (the kernel and its helper nests) hold at most at once. The next
+    kernel's buffers live from its start (`Emitter.live_from_previous`) only if they leave
+    room for it."""
 
-    anchor: Operation | None
     block: Any
     spad: int
     acc: int
@@ -269,8 +268,6 @@ class LoweringContext:
         self._last_kernel_name = None
         top = self._stage_depth == 0
         block = self.emitter.insert_point.block
-        anchor = self.emitter.insert_point.insert_before
-        anchor = block.last_op if anchor is None else anchor.prev_op
         if top:
             self._nest_spad = self._nest_acc = 0
         self._stage_depth += 1
@@ -289,12 +286,12 @@ class LoweringContext:
         self._nest_acc += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "acc")
         if top:
             self._apart_from_previous(allocs, block)
-            self.previous_nest = NestRecord(anchor, block, self._nest_spad, self._nest_acc)
+            self.previous_nest = NestRecord(block, self._nest_spad, self._nest_acc)
 
     def _apart_from_previous(self, allocs: Sequence[t.AllocOp], block) -> None:
         """Give a kernel's local buffers bytes the kernel before does not use, where both fit in
-        KERNEL_OVERLAP_SHARE of each memory: its allocs move before that kernel, live from there
-        (`tile.live_from_alloc`). Without it the planner reuses the bytes the kernel before
+        KERNEL_OVERLAP_SHARE of each memory: its allocs are live from that kernel's start
+        (`tile.live_from_previous`). Without it the planner reuses the bytes the kernel before
         just freed, and the kernel's first writes of them (a weight or parameter load, the
         accumulator's fill) wait for that kernel's last readers (its epilogue and store): the
         loads that read nothing the kernel before writes then run while it still computes,
@@ -302,15 +299,13 @@ class LoweringContext:
         prev = self.previous_nest
         if prev is None or prev.block is not block or not allocs:
             return
-        if prev.anchor is not None and prev.anchor.parent_block() is not block:
-            return
         mem = self.hw.memory
         if (prev.spad + self._nest_spad > KERNEL_OVERLAP_SHARE * mem.scratchpad_bytes
                 or prev.acc + self._nest_acc > KERNEL_OVERLAP_SHARE * mem.accumulator_bytes):
             return
         for a in allocs:
             if a.parent_block() is block:
-                self.emitter.move_alloc_after(a.buffer, prev.anchor)
+                self.emitter.live_from_previous(a.buffer)
 
     def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),

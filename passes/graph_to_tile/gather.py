@@ -135,8 +135,12 @@ def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int
     index_type = index_buffer.type
     assert isinstance(index_type, MemRefType)
     index_bytes = count * t.elem_bytes(index_buffer)
-    local_ids = index_bytes <= ctx.hw.memory.scratchpad_bytes // LOCAL_INDEX_SHARE
-    cycles = tiling_cost.gather_rows_estimate(ctx.hw, count, W, TR, TC, local_indices=local_ids)
+    # (where the cost model predicts it pays: a bandwidth-bound gather hides the `ld` stalls, and
+    # the copy adds a round trip before the first row)
+    dram_cycles = tiling_cost.gather_rows_estimate(ctx.hw, count, W, TR, TC)
+    local_cycles = tiling_cost.gather_rows_estimate(ctx.hw, count, W, TR, TC, local_indices=True)
+    local_ids = index_bytes <= ctx.hw.memory.scratchpad_bytes // LOCAL_INDEX_SHARE and local_cycles < dram_cycles
+    cycles = local_cycles if local_ids else dram_cycles
     ctx.predict(cycles)
     ctx.debug(f"[graph-to-tile] {name}: gather rows {count} of {V}x{W} (row {W * 4} bytes): "
               f"tile.gather_rows tiles {TR}x{TC}, indices in the "

@@ -18,20 +18,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
-from xdsl.dialects.builtin import bf16, f32
+from xdsl.dialects.builtin import f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import (
     Bf16Tile,
     alloc_bf16_tile,
     emit_tile_product,
     packed_weight_parts,
+    prefetch_packed,
     split_on_chip,
 )
 from infer.passes.graph_to_tile.transpose import transposed_copy
@@ -161,15 +162,6 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
-    if resident is not None:
-        # the nest's buffers (but its epilogue's) live from before the kernel before too, so they
-        # share no bytes with it: their first writes (the activation loads, the accumulator
-        # fill, the bias row) wait only for their data, not for that kernel's last readers
-        prev = ctx.previous_nest
-        assert prev is not None
-        for v in (x_staging, x_tile.hi, x_tile.lo, bias_tile, acc):
-            if v is not None:
-                em.move_alloc_after(v, prev.anchor)
     rhs_view = None
     rhs_full = False
     if runtime_rhs:
@@ -221,40 +213,14 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
 
 
-#: weights are made resident only where the kernel before and this kernel keep their scratchpad
-#: (accumulator) bytes plus the weights within this share of the memory (the planner's best fit
-#: does not always reach the peak of live bytes)
-PREFETCH_SHARE = 0.75
+#: the share of the scratchpad and accumulator the kernel before's buffers, this kernel's and its
+#: prefetched weights may take together (matrix_unit.prefetch_packed)
+PREFETCH_SHARE = KERNEL_OVERLAP_SHARE
 
 
 def prefetch_weights(ctx: LoweringContext, packs: Sequence[SSAValue], tn: int, nest_spad: int,
                      nest_acc: int) -> Bf16Tile | None:
-    """Cross-kernel weight prefetch: the whole packed weight ([N/TN * Kp, TN] per bf16 part) DMAd
-    into the scratchpad as this kernel's first instructions, into buffers live from before the
-    kernel before (`LoweringContext.previous_nest`, `Emitter.alloc_after`), so the planner gives
-    them bytes that kernel does not use. The loads then wait for nothing (weights are read-only
-    and their bytes free): the front end dispatches them while the kernel before still runs its
-    last matmuls, epilogue and store, and only this kernel's first activation load waits for
-    that store (packed_gemm.py's `_prefetch_next` does the same for resident packed products).
-    The k loop then has no weight DMA (each weight byte is read once, however many m tiles).
-    None when there is no kernel before in this block, or the weights do not fit beside the
-    kernel before's buffers and this kernel's (then the weight tiles stream as before)."""
-    prev = ctx.previous_nest
-    em = ctx.emitter
-    if prev is None or prev.block is not em.insert_point.block:
-        return None
-    if prev.anchor is not None and prev.anchor.parent_block() is not prev.block:
-        return None
-    shape = shape_of(packs[0])
-    size = len(packs) * num_elements(shape) * 2
-    mem = ctx.hw.memory
-    if (prev.spad + nest_spad + size > PREFETCH_SHARE * mem.scratchpad_bytes
-            or prev.acc + nest_acc > PREFETCH_SHARE * mem.accumulator_bytes):
-        return None
-    parts = [em.alloc_after(prev.anchor, shape, bf16, "spad") for _ in packs]
-    max_bytes = tiling_cost.dma_box_limits()[0]
-    rows = max(1, max_bytes // (tn * 2))  # one DMA is at most the ISA's contiguous bytes
-    for src, dst in zip(packs, parts, strict=True):
-        for r0 in range(0, shape[0], rows):
-            em.dma(src, [r0, 0], dst, [r0, 0], [min(rows, shape[0] - r0), tn])
-    return Bf16Tile(parts[0], parts[1] if len(parts) > 1 else None)
+    """The whole packed weight ([N/TN * Kp, TN] per bf16 part) prefetched across the kernel
+    boundary (matrix_unit.prefetch_packed): the k loop then has no weight DMA and each weight
+    byte is read once, however many m tiles."""
+    return prefetch_packed(ctx, list(packs), nest_spad, nest_acc, PREFETCH_SHARE)

@@ -1,7 +1,7 @@
 """Cross-kernel weight prefetch of the plain GEMM (passes/graph_to_tile/gemm.py,
 `prefetch_weights`): a GEMM whose packed weight fits beside the kernel before's buffers loads it
 whole as its first instructions, into scratchpad bytes the kernel before does not use
-(`tile.live_from_alloc`), so the load overlaps that kernel; the program stays bit-identical to
+(`tile.live_from_previous`), so the load overlaps that kernel; the program stays bit-identical to
 the tile interpreter with the race checker on, and is faster than without the prefetch."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from infer.dialects.npu_attrs import layout_from_module
 from infer.dialects.weights import WeightStore, attach_weights, weights_of
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
-from infer.passes.tile_memory_plan import LIVE_FROM_ALLOC
+from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.target.sim import Simulator
 
 CTX = make_context()
@@ -58,7 +58,7 @@ def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, x: n
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16}},"
                f"tile-plan-memory{{target={target}}}", module)
     prefetched = [a.buffer.type.get_shape() for a in module.walk() if isinstance(a, t.AllocOp)
-                  and LIVE_FROM_ALLOC in a.attributes and str(a.buffer.type.element_type) == "bf16"
+                  and LIVE_FROM_PREVIOUS in a.attributes and str(a.buffer.type.element_type) == "bf16"
                   and t.space_of(a.buffer) == "spad" and a.buffers.value.data == 1]
     tile_ref = run_entry(module, [x])
     apply_pass("tile-to-npu", module)

@@ -308,19 +308,19 @@ def test_registered() -> None:
     assert (p.target, p.alignment, p.print_plan) == ("edge", 128, True)
 
 
-def test_live_from_alloc_keeps_bytes_apart_and_falls_back() -> None:
-    """`tile.live_from_alloc`: the buffer is live from its alloc op, so it gets bytes apart from a
-    buffer used between its alloc and its first touch (a cross-kernel prefetch buffer beside the
-    kernel before's); where that does not fit the scratchpad, it is planned as an ordinary
-    buffer (sharing the bytes) instead of failing."""
-    def prog(rows: int) -> str:
+def test_live_from_previous_keeps_bytes_apart_and_falls_back() -> None:
+    """`tile.live_from_previous`: a kernel's buffer is live from the start of the kernel before
+    (kernels: a top-level alloc after ops that emit code starts one), so it gets bytes apart from
+    that kernel's buffers (a cross-kernel prefetch); where that does not fit the scratchpad it is
+    planned as an ordinary buffer (sharing the bytes) instead of failing."""
+    def prog(rows: int, attr: str = " {tile.live_from_previous}") -> str:
         return HEADER + f"""
   func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
     %c0 = arith.constant 0 : index
-    %p = tile.alloc {{tile.live_from_alloc}} : memref<{rows}x64xf32, "spad">
     %a = tile.alloc : memref<{rows}x64xf32, "spad">
     tile.dma %x[%c0, %c0], %a[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
     tile.dma %a[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">
+    %p = tile.alloc{attr} : memref<{rows}x64xf32, "spad">
     tile.dma %x[%c0, %c0], %p[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
     tile.dma %p[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">
     func.return
@@ -334,5 +334,5 @@ def test_live_from_alloc_keeps_bytes_apart_and_falls_back() -> None:
     al = _allocs(module)
     assert al["p"].offset.value.data == al["a"].offset.value.data == 0
     assert module.attributes["tile.spad_bytes"].value.data == 768 * 64 * 4
-    plain = _allocs(_run(prog(256).replace(" {tile.live_from_alloc}", "")))
+    plain = _allocs(_run(prog(256, "")))
     assert plain["p"].offset.value.data == plain["a"].offset.value.data
