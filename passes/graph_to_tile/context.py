@@ -47,7 +47,17 @@ NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf -
 #: of the scratchpad and of the accumulator (`LoweringContext.stage`; the planner's best fit does
 #: not always reach the peak of live bytes)
 KERNEL_OVERLAP_SHARE = 0.75
-FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded at compile time
+#: the DRAM's bandwidth-delay product (bytes in flight to cover one latency) from which the
+#: kernels' buffers are kept apart: there a round trip is long against a tile's transfer and the
+#: overlap hides it; below (edge: 1.6 KB) the DRAM is the bottleneck and a kernel's early loads
+#: take bandwidth from the kernel before (measured: the Llama prefill on edge 0.01 % slower)
+LATENCY_BOUND_BYTES = 64 * 1024
+FOLD_LIMIT = 1 << 26
+
+
+def latency_bound(hw: HardwareConfig) -> bool:
+    """Whether the target's DRAM latency is long against its bandwidth (`LATENCY_BOUND_BYTES`)."""
+    return hw.dram.latency_cycles * hw.dram.bytes_per_cycle >= LATENCY_BOUND_BYTES  # elements: larger results of constant ops are not folded at compile time
 
 
 def error(op: Operation, message: str) -> LoweringError:
@@ -297,7 +307,7 @@ class LoweringContext:
         loads that read nothing the kernel before writes then run while it still computes,
         and only the first load of its result waits for its store."""
         prev = self.previous_nest
-        if prev is None or prev.block is not block or not allocs:
+        if prev is None or prev.block is not block or not allocs or not latency_bound(self.hw):
             return
         mem = self.hw.memory
         if (prev.spad + self._nest_spad > KERNEL_OVERLAP_SHARE * mem.scratchpad_bytes
