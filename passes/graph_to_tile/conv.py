@@ -40,7 +40,7 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import shape_of
+from infer.dialects.dtypes import num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
@@ -290,9 +290,16 @@ class ConvKernel:
         # kernel before's buffers and this kernel's (`footprint`: the cost model's, its weight
         # blocks included): DMAd first and read in place (`weight_at`); no weight block DMAs in
         # the nest. Not with padded planes prepared in DRAM: their helper nest's allocs would
-        # follow the DMAs and start a kernel of their own (the op markers' grouping)
+        # follow the DMAs and start a kernel of their own (the op markers' grouping). Only
+        # weights within the DRAM's bandwidth-delay product: a larger block arrives well after
+        # the first window, and the first matmul waits for all of it where the streamed blocks
+        # let it start after one (kernel row) block (ResNet-50 bf16 server: 522 K cycles so,
+        # 532 K with every fitting conv's weights resident, 530 K with none; fp32 1.187 M /
+        # 1.216 M / 1.196 M)
         helper = any(p.pads) and not tiles.on_chip_padding
-        self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper
+        hw = ctx.hw
+        small = sum(num_elements(shape_of(w)) * 2 for w in self.packs) <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+        self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and small
                          else None)
         self._weight_origin: tuple[Index, Index] = (0, 0)
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
