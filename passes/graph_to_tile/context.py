@@ -52,12 +52,12 @@ KERNEL_OVERLAP_SHARE = 0.75
 #: overlap hides it; below (edge: 1.6 KB) the DRAM is the bottleneck and a kernel's early loads
 #: take bandwidth from the kernel before (measured: the Llama prefill on edge 0.01 % slower)
 LATENCY_BOUND_BYTES = 64 * 1024
-FOLD_LIMIT = 1 << 26
+FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded at compile time
 
 
 def latency_bound(hw: HardwareConfig) -> bool:
     """Whether the target's DRAM latency is long against its bandwidth (`LATENCY_BOUND_BYTES`)."""
-    return hw.dram.latency_cycles * hw.dram.bytes_per_cycle >= LATENCY_BOUND_BYTES  # elements: larger results of constant ops are not folded at compile time
+    return hw.dram.latency_cycles * hw.dram.bytes_per_cycle >= LATENCY_BOUND_BYTES
 
 
 def error(op: Operation, message: str) -> LoweringError:

@@ -298,7 +298,8 @@ class ConvKernel:
         # 1.216 M / 1.196 M)
         helper = any(p.pads) and not tiles.on_chip_padding
         hw = ctx.hw
-        small = sum(num_elements(shape_of(w)) * 2 for w in self.packs) <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+        weight_bytes = sum(num_elements(shape_of(w)) * 2 for w in self.packs)
+        small = weight_bytes <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
         self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and small
                          else None)
         self._weight_origin: tuple[Index, Index] = (0, 0)
@@ -472,7 +473,8 @@ class ConvKernel:
         oh0, toh, top, bottom = rows
         bufs.loader.load(n, self.em.add(self.em.mul(gi, self.Cg), c0), oh0, toh, tc, top, bottom)
 
-    def weight_at(self, bufs: "_Buffers", part: int, tc: int, at: tuple[Index, Index]) -> tuple[Bf16Tile, tuple[Index, Index]]:
+    def weight_at(self, bufs: "_Buffers", part: int, tc: int,
+                  at: tuple[Index, Index]) -> tuple[Bf16Tile, tuple[Index, Index]]:
         """The weight operand of part `part` (kernel row) of the current block and the origin of
         `at` (relative to the block) in it: the block buffer, or the resident weights."""
         if self.resident is None:
