@@ -23,7 +23,13 @@ and the module records the sizes the runtime must reserve:
   inside a tile loop nest is live for the whole nest (so double buffering and
   engine overlap across iterations never see a false dependency); buffers of
   different loop nests may share bytes. `buffers = 2` reserves twice the size.
-  Module attributes `tile.spad_bytes` / `tile.acc_bytes` = the bytes used. A plan
+  Module attributes `tile.spad_bytes` / `tile.acc_bytes` = the bytes used. A top-level
+  local alloc carrying the unit attribute `tile.live_from_previous` is live from the first
+  op of the kernel before its own (kernels as tile-to-npu's op markers group the top-level
+  ops: a `tile.alloc` after ops that emit code starts the next), so it shares no bytes
+  with that kernel's buffers (cross-kernel prefetch and overlap, graph_to_tile/context.py,
+  matrix_unit.py; where that plan does not fit, the attribute is ignored: it only moves
+  overlap, never correctness). A plan
   that does not fit the target's scratchpad/accumulator is an error naming the
   alloc (file:line:col) that ends past the capacity, and the capacity.
 
@@ -51,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import func, scf
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, StringAttr, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -64,6 +70,9 @@ ARENA_ATTR = "tile.arena_bytes"
 WEIGHTS_ATTR = "tile.weights_bytes"
 WEIGHT_OFFSET_ATTR = "tile.offset"
 LOCAL_USED_ATTR = {"spad": "tile.spad_bytes", "acc": "tile.acc_bytes"}
+LIVE_FROM_PREVIOUS = "tile.live_from_previous"
+# top-level ops that emit no code: they do not end a kernel's allocs (markers.py's rule)
+_NO_CODE = (AllocOp, ViewOp, WeightOp)
 _LOOPS = (scf.ForOp, scf.WhileOp)
 _RANDOM_ORDERS = 32
 _RANDOM_ORDERS_MAX_BUFFERS = 400
@@ -247,10 +256,31 @@ def _aliases(value: SSAValue) -> list[tuple[Operation, list[SSAValue]]]:
     return out
 
 
-def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_nest: bool) -> tuple[int, int]:
+def previous_kernel_starts(fn: func.FuncOp, numbering: _Numbering) -> dict[Operation, int]:
+    """For each top-level alloc of a kernel after the first: the program point where the
+    kernel before it starts (kernels: a top-level `tile.alloc` after ops that emit code starts
+    the next, the rule of tile-to-npu's op markers)."""
+    out: dict[Operation, int] = {}
+    starts: list[int] = []
+    emitted = True
+    for block in fn.body.blocks:
+        for op in block.ops:
+            if isinstance(op, AllocOp) and emitted:
+                starts.append(numbering.index[op])
+                emitted = False
+            elif not isinstance(op, (*_NO_CODE, arith.ConstantOp)):
+                emitted = True
+            if isinstance(op, AllocOp) and len(starts) >= 2:
+                out[op] = starts[-2]
+    return out
+
+
+def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_nest: bool,
+               live_from: int | None = None) -> tuple[int, int]:
     """[first, last] program points (pre-order op indices) at which alloc's buffer
     is live; see the module docstring. `whole_nest`: a buffer allocated inside a
-    loop nest is live for the whole outermost loop of that nest."""
+    loop nest is live for the whole outermost loop of that nest. `live_from`: live
+    from this point too (`tile.live_from_previous`)."""
     start = end = None
 
     def touch(lo: int, hi: int) -> None:
@@ -258,6 +288,8 @@ def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_n
         start = lo if start is None else min(start, lo)
         end = hi if end is None else max(end, hi)
 
+    if live_from is not None:
+        touch(live_from, live_from)
     seen: set[SSAValue] = set()
     work: list[SSAValue] = [alloc.results[0]]
     while work:
@@ -367,14 +399,25 @@ class TilePlanMemoryPass(ModulePass):
                 if not ops:
                     continue
                 local = space != "dram"
-                intervals = []
-                for a in ops:
-                    size = _memref_bytes(a) * a.buffers.value.data
-                    eb = elem_bytes(a.buffer)
-                    align = math.lcm(self.alignment or eb, eb) if local else dram_align
-                    lo, hi = live_range(a, fn, numbering, whole_nest=local)
-                    intervals.append(Interval(lo, hi, size if local else _align_up(size, align), align))
-                offsets, total = plan_intervals(intervals)
+                previous = previous_kernel_starts(fn, numbering) if local else {}
+                early = {a: previous[a] for a in ops if LIVE_FROM_PREVIOUS in a.attributes and a in previous}
+
+                def plan(from_previous: bool) -> tuple[list[Interval], list[int], int]:
+                    intervals = []
+                    for a in ops:
+                        size = _memref_bytes(a) * a.buffers.value.data
+                        eb = elem_bytes(a.buffer)
+                        align = math.lcm(self.alignment or eb, eb) if local else dram_align
+                        lo, hi = live_range(a, fn, numbering, whole_nest=local,
+                                            live_from=early.get(a) if from_previous else None)
+                        intervals.append(Interval(lo, hi, size if local else _align_up(size, align), align))
+                    return intervals, *plan_intervals(intervals)
+
+                intervals, offsets, total = plan(True)
+                if local and total > capacity[space] and early:
+                    # the buffers kept apart from the kernel before (a cross-kernel prefetch) do
+                    # not fit as placed: plan them as ordinary buffers (correct, less overlap)
+                    intervals, offsets, total = plan(False)
                 if local:
                     self._check_fits(space, ops, intervals, offsets, capacity[space], hw.name)
                     used[space] = max(used[space], total)
@@ -472,4 +515,4 @@ def _print_plan(rows: list[PlanRow], arena: int, weights: int, used: dict[str, i
           f"acc {used['acc']}/{capacity['acc']} bytes", file=out)
 
 
-__all__ = ["Interval", "TilePlanMemoryPass", "live_range", "peak_live_bytes", "plan_intervals"]
+__all__ = ["LIVE_FROM_PREVIOUS", "Interval", "TilePlanMemoryPass", "live_range", "peak_live_bytes", "plan_intervals"]

@@ -70,6 +70,10 @@ class GemmSpec:
     schedule: bool = True
     matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements
+    # the whole weight is loaded into the scratchpad during the kernel before (gemm.py's
+    # cross-kernel prefetch): no weight DMA per k step, each weight byte read once, and the
+    # weights are there before the first activation tile (whose load waits for that kernel)
+    resident_weights: bool = False
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
     # lowered loop nest keeps live at once (the lowering's own allocs, x2 when double
     # buffered, epilogue operands and temporaries included). None: the generic formula.
@@ -184,7 +188,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     lhs_rows = tm if spec.lhs_row_contig else tm * tk
     rhs_row = tn * spec.rhs_bytes
     lhs_b = steps * lhs_rows * _burst_bytes(hw, lhs_row)
-    rhs_b = steps * tk * _burst_bytes(hw, rhs_row)
+    rhs_b = (spec.batch * nn * nk if spec.resident_weights else steps) * tk * _burst_bytes(hw, rhs_row)
     out_b = out_tiles * (1 + spec.epi_tiles) * tm * _burst_bytes(hw, tn * spec.out_bytes)
     dmas = steps * 2 + out_tiles * (1 + spec.epi_tiles)
     memory = (lhs_b + rhs_b + out_b) // hw.dram.bytes_per_cycle + dmas * hw.dma.setup_cycles // hw.dma.channels
@@ -195,7 +199,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
     vector = steps * vec_step + out_tiles * (acc_fill + epi)
     cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps, lhs_rows * _burst_bytes(hw, lhs_row),
-                            tk * _burst_bytes(hw, rhs_row), tm * _burst_bytes(hw, tn * spec.out_bytes),
+                            0 if spec.resident_weights else tk * _burst_bytes(hw, rhs_row),
+                            tm * _burst_bytes(hw, tn * spec.out_bytes),
                             tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
                             ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
                             pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
@@ -266,6 +271,9 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     if spec.rhs_split:  # a runtime right operand: both operands DMAed together, both split
         head = rt_xw + split
         chain_step = head / 2
+    elif spec.resident_weights:  # the k steps load the activations alone, pipelined from 3 steps
+        head = rt_xw + split
+        chain_step = rt_xw + split if steps >= 3 and not ragged else rt_xw + split + mm_step + fill
     else:
         head = rt_xw + split + dma_round_trip(hw, w_bytes)
         if steps >= 3 and not ragged:  # software-pipelined k loop: the next activation tile is in flight
@@ -936,23 +944,28 @@ def _permute_cycles(hw: HardwareConfig, loads: int, load_rows: int, load_row_byt
     return int(max(dram, ld, st, vec, front)) + 2 * (lat + setup), vec
 
 
-def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int) -> int:
+def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int,
+                         local_indices: bool = False) -> int:
     """Cycles of `tile.gather_rows` in [tr, tc] tiles (each stored by one DMA): per row the front
-    end reads the index with a scalar `ld` (stalled for the DRAM latency) and dispatches the
-    address arithmetic and the row's DMA (4 more instructions, docs/tiling.md); the row DMAs
-    run on the load engine's channels. Per tile the slower of the two, then the last row's
-    round trip and the last tile's store round trip (earlier stores overlap the next tile's
-    rows)."""
+    end reads the index with a scalar `ld` (stalled for the DRAM latency; `local_indices`: `lds`
+    from the scratchpad copy, a scratchpad latency, after one DMA round trip of the indices)
+    and dispatches the address arithmetic and the row's DMA (4 more instructions,
+    docs/tiling.md); the row DMAs run on the load engine's channels. Per tile the slower of the
+    two, then the last row's round trip and the last tile's store round trip (earlier stores
+    overlap the next tile's rows)."""
     lat, setup, ch = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
+    index_lat = hw.scalar.local_load_cycles if local_indices else lat
     total = 0.0
     for rows, n_r in _counts(count, tr):
         for cols, n_c in _counts(width, tc):
             row_bytes = _burst_bytes(hw, cols * 4)
-            front = rows * (1 + lat + 4)
+            front = rows * (1 + index_lat + 4)
             engine = rows * (setup + row_bytes / hw.dram.bytes_per_cycle + lat) / ch
             store = rows * row_bytes / hw.dram.bytes_per_cycle
             total += n_r * n_c * max(front, engine, store + rows * row_bytes / hw.dram.bytes_per_cycle)
     last_rows, last_cols = min(tr, count), min(tc, width)
+    if local_indices:
+        total += dma_round_trip(hw, _burst_bytes(hw, count * 8))
     return int(total + dma_round_trip(hw, _burst_bytes(hw, last_cols * 4))
                + dma_round_trip(hw, last_rows * _burst_bytes(hw, last_cols * 4)))
 

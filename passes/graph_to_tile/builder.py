@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerAttr, MemRefType, StringAttr, i1, i64
+from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerAttr, MemRefType, StringAttr, UnitAttr, i1, i64
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import tile as t
+from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.target import isa
 
 Index = int | SSAValue  # a tile origin: a compile-time int or an index value
@@ -211,6 +212,14 @@ class Emitter:
             self._alloc_after = op
             return op.results[0]
         return self.insert(op).results[0]
+
+    @staticmethod
+    def live_from_previous(buffer: SSAValue) -> None:
+        """Mark a local buffer of the current kernel live from the start of the kernel before
+        (`tile.live_from_previous`, tile-plan-memory): it gets bytes that kernel does not use."""
+        op = buffer.owner
+        assert isinstance(op, t.AllocOp)
+        op.attributes[LIVE_FROM_PREVIOUS] = UnitAttr()
 
     def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
         ty = src.type

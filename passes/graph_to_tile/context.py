@@ -43,7 +43,21 @@ from infer.target.hw import HardwareConfig
 
 STAGE = "graph-to-tile"
 NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
+#: a kernel's local buffers get bytes apart from the kernel before's where both fit in this share
+#: of the scratchpad and of the accumulator (`LoweringContext.stage`; the planner's best fit does
+#: not always reach the peak of live bytes)
+KERNEL_OVERLAP_SHARE = 0.75
+#: the DRAM's bandwidth-delay product (bytes in flight to cover one latency) from which the
+#: kernels' buffers are kept apart: there a round trip is long against a tile's transfer and the
+#: overlap hides it; below (edge: 1.6 KB) the DRAM is the bottleneck and a kernel's early loads
+#: take bandwidth from the kernel before (measured: the Llama prefill on edge 0.01 % slower)
+LATENCY_BOUND_BYTES = 64 * 1024
 FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded at compile time
+
+
+def latency_bound(hw: HardwareConfig) -> bool:
+    """Whether the target's DRAM latency is long against its bandwidth (`LATENCY_BOUND_BYTES`)."""
+    return hw.dram.latency_cycles * hw.dram.bytes_per_cycle >= LATENCY_BOUND_BYTES
 
 
 def error(op: Operation, message: str) -> LoweringError:
@@ -91,6 +105,18 @@ class LoweringSession:
     conv_rankings: dict[Any, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NestRecord:
+    """The last top-level loop nest (kernel) emitted: its block and the scratchpad and
+    accumulator bytes its nests (the kernel and its helper nests) hold at most at once. The next
+    kernel's buffers live from its start (`Emitter.live_from_previous`) only if they leave
+    room for it."""
+
+    block: Any
+    spad: int
+    acc: int
+
+
 class LoweringContext:
     """The state of lowering one function that kernel families read and extend (see the
     module docstring)."""
@@ -116,6 +142,9 @@ class LoweringContext:
         self._current_op: Operation = function  # the op being lowered (error locations)
         self._last_kernel_name: str | None = None
         self.prediction = 0  # the cost model's cycles for the graph op being lowered (`predict`)
+        self.previous_nest: NestRecord | None = None  # the last top-level nest (`stage`)
+        self._stage_depth = 0
+        self._nest_spad = self._nest_acc = 0  # the current top-level nest's local bytes so far
 
     # -- precision ------------------------------------------------------------
     @property
@@ -247,15 +276,46 @@ class LoweringContext:
         if op is not None:
             self._current_op = op
         self._last_kernel_name = None
+        top = self._stage_depth == 0
+        block = self.emitter.insert_point.block
+        if top:
+            self._nest_spad = self._nest_acc = 0
+        self._stage_depth += 1
         try:
             with self.emitter.loop_nest() as allocs:
                 yield
             kernel = self._last_kernel_name or f"kernel{self.session.counter}"
             where = self._current_op
         finally:
+            self._stage_depth -= 1
             self._current_op = saved_op
             self._last_kernel_name = saved_name or self._last_kernel_name
         self._check_local(allocs, where, kernel + (f" ({what})" if what else ""))
+        # helper nests may overlap the kernel's buffers: the sum bounds what is live at once
+        self._nest_spad += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "spad")
+        self._nest_acc += sum(local_bytes(a) for a in allocs if t.space_of(a.buffer) == "acc")
+        if top:
+            self._apart_from_previous(allocs, block)
+            self.previous_nest = NestRecord(block, self._nest_spad, self._nest_acc)
+
+    def _apart_from_previous(self, allocs: Sequence[t.AllocOp], block) -> None:
+        """Give a kernel's local buffers bytes the kernel before does not use, where both fit in
+        KERNEL_OVERLAP_SHARE of each memory: its allocs are live from that kernel's start
+        (`tile.live_from_previous`). Without it the planner reuses the bytes the kernel before
+        just freed, and the kernel's first writes of them (a weight or parameter load, the
+        accumulator's fill) wait for that kernel's last readers (its epilogue and store): the
+        loads that read nothing the kernel before writes then run while it still computes,
+        and only the first load of its result waits for its store."""
+        prev = self.previous_nest
+        if prev is None or prev.block is not block or not allocs or not latency_bound(self.hw):
+            return
+        mem = self.hw.memory
+        if (prev.spad + self._nest_spad > KERNEL_OVERLAP_SHARE * mem.scratchpad_bytes
+                or prev.acc + self._nest_acc > KERNEL_OVERLAP_SHARE * mem.accumulator_bytes):
+            return
+        for a in allocs:
+            if a.parent_block() is block:
+                self.emitter.live_from_previous(a.buffer)
 
     def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),

@@ -40,13 +40,13 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import shape_of
+from infer.dialects.dtypes import num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
-from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
 
@@ -243,7 +243,8 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
                                         + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
-    ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32)).emit()
+    ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
+               footprint=(choice.best.spad, choice.best.acc)).emit()
 
 
 class ConvKernel:
@@ -255,7 +256,8 @@ class ConvKernel:
     accumulator_type: Attribute = f32
 
     def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp, epilogue: Sequence[Operation],
-                 result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray):
+                 result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray,
+                 footprint: tuple[int, int] | None = None):
         self.ctx, self.em, self.name = ctx, ctx.emitter, name
         self.op, self.epilogue_ops, self.result, self.p = op, epilogue, result, p
         N, C, _, _ = shape_of(op.input)
@@ -283,16 +285,34 @@ class ConvKernel:
         # tiles emitted on their own (the edge row tiles) have their own buffers, single-buffered
         # and shared among them; the looped tiles' buffers rotate on their loop
         self._sets: dict[bool, _Buffers] = {}
+        self.packs = self._pack_weights(w)
+        # the whole packed weight prefetched across the kernel boundary where it fits beside the
+        # kernel before's buffers and this kernel's (`footprint`: the cost model's, its weight
+        # blocks included): DMAd first and read in place (`weight_at`); no weight block DMAs in
+        # the nest. Not with padded planes prepared in DRAM: their helper nest's allocs would
+        # follow the DMAs and start a kernel of their own (the op markers' grouping). Only
+        # weights within the DRAM's bandwidth-delay product: a larger block arrives well after
+        # the first window, and the first matmul waits for all of it where the streamed blocks
+        # let it start after one (kernel row) block (ResNet-50 bf16 server: 522 K cycles so,
+        # 532 K with every fitting conv's weights resident, 530 K with none; fp32 1.187 M /
+        # 1.216 M / 1.196 M)
+        helper = any(p.pads) and not tiles.on_chip_padding
+        hw = ctx.hw
+        weight_bytes = sum(num_elements(shape_of(w)) * 2 for w in self.packs)
+        small = weight_bytes <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+        self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and small
+                         else None)
+        self._weight_origin: tuple[Index, Index] = (0, 0)
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
         self.planes = self.prepare_input()
         self._pools: dict[bool, dict] = {True: {}, False: {}}
         # with one channel step the weights of an output tile are loaded once per outer
         # output-channel tile (outer = "o"): single-buffered, shared by every row tile
-        self.hoisted_weights = self._weight_block(1) if self.single and tiles.outer == "o" else None
+        self.hoisted_weights = (self._weight_block(1) if self.single and tiles.outer == "o" and self.resident is None
+                                else None)
         # the bias of every output channel, loaded once before the loops
         self.alloc_vectors()
         self.out3 = em.view(self.output_buffer(), (N * O, p.OH, p.OW))
-        self.packs = self._pack_weights(w)
 
     # -- what the int8 kernel overrides --------------------------------------------------------------
     def alloc_vectors(self) -> None:
@@ -380,7 +400,7 @@ class ConvKernel:
                                   pixel_major=self.channels_wide, targets=[self.operand_type] * self.copies,
                                   border=self.border(), buffers=window_buffers)
         windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
-        wblock = self.hoisted_weights or self._weight_block(weight_buffers)
+        wblock = [] if self.resident is not None else self.hoisted_weights or self._weight_block(weight_buffers)
         if self.channels_wide:
             acc = em.alloc((self.TQ, T.TO), self.accumulator_type, "acc", acc_buffers)
             acc_t = em.alloc((T.TO, self.TQ), self.accumulator_type, "spad", acc_buffers)
@@ -425,8 +445,16 @@ class ConvKernel:
     def load_weights(self, wblock: list[Bf16Tile], gi: Index, o_tile: Index, o0: Index, to: int, c0: Index,
                      tc: int) -> None:
         """The weight block of output tile o_tile, channel step c0: one DMA per part (kernel
-        row, `row_split_weights`) and bf16 copy."""
+        row, `row_split_weights`) and bf16 copy; resident weights: the block's origin in them."""
         em, taps = self.em, len(self.taps)
+        if self.resident is not None:
+            if self.channels_wide:
+                nO = -(-self.Og // self.tiles.TO)
+                self._weight_origin = (em.add(em.mul(em.add(em.mul(gi, nO), o_tile), taps * self.Cg),
+                                              em.mul(c0, taps)), 0)
+            else:
+                self._weight_origin = (em.add(em.mul(gi, self.Og), o0), em.mul(c0, taps))
+            return
         span = taps // len(wblock) * tc  # a part's rows (channels) or columns (pixels)
         for i, block in enumerate(wblock):
             for pack, dst in zip(self.packs, (block.hi, block.lo), strict=False):
@@ -444,6 +472,23 @@ class ConvKernel:
                     tc: int) -> None:
         oh0, toh, top, bottom = rows
         bufs.loader.load(n, self.em.add(self.em.mul(gi, self.Cg), c0), oh0, toh, tc, top, bottom)
+
+    def weight_at(self, bufs: "_Buffers", part: int, tc: int,
+                  at: tuple[Index, Index]) -> tuple[Bf16Tile, tuple[Index, Index]]:
+        """The weight operand of part `part` (kernel row) of the current block and the origin of
+        `at` (relative to the block) in it: the block buffer, or the resident weights."""
+        if self.resident is None:
+            return bufs.wblock[part], at
+        em = self.em
+        shift = part * (len(self.taps) // self.parts) * tc  # a part's rows (channels) or columns (pixels)
+        r0, c0 = self._weight_origin
+        if self.channels_wide:
+            return self.resident, (em.add(em.add(r0, shift), at[0]), em.add(c0, at[1]))
+        return self.resident, (em.add(r0, at[0]), em.add(em.add(c0, shift), at[1]))
+
+    @property
+    def parts(self) -> int:
+        return self.KH if self.row_split_weights else 1
 
     # -- one output tile -------------------------------------------------------------------------
     def plane_taps(self, plane: int) -> tuple[int, int, int, int]:
@@ -512,21 +557,24 @@ class ConvKernel:
 
             self.over_taps(gather)
             depth = len(self.taps) * tc
+            weights, at = self.weight_at(bufs, 0, tc, (0, 0))
             if self.channels_wide:
-                emit_tile_product(ctx, cols, bufs.wblock[0], bufs.acc, tq, depth, to, overwrite=first)
+                emit_tile_product(ctx, cols, weights, bufs.acc, tq, depth, to, rhs_at=at, overwrite=first)
             else:
-                emit_tile_product(ctx, bufs.wblock[0], cols, bufs.acc, to, depth, tq, width_outer=True,
+                emit_tile_product(ctx, weights, cols, bufs.acc, to, depth, tq, width_outer=True, lhs_at=at,
                                   overwrite=first)
             return
 
         def product(plane: int, t: Index, offset: Index, part: int = 0, overwrite: bool = False) -> None:
-            weights = bufs.wblock[part]  # (t: the tap within the part)
+            # (t: the tap within the part)
             if self.channels_wide:
+                weights, at = self.weight_at(bufs, part, tc, (em.mul(t, tc), 0))
                 emit_tile_product(ctx, bufs.windows[plane], weights, bufs.acc, tq, tc, to,
-                                  lhs_at=(offset, 0), rhs_at=(em.mul(t, tc), 0), overwrite=overwrite)
+                                  lhs_at=(offset, 0), rhs_at=at, overwrite=overwrite)
             else:
+                weights, at = self.weight_at(bufs, part, tc, (0, em.mul(t, tc)))
                 emit_tile_product(ctx, weights, bufs.windows[plane], bufs.acc, to, tc, tq, width_outer=True,
-                                  lhs_at=(0, em.mul(t, tc)), rhs_at=(0, offset), overwrite=overwrite)
+                                  lhs_at=at, rhs_at=(0, offset), overwrite=overwrite)
 
         if len(self.taps) == 1:
             product(0, 0, 0, overwrite=first)
@@ -570,10 +618,12 @@ class ConvKernel:
             if i > 0 and not ahead[i]:
                 copy_taps(*chunks[i][2:])
             if self.channels_wide:
-                emit_tile_product(ctx, cols, bufs.wblock[0], bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=(k0, 0),
+                weights, at = self.weight_at(bufs, 0, tc, (k0, 0))
+                emit_tile_product(ctx, cols, weights, bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=at,
                                   overwrite=first and k0 == 0)
             else:
-                emit_tile_product(ctx, bufs.wblock[0], cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=(0, k0),
+                weights, at = self.weight_at(bufs, 0, tc, (0, k0))
+                emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
 
     def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int) -> None:
@@ -649,8 +699,8 @@ class ConvKernel:
         def per_image(n: Index, gi: Index) -> None:
             if T.outer == "o":
                 def over_rows(j: Index, o0: Index, to: int) -> None:
-                    if self.hoisted_weights is not None:
-                        self.load_weights(self.hoisted_weights, gi, j, o0, to, 0, TC)
+                    if self.hoisted_weights is not None or (self.resident is not None and single):
+                        self.load_weights(self.hoisted_weights or [], gi, j, o0, to, 0, TC)
 
                     def row(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
                         with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):

@@ -15,6 +15,7 @@ Tile sizes come from tiling_cost.choose_gemm with this kernel's exact local-buff
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from xdsl.dialects.builtin import f32
@@ -24,12 +25,14 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import (
+    Bf16Tile,
     alloc_bf16_tile,
     emit_tile_product,
     packed_weight_parts,
+    prefetch_packed,
     split_on_chip,
 )
 from infer.passes.graph_to_tile.transpose import transposed_copy
@@ -139,10 +142,23 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         hint = (weight.owner.weight_key if isinstance(weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
         packs = packed_weight_parts(ctx, hint, blocked)
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    # the whole packed weight prefetched across the kernel boundary when it fits (see
+    # prefetch_weights): no weight DMA in the loop nest
+    spad_need, acc_need = footprint(TM, TN, TK)
+    resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TK * TN * 2 * copies, acc_need) if packs else None
+    if resident is not None:
+        # the cost model's cycles of this nest with its weights resident (the tiles stay those
+        # chosen for streaming weights: residency is decided once they are known)
+        estimate = tiling_cost.gemm_estimate(hw, M, N, K, TM, TN, TK, replace(spec, resident_weights=True))
+        ctx.predict(estimate.cycles - choice.best.cycles)
+        ctx.debug(f"[graph-to-tile] {name}: weights resident ({resident.hi.type}), loaded during the kernel "
+                  f"before: est {estimate.cycles} cycles")
+    # one (m, n) tile: no loop encloses the nest
+    single = batches == 1 and M <= TM and N <= TN
     # local buffers
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
-    w_tile = alloc_bf16_tile(ctx, TK, TN)
+    w_tile = alloc_bf16_tile(ctx, TK, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
@@ -154,11 +170,21 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         rhs_view = em.view(rhs_src, ((batches if rhs_full else 1) * K, N))
 
     def tile_body(b: Index, m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        z = [0, 0]
+        early_bias = single and bias_row is not None and bias_tile is not None
+        if early_bias:
+            # before the k loop: in a nest without loops the planner would otherwise give the bias
+            # row the weight tile's bytes, and its load would wait for the last matmul
+            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
         em.fill(acc, [0, 0], tm, tn, 0.0)
 
         def k_step(k0: Index, tk: int) -> None:
             em.dma(xv, [em.add(em.mul(b, M) if lhs_full else 0, m0), k0], x_staging, [0, 0], [tm, tk])
             split_on_chip(em, x_staging, x_tile, tm, tk)
+            if resident is not None:
+                emit_tile_product(ctx, x_tile, resident, acc, tm, tk, tn,
+                                  rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
+                return
             if packs:
                 row = em.add(em.mul(n_tile, Kp), k0)
                 em.dma(packs[0], [row, 0], w_tile.hi, [0, 0], [TK, TN])
@@ -172,9 +198,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
 
         em.tiles(K, TK, k_step)
-        z = [0, 0]
         if bias_row is not None and bias_tile is not None:
-            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+            if not early_bias:
+                em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
         tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
@@ -185,3 +211,16 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(b, m0, tm, j, n0, tn))
 
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
+
+
+#: the share of the scratchpad and accumulator the kernel before's buffers, this kernel's and its
+#: prefetched weights may take together (matrix_unit.prefetch_packed)
+PREFETCH_SHARE = KERNEL_OVERLAP_SHARE
+
+
+def prefetch_weights(ctx: LoweringContext, packs: Sequence[SSAValue], tn: int, nest_spad: int,
+                     nest_acc: int) -> Bf16Tile | None:
+    """The whole packed weight ([N/TN * Kp, TN] per bf16 part) prefetched across the kernel
+    boundary (matrix_unit.prefetch_packed): the k loop then has no weight DMA and each weight
+    byte is read once, however many m tiles."""
+    return prefetch_packed(ctx, list(packs), nest_spad, nest_acc, PREFETCH_SHARE)

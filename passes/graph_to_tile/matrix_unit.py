@@ -17,8 +17,10 @@ import numpy as np
 from xdsl.dialects.builtin import bf16
 from xdsl.ir import SSAValue
 
+from infer.dialects.dtypes import num_elements, shape_of
+from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,36 @@ def emit_tile_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: S
         if overwrite:
             over_width(0, first_depth, True)
         em.tiles(depth - first_depth, array_rows, lambda k0, k: over_width(em.add(k0, first_depth), k))
+
+
+def prefetch_packed(ctx: LoweringContext, packs: list[SSAValue], nest_spad: int, nest_acc: int,
+                    share: float = KERNEL_OVERLAP_SHARE) -> Bf16Tile | None:
+    """Cross-kernel weight prefetch: the whole pre-packed bf16 weight (each part, [rows, cols])
+    DMAd into the scratchpad here, as the kernel's first instructions, into buffers live from
+    the start of the kernel before (`LoweringContext.previous_nest`,
+    `Emitter.live_from_previous`), so the planner gives them bytes that kernel does not use. The
+    loads then wait for nothing (weights are read-only and their bytes free): the front end
+    dispatches them while the kernel before still runs its last matmuls, epilogue and store,
+    and only this kernel's first activation load waits for that store (packed_gemm.py's
+    `_prefetch_next` does the same for resident packed products). The kernel then reads its weight tiles in place: no weight DMA in its
+    loop nest, each weight byte read once. None when there is no kernel before in this block,
+    or the weights do not fit beside that kernel's buffers and this kernel's (`nest_spad`,
+    `nest_acc`: its other buffers) within `share` of each memory."""
+    prev = ctx.previous_nest
+    em = ctx.emitter
+    if prev is None or prev.block is not em.insert_point.block:
+        return None
+    shape = shape_of(packs[0])
+    size = len(packs) * num_elements(shape) * 2
+    mem = ctx.hw.memory
+    if (prev.spad + nest_spad + size > share * mem.scratchpad_bytes
+            or prev.acc + nest_acc > share * mem.accumulator_bytes):
+        return None
+    parts = [em.alloc(shape, bf16, "spad") for _ in packs]
+    for part in parts:
+        em.live_from_previous(part)
+    rows = max(1, tiling_cost.dma_box_limits()[0] // (shape[1] * 2))  # one DMA: at most n0's bytes
+    for src, dst in zip(packs, parts, strict=True):
+        for r0 in range(0, shape[0], rows):
+            em.dma(src, [r0, 0], dst, [r0, 0], [min(rows, shape[0] - r0), shape[1]])
+    return Bf16Tile(parts[0], parts[1] if len(parts) > 1 else None)

@@ -306,3 +306,33 @@ def test_registered() -> None:
     spec = next(parse_pipeline("tile-plan-memory{target=edge alignment=128 print-plan=true}"))
     p = TilePlanMemoryPass.from_pass_spec(spec)
     assert (p.target, p.alignment, p.print_plan) == ("edge", 128, True)
+
+
+def test_live_from_previous_keeps_bytes_apart_and_falls_back() -> None:
+    """`tile.live_from_previous`: a kernel's buffer is live from the start of the kernel before
+    (kernels: a top-level alloc after ops that emit code starts one), so it gets bytes apart from
+    that kernel's buffers (a cross-kernel prefetch); where that does not fit the scratchpad it is
+    planned as an ordinary buffer (sharing the bytes) instead of failing."""
+    def prog(rows: int, attr: str = " {tile.live_from_previous}") -> str:
+        return HEADER + f"""
+  func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
+    %c0 = arith.constant 0 : index
+    %a = tile.alloc : memref<{rows}x64xf32, "spad">
+    tile.dma %x[%c0, %c0], %a[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
+    tile.dma %a[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">
+    %p = tile.alloc{attr} : memref<{rows}x64xf32, "spad">
+    tile.dma %x[%c0, %c0], %p[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
+    tile.dma %p[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">
+    func.return
+  }}
+}}
+"""
+
+    al = _allocs(_run(prog(256)))  # 2 x 64 KiB <= 256 KiB: apart
+    assert {al["p"].offset.value.data, al["a"].offset.value.data} == {0, 256 * 64 * 4}
+    module = _run(prog(768))  # 2 x 192 KiB > 256 KiB: the same bytes, one after the other
+    al = _allocs(module)
+    assert al["p"].offset.value.data == al["a"].offset.value.data == 0
+    assert module.attributes["tile.spad_bytes"].value.data == 768 * 64 * 4
+    plain = _allocs(_run(prog(256, "")))
+    assert plain["p"].offset.value.data == plain["a"].offset.value.data

@@ -1,0 +1,156 @@
+"""Cross-kernel weight prefetch of the plain GEMM (passes/graph_to_tile/gemm.py,
+`prefetch_weights`): a GEMM whose packed weight fits beside the kernel before's buffers loads it
+whole as its first instructions, into scratchpad bytes the kernel before does not use
+(`tile.live_from_previous`), so the load overlaps that kernel; the program stays bit-identical to
+the tile interpreter with the race checker on, and is faster than without the prefetch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infer.dialects import tile as t
+from infer.dialects.ir_io import make_context, parse_ir, verify_module
+from infer.dialects.npu import ProgramOp
+from infer.dialects.npu_attrs import layout_from_module
+from infer.dialects.weights import WeightStore, attach_weights, weights_of
+from infer.passes.graph_to_tile import conv, gemm
+from infer.passes.testing import apply_pass, run_entry
+from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
+from infer.target.sim import Simulator
+
+CTX = make_context()
+
+
+def chain(M: int, K: int, N1: int, N2: int) -> tuple[str, dict[str, np.ndarray]]:
+    """x [M, K] -> linear (bias) -> relu -> linear (bias): two GEMM kernels in a row."""
+    text = f"""
+func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2}xf32> {{graph.name = "y"}}) {{
+  %w1 = graph.weight @w1 : tensor<{N1}x{K}xf32>
+  %b1 = graph.weight @b1 : tensor<{N1}xf32>
+  %h = graph.linear %x, %w1, %b1 : (tensor<{M}x{K}xf32>, tensor<{N1}x{K}xf32>, tensor<{N1}xf32>) -> tensor<{M}x{N1}xf32>
+  %r = graph.relu %h : (tensor<{M}x{N1}xf32>) -> tensor<{M}x{N1}xf32>
+  %w2 = graph.weight @w2 : tensor<{N2}x{N1}xf32>
+  %b2 = graph.weight @b2 : tensor<{N2}xf32>
+  %y = graph.linear %r, %w2, %b2 : (tensor<{M}x{N1}xf32>, tensor<{N2}x{N1}xf32>, tensor<{N2}xf32>) -> tensor<{M}x{N2}xf32>
+  func.return %y : tensor<{M}x{N2}xf32>
+}}
+"""
+    rng = np.random.default_rng(3)
+    weights = {"w1": (rng.standard_normal((N1, K)) * 0.1).astype(np.float32),
+               "b1": rng.standard_normal(N1).astype(np.float32),
+               "w2": (rng.standard_normal((N2, N1)) * 0.1).astype(np.float32),
+               "b2": rng.standard_normal(N2).astype(np.float32)}
+    return text, weights
+
+
+def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, x: np.ndarray):
+    """graph -> tile (interpreted) -> npu (simulated, race checker on): bit-identical outputs.
+    Returns (output, simulated cycles, the shapes of the single bf16 scratchpad buffers kept apart
+    from the kernel before: the prefetched weights; the streamed weight tiles are rings)."""
+    module = parse_ir(CTX, text, "chain.mlir")
+    verify_module(module)
+    store = WeightStore()
+    for name, value in weights.items():
+        store.set(name, value)
+    attach_weights(module, store)
+    graph_ref = run_entry(module, [x])[0]
+    apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16}},"
+               f"tile-plan-memory{{target={target}}}", module)
+    prefetched = [a.buffer.type.get_shape() for a in module.walk() if isinstance(a, t.AllocOp)
+                  and LIVE_FROM_PREVIOUS in a.attributes and str(a.buffer.type.element_type) == "bf16"
+                  and t.space_of(a.buffer) == "spad" and a.buffers.value.data == 1]
+    tile_ref = run_entry(module, [x])
+    apply_pass("tile-to-npu", module)
+    verify_module(module)
+    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
+    layout = layout_from_module(module)
+    dram = layout.dram_image([x], weights_of(module))
+    counters = Simulator(target).run(prog, dram, check_races=True)
+    (y,) = layout.read_outputs(dram)
+    assert y.tobytes() == tile_ref[0].tobytes()  # bit-identical to the tile interpreter
+    np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)  # bf16 products
+    return y, counters.cycles, prefetched
+
+
+def test_two_gemm_chain_prefetches_the_second_weights(monkeypatch):
+    """server: the second linear's weights (256x256 bf16) load during the first linear; the
+    program is faster than with the prefetch turned off, and computes the same bits."""
+    text, weights = chain(128, 256, 256, 256)
+    x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
+    y, cycles, prefetched = compile_and_run(text, weights, "server", x)
+    assert (256, 256) in prefetched  # the second weight, whole
+    monkeypatch.setattr(gemm, "PREFETCH_SHARE", 0.0)  # no room: weights stream per k step
+    y_off, cycles_off, none = compile_and_run(text, weights, "server", x)
+    assert (256, 256) not in none
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
+
+
+@pytest.mark.parametrize("share", [None, "just short"])
+def test_no_prefetch_without_room(monkeypatch, share):
+    """The weights are not prefetched where they do not fit beside the kernel before's buffers
+    and this kernel's: edge, a 512x256 second weight (256 KB, the whole scratchpad); or, for the
+    server chain above, a share of the memories just short of what it needs (and with exactly
+    that share it is prefetched). The program is still bit-identical (race checker on)."""
+    if share is None:
+        text, weights = chain(64, 128, 512, 256)
+        x = np.random.default_rng(5).standard_normal((64, 128)).astype(np.float32)
+        _, _, prefetched = compile_and_run(text, weights, "edge", x)
+        assert (512, 256) not in prefetched and (256, 512) not in prefetched
+        return
+    text, weights = chain(128, 256, 256, 256)
+    x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
+    seen: list[float] = []
+    original = gemm.prefetch_weights
+
+    def spy(ctx, packs, tn, nest_spad, nest_acc):
+        prev, mem = ctx.previous_nest, ctx.hw.memory
+        if prev is not None:  # the share of the binding memory the prefetch needs
+            seen.append(max((prev.spad + nest_spad + 256 * 256 * 2) / mem.scratchpad_bytes,
+                            (prev.acc + nest_acc) / mem.accumulator_bytes))
+        return original(ctx, packs, tn, nest_spad, nest_acc)
+
+    monkeypatch.setattr(gemm, "prefetch_weights", spy)
+    compile_and_run(text, weights, "server", x)
+    need = seen[-1]
+    monkeypatch.setattr(gemm, "prefetch_weights", original)
+    monkeypatch.setattr(gemm, "PREFETCH_SHARE", need * (1 - 1e-6))
+    _, _, prefetched = compile_and_run(text, weights, "server", x)
+    assert (256, 256) not in prefetched
+    monkeypatch.setattr(gemm, "PREFETCH_SHARE", need)
+    _, _, prefetched = compile_and_run(text, weights, "server", x)
+    assert (256, 256) in prefetched
+
+
+def test_conv_chain_prefetches_small_weights(monkeypatch):
+    """server: a 1x1 conv after a 3x3 conv reads its whole packed weight (within the DRAM's
+    bandwidth-delay product) from a buffer loaded during the 3x3 conv; bit-identical, race
+    checker on."""
+    text = """
+func.func @main(%x: tensor<1x16x16x16xf32> {graph.name = "x"}) -> (tensor<1x32x16x16xf32> {graph.name = "y"}) {
+  %w1 = graph.weight @w1 : tensor<32x16x3x3xf32>
+  %b1 = graph.weight @b1 : tensor<32xf32>
+  %c1 = graph.conv2d %x, %w1, %b1 {stride = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x16x16x16xf32>, tensor<32x16x3x3xf32>, tensor<32xf32>) -> tensor<1x32x16x16xf32>
+  %r = graph.relu %c1 : (tensor<1x32x16x16xf32>) -> tensor<1x32x16x16xf32>
+  %w2 = graph.weight @w2 : tensor<32x32x1x1xf32>
+  %c2 = graph.conv2d %r, %w2 {stride = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>} : (tensor<1x32x16x16xf32>, tensor<32x32x1x1xf32>) -> tensor<1x32x16x16xf32>
+  func.return %c2 : tensor<1x32x16x16xf32>
+}
+"""
+    rng = np.random.default_rng(6)
+    weights = {"w1": (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32),
+               "b1": rng.standard_normal(32).astype(np.float32),
+               "w2": (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)}
+    x = rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    made: list[tuple[int, ...] | None] = []
+    original = conv.prefetch_packed
+
+    def spy(ctx, packs, *args, **kwargs):
+        tile = original(ctx, packs, *args, **kwargs)
+        made.append(None if tile is None else tile.hi.type.get_shape())
+        return tile
+
+    monkeypatch.setattr(conv, "prefetch_packed", spy)
+    compile_and_run(text, weights, "server", x)
+    assert made[-1] == (32, 32)  # the 1x1 conv's packed [O, C] weight, resident
