@@ -26,6 +26,11 @@ class Reject(Exception):
     """A loop cannot be batched (the reason is kept for whoever profiles the simulator)."""
 
 
+class NestedCopies(Reject):
+    """A loop needs private copies or renaming of a memory that a loop nested in it copies or
+    renames too (sim_lockstep walks it again with those inner loops unrolled)."""
+
+
 MAXD = 4  # lane dimensions (nested batched loops) at most; deeper loops run unrolled
 #: a cross-lane test enumerating more lane distances than this counts as a conflict
 MAX_DELTAS = 256

@@ -47,7 +47,7 @@ from infer.target.sim_core import (
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, box_extent, conflicts, lane_extent, private_ok)
+    OP_VEXIT, NestedCopies, Reject, box_extent, conflicts, lane_extent, private_ok)
 from infer.target.sim_functional import functional_tables
 from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut, splittable
 from infer.target.sim_versions import version_loop
@@ -87,6 +87,10 @@ class _Walk:
         self.carried: list[Any] = []  # weights a matmul may not use (another lane's)
         self.slots = 0
         self.versions: list[tuple[Any, ...]] = []  # renamed buffers (sim_versions)
+        #: loops walked as lane dimensions with private copies or renamed buffers, and the
+        #: loops to walk unrolled instead (an enclosing loop needs copies of the same memory)
+        self.copying: list[int] = []
+        self.unroll: set[int] = set()
         self.count = [0] * 10  # steps, 5 engines, DRAM read, DRAM written, MACs, vector elements
 
     # ------------------------------------------------------------------ registers
@@ -187,14 +191,22 @@ class _Walk:
         if self.nest + 1 > self.depth_left:
             raise Reject("loop nesting too deep")
         self.nest += 1
-        if not (cnt > 1 and len(self.dims) < MAXD and self.lane_loop(lp, cnt)):
+        if not (cnt > 1 and len(self.dims) < MAXD and lp.pc not in self.unroll
+                and self.lane_loop(lp, cnt)):
             for _ in range(cnt):
                 self.body(lp.start, lp.end)
         self.nest -= 1
 
     def lane_loop(self, lp: Loop, cnt: int) -> bool:
         """Walk lp as a new lane dimension; False (state restored) when its iterations are
-        not independent (raises for the outermost loop: then nothing is batched)."""
+        not independent (raises for the outermost loop: then nothing is batched).
+
+        When lp needs private copies or renaming of a memory that a loop nested in it already
+        copies or renames (sim_versions refuses to rename across nested copies; shared memory
+        cannot hold an inner loop's copies), lp is walked again with those inner loops
+        unrolled inside each of its lanes (`self.unroll`): a reduction loop around inner
+        reduction loops becomes one reduction chain, an outer tile loop around a renamed
+        K loop gets private copies over plain instructions."""
         d = len(self.dims)
         concrete = [f[0] for f in self.forms]
         live: set[int] = set()
@@ -202,33 +214,44 @@ class _Walk:
         delta = [c - f[0] for c, f in zip(concrete, self.forms)]
         start = list(self.forms)
         saved = (len(self.ops), len(self.accs), self.weights, self.wdt, self.slots,
-                 list(self.count), dict(self.plevel), list(self.carried))
-        self.forms = [f[:d + 1] + (dl,) + f[d + 2:] for f, dl in zip(start, delta)]
-        self.dims.append(cnt)
+                 list(self.count), dict(self.plevel), list(self.carried), self.nest,
+                 len(self.copying))
         outer_plevel = saved[6]
-        for s in (SPAD, ACC):  # optimistic: inner loops may make their own copies
-            if self.plevel[s] == d:
-                self.plevel[s] = d + 1
-        if any(self.dec.tclass[q] == T_LOADW for q in range(lp.start, lp.end)):
-            self.carried.append(self.weights)
-        try:
-            self.body(lp.start, lp.end)
-            for r in live:
-                s = start[r]
-                if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
-                    raise Reject("registers not affine in the iteration")
-            private = self.decide(d, saved[0], saved[1], outer_plevel)
-        except Reject as e:
-            if d == 0:
-                raise
-            self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
-            n_ops, n_accs = saved[0], saved[1]
-            del self.ops[n_ops:], self.accs[n_accs:]
-            (_, _, self.weights, self.wdt, self.slots, count, self.plevel, self.carried) = saved
-            self.count[:] = count  # in place: the enclosing walk holds this list
-            self.forms = start
-            self.dims.pop()
-            return False
+        while True:
+            self.forms = [f[:d + 1] + (dl,) + f[d + 2:] for f, dl in zip(start, delta)]
+            self.dims.append(cnt)
+            for s in (SPAD, ACC):  # optimistic: inner loops may make their own copies
+                if self.plevel[s] == d:
+                    self.plevel[s] = d + 1
+            if any(self.dec.tclass[q] == T_LOADW for q in range(lp.start, lp.end)):
+                self.carried.append(self.weights)
+            try:
+                self.body(lp.start, lp.end)
+                for r in live:
+                    s = start[r]
+                    if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
+                        raise Reject("registers not affine in the iteration")
+                private = self.decide(d, saved[0], saved[1], outer_plevel)
+                break
+            except Reject as e:
+                inner = set(self.copying[saved[9]:]) - self.unroll
+                n_ops, n_accs = saved[0], saved[1]
+                del self.ops[n_ops:], self.accs[n_accs:], self.copying[saved[9]:]
+                (_, _, self.weights, self.wdt, self.slots, count, plevel, carried, self.nest,
+                 _) = saved
+                self.plevel, self.carried = dict(plevel), list(carried)
+                self.count[:] = count  # in place: the enclosing walk holds this list
+                self.forms = start
+                self.dims.pop()
+                if isinstance(e, NestedCopies) and inner:
+                    self.unroll |= inner  # and walk lp again
+                    continue
+                if d == 0:
+                    raise
+                self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
+                return False
+        if private or any(op[0] == OP_VENTER for op in self.ops[saved[0]:]):
+            self.copying.append(lp.pc)
         lanes = tuple(self.dims)
         self.dims.pop()
         self.plevel, self.carried = outer_plevel, saved[7]
@@ -252,7 +275,7 @@ class _Walk:
         for space in (SPAD, ACC):
             mine = [a for a in accs if a[0] == space]
             if (mine and outer_plevel[space] == d and any(a[1] for a in mine)
-                    and all(a[2][d + 1] == 0 for a in mine)):
+                    and all(a[2][d + 1] == 0 or _constant_read(a, mine) for a in mine)):
                 if private_ok(accs, space, d, dims, _BASE[space]):
                     private.append(space)
                 else:
@@ -260,7 +283,7 @@ class _Walk:
             elif any((op[0] == OP_ENTER and space in op[2]) or (
                     op[0] == OP_VENTER and any(v[1] == space for v in op[2]))
                     for op in self.ops[first_op:]):
-                raise Reject("inner private copies of shared memory")
+                raise NestedCopies("inner private copies of shared memory")
         if conflicts([a for a in accs if a[0] not in private and a[0] not in renamed], d, dims):
             raise Reject("iterations depend on each other")
         if renamed:
@@ -411,6 +434,32 @@ class _Walk:
 _VECTOR_WALKERS = {VectorSpec: _Walk.vector, DequantSpec: _Walk.dequant}
 
 
+
+def _constant_read(a: tuple[Any, ...], mine: list[tuple[Any, ...]]) -> bool:
+    """Whether access `a` (one that moves with the lanes) is a read of bytes no access of
+    `mine` (one memory's accesses in the loop) writes, in any lane: the byte hulls over all
+    lanes are disjoint. Such a read (a bias row stepped per output tile beside buffers every
+    iteration reuses) sees the memory as it was before the loop in every order of execution
+    and in every private copy (a copy holds the hull of every lane's accesses), so it does not
+    stop private copies or renaming; the analyses of those strategies look at lane 0 of it,
+    whose bytes no write touches either."""
+    if a[1]:
+        return False
+    lo, hi = _lane_hull(a)
+    for w in mine:
+        if w[1]:
+            wlo, whi = _lane_hull(w)
+            if wlo < hi and lo < whi:
+                return False
+    return True
+
+
+def _lane_hull(a: tuple[Any, ...]) -> tuple[int, int]:
+    """[lo, hi) of the bytes access a touches over all its lanes."""
+    blo, bhi = box_extent(a[4], a[5])
+    llo, lhi = lane_extent(a[2], a[3], 0)
+    return a[2][0] + blo + llo, a[2][0] + bhi + lhi
+
 # ----------------------------------------------------------------------------- plans
 class Plan:
     """The batched form of one loop execution: operations with their views resolved to
@@ -468,7 +517,8 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
             lo, hi = hulls[space]
             h = hi - lo
             key, off = (space, p), f[0] - _BASE[space] - lo
-            lstr = [h * math.prod(lanes[k + 1:p]) for k in range(p)]
+            # a read that moves with a private lane (_constant_read) moves in its copy too
+            lstr = [h * math.prod(lanes[k + 1:p]) + f[k + 1] for k in range(p)]
         else:
             key, off, lstr = space, f[0] - _BASE[space], []
         lstr += [f[k + 1] for k in range(p, len(lanes))]

@@ -34,7 +34,7 @@ import numpy as np
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_dependence import (
     OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, box_extent, lane_extent)
+    OP_VEXIT, NestedCopies, Reject, box_extent, lane_extent)
 
 #: the operand positions of each batched operation (in its tuple)
 OPERANDS = {OP_DMA: (1, 2), OP_LOADW: (2,), OP_MATMUL: (3, 4), OP_VECTOR: (2, 3, 4)}
@@ -57,7 +57,7 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
     raises Reject."""
     ops = walk.ops
     if any(op[0] in (OP_ENTER, OP_EXIT, OP_VENTER, OP_VEXIT, OP_PRODUCT) for op in ops[first_op:]):
-        raise Reject("nested private copies or renaming")
+        raise NestedCopies("nested private copies or renaming")
     accs = walk.accs[first_acc:]
     n = walk.dims[d]
     binding: dict[tuple[int, int], tuple[Any, ...]] = {}
