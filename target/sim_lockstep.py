@@ -569,18 +569,21 @@ def _make_plan(fr: FunctionalRun, lp: Loop, n: int) -> Plan:
     written = {tab[q][1] for q in range(lp.start, lp.end)
                if walk.dec.tclass[q] == T_SCALAR and tab[q] is not None and tab[q][1]}
     final = {r: walk.forms[r][0] for r in written}
-    ops = _share_work(_finalize(walk))
+    ops = _share_work(_finalize(walk), frozenset(v[0] for v in walk.versions if v[1] == SPAD))
     return Plan(ops, walk.hulls, final, walk)
 
 
-def _in_spad(desc: tuple[Any, ...]) -> bool:
-    """Whether a resolved view is of the scratchpad or a private copy of it (keys name
-    distinct arrays: the scratchpad, a private copy (space, level), a version array)."""
+def _in_spad(desc: tuple[Any, ...], spad_versions: frozenset[int] = frozenset()) -> bool:
+    """Whether a resolved view is of the scratchpad, a private copy of it or a version array
+    of a scratchpad buffer (keys name distinct arrays: the scratchpad, a private copy (space,
+    level), a version array ("V", id)): memory no matrix operation writes."""
     key = desc[0]
-    return key == SPAD or (type(key) is tuple and key[0] == SPAD)
+    return key == SPAD or (type(key) is tuple and (key[0] == SPAD or (
+        key[0] == "V" and key[1] in spad_versions)))
 
 
-def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def _share_work(ops: list[tuple[Any, ...]],
+                spad_versions: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
     """Work the batched operations need not repeat, marked once per plan:
     - an mx.loadw converting the same scratchpad view as an earlier one, with only loadw and
       matrix operations in between (they write the accumulator), reuses its weights (fp32
@@ -596,8 +599,9 @@ def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         kind = op[0]
         if kind == OP_LOADW:
             key = (op[2], op[3])
-            alias = loaded.get(key, -1) if _in_spad(op[2]) else -1
-            if alias < 0 and _in_spad(op[2]):
+            spad = _in_spad(op[2], spad_versions)
+            alias = loaded.get(key, -1) if spad else -1
+            if alias < 0 and spad:
                 loaded[key] = op[1]
             out.append(op + (alias,))
             continue
@@ -605,10 +609,10 @@ def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             check = True
             if not op[5]:  # float
                 for nxt in ops[i + 1:]:
-                    if nxt[0] == OP_LOADW and _in_spad(nxt[2]):
+                    if nxt[0] == OP_LOADW and _in_spad(nxt[2], spad_versions):
                         continue
                     check = not (nxt[0] == OP_MATMUL and not nxt[5] and nxt[6]
-                                 and nxt[4] == op[4] and _in_spad(nxt[3]))
+                                 and nxt[4] == op[4] and _in_spad(nxt[3], spad_versions))
                     break
             out.append(op + (check,))
             continue
@@ -629,18 +633,20 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
     add = np.add
-    # the last activation operand converted for the matrix unit: fp32 emulation multiplies
-    # the same tile by two weight tiles in a row (only mx.loadw in between, which writes no
-    # memory; matmuls write the accumulator, so only scratchpad operands are kept)
-    last_act: list[Any] = [None, None, None]
+    # activation operands converted for the matrix unit since the last operation that may
+    # write the scratchpad: fp32 emulation multiplies a tile by two weight tiles in a row, and
+    # a loop unrolled in a lane multiplies tiles again (only mx.loadw and matrix operations in
+    # between, which write the accumulator: only scratchpad operands and the version arrays
+    # of scratchpad buffers are kept)
+    spad_versions = frozenset(v[0] for v in plan.versions if v[1] == SPAD)
+    acts: dict[Any, np.ndarray] = {}
 
     def activations(desc: tuple[Any, ...], dtype: Any) -> np.ndarray:
-        if last_act[0] == desc and last_act[1] == dtype:
-            return last_act[2]
-        x = converted(view(desc), dtype)
-        key = desc[0]
-        if key == SPAD or (type(key) is tuple and key[0] == SPAD):
-            last_act[:] = desc, dtype, x
+        x = acts.get((desc, dtype))
+        if x is None:
+            x = converted(view(desc), dtype)
+            if _in_spad(desc, spad_versions):
+                acts[(desc, dtype)] = x
         return x
 
     threads = fr.lanes  # a LanePool (sim_lanes: lanes split over threads), or None
@@ -650,8 +656,8 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     hulls = plan.hulls
     for op in plan.ops:
         kind = op[0]
-        if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT:
-            last_act[0] = None  # may write the scratchpad
+        if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT and acts:
+            acts.clear()  # may write the scratchpad
         if kind == OP_DMA:
             view(op[1])[...] = view(op[2])
         elif kind == OP_MATMUL:
