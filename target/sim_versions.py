@@ -231,20 +231,24 @@ def _schedule(walk: Any, first_op: int, accs: list[tuple[Any, ...]],
     for space in (DRAM, SPAD, ACC):
         if space in spaces:
             continue
-        touch: dict[int, list[tuple[bool, int, int]]] = {}
+        touch: list[tuple[int, bool, int, int]] = []
         for a in accs:
             if a[0] == space:
                 blo, bhi = box_extent(a[4], a[5])
                 llo, lhi = lane_extent(a[2], a[3], 0)
-                touch.setdefault(a[6], []).append((a[1], a[2][0] + blo + llo,
-                                                   a[2][0] + bhi + lhi))
-        order_q = sorted(touch)
-        for i, q in enumerate(order_q):
-            tq = touch[q]
-            for p in order_q[i + 1:]:
-                if any((wq or wp) and lq < hp and lp < hq
-                       for wq, lq, hq in tq for wp, lp, hp in touch[p]):
-                    preds[p].add(q)
+                touch.append((a[6], a[1], a[2][0] + blo + llo, a[2][0] + bhi + lhi))
+        if not touch:
+            continue
+        # every pair at once per access (a loop unrolled in each lane has thousands of them)
+        t = np.array(touch, np.int64)
+        qs, ws, los, his = t[:, 0], t[:, 1].astype(bool), t[:, 2], t[:, 3]
+        for i in range(len(touch)):
+            q = touch[i][0]
+            later = (qs > q) & (los < his[i]) & (his > los[i])
+            if not ws[i]:
+                later &= ws
+            for p in set(qs[later].tolist()):
+                preds[p].add(q)
     succ: dict[int, list[int]] = {q: [] for q in nodes}
     indeg = {q: len(preds[q]) for q in nodes}
     for q, ps in preds.items():
