@@ -47,7 +47,8 @@ from infer.target.sim_core import (
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, NestedCopies, Reject, box_extent, conflicts, lane_extent, private_ok)
+    OP_VEXIT, NestedCopies, Reject, box_extent, conflicts, constant_read, lane_extent,
+    private_ok)
 from infer.target.sim_functional import functional_tables
 from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut, splittable
 from infer.target.sim_versions import version_loop
@@ -275,7 +276,7 @@ class _Walk:
         for space in (SPAD, ACC):
             mine = [a for a in accs if a[0] == space]
             if (mine and outer_plevel[space] == d and any(a[1] for a in mine)
-                    and all(a[2][d + 1] == 0 or _constant_read(a, mine) for a in mine)):
+                    and all(a[2][d + 1] == 0 or constant_read(a, mine) for a in mine)):
                 if private_ok(accs, space, d, dims, _BASE[space]):
                     private.append(space)
                 else:
@@ -434,32 +435,6 @@ class _Walk:
 _VECTOR_WALKERS = {VectorSpec: _Walk.vector, DequantSpec: _Walk.dequant}
 
 
-
-def _constant_read(a: tuple[Any, ...], mine: list[tuple[Any, ...]]) -> bool:
-    """Whether access `a` (one that moves with the lanes) is a read of bytes no access of
-    `mine` (one memory's accesses in the loop) writes, in any lane: the byte hulls over all
-    lanes are disjoint. Such a read (a bias row stepped per output tile beside buffers every
-    iteration reuses) sees the memory as it was before the loop in every order of execution
-    and in every private copy (a copy holds the hull of every lane's accesses), so it does not
-    stop private copies or renaming; the analyses of those strategies look at lane 0 of it,
-    whose bytes no write touches either."""
-    if a[1]:
-        return False
-    lo, hi = _lane_hull(a)
-    for w in mine:
-        if w[1]:
-            wlo, whi = _lane_hull(w)
-            if wlo < hi and lo < whi:
-                return False
-    return True
-
-
-def _lane_hull(a: tuple[Any, ...]) -> tuple[int, int]:
-    """[lo, hi) of the bytes access a touches over all its lanes."""
-    blo, bhi = box_extent(a[4], a[5])
-    llo, lhi = lane_extent(a[2], a[3], 0)
-    return a[2][0] + blo + llo, a[2][0] + bhi + lhi
-
 # ----------------------------------------------------------------------------- plans
 class Plan:
     """The batched form of one loop execution: operations with their views resolved to
@@ -517,7 +492,7 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
             lo, hi = hulls[space]
             h = hi - lo
             key, off = (space, p), f[0] - _BASE[space] - lo
-            # a read that moves with a private lane (_constant_read) moves in its copy too
+            # a read that moves with a private lane (constant_read) moves in its copy too
             lstr = [h * math.prod(lanes[k + 1:p]) + f[k + 1] for k in range(p)]
         else:
             key, off, lstr = space, f[0] - _BASE[space], []
