@@ -50,6 +50,23 @@ def _hull(accs: list[tuple[Any, ...]], base: int, d: int) -> tuple[int, int]:
     return lo, hi
 
 
+def _touching_writes(mine: list[tuple[Any, ...]], base: int, d: int) -> list[tuple[Any, ...]]:
+    """The writes of `mine` and the reads whose bytes (their hull, as the painting below sees
+    them: lanes d+1.. of this iteration) may meet a write's. A read no write touches reads the
+    memory before the loop in every version (the painting would find no writer of any of its
+    bytes); leaving it out keeps the painted range to the written buffers (a weight or bias
+    region far away would otherwise make it megabytes)."""
+    writes = [_hull([a], base, d) for a in mine if a[1]]
+    out = []
+    for a in mine:
+        if not a[1]:
+            lo, hi = _hull([a], base, d)
+            if not any(wlo < hi and lo < whi for wlo, whi in writes):
+                continue
+        out.append(a)
+    return out
+
+
 def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[int],
                  bases: dict[int, int]) -> None:
     """Rename the writes of `spaces` in the lane loop of dimension d whose operations are
@@ -68,7 +85,7 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
     member_of: dict[int, tuple[int, list[int]]] = {}  # writer -> (version, its group)
     for space in spaces:
         base = bases[space]
-        mine = [a for a in accs if a[0] == space]
+        mine = _touching_writes([a for a in accs if a[0] == space], base, d)
         lo, hi = _hull(mine, base, d)
 
         def view(mask: np.ndarray, f: tuple[int, ...], lanes: tuple[int, ...],
