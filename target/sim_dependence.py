@@ -26,6 +26,11 @@ class Reject(Exception):
     """A loop cannot be batched (the reason is kept for whoever profiles the simulator)."""
 
 
+class NestedCopies(Reject):
+    """A loop needs private copies or renaming of a memory that a loop nested in it copies or
+    renames too (sim_lockstep walks it again with those inner loops unrolled)."""
+
+
 MAXD = 4  # lane dimensions (nested batched loops) at most; deeper loops run unrolled
 #: a cross-lane test enumerating more lane distances than this counts as a conflict
 MAX_DELTAS = 256
@@ -214,6 +219,32 @@ def _rows_overlap_many(xr: list[Access], yr: list[Access], shifts: np.ndarray) -
             if (near & (u_lo <= u_hi)).any():
                 return True
     return False
+
+
+def constant_read(a: tuple[Any, ...], mine: list[tuple[Any, ...]]) -> bool:
+    """Whether access `a` (one that moves with the lanes) is a read of bytes no access of
+    `mine` (one memory's accesses in the loop) writes, in any lane: the byte hulls over all
+    lanes are disjoint. Such a read (a bias row stepped per output tile beside buffers every
+    iteration reuses) sees the memory as it was before the loop in every order of execution
+    and in every private copy (a copy holds the hull of every lane's accesses), so it does not
+    stop private copies or renaming; the analyses of those strategies look at lane 0 of it,
+    whose bytes no write touches either."""
+    if a[1]:
+        return False
+    lo, hi = _lane_hull(a)
+    for w in mine:
+        if w[1]:
+            wlo, whi = _lane_hull(w)
+            if wlo < hi and lo < whi:
+                return False
+    return True
+
+
+def _lane_hull(a: tuple[Any, ...]) -> tuple[int, int]:
+    """[lo, hi) of the bytes access a touches over all its lanes."""
+    blo, bhi = box_extent(a[4], a[5])
+    llo, lhi = lane_extent(a[2], a[3], 0)
+    return a[2][0] + blo + llo, a[2][0] + bhi + lhi
 
 
 def private_ok(accs: list[tuple[Any, ...]], space: int, dim: int, dims: tuple[int, ...],

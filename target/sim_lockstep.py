@@ -47,7 +47,8 @@ from infer.target.sim_core import (
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, box_extent, conflicts, lane_extent, private_ok)
+    OP_VEXIT, NestedCopies, Reject, box_extent, conflicts, constant_read, lane_extent,
+    private_ok)
 from infer.target.sim_functional import functional_tables
 from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut, splittable
 from infer.target.sim_versions import version_loop
@@ -87,6 +88,10 @@ class _Walk:
         self.carried: list[Any] = []  # weights a matmul may not use (another lane's)
         self.slots = 0
         self.versions: list[tuple[Any, ...]] = []  # renamed buffers (sim_versions)
+        #: loops walked as lane dimensions with private copies or renamed buffers, and the
+        #: loops to walk unrolled instead (an enclosing loop needs copies of the same memory)
+        self.copying: list[int] = []
+        self.unroll: set[int] = set()
         self.count = [0] * 10  # steps, 5 engines, DRAM read, DRAM written, MACs, vector elements
 
     # ------------------------------------------------------------------ registers
@@ -187,14 +192,22 @@ class _Walk:
         if self.nest + 1 > self.depth_left:
             raise Reject("loop nesting too deep")
         self.nest += 1
-        if not (cnt > 1 and len(self.dims) < MAXD and self.lane_loop(lp, cnt)):
+        if not (cnt > 1 and len(self.dims) < MAXD and lp.pc not in self.unroll
+                and self.lane_loop(lp, cnt)):
             for _ in range(cnt):
                 self.body(lp.start, lp.end)
         self.nest -= 1
 
     def lane_loop(self, lp: Loop, cnt: int) -> bool:
         """Walk lp as a new lane dimension; False (state restored) when its iterations are
-        not independent (raises for the outermost loop: then nothing is batched)."""
+        not independent (raises for the outermost loop: then nothing is batched).
+
+        When lp needs private copies or renaming of a memory that a loop nested in it already
+        copies or renames (sim_versions refuses to rename across nested copies; shared memory
+        cannot hold an inner loop's copies), lp is walked again with those inner loops
+        unrolled inside each of its lanes (`self.unroll`): a reduction loop around inner
+        reduction loops becomes one reduction chain, an outer tile loop around a renamed
+        K loop gets private copies over plain instructions."""
         d = len(self.dims)
         concrete = [f[0] for f in self.forms]
         live: set[int] = set()
@@ -202,33 +215,44 @@ class _Walk:
         delta = [c - f[0] for c, f in zip(concrete, self.forms)]
         start = list(self.forms)
         saved = (len(self.ops), len(self.accs), self.weights, self.wdt, self.slots,
-                 list(self.count), dict(self.plevel), list(self.carried))
-        self.forms = [f[:d + 1] + (dl,) + f[d + 2:] for f, dl in zip(start, delta)]
-        self.dims.append(cnt)
+                 list(self.count), dict(self.plevel), list(self.carried), self.nest,
+                 len(self.copying))
         outer_plevel = saved[6]
-        for s in (SPAD, ACC):  # optimistic: inner loops may make their own copies
-            if self.plevel[s] == d:
-                self.plevel[s] = d + 1
-        if any(self.dec.tclass[q] == T_LOADW for q in range(lp.start, lp.end)):
-            self.carried.append(self.weights)
-        try:
-            self.body(lp.start, lp.end)
-            for r in live:
-                s = start[r]
-                if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
-                    raise Reject("registers not affine in the iteration")
-            private = self.decide(d, saved[0], saved[1], outer_plevel)
-        except Reject as e:
-            if d == 0:
-                raise
-            self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
-            n_ops, n_accs = saved[0], saved[1]
-            del self.ops[n_ops:], self.accs[n_accs:]
-            (_, _, self.weights, self.wdt, self.slots, count, self.plevel, self.carried) = saved
-            self.count[:] = count  # in place: the enclosing walk holds this list
-            self.forms = start
-            self.dims.pop()
-            return False
+        while True:
+            self.forms = [f[:d + 1] + (dl,) + f[d + 2:] for f, dl in zip(start, delta)]
+            self.dims.append(cnt)
+            for s in (SPAD, ACC):  # optimistic: inner loops may make their own copies
+                if self.plevel[s] == d:
+                    self.plevel[s] = d + 1
+            if any(self.dec.tclass[q] == T_LOADW for q in range(lp.start, lp.end)):
+                self.carried.append(self.weights)
+            try:
+                self.body(lp.start, lp.end)
+                for r in live:
+                    s = start[r]
+                    if self.forms[r] != (s[0] + delta[r],) + s[1:d + 1] + (delta[r],) + s[d + 2:]:
+                        raise Reject("registers not affine in the iteration")
+                private = self.decide(d, saved[0], saved[1], outer_plevel)
+                break
+            except Reject as e:
+                inner = set(self.copying[saved[9]:]) - self.unroll
+                n_ops, n_accs = saved[0], saved[1]
+                del self.ops[n_ops:], self.accs[n_accs:], self.copying[saved[9]:]
+                (_, _, self.weights, self.wdt, self.slots, count, plevel, carried, self.nest,
+                 _) = saved
+                self.plevel, self.carried = dict(plevel), list(carried)
+                self.count[:] = count  # in place: the enclosing walk holds this list
+                self.forms = start
+                self.dims.pop()
+                if isinstance(e, NestedCopies) and inner:
+                    self.unroll |= inner  # and walk lp again
+                    continue
+                if d == 0:
+                    raise
+                self.dec.caches.setdefault("lane_rejects", {})[lp.pc] = str(e)
+                return False
+        if private or any(op[0] == OP_VENTER for op in self.ops[saved[0]:]):
+            self.copying.append(lp.pc)
         lanes = tuple(self.dims)
         self.dims.pop()
         self.plevel, self.carried = outer_plevel, saved[7]
@@ -252,7 +276,7 @@ class _Walk:
         for space in (SPAD, ACC):
             mine = [a for a in accs if a[0] == space]
             if (mine and outer_plevel[space] == d and any(a[1] for a in mine)
-                    and all(a[2][d + 1] == 0 for a in mine)):
+                    and all(a[2][d + 1] == 0 or constant_read(a, mine) for a in mine)):
                 if private_ok(accs, space, d, dims, _BASE[space]):
                     private.append(space)
                 else:
@@ -260,7 +284,7 @@ class _Walk:
             elif any((op[0] == OP_ENTER and space in op[2]) or (
                     op[0] == OP_VENTER and any(v[1] == space for v in op[2]))
                     for op in self.ops[first_op:]):
-                raise Reject("inner private copies of shared memory")
+                raise NestedCopies("inner private copies of shared memory")
         if conflicts([a for a in accs if a[0] not in private and a[0] not in renamed], d, dims):
             raise Reject("iterations depend on each other")
         if renamed:
@@ -468,7 +492,8 @@ def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
             lo, hi = hulls[space]
             h = hi - lo
             key, off = (space, p), f[0] - _BASE[space] - lo
-            lstr = [h * math.prod(lanes[k + 1:p]) for k in range(p)]
+            # a read that moves with a private lane (constant_read) moves in its copy too
+            lstr = [h * math.prod(lanes[k + 1:p]) + f[k + 1] for k in range(p)]
         else:
             key, off, lstr = space, f[0] - _BASE[space], []
         lstr += [f[k + 1] for k in range(p, len(lanes))]
@@ -519,18 +544,21 @@ def _make_plan(fr: FunctionalRun, lp: Loop, n: int) -> Plan:
     written = {tab[q][1] for q in range(lp.start, lp.end)
                if walk.dec.tclass[q] == T_SCALAR and tab[q] is not None and tab[q][1]}
     final = {r: walk.forms[r][0] for r in written}
-    ops = _share_work(_finalize(walk))
+    ops = _share_work(_finalize(walk), frozenset(v[0] for v in walk.versions if v[1] == SPAD))
     return Plan(ops, walk.hulls, final, walk)
 
 
-def _in_spad(desc: tuple[Any, ...]) -> bool:
-    """Whether a resolved view is of the scratchpad or a private copy of it (keys name
-    distinct arrays: the scratchpad, a private copy (space, level), a version array)."""
+def _in_spad(desc: tuple[Any, ...], spad_versions: frozenset[int] = frozenset()) -> bool:
+    """Whether a resolved view is of the scratchpad, a private copy of it or a version array
+    of a scratchpad buffer (keys name distinct arrays: the scratchpad, a private copy (space,
+    level), a version array ("V", id)): memory no matrix operation writes."""
     key = desc[0]
-    return key == SPAD or (type(key) is tuple and key[0] == SPAD)
+    return key == SPAD or (type(key) is tuple and (key[0] == SPAD or (
+        key[0] == "V" and key[1] in spad_versions)))
 
 
-def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def _share_work(ops: list[tuple[Any, ...]],
+                spad_versions: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
     """Work the batched operations need not repeat, marked once per plan:
     - an mx.loadw converting the same scratchpad view as an earlier one, with only loadw and
       matrix operations in between (they write the accumulator), reuses its weights (fp32
@@ -546,8 +574,9 @@ def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         kind = op[0]
         if kind == OP_LOADW:
             key = (op[2], op[3])
-            alias = loaded.get(key, -1) if _in_spad(op[2]) else -1
-            if alias < 0 and _in_spad(op[2]):
+            spad = _in_spad(op[2], spad_versions)
+            alias = loaded.get(key, -1) if spad else -1
+            if alias < 0 and spad:
                 loaded[key] = op[1]
             out.append(op + (alias,))
             continue
@@ -555,10 +584,10 @@ def _share_work(ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             check = True
             if not op[5]:  # float
                 for nxt in ops[i + 1:]:
-                    if nxt[0] == OP_LOADW and _in_spad(nxt[2]):
+                    if nxt[0] == OP_LOADW and _in_spad(nxt[2], spad_versions):
                         continue
                     check = not (nxt[0] == OP_MATMUL and not nxt[5] and nxt[6]
-                                 and nxt[4] == op[4] and _in_spad(nxt[3]))
+                                 and nxt[4] == op[4] and _in_spad(nxt[3], spad_versions))
                     break
             out.append(op + (check,))
             continue
@@ -579,18 +608,20 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
         return np.ndarray(shape, dtype, mem[key], off, strides)
 
     add = np.add
-    # the last activation operand converted for the matrix unit: fp32 emulation multiplies
-    # the same tile by two weight tiles in a row (only mx.loadw in between, which writes no
-    # memory; matmuls write the accumulator, so only scratchpad operands are kept)
-    last_act: list[Any] = [None, None, None]
+    # activation operands converted for the matrix unit since the last operation that may
+    # write the scratchpad: fp32 emulation multiplies a tile by two weight tiles in a row, and
+    # a loop unrolled in a lane multiplies tiles again (only mx.loadw and matrix operations in
+    # between, which write the accumulator: only scratchpad operands and the version arrays
+    # of scratchpad buffers are kept)
+    spad_versions = frozenset(v[0] for v in plan.versions if v[1] == SPAD)
+    acts: dict[Any, np.ndarray] = {}
 
     def activations(desc: tuple[Any, ...], dtype: Any) -> np.ndarray:
-        if last_act[0] == desc and last_act[1] == dtype:
-            return last_act[2]
-        x = converted(view(desc), dtype)
-        key = desc[0]
-        if key == SPAD or (type(key) is tuple and key[0] == SPAD):
-            last_act[:] = desc, dtype, x
+        x = acts.get((desc, dtype))
+        if x is None:
+            x = converted(view(desc), dtype)
+            if _in_spad(desc, spad_versions):
+                acts[(desc, dtype)] = x
         return x
 
     threads = fr.lanes  # a LanePool (sim_lanes: lanes split over threads), or None
@@ -600,8 +631,8 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     hulls = plan.hulls
     for op in plan.ops:
         kind = op[0]
-        if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT:
-            last_act[0] = None  # may write the scratchpad
+        if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT and acts:
+            acts.clear()  # may write the scratchpad
         if kind == OP_DMA:
             view(op[1])[...] = view(op[2])
         elif kind == OP_MATMUL:

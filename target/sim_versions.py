@@ -34,7 +34,7 @@ import numpy as np
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_dependence import (
     OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
-    OP_VEXIT, Reject, box_extent, lane_extent)
+    OP_VEXIT, NestedCopies, Reject, box_extent, lane_extent)
 
 #: the operand positions of each batched operation (in its tuple)
 OPERANDS = {OP_DMA: (1, 2), OP_LOADW: (2,), OP_MATMUL: (3, 4), OP_VECTOR: (2, 3, 4)}
@@ -50,6 +50,23 @@ def _hull(accs: list[tuple[Any, ...]], base: int, d: int) -> tuple[int, int]:
     return lo, hi
 
 
+def _touching_writes(mine: list[tuple[Any, ...]], base: int, d: int) -> list[tuple[Any, ...]]:
+    """The writes of `mine` and the reads whose bytes (their hull, as the painting below sees
+    them: lanes d+1.. of this iteration) may meet a write's. A read no write touches reads the
+    memory before the loop in every version (the painting would find no writer of any of its
+    bytes); leaving it out keeps the painted range to the written buffers (a weight or bias
+    region far away would otherwise make it megabytes)."""
+    writes = [_hull([a], base, d) for a in mine if a[1]]
+    out = []
+    for a in mine:
+        if not a[1]:
+            lo, hi = _hull([a], base, d)
+            if not any(wlo < hi and lo < whi for wlo, whi in writes):
+                continue
+        out.append(a)
+    return out
+
+
 def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[int],
                  bases: dict[int, int]) -> None:
     """Rename the writes of `spaces` in the lane loop of dimension d whose operations are
@@ -57,7 +74,7 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
     raises Reject."""
     ops = walk.ops
     if any(op[0] in (OP_ENTER, OP_EXIT, OP_VENTER, OP_VEXIT, OP_PRODUCT) for op in ops[first_op:]):
-        raise Reject("nested private copies or renaming")
+        raise NestedCopies("nested private copies or renaming")
     accs = walk.accs[first_acc:]
     n = walk.dims[d]
     binding: dict[tuple[int, int], tuple[Any, ...]] = {}
@@ -68,7 +85,7 @@ def version_loop(walk: Any, d: int, first_op: int, first_acc: int, spaces: list[
     member_of: dict[int, tuple[int, list[int]]] = {}  # writer -> (version, its group)
     for space in spaces:
         base = bases[space]
-        mine = [a for a in accs if a[0] == space]
+        mine = _touching_writes([a for a in accs if a[0] == space], base, d)
         lo, hi = _hull(mine, base, d)
 
         def view(mask: np.ndarray, f: tuple[int, ...], lanes: tuple[int, ...],
@@ -231,20 +248,24 @@ def _schedule(walk: Any, first_op: int, accs: list[tuple[Any, ...]],
     for space in (DRAM, SPAD, ACC):
         if space in spaces:
             continue
-        touch: dict[int, list[tuple[bool, int, int]]] = {}
+        touch: list[tuple[int, bool, int, int]] = []
         for a in accs:
             if a[0] == space:
                 blo, bhi = box_extent(a[4], a[5])
                 llo, lhi = lane_extent(a[2], a[3], 0)
-                touch.setdefault(a[6], []).append((a[1], a[2][0] + blo + llo,
-                                                   a[2][0] + bhi + lhi))
-        order_q = sorted(touch)
-        for i, q in enumerate(order_q):
-            tq = touch[q]
-            for p in order_q[i + 1:]:
-                if any((wq or wp) and lq < hp and lp < hq
-                       for wq, lq, hq in tq for wp, lp, hp in touch[p]):
-                    preds[p].add(q)
+                touch.append((a[6], a[1], a[2][0] + blo + llo, a[2][0] + bhi + lhi))
+        if not touch:
+            continue
+        # every pair at once per access (a loop unrolled in each lane has thousands of them)
+        t = np.array(touch, np.int64)
+        qs, ws, los, his = t[:, 0], t[:, 1].astype(bool), t[:, 2], t[:, 3]
+        for i in range(len(touch)):
+            q = touch[i][0]
+            later = (qs > q) & (los < his[i]) & (his > los[i])
+            if not ws[i]:
+                later &= ws
+            for p in set(qs[later].tolist()):
+                preds[p].add(q)
     succ: dict[int, list[int]] = {q: [] for q in nodes}
     indeg = {q: len(preds[q]) for q in nodes}
     for q, ps in preds.items():

@@ -464,3 +464,110 @@ def test_column_scatter_with_many_lane_distances(dstride, batched):
     sim.run(prog, dram, mode="fast")
     failed = decoded(prog, sim.cfg).caches.get("failed", {})
     assert (2 not in failed) == batched, failed
+
+
+# a 1x1-convolution loop rotated by the compiler (the shape of ResNet-50's on server), in fp32
+# emulation: the matmuls read the activation halves (hi at 0, lo at 0x200) the previous
+# iteration prefetched into the same buffer (a prologue loads the first), the weight halves are
+# reloaded every iteration (a renamed buffer the matmuls read twice: converted once), and the
+# epilogue adds a bias row that moves with the iteration. The bias is read-only in the loop,
+# so the buffers are renamed (the prefetch feeds the next iteration only). {extra}: nothing, or
+# a copy that writes the next iteration's bias row (the moving read then depends on the
+# previous iteration: not batched)
+ROTATED = """
+    li rd=r1, imm=0
+    li rd=r4, imm=0
+    li rd=r5, imm=0
+    dma.load dram=0, local=0, n0=1024, n1=1, n2=1
+    dma.load dram=0x2400, local=0x5000, n0=512, n1=1, n2=1
+    loop count=6, body={body}
+      dma.load dram=0x2000, local=0x4000, n0=1024, n1=1, n2=1
+      mx.loadw w=0x4000, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=0, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+      mx.loadw w=0x4200, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=0, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+      mx.loadw w=0x4000, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=0x200, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+      dma.load dram=r1+0x400, local=0, n0=1024, n1=1, n2=1
+      vec.add dst=0x6000, a=0x2000000, b=r4+0x5000, rows=16, cols=16, dstride=64, astride=64, bstride=0, dt=fp32, at=fp32, bt=fp32, bmode=row
+      {extra}
+      dma.store dram=r5+0x3000, local=0x6000, n0=1024, n1=1, n2=1
+      addi rd=r1, rs=r1, imm=0x400
+      addi rd=r4, rs=r4, imm=64
+      addi rd=r5, rs=r5, imm=0x400
+    halt
+"""
+
+
+@pytest.mark.parametrize("extra, batched", [
+    ("", True),
+    ("vec.copy dst=r4+0x5040, a=0x6000, rows=1, cols=16, dstride=64, astride=64, dt=fp32, at=fp32",
+     False),
+])
+def test_rotated_prefetch_with_a_moving_read_only_operand(extra, batched):
+    from infer.target.sim_dependence import OP_LOADW
+
+    text = ROTATED.format(body=14 if extra else 13, extra=extra)
+    prog = Program.from_asm("\n".join(ln for ln in text.splitlines() if ln.strip()))
+    rng = np.random.default_rng(3)
+    dram = np.zeros(0x5000, np.uint8)
+    dram[:0x2400] = rng.integers(0x3C00, 0x4000, 0x1200, dtype=np.uint16).view(np.uint8)
+    dram[0x2400:0x2600] = rng.standard_normal(128).astype(np.float32).view(np.uint8)
+    assert_modes_agree(prog, dram)
+    dec = decoded(prog, Simulator("edge").cfg)
+    loop_pc = next(q for q, ins in enumerate(prog.instrs) if ins.d.name == "loop")
+    assert (loop_pc not in dec.caches.get("failed", {})) == batched, dec.caches.get("failed")
+    if batched:  # the weight tile read twice from its version array is converted once
+        (plan,) = dec.caches["plans"].values()
+        assert any(op[0] == OP_LOADW and op[4] >= 0 for op in plan.ops)
+
+
+# a reduction loop around an inner reduction loop into the same accumulator tile (the K loops
+# of ResNet-50's convolutions on edge): renamed across the outer iterations with the inner
+# loop unrolled in each. {inner_extra}: nothing, or an in-place vector op on the accumulator
+# inside the inner loop (the tile is then no reduction: not batched)
+NESTED_REDUCTION = """
+    li rd=r2, imm=0x4000
+    li rd=r3, imm=0
+    vec.mul dst=0x2000000, a=0x2000000, rows=16, cols=16, dstride=64, astride=64, dt=fp32, at=int8, bt=int8, bmode=imm, imm=0.0
+    loop count=3, body={outer}
+      loop count=2, body={inner}
+        mx.loadw w=r2+0, k=16, n=16, stride=32, dtype=bf16
+        mx.matmul act=r3+0, acc=0x2000000, m=16, astride=192, cstride=64, dtype=bf16, accum=1
+        {inner_extra}
+        addi rd=r2, rs=r2, imm=512
+        addi rd=r3, rs=r3, imm=32
+      mx.loadw w=0x7000, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=0x8000, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    dma.store dram=0x3000, local=0x2000000, n0=1024, n1=1, n2=1
+    halt
+"""
+
+
+@pytest.mark.parametrize("inner_extra, batched", [
+    ("", True),
+    ("vec.relu dst=0x2000000, a=0x2000000, rows=16, cols=16, dstride=64, astride=64, dt=fp32, at=fp32",
+     False),
+])
+def test_reduction_around_an_inner_reduction(inner_extra, batched):
+    inner = 5 if inner_extra else 4
+    text = NESTED_REDUCTION.format(outer=inner + 3, inner=inner, inner_extra=inner_extra)
+    prog = Program.from_asm("\n".join(ln for ln in text.splitlines() if ln.strip()))
+    sim = Simulator("edge")
+    rng = np.random.default_rng(6)
+    dram = np.zeros(0x4000, np.uint8)
+    sim_spad = rng.integers(0x3C00, 0x4000, 0x5000, dtype=np.uint16).view(np.uint8)
+    # activations (16 x 96 bf16) at 0, weights (6 tiles) at 0x4000, more at 0x7000 and 0x8000
+    setup = Program.from_asm("\n".join([
+        "dma.load dram=0, local=0, n0=4096, n1=1, n2=1",
+        "dma.load dram=0x1000, local=0x4000, n0=4096, n1=1, n2=1",
+        "dma.load dram=0x2000, local=0x7000, n0=4096, n1=1, n2=1",
+        "dma.load dram=0x2000, local=0x8000, n0=4096, n1=1, n2=1",
+    ]))
+    dram[:0x3000] = sim_spad[:0x3000]
+    prog = Program(setup.instrs + prog.instrs)
+    assert_modes_agree(prog, dram)
+    sim.run(prog, dram.copy(), mode="fast")
+    dec = decoded(prog, sim.cfg)
+    outer_pc = next(q for q, ins in enumerate(prog.instrs) if ins.d.name == "loop")
+    assert (outer_pc not in dec.caches.get("failed", {})) == batched, dec.caches.get("failed")
