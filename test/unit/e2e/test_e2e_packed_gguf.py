@@ -66,6 +66,12 @@ CASES = [  # fmt, target, precision, M, K, N, bias, relu: remainder tiles in n a
     ("q4_0", "server", "bf16", 1, 256, 144, False, False),
     ("q8_0", "edge", "bf16", 4, 64, 40, True, True),
     ("q8_0", "server", "fp32", 3, 128, 136, False, False),
+    # not resident (k split in steps): the k steps software-pipelined through two explicit
+    # buffers (packed_gemm._lower_tiled_pipelined): 8 steps (the pair loop), fp32 emulation
+    ("q8_0", "edge", "fp32", 3, 1024, 96, True, False),
+    # 9 steps (the loop and an odd tail) in two n tiles; 4 steps on server
+    ("q4_1", "edge", "bf16", 1, 576, 1024, False, True),
+    ("q4_0", "server", "bf16", 1, 2048, 4096, False, False),
 ]
 
 
