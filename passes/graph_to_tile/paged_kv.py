@@ -304,7 +304,9 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # two buffers per pool: the gather of one super-block overlaps the math of the other
         k_block = [em.alloc((G, BS * Wk), f32, "spad") for _ in range(2)]
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
-        v_tile = _single_bf16_tile(ctx, KB, Wv)
+        # V always as hi + lo (bf16: P @ V_hi + P @ V_lo, the values' rounding is gone; fp32
+        # emulation: its three passes)
+        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), em.alloc((KB, Wv), bf16, "spad"))
         product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
         p_tile = _single_bf16_tile(ctx, rows, KB)
@@ -368,13 +370,28 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             em.vec("mul", scores, z, scores, z, rows, KB, keep, z, bmode="tile")
             em.vec("mul", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
-            em.vec("rsum", tmp, z, scores, z, rows, KB)
+            if p_tile.lo is None:
+                # bf16: l sums P as the matrix unit gets it, bf16(P), so O / l stays a convex
+                # combination of the values (with l from the f32 P, V's common offset times the
+                # sum of P's rounding errors would be left in every output)
+                split_on_chip(em, scores, p_tile, rows, KB)
+                em.vec("copy", scores, z, p_tile.hi, z, rows, KB)
+                em.vec("rsum", tmp, z, scores, z, rows, KB)
+            else:
+                em.vec("rsum", tmp, z, scores, z, rows, KB)
+                split_on_chip(em, scores, p_tile, rows, KB)
             em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
-            split_on_chip(em, scores, p_tile, rows, KB)
             split_on_chip(em, v_rows_b, v_tile, KB, Wv)
-            em.range(HP, lambda kv: emit_tile_product(
-                ctx, p_tile, v_tile, o, R, KB, Dv, lhs_at=(em.mul(kv, R), 0),
-                rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0)))
+            # bf16: one pass of P over each part of V
+            products = [(p_tile, v_tile)] if p_tile.lo is not None else \
+                [(p_tile, Bf16Tile(v_tile.hi, None)), (p_tile, Bf16Tile(v_tile.lo, None))]
+
+            def head_product(kv: Index) -> None:
+                for lhs, rhs in products:
+                    emit_tile_product(ctx, lhs, rhs, o, R, KB, Dv, lhs_at=(em.mul(kv, R), 0),
+                                      rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0))
+
+            em.range(HP, head_product)
 
         def sequence_pass(b: Index, p: Index) -> None:
             first_row = em.add(em.mul(b, seq_rows), em.mul(p, rows))
