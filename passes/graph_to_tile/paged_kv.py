@@ -34,7 +34,9 @@ instead of a DRAM one per block).
       (kept as an f32 row tile `base` that loses G BS per step), keep = clamp(remaining, 0, 1),
       S += keep * 1e30 - 1e30;
     - the online softmax of attention.py (running max m, sum l, output O in the accumulator;
-      P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit.
+      P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit;
+      bf16: over V's hi and lo parts, with l summed from bf16(P) (docs/paged-kv.md, "bf16
+      precision": neither the values' rounding nor P's stays in the output).
   Finally O / max(l, 1e-30) is stored (rows without keys: 0).
 """
 
