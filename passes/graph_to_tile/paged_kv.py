@@ -308,7 +308,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
         # V always as hi + lo (bf16: P @ V_hi + P @ V_lo, the values' rounding is gone; fp32
         # emulation: its three passes)
-        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), em.alloc((KB, Wv), bf16, "spad"))
+        v_lo = em.alloc((KB, Wv), bf16, "spad")  # (allocated first, as _single_bf16_tile does)
+        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)
         product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
         p_tile = _single_bf16_tile(ctx, rows, KB)
@@ -379,10 +380,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 split_on_chip(em, scores, p_tile, rows, KB)
                 em.vec("copy", scores, z, p_tile.hi, z, rows, KB)
                 em.vec("rsum", tmp, z, scores, z, rows, KB)
+                em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             else:
                 em.vec("rsum", tmp, z, scores, z, rows, KB)
+                em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
                 split_on_chip(em, scores, p_tile, rows, KB)
-            em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             split_on_chip(em, v_rows_b, v_tile, KB, Wv)
             # bf16: one pass of P over each part of V
             products = [(p_tile, v_tile)] if p_tile.lo is not None else \
