@@ -308,7 +308,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
         # V always as hi + lo (bf16: P @ V_hi + P @ V_lo, the values' rounding is gone; fp32
         # emulation: its three passes)
-        v_lo = em.alloc((KB, Wv), bf16, "spad")  # (allocated first, as _single_bf16_tile does)
+        v_lo = em.alloc((KB, Wv), bf16, "spad")  # before hi, as _single_bf16_tile: fp32 as before
         v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)
         product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
