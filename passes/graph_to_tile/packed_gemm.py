@@ -459,16 +459,17 @@ def two_pass_activations(ctx: LoweringContext, rows: int) -> bool:
     hi = bf16(x) and lo = bf16(x - hi), through each loaded weight tile (the weights stay one
     bf16 pass). A second pass costs `rows` more streamed rows per weight tile and no weight
     load (tile-to-npu skips the `mx.loadw` of the tile still loaded), so it is taken while both
-    passes stream within the next tile's weight load (the array double-buffers its weights):
-    2 rows <= an array-sized bf16 tile's load cycles (16 on both configs: decode steps up to
-    batch 8; a prefill chunk's 32 rows stay one pass). It removes the activations' bf16
-    rounding, half the rounding of a bf16 product: SmolLM2's bf16 decode logits against
-    transformers (docs/paged-kv.md)."""
+    passes stream within the next tile's weight load with room to spare (the array
+    double-buffers its weights): 2 rows < an array-sized bf16 tile's load cycles (16 on both
+    configs: decode steps up to batch 7; at 8 the array has no slack left and edge's batch-8
+    step took 32 % more cycles; a prefill chunk's 32 rows stay one pass). It removes the
+    activations' bf16 rounding, half the rounding of a bf16 product: SmolLM2's bf16 decode
+    logits against transformers (docs/paged-kv.md)."""
     if ctx.bf16_copies != 1:  # fp32 emulation splits both operands anyway
         return False
     hw = ctx.hw.matrix
     load_cycles = hw.rows * hw.cols * 2 // hw.weight_load_bytes_per_cycle
-    return 2 * rows <= load_cycles
+    return 2 * rows < load_cycles
 
 
 def emit_packed_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: SSAValue, rows: int, depth: int,

@@ -137,6 +137,19 @@ def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, ro
     return g
 
 
+def values_in_two_parts(ctx: LoweringContext, keys: int, width: int) -> bool:
+    """bf16: whether P @ V takes V as hi = bf16(V) and lo = bf16(V - hi), two passes of P (the
+    values' rounding, most of the attention's bf16 error, gone: docs/paged-kv.md, "bf16
+    precision") when the split's vector work for a step of `keys` keys (a sub and a copy of
+    keys x width) takes at most a quarter of a DRAM latency, i.e. hides behind the step's
+    gathers (server: 96 cycles for a decode step's 128 keys x 192, 12 for a chunk's block of
+    16; edge's 16 lanes take 384 per block of 16 keys against a 100-cycle latency: +10 % of
+    SmolLM2's decode step at context 1024 there, so edge keeps bf16(V))."""
+    hw = ctx.hw
+    split = -(-keys * width // hw.vector.lanes) * (hw.vector.cost["sub"] + hw.vector.cost["copy"])
+    return ctx.bf16_copies == 1 and 4 * split <= hw.dram.latency_cycles
+
+
 def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
                  block_size: int, group: int) -> BlockSteps:
     """The super-block loops' counts, the last super-block's block numbers and the table the
@@ -306,10 +319,10 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # two buffers per pool: the gather of one super-block overlaps the math of the other
         k_block = [em.alloc((G, BS * Wk), f32, "spad") for _ in range(2)]
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
-        # V always as hi + lo (bf16: P @ V_hi + P @ V_lo, the values' rounding is gone; fp32
-        # emulation: its three passes)
-        v_lo = em.alloc((KB, Wv), bf16, "spad")  # before hi, as _single_bf16_tile: fp32 as before
-        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)
+        # V as hi + lo: fp32 emulation's three passes, or bf16's P @ V_hi + P @ V_lo (the values'
+        # rounding gone) where the split is cheap (`values_in_two_parts`)
+        v_lo = em.alloc((KB, Wv), bf16, "spad") if ctx.bf16_copies == 2 or values_in_two_parts(ctx, KB, Wv) else None
+        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)  # (lo before hi: fp32's program as before)
         product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
         p_tile = _single_bf16_tile(ctx, rows, KB)
@@ -386,8 +399,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
                 split_on_chip(em, scores, p_tile, rows, KB)
             split_on_chip(em, v_rows_b, v_tile, KB, Wv)
-            # bf16: one pass of P over each part of V
-            products = [(p_tile, v_tile)] if p_tile.lo is not None else \
+            # bf16 with V in two parts: one pass of P over each
+            products = [(p_tile, v_tile)] if p_tile.lo is not None or v_tile.lo is None else \
                 [(p_tile, Bf16Tile(v_tile.hi, None)), (p_tile, Bf16Tile(v_tile.lo, None))]
 
             def head_product(kv: Index) -> None:

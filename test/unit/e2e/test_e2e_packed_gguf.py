@@ -142,9 +142,9 @@ def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
             assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
 
 
-@pytest.mark.parametrize("target,M,K,N", [("server", 1, 576, 200), ("edge", 8, 576, 48), ("server", 4, 1024, 4096)])
+@pytest.mark.parametrize("target,M,K,N", [("server", 1, 576, 200), ("edge", 7, 576, 48), ("server", 4, 1024, 4096)])
 def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N):
-    """bf16, a few activation rows (a decode step: resident on server, tiled on edge, the
+    """bf16, up to 7 activation rows (a decode step: resident on server, tiled on edge, the
     pipelined tiled path on server's 4096 x 1024): the activations go through each loaded weight
     tile as hi = bf16(x) and lo = bf16(x - hi) (packed_gemm.two_pass_activations), so the result
     is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding; one `mx.loadw` per two

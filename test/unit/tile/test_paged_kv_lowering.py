@@ -121,19 +121,19 @@ def test_metadata_must_be_function_arguments():
         apply_pass(GraphToTilePass(target="edge"), m)
 
 
-@pytest.mark.parametrize("target", ["edge", "server"])
-def test_bf16_attention_takes_the_values_in_two_passes(target):
+def test_bf16_attention_takes_the_values_in_two_passes():
     """bf16: P @ V runs over V's hi and lo parts and l sums bf16(P), the P the matrix unit gets
     (paged_kv.py), so with V's common offset (as a language model's values have) neither the
     values' rounding nor P's is left in the outputs: against an fp64 reference the decode
-    output is several times closer than the same math with bf16(V) (emulated in numpy)."""
+    output is several times closer than the same math with bf16(V) (emulated in numpy). On
+    server, where the split hides behind the gathers (`values_in_two_parts`; edge keeps bf16(V))."""
     geometry, lens = (2, 4, 2, 1, 16, 16, 12, 6), [40, 77]
     B, Hq, Hkv, _, D, BS, _, _ = geometry
     xs = step_inputs(*geometry, lens, seed=5)
     for i in (2, 7):  # new V rows and the V pool: an offset plus a spread, as real values
         xs[i] = (3.0 + 0.5 * xs[i]).astype(np.float32)
     m = step_module(geometry)
-    apply_pass(GraphToTilePass(target=target, precision="bf16"), m)
+    apply_pass(GraphToTilePass(target="server", precision="bf16"), m)
     got = run_tile_module(m, xs)[0].astype(np.float64)
     q, _, vn, slots, tables, n, kp, vp = xs
     kp, vp = kp.astype(np.float64), vp.astype(np.float64)
