@@ -13,9 +13,9 @@ module's weight store (ui8 / i8 codes, f16 scales); the dense weight is never ma
 Loop nest as gemm.py's (m -> n -> k): per n tile one DMA brings the scales of its whole k
 extent; per k step the activation tile and the codes tile are DMAd first (so tile-to-npu
 software-pipelines them one iteration ahead: docs/codegen.md), the activations are split to
-bf16, `tile.dequant` expands the codes into the bf16 weight tile (bf16 precision) or into an
-f32 tile that is split into hi/lo (fp32 emulation), and `matrix_unit.emit_tile_product`
-feeds the array. The expanded values are exactly those of the graph interpreter's
+bf16 (hi and lo on a decode's few rows: `two_pass_activations`), `tile.dequant` expands the
+codes into the bf16 weight tile (bf16) or an f32 tile split into hi/lo (fp32 emulation), and
+`emit_packed_product` feeds the array. The expanded values are exactly those of the graph interpreter's
 `dequantize_blocks` (then rounded to bf16 once, as for any weight), so the tile program
 agrees with the graph within the usual bf16/fp32 tolerance and with the simulator bit for bit.
 
@@ -37,7 +37,7 @@ weight) goes to gemm.lower_gemm, which folds the dequantization to a dense weigh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -204,7 +204,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
     def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
         # x staging f32 + bf16 hi(/lo), double buffered; codes and scales rings; the expanded
         # weight bf16 hi(/lo) double buffered (+ an f32 expansion tile for fp32 emulation)
-        spad = 2 * tm * tk * (4 + 2 * copies)
+        spad = 2 * tm * tk * (4 + 2 * (2 if copies == 2 or two_pass_activations(ctx, tm) else 1))
         spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
         spad += (2 * tn * 4 if bias is not None else 0)
@@ -279,19 +279,25 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
                                 after=after)
         _lower_resident(ctx, [first, *others], xv, M, K, norm)
         return
-    out2 = em.view(ctx.output_buffer(result), (M, N))
+    spec = _TiledProduct(op, epilogue, result, fmt_name, xv, em.view(ctx.output_buffer(result), (M, N)), bias_row,
+                         codes_w, scales_w, frame_groups, M, N, K, TM, TN, TK)
+    full_k, rem_k = divmod(K, TK)
+    if full_k >= 2 and not rem_k:
+        _lower_tiled_pipelined(ctx, spec)
+        return
     # local buffers
+    two_pass = two_pass_activations(ctx, TM)
     x_staging = em.alloc((TM, TK), f32, "spad", 2)
-    x_tile = alloc_bf16_tile(ctx, TM, TK)
+    x_tile = Bf16Tile(em.alloc((TM, TK), bf16, "spad", 2),
+                      em.alloc((TM, TK), bf16, "spad", 2) if copies == 2 or two_pass else None)
     codes_tile = em.alloc((code_rows, TN), i8 if fmt_name == "q8_0" else ui8, "spad", WEIGHT_DEPTH)
     scales_strip = em.alloc((Kp // QBLOCK, TN * entry // 2), f16, "spad", 2)
     w_tile = alloc_bf16_tile(ctx, TK, TN)
     w_expanded = em.alloc((TK, TN), f32, "spad", 2) if copies == 2 else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
-    bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
     z = [0, 0]
 
-    def tile_body(m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+    def k_loop(m0: Index, tm: int, n_tile: Index, tn: int) -> None:
         # the scales of the whole k extent of this n tile: one DMA, issued an n tile ahead
         em.dma(scales_w, [em.mul(n_tile, Kp // QBLOCK), 0], scales_strip, z, [K // QBLOCK, tn * entry // 2])
         em.fill(acc, z, tm, tn, 0.0)
@@ -306,29 +312,191 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
             split_on_chip(em, x_staging, x_tile, tm, tk)
             target = w_expanded if w_expanded is not None else w_tile.hi
             emit_dequant(em, target, codes_tile, [0, 0], scales_strip, [em.mul(k_tile, TK // QBLOCK), 0], tk, tn,
-                     fmt_name)
+                         fmt_name)
             if w_expanded is not None:
                 split_on_chip(em, w_expanded, w_tile, tk, tn)
-            emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
+            emit_packed_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
 
-        full_k, rem_k = divmod(K, TK)
         if full_k == 1:
             k_step(0, 0, TK)
         elif full_k > 1:
             em.loop(0, full_k, 1, lambda j: k_step(j, em.mul(j, TK), TK))
         if rem_k:
             k_step(full_k, full_k * TK, rem_k)
-        if bias_row is not None and bias_tile is not None:
-            em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+
+    _emit_tiles(ctx, spec, acc, k_loop)
+
+
+@dataclass(frozen=True)
+class _TiledProduct:
+    """A packed product that is not resident (tiles of TM x TN, k in steps of TK): what both
+    tiled emitters read."""
+
+    op: Operation
+    epilogue: Sequence[Operation]
+    result: SSAValue
+    fmt_name: str
+    xv: SSAValue  # the activations [M, K] in DRAM
+    out2: SSAValue  # the result [M, N] in DRAM
+    bias_row: SSAValue | None
+    codes_w: SSAValue
+    scales_w: SSAValue
+    frame_groups: tuple
+    M: int
+    N: int
+    K: int
+    TM: int
+    TN: int
+    TK: int
+
+
+def _emit_tiles(ctx: LoweringContext, spec: _TiledProduct, acc: SSAValue,
+                k_loop: Callable[[Index, int, Index, int], None]) -> None:
+    """The m -> n tile loops of a tiled product around `k_loop(m0, tm, n_tile, tn)`, which
+    leaves the tile's product in `acc`; then per tile the bias, the epilogue and the store."""
+    em = ctx.emitter
+    z = [0, 0]
+    bias_tile = em.alloc((1, spec.TN), f32, "spad", 2) if spec.bias_row is not None else None
+
+    def tile_body(m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
+        k_loop(m0, tm, n_tile, tn)
+        if spec.bias_row is not None and bias_tile is not None:
+            em.dma(spec.bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
-        frame = TileFrame(*frame_groups, 0, m0, n0, tm, tn)
-        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-        em.dma(tile, z, out2, [m0, n0], [tm, tn])
+        frame = TileFrame(*spec.frame_groups, 0, m0, n0, tm, tn)
+        tile = apply_epilogue(ctx, spec.epilogue, {spec.op.results[0]: acc}, frame, spec.result)
+        em.dma(tile, z, spec.out2, [m0, n0], [tm, tn])
 
     def over_n(m0: Index, tm: int) -> None:
-        em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(m0, tm, j, n0, tn))
+        em.counted_tiles(spec.N, spec.TN, lambda j, n0, tn: tile_body(m0, tm, j, n0, tn))
 
-    em.tiles(M, TM, over_n)
+    em.tiles(spec.M, spec.TM, over_n)
+
+
+def _lower_tiled_pipelined(ctx: LoweringContext, spec: _TiledProduct) -> None:
+    """The tiled packed product (a weight that is not resident: SmolLM2's LM head on server,
+    every product on edge) with its k steps software-pipelined in program order: step k is
+
+        expand(k + 1) ; load(k + 2) ; product(k)
+
+    (expand: the activations split to bf16 and `tile.dequant` of the codes; load: the
+    activation and codes DMAs) through two explicit buffers of each. The engines run in
+    program order and the front end dispatches the product's loadw/matmul pairs only as fast
+    as the matrix queue drains, so with expand(k + 1) after product(k) -- the k loop of
+    `lower_packed_gemm`'s other path -- the vector unit sat idle while the array consumed step
+    k and the array idle while the vector unit expanded step k + 1; here they overlap (the LM
+    head of SmolLM2 on server: 68 K -> ~35 K cycles). Same ops on the same tiles in the same
+    k order: the results are those of the other path, bit for bit."""
+    em = ctx.emitter
+    fmt_name, TM, TN, TK, K = spec.fmt_name, spec.TM, spec.TN, spec.TK, spec.K
+    fmt = block_format(fmt_name)
+    copies = ctx.bf16_copies
+    two_pass = two_pass_activations(ctx, TM)
+    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    full_k = K // TK
+    code_rows = TK * fmt.bits // 8
+    code_rows_p = K * fmt.bits // 8
+    codes_type = i8 if fmt_name == "q8_0" else ui8
+
+    def bf16_tile(rows: int, cols: int, lo: bool) -> Bf16Tile:
+        return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), em.alloc((rows, cols), bf16, "spad") if lo else None)
+
+    x_staging = [em.alloc((TM, TK), f32, "spad") for _ in range(2)]
+    x_tile = [bf16_tile(TM, TK, copies == 2 or two_pass) for _ in range(2)]
+    codes_tile = [em.alloc((code_rows, TN), codes_type, "spad") for _ in range(2)]
+    w_tile = [bf16_tile(TK, TN, copies == 2) for _ in range(2)]
+    w_expanded = [em.alloc((TK, TN), f32, "spad") for _ in range(2)] if copies == 2 else None
+    scales_strip = em.alloc((K // QBLOCK, TN * entry // 2), f16, "spad", 2)
+    acc = em.alloc((TM, TN), f32, "acc", 2)
+    z = [0, 0]
+
+    def k_loop(m0: Index, tm: int, n_tile: Index, tn: int) -> None:
+        em.dma(spec.scales_w, [em.mul(n_tile, K // QBLOCK), 0], scales_strip, z, [K // QBLOCK, tn * entry // 2])
+        em.fill(acc, z, tm, tn, 0.0)
+
+        def load(k: Index, buf: int) -> None:
+            em.dma(spec.xv, [m0, em.mul(k, TK)], x_staging[buf], z, [tm, TK])
+            code_row = em.add(em.mul(n_tile, code_rows_p), em.mul(k, code_rows))
+            em.dma(spec.codes_w, [code_row, 0], codes_tile[buf], z, [code_rows, tn])
+
+        def expand(k: Index, buf: int) -> None:
+            split_on_chip(em, x_staging[buf], x_tile[buf], tm, TK)
+            target = w_expanded[buf] if w_expanded is not None else w_tile[buf].hi
+            emit_dequant(em, target, codes_tile[buf], [0, 0], scales_strip, [em.mul(k, TK // QBLOCK), 0], TK, tn,
+                         fmt_name)
+            if w_expanded is not None:
+                split_on_chip(em, w_expanded[buf], w_tile[buf], TK, tn)
+
+        def step(k: Index, parity: int, has_next: bool, has_load: bool) -> None:
+            if has_next:
+                expand(em.add(k, 1), 1 - parity)
+            if has_load:
+                load(em.add(k, 2), parity)
+            emit_packed_product(ctx, x_tile[parity], w_tile[parity], acc, tm, TK, tn)
+
+        load(0, 0)
+        load(1, 1)
+        expand(0, 0)
+        # steps 2j and 2j + 1 while both have their expand and load (k + 2 < full_k), then the
+        # last two or three steps
+        pairs = (full_k - 2) // 2
+
+        def pair(j: SSAValue) -> None:
+            k = em.mul(j, 2)
+            step(k, 0, True, True)
+            step(em.add(k, 1), 1, True, True)
+
+        if pairs:
+            em.loop(0, pairs, 1, pair)
+        for k in range(2 * pairs, full_k):
+            step(k, k % 2, k + 1 < full_k, k + 2 < full_k)
+
+    _emit_tiles(ctx, spec, acc, k_loop)
+
+
+def two_pass_activations(ctx: LoweringContext, rows: int) -> bool:
+    """Whether a bf16 packed product on `rows` activation rows takes them as two bf16 passes,
+    hi = bf16(x) and lo = bf16(x - hi), through each loaded weight tile (the weights stay one
+    bf16 pass). A second pass costs `rows` more streamed rows per weight tile and no weight
+    load (tile-to-npu skips the `mx.loadw` of the tile still loaded), so it is taken while both
+    passes stream within the next tile's weight load with room to spare (the array
+    double-buffers its weights): 2 rows < an array-sized bf16 tile's load cycles (16 on both
+    configs: decode steps up to batch 7; at 8 the array has no slack left and edge's batch-8
+    step took 32 % more cycles; a prefill chunk's 32 rows stay one pass). It removes the
+    activations' bf16 rounding, half the rounding of a bf16 product: SmolLM2's bf16 decode
+    logits against transformers (docs/paged-kv.md)."""
+    if ctx.bf16_copies != 1:  # fp32 emulation splits both operands anyway
+        return False
+    hw = ctx.hw.matrix
+    load_cycles = hw.rows * hw.cols * 2 // hw.weight_load_bytes_per_cycle
+    return 2 * rows < load_cycles
+
+
+def emit_packed_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: SSAValue, rows: int, depth: int,
+                        width: int, *, lhs_at: tuple[Index, Index] = (0, 0), rhs_at: tuple[Index, Index] = (0, 0),
+                        overwrite: bool = False) -> None:
+    """acc[:rows, :width] (+)= lhs @ rhs of a packed product: `matrix_unit.emit_tile_product`,
+    except for bf16 activations in two passes (`two_pass_activations`: lhs.lo set, rhs.lo
+    not), where each array-sized weight box takes the hi rows, then the lo rows (the second
+    matmul reuses the loaded weight tile)."""
+    if lhs.lo is None or rhs.lo is not None:
+        emit_tile_product(ctx, lhs, rhs, acc, rows, depth, width, lhs_at=lhs_at, rhs_at=rhs_at, overwrite=overwrite)
+        return
+    em = ctx.emitter
+    array_rows, array_cols = ctx.hw.matrix.rows, ctx.hw.matrix.cols
+
+    def product(k0: Index, k: int, n0: Index, n: int, first: bool = False) -> None:
+        lhs_i = [lhs_at[0], em.add(lhs_at[1], k0)]
+        rhs_i = [em.add(rhs_at[0], k0), em.add(rhs_at[1], n0)]
+        for part, accumulate in ((lhs.hi, not first), (lhs.lo, True)):
+            em.matmul(part, lhs_i, rhs.hi, rhs_i, acc, [0, n0], rows, k, n, accumulate=accumulate)
+
+    # as emit_tile_product: depth outer, the first depth step (overwriting) before the rest
+    first_depth = min(depth, array_rows) if overwrite else 0
+    if overwrite:
+        em.tiles(width, array_cols, lambda n0, n: product(0, first_depth, n0, n, True))
+    em.tiles(depth - first_depth, array_rows,
+             lambda k0, k: em.tiles(width, array_cols, lambda n0, n: product(em.add(k0, first_depth), k, n0, n)))
 
 
 def _chunk_rows(K: int, steps: int = 3) -> int:
@@ -408,7 +576,8 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     x_rows = 2 * M if head else M
     x0 = (ctx.resident_products % 2) * M if head else 0
     x_staging = alloc((x_rows, K), f32)
-    x_tile = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 else None)
+    two_pass = two_pass_activations(ctx, M)
+    x_tile = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 or two_pass else None)
 
     @dataclass
     class Planes:  # one product's on-chip buffers and their row origins
@@ -509,8 +678,8 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
                 expand(i, j + 1)
             elif i + 1 < len(products):
                 expand(i + 1, 0)
-            emit_tile_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(x0, j * KC),
-                              rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
+            emit_packed_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(x0, j * KC),
+                                rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
             if j == 0 and i > 0:
                 finish(i - 1)
     finish(len(products) - 1)

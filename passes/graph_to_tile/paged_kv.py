@@ -11,22 +11,32 @@ instead of a DRAM one per block).
   rows go through the scratchpad and `tile.scatter_rows` stores each at its slot (several
   slots: copied to the scratchpad first and read with `lds`).
 * paged_attention, a flash-decoding kernel whose cost follows each sequence's actual length:
-  a helper nest computes the blocks each sequence uses, ceil(n / BS), on the vector unit
-  (exact in f32: ((n + BS - 1) / BS - (BS - 1) / (2 BS)) rounded half to even) into an i32
-  DRAM buffer (copied, with the block table, to the scratchpad by each paged-attention kernel).
-  Per sequence b (a static loop) the query rows of every head are loaded and
-  scaled once; then a loop over the blocks j < ceil(n / BS) whose upper bound is
-  `tile.load_index` of that buffer (a run-time trip count) gathers the K and V blocks (the pool
-  viewed as [NB, BS * W]: one DMA per block, its address from the block table) and, for all KV
-  heads at once:
+  a helper nest computes, on the vector unit, each sequence's loop counts over its
+  super-blocks (G consecutive entries of its block table, `superblock_blocks`: 8 for a decode
+  step on server, whose little math per block would leave one DMA latency per block exposed; 1
+  on edge and for prefill chunks), the block numbers of its last super-block and (G > 1) the
+  block table padded to a multiple of G and clamped to the sequence's last block, so a
+  super-block's padding gathers a real block that the length mask drops and entries after the
+  last block are never read (exact in f32; into i32 DRAM buffers copied, with the table, to the
+  scratchpad by each paged-attention kernel). Per sequence b (a static loop) the query rows of
+  every head are scaled once (several sequences: their queries, lengths and the position tile
+  come in one DMA each per kernel, every sequence's first super-block is gathered at the
+  kernel's start and copied on chip when the buffers take <= 1/8 of the scratchpad, and the
+  outputs are stored once after the last sequence); then a loop over the super-blocks whose
+  upper bound is `tile.load_index` of those buffers (a run-time trip count) gathers the K and V
+  blocks (the pool viewed as [NB, BS * W]: one DMA per block, its address from the table, a
+  super-block's G DMAs in flight together) into two buffers (the gathers of one super-block
+  overlap the math of the other) and, for all KV heads at once over G * BS keys:
     - scores S[r, s] = q_r . k_s on the vector unit (one `mul` and one `rsum` per query row
       and KV head: the pool is token-major, so q.K^T would need a transposed K tile, which the
       DMA cannot produce; the rsum column written with a unit stride is the score row);
-    - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j BS
-      (kept as an f32 row tile `base` that loses BS per block), keep = clamp(remaining, 0, 1),
+    - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j G BS
+      (kept as an f32 row tile `base` that loses G BS per step), keep = clamp(remaining, 0, 1),
       S += keep * 1e30 - 1e30;
     - the online softmax of attention.py (running max m, sum l, output O in the accumulator;
-      P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit.
+      P *= keep for chunks, so a query row without keys stays 0), O += P @ V on the matrix unit;
+      bf16: over V's hi and lo parts, with l summed from bf16(P) (docs/paged-kv.md, "bf16
+      precision": neither the values' rounding nor P's stays in the output).
   Finally O / max(l, 1e-30) is stored (rows without keys: 0).
 """
 
@@ -95,34 +105,79 @@ def _single_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
 
 
 class BlockSteps(NamedTuple):
-    """i32 DRAM buffers [B] that drive each sequence's block loops (rest = max(ceil(n / BS) - 1,
-    0) blocks after block 0)."""
+    """What drives each sequence's loop over its super-blocks (G consecutive blocks of its
+    block table gathered and computed together; rest = max(ceil(n / (G BS)) - 1, 0)
+    super-blocks after super-block 0)."""
 
-    pairs: SSAValue  # rest // 2: steps of the two-buffer loop
-    odd: SSAValue  # rest % 2: 1 when a last block follows the loop
-    last: SSAValue  # the number of the sequence's last block, block_tables[b, rest]
+    pairs: SSAValue  # i32 DRAM [B]: rest // 2, steps of the two-buffer loop
+    odd: SSAValue  # i32 DRAM [B]: rest % 2, 1 when a last super-block follows the loop
+    last: SSAValue  # i32 DRAM [B, G]: the block numbers of the sequence's last super-block
+    table: SSAValue  # i32 DRAM [B, MBP]: the block table the loop reads (G > 1: padded, clamped)
+    width: int  # MBP: entries per sequence in `table` (MB rounded up to a multiple of G)
+
+
+def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, rows: int = 1, head_dim: int = 1) -> int:
+    """G, the blocks a paged-attention step gathers and computes at once. Each step pays one
+    DMA latency (its G gathers are in flight together; the other buffer's math is all that
+    overlaps it) and one chain of dependent vector instructions and matmuls, so a decode step
+    (a few query rows, little math per block) takes G blocks at a time until that math covers
+    the latency, as many as the matrix unit's P @ V takes in one pass (G BS <= matrix.rows), a
+    power of two (1/G exact in f32), at most a quarter of the table's width (the cost follows
+    the context in steps of at most a quarter of the capacity; a step's padding after the last
+    block gathers that block again). A prefill chunk's rows (Sq per query head) already have a
+    latency's worth of math per block: G = 1 (more would compute masked keys at the start of a
+    sequence)."""
+    hw = ctx.hw
+    lanes = hw.vector.lanes
+    per_block = rows * -(-block_size * head_dim // lanes) * (hw.vector.cost["mul"] + hw.vector.cost["rsum"])
+    g = 1
+    while (2 * g * block_size <= hw.matrix.rows and 2 * g <= max_blocks // 4
+           and g * per_block < hw.dram.latency_cycles):
+        g *= 2
+    return g
+
+
+def values_in_two_parts(ctx: LoweringContext, keys: int, width: int) -> bool:
+    """bf16: whether P @ V takes V as hi = bf16(V) and lo = bf16(V - hi), two passes of P (the
+    values' rounding, most of the attention's bf16 error, gone: docs/paged-kv.md, "bf16
+    precision") when the split's vector work for a step of `keys` keys (a sub and a copy of
+    keys x width) takes at most a quarter of a DRAM latency, i.e. hides behind the step's
+    gathers (server: 96 cycles for a decode step's 128 keys x 192, 12 for a chunk's block of
+    16; edge's 16 lanes take 384 per block of 16 keys against a 100-cycle latency: +10 % of
+    SmolLM2's decode step at context 1024 there, so edge keeps bf16(V))."""
+    hw = ctx.hw
+    split = -(-keys * width // hw.vector.lanes) * (hw.vector.cost["sub"] + hw.vector.cost["copy"])
+    return ctx.bf16_copies == 1 and 4 * split <= hw.dram.latency_cycles
 
 
 def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAValue, batch: int, max_blocks: int,
-                 block_size: int) -> BlockSteps:
-    """The block loops' counts and the last block's number, computed on the vector unit in
-    columns [B, 1] (exact in f32: lengths and block numbers stay far below 2^24): rest =
+                 block_size: int, group: int) -> BlockSteps:
+    """The super-block loops' counts, the last super-block's block numbers and the table the
+    loop reads, computed on the vector unit (exact in f32: lengths and block numbers stay far
+    below 2^24): blocks = ceil(n / BS) >= 1 (block 0 is read when n = 0), rest_blocks =
     round((n + BS - 1) / BS - (BS - 1) / (2 BS) - 1) clamped at 0 (the f32 -> i32 copy rounds
-    half to even: the floor of ceil(n / BS) - 1), pairs = round(rest / 2 - 1/4), odd = rest -
-    2 pairs, last = sum_j tables[b, j] * (j == rest) (a one-hot row)."""
+    half to even: the floor of ceil(n / BS) - 1), rest = floor(rest_blocks / G) = round(
+    rest_blocks / G - (G - 1) / (2 G)) (no ties), pairs = round(rest / 2 - 1/4), odd = rest - 2
+    pairs. G = 1: the table is the argument's and last = tables[b, rest] (a one-hot row). G > 1:
+    the table is padded to MBP = ceil(MB / G) G entries and every entry after the sequence's last
+    block is that block (table[b, min(j, rest_blocks)]), so a super-block's padding gathers a
+    real block, which the length mask then drops; last[b, g] = table[b, rest G + g]."""
     em = ctx.emitter
-    B, MB = batch, max_blocks
+    B, MB, G = batch, max_blocks, group
+    MBP = -(-MB // G) * G
     with ctx.stage(what="block steps per sequence"):
-        out = [em.alloc((B,), i32, "dram") for _ in range(3)]
+        out = [em.alloc((B,), i32, "dram") for _ in range(2)]
+        last_out = em.alloc((B, G), i32, "dram")
         col_i = em.alloc((B, 1), i32, "spad")
         rest = em.alloc((B, 1), f32, "spad")
         half = em.alloc((B, 1), f32, "spad")
         table_i = em.alloc((B, MB), i32, "spad")
-        table_f = em.alloc((B, MB), f32, "spad")
-        onehot = em.alloc((B, MB), f32, "spad")
-        iota = ctx.weight(f"{name}.block_iota",
-                          np.tile(np.arange(MB, dtype=np.float32), (B, 1)), f32)
+        table_f = em.alloc((B, MBP), f32, "spad")
+        onehot = em.alloc((B, MBP), f32, "spad")
+        iota = em.alloc((B, MBP), f32, "spad")  # iota[b, j] = j
         z = [0, 0]
+        em.dma(ctx.weight(f"{name}.block_iota", np.tile(np.arange(MBP, dtype=np.float32), (B, 1)), f32),
+               z, iota, z, [B, MBP])
 
         def store(src: SSAValue, buffer: SSAValue) -> None:  # f32 column -> i32 buffer
             em.vec("copy", col_i, z, src, z, B, 1)  # rounds half to even
@@ -132,6 +187,17 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
             em.vec("copy", col_i, z, col, z, B, 1)
             em.vec("copy", col, z, col_i, z, B, 1)
 
+        def pick(dst: SSAValue, dst_at: list, column: SSAValue) -> None:
+            """dst[b] = table_f[b, column[b]]: the one-hot row of column `column` (1 -
+            min(|j - column|, 1)) times the table, summed."""
+            em.vec("sub", onehot, z, iota, z, B, MBP, column, z, bmode="col")
+            em.vec("abs", onehot, z, onehot, z, B, MBP)
+            em.vec("min", onehot, z, onehot, z, B, MBP, bmode="imm", imm=1.0)
+            em.vec("mul", onehot, z, onehot, z, B, MBP, bmode="imm", imm=-1.0)
+            em.vec("add", onehot, z, onehot, z, B, MBP, bmode="imm", imm=1.0)
+            em.vec("mul", onehot, z, onehot, z, B, MBP, table_f, z, bmode="tile")
+            em.vec("rsum", dst, dst_at, onehot, z, B, MBP)
+
         em.dma(em.view(lens, (B, 1)), z, col_i, z, [B, 1])
         em.dma(em.view(tables, (B, MB)), z, table_i, z, [B, MB])
         em.vec("copy", rest, z, col_i, z, B, 1)
@@ -140,6 +206,28 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
         em.vec("sub", rest, z, rest, z, B, 1, bmode="imm", imm=(block_size - 1) / (2.0 * block_size) + 1.0)
         em.vec("max", rest, z, rest, z, B, 1, bmode="imm", imm=0.0)  # n = 0: block 0 only
         rounded(rest)
+        if MBP > MB:
+            em.fill(table_f, [0, MB], B, MBP - MB, 0.0)
+        em.vec("copy", table_f, z, table_i, z, B, MB)
+        if G > 1:
+            # table_f[b, j] = table[b, min(j, rest_blocks)]: (table - last) * (j <= rest) + last
+            last_block = em.alloc((B, 1), f32, "spad")
+            valid = em.alloc((B, MBP), f32, "spad")
+            pick(last_block, z, rest)
+            em.vec("le", valid, z, iota, z, B, MBP, rest, z, bmode="col")
+            em.vec("sub", table_f, z, table_f, z, B, MBP, last_block, z, bmode="col")
+            em.vec("mul", table_f, z, table_f, z, B, MBP, valid, z, bmode="tile")
+            em.vec("add", table_f, z, table_f, z, B, MBP, last_block, z, bmode="col")
+            table_out = em.alloc((B, MBP), i32, "dram")
+            table_int = em.alloc((B, MBP), i32, "spad")
+            em.vec("copy", table_int, z, table_f, z, B, MBP)
+            em.dma(table_int, z, table_out, z, [B, MBP])
+            # rest = floor(rest_blocks / G)
+            em.vec("mul", rest, z, rest, z, B, 1, bmode="imm", imm=1.0 / G)
+            em.vec("sub", rest, z, rest, z, B, 1, bmode="imm", imm=(G - 1) / (2.0 * G))
+            rounded(rest)
+        else:
+            table_out = tables
         em.vec("mul", half, z, rest, z, B, 1, bmode="imm", imm=0.5)
         em.vec("sub", half, z, half, z, B, 1, bmode="imm", imm=0.25)
         rounded(half)
@@ -147,18 +235,20 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
         em.vec("mul", half, z, half, z, B, 1, bmode="imm", imm=-2.0)
         em.vec("add", half, z, half, z, B, 1, rest, z, bmode="tile")
         store(half, out[1])
-        # one-hot of column `rest` in each row: 1 - min(|j - rest|, 1)
-        em.dma(iota, z, onehot, z, [B, MB])
-        em.vec("sub", onehot, z, onehot, z, B, MB, rest, z, bmode="col")
-        em.vec("abs", onehot, z, onehot, z, B, MB)
-        em.vec("min", onehot, z, onehot, z, B, MB, bmode="imm", imm=1.0)
-        em.vec("mul", onehot, z, onehot, z, B, MB, bmode="imm", imm=-1.0)
-        em.vec("add", onehot, z, onehot, z, B, MB, bmode="imm", imm=1.0)
-        em.vec("copy", table_f, z, table_i, z, B, MB)
-        em.vec("mul", onehot, z, onehot, z, B, MB, table_f, z, bmode="tile")
-        em.vec("rsum", half, z, onehot, z, B, MB)
-        store(half, out[2])
-    return BlockSteps(*out)
+        # the last super-block's G block numbers: table_f[b, rest G + g]
+        last_f = em.alloc((B, G), f32, "spad")
+        first = rest
+        if G > 1:
+            first = em.alloc((B, 1), f32, "spad")
+            em.vec("mul", first, z, rest, z, B, 1, bmode="imm", imm=float(G))
+        for g in range(G):
+            pick(last_f, [0, g], first)
+            if g + 1 < G:
+                em.vec("add", first, z, first, z, B, 1, bmode="imm", imm=1.0)
+        last_i = em.alloc((B, G), i32, "spad")
+        em.vec("copy", last_i, z, last_f, z, B, G)
+        em.dma(last_i, z, last_out, z, [B, G])
+    return BlockSteps(out[0], out[1], last_out, table_out, MBP)
 
 
 def kv_heads_per_pass(ctx: LoweringContext, Hkv: int, R: int, Dv: int) -> int:
@@ -179,8 +269,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     S = shape_of(op.key_cache)[0]
     NB = S // BS
     Wk, Wv = Hkv * D, Hkv * Dv
-    G = Hq // Hkv
-    R = G * Sq  # query rows per KV head
+    group = Hq // Hkv
+    R = group * Sq  # query rows per KV head
     seq_rows = Hkv * R  # query rows of one sequence (= Hq * Sq), ordered (kv head, group, query)
     HP = kv_heads_per_pass(ctx, Hkv, R, Dv)
     passes = Hkv // HP
@@ -190,12 +280,15 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     lens = metadata_buffer(ctx, op, op.context_lens, "context lengths")
     # every layer of a step reads the same lengths: the counts are computed by the first
     name = ctx.kernel_name()
-    key = ("paged attention block steps", lens, tables, BS)
+    G = superblock_blocks(ctx, BS, MB, rows, D)
+    KB = G * BS  # keys per step
+    key = ("paged attention block steps", lens, tables, BS, G)
     if key not in ctx.derived:
-        ctx.derived[key] = _block_steps(ctx, name, lens, tables, B, MB, BS)
+        ctx.derived[key] = _block_steps(ctx, name, lens, tables, B, MB, BS, G)
     steps: BlockSteps = ctx.derived[key]
+    MBP = steps.width
     ctx.debug(f"[graph-to-tile] {name}: paged attention B={B} heads={Hq}/{Hkv} Sq={Sq} D={D} "
-              f"block={BS}: a run-time loop over each sequence's blocks"
+              f"block={BS}: a run-time loop over each sequence's blocks, {G} per step"
               + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
     with ctx.stage(op, "paged attention"):
         z = [0, 0]
@@ -206,47 +299,63 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # the block table and the block counts in the scratchpad (one DMA each per kernel): the
         # front end reads every block number and trip count with `lds`, a scratchpad latency,
         # instead of stalling a DRAM latency on `ld` per block (docs/paged-kv.md)
-        table_ids = em.alloc((B * MB,), i32, "spad")
-        em.dma(em.view(tables, (B, MB)), z, em.view(table_ids, (B, MB)), z, [B, MB])
-        local_steps = BlockSteps(*(em.alloc((B,), i32, "spad") for _ in range(3)))
-        for dram_counts, counts in zip(steps, local_steps):
-            em.dma(em.view(dram_counts, (1, B)), z, em.view(counts, (1, B)), z, [1, B])
-        steps = local_steps
+        table_ids = em.alloc((B * MBP,), i32, "spad")
+        em.dma(em.view(steps.table, (B, MBP)), z, em.view(table_ids, (B, MBP)), z, [B, MBP])
+        pairs_ids, odd_ids, last_ids = (em.alloc((B * w,), i32, "spad") for w in (1, 1, G))
+        for dram_counts, counts, w in ((steps.pairs, pairs_ids, 1), (steps.odd, odd_ids, 1), (steps.last, last_ids, G)):
+            em.dma(em.view(dram_counts, (1, B * w)), z, em.view(counts, (1, B * w)), z, [1, B * w])
         lens2 = em.view(lens, (B, 1))
         # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
         # number of keys of row r up to and including token j*BS + s (the same for every pass:
         # a pass's rows are whole KV heads, R a multiple of Sq)
-        rr, ss = np.meshgrid(np.arange(rows), np.arange(BS), indexing="ij")
+        rr, ss = np.meshgrid(np.arange(rows), np.arange(KB), indexing="ij")
         pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
         q_tile = em.alloc((rows, D), f32, "spad")
         n_int = em.alloc((1, 1), i32, "spad")
         n_float = em.alloc((1, 1), f32, "spad")
         n_col = em.alloc((rows, 1), f32, "spad")
-        base = em.alloc((rows, BS), f32, "spad")
-        keep = em.alloc((rows, BS), f32, "spad")
-        # two buffers per pool: the gather of one block overlaps the math of the other
-        k_block = [em.alloc((1, BS * Wk), f32, "spad") for _ in range(2)]
-        v_block = [em.alloc((1, BS * Wv), f32, "spad") for _ in range(2)]
-        v_tile = _single_bf16_tile(ctx, BS, Wv)
-        product = em.alloc((BS, D), f32, "spad")
-        scores = em.alloc((rows, BS), f32, "spad")
-        p_tile = _single_bf16_tile(ctx, rows, BS)
+        base = em.alloc((rows, KB), f32, "spad")
+        keep = em.alloc((rows, KB), f32, "spad")
+        # two buffers per pool: the gather of one super-block overlaps the math of the other
+        k_block = [em.alloc((G, BS * Wk), f32, "spad") for _ in range(2)]
+        v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
+        # V as hi + lo: fp32 emulation's three passes, or bf16's P @ V_hi + P @ V_lo (the values'
+        # rounding gone) where the split is cheap (`values_in_two_parts`)
+        v_lo = em.alloc((KB, Wv), bf16, "spad") if ctx.bf16_copies == 2 or values_in_two_parts(ctx, KB, Wv) else None
+        v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)  # (lo before hi: fp32's program as before)
+        product = em.alloc((KB, D), f32, "spad")
+        scores = em.alloc((rows, KB), f32, "spad")
+        p_tile = _single_bf16_tile(ctx, rows, KB)
+        # several sequences: their query rows, lengths and the position tile come in one DMA
+        # each per kernel, and (when the buffers take at most an eighth of the scratchpad) every
+        # sequence's first super-block is gathered at the start, so a sequence's math starts
+        # from a vector copy instead of waiting for its own gathers' DRAM latency
+        many = B > 1
+        prefetch_first = many and B * KB * (Wk + Wv) * 4 <= ctx.hw.memory.scratchpad_bytes // 8
+        if many:
+            q_all = em.alloc((B * seq_rows, D), f32, "spad")
+            out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
+            lens_all = em.alloc((B, 1), i32, "spad")
+            pos_tile = em.alloc((rows, KB), f32, "spad")
+        if prefetch_first:
+            first_k = em.alloc((B * G, BS * Wk), f32, "spad")
+            first_v = em.alloc((B * G, BS * Wv), f32, "spad")
         m = em.alloc((rows, 1), f32, "spad")
         m_new = em.alloc((rows, 1), f32, "spad")
         l_sum = em.alloc((rows, 1), f32, "spad")
         tmp = em.alloc((rows, 1), f32, "spad")
-        tmp_tile = em.alloc((rows, BS), f32, "spad")
+        tmp_tile = em.alloc((rows, KB), f32, "spad")
         o = em.alloc((rows, Dv), f32, "acc")
-        k_rows = [em.view(buf, (BS, Wk)) for buf in k_block]
-        v_rows = [em.view(buf, (BS, Wv)) for buf in v_block]
-        last_ids = steps.last
-        score_column = em.view(scores, (rows * BS, 1))  # score row r = this column's [r*BS, +BS)
+        k_rows = [em.view(buf, (KB, Wk)) for buf in k_block]
+        v_rows = [em.view(buf, (KB, Wv)) for buf in v_block]
+        score_column = em.view(scores, (rows * KB, 1))  # score row r = this column's [r*KB, +KB)
 
         def gather(ids: SSAValue, entry: Index, buf: int) -> None:
-            # one index for both gathers, back to back: with equal row pitches tile-to-npu reads
-            # the block number once (one front-end `ld` per block, docs/paged-kv.md)
-            em.gather_rows(k_blocks, 0, ids, entry, k_block[buf], z, 1, BS * Wk)
-            em.gather_rows(v_blocks, 0, ids, entry, v_block[buf], z, 1, BS * Wv)
+            # the G blocks of a super-block (entries [entry, entry + G) of `ids`), their DMAs in
+            # flight together; with G = 1 one index serves both gathers, back to back: with
+            # equal row pitches tile-to-npu reads the block number once
+            em.gather_rows(k_blocks, 0, ids, entry, k_block[buf], z, G, BS * Wk)
+            em.gather_rows(v_blocks, 0, ids, entry, v_block[buf], z, G, BS * Wv)
 
         def block(p: Index, buf: int) -> None:
             k_rows_b, v_rows_b = k_rows[buf], v_rows[buf]
@@ -254,78 +363,120 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             def score_row(kv: Index, r: Index) -> None:  # kv: the pass's own KV head
                 row = em.add(em.mul(kv, R), r)
                 head = em.add(em.mul(p, HP), kv)
-                em.vec("mul", product, z, k_rows_b, [0, em.mul(head, D)], BS, D, q_tile, [row, 0], bmode="row")
-                em.vec("rsum", score_column, [em.mul(row, BS), 0], product, z, BS, D)
+                em.vec("mul", product, z, k_rows_b, [0, em.mul(head, D)], KB, D, q_tile, [row, 0], bmode="row")
+                em.vec("rsum", score_column, [em.mul(row, KB), 0], product, z, KB, D)
 
             em.range(HP, lambda kv: em.range(R, lambda r: score_row(kv, r)))
             # keep = clamp(remaining, 0, 1); scores += keep * 1e30 - 1e30
-            em.vec("max", keep, z, base, z, rows, BS, bmode="imm", imm=0.0)
-            em.vec("min", keep, z, keep, z, rows, BS, bmode="imm", imm=1.0)
-            em.vec("mul", tmp_tile, z, keep, z, rows, BS, bmode="imm", imm=MASK_BIAS)
-            em.vec("add", tmp_tile, z, tmp_tile, z, rows, BS, bmode="imm", imm=-MASK_BIAS)
-            em.vec("add", scores, z, scores, z, rows, BS, tmp_tile, z, bmode="tile")
-            em.vec("add", base, z, base, z, rows, BS, bmode="imm", imm=float(-BS))
+            em.vec("max", keep, z, base, z, rows, KB, bmode="imm", imm=0.0)
+            em.vec("min", keep, z, keep, z, rows, KB, bmode="imm", imm=1.0)
+            em.vec("mul", tmp_tile, z, keep, z, rows, KB, bmode="imm", imm=MASK_BIAS)
+            em.vec("add", tmp_tile, z, tmp_tile, z, rows, KB, bmode="imm", imm=-MASK_BIAS)
+            em.vec("add", scores, z, scores, z, rows, KB, tmp_tile, z, bmode="tile")
+            em.vec("add", base, z, base, z, rows, KB, bmode="imm", imm=float(-KB))
             # online softmax
-            em.vec("rmax", tmp, z, scores, z, rows, BS)
+            em.vec("rmax", tmp, z, scores, z, rows, KB)
             em.vec("max", m_new, z, m, z, rows, 1, tmp, z, bmode="tile")
             em.vec("sub", tmp, z, m, z, rows, 1, m_new, z, bmode="tile")
             em.vec("exp", tmp, z, tmp, z, rows, 1)  # alpha = e^(m_old - m_new)
             em.vec("copy", m, z, m_new, z, rows, 1)
-            em.vec("sub", scores, z, scores, z, rows, BS, m_new, z, bmode="col")
-            em.vec("exp", scores, z, scores, z, rows, BS)
+            em.vec("sub", scores, z, scores, z, rows, KB, m_new, z, bmode="col")
+            em.vec("exp", scores, z, scores, z, rows, KB)
             # a query row without keys (n < Sq, or n = 0 whose block 0 is still read) stays 0
-            em.vec("mul", scores, z, scores, z, rows, BS, keep, z, bmode="tile")
+            em.vec("mul", scores, z, scores, z, rows, KB, keep, z, bmode="tile")
             em.vec("mul", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
             em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
-            em.vec("rsum", tmp, z, scores, z, rows, BS)
-            em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
-            split_on_chip(em, scores, p_tile, rows, BS)
-            split_on_chip(em, v_rows_b, v_tile, BS, Wv)
-            em.range(HP, lambda kv: emit_tile_product(
-                ctx, p_tile, v_tile, o, R, BS, Dv, lhs_at=(em.mul(kv, R), 0),
-                rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0)))
+            if p_tile.lo is None:
+                # bf16: l sums P as the matrix unit gets it, bf16(P), so O / l stays a convex
+                # combination of the values (with l from the f32 P, V's common offset times the
+                # sum of P's rounding errors would be left in every output)
+                split_on_chip(em, scores, p_tile, rows, KB)
+                em.vec("copy", scores, z, p_tile.hi, z, rows, KB)
+                em.vec("rsum", tmp, z, scores, z, rows, KB)
+                em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
+            else:
+                em.vec("rsum", tmp, z, scores, z, rows, KB)
+                em.vec("add", l_sum, z, l_sum, z, rows, 1, tmp, z, bmode="tile")
+                split_on_chip(em, scores, p_tile, rows, KB)
+            split_on_chip(em, v_rows_b, v_tile, KB, Wv)
+            # bf16 with V in two parts: one pass of P over each
+            products = [(p_tile, v_tile)] if p_tile.lo is not None or v_tile.lo is None else \
+                [(p_tile, Bf16Tile(v_tile.hi, None)), (p_tile, Bf16Tile(v_tile.lo, None))]
+
+            def head_product(kv: Index) -> None:
+                for lhs, rhs in products:
+                    emit_tile_product(ctx, lhs, rhs, o, R, KB, Dv, lhs_at=(em.mul(kv, R), 0),
+                                      rhs_at=(0, em.mul(em.add(em.mul(p, HP), kv), Dv)), acc_at=(em.mul(kv, R), 0))
+
+            em.range(HP, head_product)
 
         def sequence_pass(b: Index, p: Index) -> None:
             first_row = em.add(em.mul(b, seq_rows), em.mul(p, rows))
-            em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
-            em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
-            em.dma(lens2, [b, 0], n_int, z, [1, 1])
-            em.vec("copy", n_float, z, n_int, z, 1, 1)
+            if many:
+                em.vec("mul", q_tile, z, q_all, [first_row, 0], rows, D, bmode="imm", imm=scale)
+                em.vec("copy", n_float, z, lens_all, [b, 0], 1, 1)
+            else:
+                em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
+                em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
+                em.dma(lens2, [b, 0], n_int, z, [1, 1])
+                em.vec("copy", n_float, z, n_int, z, 1, 1)
             em.fill(n_col, z, rows, 1, 0.0)
             em.vec("add", n_col, z, n_col, z, rows, 1, n_float, z, bmode="row")
-            em.dma(pos, z, base, z, [rows, BS])
-            em.vec("add", base, z, base, z, rows, BS, n_col, z, bmode="col")
+            if many:
+                em.vec("add", base, z, pos_tile, z, rows, KB, n_col, z, bmode="col")
+            else:
+                em.dma(pos, z, base, z, [rows, KB])
+                em.vec("add", base, z, base, z, rows, KB, n_col, z, bmode="col")
             em.fill(m, z, rows, 1, NEG_INF)
             em.fill(l_sum, z, rows, 1, 0.0)
             em.fill(o, z, rows, Dv, 0.0)
-            # blocks in order through two buffers: block 0 is gathered first; each step of the
-            # loop gathers block 2i+1 into buffer 1, does block 2i's math, gathers block 2i+2
-            # into buffer 0 and does block 2i+1's math, so each gather (its block-table `ld`
-            # stalls the front end for a DRAM latency, then the DMA's latency) overlaps the
-            # other buffer's math; then block 2p's math, and block 2p+1 when rest is odd
-            row0 = em.mul(b, MB)
-            gather(table_ids, row0, 0)
-            pairs = em.load_index(steps.pairs, [b], max(MB - 1, 0) // 2)
+            # super-blocks in order through two buffers: super-block 0 is gathered first (or
+            # copied from its prefetch); each step of the loop gathers super-block 2i+1 into
+            # buffer 1, does 2i's math, gathers 2i+2 into buffer 0 and does 2i+1's math, so each
+            # gather's DMA latency overlaps the other buffer's math; then 2p's math, and 2p+1's
+            # (the last super-block's blocks) when rest is odd
+            row0 = em.mul(b, MBP)
+            if prefetch_first:
+                em.vec("copy", k_rows[0], z, em.view(first_k, (B * KB, Wk)), [em.mul(b, KB), 0], KB, Wk)
+                em.vec("copy", v_rows[0], z, em.view(first_v, (B * KB, Wv)), [em.mul(b, KB), 0], KB, Wv)
+            else:
+                gather(table_ids, row0, 0)
+            pairs = em.load_index(pairs_ids, [b], max(MBP // G - 1, 0) // 2)
 
             def pair(i: SSAValue) -> None:
-                first = em.add(row0, em.mul(i, 2))
-                gather(table_ids, em.add(first, 1), 1)
+                first = em.add(row0, em.mul(i, 2 * G))
+                gather(table_ids, em.add(first, G), 1)
                 block(p, 0)
-                gather(table_ids, em.add(first, 2), 0)
+                gather(table_ids, em.add(first, 2 * G), 0)
                 block(p, 1)
 
             em.loop(0, pairs, 1, pair)
             block(p, 0)
-            odd = em.load_index(steps.odd, [b], 1)
+            odd = em.load_index(odd_ids, [b], 1)
 
             def last(_: SSAValue) -> None:
-                gather(last_ids, b, 1)
+                gather(last_ids, em.mul(b, G), 1)
                 block(p, 1)
 
             em.loop(0, odd, 1, last)
             em.vec("max", l_sum, z, l_sum, z, rows, 1, bmode="imm", imm=1e-30)
             em.vec("recip", tmp, z, l_sum, z, rows, 1)
-            em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
-            em.dma(o, z, out2, [first_row, 0], [rows, Dv])
+            if many:  # the next sequence's O need not wait for this one's store
+                em.vec("mul", out_all, [first_row, 0], o, z, rows, Dv, tmp, z, bmode="col")
+            else:
+                em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
+                em.dma(o, z, out2, [first_row, 0], [rows, Dv])
 
+        if many:
+            em.dma(q2, z, q_all, z, [B * seq_rows, D])
+            em.dma(lens2, z, lens_all, z, [B, 1])
+            em.dma(pos, z, pos_tile, z, [rows, KB])
+        if prefetch_first:
+            def first_blocks(b: Index) -> None:
+                em.gather_rows(k_blocks, 0, table_ids, em.mul(b, MBP), first_k, [em.mul(b, G), 0], G, BS * Wk)
+                em.gather_rows(v_blocks, 0, table_ids, em.mul(b, MBP), first_v, [em.mul(b, G), 0], G, BS * Wv)
+
+            em.range(B, first_blocks)
         em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))
+        if many:
+            em.dma(out_all, z, out2, z, [B * seq_rows, Dv])

@@ -12,6 +12,7 @@ quantizer).
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -66,6 +67,12 @@ CASES = [  # fmt, target, precision, M, K, N, bias, relu: remainder tiles in n a
     ("q4_0", "server", "bf16", 1, 256, 144, False, False),
     ("q8_0", "edge", "bf16", 4, 64, 40, True, True),
     ("q8_0", "server", "fp32", 3, 128, 136, False, False),
+    # not resident (k split in steps): the k steps software-pipelined through two explicit
+    # buffers (packed_gemm._lower_tiled_pipelined): 8 steps (the pair loop), fp32 emulation
+    ("q8_0", "edge", "fp32", 3, 1024, 96, True, False),
+    # 9 steps (the loop and an odd tail) in two n tiles; 4 steps on server
+    ("q4_1", "edge", "bf16", 1, 576, 1024, False, True),
+    ("q4_0", "server", "bf16", 1, 2048, 4096, False, False),
 ]
 
 
@@ -133,6 +140,28 @@ def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
             assert np.abs(y - ref).max() <= 1e-3 * (ref.max() - ref.min())
         else:
             assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
+
+
+@pytest.mark.parametrize("target,M,K,N", [("server", 1, 576, 200), ("edge", 7, 576, 48), ("server", 4, 1024, 4096)])
+def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N):
+    """bf16, up to 7 activation rows (a decode step: resident on server, tiled on edge, the
+    pipelined tiled path on server's 4096 x 1024): the activations go through each loaded weight
+    tile as hi = bf16(x) and lo = bf16(x - hi) (packed_gemm.two_pass_activations), so the result
+    is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding; one `mx.loadw` per two
+    matmuls."""
+    module = packed_linear_module("q4_1", M, K, N)
+    x = np.random.default_rng(3).standard_normal((M, K)).astype(np.float32)
+    exe = infer.compile(module, target=target, precision="bf16")
+    y = exe.run([x], check_races=True)[0].astype(np.float64)
+    w = gguf.quants.dequantize(weights_of(module).get("w"), gguf.GGMLQuantizationType.Q4_1).reshape(N, K)
+    w_bf16 = w.astype(ml_dtypes.bfloat16).astype(np.float64)
+    two_pass = x.astype(np.float64) @ w_bf16.T
+    one_pass = x.astype(ml_dtypes.bfloat16).astype(np.float64) @ w_bf16.T
+    scale = np.abs(two_pass).max()
+    assert np.abs(y - two_pass).max() <= 1e-5 * scale  # fp32 accumulation (and lo's own rounding)
+    assert np.abs(one_pass - two_pass).max() >= 30 * np.abs(y - two_pass).max()
+    names = [i.d.name for i in exe.program.instrs]
+    assert names.count("mx.matmul") == 2 * names.count("mx.loadw") > 0
 
 
 @pytest.mark.parametrize("fmt,target,V,W,count", [("q8_0", "server", 50, 96, 7), ("q4_1", "edge", 40, 64, 3),

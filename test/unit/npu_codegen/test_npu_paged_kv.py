@@ -15,7 +15,7 @@ from infer.dialects.ir_io import verify_module
 from infer.dialects.npu import ProgramOp
 from infer.dialects.npu_attrs import layout_from_module
 from infer.dialects.weights import weights_of
-from infer.passes.graph_to_tile.paged_kv import kv_heads_per_pass
+from infer.passes.graph_to_tile.paged_kv import kv_heads_per_pass, superblock_blocks
 from infer.passes.testing import apply_pass, run_entry
 from infer.target.hw import load_config
 from infer.target.sim import Simulator
@@ -96,24 +96,53 @@ def test_cache_outputs_share_the_input_regions():
 
 @pytest.mark.parametrize("target", ["edge", "server"])
 def test_cycles_follow_the_context_length(target):
-    """One program for a pool of 16 blocks of 16 tokens: the cost grows with the blocks the
-    context uses (context 16 / 128 / 256: 1 / 8 / 16 blocks), by about the same amount per
-    block, and every step is right. The block numbers and trip counts are read from the
-    scratchpad (`lds`, after one DMA of the table per kernel): on server a block costs less
-    than a DRAM latency (its gather's DMA latency overlaps the other buffer's math; with a
-    front-end `ld` per block it cost that `ld`'s DRAM latency on top)."""
-    geometry = (1, 4, 2, 1, 16, 16, 16, 16)
+    """One program for a pool of 64 blocks of 16 tokens: the cost grows with the steps the
+    context takes (a step gathers and computes G blocks: 1 on edge, whose 16-row array takes one
+    block per P @ V; 8 on server), by about the same amount per step, and every step is right.
+    The block numbers and trip counts are read from the scratchpad (`lds`, after one DMA of the
+    table per kernel). On server a step's G gathers are in flight together, so a block costs a
+    fraction of a DRAM latency (one block per step cost most of one: its gather's latency
+    overlapped only the other buffer's short math)."""
+    geometry = (1, 4, 2, 1, 16, 16, 64, 64)
+    hw = load_config(target)
+    G = superblock_blocks(SimpleNamespace(hw=hw), 16, 64, 4, 16)
+    assert G == (1 if target == "edge" else 8)
     _, module, program, layout = compile_step(geometry, target)
     names = [i.name for i in program.instrs]
-    assert names.count("lds") == 6  # 4 gathers' block numbers (block 0, the pair loop's two, the last), 2 trip counts
+    # 4 gathers of K and V (super-block 0, the pair loop's two, the last) and 2 trip counts; one
+    # block per gather: K and V share the block number; G blocks: a hardware loop of G - 1 rows
+    # and the peeled last row, per pool
+    assert names.count("lds") == (6 if G == 1 else 4 * 2 * 2 + 2)
     assert names.count("ld") == 2  # the K and V writes' slots
     cycles = {}
-    for n in (16, 128, 256):
+    steps = (1, 4, 8)
+    for s in steps:
+        n = s * G * 16
         xs = step_inputs(*geometry, [n], seed=n)
-        outputs, cycles[n] = simulate(module, program, layout, target, xs)
+        outputs, cycles[s] = simulate(module, program, layout, target, xs)
         np.testing.assert_allclose(outputs[0], run_entry(step_module(geometry), xs)[0],
                                    rtol=1e-4, atol=1e-4)
-    per_block = [(cycles[128] - cycles[16]) / 7, (cycles[256] - cycles[128]) / 8]
-    assert min(per_block) > 0 and max(per_block) < 1.25 * min(per_block), cycles
+    per_step = [(cycles[4] - cycles[1]) / 3, (cycles[8] - cycles[4]) / 4]
+    assert min(per_step) > 0 and max(per_step) < 1.25 * min(per_step), cycles
     if target == "server":
-        assert max(per_block) < load_config(target).dram.latency_cycles, cycles
+        assert max(per_step) / G < hw.dram.latency_cycles / 4, cycles
+
+
+def test_unused_block_table_entries_are_never_read():
+    """A sequence's block-table entries after its last block may hold anything (here -1, or a
+    block past the pool): a step of G > 1 blocks gathers its padding from the table clamped to
+    the sequence's last block (masked by the length), never from those entries."""
+    geometry, lens = (3, 4, 2, 1, 8, 4, 30, 8), [1, 6, 12]  # DECODE with 8 entries per table: G = 2
+    B, Hq, _, _, D, BS, NB, MB = geometry
+    assert superblock_blocks(SimpleNamespace(hw=load_config("server")), BS, MB, Hq, D) > 1
+    xs = step_inputs(*geometry, lens)
+    tables = xs[4].copy()
+    for b, n in enumerate(lens):
+        tables[b, -(-n // BS):] = -1 if b % 2 else NB + 1000
+    xs[4] = tables
+    reference = run_entry(step_module(geometry), xs)
+    tile_module, module, program, layout = compile_step(geometry, "server")
+    outputs, _ = simulate(module, program, layout, "server", xs)
+    for sim, tile, graph in zip(outputs, run_entry(tile_module, xs), reference, strict=True):
+        assert sim.tobytes() == tile.tobytes()
+        np.testing.assert_allclose(sim, graph, rtol=TOL["fp32"], atol=TOL["fp32"])
