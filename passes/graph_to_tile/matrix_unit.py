@@ -1,7 +1,9 @@
 """What the matrix-unit kernels (gemm.py, conv.py, attention.py) share: bf16 operands.
 
 The matrix unit multiplies bf16 with fp32 accumulation. `precision=bf16` rounds each operand
-to bf16 once; `precision=fp32` emulates fp32 products with three bf16 passes
+to bf16 once (one exception, in packed_gemm.py and paged_kv.py: a decode step's packed products
+on at most 7 rows, and on server its attention's values, take that operand in two passes hi + lo,
+which the idle array pays for while the next weight tile loads; docs/gguf.md); `precision=fp32` emulates fp32 products with three bf16 passes
 hi*hi + hi*lo + lo*hi (hi = bf16(x), lo = bf16(x - hi); the dropped lo*lo term leaves ~2^-16
 relative error per product): activations are split on the vector unit (`split_on_chip`: copy,
 sub, copy), weights at compile time (`packed_weight_parts`: `<name>.packed_hi` / `_lo`).
