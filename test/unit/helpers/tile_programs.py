@@ -16,6 +16,7 @@ from infer.dialects.tile_interpreter import run_tile_module
 from infer.dialects.npu_attrs import layout_from_module
 from infer.dialects.weights import weights_of
 from infer.passes.pipelines_npu import CompileNpuPass
+from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_memory_plan import TilePlanMemoryPass
 from infer.passes.tile_to_npu import TileToNpuPass
 from infer.target.sim import Simulator
@@ -65,6 +66,24 @@ def run_both(text: str, inputs, target: str = "edge"):
         assert o.dtype == r.dtype and o.shape == r.shape
         assert o.tobytes() == r.tobytes()  # bit-identical
     return prog, counters, outs
+
+
+def npu_matches_tile(module, inputs, target: str):
+    """A planned tile module (graph-to-tile + tile-plan-memory done, weights attached): run it on
+    the tile interpreter, lower it with tile-to-npu and simulate it with the race checker on;
+    assert the simulator's outputs are bit-identical. Returns (outputs, counters)."""
+    tile_ref = run_entry(module, list(inputs))
+    apply_pass("tile-to-npu", module)
+    verify_module(module)
+    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
+    layout = layout_from_module(module)
+    dram = layout.dram_image(list(inputs), weights_of(module))
+    counters = Simulator(target).run(prog, dram, check_races=True)
+    outs = layout.read_outputs(dram)
+    assert len(outs) == len(tile_ref)
+    for o, r in zip(outs, tile_ref):
+        assert o.tobytes() == r.tobytes()  # bit-identical to the tile interpreter
+    return outs, counters
 
 
 def mr(shape, elem, space):

@@ -10,12 +10,9 @@ import numpy as np
 import pytest
 
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.npu import ProgramOp
-from infer.dialects.npu_attrs import layout_from_module
-from infer.dialects.weights import weights_of
 from infer.passes.graph_to_tile.conv import im2col_chunks
-from infer.passes.testing import apply_pass, run_entry
-from infer.target.sim import Simulator
+from infer.passes.testing import apply_pass
+from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
 
@@ -44,15 +41,7 @@ def compile_and_compare(text: str, target: str, x: np.ndarray, capsys) -> str:
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16 debug-tiling=true}},"
                f"tile-plan-memory{{target={target}}}", module)
     log = capsys.readouterr().err
-    tile_ref = run_entry(module, [x])
-    apply_pass("tile-to-npu", module)
-    verify_module(module)
-    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    layout = layout_from_module(module)
-    dram = layout.dram_image([x], weights_of(module))
-    Simulator(target).run(prog, dram, check_races=True)
-    (out,) = layout.read_outputs(dram)
-    assert out.tobytes() == tile_ref[0].tobytes()
+    npu_matches_tile(module, [x], target)
     return log
 
 

@@ -11,13 +11,11 @@ import pytest
 
 from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.npu import ProgramOp
-from infer.dialects.npu_attrs import layout_from_module
-from infer.dialects.weights import WeightStore, attach_weights, weights_of
+from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import conv, gemm
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
-from infer.target.sim import Simulator
+from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
 
@@ -60,15 +58,7 @@ def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, x: n
     prefetched = [a.buffer.type.get_shape() for a in module.walk() if isinstance(a, t.AllocOp)
                   and LIVE_FROM_PREVIOUS in a.attributes and str(a.buffer.type.element_type) == "bf16"
                   and t.space_of(a.buffer) == "spad" and a.buffers.value.data == 1]
-    tile_ref = run_entry(module, [x])
-    apply_pass("tile-to-npu", module)
-    verify_module(module)
-    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    layout = layout_from_module(module)
-    dram = layout.dram_image([x], weights_of(module))
-    counters = Simulator(target).run(prog, dram, check_races=True)
-    (y,) = layout.read_outputs(dram)
-    assert y.tobytes() == tile_ref[0].tobytes()  # bit-identical to the tile interpreter
+    (y,), counters = npu_matches_tile(module, [x], target)
     np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)  # bf16 products
     return y, counters.cycles, prefetched
 
