@@ -306,16 +306,23 @@ class LoweringContext:
         accumulator's fill) wait for that kernel's last readers (its epilogue and store): the
         loads that read nothing the kernel before writes then run while it still computes,
         and only the first load of its result waits for its store."""
-        prev = self.previous_nest
-        if prev is None or prev.block is not block or not allocs or not latency_bound(self.hw):
+        if not allocs or not latency_bound(self.hw):
             return
-        mem = self.hw.memory
-        if (prev.spad + self._nest_spad > KERNEL_OVERLAP_SHARE * mem.scratchpad_bytes
-                or prev.acc + self._nest_acc > KERNEL_OVERLAP_SHARE * mem.accumulator_bytes):
+        if not self.room_beside_previous(block, self._nest_spad, self._nest_acc, KERNEL_OVERLAP_SHARE):
             return
         for a in allocs:
             if a.parent_block() is block:
                 self.emitter.live_from_previous(a.buffer)
+
+    def room_beside_previous(self, block, spad: int, acc: int, share: float) -> bool:
+        """Whether the last top-level nest was emitted in `block` and `spad` / `acc` more bytes fit
+        beside its buffers within `share` of the scratchpad / accumulator (what buffers live
+        from that nest's start may take: `Emitter.live_from_previous`)."""
+        prev = self.previous_nest
+        mem = self.hw.memory
+        return (prev is not None and prev.block is block
+                and prev.spad + spad <= share * mem.scratchpad_bytes
+                and prev.acc + acc <= share * mem.accumulator_bytes)
 
     def _check_local(self, allocs: Sequence[t.AllocOp], op: Operation, kernel: str) -> None:
         capacities = {"spad": ("scratchpad", self.hw.memory.scratchpad_bytes),

@@ -3,7 +3,8 @@
 The matrix unit multiplies bf16 with fp32 accumulation. `precision=bf16` rounds each operand
 to bf16 once (one exception, in packed_gemm.py and paged_kv.py: a decode step's packed products
 on at most 7 rows, and on server its attention's values, take that operand in two passes hi + lo,
-which the idle array pays for while the next weight tile loads; docs/gguf.md); `precision=fp32` emulates fp32 products with three bf16 passes
+which the idle array pays for while the next weight tile loads; docs/gguf.md);
+`precision=fp32` emulates fp32 products with three bf16 passes
 hi*hi + hi*lo + lo*hi (hi = bf16(x), lo = bf16(x - hi); the dropped lo*lo term leaves ~2^-16
 relative error per product): activations are split on the vector unit (`split_on_chip`: copy,
 sub, copy), weights at compile time (`packed_weight_parts`: `<name>.packed_hi` / `_lo`).
@@ -113,15 +114,10 @@ def prefetch_packed(ctx: LoweringContext, packs: list[SSAValue], nest_spad: int,
     loop nest, each weight byte read once. None when there is no kernel before in this block,
     or the weights do not fit beside that kernel's buffers and this kernel's (`nest_spad`,
     `nest_acc`: its other buffers) within `share` of each memory."""
-    prev = ctx.previous_nest
     em = ctx.emitter
-    if prev is None or prev.block is not em.insert_point.block:
-        return None
     shape = shape_of(packs[0])
     size = len(packs) * num_elements(shape) * 2
-    mem = ctx.hw.memory
-    if (prev.spad + nest_spad + size > share * mem.scratchpad_bytes
-            or prev.acc + nest_acc > share * mem.accumulator_bytes):
+    if not ctx.room_beside_previous(em.insert_point.block, nest_spad + size, nest_acc, share):
         return None
     parts = [em.alloc(shape, bf16, "spad") for _ in packs]
     for part in parts:
