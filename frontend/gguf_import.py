@@ -43,7 +43,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -337,7 +337,7 @@ class GGUFWeights:
                 )
             v = b.file_weight(info.gguf_name, packed.shape, np.uint8)
             return b.op(g.DequantizeBlocksOp, [v], result_type=TensorType(elem, list(info.shape)),
-                        format=g.StringAttr(fmt))
+                        format=StringAttr(fmt))
         return b.cast(b.file_weight(info.gguf_name, info.shape, FLOAT_TYPES[info.kind]), dtype)
 
 

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -223,7 +223,6 @@ def to_numpy_dtype_name(name: str) -> np.dtype:
 
 def _combine(funcs: list[tuple[str, ModuleOp]], store: WeightStore) -> ModuleOp:
     """Move the functions of single-function modules into one module."""
-    from xdsl.dialects.builtin import StringAttr
     from xdsl.dialects.func import FuncOp
 
     ops = []
@@ -594,7 +593,7 @@ class _Gpt2Importer(_DecoderImporter):
         att, k_all, v_all = self.attend(e, q, k, v, ctx, past_k, past_v, scale=self.scale)
         x = e.op(g.AddOp, [x, self.conv1d(e, e.merge_heads(att), f"{p}.attn.c_proj", h, h)])
         hn = self.ln(e, x, f"{p}.ln_2")
-        m = e.op(g.GeluOp, [self.conv1d(e, hn, f"{p}.mlp.c_fc", h, self.inter)], approximate=g.StringAttr(self.approx))
+        m = e.op(g.GeluOp, [self.conv1d(e, hn, f"{p}.mlp.c_fc", h, self.inter)], approximate=StringAttr(self.approx))
         x = e.op(g.AddOp, [x, self.conv1d(e, m, f"{p}.mlp.c_proj", self.inter, h)])
         return x, k_all, v_all
 
@@ -696,7 +695,7 @@ class _BertImporter(_ModelImporter):
             a = e.linear(e.merge_heads(a), f"{p}.attention.output.dense", h, h, bias=True)
             x = self.ln(e, e.op(g.AddOp, [a, x]), f"{p}.attention.output.LayerNorm")
             m = e.linear(x, f"{p}.intermediate.dense", h, self.inter, bias=True)
-            m = e.op(g.GeluOp, [m], approximate=g.StringAttr(self.approx))
+            m = e.op(g.GeluOp, [m], approximate=StringAttr(self.approx))
             m = e.linear(m, f"{p}.output.dense", self.inter, h, bias=True)
             x = self.ln(e, e.op(g.AddOp, [m, x]), f"{p}.output.LayerNorm")
         outputs, names = [x], ["last_hidden_state"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 from onnx import TensorProto
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -281,7 +282,7 @@ def _gelu(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     require_float(x, "Gelu")
     approx = attribute(node, "approximate", "none")
-    return [imp.b.op(g.GeluOp, [x], approximate=g.StringAttr(approx))]
+    return [imp.b.op(g.GeluOp, [x], approximate=StringAttr(approx))]
 
 
 @handler("Clip", attrs=("min", "max", "consumed_inputs"))

@@ -9,10 +9,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import (
-    ModuleOp,
-    TensorType,
-)
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
 
 from infer.dialects import graph as g

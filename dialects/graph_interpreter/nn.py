@@ -101,7 +101,7 @@ def _pool_geometry(op: Any, h: int, w: int) -> tuple[tuple[int, int], tuple[int,
     stride, pad, dil = window_attrs(op)
     ceil = bool_of(op.ceil_mode)
     out = tuple(
-        g._window_out(op.name, size, kernel[i], stride[i], pad[i], pad[i + 2], dil[i], ceil)
+        g.window_out(op.name, size, kernel[i], stride[i], pad[i], pad[i + 2], dil[i], ceil)
         for i, size in enumerate((h, w))
     )
     full = []

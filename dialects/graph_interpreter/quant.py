@@ -11,14 +11,7 @@ import numpy as np
 from infer.dialects import graph as g
 from infer.dialects import linear_quant as lq
 from infer.dialects.block_quant import dequantize_blocks
-from infer.dialects.graph_interpreter.core import (
-    bool_of,
-    Env,
-    int_of,
-    kernel_for,
-    out_dtype,
-    result_type,
-)
+from infer.dialects.graph_interpreter.core import bool_of, Env, int_of, kernel_for, out_dtype, result_type
 from infer.dialects.graph_interpreter.nn import window_attrs
 
 

@@ -9,12 +9,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    DictionaryAttr,
-    ModuleOp,
-    StringAttr,
-    TensorType,
-)
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, TensorType
 from xdsl.interpreter import (
     Interpreter,
     InterpreterFunctions,
