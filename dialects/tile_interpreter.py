@@ -87,12 +87,12 @@ from xdsl.interpreters.builtin import scalar_attr
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.interpreters.scf import ScfFunctions
 from xdsl.ir import Operation, SSAValue
-from xdsl.traits import SymbolTable
 
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_name, to_numpy_dtype
 from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError, innermost_interpreter_error
-from infer.dialects.weight_refs import stored_weight, weight_store_for
+from infer.dialects.graph_interpreter.core import Env, describe_op, find_entry, select_inputs
+from infer.dialects.weight_refs import stored_weight
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
 from infer.target.sim_core import DequantSpec, dequant_compute
@@ -176,17 +176,6 @@ def _box(what: str, arr: np.ndarray, origin: Sequence[Any], extent: Sequence[int
     return arr[tuple(slices)]
 
 
-def _describe(op: Operation) -> str:
-    names = [f"%{r.name_hint}" for r in op.results if r.name_hint]
-    where = ""
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, func.FuncOp):
-        parent = parent.parent_op()
-    if isinstance(parent, func.FuncOp):
-        where = f" in @{parent.sym_name.data}"
-    return (", ".join(names) + " = " if names else "") + op.name + where
-
-
 def _located(fn: Any) -> Any:
     """Wrap an impl so errors name the op (`... [at %x = tile.dma in @main]`)."""
 
@@ -194,9 +183,9 @@ def _located(fn: Any) -> Any:
         try:
             return fn(self, interpreter, op, args)
         except InterpreterError as e:
-            raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+            raise InterpreterError(f"{e} [at {describe_op(op)}]") from None
         except (ValueError, TypeError) as e:  # numpy: read-only weights, bad broadcasts
-            raise InterpreterError(f"{op.name}: {e} [at {_describe(op)}]") from None
+            raise InterpreterError(f"{op.name}: {e} [at {describe_op(op)}]") from None
 
     run.__name__ = fn.__name__
     return run
@@ -213,16 +202,7 @@ class TileFunctions(InterpreterFunctions):
     weight store of the module being run."""
 
     def __init__(self, weights: WeightStore | None = None, module: ModuleOp | None = None):
-        self._weights = weights
-        self._module = module
-
-    def _store(self, op: Operation) -> WeightStore:
-        if self._weights is None:
-            try:
-                self._weights = weight_store_for(op, self._module)
-            except WeightStoreError as e:
-                raise InterpreterError(f"{op.name}: {e}") from None
-        return self._weights
+        self.env = Env(weights, module)
 
     @impl(t.AllocOp)
     @_located
@@ -234,7 +214,7 @@ class TileFunctions(InterpreterFunctions):
     @_located
     def run_weight(self, interpreter: Interpreter, op: t.WeightOp, args: tuple[Any, ...]):
         try:
-            arr = stored_weight(op, self._store(op))
+            arr = stored_weight(op, self.env.weights(op))
         except (WeightStoreError, ValueError) as e:
             raise InterpreterError(f"{op.name} @{op.weight_key}: {e}") from None
         view = np.ascontiguousarray(arr).view()
@@ -486,19 +466,6 @@ def output_arguments(fn: func.FuncOp) -> list[int]:
     return outs
 
 
-def _find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
-    fn = SymbolTable.lookup_symbol(module, entry)
-    if not isinstance(fn, func.FuncOp):
-        available = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
-        raise InterpreterError(
-            f"no function @{entry} in the module (functions: "
-            + (", ".join("@" + a for a in available) or "none") + ")"
-        )
-    if not fn.body.blocks:
-        raise InterpreterError(f"function @{entry} is only a declaration")
-    return fn
-
-
 def _bind(fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
     types = list(fn.function_type.inputs.data)
     outs = set(output_arguments(fn))
@@ -511,24 +478,7 @@ def _bind(fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
     for i in in_idx:
         nm = attrs[i].get(INPUT_NAME_ATTR)
         names[i] = nm.data if isinstance(nm, StringAttr) else f"arg{i}"
-    if isinstance(inputs, Mapping):
-        unknown = [k for k in inputs if k not in names.values()]
-        if unknown:
-            raise InterpreterError(
-                f"@{fname}: unknown input name(s) {', '.join(map(repr, unknown))} "
-                f"(inputs: {', '.join(names.values()) or 'none'})"
-            )
-        missing = [nm for nm in names.values() if nm not in inputs]
-        if missing:
-            raise InterpreterError(f"@{fname}: missing input(s) {', '.join(map(repr, missing))}")
-        values = [inputs[names[i]] for i in in_idx]
-    else:
-        values = list(inputs)
-        if len(values) != len(in_idx):
-            raise InterpreterError(
-                f"@{fname}: expected {len(in_idx)} input(s) ({', '.join(names.values()) or 'none'}), "
-                f"got {len(values)}"
-            )
+    values = select_inputs(fname, [names[i] for i in in_idx], inputs)
     args: list[np.ndarray] = []
     for i, ty in enumerate(types):
         if not isinstance(ty, MemRefType):
@@ -566,7 +516,7 @@ def run_tile_module(
     """Run tile-level function `entry` of `module` (see the calling convention in
     the module docstring): returns the contents of its `tile.output` arguments
     after the call (then any memrefs it returns)."""
-    fn = _find_entry(module, entry)
+    fn = find_entry(module, entry)
     args = _bind(fn, inputs)
     outs = output_arguments(fn)
     interpreter = Interpreter(module)

@@ -34,6 +34,7 @@ from infer.dialects.dtypes import (
 Shape = tuple[int, ...]
 DYNAMIC = DYNAMIC_INDEX  # how a `?` dimension reads from TensorType.get_shape()
 
+
 # --------------------------------------------------------------------------
 # Small helpers shared by the shape functions
 # --------------------------------------------------------------------------

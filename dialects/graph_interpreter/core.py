@@ -4,13 +4,15 @@ the kernel table (op class -> function) that `kernel_for` fills and `runner` dis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
 import numpy as np
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
+from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import format_shape, to_numpy_dtype
@@ -62,6 +64,59 @@ def shape_matches(actual: Sequence[int], declared: Sequence[int]) -> bool:
     return len(actual) == len(declared) and all(d < 0 or d == a for a, d in zip(actual, declared))
 
 
+def describe_op(op: Operation) -> str:
+    """`%name = graph.op in @function` for error messages."""
+    names = [f"%{r.name_hint}" for r in op.results if r.name_hint]
+    where = ""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        parent = parent.parent_op()
+    if isinstance(parent, func.FuncOp):
+        where = f" in @{parent.sym_name.data}"
+    return (", ".join(names) + " = " if names else "") + op.name + where
+
+
+def find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
+    """Function `entry` of `module`, or an error that lists the functions it has."""
+    fn = SymbolTable.lookup_symbol(module, entry)
+    if not isinstance(fn, func.FuncOp):
+        available = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
+        raise InterpreterError(
+            f"no function @{entry} in the module (functions: "
+            + (", ".join("@" + a for a in available) or "none")
+            + ")"
+        )
+    if not fn.body.blocks:
+        raise InterpreterError(f"function @{entry} is only a declaration")
+    return fn
+
+
+def select_inputs(fname: str, names: Sequence[str],
+                  inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[Any]:
+    """The values of the inputs `names` of @fname, given by position or by name, in order."""
+    if isinstance(inputs, Mapping):
+        unknown = [k for k in inputs if k not in names]
+        if unknown:
+            raise InterpreterError(
+                f"@{fname}: unknown input name(s) {', '.join(map(repr, unknown))} "
+                f"(inputs: {', '.join(names) or 'none'})"
+            )
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise InterpreterError(
+                f"@{fname}: missing input(s) {', '.join(map(repr, missing))} "
+                f"(inputs: {', '.join(names)})"
+            )
+        return [inputs[n] for n in names]
+    values = list(inputs)
+    if len(values) != len(names):
+        raise InterpreterError(
+            f"@{fname}: expected {len(names)} input(s) ({', '.join(names) or 'none'}), "
+            f"got {len(values)}"
+        )
+    return values
+
+
 def finish(op: Operation, values: Sequence[Any]) -> list[np.ndarray]:
     """Round each value to its result element type and check its shape."""
     if len(values) != len(op.results):
@@ -101,6 +156,8 @@ def int_of(attr: Any) -> int:
 
 def bool_of(attr: Any) -> bool:
     return bool(attr.value.data)
+
+
 # --------------------------------------------------------------------------
 # Kernels: op class -> function(op, inputs, env) -> value or list of values
 # --------------------------------------------------------------------------

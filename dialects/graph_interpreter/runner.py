@@ -19,7 +19,6 @@ from xdsl.interpreter import (
     register_impls,
 )
 from xdsl.ir import Operation
-from xdsl.traits import SymbolTable
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_type_name, format_shape, to_numpy_dtype
@@ -31,9 +30,12 @@ from infer.dialects.graph_interpreter.core import (
     KERNELS,
     ConstantCache,
     Env,
+    describe_op,
+    find_entry,
     finish,
     InterpreterError,
     kernel_for,
+    select_inputs,
     shape_matches,
 )
 from infer.dialects.weights import WeightStore
@@ -126,18 +128,6 @@ class _GraphFunctionsBase(InterpreterFunctions):
         self.env = Env(weights, module, constant_cache)
 
 
-def _describe(op: Operation) -> str:
-    """`%name = graph.op in @function` for error messages."""
-    names = [f"%{r.name_hint}" for r in op.results if r.name_hint]
-    where = ""
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, func.FuncOp):
-        parent = parent.parent_op()
-    if isinstance(parent, func.FuncOp):
-        where = f" in @{parent.sym_name.data}"
-    return (", ".join(names) + " = " if names else "") + op.name + where
-
-
 def _make_impl(op_type: type[Operation]) -> Any:
     def run(self: _GraphFunctionsBase, interpreter: Interpreter, op: Operation, args: tuple[Any, ...]):
         cache = self.env.constant_cache
@@ -147,7 +137,7 @@ def _make_impl(op_type: type[Operation]) -> Any:
         try:
             values = tuple(_evaluate(op, [np.asarray(a) for a in args], self.env))
         except InterpreterError as e:
-            raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+            raise InterpreterError(f"{e} [at {describe_op(op)}]") from None
         if key is not None:
             cache.put(key, values)  # type: ignore[union-attr]
         return values
@@ -162,7 +152,7 @@ def _run_kernel(self: _GraphFunctionsBase, interpreter: Interpreter, op: g.Kerne
     try:
         return tuple(finish(op, [np.asarray(v) for v in values]))
     except InterpreterError as e:
-        raise InterpreterError(f"{e} [at {_describe(op)}]") from None
+        raise InterpreterError(f"{e} [at {describe_op(op)}]") from None
 
 
 @impl_terminator(g.YieldOp)
@@ -207,47 +197,13 @@ def _arg_names(fn: func.FuncOp) -> list[str]:
     return names
 
 
-def _find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
-    fn = SymbolTable.lookup_symbol(module, entry)
-    if not isinstance(fn, func.FuncOp):
-        available = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
-        raise InterpreterError(
-            f"no function @{entry} in the module (functions: "
-            + (", ".join("@" + a for a in available) or "none")
-            + ")"
-        )
-    if not fn.body.blocks:
-        raise InterpreterError(f"function @{entry} is only a declaration")
-    return fn
-
-
 def _bind_inputs(
     fn: func.FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]
 ) -> list[np.ndarray]:
     types = list(fn.function_type.inputs.data)
     names = _arg_names(fn)
     fname = fn.sym_name.data
-    if isinstance(inputs, Mapping):
-        unknown = [k for k in inputs if k not in names]
-        if unknown:
-            raise InterpreterError(
-                f"@{fname}: unknown input name(s) {', '.join(map(repr, unknown))} "
-                f"(inputs: {', '.join(names) or 'none'})"
-            )
-        missing = [n for n in names if n not in inputs]
-        if missing:
-            raise InterpreterError(
-                f"@{fname}: missing input(s) {', '.join(map(repr, missing))} "
-                f"(inputs: {', '.join(names)})"
-            )
-        values = [inputs[n] for n in names]
-    else:
-        values = list(inputs)
-        if len(values) != len(types):
-            raise InterpreterError(
-                f"@{fname}: expected {len(types)} input(s) ({', '.join(names) or 'none'}), "
-                f"got {len(values)}"
-            )
+    values = select_inputs(fname, names, inputs)
     arrays = []
     for i, (name, t, v) in enumerate(zip(names, types, values)):
         arr = np.asarray(v)
@@ -318,7 +274,7 @@ def run_module(
     # dialects included, ~0.3 s of every process that only constant-folds or compiles)
     from xdsl.interpreters.func import FuncFunctions
 
-    fn = _find_entry(module, entry)
+    fn = find_entry(module, entry)
     arrays = _bind_inputs(fn, inputs)
     interpreter = Interpreter(module, listeners=(_TopLevelOps(fn, on_op),) if on_op is not None else ())
     interpreter.register_implementations(GraphFunctions(weights, module, constant_cache))
