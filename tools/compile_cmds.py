@@ -127,20 +127,21 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("decoders (.gguf, Hugging Face Llama-family / GPT-2 folders): a paged KV cache, "
                              "entry points @prefill_chunk and @decode (docs/paged-kv.md)")
-    g.add_argument("--chunk", type=_positive, metavar="C",
+    g.add_argument("--chunk", type=positive_int, metavar="C",
                    help=f"tokens per prefill step (default {DEFAULT_CHUNK}); a longer prompt takes several chunks")
-    g.add_argument("--max-context", type=_positive, metavar="N",
+    g.add_argument("--max-context", type=positive_int, metavar="N",
                    help="most tokens one sequence holds, prompt and generated (default: 256, at most the model's "
                         "context length)")
-    g.add_argument("--block-size", type=_positive, metavar="BS",
+    g.add_argument("--block-size", type=positive_int, metavar="BS",
                    help=f"tokens per KV-cache block, a power of two (default {DEFAULT_BLOCK_SIZE})")
-    g.add_argument("--num-blocks", type=_positive, metavar="NB",
+    g.add_argument("--num-blocks", type=positive_int, metavar="NB",
                    help="blocks in the KV-cache pool (default: --batch full sequences, plus the blocks that padding "
                         "rows write to)")
-    g.add_argument("--batch", type=_positive, metavar="B", help="sequences per decode step (default 1)")
+    g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per decode step (default 1)")
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type of a count option: an integer >= 1 (also used by `infer generate`)."""
     try:
         value = int(text)
     except ValueError:
@@ -283,7 +284,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--entry", action="append", default=[], metavar="NAME",
                    help="the function to compile (repeatable; default: @main when the module has one, else every "
                         "function: one artifact, one entry point per function, the weights shared)")
-    p.add_argument("--autotune", nargs="?", type=_positive, const=AUTOTUNE_TOP, default=0, metavar="N",
+    p.add_argument("--autotune", nargs="?", type=positive_int, const=AUTOTUNE_TOP, default=0, metavar="N",
                    help=f"simulate the cost model's top N tilings (default {AUTOTUNE_TOP}) of each distinct "
                         "linear/matmul/conv/attention kernel and keep the fastest; results are cached "
                         "(docs/tiling.md, Autotuning)")
@@ -315,7 +316,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="simulation mode: fast (default: batched loops, outputs and cycles identical to "
                         "reference), reference (one instruction at a time), functional (outputs only, no "
                         "timing model), timing (cycles and counters only, no outputs; for sweeps)")
-    p.add_argument("--sim-threads", type=_positive, metavar="N",
+    p.add_argument("--sim-threads", type=positive_int, metavar="N",
                    help="threads the simulator may split big batched operations over (default: INFER_SIM_THREADS, "
                         "else 1; helps programs of big stacked matmuls, slows small ones: docs/simulator.md). "
                         "Outputs and cycles do not depend on it")

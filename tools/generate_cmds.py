@@ -191,17 +191,9 @@ def _print_counts(args: argparse.Namespace, gen, stats) -> None:
           file=sys.stderr)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from infer.tools.compile_cmds import positive_int
+
     p = subparsers.add_parser(
         "generate", help="generate text with a language model (GGUF file or Hugging Face folder) on the "
                          "simulated NPU (-t) or the reference interpreter",
@@ -213,14 +205,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop after N generated tokens (default 128); generation also stops at the end of "
                         "sequence and when the context is full")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default); > 0 samples")
-    p.add_argument("--top-k", type=_positive_int, metavar="K", help="sample among the K most likely tokens")
+    p.add_argument("--top-k", type=positive_int, metavar="K", help="sample among the K most likely tokens")
     p.add_argument("--top-p", type=float, metavar="P", help="sample among the most likely tokens whose "
                                                            "probabilities sum to >= P (0 < P <= 1)")
     p.add_argument("--seed", type=int, help="seed of the sampler (the same seed gives the same tokens)")
-    p.add_argument("--max-context", type=_positive_int, metavar="N",
+    p.add_argument("--max-context", type=positive_int, metavar="N",
                    help="KV-cache capacity in tokens, prompt included (default: prefill length + 128, at most "
                         "the model's context length)")
-    p.add_argument("--prefill-length", type=_positive_int, metavar="S",
+    p.add_argument("--prefill-length", type=positive_int, metavar="S",
                    help="tokens per prefill step (default: 128, at most the model's context length); a longer "
                         "prompt continues one token per decode step")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
@@ -228,11 +220,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "CONFIG.toml (default: the reference interpreter)")
     p.add_argument("--precision", choices=["fp32", "bf16"],
                    help="the NPU precision (default fp32; implies the simulated NPU, -t edge unless given)")
-    p.add_argument("--chunk", type=_positive_int, metavar="C",
+    p.add_argument("--chunk", type=positive_int, metavar="C",
                    help="NPU: tokens per prefill step (default 32); a longer prompt takes several chunks")
-    p.add_argument("--block-size", type=_positive_int, metavar="BS",
+    p.add_argument("--block-size", type=positive_int, metavar="BS",
                    help="NPU: tokens per KV-cache block, a power of two (default 16)")
-    p.add_argument("--num-blocks", type=_positive_int, metavar="NB",
+    p.add_argument("--num-blocks", type=positive_int, metavar="NB",
                    help="NPU: blocks in the KV-cache pool (default: one sequence of --max-context tokens plus "
                         "the padding blocks)")
     p.add_argument("-q", "--quiet", action="store_true", help="NPU: no compile progress on stderr")
