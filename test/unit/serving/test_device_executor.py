@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 import infer
-from infer.serving import BlockManager, Engine, Request, SchedulerConfig, make_scheduler
 from infer.serving.cost_table import CostGrid, CostTableKey, StepCostTable
 from infer.serving.device_executor import CompiledProgramProfiler, DeviceStepExecutor
-from helpers.serving_steps import random_step
+from helpers.serving_steps import hf_greedy, serve_recording_steps, step_cost_errors
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
@@ -52,42 +51,21 @@ def compiled(tiny_llama):
     return infer.compile(paged, target="server", precision="fp32")
 
 
+def _serve(executor, prompts, max_batch, budget):
+    batched, preemptions, steps, result = serve_recording_steps(executor, prompts, OUT, max_batch, budget,
+                                                                executor.max_context, clock_ghz=1.0)
+    assert result.cost_source.startswith("simulated cycles")
+    assert all(s.duration_s > 0 for s in result.steps)
+    return batched, preemptions, steps
+
+
 def _prompts():
     rng = np.random.default_rng(1)
     return [rng.integers(1, VOCAB, n).tolist() for n in PROMPT_LENS]
 
 
-def _serve(executor, prompts, max_batch, budget):
-    bm = BlockManager(executor.num_blocks, executor.block_size, watermark=0.0)
-    sched = make_scheduler(SchedulerConfig("continuous", max_batch, budget, max_context=executor.max_context), bm)
-    requests = [Request(i, p, OUT, arrival_s=0.0) for i, p in enumerate(prompts)]
-    steps = []
-    orig = sched.schedule
-
-    def schedule():
-        s = orig()
-        steps.append([(i.request_id, i.start, i.num_tokens, i.is_prefill) for i in s.items])
-        return s
-
-    sched.schedule = schedule
-    result = Engine(sched, executor, clock_ghz=1.0).run(requests)
-    assert not result.unfinished
-    assert result.cost_source.startswith("simulated cycles")
-    assert all(s.duration_s > 0 for s in result.steps)
-    return {r.request_id: r.output_ids for r in result.finished}, sched.num_preemptions, steps
 
 
-def _hf_greedy(model, prompt):
-    ids = torch.tensor([prompt])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            for _ in range(OUT):
-                ids = torch.cat([ids, model(ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    finally:
-        torch.set_num_threads(threads)
-    return ids[0, len(prompt):].tolist()
 
 
 def test_batching_invariance_on_the_device(tiny_llama, compiled):
@@ -104,7 +82,7 @@ def test_batching_invariance_on_the_device(tiny_llama, compiled):
     for rid, prompt in enumerate(prompts):
         alone, _, _ = _serve(executor, [prompt], max_batch=1, budget=8)
         assert batched[rid] == alone[0], f"request {rid}: batched {batched[rid]} != alone {alone[0]}"
-        assert alone[0] == _hf_greedy(tiny_llama[0], prompt), f"request {rid}: differs from transformers"
+        assert alone[0] == hf_greedy(tiny_llama[0], prompt, OUT), f"request {rid}: differs from transformers"
 
 
 def test_step_cost_table_predicts_20_random_steps(compiled, tmp_path, capsys):
@@ -118,12 +96,7 @@ def test_step_cost_table_predicts_20_random_steps(compiled, tmp_path, capsys):
     assert cached and again.values == table.values
 
     exact = DeviceStepExecutor(infer.DeviceExecutor(compiled))
-    rng = np.random.default_rng(3)
-    errors = []
-    for _ in range(20):
-        step = random_step(rng, exact)
-        simulated = exact.execute(step).cycles
-        errors.append((table.step_cycles(step) - simulated) / simulated)
+    errors = step_cost_errors(table, exact, np.random.default_rng(3))
     with capsys.disabled():
         print("\nstep-cost table vs exact simulation, 20 random steps (tiny Llama, server): errors "
               + " ".join(f"{100 * e:+.2f}%" for e in errors) + f"; max |error| {100 * max(map(abs, errors)):.2f}%")

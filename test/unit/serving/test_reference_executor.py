@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from infer.serving import BlockManager, Engine, Request, SchedulerConfig, make_scheduler
+from helpers.serving_steps import hf_greedy, serve_recording_steps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
@@ -41,41 +41,19 @@ def executor(tiny_llama):
     return ReferenceExecutor(tiny_llama[1], block_size=BLOCK, num_blocks=10, max_batch=4)
 
 
+def _serve(executor, prompts, max_batch, budget):
+    executor.pool = [np.zeros_like(p) for p in executor.pool]
+    batched, preemptions, steps, _ = serve_recording_steps(executor, prompts, OUT, max_batch, budget, 32)
+    return batched, preemptions, steps
+
+
 def _prompts():
     rng = np.random.default_rng(1)
     return [rng.integers(1, VOCAB, n).tolist() for n in PROMPT_LENS]
 
 
-def _serve(executor, prompts, max_batch, budget):
-    executor.pool = [np.zeros_like(p) for p in executor.pool]
-    bm = BlockManager(executor.num_blocks, BLOCK, watermark=0.0)
-    sched = make_scheduler(SchedulerConfig("continuous", max_batch, budget, max_context=32), bm)
-    requests = [Request(i, p, OUT, arrival_s=0.0) for i, p in enumerate(prompts)]
-    steps = []
-    orig = sched.schedule
-
-    def schedule():
-        s = orig()
-        steps.append([(i.request_id, i.start, i.num_tokens, i.is_prefill) for i in s.items])
-        return s
-
-    sched.schedule = schedule
-    result = Engine(sched, executor).run(requests)
-    assert not result.unfinished
-    return {r.request_id: r.output_ids for r in result.finished}, sched.num_preemptions, steps
 
 
-def _hf_greedy(model, prompt):
-    ids = torch.tensor([prompt])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)          # a 32-wide model: threads only contend on a loaded machine
-    try:
-        with torch.no_grad():
-            for _ in range(OUT):
-                ids = torch.cat([ids, model(ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    finally:
-        torch.set_num_threads(threads)
-    return ids[0, len(prompt):].tolist()
 
 
 def test_batching_invariance_with_chunks_and_preemption(tiny_llama, executor):
@@ -88,4 +66,4 @@ def test_batching_invariance_with_chunks_and_preemption(tiny_llama, executor):
     for rid, prompt in enumerate(prompts):
         alone, _, _ = _serve(executor, [prompt], max_batch=1, budget=8)
         assert batched[rid] == alone[0], f"request {rid}: batched {batched[rid]} != alone {alone[0]}"
-        assert alone[0] == _hf_greedy(tiny_llama[0], prompt), f"request {rid}: differs from transformers"
+        assert alone[0] == hf_greedy(tiny_llama[0], prompt, OUT), f"request {rid}: differs from transformers"

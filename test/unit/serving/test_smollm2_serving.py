@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 import infer
-from infer.serving import BlockManager, Engine, Request, SchedulerConfig, make_scheduler
 from infer.serving.cost_table import CostGrid, CostTableKey, StepCostTable
 from infer.serving.device_executor import CompiledProgramProfiler, DeviceStepExecutor
 
-from helpers.serving_steps import random_step
+from helpers.serving_steps import serve_recording_steps, step_cost_errors
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -43,12 +42,12 @@ def smollm2():
     return model, infer.compile(model, target="server", precision="fp32")
 
 
+
+
 def _serve(executor, prompts, max_batch):
-    bm = BlockManager(executor.num_blocks, executor.block_size, watermark=0.0)
-    sched = make_scheduler(SchedulerConfig("continuous", max_batch, CHUNK, max_context=executor.max_context), bm)
-    result = Engine(sched, executor, clock_ghz=1.0).run([Request(i, p, OUT) for i, p in enumerate(prompts)])
-    assert not result.unfinished
-    return {r.request_id: r.output_ids for r in result.finished}, result
+    outputs, _, _, result = serve_recording_steps(executor, prompts, OUT, max_batch, CHUNK, executor.max_context,
+                                                  clock_ghz=1.0)
+    return outputs, result
 
 
 @pytest.mark.slow
@@ -76,12 +75,7 @@ def test_step_cost_table_predicts_20_random_smollm2_steps(smollm2, tmp_path, cap
     table, _ = StepCostTable.load_or_profile(profiler, CostTableKey("smollm2", "server", infer.__version__,
                                                                     profiler.source), grid, tmp_path)
     exact = DeviceStepExecutor(infer.DeviceExecutor(compiled))
-    rng = np.random.default_rng(5)
-    errors = []
-    for _ in range(20):
-        step = random_step(rng, exact)
-        simulated = exact.execute(step).cycles
-        errors.append((table.step_cycles(step) - simulated) / simulated)
+    errors = step_cost_errors(table, exact, np.random.default_rng(5))
     with capsys.disabled():
         print("\nstep-cost table vs exact simulation, 20 random steps (SmolLM2-135M Q4_1, server, fp32): errors "
               + " ".join(f"{100 * e:+.2f}%" for e in errors) + f"; max |error| {100 * max(map(abs, errors)):.2f}%")
