@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType, f32
+from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType, bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -239,6 +239,21 @@ class LoweringContext:
             buffer = self.emitter.alloc(shape_of(value), f32, "dram")
         self.buffers[value] = buffer
         return buffer
+
+    def narrow_output_buffer(self, value: SSAValue) -> SSAValue:
+        """`output_buffer`, but held as bf16 in bf16 precision when its consumers read it only
+        as matrix-unit activations (storage.read_only_as_bf16_activations). The producer
+        stores its f32 tile through a conversion to bf16 (`is_bf16_buffer` tells it to)."""
+        if (self.bf16_copies == 1 and value not in self.destinations
+                and storage.read_only_as_bf16_activations(value)):
+            self.buffers[value] = self.emitter.alloc(shape_of(value), bf16, "dram")
+            return self.buffers[value]
+        return self.output_buffer(value)
+
+    @staticmethod
+    def is_bf16_buffer(buffer: SSAValue) -> bool:
+        """Is the DRAM memref `buffer` held as bf16 (a narrowed activation)?"""
+        return isinstance(buffer.type, MemRefType) and buffer.type.element_type == bf16
 
     # -- kernels ------------------------------------------------------------------
     def kernel_name(self) -> str:

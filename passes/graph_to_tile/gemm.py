@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import (
     Bf16Tile,
@@ -95,11 +95,21 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             runtime_rhs = (src, tuple(w_shape[:-2]))
     out_shape = shape_of(result)
     batches = num_elements(batch)
-    out2 = em.view(ctx.output_buffer(result), (batches * M, N))
+    # a bf16 output costs a vector pass over each output tile: taken where DRAM bandwidth, not
+    # latency, is what the target lacks (on server MiniLM's vector-bound GELU projection lost more
+    # to the pass than its consumer gained: 412.9 K -> 414.0 K cycles)
+    out_buffer = ctx.output_buffer(result) if latency_bound(hw) else ctx.narrow_output_buffer(result)
+    narrow_out = ctx.is_bf16_buffer(out_buffer)  # stored through a bf16 copy of the output tile
+    out2 = em.view(out_buffer, (batches * M, N))
     lhs_full = num_elements(lhs_batch) == batches and batches > 1
     if lhs_batch and num_elements(lhs_batch) not in (1, batches):
         raise error(op, "partial batch broadcasting is not supported")
-    xv = em.view(lhs_src if lhs_src is not None else ctx.buffer(x), ((batches if lhs_full else 1) * M, K))
+    lhs_buffer = lhs_src if lhs_src is not None else ctx.buffer(x)
+    # activations held as bf16 (a narrowed producer's output): staged as bf16 and copied into the
+    # operand tile (a DMA straight into it would make the matmul the first consumer of two loads,
+    # which the software pipeline does not take: the k loop ran at half speed)
+    narrow_x = ctx.is_bf16_buffer(lhs_buffer)
+    xv = em.view(lhs_buffer, ((batches if lhs_full else 1) * M, K))
     if isinstance(op, g.LinearOp):
         frame_groups = ((), tuple(out_shape[:-1]), (N,))
         batches, M = 1, num_elements(out_shape[:-1])
@@ -112,17 +122,17 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
         # x staging f32 + bf16 hi(/lo); weight bf16 hi(/lo) (+ f32 staging when a runtime
         # operand); bias row; epilogue tiles -- all double buffered; the accumulator tile
-        spad = 2 * (tm * tk * (4 + 2 * copies) + tk * tn * (2 * copies + (4 if runtime_rhs else 0)))
-        spad += (2 * tn * 4 if bias is not None else 0)
+        spad = 2 * (tm * tk * ((2 if narrow_x else 4) + 2 * copies) + tk * tn * (2 * copies + (4 if runtime_rhs else 0)))
+        spad += (2 * tn * 4 if bias is not None else 0) + (2 * tm * tn * 2 if narrow_out else 0)
         # each emitted tile shape (full, remainder) allocates its own epilogue buffers
         spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         return spad, 2 * tm * tn * 4
 
     produced = {r for e in epilogue for r in e.results}
     spec = tiling_cost.GemmSpec(
-        lhs_bytes=4, lhs_split=True, rhs_bytes=(4 if runtime_rhs else 2 * copies),
+        lhs_bytes=(2 if narrow_x else 4), lhs_split=True, rhs_bytes=(4 if runtime_rhs else 2 * copies),
         rhs_split=runtime_rhs is not None, passes=ctx.matmul_passes, batch=batches, bias=bias is not None,
-        epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0),
+        epi_cost=epilogue_cost(ctx, epilogue) + (1 if bias is not None else 0) + (1 if narrow_out else 0),
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
         footprint=footprint)
@@ -156,8 +166,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     # one (m, n) tile: no loop encloses the nest
     single = batches == 1 and M <= TM and N <= TN
     # local buffers
-    x_staging = em.alloc((TM, TK), f32, "spad", 2)
+    x_staging = em.alloc((TM, TK), bf16 if narrow_x else f32, "spad", 2)
     x_tile = alloc_bf16_tile(ctx, TM, TK)
+    out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
     w_tile = alloc_bf16_tile(ctx, TK, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
@@ -204,6 +215,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
         tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+        if out_bf16 is not None:  # rounded here instead of by each consumer: the same bits
+            em.vec("copy", out_bf16, z, tile, z, tm, tn)
+            tile = out_bf16
         em.dma(tile, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
 
     def over_n(b: Index, m0: Index, tm: int) -> None:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -42,10 +42,13 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     has_bias = isinstance(op, g.LayerNormOp) and op.bias is not None
     params = 0 if is_softmax else 1 + (1 if has_bias else 0)
 
-    def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2, a column x2, scale/bias rows
-        return tr * d * 16 + tr * 8 + params * d * 4
+    out_buffer = ctx.output_buffer(op.results[0]) if is_softmax else ctx.narrow_output_buffer(op.results[0])
+    narrow = ctx.is_bf16_buffer(out_buffer)
 
-    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=4,
+    def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2 (+ a bf16 output), a column x2, scale/bias rows
+        return tr * d * (20 if narrow else 16) + tr * 8 + params * d * 4
+
+    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=(2 if narrow else 4),
                                      vec_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), True),
                                      column_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), False), live_tiles=3,
                                      override=(override[0] if override else None), whole_row=True,
@@ -56,7 +59,7 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (M, D))
-    out2 = em.view(ctx.output_buffer(op.results[0]), (M, D))
+    out2 = em.view(out_buffer, (M, D))
     if trailing > 1:  # [M, K, T] -> rows of [M, T, K], and back after
         blocks = (M // trailing, D, trailing)
         final = out2
@@ -65,6 +68,9 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     TR = choice.rows
     x_tile = em.alloc((TR, D), f32, "spad", 2)
     y_tile = em.alloc((TR, D), f32, "spad", 2)
+    # a narrowed (bf16) output: the last instruction writes a bf16 tile (it rounds its f32 result
+    # once, as the consumers would)
+    out_tile = em.alloc((TR, D), bf16, "spad", 2) if narrow else y_tile
     column = em.alloc((TR, 1), f32, "spad", 2)
     z = [0, 0]
     param_rows = []
@@ -111,10 +117,12 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
             em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=eps)
             em.vec("rsqrt", column, z, column, z, tr, 1)
             em.vec("mul", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
-            em.vec("mul", y_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
             if len(param_tiles) > 1:
-                em.vec("add", y_tile, z, y_tile, z, tr, D, param_tiles[1], z, bmode="row")
-        em.dma(y_tile, z, out2, [r0, 0], [tr, D])
+                em.vec("mul", y_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
+                em.vec("add", out_tile, z, y_tile, z, tr, D, param_tiles[1], z, bmode="row")
+            else:
+                em.vec("mul", out_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
+        em.dma(out_tile if not is_softmax else y_tile, z, out2, [r0, 0], [tr, D])
 
     em.tiles(M, TR, tile)
     if trailing > 1:

@@ -12,6 +12,13 @@ graph tensor is held in DRAM as **f32**, whatever its graph element type:
 | f16, bf16 | the value | f16/bf16 ops compute in f32 and round once, at the output (one op: the same result, as f32 has more than twice the bits; chains are more accurate than the reference's per-op rounding); casts to bf16 round on the vector unit |
 | f64 | the value rounded to f32 | only at the boundary: an f64 argument whose every use is a cast to f32/f16/bf16 (the runtime rounds it as the cast would), and casts to f64 (exact widening) |
 
+One exception, in bf16 precision: a tensor whose every consumer is a linear reading it as its
+activations (the matrix unit rounds them to bf16 first) is held as **bf16**
+(`read_only_as_bf16_activations`): the rms/layer norm that makes it writes its last instruction
+into a bf16 tile, a GEMM epilogue copies its output tile to bf16 (on bandwidth-bound targets:
+edge), and the consumers stage the bf16 rows. The bits are those of the f32 buffer; the DRAM
+bytes written and read are halved.
+
 i32/i64 model inputs that only feed gathers, casts to f32 or attention masks keep integer
 storage (integer_inputs.py). The function signature keeps the graph's dtypes; the runtime
 converts at the boundary (runtime/boundary.py) and the arg/result attribute
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_name_of
@@ -101,3 +108,46 @@ def held_constant(array: np.ndarray) -> np.ndarray | None:
 __all__ = ["BOOL", "EXACT_INTEGER_LIMIT", "FLOATS", "HELD", "HOST_ROUNDED", "INTEGERS", "NUMBERS",
            "f64_argument_held", "f64_result_held", "held_constant", "tensor_element",
            "unsupported_types"]
+
+
+def _outside_kernel(value: SSAValue) -> SSAValue:
+    """The value a graph.kernel region's block argument stands for, or `value` itself."""
+    if isinstance(value, BlockArgument) and isinstance(value.owner, Block):
+        kernel = value.owner.parent_op()
+        if isinstance(kernel, g.KernelOp):
+            return kernel.operands[value.index]
+    return value
+
+
+def _bf16_lhs_use(user: Operation, index: int) -> bool:
+    """Is operand `index` of `user` the activations of a graph.linear on a compile-time weight
+    (gemm.py: the matrix unit reads them as bf16 and nothing else)?"""
+    if not isinstance(user, g.LinearOp) or index != 0:
+        return False
+    weight = _outside_kernel(user.weight).owner
+    return isinstance(weight, g.WeightOp | g.ConstantOp)
+
+
+def read_only_as_bf16_activations(value: SSAValue) -> bool:
+    """Is every use of `value` (through graph.kernel regions) the activations of a linear on a
+    compile-time weight, and `value` neither a function argument nor returned? In bf16 precision
+    such a tensor is held as **bf16** in DRAM (`LoweringContext.narrow_output_buffer`): its
+    consumers round it to bf16 before the matmul anyway, so the bits are the same and the
+    producer writes, and every consumer reads, half the bytes (docs/performance.md counts
+    these activations at the operand size)."""
+    uses = list(value.uses)
+    if not uses or element_name_of(value) != "f32":
+        return False
+    for use in uses:
+        user = use.operation
+        if isinstance(user, g.YieldOp):  # a kernel's result: what its users read
+            kernel = user.parent_op()
+            if not isinstance(kernel, g.KernelOp) or not read_only_as_bf16_activations(kernel.results[use.index]):
+                return False
+        elif isinstance(user, g.KernelOp):
+            inner = user.body.block.args[use.index]
+            if not inner.uses or not all(_bf16_lhs_use(u.operation, u.index) for u in inner.uses):
+                return False
+        elif not _bf16_lhs_use(user, use.index):
+            return False
+    return True
