@@ -286,27 +286,28 @@ def test_fp32_emulation_shares_weights_and_nan_checks_exactly():
 
 
 def test_bf16_conversion_is_the_ml_dtypes_cast_for_every_bit_pattern():
-    """sim_core.converted turns large bf16 tiles into fp32 as integers: the same bits as
-    ml_dtypes' cast (the reference's) for all 65536 patterns, strided and broadcast lanes too."""
+    """sim_core.converted turns bf16 tiles into C-ordered fp32 (a broadcast lane dimension
+    converted once): the bits of ml_dtypes' cast (the reference's) for all 65536 patterns,
+    strided and broadcast lanes too."""
     import ml_dtypes
 
-    from infer.target.sim_core import BF16_SHIFT_MIN, converted
+    from infer.target.sim_core import converted
 
     a = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(16, 64, 64)
     for v in (a, a[:, 1::2, 3:], a[5], np.broadcast_to(a[7], (3, 64, 64))):
-        assert v.size >= BF16_SHIFT_MIN
         got = converted(v, np.float32)
         assert got.dtype == np.float32 and got.shape == v.shape
+        assert all(got[i].flags.c_contiguous for i in np.ndindex(got.shape[:-2]))
         assert got.view(np.uint32).tobytes() == v.astype(np.float32).view(np.uint32).tobytes()
 
 
 def test_bf16_store_rounds_like_the_ml_dtypes_cast():
-    """sim_core.store_converted rounds large fp32 tiles to bf16 as integers: the bits of
-    ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow, denormals,
-    infinities and NaNs (which become the default NaN)."""
+    """sim_core.store_converted rounds fp32 tiles to bf16 into a strided destination: the
+    bits of ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow,
+    denormals, infinities and NaNs (which become the default NaN)."""
     import ml_dtypes
 
-    from infer.target.sim_core import BF16_SHIFT_MIN, store_converted
+    from infer.target.sim_core import store_converted
 
     rng = np.random.default_rng(11)
     special = np.array([0, 0x80000000, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
@@ -314,7 +315,6 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
                         0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000001, 0x807FFFFF], np.uint32)
     bits = np.concatenate([special, rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint32)])
     r = bits.view(np.float32).reshape(-1, 16)
-    assert r.size >= BF16_SHIFT_MIN
     dst = np.zeros((r.shape[0], 32), ml_dtypes.bfloat16)[:, ::2]  # a strided destination
     with np.errstate(all="ignore"):  # as in the simulator: inf and NaN are data
         store_converted(dst, r, 3)
