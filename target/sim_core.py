@@ -482,12 +482,16 @@ def converted(a: np.ndarray, dtype: Any) -> np.ndarray:
     """a.astype(dtype) in C order, converting a broadcast leading dimension (stride 0: the
     same tile for every lane) once; every (..., rows, cols) slice of the result is C-ordered
     either way."""
-    lead = a.ndim - 2
-    if lead > 0 and 0 in a.strides[:lead]:
-        idx = tuple(0 if s == 0 else slice(None) for s in a.strides[:lead])
-        return np.broadcast_to(np.expand_dims(a[idx].astype(dtype, order="C"),
-                                              [i for i, s in enumerate(a.strides[:lead]) if s == 0]),
-                               a.shape)
+    lead = a.strides[:-2]
+    if 0 in lead:
+        c = a[tuple(0 if s == 0 else slice(None) for s in lead)].astype(dtype, order="C")
+        kept = iter(c.strides)
+        # the strides np.broadcast_to would give, without its Python-level overhead (read-only
+        # like its result: nothing may write through the stride-0 dimensions)
+        r = np.ndarray(a.shape, c.dtype, c, 0,
+                       tuple(0 if s == 0 else next(kept) for s in lead) + c.strides[-2:])
+        r.flags.writeable = False
+        return r
     return a.astype(dtype, order="C")
 
 
