@@ -571,3 +571,49 @@ def test_reduction_around_an_inner_reduction(inner_extra, batched):
     dec = decoded(prog, sim.cfg)
     outer_pc = next(q for q, ins in enumerate(prog.instrs) if ins.d.name == "loop")
     assert (outer_pc not in dec.caches.get("failed", {})) == batched, dec.caches.get("failed")
+
+
+# a loop the functional engine runs one iteration at a time (an `ld` in its body) whose
+# instructions run again at the addresses of two iterations before (r1 alternates between two
+# buffers, the data changes: the DMA reads a new DRAM block each time), so the second time
+# they reuse the operand views the engine kept (FunctionalRun.views); r8 moves one operand by
+# {step} bytes per iteration: past the scratchpad in a late iteration when that is big
+REUSED_VIEWS = """
+    li rd=r1, imm=0
+    li rd=r2, imm=0x100
+    li rd=r8, imm=0x1000
+    li rd=r9, imm=0x800
+    loop count=6, body=12
+      ld rd=r4, addr=r0+0
+      dma.load dram=r2+0, local=r1+0, n0=1024, n1=1, n2=1
+      vec.neg dst=r1+0x400, a=r1+0, rows=16, cols=16, dstride=32, astride=32, dt=bf16, at=bf16
+      mx.loadw w=r1+0x400, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=r1+0x200, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+      vec.add dst=r1+0x600, a=r1+0x200, b=r8+0, rows=16, cols=16, dstride=32, astride=32, bstride=32, dt=bf16, at=bf16, bt=bf16, bmode=tile
+      dma.store dram=r2+0x2000, local=r1+0x600, n0=512, n1=1, n2=1
+      dma.store dram=r2+0x4000, local=0x2000000, n0=1024, n1=1, n2=1
+      addi rd=r2, rs=r2, imm=0x400
+      sub rd=r1, rs=r9, rt=r1
+      addi rd=r8, rs=r8, imm={step}
+      nop
+    halt
+"""
+
+
+@pytest.mark.parametrize("step", [0, 0x10000])
+def test_operand_views_kept_across_iterations(step):
+    """Instructions run again at the same addresses with new data compute the reference's
+    bits; an operand that moves out of the scratchpad faults as in the reference."""
+    rng = np.random.default_rng(8)
+    dram = np.zeros(0x6000, np.uint8)
+    dram[:0x2000] = rng.integers(0x3C00, 0x4000, 0x1000, dtype=np.uint16).view(np.uint8)
+    dram[:4] = 0
+    prog = Program.from_asm(REUSED_VIEWS.format(step=step))
+    assert_modes_agree(prog, dram)
+    # the loop ran instruction by instruction (the path that keeps views), not batched
+    assert list(decoded(prog, Simulator("edge").cfg).caches["failed"].values()) == [
+        "ld in the body"]
+    ref = run_mode(prog, dram, "reference")[0]
+    assert isinstance(ref, SimFault) == (step > 0)
+    if step:
+        assert ref.kind == "out-of-bounds" and "operand b" in ref.cause
