@@ -306,25 +306,7 @@ def store_converted(dst: np.ndarray, r: Any, dt: int) -> None:
     else:
         if r.dtype.kind == "f" and may_hold_nan(r) and np.isnan(r).any():
             r = np.where(np.isnan(r), DEFAULT_NAN, r)
-        if dst.dtype == _BF16 and r.dtype == _F32 and dst.size >= BF16_SHIFT_MIN:
-            np.copyto(dst.view(np.uint16), _bf16_bits(r), casting="unsafe")
-        else:
-            np.copyto(dst, r, casting="unsafe")
-
-
-def _bf16_bits(r: np.ndarray) -> np.ndarray:
-    """The bf16 bit patterns (in uint32) of fp32 values without NaNs other than DEFAULT_NAN,
-    rounded to nearest even: what ml_dtypes' cast computes (the bias 0x7fff plus the kept
-    lowest bit, carried into the upper half; DEFAULT_NAN becomes 0x7fc0, overflow becomes
-    inf), in vectorised integer passes where ml_dtypes' cast is a scalar call per element
-    (4-7 ns per element: the largest single cost of fp32 emulation's hi/lo splits)."""
-    u = r.view(np.uint32)
-    t = u >> 16
-    t &= 1
-    t += 0x7FFF
-    t += u
-    t >>= 16
-    return t
+        np.copyto(dst, r, casting="unsafe")
 
 
 def _gelu(a: np.ndarray) -> np.ndarray:
@@ -496,36 +478,21 @@ def weights_dtype(dt: int, rows: int) -> Any:
     return np.float32 if (dt != 0 or rows <= 1024) else np.float64
 
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-_F32 = np.dtype(np.float32)
-#: from this many elements on, bf16 -> fp32 is converted as integers (below); smaller arrays
-#: are faster through ml_dtypes' cast (one numpy call instead of two)
-BF16_SHIFT_MIN = 2048
-
-
-def _astype_c(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """a.astype(dtype, order="C"). bf16 -> fp32 is exact and is the bf16 bit pattern in the
-    upper half of the fp32 word (NaN payloads included: ml_dtypes' cast does the same): two
-    vectorised integer passes, where ml_dtypes' cast is a scalar call per element (about 3x
-    slower on the tiles of a batched loop)."""
-    if a.dtype == _BF16 and a.size >= BF16_SHIFT_MIN and np.dtype(dtype) == _F32:
-        r = a.view(np.uint16).astype(np.uint32, order="C")
-        r <<= 16
-        return r.view(np.float32)
-    return a.astype(dtype, order="C")
-
-
 def converted(a: np.ndarray, dtype: Any) -> np.ndarray:
     """a.astype(dtype) in C order, converting a broadcast leading dimension (stride 0: the
     same tile for every lane) once; every (..., rows, cols) slice of the result is C-ordered
     either way."""
-    lead = a.ndim - 2
-    if lead > 0 and 0 in a.strides[:lead]:
-        idx = tuple(0 if s == 0 else slice(None) for s in a.strides[:lead])
-        return np.broadcast_to(np.expand_dims(_astype_c(a[idx], dtype),
-                                              [i for i, s in enumerate(a.strides[:lead]) if s == 0]),
-                               a.shape)
-    return _astype_c(a, dtype)
+    lead = a.strides[:-2]
+    if 0 in lead:
+        c = a[tuple(0 if s == 0 else slice(None) for s in lead)].astype(dtype, order="C")
+        kept = iter(c.strides)
+        # the strides np.broadcast_to would give, without its Python-level overhead (read-only
+        # like its result: nothing may write through the stride-0 dimensions)
+        r = np.ndarray(a.shape, c.dtype, c, 0,
+                       tuple(0 if s == 0 else next(kept) for s in lead) + c.strides[-2:])
+        r.flags.writeable = False
+        return r
+    return a.astype(dtype, order="C")
 
 
 def matmul_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -126,6 +126,11 @@ class FunctionalRun:
         #: (fp32 emulation loads the high half of a weight tile twice: with the activations'
         #: high and low halves), cleared wherever act_key is forgotten
         self.wcache: dict[tuple[int, ...], np.ndarray] = {}
+        #: operand views of instructions already run at the same resolved addresses (keyed by
+        #: the instruction's table entry and its addresses): local memory and DRAM are the same
+        #: arrays for the whole run, and a view that was made passed its checks (building the
+        #: views and checking bounds costs more than a small vector op itself)
+        self.views: dict[tuple[int, ...], Any] = {}
 
     def execute(self) -> FunctionalRun:
         from infer.target.sim_lockstep import try_lockstep
@@ -135,6 +140,7 @@ class FunctionalRun:
         tclass, engine = dec.tclass, dec.engine
         nins = c.per_engine_instructions
         n, stack, hooks, data = dec.n, self.stack, self.on_pc, self.data
+        views = self.views
         fired: set[int] = set()
         depth = self.cfg.scalar.loop_depth
         lockstep_ok = data
@@ -199,7 +205,11 @@ class FunctionalRun:
                     if self.nan_tile is not None:
                         self.flush_nans()
                     if data:
-                        dv, lv = dma_views(sim, dram, t[4:], regs[db] + do, regs[lb] + lo)
+                        vkey = (id(t), regs[db] + do, regs[lb] + lo)
+                        dl = views.get(vkey)
+                        if dl is None:
+                            dl = views[vkey] = dma_views(sim, dram, t[4:], vkey[1], vkey[2])
+                        dv, lv = dl
                         if t[15]:
                             lv[...] = dv
                         else:
@@ -224,8 +234,11 @@ class FunctionalRun:
                             key = (addr, k, nn, stride, dt)
                             w = self.wcache.get(key)
                             if w is None:
-                                w = self.wcache[key] = converted(
-                                    local_view(sim, addr, k, nn, stride, dt, "weights"), wdt)
+                                wv = views.get(("w",) + key)
+                                if wv is None:
+                                    wv = views[("w",) + key] = local_view(sim, addr, k, nn, stride, dt,
+                                                                 "weights")
+                                w = self.wcache[key] = converted(wv, wdt)
                             self.weights = w
                         else:
                             self.weights = converted(
@@ -315,13 +328,19 @@ class FunctionalRun:
         # scratchpad tile by two weight tiles in a row (see execute: act_key is forgotten
         # whenever something else may write local memory)
         k, n = w.shape
+        vkey = (id(t), act, acc, k, n)
+        ax = self.views.get(vkey)
+        if ax is None:
+            ax = self.views[vkey] = (
+                local_view(self.sim, act, m, k, astride, dt, "activations"),
+                local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator"))
         key = (act, m, k, astride, dt, w.dtype)
         if key == self.act_key:
             x = self.act_converted
         else:
-            x = converted(local_view(self.sim, act, m, k, astride, dt, "activations"), w.dtype)
+            x = converted(ax[0], w.dtype)
             self.act_key, self.act_converted = key, x
-        out = local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator")
+        out = ax[1]
         c = self.c
         if is_int:
             if self.nan_tile is not None:
@@ -343,6 +362,16 @@ class FunctionalRun:
         self.nan_tile = self.nan_key = None
 
     def _vector(self, t: tuple) -> None:
+        regs = self.regs
+        key = (id(t), regs[t[5]] + t[6], regs[t[3]] + t[4], regs[t[11]] + t[12])
+        ops = self.views.get(key)
+        if ops is None:
+            ops = self.views[key] = self._vector_views(t)
+        vector_compute(t[0], ops[0], ops[1], ops[2], t[9])
+
+    def _vector_views(self, t: tuple) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(a, b or None, destination) of a vector instruction (bounds and alignment
+        checked)."""
         spec, rows, cols, db, do, ab, ao, dstride, astride, dt, at, bb, bo, bstride, bt, bmode = t
         regs, sim = self.regs, self.sim
         a = local_view(sim, regs[ab] + ao, rows, cols, astride, at, "operand a")
@@ -357,7 +386,7 @@ class FunctionalRun:
                 b = local_view(sim, base, 1, cols, 0, bt, "operand b (row)")
             else:
                 b = local_view(sim, base, rows, 1, bstride, bt, "operand b (col)")
-        vector_compute(spec, a, b, dst, dt)
+        return a, b, dst
 
     def _dequant(self, t: tuple) -> None:
         spec, rows, cols, db, do, qb, qo, sb, so, dstride, qstride, sstride, dt = t

@@ -447,6 +447,10 @@ class Plan:
         self.weights, self.wdt, self.slots, self.count = (walk.weights, walk.wdt, walk.slots,
                                                           walk.count)
         self.versions = walk.versions
+        #: what every run of the plan would otherwise recompute: the version arrays of
+        #: scratchpad buffers, and each version array's description by id
+        self.spad_versions = frozenset(v[0] for v in walk.versions if v[1] == SPAD)
+        self.version_info = {v[0]: v for v in walk.versions}
         #: the hulls [lo, hi) of the DRAM bytes the loop stores to (FunctionalRun.stores)
         self.dram_writes = []
         for space, write, f, lanes, shape, strides, _, _ in walk.accs:
@@ -613,7 +617,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     # a loop unrolled in a lane multiplies tiles again (only mx.loadw and matrix operations in
     # between, which write the accumulator: only scratchpad operands and the version arrays
     # of scratchpad buffers are kept)
-    spad_versions = frozenset(v[0] for v in plan.versions if v[1] == SPAD)
+    spad_versions = plan.spad_versions
     acts: dict[Any, np.ndarray] = {}
 
     def activations(desc: tuple[Any, ...], dtype: Any) -> np.ndarray:
@@ -700,10 +704,10 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             for vid, space, d, n, wlo, whi, outer in op[2]:
                 cur = _current(mem, hulls, space, d, wlo, whi)
                 v = np.empty(outer + (n + 1, whi - wlo), np.uint8)
-                v[...] = np.expand_dims(cur, -2)  # bytes no iteration writes stay
+                v[...] = cur[..., None, :]  # bytes no iteration writes stay
                 mem[("V", vid)] = v
         elif kind == OP_VEXIT:
-            info = {v[0]: v for v in plan.versions}
+            info = plan.version_info
             for vid, space, mask in op[2]:
                 _, _, d, n, wlo, whi, _ = info[vid]
                 np.copyto(_current(mem, hulls, space, d, wlo, whi),
@@ -723,7 +727,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
                 lo, hi = hulls[space]
                 parent = mem[(space, level - 1)] if level > 1 else mem[space][lo:hi]
                 p = np.empty(lanes + (hi - lo,), np.uint8)
-                p[...] = np.expand_dims(parent, level - 1)
+                p[...] = parent[(slice(None),) * (level - 1) + (None,)]
                 mem[(space, level)] = p
         else:  # OP_EXIT
             level = op[1]

@@ -286,27 +286,28 @@ def test_fp32_emulation_shares_weights_and_nan_checks_exactly():
 
 
 def test_bf16_conversion_is_the_ml_dtypes_cast_for_every_bit_pattern():
-    """sim_core.converted turns large bf16 tiles into fp32 as integers: the same bits as
-    ml_dtypes' cast (the reference's) for all 65536 patterns, strided and broadcast lanes too."""
+    """sim_core.converted turns bf16 tiles into C-ordered fp32 (a broadcast lane dimension
+    converted once): the bits of ml_dtypes' cast (the reference's) for all 65536 patterns,
+    strided and broadcast lanes too."""
     import ml_dtypes
 
-    from infer.target.sim_core import BF16_SHIFT_MIN, converted
+    from infer.target.sim_core import converted
 
     a = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(16, 64, 64)
     for v in (a, a[:, 1::2, 3:], a[5], np.broadcast_to(a[7], (3, 64, 64))):
-        assert v.size >= BF16_SHIFT_MIN
         got = converted(v, np.float32)
         assert got.dtype == np.float32 and got.shape == v.shape
+        assert all(got[i].flags.c_contiguous for i in np.ndindex(got.shape[:-2]))
         assert got.view(np.uint32).tobytes() == v.astype(np.float32).view(np.uint32).tobytes()
 
 
 def test_bf16_store_rounds_like_the_ml_dtypes_cast():
-    """sim_core.store_converted rounds large fp32 tiles to bf16 as integers: the bits of
-    ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow, denormals,
-    infinities and NaNs (which become the default NaN)."""
+    """sim_core.store_converted rounds fp32 tiles to bf16 into a strided destination: the
+    bits of ml_dtypes' cast (the reference's numerics) on random patterns, ties, overflow,
+    denormals, infinities and NaNs (which become the default NaN)."""
     import ml_dtypes
 
-    from infer.target.sim_core import BF16_SHIFT_MIN, store_converted
+    from infer.target.sim_core import store_converted
 
     rng = np.random.default_rng(11)
     special = np.array([0, 0x80000000, 0x00008000, 0x00018000, 0x3F808000, 0x3F818000,
@@ -314,7 +315,6 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
                         0x7FC00000, 0xFFC00001, 0x7F800001, 0x00000001, 0x807FFFFF], np.uint32)
     bits = np.concatenate([special, rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint32)])
     r = bits.view(np.float32).reshape(-1, 16)
-    assert r.size >= BF16_SHIFT_MIN
     dst = np.zeros((r.shape[0], 32), ml_dtypes.bfloat16)[:, ::2]  # a strided destination
     with np.errstate(all="ignore"):  # as in the simulator: inf and NaN are data
         store_converted(dst, r, 3)
@@ -571,3 +571,49 @@ def test_reduction_around_an_inner_reduction(inner_extra, batched):
     dec = decoded(prog, sim.cfg)
     outer_pc = next(q for q, ins in enumerate(prog.instrs) if ins.d.name == "loop")
     assert (outer_pc not in dec.caches.get("failed", {})) == batched, dec.caches.get("failed")
+
+
+# a loop the functional engine runs one iteration at a time (an `ld` in its body) whose
+# instructions run again at the addresses of two iterations before (r1 alternates between two
+# buffers, the data changes: the DMA reads a new DRAM block each time), so the second time
+# they reuse the operand views the engine kept (FunctionalRun.views); r8 moves one operand by
+# {step} bytes per iteration: past the scratchpad in a late iteration when that is big
+REUSED_VIEWS = """
+    li rd=r1, imm=0
+    li rd=r2, imm=0x100
+    li rd=r8, imm=0x1000
+    li rd=r9, imm=0x800
+    loop count=6, body=12
+      ld rd=r4, addr=r0+0
+      dma.load dram=r2+0, local=r1+0, n0=1024, n1=1, n2=1
+      vec.neg dst=r1+0x400, a=r1+0, rows=16, cols=16, dstride=32, astride=32, dt=bf16, at=bf16
+      mx.loadw w=r1+0x400, k=16, n=16, stride=32, dtype=bf16
+      mx.matmul act=r1+0x200, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+      vec.add dst=r1+0x600, a=r1+0x200, b=r8+0, rows=16, cols=16, dstride=32, astride=32, bstride=32, dt=bf16, at=bf16, bt=bf16, bmode=tile
+      dma.store dram=r2+0x2000, local=r1+0x600, n0=512, n1=1, n2=1
+      dma.store dram=r2+0x4000, local=0x2000000, n0=1024, n1=1, n2=1
+      addi rd=r2, rs=r2, imm=0x400
+      sub rd=r1, rs=r9, rt=r1
+      addi rd=r8, rs=r8, imm={step}
+      nop
+    halt
+"""
+
+
+@pytest.mark.parametrize("step", [0, 0x10000])
+def test_operand_views_kept_across_iterations(step):
+    """Instructions run again at the same addresses with new data compute the reference's
+    bits; an operand that moves out of the scratchpad faults as in the reference."""
+    rng = np.random.default_rng(8)
+    dram = np.zeros(0x6000, np.uint8)
+    dram[:0x2000] = rng.integers(0x3C00, 0x4000, 0x1000, dtype=np.uint16).view(np.uint8)
+    dram[:4] = 0
+    prog = Program.from_asm(REUSED_VIEWS.format(step=step))
+    assert_modes_agree(prog, dram)
+    # the loop ran instruction by instruction (the path that keeps views), not batched
+    assert list(decoded(prog, Simulator("edge").cfg).caches["failed"].values()) == [
+        "ld in the body"]
+    ref = run_mode(prog, dram, "reference")[0]
+    assert isinstance(ref, SimFault) == (step > 0)
+    if step:
+        assert ref.kind == "out-of-bounds" and "operand b" in ref.cause
