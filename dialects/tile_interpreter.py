@@ -90,8 +90,9 @@ from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_name, to_numpy_dtype
-from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError, innermost_interpreter_error
+from infer.dialects.graph_interpreter import INPUT_NAME_ATTR, InterpreterError
 from infer.dialects.graph_interpreter.core import Env, describe_op, find_entry, select_inputs
+from infer.dialects.graph_interpreter.runner import call_function
 from infer.dialects.weight_refs import stored_weight
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
@@ -525,13 +526,7 @@ def run_tile_module(
     interpreter.register_implementations(ArithFunctions())
     interpreter.register_implementations(IndexArithFunctions(), override=True)
     interpreter.register_implementations(FuncFunctions())
-    try:
-        results = interpreter.call_op(fn, tuple(args))
-    except Exception as e:
-        inner = innermost_interpreter_error(e)
-        if inner is not None:
-            raise InterpreterError(str(inner)) from None
-        raise InterpreterError(f"@{entry}: {type(e).__name__}: {e}") from e
+    results = call_function(interpreter, fn, args)
     out = [args[i].copy() for i in outs]
     for i, r in enumerate(results):
         if not isinstance(r, np.ndarray):

@@ -234,6 +234,19 @@ def innermost_interpreter_error(e: BaseException | None) -> InterpreterError | N
     return None
 
 
+def call_function(interpreter: Interpreter, fn: func.FuncOp, args: Sequence[Any]) -> tuple[Any, ...]:
+    """Run `fn` on `args` with xDSL's interpreter; a failure is one InterpreterError (the
+    innermost one a kernel raised, or the exception named with the function)."""
+    try:
+        return interpreter.call_op(fn, tuple(args))
+    except Exception as e:
+        inner = innermost_interpreter_error(e)
+        if inner is not None:
+            # a fresh exception: xDSL attaches the whole printed module as a note
+            raise InterpreterError(str(inner)) from None
+        raise InterpreterError(f"@{fn.sym_name.data}: {type(e).__name__}: {e}") from e
+
+
 class _TopLevelOps(Interpreter.Listener):
     """Reports every op of one function body (not the ops nested in its kernels) once run."""
 
@@ -279,14 +292,7 @@ def run_module(
     interpreter = Interpreter(module, listeners=(_TopLevelOps(fn, on_op),) if on_op is not None else ())
     interpreter.register_implementations(GraphFunctions(weights, module, constant_cache))
     interpreter.register_implementations(FuncFunctions())
-    try:
-        results = interpreter.call_op(fn, tuple(arrays))
-    except Exception as e:
-        inner = innermost_interpreter_error(e)
-        if inner is not None:
-            # a fresh exception: xDSL attaches the whole printed module as a note
-            raise InterpreterError(str(inner)) from None
-        raise InterpreterError(f"@{entry}: {type(e).__name__}: {e}") from e
+    results = call_function(interpreter, fn, arrays)
     outs = []
     result_types = list(fn.function_type.outputs.data)
     for i, (r, t) in enumerate(zip(results, result_types)):
