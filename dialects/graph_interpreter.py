@@ -26,7 +26,8 @@ Numerics
   (round-to-nearest-even) back to the result type once per op. float32 ops are
   computed in float32 (matmul, conv, norms, ...), float64 in float64. `erf`
   (and exact `gelu`) is evaluated in float64 with W. J. Cody's rational
-  approximations (|error| < 1e-15) and rounded to the compute type.
+  approximations (|error| < 1e-15; `infer.target.special`, which the vector unit's
+  `erf` / `gelu_erf` instructions share) and rounded to the compute type.
 - Integer arithmetic wraps around (two's complement); `div` truncates toward
   zero, `mod` is floor modulo (sign of the divisor); an integer division or
   modulo by zero is an `InterpreterError`. An integer `pow` with a negative
@@ -86,6 +87,7 @@ from infer.dialects.block_quant import dequantize_blocks
 from infer.dialects.dtypes import dense_to_numpy, element_type_name, format_shape, to_numpy_dtype
 from infer.dialects.weight_refs import stored_weight, weight_store_for
 from infer.dialects.weights import WeightStore, WeightStoreError
+from infer.target.special import erf
 
 __all__ = [
     "ConstantCache",
@@ -180,91 +182,6 @@ def _int_of(attr: Any) -> int:
 
 def _bool_of(attr: Any) -> bool:
     return bool(attr.value.data)
-
-
-# --------------------------------------------------------------------------
-# erf (W. J. Cody, "Rational Chebyshev approximations for the error function",
-# Math. Comp. 1969; coefficients as in his CALERF routine). float64 throughout.
-# --------------------------------------------------------------------------
-
-_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
-          3.20937758913846947e03, 1.85777706184603153e-1)
-_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
-          2.84423683343917062e03)
-_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
-          2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
-          2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)
-_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
-          1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
-          3.43936767414372164e03, 1.23033935480374942e03)
-_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
-          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)
-_ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
-          6.05183413124413191e-2, 2.33520497626869185e-3)
-_SQRPI = 5.6418958354775628695e-1  # 1 / sqrt(pi)
-
-
-_ERF_CHUNK = 1 << 15  # elements per cache-sized block
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorized Gauss error function in float64 (max abs error ~1e-16)."""
-    x = np.asarray(x)
-    if x.size <= _ERF_CHUNK:
-        return _erf_block(x.astype(np.float64))
-    flat = x.reshape(-1)
-    out = np.empty(flat.shape, np.float64)
-    for i in range(0, flat.size, _ERF_CHUNK):
-        out[i : i + _ERF_CHUNK] = _erf_block(flat[i : i + _ERF_CHUNK].astype(np.float64))
-    return out.reshape(x.shape)
-
-
-def _erf_block(x: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        y = np.abs(x)
-        out = np.empty_like(y)
-
-        small = y <= 0.5
-        ys = y[small]
-        z = ys * ys
-        num = _ERF_A[4] * z
-        den = z
-        for i in range(3):
-            num = (num + _ERF_A[i]) * z
-            den = (den + _ERF_B[i]) * z
-        out[small] = ys * (num + _ERF_A[3]) / (den + _ERF_B[3])
-
-        def _exp_split(v: np.ndarray) -> np.ndarray:
-            # exp(-v*v) computed in two factors for accuracy
-            vs = np.trunc(v * 16.0) / 16.0
-            delta = (v - vs) * (v + vs)
-            return np.exp(-vs * vs) * np.exp(-delta)
-
-        mid = (y > 0.5) & (y <= 4.0)
-        ym = y[mid]
-        num = _ERF_C[8] * ym
-        den = ym
-        for i in range(7):
-            num = (num + _ERF_C[i]) * ym
-            den = (den + _ERF_D[i]) * ym
-        erfc_mid = (num + _ERF_C[7]) / (den + _ERF_D[7]) * _exp_split(ym)
-        out[mid] = 1.0 - erfc_mid
-
-        big = y > 4.0  # NaN falls through every mask and is handled below
-        yb = y[big]
-        z = 1.0 / (yb * yb)
-        num = _ERF_P[5] * z
-        den = z
-        for i in range(4):
-            num = (num + _ERF_P[i]) * z
-            den = (den + _ERF_Q[i]) * z
-        r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
-        r = (_SQRPI - r) / yb
-        erfc_big = np.where(yb < 27.0, r * _exp_split(np.minimum(yb, 27.0)), 0.0)
-        out[big] = 1.0 - erfc_big
-
-        out[np.isnan(y)] = np.nan
-        return np.copysign(out, x)
 
 
 # --------------------------------------------------------------------------
