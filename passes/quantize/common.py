@@ -8,8 +8,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import dense_attr, tensor_type
-from infer.dialects.graph_interpreter import dense_to_numpy
+from infer.dialects.dtypes import dense_attr, dense_to_numpy, tensor_type
 from infer.dialects.ir_io import IRError, describe_location
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.passes.quantize.naming import NAME_ATTR

@@ -100,7 +100,7 @@ def test_table_file_roundtrip_and_edits(tmp_path) -> None:
 
 def test_quantize_uses_the_edited_threshold(tmp_path) -> None:
     from infer.dialects import graph as g
-    from infer.dialects.graph_interpreter import dense_to_numpy
+    from infer.dialects.dtypes import dense_to_numpy
 
     text = """
     func.func @main(%x: tensor<2x4xf32> {graph.name = "x"}) -> tensor<2x3xf32> {
