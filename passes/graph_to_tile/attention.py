@@ -87,9 +87,13 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                                 causal_offset=offset if causal else None, interleaves=interleaves)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
     ctx.predict(choice.best.cycles)
-    override = ctx.override(name, 2)
+    override = ctx.override(name, 2, optional=1)  # TQxTKV[xinterleave]
     TQ, TKV = (override[0], override[1]) if override else (choice.tiles[0], choice.tiles[1])
     interleave = (tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, spec) if override else choice.best).interleave
+    if override and len(override) == 3:
+        if override[2] not in interleaves:
+            raise error(op, f"override {name}: {override[2]} heads interleaved, the heads allow {list(interleaves)}")
+        interleave = override[2]
     # causal: each query tile visits the key tiles up to its diagonal only (tiling_cost
     # .triangular_score_tiles says which tilings can): a key loop bound affine in the query tile
     triangular = causal and tiling_cost.triangular_score_tiles(Sq, Skv, TQ, TKV, offset) is not None
