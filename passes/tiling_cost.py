@@ -165,14 +165,14 @@ def spad_split_bytes(split: bool, passes: int) -> int:
 
 def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, tk: int,
                   spec: GemmSpec) -> Estimate:
-    if len(spec.interleaves) > 1:  # flash attention: the fastest interleave that fits
+    if len(spec.interleaves) > 1:  # flash attention: the fastest interleave that fits (ties: more heads)
         base = spec.footprint
         ests = [gemm_estimate(hw, M, N, K, tm, tn, tk, replace(
             spec, interleave=u, interleaves=(u,),
             footprint=None if base is None else lambda a, b, c, u=u: (u * base(a, b, c)[0], u * base(a, b, c)[1])))
             for u in spec.interleaves]
         fitting = [e for e in ests if fits(hw, e)] or ests[:1]
-        return min(fitting, key=lambda e: e.cycles)
+        return min(fitting, key=lambda e: (e.cycles, -e.interleave))
     R, C = hw.matrix.rows, hw.matrix.cols
     L = hw.vector.lanes
     cost = hw.vector.cost
