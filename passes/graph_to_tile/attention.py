@@ -19,8 +19,9 @@ every slot's loads, then every slot's q.K^T, then per slot its softmax and P.V, 
 unit computes the next slot's scores while the vector unit does this slot's softmax. The slots
 are consecutive query heads of one group (they share the K and V tiles: loaded and split once)
 or, with one query head per group, consecutive kv heads; they share the causal band tile and a
-mask the same for every head. The cost model picks the interleave with the tiling
-(`GemmSpec.interleaves`: the fastest count that fits, per candidate tiling; ties to more heads).
+mask the same for every head. On latency-bound targets the cost model picks the interleave with
+the tiling (`GemmSpec.interleaves`: the fastest count that fits, per candidate tiling; ties to
+more heads).
 
 Explicit masks: a compile-time mask (i1: true = attend, or additive) becomes an additive weight
 [mb*mh*Sq, Skv] (-inf/false -> -1e30); a runtime additive mask [B|1, H|1, Sq|1, Skv] (such as
@@ -44,7 +45,7 @@ from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import integer_inputs
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.passes.graph_to_tile.transpose import transposed_copy
 
@@ -80,8 +81,11 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 
     # interleaved heads (module docstring): as many slots as divide the query heads of a group
     # (sharing its K and V) or, one query head per group, the kv heads; up to 8 (MiniLM's 12
-    # heads at once measured slower than 6, which the model does not see)
-    interleaves = tuple(u for u in (1, 2, 3, 4, 6, 8) if group % u == 0 or (group == 1 and Hkv % u == 0))
+    # heads at once measured slower than 6, which the model does not see). On latency-bound
+    # targets only: on edge the one kernel the model interleaved (bench_compiler_gemm's block, 2
+    # heads of 32x16 tiles) ran 126 cycles slower than one head at a time
+    interleaves = tuple(u for u in (1, 2, 3, 4, 6, 8) if group % u == 0 or (group == 1 and Hkv % u == 0)) \
+        if latency_bound(hw) else (1,)
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
                                 batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint, flash_dv=Dv,
                                 softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0),
