@@ -29,8 +29,8 @@ so a tile program and the npu program it lowers to compute the same bits.
   saturates to int32 (as `mx.matmul`).
 - `tile.vector`: `infer.target.sim.VECTOR_FUNCTIONS[op]` in the simulator's
   compute type: fp32 if a or b is a float type, if the op is transcendental
-  (gelu, silu, sigmoid, tanh, exp, sqrt, rsqrt, recip) or requant, or if an
-  `imm` is not an integer; int64 otherwise. The result is stored with
+  (`infer.target.sim_core.TRANSCENDENTAL`: gelu, gelu_erf, erf, exp, ...) or
+  requant, or if an `imm` is not an integer; int64 otherwise. The result is stored with
   `infer.target.sim.store_converted` (float -> int rounds half to even and
   saturates, int -> int saturates, float -> bf16 rounds to nearest even). For
   `bmode = imm` the immediate is rounded to fp32 and counts as an integer
@@ -96,7 +96,7 @@ from infer.dialects.graph_interpreter.runner import call_function
 from infer.dialects.weight_refs import stored_weight
 from infer.dialects.weights import WeightStore, WeightStoreError
 from infer.target.sim import VECTOR_FUNCTIONS, store_converted
-from infer.target.sim_core import DequantSpec, dequant_compute
+from infer.target.sim_core import TRANSCENDENTAL, DequantSpec, dequant_compute
 
 __all__ = [
     "OUTPUT_ATTR",
@@ -114,7 +114,6 @@ ALIAS_ATTR = t.ALIAS_ATTR
 
 # isa dtype codes of the vector unit's element types (infer.target.isa.DTYPES)
 _DT_CODE = {"i8": 0, "i32": 1, "f32": 2, "bf16": 3}
-_TRANSCENDENTAL = ("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log")
 
 
 # --------------------------------------------------------------------------
@@ -289,7 +288,7 @@ class TileFunctions(InterpreterFunctions):
             else:
                 bt = _DT_CODE[element_type_name(_memref_type(op.b[0]).get_element_type())]
                 float_in = float_in or bt >= 2
-        use_float = float_in or name in _TRANSCENDENTAL or name == "requant"
+        use_float = float_in or name in TRANSCENDENTAL or name == "requant"
         ctype = np.float32 if use_float else np.int64
         a = _box("a", a_buf, a_idx, (rows, cols)).astype(ctype)
         dshape = (rows, 1) if form == "reduce" else (rows, cols)

@@ -62,6 +62,12 @@ class GemmSpec:
     # product P.V of `flash_dv` columns; 0: a plain GEMM
     flash_dv: int = 0
     softmax_ops: int = 0
+    # flash attention: the score tiles of `interleave` heads interleaved stage by stage (one
+    # head's softmax runs while the next head's scores are on the matrix unit), each with its
+    # own buffers (`footprint` times interleave); `interleaves`: the counts the lowering can
+    # emit, of which a tiling's estimate is that of the fastest that fits
+    interleave: int = 1
+    interleaves: tuple[int, ...] = (1,)
     # causal flash attention: Skv - Sq (the key offset of query 0); the tilings
     # `triangular_score_tiles` accepts visit only the key tiles up to each query tile's diagonal
     causal_offset: int | None = None
@@ -90,6 +96,7 @@ class Estimate:
     spad: int
     acc: int
     loops: int = 0  # hardware loops the lowered nest needs (trip count >= 2)
+    interleave: int = 1  # flash attention: heads interleaved (GemmSpec.interleaves)
 
     @property
     def bound(self) -> str:
@@ -158,6 +165,14 @@ def spad_split_bytes(split: bool, passes: int) -> int:
 
 def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, tk: int,
                   spec: GemmSpec) -> Estimate:
+    if len(spec.interleaves) > 1:  # flash attention: the fastest interleave that fits (ties: more heads)
+        base = spec.footprint
+        ests = [gemm_estimate(hw, M, N, K, tm, tn, tk, replace(
+            spec, interleave=u, interleaves=(u,),
+            footprint=None if base is None else lambda a, b, c, u=u: (u * base(a, b, c)[0], u * base(a, b, c)[1])))
+            for u in spec.interleaves]
+        fitting = [e for e in ests if fits(hw, e)] or ests[:1]
+        return min(fitting, key=lambda e: (e.cycles, -e.interleave))
     R, C = hw.matrix.rows, hw.matrix.cols
     L = hw.vector.lanes
     cost = hw.vector.cost
@@ -222,7 +237,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     loops = sum(x > 1 for x in (spec.batch, nm, nn, nk, -(-tk // R), -(-tn // C)))
     if spec.taps > 1:
         loops += 2
-    return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc, loops)
+    return Estimate((tm, tn, tk), cycles, matrix, memory, vector, spad, acc, loops, spec.interleave)
 
 
 def triangular_score_tiles(Sq: int, Skv: int, tq: int, tkv: int, offset: int | None) -> int | None:
@@ -298,7 +313,11 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
         # (the V tile's DMA is dispatched behind the softmax's instructions: its round trip
         # overlaps the softmax only)
         flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
-        period = max(period, flash)
+        # interleaved heads: the latencies of `interleave` score tiles' chains overlap, their
+        # vector work (softmax, splits) runs in series on the one vector unit (measured on
+        # MiniLM's server attention: 2, 4, 6 heads within 12 % of this)
+        work = epi + 2 * vec_step
+        period = max(period, work + (flash - work) / spec.interleave, mm_step + mm_pv)
         chain += flash - (mm_step + fill)
     if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
@@ -1018,8 +1037,8 @@ def choose_permute_rows(hw: HardwareConfig, eu: int, ev: int, C: int, esize: int
             loops = outer_loops + _trips(eu, tu) + _trips(ev, tv) + _trips(C, TC) + (1 if tl > 1 else 0)
             c = PermuteChoice((tu, tv, TC), loop, cyc, blocks + stores, 0, loops)
             n += 1
-            key = (loops > hw.scalar.loop_depth, cyc, c.dmas)
-            if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas):
+            key = (loops > hw.scalar.loop_depth, cyc, c.dmas, loops)
+            if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas, best.loops):
                 best = c
     assert best is not None
     best.candidates = n
@@ -1027,17 +1046,22 @@ def choose_permute_rows(hw: HardwareConfig, eu: int, ev: int, C: int, esize: int
 
 
 def choose_permute_block(hw: HardwareConfig, ei: int, ej: int, esize: int, outer: int,
-                         outer_loops: int, i_adjacent: bool, j_adjacent: bool) -> PermuteChoice:
+                         outer_loops: int, i_adjacent: bool, j_adjacent: bool, eh: int = 1) -> PermuteChoice:
     """Permuted copy that moves the innermost dim j (input rows of Tj contiguous elements)
-    to a row dim of the output, whose rows are dim i: block [Ti, Tj] loaded in input
+    to a row dim of the output, whose rows are dim i: block [Th, Ti, Tj] loaded in input
     order, transposed on chip by a loop of vector copies (one column or row each, over the
-    smaller tile side: `loop` 0 = i, 1 = j) into [Tj, Ti], stored in output order. Both
-    double-buffered block buffers take half the scratchpad. `i_adjacent`: i is the
+    smaller tile side: `loop` 0 = i, 1 = j; per h) into [Th, Tj, Ti], stored in output order.
+    Both double-buffered block buffers take half the scratchpad. `i_adjacent`: i is the
     input's second innermost dim (whole loaded blocks are one contiguous run);
-    `j_adjacent`: j is the output's second innermost dim (same for stores)."""
+    `j_adjacent`: j is the output's second innermost dim (same for stores). `eh` > 1: the
+    outermost dim h (of extent eh, part of `outer`) is outermost in the output too, so
+    blocks may span several of its indices (Th: the heads of attention's K transpose): fewer,
+    larger blocks, whose chains (load round trip, copies, store) the double buffers keep only
+    two of in flight. -> tiles (Ti, Tj, Th)."""
     cap = max(1, hw.memory.scratchpad_bytes // (8 * esize))
     lanes, ccopy = hw.vector.lanes, hw.vector.cost.get("copy", 1)
-    n0, n1, _ = dma_box_limits()
+    lat, setup, bw = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dram.bytes_per_cycle
+    n0, n1, n2 = dma_box_limits()
     vrows, vstride = vector_limits()
     # a side is a DMA row (n0 bytes) and rows of the other (n1), a vector copy's rows and stride
     lim = min(n0 // esize, n1, vrows, vstride // esize)
@@ -1046,21 +1070,29 @@ def choose_permute_block(hw: HardwareConfig, ei: int, ej: int, esize: int, outer
     for tj in pow2_candidates(min(ej, cap, lim), 1):
         ti = min(ei, max(1, cap // tj), lim)
         ni, nj = -(-ei // ti), -(-ej // tj)
-        blocks = outer * ni * nj
         loop = 0 if ti <= tj else 1
-        vops = outer * (nj * ei if loop == 0 else ni * ej)
         vcyc = -(-max(ti, tj) // lanes) * ccopy
-        lrow = tj * (ti if tj == ej and i_adjacent else 1)
-        srow = ti * (tj if ti == ei and j_adjacent else 1)
-        total = outer * ei * ej
-        cyc, vec = _permute_cycles(hw, blocks, total // lrow, lrow * esize, blocks, total // srow, srow * esize,
-                                   vops, vcyc)
-        loops = outer_loops + _trips(ei, ti) + _trips(ej, tj) + (1 if min(ti, tj) > 1 else 0)
-        c = PermuteChoice((ti, tj), loop, cyc, 2 * blocks, vec, loops)
-        n += 1
-        key = (loops > hw.scalar.loop_depth, cyc, c.dmas)
-        if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas):
-            best = c
+        for th in pow2_candidates(min(eh, max(1, cap // (ti * tj)), n2), 1) if eh > 1 else [1]:
+            blocks = outer // eh * -(-eh // th) * ni * nj
+            vops = outer * (nj * ei if loop == 0 else ni * ej)
+            lrow = tj * (ti if tj == ej and i_adjacent else 1)
+            srow = ti * (tj if ti == ei and j_adjacent else 1)
+            total = outer * ei * ej
+            cyc, vec = _permute_cycles(hw, blocks, total // lrow, lrow * esize, blocks, total // srow, srow * esize,
+                                       vops, vcyc)
+            if eh > 1:  # two block chains in flight (a load round trip and the block's copies
+                # each), and the first block's load and the last one's store not overlapped
+                xfer = th * ti * tj * esize / bw
+                chain = lat + setup + xfer + th * min(ti, tj) * max(vcyc, 1)
+                cyc = max(cyc, int(-(-blocks // 2) * chain) + lat + setup) + int(2 * xfer)
+            loops = outer_loops + _trips(ei, ti) + _trips(ej, tj) + (1 if min(ti, tj) > 1 else 0)
+            if th > 1:  # the h loop steps over blocks (not every h), plus a copy loop over a block's h
+                loops += _trips(eh, th)
+            c = PermuteChoice((ti, tj, th), loop, cyc, 2 * blocks, vec, loops)
+            n += 1
+            key = (loops > hw.scalar.loop_depth, cyc, c.dmas, loops)
+            if best is None or key < (best.loops > hw.scalar.loop_depth, best.cycles, best.dmas, best.loops):
+                best = c
     assert best is not None
     best.candidates = n
     return best

@@ -132,6 +132,10 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
     VecOpDef("eq", "binary", "d = 1 if a == b else 0 (NaN compares unequal)"),
     VecOpDef("lt", "binary", "d = 1 if a < b else 0 (false with a NaN)"),
     VecOpDef("le", "binary", "d = 1 if a <= b else 0 (false with a NaN)"),
+    # the error function and the exact (erf) GELU of BERT-family FFNs: as one instruction each
+    # instead of a 24-instruction Abramowitz & Stegun sequence of the ops above
+    VecOpDef("erf", "unary", "d = erf(a) (fp32: the float64 value rounded once)"),
+    VecOpDef("gelu_erf", "unary", "d = 0.5 a (1 + erf(a / sqrt 2)) (fp32: the float64 value rounded once)"),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
 #: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from infer.target import isa
+from infer.target.special import erf
 
 ENGINES = isa.ENGINES
 E_SCALAR, E_LOAD, E_STORE, E_MATRIX, E_VECTOR = range(5)
@@ -314,6 +315,16 @@ def _gelu(a: np.ndarray) -> np.ndarray:
     return np.float32(0.5) * a * (np.float32(1) + np.tanh(k * (a + np.float32(0.044715) * a**3)))
 
 
+def _erf(a: np.ndarray) -> np.ndarray:
+    return erf(a).astype(np.float32)
+
+
+def _gelu_erf(a: np.ndarray) -> np.ndarray:
+    """0.5 a (1 + erf(a / sqrt 2)), computed in float64 and rounded once to fp32."""
+    x = a.astype(np.float64)
+    return (0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))).astype(np.float32)
+
+
 def _sigmoid(a: np.ndarray) -> np.ndarray:
     return np.float32(1) / (np.float32(1) + np.exp(-a))
 
@@ -329,7 +340,7 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "rsum": lambda a: a.sum(axis=-1, keepdims=True),
     "rmax": lambda a: a.max(axis=-1, keepdims=True),
     "requant": lambda a, b: a * b,
-    "log": np.log,
+    "log": np.log, "erf": _erf, "gelu_erf": _gelu_erf,
     # comparisons: 1 where a op b holds, else 0, in the compute type (false when either is NaN)
     "eq": lambda a, b: (a == b).astype(np.result_type(a, b)),
     "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),
@@ -338,7 +349,8 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
 #: elementwise vector ops whose every result element IEEE arithmetic defines exactly (no
 #: library approximation whose code path could depend on the operands' strides)
 LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu"))
-TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log"))
+TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log",
+                            "erf", "gelu_erf"))
 
 
 @dataclass(frozen=True)

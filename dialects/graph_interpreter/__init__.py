@@ -5,7 +5,8 @@ semantics are exactly those stated in the op docstrings of
 `infer.dialects.graph`. The interpreter never imports torch or onnx.
 
 Layout: `core` (errors, dtype helpers, the kernel table), one module per kernel family
-(`elementwise`, `nn`, `transformer`, `structure`, `quant`; `erf`, Cody's error function) and
+(`elementwise`, `nn`, `transformer`, `structure`, `quant`; Cody's error function is
+`infer.target.special.erf`, shared with the vector unit's `erf` / `gelu_erf`) and
 `runner` (dispatch on the table, the xDSL interpreter functions, `run_module`). A new op gets
 its kernel in the family's module with `@kernel_for(OpClass)`; `runner` refuses to import
 while a graph op has none.
@@ -32,7 +33,8 @@ Numerics
   (round-to-nearest-even) back to the result type once per op. float32 ops are
   computed in float32 (matmul, conv, norms, ...), float64 in float64. `erf`
   (and exact `gelu`) is evaluated in float64 with W. J. Cody's rational
-  approximations (|error| < 1e-15) and rounded to the compute type.
+  approximations (|error| < 1e-15; `infer.target.special`, which the vector unit's
+  `erf` / `gelu_erf` instructions share) and rounded to the compute type.
 - Integer arithmetic wraps around (two's complement); `div` truncates toward
   zero, `mod` is floor modulo (sign of the divisor); an integer division or
   modulo by zero is an `InterpreterError`. An integer `pow` with a negative
@@ -60,7 +62,7 @@ Numerics
 """
 
 from infer.dialects.graph_interpreter.core import INPUT_NAME_ATTR, ConstantCache, InterpreterError
-from infer.dialects.graph_interpreter.erf import erf
+from infer.target.special import erf
 from infer.dialects.graph_interpreter.runner import (
     GraphFunctions,
     evaluate_op,

@@ -27,7 +27,7 @@ from infer.dialects.graph_interpreter.core import (
     scalar,
     upcast,
 )
-from infer.dialects.graph_interpreter.erf import erf
+from infer.target.special import erf
 
 
 # -- elementwise unary -----------------------------------------------------------

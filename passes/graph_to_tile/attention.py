@@ -1,14 +1,27 @@
 """graph.attention as one flash kernel: online softmax, the score matrix never leaves the chip.
 
-One kernel per (batch, kv head, query head in the group, q tile): the q tile is scaled and
-split once; per kv tile: S = q.K^T into an accumulator tile [TQ, TKV] (K is transposed once into
+One kernel per (batch, kv head, query head in the group, q tile) (several heads interleaved:
+below): the q tile is scaled and split once; per kv tile: S = q.K^T into an accumulator tile [TQ, TKV] (K is transposed once into
 DRAM: transpose.transposed_copy), the causal mask added from a compile-time band
 [TQ, Skv + QL] (QL = the last query tile's origin; row i, column c is -1e30 iff
 c - QL - i - (Skv - Sq) > 0) read at column j0 - q0 + QL, which is affine in both the
 query-tile and the key-tile loop (no clamp, which would be an `arith.select` that tile-to-npu
 cannot address) and in range for every tile pair; then `rmax` -> m_new,
 alpha = exp(m - m_new), P = exp(S - m_new), l = l*alpha + rsum(P), O = O*alpha + P.V (O stays
-in the accumulator). Finally O / l. Causal tiles above the diagonal are masked (not yet skipped).
+in the accumulator). Finally O / l. Causal tiles above the diagonal are masked, or skipped where
+the tiling allows it (`tiling_cost.triangular_score_tiles`).
+
+Interleaved heads: one score tile is a chain across the engines (its q.K^T on the matrix unit,
+its softmax on the vector unit, its P.V on the matrix unit), each link waiting for the one
+before (the array's fill and drain, the vector latency). The kernel therefore runs `interleave`
+heads at once, each with its own buffers (a slot), their instructions emitted stage by stage:
+every slot's loads, then every slot's q.K^T, then per slot its softmax and P.V, so the matrix
+unit computes the next slot's scores while the vector unit does this slot's softmax. The slots
+are consecutive query heads of one group (they share the K and V tiles: loaded and split once)
+or, with one query head per group, consecutive kv heads; they share the causal band tile and a
+mask the same for every head. On latency-bound targets the cost model picks the interleave with
+the tiling (`GemmSpec.interleaves`: the fastest count that fits, per candidate tiling; ties to
+more heads).
 
 Explicit masks: a compile-time mask (i1: true = attend, or additive) becomes an additive weight
 [mb*mh*Sq, Skv] (-inf/false -> -1e30); a runtime additive mask [B|1, H|1, Sq|1, Skv] (such as
@@ -21,18 +34,19 @@ the mean of V (-1e30 mask) or NaN (runtime -inf), not the reference's zeros.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects.builtin import f32
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import integer_inputs
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
-from infer.passes.graph_to_tile.matrix_unit import alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.passes.graph_to_tile.transpose import transposed_copy
 
 SOFTMAX_COST = 12  # vector ops per score element (cost-model estimate of the online softmax)
@@ -65,40 +79,39 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             spad += 2 * (tq if mask_rows_full else 1) * tkv * 4
         return spad, 2 * tq * tkv * 4 + 2 * tq * Dv * 4
 
+    # interleaved heads (module docstring): as many slots as divide the query heads of a group
+    # (sharing its K and V) or, one query head per group, the kv heads; up to 8 (MiniLM's 12
+    # heads at once measured slower than 6, which the model does not see). On latency-bound
+    # targets only: on edge the one kernel the model interleaved (bench_compiler_gemm's block, 2
+    # heads of 32x16 tiles) ran 126 cycles slower than one head at a time
+    interleaves = tuple(u for u in (1, 2, 3, 4, 6, 8) if group % u == 0 or (group == 1 and Hkv % u == 0)) \
+        if latency_bound(hw) else (1,)
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
                                 batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint, flash_dv=Dv,
                                 softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0),
-                                causal_offset=offset if causal else None)
+                                causal_offset=offset if causal else None, interleaves=interleaves)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
     ctx.predict(choice.best.cycles)
-    override = ctx.override(name, 2)
+    override = ctx.override(name, 2, optional=1)  # TQxTKV[xinterleave]
     TQ, TKV = (override[0], override[1]) if override else (choice.tiles[0], choice.tiles[1])
+    interleave = (tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, spec) if override else choice.best).interleave
+    if override and len(override) == 3:
+        if override[2] not in interleaves:
+            raise error(op, f"override {name}: {override[2]} heads interleaved, the heads allow {list(interleaves)}")
+        interleave = override[2]
     # causal: each query tile visits the key tiles up to its diagonal only (tiling_cost
     # .triangular_score_tiles says which tilings can): a key loop bound affine in the query tile
     triangular = causal and tiling_cost.triangular_score_tiles(Sq, Skv, TQ, TKV, offset) is not None
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                           + (" causal" if causal else ""), choice)
-              + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)")
+              + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)"
+              + (f", {interleave} heads interleaved" if interleave > 1 else ""))
     k_t = transposed_copy(ctx, ctx.buffer(op.key), (B, Hkv, Skv, D))
     k_t2 = em.view(k_t, (B * Hkv * D, Skv))
     q2 = em.view(ctx.buffer(op.query), (B * Hq * Sq, D))
     v2 = em.view(ctx.buffer(op.value), (B * Hkv * Skv, Dv))
     out2 = em.view(ctx.output_buffer(op.results[0]), (B * Hq * Sq, Dv))
-    q_staging = em.alloc((TQ, D), f32, "spad", 2)
-    q_tile = alloc_bf16_tile(ctx, TQ, D)
-    k_staging = em.alloc((D, TKV), f32, "spad", 2)
-    k_tile = alloc_bf16_tile(ctx, D, TKV)
-    scores = em.alloc((TQ, TKV), f32, "acc", 2)
-    p_staging = em.alloc((TQ, TKV), f32, "spad", 2)
-    p_tile = alloc_bf16_tile(ctx, TQ, TKV)
-    v_staging = em.alloc((TKV, Dv), f32, "spad", 2)
-    v_tile = alloc_bf16_tile(ctx, TKV, Dv)
-    o = em.alloc((TQ, Dv), f32, "acc", 2)
-    m = em.alloc((TQ, 1), f32, "spad", 2)  # running row max
-    m_new = em.alloc((TQ, 1), f32, "spad", 2)
-    l_sum = em.alloc((TQ, 1), f32, "spad", 2)  # running row sum of exp
-    tmp = em.alloc((TQ, 1), f32, "spad", 2)
-    band = band_tile = None
+    band = None
     # causal band: score (q0 + i, j0 + jj) is masked iff j0 + jj - q0 - i - off > 0. Row i of the
     # band, column c = j0 + jj - q0 + QL (QL = the last q tile's origin) holds exactly that, so
     # the band column of a score tile, j0 - q0 + QL, is affine in both tile loops (no clamp:
@@ -108,9 +121,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         width = Skv + QL
         ii, cc = np.meshgrid(np.arange(TQ), np.arange(width), indexing="ij")
         band = ctx.weight(f"{name}.causal_band", np.where(cc - QL - ii - offset > 0, NEG_INF, 0.0).astype(np.float32), f32)
-        band_tile = em.alloc((TQ, TKV), f32, "spad", 2)
     # explicit mask: additive [mb*mh*mq, Skv] rows (mb in {1, B}, mh in {1, Hq}, mq in {1, Sq})
-    mask2 = mask_tile = None
+    mask2 = None
     mb = mh = mq = 1
     if mask_shape is not None:
         mb, mh = mask_shape[0], mask_shape[1]
@@ -127,51 +139,82 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 raise error(op, f"a runtime mask {mask_shape} must have the key dim ({Skv}) and 1 or {Sq} query rows")
             mq = mask_shape[2]
             mask2 = em.view(integer_inputs.additive_mask(ctx, op.mask), (mb * mh * mq, Skv))
-        mask_tile = em.alloc((TQ if mq > 1 else 1, TKV), f32, "spad", 2)
+    # the slots' heads share the causal band always, the mask where it is the same for every
+    # head, K and V where they are query heads of one group: loaded and split once per step
+    share_kv = group % interleave == 0 and interleave > 1
+    slots = [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, band is not None, None if mask2 is None else (TQ if mq > 1 else 1))]
+    slots += [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, band is not None, None if mask2 is None else (TQ if mq > 1 else 1),
+                                 share=slots[0], share_kv=share_kv, share_mask=mh == 1) for _ in range(interleave - 1)]
     z = [0, 0]
 
-    def q_tile_body(b: Index, kv_head: Index, in_group: Index, q0: Index, tq: int) -> None:
-        h = em.add(em.mul(kv_head, group), in_group)
-        q_row = em.add(em.mul(em.add(em.mul(b, Hq), h), Sq), q0)
-        em.dma(q2, [q_row, 0], q_staging, z, [tq, D])
-        em.vec("mul", q_staging, z, q_staging, z, tq, D, bmode="imm", imm=scale)
-        split_on_chip(em, q_staging, q_tile, tq, D)
-        em.fill(m, z, tq, 1, NEG_INF)
-        em.fill(l_sum, z, tq, 1, 0.0)
-        em.fill(o, z, tq, Dv, 0.0)
-        kv_plane = em.add(em.mul(b, Hkv), kv_head)
+    def q_tile_body(b: Index, heads: list[tuple[Index, Index]], q0: Index, tq: int) -> None:
+        """The query tile q0 of the heads (kv head, query head in its group) of `heads`, one
+        per slot, their instructions interleaved stage by stage (module docstring)."""
+        rows, planes = [], []
+        for sb, (kv_head, in_group) in zip(slots, heads):
+            h = em.add(em.mul(kv_head, group), in_group)
+            q_row = em.add(em.mul(em.add(em.mul(b, Hq), h), Sq), q0)
+            rows.append((h, q_row))
+            planes.append(em.add(em.mul(b, Hkv), kv_head))
+            em.dma(q2, [q_row, 0], sb.q_staging, z, [tq, D])
+        for sb in slots:
+            em.vec("mul", sb.q_staging, z, sb.q_staging, z, tq, D, bmode="imm", imm=scale)
+            split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
+            em.fill(sb.m, z, tq, 1, NEG_INF)
+            em.fill(sb.l_sum, z, tq, 1, 0.0)
+            em.fill(sb.o, z, tq, Dv, 0.0)
 
         def kv_tile_body(j0: Index, tkv: int) -> None:
-            em.dma(k_t2, [em.mul(kv_plane, D), j0], k_staging, z, [D, tkv])
-            split_on_chip(em, k_staging, k_tile, D, tkv)
-            em.fill(scores, z, tq, tkv, 0.0)
-            emit_tile_product(ctx, q_tile, k_tile, scores, tq, D, tkv)
-            if band is not None and band_tile is not None:
-                em.dma(band, [0, em.add(em.sub(j0, q0), QL)], band_tile, z, [tq, tkv])
-                em.vec("add", scores, z, scores, z, tq, tkv, band_tile, z, bmode="tile")
-            if mask2 is not None and mask_tile is not None:
-                mask_row = em.mul(em.add(em.mul(b if mb > 1 else 0, mh), h if mh > 1 else 0), mq)
-                if mq > 1:
-                    em.dma(mask2, [em.add(mask_row, q0), j0], mask_tile, z, [tq, tkv])
-                    em.vec("add", scores, z, scores, z, tq, tkv, mask_tile, z, bmode="tile")
-                else:
-                    em.dma(mask2, [mask_row, j0], mask_tile, z, [1, tkv])
-                    em.vec("add", scores, z, scores, z, tq, tkv, mask_tile, z, bmode="row")
-            em.vec("rmax", tmp, z, scores, z, tq, tkv)
-            em.vec("max", m_new, z, m, z, tq, 1, tmp, z, bmode="tile")
-            em.vec("sub", tmp, z, m, z, tq, 1, m_new, z, bmode="tile")
-            em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
-            em.vec("copy", m, z, m_new, z, tq, 1)
-            em.vec("sub", p_staging, z, scores, z, tq, tkv, m_new, z, bmode="col")
-            em.vec("exp", p_staging, z, p_staging, z, tq, tkv)
-            em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
-            em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
-            em.vec("rsum", tmp, z, p_staging, z, tq, tkv)
-            em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
-            split_on_chip(em, p_staging, p_tile, tq, tkv)
-            em.dma(v2, [em.add(em.mul(kv_plane, Skv), j0), 0], v_staging, z, [tkv, Dv])
-            split_on_chip(em, v_staging, v_tile, tkv, Dv)
-            emit_tile_product(ctx, p_tile, v_tile, o, tq, tkv, Dv)
+            # every load of the step first (software-pipelined by tile-to-npu: a rotation loop's
+            # body starts with its loads), then the slots' scores, so the matrix unit runs the
+            # next slot's product while the vector unit does this one's softmax
+            seen: set[SSAValue] = set()
+
+            def first(buffer: SSAValue) -> bool:  # not yet loaded (split) by an earlier slot
+                new = buffer not in seen
+                seen.add(buffer)
+                return new
+
+            for sb, (h, _), kv_plane in zip(slots, rows, planes):
+                if first(sb.k_staging):
+                    em.dma(k_t2, [em.mul(kv_plane, D), j0], sb.k_staging, z, [D, tkv])
+                if band is not None and sb.band_tile is not None and first(sb.band_tile):
+                    em.dma(band, [0, em.add(em.sub(j0, q0), QL)], sb.band_tile, z, [tq, tkv])
+                if mask2 is not None and sb.mask_tile is not None and first(sb.mask_tile):
+                    mask_row = em.mul(em.add(em.mul(b if mb > 1 else 0, mh), h if mh > 1 else 0), mq)
+                    if mq > 1:
+                        em.dma(mask2, [em.add(mask_row, q0), j0], sb.mask_tile, z, [tq, tkv])
+                    else:
+                        em.dma(mask2, [mask_row, j0], sb.mask_tile, z, [1, tkv])
+                if first(sb.v_staging):
+                    em.dma(v2, [em.add(em.mul(kv_plane, Skv), j0), 0], sb.v_staging, z, [tkv, Dv])
+            for sb in slots:
+                if first(sb.k_tile.hi):
+                    split_on_chip(em, sb.k_staging, sb.k_tile, D, tkv)
+                em.fill(sb.scores, z, tq, tkv, 0.0)
+                emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv)
+            for sb in slots:
+                m, m_new, l_sum, tmp, o = sb.m, sb.m_new, sb.l_sum, sb.tmp, sb.o
+                if band is not None and sb.band_tile is not None:
+                    em.vec("add", sb.scores, z, sb.scores, z, tq, tkv, sb.band_tile, z, bmode="tile")
+                if mask2 is not None and sb.mask_tile is not None:
+                    em.vec("add", sb.scores, z, sb.scores, z, tq, tkv, sb.mask_tile, z,
+                           bmode="tile" if mq > 1 else "row")
+                em.vec("rmax", tmp, z, sb.scores, z, tq, tkv)
+                em.vec("max", m_new, z, m, z, tq, 1, tmp, z, bmode="tile")
+                em.vec("sub", tmp, z, m, z, tq, 1, m_new, z, bmode="tile")
+                em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
+                em.vec("copy", m, z, m_new, z, tq, 1)
+                em.vec("sub", sb.p_staging, z, sb.scores, z, tq, tkv, m_new, z, bmode="col")
+                em.vec("exp", sb.p_staging, z, sb.p_staging, z, tq, tkv)
+                em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
+                em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
+                em.vec("rsum", tmp, z, sb.p_staging, z, tq, tkv)
+                em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
+                split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
+                if first(sb.v_tile.hi):
+                    split_on_chip(em, sb.v_staging, sb.v_tile, tkv, Dv)
+                emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv)
 
         if triangular:  # key tiles 0 .. the one holding key q0 + TQ - 1 + offset (the last visible)
             upper = em.add(q0, TQ + offset)
@@ -181,9 +224,72 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.loop(0, upper, TKV, lambda j0: kv_tile_body(j0, TKV))
         else:
             em.tiles(Skv, TKV, kv_tile_body)
-        em.vec("recip", tmp, z, l_sum, z, tq, 1)
-        em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
-        em.dma(o, z, out2, [q_row, 0], [tq, Dv])
+        for sb, (_, q_row) in zip(slots, rows):
+            em.vec("recip", sb.tmp, z, sb.l_sum, z, tq, 1)
+            em.vec("mul", sb.o, z, sb.o, z, tq, Dv, sb.tmp, z, bmode="col")
+            em.dma(sb.o, z, out2, [q_row, 0], [tq, Dv])
 
-    em.range(B, lambda b: em.range(Hkv, lambda kv_head: em.range(group, lambda in_group: em.tiles(
-        Sq, TQ, lambda q0, tq: q_tile_body(b, kv_head, in_group, q0, tq)))))
+    U = interleave
+
+    def heads_of(kv_head: Index, in_group: Index) -> list[tuple[Index, Index]]:
+        """The slots' heads: consecutive query heads of one group (sharing K and V), or with
+        one query head per group consecutive kv heads."""
+        if group % U == 0:
+            return [(kv_head, em.add(em.mul(in_group, U), s)) for s in range(U)]
+        return [(em.add(em.mul(kv_head, U), s), in_group) for s in range(U)]
+
+    kv_steps, group_steps = (Hkv, group // U) if group % U == 0 else (Hkv // U, group)
+    em.range(B, lambda b: em.range(kv_steps, lambda kv_head: em.range(group_steps, lambda in_group: em.tiles(
+        Sq, TQ, lambda q0, tq: q_tile_body(b, heads_of(kv_head, in_group), q0, tq)))))
+
+
+@dataclass
+class _SlotBuffers:
+    """One interleave slot's on-chip buffers (each double-buffered)."""
+
+    q_staging: SSAValue
+    q_tile: Bf16Tile
+    k_staging: SSAValue
+    k_tile: Bf16Tile
+    scores: SSAValue
+    p_staging: SSAValue
+    p_tile: Bf16Tile
+    v_staging: SSAValue
+    v_tile: Bf16Tile
+    o: SSAValue
+    m: SSAValue  # running row max
+    m_new: SSAValue
+    l_sum: SSAValue  # running row sum of exp
+    tmp: SSAValue
+    band_tile: SSAValue | None
+    mask_tile: SSAValue | None
+
+    @classmethod
+    def alloc(cls, ctx: LoweringContext, TQ: int, TKV: int, D: int, Dv: int, band: bool,
+              mask_rows: int | None, share: _SlotBuffers | None = None, share_kv: bool = False,
+              share_mask: bool = False) -> _SlotBuffers:
+        """A slot's buffers; with `share` (the first slot's), its causal band tile, and its K
+        and V tiles (`share_kv`) and mask tile (`share_mask`) are that slot's."""
+        em = ctx.emitter
+        if share is not None and share_kv:
+            k = (share.k_staging, share.k_tile)
+        else:
+            k = (em.alloc((D, TKV), f32, "spad", 2), alloc_bf16_tile(ctx, D, TKV))
+        q = (em.alloc((TQ, D), f32, "spad", 2), alloc_bf16_tile(ctx, TQ, D))
+        scores = em.alloc((TQ, TKV), f32, "acc", 2)
+        p = (em.alloc((TQ, TKV), f32, "spad", 2), alloc_bf16_tile(ctx, TQ, TKV))
+        if share is not None and share_kv:
+            v = (share.v_staging, share.v_tile)
+        else:
+            v = (em.alloc((TKV, Dv), f32, "spad", 2), alloc_bf16_tile(ctx, TKV, Dv))
+        o = em.alloc((TQ, Dv), f32, "acc", 2)
+        stats = [em.alloc((TQ, 1), f32, "spad", 2) for _ in range(4)]
+        if share is not None:
+            band_tile = share.band_tile
+        else:
+            band_tile = em.alloc((TQ, TKV), f32, "spad", 2) if band else None
+        if share is not None and share_mask:
+            mask_tile = share.mask_tile
+        else:
+            mask_tile = em.alloc((mask_rows, TKV), f32, "spad", 2) if mask_rows is not None else None
+        return cls(*q, *k, scores, *p, *v, o, *stats, band_tile, mask_tile)

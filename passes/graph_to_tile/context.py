@@ -263,11 +263,13 @@ class LoweringContext:
         self._last_kernel_name = name
         return name
 
-    def override(self, name: str, count: int) -> tuple[int, ...] | None:
-        """The tile sizes the `overrides` option gives kernel `name` (count of them), or None."""
+    def override(self, name: str, count: int, optional: int = 0) -> tuple[int, ...] | None:
+        """The tile sizes the `overrides` option gives kernel `name` (count of them, or up to
+        `optional` more), or None."""
         sizes = self.session.overrides.get(name)
-        if sizes is not None and len(sizes) != count:
-            raise LoweringError(f"error: {STAGE}: override for {name} needs {count} sizes, got {len(sizes)}")
+        if sizes is not None and not count <= len(sizes) <= count + optional:
+            needs = f"{count}" + (f" to {count + optional}" if optional else "")
+            raise LoweringError(f"error: {STAGE}: override for {name} needs {needs} sizes, got {len(sizes)}")
         return sizes
 
     def predict(self, cycles: int) -> None:

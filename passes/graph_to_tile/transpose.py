@@ -24,7 +24,7 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import element_type_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import LoweringContext, latency_bound
 from infer.passes.graph_to_tile.copies import copy_dram, lower_reshape_view
 
 Terms = list[tuple[Index, int]]  # an element offset: sum of index * coefficient
@@ -150,33 +150,57 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
         return (desc + f"blocks {Tu}x{Tv}x{TC} (one load each, one store per {'vu'[choice.loop]}): "
                 f"{choice.dmas} DMAs, est {choice.cycles} cycles")
 
-    # the innermost dim j moves: transpose [Ti, Tj] blocks on the vector unit
+    # the innermost dim j moves: transpose [Ti, Tj] blocks on the vector unit; on latency-bound
+    # targets a dim h outermost in both orders (attention's heads) may join the block, [Th, Ti,
+    # Tj]: the double-buffered blocks keep only two DRAM round trips in flight (on edge the
+    # bandwidth bounds the copy and per-h blocks pipeline better)
     i, j = cp[-1], n - 1
     outer = num_elements([sizes[d] for d in cp if d not in (i, j)])
     loops = sum(1 for d in cp if d not in (i, j) and sizes[d] > 1)
+    h = 0 if n == 3 and cp[0] == 0 and i != 0 and latency_bound(hw) else None
     choice = tiling_cost.choose_permute_block(hw, sizes[i], sizes[j], elem_size, outer, loops, i == n - 2,
-                                              out_pos[j] == n - 2)
+                                              out_pos[j] == n - 2, sizes[h] if h is not None else 1)
     ctx.predict(choice.cycles)
-    Ti, Tj = choice.tiles
-    loaded = em.alloc((Ti, Tj), elem, "spad", 2)
-    transposed = em.alloc((Tj, Ti), elem, "spad", 2)
+    Ti, Tj, Th = choice.tiles
+    block = Th * Ti * Tj
+    loaded = em.alloc((Th * Ti, Tj) if Th > 1 else (Ti, Tj), elem, "spad", 2)
+    transposed = em.alloc((Th * Tj, Ti) if Th > 1 else (Tj, Ti), elem, "spad", 2)
 
-    def transposed_block(terms_in: Terms, terms_out: Terms, i0: Index, ti: int, j0: Index, tj: int) -> None:
-        box_dma(em, src, total, loaded, Ti * Tj, [(ti, in_strides[i], Tj), (tj, 1, 1)],
-                terms_in + [(i0, in_strides[i]), (j0, 1)], [])
-        if choice.loop == 0:  # row r of the loaded block -> column r of the transposed one
-            em.range(ti, lambda r: em.vec("copy", transposed, [0, r], em.view(loaded, (Ti * Tj, 1)),
-                                          [em.mul(r, Tj), 0], tj, 1))
-        else:  # column c of the loaded block -> row c of the transposed one
-            em.range(tj, lambda c: em.vec("copy", em.view(transposed, (Tj * Ti, 1)), [em.mul(c, Ti), 0],
-                                          loaded, [0, c], ti, 1))
-        box_dma(em, transposed, Ti * Tj, dst, total, [(tj, Ti, out_strides[j]), (ti, 1, 1)], [],
-                terms_out + [(j0, out_strides[j]), (i0, 1)])
+    def transposed_block(terms_in: Terms, terms_out: Terms, i0: Index, ti: int, j0: Index, tj: int,
+                         h0: Index = 0, th: int = 1) -> None:
+        h_in = [(th, in_strides[h], Ti * Tj)] if Th > 1 and h is not None else []
+        h_out = [(th, Tj * Ti, out_strides[h])] if Th > 1 and h is not None else []
+        h_terms_in = [(h0, in_strides[h])] if Th > 1 and h is not None else []
+        h_terms_out = [(h0, out_strides[h])] if Th > 1 and h is not None else []
+        box_dma(em, src, total, loaded, block, h_in + [(ti, in_strides[i], Tj), (tj, 1, 1)],
+                terms_in + h_terms_in + [(i0, in_strides[i]), (j0, 1)], [])
 
-    nest((i, j), lambda terms_in, terms_out: em.tiles(sizes[i], Ti, lambda i0, ti: em.tiles(
-        sizes[j], Tj, lambda j0, tj: transposed_block(terms_in, terms_out, i0, ti, j0, tj))))
-    return (desc + f"blocks {Ti}x{Tj} transposed by vector copies of one {'row' if choice.loop == 0 else 'column'} "
-            f"each: {choice.dmas} DMAs, est {choice.cycles} cycles (vector {choice.vector})")
+        def copies(hh: Index) -> None:
+            if choice.loop == 0:  # row r of the loaded block -> column r of the transposed one
+                em.range(ti, lambda r: em.vec("copy", transposed, [em.mul(hh, Tj), r], em.view(loaded, (block, 1)),
+                                              [em.add(em.mul(hh, Ti * Tj), em.mul(r, Tj)), 0], tj, 1))
+            else:  # column c of the loaded block -> row c of the transposed one
+                em.range(tj, lambda c: em.vec("copy", em.view(transposed, (block, 1)),
+                                              [em.add(em.mul(hh, Tj * Ti), em.mul(c, Ti)), 0],
+                                              loaded, [em.mul(hh, Ti), c], ti, 1))
+
+        if Th > 1:
+            em.range(th, copies)
+        else:
+            copies(0)
+        box_dma(em, transposed, block, dst, total, h_out + [(tj, Ti, out_strides[j]), (ti, 1, 1)], [],
+                terms_out + h_terms_out + [(j0, out_strides[j]), (i0, 1)])
+
+    if Th > 1 and h is not None:
+        nest((h, i, j), lambda terms_in, terms_out: em.tiles(sizes[h], Th, lambda h0, th: em.tiles(
+            sizes[i], Ti, lambda i0, ti: em.tiles(
+                sizes[j], Tj, lambda j0, tj: transposed_block(terms_in, terms_out, i0, ti, j0, tj, h0, th)))))
+    else:
+        nest((i, j), lambda terms_in, terms_out: em.tiles(sizes[i], Ti, lambda i0, ti: em.tiles(
+            sizes[j], Tj, lambda j0, tj: transposed_block(terms_in, terms_out, i0, ti, j0, tj))))
+    return (desc + f"blocks {f'{Th}x' if Th > 1 else ''}{Ti}x{Tj} transposed by vector copies of one "
+            f"{'row' if choice.loop == 0 else 'column'} each: {choice.dmas} DMAs, est {choice.cycles} cycles "
+            f"(vector {choice.vector})")
 
 
 def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -> SSAValue:

@@ -24,7 +24,8 @@ Exactness (documented, checked against the reference interpreter by the tests):
   the divisor): a - b*trunc(a/b), plus b where the remainder and b differ in sign;
 * pow: compile-time exponents 2, 3, +-0.5, +-1 exactly as products/roots; others
   exp(b * ln|a|) (~1e-6 relative), negated for a < 0 and odd integer b; integer results rounded;
-* erf: Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as in erf-GELU;
+* erf and erf-GELU: one instruction each (`vec.erf`, `vec.gelu_erf`: the float64 value rounded
+  once to f32); tanh-GELU is `vec.gelu`;
 * softplus: max(x, 0) + ln(1 + e^-|x|);
 * casts: see `emit_cast`.
 """
@@ -46,8 +47,6 @@ from infer.passes.graph_to_tile.builder import Emitter
 Operand = tuple[str, object]  # (bmode, local buffer) or ("imm", float)
 ORIGIN = (0, 0)
 EXACT_INTEGRAL = float(1 << 23)  # f32 values at least this large are integers
-ERF_P = 0.3275911  # Abramowitz & Stegun 7.1.26
-ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 POW_EXPONENTS = (2.0, 0.5, 1.0, -1.0, -0.5, 3.0)  # compile-time exponents pow lowers exactly
 INT_RANGES = {"i8": (-(1 << 7), 1 << 8), "ui8": (0, 1 << 8), "i16": (-(1 << 15), 1 << 16), "ui16": (0, 1 << 16)}
 """Integer types narrower than the exact f32 range: (lowest value, number of values)."""
@@ -169,47 +168,8 @@ def _swapped(name: str) -> Emit:
 # -- unary sequences ------------------------------------------------------------------------------
 
 
-def _minus_erf_of_nonnegative(s: Seq, out: SSAValue, a: SSAValue, t: SSAValue) -> None:
-    """out = -erf(a) for a >= 0 (A&S 7.1.26: t (p1 + t (p2 + ...)) e^{-a^2} - 1); t is scratch,
-    a is kept."""
-    s.imm("mul", t, a, ERF_P)
-    s.imm("add", t, t, 1.0)
-    s.v("recip", t, t)
-    s.imm("mul", out, t, ERF_A[4])
-    for coef in reversed(ERF_A[:4]):
-        s.imm("add", out, out, coef)
-        s.tile("mul", out, out, t)  # out = t * poly(t)
-    s.tile("mul", t, a, a)
-    s.v("neg", t, t)
-    s.v("exp", t, t)  # e^{-a^2}
-    s.tile("mul", out, out, t)
-    s.imm("sub", out, out, 1.0)
-
-
 def _gelu(s: Seq, op, dst, xs, temps, ints) -> None:
-    x = _tile(xs[0])
-    if op.approximate.data == "tanh":
-        s.v("gelu", dst, x)
-        return
-    a, t, p = temps  # 0.5 (x + |x| erf(|x| / sqrt 2))
-    s.v("abs", a, x)
-    s.imm("mul", a, a, 1 / math.sqrt(2))
-    _minus_erf_of_nonnegative(s, p, a, t)
-    s.v("abs", a, x)
-    s.tile("mul", p, p, a)  # -|x| erf
-    s.tile("sub", dst, x, p)
-    s.imm("mul", dst, dst, 0.5)
-
-
-def _erf(s: Seq, op, dst, xs, temps, ints) -> None:
-    x = _tile(xs[0])
-    a, t = temps
-    s.v("abs", a, x)
-    _minus_erf_of_nonnegative(s, dst, a, t)  # -erf(|x|)
-    s.imm("lt", t, x, 0.0)  # erf is odd: 2 (x < 0) (-erf|x|) - (-erf|x|)
-    s.tile("mul", t, t, dst)
-    s.imm("mul", t, t, 2.0)
-    s.tile("sub", dst, t, dst)
+    s.v("gelu" if op.approximate.data == "tanh" else "gelu_erf", dst, _tile(xs[0]))
 
 
 TWO_PI_HIGH = 6.28125  # 2 pi = TWO_PI_HIGH + TWO_PI_LOW; k * TWO_PI_HIGH is exact for |k| < 2^15
@@ -560,14 +520,13 @@ RULES: dict[type[Operation], Rule] = {
     g.OrOp: _single("max", types=BOOL, commutative=True),
     g.XorOp: Rule(_xor, types=BOOL, commutative=True, cost=2),
     g.NotOp: Rule(_not, types=BOOL, operand_types=BOOL | NUMBERS, vector_op="eq"),
-    # sequences (the first five: the cost model's old estimate, one add; erf-GELU 20)
-    g.GeluOp: Rule(_gelu, temps=lambda op: 3 if op.approximate.data != "tanh" else 0,
-                   cost=lambda op: 20 if op.approximate.data != "tanh" else 1),
+    g.ErfOp: _single("erf"),
+    g.GeluOp: Rule(_gelu, cost=4),  # one instruction, vec.gelu (tanh) or vec.gelu_erf
+    # sequences (the first four: the cost model's old estimate, one add)
     g.ClipOp: Rule(_clip, types=NUMBERS, vector_op="add"),
     g.LeakyReluOp: Rule(_leaky_relu, temps=1, vector_op="add"),
     g.EluOp: Rule(_elu, temps=1, vector_op="add"),
     g.HardSigmoidOp: Rule(_hard_sigmoid, vector_op="add"),
-    g.ErfOp: Rule(_erf, temps=2, cost=22),
     g.SoftplusOp: Rule(_softplus, temps=1, cost=8),
     g.SinOp: Rule(_sin, temps=4, int_temps=1, cost=26),
     g.CosOp: Rule(_cos, temps=4, int_temps=1, cost=22),

@@ -1,6 +1,7 @@
 """Simulator semantics, every fault kind, timing model and counters."""
 
 import json
+import math
 
 import ml_dtypes
 import numpy as np
@@ -217,6 +218,24 @@ def test_vector_ops_match_numpy():
     # casts: fp32 -> bf16 rounds to nearest even
     np.testing.assert_array_equal(vec_run("copy", x, dt="bf16").view(np.uint16),
                                   x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_erf_and_gelu_erf_are_the_float64_values_rounded_once():
+    """vec.erf / vec.gelu_erf: math.erf's value (float64) rounded to fp32, over the range where
+    erf moves (the A&S sequence they replace was 1.5e-7 off), signed zeros, infinities, NaN."""
+    x = np.concatenate([np.linspace(-6, 6, 1023), [0.0, -0.0, 1e-30, 30.0, -30.0]]).astype(np.float32)
+    x = np.concatenate([x, [np.inf, -np.inf, np.nan]]).astype(np.float32)[None, :]
+    x64 = x.astype(np.float64)[0]
+    erf64 = np.array([math.erf(v) if np.isfinite(v) else np.sign(v) for v in x64])
+    erf64[np.isnan(x64)] = np.nan
+    got = vec_run("erf", x)[0]
+    np.testing.assert_array_equal(got[:-1], erf64[:-1].astype(np.float32))
+    assert np.isnan(got[-1]) and np.signbit(got[x64 == 0]).tolist() == np.signbit(x64[x64 == 0]).tolist()
+    finite = np.isfinite(x64)
+    gelu64 = 0.5 * x64[finite] * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x64[finite]]))
+    got = vec_run("gelu_erf", x)[0]
+    np.testing.assert_array_equal(got[finite], gelu64.astype(np.float32))
+    assert got[~finite][0] == np.inf and np.isnan(got[~finite][1:]).all()  # -inf * (1 + -1): NaN, as the formula
 
 
 def test_log_and_comparisons():

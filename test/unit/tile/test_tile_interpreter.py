@@ -3,6 +3,8 @@ program run both by the tile interpreter and (hand-assembled) by the simulator."
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -263,6 +265,8 @@ def test_vector_binary_f32(op, fn, bmode) -> None:
         ("sqrt", lambda a: np.sqrt(np.abs(a))),
         ("rsqrt", lambda a: 1 / np.sqrt(np.abs(a))),
         ("recip", lambda a: 1 / a),
+        ("erf", lambda a: np.vectorize(math.erf)(a)),
+        ("gelu_erf", lambda a: 0.5 * a * (1 + np.vectorize(math.erf)(a / np.sqrt(2)))),
     ],
 )
 def test_vector_unary_f32(op, fn) -> None:

@@ -1,6 +1,10 @@
-"""The Gauss error function in float64, W. J. Cody's rational approximations ("Rational
-Chebyshev approximations for the error function", Math. Comp. 1969; coefficients as in his
-CALERF routine): the reference for `graph.erf` and exact `graph.gelu`."""
+"""The Gauss error function in float64, shared by the reference interpreter (graph `erf` and
+exact `gelu`) and the vector unit's `erf` / `gelu_erf` instructions, which round it to fp32
+(docs/isa.md): one definition, so the golden model and the hardware model cannot drift.
+
+W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 1969;
+coefficients as in his CALERF routine. Max abs error ~1e-16.
+"""
 
 from __future__ import annotations
 
