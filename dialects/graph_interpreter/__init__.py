@@ -62,13 +62,13 @@ Numerics
 """
 
 from infer.dialects.graph_interpreter.core import INPUT_NAME_ATTR, ConstantCache, InterpreterError
-from infer.target.special import erf
 from infer.dialects.graph_interpreter.runner import (
     GraphFunctions,
     evaluate_op,
     innermost_interpreter_error,
     run_module,
 )
+from infer.target.special import erf
 
 __all__ = [
     "ConstantCache",
