@@ -176,7 +176,6 @@ from infer.dialects.graph.kernel import (
     KernelOp,
     YieldOp,
 )
-from infer.dialects.graph.base import i64_values as _ints  # an old private name, still read by graph-to-tile
 
 
 class GraphCanonicalizationPatterns(HasCanonicalizationPatternsTrait):

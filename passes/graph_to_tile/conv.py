@@ -69,8 +69,8 @@ def conv_planes(op: g.Conv2dOp) -> Planes:
     _, _, H, W = shape_of(op.input)
     _, _, KH, KW = shape_of(op.weight)
     _, _, OH, OW = shape_of(op.results[0])
-    return Planes(H, W, KH, KW, tuple(g._ints(op.stride)), tuple(g._ints(op.dilation)),  # type: ignore[arg-type]
-                  tuple(g._ints(op.padding)), OH, OW)  # type: ignore[arg-type]
+    return Planes(H, W, KH, KW, tuple(g.i64_values(op.stride)), tuple(g.i64_values(op.dilation)),  # type: ignore[arg-type]
+                  tuple(g.i64_values(op.padding)), OH, OW)  # type: ignore[arg-type]
 
 
 def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], list[int]]:

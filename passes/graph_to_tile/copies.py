@@ -236,7 +236,7 @@ def lower_slice(ctx: LoweringContext, op: Operation) -> None:
     in_shape, out_shape = shape_of(op.input), shape_of(op.output)
     name = ctx.kernel_name()
     ctx.debug(f"[graph-to-tile] {name}: slice {_dims(in_shape)} -> {_dims(out_shape)}: strided DMA boxes")
-    copy_box(ctx, ctx.buffer(op.input), in_shape, g._ints(op.starts), g._ints(op.steps),
+    copy_box(ctx, ctx.buffer(op.input), in_shape, g.i64_values(op.starts), g.i64_values(op.steps),
              ctx.output_buffer(op.output), out_shape, [0] * len(out_shape), out_shape)
 
 
@@ -271,7 +271,7 @@ def lower_broadcast(ctx: LoweringContext, op: Operation) -> None:
 def lower_pad(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.PadOp)
     in_shape, out_shape = shape_of(op.input), shape_of(op.output)
-    pads = g._ints(op.pads)
+    pads = g.i64_values(op.pads)
     rank = len(in_shape)
     name = ctx.kernel_name()
     ctx.debug(f"[graph-to-tile] {name}: pad {_dims(in_shape)} -> {_dims(out_shape)}: fill, then one box copy")

@@ -59,9 +59,9 @@ def lower_integer_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
     N, C, H, W = shape_of(op.input)
     O, Cg, KH, KW = shape_of(op.weight)
     groups = op.groups.value.data
-    stride = tuple(g._ints(op.stride))
-    dilation = tuple(g._ints(op.dilation))
-    top, left, bottom, right = g._ints(op.padding)
+    stride = tuple(g.i64_values(op.stride))
+    dilation = tuple(g.i64_values(op.dilation))
+    top, left, bottom, right = g.i64_values(op.padding)
     _, _, OH, OW = shape_of(op.results[0])
     epi = parse_epilogue(ctx, op, epilogue, result, O, 1)
     w = np.asarray(w, np.int8)

@@ -36,9 +36,9 @@ from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_
 
 def _average_divisors(op: g.AvgPool2dOp, H: int, W: int, OH: int, OW: int) -> np.ndarray:
     """Per output pixel, the number of input elements its window averages."""
-    KH, KW = g._ints(op.kernel)
-    stride_h, stride_w = g._ints(op.stride)
-    top, left, bottom, right = g._ints(op.padding)
+    KH, KW = g.i64_values(op.kernel)
+    stride_h, stride_w = g.i64_values(op.stride)
+    top, left, bottom, right = g.i64_values(op.padding)
     count = np.zeros((OH, OW), np.float64)
     include_pad = bool(op.count_include_pad.value.data)
     lo_h, hi_h = (-top, H + bottom) if include_pad else (0, H)
@@ -57,10 +57,10 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
     em = ctx.emitter
     N, C, H, W = shape_of(op.input)
     _, _, OH, OW = shape_of(op.results[0])
-    KH, KW = g._ints(op.kernel)
-    stride_h, stride_w = g._ints(op.stride)
-    dilation_h, dilation_w = g._ints(op.dilation) or (1, 1)
-    top, left, bottom, right = g._ints(op.padding)
+    KH, KW = g.i64_values(op.kernel)
+    stride_h, stride_w = g.i64_values(op.stride)
+    dilation_h, dilation_w = g.i64_values(op.dilation) or (1, 1)
+    top, left, bottom, right = g.i64_values(op.padding)
     is_max = isinstance(op, g.MaxPool2dOp)
     # pad bottom/right so every window (ceil_mode included) stays inside
     need_h = (OH - 1) * stride_h + (KH - 1) * dilation_h + 1

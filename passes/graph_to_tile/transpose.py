@@ -215,12 +215,12 @@ def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -
 def lower_transpose(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.TransposeOp)
     shape = shape_of(op.input)
-    moved = canonical_perm(shape, g._ints(op.perm))[1]
+    moved = canonical_perm(shape, g.i64_values(op.perm))[1]
     if moved == sorted(moved):
         # only size-1 dims move (e.g. a decode step's [B, 1, H, D] -> [B, H, 1, D]): the bytes
         # are already in the output's order, so the result is a view, like a reshape
         lower_reshape_view(ctx, op.input, op.results[0])
         return
     name = ctx.kernel_name()
-    desc = permute_copy(ctx, ctx.buffer(op.input), shape, g._ints(op.perm), ctx.output_buffer(op.results[0]))
-    ctx.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, shape))} perm {list(g._ints(op.perm))}: {desc}")
+    desc = permute_copy(ctx, ctx.buffer(op.input), shape, g.i64_values(op.perm), ctx.output_buffer(op.results[0]))
+    ctx.debug(f"[graph-to-tile] {name}: transpose {'x'.join(map(str, shape))} perm {list(g.i64_values(op.perm))}: {desc}")
