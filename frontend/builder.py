@@ -136,7 +136,7 @@ class GraphBuilder:
         if saturate:
             properties["saturate"] = graph.bool_attr(True)
         if round_mode != "up":
-            properties["round_mode"] = graph.StringAttr(round_mode)
+            properties["round_mode"] = StringAttr(round_mode)
         return self.op(graph.CastOp, [x], TensorType(element_type, shape_of(x)), **properties)
 
     def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:

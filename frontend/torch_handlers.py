@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -283,7 +284,7 @@ for _op, _gop in [
 @handles(aten.gelu.default)
 def _gelu(imp, node, args, kwargs):
     approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
-    return imp.b.op(g.GeluOp, [imp.value(args[0])], approximate=g.StringAttr(approx))
+    return imp.b.op(g.GeluOp, [imp.value(args[0])], approximate=StringAttr(approx))
 
 
 @handles(aten.clamp.default, aten.hardtanh.default)
