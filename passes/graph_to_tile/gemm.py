@@ -25,7 +25,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import (
     Bf16Tile,
@@ -95,10 +95,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             runtime_rhs = (src, tuple(w_shape[:-2]))
     out_shape = shape_of(result)
     batches = num_elements(batch)
-    # a bf16 output costs a vector pass over each output tile: taken where DRAM bandwidth, not
-    # latency, is what the target lacks (on server MiniLM's vector-bound GELU projection lost more
-    # to the pass than its consumer gained: 412.9 K -> 414.0 K cycles)
-    out_buffer = ctx.output_buffer(result) if latency_bound(hw) else ctx.narrow_output_buffer(result)
+    # (a bf16 output costs a vector pass over each output tile: on server MiniLM's vector-bound
+    # GELU projection lost more to it than its consumer gained, 412.9 K -> 414.0 K cycles)
+    out_buffer = ctx.narrow_output_buffer(result)
     narrow_out = ctx.is_bf16_buffer(out_buffer)  # stored through a bf16 copy of the output tile
     out2 = em.view(out_buffer, (batches * M, N))
     lhs_full = num_elements(lhs_batch) == batches and batches > 1
