@@ -53,7 +53,8 @@ from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import gemm, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
-from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
+                                                    preload_operands)
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.target import isa
 from infer.target.qblocks import split_blocks
@@ -569,9 +570,15 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     spad_bytes = {"f32": 4, "bf16": 2, "f16": 2, "ui8": 1, "i8": 1}
 
     def alloc(shape: tuple[int, int], elem, space: str = "spad") -> SSAValue:
+        buffer = em.alloc(shape, elem, space)
         if space == "spad":
             ctx.derived[CHAIN_BYTES] += shape[0] * shape[1] * spad_bytes[str(elem)]
-        return em.alloc(shape, elem, space)
+            if not head:
+                # a chained group's buffers get bytes apart from the group before (its weight
+                # planes and expanded tiles): its early plane DMAs and first expansion then
+                # wait for nothing the group before still reads
+                em.live_from_previous(buffer)
+        return buffer
 
     x_rows = 2 * M if head else M
     x0 = (ctx.resident_products % 2) * M if head else 0
@@ -622,6 +629,11 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     if x_tile_src is None:
         assert xv is not None
         em.dma(xv, z, x_staging, [x0, 0], [M, K])
+    # the epilogues' operands from DRAM (a residual): issued with the activations, not after
+    # the last matmul, where each would add a DRAM latency (and wait for the matmuls reading
+    # whatever bytes the planner gives it there)
+    loaded = [preload_operands(ctx, p.epilogue, [p.op.results[0], *p.on_chip],
+                               TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)) for p in products]
     # after the activations: ahead of them, their transfer would delay the activations'
     planes += [load_planes(p, False) for p in products[1:]]
     for p in products:
@@ -659,10 +671,11 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             em.vec("add", b.acc, z, b.acc, z, M, p.N, b.bias_tile, z, bmode="row")
         frame = TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)
         tiles = {p.op.results[0]: b.acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
-        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result)
+        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result, loaded[i])
         results.append(tile)
         if p.out2 is not None:
             em.dma(tile, z, p.out2, z, [M, p.N])
+            em.live_into_next(tile)  # the next kernel must not wait for this store to reuse it
         if p.after is not None:
             product_consumers.emit(ctx, p.after, tile, M, p.N)
 
@@ -745,6 +758,8 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
                                        fmt_name, N, K, TN, K)
     codes = em.alloc((2 * K * fmt.bits // 8, N), i8 if fmt_name == "q8_0" else ui8, "spad")
     scales = em.alloc((2 * (K // QBLOCK), N * entry // 2), f16, "spad")
+    for buffer in (codes, scales):  # apart from the kernel before's buffers, as the planes above
+        em.live_from_previous(buffer)
     z = [0, 0]
     em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
     em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
