@@ -628,7 +628,11 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
     if x_tile_src is None:
         assert xv is not None
-        em.dma(xv, z, x_staging, [x0, 0], [M, K])
+        on_chip = ctx.on_chip(xv)
+        if on_chip is not None and num_elements(shape_of(on_chip)) == M * K:  # the kernel before left the rows on chip (paged attention)
+            em.vec("copy", x_staging, [x0, 0], em.view(on_chip, (M, K)), z, M, K)
+        else:
+            em.dma(xv, z, x_staging, [x0, 0], [M, K])
     # the epilogues' operands from DRAM (a residual): issued with the activations, not after
     # the last matmul, where each would add a DRAM latency (and wait for the matmuls reading
     # whatever bytes the planner gives it there)
