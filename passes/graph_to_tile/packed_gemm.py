@@ -50,7 +50,7 @@ from infer.dialects import tile as t
 from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import gemm, product_consumers
+from infer.passes.graph_to_tile import gemm, norms, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
@@ -555,7 +555,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
       for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
       the accumulator (no fill, which would wait for the previous kernel's store of it).
     * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
-      tile (`_normalize_rows`) before the split.
+      tile (`norms.normalize_rows`) before the split.
     * `x_tile_src`: the activations are an earlier group's result tile (packed_siblings.chained:
       o -> gate/up -> down -> q/k/v), copied into the staging tile instead of loaded (`xv`
       None); after its last product the next chained group is lowered the same way."""
@@ -625,7 +625,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
                       c0, s0, half * K, half * KC)
 
     planes = [load_planes(products[0], head)]
-    norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
+    norm_params = norms.prologue_params(ctx, norm, M, K) if norm is not None else None
     if x_tile_src is None:
         assert xv is not None
         on_chip = ctx.on_chip(xv)
@@ -687,7 +687,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     if x_tile_src is not None:
         em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
     if norm is not None and norm_params is not None:
-        _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
+        norms.normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
     for i, (p, b) in enumerate(zip(products, planes, strict=True)):
         for j in range(steps):
@@ -706,36 +706,6 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     if chain is not None:
         nxt_products, src, K2, norm2 = chain
         _lower_resident(ctx, nxt_products, None, M, K2, norm2, x_tile_src=src)
-
-
-def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
-    """The scratchpad tiles of an rms_norm prologue: (squares [M, K], row sums [M, 1], the scale
-    row [1, K], DMAd here: it reads no value an earlier kernel writes)."""
-    em = ctx.emitter
-    scale = ctx.constant(norm.scale)
-    if scale is not None:
-        row = np.ascontiguousarray(np.broadcast_to(scale, (K,)).reshape(1, K).astype(np.float32))
-        src = ctx.weight("rms_norm.param", row, f32)
-    else:
-        src = em.view(ctx.buffer(norm.scale), (1, K))
-    gamma = em.alloc((1, K), f32, "spad")
-    em.dma(src, [0, 0], gamma, [0, 0], [1, K])
-    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
-
-
-def _normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
-                    M: int, K: int) -> None:
-    """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: norms.lower_rowwise's instructions in its
-    order (so the rows are bit for bit the norm kernel's)."""
-    squares, column, gamma = params
-    z, at = [0, 0], [x0, 0]
-    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
-    em.vec("rsum", column, z, squares, z, M, K)
-    em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
-    em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
-    em.vec("rsqrt", column, z, column, z, M, 1)
-    em.vec("mul", x, at, x, at, M, K, column, z, bmode="col")
-    em.vec("mul", x, at, x, at, M, K, gamma, z, bmode="row")
 
 
 def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
