@@ -222,7 +222,7 @@ def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> 
 
 
 def normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
-                    M: int, K: int) -> None:
+                   M: int, K: int) -> None:
     """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: `lower_rowwise`'s instructions in its
     order (so the rows are bit for bit the norm kernel's)."""
     squares, column, gamma = params

@@ -556,6 +556,14 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
       the accumulator (no fill, which would wait for the previous kernel's store of it).
     * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
       tile (`norms.normalize_rows`) before the split.
+    * The activations are copied from a tile the kernel before left on chip when it recorded
+      one for `xv` (`LoweringContext.keep_on_chip`: paged attention's output), not loaded; the
+      epilogues' DRAM operands (a residual) are DMAd with the activations
+      (`elementwise.preload_operands`), not after the last matmul.
+    * Write-after-read waits on in-flight DMAs: a result tile stored to DRAM stays live into
+      the next kernel (`Emitter.live_into_next`), and a chained group's buffers and the planes
+      `_prefetch_next` loads get bytes apart from the group before
+      (`Emitter.live_from_previous`).
     * `x_tile_src`: the activations are an earlier group's result tile (packed_siblings.chained:
       o -> gate/up -> down -> q/k/v), copied into the staging tile instead of loaded (`xv`
       None); after its last product the next chained group is lowered the same way."""
@@ -628,8 +636,8 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     norm_params = norms.prologue_params(ctx, norm, M, K) if norm is not None else None
     if x_tile_src is None:
         assert xv is not None
-        on_chip = ctx.on_chip(xv)
-        if on_chip is not None and num_elements(shape_of(on_chip)) == M * K:  # the kernel before left the rows on chip (paged attention)
+        on_chip = ctx.on_chip(xv)  # the kernel before left the rows on chip (paged attention)
+        if on_chip is not None and num_elements(shape_of(on_chip)) == M * K:
             em.vec("copy", x_staging, [x0, 0], em.view(on_chip, (M, K)), z, M, K)
         else:
             em.dma(xv, z, x_staging, [x0, 0], [M, K])
