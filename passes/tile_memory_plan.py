@@ -29,7 +29,11 @@ and the module records the sizes the runtime must reserve:
   ops: a `tile.alloc` after ops that emit code starts the next), so it shares no bytes
   with that kernel's buffers (cross-kernel prefetch and overlap, graph_to_tile/context.py,
   matrix_unit.py; where that plan does not fit, the attribute is ignored: it only moves
-  overlap, never correctness). A plan
+  overlap, never correctness). A top-level local alloc carrying `tile.live_into_next` is
+  live to the end of the kernel after the one of its last touch: a tile a kernel stores to
+  DRAM last, whose bytes the next kernel would otherwise write while the store is in flight
+  (a DMA retires a DRAM latency after it read them: a write-after-read wait; graph_to_tile's
+  resident packed products; ignored where that plan does not fit, as above). A plan
   that does not fit the target's scratchpad/accumulator is an error naming the
   alloc (file:line:col) that ends past the capacity, and the capacity.
 
@@ -71,6 +75,7 @@ WEIGHTS_ATTR = "tile.weights_bytes"
 WEIGHT_OFFSET_ATTR = "tile.offset"
 LOCAL_USED_ATTR = {"spad": "tile.spad_bytes", "acc": "tile.acc_bytes"}
 LIVE_FROM_PREVIOUS = "tile.live_from_previous"
+LIVE_INTO_NEXT = "tile.live_into_next"
 # top-level ops that emit no code: they do not end a kernel's allocs (markers.py's rule)
 _NO_CODE = (AllocOp, ViewOp, WeightOp)
 _LOOPS = (scf.ForOp, scf.WhileOp)
@@ -256,11 +261,9 @@ def _aliases(value: SSAValue) -> list[tuple[Operation, list[SSAValue]]]:
     return out
 
 
-def previous_kernel_starts(fn: func.FuncOp, numbering: _Numbering) -> dict[Operation, int]:
-    """For each top-level alloc of a kernel after the first: the program point where the
-    kernel before it starts (kernels: a top-level `tile.alloc` after ops that emit code starts
-    the next, the rule of tile-to-npu's op markers)."""
-    out: dict[Operation, int] = {}
+def kernel_starts(fn: func.FuncOp, numbering: _Numbering) -> list[int]:
+    """The program points where the function's kernels start (a top-level `tile.alloc` after
+    ops that emit code starts the next, the rule of tile-to-npu's op markers), in order."""
     starts: list[int] = []
     emitted = True
     for block in fn.body.blocks:
@@ -270,9 +273,28 @@ def previous_kernel_starts(fn: func.FuncOp, numbering: _Numbering) -> dict[Opera
                 emitted = False
             elif not isinstance(op, (*_NO_CODE, arith.ConstantOp)):
                 emitted = True
-            if isinstance(op, AllocOp) and len(starts) >= 2:
-                out[op] = starts[-2]
+    return starts
+
+
+def previous_kernel_starts(fn: func.FuncOp, numbering: _Numbering) -> dict[Operation, int]:
+    """For each top-level alloc of a kernel after the first: the program point where the
+    kernel before it starts."""
+    starts = kernel_starts(fn, numbering)
+    out: dict[Operation, int] = {}
+    for block in fn.body.blocks:
+        for op in block.ops:
+            if isinstance(op, AllocOp):
+                k = bisect.bisect_right(starts, numbering.index[op]) - 1
+                if k >= 1:
+                    out[op] = starts[k - 1]
     return out
+
+
+def next_kernel_end(starts: Sequence[int], point: int, fn_last: int) -> int:
+    """The last program point of the kernel after the one holding `point` (`starts`:
+    `kernel_starts`)."""
+    k = bisect.bisect_right(starts, point) - 1
+    return starts[k + 2] - 1 if k + 2 < len(starts) else fn_last
 
 
 def live_range(alloc: Operation, fn: func.FuncOp, numbering: _Numbering, whole_nest: bool,
@@ -401,6 +423,8 @@ class TilePlanMemoryPass(ModulePass):
                 local = space != "dram"
                 previous = previous_kernel_starts(fn, numbering) if local else {}
                 early = {a: previous[a] for a in ops if LIVE_FROM_PREVIOUS in a.attributes and a in previous}
+                late = {a for a in ops if LIVE_INTO_NEXT in a.attributes} if local else set()
+                starts = kernel_starts(fn, numbering) if late else []
 
                 def plan(from_previous: bool) -> tuple[list[Interval], list[int], int]:
                     intervals = []
@@ -410,11 +434,13 @@ class TilePlanMemoryPass(ModulePass):
                         align = math.lcm(self.alignment or eb, eb) if local else dram_align
                         lo, hi = live_range(a, fn, numbering, whole_nest=local,
                                             live_from=early.get(a) if from_previous else None)
+                        if from_previous and a in late:
+                            hi = max(hi, next_kernel_end(starts, hi, numbering.last[fn]))
                         intervals.append(Interval(lo, hi, size if local else _align_up(size, align), align))
                     return intervals, *plan_intervals(intervals)
 
                 intervals, offsets, total = plan(True)
-                if local and total > capacity[space] and early:
+                if local and total > capacity[space] and (early or late):
                     # the buffers kept apart from the kernel before (a cross-kernel prefetch) do
                     # not fit as placed: plan them as ordinary buffers (correct, less overlap)
                     intervals, offsets, total = plan(False)

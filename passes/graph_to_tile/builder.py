@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import tile as t
-from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
+from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS, LIVE_INTO_NEXT
 from infer.target import isa
 
 Index = int | SSAValue  # a tile origin: a compile-time int or an index value
@@ -220,6 +220,16 @@ class Emitter:
         op = buffer.owner
         assert isinstance(op, t.AllocOp)
         op.attributes[LIVE_FROM_PREVIOUS] = UnitAttr()
+
+    @staticmethod
+    def live_into_next(buffer: SSAValue) -> None:
+        """Mark a local buffer live to the end of the kernel after its last use
+        (`tile.live_into_next`, tile-plan-memory): a tile stored to DRAM last, so the next
+        kernel does not write its bytes while the store is in flight (a DMA retires a DRAM
+        latency after it read them)."""
+        op = buffer.owner
+        if isinstance(op, t.AllocOp):
+            op.attributes[LIVE_INTO_NEXT] = UnitAttr()
 
     def view(self, src: SSAValue, shape: Sequence[int]) -> SSAValue:
         ty = src.type

@@ -257,6 +257,26 @@ class LoweringContext:
         """Is the DRAM memref `buffer` held as bf16 (a narrowed activation)?"""
         return isinstance(buffer.type, MemRefType) and buffer.type.element_type == bf16
 
+    def keep_on_chip(self, dram: SSAValue, tile: SSAValue) -> None:
+        """Record that local `tile` holds exactly the bytes a kernel stored into DRAM buffer
+        `dram` (row-major, the same number of elements), so a later kernel reading all of
+        `dram` may copy `tile` instead of loading it (`on_chip`): its load would wait for that
+        store and a DRAM latency of its own. Only the kernel that made `tile` writes it, and the
+        later kernel's read keeps it live (tile-plan-memory), so it still holds those bytes."""
+        self.derived[("on chip", dram)] = tile
+
+    def on_chip(self, dram: SSAValue) -> SSAValue | None:
+        """The local tile recorded by `keep_on_chip` for `dram` (or the buffer a view of it
+        stands for), else None."""
+        while True:
+            tile = self.derived.get(("on chip", dram))
+            if tile is not None:
+                return tile
+            owner = dram.owner
+            if not isinstance(owner, t.ViewOp):
+                return None
+            dram = owner.operands[0]
+
     # -- kernels ------------------------------------------------------------------
     def kernel_name(self) -> str:
         """The next stable kernel name, `kernel<N>` (overrides and debug-tiling use it)."""

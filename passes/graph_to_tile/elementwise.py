@@ -24,7 +24,7 @@ constant +-inf (attention masks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,15 +217,19 @@ def _arrange(em: Emitter, op: Operation, xs: list[Operand], frame: TileFrame) ->
 
 
 def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[SSAValue, SSAValue],
-                   frame: TileFrame, result: SSAValue) -> SSAValue:
+                   frame: TileFrame, result: SSAValue, loaded: dict[SSAValue, Operand] | None = None) -> SSAValue:
     """Apply elementwise ops to local tiles; `tiles` maps tensors already on the tile (the
-    anchor's result) to [rows x cols] fp32 local buffers at [0, 0]. Returns the tile of `result`."""
+    anchor's result) to [rows x cols] fp32 local buffers at [0, 0]; `loaded` maps operands
+    brought on chip earlier (`preload_operands`) to what `load_operand` returned for them.
+    Returns the tile of `result`."""
     em, rows, cols = ctx.emitter, frame.rows, frame.cols
     seq = Seq(em, rows, cols)
 
     def operand(value: SSAValue, op: Operation) -> Operand:
         if value in tiles:
             return "tile", tiles[value]
+        if loaded is not None and value in loaded:
+            return loaded[value]
         return load_operand(ctx, value, frame, op)
 
     for op in ops:
@@ -253,6 +257,25 @@ def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[S
         kind, x = operand(result, ops[-1] if ops else result.owner)  # type: ignore[arg-type]
         return _broadcast_tile(em, kind, x, frame)
     return tiles[result]
+
+
+def preload_operands(ctx: LoweringContext, ops: Sequence[Operation], on_tile: Iterable[SSAValue],
+                     frame: TileFrame) -> dict[SSAValue, Operand]:
+    """The DMAs of the epilogue operands `apply_epilogue` would load from DRAM (those not on
+    the tile already, `on_tile`, and not computed by the epilogue itself), emitted here, so a
+    kernel can issue them early: at the epilogue they would wait for the DRAM latency after the
+    kernel's last matmul (and for the readers of whatever bytes the planner gives them there).
+    Returns the `loaded` argument of `apply_epilogue`. (`where` ops keep their own loads.)"""
+    skip = set(on_tile) | {r for op in ops for r in op.results}
+    loaded: dict[SSAValue, Operand] = {}
+    for op in ops:
+        if isinstance(op, g.WhereOp):
+            continue
+        for value in op.operands:
+            if value in skip or value in loaded:
+                continue
+            loaded[value] = load_operand(ctx, value, frame, op)
+    return loaded
 
 
 def _where(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,

@@ -7,6 +7,9 @@
   (transpose.permute_copy, helper nests).
 * batch_norm without a preceding conv (graph-fold-batch-norm folds the others): per-channel
   compile-time scale and shift as `bmode=col` columns on [channels, pixels] tiles.
+* the RMSNorm prologue of a resident packed product (packed_gemm.py): its parameter tiles
+  (`prologue_params`) and the rows normalised in place with `lower_rowwise`'s instructions
+  (`normalize_rows`).
 """
 
 from __future__ import annotations
@@ -208,3 +211,34 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
 
     em.range(batches, lambda b: em.tiles(channels, choice.rows, lambda r0, rows: em.tiles(
         pixels, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
+
+
+def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """The scratchpad tiles of an rms_norm prologue of a resident packed product
+    (packed_gemm.py): (squares [M, K], row sums [M, 1], the scale row [1, K], DMAd here: it
+    reads no value an earlier kernel writes)."""
+    em = ctx.emitter
+    scale = ctx.constant(norm.scale)
+    if scale is not None:
+        row = np.ascontiguousarray(np.broadcast_to(scale, (K,)).reshape(1, K).astype(np.float32))
+        src = ctx.weight("rms_norm.param", row, f32)
+    else:
+        src = em.view(ctx.buffer(norm.scale), (1, K))
+    gamma = em.alloc((1, K), f32, "spad")
+    em.dma(src, [0, 0], gamma, [0, 0], [1, K])
+    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
+
+
+def normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
+                   M: int, K: int) -> None:
+    """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: `lower_rowwise`'s instructions in its
+    order (so the rows are bit for bit the norm kernel's)."""
+    squares, column, gamma = params
+    z, at = [0, 0], [x0, 0]
+    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
+    em.vec("rsum", column, z, squares, z, M, K)
+    em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
+    em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
+    em.vec("rsqrt", column, z, column, z, M, 1)
+    em.vec("mul", x, at, x, at, M, K, column, z, bmode="col")
+    em.vec("mul", x, at, x, at, M, K, gamma, z, bmode="row")

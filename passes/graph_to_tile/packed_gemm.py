@@ -50,10 +50,11 @@ from infer.dialects import tile as t
 from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import gemm, product_consumers
+from infer.passes.graph_to_tile import gemm, norms, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
-from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
+                                                    preload_operands)
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.target import isa
 from infer.target.qblocks import split_blocks
@@ -554,7 +555,15 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
       for this kernel's readers of those bytes (write-after-read). The first matmul overwrites
       the accumulator (no fill, which would wait for the previous kernel's store of it).
     * `norm`: an rms_norm prologue: `xv` holds the norm's input rows, normalised in the staging
-      tile (`_normalize_rows`) before the split.
+      tile (`norms.normalize_rows`) before the split.
+    * The activations are copied from a tile the kernel before left on chip when it recorded
+      one for `xv` (`LoweringContext.keep_on_chip`: paged attention's output), not loaded; the
+      epilogues' DRAM operands (a residual) are DMAd with the activations
+      (`elementwise.preload_operands`), not after the last matmul.
+    * Write-after-read waits on in-flight DMAs: a result tile stored to DRAM stays live into
+      the next kernel (`Emitter.live_into_next`), and a chained group's buffers and the planes
+      `_prefetch_next` loads get bytes apart from the group before
+      (`Emitter.live_from_previous`).
     * `x_tile_src`: the activations are an earlier group's result tile (packed_siblings.chained:
       o -> gate/up -> down -> q/k/v), copied into the staging tile instead of loaded (`xv`
       None); after its last product the next chained group is lowered the same way."""
@@ -569,9 +578,15 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     spad_bytes = {"f32": 4, "bf16": 2, "f16": 2, "ui8": 1, "i8": 1}
 
     def alloc(shape: tuple[int, int], elem, space: str = "spad") -> SSAValue:
+        buffer = em.alloc(shape, elem, space)
         if space == "spad":
             ctx.derived[CHAIN_BYTES] += shape[0] * shape[1] * spad_bytes[str(elem)]
-        return em.alloc(shape, elem, space)
+            if not head:
+                # a chained group's buffers get bytes apart from the group before (its weight
+                # planes and expanded tiles): its early plane DMAs and first expansion then
+                # wait for nothing the group before still reads
+                em.live_from_previous(buffer)
+        return buffer
 
     x_rows = 2 * M if head else M
     x0 = (ctx.resident_products % 2) * M if head else 0
@@ -618,10 +633,19 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
                       c0, s0, half * K, half * KC)
 
     planes = [load_planes(products[0], head)]
-    norm_params = _norm_params(ctx, norm, M, K) if norm is not None else None
+    norm_params = norms.prologue_params(ctx, norm, M, K) if norm is not None else None
     if x_tile_src is None:
         assert xv is not None
-        em.dma(xv, z, x_staging, [x0, 0], [M, K])
+        on_chip = ctx.on_chip(xv)  # the kernel before left the rows on chip (paged attention)
+        if on_chip is not None and num_elements(shape_of(on_chip)) == M * K:
+            em.vec("copy", x_staging, [x0, 0], em.view(on_chip, (M, K)), z, M, K)
+        else:
+            em.dma(xv, z, x_staging, [x0, 0], [M, K])
+    # the epilogues' operands from DRAM (a residual): issued with the activations, not after
+    # the last matmul, where each would add a DRAM latency (and wait for the matmuls reading
+    # whatever bytes the planner gives it there)
+    loaded = [preload_operands(ctx, p.epilogue, [p.op.results[0], *p.on_chip],
+                               TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)) for p in products]
     # after the activations: ahead of them, their transfer would delay the activations'
     planes += [load_planes(p, False) for p in products[1:]]
     for p in products:
@@ -659,10 +683,11 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             em.vec("add", b.acc, z, b.acc, z, M, p.N, b.bias_tile, z, bmode="row")
         frame = TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)
         tiles = {p.op.results[0]: b.acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
-        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result)
+        tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result, loaded[i])
         results.append(tile)
         if p.out2 is not None:
             em.dma(tile, z, p.out2, z, [M, p.N])
+            em.live_into_next(tile)  # the next kernel must not wait for this store to reuse it
         if p.after is not None:
             product_consumers.emit(ctx, p.after, tile, M, p.N)
 
@@ -670,7 +695,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     if x_tile_src is not None:
         em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
     if norm is not None and norm_params is not None:
-        _normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
+        norms.normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
     split(x_staging, x0, x_tile, x0, M, K)
     for i, (p, b) in enumerate(zip(products, planes, strict=True)):
         for j in range(steps):
@@ -689,36 +714,6 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     if chain is not None:
         nxt_products, src, K2, norm2 = chain
         _lower_resident(ctx, nxt_products, None, M, K2, norm2, x_tile_src=src)
-
-
-def _norm_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
-    """The scratchpad tiles of an rms_norm prologue: (squares [M, K], row sums [M, 1], the scale
-    row [1, K], DMAd here: it reads no value an earlier kernel writes)."""
-    em = ctx.emitter
-    scale = ctx.constant(norm.scale)
-    if scale is not None:
-        row = np.ascontiguousarray(np.broadcast_to(scale, (K,)).reshape(1, K).astype(np.float32))
-        src = ctx.weight("rms_norm.param", row, f32)
-    else:
-        src = em.view(ctx.buffer(norm.scale), (1, K))
-    gamma = em.alloc((1, K), f32, "spad")
-    em.dma(src, [0, 0], gamma, [0, 0], [1, K])
-    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
-
-
-def _normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
-                    M: int, K: int) -> None:
-    """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: norms.lower_rowwise's instructions in its
-    order (so the rows are bit for bit the norm kernel's)."""
-    squares, column, gamma = params
-    z, at = [0, 0], [x0, 0]
-    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
-    em.vec("rsum", column, z, squares, z, M, K)
-    em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
-    em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
-    em.vec("rsqrt", column, z, column, z, M, 1)
-    em.vec("mul", x, at, x, at, M, K, column, z, bmode="col")
-    em.vec("mul", x, at, x, at, M, K, gamma, z, bmode="row")
 
 
 def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
@@ -745,6 +740,8 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
                                        fmt_name, N, K, TN, K)
     codes = em.alloc((2 * K * fmt.bits // 8, N), i8 if fmt_name == "q8_0" else ui8, "spad")
     scales = em.alloc((2 * (K // QBLOCK), N * entry // 2), f16, "spad")
+    for buffer in (codes, scales):  # apart from the kernel before's buffers, as the planes above
+        em.live_from_previous(buffer)
     z = [0, 0]
     em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
     em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])

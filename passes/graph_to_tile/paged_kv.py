@@ -293,7 +293,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     with ctx.stage(op, "paged attention"):
         z = [0, 0]
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
-        out2 = em.view(ctx.output_buffer(op.output), (B * seq_rows, Dv))
+        out_buffer = ctx.output_buffer(op.output)
+        out2 = em.view(out_buffer, (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
         v_blocks = em.view(ctx.buffer(op.value_cache), (NB, BS * Wv))
         # the block table and the block counts in the scratchpad (one DMA each per kernel): the
@@ -466,6 +467,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             else:
                 em.vec("mul", o, z, o, z, rows, Dv, tmp, z, bmode="col")
                 em.dma(o, z, out2, [first_row, 0], [rows, Dv])
+                if B * passes == 1:  # o holds the whole output: the next kernel may copy it
+                    ctx.keep_on_chip(out_buffer, o)
 
         if many:
             em.dma(q2, z, q_all, z, [B * seq_rows, D])
@@ -480,3 +483,4 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))
         if many:
             em.dma(out_all, z, out2, z, [B * seq_rows, Dv])
+            ctx.keep_on_chip(out_buffer, out_all)

@@ -159,6 +159,7 @@ def emit(ctx: LoweringContext, c: Consumers, tile: SSAValue, M: int, N: int) -> 
                 em.vec("sub", yv, [r0, 0], yv, [r0, 0], H, half, tv, [r0, 0], bmode="tile")
                 em.vec("add", yv, [r0, half], yv, [r0, half], H, half, tv, [r0, half], bmode="tile")
         rows = y
+        em.live_into_next(y)  # stored (and scattered) last: see Emitter.live_into_next
         out = ctx.output_buffer(c.rotary.output)
         if c.store_rotary:
             em.dma(y, z, em.view(out, (M, N)), z, [M, N])

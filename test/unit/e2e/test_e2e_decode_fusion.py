@@ -33,11 +33,11 @@ pytest.importorskip("gguf")
 BS, NB, MAX_LEN = 4, 12, 16
 
 
-def decode_model(path):
+def decode_model(path, batch: int = 2):
     """The paged import's @decode (batch 2) alone, as @main."""
     from helpers.gguf_models import write_llama_gguf
 
-    model = infer.import_model(str(write_llama_gguf(path, "Q4_1")), batch=2, kv_cache="paged", chunk=4,
+    model = infer.import_model(str(write_llama_gguf(path, "Q4_1")), batch=batch, kv_cache="paged", chunk=4,
                                max_len=MAX_LEN, block_size=BS, num_blocks=NB)
     for fn in [o for o in model.module.body.block.ops if isinstance(o, FuncOp)]:
         if fn.sym_name.data == "decode":
@@ -51,13 +51,33 @@ def decode_inputs(model, lens):
     rng = np.random.default_rng(3)
     fn = next(o for o in model.module.body.block.ops if isinstance(o, FuncOp))
     max_blocks = fn.function_type.inputs.data[3].get_shape()[1]
-    tables = rng.permutation(NB)[: 2 * max_blocks].reshape(2, max_blocks).astype(np.int32)
+    B = len(lens)
+    tables = rng.permutation(NB)[: B * max_blocks].reshape(B, max_blocks).astype(np.int32)
     lens = np.array(lens, np.int32)
     slots = np.array([tables[b, (n - 1) // BS] * BS + (n - 1) % BS for b, n in enumerate(lens)], np.int32)
-    ids = rng.integers(0, 256, (2, 1)).astype(np.int32)
+    ids = rng.integers(0, 256, (B, 1)).astype(np.int32)
     pools = [rng.standard_normal(tuple(ty.get_shape())).astype(np.float32) * 0.5
              for ty in fn.function_type.inputs.data[5:]]
-    return [ids, (lens - 1).reshape(2, 1), slots, tables, lens, *pools]
+    return [ids, (lens - 1).reshape(B, 1), slots, tables, lens, *pools]
+
+
+def test_batch_one_step_takes_the_attention_output_on_chip(tmp_path):
+    """At batch 1 the paged attention's output accumulator holds the whole output, and the o
+    projection after it copies it into its staging tile (LoweringContext.keep_on_chip) instead
+    of loading it back from DRAM: the simulator still equals the tile interpreter bit for bit."""
+    model = decode_model(tmp_path / "tiny.gguf", batch=1)
+    xs = decode_inputs(model, [6])
+    tiles, weights = tile_module(model.module, "server", "bf16")
+    expected = run_tile_module(tiles, xs, weights=weights)
+    ys = infer.compile(model, target="server", precision="bf16").run(xs, check_races=True)
+    for y, want in zip(ys, expected, strict=True):
+        assert np.asarray(y).tobytes() == np.asarray(want).tobytes()
+    # per layer one vector copy reads the attention's output accumulator [heads, D], viewed as
+    # the o projection's [1, heads x D] row, into the product's activations
+    from_acc = [o for o in tiles.walk() if isinstance(o, t.VectorOp) and o.op.data == "copy"
+                and t.space_of(o.a) == "acc" and isinstance(o.a.owner, t.ViewOp)
+                and o.a.type.get_shape()[0] == 1 and o.a.owner.operands[0].type.get_shape()[0] > 1]
+    assert len(from_acc) == 2
 
 
 def test_norms_become_prologues_of_the_packed_products(tmp_path):

@@ -336,3 +336,31 @@ def test_live_from_previous_keeps_bytes_apart_and_falls_back() -> None:
     assert module.attributes["tile.spad_bytes"].value.data == 768 * 64 * 4
     plain = _allocs(_run(prog(256, "")))
     assert plain["p"].offset.value.data == plain["a"].offset.value.data
+
+
+def test_live_into_next_keeps_a_stored_tile_apart_from_the_next_kernel() -> None:
+    """`tile.live_into_next`: a tile a kernel stores last stays live to the end of the kernel
+    after (whose first writes of its bytes would wait for the in-flight store), so that kernel's
+    buffer gets other bytes; the kernel after that may reuse them; where that does not fit the
+    scratchpad the tile is planned as an ordinary buffer."""
+    def prog(rows: int, attr: str = " {tile.live_into_next}") -> str:
+        def kernel(name: str, tag: str = "") -> str:
+            return f"""
+    %{name} = tile.alloc{tag} : memref<{rows}x64xf32, "spad">
+    tile.dma %x[%c0, %c0], %{name}[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
+    tile.dma %{name}[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">"""
+        return HEADER + f"""
+  func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
+    %c0 = arith.constant 0 : index{kernel("a", attr)}{kernel("b")}{kernel("c")}
+    func.return
+  }}
+}}
+"""
+
+    al = _allocs(_run(prog(256)))  # 2 x 64 KiB <= 256 KiB: a apart from b, c may take a's bytes
+    assert al["a"].offset.value.data != al["b"].offset.value.data
+    assert al["c"].offset.value.data == al["a"].offset.value.data
+    al = _allocs(_run(prog(768)))  # 2 x 192 KiB > 256 KiB: the same bytes
+    assert al["a"].offset.value.data == al["b"].offset.value.data == al["c"].offset.value.data == 0
+    plain = _allocs(_run(prog(256, "")))
+    assert plain["a"].offset.value.data == plain["b"].offset.value.data
