@@ -125,7 +125,7 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("add", out_tile, z, y_tile, z, tr, D, param_tiles[1], z, bmode="row")
             else:
                 em.vec("mul", out_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
-        em.dma(out_tile if not is_softmax else y_tile, z, out2, [r0, 0], [tr, D])
+        em.dma(out_tile, z, out2, [r0, 0], [tr, D])
 
     em.tiles(M, TR, tile)
     if trailing > 1:
