@@ -199,8 +199,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             for sb in slots:
                 if first(sb.k_tile.hi):
                     split_on_chip(em, sb.k_staging, sb.k_tile, D, tkv)
-                em.fill(sb.scores, z, tq, tkv, 0.0)
-                emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv)
+                # the first product writes the score tile: no fill (two vector passes) before it
+                emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv, overwrite=True)
             for sb in slots:
                 m, m_new, l_sum, tmp, o = sb.m, sb.m_new, sb.l_sum, sb.tmp, sb.o
                 if band is not None and sb.band_tile is not None:
@@ -214,12 +214,16 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
                 em.vec("copy", m, z, m_new, z, tq, 1)
                 em.vec("sub", sb.p_staging, z, sb.scores, z, tq, tkv, m_new, z, bmode="col")
-                em.vec("exp", sb.p_staging, z, sb.p_staging, z, tq, tkv)
+                # bf16: exp writes P's bf16 tile directly (the vector unit converts on store) and
+                # l sums the P the matrix unit multiplies: no fp32 P and no copy pass
+                p_exp = sb.p_tile.hi if sb.p_tile.lo is None else sb.p_staging
+                em.vec("exp", p_exp, z, sb.p_staging, z, tq, tkv)
                 em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
                 em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
-                em.vec("rsum", tmp, z, sb.p_staging, z, tq, tkv)
+                em.vec("rsum", tmp, z, p_exp, z, tq, tkv)
                 em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
-                split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
+                if sb.p_tile.lo is not None:
+                    split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
                 if first(sb.v_tile.hi):
                     split_on_chip(em, sb.v_staging, sb.v_tile, tkv, Dv)
                 emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv)
