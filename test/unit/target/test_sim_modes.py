@@ -617,3 +617,44 @@ def test_operand_views_kept_across_iterations(step):
     assert isinstance(ref, SimFault) == (step > 0)
     if step:
         assert ref.kind == "out-of-bounds" and "operand b" in ref.cause
+
+
+
+def test_operand_views_kept_across_runs():
+    """A simulator running the same program on the same DRAM buffer again reuses the operand
+    views of the last run (Simulator.operand_views): with new data in DRAM and cleared local
+    memories every run computes the reference's bits; a run on another DRAM buffer gets views
+    of its own, and the buffer of the earlier runs is left alone."""
+    rng = np.random.default_rng(9)
+    prog = Program.from_asm(REUSED_VIEWS.format(step=0))
+    dec = decoded(prog, Simulator("edge").cfg)
+
+    def data() -> np.ndarray:
+        d = np.zeros(0x6000, np.uint8)
+        d[:0x2000] = rng.integers(0x3C00, 0x4000, 0x1000, dtype=np.uint16).view(np.uint8)
+        d[:4] = 0
+        return d
+
+    def reference(d: np.ndarray) -> bytes:
+        d = d.copy()
+        Simulator("edge").run(prog, d, mode="reference")
+        return d.tobytes()
+
+    sim = Simulator("edge")
+    dram = data()
+    views = None
+    for _ in range(3):
+        dram[:] = data()
+        want = reference(dram)
+        sim.reset()
+        sim.run(prog, dram, mode="fast")
+        assert dram.tobytes() == want
+        kept = sim.operand_views(dec, dram)
+        assert kept and (views is None or kept is views)
+        views = kept
+    other, before = data(), dram.copy()
+    want = reference(other)
+    sim.reset()
+    sim.run(prog, other, mode="fast")
+    assert other.tobytes() == want and dram.tobytes() == before.tobytes()
+    assert sim.operand_views(dec, other) is not views
