@@ -323,6 +323,31 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
         np.uint16).tobytes()
 
 
+def test_nan_test_is_exact():
+    """sim_core.may_hold_nan (np.maximum's reduction, which propagates NaNs) is true exactly
+    when a float tile holds a NaN: any payload and sign at any position of strided, reversed
+    and stacked tiles; infinities of both signs are not NaN; an empty tile holds none."""
+    from infer.target.sim_core import may_hold_nan
+
+    rng = np.random.default_rng(12)
+    for _ in range(400):
+        shape = tuple(int(s) for s in rng.integers(1, 24, rng.integers(1, 4)))
+        base = rng.standard_normal(shape[:-1] + (shape[-1] + int(rng.integers(0, 5)),))
+        t = base.astype(np.float32)[..., :shape[-1]]
+        if rng.random() < 0.5:
+            t = t[::-1]
+        for inf in (np.inf, -np.inf):
+            t[tuple(int(rng.integers(0, s)) for s in shape)] = inf
+        assert not may_hold_nan(t)
+        nan = np.array(0x7F800001 | int(rng.integers(0, 1 << 22)) | int(rng.integers(0, 2)) << 31,
+                       np.uint32).view(np.float32)
+        t[tuple(int(rng.integers(0, s)) for s in shape)] = nan
+        assert may_hold_nan(t)
+        with np.errstate(invalid="ignore"):  # a signalling NaN cast: as in the simulator
+            assert may_hold_nan(t.astype(np.float64))
+    assert not may_hold_nan(np.zeros((0, 4), np.float32))
+
+
 def test_timing_kept_per_program_is_copied_per_run():
     """A program run again gets the timing pass's result from the decoded program (sim_fast.
     timing_of): equal to a fresh computation, and each run's counters are its own."""
