@@ -29,12 +29,12 @@ sim_reference).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import numpy as np
 
 from infer.target import isa
 from infer.target.asm import Program
+from infer.target.blas import one_blas_thread
 from infer.target.hw import HardwareConfig, load_config
 from infer.target.sim_access import RACE_SPACES, overlap
 from infer.target.sim_core import (
@@ -119,7 +119,8 @@ class Simulator:
                                      f"(0..{n})")
         from infer.target.sim_fast import run_fast
 
-        with _one_blas_thread(), np.errstate(all="ignore"):  # inf and NaN are data
+        # one BLAS thread: the products' bits depend on the thread count (target/blas.py)
+        with one_blas_thread(), np.errstate(all="ignore"):  # inf and NaN are data
             if mode == "reference" or (mode == "fast" and check_races):
                 c = ReferenceRun(self, program, dram, regs or {}, trace, check_races).execute(on_pc)
                 c.mode = "reference"
@@ -128,28 +129,3 @@ class Simulator:
                              mode=mode)
                 c.mode = mode
         return c
-
-
-class _one_blas_thread:
-    """Run the simulator's matmuls on one BLAS thread: its BLAS calls are small, and on a
-    machine whose cores are busy a multithreaded BLAS spins and waits (measured: a
-    784x128x128 fp32 product 1.2 ms on one thread, 27 ms on two with two other jobs
-    running). Results do not depend on it (BLAS splits rows and columns across threads,
-    never the dot products)."""
-
-    _controller: Any = None
-
-    def __enter__(self) -> None:
-        self._limit = None
-        try:
-            if _one_blas_thread._controller is None:
-                from threadpoolctl import ThreadpoolController
-
-                _one_blas_thread._controller = ThreadpoolController()
-            self._limit = _one_blas_thread._controller.limit(limits=1, user_api="blas")
-        except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-            pass
-
-    def __exit__(self, *exc: object) -> None:
-        if self._limit is not None:
-            self._limit.restore_original_limits()

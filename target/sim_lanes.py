@@ -13,7 +13,7 @@ Threads only pay off for big operations (a hand-off costs tens of microseconds),
 below a work threshold run on the caller's thread. The caller computes chunks too and takes
 whatever chunk no helper thread has started, so on a machine whose other cores are busy the
 run degrades to the serial one instead of waiting for a helper to be scheduled. BLAS itself
-runs on one thread (`sim._one_blas_thread`): its threads spin and wait on a loaded machine.
+runs on one thread (`blas.one_blas_thread`): its threads spin and wait on a loaded machine.
 """
 
 from __future__ import annotations

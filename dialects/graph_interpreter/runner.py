@@ -39,6 +39,7 @@ from infer.dialects.graph_interpreter.core import (
     shape_matches,
 )
 from infer.dialects.weights import WeightStore
+from infer.target.blas import one_blas_thread
 
 
 # -- fusion groups ---------------------------------------------------------------------------------
@@ -236,9 +237,12 @@ def innermost_interpreter_error(e: BaseException | None) -> InterpreterError | N
 
 def call_function(interpreter: Interpreter, fn: func.FuncOp, args: Sequence[Any]) -> tuple[Any, ...]:
     """Run `fn` on `args` with xDSL's interpreter; a failure is one InterpreterError (the
-    innermost one a kernel raised, or the exception named with the function)."""
+    innermost one a kernel raised, or the exception named with the function). Products run
+    on one BLAS thread, as the simulator's: their bits depend on the thread count
+    (target/blas.py), and the tile interpreter is the simulator's bit-for-bit reference."""
     try:
-        return interpreter.call_op(fn, tuple(args))
+        with one_blas_thread():
+            return interpreter.call_op(fn, tuple(args))
     except Exception as e:
         inner = innermost_interpreter_error(e)
         if inner is not None:
