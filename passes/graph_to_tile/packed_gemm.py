@@ -21,9 +21,11 @@ agrees with the graph within the usual bf16/fp32 tolerance and with the simulato
 
 Tile sizes: tiling_cost.choose_gemm with this kernel's footprint and TK a multiple of the
 block that divides K (no remainder k tile, whose use outside the k loop would stop the buffer
-rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_exposed_latencies`).
-The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
-weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
+rotation on it), re-ranked with the latencies the cost model does not count
+(`_rank_by_latency`). A product that is not resident streams its (n, k) weight steps through
+explicit rings (`packed_stream`: loads three deep where the step count allows, expansions two)
+unless its k tile count fits no ring group (the per-step path below, whose rings are the tile
+dialect's two-deep `buffers`).
 
 RMSNorm prologue (graph-fuse-norm-prologue): a kernel `rms_norm -> linear` whose product is
 resident loads the norm's input rows instead of the normalised ones and normalises them in the
@@ -63,9 +65,9 @@ ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
 #: ctx.derived key: scratchpad bytes of the resident products lowered so far in this nest
 CHAIN_BYTES = ("resident chain bytes",)
-#: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
+#: buffers of the per-step path's codes ring (the tile dialect allows 1 or 2: double buffering)
 WEIGHT_DEPTH = 2
-#: estimates this close to the fastest count as ties in `_rank_by_latency`
+#: streamed estimates this close to the fastest count as ties in `_rank_by_latency`
 NEAR = 0.02
 
 
@@ -703,20 +705,22 @@ def _next_packed_product(op: Operation) -> tuple[Operation, g.DequantizeBlocksOp
 
 def _rank_by_latency(ctx: LoweringContext, M: int, N: int, K: int, fmt_name: str, choice: tiling_cost.Choice,
                      streamed: Callable[[int], bool]) -> tiling_cost.Choice:
-    """Re-rank the fitting candidates with what the cost model (bandwidth, not latency) does
-    not count.
+    """Re-rank the fitting candidates with the latencies the cost model (bandwidth) does not
+    count. Loop depth first, as the cost model.
 
-    Resident and streamed products are pipelined; any other tiled one (one k step per n tile:
-    the per-step rotation path) expands a weight tile only after the previous tile's product,
+    A resident product (one tile: chained with its neighbours in one nest, its result kept on
+    chip for the next products, which no estimate here counts) is kept wherever it wins with
+    one DRAM latency per weight tile counted for every candidate: each weight tile is a chain
+    DMA -> vec.dequant -> mx.loadw, and a 576x1536 q4_1 GEMV on server took 7188 cycles in 18
+    k tiles, 3641 in one.
+
+    Otherwise a streamed product (`packed_stream`) is taken if one fits: the per-step rotation
+    path (one k step per n tile) expands a weight tile only after the previous tile's product,
     in program order (4 x 1024 -> 4096 on server: 17.3 K cycles in two such n tiles, 8.4 K
-    streamed in four k steps), so it is taken only when no pipelined candidate fits. A
-    streamed product waits for the DRAM once per m tile and takes each weight tile's load and
-    activation rows in turn (`packed_stream.estimated_cycles`); the others pay about one DRAM
-    latency per weight tile (a 576x1536 q4_1 GEMV on server: 7188 cycles in 18 k tiles, 3641
-    in one). Estimates within NEAR of the fastest are ties (streamed products whose k tiles
-    fill the array's rows take the same array time): of those, the one that moves the fewest
-    DRAM bytes (each n tile re-reads its activations), a resident product before any. Loop
-    depth first, as the cost model."""
+    streamed in four k steps). Streamed candidates are ranked by
+    `packed_stream.estimated_cycles`; those within NEAR of the fastest are ties (the array's
+    time is the same for every tiling whose k tiles fill its rows), and of those the one that
+    moves the fewest DRAM bytes wins (each n tile re-reads its activations)."""
     hw = ctx.hw
     depth = hw.scalar.loop_depth
 
@@ -724,27 +728,20 @@ def _rank_by_latency(ctx: LoweringContext, M: int, N: int, K: int, fmt_name: str
         tm, tn, tk = e.tiles
         return M <= tm and N <= tn and K == tk
 
-    def pipelined(e: tiling_cost.Estimate) -> bool:
-        return resident(e) or streamed(e.tiles[2])
-
-    def cycles(e: tiling_cost.Estimate) -> float:
+    def per_tile_latency(e: tiling_cost.Estimate) -> tuple:
         tm, tn, tk = e.tiles
-        if pipelined(e):  # (a resident product is one step of one tile)
-            return packed_stream.estimated_cycles(ctx, M, N, K, fmt_name, two_pass_activations(ctx, tm), e)
-        return e.cycles + -(-M // tm) * -(-N // tn) * -(-K // tk) * hw.dram.latency_cycles
+        tiles = -(-M // tm) * -(-N // tn) * -(-K // tk)
+        return (e.loops > depth, e.cycles + tiles * hw.dram.latency_cycles, e.spad + e.acc)
 
-    estimates = {e.tiles: cycles(e) for e in choice.candidates}
-    preferred = [e for e in choice.candidates if e.loops <= depth and pipelined(e)] \
-        or [e for e in choice.candidates if e.loops <= depth]
-    fastest = min((estimates[e.tiles] for e in preferred), default=None)
-
-    def key(e: tiling_cost.Estimate) -> tuple:
-        if e in preferred and fastest is not None and estimates[e.tiles] <= fastest * (1 + NEAR):
-            # (a resident product first: its nest keeps results on chip for the next products)
-            return (0, not resident(e), e.memory, estimates[e.tiles], e.spad + e.acc)
-        return (1 if e in preferred else 2, False, estimates[e.tiles], 0, e.spad + e.acc)
-
-    best = min(choice.candidates, key=key)
+    best = min(choice.candidates, key=per_tile_latency)
+    candidates = [e for e in choice.candidates if e.loops <= depth and not resident(e) and streamed(e.tiles[2])]
+    if not resident(best) and candidates:
+        estimates = {e.tiles: packed_stream.estimated_cycles(ctx, M, N, K, fmt_name,
+                                                             two_pass_activations(ctx, e.tiles[0]), e)
+                     for e in candidates}
+        fastest = min(estimates.values())
+        near = [e for e in candidates if estimates[e.tiles] <= fastest * (1 + NEAR)]
+        best = min(near, key=lambda e: (e.memory, estimates[e.tiles], e.spad + e.acc))
     return tiling_cost.Choice(best.tiles, best, choice.candidates, rejected=choice.rejected)
 
 
