@@ -31,16 +31,15 @@ its loads cross into the next n tile). Same ops on the same tiles in the same k 
 
 from __future__ import annotations
 
-# packed_gemm imports this module and dispatches here; its helpers are read at call time
-
 import math
 from collections.abc import Callable
+
 from xdsl.dialects.builtin import IntegerType, Signedness, bf16, f16, f32, i8
 from xdsl.ir import SSAValue
 
 from infer.dialects.block_quant import block_format
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import packed_gemm
+from infer.passes.graph_to_tile import packed_gemm  # (it imports this module: read at call time)
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, split_on_chip
