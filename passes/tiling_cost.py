@@ -72,7 +72,7 @@ class GemmSpec:
     # `triangular_score_tiles` accepts visit only the key tiles up to each query tile's diagonal
     causal_offset: int | None = None
     # False: the throughput estimate alone (packed-weight GEMMs, which re-rank the candidates
-    # by their own exposed latencies: packed_gemm._fewer_exposed_latencies)
+    # by their own exposed latencies: packed_gemm._rank_by_latency)
     schedule: bool = True
     matmul_dtype: str = "bf16"  # the array's operand type: its MAC rate and weight-tile bytes
     lhs_row_contig: bool = True  # the lhs tile's rows are contiguous runs of TK elements

@@ -67,6 +67,9 @@ class Executable:
         #: copying it all
         self._spare: tuple[np.ndarray, list[tuple[int, int]]] | None = None
         self._spare_lock = threading.Lock()
+        #: the simulator of the last run, cleared before the next one takes it: with the same
+        #: DRAM buffer it keeps the functional engine's operand views (Simulator.operand_views)
+        self._sim: Any = None
 
     # ---------------------------------------------------------------- properties
     @property
@@ -142,6 +145,19 @@ class Executable:
             dram[lo_run:hi_run] = image[lo_run:hi_run]
         return dram
 
+    def _take_simulator(self) -> Any:
+        """A simulator with cleared local memories, as a new one has: the last run's, when
+        nobody else took it and it runs on the threads a new one would (INFER_SIM_THREADS)."""
+        from infer.target.sim import Simulator
+        from infer.target.sim_lanes import default_threads
+
+        with self._spare_lock:
+            sim, self._sim = self._sim, None
+        if sim is None or sim.threads != default_threads():
+            return Simulator(self.config)
+        sim.reset()
+        return sim
+
     def _normalise_inputs(self, inputs: Any) -> list[np.ndarray]:
         specs = self.artifact.inputs
         names = [s.name for s in specs]
@@ -197,7 +213,7 @@ class Executable:
         instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range).
         `mode`: "fast" (default), "reference", "functional" (outputs, the report has no
         cycles) or "timing" (cycles and counters only: returns no outputs)."""
-        from infer.target.sim import MODES, SimFault, Simulator
+        from infer.target.sim import MODES, SimFault
 
         if mode not in MODES:
             raise RunError(f"unknown simulation mode '{mode}' (modes: {', '.join(MODES)})")
@@ -213,7 +229,7 @@ class Executable:
             dram[p.offset:p.offset + b.size] = b
         if check_races is None:
             check_races = sim_check_races_from_env()
-        sim = Simulator(self.config)
+        sim = self._take_simulator()
         t0 = time.perf_counter()
         try:
             counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc,
@@ -230,6 +246,7 @@ class Executable:
         if counters.dram_written is not None and not on_pc:
             self._spare = (dram, counters.dram_written
                            + [(p.offset, p.offset + p.nbytes) for p in lay.inputs])
+        self._sim = sim
         ops = self.artifact.ops if trace else None
         self._report, self._report_of = None, lambda: build_report(
             counters, self.program, ops, self.config, wall, passes=3 if self.artifact.precision == "fp32" else 1,

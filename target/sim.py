@@ -58,6 +58,8 @@ class Simulator:
 
     The scratchpad and accumulator persist across runs (like the hardware); `reset()` clears
     them. `dram` is a writable 1-D uint8 numpy array or a bytearray, updated in place.
+    A simulator running the same program on the same DRAM buffer again (the runtime keeps
+    both per artifact) reuses the functional engine's operand views (`operand_views`).
     """
 
     def __init__(self, config: HardwareConfig | str = "edge", threads: int | None = None):
@@ -68,10 +70,22 @@ class Simulator:
         m = self.cfg.memory
         self.spad = np.zeros(m.scratchpad_bytes, np.uint8)
         self.acc = np.zeros(m.accumulator_bytes, np.uint8)
+        self._views: tuple[Any, np.ndarray, dict[Any, Any]] | None = None
 
     def reset(self) -> None:
         self.spad[:] = 0
         self.acc[:] = 0
+
+    def operand_views(self, dec: Any, dram: np.ndarray) -> dict[Any, Any]:
+        """The functional engine's operand views of a decoded program (`FunctionalRun.views`:
+        numpy views of this simulator's local memories and of `dram`, each made once its
+        bounds and alignment checks passed), kept from run to run while the program and the
+        DRAM buffer stay the same objects: the views would be made again identically (the
+        memories are the same arrays; `reset` clears them in place)."""
+        kept = self._views
+        if kept is None or kept[0] is not dec or kept[1] is not dram:
+            kept = self._views = (dec, dram, {})
+        return kept[2]
 
     def run(self, program: Program | bytes | str, dram: np.ndarray | bytearray | None = None,
             regs: dict[str | int, int] | None = None, trace: bool = False, *,

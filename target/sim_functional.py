@@ -129,8 +129,9 @@ class FunctionalRun:
         #: operand views of instructions already run at the same resolved addresses (keyed by
         #: the instruction's table entry and its addresses): local memory and DRAM are the same
         #: arrays for the whole run, and a view that was made passed its checks (building the
-        #: views and checking bounds costs more than a small vector op itself)
-        self.views: dict[tuple[int, ...], Any] = {}
+        #: views and checking bounds costs more than a small vector op itself). Kept by the
+        #: simulator for later runs of the program on the same DRAM buffer (operand_views).
+        self.views: dict[tuple[int, ...], Any] = sim.operand_views(dec, dram) if data else {}
 
     def execute(self) -> FunctionalRun:
         from infer.target.sim_lockstep import try_lockstep

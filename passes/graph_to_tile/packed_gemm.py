@@ -21,9 +21,11 @@ agrees with the graph within the usual bf16/fp32 tolerance and with the simulato
 
 Tile sizes: tiling_cost.choose_gemm with this kernel's footprint and TK a multiple of the
 block that divides K (no remainder k tile, whose use outside the k loop would stop the buffer
-rotation on it), re-ranked with one DRAM latency per weight tile (`_fewer_exposed_latencies`).
-The rings are two deep (the tile dialect's `buffers` is 1 or 2): the deeper ring of expanded
-weights docs/isa.md measures (12 tiles ahead) needs deeper buffers in tile / tile-to-npu.
+rotation on it), re-ranked with the latencies the cost model does not count
+(`_rank_by_latency`). A product that is not resident streams its (n, k) weight steps through
+explicit rings (`packed_stream`: loads three deep where the step count allows, expansions two)
+unless its k tile count fits no ring group (the per-step path below, whose rings are the tile
+dialect's two-deep `buffers`).
 
 RMSNorm prologue (graph-fuse-norm-prologue): a kernel `rms_norm -> linear` whose product is
 resident loads the norm's input rows instead of the normalised ones and normalises them in the
@@ -50,7 +52,7 @@ from infer.dialects import tile as t
 from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import gemm, norms, product_consumers
+from infer.passes.graph_to_tile import gemm, norms, packed_stream, product_consumers
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
@@ -63,8 +65,10 @@ ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
 #: ctx.derived key: scratchpad bytes of the resident products lowered so far in this nest
 CHAIN_BYTES = ("resident chain bytes",)
-#: buffers of the codes ring (the tile dialect allows 1 or 2: double buffering)
+#: buffers of the per-step path's codes ring (the tile dialect allows 1 or 2: double buffering)
 WEIGHT_DEPTH = 2
+#: streamed estimates this close to the fastest count as ties in `_rank_by_latency`
+NEAR = 0.02
 
 
 def packed_weight_of(op: Operation) -> tuple[g.DequantizeBlocksOp, g.WeightOp] | None:
@@ -203,15 +207,20 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
     epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
 
     def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
+        extra = (2 * tn * 4 if bias is not None else 0) + (M * K * 4 + K * 4 + M * 4 if prologue else 0)
+        if streamed(tk):
+            return packed_stream.footprint(ctx, M, N, K, tm, tn, tk, fmt_name, two_pass_activations(ctx, tm), extra,
+                                           epilogue_bytes)
+        extra += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         # x staging f32 + bf16 hi(/lo), double buffered; codes and scales rings; the expanded
         # weight bf16 hi(/lo) double buffered (+ an f32 expansion tile for fp32 emulation)
         spad = 2 * tm * tk * (4 + 2 * (2 if copies == 2 or two_pass_activations(ctx, tm) else 1))
         spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
-        spad += (2 * tn * 4 if bias is not None else 0)
-        spad += (M * K * 4 + K * 4 + M * 4 if prologue else 0)
-        spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
-        return spad, 2 * tm * tn * 4
+        return spad + extra, 2 * tm * tn * 4
+
+    def streamed(tk: int) -> bool:  # lower_packed_gemm's choice between the tiled paths
+        return K % tk == 0 and packed_stream.ring_depths(K // tk) is not None
 
     produced = {r for e in epilogue for r in e.results}
     spec = tiling_cost.GemmSpec(
@@ -228,10 +237,10 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
                                      override=ctx.override(name, 3) if name is not None else None)
     if not choice.overridden:
         cost_model_tiles = choice.tiles
-        choice = _fewer_exposed_latencies(hw, M, N, K, choice)
+        choice = _rank_by_latency(ctx, M, N, K, fmt_name, choice, streamed)
         if choice.tiles != cost_model_tiles and name is not None:
             ctx.debug(f"[graph-to-tile] {name}:   packed weights: {'x'.join(map(str, choice.tiles))} instead of "
-                      f"{'x'.join(map(str, cost_model_tiles))} (one DRAM latency per weight tile counted)")
+                      f"{'x'.join(map(str, cost_model_tiles))} (latencies counted: _rank_by_latency)")
     if name is not None:
         ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1] + f" ({fmt_name} packed)",
                                               f"M={M} N={N} K={K}", choice))
@@ -280,11 +289,11 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
                                 after=after)
         _lower_resident(ctx, [first, *others], xv, M, K, norm)
         return
-    spec = _TiledProduct(op, epilogue, result, fmt_name, xv, em.view(ctx.output_buffer(result), (M, N)), bias_row,
+    spec = TiledProduct(op, epilogue, result, fmt_name, xv, em.view(ctx.output_buffer(result), (M, N)), bias_row,
                          codes_w, scales_w, frame_groups, M, N, K, TM, TN, TK)
     full_k, rem_k = divmod(K, TK)
-    if full_k >= 2 and not rem_k:
-        _lower_tiled_pipelined(ctx, spec)
+    if not rem_k and packed_stream.ring_depths(full_k) is not None:
+        packed_stream.lower_streamed(ctx, spec)
         return
     # local buffers
     two_pass = two_pass_activations(ctx, TM)
@@ -329,7 +338,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
 
 
 @dataclass(frozen=True)
-class _TiledProduct:
+class TiledProduct:
     """A packed product that is not resident (tiles of TM x TN, k in steps of TK): what both
     tiled emitters read."""
 
@@ -351,16 +360,29 @@ class _TiledProduct:
     TK: int
 
 
-def _emit_tiles(ctx: LoweringContext, spec: _TiledProduct, acc: SSAValue,
+def _emit_tiles(ctx: LoweringContext, spec: TiledProduct, acc: SSAValue,
                 k_loop: Callable[[Index, int, Index, int], None]) -> None:
     """The m -> n tile loops of a tiled product around `k_loop(m0, tm, n_tile, tn)`, which
     leaves the tile's product in `acc`; then per tile the bias, the epilogue and the store."""
+    finish = tile_finisher(ctx, spec)
+
+    def over_n(m0: Index, tm: int) -> None:
+        def tile_body(n_tile: Index, n0: Index, tn: int) -> None:
+            k_loop(m0, tm, n_tile, tn)
+            finish(acc, m0, tm, n0, tn)
+
+        ctx.emitter.counted_tiles(spec.N, spec.TN, tile_body)
+
+    ctx.emitter.tiles(spec.M, spec.TM, over_n)
+
+
+def tile_finisher(ctx: LoweringContext, spec: TiledProduct) -> Callable[[SSAValue, Index, int, Index, int], None]:
+    """finish(acc, m0, tm, n0, tn): an output tile's bias, epilogue and store."""
     em = ctx.emitter
     z = [0, 0]
     bias_tile = em.alloc((1, spec.TN), f32, "spad", 2) if spec.bias_row is not None else None
 
-    def tile_body(m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
-        k_loop(m0, tm, n_tile, tn)
+    def finish(acc: SSAValue, m0: Index, tm: int, n0: Index, tn: int) -> None:
         if spec.bias_row is not None and bias_tile is not None:
             em.dma(spec.bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
@@ -368,91 +390,7 @@ def _emit_tiles(ctx: LoweringContext, spec: _TiledProduct, acc: SSAValue,
         tile = apply_epilogue(ctx, spec.epilogue, {spec.op.results[0]: acc}, frame, spec.result)
         em.dma(tile, z, spec.out2, [m0, n0], [tm, tn])
 
-    def over_n(m0: Index, tm: int) -> None:
-        em.counted_tiles(spec.N, spec.TN, lambda j, n0, tn: tile_body(m0, tm, j, n0, tn))
-
-    em.tiles(spec.M, spec.TM, over_n)
-
-
-def _lower_tiled_pipelined(ctx: LoweringContext, spec: _TiledProduct) -> None:
-    """The tiled packed product (a weight that is not resident: SmolLM2's LM head on server,
-    every product on edge) with its k steps software-pipelined in program order: step k is
-
-        expand(k + 1) ; load(k + 2) ; product(k)
-
-    (expand: the activations split to bf16 and `tile.dequant` of the codes; load: the
-    activation and codes DMAs) through two explicit buffers of each. The engines run in
-    program order and the front end dispatches the product's loadw/matmul pairs only as fast
-    as the matrix queue drains, so with expand(k + 1) after product(k) -- the k loop of
-    `lower_packed_gemm`'s other path -- the vector unit sat idle while the array consumed step
-    k and the array idle while the vector unit expanded step k + 1; here they overlap (the LM
-    head of SmolLM2 on server: 68 K -> ~35 K cycles). Same ops on the same tiles in the same
-    k order: the results are those of the other path, bit for bit."""
-    em = ctx.emitter
-    fmt_name, TM, TN, TK, K = spec.fmt_name, spec.TM, spec.TN, spec.TK, spec.K
-    fmt = block_format(fmt_name)
-    copies = ctx.bf16_copies
-    two_pass = two_pass_activations(ctx, TM)
-    entry = isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
-    full_k = K // TK
-    code_rows = TK * fmt.bits // 8
-    code_rows_p = K * fmt.bits // 8
-    codes_type = i8 if fmt_name == "q8_0" else ui8
-
-    def bf16_tile(rows: int, cols: int, lo: bool) -> Bf16Tile:
-        return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), em.alloc((rows, cols), bf16, "spad") if lo else None)
-
-    x_staging = [em.alloc((TM, TK), f32, "spad") for _ in range(2)]
-    x_tile = [bf16_tile(TM, TK, copies == 2 or two_pass) for _ in range(2)]
-    codes_tile = [em.alloc((code_rows, TN), codes_type, "spad") for _ in range(2)]
-    w_tile = [bf16_tile(TK, TN, copies == 2) for _ in range(2)]
-    w_expanded = [em.alloc((TK, TN), f32, "spad") for _ in range(2)] if copies == 2 else None
-    scales_strip = em.alloc((K // QBLOCK, TN * entry // 2), f16, "spad", 2)
-    acc = em.alloc((TM, TN), f32, "acc", 2)
-    z = [0, 0]
-
-    def k_loop(m0: Index, tm: int, n_tile: Index, tn: int) -> None:
-        em.dma(spec.scales_w, [em.mul(n_tile, K // QBLOCK), 0], scales_strip, z, [K // QBLOCK, tn * entry // 2])
-        em.fill(acc, z, tm, tn, 0.0)
-
-        def load(k: Index, buf: int) -> None:
-            em.dma(spec.xv, [m0, em.mul(k, TK)], x_staging[buf], z, [tm, TK])
-            code_row = em.add(em.mul(n_tile, code_rows_p), em.mul(k, code_rows))
-            em.dma(spec.codes_w, [code_row, 0], codes_tile[buf], z, [code_rows, tn])
-
-        def expand(k: Index, buf: int) -> None:
-            split_on_chip(em, x_staging[buf], x_tile[buf], tm, TK)
-            target = w_expanded[buf] if w_expanded is not None else w_tile[buf].hi
-            emit_dequant(em, target, codes_tile[buf], [0, 0], scales_strip, [em.mul(k, TK // QBLOCK), 0], TK, tn,
-                         fmt_name)
-            if w_expanded is not None:
-                split_on_chip(em, w_expanded[buf], w_tile[buf], TK, tn)
-
-        def step(k: Index, parity: int, has_next: bool, has_load: bool) -> None:
-            if has_next:
-                expand(em.add(k, 1), 1 - parity)
-            if has_load:
-                load(em.add(k, 2), parity)
-            emit_packed_product(ctx, x_tile[parity], w_tile[parity], acc, tm, TK, tn)
-
-        load(0, 0)
-        load(1, 1)
-        expand(0, 0)
-        # steps 2j and 2j + 1 while both have their expand and load (k + 2 < full_k), then the
-        # last two or three steps
-        pairs = (full_k - 2) // 2
-
-        def pair(j: SSAValue) -> None:
-            k = em.mul(j, 2)
-            step(k, 0, True, True)
-            step(em.add(k, 1), 1, True, True)
-
-        if pairs:
-            em.loop(0, pairs, 1, pair)
-        for k in range(2 * pairs, full_k):
-            step(k, k % 2, k + 1 < full_k, k + 2 < full_k)
-
-    _emit_tiles(ctx, spec, acc, k_loop)
+    return finish
 
 
 def two_pass_activations(ctx: LoweringContext, rows: int) -> bool:
@@ -765,22 +703,45 @@ def _next_packed_product(op: Operation) -> tuple[Operation, g.DequantizeBlocksOp
     return None
 
 
-def _fewer_exposed_latencies(hw, M: int, N: int, K: int, choice: tiling_cost.Choice) -> tiling_cost.Choice:
-    """Re-rank the fitting candidates by estimated cycles plus one DRAM latency per weight tile.
+def _rank_by_latency(ctx: LoweringContext, M: int, N: int, K: int, fmt_name: str, choice: tiling_cost.Choice,
+                     streamed: Callable[[int], bool]) -> tiling_cost.Choice:
+    """Re-rank the fitting candidates with the latencies the cost model (bandwidth) does not
+    count. Loop depth first, as the cost model.
 
-    The cost model counts bandwidth, not latency. Here each weight tile is a chain DMA ->
-    vec.dequant -> mx.loadw, and with two-deep rings only one tile is in flight ahead, so a
-    small-M GEMV pays about one DRAM latency per tile (measured on a 576x1536 q4_1 GEMV on
-    server: 7188 cycles in 18 k tiles, 3641 in one); few large tiles win there. Ties and
-    loop-depth ordering stay as the cost model has them."""
+    A resident product (one tile: chained with its neighbours in one nest, its result kept on
+    chip for the next products, which no estimate here counts) is kept wherever it wins with
+    one DRAM latency per weight tile counted for every candidate: each weight tile is a chain
+    DMA -> vec.dequant -> mx.loadw, and a 576x1536 q4_1 GEMV on server took 7188 cycles in 18
+    k tiles, 3641 in one.
+
+    Otherwise a streamed product (`packed_stream`) is taken if one fits: the per-step rotation
+    path (one k step per n tile) expands a weight tile only after the previous tile's product,
+    in program order (4 x 1024 -> 4096 on server: 17.3 K cycles in two such n tiles, 8.4 K
+    streamed in four k steps). Streamed candidates are ranked by
+    `packed_stream.estimated_cycles`; those within NEAR of the fastest are ties (the array's
+    time is the same for every tiling whose k tiles fill its rows), and of those the one that
+    moves the fewest DRAM bytes wins (each n tile re-reads its activations)."""
+    hw = ctx.hw
     depth = hw.scalar.loop_depth
 
-    def key(e: tiling_cost.Estimate) -> tuple:
+    def resident(e: tiling_cost.Estimate) -> bool:
+        tm, tn, tk = e.tiles
+        return M <= tm and N <= tn and K == tk
+
+    def per_tile_latency(e: tiling_cost.Estimate) -> tuple:
         tm, tn, tk = e.tiles
         tiles = -(-M // tm) * -(-N // tn) * -(-K // tk)
         return (e.loops > depth, e.cycles + tiles * hw.dram.latency_cycles, e.spad + e.acc)
 
-    best = min(choice.candidates, key=key)
+    best = min(choice.candidates, key=per_tile_latency)
+    candidates = [e for e in choice.candidates if e.loops <= depth and not resident(e) and streamed(e.tiles[2])]
+    if not resident(best) and candidates:
+        estimates = {e.tiles: packed_stream.estimated_cycles(ctx, M, N, K, fmt_name,
+                                                             two_pass_activations(ctx, e.tiles[0]), e)
+                     for e in candidates}
+        fastest = min(estimates.values())
+        near = [e for e in candidates if estimates[e.tiles] <= fastest * (1 + NEAR)]
+        best = min(near, key=lambda e: (e.memory, estimates[e.tiles], e.spad + e.acc))
     return tiling_cost.Choice(best.tiles, best, choice.candidates, rejected=choice.rejected)
 
 

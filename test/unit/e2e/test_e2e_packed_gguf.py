@@ -15,17 +15,20 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import IntegerType
 
 import infer
 from helpers.sim_modes import assert_sim_modes_agree
-from helpers.tile_programs import tile_module
+from helpers.tile_programs import npu_matches_tile, tile_module
 from infer.dialects import graph as g
 from infer.dialects import tile as t
 from infer.dialects.graph_interpreter import run_module
 from infer.dialects.ir_io import make_context, parse_ir
 from infer.dialects.tile_interpreter import run_tile_module
 from infer.dialects.weights import WeightStore, attach_weights, weights_of
+from infer.passes.graph_to_tile.packed_stream import ring_depths
 from infer.passes.pipelines import GraphPrepareTilingPass
+from infer.passes.testing import apply_pass
 
 gguf = pytest.importorskip("gguf")
 
@@ -67,10 +70,9 @@ CASES = [  # fmt, target, precision, M, K, N, bias, relu: remainder tiles in n a
     ("q4_0", "server", "bf16", 1, 256, 144, False, False),
     ("q8_0", "edge", "bf16", 4, 64, 40, True, True),
     ("q8_0", "server", "fp32", 3, 128, 136, False, False),
-    # not resident (k split in steps): the k steps software-pipelined through two explicit
-    # buffers (packed_gemm._lower_tiled_pipelined): 8 steps (the pair loop), fp32 emulation
+    # not resident (k split in steps): streamed (packed_stream, its ring shapes and peeled
+    # tiles in test_streamed_product_structures below), fp32 emulation with a bias
     ("q8_0", "edge", "fp32", 3, 1024, 96, True, False),
-    # 9 steps (the loop and an odd tail) in two n tiles; 4 steps on server
     ("q4_1", "edge", "bf16", 1, 576, 1024, False, True),
     ("q4_0", "server", "bf16", 1, 2048, 4096, False, False),
 ]
@@ -100,6 +102,45 @@ def test_packed_linear(fmt, target, precision, M, K, N, bias, relu):
     counters = exe.last_report.counters
     weight_bits = (counters.dram_read_bytes - x.nbytes - (4 * N if bias else 0)) * 8 / (N * K)
     assert weight_bits == pytest.approx(BITS[fmt], rel=0.02), weight_bits
+
+
+STREAMED = [  # fmt, target, precision, M, K, N, bias, relu, tiles TMxTNxTK: what it exercises
+    # 18 steps: three-deep loads, two-deep expansions, a loop over groups; 4 n tiles: a loop
+    # over two, the tile before the 8-wide remainder peeled (its look-ahead loads 8 columns)
+    ("q4_1", "edge", "bf16", 3, 576, 200, True, True, "3x64x32"),
+    # 9 steps: three-deep expansions too; 2 n tiles (a one-trip loop and the last); three m
+    # tiles (a loop over two and a remainder row), fp32 emulation (hi/lo weights)
+    ("q4_0", "server", "fp32", 5, 288, 128, False, False, "2x64x32"),
+    # 4 steps: two-deep rings; one n tile; q8_0 codes
+    ("q8_0", "edge", "bf16", 2, 128, 96, False, False, "2x96x32"),
+]
+
+
+@pytest.mark.parametrize("fmt,target,precision,M,K,N,bias,relu,tiles", STREAMED)
+def test_streamed_product_structures(fmt, target, precision, M, K, N, bias, relu, tiles):
+    """packed_stream's rings and peeled n tiles, with the tiles forced: the simulator equals the
+    tile interpreter bit for bit (race checker on), the graph interpreter within the e2e
+    tolerance, each packed byte once per m tile and the activations once per n tile."""
+    module = packed_linear_module(fmt, M, K, N, bias=bias, relu=relu)
+    x = np.random.default_rng(2).standard_normal((M, K)).astype(np.float32)
+    ref = run_module(module, [x])[0].astype(np.float64)
+    TM, TN, TK = map(int, tiles.split("x"))
+    apply_pass(f'graph-prepare-tiling,graph-to-tile{{target={target} precision={precision} '
+               f'overrides="kernel0={tiles}"}},tile-plan-memory{{target={target}}}', module)
+    D, E = ring_depths(K // TK)
+    code_rows = TK * {"q4_0": 4, "q4_1": 4, "q8_0": 8}[fmt] // 8
+    codes = [o for o in module.walk() if isinstance(o, t.AllocOp) and t.space_of(o.buffer) == "spad"
+             and o.buffer.type.get_shape() == (code_rows, TN) and o.buffers.value.data == 1
+             and isinstance(o.buffer.type.element_type, IntegerType)]
+    assert len(codes) == D  # the streamed path's load ring
+    (y,), counters = npu_matches_tile(module, [x], target)
+    if precision == "fp32":
+        assert np.abs(y - ref).max() <= 1e-3 * (ref.max() - ref.min())
+    else:
+        assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
+    m_tiles, n_tiles = -(-M // TM), -(-N // TN)
+    weight_bits = (counters.dram_read_bytes - n_tiles * x.nbytes - m_tiles * (4 * N if bias else 0)) * 8 / (N * K)
+    assert weight_bits == pytest.approx(m_tiles * BITS[fmt], rel=0.02), weight_bits  # per m tile
 
 
 def test_packed_weight_is_not_folded():

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import infer
-from helpers.onnxruntime_quant import quantize_static_file, small_cnn, small_mlp
+from helpers.onnxruntime_quant import REDUCED_RANGE, quantize_static_file, small_cnn, small_mlp
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -130,7 +130,8 @@ def test_onnxruntime_dynamic_model_on_the_simulator(tmp_path, name, target) -> N
     qpath = tmp_path / f"{name}.dynamic.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantization.quantize_dynamic(str(path), str(qpath), weight_type=quantization.QuantType.QInt8)
+        quantization.quantize_dynamic(str(path), str(qpath), weight_type=quantization.QuantType.QInt8,
+                                      reduce_range=REDUCED_RANGE)
     assert {"DynamicQuantizeLinear", "ConvInteger" if name == "cnn" else "MatMulInteger"} <= _op_types(qpath)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     expected = _onnxruntime(qpath, x)

@@ -139,3 +139,32 @@ def test_dram_buffer_reused_with_written_ranges_restored(make):
     assert exe._spare is None
     exe.run(inputs, on_pc={0: lambda pc, dram: None})
     assert exe._spare is None
+
+
+@pytest.mark.parametrize("make", [bias_relu_artifact, lambda: gemm_artifact()[0]])
+def test_simulator_kept_between_runs(make, monkeypatch):
+    """A run hands its simulator to the next one with its local memories cleared (as a new
+    one's), so the functional engine's operand views are made once for the DRAM buffer the
+    runs share: every run's outputs equal a new Executable's bit for bit; another
+    INFER_SIM_THREADS gets a new simulator."""
+    art = make()
+    exe = Executable(art)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        inputs = [rng.standard_normal(s.shape).astype(s.np_dtype) for s in art.inputs]
+        ys = exe.run(inputs)
+        for y, want in zip(ys, Executable(art).run(inputs), strict=True):
+            assert y.tobytes() == want.tobytes()
+    sim = exe._sim
+    sim.spad[:] = 0xAB
+    sim.acc[:] = 0xCD
+    taken = exe._take_simulator()
+    assert taken is sim and not sim.spad.any() and not sim.acc.any()
+    assert exe._take_simulator() is not sim  # one run at a time takes it
+    exe._sim = sim
+    exe.run(inputs)
+    assert exe._sim is sim
+    monkeypatch.setenv("INFER_SIM_THREADS", "2")
+    for y, want in zip(exe.run(inputs), ys, strict=True):
+        assert y.tobytes() == want.tobytes()
+    assert exe._sim is not sim and exe._sim.threads == 2

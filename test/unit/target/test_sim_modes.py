@@ -323,6 +323,31 @@ def test_bf16_store_rounds_like_the_ml_dtypes_cast():
         np.uint16).tobytes()
 
 
+def test_nan_test_is_exact():
+    """sim_core.may_hold_nan (np.maximum's reduction, which propagates NaNs) is true exactly
+    when a float tile holds a NaN: any payload and sign at any position of strided, reversed
+    and stacked tiles; infinities of both signs are not NaN; an empty tile holds none."""
+    from infer.target.sim_core import may_hold_nan
+
+    rng = np.random.default_rng(12)
+    for _ in range(400):
+        shape = tuple(int(s) for s in rng.integers(1, 24, rng.integers(1, 4)))
+        base = rng.standard_normal(shape[:-1] + (shape[-1] + int(rng.integers(0, 5)),))
+        t = base.astype(np.float32)[..., :shape[-1]]
+        if rng.random() < 0.5:
+            t = t[::-1]
+        for inf in (np.inf, -np.inf):
+            t[tuple(int(rng.integers(0, s)) for s in shape)] = inf
+        assert not may_hold_nan(t)
+        nan = np.array(0x7F800001 | int(rng.integers(0, 1 << 22)) | int(rng.integers(0, 2)) << 31,
+                       np.uint32).view(np.float32)
+        t[tuple(int(rng.integers(0, s)) for s in shape)] = nan
+        assert may_hold_nan(t)
+        with np.errstate(invalid="ignore"):  # a signalling NaN cast: as in the simulator
+            assert may_hold_nan(t.astype(np.float64))
+    assert not may_hold_nan(np.zeros((0, 4), np.float32))
+
+
 def test_timing_kept_per_program_is_copied_per_run():
     """A program run again gets the timing pass's result from the decoded program (sim_fast.
     timing_of): equal to a fresh computation, and each run's counters are its own."""
@@ -617,3 +642,44 @@ def test_operand_views_kept_across_iterations(step):
     assert isinstance(ref, SimFault) == (step > 0)
     if step:
         assert ref.kind == "out-of-bounds" and "operand b" in ref.cause
+
+
+
+def test_operand_views_kept_across_runs():
+    """A simulator running the same program on the same DRAM buffer again reuses the operand
+    views of the last run (Simulator.operand_views): with new data in DRAM and cleared local
+    memories every run computes the reference's bits; a run on another DRAM buffer gets views
+    of its own, and the buffer of the earlier runs is left alone."""
+    rng = np.random.default_rng(9)
+    prog = Program.from_asm(REUSED_VIEWS.format(step=0))
+    dec = decoded(prog, Simulator("edge").cfg)
+
+    def data() -> np.ndarray:
+        d = np.zeros(0x6000, np.uint8)
+        d[:0x2000] = rng.integers(0x3C00, 0x4000, 0x1000, dtype=np.uint16).view(np.uint8)
+        d[:4] = 0
+        return d
+
+    def reference(d: np.ndarray) -> bytes:
+        d = d.copy()
+        Simulator("edge").run(prog, d, mode="reference")
+        return d.tobytes()
+
+    sim = Simulator("edge")
+    dram = data()
+    views = None
+    for _ in range(3):
+        dram[:] = data()
+        want = reference(dram)
+        sim.reset()
+        sim.run(prog, dram, mode="fast")
+        assert dram.tobytes() == want
+        kept = sim.operand_views(dec, dram)
+        assert kept and (views is None or kept is views)
+        views = kept
+    other, before = data(), dram.copy()
+    want = reference(other)
+    sim.reset()
+    sim.run(prog, other, mode="fast")
+    assert other.tobytes() == want and dram.tobytes() == before.tobytes()
+    assert sim.operand_views(dec, other) is not views

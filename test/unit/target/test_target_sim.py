@@ -238,6 +238,24 @@ def test_erf_and_gelu_erf_are_the_float64_values_rounded_once():
     assert got[~finite][0] == np.inf and np.isnan(got[~finite][1:]).all()  # -inf * (1 + -1): NaN, as the formula
 
 
+
+def test_erf_exp_split_table_is_the_two_exponentials():
+    """special._exp_split takes exp(-vs*vs) (vs = v truncated to 1/16) from a table: bit for
+    bit the two-exponential product it stands for, on every multiple of 1/16 and its
+    neighbours, a dense grid and random values over [0, 27] (the range erf calls it on)."""
+    from infer.target.special import _exp_split
+
+    sixteenths = np.arange(27 * 16 + 1) / 16.0
+    v = np.concatenate([sixteenths, np.nextafter(sixteenths, 0), np.nextafter(sixteenths, 28),
+                        np.linspace(0, 27, 400001),
+                        np.random.default_rng(13).uniform(0, 27, 100000)])
+    v = np.clip(v, 0, 27)
+    vs = np.trunc(v * 16.0) / 16.0
+    delta = (v - vs) * (v + vs)
+    want = np.exp(-vs * vs) * np.exp(-delta)
+    assert _exp_split(v).tobytes() == want.tobytes()
+
+
 def test_log_and_comparisons():
     x = np.array([[1.0, 0.5, 0.0, -1.0, np.inf, np.nan, 2.0, -0.0]], np.float32)
     y = np.array([[1.0, 1.5, -0.0, -2.0, np.inf, np.nan, np.nan, 0.0]], np.float32)
