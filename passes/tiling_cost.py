@@ -80,6 +80,10 @@ class GemmSpec:
     # cross-kernel prefetch): no weight DMA per k step, each weight byte read once, and the
     # weights are there before the first activation tile (whose load waits for that kernel)
     resident_weights: bool = False
+    # gemm.py's resident activations: each m tile's [TM, K] rows loaded and split once into
+    # the scratchpad (before its n loop), each n tile one whole-K weight tile (tk = K) whose
+    # product writes the accumulator (no fill)
+    resident_lhs: bool = False
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
     # lowered loop nest keeps live at once (the lowering's own allocs, x2 when double
     # buffered, epilogue operands and temporaries included). None: the generic formula.
@@ -219,6 +223,11 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
                             tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
                             ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
                             pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
+    if spec.resident_lhs:
+        cycles = _resident_lhs_schedule(hw, spec, nm, out_tiles, tm, tn, K, mm_per_step * max(stream, wload), epi)
+        memory = (spec.batch * nm * tm * _burst_bytes(hw, K * spec.lhs_bytes) + out_b
+                  + (0 if spec.resident_weights else out_tiles * K * _burst_bytes(hw, rhs_row))) // hw.dram.bytes_per_cycle
+        vector = spec.batch * nm * -(-tm * K // L) * split + out_tiles * epi
     cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
     visited = (triangular_score_tiles(M, N, tm, tn, spec.causal_offset)
                if spec.flash_dv and spec.causal_offset is not None else None)
@@ -322,6 +331,26 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
     return int(chain + (out_tiles - 1) * period)
+
+
+def _resident_lhs_schedule(hw: HardwareConfig, spec: GemmSpec, nm: int, out_tiles: int, tm: int, tn: int,
+                           K: int, mm_tile: int, epi: int) -> int:
+    """Cycles of gemm.py's nest with resident activations (`GemmSpec.resident_lhs`): per m tile
+    its block's load and split (in series: the m loop is short), then one n tile per period,
+    the slowest of its whole-K weight tile's and output's DRAM bytes, its matmuls and its
+    epilogue (the weight tiles and accumulators double-buffered: no fill waits behind the
+    previous epilogue), plus the first weight tile's round trip and the last tile's drain,
+    epilogue and store."""
+    bw, vlat, fill = hw.dram.bytes_per_cycle, hw.vector.latency, hw.matrix.fill_drain_cycles
+    split = hw.vector.cost["copy"] + (hw.vector.cost["sub"] + hw.vector.cost["copy"] if spec.passes == 3 else 0)
+    x_bytes = tm * _burst_bytes(hw, K * spec.lhs_bytes)
+    x_load = dma_round_trip(hw, x_bytes) + -(-tm * K // hw.vector.lanes) * split + vlat
+    w_bytes = 0 if spec.resident_weights else K * _burst_bytes(hw, tn * spec.rhs_bytes)
+    out_bytes = tm * _burst_bytes(hw, tn * spec.out_bytes)
+    period = max((w_bytes + out_bytes) / bw, mm_tile, epi + vlat)
+    head = dma_round_trip(hw, w_bytes) if w_bytes else 0
+    tail = fill + epi + vlat + dma_round_trip(hw, out_bytes)
+    return int(spec.batch * nm * x_load + head + out_tiles * period + tail)
 
 
 def fits(hw: HardwareConfig, e: Estimate) -> bool:

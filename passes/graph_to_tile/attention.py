@@ -43,11 +43,11 @@ from xdsl.ir import Operation, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile import integer_inputs
-from infer.passes.graph_to_tile.builder import Index
+from infer.passes.graph_to_tile import head_layout, integer_inputs
+from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
-from infer.passes.graph_to_tile.transpose import transposed_copy
+from infer.passes.graph_to_tile.transpose import permute_copy, transposed_copy
 
 SOFTMAX_COST = 12  # vector ops per score element (cost-model estimate of the online softmax)
 SOFTMAX_OPS = 12  # dependent vector instructions of one score tile's online softmax (kv_tile_body)
@@ -106,11 +106,20 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                                           + (" causal" if causal else ""), choice)
               + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)"
               + (f", {interleave} heads interleaved" if interleave > 1 else ""))
-    k_t = transposed_copy(ctx, ctx.buffer(op.key), (B, Hkv, Skv, D))
+    # operands and result head-major [B, H, S, D], or sequence-major [B, S, H, D] where the
+    # head transposes around the attention are folded into it (head_layout.py)
+    k_seq = head_layout.sequence_major(ctx, op.key)
+    if k_seq is None:
+        k_t = transposed_copy(ctx, ctx.buffer(op.key), (B, Hkv, Skv, D))
+    else:
+        with ctx.stage(what="transposed copy"):
+            k_t = em.alloc((B, Hkv, D, Skv), f32, "dram")
+            permute_copy(ctx, k_seq, (B, Skv, Hkv, D), (0, 2, 3, 1), k_t)
     k_t2 = em.view(k_t, (B * Hkv * D, Skv))
-    q2 = em.view(ctx.buffer(op.query), (B * Hq * Sq, D))
-    v2 = em.view(ctx.buffer(op.value), (B * Hkv * Skv, Dv))
-    out2 = em.view(ctx.output_buffer(op.results[0]), (B * Hq * Sq, Dv))
+    q_at = _heads(ctx, op.query, head_layout.sequence_major(ctx, op.query), B, Hq, Sq, D)
+    v_at = _heads(ctx, op.value, head_layout.sequence_major(ctx, op.value), B, Hkv, Skv, Dv)
+    merged = head_layout.merged_output(ctx, op)
+    out_at = _heads(ctx, op.results[0], merged, B, Hq, Sq, Dv, output=True)
     band = None
     # causal band: score (q0 + i, j0 + jj) is masked iff j0 + jj - q0 - i - off > 0. Row i of the
     # band, column c = j0 + jj - q0 + QL (QL = the last q tile's origin) holds exactly that, so
@@ -153,10 +162,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         rows, planes = [], []
         for sb, (kv_head, in_group) in zip(slots, heads):
             h = em.add(em.mul(kv_head, group), in_group)
-            q_row = em.add(em.mul(em.add(em.mul(b, Hq), h), Sq), q0)
-            rows.append((h, q_row))
-            planes.append(em.add(em.mul(b, Hkv), kv_head))
-            em.dma(q2, [q_row, 0], sb.q_staging, z, [tq, D])
+            rows.append((h, out_at(b, h, q0)))
+            planes.append(kv_head)
+            em.dma(q_at.buffer, q_at(b, h, q0), sb.q_staging, z, [tq, D])
         for sb in slots:
             em.vec("mul", sb.q_staging, z, sb.q_staging, z, tq, D, bmode="imm", imm=scale)
             split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
@@ -175,9 +183,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 seen.add(buffer)
                 return new
 
-            for sb, (h, _), kv_plane in zip(slots, rows, planes):
+            for sb, (h, _), kv_head in zip(slots, rows, planes):
                 if first(sb.k_staging):
-                    em.dma(k_t2, [em.mul(kv_plane, D), j0], sb.k_staging, z, [D, tkv])
+                    em.dma(k_t2, [em.mul(em.add(em.mul(b, Hkv), kv_head), D), j0], sb.k_staging, z, [D, tkv])
                 if band is not None and sb.band_tile is not None and first(sb.band_tile):
                     em.dma(band, [0, em.add(em.sub(j0, q0), QL)], sb.band_tile, z, [tq, tkv])
                 if mask2 is not None and sb.mask_tile is not None and first(sb.mask_tile):
@@ -187,12 +195,12 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                     else:
                         em.dma(mask2, [mask_row, j0], sb.mask_tile, z, [1, tkv])
                 if first(sb.v_staging):
-                    em.dma(v2, [em.add(em.mul(kv_plane, Skv), j0), 0], sb.v_staging, z, [tkv, Dv])
+                    em.dma(v_at.buffer, v_at(b, kv_head, j0), sb.v_staging, z, [tkv, Dv])
             for sb in slots:
                 if first(sb.k_tile.hi):
                     split_on_chip(em, sb.k_staging, sb.k_tile, D, tkv)
-                em.fill(sb.scores, z, tq, tkv, 0.0)
-                emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv)
+                # the first product writes the score tile: no fill (two vector passes) before it
+                emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv, overwrite=True)
             for sb in slots:
                 m, m_new, l_sum, tmp, o = sb.m, sb.m_new, sb.l_sum, sb.tmp, sb.o
                 if band is not None and sb.band_tile is not None:
@@ -206,12 +214,16 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
                 em.vec("copy", m, z, m_new, z, tq, 1)
                 em.vec("sub", sb.p_staging, z, sb.scores, z, tq, tkv, m_new, z, bmode="col")
-                em.vec("exp", sb.p_staging, z, sb.p_staging, z, tq, tkv)
+                # bf16: exp writes P's bf16 tile directly (the vector unit converts on store) and
+                # l sums the P the matrix unit multiplies: no fp32 P and no copy pass
+                p_exp = sb.p_tile.hi if sb.p_tile.lo is None else sb.p_staging
+                em.vec("exp", p_exp, z, sb.p_staging, z, tq, tkv)
                 em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
                 em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
-                em.vec("rsum", tmp, z, sb.p_staging, z, tq, tkv)
+                em.vec("rsum", tmp, z, p_exp, z, tq, tkv)
                 em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
-                split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
+                if sb.p_tile.lo is not None:
+                    split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
                 if first(sb.v_tile.hi):
                     split_on_chip(em, sb.v_staging, sb.v_tile, tkv, Dv)
                 emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv)
@@ -224,10 +236,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.loop(0, upper, TKV, lambda j0: kv_tile_body(j0, TKV))
         else:
             em.tiles(Skv, TKV, kv_tile_body)
-        for sb, (_, q_row) in zip(slots, rows):
+        for sb, (_, o_at) in zip(slots, rows):
             em.vec("recip", sb.tmp, z, sb.l_sum, z, tq, 1)
             em.vec("mul", sb.o, z, sb.o, z, tq, Dv, sb.tmp, z, bmode="col")
-            em.dma(sb.o, z, out2, [q_row, 0], [tq, Dv])
+            em.dma(sb.o, z, out_at.buffer, o_at, [tq, Dv])
 
     U = interleave
 
@@ -241,6 +253,35 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     kv_steps, group_steps = (Hkv, group // U) if group % U == 0 else (Hkv // U, group)
     em.range(B, lambda b: em.range(kv_steps, lambda kv_head: em.range(group_steps, lambda in_group: em.tiles(
         Sq, TQ, lambda q0, tq: q_tile_body(b, heads_of(kv_head, in_group), q0, tq)))))
+
+
+@dataclass
+class _Heads:
+    """Where head h's rows s0.. of a [B, H, S, D] tensor start in the 2-D view `buffer`:
+    head-major ([B*H*S, D], row (b*H + h)*S + s0) or sequence-major ([B*S, H*D], row b*S + s0,
+    column h*D: head_layout.py)."""
+
+    buffer: SSAValue
+    H: int
+    S: int
+    D: int
+    seq_major: bool
+    em: Emitter
+
+    def __call__(self, b: Index, h: Index, s0: Index) -> list[Index]:
+        em = self.em
+        if self.seq_major:
+            return [em.add(em.mul(b, self.S), s0), em.mul(h, self.D)]
+        return [em.add(em.mul(em.add(em.mul(b, self.H), h), self.S), s0), 0]
+
+
+def _heads(ctx: LoweringContext, value: SSAValue, seq_buffer: SSAValue | None, B: int, H: int, S: int, D: int,
+           output: bool = False) -> _Heads:
+    em = ctx.emitter
+    if seq_buffer is not None:
+        return _Heads(em.view(seq_buffer, (B * S, H * D)), H, S, D, True, em)
+    buffer = ctx.output_buffer(value) if output else ctx.buffer(value)
+    return _Heads(em.view(buffer, (B * H * S, D)), H, S, D, False, em)
 
 
 @dataclass

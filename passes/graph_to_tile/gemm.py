@@ -140,9 +140,36 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     TM, TN, TK = choice.tiles
     ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}"
                                           + (f" batch={batches}" if batches > 1 else ""), choice))
+    # activations resident per m tile: with constant weights and several n tiles, each m
+    # tile's [TM, K] rows are loaded and split once into a block that every n tile reads, and
+    # each n tile's weights come as one whole-K [K, TN] tile whose first depth step writes the
+    # accumulator: no activation reloads per n tile (MiniLM's FFN up projection on edge read
+    # its activations 12 times), and no accumulator fill, which on the in-order vector unit
+    # waited behind the previous tile's epilogue while the matrix unit idled. Where the block
+    # and two whole-K weight tiles fit the scratchpad in place of the streamed tiles.
+    # (the widest n tile, halving the chosen one, with which they fit)
+    resident_x = False
+    # (not with epilogue operand tiles, e.g. a residual: their loads after the matmuls held the
+    # Llama prefill's gated FFN at 1.7x its predicted cycles on edge)
+    if w_t is not None and batches == 1 and not spec.epi_tiles and ctx.override(name, 3) is None:
+        tn = TN
+        while tn >= min(TN, hw.matrix.cols) and -(-N // tn) > 1 and not resident_x:
+            x_res_spad = footprint(TM, tn, TK)[0] + 2 * 2 * copies * (TM * K + K * tn - TM * TK - TK * tn)
+            if x_res_spad <= hw.memory.scratchpad_bytes:
+                # taken where the cost model predicts it faster than the streamed tiles
+                # (MiniLM edge: the FFN up and output projections, not q/k/v)
+                resident_x = tiling_cost.gemm_estimate(hw, M, N, K, TM, tn, K, replace(
+                    spec, resident_lhs=True)).cycles < choice.best.cycles
+                TN = tn if resident_x else TN
+                break
+            tn //= 2
+    spad_need, acc_need = footprint(TM, TN, TK)
+    if resident_x:
+        spad_need += 2 * 2 * copies * (TM * K + K * TN - TM * TK - TK * TN)
+    TKw = K if resident_x else TK  # the packed weight's k tile
     # pre-packed weights: [N/TN tiles][Kp][TN] so one weight tile is one contiguous DMA
     packs: list[SSAValue] = []
-    Kp = -(-K // TK) * TK
+    Kp = -(-K // TKw) * TKw
     if w_t is not None:
         Np = -(-N // TN) * TN
         padded = np.zeros((Kp, Np), np.float32)
@@ -153,22 +180,24 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
     # the whole packed weight prefetched across the kernel boundary when it fits (see
     # prefetch_weights): no weight DMA in the loop nest
-    spad_need, acc_need = footprint(TM, TN, TK)
-    resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TK * TN * 2 * copies, acc_need) if packs else None
-    if resident is not None:
-        # the cost model's cycles of this nest with its weights resident (the tiles stay those
-        # chosen for streaming weights: residency is decided once they are known)
-        estimate = tiling_cost.gemm_estimate(hw, M, N, K, TM, TN, TK, replace(spec, resident_weights=True))
+    resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TKw * TN * 2 * copies, acc_need) if packs else None
+    if resident is not None or resident_x:
+        # the cost model's cycles of this nest with its weights and/or activations resident (the
+        # tiles stay those chosen for streaming them: residency is decided once they are known)
+        estimate = tiling_cost.gemm_estimate(hw, M, N, K, TM, TN, TKw, replace(
+            spec, resident_weights=resident is not None, resident_lhs=resident_x))
         ctx.predict(estimate.cycles - choice.best.cycles)
-        ctx.debug(f"[graph-to-tile] {name}: weights resident ({resident.hi.type}), loaded during the kernel "
-                  f"before: est {estimate.cycles} cycles")
+        ctx.debug(f"[graph-to-tile] {name}: " + ", ".join(
+            ([f"weights resident ({resident.hi.type}), loaded during the kernel before"] if resident is not None else [])
+            + ([f"activations resident per m tile ([{TM}, {K}]), whole-K weight tiles"] if resident_x else []))
+            + f": est {estimate.cycles} cycles")
     # one (m, n) tile: no loop encloses the nest
     single = batches == 1 and M <= TM and N <= TN
     # local buffers
     x_staging = em.alloc((TM, TK), bf16 if narrow_x else f32, "spad", 2)
-    x_tile = alloc_bf16_tile(ctx, TM, TK)
+    x_tile = alloc_bf16_tile(ctx, TM, K if resident_x else TK)  # (resident: the m tile's block)
     out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
-    w_tile = alloc_bf16_tile(ctx, TK, TN) if resident is None else resident
+    w_tile = alloc_bf16_tile(ctx, TKw, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     acc = em.alloc((TM, TN), f32, "acc", 2)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
@@ -186,7 +215,6 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             # before the k loop: in a nest without loops the planner would otherwise give the bias
             # row the weight tile's bytes, and its load would wait for the last matmul
             em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
-        em.fill(acc, [0, 0], tm, tn, 0.0)
 
         def k_step(k0: Index, tk: int) -> None:
             em.dma(xv, [em.add(em.mul(b, M) if lhs_full else 0, m0), k0], x_staging, [0, 0], [tm, tk])
@@ -207,7 +235,16 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 split_on_chip(em, w_staging, w_tile, tk, tn)
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
 
-        em.tiles(K, TK, k_step)
+        if resident_x:
+            w_row = em.mul(n_tile, Kp)
+            if resident is None:
+                for part, dst in zip(packs, (w_tile.hi, w_tile.lo), strict=False):
+                    if dst is not None:
+                        em.dma(part, [w_row, 0], dst, [0, 0], [K, TN])
+            emit_tile_product(ctx, x_tile, w_tile, acc, tm, K, tn, overwrite=True, rhs_at=(w_row, 0) if resident is not None else (0, 0))
+        else:
+            em.fill(acc, [0, 0], tm, tn, 0.0)
+            em.tiles(K, TK, k_step)
         if bias_row is not None and bias_tile is not None:
             if not early_bias:
                 em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
@@ -219,7 +256,13 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             tile = out_bf16
         em.dma(tile, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
 
+    def load_block(m0: Index, tm: int, k0: Index, tk: int) -> None:
+        em.dma(xv, [m0, k0], x_staging, [0, 0], [tm, tk])
+        split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=(0, k0))
+
     def over_n(b: Index, m0: Index, tm: int) -> None:
+        if resident_x:
+            em.tiles(K, TK, lambda k0, tk: load_block(m0, tm, k0, tk))
         # the n loop counts tiles (n_tile), so the packed weight row is affine in it
         em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(b, m0, tm, j, n0, tn))
 

@@ -25,6 +25,7 @@ from infer.dialects.dtypes import element_type_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext, latency_bound
+from infer.passes.graph_to_tile import head_layout
 from infer.passes.graph_to_tile.copies import copy_dram, lower_reshape_view
 
 Terms = list[tuple[Index, int]]  # an element offset: sum of index * coefficient
@@ -214,6 +215,8 @@ def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -
 
 def lower_transpose(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.TransposeOp)
+    if head_layout.defer(ctx, op):
+        return  # the attention reading it reads its input instead
     shape = shape_of(op.input)
     moved = canonical_perm(shape, g.i64_values(op.perm))[1]
     if moved == sorted(moved):
