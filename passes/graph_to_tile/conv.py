@@ -717,9 +717,15 @@ class ConvKernel:
             oh0, toh = rows[0], rows[1]
 
             def step(c0: Index, tc: int, first: bool) -> None:
+                # windows of several prepared planes: the weight block first, so the loads'
+                # first consumers (the first matmul, then each plane's) come in load order and
+                # all of them are issued one step early (rotation.pipelinable_loads)
+                weights_first = self.planes is not None and len(p.phases) > 1
+                if not weights_loaded and weights_first:
+                    self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc)
                 if not window_loaded:
                     self.load_window(bufs, n, gi, rows, c0, tc)
-                if not weights_loaded:
+                if not weights_loaded and not weights_first:
                     self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc)
                 self.products(bufs, to, toh, tc, first)
 
