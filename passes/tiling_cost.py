@@ -451,6 +451,7 @@ class ConvSpec:
     tap_nests: tuple[tuple[int, int], ...] = ()
     operand_bytes: int = 2  # bytes per window / weight element (bf16; int8: 1)
     out_bytes: int = 4  # bytes per stored output element
+    compact_store: bool = False  # the output tile compacted (padded-width columns dropped) before its store
     matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
     # (orientation, TO, TOH, TC, outer, im2col, prepared) -> (scratchpad, accumulator) bytes of every
     # local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is a value): equal
@@ -647,7 +648,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         weight_b = s.copies * bursts(s.taps * avg_tc * TO * s.operand_bytes)
     else:
         weight_b = s.copies * avg_to * bursts(s.taps * avg_tc * s.operand_bytes)
-    pitched = s.Wq != s.OW
+    pitched = s.Wq != s.OW and not s.compact_store
     out_b = avg_to * (avg_toh * bursts(s.OW * s.out_bytes) if pitched else bursts(avg_toh * s.OW * s.out_bytes))
     load_bytes = window_loads * window_b + weight_loads * weight_b + out_tiles * out_b * s.epi_tiles
     store_bytes = out_tiles * out_b

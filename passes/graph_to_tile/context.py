@@ -246,11 +246,21 @@ class LoweringContext:
         DRAM bandwidth rather than latency (edge: on server the bytes saved bought nothing and
         the transformer block of bench_compiler_gemm.py ran 0.8 K cycles slower). The producer
         stores its f32 tile through a conversion to bf16 (`is_bf16_buffer` tells it to)."""
-        if (self.bf16_copies == 1 and not latency_bound(self.hw) and value not in self.destinations
-                and storage.read_only_as_bf16_activations(value)):
+        if self.narrows(value):
             self.buffers[value] = self.emitter.alloc(shape_of(value), bf16, "dram")
             return self.buffers[value]
         return self.output_buffer(value)
+
+    def narrows(self, value: SSAValue) -> bool:
+        """Will `narrow_output_buffer(value)` hold `value` as bf16 (asked before the buffer is
+        made: conv.py's cost model counts the narrowed store)?"""
+        return (self.bf16_copies == 1 and not latency_bound(self.hw) and value not in self.destinations
+                and storage.read_only_as_bf16_activations(value))
+
+    def held_as_bf16(self, value: SSAValue) -> bool:
+        """Is tensor `value` already held in a bf16 DRAM buffer (its producer narrowed it)?"""
+        buffer = self.buffers.get(value)
+        return buffer is not None and self.is_bf16_buffer(buffer)
 
     @staticmethod
     def is_bf16_buffer(buffer: SSAValue) -> bool:

@@ -118,6 +118,7 @@ class ConvFootprint:
     staged: int  # bytes per input element in DRAM (the staging tile)
     vectors: int  # bytes of the channel vectors (biases, scales)
     epilogue_bytes: Callable[[int, int], int]
+    narrow_out: bool = False  # the output tile copied to a compact bf16 tile before its store
 
     def __call__(self, orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
                  prepared: bool) -> tuple[int, int]:
@@ -159,6 +160,8 @@ class ConvFootprint:
             # buffered ones are counted x2 by epilogue_bytes, single-buffered pools hold one
             epi = sum(self.epilogue_bytes(a, s * p.Wq) for a in tile_extents(O // groups, to) for s in sizes)
             spad += epi if ab == 2 else epi // 2
+            if self.narrow_out:  # ConvKernel.finish: [to, toh.OW] bf16 per tile shape
+                spad += ab * sum(a * s * p.OW * 2 for a in tile_extents(O // groups, to) for s in sizes)
             acc += ab * to * tq * 4
         return spad, acc
 
@@ -185,8 +188,13 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     vectors = O * 4 if has_bias else 0
     if integer is not None:
         vectors = integer.vectors * O * 4
+    # activations held as bf16 in DRAM (storage.read_only_as_bf16_activations): the input read,
+    # and the output stored, at 2 bytes an element
+    narrow_in = integer is None and ctx.held_as_bf16(op.input)
+    narrow_out = integer is None and ctx.narrows(result)
     footprint = ConvFootprint(p, O, Cg, KH, KW, groups, operand=2 if integer is None else 1, copies=copies,
-                              staged=4 if integer is None else 1, vectors=vectors, epilogue_bytes=epilogue_bytes)
+                              staged=1 if integer is not None else 2 if narrow_in else 4, vectors=vectors,
+                              epilogue_bytes=epilogue_bytes, narrow_out=narrow_out)
     produced = {r for e in epilogue for r in e.results}
     # per plane, the trips of its tap loops: the code-size rule's input (passes/tiling_code.py)
     tap_nests = tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P))
@@ -200,12 +208,15 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     return tiling_cost.ConvSpec(
         batch=N, groups=groups, Og=O // groups, Cg=Cg, taps=KH * KW, OH=p.OH, OW=p.OW, Wq=p.Wq, H=H, W=W,
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
-        copies=copies, passes=ctx.matmul_passes, epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0),
+        copies=copies, passes=ctx.matmul_passes,
+        epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0) + (1 if narrow_out else 0),
+        in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
         footprint=footprint, tap_nests=tap_nests,
-        prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False),
-                        prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True)) if prepared else (0, 0),
+        prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False, 2 if narrow_in else 4),
+                        prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4))
+        if prepared else (0, 0),
         edge_row_tiles=EdgeRowTiles(p) if prepared else None)
 
 
@@ -350,7 +361,9 @@ class ConvKernel:
         return 0.0
 
     def output_buffer(self) -> SSAValue:
-        return self.ctx.output_buffer(self.result)
+        """bf16 where every consumer reads it as matrix-unit activations (`finish` then stores a
+        compact bf16 copy of the tile)."""
+        return self.ctx.narrow_output_buffer(self.result)
 
     def weight_parts(self, hint: str, packed: np.ndarray) -> list[SSAValue]:
         return packed_weight_parts(self.ctx, hint, packed)
@@ -652,7 +665,9 @@ class ConvKernel:
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq)
         out_row = em.add(em.mul(n, self.O), r0)
-        if pitch:
+        if self.ctx.is_bf16_buffer(self.out3):
+            self._store_bf16(result_tile, out_row, oh0, to, toh)
+        elif pitch:
             # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
             tile_rows, tile_cols = result_tile.type.get_shape()  # type: ignore[attr-defined]
             rows_view = em.view(result_tile, (tile_rows, tile_cols // p.Wq, p.Wq))
@@ -660,6 +675,25 @@ class ConvKernel:
         else:
             em.dma(result_tile, z, em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
                    [to, tq])
+
+    def _store_bf16(self, tile: SSAValue, out_row: Index, oh0: Index, to: int, toh: int) -> None:
+        """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a
+        compact [to, toh.OW] bf16 tile (the padded-width columns dropped, so each channel's rows
+        are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it."""
+        em, p = self.em, self.p
+        rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
+        held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
+        compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
+        if p.Wq == p.OW:
+            em.vec("copy", compact, [0, 0], tile, [0, 0], to, toh * p.OW)
+        elif held == toh:  # every channel's output rows in one run of rows of the view
+            em.vec("copy", em.view(compact, (to * toh, p.OW)), [0, 0], em.view(tile, (rows * held, p.Wq)), [0, 0],
+                   to * toh, p.OW)
+        else:
+            src, dst = em.view(tile, (rows * held, p.Wq)), em.view(compact, (to * toh, p.OW))
+            em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
+        em.dma(compact, [0, 0], em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
+               [to, toh * p.OW])
 
     # -- the nest --------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -683,9 +717,15 @@ class ConvKernel:
             oh0, toh = rows[0], rows[1]
 
             def step(c0: Index, tc: int, first: bool) -> None:
+                # windows of several prepared planes: the weight block first, so the loads'
+                # first consumers (the first matmul, then each plane's) come in load order and
+                # all of them are issued one step early (rotation.pipelinable_loads)
+                weights_first = self.planes is not None and len(p.phases) > 1
+                if not weights_loaded and weights_first:
+                    self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc)
                 if not window_loaded:
                     self.load_window(bufs, n, gi, rows, c0, tc)
-                if not weights_loaded:
+                if not weights_loaded and not weights_first:
                     self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc)
                 self.products(bufs, to, toh, tc, first)
 

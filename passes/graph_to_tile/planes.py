@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from xdsl.dialects.builtin import bf16, f32
-from xdsl.ir import SSAValue
+from xdsl.ir import Attribute, SSAValue
 
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
@@ -133,20 +133,23 @@ class Planes:
 
 
 
-def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, pixel_major: bool) -> int:
-    """The cost model's cycles for `prepare_planes`' helper nest (a streaming estimate)."""
+def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, pixel_major: bool,
+                     in_bytes: int = 4) -> int:
+    """The cost model's cycles for `prepare_planes`' helper nest (a streaming estimate);
+    `in_bytes`: per input element in DRAM (2: an input held as bf16)."""
     P = len(p.phases)
     esize = 2 if elem == "bf16" else 4
     count = copies if elem == "bf16" else 1
     elements = planes_count * p.H * p.W
     vector = elements / hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
     return tiling_cost.stream_estimate(
-        hw, elements * 4, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1), vector)
+        hw, elements * in_bytes, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1), vector)
 
 
 def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Planes, elem: str,
                    copies: int, border: float, pixel_major: int = 0) -> list[SSAValue]:
-    """The planes of x (viewed [planes_count, H, W], f32) in DRAM as [planes_count, phases, Hq,
+    """The planes of x (viewed [planes_count, H, W], f32, or bf16 when its producer narrowed it:
+    staged as it is held) in DRAM as [planes_count, phases, Hq,
     Wq] of `elem` ("bf16": `copies` buffers hi(, lo); "f32": one buffer), `border` outside the
     input; `pixel_major` = C (planes_count = N.C): [N, phases, Hq, Wq, C] instead. A loop nest
     of its own."""
@@ -168,6 +171,15 @@ def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Plan
         else:
             _prepare_phases(ctx, x3, outs, planes_count, p, elem_type, ebytes, budget, border)
         return outs
+
+
+def _element(x: SSAValue) -> Attribute:
+    """The element type of DRAM memref x (f32; bf16 for an activation its producer narrowed)."""
+    return x.type.get_element_type()  # type: ignore[attr-defined]
+
+
+def _bytes(x: SSAValue) -> int:
+    return 2 if _element(x) == bf16 else 4
 
 
 def _fill_rows(ctx: LoweringContext, outs: list[SSAValue], rows: int, cols: int, row0: int,
@@ -212,12 +224,12 @@ def _prepare_stride1(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], p
     right = Wq - left - W
     _fill_rows(ctx, outs, planes_count, Wq, 0, top, elem_type, border, Hq)
     _fill_rows(ctx, outs, planes_count, Wq, top + H, bottom_rows, elem_type, border, Hq)
-    per_row = W * 4 + Wq * ebytes * len(outs)
+    per_row = W * _bytes(x3) + Wq * ebytes * len(outs)
     if H * per_row * 2 <= budget:
         TH, TC = H, max(1, min(planes_count, budget // (2 * H * per_row)))
     else:
         TH, TC = max(1, min(H, budget // (2 * per_row))), 1
-    staging = em.alloc((TC, TH, W), f32, "spad", 2)
+    staging = em.alloc((TC, TH, W), _element(x3), "spad", 2)
     locs = [em.alloc((TC, TH, Wq), elem_type, "spad", 2) for _ in outs]
     s2 = em.view(staging, (TC * TH, W))
     l2 = [em.view(loc, (TC * TH, Wq)) for loc in locs]
@@ -262,12 +274,12 @@ def _prepare_phases(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], pl
         i0 = (hc + top) // sh
         col_phases = [cp for r, cp in p.phases if r == rp]
         nw = W // sw if even else -(-W // sw)
-        per_row = (W if even else nw) * 4 + nw * ebytes * len(outs)
+        per_row = (W if even else nw) * _bytes(x3) + nw * ebytes * len(outs)
         if nh * per_row * 2 <= budget:
             TH, TC = nh, max(1, min(planes_count, budget // (2 * nh * per_row)))
         else:
             TH, TC = max(1, min(nh, budget // (2 * per_row))), 1
-        staging = em.alloc((TC, TH, W if even else nw), f32, "spad", 2)
+        staging = em.alloc((TC, TH, W if even else nw), _element(x3), "spad", 2)
         pairs = em.view(staging, (TC * TH * W // sw, sw)) if even else em.view(staging, (TC * TH * nw, 1))
         locs = [em.alloc((TC, TH, nw), elem_type, "spad", 2) for _ in outs]
         flat = [em.view(loc, (TC * TH * nw, 1)) for loc in locs]
@@ -329,7 +341,7 @@ def _prepare_pixel_major(ctx: LoweringContext, x: SSAValue, N: int, C: int, p: P
                             zeros, [0, 0], view, [r0, col0], [rn, width * C]))
     x3 = em.view(x, (N * C, H, W))
     budget = ctx.hw.memory.scratchpad_bytes // 2 // len({rp for rp, _ in p.phases})  # each row phase its own
-    per_pixel = 4 * 2 + 2 * copies * 2 + (4 * 2 if copies == 2 else 0)  # staging, transposed (+ f32)
+    per_pixel = _bytes(x) * 2 + 2 * copies * 2 + (4 * 2 if copies == 2 else 0)  # staging, transposed (+ f32)
     for rp in sorted({rp for rp, _ in p.phases}):
         hc = (rp - top) % sh
         nh = len(range(hc, H, sh))
@@ -342,7 +354,7 @@ def _prepare_pixel_major(ctx: LoweringContext, x: SSAValue, N: int, C: int, p: P
         else:
             TC = max(1, min(C, budget // (W * per_pixel)))
             TH = max(1, min(nh, budget // (W * TC * per_pixel))) if TC == C else 1
-        staging = em.alloc((TC, TH * W), f32, "spad", 2)
+        staging = em.alloc((TC, TH * W), _element(x), "spad", 2)
         flat_staging = em.view(staging, (TC * TH * W, 1))
         tiles_t = [em.alloc((TH * W, TC), bf16, "spad", 2) for _ in range(copies)]
         tile32 = em.alloc((TH * W, TC), f32, "spad", 2) if copies == 2 else None

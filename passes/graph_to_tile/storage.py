@@ -12,11 +12,13 @@ graph tensor is held in DRAM as **f32**, whatever its graph element type:
 | f16, bf16 | the value | f16/bf16 ops compute in f32 and round once, at the output (one op: the same result, as f32 has more than twice the bits; chains are more accurate than the reference's per-op rounding); casts to bf16 round on the vector unit |
 | f64 | the value rounded to f32 | only at the boundary: an f64 argument whose every use is a cast to f32/f16/bf16 (the runtime rounds it as the cast would), and casts to f64 (exact widening) |
 
-One exception, in bf16 precision: a tensor whose every consumer is a linear reading it as its
-activations (the matrix unit rounds them to bf16 first) is held as **bf16**
+One exception, in bf16 precision: a tensor whose every consumer is a linear or a conv reading it
+as its activations (the matrix unit rounds them to bf16 first) is held as **bf16**
 (`read_only_as_bf16_activations`): the rms/layer norm that makes it writes its last instruction
-into a bf16 tile, a GEMM epilogue copies its output tile to bf16 (on bandwidth-bound targets:
-edge), and the consumers stage the bf16 rows. The bits are those of the f32 buffer; the DRAM
+into a bf16 tile, a GEMM or conv epilogue copies its output tile to bf16 (on bandwidth-bound
+targets: edge; a conv's copy also drops the padded-width columns, so the store is one run per
+channel), and the consumers stage the bf16 rows (a conv's windows and padded planes are built
+from them). The bits are those of the f32 buffer; the DRAM
 bytes written and read are halved.
 
 i32/i64 model inputs that only feed gathers, casts to f32 or attention masks keep integer
@@ -119,18 +121,25 @@ def _outside_kernel(value: SSAValue) -> SSAValue:
     return value
 
 
-def _bf16_lhs_use(user: Operation, index: int) -> bool:
-    """Is operand `index` of `user` the activations of a graph.linear on a compile-time weight
-    (gemm.py: the matrix unit reads them as bf16 and nothing else)?"""
-    if not isinstance(user, g.LinearOp) or index != 0:
+ACTIVATION_OPERAND: dict[type[Operation], int] = {g.LinearOp: 0, g.Conv2dOp: 0}
+"""Per matrix-unit op type, the operand the unit reads as its activations, rounded to bf16 and
+read for nothing else (gemm.py: a linear's input; conv.py: a conv's input, whose windows are
+rounded to bf16 as they are built), when its weight is a compile-time value."""
+
+
+def _bf16_activation_use(user: Operation, index: int) -> bool:
+    """Is operand `index` of `user` the activations of a graph.linear or graph.conv2d on a
+    compile-time weight (the matrix unit reads them as bf16 and nothing else)?"""
+    if ACTIVATION_OPERAND.get(type(user)) != index:
         return False
-    weight = _outside_kernel(user.weight).owner
+    weight = _outside_kernel(user.weight).owner  # type: ignore[attr-defined]
     return isinstance(weight, g.WeightOp | g.ConstantOp)
 
 
 def read_only_as_bf16_activations(value: SSAValue) -> bool:
-    """Is every use of `value` (through graph.kernel regions) the activations of a linear on a
-    compile-time weight, and `value` neither a function argument nor returned? In bf16 precision
+    """Is every use of `value` (through graph.kernel regions) the activations of a linear or a
+    conv on a compile-time weight (`ACTIVATION_OPERAND`), and `value` neither a function
+    argument nor returned? In bf16 precision
     such a tensor is held as **bf16** in DRAM (`LoweringContext.narrow_output_buffer`): its
     consumers round it to bf16 before the matmul anyway, so the bits are the same and the
     producer writes, and every consumer reads, half the bytes (docs/performance.md counts
@@ -146,8 +155,8 @@ def read_only_as_bf16_activations(value: SSAValue) -> bool:
                 return False
         elif isinstance(user, g.KernelOp):
             inner = user.body.block.args[use.index]
-            if not inner.uses or not all(_bf16_lhs_use(u.operation, u.index) for u in inner.uses):
+            if not inner.uses or not all(_bf16_activation_use(u.operation, u.index) for u in inner.uses):
                 return False
-        elif not _bf16_lhs_use(user, use.index):
+        elif not _bf16_activation_use(user, use.index):
             return False
     return True
