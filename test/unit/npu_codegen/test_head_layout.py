@@ -10,12 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.tile_programs import npu_matches_tile
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.npu import ProgramOp
-from infer.dialects.npu_attrs import layout_from_module
-from infer.dialects.weights import WeightStore, attach_weights, weights_of
+from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.testing import apply_pass, run_entry
-from infer.target.sim import Simulator
 
 CTX = make_context()
 B, S, HQ, HKV, D = 2, 48, 4, 2, 16
@@ -60,14 +58,6 @@ def test_head_transposes_folded_into_attention(target, extra_use, capsys):
     log = capsys.readouterr().err
     # folded: no transpose kernel; with q also returned, exactly that one is copied
     assert log.count(": transpose ") == (1 if extra_use else 0), log
-    tile_ref = run_entry(module, inputs)
-    apply_pass("tile-to-npu", module)
-    verify_module(module)
-    prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
-    layout = layout_from_module(module)
-    dram = layout.dram_image(inputs, weights_of(module))
-    Simulator(target).run(prog, dram, check_races=True)
-    outs = layout.read_outputs(dram)
-    for y, t_ref, g_ref in zip(outs, tile_ref, graph_ref, strict=True):
-        assert y.tobytes() == t_ref.tobytes()  # bit-identical to the tile interpreter
+    outs, _ = npu_matches_tile(module, inputs, target)  # bit-identical to the tile interpreter
+    for y, g_ref in zip(outs, graph_ref, strict=True):
         np.testing.assert_allclose(y, g_ref, rtol=3e-2, atol=3e-2)
