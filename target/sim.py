@@ -29,6 +29,7 @@ sim_reference).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -33,7 +33,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects import tile as t
-from infer.dialects.dtypes import dense_to_numpy, element_name_of, element_type_name, num_elements, shape_of
+from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
 from infer.dialects.graph_interpreter import evaluate_op
 from infer.dialects.ir_io import LoweringError, lowering_error
 from infer.dialects.weights import weights_of
