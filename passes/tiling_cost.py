@@ -453,6 +453,9 @@ class ConvSpec:
     out_bytes: int = 4  # bytes per stored output element
     compact_store: bool = False  # the output tile compacted (padded-width columns dropped) before its store
     matmul_dtype: str = "bf16"  # the array's operand type (its MAC rate)
+    # channel-major windows are the input rows themselves, DMA'd in place with no copy
+    # (graph_to_tile.windows.loads_in_place: an unpadded stride-1 input held in the operand type)
+    in_place_windows: bool = False
     # (orientation, TO, TOH, TC, outer, im2col, prepared) -> (scratchpad, accumulator) bytes of every
     # local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is a value): equal
     # specs rank alike
@@ -674,7 +677,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     elif s.stride > 1:  # the column phase gather
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * vcost["copy"]
         per_load_instrs += s.planes
-    if not s.prepared:
+    if not s.prepared and not (s.in_place_windows and not channels):
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * split
         per_load_instrs += s.planes * (3 if s.copies == 2 else 1)
     tq_avg = avg_toh * s.Wq

@@ -48,7 +48,7 @@ from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
-from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
+from infer.passes.graph_to_tile.windows import WindowLoader, loads_in_place, row_tile_plan, row_tiles
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,8 @@ class ConvFootprint:
             wb = 2 if steps > 1 or looped else 1
             kb = 2 if steps > 1 or (outer == "rows" and (inner_o or looped)) else 1
             ab = 2 if looped or inner_o else 1
-            if not prepared:
+            in_place = loads_in_place(p, orientation == "channels", copies == 1 and staged == operand)
+            if not prepared and not in_place:
                 spad += wb * row_phases * tc * rq * width * staged  # staging (input rows)
                 if orientation == "channels" or (sw > 1 and even):
                     spad += wb * rq * nw * tc * (operand if copies == 1 else 4)  # gathered tile
@@ -204,7 +205,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
             stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=False, planes=P, row_phases=row_phases,
             copies=1, passes=1, epi_cost=integer.epi_cost, epi_tiles=integer.epi_tiles, in_bytes=1,
             operand_bytes=1, out_bytes=integer.out_bytes, matmul_dtype="int8", footprint=footprint,
-            tap_nests=tap_nests)
+            tap_nests=tap_nests, in_place_windows=loads_in_place(p, False, True))
     return tiling_cost.ConvSpec(
         batch=N, groups=groups, Og=O // groups, Cg=Cg, taps=KH * KW, OH=p.OH, OW=p.OW, Wq=p.Wq, H=H, W=W,
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
@@ -213,9 +214,9 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
-        footprint=footprint, tap_nests=tap_nests,
+        footprint=footprint, tap_nests=tap_nests, in_place_windows=loads_in_place(p, False, narrow_in and copies == 1),
         prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False, 2 if narrow_in else 4),
-                        prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4))
+                        prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4, C))
         if prepared else (0, 0),
         edge_row_tiles=EdgeRowTiles(p) if prepared else None)
 

@@ -134,16 +134,25 @@ class Planes:
 
 
 def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, pixel_major: bool,
-                     in_bytes: int = 4) -> int:
+                     in_bytes: int = 4, channels: int = 1) -> int:
     """The cost model's cycles for `prepare_planes`' helper nest (a streaming estimate);
-    `in_bytes`: per input element in DRAM (2: an input held as bf16)."""
+    `in_bytes`: per input element in DRAM (2: an input held as bf16). Pixel-major planes of
+    `channels` channels are stored one pixel's channels per DMA row (`_prepare_pixel_major`: the
+    stores step over the tile's pixels), each row charged in whole DRAM bursts: a 3-channel
+    stem's planes move 64 bytes per 6."""
     P = len(p.phases)
     esize = 2 if elem == "bf16" else 4
     count = copies if elem == "bf16" else 1
     elements = planes_count * p.H * p.W
     vector = elements / hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
-    return tiling_cost.stream_estimate(
-        hw, elements * in_bytes, planes_count * P * p.Hq * p.Wq * esize * count * (2 if p.stride != (1, 1) else 1), vector)
+    plane_bytes = planes_count * P * p.Hq * p.Wq * esize * count
+    if pixel_major:  # the border fill (strided: whole planes first), then every pixel's row
+        burst = hw.dram.burst_bytes
+        pixel_row = -(-channels * esize // burst) * burst
+        written = (plane_bytes if p.stride != (1, 1) else 0) + elements // max(1, channels) * pixel_row * count
+    else:
+        written = plane_bytes * (2 if p.stride != (1, 1) else 1)
+    return tiling_cost.stream_estimate(hw, elements * in_bytes, written, vector)
 
 
 def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Planes, elem: str,
@@ -154,7 +163,8 @@ def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Plan
     input; `pixel_major` = C (planes_count = N.C): [N, phases, Hq, Wq, C] instead. A loop nest
     of its own."""
     em = ctx.emitter
-    ctx.predict(prepare_estimate(ctx.hw, planes_count, p, elem, copies, bool(pixel_major)))
+    ctx.predict(prepare_estimate(ctx.hw, planes_count, p, elem, copies, bool(pixel_major),
+                                 _bytes(x), max(1, pixel_major)))
     if pixel_major:
         with ctx.stage(what="input planes (pixel-major)"):
             return _prepare_pixel_major(ctx, x, planes_count // pixel_major, pixel_major, p, copies, border)

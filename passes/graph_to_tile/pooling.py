@@ -21,8 +21,8 @@
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import f32
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import bf16, f32
+from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
@@ -119,9 +119,10 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
     em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
 
 
-def window_pool_buffers(p: Planes, tc: int, toh: int) -> int:
-    """Scratchpad bytes of one set of `lower_max_pool_windows`' buffers (f32): the staging rows
-    of every row phase, the gathered column phase (strides), the plane windows, the result."""
+def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_bytes: int = 4) -> int:
+    """Scratchpad bytes of one set of `lower_max_pool_windows`' buffers: the staging rows of
+    every row phase (the input's element type), the gathered column phase (strides), the plane
+    windows and the result (f32), and for a bf16 output the compact tile it is stored from."""
     sw = p.stride[1]
     even = p.W % sw == 0
     nw = -(-p.W // sw)
@@ -129,10 +130,12 @@ def window_pool_buffers(p: Planes, tc: int, toh: int) -> int:
     row_phases = len({rp for rp, _ in p.phases})
     staging = row_phases * tc * rq * (p.W if even else nw)
     gathered = tc * rq * nw if sw > 1 and even else 0
-    return 4 * (staging + gathered + len(p.phases) * tc * p.window_length(toh) + tc * toh * p.Wq)
+    compact = tc * toh * p.OW * out_bytes if out_bytes != 4 else 0
+    return in_bytes * staging + 4 * (gathered + len(p.phases) * tc * p.window_length(toh) + tc * toh * p.Wq) + compact
 
 
-def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int) -> int:
+def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in_bytes: int = 4,
+                         out_bytes: int = 4) -> int:
     """Cycles of `lower_max_pool_windows` for tiles of tc channels x toh output rows: the vector
     unit (window building and taps, in order) is the bottleneck once the first tile's rows
     arrived, the looped row tiles' loads double-buffered ahead of it; each reuse of the
@@ -153,12 +156,15 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int) ->
 
     def tile_cycles(rows: int) -> tuple[float, float, float]:
         rq = p.window_rows(rows)
-        load = row_phases * tc * rq * (-(-p.W * 4 // burst) * burst)  # whole rows per row phase
+        load = row_phases * tc * rq * (-(-p.W * in_bytes // burst) * burst)  # whole rows per row phase
         # per plane: the column phase gathered (strides), then placed between the border columns
         build = len(p.phases) * groups(tc * rq * nw) * cost["copy"] * (2 if sw > 1 else 1)
         result = groups(tc * rows * p.Wq)
         vector = build + result * (cost["max"] + taps * cost["max"]) + (taps + 4) * vlat
-        store = tc * rows * (-(-p.OW * 4 // burst) * burst)
+        if out_bytes != 4:
+            vector += groups(tc * rows * p.OW) * cost["copy"] + vlat
+        store = tc * (-(-rows * p.OW * out_bytes // burst) * burst if out_bytes != 4
+                      else rows * (-(-p.OW * 4 // burst) * burst))
         return load, vector, store
 
     per_tile = [tile_cycles(rows) for _, rows, _, _ in tiles]
@@ -173,15 +179,16 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int) ->
     return int(dma_round_trip(hw, first_load) + max(vector, dram) + reloads + dma_round_trip(hw, last_store))
 
 
-def choose_pool_windows(hw, planes_count: int, p: Planes) -> tuple[int, int, int] | None:
+def choose_pool_windows(hw, planes_count: int, p: Planes, in_bytes: int = 4,
+                        out_bytes: int = 4) -> tuple[int, int, int] | None:
     """(TC, TOH, cycles) of the fastest tiling of `lower_max_pool_windows` whose buffers fit
     (the looped tiles' double-buffered set and the edge tiles' single set), or None."""
     best = None
     for tc in tiling_cost.pow2_candidates(planes_count, 1):
         for toh in tiling_cost.pow2_candidates(p.OH, 1):
-            if 3 * window_pool_buffers(p, tc, toh) > hw.memory.scratchpad_bytes:
+            if 3 * window_pool_buffers(p, tc, toh, in_bytes, out_bytes) > hw.memory.scratchpad_bytes:
                 continue
-            cycles = window_pool_estimate(hw, planes_count, p, tc, toh)
+            cycles = window_pool_estimate(hw, planes_count, p, tc, toh, in_bytes, out_bytes)
             if best is None or cycles < best[2]:
                 best = (tc, toh, cycles)
     return best
@@ -194,7 +201,11 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     em, hw = ctx.emitter, ctx.hw
     # an override (TRxTOH) sizes the planes path's tiles: it keeps that path
     override = ctx.session.overrides.get(f"kernel{ctx.session.counter}")
-    choice = choose_pool_windows(hw, planes_count, p) if override is None else None
+    # activations held as bf16 in DRAM (storage.read_only_as_bf16_activations: a max pool
+    # between a conv and the convs that read its result): rounding commutes with max
+    in_bytes = 2 if ctx.held_as_bf16(op.input) else 4
+    out_bytes = 2 if ctx.narrows(op.results[0]) else 4
+    choice = choose_pool_windows(hw, planes_count, p, in_bytes, out_bytes) if override is None else None
     if choice is None:
         return False
     TC, TOH, cycles = choice
@@ -208,9 +219,10 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     ctx.debug(f"[graph-to-tile] {name}: max_pool2d {planes_count}x{p.H}x{p.W} window {p.KH}x{p.KW} on chip: "
               f"channels x output rows per tile = {TC}x{TOH}: est {cycles} cycles (planes in DRAM: {planes_path})")
     OH, OW, Wq = p.OH, p.OW, p.Wq
-    out3 = em.view(ctx.output_buffer(op.results[0]), (planes_count, OH, OW))
+    out = ctx.narrow_output_buffer(op.results[0]) if out_bytes == 2 else ctx.output_buffer(op.results[0])
+    out3 = em.view(out, (planes_count, OH, OW))
     x = ctx.buffer(op.input)
-    sets: dict[bool, tuple[WindowLoader, object]] = {}
+    sets: dict[bool, tuple[WindowLoader, SSAValue, SSAValue | None]] = {}
 
     def buffers(looped: bool):
         if looped not in sets:
@@ -218,11 +230,12 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
                 count = 2 if looped else 1
                 loader = WindowLoader(ctx, p, x, planes_count, TC, TOH, pixel_major=False, targets=[f32],
                                       border=NEG_INF, buffers=count)
-                sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count))
+                compact = em.alloc((TC, TOH * OW), bf16, "spad", count) if out_bytes == 2 else None
+                sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count), compact)
         return sets[looped]
 
     def tile(c0: Index, tc: int, oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
-        loader, result = buffers(looped)
+        loader, result, compact = buffers(looped)
         loader.load(0, c0, oh0, toh, tc, top, bottom)
         tq = toh * Wq
         em.fill(result, [0, 0], tc, tq, NEG_INF)
@@ -233,8 +246,19 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
                    bmode="tile")
 
         over_plane_taps(em, p, tap)
-        rows_view = em.view(result, (TC, TOH, Wq))
-        em.dma(rows_view, [0, 0, 0], out3, [c0, oh0, 0], [tc, toh, OW])
+        if compact is None:
+            rows_view = em.view(result, (TC, TOH, Wq))
+            em.dma(rows_view, [0, 0, 0], out3, [c0, oh0, 0], [tc, toh, OW])
+            return
+        # bf16: the valid columns rounded into a compact [TC, TOH.OW] tile (channel c's rows at
+        # c.TOH, as in the result), so a full tile's channels are one DRAM run each
+        src, dst = em.view(result, (TC * TOH, Wq)), em.view(compact, (TC * TOH, OW))
+        if toh == TOH:
+            em.vec("copy", dst, [0, 0], src, [0, 0], tc * TOH, OW)
+            em.dma(compact, [0, 0], em.view(out, (planes_count, OH * OW)), [c0, em.mul(oh0, OW)], [tc, TOH * OW])
+        else:  # a short row tile
+            em.range(tc, lambda c: em.vec("copy", dst, [em.mul(c, TOH), 0], src, [em.mul(c, TOH), 0], toh, OW))
+            em.dma(em.view(compact, (TC, TOH, OW)), [0, 0, 0], out3, [c0, oh0, 0], [tc, toh, OW])
 
     em.tiles(planes_count, TC, lambda c0, tc: row_tiles(
         em, p, TOH, True, lambda oh0, toh, top, bottom, looped: tile(c0, tc, oh0, toh, top, bottom, looped)))

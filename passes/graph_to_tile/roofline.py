@@ -34,6 +34,7 @@ from infer.dialects import graph as g
 from infer.dialects import tile as t
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.storage import ROUNDING_COMMUTES
 
 _ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "i64": 8, "i1": 1}
 
@@ -97,9 +98,11 @@ def _is_matrix_operand(use_op: Operation, index: int) -> bool:
     return any(operand is v for v in _matrix_activation_operands(use_op) + _matrix_weight_operands(use_op))
 
 
-def matrix_operand_only(value: SSAValue) -> bool:
-    """Every use of `value` is a matrix-unit operand (through graph.kernel regions), and it is
-    neither a function argument nor returned."""
+def matrix_operand_only(value: SSAValue, yielded: bool = False) -> bool:
+    """Every use of `value` is a matrix-unit operand (through graph.kernel regions and ops that
+    commute with the operand rounding, storage.ROUNDING_COMMUTES: a max pool between convs),
+    and it is neither a function argument nor returned. `yielded`: `value` is such an op's
+    result, which a kernel region may yield (then its kernel's result is what is read)."""
     if isinstance(value, BlockArgument) and isinstance(value.owner, Block) and isinstance(
             value.owner.parent_op(), func.FuncOp):
         return False
@@ -113,8 +116,13 @@ def matrix_operand_only(value: SSAValue) -> bool:
         if isinstance(user, g.KernelOp):
             if not matrix_operand_only(user.body.block.args[use.index]):
                 return False
+        elif ROUNDING_COMMUTES.get(type(user)) == use.index:
+            if not matrix_operand_only(user.results[0], yielded=True):
+                return False
         elif isinstance(user, g.YieldOp):
-            return False
+            kernel = user.parent_op()
+            if not (yielded and isinstance(kernel, g.KernelOp) and matrix_operand_only(kernel.results[use.index])):
+                return False
         elif not _is_matrix_operand(user, use.index):
             return False
     return True

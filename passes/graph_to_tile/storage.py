@@ -127,9 +127,19 @@ read for nothing else (gemm.py: a linear's input; conv.py: a conv's input, whose
 rounded to bf16 as they are built), when its weight is a compile-time value."""
 
 
+ROUNDING_COMMUTES: dict[type[Operation], int] = {g.MaxPool2dOp: 0}
+"""Per op type, the operand whose bf16 rounding commutes with the op: max(bf16(a), bf16(b)) =
+bf16(max(a, b)) (rounding is monotonic). Such an op may read that operand as bf16 when its own
+result is read only as bf16 activations (pooling.lower_max_pool_windows: a ResNet stem's
+conv -> max pool -> convs)."""
+
+
 def _bf16_activation_use(user: Operation, index: int) -> bool:
     """Is operand `index` of `user` the activations of a graph.linear or graph.conv2d on a
-    compile-time weight (the matrix unit reads them as bf16 and nothing else)?"""
+    compile-time weight (the matrix unit reads them as bf16 and nothing else), or the operand
+    of an op that commutes with the rounding (`ROUNDING_COMMUTES`) whose result is such?"""
+    if ROUNDING_COMMUTES.get(type(user)) == index:
+        return read_only_as_bf16_activations(user.results[0])
     if ACTIVATION_OPERAND.get(type(user)) != index:
         return False
     weight = _outside_kernel(user.weight).owner  # type: ignore[attr-defined]
@@ -138,8 +148,9 @@ def _bf16_activation_use(user: Operation, index: int) -> bool:
 
 def read_only_as_bf16_activations(value: SSAValue) -> bool:
     """Is every use of `value` (through graph.kernel regions) the activations of a linear or a
-    conv on a compile-time weight (`ACTIVATION_OPERAND`), and `value` neither a function
-    argument nor returned? In bf16 precision
+    conv on a compile-time weight (`ACTIVATION_OPERAND`), directly or through ops that commute
+    with the rounding (`ROUNDING_COMMUTES`), and `value` neither a function argument nor
+    returned? In bf16 precision
     such a tensor is held as **bf16** in DRAM (`LoweringContext.narrow_output_buffer`): its
     consumers round it to bf16 before the matmul anyway, so the bits are the same and the
     producer writes, and every consumer reads, half the bytes (docs/performance.md counts

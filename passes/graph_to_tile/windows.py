@@ -61,6 +61,13 @@ def row_tiles(em: Emitter, p: Planes, TOH: int, clip: bool,
         body(oh0, toh, top, bottom, False)
 
 
+def loads_in_place(p: Planes, pixel_major: bool, same_type: bool) -> bool:
+    """Do the input rows' DMAs land in the window itself (no staging tile, no copy)? A
+    channel-major window of an unpadded stride-1 input is its input rows end to end (Wq = W),
+    when the input is in DRAM in the window's element type (bf16 activations, int8)."""
+    return p.raw and not pixel_major and same_type
+
+
 def _shape(value: SSAValue) -> tuple[int, ...]:
     ty = value.type
     assert isinstance(ty, MemRefType)
@@ -82,7 +89,9 @@ class WindowLoader:
       a contiguous [TC, RQ.nw] / [RQ.nw, TC] tile;
     * place: one `copy` of those rows into the padded windows (border columns filled), which
       also rounds to the windows' element type (bf16 `hi`, and `lo` = bf16(x - hi) for the fp32
-      emulation; or f32 for pooling). Steps that would be identities are skipped.
+      emulation; or f32 for pooling). Steps that would be identities are skipped: a
+      channel-major window of an unpadded stride-1 input already in the window's element type
+      is its own staging tile (`loads_in_place`: the DMA lands in the window).
 
     Channel-major windows are [TC, Lw] (a channel's plane rows end to end), pixel-major ones
     [Lw, TC]; `windows[plane]` lists one buffer per element type in `targets`. An odd input
@@ -106,8 +115,10 @@ class WindowLoader:
         self.nw = -(-W // sw)  # plane columns holding data (at most)
         self.split = len(targets) == 2  # hi and lo (fp32 emulation)
         width = W if self.even else self.nw
-        self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
-                        for rp in sorted({rp for rp, _ in p.phases})}
+        self.in_place = loads_in_place(p, pixel_major, len(targets) == 1 and targets[0] == self.src_elem)
+        if not self.in_place:
+            self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
+                            for rp in sorted({rp for rp, _ in p.phases})}
         gather_elem = f32 if self.split or element_type_name(targets[0]) == "f32" else targets[0]
         self.needs_gather = pixel_major or (sw > 1 and self.even)
         self.gathered = None
@@ -116,6 +127,8 @@ class WindowLoader:
             self.gathered = em.alloc(shape, gather_elem, "spad", buffers)
         shape = (self.Lw, TC) if pixel_major else (TC, self.Lw)
         self.windows = [[em.alloc(shape, e, "spad", buffers) for e in targets] for _ in p.phases]
+        if self.in_place:  # the one plane's window, viewed as the staging tile's rows
+            self.staging = {0: em.view(self.windows[0][0], (TC, self.RQ, width))}
 
     def load(self, n: Index, channel: Index, oh0: Index, toh: int, tc: int, top: int, bottom: int) -> None:
         """The windows of channels [channel, channel + tc) of image n for output rows
@@ -140,6 +153,8 @@ class WindowLoader:
                 em.fill(flat, [0, 0], tc, top * width, self.border)
             if bottom:
                 em.fill(flat, [0, (rq - bottom) * width], tc, bottom * width, self.border)
+            if self.in_place:
+                continue
             for cp in [c for r, c in p.phases if r == rp]:
                 wc = (cp - p.pads[1]) % sw
                 if not self.even and rows > 0:

@@ -13,7 +13,7 @@ import pytest
 from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.weights import WeightStore, attach_weights
-from infer.passes.graph_to_tile import storage
+from infer.passes.graph_to_tile import storage, windows
 from infer.passes.testing import apply_pass, run_entry
 from helpers.tile_programs import npu_matches_tile
 
@@ -122,9 +122,11 @@ func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
 """
 
 
-def compile_bottleneck(stride: int, target: str = "edge"):
+def compile_bottleneck(stride: int, target: str = "edge", stats: dict[str, int] | None = None,
+                       tiles: str | None = None):
     """(output, simulated cycles, DRAM bytes moved, (shape, element type) of the local DRAM
-    buffers)."""
+    buffers); `tiles`: overrides instead of TILES[stride]; `stats` gets the number of bf16 ->
+    bf16 `tile.vector` copies ("copies") and of scratchpad allocs ("spad allocs")."""
     module = parse_ir(CTX, bottleneck_text(stride), "bottleneck.mlir")
     verify_module(module)
     rng = np.random.default_rng(3)
@@ -135,10 +137,14 @@ def compile_bottleneck(stride: int, target: str = "edge"):
     attach_weights(module, store)
     x = rng.standard_normal((1, C, HW, HW)).astype(np.float32)
     graph_ref = run_entry(module, [x])[0]
-    apply_pass(f'graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16 overrides="{TILES[stride]}"}},'
+    apply_pass(f'graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16 overrides="{tiles or TILES[stride]}"}},'
                f"tile-plan-memory{{target={target}}}", module)
     dram = [(tuple(a.buffer.type.get_shape()), str(a.buffer.type.element_type)) for a in module.walk()
             if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "dram"]
+    if stats is not None:
+        stats["copies"] = sum(1 for o in module.walk() if isinstance(o, t.VectorOp) and o.op.data == "copy"
+                              and str(o.dst.type.element_type) == str(o.a.type.element_type) == "bf16")
+        stats["spad allocs"] = sum(1 for a in module.walk() if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "spad")
     (y,), counters = npu_matches_tile(module, [x], target)
     np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)
     return y, counters.cycles, counters.dram_read_bytes + counters.dram_write_bytes, dram
@@ -161,3 +167,98 @@ def test_conv_activations_feeding_convs_are_bf16_with_the_same_bits(monkeypatch,
     # the two inner activations written (and read at least once) at half their bytes
     assert moved_f32 - moved >= (WIDTH * HW * HW + WIDTH * out * out) * 2 * 2, (moved, moved_f32)
     assert cycles < cycles_f32, (cycles, cycles_f32)
+
+
+def test_1x1_conv_windows_of_bf16_activations_load_in_place(monkeypatch):
+    """The bottleneck's last 1x1 conv reads the 3x3's bf16 output, an unpadded stride-1 input
+    already in the windows' element type: its channel-major windows are the input rows DMA'd
+    in place (windows.loads_in_place), with no staging tile and no copy into the window; the
+    bits are those of the staged path. (Its tiles pinned to the channel-major "pixels"
+    orientation: TO=32 x TOH=7, two row tiles.)"""
+    tiles = "kernel0=16x14x32,kernel1=16x196x16,kernel2=32x98x16"
+    in_place: dict[str, int] = {}
+    y, _, _, _ = compile_bottleneck(1, stats=in_place, tiles=tiles)
+    monkeypatch.setattr(windows, "loads_in_place", lambda p, pixel_major, same_type: False)
+    staged: dict[str, int] = {}
+    y_staged, _, _, _ = compile_bottleneck(1, stats=staged, tiles=tiles)
+    assert y.tobytes() == y_staged.tobytes()
+    # the window copy and the staging tile are gone
+    assert (in_place["copies"], in_place["spad allocs"]) == (staged["copies"] - 1, staged["spad allocs"] - 1), \
+        (in_place, staged)
+
+
+# a ResNet stem: conv 7x7/2 -> relu -> max pool 3x3/2 -> two 1x1 convs (as a bottleneck's first
+# conv and its shortcut conv read it), their sum
+STEM_C, STEM_O, STEM_HW = 3, 16, 32
+
+
+def stem_text() -> str:
+    x = f"tensor<1x{STEM_C}x{STEM_HW}x{STEM_HW}xf32>"
+    s, q = STEM_HW // 2, STEM_HW // 4
+    a, p = f"tensor<1x{STEM_O}x{s}x{s}xf32>", f"tensor<1x{STEM_O}x{q}x{q}xf32>"
+    y = f"tensor<1x{2 * STEM_O}x{q}x{q}xf32>"
+    return f"""
+func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
+  %w0 = graph.weight @w0 : tensor<{STEM_O}x{STEM_C}x7x7xf32>
+  %c0 = graph.conv2d %x, %w0 {{stride = array<i64: 2, 2>, padding = array<i64: 3, 3, 3, 3>}} : ({x}, tensor<{STEM_O}x{STEM_C}x7x7xf32>) -> {a}
+  %r0 = graph.relu %c0 : ({a}) -> {a}
+  %p = graph.max_pool2d %r0 {{kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({a}) -> {p}
+  %w1 = graph.weight @w1 : tensor<{2 * STEM_O}x{STEM_O}x1x1xf32>
+  %c1 = graph.conv2d %p, %w1 : ({p}, tensor<{2 * STEM_O}x{STEM_O}x1x1xf32>) -> {y}
+  %w2 = graph.weight @w2 : tensor<{2 * STEM_O}x{STEM_O}x1x1xf32>
+  %c2 = graph.conv2d %p, %w2 : ({p}, tensor<{2 * STEM_O}x{STEM_O}x1x1xf32>) -> {y}
+  %y = graph.add %c1, %c2 : ({y}, {y}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+def compile_stem(pool_tiles: str = ""):
+    """`pool_tiles`: an override of the max pool's tiles (it then takes the planes path);
+    (output, simulated cycles, DRAM bytes moved, (shape, element type) of the local DRAM buffers)."""
+    module = parse_ir(CTX, stem_text(), "stem.mlir")
+    verify_module(module)
+    rng = np.random.default_rng(11)
+    store = WeightStore()
+    for name, shape in (("w0", (STEM_O, STEM_C, 7, 7)), ("w1", (2 * STEM_O, STEM_O, 1, 1)),
+                        ("w2", (2 * STEM_O, STEM_O, 1, 1))):
+        store.set(name, (rng.standard_normal(shape) * 0.2).astype(np.float32))
+    attach_weights(module, store)
+    x = rng.standard_normal((1, STEM_C, STEM_HW, STEM_HW)).astype(np.float32)
+    graph_ref = run_entry(module, [x])[0]
+    # the conv tiles pinned: a narrowed input or output changes the cost model's byte counts
+    apply_pass('graph-prepare-tiling,graph-to-tile{target=edge precision=bf16 '
+               f'overrides="kernel0=16x16x3,kernel2=32x64x16,kernel3=32x64x16{pool_tiles}"}},'
+               'tile-plan-memory{target=edge}', module)
+    dram = [(tuple(a.buffer.type.get_shape()), str(a.buffer.type.element_type)) for a in module.walk()
+            if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "dram"]
+    (y,), counters = npu_matches_tile(module, [x], "edge")
+    np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)
+    return y, counters.cycles, counters.dram_read_bytes + counters.dram_write_bytes, dram
+
+
+@pytest.mark.parametrize("pool_tiles", ["", ",kernel1=16x4"])
+def test_max_pool_between_convs_reads_and_writes_bf16_with_the_same_bits(monkeypatch, pool_tiles):
+    """bf16 rounding commutes with max (storage.ROUNDING_COMMUTES): the stem conv's output,
+    read only by the max pool whose result only convs read, is held as bf16, and so is the
+    pool's result (pooling.lower_max_pool_windows rounds it into a compact tile); the convs
+    round their windows to bf16 anyway, so the bits are those of the f32 buffers. The pool's
+    planes path (its tiles overridden) reads the bf16 input and writes an f32 result."""
+    s, q = STEM_HW // 2, STEM_HW // 4
+    narrowed = [((1, STEM_O, s, s), "bf16"), ((1, STEM_O, q, q), "bf16")]
+    if pool_tiles:
+        narrowed.pop()
+    y, cycles, moved, dram = compile_stem(pool_tiles)
+    assert all(b in dram for b in narrowed), dram
+    with monkeypatch.context() as m:  # the stem conv's output is narrowed through the pool only
+        m.setattr(storage, "ROUNDING_COMMUTES", {})
+        assert narrowed[0] not in compile_stem(pool_tiles)[3]
+    monkeypatch.setattr(storage, "read_only_as_bf16_activations", lambda value: False)
+    y_f32, cycles_f32, moved_f32, dram_f32 = compile_stem(pool_tiles)
+    assert not any(b in dram_f32 for b in narrowed), dram_f32
+    assert y.tobytes() == y_f32.tobytes()
+    # the conv output written and read (and the pool's result written and read twice), at half the bytes
+    assert moved_f32 - moved >= (STEM_O * s * s * 2 + (0 if pool_tiles else STEM_O * q * q * 3)) * 2, \
+        (moved, moved_f32)
+    if not pool_tiles:  # (the planes path pays the stem's bf16 store copy and saves less)
+        assert cycles < cycles_f32, (cycles, cycles_f32)
