@@ -108,7 +108,7 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
                 for _, nn in n_counts]
 
     def products(to: int, tq: int, tc: int) -> list[int | Loop]:
-        if T.im2col and chunked_im2col(s.taps, tc, rows):  # (conv.im2col_chunks) straight-line tap copies, per
+        if T.im2col and chunked_im2col(s.taps, tc, rows, s.copies):  # (conv.im2col_chunks) straight-line tap copies, per
             chunks = -(-s.taps * tc // rows)  # chunk its matmuls over the width
             n_counts = _counts(to if channels else tq, cols)
             return [s.taps * s.copies] + [Loop(nn, [pair]) for _ in range(chunks) for _, nn in n_counts]

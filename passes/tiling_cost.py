@@ -549,18 +549,22 @@ TRANSPOSE_STEP = 3
 
 
 # the most chunks an im2col operand is built in (deeper ones are built whole). The edge stem's
-# 147-deep operand is 10 chunks: in the
-# "pixels" orientation chunked 0.95 M -> 0.83 M cycles inside ResNet-50 (issue 14, sixth
-# session); in the "channels" orientation, which the stem took before its pixel-major planes'
-# bursts were counted, the 10 chunks had lost 3.5 %
+# 147-deep operand is 10 chunks: in the "pixels" orientation chunked 0.95 M -> 0.83 M cycles
+# inside ResNet-50 (issue 14, sixth session); in the "channels" orientation, which the stem took
+# before its pixel-major planes' bursts were counted, the 10 chunks had lost 3.5 %. A chunk's tap
+# copies are straight-line code, twice over in the fp32 emulation (hi and lo): there 8 chunks
+# at most (10 grew fp32 ResNet-50's edge program by 1.3 k instructions, past 50 k).
 MAX_IM2COL_CHUNKS = 10
+MAX_IM2COL_CHUNKS_SPLIT = 8
 
 
-def chunked_im2col(taps: int, tc: int, rows: int) -> bool:
+def chunked_im2col(taps: int, tc: int, rows: int, copies: int = 1) -> bool:
     """Is an im2col operand of taps.tc rows built and multiplied chunk by chunk of `rows` (the
     array's depth; graph_to_tile/conv.py `chunked_im2col_products`)? When it is deeper than the
-    array and has at most MAX_IM2COL_CHUNKS chunks (each chunk is a loop nest of its own)."""
-    return rows < taps * tc <= MAX_IM2COL_CHUNKS * rows
+    array and has at most MAX_IM2COL_CHUNKS chunks (MAX_IM2COL_CHUNKS_SPLIT with `copies` = 2,
+    hi and lo; each chunk is a loop nest of its own)."""
+    limit = MAX_IM2COL_CHUNKS if copies == 1 else MAX_IM2COL_CHUNKS_SPLIT
+    return rows < taps * tc <= limit * rows
 
 
 def row_split_weights(T: ConvTiles, planes: int, kernel_rows: int, Cg: int) -> bool:
@@ -693,7 +697,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         tap_copy = s.copies * -(-int(avg_tc * tq_avg) // L) * vcost["copy"]
         window_vector += steps * s.taps * tap_copy
         window_instrs_run += steps * s.taps * s.copies
-        if chunked_im2col(s.taps, TC, R):  # (conv.im2col_chunks) the matmuls start after the first chunk's taps
+        if chunked_im2col(s.taps, TC, R, s.copies):  # (conv.im2col_chunks) the matmuls start after the first chunk's taps
             overlap = (s.taps - min(s.taps, -(-(s.taps * TC % R or R) // TC))) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
     # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)

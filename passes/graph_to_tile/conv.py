@@ -554,7 +554,8 @@ class ConvKernel:
         pixels] operand first and one product of depth taps.tc."""
         ctx, em, p = self.ctx, self.em, self.p
         tq = toh * p.Wq
-        if bufs.im2col is not None and tiling_cost.chunked_im2col(len(self.taps), tc, ctx.hw.matrix.rows):
+        if bufs.im2col is not None and tiling_cost.chunked_im2col(len(self.taps), tc, ctx.hw.matrix.rows,
+                                                                            self.copies):
             self.chunked_im2col_products(bufs, to, tq, tc, first)
             return
         if bufs.im2col is not None:
