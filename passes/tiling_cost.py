@@ -456,10 +456,10 @@ class ConvSpec:
     # channel-major windows are the input rows themselves, DMA'd in place with no copy
     # (graph_to_tile.windows.loads_in_place: an unpadded stride-1 input held in the operand type)
     in_place_windows: bool = False
-    # (orientation, TO, TOH, TC, outer, im2col, prepared) -> (scratchpad, accumulator) bytes of every
-    # local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is a value): equal
-    # specs rank alike
-    footprint: Callable[[str, int, int, int, str, bool, bool], tuple[int, int]] | None = None
+    # (orientation, TO, TOH, TC, outer, im2col, prepared, whole weights) -> (scratchpad, accumulator)
+    # bytes of every local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is
+    # a value): equal specs rank alike
+    footprint: Callable[[str, int, int, int, str, bool, bool, bool], tuple[int, int]] | None = None
     # the prepared planes' helper nest (planes.prepare_estimate): (channel-major, pixel-major) cycles
     prepare_cycles: tuple[int, int] = (0, 0)
     # TOH -> row tiles of windows padded on chip that are emitted on their own (windows.row_tile_plan;
@@ -482,10 +482,15 @@ class ConvTiles:
     # a padded input: its windows built on chip from the input rows (the padding filled there)
     # instead of loaded from stride-phase planes a helper nest prepares in DRAM first
     on_chip_padding: bool = False
+    # output-channel tiles outside and several channel steps: the tile's whole weight block
+    # [TO, taps.Cg] loaded once per output tile (single-buffered), each step reading its columns,
+    # instead of a step's block per row tile and step
+    whole_weights: bool = False
 
     def text(self) -> str:
         return (f"{self.orientation} TO={self.TO} TOH={self.TOH} TC={self.TC} outer={self.outer}"
-                + (" im2col" if self.im2col else "") + (" on-chip-padding" if self.on_chip_padding else ""))
+                + (" im2col" if self.im2col else "") + (" on-chip-padding" if self.on_chip_padding else "")
+                + (" whole-weights" if self.whole_weights else ""))
 
 
 @dataclass
@@ -583,7 +588,8 @@ def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
     footprint, or without one a double-buffered accumulator tile."""
     TO, TOH, TC = min(T.TO, s.Og), min(T.TOH, s.OH), min(T.TC, s.Cg)
     if s.footprint is not None:
-        return s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared and not T.on_chip_padding)
+        return s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared and not T.on_chip_padding,
+                           T.whole_weights)
     return 0, 2 * TO * TOH * s.Wq * 4
 
 
@@ -644,7 +650,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     steps = out_tiles * nC
     # DRAM traffic: window rows (f32), weight blocks, outputs and epilogue operands
     window_loads = images * nR * (1 if (T.outer == "rows" and single) else nO * nC)
-    weight_loads = images * nO * (1 if (T.outer == "o" and single) else nR * nC)
+    whole = T.whole_weights and T.outer == "o" and not single
+    weight_loads = images * nO * (1 if (T.outer == "o" and (single or whole)) else nR * nC)
     avg_tc, avg_to, avg_toh = s.Cg / nC, s.Og / nO, s.OH / nR
     rq = avg_toh + s.halo_rows
     if s.prepared and channels:  # pixel-major planes: a run per pixel, or one when all channels
@@ -656,10 +663,11 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         window_b = s.row_phases * avg_tc * bursts(rq * s.W * s.in_bytes)
     else:
         window_b = s.row_phases * avg_tc * rq * bursts(s.W * s.in_bytes)
+    w_tc = s.Cg if whole else avg_tc  # the channels of one weight load
     if channels:
-        weight_b = s.copies * bursts(s.taps * avg_tc * TO * s.operand_bytes)
+        weight_b = s.copies * bursts(s.taps * w_tc * TO * s.operand_bytes)
     else:
-        weight_b = s.copies * avg_to * bursts(s.taps * avg_tc * s.operand_bytes)
+        weight_b = s.copies * avg_to * bursts(s.taps * w_tc * s.operand_bytes)
     pitched = s.Wq != s.OW and not s.compact_store
     out_b = avg_to * (avg_toh * bursts(s.OW * s.out_bytes) if pitched else bursts(avg_toh * s.OW * s.out_bytes))
     load_bytes = window_loads * window_b + weight_loads * weight_b + out_tiles * out_b * s.epi_tiles
@@ -741,7 +749,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     if row_split_weights(T, s.planes, kernel_rows, s.Cg):
         late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
     first_step = None
-    if single and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR >= 2)):
+    if (single or whole) and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR * nC >= 2)):
         first_step = (window_b + weight_b, window_vector / max(1, window_loads))
     cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_vector,
                                         vector - window_vector,
@@ -750,6 +758,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
                                         window_instrs=window_instrs_run, overlap=overlap, late=late))
+    if whole:  # each later output tile's block waits for the tile before's last matmul, then its round trip
+        cycles += int((images * nO - 1) * dma_round_trip(hw, weight_b))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
 
@@ -824,9 +834,10 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     padding = _padding_choices(s)
     if override is not None:
         TO, TOH, TC = override
-        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip)) for o in ("pixels", "channels")
-                for outer in ("o", "rows") for im2col in ((False, True) if s.taps > 1 and TC < R else (False,))
-                for chip in padding]
+        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip, whole))
+                for o in ("pixels", "channels") for outer in ("o", "rows")
+                for im2col in ((False, True) if s.taps > 1 and TC < R else (False,)) for chip in padding
+                for whole in ((False, True) if whole_weights_apply(s, outer, TC) else (False,))]
         best = min(ests, key=lambda e: (not e.feasible, e.spad > hw.memory.scratchpad_bytes
                                         or e.acc > hw.memory.accumulator_bytes, e.cycles))
         pick_index([])
@@ -852,6 +863,15 @@ def _padding_choices(s: ConvSpec) -> tuple[bool, ...]:
     return (False, True) if s.prepared else (False,)
 
 
+def whole_weights_apply(s: ConvSpec, outer: str, TC: int) -> bool:
+    """Is `ConvTiles.whole_weights` a candidate: output-channel tiles outside and a step loop of
+    3 or more trips (software-pipelined). With 2 steps the model's chains missed what the
+    simulator measured (ResNet-50's 1x1/2 512->1024 at 28x28 in two steps of 256: 640 K
+    predicted, 1.13 M simulated; 3x3 64->64 at 56x56 in two of 32: 638 K / 725 K), so those
+    keep a block per step."""
+    return outer == "o" and -(-s.Cg // max(1, TC)) >= 3
+
+
 def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int]:
     """The fitting candidates of choose_conv, the cost model's choice first, and how many did
     not fit."""
@@ -866,10 +886,12 @@ def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int
         for TO in to_cands:
             for TOH in toh_cands:
                 for TC in tc_cands:
-                    for outer, im2col, chip in ((o, i, c) for o in ("o", "rows")
-                                                for i in ((False, True) if s.taps > 1 and TC < R else (False,))
-                                                for c in padding):
-                        T = ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip)
+                    for outer, im2col, chip, whole in ((o, i, c, w) for o in ("o", "rows")
+                                                       for i in ((False, True) if s.taps > 1 and TC < R else (False,))
+                                                       for c in padding
+                                                       for w in ((False, True) if whole_weights_apply(s, o, TC)
+                                                                 else (False,))):
+                        T = ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip, whole)
                         spad, acc = buffers = conv_buffers(s, T)
                         if spad > hw.memory.scratchpad_bytes or acc > hw.memory.accumulator_bytes:
                             rejected += 1  # (over capacity: not estimated; most of edge's candidates)

@@ -121,7 +121,7 @@ class ConvFootprint:
     narrow_out: bool = False  # the output tile copied to a compact bf16 tile before its store
 
     def __call__(self, orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
-                 prepared: bool) -> tuple[int, int]:
+                 prepared: bool, whole: bool = False) -> tuple[int, int]:
         p, operand, copies, staged = self.p, self.operand, self.copies, self.staged
         O, Cg, groups = self.O, self.Cg, self.groups
         P = len(p.phases)
@@ -136,7 +136,8 @@ class ConvFootprint:
         tiles, (lo, hi) = row_tile_plan(p, toh, not prepared)
         kinds = ([True] if hi > lo else []) + ([False] if len(tiles) > hi - lo else [])
         weights = to * self.KH * self.KW * tc * operand * copies
-        spad = weights if single and outer == "o" else 0
+        whole = whole and not single and outer == "o"  # (ConvKernel.whole_block)
+        spad = weights if single and outer == "o" else to * self.KH * self.KW * Cg * operand * copies if whole else 0
         spad += self.vectors
         acc = 0
         for looped in kinds:
@@ -154,7 +155,7 @@ class ConvFootprint:
                 spad += wb * self.KH * self.KW * tc * tq * operand * copies
             if orientation == "channels":
                 spad += ab * to * tq * 4  # the accumulator transposed back
-            if not (single and outer == "o"):
+            if not (single and outer == "o") and not whole:
                 spad += kb * weights
             sizes = {t[1] for i, t in enumerate(tiles) if (lo <= i < hi) == looped}
             # epilogue tiles: one set per tile shape (sizes x output-channel extents); double-
@@ -281,7 +282,7 @@ class ConvKernel:
         self.channels_wide = tiles.orientation == "channels"
         TO, TOH, TC = min(tiles.TO, self.Og), min(tiles.TOH, p.OH), min(tiles.TC, Cg)
         self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col,
-                                           tiles.on_chip_padding)
+                                           tiles.on_chip_padding, tiles.whole_weights and TC < Cg and tiles.outer == "o")
         self.TQ = TOH * p.Wq
         em = self.em
         self.copies = self.operand_copies()
@@ -322,6 +323,12 @@ class ConvKernel:
         # output-channel tile (outer = "o"): single-buffered, shared by every row tile
         self.hoisted_weights = (self._weight_block(1) if self.single and tiles.outer == "o" and self.resident is None
                                 else None)
+        # several channel steps with output-channel tiles outside (`ConvTiles.whole_weights`): the
+        # output tile's whole block [TO, taps.Cg] loaded once per output tile, single-buffered;
+        # each step reads its columns (`weight_at`): one weight DMA per output tile instead of
+        # one per row tile and step
+        self.whole_block = (self._whole_block() if self.tiles.whole_weights and self.resident is None
+                            else None)
         # the bias of every output channel, loaded once before the loops
         self.alloc_vectors()
         self.out3 = em.view(self.output_buffer(), (N * O, p.OH, p.OW))
@@ -380,6 +387,26 @@ class ConvKernel:
                          em.alloc(shape, self.operand_type, "spad", buffers) if self.copies == 2 else None)
                 for _ in range(parts)]
 
+    def _whole_block(self) -> Bf16Tile:
+        em, T = self.em, self.tiles
+        depth = len(self.taps) * self.Cg
+        shape = (depth, T.TO) if self.channels_wide else (T.TO, depth)
+        return Bf16Tile(em.alloc(shape, self.operand_type, "spad"),
+                        em.alloc(shape, self.operand_type, "spad") if self.copies == 2 else None)
+
+    def load_whole_block(self, gi: Index, o_tile: Index, o0: Index, to: int) -> None:
+        """The whole weight block of output tile o_tile: one DMA per copy (hi, lo)."""
+        em, depth = self.em, len(self.taps) * self.Cg
+        assert self.whole_block is not None
+        for pack, dst in zip(self.packs, (self.whole_block.hi, self.whole_block.lo), strict=False):
+            if dst is None:
+                continue
+            if self.channels_wide:
+                nO = -(-self.Og // self.tiles.TO)
+                em.dma(pack, [em.mul(em.add(em.mul(gi, nO), o_tile), depth), 0], dst, [0, 0], [depth, self.tiles.TO])
+            else:
+                em.dma(pack, [em.add(em.mul(gi, self.Og), o0), 0], dst, [0, 0], [to, depth])
+
     def buffer_counts(self, looped: bool) -> tuple[int, int, int]:
         """(window, weight block, accumulator and epilogue) buffers of looped or edge row tiles:
         2 where they rotate on a loop inside the tile's emission (the channel steps; the row
@@ -414,7 +441,8 @@ class ConvKernel:
                                   pixel_major=self.channels_wide, targets=[self.operand_type] * self.copies,
                                   border=self.border(), buffers=window_buffers)
         windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
-        wblock = [] if self.resident is not None else self.hoisted_weights or self._weight_block(weight_buffers)
+        wblock = ([] if self.resident is not None or self.whole_block is not None
+                  else self.hoisted_weights or self._weight_block(weight_buffers))
         if self.channels_wide:
             acc = em.alloc((self.TQ, T.TO), self.accumulator_type, "acc", acc_buffers)
             acc_t = em.alloc((T.TO, self.TQ), self.accumulator_type, "spad", acc_buffers)
@@ -461,6 +489,9 @@ class ConvKernel:
         """The weight block of output tile o_tile, channel step c0: one DMA per part (kernel
         row, `row_split_weights`) and bf16 copy; resident weights: the block's origin in them."""
         em, taps = self.em, len(self.taps)
+        if self.whole_block is not None:  # the step's columns (rows) of the output tile's block
+            self._weight_origin = (em.mul(c0, taps), 0) if self.channels_wide else (0, em.mul(c0, taps))
+            return
         if self.resident is not None:
             if self.channels_wide:
                 nO = -(-self.Og // self.tiles.TO)
@@ -491,14 +522,15 @@ class ConvKernel:
                   at: tuple[Index, Index]) -> tuple[Bf16Tile, tuple[Index, Index]]:
         """The weight operand of part `part` (kernel row) of the current block and the origin of
         `at` (relative to the block) in it: the block buffer, or the resident weights."""
-        if self.resident is None:
+        block = self.resident if self.resident is not None else self.whole_block
+        if block is None:
             return bufs.wblock[part], at
         em = self.em
         shift = part * (len(self.taps) // self.parts) * tc  # a part's rows (channels) or columns (pixels)
         r0, c0 = self._weight_origin
         if self.channels_wide:
-            return self.resident, (em.add(em.add(r0, shift), at[0]), em.add(c0, at[1]))
-        return self.resident, (em.add(r0, at[0]), em.add(em.add(c0, shift), at[1]))
+            return block, (em.add(em.add(r0, shift), at[0]), em.add(c0, at[1]))
+        return block, (em.add(r0, at[0]), em.add(em.add(c0, shift), at[1]))
 
     @property
     def parts(self) -> int:
@@ -743,6 +775,8 @@ class ConvKernel:
                 def over_rows(j: Index, o0: Index, to: int) -> None:
                     if self.hoisted_weights is not None or (self.resident is not None and single):
                         self.load_weights(self.hoisted_weights or [], gi, j, o0, to, 0, TC)
+                    if self.whole_block is not None:
+                        self.load_whole_block(gi, j, o0, to)
 
                     def row(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
                         with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):

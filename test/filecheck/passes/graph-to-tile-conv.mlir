@@ -29,14 +29,17 @@ func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> ten
 // EDGE-DAG:  %[[PLANES:.*]] = tile.alloc : memref<1x1x31x30x64xbf16, "dram">
 // EDGE:      tile.dma {{.*}}, %{{.*}}[{{.*}}] {shape = array<i64: 3, 28, 64>}
 // EDGE:      scf.for
+// several channel steps with the output-channel tiles outside: the tile's whole weight block
+// [taps.C, TO] (hi, lo) loaded once per output tile, each step reading its rows of it
+// (ConvTiles.whole_weights; a [144, 16] block per step and row tile before)
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 576, 16>} : memref<2304x16xbf16, "dram">, memref<576x16xbf16, "spad">
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 576, 16>} : memref<2304x16xbf16, "dram">, memref<576x16xbf16, "spad">
 // EDGE:        tile.fill {{.*}} {rows = 480 : i64, cols = 16 : i64, value = 0.000000e+00 : f32}
 // EDGE-NEXT:   scf.for
 // EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
 // EDGE-NEXT:     tile.dma {{.*}} {shape = array<i64: 570, 16>}
-// several channel steps: one weight block per step (no buffer per kernel row)
-// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
-// EDGE:          tile.dma {{.*}} {shape = array<i64: 144, 16>}
-// EDGE-NEXT:     scf.for
+// EDGE-NOT:      tile.dma
+// EDGE:          scf.for
 // EDGE-NEXT:       scf.for
 // EDGE:              tile.matmul {{.*}} {m = 480 : i64, k = 16 : i64, n = 16 : i64, accumulate = true}
 // EDGE-NEXT:         tile.matmul
