@@ -11,8 +11,8 @@ work the compiler chose to do (docs/performance.md):
 * `bytes`: every distinct input and output of the op once, each at the smallest size the
   precision lets a kernel hold it: a matrix-unit weight at the matmul operand size (bf16: 2
   bytes, fp32 emulation: 4 = hi + lo), another weight at 4; an activation consumed only as a
-  matrix-unit operand (and not a model input or output) at the operand size, any other at its
-  element size (f32: 4). Re-reads, halos, padded copies and partial bursts never count.
+  matrix-unit operand (and not a model input or output; directly or through a max pool,
+  `matrix_operand_only`) at the operand size, any other at its element size (f32: 4). Re-reads, halos, padded copies and partial bursts never count.
 * `weight_bytes`: the weights' share of `bytes` (the whole-model minimum is the sum of every
   op's weights plus the model's inputs and outputs: intermediates could stay on chip).
 
