@@ -23,6 +23,16 @@ user u while
   another kernel's result, as an operand),
 - the kernel holds fewer than `max-epilogue` elementwise ops.
 
+A "matmul" kernel (a float linear/matmul on a dense weight) may end with a norm
+epilogue: when the chain's last value has one use, a `graph.layer_norm` or
+`graph.rms_norm` over its last dim (the product's output rows), the norm joins
+the kernel as its last op (a post-LN transformer's o-projection + bias +
+residual -> LayerNorm). graph-to-tile normalises whole output rows on chip
+before the one store where its cost model finds that faster, else lowers the
+norm as a kernel of its own after the product (docs/tiling.md, "Norms fused
+into the product before them"). Products on packed GGUF weights keep their
+norms apart (graph-fuse-norm-prologue moves them into the products after them).
+
 Anchors are grouped first, in program order, so an elementwise op whose
 operands come from two anchors joins the earlier one. Values from outside the
 group (activations, `graph.weight`/`graph.constant` results, other kernels'
@@ -37,6 +47,8 @@ slice, batch_norm, reductions, gather, rotary, ...) stay outside kernels.
 Options:
   max-epilogue: most elementwise ops in one kernel (default 4; 0 wraps each
     anchor alone and forms no elementwise kernels).
+  norm-epilogue: norms join the "matmul" kernel before them (default true; not with
+    max-epilogue=0 or without the "norm" kind).
   kinds: the kernel kinds to form (default all: matmul, conv, norm, softmax,
     attention, pool, elementwise), e.g. `kinds=matmul,conv`. An anchor of a
     disabled kind is left alone; its epilogue may form an elementwise kernel.
@@ -108,6 +120,25 @@ def collect_chain(start: Operation, limit: int) -> list[Operation]:
     return group
 
 
+def norm_epilogue(group: list[Operation]) -> Operation | None:
+    """The layer/rms norm that can end `group` (a float product on a dense weight and its
+    elementwise chain) as its norm epilogue, or None: the one user of the chain's value, over
+    its last dim."""
+    anchor, value = group[0], group[-1].results[0]
+    if not isinstance(anchor, g.LinearOp | g.MatmulOp) or isinstance(anchor.operands[1].owner, g.DequantizeBlocksOp):
+        return None
+    users = {use.operation for use in value.uses}
+    if len(users) != 1:
+        return None
+    (norm,) = users
+    if not isinstance(norm, g.LayerNormOp | g.RmsNormOp) or norm.parent_block() is not anchor.parent_block():
+        return None
+    rank = len(shape_of(value))
+    if norm.input is not value or value in norm.operands[1:] or norm.axis.value.data % rank != rank - 1:
+        return None
+    return norm
+
+
 def build_kernel(kind: str, group: list[Operation], rewriter: PatternRewriter) -> g.KernelOp:
     """Replace `group` (ops in program order, each feeding the next) by one kernel."""
     members = set(group)
@@ -138,13 +169,16 @@ class FuseAnchor(RewritePattern):
 
     kinds: frozenset[str]
     max_epilogue: int
+    norms: bool = True  # norm epilogues of "matmul" kernels
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: _AnchorOp, rewriter: PatternRewriter, /):
         kind = g.kernel_kind_of(op)
         if kind not in self.kinds or not _fusable(op):
             return
-        build_kernel(kind, collect_chain(op, self.max_epilogue), rewriter)
+        group = collect_chain(op, self.max_epilogue)
+        norm = norm_epilogue(group) if kind == "matmul" and self.norms and "norm" in self.kinds else None
+        build_kernel(kind, group + ([norm] if norm is not None else []), rewriter)
 
 
 @dataclass
@@ -175,6 +209,7 @@ class GraphFusePass(ModulePass):
 
     max_epilogue: int = DEFAULT_MAX_EPILOGUE
     kinds: tuple[str, ...] = ALL_KINDS
+    norm_epilogue: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         unknown = [k for k in self.kinds if k not in ALL_KINDS]
@@ -184,7 +219,7 @@ class GraphFusePass(ModulePass):
                 f"{', '.join(self.kinds) or 'none'}) and max-epilogue >= 0 (got {self.max_epilogue})"
             )
         kinds = frozenset(self.kinds)
-        anchors = FuseAnchor(kinds, self.max_epilogue)
+        anchors = FuseAnchor(kinds, self.max_epilogue, self.norm_epilogue and self.max_epilogue > 0)
         PatternRewriteWalker(anchors, apply_recursively=False).rewrite_module(op)
         if "elementwise" in kinds:
             chains = FuseElementwise(self.max_epilogue)

@@ -240,8 +240,13 @@ class FunctionLowering:
             emitted = last if last is not last_before and not isinstance(last, _NO_CODE_OPS) else None
             fused = [o for o in op.parent_block().ops if o in self.fused and o not in fused_before] \
                 if op.parent_block() is not None else []
-            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused), self.ctx.prediction,
+            deferred, self.ctx.deferred = self.ctx.deferred, []
+            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused, without=deferred), self.ctx.prediction,
                          roofline.kernel_class(op))
+            for later in deferred:  # (a kernel's op its lowering left to a kernel of its own)
+                self.lower_op(later)
+            if deferred and isinstance(op, g.KernelOp) and op.yield_op is not None:
+                self._bind_result(op)
 
     def _locate(self, before: Operation | None, op: Operation) -> None:
         """The tile ops op lowered to (after `before`) carry its location, so a tile-to-npu error
@@ -354,8 +359,14 @@ class FunctionLowering:
                 self.lower_op(anchor)
                 for o in epilogue + after:
                     self.lower_op(o)
-        if result in ctx.buffers:  # (a result only sibling products read stays on chip)
-            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+        self._bind_result(kernel)
+
+    def _bind_result(self, kernel: g.KernelOp) -> None:
+        """The kernel's result lives where its region's yielded value was written."""
+        assert kernel.yield_op is not None
+        result = kernel.yield_op.values[0]
+        if result in self.ctx.buffers:  # (a result only sibling products read stays on chip)
+            self.ctx.buffers[kernel.outputs[0]] = self.ctx.buffers[result]
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:
