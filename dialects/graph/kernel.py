@@ -91,9 +91,10 @@ class KernelOp(GraphOp):
       normalises the rows on chip where the product's activations are loaded);
     - its norm epilogue: a `graph.layer_norm` / `graph.rms_norm` over the last
       dim, last in the region, of the value before it, its result yielded
-      (graph-fuse; the lowering normalises whole output rows before the store
-      where the cost model finds it faster, else runs the norm as a kernel of
-      its own after the product).
+      (after that value when the kernel returns it too: a pre-norm block's
+      residual sum) (graph-fuse; the lowering normalises whole output rows
+      before the store where the cost model finds it faster, else runs the norm
+      as a kernel of its own after the product).
     """
 
     name = "graph.kernel"
@@ -201,11 +202,13 @@ class KernelOp(GraphOp):
         if norm is not None and len(anchors) == 2 and anchors[-1] is norm:
             x = norm.input
             rank = len(shape_of(x))
+            others = [u.operation for u in x.uses if u.operation is not norm]
             if (norm.axis.value.data % rank != rank - 1 or x.owner is not norm.prev_op
-                    or len(list(x.uses)) != 1 or list(yield_op.values) != [norm.results[0]]):
+                    or list(yield_op.values) not in ([norm.results[0]], [x, norm.results[0]])
+                    or others not in ([], [yield_op])):
                 raise VerifyException(
                     "a \"matmul\" kernel's norm epilogue must normalise the last dim of the value "
-                    "just before it (its only use) and be the kernel's result"
+                    "just before it and be the kernel's result (after that value, if it is a result too)"
                 )
             anchors = anchors[:-1]
         if kind == "elementwise":

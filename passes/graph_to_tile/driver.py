@@ -321,11 +321,14 @@ class FunctionLowering:
             array = ctx.constant(value)
             if array is not None:
                 ctx.set_constant(arg, array)
-        if len(yield_op.values) != 1:
-            raise error(kernel, "kernels with several results are not supported yet")
-        result = yield_op.values[0]
-        if kernel.outputs[0] in ctx.destinations:
-            ctx.destinations[result] = ctx.destinations[kernel.outputs[0]]
+        norm = kernel.norm_epilogue()
+        if len(yield_op.values) != 1 and (norm is None or len(yield_op.values) != 2):
+            raise error(kernel, "kernels with several results are not supported yet (but for a norm "
+                        "epilogue's input and result)")
+        result = yield_op.values[-1]  # (the other: the rows a norm epilogue normalises, gemm.py)
+        for output, value in zip(kernel.outputs, yield_op.values, strict=True):
+            if output in ctx.destinations:
+                ctx.destinations[value] = ctx.destinations[output]
         quantization = [i for i, o in enumerate(ops) if isinstance(o, g.QUANTIZATION_OPS)]
         if anchor is None and (quantization or any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o)
                                                    for o in ops)):
@@ -362,11 +365,11 @@ class FunctionLowering:
         self._bind_result(kernel)
 
     def _bind_result(self, kernel: g.KernelOp) -> None:
-        """The kernel's result lives where its region's yielded value was written."""
+        """The kernel's results live where its region's yielded values were written."""
         assert kernel.yield_op is not None
-        result = kernel.yield_op.values[0]
-        if result in self.ctx.buffers:  # (a result only sibling products read stays on chip)
-            self.ctx.buffers[kernel.outputs[0]] = self.ctx.buffers[result]
+        for output, value in zip(kernel.outputs, kernel.yield_op.values, strict=True):
+            if value in self.ctx.buffers:  # (a result only sibling products read stays on chip)
+                self.ctx.buffers[output] = self.ctx.buffers[value]
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:

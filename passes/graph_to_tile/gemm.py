@@ -48,9 +48,11 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     after this one (LoweringContext.defer)."""
     em, hw = ctx.emitter, ctx.hw
     norm = epilogue[-1] if epilogue and isinstance(epilogue[-1], g.NormOp) else None
+    sum_out = None  # the rows before the norm, where the kernel returns them too
     if norm is not None:  # (the norm's result; `result` below: the rows it normalises)
         normed, epilogue = result, epilogue[:-1]
         result = norm.input
+        keep_sum = any(isinstance(use.operation, g.YieldOp) for use in result.uses)
     lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
@@ -152,12 +154,14 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     norm_rows = False  # the norm epilogue on whole rows in this kernel
     if norm is not None:
         decided = _norm_epilogue_choice(ctx, norm, normed, M, N, K, spec, choice, footprint,
-                                        ctx.override(name, 3) is not None)
+                                        ctx.override(name, 3) is not None, keep_sum)
         norm_rows, choice, spec, footprint = decided.whole_rows, decided.choice, decided.spec, decided.footprint
         stored = normed if norm_rows else result
         out_buffer = ctx.narrow_output_buffer(stored)
         narrow_out = ctx.is_bf16_buffer(out_buffer)
         out2 = em.view(out_buffer, (batches * M, N))
+        if norm_rows and keep_sum:
+            sum_out = em.view(ctx.output_buffer(result), (batches * M, N))
     ctx.predict(choice.best.cycles)
     TM, TN, TK = choice.tiles
     ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}"
@@ -287,6 +291,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
         if norm_tiles is not None:  # whole rows (tn = N): the norm kernel's instructions
             assert isinstance(norm, g.NormOp)
+            if sum_out is not None:  # (stored first: a layer norm centres the tile in place)
+                em.dma(tile, z, sum_out, [em.add(em.mul(b, M), m0), n0], [tm, tn])
             y, column, params = norm_tiles
             out = out_bf16 if out_bf16 is not None else y  # (its last instruction rounds to bf16)
             norms.normalize(em, norm, tile, y, out, column, params, tm, tn)
@@ -324,13 +330,15 @@ class NormEpilogue(NamedTuple):
 
 def _norm_epilogue_choice(ctx: LoweringContext, norm: g.NormOp, normed: SSAValue, M: int, N: int, K: int,
                           spec: tiling_cost.GemmSpec, choice: tiling_cost.Choice,
-                          footprint: Callable[..., tuple[int, int]], overridden: bool) -> NormEpilogue:
+                          footprint: Callable[..., tuple[int, int]], overridden: bool,
+                          keep_sum: bool) -> NormEpilogue:
     """Whether the GEMM applies its norm epilogue (over the N output columns) on whole rows:
     one n tile of N columns, the norm kernel's instructions on each output tile before the
     store, against the product's tiles as chosen and the norm as a kernel of its own after it
     (its DRAM round trips: the rows stored, loaded again, the result stored). Taken where the
     cost model predicts fewer cycles (on server a norm kernel is a few DRAM latencies; on edge
-    the accumulator holds few rows of a wide N and the norm kernel is bandwidth-bound)."""
+    the accumulator holds few rows of a wide N and the norm kernel is bandwidth-bound).
+    `keep_sum`: the rows before the norm are stored too (a pre-norm block's residual sum)."""
     hw = ctx.hw
     narrow = ctx.narrows(normed)
     whole, column = norms.norm_vector_cost(ctx, norm)
@@ -341,7 +349,8 @@ def _norm_epilogue_choice(ctx: LoweringContext, norm: g.NormOp, normed: SSAValue
         return spad + 2 * tm * tn * 4 + 2 * tm * 4 + params * tn * 4, acc
 
     # (a bf16 output: the norm's last instruction writes it, no copy pass)
-    fused_spec = replace(spec, epi_cost=spec.epi_cost + whole, footprint=with_norm)
+    fused_spec = replace(spec, epi_cost=spec.epi_cost + whole, footprint=with_norm,
+                         out_bytes=spec.out_bytes * (2 if keep_sum else 1))
     apart = NormEpilogue(False, choice, spec, footprint, "")
     if overridden:  # tiles given by hand: whole rows if their n tile is
         if choice.tiles[1] < N:

@@ -196,7 +196,7 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // A "matmul" kernel's norm epilogue normalises the last dim of the value just before it.
 func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>, %g: tensor<4x16xf32>) -> tensor<2x4x16xf32> {
-  // expected-error @+1 {{'graph.kernel' op a "matmul" kernel's norm epilogue must normalise the last dim of the value just before it (its only use) and be the kernel's result}}
+  // expected-error @+1 {{'graph.kernel' op a "matmul" kernel's norm epilogue must normalise the last dim of the value just before it and be the kernel's result (after that value, if it is a result too)}}
   %r = graph.kernel "matmul" (%x, %w, %g) : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<4x16xf32>) -> tensor<2x4x16xf32> {
   ^bb0(%a: tensor<2x4x8xf32>, %wa: tensor<16x8xf32>, %ga: tensor<4x16xf32>):
     %h = graph.linear %a, %wa : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>

@@ -54,14 +54,37 @@ func.func @rms(%x: tensor<4x16xf32>, %w: tensor<32x16xf32>) -> tensor<4x32xf32> 
 // CHECK-NEXT:      %y_1 = graph.rms_norm %h, %g_1
 // CHECK-NEXT:      graph.yield %y_1
 
-// Not fused: the residual sum has a second user (a pre-LN block's norm: the sum is needed
-// apart), the norm spans more than the last dim, and a product on packed GGUF weights
+// A pre-norm block's residual sum, which the next residual add reads too: the kernel returns
+// the sum and its norm.
+func.func @pre_norm(%x: tensor<4x16xf32>, %r: tensor<4x32xf32>, %w: tensor<32x16xf32>, %w2: tensor<32x32xf32>) -> tensor<4x32xf32> {
+  %g = graph.weight @g : tensor<32xf32>
+  %h = graph.linear %x, %w : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32>
+  %s = graph.add %h, %r : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+  %n = graph.rms_norm %s, %g {epsilon = 1.0e-5 : f64} : (tensor<4x32xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  %f = graph.linear %n, %w2 : (tensor<4x32xf32>, tensor<32x32xf32>) -> tensor<4x32xf32>
+  %y = graph.add %f, %s : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+  func.return %y : tensor<4x32xf32>
+}
+
+// CHECK-LABEL: func.func @pre_norm(
+// CHECK:         %s, %n = graph.kernel "matmul" (%x, %w, %r, %g) : (tensor<4x16xf32>, tensor<32x16xf32>, tensor<4x32xf32>, tensor<32xf32>) -> (tensor<4x32xf32>, tensor<4x32xf32>) {
+// CHECK-NEXT:    ^bb0
+// CHECK-NEXT:      %h = graph.linear
+// CHECK-NEXT:      %s_1 = graph.add %h, %r_1
+// CHECK-NEXT:      %n_1 = graph.rms_norm %s_1, %g_1
+// CHECK-NEXT:      graph.yield %s_1, %n_1 : tensor<4x32xf32>, tensor<4x32xf32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %y = graph.kernel "matmul" (%n, %w2, %s)
+
+// Not fused: the residual sum has a user before the norm (the kernel takes the norm's place),
+// the norm spans more than the last dim, and a product on packed GGUF weights
 // (graph-fuse-norm-prologue moves such norms into the products after them).
-func.func @kept(%x: tensor<4x16xf32>, %r: tensor<4x32xf32>, %w: tensor<32x16xf32>, %x3: tensor<2x4x16xf32>, %xp: tensor<1x64xf32>) -> (tensor<4x32xf32>, tensor<4x32xf32>, tensor<2x4x32xf32>, tensor<1x64xf32>) {
+func.func @kept(%x: tensor<4x16xf32>, %r: tensor<4x32xf32>, %w: tensor<32x16xf32>, %x3: tensor<2x4x16xf32>, %xp: tensor<1x64xf32>) -> (tensor<4x32xf32>, tensor<4x32xf32>, tensor<2x4x32xf32>, tensor<1x64xf32>, tensor<4x32xf32>) {
   %g = graph.weight @g : tensor<32xf32>
   %g2 = graph.weight @g2 : tensor<4x32xf32>
   %h = graph.linear %x, %w : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32>
   %s = graph.add %h, %r : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+  %e = graph.exp %s : (tensor<4x32xf32>) -> tensor<4x32xf32>
   %n = graph.rms_norm %s, %g {epsilon = 1.0e-5 : f64} : (tensor<4x32xf32>, tensor<32xf32>) -> tensor<4x32xf32>
   %h3 = graph.linear %x3, %w : (tensor<2x4x16xf32>, tensor<32x16xf32>) -> tensor<2x4x32xf32>
   %n3 = graph.rms_norm %h3, %g2 {axis = -2 : i64, epsilon = 1.0e-5 : f64} : (tensor<2x4x32xf32>, tensor<4x32xf32>) -> tensor<2x4x32xf32>
@@ -70,12 +93,13 @@ func.func @kept(%x: tensor<4x16xf32>, %r: tensor<4x32xf32>, %w: tensor<32x16xf32
   %wp = graph.dequantize_blocks %p {format = "q4_1"} : (tensor<64x40xui8>) -> tensor<64x64xf32>
   %hp = graph.linear %xp, %wp : (tensor<1x64xf32>, tensor<64x64xf32>) -> tensor<1x64xf32>
   %np = graph.rms_norm %hp, %g4 {epsilon = 1.0e-5 : f64} : (tensor<1x64xf32>, tensor<64xf32>) -> tensor<1x64xf32>
-  func.return %n, %s, %n3, %np : tensor<4x32xf32>, tensor<4x32xf32>, tensor<2x4x32xf32>, tensor<1x64xf32>
+  func.return %n, %s, %n3, %np, %e : tensor<4x32xf32>, tensor<4x32xf32>, tensor<2x4x32xf32>, tensor<1x64xf32>, tensor<4x32xf32>
 }
 
 // CHECK-LABEL: func.func @kept(
 // CHECK:         %s = graph.kernel "matmul"
 // CHECK-NOT:       graph.rms_norm
+// CHECK:         %e = graph.kernel "elementwise" (%s)
 // CHECK:         %n = graph.kernel "norm" (%s, %g)
 // CHECK:         %h3 = graph.kernel "matmul"
 // CHECK-NOT:       graph.rms_norm

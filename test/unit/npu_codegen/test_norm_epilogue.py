@@ -100,3 +100,57 @@ def test_edge_whole_rows_by_override_match_the_norm_kernel(capsys):
     y_apart, _, _, log_apart = compile_and_run("edge", "bf16", 64, "layer_norm", False, capsys, tiles)
     assert "[graph-to-tile] kernel1: layer_norm" in log_apart
     assert y.tobytes() == y_apart.tobytes()
+
+
+def pre_norm_block(M: int) -> tuple[str, dict[str, np.ndarray]]:
+    """A pre-norm block's residual stream: s = x @ w^T + r, n = rms_norm(s), y = n @ w2^T + s;
+    returns (y, s): the kernel of the first product returns the sum and its norm."""
+    D = 256
+    text = f"""
+func.func @main(%x: tensor<1x{M}x{D}xf32> {{graph.name = "x"}}, %r: tensor<1x{M}x{D}xf32> {{graph.name = "r"}}) -> (tensor<1x{M}x{D}xf32> {{graph.name = "y"}}, tensor<1x{M}x{D}xf32> {{graph.name = "s"}}) {{
+  %w = graph.weight @w : tensor<{D}x{D}xf32>
+  %w2 = graph.weight @w2 : tensor<{D}x{D}xf32>
+  %g = graph.weight @g : tensor<{D}xf32>
+  %h = graph.linear %x, %w : (tensor<1x{M}x{D}xf32>, tensor<{D}x{D}xf32>) -> tensor<1x{M}x{D}xf32>
+  %s = graph.add %h, %r : (tensor<1x{M}x{D}xf32>, tensor<1x{M}x{D}xf32>) -> tensor<1x{M}x{D}xf32>
+  %n = graph.rms_norm %s, %g {{epsilon = 1.0e-5 : f64}} : (tensor<1x{M}x{D}xf32>, tensor<{D}xf32>) -> tensor<1x{M}x{D}xf32>
+  %f = graph.linear %n, %w2 : (tensor<1x{M}x{D}xf32>, tensor<{D}x{D}xf32>) -> tensor<1x{M}x{D}xf32>
+  %y = graph.add %f, %s : (tensor<1x{M}x{D}xf32>, tensor<1x{M}x{D}xf32>) -> tensor<1x{M}x{D}xf32>
+  func.return %y, %s : tensor<1x{M}x{D}xf32>, tensor<1x{M}x{D}xf32>
+}}
+"""
+    rng = np.random.default_rng(3)
+    return text, {"w": (rng.standard_normal((D, D)) * 0.05).astype(np.float32),
+                  "w2": (rng.standard_normal((D, D)) * 0.05).astype(np.float32),
+                  "g": rng.uniform(0.5, 1.5, D).astype(np.float32)}
+
+
+def run_pre_norm(target: str, M: int, fuse: bool, capsys):
+    text, weights = pre_norm_block(M)
+    module = parse_ir(CTX, text, "pre_norm.mlir")
+    verify_module(module)
+    store = WeightStore()
+    for name, value in weights.items():
+        store.set(name, value)
+    attach_weights(module, store)
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal((1, M, 256)).astype(np.float32) for _ in range(2)]
+    graph_ref = run_entry(module, inputs)
+    apply_pass(f"graph-prepare-tiling{{norm-epilogue={str(fuse).lower()}}},"
+               f"graph-to-tile{{target={target} precision=bf16 debug-tiling=true}},tile-plan-memory{{target={target}}}",
+               module)
+    log = capsys.readouterr().err
+    outs, counters = npu_matches_tile(module, inputs, target)
+    for out, ref in zip(outs, graph_ref, strict=True):
+        np.testing.assert_allclose(out, ref, rtol=5e-2, atol=5e-2)
+    return outs, counters.cycles, log
+
+
+@pytest.mark.parametrize("target,M,fused", [("server", 128, True), ("edge", 64, False)])
+def test_pre_norm_kernel_returns_the_sum_and_its_norm(target, M, fused, capsys):
+    outs, cycles, log = run_pre_norm(target, M, True, capsys)
+    where = "on whole output rows" if fused else "as a kernel of its own after this one"
+    assert f"rms_norm epilogue {where}" in log, log
+    outs_apart, apart, _ = run_pre_norm(target, M, False, capsys)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(outs, outs_apart, strict=True))
+    assert cycles < apart if fused else cycles == apart, (cycles, apart)
