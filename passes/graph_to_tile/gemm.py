@@ -4,6 +4,9 @@ Loop nest `m` (TM rows streamed) -> `n` -> `k`: `fill acc 0`; per k step DMA x[m
 (f32) and split it to bf16 on the vector unit; DMA the weight tile; array-sized matmuls
 accumulate into an accumulator tile [TM, TN]. Then the epilogue on the accumulator tile: the
 bias (`bmode=row`), the kernel's elementwise ops (elementwise.apply_epilogue), one DMA store.
+A norm epilogue (graph-fuse: a layer/rms norm over the N columns last in the kernel) runs on
+whole output rows (one n tile of N columns, the norm kernel's instructions: norms.normalize)
+where the cost model predicts it faster than a norm kernel after this one (else deferred to one).
 
 Compile-time weights are pre-packed as W^T padded to whole tiles in tile-contiguous order
 [N/TN][Kp][TN], so each weight tile is one contiguous DMA. A runtime right operand (`q.k^T`-

@@ -7,6 +7,8 @@
   (transpose.permute_copy, helper nests).
 * batch_norm without a preceding conv (graph-fold-batch-norm folds the others): per-channel
   compile-time scale and shift as `bmode=col` columns on [channels, pixels] tiles.
+* layer/rms norm rows in a GEMM's epilogue (gemm.py's norm epilogue): `normalize`, the
+  instruction sequence `lower_rowwise` emits, and `rows_choice`, its kernel's estimate.
 * the RMSNorm prologue of a resident packed product (packed_gemm.py): its parameter tiles
   (`prologue_params`) and the rows normalised in place with `lower_rowwise`'s instructions
   (`normalize_rows`).
