@@ -232,14 +232,17 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
     w_tile = alloc_bf16_tile(ctx, TKw, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
-    acc = em.alloc((TM, TN), f32, "acc", 2)
+    # (one output tile with a norm epilogue: its large tiles single, so the next kernel's weights
+    # still fit beside them, the cross-kernel prefetch)
+    ring = 1 if single and norm_rows else 2
+    acc = em.alloc((TM, TN), f32, "acc", ring)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
     # the norm epilogue: its temporary [TM, N], row statistics and scale (and bias) rows, DMAd once
     norm_tiles = None
     if norm_rows:
         assert isinstance(norm, g.NormOp)
         params = [em.alloc((1, N), f32, "spad") for _ in norms.param_rows_of(norm)]
-        norm_tiles = (em.alloc((TM, N), f32, "spad", 2), em.alloc((TM, 1), f32, "spad", 2), params)
+        norm_tiles = (em.alloc((TM, N), f32, "spad", ring), em.alloc((TM, 1), f32, "spad", ring), params)
         for src, dst in zip(norms.norm_param_rows(ctx, norm, name), params, strict=True):
             em.dma(src, [0, 0], dst, [0, 0], [1, N])
     rhs_view = None
