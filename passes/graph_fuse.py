@@ -23,6 +23,18 @@ user u while
   another kernel's result, as an operand),
 - the kernel holds fewer than `max-epilogue` elementwise ops.
 
+A "matmul" kernel (a float linear/matmul on a dense weight) may end with a norm
+epilogue: a `graph.layer_norm` or `graph.rms_norm` over the last dim (the
+product's output rows) of the chain's last value joins the kernel as its last
+op (a post-LN transformer's o-projection + bias + residual -> LayerNorm). When
+that value has users after the norm too (a pre-norm transformer's residual sum,
+which the next residual add reads), it is the kernel's first result and the
+norm's the second. graph-to-tile normalises whole output rows on chip
+before the one store where its cost model finds that faster, else lowers the
+norm as a kernel of its own after the product (docs/tiling.md, "Norms fused
+into the product before them"). Products on packed GGUF weights keep their
+norms apart (graph-fuse-norm-prologue moves them into the products after them).
+
 Anchors are grouped first, in program order, so an elementwise op whose
 operands come from two anchors joins the earlier one. Values from outside the
 group (activations, `graph.weight`/`graph.constant` results, other kernels'
@@ -37,6 +49,8 @@ slice, batch_norm, reductions, gather, rotary, ...) stay outside kernels.
 Options:
   max-epilogue: most elementwise ops in one kernel (default 4; 0 wraps each
     anchor alone and forms no elementwise kernels).
+  norm-epilogue: norms join the "matmul" kernel before them (default true; not with
+    max-epilogue=0 or without the "norm" kind).
   kinds: the kernel kinds to form (default all: matmul, conv, norm, softmax,
     attention, pool, elementwise), e.g. `kinds=matmul,conv`. An anchor of a
     disabled kind is left alone; its epilogue may form an elementwise kernel.
@@ -108,8 +122,33 @@ def collect_chain(start: Operation, limit: int) -> list[Operation]:
     return group
 
 
-def build_kernel(kind: str, group: list[Operation], rewriter: PatternRewriter) -> g.KernelOp:
-    """Replace `group` (ops in program order, each feeding the next) by one kernel."""
+def norm_epilogue(group: list[Operation]) -> tuple[Operation, bool] | None:
+    """The layer/rms norm that can end `group` (a float product on a dense weight and its
+    elementwise chain) as its norm epilogue, and whether the chain's value is a result of the
+    kernel too (it has users after the norm: a pre-norm block's residual sum); or None. The norm
+    normalises the chain's value over its last dim."""
+    anchor, value = group[0], group[-1].results[0]
+    if not isinstance(anchor, g.LinearOp | g.MatmulOp) or isinstance(anchor.operands[1].owner, g.DequantizeBlocksOp):
+        return None
+    users = {use.operation for use in value.uses}
+    norms = [u for u in users if isinstance(u, g.LayerNormOp | g.RmsNormOp) and u.input is value]
+    if len(norms) != 1:
+        return None
+    (norm,) = norms
+    rank = len(shape_of(value))
+    if (norm.parent_block() is not anchor.parent_block() or value in norm.operands[1:]
+            or norm.axis.value.data % rank != rank - 1):
+        return None
+    # the kernel takes the norm's place: the sum's other users must come after it
+    if not all(u.parent_block() is norm.parent_block() and norm.is_before_in_block(u) for u in users - {norm}):
+        return None
+    return norm, len(users) > 1
+
+
+def build_kernel(kind: str, group: list[Operation], rewriter: PatternRewriter,
+                 kept: SSAValue | None = None) -> g.KernelOp:
+    """Replace `group` (ops in program order, each feeding the next) by one kernel; `kept`: a
+    value of the group used after it too, the kernel's first result (then the last op's)."""
     members = set(group)
     inputs: dict[SSAValue, None] = {}
     for op in group:
@@ -124,9 +163,13 @@ def build_kernel(kind: str, group: list[Operation], rewriter: PatternRewriter) -
     for op in group:
         block.add_op(op.clone(value_mapper=mapping))
     last = group[-1]
-    block.add_op(g.YieldOp(*(mapping[r] for r in last.results)))
-    kernel = g.KernelOp(kind, list(inputs), [r.type for r in last.results], Region(block))
-    rewriter.replace(last, kernel)
+    results = ([kept] if kept is not None else []) + list(last.results)
+    block.add_op(g.YieldOp(*(mapping[r] for r in results)))
+    kernel = g.KernelOp(kind, list(inputs), [r.type for r in results], Region(block))
+    rewriter.replace(last, kernel, kernel.results[len(results) - len(last.results):])
+    if kept is not None:
+        kernel.results[0].name_hint, kernel.results[1].name_hint = kept.name_hint, last.results[0].name_hint
+        rewriter.replace_all_uses_with(kept, kernel.results[0])
     for op in reversed(group[:-1]):
         rewriter.erase(op)
     return kernel
@@ -138,13 +181,20 @@ class FuseAnchor(RewritePattern):
 
     kinds: frozenset[str]
     max_epilogue: int
+    norms: bool = True  # norm epilogues of "matmul" kernels
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: _AnchorOp, rewriter: PatternRewriter, /):
         kind = g.kernel_kind_of(op)
         if kind not in self.kinds or not _fusable(op):
             return
-        build_kernel(kind, collect_chain(op, self.max_epilogue), rewriter)
+        group = collect_chain(op, self.max_epilogue)
+        found = norm_epilogue(group) if kind == "matmul" and self.norms and "norm" in self.kinds else None
+        if found is None:
+            build_kernel(kind, group, rewriter)
+        else:
+            norm, keeps_sum = found
+            build_kernel(kind, group + [norm], rewriter, group[-1].results[0] if keeps_sum else None)
 
 
 @dataclass
@@ -175,6 +225,7 @@ class GraphFusePass(ModulePass):
 
     max_epilogue: int = DEFAULT_MAX_EPILOGUE
     kinds: tuple[str, ...] = ALL_KINDS
+    norm_epilogue: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         unknown = [k for k in self.kinds if k not in ALL_KINDS]
@@ -184,7 +235,7 @@ class GraphFusePass(ModulePass):
                 f"{', '.join(self.kinds) or 'none'}) and max-epilogue >= 0 (got {self.max_epilogue})"
             )
         kinds = frozenset(self.kinds)
-        anchors = FuseAnchor(kinds, self.max_epilogue)
+        anchors = FuseAnchor(kinds, self.max_epilogue, self.norm_epilogue and self.max_epilogue > 0)
         PatternRewriteWalker(anchors, apply_recursively=False).rewrite_module(op)
         if "elementwise" in kinds:
             chains = FuseElementwise(self.max_epilogue)

@@ -84,7 +84,7 @@ class GraphPrepareTilingPass(PipelinePass):
     """Cleanup, batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
-    graph-fold-batch-norm; max-epilogue, kinds -> graph-fuse (then graph-fuse-norm-prologue:
+    graph-fold-batch-norm; max-epilogue, kinds, norm-epilogue -> graph-fuse (then graph-fuse-norm-prologue:
     RMSNorms into the packed-weight products they feed). Constant folding and
     shape inference run before fusion, so kernels never wrap constant work and
     their block arguments have final types.
@@ -96,13 +96,14 @@ class GraphPrepareTilingPass(PipelinePass):
     erase_dead: bool = True
     max_epilogue: int = DEFAULT_MAX_EPILOGUE
     kinds: tuple[str, ...] = ALL_KINDS
+    norm_epilogue: bool = True
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
             GraphOptimizePass(max_elements=self.max_elements),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
-            GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds),
+            GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),
             GraphFuseNormProloguePass(),
         )
 

@@ -18,6 +18,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from infer.dialects.dtypes import shape_of
 from infer.dialects.graph.base import GraphOp
 from infer.dialects.graph.values import ConstantOp
 from infer.dialects.graph.elementwise import BinaryOp, CastOp, UnaryOp, WhereOp
@@ -83,10 +84,17 @@ class KernelOp(GraphOp):
     operands (same types, same order); `graph.yield` returns the results. `kind`
     names the kernel class the lowering uses (see `KERNEL_ANCHORS`): every kind
     but "elementwise" holds exactly one anchor op of that kind; all other ops
-    are elementwise (`ELEMENTWISE_OPS`) or `graph.constant`, except a "matmul"
-    kernel's prologue: a `graph.rms_norm` first in the region whose only use is
-    the anchor's activation operand (graph-fuse-norm-prologue; the lowering
-    normalises the rows on chip where the product's activations are loaded).
+    are elementwise (`ELEMENTWISE_OPS`) or `graph.constant`, except in a "matmul"
+    kernel
+    - its prologue: a `graph.rms_norm` first in the region whose only use is
+      the anchor's activation operand (graph-fuse-norm-prologue; the lowering
+      normalises the rows on chip where the product's activations are loaded);
+    - its norm epilogue: a `graph.layer_norm` / `graph.rms_norm` over the last
+      dim, last in the region, of the value before it, its result yielded
+      (after that value when the kernel returns it too: a pre-norm block's
+      residual sum) (graph-fuse; the lowering normalises whole output rows
+      before the store where the cost model finds it faster, else runs the norm
+      as a kernel of its own after the product).
     """
 
     name = "graph.kernel"
@@ -121,6 +129,14 @@ class KernelOp(GraphOp):
         """The kernel's anchor op (None for an "elementwise" kernel)."""
         classes = KERNEL_ANCHORS.get(self.kind.data) or ANCHOR_OPS
         return next((o for o in self.body.block.ops if isinstance(o, classes)), None)
+
+    def norm_epilogue(self) -> LayerNormOp | RmsNormOp | None:
+        """A "matmul" kernel's norm epilogue (the norm last in the region), or None."""
+        if self.kind.data != "matmul":
+            return None
+        yield_op = self.yield_op
+        last = yield_op.prev_op if yield_op is not None else None
+        return last if isinstance(last, LayerNormOp | RmsNormOp) and last is not self.anchor() else None
 
     def prologue(self) -> list[Operation]:
         """The ops before the anchor that feed it (a "matmul" kernel's rms_norm prologue)."""
@@ -182,6 +198,19 @@ class KernelOp(GraphOp):
                     "a \"matmul\" kernel's rms_norm prologue must feed only the anchor's first operand"
                 )
             anchors = [anchor]
+        norm = self.norm_epilogue()
+        if norm is not None and len(anchors) == 2 and anchors[-1] is norm:
+            x = norm.input
+            rank = len(shape_of(x))
+            others = [u.operation for u in x.uses if u.operation is not norm]
+            if (norm.axis.value.data % rank != rank - 1 or x.owner is not norm.prev_op
+                    or list(yield_op.values) not in ([norm.results[0]], [x, norm.results[0]])
+                    or others not in ([], [yield_op])):
+                raise VerifyException(
+                    "a \"matmul\" kernel's norm epilogue must normalise the last dim of the value "
+                    "just before it and be the kernel's result (after that value, if it is a result too)"
+                )
+            anchors = anchors[:-1]
         if kind == "elementwise":
             if anchors:
                 raise VerifyException(

@@ -135,6 +135,9 @@ class LoweringContext:
         # packed weight planes and the buffers a look-ahead prefetched them into (packed_gemm.py)
         self.derived: dict[tuple, Any] = {}
         self.resident_products = 0  # packed_gemm.py: resident products lowered so far (buffer halves)
+        # ops of the kernel being lowered that its lowering leaves to loop nests of their own
+        # after it (`defer`: gemm.py's norm epilogue where whole rows are not worth it)
+        self.deferred: list[Operation] = []
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._weights: dict[tuple, SSAValue] = {}
@@ -303,6 +306,11 @@ class LoweringContext:
             needs = f"{count}" + (f" to {count + optional}" if optional else "")
             raise LoweringError(f"error: {STAGE}: override for {name} needs {needs} sizes, got {len(sizes)}")
         return sizes
+
+    def defer(self, op: Operation) -> None:
+        """Have the driver lower graph op `op` (of the kernel being lowered, its inputs in
+        `buffers`) as a kernel of its own right after this one."""
+        self.deferred.append(op)
 
     def predict(self, cycles: int) -> None:
         """Add the cost model's estimate of a loop nest to the graph op being lowered (its

@@ -240,8 +240,13 @@ class FunctionLowering:
             emitted = last if last is not last_before and not isinstance(last, _NO_CODE_OPS) else None
             fused = [o for o in op.parent_block().ops if o in self.fused and o not in fused_before] \
                 if op.parent_block() is not None else []
-            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused), self.ctx.prediction,
+            deferred, self.ctx.deferred = self.ctx.deferred, []
+            roofline.tag(emitted, roofline.record_for(self.ctx, op, fused, without=deferred), self.ctx.prediction,
                          roofline.kernel_class(op))
+            for later in deferred:  # (a kernel's op its lowering left to a kernel of its own)
+                self.lower_op(later)
+            if deferred and isinstance(op, g.KernelOp) and op.yield_op is not None:
+                self._bind_result(op)
 
     def _locate(self, before: Operation | None, op: Operation) -> None:
         """The tile ops op lowered to (after `before`) carry its location, so a tile-to-npu error
@@ -316,11 +321,14 @@ class FunctionLowering:
             array = ctx.constant(value)
             if array is not None:
                 ctx.set_constant(arg, array)
-        if len(yield_op.values) != 1:
-            raise error(kernel, "kernels with several results are not supported yet")
-        result = yield_op.values[0]
-        if kernel.outputs[0] in ctx.destinations:
-            ctx.destinations[result] = ctx.destinations[kernel.outputs[0]]
+        norm = kernel.norm_epilogue()
+        if len(yield_op.values) != 1 and (norm is None or len(yield_op.values) != 2):
+            raise error(kernel, "kernels with several results are not supported yet (but for a norm "
+                        "epilogue's input and result)")
+        result = yield_op.values[-1]  # (the other: the rows a norm epilogue normalises, gemm.py)
+        for output, value in zip(kernel.outputs, yield_op.values, strict=True):
+            if output in ctx.destinations:
+                ctx.destinations[value] = ctx.destinations[output]
         quantization = [i for i, o in enumerate(ops) if isinstance(o, g.QUANTIZATION_OPS)]
         if anchor is None and (quantization or any(casts.is_inner_round_trip(o) or casts.is_outer_round_trip(o)
                                                    for o in ops)):
@@ -354,8 +362,14 @@ class FunctionLowering:
                 self.lower_op(anchor)
                 for o in epilogue + after:
                     self.lower_op(o)
-        if result in ctx.buffers:  # (a result only sibling products read stays on chip)
-            ctx.buffers[kernel.outputs[0]] = ctx.buffers[result]
+        self._bind_result(kernel)
+
+    def _bind_result(self, kernel: g.KernelOp) -> None:
+        """The kernel's results live where its region's yielded values were written."""
+        assert kernel.yield_op is not None
+        for output, value in zip(kernel.outputs, kernel.yield_op.values, strict=True):
+            if value in self.ctx.buffers:  # (a result only sibling products read stays on chip)
+                self.ctx.buffers[output] = self.ctx.buffers[value]
 
 
 def parse_overrides(text: str) -> dict[str, tuple[int, ...]]:

@@ -4,6 +4,9 @@ Loop nest `m` (TM rows streamed) -> `n` -> `k`: `fill acc 0`; per k step DMA x[m
 (f32) and split it to bf16 on the vector unit; DMA the weight tile; array-sized matmuls
 accumulate into an accumulator tile [TM, TN]. Then the epilogue on the accumulator tile: the
 bias (`bmode=row`), the kernel's elementwise ops (elementwise.apply_epilogue), one DMA store.
+A norm epilogue (graph-fuse: a layer/rms norm over the N columns last in the kernel) runs on
+whole output rows (one n tile of N columns, the norm kernel's instructions: norms.normalize)
+where the cost model predicts it faster than a norm kernel after this one (else deferred to one).
 
 Compile-time weights are pre-packed as W^T padded to whole tiles in tile-contiguous order
 [N/TN][Kp][TN], so each weight tile is one contiguous DMA. A runtime right operand (`q.k^T`-
@@ -14,8 +17,9 @@ Tile sizes come from tiling_cost.choose_gemm with this kernel's exact local-buff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 from xdsl.dialects.builtin import bf16, f32
@@ -24,6 +28,7 @@ from xdsl.ir import Operation, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import norms
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
@@ -40,8 +45,17 @@ from infer.passes.graph_to_tile.transpose import transposed_copy
 
 def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
     """`op` (graph.linear or graph.matmul) followed by the elementwise `epilogue` ops on its
-    output tiles; `result` (the last of them, or op's result) is stored."""
+    output tiles; `result` (the last of them, or op's result) is stored. A layer/rms norm last in
+    `epilogue` (graph-fuse's norm epilogue) normalises whole output rows before the store where
+    the cost model finds that faster (`_norm_epilogue_choice`), else it becomes a kernel of its own
+    after this one (LoweringContext.defer)."""
     em, hw = ctx.emitter, ctx.hw
+    norm = epilogue[-1] if epilogue and isinstance(epilogue[-1], g.NormOp) else None
+    sum_out = None  # the rows before the norm, where the kernel returns them too
+    if norm is not None:  # (the norm's result; `result` below: the rows it normalises)
+        normed, epilogue = result, epilogue[:-1]
+        result = norm.input
+        keep_sum = any(isinstance(use.operation, g.YieldOp) for use in result.uses)
     lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
@@ -97,9 +111,13 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     batches = num_elements(batch)
     # (a bf16 output costs a vector pass over each output tile: on server MiniLM's vector-bound
     # GELU projection lost more to it than its consumer gained, 412.9 K -> 414.0 K cycles)
-    out_buffer = ctx.narrow_output_buffer(result)
-    narrow_out = ctx.is_bf16_buffer(out_buffer)  # stored through a bf16 copy of the output tile
-    out2 = em.view(out_buffer, (batches * M, N))
+    out2 = None
+    if norm is None:
+        out_buffer = ctx.narrow_output_buffer(result)
+        narrow_out = ctx.is_bf16_buffer(out_buffer)  # stored through a bf16 copy of the output tile
+        out2 = em.view(out_buffer, (batches * M, N))
+    else:  # the buffer once it is known which value is stored (the norm's or its input rows)
+        narrow_out = False
     lhs_full = num_elements(lhs_batch) == batches and batches > 1
     if lhs_batch and num_elements(lhs_batch) not in (1, batches):
         raise error(op, "partial batch broadcasting is not supported")
@@ -118,11 +136,11 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     copies = ctx.bf16_copies
     epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
 
-    def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
+    def footprint(tm: int, tn: int, tk: int, narrow: bool | None = None) -> tuple[int, int]:
         # x staging f32 + bf16 hi(/lo); weight bf16 hi(/lo) (+ f32 staging when a runtime
         # operand); bias row; epilogue tiles -- all double buffered; the accumulator tile
         spad = 2 * (tm * tk * ((2 if narrow_x else 4) + 2 * copies) + tk * tn * (2 * copies + (4 if runtime_rhs else 0)))
-        spad += (2 * tn * 4 if bias is not None else 0) + (2 * tm * tn * 2 if narrow_out else 0)
+        spad += (2 * tn * 4 if bias is not None else 0) + (2 * tm * tn * 2 if (narrow_out if narrow is None else narrow) else 0)
         # each emitted tile shape (full, remainder) allocates its own epilogue buffers
         spad += sum(epilogue_bytes(a, b) for a in tile_extents(M, tm) for b in tile_extents(N, tn))
         return spad, 2 * tm * tn * 4
@@ -136,10 +154,25 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                       if v not in produced and v is not op.results[0] and shape_of(v) == out_shape),
         footprint=footprint)
     choice = tiling_cost.choose_gemm(hw, M, N, K, spec, override=ctx.override(name, 3))
+    norm_rows = False  # the norm epilogue on whole rows in this kernel
+    if norm is not None:
+        decided = _norm_epilogue_choice(ctx, norm, normed, M, N, K, spec, choice, footprint,
+                                        ctx.override(name, 3) is not None, keep_sum)
+        norm_rows, choice, spec, footprint = decided.whole_rows, decided.choice, decided.spec, decided.footprint
+        stored = normed if norm_rows else result
+        out_buffer = ctx.narrow_output_buffer(stored)
+        narrow_out = ctx.is_bf16_buffer(out_buffer)
+        out2 = em.view(out_buffer, (batches * M, N))
+        if norm_rows and keep_sum:
+            sum_out = em.view(ctx.output_buffer(result), (batches * M, N))
     ctx.predict(choice.best.cycles)
     TM, TN, TK = choice.tiles
     ctx.debug(tiling_cost.describe_choice(name, op.name.split(".")[1], f"M={M} N={N} K={K}"
                                           + (f" batch={batches}" if batches > 1 else ""), choice))
+    if norm is not None:
+        ctx.debug(f"[graph-to-tile] {name}: {norm.name.split('.')[1]} epilogue "
+                  + ("on whole output rows" if norm_rows else "as a kernel of its own after this one")
+                  + f": {decided.why}")
     # activations resident per m tile: with constant weights and several n tiles, each m
     # tile's [TM, K] rows are loaded and split once into a block that every n tile reads, and
     # each n tile's weights come as one whole-K [K, TN] tile whose first depth step writes the
@@ -151,7 +184,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     resident_x = False
     # (not with epilogue operand tiles, e.g. a residual: their loads after the matmuls held the
     # Llama prefill's gated FFN at 1.7x its predicted cycles on edge)
-    if w_t is not None and batches == 1 and not spec.epi_tiles and ctx.override(name, 3) is None:
+    if w_t is not None and batches == 1 and not spec.epi_tiles and ctx.override(name, 3) is None and not norm_rows:
         tn = TN
         while tn >= min(TN, hw.matrix.cols) and -(-N // tn) > 1 and not resident_x:
             x_res_spad = footprint(TM, tn, TK)[0] + 2 * 2 * copies * (TM * K + K * tn - TM * TK - TK * tn)
@@ -199,8 +232,19 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
     w_tile = alloc_bf16_tile(ctx, TKw, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
-    acc = em.alloc((TM, TN), f32, "acc", 2)
+    # (one output tile with a norm epilogue: its large tiles single, so the next kernel's weights
+    # still fit beside them, the cross-kernel prefetch)
+    ring = 1 if single and norm_rows else 2
+    acc = em.alloc((TM, TN), f32, "acc", ring)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
+    # the norm epilogue: its temporary [TM, N], row statistics and scale (and bias) rows, DMAd once
+    norm_tiles = None
+    if norm_rows:
+        assert isinstance(norm, g.NormOp)
+        params = [em.alloc((1, N), f32, "spad") for _ in norms.param_rows_of(norm)]
+        norm_tiles = (em.alloc((TM, N), f32, "spad", ring), em.alloc((TM, 1), f32, "spad", ring), params)
+        for src, dst in zip(norms.norm_param_rows(ctx, norm, name), params, strict=True):
+            em.dma(src, [0, 0], dst, [0, 0], [1, N])
     rhs_view = None
     rhs_full = False
     if runtime_rhs:
@@ -251,7 +295,15 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
         tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-        if out_bf16 is not None:  # rounded here instead of by each consumer: the same bits
+        if norm_tiles is not None:  # whole rows (tn = N): the norm kernel's instructions
+            assert isinstance(norm, g.NormOp)
+            if sum_out is not None:  # (stored first: a layer norm centres the tile in place)
+                em.dma(tile, z, sum_out, [em.add(em.mul(b, M), m0), n0], [tm, tn])
+            y, column, params = norm_tiles
+            out = out_bf16 if out_bf16 is not None else y  # (its last instruction rounds to bf16)
+            norms.normalize(em, norm, tile, y, out, column, params, tm, tn)
+            tile = out
+        elif out_bf16 is not None:  # rounded here instead of by each consumer: the same bits
             em.vec("copy", out_bf16, z, tile, z, tm, tn)
             tile = out_bf16
         em.dma(tile, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
@@ -267,6 +319,61 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         em.counted_tiles(N, TN, lambda j, n0, tn: tile_body(b, m0, tm, j, n0, tn))
 
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
+    if norm is not None and not norm_rows:
+        ctx.defer(norm)
+
+
+class NormEpilogue(NamedTuple):
+    """`_norm_epilogue_choice`'s answer: whether the norm runs on whole rows in the GEMM, and the
+    GEMM's tiling choice, spec and footprint for that (why: for debug-tiling)."""
+
+    whole_rows: bool
+    choice: tiling_cost.Choice
+    spec: tiling_cost.GemmSpec
+    footprint: Callable[..., tuple[int, int]]
+    why: str
+
+
+def _norm_epilogue_choice(ctx: LoweringContext, norm: g.NormOp, normed: SSAValue, M: int, N: int, K: int,
+                          spec: tiling_cost.GemmSpec, choice: tiling_cost.Choice,
+                          footprint: Callable[..., tuple[int, int]], overridden: bool,
+                          keep_sum: bool) -> NormEpilogue:
+    """Whether the GEMM applies its norm epilogue (over the N output columns) on whole rows:
+    one n tile of N columns, the norm kernel's instructions on each output tile before the
+    store, against the product's tiles as chosen and the norm as a kernel of its own after it
+    (its DRAM round trips: the rows stored, loaded again, the result stored). Taken where the
+    cost model predicts fewer cycles (on server a norm kernel is a few DRAM latencies; on edge
+    the accumulator holds few rows of a wide N and the norm kernel is bandwidth-bound).
+    `keep_sum`: the rows before the norm are stored too (a pre-norm block's residual sum)."""
+    hw = ctx.hw
+    narrow = ctx.narrows(normed)
+    whole, column = norms.norm_vector_cost(ctx, norm)
+    params = len(norms.param_rows_of(norm))
+
+    def with_norm(tm: int, tn: int, tk: int) -> tuple[int, int]:  # + the norm's y x2, column x2, rows
+        spad, acc = footprint(tm, tn, tk, narrow)
+        return spad + 2 * tm * tn * 4 + 2 * tm * 4 + params * tn * 4, acc
+
+    # (a bf16 output: the norm's last instruction writes it, no copy pass)
+    fused_spec = replace(spec, epi_cost=spec.epi_cost + whole, footprint=with_norm,
+                         out_bytes=spec.out_bytes * (2 if keep_sum else 1))
+    apart = NormEpilogue(False, choice, spec, footprint, "")
+    if overridden:  # tiles given by hand: whole rows if their n tile is
+        if choice.tiles[1] < N:
+            return apart._replace(why="the n tile given is not the whole row")
+        fused = tiling_cost.choose_gemm(hw, M, N, K, fused_spec, override=choice.tiles)
+        return NormEpilogue(True, fused, fused_spec, with_norm, "the n tile given is the whole row")
+    fused = tiling_cost.choose_gemm(hw, M, N, K, fused_spec, tn_cands=[N])
+    # the norm's dependent chain of instructions (one vector latency each) after the last product
+    steps = (3 if isinstance(norm, g.LayerNormOp) else 0) + 6 + params
+    chain = steps * hw.vector.latency + -(-fused.tiles[0] // hw.vector.lanes) * column
+    kernel = norms.rows_choice(ctx, norm, M * spec.batch, N, narrow).cycles
+    whole_rows = fused.best.cycles + chain
+    why = (f"est {whole_rows} cycles ({'x'.join(map(str, fused.tiles))}) against {choice.best.cycles} + "
+           f"{kernel} for the norm kernel")
+    if not tiling_cost.fits(hw, fused.best) or whole_rows >= choice.best.cycles + kernel:
+        return apart._replace(why=why if tiling_cost.fits(hw, fused.best) else "whole rows do not fit")
+    return NormEpilogue(True, fused, fused_spec, with_norm, why)
 
 
 #: the share of the scratchpad and accumulator the kernel before's buffers, this kernel's and its

@@ -7,6 +7,8 @@
   (transpose.permute_copy, helper nests).
 * batch_norm without a preceding conv (graph-fold-batch-norm folds the others): per-channel
   compile-time scale and shift as `bmode=col` columns on [channels, pixels] tiles.
+* layer/rms norm rows in a GEMM's epilogue (gemm.py's norm epilogue): `normalize`, the
+  instruction sequence `lower_rowwise` emits, and `rows_choice`, its kernel's estimate.
 * the RMSNorm prologue of a resident packed product (packed_gemm.py): its parameter tiles
   (`prologue_params`) and the rows normalised in place with `lower_rowwise`'s instructions
   (`normalize_rows`).
@@ -48,16 +50,8 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     out_buffer = ctx.output_buffer(op.results[0]) if is_softmax else ctx.narrow_output_buffer(op.results[0])
     narrow = ctx.is_bf16_buffer(out_buffer)
 
-    def footprint(tr: int, d: int) -> int:  # x, y [TR, D] x2 (+ a bf16 output), a column x2, scale/bias rows
-        return tr * d * (20 if narrow else 16) + tr * 8 + params * d * 4
-
-    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=(2 if narrow else 4),
-                                     vec_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), True),
-                                     column_cost=_row_vector_cost(ctx, op, len(param_rows_of(op)), False), live_tiles=3,
-                                     override=(override[0] if override else None), whole_row=True,
-                                     footprint=footprint)
-    choice.rows = min(choice.rows, M)
-    if footprint(1, D) > ctx.hw.memory.scratchpad_bytes:
+    choice = rows_choice(ctx, op, M, D, narrow, override[0] if override else None)
+    if _footprint(1, D, narrow, params) > ctx.hw.memory.scratchpad_bytes:
         raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{ctx.hw.name}'")
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
@@ -76,22 +70,10 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     out_tile = em.alloc((TR, D), bf16, "spad", 2) if narrow else y_tile
     column = em.alloc((TR, 1), f32, "spad", 2)
     z = [0, 0]
-    param_rows = []
-    if not is_softmax:
-        assert isinstance(op, g.NormOp)
-        for param in [op.scale] + ([op.bias] if has_bias else []):
-            array = ctx.constant(param)
-            if array is not None:
-                row = np.ascontiguousarray(np.broadcast_to(array, shape[axis:]).reshape(1, D).astype(np.float32))
-                param_rows.append(ctx.weight(f"{name}.param", row, f32))
-            elif num_elements(shape_of(param)) == D:
-                param_rows.append(em.view(ctx.buffer(param), (1, D)))
-            else:
-                raise error(op, "a runtime scale/bias must have the normalized shape")
+    param_rows = norm_param_rows(ctx, op, name) if not is_softmax else []
     param_tiles = [em.alloc((1, D), f32, "spad") for _ in param_rows]
     for src, dst in zip(param_rows, param_tiles):
         em.dma(src, z, dst, z, [1, D])
-    eps = op.epsilon.value.data if isinstance(op, g.NormOp) else 0.0
 
     def tile(r0: Index, tr: int) -> None:
         em.dma(x2, [r0, 0], x_tile, z, [tr, D])
@@ -110,27 +92,84 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
             em.vec("recip", column, z, column, z, tr, 1)
             em.vec("mul", y_tile, z, y_tile, z, tr, D, column, z, bmode="col")
         else:
-            if isinstance(op, g.LayerNormOp):  # center the rows first
-                em.vec("rsum", column, z, x_tile, z, tr, D)
-                em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
-                em.vec("sub", x_tile, z, x_tile, z, tr, D, column, z, bmode="col")
-            em.vec("mul", y_tile, z, x_tile, z, tr, D, x_tile, z, bmode="tile")
-            em.vec("rsum", column, z, y_tile, z, tr, D)
-            em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
-            em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=eps)
-            em.vec("rsqrt", column, z, column, z, tr, 1)
-            em.vec("mul", y_tile, z, x_tile, z, tr, D, column, z, bmode="col")
-            if len(param_tiles) > 1:
-                em.vec("mul", y_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
-                em.vec("add", out_tile, z, y_tile, z, tr, D, param_tiles[1], z, bmode="row")
-            else:
-                em.vec("mul", out_tile, z, y_tile, z, tr, D, param_tiles[0], z, bmode="row")
+            assert isinstance(op, g.NormOp)
+            normalize(em, op, x_tile, y_tile, out_tile, column, param_tiles, tr, D)
         em.dma(out_tile, z, out2, [r0, 0], [tr, D])
 
     em.tiles(M, TR, tile)
     if trailing > 1:
         with ctx.stage(what="transposed copy"):
             permute_copy(ctx, out2, (M // trailing, trailing, D), (0, 2, 1), final)
+
+
+def _footprint(tr: int, d: int, narrow: bool, params: int) -> int:
+    """x, y [TR, D] x2 (+ a bf16 output), a column x2, scale/bias rows."""
+    return tr * d * (20 if narrow else 16) + tr * 8 + params * d * 4
+
+
+def rows_choice(ctx: LoweringContext, op: Operation, M: int, D: int, narrow: bool,
+                rows: int | None = None) -> tiling_cost.RowChoice:
+    """The row tiling of `lower_rowwise`'s kernel for `op` on [M, D] (a bf16 output: `narrow`),
+    `rows` given by hand or chosen by the cost model (also gemm.py's estimate of a norm
+    epilogue lowered as a kernel of its own)."""
+    params = len(param_rows_of(op))
+    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=(2 if narrow else 4),
+                                     vec_cost=_row_vector_cost(ctx, op, params, True),
+                                     column_cost=_row_vector_cost(ctx, op, params, False), live_tiles=3,
+                                     override=rows, whole_row=True,
+                                     footprint=lambda tr, d: _footprint(tr, d, narrow, params))
+    choice.rows = min(choice.rows, M)
+    return choice
+
+
+def norm_param_rows(ctx: LoweringContext, op: g.NormOp, hint: str) -> list[SSAValue]:
+    """The DRAM rows [1, D] of a norm's scale (and bias) over its D normalized elements: a
+    compile-time one as a weight (`hint`.param), a runtime one of the normalized shape viewed."""
+    shape = shape_of(op.input)
+    axis = op.axis.value.data % len(shape)
+    D = num_elements(shape[axis:])
+    rows = []
+    for param in param_rows_of(op):
+        array = ctx.constant(param)
+        if array is not None:
+            row = np.ascontiguousarray(np.broadcast_to(array, shape[axis:]).reshape(1, D).astype(np.float32))
+            rows.append(ctx.weight(f"{hint}.param", row, f32))
+        elif num_elements(shape_of(param)) == D:
+            rows.append(ctx.emitter.view(ctx.buffer(param), (1, D)))
+        else:
+            raise error(op, "a runtime scale/bias must have the normalized shape")
+    return rows
+
+
+def normalize(em, op: g.NormOp, x: SSAValue, y: SSAValue, out: SSAValue, column: SSAValue,
+              params: list[SSAValue], tr: int, D: int) -> None:
+    """out[:tr] = op(x[:tr]) (layer or rms norm over rows of D) with y a [tr, D] f32 temporary
+    (it may be `out`), `column` [tr, 1] and the scale (and bias) rows `params` on chip; x is
+    centred in place for layer_norm. The one instruction sequence of a norm: the norm kernel
+    (`lower_rowwise`) and gemm.py's norm epilogue both emit it, so they agree bit for bit."""
+    z = [0, 0]
+    if isinstance(op, g.LayerNormOp):  # center the rows first
+        em.vec("rsum", column, z, x, z, tr, D)
+        em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
+        em.vec("sub", x, z, x, z, tr, D, column, z, bmode="col")
+    em.vec("mul", y, z, x, z, tr, D, x, z, bmode="tile")
+    em.vec("rsum", column, z, y, z, tr, D)
+    em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
+    em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=op.epsilon.value.data)
+    em.vec("rsqrt", column, z, column, z, tr, 1)
+    em.vec("mul", y, z, x, z, tr, D, column, z, bmode="col")
+    if len(params) > 1:
+        em.vec("mul", y, z, y, z, tr, D, params[0], z, bmode="row")
+        em.vec("add", out, z, y, z, tr, D, params[1], z, bmode="row")
+    else:
+        em.vec("mul", out, z, y, z, tr, D, params[0], z, bmode="row")
+
+
+def norm_vector_cost(ctx: LoweringContext, op: Operation) -> tuple[int, int]:
+    """`normalize`'s vector cycles per `lanes` elements of its whole-tile instructions and
+    per `lanes` rows of its column instructions."""
+    params = len(param_rows_of(op))
+    return _row_vector_cost(ctx, op, params, True), _row_vector_cost(ctx, op, params, False)
 
 
 def param_rows_of(op: Operation) -> list[SSAValue]:

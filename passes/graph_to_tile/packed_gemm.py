@@ -114,6 +114,9 @@ def lower_gemm_or_packed(ctx: LoweringContext, op: Operation, epilogue: Sequence
     found = packed_weight_of(op)
     if found is None:
         gemm.lower_gemm(ctx, op, epilogue, result)
+    elif epilogue and isinstance(epilogue[-1], g.NormOp):  # a norm epilogue: a kernel of its own after
+        lower_packed_gemm(ctx, op, epilogue[:-1], epilogue[-1].operands[0], *found)
+        ctx.defer(epilogue[-1])
     else:
         lower_packed_gemm(ctx, op, epilogue, result, *found)
 

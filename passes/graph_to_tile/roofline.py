@@ -160,13 +160,17 @@ def kernel_record(ctx: LoweringContext, ops: Sequence[Operation],
     return macs, total, weights
 
 
-def record_for(ctx: LoweringContext, op: Operation, fused: Sequence[Operation]) -> tuple[int, int, int]:
-    """The record of graph op `op` lowered with the epilogue ops `fused` (or a graph.kernel)."""
+def record_for(ctx: LoweringContext, op: Operation, fused: Sequence[Operation],
+               without: Sequence[Operation] = ()) -> tuple[int, int, int]:
+    """The record of graph op `op` lowered with the epilogue ops `fused` (or a graph.kernel;
+    `without`: its last ops, lowered as kernels of their own, LoweringContext.defer)."""
     if isinstance(op, g.KernelOp):
         block = op.body.block
-        inner_ops = [o for o in block.ops if not isinstance(o, g.YieldOp)]
-        pairs = list(zip(op.inputs, block.args, strict=True))
-        return kernel_record(ctx, inner_ops, pairs, list(op.outputs))
+        inner_ops = [o for o in block.ops if not isinstance(o, g.YieldOp) and o not in without]
+        pairs = [(v, a) for v, a in zip(op.inputs, block.args, strict=True)
+                 if not without or any(u.operation in inner_ops for u in a.uses)]
+        outputs = [w.operands[0] for w in without[:1]] or list(op.outputs)
+        return kernel_record(ctx, inner_ops, pairs, outputs)
     ops = [op, *fused]
     produced = {r for o in ops for r in o.results}
     pairs = [(v, v) for o in ops for v in o.operands if v not in produced]

@@ -191,3 +191,32 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   func.return %r : tensor<4xf32>
 }
+
+// -----
+
+// A "matmul" kernel's norm epilogue normalises the last dim of the value just before it.
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<16x8xf32>, %g: tensor<4x16xf32>) -> tensor<2x4x16xf32> {
+  // expected-error @+1 {{'graph.kernel' op a "matmul" kernel's norm epilogue must normalise the last dim of the value just before it and be the kernel's result (after that value, if it is a result too)}}
+  %r = graph.kernel "matmul" (%x, %w, %g) : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<4x16xf32>) -> tensor<2x4x16xf32> {
+  ^bb0(%a: tensor<2x4x8xf32>, %wa: tensor<16x8xf32>, %ga: tensor<4x16xf32>):
+    %h = graph.linear %a, %wa : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+    %n = graph.rms_norm %h, %ga {axis = -2 : i64} : (tensor<2x4x16xf32>, tensor<4x16xf32>) -> tensor<2x4x16xf32>
+    graph.yield %n : tensor<2x4x16xf32>
+  }
+  func.return %r : tensor<2x4x16xf32>
+}
+
+// -----
+
+// A norm elsewhere in a "matmul" kernel is a second anchor.
+func.func @f(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>, %g: tensor<16xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{'graph.kernel' op a "matmul" kernel must hold exactly one anchor op (graph.matmul or graph.linear or graph.matmul_integer or graph.linear_integer), found graph.linear, graph.rms_norm}}
+  %r = graph.kernel "matmul" (%x, %w, %g) : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %wa: tensor<16x8xf32>, %ga: tensor<16xf32>):
+    %h = graph.linear %a, %wa : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    %n = graph.rms_norm %h, %ga : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+    %e = graph.exp %n : (tensor<4x16xf32>) -> tensor<4x16xf32>
+    graph.yield %e : tensor<4x16xf32>
+  }
+  func.return %r : tensor<4x16xf32>
+}

@@ -114,3 +114,21 @@ func.func @kinds(%x: tensor<1x2x4x8xf32>, %s: tensor<8xf32>) {
 // CHECK-NEXT:      graph.yield %n : tensor<1x2x1x1xf32>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return
+
+// A "matmul" kernel's norm epilogue: a layer/rms norm over the last dim, last in the region
+// (graph-fuse's post-LN o-projection + residual add -> LayerNorm).
+func.func @norm_epilogue(%x: tensor<4x8xf32>, %w: tensor<16x8xf32>, %r: tensor<4x16xf32>, %g: tensor<16xf32>) -> tensor<4x16xf32> {
+  %y = graph.kernel "matmul" (%x, %w, %r, %g) : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %wa: tensor<16x8xf32>, %ra: tensor<4x16xf32>, %ga: tensor<16xf32>):
+    %h = graph.linear %a, %wa : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    %s = graph.add %h, %ra : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    %n = graph.layer_norm %s, %ga : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+    graph.yield %n : tensor<4x16xf32>
+  }
+  func.return %y : tensor<4x16xf32>
+}
+
+// CHECK-LABEL: func.func @norm_epilogue(
+// CHECK:           %s = graph.add %h, %ra
+// CHECK-NEXT:      %n = graph.layer_norm %s, %ga
+// CHECK-NEXT:      graph.yield %n : tensor<4x16xf32>

@@ -58,7 +58,7 @@
 
 // UNKNOWN: infer-opt: error: unknown pass 'graph-fusee' (did you mean 'graph-fuse'?)
 
-// OPTION: infer-opt: error: pass 'graph-fuse' has no option 'max-epilog' (did you mean 'max-epilogue'?); the options of 'graph-fuse' are: max-epilogue=<int> (default 4), kinds=<string,string,...> (default matmul,conv,norm,softmax,attention,pool,elementwise) (infer-opt --help-pass graph-fuse)
+// OPTION: infer-opt: error: pass 'graph-fuse' has no option 'max-epilog' (did you mean 'max-epilogue'?); the options of 'graph-fuse' are: max-epilogue=<int> (default 4), kinds=<string,string,...> (default matmul,conv,norm,softmax,attention,pool,elementwise), norm-epilogue=<bool> (default true) (infer-opt --help-pass graph-fuse)
 
 func.func @f() {
   func.return

@@ -236,10 +236,19 @@ def test_transformer_kernels() -> None:
     module = _load(TRANSFORMER, store)
     after = _transform(module, ("graph-fuse", {}))
     assert _kinds(after) == [
-        "norm", "matmul", "matmul", "matmul", "attention", "matmul", "norm", "matmul", "matmul", "matmul"
+        "norm", "matmul", "matmul", "matmul", "attention", "matmul", "matmul", "matmul", "matmul"
     ]
     body = {k.results[0].name_hint: [op.name for op in k.body.block.ops][:-1] for k in _ops(after, g.KernelOp)}
-    assert body["h"] == ["graph.linear", "graph.add"]  # out projection + residual
+    # out projection + residual, and the rms_norm of the sum as its norm epilogue: the kernel
+    # returns the sum (the down projection's residual) and its norm (the gate's and up's input)
+    assert body["h"] == ["graph.linear", "graph.add", "graph.rms_norm"]
+    out_proj = next(k for k in _ops(after, g.KernelOp) if k.results[0].name_hint == "h")
+    assert [r.name_hint for r in out_proj.results] == ["h", "n"]
+    # no norm epilogue: the first layer_norm reads a function argument
+    without = _transform(module, ("graph-fuse", {"norm_epilogue": False}))
+    assert _kinds(without) == [
+        "norm", "matmul", "matmul", "matmul", "attention", "matmul", "norm", "matmul", "matmul", "matmul"
+    ]
     # the SwiGLU gate: silu and the mul by the up projection join the gate's kernel
     assert body["gu"] == ["graph.linear", "graph.silu", "graph.mul"]
     assert body["y"] == ["graph.linear", "graph.add"]  # down projection + residual
