@@ -27,8 +27,12 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # malloc.h
 #: first, one process, 2-core VM): page faults per run ResNet-50 edge 136 K -> 35 (system time
 #: 0.37 -> 0.002 s), Llama prefill edge 71 K -> 9 (0.40 -> 0.003 s), server 27.6 K -> 1 (0.07
 #: -> 0 s); a 32 MiB threshold left the Llama prefill edge at 65 K, trimming alone (glibc's
-#: dynamic threshold then off) made it 505 K
-SIMULATOR = (64 << 20, 128 << 20, 16 << 20)
+#: dynamic threshold then off) made it 505 K. Since reductions compute their products per
+#: iteration (sim_lockstep._iteration) more, smaller buffers come and go: keeping 128 MiB of
+#: free heap left the Llama prefill edge at 116 K faults per run, 256 MiB at 544, 512 MiB at
+#: 523 (ResNet-50 edge 1.1 K, the Llama prefill server 186 -> 0). Peak memory is unchanged
+#: (423 MB for the Llama prefill edge); freed memory up to that much stays with the process.
+SIMULATOR = (64 << 20, 512 << 20, 16 << 20)
 #: a compile (`infer compile`, a process that ends when it is done): everything up to 1 GiB
 #: from the heap, never trimmed, grown 256 MiB at a time (ResNet-50: ~40 % fewer page faults,
 #: ~0.5 s less system time, the same peak memory)
