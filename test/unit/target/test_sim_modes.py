@@ -705,3 +705,17 @@ def test_reduction_product_per_iteration_is_the_stacked_product(xs, ws, d):
         at = (slice(None),) * d + (j,)
         assert _iteration((x, w), d, j).tobytes() == whole[at].tobytes()
         assert _iteration(whole, d, j).tobytes() == whole[at].tobytes()
+
+
+@pytest.mark.parametrize("params", BATCHED_KERNELS)
+@pytest.mark.parametrize("per_iteration", [False, True])
+def test_reductions_with_products_whole_or_per_iteration(params, per_iteration, monkeypatch):
+    """Batched reductions agree with the reference mode whether their products are computed
+    as one stack or one iteration at a time (the thresholds choose by size; both forced here)."""
+    from infer.target import sim_lockstep
+
+    big = 0 if per_iteration else 1 << 62
+    monkeypatch.setattr(sim_lockstep, "ITERATION_PRODUCT_ELEMENTS", big)
+    monkeypatch.setattr(sim_lockstep, "WHOLE_PRODUCT_BYTES", big)
+    prog, dram = tiled_kernel(params)
+    assert_modes_agree(prog, dram)
