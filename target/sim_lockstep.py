@@ -761,8 +761,8 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
 #: product has this many elements and the whole stack this many bytes: below, one stacked
 #: product per member costs fewer calls and stays in cache (all-MiniLM-L6-v2 on edge: chains
 #: of 47 iterations of 32 x 16 tiles, 0.31 -> 0.39 s per run when computed per iteration; the
-#: Llama prefill on edge: 15 iterations of 63 tiles of 128 x 16, 7.7 MB a member, 2.37 ->
-#: 2.21 s)
+#: Llama prefill on edge: 15 iterations of 63 or 126 tiles of 128 x 16, 7.7-15 MB a member,
+#: 2.37 -> 2.21 s)
 ITERATION_PRODUCT_ELEMENTS = 1 << 14
 WHOLE_PRODUCT_BYTES = 2 << 20
 
