@@ -36,6 +36,7 @@ import numpy as np
 from infer.target import isa
 from infer.target.asm import Program
 from infer.target.blas import one_blas_thread
+from infer.target.heap import SIMULATOR, keep_buffers_in_heap
 from infer.target.hw import HardwareConfig, load_config
 from infer.target.sim_access import RACE_SPACES, overlap
 from infer.target.sim_core import (
@@ -134,6 +135,9 @@ class Simulator:
                                      f"(0..{n})")
         from infer.target.sim_fast import run_fast
 
+        # batched operations allocate and free buffers of up to tens of MB per operation: from
+        # the heap, not fresh mappings faulted in every time (target/heap.py)
+        keep_buffers_in_heap(SIMULATOR)
         # one BLAS thread: the products' bits depend on the thread count (target/blas.py)
         with one_blas_thread(), np.errstate(all="ignore"):  # inf and NaN are data
             if mode == "reference" or (mode == "fast" and check_races):

@@ -186,18 +186,10 @@ def keep_big_buffers_in_the_heap() -> None:
     hundred MB (weights as imported, packed, split into bf16 halves, serialised; the artifact's
     bytes): by default each is a fresh mapping whose every page faults in, then is unmapped, and
     freed heap memory goes back to the system. Reused, ResNet-50's compile takes ~40 % fewer page
-    faults and ~0.5 s less system time; its peak memory stays the same. A no-op where the C
-    library has no mallopt (not glibc)."""
-    import ctypes
+    faults and ~0.5 s less system time; its peak memory stays the same (`target/heap.py`)."""
+    from infer.target.heap import COMPILE, keep_buffers_in_heap
 
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # (malloc.h)
-    for parameter, value in ((m_mmap_threshold, 1 << 30), (m_trim_threshold, (1 << 31) - 1),
-                             (m_top_pad, 256 << 20)):
-        mallopt(ctypes.c_int(parameter), ctypes.c_int(value))
+    keep_buffers_in_heap(COMPILE)
 
 
 def _main(argv: Sequence[str] | None) -> int:

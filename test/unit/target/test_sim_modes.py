@@ -683,3 +683,39 @@ def test_operand_views_kept_across_runs():
     sim.run(prog, other, mode="fast")
     assert other.tobytes() == want and dram.tobytes() == before.tobytes()
     assert sim.operand_views(dec, other) is not views
+
+
+@pytest.mark.parametrize("xs, ws, d", [
+    ((3, 5, 4, 28, 16), (3, 5, 4, 16, 16), 2),  # every lane its own weights
+    ((5, 4, 28, 16), (16, 16), 1),  # one weight tile for all lanes
+    ((3, 1, 28, 16), (3, 4, 16, 16), 1),  # activations broadcast along the reduction
+    ((4, 3, 28, 16), (1, 3, 16, 16), 0),  # weights broadcast along it, reduction outermost
+])
+def test_reduction_product_per_iteration_is_the_stacked_product(xs, ws, d):
+    """A reduction chain's products are computed one iteration at a time right before they
+    are added (sim_lockstep._iteration): the same bits as that iteration of the whole stacked
+    product, broadcast operands included."""
+    from infer.target.sim_lockstep import _iteration
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    whole = x @ w
+    for j in range(whole.shape[d]):
+        at = (slice(None),) * d + (j,)
+        assert _iteration((x, w), d, j).tobytes() == whole[at].tobytes()
+        assert _iteration(whole, d, j).tobytes() == whole[at].tobytes()
+
+
+@pytest.mark.parametrize("params", BATCHED_KERNELS)
+@pytest.mark.parametrize("per_iteration", [False, True])
+def test_reductions_with_products_whole_or_per_iteration(params, per_iteration, monkeypatch):
+    """Batched reductions agree with the reference mode whether their products are computed
+    as one stack or one iteration at a time (the thresholds choose by size; both forced here)."""
+    from infer.target import sim_lockstep
+
+    big = 0 if per_iteration else 1 << 62
+    monkeypatch.setattr(sim_lockstep, "ITERATION_PRODUCT_ELEMENTS", big)
+    monkeypatch.setattr(sim_lockstep, "WHOLE_PRODUCT_BYTES", big)
+    prog, dram = tiled_kernel(params)
+    assert_modes_agree(prog, dram)
