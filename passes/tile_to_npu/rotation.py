@@ -27,6 +27,7 @@ from xdsl.ir import BlockArgument, Operation
 from infer.dialects import tile as t
 from infer.passes.tile_to_npu.addressing import LoopBinding, TileBuffer
 from infer.passes.tile_to_npu.common import (
+    accessed_buffers,
     enclosing_loops,
     engine_of,
     is_output_argument,
@@ -44,9 +45,10 @@ class DegradeLevel(enum.IntEnum):
     kernel's level by one per failed attempt)."""
 
     FULL_OVERLAP = 0
-    NO_OUTER_DOUBLE_BUFFERING = 1  # no rotation on loops that contain another rotation loop
-    NO_PIPELINING = 2
-    NO_DOUBLE_BUFFERING = 3
+    SHARED_RING_CHAINS = 1  # a buffer filled from another's last access shares its free semaphores
+    NO_OUTER_DOUBLE_BUFFERING = 2  # no rotation on loops that contain another rotation loop
+    NO_PIPELINING = 3
+    NO_DOUBLE_BUFFERING = 4
 
 
 class RingGroupKey(NamedTuple):
@@ -115,11 +117,44 @@ def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
         loads = pipelinable_loads(loop, plan, fn)
         if loads:
             plan.pipelined_loads[loop] = loads
-    _plan_ring_groups(plan)
+    _plan_ring_groups(plan, {loop for loop in plan.rotation_loops
+                             if degrade_level_of(loop) >= DegradeLevel.SHARED_RING_CHAINS})
     return plan
 
 
-def _plan_ring_groups(plan: RotationPlan) -> None:
+def ring_chains(plan: RotationPlan, loops: set[scf.ForOp]) -> dict[t.AllocOp, t.AllocOp]:
+    """B -> A for the double buffers B of `loops` whose first access in a round is the last
+    access of A (rotating on the same loop) and whose last access is a DMA store: one op reads
+    A and writes B (an epilogue from the accumulator into the store tile), and A's first access
+    writes A. B then needs no free semaphores of its own: A's first access waits for B's last
+    release (`_plan_ring_groups`), and every access of A and B in a round lies between the two
+    by their data dependencies (B's first access reads what A's first access wrote; B's last
+    access follows B's first). It costs overlap (A's next fill waits for B's store, not for A's
+    last read), so only kernels short of semaphores use it, and only into store tiles: chained
+    operand tiles (an attention kernel's scores into the probabilities P·V reads) made the
+    edge Llama prefill's attention 2.00 M -> 2.27 M cycles, where giving up the outer loops'
+    double buffering cost less."""
+    last_of: dict[Operation, list[t.AllocOp]] = {}
+    for alloc, op in plan.last_use.items():
+        last_of.setdefault(op, []).append(alloc)
+    chained: dict[t.AllocOp, t.AllocOp] = {}
+    for b, op in plan.first_use.items():
+        loop = plan.rotation_loop_of[b]
+        if loop not in loops:
+            continue
+        sources = [a for a in last_of.get(op, ()) if a is not b and plan.rotation_loop_of[a] is loop]
+        if len(sources) != 1:
+            continue
+        a = sources[0]
+        accessed = accessed_buffers(op)
+        if (engine_of(plan.last_use[b]) == "dma_store"
+                and (b.buffer, True) in accessed and (a.buffer, False) in accessed
+                and (a.buffer, True) in accessed_buffers(plan.first_use[a])):
+            chained[b] = a
+    return chained
+
+
+def _plan_ring_groups(plan: RotationPlan, chain_loops: set[scf.ForOp] = frozenset()) -> None:
     """One "free" semaphore per half for every group of a rotation loop's double-buffered
     allocs whose first accesses run on one engine Y and last accesses on one engine X != Y
     (and that are all, or all not, software-pipelined loads: those are issued ahead of the
@@ -128,17 +163,33 @@ def _plan_ring_groups(plan: RotationPlan) -> None:
     every other member's last access has completed before that signal and every other
     member's first access starts after that wait. When X == Y no semaphore is needed at
     all. (One semaphore per alloc and half ran out of semaphores on attention kernels
-    with a dozen double-buffered temporaries.)"""
+    with a dozen double-buffered temporaries.) On `chain_loops` a chain of buffers each
+    filled from the one before (`ring_chains`) is one member: the first engine of its head,
+    the last engine of its tail."""
     pipelined = {root_buffer(load.dst).owner for loads in plan.pipelined_loads.values()
                  for load in loads}
+    # (not from a software-pipelined load: its early issue would wait for the chain's last
+    # access, a whole iteration later, holding up the loads queued behind it)
+    source_of = {b: a for b, a in ring_chains(plan, chain_loops).items()
+                 if a not in pipelined} if chain_loops else {}
+    next_of = {a: b for b, a in source_of.items()}
+
+    def end_of(alloc: t.AllocOp, links: dict[t.AllocOp, t.AllocOp]) -> t.AllocOp:
+        seen = {alloc}
+        while alloc in links and links[alloc] not in seen:
+            alloc = links[alloc]
+            seen.add(alloc)
+        return alloc
+
     order: dict[scf.ForOp, dict[Operation, int]] = {}
     groups: dict[RingGroupKey, list[t.AllocOp]] = {}
     for alloc, loop in plan.rotation_loop_of.items():
-        first_engine = engine_of(plan.first_use[alloc])
-        last_engine = engine_of(plan.last_use[alloc])
+        head, tail = end_of(alloc, source_of), end_of(alloc, next_of)
+        first_engine = engine_of(plan.first_use[head])
+        last_engine = engine_of(plan.last_use[tail])
         if first_engine == last_engine:
             continue
-        key = RingGroupKey(loop, first_engine, last_engine, alloc in pipelined)
+        key = RingGroupKey(loop, first_engine, last_engine, head in pipelined)
         plan.ring_group_of[alloc] = key
         groups.setdefault(key, []).append(alloc)
     for key, members in groups.items():
