@@ -122,18 +122,24 @@ def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
     return plan
 
 
+def _pipelined_allocs(plan: RotationPlan) -> set[Operation]:
+    """The allocs of software-pipelined loads (issued one iteration ahead)."""
+    return {root_buffer(load.dst).owner for loads in plan.pipelined_loads.values() for load in loads}
+
+
 def ring_chains(plan: RotationPlan, loops: set[scf.ForOp]) -> dict[t.AllocOp, t.AllocOp]:
     """B -> A for the double buffers B of `loops` whose first access in a round is the last
-    access of A (rotating on the same loop) and whose last access is a DMA store: one op reads
-    A and writes B (an epilogue from the accumulator into the store tile), and A's first access
-    writes A. B then needs no free semaphores of its own: A's first access waits for B's last
-    release (`_plan_ring_groups`), and every access of A and B in a round lies between the two
-    by their data dependencies (B's first access reads what A's first access wrote; B's last
+    access of A (rotating on the same loop, not a software-pipelined load) and whose last
+    access is a DMA store: one op reads A and writes B (an epilogue from the accumulator into
+    the store tile), and A's first access writes A. B then needs no free semaphores of its
+    own: A's first access waits for B's last release (`_plan_ring_groups`), and every access of
+    A and B in a round lies between the two by their data dependencies (B's first access reads what A's first access wrote; B's last
     access follows B's first). It costs overlap (A's next fill waits for B's store, not for A's
     last read), so only kernels short of semaphores use it, and only into store tiles: chained
     operand tiles (an attention kernel's scores into the probabilities P·V reads) made the
     edge Llama prefill's attention 2.00 M -> 2.27 M cycles, where giving up the outer loops'
     double buffering cost less."""
+    pipelined = _pipelined_allocs(plan)
     last_of: dict[Operation, list[t.AllocOp]] = {}
     for alloc, op in plan.last_use.items():
         last_of.setdefault(op, []).append(alloc)
@@ -147,7 +153,9 @@ def ring_chains(plan: RotationPlan, loops: set[scf.ForOp]) -> dict[t.AllocOp, t.
             continue
         a = sources[0]
         accessed = accessed_buffers(op)
-        if (engine_of(plan.last_use[b]) == "dma_store"
+        # (not from a software-pipelined load: its early issue would wait for the chain's
+        # last access, a whole iteration later, holding up the loads queued behind it)
+        if (a not in pipelined and engine_of(plan.last_use[b]) == "dma_store"
                 and (b.buffer, True) in accessed and (a.buffer, False) in accessed
                 and (a.buffer, True) in accessed_buffers(plan.first_use[a])):
             chained[b] = a
@@ -166,12 +174,8 @@ def _plan_ring_groups(plan: RotationPlan, chain_loops: set[scf.ForOp] = frozense
     with a dozen double-buffered temporaries.) On `chain_loops` a chain of buffers each
     filled from the one before (`ring_chains`) is one member: the first engine of its head,
     the last engine of its tail."""
-    pipelined = {root_buffer(load.dst).owner for loads in plan.pipelined_loads.values()
-                 for load in loads}
-    # (not from a software-pipelined load: its early issue would wait for the chain's last
-    # access, a whole iteration later, holding up the loads queued behind it)
-    source_of = {b: a for b, a in ring_chains(plan, chain_loops).items()
-                 if a not in pipelined} if chain_loops else {}
+    pipelined = _pipelined_allocs(plan)
+    source_of = ring_chains(plan, chain_loops) if chain_loops else {}
     next_of = {a: b for b, a in source_of.items()}
 
     def end_of(alloc: t.AllocOp, links: dict[t.AllocOp, t.AllocOp]) -> t.AllocOp:
