@@ -270,21 +270,27 @@ class LoweringContext:
         """Is the DRAM memref `buffer` held as bf16 (a narrowed activation)?"""
         return isinstance(buffer.type, MemRefType) and buffer.type.element_type == bf16
 
-    def keep_on_chip(self, dram: SSAValue, tile: SSAValue) -> None:
+    def keep_on_chip(self, dram: SSAValue, tile: SSAValue, next_kernels: int | None = None) -> None:
         """Record that local `tile` holds exactly the bytes a kernel stored into DRAM buffer
         `dram` (row-major, the same number of elements), so a later kernel reading all of
         `dram` may copy `tile` instead of loading it (`on_chip`): its load would wait for that
         store and a DRAM latency of its own. Only the kernel that made `tile` writes it, and the
-        later kernel's read keeps it live (tile-plan-memory), so it still holds those bytes."""
-        self.derived[("on chip", dram)] = tile
+        later kernel's read keeps it live (tile-plan-memory), so it still holds those bytes.
+        `next_kernels`: only the kernels named within that many names from now may read it (the
+        tile stays live to the last reader, so the scratchpad it holds is bounded)."""
+        while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
+            dram = dram.owner.operands[0]
+        until = None if next_kernels is None else self.session.counter + next_kernels
+        self.derived[("on chip", dram)] = (tile, until)
 
     def on_chip(self, dram: SSAValue) -> SSAValue | None:
         """The local tile recorded by `keep_on_chip` for `dram` (or the buffer a view of it
         stands for), else None."""
         while True:
-            tile = self.derived.get(("on chip", dram))
-            if tile is not None:
-                return tile
+            kept = self.derived.get(("on chip", dram))
+            if kept is not None:
+                tile, until = kept
+                return tile if until is None or self.session.counter <= until else None
             owner = dram.owner
             if not isinstance(owner, t.ViewOp):
                 return None

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import norms
@@ -199,6 +200,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     spad_need, acc_need = footprint(TM, TN, TK)
     if resident_x:
         spad_need += 2 * 2 * copies * (TM * K + K * TN - TM * TK - TK * TN)
+    x_on_chip = _activations_on_chip(ctx, lhs_buffer if lhs_src is None else None,
+                                     (batches if lhs_full else 1) * M, K, spad_need)
     TKw = K if resident_x else TK  # the packed weight's k tile
     # pre-packed weights: [N/TN tiles][Kp][TN] so one weight tile is one contiguous DMA
     packs: list[SSAValue] = []
@@ -261,8 +264,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
 
         def k_step(k0: Index, tk: int) -> None:
-            em.dma(xv, [em.add(em.mul(b, M) if lhs_full else 0, m0), k0], x_staging, [0, 0], [tm, tk])
-            split_on_chip(em, x_staging, x_tile, tm, tk)
+            stage_x(em.add(em.mul(b, M) if lhs_full else 0, m0), k0, tm, tk, (0, 0))
             if resident is not None:
                 emit_tile_product(ctx, x_tile, resident, acc, tm, tk, tn,
                                   rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
@@ -307,10 +309,24 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             em.vec("copy", out_bf16, z, tile, z, tm, tn)
             tile = out_bf16
         em.dma(tile, z, out2, [em.add(em.mul(b, M), m0), n0], [tm, tn])
+        if single and t.space_of(tile) == "spad" and tuple(shape_of(tile)) == (M, N):
+            # the whole result in one local tile: a next kernel reading all of it copies the
+            # tile instead of loading it back (which waits for this store and a DRAM latency)
+            ctx.keep_on_chip(out2, tile, next_kernels=KEPT_RESULT_READERS)
+
+    def stage_x(row0: Index, k0: Index, tm: int, tk: int, dst_at: tuple[Index, Index]) -> None:
+        """Rows [row0, +tm) x columns [k0, +tk) of the activations into the bf16 operand tile."""
+        if x_on_chip is None:
+            em.dma(xv, [row0, k0], x_staging, [0, 0], [tm, tk])
+            split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
+        elif x_tile.lo is None:  # one rounding copy reads the kept rows in place
+            em.vec("copy", x_tile.hi, dst_at, x_on_chip, [row0, k0], tm, tk)
+        else:  # (the fp32 split overwrites its source, which later kernels may still read)
+            em.vec("copy", x_staging, [0, 0], x_on_chip, [row0, k0], tm, tk)
+            split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
 
     def load_block(m0: Index, tm: int, k0: Index, tk: int) -> None:
-        em.dma(xv, [m0, k0], x_staging, [0, 0], [tm, tk])
-        split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=(0, k0))
+        stage_x(m0, k0, tm, tk, (0, k0))
 
     def over_n(b: Index, m0: Index, tm: int) -> None:
         if resident_x:
@@ -321,6 +337,26 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
     if norm is not None and not norm_rows:
         ctx.defer(norm)
+
+
+#: a one-tile GEMM's result stays on chip for the kernels named within this many names after it
+#: (a transformer layer's q, k and v projections of the rows before them)
+KEPT_RESULT_READERS = 3
+
+
+def _activations_on_chip(ctx: LoweringContext, lhs_buffer: SSAValue | None, rows: int, K: int,
+                         spad_need: int) -> SSAValue | None:
+    """A [rows, K] view of the local tile in which the kernel before left all of `lhs_buffer`
+    (`LoweringContext.keep_on_chip`: a one-tile GEMM's result), when it has the buffer's
+    elements and fits beside this nest's buffers (`spad_need`) within KERNEL_OVERLAP_SHARE of
+    the scratchpad; else None (the rows are loaded from DRAM)."""
+    tile = ctx.on_chip(lhs_buffer) if lhs_buffer is not None else None
+    if tile is None or num_elements(shape_of(tile)) != rows * K:
+        return None
+    element_bytes = 2 if ctx.is_bf16_buffer(lhs_buffer) else 4
+    if spad_need + rows * K * element_bytes > KERNEL_OVERLAP_SHARE * ctx.hw.memory.scratchpad_bytes:
+        return None
+    return ctx.emitter.view(tile, (rows, K))
 
 
 class NormEpilogue(NamedTuple):

@@ -65,7 +65,10 @@ def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, x: n
 
 def test_two_gemm_chain_prefetches_the_second_weights(monkeypatch):
     """server: the second linear's weights (256x256 bf16) load during the first linear; the
-    program is faster than with the prefetch turned off, and computes the same bits."""
+    program is faster than with the prefetch turned off, and computes the same bits. (With the
+    first result kept on chip, test_kept_results.py, the second GEMM's weights stream in time
+    anyway at this size: both programs take the same cycles, so that is off here.)"""
+    monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
     text, weights = chain(128, 256, 256, 256)
     x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
     y, cycles, prefetched = compile_and_run(text, weights, "server", x)
