@@ -21,7 +21,8 @@ Ops
 - `tile.dma`: copy a box of `shape` elements between DRAM and a local memory
   (one DMA instruction: up to 3 dimensions, source steps for strided reads).
 - `tile.matmul`: acc[m x n] (+)= lhs[m x k] @ rhs[k x n] with k <= array rows and
-  n <= array columns: one weight tile through the systolic array.
+  n <= array columns: one weight tile through the systolic array (`transpose_rhs`: rhs
+  given as its n x k transpose).
 - `tile.vector`: one vector-unit op (`op` is an ISA vector op name) on a
   rows x cols tile; binary ops take b as a tile, a row vector, a column vector
   or an immediate (`bmode`).
@@ -312,7 +313,9 @@ class DmaOp(TileOp):
 @irdl_op_definition
 class MatmulOp(TileOp):
     """acc[m x n] (+)= lhs[m x k] @ rhs[k x n]: one weight tile (rhs, k <= array
-    rows, n <= array columns) with m activation rows streamed through the array."""
+    rows, n <= array columns) with m activation rows streamed through the array.
+    `transpose_rhs`: rhs is given as its transpose, an n x k box (the weight path's
+    transposer loads it: `mx.loadw trans=1`), e.g. a key tile [keys, d] for q.K^T."""
 
     name = "tile.matmul"
     lhs = operand_def(MemRefType)
@@ -325,6 +328,7 @@ class MatmulOp(TileOp):
     k = prop_def(IntegerAttr[I64])
     n = prop_def(IntegerAttr[I64])
     accumulate = prop_def(IntegerAttr, default_value=IntegerAttr(0, 1))
+    transpose_rhs = prop_def(IntegerAttr, default_value=IntegerAttr(0, 1))
     irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
     assembly_format = (
         "$lhs `[` $lhs_indices `]` `,` $rhs `[` $rhs_indices `]` `,` $acc `[` $acc_indices `]` "
@@ -350,7 +354,7 @@ class MatmulOp(TileOp):
         if element_name_of(self.acc) != expected_acc:
             raise VerifyException(f"{element_name_of(self.lhs)} products accumulate in {expected_acc}, got {element_name_of(self.acc)}")
         _check_box("lhs", self.lhs, self.lhs_indices, (m, k))
-        _check_box("rhs", self.rhs, self.rhs_indices, (k, n))
+        _check_box("rhs", self.rhs, self.rhs_indices, (n, k) if self.transpose_rhs.value.data else (k, n))
         _check_box("acc", self.acc, self.acc_indices, (m, n))
         hw = target_of(self)
         if hw is not None:

@@ -253,7 +253,10 @@ class TileFunctions(InterpreterFunctions):
         rhs_idx, (acc, *acc_idx) = rest[:nr], rest[nr:]
         m, k, n = op.m.value.data, op.k.value.data, op.n.value.data
         a = _box("lhs", lhs, lhs_idx, (m, k))
-        w = _box("rhs", rhs, rhs_idx, (k, n))
+        if op.transpose_rhs.value.data:  # (C order, as the simulator's weight buffer holds it)
+            w = np.ascontiguousarray(_box("rhs", rhs, rhs_idx, (n, k)).T)
+        else:
+            w = _box("rhs", rhs, rhs_idx, (k, n))
         out = _box("acc", acc, acc_idx, (m, n))
         accumulate = bool(op.accumulate.value.data)
         matmul_tile(a, w, out, accumulate)

@@ -70,6 +70,8 @@ def format_operands(ins: Instr) -> str:
     for f in ins.d.fields:
         if f.kind == "reg" and any(g.base == f.name for g in ins.d.fields):
             continue
+        if f.omit_zero and not vals[f.name]:
+            continue
         parts.append(f"{f.name}={format_value(f, vals[f.name], vals.get(f.base or ''))}")
     if ins.wait:
         parts.append(f"wait=s{ins.wait}")

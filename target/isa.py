@@ -161,6 +161,9 @@ class FieldDef:
     kind: str = "imm"
     doc: str = ""
     base: str | None = None  # for *_off kinds: the name of the base-register field
+    # assembly prints the field only when it is not 0 (a later addition whose 0 is the
+    # behaviour before it: programs written without it read the same)
+    omit_zero: bool = False
 
     @functools.cached_property  # (checked for every field of every instruction made or decoded)
     def lo(self) -> int:
@@ -316,13 +319,17 @@ _defs: list[InstrDef] = [
              (_positive("n0", "n1", "n2"),)),
     # ---------------------------------------------------------------- matrix
     InstrDef("mx.loadw", 0x20, "matrix",
-             (*_local("w", "weight tile (row-major k x n)"),
+             (*_local("w", "weight tile (row-major k x n; n x k with trans)"),
               FieldDef("k", 12, kind="count", doc="rows of the weight tile (<= matrix.rows)"),
               FieldDef("n", 12, kind="count", doc="columns of the weight tile (<= matrix.cols)"),
-              FieldDef("stride", 20, kind="stride", doc="byte stride between weight rows"),
-              FieldDef("dtype", 3, kind="dtype", doc="weight/activation type")),
+              FieldDef("stride", 20, kind="stride", doc="byte stride between the stored rows"),
+              FieldDef("dtype", 3, kind="dtype", doc="weight/activation type"),
+              FieldDef("trans", 1, kind="flag",
+                       doc="1: the tile is stored transposed (n rows of k elements) and the weight "
+                           "path's transposer loads W = its transpose", omit_zero=True)),
              "Load a k x n weight tile into the systolic array's next weight buffer "
-             "(weight-stationary; double-buffered so it overlaps the previous matmul).",
+             "(weight-stationary; double-buffered so it overlaps the previous matmul); with "
+             "trans=1 from its transpose as stored (a key tile [n, k] for q.K^T).",
              (_positive("k", "n"), _dtype_in("dtype", MATMUL_DTYPES), _aligned("w", "dtype"),
               _aligned("stride", "dtype"))),
     InstrDef("mx.matmul", 0x21, "matrix",

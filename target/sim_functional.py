@@ -66,7 +66,7 @@ def functional_tables(dec: Decoded) -> list[Any]:
                         ins.d.engine == "dma_load"))
         elif tc == T_LOADW:
             out.append((v["w_base"], v["w"], v["k"], v["n"], v["stride"], v["dtype"],
-                        weights_dtype(v["dtype"], dec.matrix_rows)))
+                        weights_dtype(v["dtype"], dec.matrix_rows), v["trans"]))
         elif tc == T_MATMUL:
             dt = v["dtype"]
             out.append((v["act_base"], v["act"], v["acc_base"], v["acc"], v["m"], v["astride"],
@@ -227,23 +227,24 @@ class FunctionalRun:
                         self._matmul(t)
                 elif tc == T_LOADW:
                     if data:
-                        wb, wo, k, nn, stride, dt, wdt = t
+                        wb, wo, k, nn, stride, dt, wdt, trans = t
                         if self.nan_tile is not None and regs[wb] + wo >= isa.ACC_BASE:
                             self.flush_nans()
                         addr = regs[wb] + wo
+                        rows, cols = (nn, k) if trans else (k, nn)  # as stored (trans: W^T)
                         if addr < isa.ACC_BASE:  # matmuls write the accumulator only
-                            key = (addr, k, nn, stride, dt)
+                            key = (addr, k, nn, stride, dt, trans)
                             w = self.wcache.get(key)
                             if w is None:
                                 wv = views.get(("w",) + key)
                                 if wv is None:
-                                    wv = views[("w",) + key] = local_view(sim, addr, k, nn, stride, dt,
-                                                                 "weights")
+                                    wv = local_view(sim, addr, rows, cols, stride, dt, "weights")
+                                    wv = views[("w",) + key] = wv.T if trans else wv
                                 w = self.wcache[key] = converted(wv, wdt)
                             self.weights = w
                         else:
-                            self.weights = converted(
-                                local_view(sim, addr, k, nn, stride, dt, "weights"), wdt)
+                            wv = local_view(sim, addr, rows, cols, stride, dt, "weights")
+                            self.weights = converted(wv.T if trans else wv, wdt)
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     self.act_key = None

@@ -144,6 +144,10 @@ class _Walk:
                 op, rd, rs, rt, imm = tab[pc]
                 x, y = regs[rs], regs[rt]
                 v = (imm, x + imm, x + y, x - y, x * y, x * imm)[op]
+                if v < isa.REG_MIN or v > isa.REG_MAX:
+                    # (out of range the reference faults; and a register squared in a loop
+                    # would grow a Python int without bound here)
+                    raise Reject("register overflow")
                 if rd:
                     regs[rd] = v
                     written.add(rd)
@@ -345,13 +349,14 @@ class _Walk:
         self.count[6 if load else 7] += n0 * n1 * n2
 
     def loadw(self, t: tuple) -> None:
-        wb, wo, k, n, stride, dt, wdt = t
+        wb, wo, k, n, stride, dt, wdt, trans = t
         fw = self.forms[wb]
         f = (fw[0] + wo,) + fw[1:]
         esz = NP_DTYPES[dt].itemsize
-        space = self.local(f, k, n * esz, stride, esz)
-        op = self.operand(space, f, (k, n), (stride, esz), NP_DTYPES[dt])
-        self.access(space, False, f, (k, n * esz), (stride, 1), 2)
+        rows, cols = (n, k) if trans else (k, n)  # as stored (trans: W^T, read as its transpose)
+        space = self.local(f, rows, cols * esz, stride, esz)
+        op = self.operand(space, f, (k, n), (esz, stride) if trans else (stride, esz), NP_DTYPES[dt])
+        self.access(space, False, f, (rows, cols * esz), (stride, 1), 2)
         slot = self.slots
         self.slots += 1
         self.ops.append((OP_LOADW, slot, op, wdt))

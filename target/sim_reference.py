@@ -481,13 +481,14 @@ class ReferenceRun:
         esz = NP_DTYPES[dt].itemsize
         prof = self.prof
         if ins.d.name == "mx.loadw":
-            wb, wo, k, n, stride = v["w_base"], v["w"], v["k"], v["n"], v["stride"]
+            wb, wo, k, n, stride, trans = v["w_base"], v["w"], v["k"], v["n"], v["stride"], v["trans"]
             cyc = -(-(k * n * esz) // mc.weight_load_bytes_per_cycle)
             wdt = weights_dtype(dt, mc.rows)
+            stored_rows, stored_cols = (n, k) if trans else (k, n)  # (trans: W^T is stored)
 
             def f() -> int:
-                w = local_view(self.sim, regs[wb] + wo, k, n, stride, dt, "weights")
-                self.weights = w.astype(wdt, order="C")
+                w = local_view(self.sim, regs[wb] + wo, stored_rows, stored_cols, stride, dt, "weights")
+                self.weights = (w.T if trans else w).astype(wdt, order="C")
                 self.wdtype = dt
                 ready = self.dispatch(E_MATRIX, wait)
                 buf = (self.wbuf + 1) % nbuf
@@ -503,8 +504,8 @@ class ReferenceRun:
                 if chk:
                     accs: list[Any] = []
                     wa = regs[wb] + wo
-                    rows_access(ACC if wa >= isa.ACC_BASE else SPAD, False, wa, k, n * esz,
-                                stride, accs)
+                    rows_access(ACC if wa >= isa.ACC_BASE else SPAD, False, wa, stored_rows,
+                                stored_cols * esz, stride, accs)
                     self.race(E_MATRIX, pc, start, end, accs)
                 return pc + 1
             return f

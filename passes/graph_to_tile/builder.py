@@ -248,12 +248,17 @@ class Emitter:
                                   properties=props))
 
     def matmul(self, lhs: SSAValue, lhs_index: Sequence[Index], rhs: SSAValue, rhs_index: Sequence[Index],
-               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int, accumulate: bool = True) -> None:
-        """acc (+)= lhs @ rhs; `accumulate=False` overwrites the accumulator box."""
+               acc: SSAValue, acc_index: Sequence[Index], m: int, k: int, n: int, accumulate: bool = True,
+               transpose_rhs: bool = False) -> None:
+        """acc (+)= lhs @ rhs; `accumulate=False` overwrites the accumulator box;
+        `transpose_rhs`: rhs_index starts an n x k box holding rhs transposed."""
+        properties = {"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
+                      "accumulate": IntegerAttr(1 if accumulate else 0, i1)}
+        if transpose_rhs:
+            properties["transpose_rhs"] = IntegerAttr(1, i1)
         self.insert(t.MatmulOp.build(
             operands=[lhs, self._indices(lhs_index), rhs, self._indices(rhs_index), acc, self._indices(acc_index)],
-            properties={"m": IntegerAttr(m, i64), "k": IntegerAttr(k, i64), "n": IntegerAttr(n, i64),
-                        "accumulate": IntegerAttr(1 if accumulate else 0, i1)}))
+            properties=properties))
 
     def vec(self, op: str, dst: SSAValue, dst_index: Sequence[Index], a: SSAValue, a_index: Sequence[Index],
             rows: int, cols: int, b: SSAValue | None = None, b_index: Sequence[Index] = (),

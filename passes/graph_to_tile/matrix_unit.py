@@ -67,23 +67,28 @@ def packed_weight_parts(ctx: LoweringContext, hint: str, array: np.ndarray) -> l
 def emit_tile_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: SSAValue, rows: int,
                       depth: int, width: int, *, width_outer: bool = False,
                       lhs_at: tuple[Index, Index] = (0, 0), rhs_at: tuple[Index, Index] = (0, 0),
-                      acc_at: tuple[Index, Index] = (0, 0), overwrite: bool = False) -> None:
+                      acc_at: tuple[Index, Index] = (0, 0), overwrite: bool = False,
+                      rhs_transposed: bool = False) -> None:
     """acc[:rows, :width] += lhs[:rows, :depth] @ rhs[:depth, :width] as array-sized matmuls
     (depth in steps of the array's rows, width in steps of its columns; the depth loop is the
     outer one unless `width_outer`), each one pass (bf16) or three (fp32 emulation). The boxes
     start at `lhs_at`, `rhs_at`, `acc_at`. `overwrite`: the first pass of the first depth step
-    writes the accumulator instead of adding to it (that step is emitted before the loop)."""
+    writes the accumulator instead of adding to it (that step is emitted before the loop).
+    `rhs_transposed`: rhs holds the [width, depth] transpose (`rhs_at` indexes it), loaded
+    through the weight path's transposer (`tile.matmul transpose_rhs`)."""
     em = ctx.emitter
     array_rows, array_cols = ctx.hw.matrix.rows, ctx.hw.matrix.cols
 
     def product(k0: Index, k: int, n0: Index, n: int, first: bool = False) -> None:
         lhs_i = [lhs_at[0], em.add(lhs_at[1], k0)]
-        rhs_i = [em.add(rhs_at[0], k0), em.add(rhs_at[1], n0)]
+        rhs_i = ([em.add(rhs_at[0], n0), em.add(rhs_at[1], k0)] if rhs_transposed
+                 else [em.add(rhs_at[0], k0), em.add(rhs_at[1], n0)])
         acc_i = [acc_at[0], em.add(acc_at[1], n0)]
-        em.matmul(lhs.hi, lhs_i, rhs.hi, rhs_i, acc, acc_i, rows, k, n, accumulate=not first)
+        t = rhs_transposed
+        em.matmul(lhs.hi, lhs_i, rhs.hi, rhs_i, acc, acc_i, rows, k, n, accumulate=not first, transpose_rhs=t)
         if lhs.lo is not None and rhs.lo is not None:
-            em.matmul(lhs.hi, lhs_i, rhs.lo, rhs_i, acc, acc_i, rows, k, n)
-            em.matmul(lhs.lo, lhs_i, rhs.hi, rhs_i, acc, acc_i, rows, k, n)
+            em.matmul(lhs.hi, lhs_i, rhs.lo, rhs_i, acc, acc_i, rows, k, n, transpose_rhs=t)
+            em.matmul(lhs.lo, lhs_i, rhs.hi, rhs_i, acc, acc_i, rows, k, n, transpose_rhs=t)
 
     def over_width(k0: Index, k: int, first: bool = False) -> None:
         em.tiles(width, array_cols, lambda n0, n: product(k0, k, n0, n, first))

@@ -260,9 +260,11 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
     dtype = ISA_DTYPE[lhs.element]
     element_bytes = lhs.element_bytes
     weight_stride = rhs.shape[1] * element_bytes
-    weights = _operand(codegen, rhs, codegen.tile_address(rhs, f.rhs_indices, op), k,
-                       weight_stride, n * element_bytes)
-    weight_key = (weights.register, weights.immediate, k, n, weight_stride, dtype)
+    trans = int(bool(f.transpose_rhs.value.data))  # (stored as the n x k transpose)
+    stored_rows, stored_cols = (n, k) if trans else (k, n)
+    weights = _operand(codegen, rhs, codegen.tile_address(rhs, f.rhs_indices, op), stored_rows,
+                       weight_stride, stored_cols * element_bytes)
+    weight_key = (weights.register, weights.immediate, k, n, weight_stride, dtype, trans)
     rhs_slot = codegen.double_buffering.slot(rhs)
     plan = codegen.plan
     still_loaded = codegen.weight_tile.key == weight_key and not (
@@ -271,7 +273,7 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
     if not still_loaded:
         codegen.emit(op, "mx.loadw", "matrix",
                      dict(w_base=weights.register, w=weights.immediate, k=k, n=n,
-                          stride=weight_stride, dtype=dtype),
+                          stride=weight_stride, dtype=dtype, trans=trans),
                      [weights.access(False, rhs_slot)])
         codegen.weight_tile.key = weight_key
         codegen.weight_tile.span = (weights.space, weights.low, weights.high)

@@ -547,3 +547,15 @@ module attributes {tile.target = "edge"} {
     func.return
   }
 }
+
+// -----
+
+// a transposed rhs is an n x k box: 8 x 16 from a 16x8 tile (its k x n box would fit)
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %l = tile.alloc : memref<2x16xbf16, "spad">
+  %r = tile.alloc : memref<16x8xbf16, "spad">
+  %a = tile.alloc : memref<2x8xf32, "acc">
+  // expected-error @+1 {{rhs: tile extent 16 in dim 1 must be in 1..8}}
+  tile.matmul %l[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 8 : i64, transpose_rhs = true} : memref<2x16xbf16, "spad">, memref<16x8xbf16, "spad">, memref<2x8xf32, "acc">
+}

@@ -3,7 +3,7 @@
 // RUN: infer-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
 
 // Every tile op in the custom format, with every optional part (alloc offset and
-// buffers, dma src_steps, matmul accumulate, vector b operand in each bmode and
+// buffers, dma src_steps, matmul accumulate and transpose_rhs, vector b operand in each bmode and
 // imm, reductions, requant), roundtripped through the custom and the generic
 // format. The module is verified against the edge target (tile.target).
 
@@ -22,6 +22,7 @@ builtin.module attributes {tile.target = "edge"} {
     tile.dma %w[%c0, %c0], %r[%c0, %c0] {shape = array<i64: 16, 16>} : memref<16x16xbf16, "dram">, memref<16x16xbf16, "spad">
     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 16 : i64} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c1, %c0] {m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
+    tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, transpose_rhs = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
     tile.fill %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, value = 0.0 : f32} : memref<8x16xf32, "acc">
     tile.vector "relu" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
     tile.vector "add" %a[%c0, %c0], %a[%c0, %c0], %a[%c1, %c0] {rows = 7 : i64, cols = 16 : i64, bmode = "tile"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
@@ -51,6 +52,7 @@ builtin.module attributes {tile.target = "edge"} {
 // CHECK-NEXT:     tile.dma %w[%c0, %c0], %r[%c0, %c0] {shape = array<i64: 16, 16>} : memref<16x16xbf16, "dram">, memref<16x16xbf16, "spad">
 // CHECK-NEXT:     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 16 : i64} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c1, %c0] {m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
+// CHECK-NEXT:     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, transpose_rhs = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.fill %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, value = 0.000000e+00 : f32} : memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.vector "relu" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.vector "add" %a[%c0, %c0], %a[%c0, %c0], %a[%c1, %c0] {rows = 7 : i64, cols = 16 : i64, bmode = "tile"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
@@ -75,8 +77,9 @@ builtin.module attributes {tile.target = "edge"} {
 // GENERIC-NEXT: %v = "tile.view"(%l) : (memref<2x4x4xbf16, "spad">) -> memref<2x16xbf16, "spad">
 // GENERIC-NEXT: "tile.dma"(%x, %c0, %c1, %c1, %l, %c0, %c0, %c0) <{shape = array<i64: 2, 4, 4>, src_steps = array<i64: 1, 2, 2>, operandSegmentSizes = array<i32: 1, 3, 1, 3>}> : (memref<2x9x9xbf16, "dram">, index, index, index, memref<2x4x4xbf16, "spad">, index, index, index) -> ()
 // GENERIC-NEXT: "tile.dma"(%w, %c0, %c0, %r, %c0, %c0) <{shape = array<i64: 16, 16>, operandSegmentSizes = array<i32: 1, 2, 1, 2>}> : (memref<16x16xbf16, "dram">, index, index, memref<16x16xbf16, "spad">, index, index) -> ()
-// GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c0, %c0) <{m = 2 : i64, k = 16 : i64, n = 16 : i64, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>, accumulate = false}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
-// GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c1, %c0) <{m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
+// GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c0, %c0) <{m = 2 : i64, k = 16 : i64, n = 16 : i64, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>, accumulate = false, transpose_rhs = false}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
+// GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c1, %c0) <{m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>, transpose_rhs = false}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
+// GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c0, %c0) <{m = 2 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, transpose_rhs = true, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.fill"(%a, %c0, %c0) <{rows = 8 : i64, cols = 16 : i64, value = 0.000000e+00 : f32}> : (memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.vector"(%a, %c0, %c0, %a, %c0, %c0) <{op = "relu", rows = 8 : i64, cols = 16 : i64, operandSegmentSizes = array<i32: 1, 2, 1, 2, 0, 0>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.vector"(%a, %c0, %c0, %a, %c0, %c0, %a, %c1, %c0) <{op = "add", rows = 7 : i64, cols = 16 : i64, bmode = "tile", operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
