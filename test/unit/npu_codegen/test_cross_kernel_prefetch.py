@@ -15,31 +15,10 @@ from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import conv, gemm
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
+from helpers.graph_programs import linear_chain
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
-
-
-def chain(M: int, K: int, N1: int, N2: int) -> tuple[str, dict[str, np.ndarray]]:
-    """x [M, K] -> linear (bias) -> relu -> linear (bias): two GEMM kernels in a row."""
-    text = f"""
-func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2}xf32> {{graph.name = "y"}}) {{
-  %w1 = graph.weight @w1 : tensor<{N1}x{K}xf32>
-  %b1 = graph.weight @b1 : tensor<{N1}xf32>
-  %h = graph.linear %x, %w1, %b1 : (tensor<{M}x{K}xf32>, tensor<{N1}x{K}xf32>, tensor<{N1}xf32>) -> tensor<{M}x{N1}xf32>
-  %r = graph.relu %h : (tensor<{M}x{N1}xf32>) -> tensor<{M}x{N1}xf32>
-  %w2 = graph.weight @w2 : tensor<{N2}x{N1}xf32>
-  %b2 = graph.weight @b2 : tensor<{N2}xf32>
-  %y = graph.linear %r, %w2, %b2 : (tensor<{M}x{N1}xf32>, tensor<{N2}x{N1}xf32>, tensor<{N2}xf32>) -> tensor<{M}x{N2}xf32>
-  func.return %y : tensor<{M}x{N2}xf32>
-}}
-"""
-    rng = np.random.default_rng(3)
-    weights = {"w1": (rng.standard_normal((N1, K)) * 0.1).astype(np.float32),
-               "b1": rng.standard_normal(N1).astype(np.float32),
-               "w2": (rng.standard_normal((N2, N1)) * 0.1).astype(np.float32),
-               "b2": rng.standard_normal(N2).astype(np.float32)}
-    return text, weights
 
 
 def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, x: np.ndarray):
@@ -69,7 +48,7 @@ def test_two_gemm_chain_prefetches_the_second_weights(monkeypatch):
     first result kept on chip, test_kept_results.py, the second GEMM's weights stream in time
     anyway at this size: both programs take the same cycles, so that is off here.)"""
     monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
-    text, weights = chain(128, 256, 256, 256)
+    text, weights = linear_chain(128, 256, 256, 256)
     x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
     y, cycles, prefetched = compile_and_run(text, weights, "server", x)
     assert (256, 256) in prefetched  # the second weight, whole
@@ -87,12 +66,12 @@ def test_no_prefetch_without_room(monkeypatch, share):
     server chain above, a share of the memories just short of what it needs (and with exactly
     that share it is prefetched). The program is still bit-identical (race checker on)."""
     if share is None:
-        text, weights = chain(64, 128, 512, 256)
+        text, weights = linear_chain(64, 128, 512, 256)
         x = np.random.default_rng(5).standard_normal((64, 128)).astype(np.float32)
         _, _, prefetched = compile_and_run(text, weights, "edge", x)
         assert (512, 256) not in prefetched and (256, 512) not in prefetched
         return
-    text, weights = chain(128, 256, 256, 256)
+    text, weights = linear_chain(128, 256, 256, 256)
     x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
     seen: list[float] = []
     original = gemm.prefetch_weights

@@ -15,31 +15,10 @@ from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
+from helpers.graph_programs import linear_chain
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
-
-
-def mlp(M: int, K: int, N1: int, N2: int) -> tuple[str, dict[str, np.ndarray]]:
-    """x [M, K] -> linear (bias) -> relu -> linear (bias): the second reads the first's result."""
-    text = f"""
-func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2}xf32> {{graph.name = "y"}}) {{
-  %w1 = graph.weight @w1 : tensor<{N1}x{K}xf32>
-  %b1 = graph.weight @b1 : tensor<{N1}xf32>
-  %h = graph.linear %x, %w1, %b1 : (tensor<{M}x{K}xf32>, tensor<{N1}x{K}xf32>, tensor<{N1}xf32>) -> tensor<{M}x{N1}xf32>
-  %r = graph.relu %h : (tensor<{M}x{N1}xf32>) -> tensor<{M}x{N1}xf32>
-  %w2 = graph.weight @w2 : tensor<{N2}x{N1}xf32>
-  %b2 = graph.weight @b2 : tensor<{N2}xf32>
-  %y = graph.linear %r, %w2, %b2 : (tensor<{M}x{N1}xf32>, tensor<{N2}x{N1}xf32>, tensor<{N2}xf32>) -> tensor<{M}x{N2}xf32>
-  func.return %y : tensor<{M}x{N2}xf32>
-}}
-"""
-    rng = np.random.default_rng(3)
-    weights = {"w1": (rng.standard_normal((N1, K)) * 0.1).astype(np.float32),
-               "b1": rng.standard_normal(N1).astype(np.float32),
-               "w2": (rng.standard_normal((N2, N1)) * 0.1).astype(np.float32),
-               "b2": rng.standard_normal(N2).astype(np.float32)}
-    return text, weights
 
 
 def _root(value):
@@ -74,7 +53,7 @@ def test_second_gemm_reads_the_first_result_on_chip(monkeypatch, precision):
     result tile (bf16: straight into its operand tile; fp32: through its staging tile, since the
     split overwrites its source) and loads nothing the first stored. Turned off (no kernel may read
     a kept result), the second loads it back from DRAM: the same bits, more cycles."""
-    text, weights = mlp(128, 256, 256, 256)
+    text, weights = linear_chain(128, 256, 256, 256)
     x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
     y, cycles, reloads = compile_and_run(text, weights, "server", precision, x)
     assert reloads == 0
@@ -88,7 +67,7 @@ def test_second_gemm_reads_the_first_result_on_chip(monkeypatch, precision):
 def test_tiled_result_is_loaded_from_dram():
     """edge, 64x128 -> 512 -> 256: the first result does not fit one local tile, so nothing is
     kept and the second GEMM loads its activations from DRAM (still bit-identical)."""
-    text, weights = mlp(64, 128, 512, 256)
+    text, weights = linear_chain(64, 128, 512, 256)
     x = np.random.default_rng(5).standard_normal((64, 128)).astype(np.float32)
     _, _, reloads = compile_and_run(text, weights, "edge", "bf16", x)
     assert reloads >= 1
