@@ -272,6 +272,12 @@ def _dma_fields() -> tuple[FieldDef, ...]:
 
 _IMM48 = FieldDef("imm", 48, True, "imm", "signed immediate")
 
+
+def loadw_stored_shape(k: int, n: int, trans: int) -> tuple[int, int]:
+    """(rows, columns) of an mx.loadw weight tile as it is stored: k x n, or n x k with trans
+    (the weight path's transposer then loads its transpose)."""
+    return (n, k) if trans else (k, n)
+
 _defs: list[InstrDef] = [
     # ---------------------------------------------------------------- scalar / control
     InstrDef("nop", 0x00, "scalar", (), "No operation (its wait/signal still act: `nop signal=s1` "

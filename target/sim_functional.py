@@ -231,7 +231,7 @@ class FunctionalRun:
                         if self.nan_tile is not None and regs[wb] + wo >= isa.ACC_BASE:
                             self.flush_nans()
                         addr = regs[wb] + wo
-                        rows, cols = (nn, k) if trans else (k, nn)  # as stored (trans: W^T)
+                        rows, cols = isa.loadw_stored_shape(k, nn, trans)
                         if addr < isa.ACC_BASE:  # matmuls write the accumulator only
                             key = (addr, k, nn, stride, dt, trans)
                             w = self.wcache.get(key)

@@ -353,7 +353,7 @@ class _Walk:
         fw = self.forms[wb]
         f = (fw[0] + wo,) + fw[1:]
         esz = NP_DTYPES[dt].itemsize
-        rows, cols = (n, k) if trans else (k, n)  # as stored (trans: W^T, read as its transpose)
+        rows, cols = isa.loadw_stored_shape(k, n, trans)  # (trans: read as its transpose)
         space = self.local(f, rows, cols * esz, stride, esz)
         op = self.operand(space, f, (k, n), (esz, stride) if trans else (stride, esz), NP_DTYPES[dt])
         self.access(space, False, f, (rows, cols * esz), (stride, 1), 2)

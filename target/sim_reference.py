@@ -484,7 +484,7 @@ class ReferenceRun:
             wb, wo, k, n, stride, trans = v["w_base"], v["w"], v["k"], v["n"], v["stride"], v["trans"]
             cyc = -(-(k * n * esz) // mc.weight_load_bytes_per_cycle)
             wdt = weights_dtype(dt, mc.rows)
-            stored_rows, stored_cols = (n, k) if trans else (k, n)  # (trans: W^T is stored)
+            stored_rows, stored_cols = isa.loadw_stored_shape(k, n, trans)
 
             def f() -> int:
                 w = local_view(self.sim, regs[wb] + wo, stored_rows, stored_cols, stride, dt, "weights")

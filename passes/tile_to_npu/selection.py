@@ -261,7 +261,7 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
     element_bytes = lhs.element_bytes
     weight_stride = rhs.shape[1] * element_bytes
     trans = int(bool(f.transpose_rhs.value.data))  # (stored as the n x k transpose)
-    stored_rows, stored_cols = (n, k) if trans else (k, n)
+    stored_rows, stored_cols = isa.loadw_stored_shape(k, n, trans)
     weights = _operand(codegen, rhs, codegen.tile_address(rhs, f.rhs_indices, op), stored_rows,
                        weight_stride, stored_cols * element_bytes)
     weight_key = (weights.register, weights.immediate, k, n, weight_stride, dtype, trans)

@@ -15,16 +15,11 @@ from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
+from infer.passes.tile_to_npu.common import root_buffer
 from helpers.graph_programs import linear_chain
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
-
-
-def _root(value):
-    while isinstance(value.owner, t.ViewOp):
-        value = value.owner.operands[0]
-    return value
 
 
 def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, precision: str, x: np.ndarray):
@@ -40,7 +35,7 @@ def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, prec
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision={precision}}},"
                f"tile-plan-memory{{target={target}}}", module)
     intermediates = {a.buffer for a in module.walk() if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "dram"}
-    reloads = sum(1 for op in module.walk() if isinstance(op, t.DmaOp) and _root(op.src) in intermediates)
+    reloads = sum(1 for op in module.walk() if isinstance(op, t.DmaOp) and root_buffer(op.src) in intermediates)
     (y,), counters = npu_matches_tile(module, [x], target)
     tolerance = 0.05 if precision == "bf16" else 1e-4
     np.testing.assert_allclose(y, graph_ref, rtol=tolerance, atol=tolerance)
@@ -126,7 +121,7 @@ def test_attention_output_read_on_chip_by_the_projection(monkeypatch):
         # the merged output (K's transposed DRAM copy, which the attention reads, is smaller)
         intermediates = {a.buffer for a in module.walk() if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "dram"
                          and np.prod(a.buffer.type.get_shape()) == S * HQ * D}
-        reloads = sum(1 for op in module.walk() if isinstance(op, t.DmaOp) and _root(op.src) in intermediates)
+        reloads = sum(1 for op in module.walk() if isinstance(op, t.DmaOp) and root_buffer(op.src) in intermediates)
         (y,), counters = npu_matches_tile(module, inputs, "server")
         np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)
         return y, counters.cycles, reloads
