@@ -123,6 +123,9 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
 
     if cp[-1] == n - 1:  # rows of C contiguous elements stay rows
         C, v, u = sizes[-1], n - 2, cp[n - 2]
+        kept = ctx.on_chip(src)
+        if kept is not None and num_elements(shape_of(kept)) == total and t.elem_bytes(kept) == elem_size:
+            return desc + _store_permuted_rows(ctx, kept, dst, sizes, in_strides, out_strides, u, v, nest)
         outer = num_elements([sizes[d] for d in cp[:-2] if d not in (u, v)])
         loops = sum(1 for d in cp[:-2] if d not in (u, v) and sizes[d] > 1)
         choice = tiling_cost.choose_permute_rows(hw, sizes[u], sizes[v], C, elem_size, outer, loops, u == v - 1)
@@ -202,6 +205,27 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
     return (desc + f"blocks {f'{Th}x' if Th > 1 else ''}{Ti}x{Tj} transposed by vector copies of one "
             f"{'row' if choice.loop == 0 else 'column'} each: {choice.dmas} DMAs, est {choice.cycles} cycles "
             f"(vector {choice.vector})")
+
+
+def _store_permuted_rows(ctx: LoweringContext, kept: SSAValue, dst: SSAValue, sizes: Sequence[int],
+                         in_strides: Sequence[int], out_strides: Sequence[int], u: int, v: int,
+                         nest: Callable[[Sequence[int], Callable[[Terms, Terms], None]], None]) -> str:
+    """The rows path of permute_copy when the kernel before left the whole source on chip
+    (`LoweringContext.keep_on_chip`: a one-tile GEMM's result, e.g. a projection before its
+    head split): per index of the shorter of u and v one strided DMA stores the rows of the
+    other straight from that tile. No block is loaded: the load waited for the producer's store
+    and a DRAM latency, and the next kernel's weight prefetch queued behind it on the load
+    engine (the Llama prefill's q, k and v head splits on server)."""
+    em, hw = ctx.emitter, ctx.hw
+    total = num_elements(sizes)
+    C = sizes[-1]
+    loop_dim, row_dim = (v, u) if sizes[v] <= sizes[u] else (u, v)
+    nbytes = total * t.elem_bytes(kept)
+    ctx.predict(-(-nbytes // hw.dram.bytes_per_cycle) + hw.dram.latency_cycles)
+    nest((u, v, len(sizes) - 1), lambda terms_in, terms_out: em.range(sizes[loop_dim], lambda w: box_dma(
+        em, kept, total, dst, total, [(sizes[row_dim], in_strides[row_dim], out_strides[row_dim]), (C, 1, 1)],
+        terms_in + [(w, in_strides[loop_dim])], terms_out + [(w, out_strides[loop_dim])])))
+    return f"stored from the tile the kernel before left on chip, one DMA per index of dim {loop_dim}"
 
 
 def transposed_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int]) -> SSAValue:

@@ -133,3 +133,51 @@ def test_attention_output_read_on_chip_by_the_projection(monkeypatch):
     assert reloads_off >= 1
     assert y.tobytes() == y_off.tobytes()
     assert cycles < cycles_off, (cycles, cycles_off)
+
+
+def test_several_m_tiles_read_the_kept_result_as_one_operand(monkeypatch):
+    """server, 512x256 -> 384 -> 1408: the first GEMM is one tile, the second has several m
+    tiles and its weights resident. It rounds the kept result to bf16 once, before its nest, and
+    every tile's products read that operand in place (the first writing the accumulator), so no
+    vector copy waits behind the previous m tile's epilogue. Same bits as with the per-step
+    copies (`_whole_operand` off), fewer cycles, no DMA of the intermediate."""
+    text, weights = linear_chain(512, 256, 384, 1408)
+    x = (np.random.default_rng(7).standard_normal((512, 256)) * 0.25).astype(np.float32)
+    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", x)
+    assert reloads == 0
+    monkeypatch.setattr(gemm, "_whole_operand", lambda *args: None)
+    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
+    assert reloads_off == 0
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
+
+
+def head_split(S: int, H: int, D: int) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, S, H*D] -> linear (no bias) -> [1, S, H, D] -> transpose to heads [1, H, S, D]."""
+    x, h4, heads = f"tensor<1x{S}x{H * D}xf32>", f"tensor<1x{S}x{H}x{D}xf32>", f"tensor<1x{H}x{S}x{D}xf32>"
+    w = f"tensor<{H * D}x{H * D}xf32>"
+    text = f"""func.func @main(%x: {x}) -> ({heads}) {{
+  %w = graph.weight @w : {w}
+  %q = graph.linear %x, %w : ({x}, {w}) -> {x}
+  %q4 = graph.reshape %q : ({x}) -> {h4}
+  %qt = graph.transpose %q4 {{perm = array<i64: 0, 2, 1, 3>}} : ({h4}) -> {heads}
+  func.return %qt : {heads}
+}}"""
+    rng = np.random.default_rng(8)
+    return text, {"w": (rng.standard_normal((H * D, H * D)) * 0.1).astype(np.float32)}
+
+
+def test_head_split_stores_from_the_kept_result(monkeypatch):
+    """server, a 256x256 projection (one tile, its accumulator kept) and its head split: the
+    transpose stores each head's rows straight from the kept tile (no block loaded back from
+    the projection's DRAM output). Same bits as with the kept results off, fewer cycles,
+    tile interpreter = simulator with the race checker on."""
+    text, weights = head_split(256, 4, 64)
+    x = np.random.default_rng(9).standard_normal((1, 256, 256)).astype(np.float32)
+    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", x)
+    assert reloads == 0
+    monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
+    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
+    assert reloads_off >= 1
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
