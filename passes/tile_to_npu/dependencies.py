@@ -212,6 +212,10 @@ def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
     return math.prod(loop.count for loop in instruction.loops[outer_loops:])
 
 
+#: how far back (accesses) DependencyTracker._later_outside looks for a later producer
+LATER_PRODUCER_WINDOW = 256
+
+
 class DependencyTracker:
     """The accesses emitted so far and what each engine is known to have completed; inserts the
     waits and signals a new instruction needs."""
@@ -353,6 +357,10 @@ class DependencyTracker:
                and producer.loops[shared] is consumer.loops[shared]):
             shared += 1
         if len(producer.loops) > shared:  # the dependency leaves loop `exited`
+            later = self._later_outside(producer, consumer.loops[:shared])
+            if later is not None:  # (see _later_outside)
+                self.synchronise(later, consumer)
+                return
             exited = producer.loops[shared]
             if producer.drain_loop is not None:
                 if producer.drain_loop in producer.loops[shared:]:
@@ -378,6 +386,23 @@ class DependencyTracker:
             return
         self.wait(consumer, pair)
         self.learn(producer, consumer.engine)
+
+    def _later_outside(self, producer: Instruction, scope: tuple[HardwareLoop, ...]) -> Instruction | None:
+        """The latest instruction emitted so far on producer's engine, later than producer and
+        outside the loops producer is in beyond `scope` (in `scope` or around it), if one is
+        among the last LATER_PRODUCER_WINDOW accesses. Engines retire in order, so its
+        completion implies producer's: a consumer synchronised with it needs no front-end drain
+        of producer's loop, which held the front end at that loop's exit until every iteration
+        completed (the Llama prefill's head split: the next kernels' weight prefetches waited
+        there for eight stores)."""
+        for access in reversed(self.accesses[max(0, len(self.accesses) - LATER_PRODUCER_WINDOW):]):
+            candidate = access.instruction
+            if candidate.sequence <= producer.sequence:
+                return None
+            if (candidate.engine == producer.engine and len(candidate.loops) <= len(scope)
+                    and all(a is b for a, b in zip(candidate.loops, scope))):
+                return candidate
+        return None
 
     def synchronise_with_earlier(self, instruction: Instruction, accesses: list[Access]) -> None:
         """Order a new instruction after the latest conflicting access of every other engine
