@@ -10,7 +10,9 @@ directly, a head's [tile, D] box at row b*S + s0, column h*D of the [B*S, H*D] v
 
 * `defer(ctx, op)` (from transpose.lower_transpose): a `transpose(0, 2, 1, 3)` of a rank-4 f32
   buffer whose every use is a query, key or value operand of a `graph.attention` (inside its
-  `graph.kernel` or not) emits nothing; the buffer of its input is recorded as the
+  `graph.kernel` or not), or the input of a prefill's rotary (rotary.py reads each head's
+  position tiles as strided boxes of the source, or of the tile the projection left on chip),
+  emits nothing; the buffer of its input is recorded as the
   sequence-major form of its result (`sequence_major`). Its result has no buffer of its own, so
   the per-layer check does not compare it.
 * `merged_output(ctx, op)` (from attention.lower_attention): when the attention's one use (through
@@ -39,16 +41,29 @@ def _is_head_swap(op: Operation | None) -> bool:
 
 def _attention_operand_uses(value: SSAValue) -> bool:
     """Whether every use of `value` is a q, k or v operand of a graph.attention (looking into
-    the graph.kernel regions it is an input of)."""
+    the graph.kernel regions it is an input of) or the input of a rotary that takes it
+    sequence-major (`rotary_reads_sequence_major`)."""
     uses = list(value.uses)
     for use in uses:
         user = use.operation
         if isinstance(user, g.KernelOp):
             if not _attention_operand_uses(user.body.block.args[use.index]):
                 return False
-        elif not (isinstance(user, g.AttentionOp) and use.index < 3):
+        elif not ((isinstance(user, g.AttentionOp) and use.index < 3)
+                  or (isinstance(user, g.RotaryOp) and use.index == 0 and rotary_reads_sequence_major(user))):
             return False
     return bool(uses)
+
+
+def rotary_reads_sequence_major(op: g.RotaryOp) -> bool:
+    """Whether rotary.py reads this rotary's [1, H, S, D] input from its head-split
+    transpose's sequence-major source: one batch, several positions, cos/sin shared by every
+    head (a prefill's q or k), so each head's position tile is a strided box of the [S, H*D]
+    source."""
+    x_shape, cs_shape = shape_of(op.input), shape_of(op.cos)
+    return (len(x_shape) == 4 and x_shape[0] == 1 and x_shape[2] > 1 and not op.interleaved.value.data
+            and len(cs_shape) >= 2 and all(d == 1 for d in cs_shape[:-2]) and cs_shape[-2] == x_shape[2]
+            and cs_shape[-1] == x_shape[-1])
 
 
 def defer(ctx: LoweringContext, op: g.TransposeOp) -> bool:

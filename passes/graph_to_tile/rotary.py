@@ -18,6 +18,7 @@ from xdsl.ir import Operation
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import head_layout
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import LoweringContext
 
@@ -51,19 +52,28 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
     ctx.debug(f"[graph-to-tile] {name}: rotary {'interleaved' if interleaved else 'half'} "
               f"{'x'.join(map(str, x_shape))} R={R}: rows of {TS}")
     planes = num_elements(lead_x)
-    x3 = em.view(ctx.buffer(op.input), (planes, S, D))
+    # the head-split transpose before it deferred (head_layout.py): plane p's rows are the
+    # columns p*D.. of the [S, H*D] source, read on chip where the projection left it
+    seq_major = head_layout.sequence_major(ctx, op.input)
+    kept = ctx.on_chip(seq_major) if seq_major is not None else None
+    if kept is not None and num_elements(shape_of(kept)) != S * planes * D:
+        kept = None
+    source = em.view(seq_major, (S, planes * D)) if seq_major is not None else None
+    kept2 = em.view(kept, (S, planes * D)) if kept is not None else None
+    x3 = em.view(ctx.buffer(op.input), (planes, S, D)) if seq_major is None else None
     out3 = em.view(ctx.output_buffer(op.output), (planes, S, D))
     cs_planes = num_elements(lead_cs)
     cos3 = em.view(ctx.buffer(op.cos), (cs_planes, cs_shape[-2], R))
     sin3 = em.view(ctx.buffer(op.sin), (cs_planes, cs_shape[-2], R))
     TSc = TS if per_position else 1
-    x_tile3 = em.alloc((1, TS, R), f32, "spad", 2)
+    x_tile3 = em.alloc((1, TS, R), f32, "spad", 2) if kept2 is None else None
     y_tile3 = em.alloc((1, TS, R), f32, "spad", 2)
     cos_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
     sin_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
     tmp = em.alloc((TS, R), f32, "spad", 2)
     rest3 = em.alloc((1, TS, D - R), f32, "spad", 2) if D > R else None
-    x_tile, y_tile = em.view(x_tile3, (TS, R)), em.view(y_tile3, (TS, R))
+    x_tile = em.view(x_tile3, (TS, R)) if x_tile3 is not None else None
+    y_tile = em.view(y_tile3, (TS, R))
     cos_tile, sin_tile = em.view(cos_tile3, (TSc, R)), em.view(sin_tile3, (TSc, R))
     cs_mode = "tile" if per_position else "row"
     z = [0, 0]
@@ -76,18 +86,30 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
 
     def tile(p: Index, pc: Index | None, s0: Index, ts: int) -> None:
         """Rows s0..s0+ts of plane p; pc: the cos/sin plane to load first (None: loaded)."""
-        em.dma(x3, [p, s0, 0], x_tile3, [0, 0, 0], [1, ts, R])
+        if kept2 is not None:  # the rows in place in the kept tile
+            x, x0 = kept2, [s0, em.mul(p, D)]
+        else:
+            assert x_tile is not None and x_tile3 is not None
+            x, x0 = x_tile, [0, 0]
+            if source is not None:
+                em.dma(source, [s0, em.mul(p, D)], x_tile, z, [ts, R])
+            else:
+                assert x3 is not None
+                em.dma(x3, [p, s0, 0], x_tile3, [0, 0, 0], [1, ts, R])
         if pc is not None:
             load_cos_sin(pc, s0, ts)
-        em.vec("mul", y_tile, z, x_tile, z, ts, R, cos_tile, z, bmode=cs_mode)
+        x_hi = [x0[0], em.add(x0[1], half)]
+        em.vec("mul", y_tile, z, x, x0, ts, R, cos_tile, z, bmode=cs_mode)
         if not interleaved:
-            em.vec("mul", tmp, z, x_tile, [0, half], ts, half, sin_tile, z, bmode=cs_mode)
-            em.vec("mul", tmp, [0, half], x_tile, z, ts, half, sin_tile, [0, half], bmode=cs_mode)
+            em.vec("mul", tmp, z, x, x_hi, ts, half, sin_tile, z, bmode=cs_mode)
+            em.vec("mul", tmp, [0, half], x, x0, ts, half, sin_tile, [0, half], bmode=cs_mode)
             em.vec("sub", y_tile, z, y_tile, z, ts, half, tmp, z, bmode="tile")
             em.vec("add", y_tile, [0, half], y_tile, [0, half], ts, half, tmp, [0, half], bmode="tile")
         else:
+            assert seq_major is None  # (rotary_reads_sequence_major: half layout only)
             pairs = ts * half
             all_pairs = TS * half
+            assert x_tile is not None
             x_pairs, y_pairs, tmp_pairs = (em.view(b, (all_pairs, 2)) for b in (x_tile, y_tile, tmp))
             if per_position:
                 sin_pairs = em.view(sin_tile, (all_pairs, 2))
@@ -103,6 +125,7 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("add", y_tile, z, y_tile, z, ts, R, tmp, z, bmode="tile")
         em.dma(y_tile3, [0, 0, 0], out3, [p, s0, 0], [1, ts, R])
         if rest3 is not None:
+            assert x3 is not None  # (rotary_reads_sequence_major: R = D only)
             em.dma(x3, [p, s0, R], rest3, [0, 0, 0], [1, ts, D - R])
             em.dma(rest3, [0, 0, 0], out3, [p, s0, R], [1, ts, D - R])
 
