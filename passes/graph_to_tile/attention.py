@@ -42,7 +42,7 @@ from xdsl.dialects.builtin import f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import shape_of
+from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import head_layout, integer_inputs
 from infer.passes.graph_to_tile.builder import Emitter, Index
@@ -162,6 +162,34 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             and Sq * Hq * Dv * 4 <= hw.memory.scratchpad_bytes // KEPT_OUTPUT_SHARE):
         out_all = em.alloc((Sq, Hq * Dv), f32, "spad")
 
+    # Q, K and V whole on chip where together they take at most 1/RESIDENT_OPERANDS_SHARE of the
+    # scratchpad (latency-bound targets): one DMA each before the loops (or the tile the kernel
+    # before left on chip), and each step copies its tiles on the vector unit. Loaded per step, a block's first Q, K and V tiles waited a
+    # DRAM latency with the array idle at every query-tile and head-group boundary (~1.5 K cycles
+    # each in the Llama prefill on server)
+    # (bf16 only: in the fp32 emulation the step's copies into the staging tiles, split after,
+    # made the e2e Llama prefill on server run out of semaphores)
+    resident = (latency_bound(hw) and copies == 1
+                and B * (Hq * Sq * D + Hkv * Skv * (D + Dv)) * 4 <= hw.memory.scratchpad_bytes // RESIDENT_OPERANDS_SHARE)
+    q_all = _resident_heads(ctx, q_at) if resident else None
+    k_all = _resident_heads(ctx, k_at) if resident else None
+    v_all = _resident_heads(ctx, v_at) if resident else None
+
+    def stage_kv(heads_all: _Heads | None, staging: SSAValue, tile: Bf16Tile, b: Index,
+                 kv_head: Index, j0: Index, tkv: int, width: int) -> None:
+        """A K or V tile into its operand tile: one rounding copy from the resident operand, or
+        the split of its staging tile, which the step's loads filled."""
+        if heads_all is not None:
+            em.vec("copy", tile.hi, z, heads_all.buffer, heads_all(b, kv_head, j0), tkv, width)
+        else:
+            split_on_chip(em, staging, tile, tkv, width)
+
+    def load_kv(heads_all: _Heads | None, at: _Heads, staging: SSAValue, b: Index, kv_head: Index,
+                j0: Index, tkv: int, width: int) -> None:
+        """The step's load of a K or V tile into its staging tile (none when resident)."""
+        if heads_all is None:
+            em.dma(at.buffer, at(b, kv_head, j0), staging, z, [tkv, width])
+
     def q_tile_body(b: Index, heads: list[tuple[Index, Index]], q0: Index, tq: int) -> None:
         """The query tile q0 of the heads (kv head, query head in its group) of `heads`, one
         per slot, their instructions interleaved stage by stage (module docstring)."""
@@ -170,9 +198,13 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             h = em.add(em.mul(kv_head, group), in_group)
             rows.append((h, out_at(b, h, q0)))
             planes.append(kv_head)
-            em.dma(q_at.buffer, q_at(b, h, q0), sb.q_staging, z, [tq, D])
-        for sb in slots:
-            em.vec("mul", sb.q_staging, z, sb.q_staging, z, tq, D, bmode="imm", imm=scale)
+            if q_all is None:
+                em.dma(q_at.buffer, q_at(b, h, q0), sb.q_staging, z, [tq, D])
+        for sb, (h, _) in zip(slots, rows):
+            if q_all is None:
+                em.vec("mul", sb.q_staging, z, sb.q_staging, z, tq, D, bmode="imm", imm=scale)
+            else:
+                em.vec("mul", sb.q_staging, z, q_all.buffer, q_all(b, h, q0), tq, D, bmode="imm", imm=scale)
             split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
             em.fill(sb.m, z, tq, 1, NEG_INF)
             em.fill(sb.l_sum, z, tq, 1, 0.0)
@@ -191,7 +223,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 
             for sb, (h, _), kv_head in zip(slots, rows, planes):
                 if first(sb.k_staging):
-                    em.dma(k_at.buffer, k_at(b, kv_head, j0), sb.k_staging, z, [tkv, D])
+                    load_kv(k_all, k_at, sb.k_staging, b, kv_head, j0, tkv, D)
                 if band is not None and sb.band_tile is not None and first(sb.band_tile):
                     em.dma(band, [0, em.add(em.sub(j0, q0), QL)], sb.band_tile, z, [tq, tkv])
                 if mask2 is not None and sb.mask_tile is not None and first(sb.mask_tile):
@@ -201,14 +233,14 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                     else:
                         em.dma(mask2, [mask_row, j0], sb.mask_tile, z, [1, tkv])
                 if first(sb.v_staging):
-                    em.dma(v_at.buffer, v_at(b, kv_head, j0), sb.v_staging, z, [tkv, Dv])
-            for sb in slots:
+                    load_kv(v_all, v_at, sb.v_staging, b, kv_head, j0, tkv, Dv)
+            for sb, kv_head in zip(slots, planes):
                 if first(sb.k_tile.hi):
-                    split_on_chip(em, sb.k_staging, sb.k_tile, tkv, D)
+                    stage_kv(k_all, sb.k_staging, sb.k_tile, b, kv_head, j0, tkv, D)
                 # the first product writes the score tile: no fill (two vector passes) before it
                 emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv, overwrite=True,
                                   rhs_transposed=True)
-            for sb in slots:
+            for sb, kv_head in zip(slots, planes):
                 m, m_new, l_sum, tmp, o = sb.m, sb.m_new, sb.l_sum, sb.tmp, sb.o
                 if band is not None and sb.band_tile is not None:
                     em.vec("add", sb.scores, z, sb.scores, z, tq, tkv, sb.band_tile, z, bmode="tile")
@@ -232,7 +264,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 if sb.p_tile.lo is not None:
                     split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
                 if first(sb.v_tile.hi):
-                    split_on_chip(em, sb.v_staging, sb.v_tile, tkv, Dv)
+                    stage_kv(v_all, sb.v_staging, sb.v_tile, b, kv_head, j0, tkv, Dv)
                 emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv)
 
         if triangular:  # key tiles 0 .. the one holding key q0 + TQ - 1 + offset (the last visible)
@@ -271,6 +303,24 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 #: the kept output tile may take at most 1/KEPT_OUTPUT_SHARE of the scratchpad (the kernel's
 #: tiles were chosen for all of it)
 KEPT_OUTPUT_SHARE = 8
+#: resident Q, K and V together may take at most 1/RESIDENT_OPERANDS_SHARE of the scratchpad
+RESIDENT_OPERANDS_SHARE = 8
+
+
+def _resident_heads(ctx: LoweringContext, at: _Heads) -> _Heads:
+    """A local copy of the 2-D view `at` stands for (same shape, so `at`'s addressing indexes
+    it): the tile the kernel before left on chip (`keep_on_chip`), or one loaded whole by one
+    DMA. (One DMA per head let the first heads start earlier, but each was a top-level item with
+    semaphores of its own to the kernel before's readers of those bytes: the e2e Llama prefill
+    in fp32 on server ran out of semaphores.)"""
+    em = ctx.emitter
+    kept = ctx.on_chip(at.buffer)  # the kernel before left it on chip (a prefill's rotary)
+    if kept is not None and num_elements(shape_of(kept)) == num_elements(shape_of(at.buffer)):
+        return _Heads(em.view(kept, tuple(shape_of(at.buffer))), at.H, at.S, at.D, at.seq_major, em)
+    shape = tuple(shape_of(at.buffer))
+    tile = em.alloc(shape, f32, "spad")
+    em.dma(at.buffer, [0, 0], tile, [0, 0], list(shape))
+    return _Heads(tile, at.H, at.S, at.D, at.seq_major, em)
 
 
 @dataclass

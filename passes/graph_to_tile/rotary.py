@@ -20,7 +20,14 @@ from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import head_layout
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import LoweringContext, latency_bound
+
+
+#: a prefill rotary's kept result may take at most 1/KEPT_OUTPUT_SHARE of the scratchpad, and
+#: only the kernels named within KEPT_OUTPUT_READERS after it read it (q's rotary, then k's,
+#: then the attention)
+KEPT_OUTPUT_SHARE = 16
+KEPT_OUTPUT_READERS = 2
 
 
 def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
@@ -67,6 +74,14 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
     sin3 = em.view(ctx.buffer(op.sin), (cs_planes, cs_shape[-2], R))
     TSc = TS if per_position else 1
     x_tile3 = em.alloc((1, TS, R), f32, "spad", 2) if kept2 is None else None
+    # the whole result kept on chip for the attention after it (`keep_on_chip`), where it takes at
+    # most 1/KEPT_OUTPUT_SHARE of the scratchpad on a latency-bound target: each tile is also
+    # copied into its rows of one [planes*S, D] tile, before its store (the attention loaded
+    # the result back, waiting for the last store and a DRAM latency before its first score
+    # tile; a copy after the store would wait for the store to release the double-buffered tile)
+    y_all = (em.alloc((planes * S, D), f32, "spad")
+             if (latency_bound(ctx.hw) and seq_major is not None and planes * S * D * 4
+                 <= ctx.hw.memory.scratchpad_bytes // KEPT_OUTPUT_SHARE) else None)
     y_tile3 = em.alloc((1, TS, R), f32, "spad", 2)
     cos_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
     sin_tile3 = em.alloc((1, TSc, R), f32, "spad", 2)
@@ -123,6 +138,8 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("copy", tmp_pairs, [0, 1], x_pairs, z, pairs, 1)
                 em.vec("mul", tmp, z, tmp, z, ts, R, sin_tile, z, bmode="row")
                 em.vec("add", y_tile, z, y_tile, z, ts, R, tmp, z, bmode="tile")
+        if y_all is not None:
+            em.vec("copy", y_all, [em.add(em.mul(p, S), s0), 0], y_tile, z, ts, R)
         em.dma(y_tile3, [0, 0, 0], out3, [p, s0, 0], [1, ts, R])
         if rest3 is not None:
             assert x3 is not None  # (rotary_reads_sequence_major: R = D only)
@@ -150,3 +167,5 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
         em.tiles(S, TS, positions)
     else:
         nest(0, 0, 0)
+    if y_all is not None:
+        ctx.keep_on_chip(out3, y_all, next_kernels=KEPT_OUTPUT_READERS)
