@@ -7,6 +7,8 @@ the interleaved kernel takes fewer cycles than the same tiling one head at a tim
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,37 @@ def test_interleaved_heads_bit_identical_and_faster(shape, causal, capsys):
     # went through the weight path's transposer, whose saved K transpose was a larger share of
     # the one-head program, mha was 6,292 against 7,284)
     assert cycles < 0.95 * one_head, (cycles, one_head)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_resident_operands_load_once(capsys, monkeypatch, causal):
+    """server, bf16, GQA 8/2 at 256 positions: Q, K and V fit on chip, so each is loaded by one
+    DMA before the loops and every step copies its tiles from there (no DMA per step and head).
+    Turned off (`RESIDENT_OPERANDS_SHARE` beyond the scratchpad), the steps load their tiles:
+    the same bits, more cycles."""
+    from infer.passes.graph_to_tile import attention
+
+    def operand_loads(module) -> int:
+        from infer.dialects import tile as t
+        from infer.passes.tile_to_npu.common import root_buffer
+
+        args = set(next(iter(op for op in module.walk() if op.name == "func.func")).body.block.args)
+        return sum(1 for op in module.walk() if isinstance(op, t.DmaOp) and root_buffer(op.src) in args)
+
+    captured = {}
+    real = apply_pass
+
+    def counting(pipeline, module):
+        real(pipeline, module)
+        if pipeline.startswith("graph-prepare-tiling"):
+            captured["loads"] = operand_loads(module)
+
+    monkeypatch.setattr(sys.modules[__name__], "apply_pass", counting)
+    cycles, y, graph_ref, _ = compile_and_run((8, 2, 256, 64), causal, capsys)
+    np.testing.assert_allclose(y, graph_ref, rtol=3e-2, atol=3e-2)
+    assert captured["loads"] == 3, captured
+    monkeypatch.setattr(attention, "RESIDENT_OPERANDS_SHARE", 1 << 40)
+    cycles_off, y_off, _, _ = compile_and_run((8, 2, 256, 64), causal, capsys)
+    assert captured["loads"] > 3, captured
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
