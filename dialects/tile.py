@@ -448,7 +448,7 @@ class GatherRowsOp(TileOp):
 
         dst[d0 + k, d1 : d1 + cols] = table[indices[i0 + k], c0 : c0 + cols]   for k < rows
 
-    `table` is a 2-D DRAM memref, `indices` a 1-D DRAM or scratchpad memref of i32 or i64
+    `table` is a 2-D DRAM or scratchpad memref, `indices` a 1-D DRAM or scratchpad memref of i32 or i64
     (an i64 index is read as its low 32 bits, little endian, sign-extended: what the ISA's
     `ld`, or `lds` from the scratchpad, reads at the element's address), `dst` is DRAM or
     local with the table's
@@ -456,7 +456,8 @@ class GatherRowsOp(TileOp):
     negative indices (the hardware has no compare), an index outside is an error of
     the interpreter and an out-of-bounds fault of the simulator. Each row moves
     `row_bytes = cols * element size` contiguous bytes (one DMA per row whose DRAM
-    address is `ld`'s register times the table's row pitch)."""
+    address is `ld`'s register times the table's row pitch; from a scratchpad table, one
+    vector copy per row into a local dst)."""
 
     name = "tile.gather_rows"
     table = operand_def(MemRefType)
@@ -478,12 +479,15 @@ class GatherRowsOp(TileOp):
         return self.cols.value.data * elem_bytes(self.table)
 
     def verify_(self) -> None:
-        """A 2-D DRAM table indexed by its first column, a 1-D DRAM or scratchpad memref of
+        """A 2-D DRAM or scratchpad table indexed by its first column (a scratchpad table with a
+        local dst), a 1-D DRAM or scratchpad memref of
         i32/i64 indices, a 2-D dst of the table's element type; 1 <= cols <= the table's columns,
         1 <= rows <= the number of indices; the dst box inside dst."""
         rows, cols = self.rows.value.data, self.cols.value.data
-        _check_space(self.table, "the table", ("dram",))
+        table_space = _check_space(self.table, "the table", ("dram", "spad"))
         _check_space(self.indices, "the indices", ("dram", "spad"))
+        if table_space == "spad" and space_of(self.dst) == "dram":
+            raise VerifyException("a scratchpad table needs a local dst (its rows are vector copies)")
         if len(shape_of(self.table)) != 2:
             raise VerifyException(f"the table must be a 2-D memref, got rank {len(shape_of(self.table))}")
         if len(self.table_indices) != 1:

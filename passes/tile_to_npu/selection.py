@@ -7,7 +7,7 @@
 | tile.vector | vec.<op> (bmode=imm with an integer `a`: bt = at) |
 | tile.fill | vec.mul by integer 0, then vec.add of the value (or vec.mul by -1.0 for -0.0) |
 | tile.dequant | vec.dequant (codes ui8/i8 and f16 scales tiles, format and block axis as they are) |
-| tile.gather_rows | per row: ld (lds: indices in the scratchpad) + muli (+ add) + dma.load; rows 0..n-2 in a hardware loop; a one-row gather at the index the previous one-row gather read reuses its row register (no second ld) |
+| tile.gather_rows | per row: ld (lds: indices in the scratchpad) + muli (+ add) + dma.load (vec.copy: a scratchpad table); rows 0..n-2 in a hardware loop; a one-row gather at the index the previous one-row gather read reuses its row register (no second ld) |
 | tile.scatter_rows | per row: ld (lds: slots in the scratchpad) + muli (+ add) + dma.store |
 | tile.load_index | nothing itself: the scf.for it bounds reads it with `ld` (`lds` from the scratchpad) into its count register |
 | tile.alloc / tile.weight / tile.view | no instruction: the buffer's address |
@@ -398,7 +398,8 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
     """dst[d0 + k, d1:d1+cols] = table[idx[i0 + k], c0:c0+cols]: per row the front end
     reads the index with `ld` (an i64 index: its low word; `lds` when the indices are in the
     scratchpad), scales it by the table's row
-    pitch and issues one row DMA whose DRAM base is that register. Rows 0..n-2 run in a
+    pitch and issues one row DMA whose DRAM base is that register (a scratchpad table: one
+    `vec.copy` of the row whose source base is that register). Rows 0..n-2 run in a
     hardware loop stepping the index and destination registers (registers keyed by the
     loop like any address stream); the last row is peeled after the loop, so a consumer
     synchronises with that one DMA (DMAs complete in issue order)."""
@@ -451,11 +452,22 @@ def select_gather_rows(codegen: CodeGenerator, op: t.GatherRowsOp) -> None:
         emit_dma(dst_key, dst_imm, dst_span, first_part, last_part)
 
     def emit_dma(dst_key: tuple, dst_imm: int, dst_span: int, first_part: bool, last_part: bool) -> None:
+        local_low = dst_at.low + dst_imm - dst_at.immediate
+        local_high = dst_at.high + dst_imm - dst_at.immediate + dst_span + row_bytes
+        if table.space != "dram":  # a scratchpad table: the row is one vector copy
+            codegen.emit(op, "vec.copy", "vector",
+                         dict(dst_base=codegen.registers.register_for(dst_key), dst=dst_imm,
+                              a_base=row_register, a=table_at.immediate, rows=1, cols=cols,
+                              dstride=dst_pitch, astride=pitch, dt=ISA_DTYPE[dst.element],
+                              at=ISA_DTYPE[table.element]),
+                         [AccessRequest("local", table_span[0], table_span[1], False, None),
+                          AccessRequest("local", local_low, local_high, True,
+                                        codegen.double_buffering.slot(dst))],
+                         first_part=first_part, last_part=last_part)
+            return
         fields = dict(dram_base=row_register, dram=table_at.immediate,
                       local_base=codegen.registers.register_for(dst_key), local=dst_imm,
                       n0=row_bytes, n1=1, n2=1, ds1=0, ds2=0, ls1=0, ls2=0)
-        local_low = dst_at.low + dst_imm - dst_at.immediate
-        local_high = dst_at.high + dst_imm - dst_at.immediate + dst_span + row_bytes
         codegen.emit(op, "dma.load", "dma_load", fields,
                      [AccessRequest("dram", table_span[0], table_span[1], False, None),
                       AccessRequest("local", local_low, local_high, True,

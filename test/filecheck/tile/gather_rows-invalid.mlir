@@ -14,11 +14,23 @@ builtin.module attributes {tile.target = "edge"} {
 
 // -----
 
-// table in the scratchpad
+// table in the accumulator
+builtin.module attributes {tile.target = "edge"} {
+  func.func @f(%t: memref<10x8xf32, "acc">, %i: memref<4xi32, "dram">, %o: memref<4x8xf32, "spad">) {
+    %c0 = arith.constant 0 : index
+    // expected-error @+1 {{the table must be in dram or spad, got a acc memref}}
+    tile.gather_rows %t[%c0], %i[%c0], %o[%c0, %c0] {rows = 4 : i64, cols = 8 : i64} : memref<10x8xf32, "acc">, memref<4xi32, "dram">, memref<4x8xf32, "spad">
+    func.return
+  }
+}
+
+// -----
+
+// a scratchpad table gathered into DRAM
 builtin.module attributes {tile.target = "edge"} {
   func.func @f(%t: memref<10x8xf32, "spad">, %i: memref<4xi32, "dram">, %o: memref<4x8xf32, "dram">) {
     %c0 = arith.constant 0 : index
-    // expected-error @+1 {{the table must be in dram, got a spad memref}}
+    // expected-error @+1 {{a scratchpad table needs a local dst (its rows are vector copies)}}
     tile.gather_rows %t[%c0], %i[%c0], %o[%c0, %c0] {rows = 4 : i64, cols = 8 : i64} : memref<10x8xf32, "spad">, memref<4xi32, "dram">, memref<4x8xf32, "dram">
     func.return
   }
