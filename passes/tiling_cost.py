@@ -84,6 +84,9 @@ class GemmSpec:
     # the scratchpad (before its n loop), each n tile one whole-K weight tile (tk = K) whose
     # product writes the accumulator (no fill)
     resident_lhs: bool = False
+    # flash attention with Q, K and V on chip before its loops (attention.py's resident
+    # operands): no DMA per step, each step's tiles are vector copies
+    resident_operands: bool = False
     # (tm, tn, tk) -> (scratchpad bytes, accumulator bytes) of every local buffer the
     # lowered loop nest keeps live at once (the lowering's own allocs, x2 when double
     # buffered, epilogue operands and temporaries included). None: the generic formula.
@@ -217,12 +220,18 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     acc_fill = -(-tm * tn // L) * cost["mul"]  # the accumulator tile is zeroed first
     epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
     vector = steps * vec_step + out_tiles * (acc_fill + epi)
-    cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps, lhs_rows * _burst_bytes(hw, lhs_row),
-                            0 if spec.resident_weights else tk * _burst_bytes(hw, rhs_row),
+    resident_ops = spec.resident_operands
+    if resident_ops:  # Q, K and V read once, before the loops
+        lhs_b = spec.batch * M * _burst_bytes(hw, K * 4)
+        rhs_b = spec.batch * N * (_burst_bytes(hw, K * 4) + _burst_bytes(hw, spec.flash_dv * 4))
+        memory = (lhs_b + rhs_b + out_b) // hw.dram.bytes_per_cycle
+    cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps,
+                            0 if resident_ops else lhs_rows * _burst_bytes(hw, lhs_row),
+                            0 if spec.resident_weights or resident_ops else tk * _burst_bytes(hw, rhs_row),
                             tm * _burst_bytes(hw, tn * spec.out_bytes),
                             tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
                             ragged=bool(M % tm or N % tn), mm_pv=mm_pv,
-                            pv_bytes=tn * _burst_bytes(hw, spec.flash_dv * 4))
+                            pv_bytes=0 if resident_ops else tn * _burst_bytes(hw, spec.flash_dv * 4))
     if spec.resident_lhs:
         cycles = _resident_lhs_schedule(hw, spec, nm, out_tiles, tm, tn, K, mm_per_step * max(stream, wload), epi)
         memory = (spec.batch * nm * tm * _burst_bytes(hw, K * spec.lhs_bytes) + out_b
@@ -290,7 +299,8 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
       accumulator tile i+2 is zeroed once tile i's store completed)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     mm_step = mm_count * mm_each
-    rt_xw = dma_round_trip(hw, x_bytes + w_bytes)
+    # (no bytes: the step's operands are on chip already, no DMA)
+    rt_xw = dma_round_trip(hw, x_bytes + w_bytes) if x_bytes + w_bytes else 0
     split = vec_step + vlat
     if spec.rhs_split:  # a runtime right operand: both operands DMAed together, both split
         head = rt_xw + split
@@ -321,7 +331,8 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     if spec.flash_dv:  # the running max and sum chain each step to the last: scores, softmax, P.V in series
         # (the V tile's DMA is dispatched behind the softmax's instructions: its round trip
         # overlaps the softmax only)
-        flash = mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes)) + mm_pv + fill
+        flash = (mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes) if pv_bytes else 0)
+                 + mm_pv + fill)
         # interleaved heads: the latencies of `interleave` score tiles' chains overlap, their
         # vector work (softmax, splits) runs in series on the one vector unit (measured on
         # MiniLM's server attention: 2, 4, 6 heads within 12 % of this)
@@ -1028,14 +1039,16 @@ def _permute_cycles(hw: HardwareConfig, loads: int, load_rows: int, load_row_byt
 
 
 def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc: int,
-                         local_indices: bool = False) -> int:
+                         local_indices: bool = False, table_bytes: int | None = None) -> int:
     """Cycles of `tile.gather_rows` in [tr, tc] tiles (each stored by one DMA): per row the front
     end reads the index with a scalar `ld` (stalled for the DRAM latency; `local_indices`: `lds`
     from the scratchpad copy, a scratchpad latency, after one DMA round trip of the indices)
     and dispatches the address arithmetic and the row's DMA (4 more instructions,
     docs/tiling.md); the row DMAs run on the load engine's channels. Per tile the slower of the
     two, then the last row's round trip and the last tile's store round trip (earlier stores
-    overlap the next tile's rows)."""
+    overlap the next tile's rows). `table_bytes`: the table is loaded into the scratchpad
+    first (one DMA round trip of that many bytes) and each row is a vector copy instead of a
+    DMA, which holds no channel for a DRAM latency."""
     lat, setup, ch = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
     index_lat = hw.scalar.local_load_cycles if local_indices else lat
     total = 0.0
@@ -1043,10 +1056,15 @@ def gather_rows_estimate(hw: HardwareConfig, count: int, width: int, tr: int, tc
         for cols, n_c in _counts(width, tc):
             row_bytes = _burst_bytes(hw, cols * 4)
             front = rows * (1 + index_lat + 4)
-            engine = rows * (setup + row_bytes / hw.dram.bytes_per_cycle + lat) / ch
+            if table_bytes is None:
+                engine = rows * (setup + row_bytes / hw.dram.bytes_per_cycle + lat) / ch
+            else:
+                engine = rows * -(-cols // hw.vector.lanes) * hw.vector.cost["copy"]
             store = rows * row_bytes / hw.dram.bytes_per_cycle
             total += n_r * n_c * max(front, engine, store + rows * row_bytes / hw.dram.bytes_per_cycle)
     last_rows, last_cols = min(tr, count), min(tc, width)
+    if table_bytes is not None:
+        total += dma_round_trip(hw, _burst_bytes(hw, table_bytes))
     if local_indices:
         total += dma_round_trip(hw, _burst_bytes(hw, count * 8))
     return int(total + dma_round_trip(hw, _burst_bytes(hw, last_cols * 4))

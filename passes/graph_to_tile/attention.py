@@ -35,7 +35,7 @@ the mean of V (-1e30 mask) or NaN (runtime -inf), not the reference's zeros.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from xdsl.dialects.builtin import f32
@@ -171,6 +171,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # made the e2e Llama prefill on server run out of semaphores)
     resident = (latency_bound(hw) and copies == 1
                 and B * (Hq * Sq * D + Hkv * Skv * (D + Dv)) * 4 <= hw.memory.scratchpad_bytes // RESIDENT_OPERANDS_SHARE)
+    if resident:  # the cost model's cycles of the chosen tiling with its operands resident
+        estimate = tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, replace(
+            spec, interleave=interleave, interleaves=(interleave,), resident_operands=True))
+        ctx.predict(estimate.cycles - choice.best.cycles)
     q_all = _resident_heads(ctx, q_at) if resident else None
     k_all = _resident_heads(ctx, k_at) if resident else None
     v_all = _resident_heads(ctx, v_at) if resident else None

@@ -21,11 +21,15 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import num_elements, shape_of
+from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.context import LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.transpose import permute_copy
+
+
+#: a one-tile norm result stays on chip for the kernels named within this many names after it
+KEPT_NORM_READERS = 3
 
 
 def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
@@ -63,6 +67,15 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
         x2 = em.view(_permuted(ctx, x2, blocks), (M, D))
         out2 = em.alloc((M, D), f32, "dram")
     TR = choice.rows
+    # rows the kernel before left on chip (`keep_on_chip`: a gather's one tile) are copied on the
+    # vector unit instead of loaded back, a wait for that kernel's store and a DRAM latency
+    kept = ctx.on_chip(x2) if trailing == 1 else None
+    if kept is not None and (num_elements(shape_of(kept)) != M * D or element_name_of(kept) != "f32"):
+        kept = None
+    kept2 = em.view(kept, (M, D)) if kept is not None else None
+    if kept2 is not None and _footprint(M, D, narrow, params) <= ctx.hw.memory.scratchpad_bytes // 2:
+        # rows on chip need no load pipeline: one tile, whose result stays on chip in turn
+        TR = M
     x_tile = em.alloc((TR, D), f32, "spad", 2)
     y_tile = em.alloc((TR, D), f32, "spad", 2)
     # a narrowed (bf16) output: the last instruction writes a bf16 tile (it rounds its f32 result
@@ -76,7 +89,10 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
         em.dma(src, z, dst, z, [1, D])
 
     def tile(r0: Index, tr: int) -> None:
-        em.dma(x2, [r0, 0], x_tile, z, [tr, D])
+        if kept2 is not None:
+            em.vec("copy", x_tile, z, kept2, [r0, 0], tr, D)
+        else:
+            em.dma(x2, [r0, 0], x_tile, z, [tr, D])
         if is_log:  # x - m - ln(sum(exp(x - m)))
             em.vec("rmax", column, z, x_tile, z, tr, D)
             em.vec("sub", x_tile, z, x_tile, z, tr, D, column, z, bmode="col")
@@ -95,6 +111,10 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
             assert isinstance(op, g.NormOp)
             normalize(em, op, x_tile, y_tile, out_tile, column, param_tiles, tr, D)
         em.dma(out_tile, z, out2, [r0, 0], [tr, D])
+        if TR >= M and trailing == 1 and latency_bound(ctx.hw):
+            # the whole result in one tile: the GEMMs after it (a layer's q, k and v projections)
+            # copy it instead of loading it back
+            ctx.keep_on_chip(out2, out_tile, next_kernels=KEPT_NORM_READERS)
 
     em.tiles(M, TR, tile)
     if trailing > 1:

@@ -181,3 +181,35 @@ def test_head_split_stores_from_the_kept_result(monkeypatch):
     assert reloads_off >= 1
     assert y.tobytes() == y_off.tobytes()
     assert cycles < cycles_off, (cycles, cycles_off)
+
+
+def test_embedding_norm_projection_chain_stays_on_chip(monkeypatch):
+    """server: a 128-row embedding gather (one tile, kept), its RMSNorm (reads the kept rows,
+    one tile, kept) and a projection of the normalised rows: no DMA reads the gather's or the
+    norm's result back. With the norm's kept result off (`KEPT_NORM_READERS` 0) the projection
+    loads it: the same bits, more cycles."""
+    from infer.passes.graph_to_tile import norms
+
+    V, W, N = 256, 128, 128
+    ids_t, tab_t, h_t = f"tensor<{N}xi32>", f"tensor<{V}x{W}xf32>", f"tensor<{N}x{W}xf32>"
+    text = f"""func.func @main(%ids: {ids_t}) -> {h_t} {{
+  %t = graph.weight @table : {tab_t}
+  %g = graph.weight @gamma : tensor<{W}xf32>
+  %w = graph.weight @w : tensor<{W}x{W}xf32>
+  %e = graph.gather %t, %ids {{axis = 0 : i64}} : ({tab_t}, {ids_t}) -> {h_t}
+  %n = graph.rms_norm %e, %g {{axis = -1 : i64, epsilon = 1.0e-05 : f32}} : ({h_t}, tensor<{W}xf32>) -> {h_t}
+  %y = graph.linear %n, %w : ({h_t}, tensor<{W}x{W}xf32>) -> {h_t}
+  func.return %y : {h_t}
+}}"""
+    rng = np.random.default_rng(10)
+    weights = {"table": rng.standard_normal((V, W)).astype(np.float32),
+               "gamma": rng.standard_normal(W).astype(np.float32),
+               "w": (rng.standard_normal((W, W)) * 0.1).astype(np.float32)}
+    ids = rng.integers(0, V, N).astype(np.int32)
+    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", ids)
+    assert reloads == 0
+    monkeypatch.setattr(norms, "KEPT_NORM_READERS", 0)
+    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", ids)
+    assert reloads_off >= 1
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)

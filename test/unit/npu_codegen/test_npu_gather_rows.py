@@ -171,3 +171,72 @@ def test_gather_rows_with_indices_in_the_scratchpad_reads_them_with_lds():
     assert "ld" not in names and "lds" in names
     # N reads at the scratchpad's latency, none at DRAM's
     assert counters.stalls["scalar_load"] == N * load_config("server").scalar.local_load_cycles
+
+
+def test_gather_rows_from_a_scratchpad_table_is_a_vector_copy_per_row():
+    """A scratchpad table (loaded by one DMA): each row is one `vec.copy` whose source base is
+    the scaled index register, no row DMA; the rows are the tile interpreter's (races checked:
+    conftest.py)."""
+    V, W, N = 40, 16, 12
+    T, I, Y = mr((V, W), "f32", "dram"), mr((N,), "i32", "dram"), mr((N, W), "f32", "dram")
+    LT, B = mr((V, W), "f32", "spad"), mr((N, W), "f32", "spad")
+    text = f"""builtin.module attributes {{tile.target = "server"}} {{
+  func.func @main(%tab: {T} {{graph.name = "table"}}, %idx: {I} {{graph.name = "idx"}}, %y: {Y} {{graph.name = "y", tile.output}}) {{
+    %c0 = arith.constant 0 : index
+    %local = tile.alloc : {LT}
+    tile.dma %tab[%c0, %c0], %local[%c0, %c0] {{shape = array<i64: {V}, {W}>}} : {T}, {LT}
+    %buf = tile.alloc : {B}
+    tile.gather_rows %local[%c0], %idx[%c0], %buf[%c0, %c0] {{rows = {N} : i64, cols = {W} : i64}} : {LT}, {I}, {B}
+    tile.dma %buf[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {N}, {W}>}} : {B}, {Y}
+    func.return
+  }}
+}}
+"""
+    table, idx = _inputs(V, W, N, "i32", seed=4)
+    prog, _, (y,) = run_both(text, [table, idx], target="server")
+    np.testing.assert_array_equal(y, table[idx])
+    names = [i.name for i in prog.instrs]
+    assert names.count("dma.load") == 1 and "vec.copy" in names  # the table's load alone
+
+
+def test_embedding_table_on_chip_is_chosen_where_it_pays(monkeypatch, capsys):
+    """server, 512 rows of a 1024 x 64 table: the cost model puts the table in the scratchpad
+    (row DMAs each hold a DMA channel for a DRAM latency); the same bits as the row DMAs
+    (`LOCAL_TABLE_SHARE` beyond the scratchpad), fewer cycles."""
+    from infer.passes.graph_to_tile import gather
+
+    V, W, N = 1024, 64, 512
+    ids_t, tab_t, out_t = f"tensor<1x{N}xi32>", f"tensor<{V}x{W}xf32>", f"tensor<1x{N}x{W}xf32>"
+    text = f"""func.func @main(%ids: {ids_t}) -> {out_t} {{
+  %t = graph.weight @table : {tab_t}
+  %y = graph.gather %t, %ids {{axis = 0 : i64}} : ({tab_t}, {ids_t}) -> {out_t}
+  func.return %y : {out_t}
+}}"""
+    from infer.dialects.weights import WeightStore, attach_weights
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((V, W)).astype(np.float32)
+    ids = rng.integers(0, V, (1, N)).astype(np.int32)
+
+    def run() -> tuple[np.ndarray, int, str]:
+        module = parse_ir(CTX, text, "embed.mlir")
+        store = WeightStore()
+        store.set("table", table)
+        attach_weights(module, store)
+        apply_pass("graph-prepare-tiling,graph-to-tile{target=server debug-tiling=true},tile-plan-memory", module)
+        log = capsys.readouterr().err
+        apply_pass("tile-to-npu", module)
+        layout = layout_from_module(module)
+        prog = next(o for o in module.walk() if isinstance(o, ProgramOp)).to_program()
+        dram = layout.dram_image([ids], weights_of(module))
+        counters = Simulator("server").run(prog, dram, check_races=True)
+        return layout.read_outputs(dram)[0], counters.cycles, log
+
+    y, cycles, log = run()
+    assert "the table in the scratchpad" in log, log
+    np.testing.assert_array_equal(y[0], table[ids[0]])
+    monkeypatch.setattr(gather, "LOCAL_TABLE_SHARE", 1 << 40)
+    y_off, cycles_off, log_off = run()
+    assert "the table in the scratchpad" not in log_off
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
