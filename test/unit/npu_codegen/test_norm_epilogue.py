@@ -78,7 +78,9 @@ def test_server_fuses_the_norm_into_the_gemm(precision, norm, tol, capsys):
              for line in log_.splitlines() if "kernel0: linear" in line]
     assert tiles[0] == tiles[-1]  # the same GEMM tiles: the same bits
     assert y.tobytes() == y_apart.tobytes()
-    assert cycles < 0.9 * apart, (cycles, apart)
+    # (0.9 before the norm kernel read the GEMM's one-tile result on chip instead of loading it
+    # back: apart 5.8 K / 8.6 K cycles now, fused 5.3 K / 7.9 K)
+    assert cycles < 0.95 * apart, (cycles, apart)
 
 
 def test_edge_keeps_the_norm_kernel_where_whole_rows_do_not_pay(capsys):
