@@ -42,6 +42,20 @@ def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, prec
     return y, counters.cycles, reloads
 
 
+def kept_against_off(monkeypatch, text: str, weights: dict[str, np.ndarray], x: np.ndarray, owner: object,
+                     switch: str, off_value: object, precision: str = "bf16", reloads_off: bool = True) -> None:
+    """Compiled as it is, no DMA reads an intermediate back; with `owner.switch` set to
+    `off_value` (the on-chip path turned off) it does (`reloads_off`): the same bits, more
+    cycles."""
+    y, cycles, reloads = compile_and_run(text, weights, "server", precision, x)
+    assert reloads == 0
+    monkeypatch.setattr(owner, switch, off_value)
+    y_off, cycles_off, reloads_when_off = compile_and_run(text, weights, "server", precision, x)
+    assert (reloads_when_off >= 1) if reloads_off else (reloads_when_off == 0)
+    assert y.tobytes() == y_off.tobytes()
+    assert cycles < cycles_off, (cycles, cycles_off)
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_second_gemm_reads_the_first_result_on_chip(monkeypatch, precision):
     """server, 128x256 -> 256 -> 256: both GEMMs are one tile; the second copies the first's
@@ -50,13 +64,7 @@ def test_second_gemm_reads_the_first_result_on_chip(monkeypatch, precision):
     a kept result), the second loads it back from DRAM: the same bits, more cycles."""
     text, weights = linear_chain(128, 256, 256, 256)
     x = np.random.default_rng(4).standard_normal((128, 256)).astype(np.float32)
-    y, cycles, reloads = compile_and_run(text, weights, "server", precision, x)
-    assert reloads == 0
-    monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
-    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", precision, x)
-    assert reloads_off >= 1
-    assert y.tobytes() == y_off.tobytes()
-    assert cycles < cycles_off, (cycles, cycles_off)
+    kept_against_off(monkeypatch, text, weights, x, gemm, "KEPT_RESULT_READERS", 0, precision)
 
 
 def test_tiled_result_is_loaded_from_dram():
@@ -143,13 +151,7 @@ def test_several_m_tiles_read_the_kept_result_as_one_operand(monkeypatch):
     copies (`_whole_operand` off), fewer cycles, no DMA of the intermediate."""
     text, weights = linear_chain(512, 256, 384, 1408)
     x = (np.random.default_rng(7).standard_normal((512, 256)) * 0.25).astype(np.float32)
-    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", x)
-    assert reloads == 0
-    monkeypatch.setattr(gemm, "_whole_operand", lambda *args: None)
-    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
-    assert reloads_off == 0
-    assert y.tobytes() == y_off.tobytes()
-    assert cycles < cycles_off, (cycles, cycles_off)
+    kept_against_off(monkeypatch, text, weights, x, gemm, "_whole_operand", lambda *args: None, reloads_off=False)
 
 
 def head_split(S: int, H: int, D: int) -> tuple[str, dict[str, np.ndarray]]:
@@ -174,13 +176,7 @@ def test_head_split_stores_from_the_kept_result(monkeypatch):
     tile interpreter = simulator with the race checker on."""
     text, weights = head_split(256, 4, 64)
     x = np.random.default_rng(9).standard_normal((1, 256, 256)).astype(np.float32)
-    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", x)
-    assert reloads == 0
-    monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
-    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
-    assert reloads_off >= 1
-    assert y.tobytes() == y_off.tobytes()
-    assert cycles < cycles_off, (cycles, cycles_off)
+    kept_against_off(monkeypatch, text, weights, x, gemm, "KEPT_RESULT_READERS", 0)
 
 
 def test_embedding_norm_projection_chain_stays_on_chip(monkeypatch):
@@ -206,10 +202,4 @@ def test_embedding_norm_projection_chain_stays_on_chip(monkeypatch):
                "gamma": rng.standard_normal(W).astype(np.float32),
                "w": (rng.standard_normal((W, W)) * 0.1).astype(np.float32)}
     ids = rng.integers(0, V, N).astype(np.int32)
-    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", ids)
-    assert reloads == 0
-    monkeypatch.setattr(norms, "KEPT_NORM_READERS", 0)
-    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", ids)
-    assert reloads_off >= 1
-    assert y.tobytes() == y_off.tobytes()
-    assert cycles < cycles_off, (cycles, cycles_off)
+    kept_against_off(monkeypatch, text, weights, ids, norms, "KEPT_NORM_READERS", 0)
