@@ -42,7 +42,7 @@ from xdsl.dialects.builtin import f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import num_elements, shape_of
+from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import head_layout, integer_inputs
 from infer.passes.graph_to_tile.builder import Emitter, Index
@@ -318,10 +318,10 @@ def _resident_heads(ctx: LoweringContext, at: _Heads) -> _Heads:
     semaphores of its own to the kernel before's readers of those bytes: the e2e Llama prefill
     in fp32 on server ran out of semaphores.)"""
     em = ctx.emitter
-    kept = ctx.on_chip(at.buffer)  # the kernel before left it on chip (a prefill's rotary)
-    if kept is not None and num_elements(shape_of(kept)) == num_elements(shape_of(at.buffer)):
-        return _Heads(em.view(kept, tuple(shape_of(at.buffer))), at.H, at.S, at.D, at.seq_major, em)
     shape = tuple(shape_of(at.buffer))
+    kept = ctx.on_chip_as(at.buffer, shape)  # the kernel before left it on chip (a prefill's rotary)
+    if kept is not None:
+        return _Heads(kept, at.H, at.S, at.D, at.seq_major, em)
     tile = em.alloc(shape, f32, "spad")
     em.dma(at.buffer, [0, 0], tile, [0, 0], list(shape))
     return _Heads(tile, at.H, at.S, at.D, at.seq_major, em)

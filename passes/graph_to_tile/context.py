@@ -298,6 +298,14 @@ class LoweringContext:
                 return None
             dram = owner.operands[0]
 
+    def on_chip_as(self, dram: SSAValue, shape: Sequence[int]) -> SSAValue | None:
+        """A `shape` view of the tile `on_chip` finds for `dram` when it holds exactly that many
+        elements (the whole buffer), else None."""
+        tile = self.on_chip(dram)
+        if tile is None or num_elements(shape_of(tile)) != num_elements(shape):
+            return None
+        return self.emitter.view(tile, tuple(shape))
+
     # -- kernels ------------------------------------------------------------------
     def kernel_name(self) -> str:
         """The next stable kernel name, `kernel<N>` (overrides and debug-tiling use it)."""

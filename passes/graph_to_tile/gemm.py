@@ -26,7 +26,6 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import norms
@@ -361,13 +360,12 @@ def _activations_on_chip(ctx: LoweringContext, lhs_buffer: SSAValue | None, rows
     (`LoweringContext.keep_on_chip`: a one-tile GEMM's result), when it has the buffer's
     elements and fits beside this nest's buffers (`spad_need`) within KERNEL_OVERLAP_SHARE of
     the scratchpad; else None (the rows are loaded from DRAM)."""
-    tile = ctx.on_chip(lhs_buffer) if lhs_buffer is not None else None
-    if tile is None or num_elements(shape_of(tile)) != rows * K:
+    if lhs_buffer is None:
         return None
     element_bytes = 2 if ctx.is_bf16_buffer(lhs_buffer) else 4
     if spad_need + rows * K * element_bytes > KERNEL_OVERLAP_SHARE * ctx.hw.memory.scratchpad_bytes:
         return None
-    return ctx.emitter.view(tile, (rows, K))
+    return ctx.on_chip_as(lhs_buffer, (rows, K))
 
 
 def _whole_operand(ctx: LoweringContext, x_on_chip: SSAValue | None, lhs_buffer: SSAValue, M: int,

@@ -69,10 +69,7 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     TR = choice.rows
     # rows the kernel before left on chip (`keep_on_chip`: a gather's one tile) are copied on the
     # vector unit instead of loaded back, a wait for that kernel's store and a DRAM latency
-    kept = ctx.on_chip(x2) if trailing == 1 else None
-    if kept is not None and (num_elements(shape_of(kept)) != M * D or element_name_of(kept) != "f32"):
-        kept = None
-    kept2 = em.view(kept, (M, D)) if kept is not None else None
+    kept2 = ctx.on_chip_as(x2, (M, D)) if trailing == 1 and element_name_of(x2) == "f32" else None
     if kept2 is not None and _footprint(M, D, narrow, params) <= ctx.hw.memory.scratchpad_bytes // 2:
         # rows on chip need no load pipeline: one tile, whose result stays on chip in turn
         TR = M

@@ -577,9 +577,9 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     norm_params = norms.prologue_params(ctx, norm, M, K) if norm is not None else None
     if x_tile_src is None:
         assert xv is not None
-        on_chip = ctx.on_chip(xv)  # the kernel before left the rows on chip (paged attention)
-        if on_chip is not None and num_elements(shape_of(on_chip)) == M * K:
-            em.vec("copy", x_staging, [x0, 0], em.view(on_chip, (M, K)), z, M, K)
+        on_chip = ctx.on_chip_as(xv, (M, K))  # the kernel before left the rows on chip (paged attention)
+        if on_chip is not None:
+            em.vec("copy", x_staging, [x0, 0], on_chip, z, M, K)
         else:
             em.dma(xv, z, x_staging, [x0, 0], [M, K])
     # the epilogues' operands from DRAM (a residual): issued with the activations, not after

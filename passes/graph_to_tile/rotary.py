@@ -62,11 +62,8 @@ def lower_rotary(ctx: LoweringContext, op: Operation) -> None:
     # the head-split transpose before it deferred (head_layout.py): plane p's rows are the
     # columns p*D.. of the [S, H*D] source, read on chip where the projection left it
     seq_major = head_layout.sequence_major(ctx, op.input)
-    kept = ctx.on_chip(seq_major) if seq_major is not None else None
-    if kept is not None and num_elements(shape_of(kept)) != S * planes * D:
-        kept = None
     source = em.view(seq_major, (S, planes * D)) if seq_major is not None else None
-    kept2 = em.view(kept, (S, planes * D)) if kept is not None else None
+    kept2 = ctx.on_chip_as(seq_major, (S, planes * D)) if seq_major is not None else None
     x3 = em.view(ctx.buffer(op.input), (planes, S, D)) if seq_major is None else None
     out3 = em.view(ctx.output_buffer(op.output), (planes, S, D))
     cs_planes = num_elements(lead_cs)

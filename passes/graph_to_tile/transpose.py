@@ -123,8 +123,8 @@ def permute_copy(ctx: LoweringContext, src: SSAValue, shape: Sequence[int], perm
 
     if cp[-1] == n - 1:  # rows of C contiguous elements stay rows
         C, v, u = sizes[-1], n - 2, cp[n - 2]
-        kept = ctx.on_chip(src)
-        if kept is not None and num_elements(shape_of(kept)) == total and t.elem_bytes(kept) == elem_size:
+        kept = ctx.on_chip_as(src, (total,))
+        if kept is not None and t.elem_bytes(kept) == elem_size:
             return desc + _store_permuted_rows(ctx, kept, dst, sizes, in_strides, out_strides, u, v, nest)
         outer = num_elements([sizes[d] for d in cp[:-2] if d not in (u, v)])
         loops = sum(1 for d in cp[:-2] if d not in (u, v) and sizes[d] > 1)
