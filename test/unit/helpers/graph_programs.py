@@ -26,3 +26,35 @@ func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2
                "w2": (rng.standard_normal((N2, N1)) * 0.1).astype(np.float32),
                "b2": rng.standard_normal(N2).astype(np.float32)}
     return text, weights
+
+
+def head_split_attention(B: int, S: int, HQ: int, HKV: int, D: int, *, o_projection: bool = False,
+                         return_q_heads: bool = False) -> str:
+    """x_q [B, S, HQ*D], x_k / x_v [B, S, HKV*D] -> head splits (reshape, transpose to
+    [B, H, S, D]) -> attention -> head merge [B, S, HQ*D]; with `o_projection` a linear of the
+    merged heads (weights @wo [HQ*D, HQ*D], @bo) follows; with `return_q_heads` the split q is
+    a second result (so its transpose must be copied)."""
+    q, kv = f"tensor<{B}x{S}x{HQ * D}xf32>", f"tensor<{B}x{S}x{HKV * D}xf32>"
+    q4, kv4 = f"tensor<{B}x{S}x{HQ}x{D}xf32>", f"tensor<{B}x{S}x{HKV}x{D}xf32>"
+    qh, kvh = f"tensor<{B}x{HQ}x{S}x{D}xf32>", f"tensor<{B}x{HKV}x{S}x{D}xf32>"
+    w, bias = f"tensor<{HQ * D}x{HQ * D}xf32>", f"tensor<{HQ * D}xf32>"
+    perm = "{perm = array<i64: 0, 2, 1, 3>}"
+    projection = (f"""  %w = graph.weight @wo : {w}
+  %b = graph.weight @bo : {bias}
+  %o = graph.linear %m, %w, %b : ({q}, {w}, {bias}) -> {q}
+""" if o_projection else "")
+    merged = "%m" if o_projection else "%o"
+    results = f"{q}, {qh}" if return_q_heads else q
+    returned = f"%o, %qt : {q}, {qh}" if return_q_heads else f"%o : {q}"
+    return f"""func.func @main(%xq: {q}, %xk: {kv}, %xv: {kv}) -> ({results}) {{
+  %q4 = graph.reshape %xq : ({q}) -> {q4}
+  %k4 = graph.reshape %xk : ({kv}) -> {kv4}
+  %v4 = graph.reshape %xv : ({kv}) -> {kv4}
+  %qt = graph.transpose %q4 {perm} : ({q4}) -> {qh}
+  %kt = graph.transpose %k4 {perm} : ({kv4}) -> {kvh}
+  %vt = graph.transpose %v4 {perm} : ({kv4}) -> {kvh}
+  %a = graph.attention %qt, %kt, %vt : ({qh}, {kvh}, {kvh}) -> {qh}
+  %at = graph.transpose %a {perm} : ({qh}) -> {q4}
+  {merged} = graph.reshape %at : ({q4}) -> {q}
+{projection}  func.return {returned}
+}}"""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.graph_programs import head_split_attention
 from helpers.tile_programs import npu_matches_tile
 from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
@@ -24,24 +25,7 @@ B, S, HQ, HKV, D = 2, 48, 4, 2, 16
 def block_ir(extra_use: bool) -> str:
     """x_q [B, S, Hq*D], x_k / x_v [B, S, Hkv*D] -> heads -> attention -> [B, S, Hq*D]; with
     `extra_use` the transposed q is also a result (so that transpose must be copied)."""
-    q, kv = f"tensor<{B}x{S}x{HQ * D}xf32>", f"tensor<{B}x{S}x{HKV * D}xf32>"
-    q4, kv4 = f"tensor<{B}x{S}x{HQ}x{D}xf32>", f"tensor<{B}x{S}x{HKV}x{D}xf32>"
-    qh, kvh = f"tensor<{B}x{HQ}x{S}x{D}xf32>", f"tensor<{B}x{HKV}x{S}x{D}xf32>"
-    perm = "{perm = array<i64: 0, 2, 1, 3>}"
-    results = f"{q}, {qh}" if extra_use else q
-    returned = f"%o, %qt : {q}, {qh}" if extra_use else f"%o : {q}"
-    return f"""func.func @main(%xq: {q}, %xk: {kv}, %xv: {kv}) -> ({results}) {{
-  %q4 = graph.reshape %xq : ({q}) -> {q4}
-  %k4 = graph.reshape %xk : ({kv}) -> {kv4}
-  %v4 = graph.reshape %xv : ({kv}) -> {kv4}
-  %qt = graph.transpose %q4 {perm} : ({q4}) -> {qh}
-  %kt = graph.transpose %k4 {perm} : ({kv4}) -> {kvh}
-  %vt = graph.transpose %v4 {perm} : ({kv4}) -> {kvh}
-  %a = graph.attention %qt, %kt, %vt : ({qh}, {kvh}, {kvh}) -> {qh}
-  %at = graph.transpose %a {perm} : ({qh}) -> {q4}
-  %o = graph.reshape %at : ({q4}) -> {q}
-  func.return {returned}
-}}"""
+    return head_split_attention(B, S, HQ, HKV, D, return_q_heads=extra_use)
 
 
 @pytest.mark.parametrize("target", ["edge", "server"])

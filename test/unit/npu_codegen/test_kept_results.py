@@ -16,7 +16,7 @@ from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu.common import root_buffer
-from helpers.graph_programs import linear_chain
+from helpers.graph_programs import head_split_attention, linear_chain
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
@@ -76,30 +76,6 @@ def test_tiled_result_is_loaded_from_dram():
     assert reloads >= 1
 
 
-def attention_block(S: int, HQ: int, HKV: int, D: int) -> str:
-    """q/k/v [1, S, H*D] -> heads -> attention -> merged heads [1, S, HQ*D] -> linear (o)."""
-    q, kv = f"tensor<1x{S}x{HQ * D}xf32>", f"tensor<1x{S}x{HKV * D}xf32>"
-    q4, kv4 = f"tensor<1x{S}x{HQ}x{D}xf32>", f"tensor<1x{S}x{HKV}x{D}xf32>"
-    qh, kvh = f"tensor<1x{HQ}x{S}x{D}xf32>", f"tensor<1x{HKV}x{S}x{D}xf32>"
-    w, bias = f"tensor<{HQ * D}x{HQ * D}xf32>", f"tensor<{HQ * D}xf32>"
-    perm = "{perm = array<i64: 0, 2, 1, 3>}"
-    return f"""func.func @main(%xq: {q}, %xk: {kv}, %xv: {kv}) -> ({q}) {{
-  %q4 = graph.reshape %xq : ({q}) -> {q4}
-  %k4 = graph.reshape %xk : ({kv}) -> {kv4}
-  %v4 = graph.reshape %xv : ({kv}) -> {kv4}
-  %qt = graph.transpose %q4 {perm} : ({q4}) -> {qh}
-  %kt = graph.transpose %k4 {perm} : ({kv4}) -> {kvh}
-  %vt = graph.transpose %v4 {perm} : ({kv4}) -> {kvh}
-  %a = graph.attention %qt, %kt, %vt : ({qh}, {kvh}, {kvh}) -> {qh}
-  %at = graph.transpose %a {perm} : ({qh}) -> {q4}
-  %m = graph.reshape %at : ({q4}) -> {q}
-  %w = graph.weight @wo : {w}
-  %b = graph.weight @bo : {bias}
-  %o = graph.linear %m, %w, %b : ({q}, {w}, {bias}) -> {q}
-  func.return %o : {q}
-}}"""
-
-
 def test_attention_output_read_on_chip_by_the_projection(monkeypatch):
     """server, one query tile per head, heads merged side by side: the attention kernel copies
     each head's normalised output into one [S, HQ*D] tile as well as storing it, and the o
@@ -117,7 +93,7 @@ def test_attention_output_read_on_chip_by_the_projection(monkeypatch):
                "bo": rng.standard_normal(HQ * D).astype(np.float32)}
 
     def run():
-        module = parse_ir(CTX, attention_block(S, HQ, HKV, D), "block.mlir")
+        module = parse_ir(CTX, head_split_attention(1, S, HQ, HKV, D, o_projection=True), "block.mlir")
         verify_module(module)
         store = WeightStore()
         for name, value in weights.items():
