@@ -76,20 +76,36 @@ class Access:
         return self.low < other.high and other.low < self.high
 
 
+class _Listed:
+    """One list of AccessIndex: accesses in emission order, with their sequence numbers and
+    tracker positions beside them (plain ints, so bisect runs without a key function)."""
+
+    __slots__ = ("accesses", "sequences", "positions")
+
+    def __init__(self) -> None:
+        self.accesses: list[Access] = []
+        self.sequences: list[int] = []
+        self.positions: list[int] = []
+
+
 class AccessIndex:
     """Every emitted access, listed by (space, page, engine, writes?) in emission order, so the
     dependency tracker finds an engine's latest conflicting access by scanning a few short lists
-    backwards instead of the whole program (that scan was quadratic: minutes on ResNet-50)."""
+    backwards instead of the whole program (that scan was quadratic: minutes on ResNet-50).
+    Queries run several times per emitted instruction (per access and engine), so the lists a
+    query reads are memoised by its pages (`_query_keys`)."""
 
     PAGE_SHIFT = {"dram": 20, "local": 14}  # 1 MiB / 16 KiB pages
     WIDE = 64  # accesses spanning more pages go to one list per (space, engine, writes?)
 
     def __init__(self) -> None:
-        self.lists: dict[tuple, list[Access]] = {}
+        self.lists: dict[tuple, _Listed] = {}
         self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
         # engine -> the latest sequence number among its accesses after each one added (a
         # query whose `after` is at least the last has nothing to find: most of them)
         self.latest: dict[str, list[int]] = {}
+        # (space, first page, last page, writes?, engine) -> the list keys of a narrow query
+        self._query_keys: dict[tuple, tuple[tuple, ...]] = {}
 
     def _pages(self, access: Access) -> range | None:
         shift = self.PAGE_SHIFT[access.space]
@@ -97,16 +113,21 @@ class AccessIndex:
         return None if last - first >= self.WIDE else range(first, last + 1)
 
     def add(self, access: Access) -> None:
-        latest = self.latest.setdefault(access.instruction.engine, [])
+        engine = access.instruction.engine
+        latest = self.latest.get(engine)
+        if latest is None:
+            latest = self.latest[engine] = []
         latest.append(max(latest[-1], access.sequence) if latest else access.sequence)
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
-            key = (access.space, page, access.instruction.engine, access.writes)
+            key = (access.space, page, engine, access.writes)
             listed = self.lists.get(key)
             if listed is None:
-                listed = self.lists[key] = []
-                self.keys.setdefault((access.space, access.instruction.engine), []).append(key)
-            listed.append(access)
+                listed = self.lists[key] = _Listed()
+                self.keys.setdefault((access.space, engine), []).append(key)
+            listed.accesses.append(access)
+            listed.sequences.append(access.sequence)
+            listed.positions.append(access.position)
 
     def remove_latest(self, access: Access) -> None:
         """Take back the access added last (a kernel compiled again)."""
@@ -114,25 +135,27 @@ class AccessIndex:
         pages = self._pages(access)
         for page in pages if pages is not None else (None,):
             listed = self.lists[(access.space, page, access.instruction.engine, access.writes)]
-            assert listed[-1] is access
-            listed.pop()
+            assert listed.accesses[-1] is access
+            listed.accesses.pop()
+            listed.sequences.pop()
+            listed.positions.pop()
 
-    def _keys(self, access: Access, engine: str) -> list[tuple]:
+    def _keys(self, access: Access, engine: str) -> tuple[tuple, ...] | list[tuple]:
         """The lists that can hold accesses of `engine` conflicting with `access`."""
         space = access.space
         shift = self.PAGE_SHIFT[space]
         first, last = access.low >> shift, (access.high - 1) >> shift
-        if last - first >= self.WIDE:  # a wide query: every page list of this space
+        if last - first >= self.WIDE:  # a wide query: every page list of this space (grows)
             keys = self.keys.get((space, engine), [])
             return keys if access.writes else [key for key in keys if key[3]]
-        if first == last:  # (the common case, spelled out: this runs per access and engine)
-            if access.writes:
-                return [(space, first, engine, True), (space, first, engine, False),
-                        (space, None, engine, True), (space, None, engine, False)]
-            return [(space, first, engine, True), (space, None, engine, True)]
-        kinds = (True, False) if access.writes else (True,)
-        return [(space, page, engine, writes) for page in (*range(first, last + 1), None)
-                for writes in kinds]
+        query = (space, first, last, access.writes, engine)
+        keys = self._query_keys.get(query)
+        if keys is None:
+            kinds = (True, False) if access.writes else (True,)
+            keys = self._query_keys[query] = tuple(
+                (space, page, engine, writes) for page in (*range(first, last + 1), None)
+                for writes in kinds)
+        return keys
 
     def latest_conflict(self, access: Access, engine: str, after: int) -> Access | None:
         """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
@@ -146,7 +169,10 @@ class AccessIndex:
         low, high, ring = access.low, access.high, access.ring
         lists = self.lists
         for key in self._keys(access, engine):
-            for earlier in reversed(lists.get(key, ())):
+            listed = lists.get(key)
+            if listed is None or not listed.sequences or listed.sequences[-1] <= after:
+                continue
+            for earlier in reversed(listed.accesses):
                 if earlier.sequence <= after:
                     break
                 if not (earlier.low < high and low < earlier.high):
@@ -159,35 +185,36 @@ class AccessIndex:
         return best
 
     def conflicts_from(self, access: Access, position: int,
-                       after: dict[str, int]) -> list[Access]:
+                       coverage: dict[tuple[str, str], int]) -> list[Access]:
         """The accesses of other engines at tracker positions >= `position` that conflict
-        with `access` by bytes (overlapping, one of them writing) and are later than sequence
-        number `after[engine]`, in position order."""
+        with `access` by bytes (overlapping, one of them writing) and are later than what
+        access's engine knows complete of them (`coverage[(engine, access's engine)]`), in
+        position order."""
         found: dict[int, Access] = {}
         low, high = access.low, access.high
+        lists = self.lists
+        own = access.instruction.engine
         for engine in QUEUED_ENGINES:
+            if engine == own:
+                continue
             latest = self.latest.get(engine)
-            if engine == access.instruction.engine or not latest or latest[-1] <= after[engine]:
+            done = coverage.get((engine, own), 0)
+            if not latest or latest[-1] <= done:
                 continue
             for key in self._keys(access, engine):
-                listed = self.lists.get(key)
-                if not listed or listed[-1].sequence <= after[engine]:
+                listed = lists.get(key)
+                if listed is None:
+                    continue
+                sequences = listed.sequences
+                if not sequences or sequences[-1] <= done:
                     continue
                 # (a list is in emission order, so in both position and sequence order)
-                start = max(bisect.bisect_left(listed, position, key=_position_of),
-                            bisect.bisect_right(listed, after[engine], key=_sequence_of))
-                for later in listed[start:]:
+                start = max(bisect.bisect_left(listed.positions, position),
+                            bisect.bisect_right(sequences, done))
+                for later in listed.accesses[start:]:
                     if later.low < high and low < later.high:
                         found[later.position] = later
-        return [found[p] for p in sorted(found)]
-
-
-def _sequence_of(access: Access) -> int:
-    return access.sequence
-
-
-def _position_of(access: Access) -> int:
-    return access.position
+        return [found[p] for p in sorted(found)] if len(found) > 1 else list(found.values())
 
 
 def _restore_instruction(instruction: Instruction, signal: int, signal2: int,
@@ -453,11 +480,9 @@ class DependencyTracker:
         (Consumers in body order, each with its conflicting later producers in body order.)"""
         for consumer_access in self.accesses[loop.first_access:]:
             consumer = consumer_access.instruction
-            # producers the consumer's engine already knows complete would be skipped below
-            known = {engine: self.coverage.get((engine, consumer.engine), 0)
-                     for engine in QUEUED_ENGINES}
+            # (producers the consumer's engine already knows complete would be skipped below)
             for producer_access in self.index.conflicts_from(consumer_access,
-                                                             consumer_access.position, known):
+                                                             consumer_access.position, self.coverage):
                 producer = producer_access.instruction
                 # the same half of a double buffer is guarded by its free semaphore across
                 # iterations of its rotation loop and of loops around it (the ring's token chain
