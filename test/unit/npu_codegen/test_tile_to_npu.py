@@ -322,6 +322,43 @@ def test_loop_nest_over_the_semaphore_budget_is_compiled_with_less_overlap(tmp_p
         lower(ir.replace('tile.target = "edge"', f'tile.target = "{tiny}"'))
 
 
+def _attention_blocks_on_few_semaphores(tmp_path, semaphores: int, blocks: int = 1, size: int = 64):
+    """`blocks` attention-shaped blocks in a row (two projections, scores, softmax, weighted
+    sum; each block's output the next one's input) on [size, size] tensors, lowered to tile IR
+    on an edge config with `semaphores` semaphores: (hw, layout, fn) for tile-to-npu."""
+    import re
+
+    from infer.dialects.weights import WeightStore, attach_weights
+    from infer.passes.testing import apply_pass
+    from infer.passes.tile_to_npu.driver import compute_layout, entry_function, target_config
+    from infer.target import isa
+
+    ty = f"tensor<{size}x{size}xf32>"
+    body, store, x = [], WeightStore(), "%x"
+    for b in range(blocks):
+        body += [f"%wq{b} = graph.weight @wq{b} : {ty}", f"%wk{b} = graph.weight @wk{b} : {ty}",
+                 f"%q{b} = graph.linear {x}, %wq{b} : ({ty}, {ty}) -> {ty}",
+                 f"%k{b} = graph.linear {x}, %wk{b} : ({ty}, {ty}) -> {ty}",
+                 f"%s{b} = graph.matmul %q{b}, %k{b} {{transpose_b = true}} : ({ty}, {ty}) -> {ty}",
+                 f"%p{b} = graph.softmax %s{b} {{axis = -1 : i64}} : ({ty}) -> {ty}",
+                 f"%y{b} = graph.matmul %p{b}, {x} : ({ty}, {ty}) -> {ty}"]
+        for name in (f"wq{b}", f"wk{b}"):
+            store.set(name, (np.random.default_rng(b).standard_normal((size, size)) * 0.05).astype(np.float32))
+        x = f"%y{b}"
+    lines = "\n  ".join(body)
+    module = parse_ir(CTX, f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
+  {lines}
+  func.return {x} : {ty}
+}}""", "attention.mlir")
+    attach_weights(module, store)
+    config = tmp_path / "few.toml"
+    config.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {semaphores}",
+                             (Path(isa.__file__).parent / "edge.toml").read_text()))
+    apply_pass(f'lower-to-tile{{target="{config}"}}', module)
+    hw, fn = target_config(module, ""), entry_function(module, "")
+    return hw, compute_layout(module, fn, hw), fn
+
+
 @pytest.mark.parametrize("semaphores", [6, 10])
 def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, semaphores):
     """Attention-shaped kernels (two projections, scores, softmax, weighted sum) on edge with
@@ -330,39 +367,15 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
     are compiled once; the program and op markers are those of the whole-function loop (the
     reference: compile everything, raise the failed kernels, compile everything again). With
     6 semaphores, kernels taken back had added signals and relays to earlier kernels' code."""
-    import re
-
-    from infer.dialects.weights import WeightStore, attach_weights
-    from infer.passes.testing import apply_pass
     from infer.passes.tile_to_npu.addressing import affine_cache
     from infer.passes.tile_to_npu.codegen import CodeGenerator
-    from infer.passes.tile_to_npu.driver import compile_function_again, compute_layout, entry_function, target_config
+    from infer.passes.tile_to_npu.driver import compile_function_again
     from infer.passes.tile_to_npu.kernels import KernelByKernel
-    from infer.target import isa
 
-    ty = "tensor<64x64xf32>"
-    module = parse_ir(CTX, f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
-  %wq = graph.weight @wq : {ty}
-  %wk = graph.weight @wk : {ty}
-  %q = graph.linear %x, %wq : ({ty}, {ty}) -> {ty}
-  %k = graph.linear %x, %wk : ({ty}, {ty}) -> {ty}
-  %s = graph.matmul %q, %k {{transpose_b = true}} : ({ty}, {ty}) -> {ty}
-  %p = graph.softmax %s {{axis = -1 : i64}} : ({ty}) -> {ty}
-  %y = graph.matmul %p, %x : ({ty}, {ty}) -> {ty}
-  func.return %y : {ty}
-}}""", "attention.mlir")
-    store = WeightStore()
-    for name in ("wq", "wk"):
-        store.set(name, (np.random.default_rng(0).standard_normal((64, 64)) * 0.05).astype(np.float32))
-    attach_weights(module, store)
-    config = tmp_path / "few.toml"
-    config.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {semaphores}",
-                             (Path(isa.__file__).parent / "edge.toml").read_text()))
-    apply_pass(f'lower-to-tile{{target="{config}"}}', module)
-    hw, fn = target_config(module, ""), entry_function(module, "")
-    layout = compute_layout(module, fn, hw)
+    hw, layout, fn = _attention_blocks_on_few_semaphores(tmp_path, semaphores)
     with affine_cache():
-        kernels = KernelByKernel(CodeGenerator(hw, layout, fn), pipelining=True)
+        kernels = KernelByKernel(CodeGenerator(hw, layout, fn), pipelining=True,
+                                 repeats_start_alike=False)
         program, markers = kernels.run()
     reference, reference_markers = compile_function_again(hw, layout, fn, True)
     assert program.to_bytes() == reference.to_bytes() and markers == reference_markers
@@ -374,6 +387,34 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
             assert kernels.emissions[k] == 1 + level, (k, levels, kernels.emissions)
         elif k > max(failed):
             assert kernels.emissions[k] == 1, (k, levels, kernels.emissions)
+
+
+def test_repeated_kernels_start_at_the_levels_their_shape_needed(tmp_path):
+    """Three attention blocks in a row (48 x 48) on 6 semaphores: kernels of the third block
+    have the shapes of the second block's (kernel_shape; the first block's read the function
+    argument), so those the second block raised start at its levels and are emitted once; the
+    program is the one compiled with every kernel failing its way up
+    (repeats_start_alike=False), in fewer emissions."""
+    from infer.passes.tile_to_npu.addressing import affine_cache
+    from infer.passes.tile_to_npu.codegen import CodeGenerator
+    from infer.passes.tile_to_npu.kernels import KernelByKernel, kernel_shape
+
+    hw, layout, fn = _attention_blocks_on_few_semaphores(tmp_path, 6, blocks=3, size=48)
+    runs = {}
+    for alike in (False, True):
+        with affine_cache():
+            kernels = KernelByKernel(CodeGenerator(hw, layout, fn), pipelining=True,
+                                     repeats_start_alike=alike)
+            runs[alike] = kernels, *kernels.run()
+    (apart, program, markers), (alike, alike_program, alike_markers) = runs[False], runs[True]
+    assert alike_program.to_bytes() == program.to_bytes() and alike_markers == markers
+    shapes = [kernel_shape(ops) for ops in alike.kernels]
+    first_of_shape = {}
+    repeats = [k for k, shape in enumerate(shapes) if first_of_shape.setdefault(shape, k) != k]
+    raised = [k for k in repeats if apart.emissions[k] > 1]
+    assert raised, apart.emissions  # (repeats that failed their way up without the prediction)
+    assert all(alike.emissions[k] == 1 for k in raised), (raised, alike.emissions)
+    assert sum(alike.emissions.values()) < sum(apart.emissions.values())
 
 
 def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by_kernel(tmp_path, monkeypatch):
