@@ -63,7 +63,8 @@ class Access:
     """A byte range an emitted instruction reads or writes (the hull over its loops' iterations);
     `position` is its index in the tracker's list of every access (emission order)."""
 
-    __slots__ = ("low", "high", "space", "writes", "instruction", "ring", "sequence", "position")
+    __slots__ = ("low", "high", "space", "writes", "instruction", "ring", "sequence", "position",
+                 "pages")
 
     def __init__(self, low: int, high: int, space: str, writes: bool, instruction: Instruction,
                  ring: RingSlot | None) -> None:
@@ -71,6 +72,7 @@ class Access:
         self.instruction, self.ring = instruction, ring
         self.sequence = instruction.sequence
         self.position = -1
+        self.pages: tuple[int, ...] | None = None  # (AccessIndex.pages_of, once it is asked)
 
     def overlaps(self, other: Access) -> bool:
         return self.low < other.high and other.low < self.high
@@ -89,28 +91,46 @@ class _Listed:
 
 
 class AccessIndex:
-    """Every emitted access, listed by (space, page, engine, writes?) in emission order, so the
+    """Every emitted access, listed by engine, writes?, space and page in emission order, so the
     dependency tracker finds an engine's latest conflicting access by scanning a few short lists
     backwards instead of the whole program (that scan was quadratic: minutes on ResNet-50).
-    Queries run several times per emitted instruction (per access and engine), so the lists a
-    query reads are memoised by its pages (`_query_keys`)."""
+    Queries run several times per emitted instruction (per access and engine): a page is one
+    int key (`page << 1 | dram?`; an access spanning WIDE pages or more goes to its space's
+    wide key), and an access's keys are computed once (`pages_of`)."""
 
     PAGE_SHIFT = {"dram": 20, "local": 14}  # 1 MiB / 16 KiB pages
-    WIDE = 64  # accesses spanning more pages go to one list per (space, engine, writes?)
+    SPACE_BIT = {"dram": 1, "local": 0}
+    WIDE_KEY = {"dram": -1, "local": -2}
+    WIDE = 64  # accesses spanning more pages go to one list per (engine, writes?, space)
 
     def __init__(self) -> None:
-        self.lists: dict[tuple, _Listed] = {}
-        self.keys: dict[tuple[str, str], list[tuple]] = {}  # (space, engine) -> its list keys
+        # engine -> (the lists of its writes, of its reads), each by page key
+        self.lists: dict[str, tuple[dict[int, _Listed], dict[int, _Listed]]] = {}
+        # (engine, writes?, space) -> its page keys that have a list (wide queries read them all)
+        self.space_keys: dict[tuple[str, bool, str], list[int]] = {}
         # engine -> the latest sequence number among its accesses after each one added (a
         # query whose `after` is at least the last has nothing to find: most of them)
         self.latest: dict[str, list[int]] = {}
-        # (space, first page, last page, writes?, engine) -> the list keys of a narrow query
-        self._query_keys: dict[tuple, tuple[tuple, ...]] = {}
 
-    def _pages(self, access: Access) -> range | None:
-        shift = self.PAGE_SHIFT[access.space]
-        first, last = access.low >> shift, (access.high - 1) >> shift
-        return None if last - first >= self.WIDE else range(first, last + 1)
+    def pages_of(self, access: Access) -> tuple[int, ...] | None:
+        """access's page keys, with its space's wide key last; None for a wide access."""
+        pages = access.pages
+        if pages is None:
+            space = access.space
+            shift = self.PAGE_SHIFT[space]
+            first, last = access.low >> shift, (access.high - 1) >> shift
+            if last - first >= self.WIDE:
+                return None
+            bit = self.SPACE_BIT[space]
+            pages = access.pages = (*((page << 1) | bit for page in range(first, last + 1)),
+                                    self.WIDE_KEY[space])
+        return pages
+
+    def _engine_lists(self, engine: str) -> tuple[dict[int, _Listed], dict[int, _Listed]]:
+        lists = self.lists.get(engine)
+        if lists is None:
+            lists = self.lists[engine] = ({}, {})
+        return lists
 
     def add(self, access: Access) -> None:
         engine = access.instruction.engine
@@ -118,44 +138,48 @@ class AccessIndex:
         if latest is None:
             latest = self.latest[engine] = []
         latest.append(max(latest[-1], access.sequence) if latest else access.sequence)
-        pages = self._pages(access)
-        for page in pages if pages is not None else (None,):
-            key = (access.space, page, engine, access.writes)
-            listed = self.lists.get(key)
+        writes = access.writes
+        by_page = self._engine_lists(engine)[0 if writes else 1]
+        pages = self.pages_of(access)
+        for page in pages[:-1] if pages is not None else (self.WIDE_KEY[access.space],):
+            listed = by_page.get(page)
             if listed is None:
-                listed = self.lists[key] = _Listed()
-                self.keys.setdefault((access.space, engine), []).append(key)
+                listed = by_page[page] = _Listed()
+                self.space_keys.setdefault((engine, writes, access.space), []).append(page)
             listed.accesses.append(access)
             listed.sequences.append(access.sequence)
             listed.positions.append(access.position)
 
     def remove_latest(self, access: Access) -> None:
         """Take back the access added last (a kernel compiled again)."""
-        self.latest[access.instruction.engine].pop()
-        pages = self._pages(access)
-        for page in pages if pages is not None else (None,):
-            listed = self.lists[(access.space, page, access.instruction.engine, access.writes)]
+        engine = access.instruction.engine
+        self.latest[engine].pop()
+        by_page = self.lists[engine][0 if access.writes else 1]
+        pages = self.pages_of(access)
+        for page in pages[:-1] if pages is not None else (self.WIDE_KEY[access.space],):
+            listed = by_page[page]
             assert listed.accesses[-1] is access
             listed.accesses.pop()
             listed.sequences.pop()
             listed.positions.pop()
 
-    def _keys(self, access: Access, engine: str) -> tuple[tuple, ...] | list[tuple]:
-        """The lists that can hold accesses of `engine` conflicting with `access`."""
-        space = access.space
-        shift = self.PAGE_SHIFT[space]
-        first, last = access.low >> shift, (access.high - 1) >> shift
-        if last - first >= self.WIDE:  # a wide query: every page list of this space (grows)
-            keys = self.keys.get((space, engine), [])
-            return keys if access.writes else [key for key in keys if key[3]]
-        query = (space, first, last, access.writes, engine)
-        keys = self._query_keys.get(query)
-        if keys is None:
-            kinds = (True, False) if access.writes else (True,)
-            keys = self._query_keys[query] = tuple(
-                (space, page, engine, writes) for page in (*range(first, last + 1), None)
-                for writes in kinds)
-        return keys
+    def _lists(self, access: Access, engine: str) -> list[_Listed]:
+        """The lists that can hold accesses of `engine` conflicting with `access` (one of the
+        two writing: an engine's reads only for a writing access)."""
+        writes, reads = self._engine_lists(engine)
+        kinds = (writes, reads) if access.writes else (writes,)
+        pages = self.pages_of(access)
+        if pages is None:  # a wide query: every list of this space
+            space = access.space
+            return [kind[page] for kind, is_write in zip(kinds, (True, False))
+                    for page in self.space_keys.get((engine, is_write, space), ())]
+        found = []
+        for kind in kinds:
+            for page in pages:
+                listed = kind.get(page)
+                if listed is not None and listed.sequences:
+                    found.append(listed)
+        return found
 
     def latest_conflict(self, access: Access, engine: str, after: int) -> Access | None:
         """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
@@ -167,10 +191,8 @@ class AccessIndex:
             return None
         best = None
         low, high, ring = access.low, access.high, access.ring
-        lists = self.lists
-        for key in self._keys(access, engine):
-            listed = lists.get(key)
-            if listed is None or not listed.sequences or listed.sequences[-1] <= after:
+        for listed in self._lists(access, engine):
+            if not listed.sequences or listed.sequences[-1] <= after:
                 continue
             for earlier in reversed(listed.accesses):
                 if earlier.sequence <= after:
@@ -192,7 +214,6 @@ class AccessIndex:
         position order."""
         found: dict[int, Access] = {}
         low, high = access.low, access.high
-        lists = self.lists
         own = access.instruction.engine
         for engine in QUEUED_ENGINES:
             if engine == own:
@@ -201,10 +222,7 @@ class AccessIndex:
             done = coverage.get((engine, own), 0)
             if not latest or latest[-1] <= done:
                 continue
-            for key in self._keys(access, engine):
-                listed = lists.get(key)
-                if listed is None:
-                    continue
+            for listed in self._lists(access, engine):
                 sequences = listed.sequences
                 if not sequences or sequences[-1] <= done:
                     continue
