@@ -56,6 +56,7 @@ MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nestin
 # ops that emit nothing themselves (index arithmetic is folded into addresses)
 _NO_CODE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, scf.YieldOp,
             func.ReturnOp)
+_NO_CODE_TYPES = frozenset(_NO_CODE)
 
 
 class CodeGenerator:
@@ -159,7 +160,7 @@ class CodeGenerator:
     # ------------------------------------------------------------------ IR walk
     def _emit_block(self, ops: Iterable[Operation], top_level: bool = False) -> None:
         for op in ops:
-            if isinstance(op, _NO_CODE):
+            if type(op) in _NO_CODE_TYPES:  # (not isinstance: per op of every copy, ABC checks)
                 continue
             if not top_level:
                 self._lower(op)

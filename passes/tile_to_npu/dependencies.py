@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from xdsl.dialects import func, scf
@@ -163,23 +164,24 @@ class AccessIndex:
             listed.sequences.pop()
             listed.positions.pop()
 
-    def _lists(self, access: Access, engine: str) -> list[_Listed]:
+    def _lists(self, access: Access, engine: str) -> Iterator[_Listed]:
         """The lists that can hold accesses of `engine` conflicting with `access` (one of the
         two writing: an engine's reads only for a writing access)."""
-        writes, reads = self._engine_lists(engine)
-        kinds = (writes, reads) if access.writes else (writes,)
-        pages = self.pages_of(access)
+        lists = self.lists.get(engine)
+        if lists is None:
+            return
+        kinds = lists if access.writes else lists[:1]
+        pages = access.pages if access.pages is not None else self.pages_of(access)
         if pages is None:  # a wide query: every list of this space
-            space = access.space
-            return [kind[page] for kind, is_write in zip(kinds, (True, False))
-                    for page in self.space_keys.get((engine, is_write, space), ())]
-        found = []
+            for kind, is_write in zip(kinds, (True, False)):
+                for page in self.space_keys.get((engine, is_write, access.space), ()):
+                    yield kind[page]
+            return
         for kind in kinds:
             for page in pages:
                 listed = kind.get(page)
-                if listed is not None and listed.sequences:
-                    found.append(listed)
-        return found
+                if listed is not None:
+                    yield listed
 
     def latest_conflict(self, access: Access, engine: str, after: int) -> Access | None:
         """The latest access of `engine` that conflicts with `access` (overlapping bytes, one of
@@ -496,6 +498,7 @@ class DependencyTracker:
         """Dependencies from iteration j of a closing loop's body to iteration j+1: the producer
         signals the loop's drain semaphore and the front end drains it at the end of the body.
         (Consumers in body order, each with its conflicting later producers in body order.)"""
+        nested_in: dict[int, bool] = {}  # id(rotation loop) -> is loop nested in it (asked often)
         for consumer_access in self.accesses[loop.first_access:]:
             consumer = consumer_access.instruction
             # (producers the consumer's engine already knows complete would be skipped below)
@@ -509,9 +512,11 @@ class DependencyTracker:
                 if (producer_access.ring and consumer_access.ring
                         and producer_access.ring.same_half(consumer_access.ring)):
                     rotation = rotation_loop_of.get(producer_access.ring.alloc)
-                    nested = loop.source_loop is None or (
-                        loop.source_loop is not rotation and rotation is not None
-                        and rotation.is_ancestor(loop.source_loop))
+                    nested = nested_in.get(id(rotation))
+                    if nested is None:
+                        nested = nested_in[id(rotation)] = loop.source_loop is None or (
+                            loop.source_loop is not rotation and rotation is not None
+                            and rotation.is_ancestor(loop.source_loop))
                     if not nested:
                         continue
                 if self.is_covered(producer, consumer.engine):
