@@ -46,9 +46,10 @@ class AffineIndex:
                            {loop: c * factor for loop, c in self.coefficients.items() if c * factor})
 
 
-# value -> its AffineIndex, and (base, shape, element bytes, *indices) -> a buffer element's
-# address, while `affine_cache()` is open (one lowering of a function: the IR does not change
-# under it, and a function is compiled again when it runs out of semaphores)
+# id(value) -> its AffineIndex, and (base, shape, element bytes, *ids of indices) -> a buffer
+# element's address, while `affine_cache()` is open (one lowering of a function: the IR does not
+# change under it, so its values live and keep their ids, and a function is compiled again when
+# it runs out of semaphores)
 _AFFINE_CACHE: ContextVar[dict[object, AffineIndex] | None] = ContextVar("affine_cache", default=None)
 
 
@@ -70,9 +71,10 @@ def affine_of(value: SSAValue, user: Operation) -> AffineIndex:
     cache = _AFFINE_CACHE.get()
     if cache is None:
         return _affine_of(value, user)
-    index = cache.get(value)
+    # (keyed by id: an SSA value's __hash__ is a Python call, and the IR outlives the cache)
+    index = cache.get(id(value))
     if index is None:
-        index = cache[value] = _affine_of(value, user)
+        index = cache[id(value)] = _affine_of(value, user)
     return index
 
 
@@ -299,7 +301,7 @@ class TileBuffer:
         cache = _AFFINE_CACHE.get()
         if cache is None:
             return self._element_address(indices, user)
-        key = (self.base, self.shape, self.element_bytes, *indices)
+        key = (self.base, self.shape, self.element_bytes, *map(id, indices))  # (as affine_of's)
         address = cache.get(key)
         if address is None:
             address = cache[key] = self._element_address(indices, user)
