@@ -229,9 +229,9 @@ class AddressRegisters:
         one is stepped by every loop of the key."""
         if not key:
             return 0
-        identity = tuple((id(loop), c) for loop, c in key)
-        if identity in self.by_key:
-            return self.by_key[identity]
+        register = self.by_key.get(key)  # (hardware loops hash by identity)
+        if register is not None:
+            return register
         outermost = min((loop for loop, _ in key), key=lambda loop: loop.depth)
         fits = [i for i, (_, freed) in enumerate(self.free) if freed <= outermost.opened_at]
         pick = max(fits, key=lambda i: self.free[i][1]) if fits else None
@@ -240,7 +240,7 @@ class AddressRegisters:
                                 f"{self.count}): too many distinct loop strides")
         register = self.free.pop(pick)[0]
         self.used.add(register)
-        self.by_key[identity] = register
+        self.by_key[key] = register
         for loop, c in key:
             loop.register_steps.append((register, c))
         self.owner[register] = outermost

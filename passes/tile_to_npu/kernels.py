@@ -7,7 +7,9 @@ level ops of every op-marker group (kernel) that did not fit, compile the whole 
 until it fits. On ResNet-50 that compiled the function twice or more. Here the kernels (the op-
 marker groups, markers.KernelGroups) are emitted one after the other with a checkpoint before
 each; after a kernel, the semaphores of a window of the program are allocated on their own
-(semaphores.allocate): from the kernel before it, or from the kernel of the earliest
+(semaphores.allocate; first `semaphores.fits` counts the most virtuals live at any top-level
+item, which decides the same without flattening, and a window that fits stops there): from
+the kernel before it, or from the kernel of the earliest
 instruction it gave a signal to if that is earlier, and further back to where the semaphores
 of the kernels in that window start (the earliest instruction each of them gave a signal to).
 A virtual semaphore lives over top-level items of the kernel that created it and of the earlier
@@ -60,7 +62,7 @@ from infer.passes.tile_to_npu.rotation import (
     double_buffered_allocs,
     plan_rotation,
 )
-from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, allocate
+from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, allocate, fits
 from infer.target import isa
 from infer.target.asm import Program
 
@@ -263,6 +265,8 @@ class KernelByKernel:
         start = len(block)
         while start > 0 and block[start - 1] is not before:
             start -= 1
+        if fits(block[start:], self.semaphore_count):  # (most windows: no flattening)
+            return set()
         window: list = []
         flatten(block[start:], self.codegen.hw.scalar.loop_depth, window)
         return allocate(window, self.codegen.semaphores, self.semaphore_count).failed_groups

@@ -150,6 +150,33 @@ def _flatten_into(items: list[Item], out: list[FlatInstruction], depth: int,
             out.append(FlatInstruction("nop", 0, semaphore, 0, {}, item_group, item_start))
 
 
+def semaphores_of_item(item: Item, used: set[int]) -> bool:
+    """Add the virtual semaphores the flattened instructions of `item` use to `used` (as
+    `flatten` would emit them: waits, signals, drains, exit signals; a loop whose body flattens
+    to nothing is left out with its exit code). Returns whether it flattens to anything."""
+    if isinstance(item, Instruction):
+        for semaphore in (item.wait, item.signal, item.signal2):
+            if semaphore:
+                used.add(semaphore)
+        return True
+    emitted = False
+    for inner in item.prologue:
+        emitted |= semaphores_of_item(inner, used)
+    body: set[int] = set()
+    in_body = False
+    for inner in item.body:
+        in_body |= semaphores_of_item(inner, body)
+    if item.tail_drains or item.register_steps:
+        in_body = True
+        body.update(item.tail_drains)
+    if not in_body:
+        return emitted
+    used |= body
+    used.update(item.exit_drains)
+    used.update(item.exit_signals)
+    return True
+
+
 def _append_drains(drains: dict[int, int], out: list[FlatInstruction], depth: int,
                    loop_depth_limit: int, group: int, item: int) -> None:
     """Front-end waits taking `count` tokens of each semaphore: one `nop`, a loop around one

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from xdsl.ir import Operation
 
 from infer.dialects.ir_io import LoweringError
-from infer.passes.tile_to_npu.program_tree import FlatInstruction
+from infer.passes.tile_to_npu.program_tree import FlatInstruction, Item, semaphores_of_item
 
 
 class SemaphoreKind(enum.Enum):
@@ -101,6 +101,32 @@ class Allocation:
     inserted: dict[int, list[FlatInstruction]]
     failed_groups: set[int]
     message: str
+
+
+def fits(items: list[Item], count: int) -> bool:
+    """Do `count` physical semaphores hold the virtuals of these top-level items? A virtual
+    lives from the first to the last item using it (as `allocate` has it: whole items), and
+    allocate's greedy by live-range start gives each virtual a free physical one exactly when
+    no item has more than `count` live (interval graphs), so this counts the most live at any
+    item without flattening the items into instructions."""
+    first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for index, item in enumerate(items):
+        used: set[int] = set()
+        semaphores_of_item(item, used)
+        for virtual in used:
+            first_use.setdefault(virtual, index)
+            last_use[virtual] = index
+    starting = [0] * (len(items) + 1)
+    for virtual, first in first_use.items():
+        starting[first] += 1
+        starting[last_use[virtual] + 1] -= 1
+    live = 0
+    for change in starting:
+        live += change
+        if live > count:
+            return False
+    return True
 
 
 def allocate(program: list[FlatInstruction], virtuals: VirtualSemaphores,
