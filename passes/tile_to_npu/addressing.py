@@ -155,13 +155,14 @@ class Address(NamedTuple):  # (a tuple: built for every operand of every emitted
 def resolve(index: AffineIndex, bindings: dict[scf.ForOp, LoopBinding]) -> Address:
     """An affine index in the body copy being emitted: fixed iterations fold into the
     immediate, hardware-loop iterations into the register key."""
-    index = _counted_from_end(index, bindings)
     immediate = index.constant
     per_loop: dict[HardwareLoop, int] = {}
     for loop, c in index.coefficients.items():
         binding = bindings.get(loop)
         if binding is None:
             raise LoweringError("tile-to-npu: index uses an induction variable outside its loop")
+        if binding.from_end:  # (rare: a triangular loop's copies after its hardware loop)
+            return resolve(_counted_from_end(index, bindings), bindings)
         if binding.iteration is not None:
             immediate += c * binding.iteration
         else:

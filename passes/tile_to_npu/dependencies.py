@@ -120,11 +120,14 @@ class AccessIndex:
             space = access.space
             shift = self.PAGE_SHIFT[space]
             first, last = access.low >> shift, (access.high - 1) >> shift
-            if last - first >= self.WIDE:
-                return None
             bit = self.SPACE_BIT[space]
-            pages = access.pages = (*((page << 1) | bit for page in range(first, last + 1)),
-                                    self.WIDE_KEY[space])
+            if first == last:  # (most accesses)
+                pages = access.pages = ((first << 1) | bit, self.WIDE_KEY[space])
+            elif last - first >= self.WIDE:
+                return None
+            else:
+                pages = access.pages = (*((page << 1) | bit for page in range(first, last + 1)),
+                                        self.WIDE_KEY[space])
         return pages
 
     def _engine_lists(self, engine: str) -> tuple[dict[int, _Listed], dict[int, _Listed]]:
