@@ -72,6 +72,7 @@ class CodeGenerator:
         self.degrade = degrade or {}
         self.buffers: dict[SSAValue, TileBuffer] = {}
         self.bindings: dict[scf.ForOp, LoopBinding] = {}
+        self.innermost_loops: dict[int, bool] = {}  # id(scf.for) -> has no loop inside (_innermost)
         self.trips: dict[scf.ForOp, int | None] = {}  # each loop's trip count while emitted (None: varies)
         self.cursor = EmissionCursor()
         self.sequence = 0  # of the last engine instruction emitted
@@ -231,8 +232,7 @@ class CodeGenerator:
             return
         # innermost non-rotating loops: the first iteration goes before the hardware loop, so
         # a dependency entering the loop is a semaphore pair, not a front-end wait
-        peeled_first = 1 if (unroll == 1 and trip >= 3 and not any(
-            isinstance(o, scf.ForOp) for o in op.body.walk())) else 0
+        peeled_first = 1 if (unroll == 1 and trip >= 3 and self._innermost(op)) else 0
         hardware_trips = (trip - peeled_first) // unroll
         if op in self.peeled_loops and hardware_trips >= 1:
             hardware_trips -= 1  # the last iteration(s) follow the loop: exit dependencies stay local
@@ -264,6 +264,14 @@ class CodeGenerator:
                 self._emit_iteration(op, iteration, body)
         self.bindings.pop(op, None)
         self.double_buffering.leave_rotation_loop(rings)
+
+    def _innermost(self, op: scf.ForOp) -> bool:
+        """Is op a loop with no loop inside (asked per emitted copy of it: kept)?"""
+        innermost = self.innermost_loops.get(id(op))
+        if innermost is None:
+            innermost = self.innermost_loops[id(op)] = not any(
+                isinstance(o, scf.ForOp) for o in op.body.walk())
+        return innermost
 
     def _emit_runtime_for(self, op: scf.ForOp, bound: t.LoadIndexOp) -> None:
         """scf.for 0 .. tile.load_index step 1: `ld` (`lds`) the trip count into a register, one

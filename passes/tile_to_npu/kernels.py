@@ -139,9 +139,12 @@ class KernelByKernel:
                                      for user in users_through_views(alloc.buffer)):
                 self.allocs_used_in.setdefault(top, []).append(alloc)
         self.emissions: Counter[int] = Counter()
-        # kernel_shape -> the degrade levels of its top-level ops when a kernel of that shape
-        # last fitted (`_start_like_before`); None: every kernel starts at the levels it has
-        self.levels_by_shape: dict[tuple, tuple[int, ...]] | None = {} if repeats_start_alike else None
+        # kernel_shape (numbered) -> the degrade levels of its top-level ops when a kernel of
+        # that shape last fitted (`_start_like_before`); None: every kernel starts at the levels
+        # it has
+        self.levels_by_shape: dict[int, tuple[int, ...]] | None = {} if repeats_start_alike else None
+        self.numbers_of_shapes: dict[tuple, int] = {}  # kernel_shape -> its number (_shape_of)
+        self.shape_numbers: list[int | None] = [None] * len(self.kernels)
         # kernel j -> the kernels k >= j whose ops and double-buffered allocs are all in
         # kernels j .. k, with j the earliest (raising k's levels plans nothing before j again)
         self.first_emitted_of: dict[int, list[int]] = {}
@@ -203,11 +206,20 @@ class KernelByKernel:
             codegen.tracker.undo_log = None
             return result
 
+    def _shape_of(self, k: int) -> int:
+        """Kernel k's shape as a number (kernels of one `kernel_shape` share it), made once:
+        the shape tuple hashes every attribute of the kernel's ops."""
+        number = self.shape_numbers[k]
+        if number is None:
+            number = self.shape_numbers[k] = self.numbers_of_shapes.setdefault(
+                kernel_shape(self.kernels[k]), len(self.numbers_of_shapes))
+        return number
+
     def _learn_levels(self, k: int) -> None:
         """Kernel k fitted: remember its ops' levels for the kernels of its shape after it."""
         if self.levels_by_shape is not None:
             degrade = self.codegen.degrade
-            self.levels_by_shape[kernel_shape(self.kernels[k])] = tuple(
+            self.levels_by_shape[self._shape_of(k)] = tuple(
                 degrade.get(op, 0) for op in self.kernels[k])
 
     def _start_like_before(self, j: int) -> None:
@@ -222,7 +234,7 @@ class KernelByKernel:
             return
         codegen = self.codegen
         for k in self.first_emitted_of.get(j, ()):
-            levels = self.levels_by_shape.get(kernel_shape(self.kernels[k]))
+            levels = self.levels_by_shape.get(self._shape_of(k))
             raised = [(op, level) for op, level in zip(self.kernels[k], levels or ())
                       if level > codegen.degrade.get(op, 0)]
             if not raised:
