@@ -180,8 +180,10 @@ class Artifact:
     format_version: int = FORMAT_VERSION
     aliases: dict[str, str] = field(default_factory=dict)  # of the first entry: {output: input}
     entries: list[EntryPoint] = field(default_factory=list)  # the other entry points
-    # (bytes, sections, header without its section table) of the last to_bytes/from_bytes
-    _encoded: tuple[bytes, list, str] | None = field(default=None, init=False, repr=False, compare=False)
+    # (the file's bytes, or its parts in order; sections; header without its section table) of
+    # the last encode/to_bytes/from_bytes
+    _encoded: tuple[bytes | list[bytes], list, str] | None = field(default=None, init=False, repr=False,
+                                                                   compare=False)
     _decoded: tuple[bytes, Any] | None = field(default=None, init=False, repr=False, compare=False)  # (program, Program)
 
     # ---------------------------------------------------------------- entry points
@@ -265,10 +267,12 @@ class Artifact:
             header["entries"] = {e.name: e.header() for e in self.entries}
         return header
 
-    def to_bytes(self) -> bytes:
-        """The file's bytes. Hashing the sections and the file dominates for big weights, so
-        the bytes an artifact was last written as or read from are kept (`_encoded`) and given
-        again while every section is the same object and the header is unchanged."""
+    def encode(self) -> bytes | list[bytes]:
+        """The file's bytes, or its parts in order (prelude, header, sections, checksum: what
+        `save` writes without joining them, a copy of every section). Hashing the sections and
+        the file dominates for big weights, so what an artifact was last written as or read from
+        is kept (`_encoded`) and given again while every section is the same object and the
+        header is unchanged."""
         sections = self._sections()
         encoded = self._encoded
         if encoded is not None:
@@ -288,16 +292,26 @@ class Artifact:
         digest = hashlib.sha256()
         for part in parts:
             digest.update(part)
-        data = b"".join([*parts, digest.digest()])  # (one copy of the payload)
-        self._remember_encoding(data)
+        parts.append(digest.digest())
+        self._remember_encoding(parts)
+        return parts
+
+    def to_bytes(self) -> bytes:
+        """The file's bytes (`encode`'s parts joined once, then kept)."""
+        data = self.encode()
+        if isinstance(data, list):
+            data = b"".join(data)
+            self._remember_encoding(data)
         return data
 
-    def _remember_encoding(self, data: bytes) -> None:
+    def _remember_encoding(self, data: bytes | list[bytes]) -> None:
         self._encoded = (data, self._sections(), json.dumps(self._header({}), sort_keys=True))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_bytes(self.to_bytes())
+        data = self.encode()
+        with path.open("wb") as f:
+            f.writelines(data if isinstance(data, list) else [data])
         return path
 
     @staticmethod

@@ -327,12 +327,12 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
                    ops=ops, graph_ir=graph_ir, graph_weights=graph_weights, layer_ir=layer_ir,
                    layer_weights=layer_weights, aliases=aliases, meta=meta,
                    entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
-    # serialised once (what `save` writes: the artifact keeps its bytes), and validated as a
+    # serialised once (what `save` writes: the artifact keeps its parts), and validated as a
     # loader would by Executable (Artifact.validate: program, config, layout, signature and
     # weights agree). Not parsed back from those bytes: a copy of every section (~200 MB for
     # ResNet-50) and a second validation for an artifact equal to this one (the header is JSON
     # of JSON-born values: the layout and markers come from attr_to_json)
-    art.to_bytes()
+    art.encode()
     return Executable(art, reference=GraphReference())
 
 

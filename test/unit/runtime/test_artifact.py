@@ -24,7 +24,19 @@ def test_round_trip(tmp_path):
     assert back.target_name == "edge" and back.target_toml == art.target_toml
     assert back.ops == art.ops and back.format_version == FORMAT_VERSION
     assert back.infer_version
-    assert back.to_bytes() == art.to_bytes()
+    assert back.to_bytes() == art.to_bytes() == path.read_bytes()
+
+
+def test_save_writes_the_encoded_parts(tmp_path):
+    """`encode` keeps the file's parts unjoined (what `save` writes, without a copy of every
+    section); the file is to_bytes, and a second save after to_bytes writes the same bytes."""
+    art = bias_relu_artifact()
+    parts = art.encode()
+    assert isinstance(parts, list) and art.encode() is parts  # (kept)
+    first = art.save(tmp_path / "a.npu").read_bytes()
+    assert first == b"".join(parts) == art.to_bytes()
+    assert art.save(tmp_path / "b.npu").read_bytes() == first
+    assert Artifact.from_bytes(first).weights == art.weights
 
 
 def test_optional_graph_sections_round_trip():
