@@ -353,6 +353,12 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
 #: elementwise vector ops whose every result element IEEE arithmetic defines exactly (no
 #: library approximation whose code path could depend on the operands' strides)
 LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu"))
+#: layout-free ops whose every fp32 result (signed zeros included) IEEE defines whatever
+#: loop numpy picks, so they may write an fp32 destination in place of a temporary
+#: (vector_compute_fast); max, min and relu are left out: which of -0 and +0 numpy's maximum
+#: returns may depend on the loop
+INTO: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                        "neg": np.negative, "abs": np.absolute, "copy": np.copyto}
 TRANSCENDENTAL = frozenset(("gelu", "silu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "recip", "log",
                             "erf", "gelu_erf"))
 
@@ -373,9 +379,12 @@ class VectorSpec:
     #: relu): its bits do not depend on the operands' memory layout, so operands already in
     #: the compute type are used in place instead of copied to C order (vector_compute)
     layout_free: bool = False
+    #: the ufunc that computes this operation straight into an fp32 destination (add, sub,
+    #: mul, neg, abs; np.copyto for copy), or None (see vector_compute_fast)
+    into: Any = None
 
     def compute(self, a: np.ndarray, b: np.ndarray | None, dst: np.ndarray, dt: int) -> None:
-        vector_compute(self, a, b, dst, dt)
+        vector_compute_fast(self, a, b, dst, dt)
 
     @staticmethod
     def of(ins: isa.Instr) -> VectorSpec:
@@ -391,7 +400,8 @@ class VectorSpec:
         dead = (not use_float and vop.name == "mul" and v["bmode"] == 3 and int(imm) == 0)
         return VectorSpec(VECTOR_FUNCTIONS[vop.name], binary, vop.form == "reduce", ctype,
                           imm if use_float else np.int64(int(imm)), dead,
-                          vop.name in LAYOUT_FREE and vop.form != "reduce")
+                          vop.name in LAYOUT_FREE and vop.form != "reduce",
+                          INTO.get(vop.name) if use_float else None)
 
 
 def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: np.ndarray,
@@ -407,6 +417,52 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
     else:
         r = spec.fn(x)
     store_converted(dst, r, dt)
+
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+#: DEFAULT_NAN rounded to bf16 (its upper half)
+_BF16_DEFAULT_NAN = np.array(0x7FC0, np.uint16).view(_BF16)[()]
+_ZERO_U16 = np.uint16(0)
+
+
+def vector_compute_fast(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None,
+                        dst: np.ndarray, dt: int) -> None:
+    """vector_compute's bits (the reference engine's definition) with fewer passes, for the
+    fast and functional engines (test_sim_core checks them against it):
+    - an integer multiply by an immediate 0 (how programs clear a tile) writes zeros: every
+      int64 product is 0, and 0 converts to +0 in every destination type;
+    - an op of INTO with an fp32 destination computes into it (numpy makes overlapping
+      operands safe), then makes its NaNs the default NaN: store_converted without the
+      temporary and the copy;
+    - a bf16 -> bf16 copy copies the bits and makes NaNs the bf16 default NaN: the round trip
+      through fp32 is exact for every other value (bf16 is fp32's upper half), so it skips both
+      conversions (the fp32 -> bf16 cast is the slow one)."""
+    if spec.a_is_dead:
+        dst[...] = 0
+        return
+    into = spec.into
+    if into is None:
+        vector_compute(spec, a, b, dst, dt)
+        return
+    if dt == 2:
+        x = a if a.dtype == np.float32 else converted(a, np.float32)
+        if into is np.copyto:
+            np.copyto(dst, x)
+        elif spec.binary:
+            into(x, spec.imm if b is None else (
+                b if b.dtype == np.float32 else b.astype(np.float32)), out=dst)
+        else:
+            into(x, out=dst)
+        if may_hold_nan(dst):
+            default_nan(dst)
+    elif into is np.copyto and dt == 3 and a.dtype == _BF16:
+        np.copyto(dst, a)
+        # a bf16 NaN has all exponent bits set and a nonzero fraction
+        bits = np.bitwise_and(dst.view(np.uint16), np.uint16(0x7FFF))
+        if _max_reduce(bits, None, initial=_ZERO_U16) > 0x7F80:
+            dst[bits > 0x7F80] = _BF16_DEFAULT_NAN
+    else:
+        vector_compute(spec, a, b, dst, dt)
 
 
 def vector_occupancy(cfg: Any, ins: isa.Instr) -> int:

@@ -25,7 +25,7 @@ from infer.target import isa
 from infer.target.asm import format_instr
 from infer.target.sim_core import (
     Counters, DequantSpec, Fault, SimFault, VectorSpec, accumulate_into, canonical_nans, converted,
-    vector_compute, weights_dtype)
+    vector_compute_fast, weights_dtype)
 from infer.target.sim_decode import (
     T_DMA, T_HALT, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Decoded, Loop)
 from infer.target.sim_lanes import pool as lane_pool
@@ -369,7 +369,7 @@ class FunctionalRun:
         ops = self.views.get(key)
         if ops is None:
             ops = self.views[key] = self._vector_views(t)
-        vector_compute(t[0], ops[0], ops[1], ops[2], t[9])
+        vector_compute_fast(t[0], ops[0], ops[1], ops[2], t[9])
 
     def _vector_views(self, t: tuple) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """(a, b or None, destination) of a vector instruction (bounds and alignment
