@@ -456,6 +456,11 @@ class Plan:
         #: scratchpad buffers, and each version array's description by id
         self.spad_versions = frozenset(v[0] for v in walk.versions if v[1] == SPAD)
         self.version_info = {v[0]: v for v in walk.versions}
+        #: the versions whose every byte some writer of theirs writes in every iteration (the
+        #: mask of OP_VEXIT all set): their slots 1..n are written before they are read, so
+        #: only slot 0 needs the memory's bytes, and the last slot is copied back whole
+        self.fully_written = frozenset(
+            vid for op in ops if op[0] == OP_VEXIT for vid, _, mask in op[2] if mask.all())
         #: the hulls [lo, hi) of the DRAM bytes the loop stores to (FunctionalRun.stores)
         self.dram_writes = []
         for space, write, f, lanes, shape, strides, _, _ in walk.accs:
@@ -623,6 +628,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     # between, which write the accumulator: only scratchpad operands and the version arrays
     # of scratchpad buffers are kept)
     spad_versions = plan.spad_versions
+    fully_written = plan.fully_written
     acts: dict[Any, np.ndarray] = {}
 
     def activations(desc: tuple[Any, ...], dtype: Any) -> np.ndarray:
@@ -710,14 +716,23 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             for vid, space, d, n, wlo, whi, outer in op[2]:
                 cur = _current(mem, hulls, space, d, wlo, whi)
                 v = np.empty(outer + (n + 1, whi - wlo), np.uint8)
-                v[...] = cur[..., None, :]  # bytes no iteration writes stay
+                if vid in fully_written:
+                    # slot 0 is the memory before the loop; every byte of the later slots is
+                    # written in its iteration before anything reads it (sim_versions: a read
+                    # of a written byte reads its writer's slot after the writer ran)
+                    v[..., 0, :] = cur
+                else:
+                    v[...] = cur[..., None, :]  # bytes no iteration writes stay
                 mem[("V", vid)] = v
         elif kind == OP_VEXIT:
             info = plan.version_info
             for vid, space, mask in op[2]:
                 _, _, d, n, wlo, whi, _ = info[vid]
-                np.copyto(_current(mem, hulls, space, d, wlo, whi),
-                          mem.pop(("V", vid))[..., n, :], where=mask)
+                last = mem.pop(("V", vid))[..., n, :]
+                if vid in fully_written:
+                    _current(mem, hulls, space, d, wlo, whi)[...] = last
+                else:
+                    np.copyto(_current(mem, hulls, space, d, wlo, whi), last, where=mask)
         elif kind == OP_VECTOR:
             _, spec, a, b, dst, dt = op
             a, b, dst = view(a), None if b is None else view(b), view(dst)
