@@ -264,7 +264,8 @@ class FunctionalRun:
                     npc = n
                 nins[engine[pc]] += 1
                 self.steps += 1
-                pc = self._after_body(npc) if stack else npc
+                # a back-edge only at the end of the innermost body (most instructions are not)
+                pc = self._after_body(npc) if stack and npc == stack[-1][1] else npc
         except Fault as fl:
             if self.nan_tile is not None:
                 self.flush_nans()
