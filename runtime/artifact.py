@@ -241,6 +241,12 @@ class Artifact:
                 raise ArtifactError(f"program section: {e}") from None
         return Program(list(kept[1].instrs), dict(kept[1].meta))
 
+    def known_decoding(self, program) -> None:
+        """`program` (a target.asm.Program) is what this artifact's program bytes encode: the
+        compiler that just encoded them says so, and `decode_program` gives it instead of
+        decoding the bytes again (~0.3 s for ResNet-50 on edge, 49 K instructions)."""
+        self._decoded = (self.program, program)
+
     def weight_arrays(self) -> dict[str, np.ndarray]:
         return load_safetensors(self.weights, "weights")
 

@@ -282,8 +282,10 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
         say("pass " + " > ".join((*lowering.path[1:], lowering.pass_.name)))
         single_aliases.update(entry_aliases(module, entry))  # outputs updated in place
         started, started_cpu = time.perf_counter(), time.process_time()
-        compiled = [(entry, *_lowered_parts(lowering.pass_, module), single_aliases)]
+        main_program, *parts = _lowered_program(lowering.pass_, module)
+        compiled = [(entry, *parts, single_aliases)]
     else:
+        main_program = None
         say(f"pass {per_entry.pass_.name}, once per entry point: {', '.join('@' + e for e in entries)}")
         started, started_cpu = time.perf_counter(), time.process_time()
         compiled = lower_entries(module, entries, str(target), _lowered_parts)
@@ -293,7 +295,7 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
     say("packaging the artifact")
     with timing.phase("packaging"):
         exe = _package(module, sigs, compiled, cfg, toml_text, precision, source, graph_ir, graph_weights,
-                       layer_ir, layer_weights, _artifact_meta(graph))
+                       layer_ir, layer_weights, _artifact_meta(graph), main_program)
     say(f"compiled: {len(exe.program)} instructions"
         + (f" (@{entry}; {len(entries)} entry points: {', '.join('@' + e for e in entries)})" if len(entries) > 1 else "")
         + f", {exe.layout.total_bytes} bytes of DRAM")
@@ -311,9 +313,10 @@ def _artifact_meta(graph) -> dict[str, Any]:
 
 def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source: Any, graph_ir: str,
              graph_weights: bytes | None, layer_ir: str | None, layer_weights: bytes | None,
-             meta: dict[str, Any]) -> Executable:
+             meta: dict[str, Any], main_program: Any = None) -> Executable:
     """The compiled entry points -> an artifact (one weights section: the weights every entry
-    reads), serialised (the bytes `save` writes) and validated as a loader would."""
+    reads), serialised (the bytes `save` writes) and validated as a loader would.
+    `main_program`: the first entry's Program its bytes encode (not decoded again)."""
     from infer.dialects.weights import weights_of
     from infer.runtime.artifact import EntryPoint
 
@@ -333,6 +336,8 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
     # ResNet-50) and a second validation for an artifact equal to this one (the header is JSON
     # of JSON-born values: the layout and markers come from attr_to_json)
     art.encode()
+    if main_program is not None:
+        art.known_decoding(main_program)
     return Executable(art, reference=GraphReference())
 
 
@@ -466,10 +471,16 @@ def _lowered_parts(lowering, module) -> tuple[bytes, dict[str, Any], list[dict[s
     """tile-to-npu (`lowering`, a TileToNpuPass) on the planned module -> the program (binary),
     the npu.layout (JSON form) and the op markers, as the `npu.layout` and `npu.ops` attributes
     of the module it would have compiled give them."""
+    return _lowered_program(lowering, module)[1:]
+
+
+def _lowered_program(lowering, module) -> tuple[Any, bytes, dict[str, Any], list[dict[str, Any]]]:
+    """`_lowered_parts` after the Program itself (what the binary encodes)."""
     from infer.dialects.npu_attrs import attr_to_json, layout_to_attr, ops_to_attr
 
     program, layout, markers = lowering.lower(module)
-    return program.to_bytes(), attr_to_json(layout_to_attr(layout)), attr_to_json(ops_to_attr(markers))
+    return (program, program.to_bytes(), attr_to_json(layout_to_attr(layout)),
+            attr_to_json(ops_to_attr(markers)))
 
 
 __all__ = ["CompileTiming", "DriverError", "PRECISIONS", "compile", "require_npu_lowering", "graph_module", "load", "parse_input_shapes", "progress_printer", "signature"]

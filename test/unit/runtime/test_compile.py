@@ -54,6 +54,15 @@ def test_save_load_round_trip(exe, tmp_path):
     assert back.artifact.graph_ir and back.artifact.target_name == "edge"
 
 
+def test_compiled_program_is_what_its_bytes_decode_to(exe):
+    """The compiler hands the artifact the Program it encoded (Artifact.known_decoding: not
+    decoded again); it is instruction for instruction what the program section decodes to."""
+    from infer.target.asm import Program
+
+    decoded = Program.from_bytes(exe.artifact.program)
+    assert exe.program.instrs == decoded.instrs and len(decoded.instrs) > 10
+
+
 def test_check_against_reference(exe):
     from infer.runtime.check import check
 
