@@ -332,9 +332,10 @@ def _package(module, sigs, compiled, cfg, toml_text: str, precision: str, source
                    entries=[EntryPoint(e, p, sigs[e], lay, o, a) for e, p, lay, o, a in others])
     # serialised once (what `save` writes: the artifact keeps its parts), and validated as a
     # loader would by Executable (Artifact.validate: program, config, layout, signature and
-    # weights agree). Not parsed back from those bytes: a copy of every section (~200 MB for
-    # ResNet-50) and a second validation for an artifact equal to this one (the header is JSON
-    # of JSON-born values: the layout and markers come from attr_to_json)
+    # weights agree), on the Program the compiler encoded (not decoded again). Not parsed back
+    # from those bytes: a copy of every section (~200 MB for ResNet-50) and a second validation
+    # for an artifact equal to this one (the header is JSON of JSON-born values: the layout and
+    # markers come from attr_to_json)
     art.encode()
     if main_program is not None:
         art.known_decoding(main_program)
