@@ -307,6 +307,23 @@ def test_garbage_file(tmp_path: Path):
     assert "\n" not in str(e.value)
 
 
+def test_checker_errors_alike_from_the_file_and_from_a_model_proto(tmp_path: Path):
+    """A file whose tensors all live in it is checked by onnx.checker from the file (not a
+    serialisation of the parsed model): the same one-line error as for the ModelProto."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    w = _init("w", _f32(8, 8))
+    w.raw_data = w.raw_data[:10]  # shorter than its 8 x 8 floats
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [_out("y", 2)], [w])
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    messages = []
+    for source in (path, model):
+        with pytest.raises(ModelImportError) as e:
+            import_onnx(source)
+        messages.append(str(e.value).split(": ", 1)[1])
+    assert messages[0] == messages[1] and "too small" in messages[0] and "\n" not in messages[0]
+
+
 def _external_model(tmp_path: Path, location: str) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
     y = _out("y", 2)
