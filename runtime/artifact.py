@@ -291,10 +291,10 @@ class Artifact:
 
     def encode(self) -> bytes | list[bytes]:
         """The file's bytes, or its parts in order (prelude, header, sections, checksum: what
-        `save` writes without joining them, a copy of every section). Hashing the sections and
-        the file dominates for big weights, so what an artifact was last written as or read from
-        is kept (`_encoded`) and given again while every section is the same object and the
-        header is unchanged."""
+        `save` writes, not joined into one bytes object, which would copy every section).
+        Hashing the sections and the file dominates for big weights, so what an artifact was
+        last written as or read from is kept (`_encoded`) and given again while every section
+        is the same object and the header is unchanged."""
         sections = self._sections()
         encoded = self._encoded
         if encoded is not None:
