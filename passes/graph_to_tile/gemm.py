@@ -242,7 +242,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
     # (one output tile with a norm epilogue: its large tiles single, so the next kernel's weights
     # still fit beside them, the cross-kernel prefetch)
-    ring = 1 if single and norm_rows else 2
+    ring = 1 if single else 2
     acc = em.alloc((TM, TN), f32, "acc", ring)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
     # the norm epilogue: its temporary [TM, N], row statistics and scale (and bias) rows, DMAd once

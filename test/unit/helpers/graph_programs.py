@@ -28,6 +28,30 @@ func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2
     return text, weights
 
 
+def attention_blocks(blocks: int, size: int) -> tuple[str, dict[str, np.ndarray]]:
+    """`blocks` attention-shaped blocks in a row on [size, size] tensors: per block two
+    projections of the block's input, scores q @ k^T, softmax, and the weighted sum of the
+    block's input, which is the next block's input; (IR text, weights)."""
+    ty = f"tensor<{size}x{size}xf32>"
+    body, weights, x = [], {}, "%x"
+    for b in range(blocks):
+        body += [f"%wq{b} = graph.weight @wq{b} : {ty}", f"%wk{b} = graph.weight @wk{b} : {ty}",
+                 f"%q{b} = graph.linear {x}, %wq{b} : ({ty}, {ty}) -> {ty}",
+                 f"%k{b} = graph.linear {x}, %wk{b} : ({ty}, {ty}) -> {ty}",
+                 f"%s{b} = graph.matmul %q{b}, %k{b} {{transpose_b = true}} : ({ty}, {ty}) -> {ty}",
+                 f"%p{b} = graph.softmax %s{b} {{axis = -1 : i64}} : ({ty}) -> {ty}",
+                 f"%y{b} = graph.matmul %p{b}, {x} : ({ty}, {ty}) -> {ty}"]
+        for name in (f"wq{b}", f"wk{b}"):
+            weights[name] = (np.random.default_rng(b).standard_normal((size, size)) * 0.05).astype(np.float32)
+        x = f"%y{b}"
+    lines = "\n  ".join(body)
+    text = f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
+  {lines}
+  func.return {x} : {ty}
+}}"""
+    return text, weights
+
+
 def head_split_attention(B: int, S: int, HQ: int, HKV: int, D: int, *, o_projection: bool = False,
                          return_q_heads: bool = False) -> str:
     """x_q [B, S, HQ*D], x_k / x_v [B, S, HKV*D] -> head splits (reshape, transpose to

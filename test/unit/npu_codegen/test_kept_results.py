@@ -16,7 +16,7 @@ from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu.common import root_buffer
-from helpers.graph_programs import head_split_attention, linear_chain
+from helpers.graph_programs import attention_blocks, head_split_attention, linear_chain
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
@@ -128,6 +128,23 @@ def test_several_m_tiles_read_the_kept_result_as_one_operand(monkeypatch):
     text, weights = linear_chain(512, 256, 384, 1408)
     x = (np.random.default_rng(7).standard_normal((512, 256)) * 0.25).astype(np.float32)
     kept_against_off(monkeypatch, text, weights, x, gemm, "_whole_operand", lambda *args: None, reloads_off=False)
+
+
+def test_kept_results_of_attention_blocks_fit_the_edge_accumulator(monkeypatch):
+    """edge fp32, two attention-shaped blocks of 64x64 in a row: the first block's output is
+    kept for the second's two projections, and each projection's for the scores. A one-tile
+    nest does not rotate its accumulator tile, so it holds one 16 KiB buffer: the kept block
+    output, the kept q projection and the k projection's own tile take 48 KiB of the 64 KiB
+    accumulator (as double buffers they needed 96 KiB and tile-plan-memory refused the model).
+    Tile interpreter = simulator with the race checker on, the graph interpreter's values,
+    the same bits with the kept results off, which loads them back from DRAM."""
+    text, weights = attention_blocks(2, 64)
+    x = np.random.default_rng(11).standard_normal((64, 64)).astype(np.float32)
+    y, _, reloads = compile_and_run(text, weights, "edge", "fp32", x)
+    monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
+    y_off, _, reloads_off = compile_and_run(text, weights, "edge", "fp32", x)
+    assert reloads < reloads_off, (reloads, reloads_off)
+    assert y.tobytes() == y_off.tobytes()
 
 
 def head_split(S: int, H: int, D: int) -> tuple[str, dict[str, np.ndarray]]:

@@ -16,6 +16,7 @@ from infer.passes.tile_memory_plan import TilePlanMemoryPass
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
+from helpers.graph_programs import attention_blocks
 from helpers.tile_programs import BF16, CTX, gemm_ir, lower, mr, run_both
 
 
@@ -333,23 +334,11 @@ def _attention_blocks_on_few_semaphores(tmp_path, semaphores: int, blocks: int =
     from infer.passes.tile_to_npu.driver import compute_layout, entry_function, target_config
     from infer.target import isa
 
-    ty = f"tensor<{size}x{size}xf32>"
-    body, store, x = [], WeightStore(), "%x"
-    for b in range(blocks):
-        body += [f"%wq{b} = graph.weight @wq{b} : {ty}", f"%wk{b} = graph.weight @wk{b} : {ty}",
-                 f"%q{b} = graph.linear {x}, %wq{b} : ({ty}, {ty}) -> {ty}",
-                 f"%k{b} = graph.linear {x}, %wk{b} : ({ty}, {ty}) -> {ty}",
-                 f"%s{b} = graph.matmul %q{b}, %k{b} {{transpose_b = true}} : ({ty}, {ty}) -> {ty}",
-                 f"%p{b} = graph.softmax %s{b} {{axis = -1 : i64}} : ({ty}) -> {ty}",
-                 f"%y{b} = graph.matmul %p{b}, {x} : ({ty}, {ty}) -> {ty}"]
-        for name in (f"wq{b}", f"wk{b}"):
-            store.set(name, (np.random.default_rng(b).standard_normal((size, size)) * 0.05).astype(np.float32))
-        x = f"%y{b}"
-    lines = "\n  ".join(body)
-    module = parse_ir(CTX, f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
-  {lines}
-  func.return {x} : {ty}
-}}""", "attention.mlir")
+    text, weights = attention_blocks(blocks, size)
+    module = parse_ir(CTX, text, "attention.mlir")
+    store = WeightStore()
+    for name, value in weights.items():
+        store.set(name, value)
     attach_weights(module, store)
     config = tmp_path / "few.toml"
     config.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {semaphores}",
@@ -359,12 +348,12 @@ def _attention_blocks_on_few_semaphores(tmp_path, semaphores: int, blocks: int =
     return hw, compute_layout(module, fn, hw), fn
 
 
-@pytest.mark.parametrize("semaphores", [6, 10])
-def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, semaphores):
+@pytest.mark.parametrize("semaphores, size", [(6, 64), (10, 128)])
+def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, semaphores, size):
     """Attention-shaped kernels (two projections, scores, softmax, weighted sum) on edge with
-    few semaphores: a kernel that does not fit is taken back and compiled again with less
-    overlap, once per degrade level it needs, and the kernels after the last one that failed
-    are compiled once; the program and op markers are those of the whole-function loop (the
+    few semaphores (64x64 tensors on 6, 128x128 on 10): a kernel that does not fit is taken back
+    and compiled again with less overlap, once per degrade level it needs, and the kernels
+    after the last one that failed are compiled once; the program and op markers are those of the whole-function loop (the
     reference: compile everything, raise the failed kernels, compile everything again). With
     6 semaphores, kernels taken back had added signals and relays to earlier kernels' code."""
     from infer.passes.tile_to_npu.addressing import affine_cache
@@ -372,7 +361,7 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
     from infer.passes.tile_to_npu.driver import compile_function_again
     from infer.passes.tile_to_npu.kernels import KernelByKernel
 
-    hw, layout, fn = _attention_blocks_on_few_semaphores(tmp_path, semaphores)
+    hw, layout, fn = _attention_blocks_on_few_semaphores(tmp_path, semaphores, size=size)
     with affine_cache():
         kernels = KernelByKernel(CodeGenerator(hw, layout, fn), pipelining=True,
                                  repeats_start_alike=False)
