@@ -23,7 +23,7 @@ import contextlib
 from typing import Any
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ml_dtypes
 import numpy as np
@@ -49,6 +49,9 @@ NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf -
 #: projections (6.3 MB of scratchpad each on server) are apart from each other, 321.8 K ->
 #: 319.4 K cycles; ResNet-50 server 519.0 K -> 517.8 K; the other bench models unchanged
 KERNEL_OVERLAP_SHARE = 0.8
+#: one-tile results kept in the accumulator for later kernels (`keep_on_chip`) take at most this
+#: share of it: the kernels before their last reader size their tiles in the rest
+KEPT_ACCUMULATOR_SHARE = 0.5
 #: the DRAM's bandwidth-delay product (bytes in flight to cover one latency) from which the
 #: kernels' buffers are kept apart: there a round trip is long against a tile's transfer and the
 #: overlap hides it; below (edge: 1.6 KB) the DRAM is the bottleneck and a kernel's early loads
@@ -126,6 +129,8 @@ class LoweringContext:
     def __init__(self, session: LoweringSession, function: func.FuncOp, emitter: Emitter):
         self.session = session
         self.hw = session.hw
+        # (bytes, last kernel number that may read it) of the kept tiles in the accumulator
+        self.kept_in_accumulator: list[tuple[int, int]] = []
         self.emitter = emitter
         self.store = weights_of(session.module)
         self.buffers: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref holding it
@@ -283,7 +288,36 @@ class LoweringContext:
         while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
             dram = dram.owner.operands[0]
         until = None if next_kernels is None else self.session.counter + next_kernels
+        if t.space_of(tile) == "acc":
+            # the kernels up to the last reader size their tiles without these bytes
+            # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE
+            alloc = tile.owner
+            while isinstance(alloc, t.ViewOp):
+                alloc = alloc.operands[0].owner
+            assert isinstance(alloc, t.AllocOp) and until is not None
+            nbytes = num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) \
+                * alloc.buffers.value.data
+            if self.kept_accumulator_bytes(self.session.counter) + nbytes > \
+                    KEPT_ACCUMULATOR_SHARE * self.session.hw.memory.accumulator_bytes:
+                return
+            self.kept_in_accumulator.append((nbytes, until))
         self.derived[("on chip", dram)] = (tile, until)
+
+    def kept_accumulator_bytes(self, kernel: int) -> int:
+        """The accumulator bytes of kept tiles (`keep_on_chip`) that kernel number `kernel` may
+        still read: they stay live through it."""
+        return sum(nbytes for nbytes, until in self.kept_in_accumulator if kernel + 1 <= until)
+
+    def accumulator_for_next_kernel(self) -> None:
+        """Give the kernel about to be named the accumulator less the kept tiles it or a later
+        kernel may read (`self.hw`, which the tilings and capacity checks read): a kept tile
+        stays live to its last reader, so the kernels before that reader must leave its bytes
+        free. Two attention-shaped blocks of 80x80 in a row on edge (bf16) needed 76.8 KiB of
+        its 64 KiB accumulator with the kernels in between sized for all of it."""
+        hw = self.session.hw
+        kept = self.kept_accumulator_bytes(self.session.counter)
+        self.hw = hw if not kept else replace(hw, memory=replace(
+            hw.memory, accumulator_bytes=hw.memory.accumulator_bytes - kept))
 
     def on_chip(self, dram: SSAValue) -> SSAValue | None:
         """The local tile recorded by `keep_on_chip` for `dram` (or the buffer a view of it

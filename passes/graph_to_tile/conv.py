@@ -251,7 +251,7 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     if override is not None and override[1] % p.OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
-                                     memo=ctx.session.conv_rankings)
+                                     memo=ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None)
     ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")

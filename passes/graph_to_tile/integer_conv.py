@@ -85,7 +85,7 @@ def lower_integer_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
     if override is not None and override[1] % OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {OW}")
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // OW, override[2]),
-                                     memo=ctx.session.conv_rankings)
+                                     memo=ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None)
     ctx.predict(choice.best.cycles)
     ctx.debug(tiling_cost.describe_conv(name, f"(int8) O={O // groups} P={OH}x{OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={stride[0]}x{stride[1]}" if stride != (1, 1) else "")

@@ -130,20 +130,25 @@ def test_several_m_tiles_read_the_kept_result_as_one_operand(monkeypatch):
     kept_against_off(monkeypatch, text, weights, x, gemm, "_whole_operand", lambda *args: None, reloads_off=False)
 
 
-def test_kept_results_of_attention_blocks_fit_the_edge_accumulator(monkeypatch):
-    """edge fp32, two attention-shaped blocks of 64x64 in a row: the first block's output is
-    kept for the second's two projections, and each projection's for the scores. A one-tile
-    nest does not rotate its accumulator tile, so it holds one 16 KiB buffer: the kept block
-    output, the kept q projection and the k projection's own tile take 48 KiB of the 64 KiB
-    accumulator (as double buffers they needed 96 KiB and tile-plan-memory refused the model).
-    Tile interpreter = simulator with the race checker on, the graph interpreter's values,
-    the same bits with the kept results off, which loads them back from DRAM."""
-    text, weights = attention_blocks(2, 64)
-    x = np.random.default_rng(11).standard_normal((64, 64)).astype(np.float32)
-    y, _, reloads = compile_and_run(text, weights, "edge", "fp32", x)
+@pytest.mark.parametrize("size, precision", [(64, "fp32"), (80, "bf16")])
+def test_kept_results_of_attention_blocks_fit_the_edge_accumulator(monkeypatch, size, precision):
+    """edge, two attention-shaped blocks in a row: the first block's output is kept for the
+    second's two projections, and each projection's for the scores. 64x64 fp32: a one-tile
+    nest does not rotate its accumulator tile, so it holds one 16 KiB buffer, and the kept
+    block output, the kept q projection and the k projection's own tile take 48 KiB of the 64
+    KiB accumulator (as double buffers they needed 96 KiB and tile-plan-memory refused the
+    model). 80x80 bf16: three 25 KiB tiles do not fit; kept tiles take at most half of the
+    accumulator and the kernels before their last reader size their tiles in the rest
+    (`LoweringContext.accumulator_for_next_kernel`). Tile interpreter = simulator with the race
+    checker on, the graph interpreter's values, the same bits with the kept results off. At
+    64x64 the kept results spare DMAs of intermediates; at 80x80 the reserved accumulator
+    makes the kernels in between take other tilings, whose DMAs offset that."""
+    text, weights = attention_blocks(2, size)
+    x = np.random.default_rng(11).standard_normal((size, size)).astype(np.float32)
+    y, _, reloads = compile_and_run(text, weights, "edge", precision, x)
     monkeypatch.setattr(gemm, "KEPT_RESULT_READERS", 0)
-    y_off, _, reloads_off = compile_and_run(text, weights, "edge", "fp32", x)
-    assert reloads < reloads_off, (reloads, reloads_off)
+    y_off, _, reloads_off = compile_and_run(text, weights, "edge", precision, x)
+    assert reloads < reloads_off if size == 64 else reloads <= reloads_off, (reloads, reloads_off)
     assert y.tobytes() == y_off.tobytes()
 
 
