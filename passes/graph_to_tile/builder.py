@@ -241,6 +241,10 @@ class Emitter:
 
     def dma(self, src: SSAValue, src_index: Sequence[Index], dst: SSAValue, dst_index: Sequence[Index],
             shape: Sequence[int], src_steps: Sequence[int] | None = None) -> None:
+        if 0 in shape:
+            # an empty box copies nothing (a window's stride phase with no input column: the
+            # border fill writes the whole phase); npu DMAs move at least one element
+            return
         props: dict[str, Attribute] = {"shape": t.i64_array(shape)}
         if src_steps is not None and any(s != 1 for s in src_steps):
             props["src_steps"] = t.i64_array(src_steps)
@@ -266,6 +270,8 @@ class Emitter:
         """One vector op; a box with more rows or columns than one instruction encodes (the
         ISA's `rows`/`cols` fields) becomes several ops over row or column chunks."""
         max_rows, max_cols = _VECTOR_ROWS, _VECTOR_COLS
+        if rows == 0 or (cols == 0 and t.VectorOp.OPS[op].form != "reduce"):
+            return  # an empty box (see dma); a row reduction over no column still writes its rows
         if rows > max_rows or cols > max_cols:
             reduce = t.VectorOp.OPS[op].form == "reduce"
             if cols > max_cols and reduce:
@@ -292,6 +298,8 @@ class Emitter:
             properties=props))
 
     def fill(self, dst: SSAValue, dst_index: Sequence[Index], rows: int, cols: int, value: float) -> None:
+        if rows == 0 or cols == 0:
+            return  # an empty box (see dma)
         if rows > _VECTOR_ROWS or cols > _VECTOR_COLS:  # several instructions' worth: in chunks
             for r0 in range(0, rows, _VECTOR_ROWS):
                 for c0 in range(0, cols, _VECTOR_COLS):
