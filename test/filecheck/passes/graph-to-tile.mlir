@@ -50,7 +50,7 @@ func.func @main(%x: tensor<256x512xf32> {graph.name = "x"}) -> (tensor<256x384xf
 
 // SERVER:      tile.weight @kernel0.weight.packed_hi : memref<512x384xbf16, "dram">
 // SERVER-DAG:  tile.alloc {buffers = 2 : i64} : memref<256x128xf32, "spad">
-// SERVER-DAG:  tile.alloc {buffers = 2 : i64} : memref<256x384xf32, "acc">
+// SERVER-DAG:  tile.alloc : memref<256x384xf32, "acc">
 // SERVER:      tile.fill {{.*}} {rows = 256 : i64, cols = 384 : i64
 // SERVER-NEXT: scf.for
 // SERVER-NEXT:   tile.dma %0[{{.*}}] {shape = array<i64: 256, 128>}
