@@ -288,13 +288,15 @@ class LoweringContext:
         while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
             dram = dram.owner.operands[0]
         until = None if next_kernels is None else self.session.counter + next_kernels
-        if t.space_of(tile) == "acc":
+        if t.space_of(tile) == "acc" and until is not None:
             # the kernels up to the last reader size their tiles without these bytes
-            # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE
+            # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE.
+            # (A tile kept for any later kernel, paged attention's output for the o projection
+            # right after it, is not charged.)
             alloc = tile.owner
             while isinstance(alloc, t.ViewOp):
                 alloc = alloc.operands[0].owner
-            assert isinstance(alloc, t.AllocOp) and until is not None
+            assert isinstance(alloc, t.AllocOp)
             nbytes = num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) \
                 * alloc.buffers.value.data
             if self.kept_accumulator_bytes(self.session.counter) + nbytes > \
