@@ -45,7 +45,7 @@ from infer.passes.tile_to_npu.program_tree import (
     Item,
     flatten,
 )
-from infer.passes.tile_to_npu.rotation import DoubleBuffering, RotationPlan, plan_rotation
+from infer.passes.tile_to_npu.rotation import DegradeLevel, DoubleBuffering, RotationPlan, plan_rotation
 from infer.passes.tile_to_npu.selection import SELECTION, LoadedWeightTile
 from infer.passes.tile_to_npu.semaphores import OutOfSemaphores, VirtualSemaphores, assign_physical_semaphores
 from infer.target import isa
@@ -175,7 +175,9 @@ class CodeGenerator:
     def _start_top_level_item(self, op: Operation) -> None:
         """A top-level op starts a new live range for pair, drain and ring semaphores, and
         joins (or starts) an op-marker group."""
-        self.tracker.start_top_level_item()
+        self.tracker.start_top_level_item(
+            shared_pairs=self.degrade_level(op) >= DegradeLevel.SHARED_PAIR_SEMAPHORES
+            and not isinstance(op, scf.ForOp))
         self.double_buffering.start_top_level_item()
         self.kernel_groups.add_top_level_op(op)
 

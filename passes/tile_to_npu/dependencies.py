@@ -280,6 +280,10 @@ class DependencyTracker:
         self.coverage: dict[tuple[str, str], int] = {}
         # renewed at every top-level item (semaphores.py: live ranges are per item)
         self.pair_semaphores: dict[tuple[str, str], int] = {}
+        # kept across the straight-line items of a kernel at DegradeLevel.SHARED_PAIR_SEMAPHORES
+        # (start_top_level_item), for engine waits only
+        self.shared_pair_semaphores: dict[tuple[str, str], int] = {}
+        self.sharing_pairs = False
         self.drain_semaphores: dict[int, int] = {}  # loop depth -> semaphore
         # while compiling kernel by kernel (kernels.py): the state of every instruction and
         # loop before the tracker changed it, so a kernel compiled again can take back what
@@ -289,22 +293,35 @@ class DependencyTracker:
         # (kernels.py: where the semaphores of the kernel being emitted start)
         self.earliest_signalled = 0
 
-    def start_top_level_item(self) -> None:
+    def start_top_level_item(self, shared_pairs: bool = False) -> None:
+        """A new top-level item: new pair and drain semaphores; with `shared_pairs` (a
+        straight-line item of a kernel at DegradeLevel.SHARED_PAIR_SEMAPHORES) engine waits
+        keep using the pair semaphores of the items before it that shared theirs. Why that is
+        exact: a consumer engine synchronises with ever later producers of an engine (coverage
+        only grows), so its engine waits take a pair's tokens in the order the in-order
+        producer engine signals them. Front-end waits (a loop's prologue, a second wait) do
+        not share: the front end would take a token while an engine instruction dispatched
+        before it still waits for it."""
         self.pair_semaphores = {}
         self.drain_semaphores = {}
+        if not shared_pairs:
+            self.shared_pair_semaphores = {}
+        self.sharing_pairs = shared_pairs
 
     def checkpoint(self) -> tuple:
         """The tracker's state between two kernels, for `rollback`."""
         assert self.undo_log is not None
         return (len(self.accesses), dict(self.coverage), dict(self.pair_semaphores),
-                dict(self.drain_semaphores), len(self.undo_log))
+                dict(self.drain_semaphores), len(self.undo_log), dict(self.shared_pair_semaphores),
+                self.sharing_pairs)
 
     def rollback(self, state: tuple) -> None:
         """Back to `state`: the accesses recorded since are forgotten, what was changed in
         earlier instructions and loops is restored, inserted relays are removed."""
         assert self.undo_log is not None
-        count, coverage, pairs, drains, logged = state
+        count, coverage, pairs, drains, logged, shared_pairs, sharing = state
         self.coverage, self.pair_semaphores, self.drain_semaphores = dict(coverage), dict(pairs), dict(drains)
+        self.shared_pair_semaphores, self.sharing_pairs = dict(shared_pairs), sharing
         for entry in reversed(self.undo_log[logged:]):
             _UNDO[entry[0]](*entry[1:])
         del self.undo_log[logged:]
@@ -326,12 +343,15 @@ class DependencyTracker:
         if self.undo_log is not None:
             self.undo_log.append(("loop", loop, dict(loop.exit_drains), dict(loop.tail_drains)))
 
-    def pair_semaphore(self, producer_engine: str, consumer_engine: str) -> int:
+    def pair_semaphore(self, producer_engine: str, consumer_engine: str, shared: bool = False) -> int:
+        """The item's semaphore from producer_engine to consumer_engine; `shared`: the one the
+        kernel's straight-line items share (start_top_level_item)."""
         key = (producer_engine, consumer_engine)
-        if key not in self.pair_semaphores:
-            self.pair_semaphores[key] = self.semaphores.balanced(
-                f"{producer_engine}->{consumer_engine} semaphore")
-        return self.pair_semaphores[key]
+        pairs = self.shared_pair_semaphores if shared else self.pair_semaphores
+        if key not in pairs:
+            pairs[key] = self.semaphores.balanced(
+                f"{producer_engine}->{consumer_engine} semaphore" + (" (shared)" if shared else ""))
+        return pairs[key]
 
     def drain_semaphore(self, depth: int) -> int:
         if depth not in self.drain_semaphores:
@@ -427,7 +447,8 @@ class DependencyTracker:
                                          + iterations_inside(producer, shared))
             self.cover_all_engines(producer)
             return
-        pair = self.pair_semaphore(producer.engine, consumer.engine)
+        engine_wait = len(consumer.loops) == shared and not consumer.wait
+        pair = self.pair_semaphore(producer.engine, consumer.engine, self.sharing_pairs and engine_wait)
         self.add_signal(producer, pair)
         if len(consumer.loops) > shared:  # entering a loop: the front end takes the token once
             entered = consumer.loops[shared]

@@ -121,7 +121,8 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
     """The program and op markers of fn. A kernel (op-marker group) that needs more semaphores
     than the target has is compiled again with less overlap (rotation.DegradeLevel): first
     without double buffering on loops that contain another double-buffered loop, then without
-    software pipelining, then single-buffered. The function is compiled kernel by kernel and
+    software pipelining, then single-buffered, then with one pair semaphore per engine pair for
+    its straight-line instructions. The function is compiled kernel by kernel and
     only a kernel that did not fit is compiled again (kernels.py); where that cannot decide
     like the whole-function loop (`compile_function_again`), the loop decides."""
     peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
@@ -145,7 +146,7 @@ def compile_function_again(hw: HardwareConfig, layout: DramLayout, fn: func.Func
             try:
                 return CodeGenerator(hw, layout, fn, pipelining, degrade, peeled_loops).run()
             except OutOfSemaphores as e:
-                worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+                worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.SHARED_PAIR_SEMAPHORES]
                 if not worse:
                     raise LoweringError(str(e)) from None
                 for o in worse:

@@ -16,7 +16,7 @@ A virtual semaphore lives over top-level items of the kernel that created it and
 kernels whose instructions signal it, so inside the window every overlap of live ranges is the
 one the whole program has. The kernels
 that did not fit get the reference's rule, one degrade level more for each of their top-level
-ops below NO_DOUBLE_BUFFERING (none left: that kernel stays as it is, and when no failed kernel
+ops below SHARED_PAIR_SEMAPHORES (none left: that kernel stays as it is, and when no failed kernel
 has one the reference fails), and the code generator goes back to the checkpoint of the first
 kernel raised (or of an earlier kernel holding a double-buffered alloc whose rotation plan
 changed) and emits from there. The program is that of the reference compiling the function at
@@ -284,14 +284,14 @@ class KernelByKernel:
         return allocate(window, self.codegen.semaphores, self.semaphore_count).failed_groups
 
     def _degrade(self, failed: set[int]) -> int:
-        """Raise the level of the failed kernels' top-level ops (below NO_DOUBLE_BUFFERING) and
+        """Raise the level of the failed kernels' top-level ops (below SHARED_PAIR_SEMAPHORES) and
         plan their allocs again; returns the kernel to emit again from."""
         codegen = self.codegen
         raised: list[Operation] = []
         back_to = len(self.kernels)
         for k in sorted(failed):  # (a kernel at the last level is left as it is, like the loop does)
             worse = [op for op in self.kernels[k]
-                     if codegen.degrade.get(op, 0) < DegradeLevel.NO_DOUBLE_BUFFERING]
+                     if codegen.degrade.get(op, 0) < DegradeLevel.SHARED_PAIR_SEMAPHORES]
             for op in worse:
                 codegen.degrade[op] = codegen.degrade.get(op, 0) + 1
             raised += worse

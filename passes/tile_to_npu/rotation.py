@@ -49,6 +49,11 @@ class DegradeLevel(enum.IntEnum):
     NO_OUTER_DOUBLE_BUFFERING = 2  # no rotation on loops that contain another rotation loop
     NO_PIPELINING = 3
     NO_DOUBLE_BUFFERING = 4
+    # the kernel's top-level instructions share one pair semaphore per engine pair for their
+    # engine waits (tokens consumed in the order signalled) instead of one per instruction:
+    # straight-line code whose producers all come before their consumers (a stride-3 conv's
+    # nine split window planes on edge: 17 live semaphores of 16)
+    SHARED_PAIR_SEMAPHORES = 5
 
 
 class RingGroupKey(NamedTuple):

@@ -190,3 +190,28 @@ def test_strided_conv_with_a_stride_phase_of_no_input_column(target):
     0'; 6 of 1,500 fuzz models on edge, seed 12). Empty boxes are now nothing to emit (the
     border fill writes the whole phase)."""
     check(NARROW_STRIDED_CONV, [normal(1, 1, 48, 2)], target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_stride3_conv_whose_split_planes_hold_every_semaphore(target):
+    """A 3x3 stride-3 conv of 31 channels on 8x8 (fp32): on edge its nine window planes are
+    split into hi/lo tiles on the vector unit before the first matmul, one pair semaphore per
+    tile live until its matmul: 17 of edge's 16 even single-buffered ('out of semaphores', 3 of
+    1,500 fuzz models on edge, seed 12). The last degrade level shares one pair semaphore per
+    engine pair among the kernel's straight-line instructions (docs/codegen.md)."""
+    from infer.dialects.weights import WeightStore, attach_weights
+
+    text = """
+func.func @main(%x: tensor<1x31x8x8xf32>) -> tensor<1x31x3x2xf32> {
+  %w = graph.weight @w : tensor<31x31x3x3xf32>
+  %y = graph.conv2d %x, %w {stride = array<i64: 3, 3>, padding = array<i64: 0, 0, 1, 0>} : (tensor<1x31x8x8xf32>, tensor<31x31x3x3xf32>) -> tensor<1x31x3x2xf32>
+  func.return %y : tensor<1x31x3x2xf32>
+}
+"""
+    module = parse_ir(make_context(), text, "regression.mlir")
+    verify_module(module)
+    store = WeightStore()
+    store.set("w", normal(31, 31, 3, 3, seed=1) * 0.06)
+    attach_weights(module, store)
+    outcome = run_module_case(module, [normal(1, 31, 8, 8)], target, "fp32")
+    assert outcome.kind == "passed", f"{outcome.kind} ({outcome.where}): {outcome.detail}"
