@@ -121,3 +121,24 @@ def test_a_refusal_that_blames_the_compiler_is_a_crash_and_a_known_bug(monkeypat
     assert (outcome.kind, outcome.where) == ("crash", "compile"), outcome
     assert known_bug(relu, "edge", "fp32", outcome) == "test_elementwise_rows_with_a_remainder_tile"
     assert known_bug(relu, "server", "fp32", outcome) is None
+
+
+def test_an_instruction_the_isa_cannot_hold_is_a_crash(monkeypatch: pytest.MonkeyPatch):
+    """tile-to-npu's 'cannot encode' (it made an instruction the ISA cannot hold: a DMA of an
+    empty box, which the fuzzer found in a stride-3 conv) blames the compiler, not the model:
+    a finding, where another clean refusal is counted as unsupported."""
+    from infer.dialects.ir_io import IRError
+    from helpers import fuzz_check
+
+    def refuse(message: str):
+        def compile_(*args, **kwargs):
+            raise IRError(message)
+        return compile_
+
+    monkeypatch.setattr(fuzz_check.infer, "compile", refuse(
+        "c.mlir:3:3: error: 'tile.dma' op tile-to-npu: cannot encode dma.load: dma.load: n1 must be positive, got 0"))
+    assert run_case(RELU, "edge", "fp32").kind == "crash"
+    monkeypatch.setattr(fuzz_check.infer, "compile", refuse(
+        "c.mlir:3:3: error: 'graph.mul' op graph-to-tile: operand of shape (2,) broadcasts onto the output "
+        "(3, 2, 2) in a way the tile lowering does not support"))
+    assert run_case(RELU, "edge", "fp32").kind == "unsupported"
