@@ -133,6 +133,8 @@ def load_operand(ctx: LoweringContext, value: SSAValue, frame: TileFrame, op: Op
         return "imm", float(array.reshape(()))
     kinds = classify(frame.groups, shape_of(value))
     if kinds is None:
+        if array is not None:  # broadcast at compile time (as epilogue_footprint counts it)
+            return load_array(ctx, array, frame)
         raise error(op, f"operand of shape {shape_of(value)} broadcasts onto the output "
                     f"{frame.shape} in a way the tile lowering does not support")
     return _load_buffer(ctx.emitter, ctx.buffer(value), shape_of(value), frame)
