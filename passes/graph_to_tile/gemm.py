@@ -240,8 +240,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
     w_tile = alloc_bf16_tile(ctx, TKw, TN) if resident is None else resident
     w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
-    # (one output tile with a norm epilogue: its large tiles single, so the next kernel's weights
-    # still fit beside them, the cross-kernel prefetch)
+    # one output tile: no loop rotates the accumulator tile, so one buffer (a second only took
+    # capacity from the kept results and the next kernel's prefetched weights; docs/tiling.md,
+    # "Accumulator space")
     ring = 1 if single else 2
     acc = em.alloc((TM, TN), f32, "acc", ring)
     bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None

@@ -173,13 +173,16 @@ class CodeGenerator:
             self._label_group(tail)
 
     def _start_top_level_item(self, op: Operation) -> None:
-        """A top-level op starts a new live range for pair, drain and ring semaphores, and
-        joins (or starts) an op-marker group."""
-        self.tracker.start_top_level_item(
-            shared_pairs=self.degrade_level(op) >= DegradeLevel.SHARED_PAIR_SEMAPHORES
-            and not isinstance(op, scf.ForOp))
-        self.double_buffering.start_top_level_item()
+        """A top-level op joins (or starts) an op-marker group and starts a new live range for
+        pair, drain and ring semaphores (except the pair semaphores a kernel's straight-line
+        instructions share at DegradeLevel.SHARED_PAIR_SEMAPHORES: within one kernel, so a
+        kernel's window of the allocation sees where they start)."""
+        group = self.kernel_groups.current
         self.kernel_groups.add_top_level_op(op)
+        self.tracker.start_top_level_item(
+            shared_pairs=self.kernel_groups.current == group and not isinstance(op, scf.ForOp)
+            and self.degrade_level(op) >= DegradeLevel.SHARED_PAIR_SEMAPHORES)
+        self.double_buffering.start_top_level_item()
 
     def _label_group(self, tail: Item | None) -> None:
         """The top-level items after the previous op's last one (`tail`) are this op's, except

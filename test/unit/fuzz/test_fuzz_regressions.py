@@ -226,6 +226,23 @@ def test_stride3_conv_whose_split_planes_hold_every_semaphore(target):
     check_with_weights(STRIDE3_CONV_31, {"w": normal(31, 31, 3, 3, seed=1) * 0.06}, [normal(1, 31, 8, 8)], target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_stride3_convs_that_each_share_their_pair_semaphores(target):
+    """Two such convs of one input, one after the other: both kernels reach the shared pair
+    semaphores, each its own (sharing stops at a kernel's end, so each kernel's window of the
+    semaphore allocation sees where they start)."""
+    two = STRIDE3_CONV_31.replace(
+        "func.func @main(%x: tensor<1x31x8x8xf32>) -> tensor<1x31x3x2xf32> {",
+        "func.func @main(%x: tensor<1x31x8x8xf32>) -> (tensor<1x31x3x2xf32>, tensor<1x31x3x2xf32>) {").replace(
+        "  func.return %y : tensor<1x31x3x2xf32>",
+        "  %v = graph.weight @v : tensor<31x31x3x3xf32>\n"
+        "  %z = graph.conv2d %x, %v {stride = array<i64: 3, 3>, padding = array<i64: 0, 0, 1, 0>} : "
+        "(tensor<1x31x8x8xf32>, tensor<31x31x3x3xf32>) -> tensor<1x31x3x2xf32>\n"
+        "  func.return %y, %z : tensor<1x31x3x2xf32>, tensor<1x31x3x2xf32>")
+    check_with_weights(two, {"w": normal(31, 31, 3, 3, seed=1) * 0.06, "v": normal(31, 31, 3, 3, seed=2) * 0.06},
+                       [normal(1, 31, 8, 8)], target)
+
+
 LINEAR_THEN_MAXIMUM_WITH_A_WEIGHT = """
 func.func @main(%x: tensor<4x3x8xf32>) -> tensor<4x3x16xf32> {
   %w = graph.weight @w : tensor<16x8xf32>
