@@ -195,14 +195,9 @@ def test_strided_conv_with_a_stride_phase_of_no_input_column(target):
 def check_with_weights(text: str, weights: dict[str, np.ndarray], inputs: list[np.ndarray], target: str,
                        precision: str = "fp32") -> None:
     """check() for a model whose graph.weight values come from `weights`."""
-    from infer.dialects.weights import WeightStore, attach_weights
+    from helpers.graph_programs import parse_with_weights
 
-    module = parse_ir(make_context(), text, "regression.mlir")
-    verify_module(module)
-    store = WeightStore()
-    for name, value in weights.items():
-        store.set(name, value)
-    attach_weights(module, store)
+    module = parse_with_weights(text, weights, "regression.mlir")
     outcome = run_module_case(module, inputs, target, precision)
     assert outcome.kind == "passed", f"{outcome.kind} ({outcome.where}): {outcome.detail}"
 

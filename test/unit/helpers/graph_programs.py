@@ -5,6 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 
+def parse_with_weights(text: str, weights: dict[str, np.ndarray], filename: str = "test.mlir"):
+    """Graph IR `text` parsed and verified, its `graph.weight` values attached from `weights`."""
+    from infer.dialects.ir_io import make_context, parse_ir, verify_module
+    from infer.dialects.weights import WeightStore, attach_weights
+
+    module = parse_ir(make_context(), text, filename)
+    verify_module(module)
+    store = WeightStore()
+    for name, value in weights.items():
+        store.set(name, value)
+    attach_weights(module, store)
+    return module
+
+
 def linear_chain(M: int, K: int, N1: int, N2: int) -> tuple[str, dict[str, np.ndarray]]:
     """x [M, K] -> linear (bias) -> relu -> linear (bias): two GEMM kernels in a row, the second
     reading the first's result; (IR text, weights)."""

@@ -11,26 +11,17 @@ import numpy as np
 import pytest
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import gemm
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu.common import root_buffer
-from helpers.graph_programs import attention_blocks, head_split_attention, linear_chain
+from helpers.graph_programs import attention_blocks, head_split_attention, linear_chain, parse_with_weights
 from helpers.tile_programs import npu_matches_tile
-
-CTX = make_context()
 
 
 def compile_and_run(text: str, weights: dict[str, np.ndarray], target: str, precision: str, x: np.ndarray):
     """graph -> tile (interpreted) -> npu (simulated, race checker on): bit-identical outputs.
     Returns (output, simulated cycles, how many DMAs read an intermediate DRAM buffer)."""
-    module = parse_ir(CTX, text, "mlp.mlir")
-    verify_module(module)
-    store = WeightStore()
-    for name, value in weights.items():
-        store.set(name, value)
-    attach_weights(module, store)
+    module = parse_with_weights(text, weights, "mlp.mlir")
     graph_ref = run_entry(module, [x])[0]
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision={precision}}},"
                f"tile-plan-memory{{target={target}}}", module)
@@ -93,12 +84,7 @@ def test_attention_output_read_on_chip_by_the_projection(monkeypatch):
                "bo": rng.standard_normal(HQ * D).astype(np.float32)}
 
     def run():
-        module = parse_ir(CTX, head_split_attention(1, S, HQ, HKV, D, o_projection=True), "block.mlir")
-        verify_module(module)
-        store = WeightStore()
-        for name, value in weights.items():
-            store.set(name, value)
-        attach_weights(module, store)
+        module = parse_with_weights(head_split_attention(1, S, HQ, HKV, D, o_projection=True), weights, "block.mlir")
         graph_ref = run_entry(module, inputs)[0]
         apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},"
                    "tile-plan-memory{target=server}", module)

@@ -16,7 +16,7 @@ from infer.passes.tile_memory_plan import TilePlanMemoryPass
 from infer.passes.tile_to_npu import LoweringError
 from infer.target.sim import Simulator
 
-from helpers.graph_programs import attention_blocks
+from helpers.graph_programs import attention_blocks, parse_with_weights
 from helpers.tile_programs import BF16, CTX, gemm_ir, lower, mr, run_both
 
 
@@ -329,17 +329,11 @@ def _attention_blocks_on_few_semaphores(tmp_path, semaphores: int, blocks: int =
     on an edge config with `semaphores` semaphores: (hw, layout, fn) for tile-to-npu."""
     import re
 
-    from infer.dialects.weights import WeightStore, attach_weights
     from infer.passes.testing import apply_pass
     from infer.passes.tile_to_npu.driver import compute_layout, entry_function, target_config
     from infer.target import isa
 
-    text, weights = attention_blocks(blocks, size)
-    module = parse_ir(CTX, text, "attention.mlir")
-    store = WeightStore()
-    for name, value in weights.items():
-        store.set(name, value)
-    attach_weights(module, store)
+    module = parse_with_weights(*attention_blocks(blocks, size), "attention.mlir")
     config = tmp_path / "few.toml"
     config.write_text(re.sub(r"(?m)^semaphores = \d+", f"semaphores = {semaphores}",
                              (Path(isa.__file__).parent / "edge.toml").read_text()))
@@ -353,8 +347,8 @@ def test_kernels_over_the_semaphore_budget_are_compiled_again_alone(tmp_path, se
     """Attention-shaped kernels (two projections, scores, softmax, weighted sum) on edge with
     few semaphores (64x64 tensors on 6, 128x128 on 10): a kernel that does not fit is taken back
     and compiled again with less overlap, once per degrade level it needs, and the kernels
-    after the last one that failed are compiled once; the program and op markers are those of the whole-function loop (the
-    reference: compile everything, raise the failed kernels, compile everything again). With
+    after the last one that failed are compiled once; the program and op markers are those of
+    the whole-function loop (the reference: compile everything, raise the failed kernels, compile everything again). With
     6 semaphores, kernels taken back had added signals and relays to earlier kernels' code."""
     from infer.passes.tile_to_npu.addressing import affine_cache
     from infer.passes.tile_to_npu.codegen import CodeGenerator

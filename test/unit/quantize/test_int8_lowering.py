@@ -10,23 +10,14 @@ import pytest
 
 import infer
 from infer.dialects.graph_interpreter import run_module
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
+from infer.dialects.ir_io import make_context
 from infer.dialects.tile_interpreter import run_tile_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile import GraphToTilePass
+
+from helpers.graph_programs import parse_with_weights
 
 CTX = make_context()
 BOTH = pytest.mark.parametrize("target", ["edge", "server"])
-
-
-def _module(text: str, weights: dict[str, np.ndarray]):
-    m = parse_ir(CTX, text, "test.mlir")
-    verify_module(m)
-    store = WeightStore()
-    for k, v in weights.items():
-        store.set(k, v)
-    attach_weights(m, store)
-    return m
 
 
 def mlp(M: int, K: int, H: int, N: int, rng, *, zp: int = 0, x_zp: int = 0) -> tuple[str, dict[str, np.ndarray]]:
@@ -59,13 +50,13 @@ def mlp(M: int, K: int, H: int, N: int, rng, *, zp: int = 0, x_zp: int = 0) -> t
 
 def _three_ways(text: str, weights, x: np.ndarray, target: str, overrides: str = "") -> np.ndarray:
     """graph interpreter == tile interpreter == simulator, bit for bit; returns the output."""
-    ref = run_module(_module(text, weights), [x])[0]
-    tile_module = _module(text, weights)
+    ref = run_module(parse_with_weights(text, weights), [x])[0]
+    tile_module = parse_with_weights(text, weights)
     GraphToTilePass(target=target, precision="int8", overrides=overrides).apply(CTX, tile_module)
     assert "tile.matmul" in str(tile_module)
     tiled = run_tile_module(tile_module, [x])[0]
     np.testing.assert_array_equal(tiled, ref)
-    exe = infer.compile(_module(text, weights), target=target, precision="int8", graph_passes="")
+    exe = infer.compile(parse_with_weights(text, weights), target=target, precision="int8", graph_passes="")
     simulated = exe.run([x])[0]
     np.testing.assert_array_equal(simulated, ref)
     return ref
@@ -256,7 +247,7 @@ def test_dequantize_of_an_int32_constant_is_bit_exact(target, per_channel) -> No
 }}
 """
     x = rng.standard_normal((M, N)).astype(np.float32)
-    ref = run_module(_module(text, {"b": b}), [x])[0]
+    ref = run_module(parse_with_weights(text, {"b": b}), [x])[0]
     assert np.abs(ref).max() > 1  # the bias matters
-    simulated = infer.compile(_module(text, {"b": b}), target=target, precision="int8", graph_passes="").run([x])[0]
+    simulated = infer.compile(parse_with_weights(text, {"b": b}), target=target, precision="int8", graph_passes="").run([x])[0]
     np.testing.assert_array_equal(simulated, ref)
