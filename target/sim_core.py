@@ -341,8 +341,9 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "relu": lambda a: np.maximum(a, 0), "gelu": _gelu, "silu": lambda a: a * _sigmoid(a),
     "sigmoid": _sigmoid, "tanh": np.tanh, "exp": np.exp, "sqrt": np.sqrt,
     "rsqrt": lambda a: np.float32(1) / np.sqrt(a), "recip": lambda a: np.float32(1) / a,
-    "rsum": lambda a: a.sum(axis=-1, keepdims=True),
-    "rmax": lambda a: a.max(axis=-1, keepdims=True),
+    # the ufuncs' reductions that ndarray.sum / ndarray.max call, without their Python wrappers
+    "rsum": lambda a: np.add.reduce(a, axis=-1, keepdims=True),
+    "rmax": lambda a: np.maximum.reduce(a, axis=-1, keepdims=True),
     "requant": lambda a, b: a * b,
     "log": np.log, "erf": _erf, "gelu_erf": _gelu_erf,
     # comparisons: 1 where a op b holds, else 0, in the compute type (false when either is NaN)
@@ -410,7 +411,8 @@ def vector_compute(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None, dst: n
     for unary ops and bmode=imm), converted to the compute type in C order, so a row
     reduction runs over contiguous rows of the same length however many tiles are stacked."""
     ct = spec.ctype
-    x = a if spec.layout_free and a.dtype == ct else converted(a, ct)
+    # a C-ordered operand of the compute type is what converted() would copy it to
+    x = a if a.dtype == ct and (spec.layout_free or a.flags.c_contiguous) else converted(a, ct)
     if spec.binary:
         r = spec.fn(x, spec.imm if b is None else (
             b if spec.layout_free and b.dtype == ct else b.astype(ct)))
@@ -436,7 +438,9 @@ def vector_compute_fast(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None,
       temporary and the copy;
     - a bf16 -> bf16 copy copies the bits and makes NaNs the bf16 default NaN: the round trip
       through fp32 is exact for every other value (bf16 is fp32's upper half), so it skips both
-      conversions (the fp32 -> bf16 cast is the slow one)."""
+      conversions (the fp32 -> bf16 cast is the slow one);
+    - an fp32 -> bf16 copy without NaNs casts straight into the destination (no C-order copy
+      of the operand first: the cast rounds element by element)."""
     if spec.a_is_dead:
         dst[...] = 0
         return
@@ -455,6 +459,11 @@ def vector_compute_fast(spec: VectorSpec, a: np.ndarray, b: np.ndarray | None,
             into(x, out=dst)
         if may_hold_nan(dst):
             default_nan(dst)
+    elif into is np.copyto and dt == 3 and a.dtype == np.float32 and not may_hold_nan(a):
+        # fp32 -> bf16 (the hi half of fp32 emulation's split): ml_dtypes' cast rounds each
+        # element to nearest even, as store_converted's does after its C-order copy; only NaNs
+        # need the default NaN (vector_compute, below)
+        np.copyto(dst, a, casting="unsafe")
     elif into is np.copyto and dt == 3 and a.dtype == _BF16:
         np.copyto(dst, a)
         # a bf16 NaN has all exponent bits set and a nonzero fraction
