@@ -45,7 +45,8 @@ from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
-from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
+                                                   materialize_misfits)
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, loads_in_place, row_tile_plan, row_tiles
@@ -182,6 +183,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     P = len(p.phases)
     row_phases = len({rp for rp, _ in p.phases})
     if integer is None:
+        materialize_misfits(ctx, epilogue, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
         epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], ((N,), (O,), (p.OH, p.OW)))
     else:
         epilogue_bytes = integer.epilogue_bytes

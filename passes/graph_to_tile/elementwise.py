@@ -135,9 +135,31 @@ def load_operand(ctx: LoweringContext, value: SSAValue, frame: TileFrame, op: Op
     if kinds is None:
         if array is not None:  # broadcast at compile time (as epilogue_footprint counts it)
             return load_array(ctx, array, frame)
-        raise error(op, f"operand of shape {shape_of(value)} broadcasts onto the output "
-                    f"{frame.shape} in a way the tile lowering does not support")
+        full = ctx.derived.get(("full copy", value, frame.shape))
+        if full is None:
+            raise error(op, f"operand of shape {shape_of(value)} broadcasts onto the output "
+                        f"{frame.shape} in a way the tile lowering does not support")
+        return _load_buffer(ctx.emitter, full, frame.shape, frame)  # materialize_misfits' copy
     return _load_buffer(ctx.emitter, ctx.buffer(value), shape_of(value), frame)
+
+
+def materialize_misfits(ctx: LoweringContext, ops: Sequence[Operation], on_tile: Sequence[SSAValue],
+                        groups: Groups) -> None:
+    """Before an anchor's nest: a runtime operand of its epilogue `ops` that broadcasts onto
+    the output in a way no tile kind serves (a [19, 1] input times a [2, 31, 19, 1] linear,
+    whose frame groups all but the last dimension as rows) is copied once to the full output
+    shape in DRAM (`_broadcast_full`, its own loop nest); `load_operand` then loads that copy
+    as a full tile, which `epilogue_footprint` counts already. Compile-time operands broadcast
+    at compile time instead (`load_array`)."""
+    shape = groups[0] + groups[1] + groups[2]
+    produced = set(on_tile) | {r for o in ops for r in o.results}
+    for op in ops:
+        for value in op.operands:
+            if (value in produced or ctx.constant(value) is not None
+                    or classify(groups, shape_of(value)) is not None
+                    or ("full copy", value, shape) in ctx.derived):
+                continue
+            ctx.derived[("full copy", value, shape)] = _broadcast_full(ctx, value, shape)
 
 
 def _load_buffer(em: Emitter, src: SSAValue, shape: tuple[int, ...], frame: TileFrame) -> Operand:

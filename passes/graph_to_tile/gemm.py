@@ -31,7 +31,8 @@ from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import norms
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
-from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint
+from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
+                                                   materialize_misfits)
 from infer.passes.graph_to_tile.matrix_unit import (
     Bf16Tile,
     alloc_bf16_tile,
@@ -134,6 +135,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         frame_groups = (tuple(batch), (M,), (N,))
     name = ctx.kernel_name()
     copies = ctx.bf16_copies
+    materialize_misfits(ctx, epilogue, [op.results[0]], frame_groups)
     epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
 
     def footprint(tm: int, tn: int, tk: int, narrow: bool | None = None) -> tuple[int, int]:
