@@ -52,9 +52,10 @@ demo: $(STAMP)
 	$(BIN)/python -m infer.tools.demo
 
 # SmolLM2-135M-Instruct (Q4_1 GGUF) answers "What is the capital of France?" on the simulated
-# server NPU: paged-KV @prefill_chunk and @decode compiled into one artifact (tools/demo_llm.py).
+# server NPU: paged-KV @prefill_chunk and @decode compiled into one artifact (tools/demo_llm.py),
+# kept in build/cache so that the next run loads it instead of compiling (tools/compile_cache.py).
 demo-llm: $(STAMP)
-	$(BIN)/python -m infer.tools.demo_llm
+	INFER_CACHE_DIR=$(CURDIR)/build/cache $(BIN)/python -m infer.tools.demo_llm
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

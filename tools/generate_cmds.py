@@ -27,8 +27,11 @@ the simulated NPU: see infer/generation/device_executor.py).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+
+from infer.tools.compile_cache import CACHE_ENV
 
 REFERENCE_NOTE = ("runs on the reference interpreter (the graph-level golden model, on this host), so no "
                   "simulated cycles are reported (-t edge|server runs on the simulated NPU)")
@@ -152,16 +155,29 @@ def _generate_on_device(args: argparse.Namespace) -> int:
     if -(-len(ids) // bs) > usable:
         raise CLIError(f"the KV-cache pool is too small for this request: the prompt needs {-(-len(ids) // bs)} "
                        f"blocks of {bs} tokens, the pool has {usable} for sequences (raise --num-blocks)")
-    print(f"note: compiling {args.model} for the {target} NPU ({precision}; @prefill_chunk and @decode in one "
-          "artifact)", file=sys.stderr, flush=True)
-    exe = compile_model(model, target=target, precision=precision, progress=not args.quiet)
+    from infer.tools.compile_cache import cache_file, load_cached, store
+
+    cache_dir = args.cache_dir or os.environ.get(CACHE_ENV) or None
+    kept = cache_file(cache_dir, args.model, target, precision, paged) if cache_dir else None
+    art = load_cached(kept) if kept is not None else None
+    if art is not None:
+        print(f"note: the compiled artifact from the cache: {kept}", file=sys.stderr, flush=True)
+    else:
+        print(f"note: compiling {args.model} for the {target} NPU ({precision}; @prefill_chunk and @decode in one "
+              "artifact)" + (f"; kept in {kept}" if kept is not None else ""), file=sys.stderr, flush=True)
+        art = compile_model(model, target=target, precision=precision, progress=not args.quiet).artifact
+        if kept is not None:
+            try:
+                store(art, kept)
+            except OSError as e:  # the run goes on: only the next one compiles again
+                print(f"note: the artifact was not kept in {cache_dir}: {e.strerror or e}", file=sys.stderr)
     compiled = time.perf_counter()
     try:
-        ex = DeviceExecutor(exe)
+        ex = DeviceExecutor(art)
         gen = Generator(model, executor=ex)
         pieces = gen.generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-        print(f"note: runs on the simulated {exe.target} NPU ({precision}): chunk {ex.chunk} tokens, KV cache "
+        print(f"note: runs on the simulated {art.target_name} NPU ({precision}): chunk {ex.chunk} tokens, KV cache "
               f"{ex.num_blocks} blocks of {ex.block_size} tokens", file=sys.stderr, flush=True)
         gen_start = time.perf_counter()
         for piece in pieces:
@@ -176,7 +192,7 @@ def _generate_on_device(args: argparse.Namespace) -> int:
     assert stats is not None
     _print_counts(args, gen, stats)
     print(f"device time:      time to first token {_ms(stats.device_time_to_first_token_s)}, per output "
-          f"token {_ms(stats.device_time_per_output_token_s)} (simulated {exe.target} cycles at "
+          f"token {_ms(stats.device_time_per_output_token_s)} (simulated {art.target_name} cycles at "
           f"{ex.session.config.clock_ghz:g} GHz)", file=sys.stderr)
     print(f"host wall time:   {end - start:.3f} s (import and compile {compiled - start:.3f} s, generation "
           f"{end - gen_start:.3f} s: time to first token {_seconds(stats.time_to_first_token_s)}, per decode "
@@ -227,5 +243,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-blocks", type=positive_int, metavar="NB",
                    help="NPU: blocks in the KV-cache pool (default: one sequence of --max-context tokens plus "
                         "the padding blocks)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help=f"NPU: keep the compiled artifact in DIR and load it on the next run with the same model, "
+                        f"config, precision, cache options and compiler (default: ${CACHE_ENV}; unset: no cache)")
     p.add_argument("-q", "--quiet", action="store_true", help="NPU: no compile progress on stderr")
     p.set_defaults(func=cmd_generate)

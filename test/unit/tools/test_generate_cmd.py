@@ -111,3 +111,54 @@ def test_on_the_simulated_npu_like_the_reference(tiny_gguf, capsys):
     assert "runs on the simulated server NPU (fp32): chunk 8 tokens, KV cache" in err
     assert "device time:      time to first token " in err and " ms (simulated server cycles at " in err
     assert "host wall time:" in err and "import and compile" in err
+
+
+def test_the_cache_dir_keeps_the_compiled_artifact(tiny_gguf, tmp_path, capsys):
+    """--cache-dir: the first run compiles and keeps the artifact, the next run with the same
+    model, config, precision and cache options loads it and gives the same text; other options
+    are another artifact, and a file that does not load is compiled again and replaced."""
+    cache = tmp_path / "cache"
+    options = ["--prompt", PROMPT, "--max-new-tokens", 4, "--max-context", 32, "-t", "server", "--chunk", 8,
+               "-q", "--cache-dir", cache]
+    status, first, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    kept = list(cache.glob("*.npu"))
+    assert len(kept) == 1 and kept[0].name.startswith("tiny-server-fp32-")
+    assert f"; kept in {kept[0]}" in err
+
+    status, again, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    assert again == first
+    assert f"note: the compiled artifact from the cache: {kept[0]}" in err and "compiling" not in err
+
+    status, other, err = _generate(capsys, tiny_gguf, *options[:-3], "--chunk", 4, "--cache-dir", cache)
+    assert status == 0, err
+    assert other == first and len(list(cache.glob("*.npu"))) == 2
+
+    kept[0].write_bytes(kept[0].read_bytes()[:1000])  # truncated: compiled again, replaced
+    status, again, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    assert again == first and "compiling" in err and kept[0].stat().st_size > 1000
+    assert not list(cache.glob("*.tmp"))
+
+
+def test_the_cache_key_follows_what_decides_the_artifact(tiny_gguf, tmp_path):
+    from infer.target.hw import config_path
+    from infer.tools.compile_cache import cache_key
+
+    options = {"chunk": 8, "block_size": 16}
+    key = cache_key(tiny_gguf, "server", "fp32", options)
+    assert key == cache_key(tiny_gguf, "server", "fp32", dict(reversed(options.items())))
+    assert key != cache_key(tiny_gguf, "server", "bf16", options)
+    assert key != cache_key(tiny_gguf, "edge", "fp32", options)
+    assert key != cache_key(tiny_gguf, "server", "fp32", {**options, "chunk": 4})
+    toml = tmp_path / "server.toml"
+    toml.write_text(config_path("server").read_text())
+    same_config = cache_key(tiny_gguf, str(toml), "fp32", options)
+    assert same_config == key  # the config's text, not its path
+    toml.write_text(config_path("server").read_text().replace("queue_depth = 8", "queue_depth = 4", 1))
+    assert cache_key(tiny_gguf, str(toml), "fp32", options) != key
+    other_model = tmp_path / "tiny.gguf"
+    data = tiny_gguf.read_bytes()
+    other_model.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit of the file
+    assert cache_key(other_model, "server", "fp32", options) != key

@@ -1,0 +1,85 @@
+"""Compiled artifacts kept on disk between runs (`infer generate --cache-dir`).
+
+Compiling a language model for the NPU takes most of an `infer generate` run (SmolLM2-135M on
+the server config: about 50 s of a 67 s run, then 17 s of generation), and a user trying
+prompts compiles the same model again every time. With a cache directory the artifact is saved
+under a key of everything that decides it, and a later run with the same key loads it instead:
+
+- the model's bytes (`sweep.model_hash`: the file, or every file of a folder, with names);
+- the hardware config's TOML text (a bundled `edge` / `server` or a file: its contents, since
+  a config edited in place must not hit an artifact compiled for the old one);
+- the precision and the import options (paged KV cache: chunk, max_len, block size, blocks);
+- the compiler version (`sweep.compiler_version`: the package version and a hash of the
+  compiler's, simulator's and runtime's sources).
+
+One file per key, `<model stem>-<target>-<precision>-<key>.npu`, written to a temporary name in
+the same directory and renamed (a concurrent run sees a whole file or none). A file that does
+not load as an artifact (truncated, corrupt, an older format) is compiled again and replaced.
+Loading an artifact runs no code from it (runtime/artifact.py: JSON, safetensors, the program
+binary). Nothing is evicted: delete the directory to reclaim the space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infer.runtime.artifact import Artifact
+
+#: the environment variable `infer generate` takes its default cache directory from
+CACHE_ENV = "INFER_CACHE_DIR"
+
+
+def cache_key(model_path: str | Path, target: str, precision: str, options: dict[str, Any]) -> str:
+    """The hex key of a compile: model bytes, config text, precision, options, compiler."""
+    from infer.target.hw import config_path
+    from infer.tools.sweep import compiler_version, model_hash
+
+    h = hashlib.sha256()
+    h.update(json.dumps({
+        "model": model_hash(Path(model_path)),
+        "config": hashlib.sha256(config_path(target).read_bytes()).hexdigest(),
+        "precision": precision,
+        "options": {k: options[k] for k in sorted(options)},
+        "compiler": compiler_version(),
+    }, sort_keys=True).encode())
+    return h.hexdigest()[:24]
+
+
+def cache_file(cache_dir: str | Path, model_path: str | Path, target: str, precision: str,
+               options: dict[str, Any]) -> Path:
+    """Where the artifact of this compile is kept in `cache_dir`."""
+    stem = Path(model_path).name.removesuffix(".gguf") or "model"
+    name = Path(target).stem if str(target).endswith(".toml") else str(target)
+    return Path(cache_dir) / f"{stem}-{name}-{precision}-{cache_key(model_path, target, precision, options)}.npu"
+
+
+def load_cached(path: Path) -> Artifact | None:
+    """The artifact at `path`, or None when there is none or it does not load."""
+    from infer.runtime.artifact import Artifact, ArtifactError
+
+    if not path.is_file():
+        return None
+    try:
+        return Artifact.load(path)
+    except (ArtifactError, OSError, ValueError):
+        return None
+
+
+def store(artifact: Artifact, path: Path) -> Path:
+    """Save `artifact` at `path` atomically (a temporary file in the same directory, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        artifact.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
