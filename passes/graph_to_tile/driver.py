@@ -163,8 +163,8 @@ class FunctionLowering:
         for op in list(old.ops):
             if op is ret or op in self.fused:
                 continue
-            if all(ctx.constant(r) is not None for r in op.results) and op.results:
-                continue  # folded at compile time, materialized on use
+            if op.results and all(ctx.is_constant(r) for r in op.results):
+                continue  # folded at compile time, evaluated and materialized on use
             self.lower_op(op)
         for value, output in pending_copies:
             with ctx.stage(ret, "result copy"):
