@@ -148,6 +148,7 @@ class LoweringContext:
         self._function = function
         self._constants: dict[SSAValue, np.ndarray] = {}
         self._constness: dict[SSAValue, bool] = {}  # is_constant's answers
+        self._constant_sources: dict[SSAValue, SSAValue] = {}  # share_constant's arguments
         self._weights: dict[tuple, SSAValue] = {}
         self._weight_sources: list[np.ndarray] = []  # `_weights` keys on id(array): keep them alive
         self._current_op: Operation = function  # the op being lowered (error locations)
@@ -178,6 +179,12 @@ class LoweringContext:
         """The compile-time value of a tensor (weights, constants, ops of those), or None."""
         if value in self._constants:
             return self._constants[value]
+        source = self._constant_sources.get(value)
+        if source is not None:  # a kernel region's argument (share_constant)
+            array = self.constant(source)
+            if array is not None:
+                self._constants[value] = array
+            return array
         op = value.owner
         array: np.ndarray | None = None
         if isinstance(op, g.WeightOp):
@@ -213,6 +220,13 @@ class LoweringContext:
             known = False
         self._constness[value] = known
         return known
+
+    def share_constant(self, arg: SSAValue, value: SSAValue) -> None:
+        """A kernel region's argument `arg` takes the compile-time value of the outer `value`,
+        if it has one, evaluated when first asked (as `value`'s own)."""
+        if self.is_constant(value):
+            self._constant_sources[arg] = value
+            self._constness[arg] = True
 
     def set_constant(self, value: SSAValue, array: np.ndarray) -> None:
         """Record the compile-time value of a tensor (a kernel region's arguments and constants)."""

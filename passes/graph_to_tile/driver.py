@@ -319,9 +319,7 @@ class FunctionLowering:
                 ctx.buffers[arg] = ctx.buffers[value]
             if value in ctx.masks:
                 ctx.masks.add(arg)
-            array = ctx.constant(value)
-            if array is not None:
-                ctx.set_constant(arg, array)
+            ctx.share_constant(arg, value)
         norm = kernel.norm_epilogue()
         if len(yield_op.values) != 1 and (norm is None or len(yield_op.values) != 2):
             raise error(kernel, "kernels with several results are not supported yet (but for a norm "

@@ -207,9 +207,7 @@ def _product(ctx: LoweringContext, nxt: g.KernelOp, anchor: Operation, epilogue:
     for arg, value in zip(nxt.body.block.args, nxt.inputs, strict=True):
         if value in ctx.buffers:
             ctx.buffers[arg] = ctx.buffers[value]
-        array = ctx.constant(value)
-        if array is not None:
-            ctx.set_constant(arg, array)
+        ctx.share_constant(arg, value)
     fmt_name = dq.block_format.data
     N = shape_of(dq.output)[0]
     out = nxt.outputs[0]

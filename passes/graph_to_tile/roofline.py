@@ -148,7 +148,7 @@ def kernel_record(ctx: LoweringContext, ops: Sequence[Operation],
             continue
         seen.add(value)
         n = num_elements(shape_of(value))
-        if ctx.constant(value) is not None:
+        if ctx.is_constant(value):
             size = n * (operand_bytes if inner in matrix_weights else 4)
             weights += size
             total += size
