@@ -155,9 +155,8 @@ def materialize_misfits(ctx: LoweringContext, ops: Sequence[Operation], on_tile:
     produced = set(on_tile) | {r for o in ops for r in o.results}
     for op in ops:
         for value in op.operands:
-            if (value in produced or ctx.constant(value) is not None
-                    or classify(groups, shape_of(value)) is not None
-                    or ("full copy", value, shape) in ctx.derived):
+            if (value in produced or classify(groups, shape_of(value)) is not None
+                    or ctx.is_constant(value) or ("full copy", value, shape) in ctx.derived):
                 continue
             ctx.derived[("full copy", value, shape)] = _broadcast_full(ctx, value, shape)
 
