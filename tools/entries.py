@@ -212,7 +212,7 @@ def lower_entries(module: ModuleOp, entries: Sequence[str], target: str,
             out.append((entry, program, layout, ops, aliases))
     finally:
         if saved is None:
-            del module.attributes[PLACEMENT_ATTR]
+            module.attributes.pop(PLACEMENT_ATTR, None)
         else:
             module.attributes[PLACEMENT_ATTR] = saved
     return out
