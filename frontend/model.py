@@ -69,6 +69,12 @@ class Model:
             self._tokenizer = load_tokenizer(self.source) if self.source is not None else None
         return self._tokenizer
 
+    @tokenizer.setter
+    def tokenizer(self, tokenizer) -> None:
+        """Use `tokenizer` (e.g. the same tokenizer loaded from a saved copy) instead of
+        building it from the source."""
+        self._tokenizer = tokenizer
+
     @property
     def chat_template(self) -> str | None:
         """The chat template (Jinja text) the model ships, or None."""

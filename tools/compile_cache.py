@@ -17,18 +17,30 @@ the same directory and renamed (a concurrent run sees a whole file or none). A f
 not load as an artifact (truncated, corrupt, an older format) is compiled again and replaced.
 Loading an artifact runs no code from it (runtime/artifact.py: JSON, safetensors, the program
 binary). Nothing is evicted: delete the directory to reclaim the space.
+
+The same directory keeps a GGUF model's tokenizer (`cached_tokenizer`). transformers builds it
+from the GGUF metadata by parsing the whole file's metadata again and converting 49,152 tokens
+and their merges (SmolLM2: 17 s, transformers' and torch's imports included); saved as a fast
+tokenizer's JSON files (`save_pretrained`: tokenizer.json, tokenizer_config.json, the chat
+template) it loads in about half a second. Its folder is keyed by the model's bytes and the
+transformers version (whose converter made it); a folder that does not load is built again.
+A Hugging Face folder's tokenizer files load quickly already and are not copied.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from infer.frontend.model import Model
     from infer.runtime.artifact import Artifact
 
 #: the environment variable `infer generate` takes its default cache directory from
@@ -38,11 +50,11 @@ CACHE_ENV = "INFER_CACHE_DIR"
 def cache_key(model_path: str | Path, target: str, precision: str, options: dict[str, Any]) -> str:
     """The hex key of a compile: model bytes, config text, precision, options, compiler."""
     from infer.target.hw import config_path
-    from infer.tools.sweep import compiler_version, model_hash
+    from infer.tools.sweep import compiler_version
 
     h = hashlib.sha256()
     h.update(json.dumps({
-        "model": model_hash(Path(model_path)),
+        "model": _model_bytes_hash(Path(model_path)),
         "config": hashlib.sha256(config_path(target).read_bytes()).hexdigest(),
         "precision": precision,
         "options": {k: options[k] for k in sorted(options)},
@@ -82,3 +94,64 @@ def store(artifact: Artifact, path: Path) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _model_bytes_hash(path: Path) -> str:
+    """sweep.model_hash of a model file or folder; a file's is computed once per process while
+    its size and modification time stay (the artifact's key and the tokenizer's both need it:
+    98 MB for SmolLM2)."""
+    if path.is_file():
+        st = path.stat()
+        return _file_hash(str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    from infer.tools.sweep import model_hash
+
+    return model_hash(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_hash(path: str, inode: int, size: int, mtime_ns: int) -> str:
+    from infer.tools.sweep import model_hash
+
+    return model_hash(Path(path))
+
+
+def tokenizer_folder(cache_dir: str | Path, model_path: str | Path) -> Path:
+    """Where the tokenizer of the GGUF file `model_path` is kept in `cache_dir`."""
+    import transformers
+
+    h = hashlib.sha256(json.dumps({"model": _model_bytes_hash(Path(model_path)),
+                                   "transformers": transformers.__version__}).encode())
+    stem = Path(model_path).name.removesuffix(".gguf") or "model"
+    return Path(cache_dir) / f"{stem}-tokenizer-{h.hexdigest()[:24]}"
+
+
+def cached_tokenizer(cache_dir: str | Path, model: Model) -> None:
+    """Give `model`, imported from a GGUF file, its tokenizer from `cache_dir`; the first time,
+    build it from the GGUF metadata and save it there. Models from other sources are left
+    alone. A cache that cannot be written gets a note on stderr, not an error."""
+    from infer.frontend.tokenizer import load_tokenizer
+
+    source = model.source
+    if source is None or not source.is_file() or source.suffix.lower() != ".gguf":
+        return
+    folder = tokenizer_folder(cache_dir, source)
+    if (folder / "tokenizer.json").is_file():
+        try:
+            model.tokenizer = load_tokenizer(folder)
+            return
+        except Exception:  # noqa: BLE001 - any damage to the kept copy (tokenizers raises bare
+            pass  # Exceptions on bad JSON): build it again from the model below
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        return
+    tmp = folder.with_name(f"{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tokenizer.save_pretrained(str(tmp))
+        if folder.exists():  # the damaged copy
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except OSError as e:  # the run goes on: only the next one builds it again
+        print(f"note: the tokenizer was not kept in {cache_dir}: {e.strerror or e}", file=sys.stderr)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,7 @@
     infer generate MODEL --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
                    [--top-p P] [--seed S] [--max-context N] [--prefill-length S] [--no-chat-template]
                    [-t edge|server|CONFIG.toml [--precision fp32|bf16] [--chunk C] [--block-size BS]
-                    [--num-blocks NB]]
+                    [--num-blocks NB]] [--cache-dir DIR]
 
 MODEL is a GGUF file (llama.cpp: Llama family, F32/F16/BF16/Q8_0/Q4_0/Q4_1) or a Hugging Face
 folder (Llama family, GPT-2). The prompt goes through the model's chat template when it has one.
@@ -20,6 +20,8 @@ Where it runs:
   with the KV pools resident in its DRAM. Time to first token and per output token are the
   simulated cycles at the config's clock; the host wall time is printed beside them.
 - without: on the graph-level reference interpreter, on this host (no simulated time).
+With `--cache-dir DIR` (or $INFER_CACHE_DIR) a GGUF model's tokenizer, built from its metadata
+once, and the compiled artifact are kept in DIR for the next run (tools/compile_cache.py).
 The Python equivalent is `infer.Generator` (with `executor=infer.DeviceExecutor(compiled)` for
 the simulated NPU: see infer/generation/device_executor.py).
 """
@@ -31,7 +33,7 @@ import os
 import sys
 import time
 
-from infer.tools.compile_cache import CACHE_ENV
+from infer.tools.compile_cache import CACHE_ENV, cached_tokenizer
 
 REFERENCE_NOTE = ("runs on the reference interpreter (the graph-level golden model, on this host), so no "
                   "simulated cycles are reported (-t edge|server runs on the simulated NPU)")
@@ -70,6 +72,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         gen = Generator(args.model, prefill_length=prefill_length, max_context=args.max_context)
+        cache_dir = args.cache_dir or os.environ.get(CACHE_ENV) or None
+        if cache_dir:
+            cached_tokenizer(cache_dir, gen.model)
         if gen.tokenizer is None:
             raise CLIError(f"{args.model}: the model carries no tokenizer (GGUF tokenizer.ggml.* metadata or "
                            "a folder's tokenizer files), so the prompt cannot be encoded")
@@ -138,6 +143,9 @@ def _generate_on_device(args: argparse.Namespace) -> int:
                "num_blocks": args.num_blocks}
     start = time.perf_counter()
     model = import_model(args.model, **{k: v for k, v in options.items() if v is not None})
+    cache_dir = args.cache_dir or os.environ.get(CACHE_ENV) or None
+    if cache_dir:
+        cached_tokenizer(cache_dir, model)
     if model.tokenizer is None:
         raise CLIError(f"{args.model}: the model carries no tokenizer (GGUF tokenizer.ggml.* metadata or "
                        "a folder's tokenizer files), so the prompt cannot be encoded")
@@ -157,7 +165,6 @@ def _generate_on_device(args: argparse.Namespace) -> int:
                        f"blocks of {bs} tokens, the pool has {usable} for sequences (raise --num-blocks)")
     from infer.tools.compile_cache import cache_file, load_cached, store
 
-    cache_dir = args.cache_dir or os.environ.get(CACHE_ENV) or None
     kept = cache_file(cache_dir, args.model, target, precision, paged) if cache_dir else None
     art = load_cached(kept) if kept is not None else None
     if art is not None:
@@ -244,7 +251,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="NPU: blocks in the KV-cache pool (default: one sequence of --max-context tokens plus "
                         "the padding blocks)")
     p.add_argument("--cache-dir", metavar="DIR",
-                   help=f"NPU: keep the compiled artifact in DIR and load it on the next run with the same model, "
-                        f"config, precision, cache options and compiler (default: ${CACHE_ENV}; unset: no cache)")
+                   help=f"keep a GGUF model's tokenizer in DIR (built from the metadata once) and, on the NPU, the "
+                        f"compiled artifact, loaded on the next run with the same model, config, precision, cache "
+                        f"options and compiler (default: ${CACHE_ENV}; unset: no cache)")
     p.add_argument("-q", "--quiet", action="store_true", help="NPU: no compile progress on stderr")
     p.set_defaults(func=cmd_generate)

@@ -142,6 +142,47 @@ def test_the_cache_dir_keeps_the_compiled_artifact(tiny_gguf, tmp_path, capsys):
     assert not list(cache.glob("*.tmp"))
 
 
+def test_the_cache_dir_keeps_a_gguf_tokenizer(tiny_gguf, tmp_path, capsys, monkeypatch):
+    """--cache-dir keeps the tokenizer transformers builds from the GGUF metadata (slow for a
+    real vocabulary) as a saved fast tokenizer: it tokenizes, decodes and applies the chat
+    template as the built one does, the next run loads it instead of building it, and a damaged
+    copy is built again and replaced."""
+    from infer.frontend.tokenizer import load_tokenizer
+
+    cache = tmp_path / "cache"
+    options = ["--prompt", PROMPT, "--max-new-tokens", 4, "--max-context", 32, "--cache-dir", cache]
+    status, first, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    kept = list(cache.glob("tiny-tokenizer-*"))
+    assert len(kept) == 1 and (kept[0] / "tokenizer.json").is_file()
+    built, saved = load_tokenizer(tiny_gguf), load_tokenizer(kept[0])
+    messages = [{"role": "user", "content": "Hi there, what's 2 + 2?"}]
+    assert saved.chat_template == built.chat_template and saved.eos_token_id == built.eos_token_id
+    assert (saved.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+            == built.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
+    for text in ("Hi there", "  two  spaces\nand a newline", "caf\u00e9 \u4f60\u597d"):
+        ids = built.encode(text)
+        assert saved.encode(text) == ids and saved.decode(ids) == built.decode(ids)
+
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def saved_copy_only(*args, **kwargs):
+        assert "gguf_file" not in kwargs, "the tokenizer was built from the GGUF metadata again"
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(transformers.AutoTokenizer, "from_pretrained", saved_copy_only)
+        status, again, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    assert again == first
+
+    (kept[0] / "tokenizer.json").write_text("{")  # damaged: built again, replaced
+    status, again, err = _generate(capsys, tiny_gguf, *options)
+    assert status == 0, err
+    assert again == first and load_tokenizer(kept[0]).encode("Hi there") == built.encode("Hi there")
+    assert [p.name for p in cache.iterdir()] == [kept[0].name]  # no temporary folder left
+
+
 def test_the_cache_key_follows_what_decides_the_artifact(tiny_gguf, tmp_path):
     from infer.target.hw import config_path
     from infer.tools.compile_cache import cache_key
