@@ -37,6 +37,7 @@ tensor whose shape disagrees with the metadata, missing metadata keys.
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ class GGUFFormatError(ValueError):
 def _checked_reader_class():
     gguf = _gguf()
     value_types = {int(t) for t in gguf.GGUFValueType}
+    string_type = int(gguf.GGUFValueType.STRING)
 
     class CheckedReader(gguf.GGUFReader):
         """llama.cpp's reader, with two guards: every read is checked against the
@@ -120,7 +122,43 @@ def _checked_reader_class():
                         f"truncated or corrupt: an array at offset {orig_offs} claims {length} items, "
                         f"more than the rest of the file holds"
                     )
+                if item_type == string_type and length:
+                    return self._string_array(orig_offs, length)
+                if scalar is not None and length:  # one view per item, as gguf-py makes them
+                    items = self._get(orig_offs + 12, scalar, length)
+                    parts = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)]
+                    parts += [items[i:i + 1] for i in range(length)]
+                    return (12 + items.nbytes, parts, list(range(2, 2 + length)),
+                            [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType(item_type)])
             return super()._get_field_parts(orig_offs, raw_type)
+
+        def _string_array(self, orig_offs, length):
+            """gguf-py's parts of an array of strings (item type, length, then each string's
+            length and bytes as views of the file), made in one pass over the lengths: gguf-py
+            reads each string with two numpy reads and its per-item recursion (SmolLM2's 49,152
+            tokens and 48,900 merges; with its 49,152 token types, read the same way, most of
+            the file's 2 s open)."""
+            buf = self._plain
+            size = buf.size
+            length_dtype = np.dtype(np.uint64).newbyteorder(self.byte_order)
+            order = sys.byteorder if self.byte_order == "I" else ("big" if sys.byteorder == "little" else "little")
+            raw = memoryview(buf)
+            from_bytes = int.from_bytes
+            parts = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)]
+            data = []
+            offs = orig_offs + 12
+            for _ in range(length):
+                end = offs + 8 + (from_bytes(raw[offs:offs + 8], order) if offs + 8 <= size else 0)
+                if offs + 8 > size or end > size:
+                    raise GGUFFormatError(
+                        f"truncated or corrupt: a string at offset {offs} (in the array at offset {orig_offs}) "
+                        f"runs past the end of the file ({size} bytes)"
+                    )
+                parts.append(buf[offs:offs + 8].view(length_dtype))
+                data.append(len(parts))
+                parts.append(buf[offs + 8:end])
+                offs = end
+            return offs - orig_offs, parts, data, [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING]
 
         def _build_tensors(self, start_offs, fields):
             size = self._plain.size

@@ -147,7 +147,8 @@ def test_unsupported_tensor_type(tmp_path, capsys):
     assert "not part of a dense Llama model" in _cli_error(path, capsys)
 
 
-@pytest.mark.parametrize("where", ["magic", "metadata", "tensor_info", "tensor_data", "array_length"])
+@pytest.mark.parametrize("where", ["magic", "metadata", "tensor_info", "tensor_data", "array_length",
+                                   "string_length"])
 def test_corrupt_or_truncated(llama_gguf, tmp_path, capsys, where):
     good = llama_gguf("Q4_1", tokenizer=True)
     data = bytearray(good.read_bytes())
@@ -166,6 +167,11 @@ def test_corrupt_or_truncated(llama_gguf, tmp_path, capsys, where):
         data = data[: reader.tensors[-1].data_offset + 7]
         last = reader.tensors[-1].name
         expected = f"tensor '{last}' (Q4_1, 8192 values) has data at bytes"
+    elif where == "string_length":  # the first token claims 2**40 bytes
+        field = reader.fields["tokenizer.ggml.tokens"]
+        length_at = field.offset + 8 + len("tokenizer.ggml.tokens") + 4 + 4 + 8
+        data[length_at : length_at + 8] = (2**40).to_bytes(8, "little")
+        expected = "truncated or corrupt: a string at offset"
     else:  # the token list claims 2**60 entries
         field = reader.fields["tokenizer.ggml.token_type"]
         length_at = field.offset + 8 + len("tokenizer.ggml.token_type") + 4 + 4
@@ -176,6 +182,24 @@ def test_corrupt_or_truncated(llama_gguf, tmp_path, capsys, where):
     assert expected in err, err
     if where == "tensor_data":
         assert "past the end of the file" in err
+
+
+def test_the_checked_reader_reads_what_gguf_reads(llama_gguf):
+    """The importer's reader builds arrays (the tokenizer's strings and token types) in one pass
+    where gguf-py reads them item by item: the same fields, parts, data indices and types."""
+    from infer.frontend.gguf_import import _checked_reader_class
+
+    path = llama_gguf("Q4_1", tokenizer=True)
+    want, got = gguf.GGUFReader(str(path)), _checked_reader_class()(str(path))
+    assert list(got.fields) == list(want.fields)
+    assert len(want.fields["tokenizer.ggml.tokens"].data) > 100
+    for name, field in want.fields.items():
+        mine = got.fields[name]
+        assert (mine.offset, mine.types, list(mine.data)) == (field.offset, field.types, list(field.data)), name
+        assert [(p.dtype, p.shape, p.tobytes()) for p in mine.parts] == \
+            [(p.dtype, p.shape, p.tobytes()) for p in field.parts], name
+    assert got.fields["tokenizer.ggml.tokens"].contents() == want.fields["tokenizer.ggml.tokens"].contents()
+    assert [(t.name, t.data_offset) for t in got.tensors] == [(t.name, t.data_offset) for t in want.tensors]
 
 
 def test_missing_file_and_wrong_suffix(tmp_path, capsys):
