@@ -543,14 +543,21 @@ def dequant_compute(spec: DequantSpec, q: np.ndarray, s: np.ndarray, dst: np.nda
     product of a code (<= 8 bits) and an fp16 scale (11-bit significand) is exact in fp32, so
     only q4_1's add rounds (once, to nearest even): the numerics of llama.cpp's and gguf's
     dequantization in fp32, fused multiply-add or not."""
-    codes = dequant_codes(spec, q)
+    codes = dequant_codes(spec, q)  # a new array: scaled in place
     p = spec.scale_entry
-    axis = -2 if spec.axis == 0 else -1
-    d = np.repeat(s[..., 0::p].astype(np.float32), isa.QBLOCK, axis=axis)
-    r = d * codes
+    lead, (rows, cols) = codes.shape[:-2], codes.shape[-2:]
+    # each block's scale (and minimum) broadcast over its 32 codes (np.repeat would write them
+    # out 32 times first): the same products and sums, element by element
+    if spec.axis == 0:
+        blocks = codes.reshape(lead + (rows // isa.QBLOCK, isa.QBLOCK, cols))
+        per_block = (Ellipsis, slice(None), None, slice(None))
+    else:
+        blocks = codes.reshape(lead + (rows, cols // isa.QBLOCK, isa.QBLOCK))
+        per_block = (Ellipsis, None)
+    np.multiply(blocks, s[..., 0::p].astype(np.float32)[per_block], out=blocks)
     if p == 2:
-        r += np.repeat(s[..., 1::p].astype(np.float32), isa.QBLOCK, axis=axis)
-    store_converted(dst, r, dt)
+        np.add(blocks, s[..., 1::p].astype(np.float32)[per_block], out=blocks)
+    store_converted(dst, codes, dt)
 
 
 def weights_dtype(dt: int, rows: int) -> Any:
