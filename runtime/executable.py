@@ -248,9 +248,15 @@ class Executable:
                            + [(p.offset, p.offset + p.nbytes) for p in lay.inputs])
         self._sim = sim
         ops = self.artifact.ops if trace else None
+        # the closure holds what the report needs, not `self`: an Executable referring to itself
+        # through it would be freed only by the cycle collector, with its simulator's local
+        # memories and DRAM buffers (a process compiling and running model after model kept
+        # ~10 MB of them per model until a full collection)
+        program, config = self.program, self.config
+        passes = 3 if self.artifact.precision == "fp32" else 1
+        io_bytes = sum(r.nbytes for r in (*lay.inputs, *lay.outputs))
         self._report, self._report_of = None, lambda: build_report(
-            counters, self.program, ops, self.config, wall, passes=3 if self.artifact.precision == "fp32" else 1,
-            io_bytes=sum(r.nbytes for r in (*lay.inputs, *lay.outputs)))
+            counters, program, ops, config, wall, passes=passes, io_bytes=io_bytes)
         return outs
 
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,
