@@ -147,7 +147,7 @@ def test_the_cache_dir_keeps_a_gguf_tokenizer(tiny_gguf, tmp_path, capsys, monke
     real vocabulary) as a saved fast tokenizer: it tokenizes, decodes and applies the chat
     template as the built one does, the next run loads it instead of building it, and a damaged
     copy is built again and replaced."""
-    from infer.frontend.tokenizer import load_tokenizer
+    from infer.frontend.tokenizer import load_saved_tokenizer, load_tokenizer
 
     cache = tmp_path / "cache"
     options = ["--prompt", PROMPT, "--max-new-tokens", 4, "--max-context", 32, "--cache-dir", cache]
@@ -155,7 +155,8 @@ def test_the_cache_dir_keeps_a_gguf_tokenizer(tiny_gguf, tmp_path, capsys, monke
     assert status == 0, err
     kept = list(cache.glob("tiny-tokenizer-*"))
     assert len(kept) == 1 and (kept[0] / "tokenizer.json").is_file()
-    built, saved = load_tokenizer(tiny_gguf), load_tokenizer(kept[0])
+    built, saved = load_tokenizer(tiny_gguf), load_saved_tokenizer(kept[0])
+    assert type(saved) is type(built)
     messages = [{"role": "user", "content": "Hi there, what's 2 + 2?"}]
     assert saved.chat_template == built.chat_template and saved.eos_token_id == built.eos_token_id
     assert (saved.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
@@ -179,7 +180,7 @@ def test_the_cache_dir_keeps_a_gguf_tokenizer(tiny_gguf, tmp_path, capsys, monke
     (kept[0] / "tokenizer.json").write_text("{")  # damaged: built again, replaced
     status, again, err = _generate(capsys, tiny_gguf, *options)
     assert status == 0, err
-    assert again == first and load_tokenizer(kept[0]).encode("Hi there") == built.encode("Hi there")
+    assert again == first and load_saved_tokenizer(kept[0]).encode("Hi there") == built.encode("Hi there")
     assert [p.name for p in cache.iterdir()] == [kept[0].name]  # no temporary folder left
 
 
