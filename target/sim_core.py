@@ -543,11 +543,12 @@ def dequant_compute(spec: DequantSpec, q: np.ndarray, s: np.ndarray, dst: np.nda
     product of a code (<= 8 bits) and an fp16 scale (11-bit significand) is exact in fp32, so
     only q4_1's add rounds (once, to nearest even): the numerics of llama.cpp's and gguf's
     dequantization in fp32, fused multiply-add or not."""
-    codes = dequant_codes(spec, q)  # a new array: scaled in place
+    codes = dequant_codes(spec, q)
     p = spec.scale_entry
     lead, (rows, cols) = codes.shape[:-2], codes.shape[-2:]
     # each block's scale (and minimum) broadcast over its 32 codes (np.repeat would write them
-    # out 32 times first): the same products and sums, element by element
+    # out 32 times first): the same products and sums, element by element, in place in the new
+    # array `codes` (`blocks` splits one of its axes: a view whatever its layout)
     if spec.axis == 0:
         blocks = codes.reshape(lead + (rows // isa.QBLOCK, isa.QBLOCK, cols))
         per_block = (Ellipsis, slice(None), None, slice(None))

@@ -25,8 +25,7 @@ tokenizer's JSON files (`save_pretrained`: tokenizer.json, tokenizer_config.json
 template) it loads in 1.4 s, transformers' own import included (`load_saved_tokenizer`: not
 through AutoTokenizer, whose registry imports torch). Its folder is keyed by the model's bytes
 and the transformers version (whose converter made it); a folder that does not load is built
-again.
-A Hugging Face folder's tokenizer files load quickly already and are not copied.
+again. A Hugging Face folder's tokenizer files load quickly already and are not copied.
 """
 
 from __future__ import annotations
@@ -131,9 +130,9 @@ def cached_tokenizer(cache_dir: str | Path, model: Model) -> None:
     """Give `model`, imported from a GGUF file, its tokenizer from `cache_dir`; the first time,
     build it from the GGUF metadata and save it there. Models from other sources are left
     alone. A cache that cannot be written gets a note on stderr, not an error."""
-    from infer.frontend.tokenizer import load_saved_tokenizer
-
     from importlib.metadata import PackageNotFoundError
+
+    from infer.frontend.tokenizer import load_saved_tokenizer
 
     source = model.source
     if source is None or not source.is_file() or source.suffix.lower() != ".gguf":

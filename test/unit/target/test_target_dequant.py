@@ -96,6 +96,33 @@ def test_bit_identical_to_gguf(fmt, blocks):
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.parametrize("fmt", sorted(QTYPE))
+@pytest.mark.parametrize("axis", [0, 1])
+def test_stacked_tiles_in_any_layout_dequantize_as_each_tile(fmt, axis):
+    """The fast engine's batched loops hand vec.dequant stacked tiles whose lane axis may have
+    any stride: every tile of the stack comes out as it does alone (each block's scale and
+    minimum broadcast over its own codes)."""
+    from infer.target.sim_core import DequantSpec, dequant_compute
+
+    spec = DequantSpec(isa.QFORMAT_CODE[fmt], axis)
+    rng = np.random.default_rng(axis + len(fmt))
+    rows, cols, lanes = 64, 96, 3
+    bits, entry = isa.qformat_bits(spec.fmt), spec.scale_entry
+    codes_shape = (rows * bits // 8, cols) if axis == 0 else (rows, cols * bits // 8)
+    scales_shape = (rows // 32, cols * entry) if axis == 0 else (rows, cols // 32 * entry)
+    # the lane axis innermost in memory: a stack that is not in C order
+    q = np.moveaxis(rng.integers(0, 256, codes_shape + (lanes,), dtype=np.uint8), -1, 0).view(spec.code_dtype)
+    s = np.moveaxis(ODD_SCALES[rng.integers(0, len(ODD_SCALES), scales_shape + (lanes,))].view(np.float16), -1, 0)
+    assert not q.flags.c_contiguous
+    for dt, held in ((F32, np.uint32), (BF16, np.uint16)):
+        stacked = np.empty((lanes, rows, cols), np.float32 if dt == F32 else ml_dtypes.bfloat16)
+        dequant_compute(spec, q, s, stacked, dt)
+        for lane in range(lanes):
+            alone = np.empty((rows, cols), stacked.dtype)
+            dequant_compute(spec, np.ascontiguousarray(q[lane]), np.ascontiguousarray(s[lane]), alone, dt)
+            np.testing.assert_array_equal(stacked[lane].view(held), alone.view(held))
+
+
 def test_nibble_order_is_llama_cpp():
     """In the 16 code bytes of a q4_1 block, element j is the low nibble of byte j and element
     j + 16 its high nibble (d = 1, m = 0: the values are the codes)."""
