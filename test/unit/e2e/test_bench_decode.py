@@ -65,3 +65,9 @@ def test_the_table_has_every_figure(tiny):
     lines = bench.report_lines(m, entries, contexts=(8, 60))
     assert len(lines) == 1 + 2 * 2 + 2 + 1 + 1  # header; bytes and roofline per batch; tokens/s; growth; prefill
     assert "decode B=1 ctx 8 -> 60" in lines[-2] and "prefill chunk of 8 tokens" in lines[-1]
+    # the tokens/s steps are timed twice (the second call: no program decoding or loop planning)
+    for b, entry in entries.items():
+        st = m.steps[(entry, 8)]
+        assert st.again_seconds is not None and 0 < st.again_seconds
+        assert f"host {st.again_seconds:.2f} s per step, {st.wall_seconds:.2f} s for the session's first" in \
+            next(line for line in lines if f"decode B={b} ctx 8:" in line and "tokens/s" in line)
