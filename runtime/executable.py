@@ -254,9 +254,11 @@ class Executable:
         # ~10 MB of them per model until a full collection)
         program, config = self.program, self.config
         passes = 3 if self.artifact.precision == "fp32" else 1
-        io_bytes = sum(r.nbytes for r in (*lay.inputs, *lay.outputs))
+        output_bytes = sum(r.nbytes for r in lay.outputs)
+        io_bytes = sum(r.nbytes for r in lay.inputs) + output_bytes
         self._report, self._report_of = None, lambda: build_report(
-            counters, program, ops, config, wall, passes=passes, io_bytes=io_bytes)
+            counters, program, ops, config, wall, passes=passes, io_bytes=io_bytes,
+            output_bytes=output_bytes)
         return outs
 
     def check(self, inputs: Any = None, *, trace: bool = True, check_races: bool | None = None,

@@ -117,6 +117,8 @@ class Report:
     wall_seconds: float = 0.0
     passes: int = 1  # bf16 matrix passes per model MAC (3: fp32 emulation)
     io_bytes: int = 0  # the model's inputs and outputs in DRAM
+    output_bytes: int = 0  # the outputs' share of io_bytes
+    dram_latency_cycles: int = 0  # the config's DRAM latency (the latency floor below)
 
     # the algorithmic roofline of the whole run (needs the markers' records)
     @property
@@ -149,6 +151,32 @@ class Report:
         """Algorithmic roofline / simulated cycles (1.0 = at the roofline)."""
         r = self.roofline_cycles
         return r / self.cycles if r is not None and self.cycles else None
+
+    @property
+    def latency_floor_cycles(self) -> float | None:
+        """The fewest cycles any program computing this model can take on this config: the
+        roofline's terms plus the DRAM latency they cannot hide. Nothing computes before the
+        first operand byte arrives (a latency after the start) and the last result byte lands a
+        latency after it leaves the chip; every compulsory byte read feeds some output, so the
+        reads end a latency before the last store can start; and the last of all the DRAM
+        transfers completes a latency after it was issued:
+        max(MACs / peak + 2L, read bytes / bandwidth + 2L, compulsory bytes / bandwidth + L).
+        Beside a large model it is the roofline; for a single layer on a latency-bound config
+        (server: 500 cycles against a 1-7 K-cycle roofline) it caps the reachable fraction of
+        the roofline well below 100 % (docs/performance.md)."""
+        if self.model_macs is None or self.compulsory_bytes is None:
+            return None
+        lat, bw = self.dram_latency_cycles, self.dram_bytes_per_cycle
+        reads = self.compulsory_bytes - self.output_bytes
+        return max(self.model_macs * self.passes * self.cycles_per_mac + 2 * lat,
+                   reads / bw + 2 * lat, self.compulsory_bytes / bw + lat)
+
+    @property
+    def floor_fraction(self) -> float | None:
+        """Algorithmic roofline / latency floor: the largest roofline_fraction any program
+        reaches on this config."""
+        r, f = self.roofline_cycles, self.latency_floor_cycles
+        return r / f if r is not None and f else None
     energy: Energy | None = None  # None: see energy_note
     energy_note: str = ""
 
@@ -193,6 +221,7 @@ class Report:
         d["compulsory_bytes"] = self.compulsory_bytes
         d["roofline_cycles"] = self.roofline_cycles
         d["roofline_fraction"] = self.roofline_fraction
+        d["latency_floor_cycles"] = self.latency_floor_cycles
         d["passes"] = self.passes
         d["ops"] = None if self.ops is None else [o.as_dict() for o in self.ops]
         d["simulation_wall_seconds"] = self.wall_seconds
@@ -285,12 +314,15 @@ class Report:
 
 
 def build_report(counters: Counters, program, ops: list[dict[str, Any]] | None, cfg,
-                 wall_seconds: float = 0.0, *, passes: int = 1, io_bytes: int = 0) -> Report:
+                 wall_seconds: float = 0.0, *, passes: int = 1, io_bytes: int = 0,
+                 output_bytes: int = 0) -> Report:
     """Counters (+ the per-instruction profile of a traced run) + op markers -> Report.
     `passes`: bf16 matrix passes per MAC of the artifact's precision; `io_bytes`: the DRAM
-    bytes of the model's inputs and outputs (both for the algorithmic roofline)."""
+    bytes of the model's inputs and outputs (both for the algorithmic roofline), of which
+    `output_bytes` are outputs (the latency floor)."""
     rep = Report(counters, cfg.peak_macs_per_cycle, cfg.dram.bytes_per_cycle, wall_seconds=wall_seconds,
-                 passes=passes, io_bytes=io_bytes)
+                 passes=passes, io_bytes=io_bytes, output_bytes=output_bytes,
+                 dram_latency_cycles=cfg.dram.latency_cycles)
     prof = counters.profile
     if counters.mode == "functional":
         rep.energy_note = "functional mode has no timing model"

@@ -69,3 +69,26 @@ def test_markers_and_report_measure_against_the_model(precision, passes, operand
     assert 0 < rep.roofline_fraction < 1
     table = rep.table()
     assert "predicted" in table.splitlines()[0] and "conv2d" in table
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_the_latency_floor_adds_the_dram_latency_no_program_hides(target):
+    """Report.latency_floor_cycles: max(MACs / peak + 2L, read bytes / bandwidth + 2L,
+    compulsory bytes / bandwidth + L); the simulated run never beats it, and floor_fraction
+    is the roofline over it (the most any program reaches)."""
+    exe = infer.compile(model(), target=target, precision="bf16")
+    rng = np.random.default_rng(1)
+    exe.run([rng.standard_normal((M, K)).astype(np.float32),
+             rng.standard_normal((1, C, H, H)).astype(np.float32)])
+    rep = exe.last_report
+    hw = load_config(target)
+    lat, bw = hw.dram.latency_cycles, hw.dram.bytes_per_cycle
+    outputs = (M * N + O * H * H) * 4
+    assert rep.output_bytes == outputs and rep.dram_latency_cycles == lat
+    floor = max(rep.model_macs / hw.peak_macs_per_cycle + 2 * lat,
+                (rep.compulsory_bytes - outputs) / bw + 2 * lat, rep.compulsory_bytes / bw + lat)
+    assert rep.latency_floor_cycles == pytest.approx(floor)
+    assert rep.roofline_cycles < rep.latency_floor_cycles <= rep.cycles
+    assert rep.floor_fraction == pytest.approx(rep.roofline_cycles / floor)
+    assert rep.roofline_fraction <= rep.floor_fraction < 1
+    assert rep.as_dict()["latency_floor_cycles"] == pytest.approx(floor)
