@@ -12,7 +12,8 @@ work the compiler chose to do (docs/performance.md):
   precision lets a kernel hold it: a matrix-unit weight at the matmul operand size (bf16: 2
   bytes, fp32 emulation: 4 = hi + lo), another weight at 4; an activation consumed only as a
   matrix-unit operand (and not a model input or output; directly or through a max pool,
-  `matrix_operand_only`) at the operand size, any other at its element size (f32: 4). Re-reads, halos, padded copies and partial bursts never count.
+  `matrix_operand_only`) at the operand size, any other at its element size (f32: 4); of a
+  table only gathers read (an embedding), the elements they take, at most the table. Re-reads, halos, padded copies and partial bursts never count.
 * `weight_bytes`: the weights' share of `bytes` (the whole-model minimum is the sum of every
   op's weights plus the model's inputs and outputs: intermediates could stay on chip).
 
@@ -132,6 +133,20 @@ def _element_bytes(value: SSAValue) -> int:
     return _ELEMENT_BYTES.get(element_name_of(value), 4) if isinstance(value.type, TensorType) else 4
 
 
+def _gathered_elements(ops: Sequence[Operation]) -> dict[SSAValue, int]:
+    """The tables that the kernel's ops read only as a gather's input (an embedding lookup),
+    with the elements those gathers take: at most that many of the table's elements are
+    compulsory (a 128-token lookup in MiniLM's 30522-row table reads 128 rows, not 47 MB)."""
+    inside = set(ops)
+    taken: dict[SSAValue, int] = {}
+    for o in ops:
+        if isinstance(o, g.GatherOp):
+            taken[o.input] = taken.get(o.input, 0) + num_elements(shape_of(o.results[0]))
+    return {v: n for v, n in taken.items()
+            if all(isinstance(u.operation, g.GatherOp) and u.index == 0
+                   for u in v.uses if u.operation in inside)}
+
+
 def kernel_record(ctx: LoweringContext, ops: Sequence[Operation],
                   inputs: Sequence[tuple[SSAValue, SSAValue]],
                   outputs: Sequence[SSAValue]) -> tuple[int, int, int]:
@@ -141,6 +156,7 @@ def kernel_record(ctx: LoweringContext, ops: Sequence[Operation],
     operand_bytes = 2 * ctx.bf16_copies
     macs = sum(MACS[type(o)](o) for o in ops if type(o) in MACS)
     matrix_weights = {v for o in ops for v in _matrix_weight_operands(o)}
+    gathered = _gathered_elements(ops)
     total = weights = 0
     seen: set[SSAValue] = set()
     for value, inner in inputs:
@@ -149,6 +165,8 @@ def kernel_record(ctx: LoweringContext, ops: Sequence[Operation],
         seen.add(value)
         n = num_elements(shape_of(value))
         if ctx.is_constant(value):
+            if inner in gathered:  # a table read only by gathers: the slices they take
+                n = min(n, gathered[inner])
             size = n * (operand_bytes if inner in matrix_weights else 4)
             weights += size
             total += size

@@ -92,3 +92,28 @@ def test_the_latency_floor_adds_the_dram_latency_no_program_hides(target):
     assert rep.floor_fraction == pytest.approx(rep.roofline_cycles / floor)
     assert rep.roofline_fraction <= rep.floor_fraction < 1
     assert rep.as_dict()["latency_floor_cycles"] == pytest.approx(floor)
+
+
+def test_an_embedding_lookup_counts_the_rows_it_takes_not_the_table():
+    """A table only gathers read is compulsory for the slices they take (at most the table):
+    16 token ids into a 1000-row table read 16 rows."""
+    V, D, T = 1000, 64, 16
+    text = f"""func.func @main(%ids: tensor<{T}xi32> {{graph.name = "ids"}}) -> (tensor<{T}x{D}xf32> {{graph.name = "y"}}) {{
+  %table = graph.weight @table : tensor<{V}x{D}xf32>
+  %y = graph.gather %table, %ids : (tensor<{V}x{D}xf32>, tensor<{T}xi32>) -> tensor<{T}x{D}xf32>
+  func.return %y : tensor<{T}x{D}xf32>
+}}"""
+    module = parse_ir(make_context(), text, "embedding.mlir")
+    verify_module(module)
+    store = WeightStore()
+    table = np.random.default_rng(0).standard_normal((V, D)).astype(np.float32)
+    store.set("table", table)
+    attach_weights(module, store)
+    exe = infer.compile(infer.Model(module), target="server", precision="bf16")
+    ids = np.random.default_rng(1).integers(0, V, T).astype(np.int32)
+    (y,) = exe.run([ids])
+    np.testing.assert_array_equal(y, table[ids])
+    (op,) = [o for o in exe.last_report.ops if o.kernel_class == "gather"]
+    assert op.weight_bytes == T * D * 4
+    assert op.compulsory_bytes == T * D * 4 + T * 4 + T * D * 4
+    assert exe.last_report.compulsory_bytes == T * D * 4 + T * 4 + T * D * 4
