@@ -274,6 +274,11 @@ class Report:
                          f"{self.compulsory_bytes} compulsory B / {self.dram_bytes_per_cycle} B/cycle): "
                          f"run at {100 * roof / max(1, c.cycles):.1f}% of it; DRAM moved "
                          f"{self.dram_bytes / max(1, self.compulsory_bytes):.1f}x the compulsory bytes")
+            floor, ceiling = self.latency_floor_cycles, self.floor_fraction
+            if floor is not None and ceiling is not None and ceiling < 0.99:
+                lines.append(f"  latency floor {floor:.0f} cycles (the DRAM latency of the first read and the "
+                             f"last store, {self.dram_latency_cycles} cycles each, added): no program "
+                             f"exceeds {100 * ceiling:.1f}% of the roofline here")
         if c.stalls:
             st = sorted(c.stalls.items(), key=lambda kv: -kv[1])
             lines.append("  stalls (cycles): " + ", ".join(f"{k} {v}" for k, v in st))

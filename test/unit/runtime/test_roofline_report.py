@@ -117,3 +117,15 @@ def test_an_embedding_lookup_counts_the_rows_it_takes_not_the_table():
     assert op.weight_bytes == T * D * 4
     assert op.compulsory_bytes == T * D * 4 + T * 4 + T * D * 4
     assert exe.last_report.compulsory_bytes == T * D * 4 + T * 4 + T * D * 4
+
+
+def test_the_summary_names_the_latency_floor_where_it_caps_the_roofline():
+    """A small model on server: the summary says how far any program can get."""
+    exe = infer.compile(model(), target="server", precision="bf16")
+    rng = np.random.default_rng(1)
+    exe.run([rng.standard_normal((M, K)).astype(np.float32),
+             rng.standard_normal((1, C, H, H)).astype(np.float32)])
+    rep = exe.last_report
+    assert rep.floor_fraction < 0.99
+    (line,) = [x for x in rep.summary().splitlines() if "latency floor" in x]
+    assert f"{rep.latency_floor_cycles:.0f} cycles" in line and f"{100 * rep.floor_fraction:.1f}%" in line
