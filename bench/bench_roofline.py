@@ -7,7 +7,8 @@ simulated, the fastest kept; docs/tiling.md "Autotuning"), with a cache fresh fo
 
 Every number is the simulated run's `Executable.last_report` (runtime/report.py): the
 roofline is max(model MACs / peak MACs per cycle, compulsory DRAM bytes / DRAM bytes per
-cycle) as docs/performance.md defines it, `% roof` = roofline / simulated cycles. Printed:
+cycle) as docs/performance.md defines it, `% roof` = roofline / simulated cycles, `ceiling`
+= roofline / the run's latency floor (the most any program reaches). Printed:
 - ResNet-50 (tools/zoo.py, 224x224) whole model; goal >= 70 %
 - every distinct conv layer shape of ResNet-50 compiled as a single-layer model (conv +
   batch norm + relu, as the model fuses them), the median; goal >= 80 %. Beside each, in
@@ -68,7 +69,7 @@ def line(name: str, target: str, report, wall: float, goal: float | None) -> str
     frac = report.roofline_fraction
     moved = report.dram_bytes / max(1, report.compulsory_bytes or 1)
     return (f"{name:<26} {target:<7} {report.cycles:>11} {report.roofline_cycles or 0:>11.0f} "
-            f"{100 * (frac or 0):6.1f}% {bound(report):>9} {moved:7.1f}x  "
+            f"{100 * (frac or 0):6.1f}% {100 * (report.floor_fraction or 0):7.1f}% {bound(report):>9} {moved:7.1f}x  "
             + (verdict(frac, goal) if goal is not None else "") + f"  ({wall:.0f} s)")
 
 
@@ -81,7 +82,7 @@ def bound(report) -> str:
 
 
 def header() -> None:
-    print(f"{'model':<26} {'target':<7} {'cycles':>11} {'roofline':>11} {'% roof':>7} {'bound':>9} "
+    print(f"{'model':<26} {'target':<7} {'cycles':>11} {'roofline':>11} {'% roof':>7} {'ceiling':>8} {'bound':>9} "
           f"{'DRAM x':>8}  goal")
 
 
@@ -235,6 +236,7 @@ def main(argv: list[str]) -> int:
     wanted = set(argv) - set(tuned) or {"resnet50", "convs", "cnn", "minilm", "llama"}
     print(f"whole models against the algorithmic roofline, precision {PRECISION} "
           "(% roof = max(MACs / peak, compulsory bytes / bandwidth) / simulated cycles; "
+          "ceiling = the most % roof any program reaches with the DRAM latency it cannot hide; "
           "DRAM x = moved / compulsory bytes)" + (f", autotuned ({tuned[-1]})" if tuned else ""))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
