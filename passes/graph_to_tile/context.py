@@ -289,10 +289,12 @@ class LoweringContext:
 
     def narrow_output_buffer(self, value: SSAValue) -> SSAValue:
         """`output_buffer`, but held as bf16 in bf16 precision when its consumers read it only
-        as matrix-unit activations (storage.read_only_as_bf16_activations), on targets short of
-        DRAM bandwidth rather than latency (edge: on server the bytes saved bought nothing and
-        the transformer block of bench_compiler_gemm.py ran 0.8 K cycles slower). The producer
-        stores its f32 tile through a conversion to bf16 (`is_bf16_buffer` tells it to)."""
+        as matrix-unit activations (storage.read_only_as_bf16_activations); on targets short of
+        DRAM latency rather than bandwidth (server) only when they are all convs (on server the
+        bytes a linear's input saved bought nothing and the transformer block of
+        bench_compiler_gemm.py ran 0.8 K cycles slower; ResNet-50's convs gained 3.6 %). The
+        producer stores its f32 tile through a conversion to bf16 (`is_bf16_buffer` tells it
+        to)."""
         if self.narrows(value):
             self.buffers[value] = self.emitter.alloc(shape_of(value), bf16, "dram")
             return self.buffers[value]
@@ -301,8 +303,10 @@ class LoweringContext:
     def narrows(self, value: SSAValue) -> bool:
         """Will `narrow_output_buffer(value)` hold `value` as bf16 (asked before the buffer is
         made: conv.py's cost model counts the narrowed store)?"""
-        return (self.bf16_copies == 1 and not latency_bound(self.hw) and value not in self.destinations
-                and storage.read_only_as_bf16_activations(value))
+        return (self.bf16_copies == 1 and value not in self.destinations
+                and storage.read_only_as_bf16_activations(value)
+                and (not latency_bound(self.hw) or storage.read_only_as_bf16_activations(
+                    value, storage.CONV_ACTIVATION_OPERAND)))
 
     def held_as_bf16(self, value: SSAValue) -> bool:
         """Is tensor `value` already held in a bf16 DRAM buffer (its producer narrowed it)?"""

@@ -127,6 +127,15 @@ read for nothing else (gemm.py: a linear's input; conv.py: a conv's input, whose
 rounded to bf16 as they are built), when its weight is a compile-time value."""
 
 
+CONV_ACTIVATION_OPERAND: dict[type[Operation], int] = {g.Conv2dOp: 0}
+"""`ACTIVATION_OPERAND` for convs only: the readers for which a latency-bound target (server)
+narrows a tensor too (`LoweringContext.narrows`). A 1x1 conv reading bf16 rows loads them
+straight into its window (`windows.loads_in_place`), so the matrix unit no longer waits for the
+window's fp32 -> bf16 copy queued behind the previous tile's epilogue on the in-order vector
+unit; a linear's input is staged and copied either way, and the producer's extra copy made
+transformer blocks slower there."""
+
+
 ROUNDING_COMMUTES: dict[type[Operation], int] = {g.MaxPool2dOp: 0}
 """Per op type, the operand whose bf16 rounding commutes with the op: max(bf16(a), bf16(b)) =
 bf16(max(a, b)) (rounding is monotonic). Such an op may read that operand as bf16 when its own
@@ -134,21 +143,24 @@ result is read only as bf16 activations (pooling.lower_max_pool_windows: a ResNe
 conv -> max pool -> convs)."""
 
 
-def _bf16_activation_use(user: Operation, index: int) -> bool:
-    """Is operand `index` of `user` the activations of a graph.linear or graph.conv2d on a
-    compile-time weight (the matrix unit reads them as bf16 and nothing else), or the operand
-    of an op that commutes with the rounding (`ROUNDING_COMMUTES`) whose result is such?"""
+def _bf16_activation_use(user: Operation, index: int, readers: dict[type[Operation], int]) -> bool:
+    """Is operand `index` of `user` the activations of one of `readers` (a graph.linear or
+    graph.conv2d) on a compile-time weight (the matrix unit reads them as bf16 and nothing
+    else), or the operand of an op that commutes with the rounding (`ROUNDING_COMMUTES`) whose
+    result is such?"""
     if ROUNDING_COMMUTES.get(type(user)) == index:
-        return read_only_as_bf16_activations(user.results[0])
-    if ACTIVATION_OPERAND.get(type(user)) != index:
+        return read_only_as_bf16_activations(user.results[0], readers)
+    if readers.get(type(user)) != index:
         return False
     weight = _outside_kernel(user.weight).owner  # type: ignore[attr-defined]
     return isinstance(weight, g.WeightOp | g.ConstantOp)
 
 
-def read_only_as_bf16_activations(value: SSAValue) -> bool:
+def read_only_as_bf16_activations(value: SSAValue,
+                                   readers: dict[type[Operation], int] = ACTIVATION_OPERAND) -> bool:
     """Is every use of `value` (through graph.kernel regions) the activations of a linear or a
-    conv on a compile-time weight (`ACTIVATION_OPERAND`), directly or through ops that commute
+    conv on a compile-time weight (`readers`: by default `ACTIVATION_OPERAND`; convs only,
+    `CONV_ACTIVATION_OPERAND`), directly or through ops that commute
     with the rounding (`ROUNDING_COMMUTES`), and `value` neither a function argument nor
     returned? In bf16 precision
     such a tensor is held as **bf16** in DRAM (`LoweringContext.narrow_output_buffer`): its
@@ -162,12 +174,14 @@ def read_only_as_bf16_activations(value: SSAValue) -> bool:
         user = use.operation
         if isinstance(user, g.YieldOp):  # a kernel's result: what its users read
             kernel = user.parent_op()
-            if not isinstance(kernel, g.KernelOp) or not read_only_as_bf16_activations(kernel.results[use.index]):
+            if not isinstance(kernel, g.KernelOp) or not read_only_as_bf16_activations(
+                    kernel.results[use.index], readers):
                 return False
         elif isinstance(user, g.KernelOp):
             inner = user.body.block.args[use.index]
-            if not inner.uses or not all(_bf16_activation_use(u.operation, u.index) for u in inner.uses):
+            if not inner.uses or not all(_bf16_activation_use(u.operation, u.index, readers)
+                                         for u in inner.uses):
                 return False
-        elif not _bf16_activation_use(user, use.index):
+        elif not _bf16_activation_use(user, use.index, readers):
             return False
     return True

@@ -72,7 +72,8 @@ def test_norm_and_gemm_outputs_feeding_linears_are_bf16_with_the_same_bits(monke
 @pytest.mark.parametrize("target, precision", [("edge", "fp32"), ("server", "bf16")])
 def test_f32_activations_in_fp32_and_on_latency_bound_targets(target, precision):
     """fp32 precision reads both bf16 parts of every activation; on server (DRAM latency, not
-    bandwidth, is short) the halved bytes bought nothing."""
+    bandwidth, is short) the halved bytes of a linear's input bought nothing (only tensors that
+    convs alone read are narrowed there)."""
     _, _, _, dram = compile_and_run(target, precision=precision)
     assert "bf16" not in dram
 
@@ -150,18 +151,20 @@ def compile_bottleneck(stride: int, target: str = "edge", stats: dict[str, int] 
     return y, counters.cycles, counters.dram_read_bytes + counters.dram_write_bytes, dram
 
 
+@pytest.mark.parametrize("target", ["edge", "server"])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_conv_activations_feeding_convs_are_bf16_with_the_same_bits(monkeypatch, stride):
-    """The inner activations of a bottleneck (1x1 -> 3x3 -> 1x1) are stored and read as bf16;
-    with a strided shortcut conv the block's input too is read only by convs, but it is a model
-    input (no producer narrows it). The 3x3 conv's input is padded: its planes (or its windows
-    padded on chip) are built from the bf16 rows."""
+def test_conv_activations_feeding_convs_are_bf16_with_the_same_bits(monkeypatch, stride, target):
+    """The inner activations of a bottleneck (1x1 -> 3x3 -> 1x1) are stored and read as bf16,
+    on server too (its convs only: storage.CONV_ACTIVATION_OPERAND); with a strided shortcut
+    conv the block's input too is read only by convs, but it is a model input (no producer
+    narrows it). The 3x3 conv's input is padded: its planes (or its windows padded on chip)
+    are built from the bf16 rows."""
     out = HW // stride
     inner = [((1, WIDTH, HW, HW), "bf16"), ((1, WIDTH, out, out), "bf16")]
-    y, cycles, moved, dram = compile_bottleneck(stride)
+    y, cycles, moved, dram = compile_bottleneck(stride, target)
     assert all(b in dram for b in inner), dram
-    monkeypatch.setattr(storage, "read_only_as_bf16_activations", lambda value: False)
-    y_f32, cycles_f32, moved_f32, dram_f32 = compile_bottleneck(stride)
+    monkeypatch.setattr(storage, "read_only_as_bf16_activations", lambda value, *readers: False)
+    y_f32, cycles_f32, moved_f32, dram_f32 = compile_bottleneck(stride, target)
     assert not any(b in dram_f32 for b in inner), dram_f32
     assert y.tobytes() == y_f32.tobytes()
     # the two inner activations written (and read at least once) at half their bytes
