@@ -427,17 +427,36 @@ class CodeGenerator:
         Each load signals the loop's "full" semaphore once; the first consumer of its buffer in
         the matching iteration waits for it once (loads and first consumers are in the same
         order, so the FIFO tokens pair up). Reuse of a half is still guarded by its "free"
-        semaphore: loads(t+1) writes the half that rest(t-1) released."""
+        semaphore: loads(t+1) writes the half that rest(t-1) released.
+
+        With pipelined preparation (rotation.pipelinable_preparation; docs/codegen.md): the
+        loads go two iterations ahead and their vector preparation one,
+
+            prologue:  loads(0) loads(1) prep(0)
+            loop J x:  loads(2j+2) prep(2j+1) rest(2j)  loads(2j+3) prep(2j+2) rest(2j+1)
+            epilogue:  [loads(t+2)] [prep(t+1)] rest(t) for t = 2J .. trip-1
+
+        the preparation taking the loads' tokens, and the first matrix instruction of rest(t)
+        reading a prepared buffer the token of prep(t)'s last op."""
         loads = self.plan.pipelined_loads[op]
-        rest = [o for o in body if o not in loads]
-        self.double_buffering.start_pipelined_loop(loads)
+        preparation: list[Operation] = list(self.plan.pipelined_preparation.get(op, ()))
+        rest = [o for o in body if o not in loads and o not in preparation]
+        self.double_buffering.start_pipelined_loop(loads, preparation)  # type: ignore[arg-type]
         declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
+        # stages ahead of rest(t): (ops, iterations ahead)
+        stages = [(loads, 2), (preparation, 1)] if preparation else [(loads, 1)]
+        ahead = stages[0][1]
         self.weight_tile.forget()
         self._emit_iteration(op, 0, declarations + loads)
-        hardware_trips = (trip - 1) // 2
+        if preparation:  # the prologue: loads(0), loads(1), preparation(0)
+            self.weight_tile.forget()
+            self._emit_iteration(op, 1, loads)
+            self.weight_tile.forget()
+            self._emit_iteration(op, 0, preparation)
+        hardware_trips = (trip - ahead) // 2
         loop, outer_block = self.open_loop(hardware_trips, op)
         for copy in range(2):
-            for ops, offset in ((loads, copy + 1), (rest, copy)):
+            for ops, offset in [(ops, copy + lead) for ops, lead in stages] + [(rest, copy)]:
                 self.weight_tile.forget()
                 self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=2, offset=offset,
                                                 round=object(), trip=trip)
@@ -445,13 +464,14 @@ class CodeGenerator:
         self.close_loop(loop, outer_block, op)
         self.weight_tile.forget()
         for iteration in range(2 * hardware_trips, trip):
-            if iteration + 1 < trip:
-                self.weight_tile.forget()
-                self._emit_iteration(op, iteration + 1, loads)
+            for ops, lead in stages:
+                if iteration + lead < trip:
+                    self.weight_tile.forget()
+                    self._emit_iteration(op, iteration + lead, ops)
             self.weight_tile.forget()
             self._emit_iteration(op, iteration, rest)
         self.bindings.pop(op, None)
-        self.double_buffering.end_pipelined_loop(loads)
+        self.double_buffering.end_pipelined_loop(loads, preparation)  # type: ignore[arg-type]
 
     def open_loop(self, count: int, source_loop: scf.ForOp | None = None
                   ) -> tuple[HardwareLoop, list[Item]]:
@@ -522,6 +542,9 @@ class CodeGenerator:
         self.tracker.record(accesses)
         for semaphore, alloc in releases:
             self.double_buffering.release(inst, semaphore, alloc)
+        prepared = self.double_buffering.preparation_signals.get(op)
+        if prepared is not None and last_part:  # (pipelined preparation: its matmuls wait)
+            self.tracker.add_signal(inst, prepared)
         return inst
 
 

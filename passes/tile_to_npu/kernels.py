@@ -314,7 +314,8 @@ def _entries(plan: RotationPlan, alloc: t.AllocOp) -> tuple:
     loop = plan.rotation_loop_of.get(alloc)
     return (loop, plan.first_use.get(alloc), plan.last_use.get(alloc),
             plan.ring_group_of.get(alloc), alloc in plan.token_takers, alloc in plan.token_givers,
-            None if loop is None else tuple(plan.pipelined_loads.get(loop, ())))
+            None if loop is None else tuple(plan.pipelined_loads.get(loop, ())),
+            None if loop is None else tuple(plan.pipelined_preparation.get(loop, ())))
 
 
 def _replace_entries(old: RotationPlan, part: RotationPlan, allocs: list[t.AllocOp]) -> RotationPlan:
@@ -336,9 +337,12 @@ def _replace_entries(old: RotationPlan, part: RotationPlan, allocs: list[t.Alloc
     plan.token_givers = (old.token_givers - gone) | part.token_givers
     plan.pipelined_loads = {loop: loads for loop, loads in old.pipelined_loads.items()
                             if loop not in loops}
+    plan.pipelined_preparation = {loop: ops for loop, ops in old.pipelined_preparation.items()
+                                  if loop not in loops}
     plan.rotation_loop_of.update(part.rotation_loop_of)
     plan.first_use.update(part.first_use)
     plan.last_use.update(part.last_use)
     plan.ring_group_of.update(part.ring_group_of)
     plan.pipelined_loads.update(part.pipelined_loads)
+    plan.pipelined_preparation.update(part.pipelined_preparation)
     return plan

@@ -1,5 +1,5 @@
 """Buffer rotation: double-buffer ring planning, ring groups and software pipelining
-(docs/codegen.md, "Double buffering" and "Software pipelining").
+(docs/codegen.md, "Double buffering", "Software pipelining" and "Pipelined preparation").
 
 A `tile.alloc {buffers = 2}` rotates between its halves over the iterations of the innermost
 loop containing all its uses (its rotation loop, emitted twice: half 0, half 1). Each half
@@ -8,7 +8,9 @@ takes it, the last access gives it back. Allocs of one rotation loop whose first
 on engine Y and last accesses on engine X != Y share one free semaphore per half (a ring
 group): engines start and retire in order, so the group's first take and last release cover
 every member. A pipelined rotation loop issues the DMA loads of iteration t+1 before the rest
-of iteration t and pairs each load with its buffer's first consumer by one "full" semaphore.
+of iteration t and pairs each load with its buffer's first consumer by one "full" semaphore;
+where the loads only feed vector ops preparing their data for the matrix unit, those ops are
+issued one iteration ahead and the loads two ("Pipelined preparation").
 
 `plan_rotation` decides all that from the IR (and the degrade levels); `DoubleBuffering` is
 the emission-time side: the half and round of each access and the semaphore tokens.
@@ -45,15 +47,16 @@ class DegradeLevel(enum.IntEnum):
     kernel's level by one per failed attempt)."""
 
     FULL_OVERLAP = 0
-    SHARED_RING_CHAINS = 1  # a buffer filled from another's last access shares its free semaphores
-    NO_OUTER_DOUBLE_BUFFERING = 2  # no rotation on loops that contain another rotation loop
-    NO_PIPELINING = 3
-    NO_DOUBLE_BUFFERING = 4
+    NO_PIPELINED_PREPARATION = 1  # the loads' vector preparation stays in its iteration
+    SHARED_RING_CHAINS = 2  # a buffer filled from another's last access shares its free semaphores
+    NO_OUTER_DOUBLE_BUFFERING = 3  # no rotation on loops that contain another rotation loop
+    NO_PIPELINING = 4
+    NO_DOUBLE_BUFFERING = 5
     # the kernel's top-level instructions share one pair semaphore per engine pair for their
     # engine waits (tokens consumed in the order signalled) instead of one per instruction:
     # straight-line code whose producers all come before their consumers (a stride-3 conv's
     # nine split window planes on edge: 17 live semaphores of 16)
-    SHARED_PAIR_SEMAPHORES = 5
+    SHARED_PAIR_SEMAPHORES = 6
 
 
 class RingGroupKey(NamedTuple):
@@ -77,6 +80,9 @@ class RotationPlan:
     token_givers: set[t.AllocOp] = field(default_factory=set)  # last access releases it
     # rotation loop -> its DMA loads issued one iteration ahead (software pipelining)
     pipelined_loads: dict[scf.ForOp, list[t.DmaOp]] = field(default_factory=dict)
+    # rotation loop -> the vector ops preparing its loads' data (`pipelinable_preparation`):
+    # issued one iteration ahead, their loads two
+    pipelined_preparation: dict[scf.ForOp, list[t.VectorOp]] = field(default_factory=dict)
 
 
 def double_buffered_allocs(fn: func.FuncOp) -> list[t.AllocOp]:
@@ -122,14 +128,19 @@ def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
         loads = pipelinable_loads(loop, plan, fn)
         if loads:
             plan.pipelined_loads[loop] = loads
+            preparation = ([] if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINED_PREPARATION
+                           else pipelinable_preparation(loop, plan, loads))
+            if preparation:
+                plan.pipelined_preparation[loop] = preparation
     _plan_ring_groups(plan, {loop for loop in plan.rotation_loops
                              if degrade_level_of(loop) >= DegradeLevel.SHARED_RING_CHAINS})
     return plan
 
 
 def _pipelined_allocs(plan: RotationPlan) -> set[Operation]:
-    """The allocs of software-pipelined loads (issued one iteration ahead)."""
-    return {root_buffer(load.dst).owner for loads in plan.pipelined_loads.values() for load in loads}
+    """The allocs of software-pipelined loads and preparation ops (issued ahead of the body)."""
+    return ({root_buffer(load.dst).owner for loads in plan.pipelined_loads.values() for load in loads}
+            | {root_buffer(op.dst).owner for ops in plan.pipelined_preparation.values() for op in ops})
 
 
 def ring_chains(plan: RotationPlan, loops: set[scf.ForOp]) -> dict[t.AllocOp, t.AllocOp]:
@@ -265,6 +276,66 @@ def pipelinable_loads(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp) -> l
     return loads
 
 
+_DECLARATIONS = (t.AllocOp, t.ViewOp, t.WeightOp)
+_VECTOR_WORK = (t.VectorOp, t.FillOp, t.DequantOp)
+
+
+def pipelinable_preparation(loop: scf.ForOp, plan: RotationPlan, loads: list[t.DmaOp]) -> list[t.VectorOp]:
+    """The vector ops that follow a pipelined loop's loads at the top of its body and only
+    prepare what they loaded for the matrix unit (a conv window's fp32 -> bf16 copy from the
+    staged input rows, a GEMM operand's split): each reads only those loads' buffers, earlier
+    preparation's results or buffers the loop never writes, and writes only double buffers
+    rotating on this loop whose first use it is and which only matmuls read afterwards. They
+    are issued one iteration ahead and their loads two (CodeGenerator._emit_pipelined_for):
+    otherwise the in-order vector unit runs iteration t+1's preparation after iteration t's
+    epilogue, which waits for the array to drain, and the array idles until it is done
+    (docs/codegen.md, "Pipelined preparation"). Empty unless every load feeds preparation
+    only: one "full" semaphore pairs the loads with the preparation, and a second one the
+    iteration's last preparation op (the vector unit retires in order) with the first matrix
+    instruction reading any prepared buffer."""
+    load_allocs = {root_buffer(load.dst).owner for load in loads}
+    walk = [o for o in loop.walk() if o is not loop]
+    written = {buffer for o in walk for buffer, writes in accessed_buffers(o) if writes}
+    preparation: list[t.VectorOp] = []
+    outputs: set[Operation] = set()  # the prepared allocs
+    for op in loop.body.block.ops:
+        if op in loads or isinstance(op, _DECLARATIONS) or op.name.startswith("arith."):
+            continue
+        if not isinstance(op, t.VectorOp):
+            break
+        fits = True
+        for buffer, writes in accessed_buffers(op):
+            owner = buffer.owner
+            if writes:
+                fits = fits and (isinstance(owner, t.AllocOp) and owner.buffer is buffer
+                                 and plan.rotation_loop_of.get(owner) is loop
+                                 and (owner in outputs or plan.first_use.get(owner) is op))
+            else:
+                fits = fits and (owner in load_allocs or owner in outputs or buffer not in written)
+        if not fits:
+            break
+        preparation.append(op)
+        outputs.add(root_buffer(op.dst).owner)
+    if not preparation:
+        return []
+    chosen = set(preparation)
+    for alloc in load_allocs:  # every load feeds preparation only
+        if any(u not in chosen for u in users_through_views(alloc.buffer) if not isinstance(u, t.DmaOp)):
+            return []
+    for alloc in outputs:  # read afterwards by the matrix unit alone (in order: one token)
+        later = [u for u in users_through_views(alloc.buffer) if u not in chosen]
+        if not later or not all(isinstance(u, t.MatmulOp) for u in later):
+            return []
+    # only where the vector unit has work after the matmuls (an epilogue) that would hold up
+    # the next preparation: without it, issuing the loads two iterations ahead bought nothing
+    # and cost the Llama prefill's output projection on server 4 % (14.6 K -> 15.2 K cycles)
+    first_matmul = next((i for i, o in enumerate(walk) if isinstance(o, t.MatmulOp)), None)
+    if first_matmul is None or not any(isinstance(o, _VECTOR_WORK) and engine_of(o) == "vector"
+                                       and o not in chosen for o in walk[first_matmul:]):
+        return []
+    return preparation
+
+
 class DoubleBuffering:
     """The emission-time side of the rotation plan: which half and round each access of a
     double buffer is in, the free semaphores of the rotation loops being emitted, and the
@@ -287,6 +358,11 @@ class DoubleBuffering:
         self.full_semaphore_of: dict[t.AllocOp, int] = {}  # pipelined alloc -> its loop's
         self.full_taken: set[tuple[t.AllocOp, object]] = set()  # (alloc, round) consumed
         self.early_loads: set[t.DmaOp] = set()  # loads issued one iteration ahead
+        # the preparation ops issued one iteration ahead (of the loop being emitted), the last
+        # one -> the "full" semaphore it signals, and the allocs they prepare
+        self.preparation: set[Operation] = set()
+        self.preparation_signals: dict[Operation, int] = {}
+        self.prepared_allocs: set[Operation] = set()
         self._rings_of: dict[scf.ForOp, list[t.AllocOp]] | None = None  # rotation loop -> ring allocs
 
     def start_top_level_item(self) -> None:
@@ -303,6 +379,7 @@ class DoubleBuffering:
         self.idle_rings, self.ring_of_group_half = list(idle_rings), dict(ring_of_group_half)
         self.early_loads = set(early_loads)
         self.free_semaphore_of, self.active_rings, self.full_semaphore_of = {}, set(), {}
+        self.preparation, self.preparation_signals, self.prepared_allocs = set(), {}, set()
 
     def use_plan(self, plan: RotationPlan) -> None:
         """A new plan (kernels compiled again with less overlap)."""
@@ -364,17 +441,32 @@ class DoubleBuffering:
         self.active_rings -= freed
         self.idle_rings.extend(sorted(freed))
 
-    def start_pipelined_loop(self, loads: list[t.DmaOp]) -> int:
-        """The pipelined loop's "full" semaphore, signalled by each early load."""
+    def start_pipelined_loop(self, loads: list[t.DmaOp], preparation: list[t.VectorOp] = ()) -> int:
+        """The pipelined loop's "full" semaphore, signalled by each early load (and taken by
+        the first consumer of its buffer: with `preparation`, that is a preparation op), and
+        with `preparation` a second one, signalled by an iteration's last preparation op and
+        taken once per iteration by the first matrix instruction reading a prepared alloc."""
         full = self.semaphores.balanced("full semaphore of a software-pipelined loop")
         for load in loads:
             self.full_semaphore_of[root_buffer(load.dst).owner] = full  # type: ignore[index]
             self.early_loads.add(load)
+        if preparation:
+            prepared = self.semaphores.balanced("full semaphore of a pipelined loop's preparation")
+            self.preparation_signals[preparation[-1]] = prepared
+            for op in preparation:
+                self.full_semaphore_of[root_buffer(op.dst).owner] = prepared  # type: ignore[index]
+                self.prepared_allocs.add(root_buffer(op.dst).owner)
+            self.preparation.update(preparation)
         return full
 
-    def end_pipelined_loop(self, loads: list[t.DmaOp]) -> None:
+    def end_pipelined_loop(self, loads: list[t.DmaOp], preparation: list[t.VectorOp] = ()) -> None:
         for load in loads:
             del self.full_semaphore_of[root_buffer(load.dst).owner]  # type: ignore[arg-type]
+        for op in preparation:
+            self.full_semaphore_of.pop(root_buffer(op.dst).owner, None)  # type: ignore[arg-type]
+            self.prepared_allocs.discard(root_buffer(op.dst).owner)
+            self.preparation_signals.pop(op, None)
+            self.preparation.discard(op)
 
     def on_access(self, instruction: Instruction, op: Operation, slot: RingSlot,
                   first_part: bool, last_part: bool) -> tuple[bool, tuple[int, t.AllocOp] | None]:
@@ -393,9 +485,12 @@ class DoubleBuffering:
         if (last and alloc in self.plan.token_givers and last_part
                 and self._covers_round_edge(op, alloc, False)):
             release = (self.free_semaphore_of[(alloc, slot.half)], alloc)
+        # (the prepared allocs of an iteration share one token)
+        taken = ("prepared", slot.round) if alloc in self.prepared_allocs else (alloc, slot.round)
         if (alloc in self.full_semaphore_of and not first
-                and (alloc, slot.round) not in self.full_taken):
-            self.full_taken.add((alloc, slot.round))
+                and not (op in self.preparation and alloc in self.prepared_allocs)
+                and taken not in self.full_taken):
+            self.full_taken.add(taken)
             self._take_full(instruction, alloc, self.full_semaphore_of[alloc])
         return first or last, release
 
