@@ -345,10 +345,14 @@ class ConvKernel:
             self.em.dma(self.em.view(self.ctx.buffer(self.op.bias), (self.O, 1)), [0, 0], self.bias, [0, 0],
                         [self.O, 1])
 
-    def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int) -> SSAValue:
-        """The bias and the fused elementwise ops on the [to, tq] accumulator tile (channels
-        along rows from frame.row0); returns the tile to store."""
-        if self.bias is not None:
+    #: the float kernel adds its f32 bias in the transposition back from "channels" (`finish`)
+    bias_in_transpose = True
+
+    def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
+        """The bias (unless the transposition added it) and the fused elementwise ops on the
+        [to, tq] accumulator tile (channels along rows from frame.row0); returns the tile to
+        store."""
+        if self.bias is not None and not bias_added:
             self.em.vec("add", tile, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
         return apply_epilogue(self.ctx, self.epilogue_ops, {self.op.results[0]: tile}, frame, self.result)
 
@@ -675,17 +679,30 @@ class ConvKernel:
                 emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
 
-    def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int) -> None:
-        """dst[:cols, :rows] = src[:rows, :cols]^T by a loop of copies over the smaller side."""
+    def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int,
+                   bias: SSAValue | None = None, row0: Index = 0) -> None:
+        """dst[:cols, :rows] = src[:rows, :cols]^T by a loop of copies over the smaller side;
+        with `bias` (the [O, 1] per-output-channel vector, dst's rows its entries from `row0`)
+        each copy is an add of the bias instead: the same sums as adding it to the transposed
+        tile afterwards, without that pass over it on the in-order vector unit (whose next
+        tile's window building waits behind this epilogue)."""
         em = self.em
         src_rows, src_cols = src.type.get_shape()  # type: ignore[attr-defined]
         dst_rows, dst_cols = dst.type.get_shape()  # type: ignore[attr-defined]
-        if rows <= cols:  # row r of src -> column r of dst
+        if rows <= cols:  # row r of src -> column r of dst (dst's rows: the output channels)
             flat = em.view(src, (src_rows * src_cols, 1))
-            em.range(rows, lambda r: em.vec("copy", dst, [0, r], flat, [em.mul(r, src_cols), 0], cols, 1))
-        else:  # column j of src -> row j of dst
+            if bias is None:
+                em.range(rows, lambda r: em.vec("copy", dst, [0, r], flat, [em.mul(r, src_cols), 0], cols, 1))
+            else:
+                em.range(rows, lambda r: em.vec("add", dst, [0, r], flat, [em.mul(r, src_cols), 0], cols, 1,
+                                                bias, [row0, 0], bmode="col"))
+        else:  # column j of src -> row j of dst (output channel j)
             flat = em.view(dst, (dst_rows * dst_cols, 1))
-            em.range(cols, lambda j: em.vec("copy", flat, [em.mul(j, dst_cols), 0], src, [0, j], rows, 1))
+            if bias is None:
+                em.range(cols, lambda j: em.vec("copy", flat, [em.mul(j, dst_cols), 0], src, [0, j], rows, 1))
+            else:
+                em.range(cols, lambda j: em.vec("add", flat, [em.mul(j, dst_cols), 0], src, [0, j], rows, 1,
+                                                bias, [em.add(row0, j), 0], bmode="row"))
 
     def finish(self, bufs: "_Buffers", n: Index, gi: Index, o0: Index, to: int, oh0: Index, toh: int) -> None:
         """Bias, epilogue and the store of one output tile."""
@@ -693,13 +710,15 @@ class ConvKernel:
         tq = toh * p.Wq
         z = [0, 0]
         tile = bufs.acc
-        if bufs.acc_t is not None:
-            self._transpose(bufs.acc, bufs.acc_t, tq, to)
-            tile = bufs.acc_t
         r0 = em.add(em.mul(gi, self.Og), o0)
+        # the bias added by the transposition back from the "channels" orientation
+        fused_bias = self.bias if bufs.acc_t is not None and self.bias_in_transpose else None
+        if bufs.acc_t is not None:
+            self._transpose(bufs.acc, bufs.acc_t, tq, to, fused_bias, r0)
+            tile = bufs.acc_t
         pitch = p.Wq if p.Wq != p.OW else 0
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
-        result_tile = self.epilogue(tile, frame, to, tq)
+        result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
         out_row = em.add(em.mul(n, self.O), r0)
         if self.ctx.is_bf16_buffer(self.out3):
             self._store_bf16(result_tile, out_row, oh0, to, toh)

@@ -142,7 +142,9 @@ class IntegerConvKernel(ConvKernel):
             column = self.ctx.weight(f"{self.name}.{self.epi.kind}_scale", self.epi.scale.reshape(O, 1), f32)
             em.dma(column, z, self.scale, z, [O, 1])
 
-    def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int) -> SSAValue:
+    bias_in_transpose = False  # (its int32 bias belongs to the integer epilogue)
+
+    def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
         out_tile = (self.em.alloc((to, tq), self.epi.out_element(), "spad", 2) if self.epi.kind != "acc"
                     else None)
         return emit_epilogue(self.ctx, self.epi, tile, to, tq, self.bias, self.scale, out_tile, "col", frame,
