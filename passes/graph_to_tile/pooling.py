@@ -12,7 +12,8 @@
   phase) and the vector unit takes the stride's column phases and fills the border
   (windows.WindowLoader, -1e30), so no plane goes through DRAM; each tap is then a flat shift of
   one plane window (output pixel q = oh.Wq + ow, as conv.py's padded-width windows) and one
-  vector `max` into the [TC, TOH.Wq] result, whose valid [TC, TOH, OW] box is stored. (ResNet-50's
+  vector `max` into the [TC, TOH.Wq] result (which starts as a copy of the first tap's window),
+  whose valid [TC, TOH, OW] box is stored. (ResNet-50's
   3x3/2 max pool: server 37.9 K -> 11.8 K cycles, edge 1.48 M -> 0.40 M; the planes path read the
   input, wrote and read its planes and issued nine tap DMAs per tile in series.)
 * global: `rsum`/`rmax` over column chunks of [N*C, H*W] rows, combined per row.
@@ -238,7 +239,11 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
         loader, result, compact = buffers(looped)
         loader.load(0, c0, oh0, toh, tc, top, bottom)
         tq = toh * Wq
-        em.fill(result, [0, 0], tc, tq, NEG_INF)
+        # the result starts as the first tap's window (one copy, where filling it with NEG_INF
+        # took two vector passes); the taps' loop then takes its maximum with it again, which
+        # leaves it unchanged (max(x, x) = x, NaN included)
+        plane, row, col = first_tap(p)
+        em.vec("copy", result, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq)
 
         def tap(plane: int, row: Index, col: Index) -> None:
             window = loader.windows[plane][0]
@@ -263,6 +268,15 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     em.tiles(planes_count, TC, lambda c0, tc: row_tiles(
         em, p, TOH, True, lambda oh0, toh, top, bottom, looped: tile(c0, tc, oh0, toh, top, bottom, looped)))
     return True
+
+
+def first_tap(p: Planes) -> tuple[int, int, int]:
+    """(plane, row shift, column shift) of the first tap `over_plane_taps` visits."""
+    (sh, sw), (dh, dw) = p.stride, p.dilation
+    rp, cp = p.phases[0]
+    kh = next(kh for kh in range(p.KH) if (dh * kh) % sh == rp)
+    kw = next(kw for kw in range(p.KW) if (dw * kw) % sw == cp)
+    return 0, (dh * kh) // sh, (dw * kw) // sw
 
 
 def over_plane_taps(em, p: Planes, body) -> None:

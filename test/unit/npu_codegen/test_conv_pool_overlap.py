@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.passes.graph_to_tile.conv import im2col_chunks
 from infer.passes.testing import apply_pass
+from infer.passes.tile_to_npu.common import root_buffer
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
@@ -74,6 +76,29 @@ def test_max_pool_on_chip_windows(target, capsys) -> None:
     x = np.random.default_rng(2).standard_normal((1, 8, 15, 15)).astype(np.float32)
     log = compile_and_compare(POOL, target, x, capsys)
     assert "on chip" in log
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_max_pool_windows_start_from_the_first_tap(target) -> None:
+    """The on-chip windows' result tile starts as a copy of the first tap's window (no fill
+    with NEG_INF: two vector passes fewer than the fill); the values are the max pool's, with
+    the padding ignored."""
+    module = parse_ir(CTX, POOL, "pool.mlir")
+    apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16}},"
+               f"tile-plan-memory{{target={target}}}", module)
+    # the result tiles: what the taps' maxima accumulate into (dst = a)
+    results = {root_buffer(o.dst) for o in module.walk() if isinstance(o, t.VectorOp) and o.op.data == "max"
+               and root_buffer(o.dst) is root_buffer(o.a)}
+    assert results
+    assert not [o for o in module.walk() if isinstance(o, t.FillOp) and root_buffer(o.dst) in results]
+    firsts = [o for o in module.walk() if isinstance(o, t.VectorOp) and o.op.data == "copy"
+              and root_buffer(o.dst) in results]
+    assert firsts  # a copy of the first tap's window
+    x = np.random.default_rng(3).standard_normal((1, 8, 15, 15)).astype(np.float32)
+    (y,), _ = npu_matches_tile(module, [x], target)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (1, 2)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(y, windows.max(axis=(-1, -2)))
 
 
 def test_conv_steps_issue_window_and_weights_early(capsys, monkeypatch) -> None:
