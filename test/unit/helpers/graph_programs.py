@@ -42,6 +42,24 @@ func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{N2
     return text, weights
 
 
+def pointwise_conv(C: int, HW: int, O: int, *, seed: int = 0, scale: float = 0.1
+                   ) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, C, HW, HW] -> 1x1 conv (bias) -> relu: one conv kernel; (IR text, weights drawn
+    from `seed`, the weights scaled by `scale`)."""
+    x, w, y = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<{O}x{C}x1x1xf32>", f"tensor<1x{O}x{HW}x{HW}xf32>"
+    text = f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
+  %w = graph.weight @w : {w}
+  %b = graph.weight @b : tensor<{O}xf32>
+  %c = graph.conv2d %x, %w, %b : ({x}, {w}, tensor<{O}xf32>) -> {y}
+  %r = graph.relu %c : ({y}) -> {y}
+  func.return %r : {y}
+}}"""
+    rng = np.random.default_rng(seed)
+    weights = {"w": (rng.standard_normal((O, C, 1, 1)) * scale).astype(np.float32),
+               "b": rng.standard_normal(O).astype(np.float32)}
+    return text, weights
+
+
 def attention_blocks(blocks: int, size: int) -> tuple[str, dict[str, np.ndarray]]:
     """`blocks` attention-shaped blocks in a row on [size, size] tensors: per block two
     projections of the block's input, scores q @ k^T, softmax, and the weighted sum of the

@@ -12,33 +12,17 @@ import numpy as np
 import pytest
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.graph_to_tile.conv import ConvKernel
 from infer.passes.testing import apply_pass, run_entry
+from helpers.graph_programs import parse_with_weights, pointwise_conv
 from helpers.tile_programs import npu_matches_tile
-
-CTX = make_context()
 
 
 def compile_and_run(C: int, HW: int, O: int):
     """edge, bf16, a 1x1 conv + bias + relu: (output, cycles, the bias adds over whole output
     tiles, the bmodes of the adds inside the transposition)."""
-    x_t, y_t, w_t = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<1x{O}x{HW}x{HW}xf32>", f"tensor<{O}x{C}x1x1xf32>"
-    text = f"""func.func @main(%x: {x_t} {{graph.name = "x"}}) -> ({y_t} {{graph.name = "y"}}) {{
-  %w = graph.weight @w : {w_t}
-  %b = graph.weight @b : tensor<{O}xf32>
-  %c = graph.conv2d %x, %w, %b : ({x_t}, {w_t}, tensor<{O}xf32>) -> {y_t}
-  %r = graph.relu %c : ({y_t}) -> {y_t}
-  func.return %r : {y_t}
-}}"""
-    module = parse_ir(CTX, text, "conv.mlir")
-    verify_module(module)
+    module = parse_with_weights(*pointwise_conv(C, HW, O, seed=8, scale=0.05), "conv.mlir")
     rng = np.random.default_rng(8)
-    store = WeightStore()
-    store.set("w", (rng.standard_normal((O, C, 1, 1)) * 0.05).astype(np.float32))
-    store.set("b", rng.standard_normal(O).astype(np.float32))
-    attach_weights(module, store)
     x = rng.standard_normal((1, C, HW, HW)).astype(np.float32)
     graph_ref = run_entry(module, [x])[0]
     apply_pass("graph-prepare-tiling,graph-to-tile{target=edge precision=bf16},tile-plan-memory{target=edge}", module)

@@ -11,37 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.testing import apply_pass, run_entry
 from infer.passes.tile_to_npu import rotation
+from helpers.graph_programs import parse_with_weights, pointwise_conv
 from helpers.tile_programs import npu_matches_tile
 
-CTX = make_context()
 C, O, HW = 256, 64, 56
-
-
-def conv_text() -> str:
-    x, y, w = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<1x{O}x{HW}x{HW}xf32>", f"tensor<{O}x{C}x1x1xf32>"
-    return f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
-  %w = graph.weight @w : {w}
-  %b = graph.weight @b : tensor<{O}xf32>
-  %c = graph.conv2d %x, %w, %b : ({x}, {w}, tensor<{O}xf32>) -> {y}
-  %r = graph.relu %c : ({y}) -> {y}
-  func.return %r : {y}
-}}"""
 
 
 def compile_and_run(x: np.ndarray):
     """graph -> tile (interpreted) -> npu on server (simulated, race checker on): bit-identical
     outputs. Returns (output, simulated cycles)."""
-    module = parse_ir(CTX, conv_text(), "conv.mlir")
-    verify_module(module)
-    rng = np.random.default_rng(5)
-    store = WeightStore()
-    store.set("w", (rng.standard_normal((O, C, 1, 1)) * 0.05).astype(np.float32))
-    store.set("b", rng.standard_normal(O).astype(np.float32))
-    attach_weights(module, store)
+    module = parse_with_weights(*pointwise_conv(C, HW, O, seed=5, scale=0.05), "conv.mlir")
     graph_ref = run_entry(module, [x])[0]
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},"
                "tile-plan-memory{target=server}", module)

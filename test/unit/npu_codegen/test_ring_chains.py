@@ -14,33 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.testing import apply_pass
 from infer.passes.tile_to_npu import kernels, rotation
 from infer.target import isa
+from helpers.graph_programs import parse_with_weights, pointwise_conv
 from helpers.tile_programs import npu_matches_tile
 
-CTX = make_context()
 C, H, O = 64, 16, 32
 
 
 def conv_module():
-    x, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x1x1xf32>", f"tensor<1x{O}x{H}x{H}xf32>"
-    module = parse_ir(CTX, f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
-  %w = graph.weight @w : {w}
-  %b = graph.weight @b : tensor<{O}xf32>
-  %c = graph.conv2d %x, %w, %b : ({x}, {w}, tensor<{O}xf32>) -> {y}
-  %r = graph.relu %c : ({y}) -> {y}
-  func.return %r : {y}
-}}""", "conv.mlir")
-    verify_module(module)
-    rng = np.random.default_rng(0)
-    store = WeightStore()
-    store.set("w", (rng.standard_normal((O, C, 1, 1)) * 0.1).astype(np.float32))
-    store.set("b", rng.standard_normal(O).astype(np.float32))
-    attach_weights(module, store)
-    return module
+    return parse_with_weights(*pointwise_conv(C, H, O), "conv.mlir")
 
 
 def compile_and_run(config: str, monkeypatch):
