@@ -439,12 +439,12 @@ class CodeGenerator:
         the preparation taking the loads' tokens, and the first matrix instruction of rest(t)
         reading a prepared buffer the token of prep(t)'s last op."""
         loads = self.plan.pipelined_loads[op]
-        preparation: list[Operation] = list(self.plan.pipelined_preparation.get(op, ()))
+        preparation = self.plan.pipelined_preparation.get(op, [])
         rest = [o for o in body if o not in loads and o not in preparation]
-        self.double_buffering.start_pipelined_loop(loads, preparation)  # type: ignore[arg-type]
+        self.double_buffering.start_pipelined_loop(loads, preparation)
         declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
         # stages ahead of rest(t): (ops, iterations ahead)
-        stages = [(loads, 2), (preparation, 1)] if preparation else [(loads, 1)]
+        stages: list[tuple[list, int]] = [(loads, 2), (preparation, 1)] if preparation else [(loads, 1)]
         ahead = stages[0][1]
         self.weight_tile.forget()
         self._emit_iteration(op, 0, declarations + loads)
@@ -471,7 +471,7 @@ class CodeGenerator:
             self.weight_tile.forget()
             self._emit_iteration(op, iteration, rest)
         self.bindings.pop(op, None)
-        self.double_buffering.end_pipelined_loop(loads, preparation)  # type: ignore[arg-type]
+        self.double_buffering.end_pipelined_loop(loads, preparation)
 
     def open_loop(self, count: int, source_loop: scf.ForOp | None = None
                   ) -> tuple[HardwareLoop, list[Item]]:

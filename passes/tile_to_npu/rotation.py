@@ -19,7 +19,7 @@ the emission-time side: the half and round of each access and the semaphore toke
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -441,7 +441,7 @@ class DoubleBuffering:
         self.active_rings -= freed
         self.idle_rings.extend(sorted(freed))
 
-    def start_pipelined_loop(self, loads: list[t.DmaOp], preparation: list[t.VectorOp] = ()) -> int:
+    def start_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> int:
         """The pipelined loop's "full" semaphore, signalled by each early load (and taken by
         the first consumer of its buffer: with `preparation`, that is a preparation op), and
         with `preparation` a second one, signalled by an iteration's last preparation op and
@@ -459,7 +459,7 @@ class DoubleBuffering:
             self.preparation.update(preparation)
         return full
 
-    def end_pipelined_loop(self, loads: list[t.DmaOp], preparation: list[t.VectorOp] = ()) -> None:
+    def end_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> None:
         for load in loads:
             del self.full_semaphore_of[root_buffer(load.dst).owner]  # type: ignore[arg-type]
         for op in preparation:
