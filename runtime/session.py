@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class DeviceSession:
                     placed.add(w.name)
                     self.dram[w.offset:w.offset + w.nbytes] = np.frombuffer(arrays[w.name].tobytes(), np.uint8)
         self.last_report: Report | None = None
+        self._sim: Any = None  # `_simulator`
         self.calls = 0
         self.copied_bytes = 0  # resident buffers moved within DRAM (outputs not aliased to them)
 
@@ -110,10 +112,25 @@ class DeviceSession:
                                                                 np.uint8)
 
     # ---------------------------------------------------------------- calls
+    def _simulator(self) -> Any:
+        """The session's simulator with cleared local memories, as a new one has: one for
+        every call, so what it keeps from run to run (the expanded weights of a decode step:
+        `Simulator.dequant_memo`) serves the next step; a new one when INFER_SIM_THREADS
+        changed."""
+        from infer.target.sim import Simulator
+        from infer.target.sim_lanes import default_threads
+
+        sim = self._sim
+        if sim is None or sim.threads != default_threads():
+            sim = self._sim = Simulator(self.config)
+        else:
+            sim.reset()
+        return sim
+
     def run(self, entry: str, inputs: Mapping[str, np.ndarray], *, trace: bool = False) -> dict[str, np.ndarray]:
         """Run entry point `entry` with its non-resident inputs (by name); returns its outputs
         that are not resident buffers, by name. `last_report` holds the call's cycles."""
-        from infer.target.sim import SimFault, Simulator
+        from infer.target.sim import SimFault
 
         if entry not in self.entries:
             raise SessionError(f"the artifact has no entry point '{entry}' (entry points: {', '.join(self.entries)})")
@@ -139,7 +156,7 @@ class DeviceSession:
             self.dram[r.offset:r.offset + raw.size] = raw
         t0 = time.perf_counter()
         try:
-            counters = Simulator(self.config).run(e.program, self.dram, trace=trace, mode=self.mode)
+            counters = self._simulator().run(e.program, self.dram, trace=trace, mode=self.mode)
         except SimFault as err:
             raise SessionError(f"entry '{entry}' faulted on the simulator: {err}") from None
         wall = time.perf_counter() - t0

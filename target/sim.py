@@ -43,6 +43,7 @@ from infer.target.sim_core import (
     E_LOAD, E_MATRIX, E_SCALAR, E_STORE, E_VECTOR, ENGINES, NP_DTYPES, VECTOR_FUNCTIONS, Counters,
     SimFault, store_converted)
 from infer.target.sim_lanes import default_threads
+from infer.target.sim_memo import DequantMemo, default_budget
 from infer.target.sim_reference import ReferenceRun
 
 __all__ = ["ENGINES", "E_LOAD", "E_MATRIX", "E_SCALAR", "E_STORE", "E_VECTOR", "MODES",
@@ -61,7 +62,9 @@ class Simulator:
     The scratchpad and accumulator persist across runs (like the hardware); `reset()` clears
     them. `dram` is a writable 1-D uint8 numpy array or a bytearray, updated in place.
     A simulator running the same program on the same DRAM buffer again (the runtime keeps
-    both per artifact) reuses the functional engine's operand views (`operand_views`).
+    both per artifact) reuses the functional engine's operand views (`operand_views`), and
+    any program it runs reuses the results of `vec.dequant`s whose operands are byte for byte
+    those of an earlier one (`dequant_memo`, sim_memo).
     """
 
     def __init__(self, config: HardwareConfig | str = "edge", threads: int | None = None):
@@ -73,6 +76,8 @@ class Simulator:
         self.spad = np.zeros(m.scratchpad_bytes, np.uint8)
         self.acc = np.zeros(m.accumulator_bytes, np.uint8)
         self._views: tuple[Any, np.ndarray, dict[Any, Any]] | None = None
+        #: `vec.dequant` results the functional engine keeps from run to run (sim_memo)
+        self.dequant_memo = DequantMemo(default_budget())
 
     def reset(self) -> None:
         self.spad[:] = 0

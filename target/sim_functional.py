@@ -394,10 +394,14 @@ class FunctionalRun:
     def _dequant(self, t: tuple) -> None:
         spec, rows, cols, db, do, qb, qo, sb, so, dstride, qstride, sstride, dt = t
         regs, sim = self.regs, self.sim
-        q, s = dequant_views(sim, spec, rows, cols, regs[qb] + qo, qstride, regs[sb] + so,
-                             sstride)
-        dst = local_view(sim, regs[db] + do, rows, cols, dstride, dt, "destination")
-        spec.compute(q, s, dst, dt)
+        key = (id(t), regs[db] + do, regs[qb] + qo, regs[sb] + so)
+        ops = self.views.get(key)
+        if ops is None:
+            q, s = dequant_views(sim, spec, rows, cols, key[2], qstride, key[3], sstride)
+            ops = self.views[key] = (
+                q, s, local_view(sim, key[1], rows, cols, dstride, dt, "destination"))
+        # a decode step expands the same packed weights every step: kept results (sim_memo)
+        sim.dequant_memo.run(spec, ops[0], ops[1], ops[2], dt)
 
 
 #: how the functional engine runs a vector instruction, by the kind of its table entry

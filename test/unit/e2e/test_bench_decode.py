@@ -55,6 +55,31 @@ def test_decode_cost_follows_the_context(tiny):
     assert np.isfinite(short.seconds) and short.seconds > 0
 
 
+def test_a_session_keeps_its_expanded_weights_from_step_to_step(tiny, monkeypatch):
+    """A DeviceSession runs every call on one simulator, so its second decode step writes the
+    expansions of the first (Simulator.dequant_memo) instead of computing them: the same logits
+    and cycles as a session whose simulator keeps nothing."""
+    from infer.runtime.session import DeviceSession
+    from infer.target.sim_memo import MEMO_ENV
+
+    path, art = tiny
+    sizes = bench.Sizes.of(path, art)
+    pools = [s.name for s in art.for_entry("decode").inputs if s.name not in bench.METADATA]
+    results = {}
+    for mb in ("0", "64"):
+        monkeypatch.setenv(MEMO_ENV, mb)
+        session = DeviceSession(art, resident=pools)
+        logits = []
+        run = session.run
+        session.run = lambda entry, inputs, **kw: logits.append(run(entry, inputs, **kw)["logits"])
+        cycles = [bench.run_step(session, "decode", 8, sizes).cycles for _ in range(2)]
+        results[mb] = (cycles, logits, session._sim.dequant_memo)
+    (cycles_off, logits_off, off), (cycles_on, logits_on, on) = results["0"], results["64"]
+    assert cycles_on == cycles_off
+    assert [x.tobytes() for x in logits_on] == [x.tobytes() for x in logits_off]
+    assert np.isfinite(logits_on[1]).all() and np.abs(logits_on[1]).max() > 0
+    assert off.hits == 0 and on.misses > 0 and on.hits == on.misses
+
 
 def test_the_table_has_every_figure(tiny):
     path, art = tiny

@@ -287,3 +287,78 @@ def test_split_blocks_rejects_bad_shapes():
         split_blocks(np.zeros(10, np.uint8), "q4_0", 2, 48)
     with pytest.raises(ValueError, match="unknown block format 'q5_1'"):
         split_blocks(np.zeros(10, np.uint8), "q5_1", 2, 64)
+
+
+# ------------------------------------------------------------------ results kept from run to run
+def _memo_case(fmt: str, dt: int, seed: int):
+    rng = np.random.default_rng(seed)
+    rows, cols = 64, 96
+    raw = random_blocks(fmt, rows, cols, rng)
+    codes, scales = split_blocks(raw, fmt, rows, cols, "col")
+    prog, dram = dequant_program(cols, rows, codes, scales, fmt, "col", dt)
+    return prog, dram, cols * rows * (4 if dt == F32 else 2)
+
+
+def _expanded(sim: Simulator, prog, dram: np.ndarray, nbytes: int, mode: str = "fast") -> bytes:
+    d = dram.copy()
+    sim.run(prog, d, mode=mode)
+    return d[0x20000:0x20000 + nbytes].tobytes()
+
+
+@pytest.mark.parametrize("fmt", sorted(QTYPE))
+@pytest.mark.parametrize("dt", [F32, BF16])
+def test_a_kept_expansion_gives_the_bits_of_computing_it(fmt, dt):
+    """A simulator keeps each vec.dequant's operands and result (sim_memo); a later run whose
+    codes and scales are byte for byte the same writes the kept result: the reference engine's
+    bits, and the expansion is not computed again."""
+    prog, dram, nbytes = _memo_case(fmt, dt, seed=len(fmt) + dt)
+    want = _expanded(Simulator("edge"), prog, dram, nbytes, mode="reference")
+    sim = Simulator("edge")
+    runs = [_expanded(sim, prog, dram, nbytes) for _ in range(3)]
+    assert runs == [want] * 3
+    assert (sim.dequant_memo.hits, sim.dequant_memo.misses) == (2, 1)
+
+
+def test_changed_codes_or_scales_are_expanded_again():
+    """Equality is checked on every byte of both operands, as bits: a code nibble or a scale's
+    sign of zero (fp16 -0 == +0 as values) that the candidate sample does not see still makes the
+    memo compute the expansion again, and the result follows the new operands."""
+    prog, dram, nbytes = _memo_case("q4_0", BF16, seed=11)
+    sim = Simulator("edge")
+    _expanded(sim, prog, dram, nbytes)
+    changed = []
+    d = dram.copy()
+    d[CODES + 64 + 39] ^= 0x10  # a high nibble of codes row 1, off the sample's grid
+    changed.append(d)
+    d = dram.copy()
+    scales = d[SCALES:SCALES + 2 * 96 * 2].view(np.uint16)
+    scales[[5, 96 + 33]] = [0x0000, 0x8000]  # a block's scale +0, another's -0 ...
+    changed.append(d.copy())
+    scales[[5, 96 + 33]] = [0x8000, 0x0000]  # ... and swapped: equal values, other bits
+    changed.append(d)
+    for i, d in enumerate(changed):
+        want = _expanded(Simulator("edge"), prog, d, nbytes, mode="reference")
+        assert _expanded(sim, prog, d, nbytes) == want
+        assert sim.dequant_memo.misses == 2 + i
+    assert sim.dequant_memo.hits == 0
+    # the two sign-of-zero cases expand to different bits: the memo could not have served either
+    assert _expanded(Simulator("edge"), prog, changed[1], nbytes) != \
+        _expanded(Simulator("edge"), prog, changed[2], nbytes)
+
+
+def test_the_memo_keeps_at_most_its_budget(monkeypatch):
+    """INFER_SIM_MEMO_MB bounds the bytes kept (operands and results); 0 turns the memo off. The
+    results do not depend on it."""
+    from infer.target.sim_memo import MEMO_ENV
+
+    prog, dram, nbytes = _memo_case("q4_1", F32, seed=5)
+    want = _expanded(Simulator("edge"), prog, dram, nbytes, mode="reference")
+    for mb, kept in (("0", False), ("0.01", False), ("1", True)):
+        monkeypatch.setenv(MEMO_ENV, mb)
+        sim = Simulator("edge")
+        assert [_expanded(sim, prog, dram, nbytes) for _ in range(2)] == [want] * 2
+        memo = sim.dequant_memo
+        assert memo.used <= memo.budget and (memo.hits == 1) == kept
+    monkeypatch.setenv(MEMO_ENV, "lots")
+    with pytest.raises(ValueError, match="INFER_SIM_MEMO_MB='lots': expected a number of megabytes"):
+        Simulator("edge")
