@@ -308,15 +308,16 @@ def _expanded(sim: Simulator, prog, dram: np.ndarray, nbytes: int, mode: str = "
 @pytest.mark.parametrize("fmt", sorted(QTYPE))
 @pytest.mark.parametrize("dt", [F32, BF16])
 def test_a_kept_expansion_gives_the_bits_of_computing_it(fmt, dt):
-    """A simulator keeps each vec.dequant's operands and result (sim_memo); a later run whose
-    codes and scales are byte for byte the same writes the kept result: the reference engine's
-    bits, and the expansion is not computed again."""
+    """A simulator keeps a vec.dequant's operands and result when it computes that expansion a
+    second time (sim_memo); a later run whose codes and scales are byte for byte the same writes
+    the kept result: the reference engine's bits, and the expansion is not computed again."""
     prog, dram, nbytes = _memo_case(fmt, dt, seed=len(fmt) + dt)
     want = _expanded(Simulator("edge"), prog, dram, nbytes, mode="reference")
     sim = Simulator("edge")
-    runs = [_expanded(sim, prog, dram, nbytes) for _ in range(3)]
-    assert runs == [want] * 3
-    assert (sim.dequant_memo.hits, sim.dequant_memo.misses) == (2, 1)
+    runs = [_expanded(sim, prog, dram, nbytes) for _ in range(4)]
+    assert runs == [want] * 4
+    memo = sim.dequant_memo
+    assert (memo.hits, memo.misses) == (2, 2) and 0 < memo.used <= memo.budget
 
 
 def test_changed_codes_or_scales_are_expanded_again():
@@ -356,9 +357,31 @@ def test_the_memo_keeps_at_most_its_budget(monkeypatch):
     for mb, kept in (("0", False), ("0.01", False), ("1", True)):
         monkeypatch.setenv(MEMO_ENV, mb)
         sim = Simulator("edge")
-        assert [_expanded(sim, prog, dram, nbytes) for _ in range(2)] == [want] * 2
+        assert [_expanded(sim, prog, dram, nbytes) for _ in range(3)] == [want] * 3
         memo = sim.dequant_memo
         assert memo.used <= memo.budget and (memo.hits == 1) == kept
     monkeypatch.setenv(MEMO_ENV, "lots")
     with pytest.raises(ValueError, match="INFER_SIM_MEMO_MB='lots': expected a number of megabytes"):
         Simulator("edge")
+
+
+def test_the_memo_drops_the_least_recently_used_expansion(monkeypatch):
+    """Past its budget the memo drops the expansion used least recently: a session's decode
+    steps, which use their tiles again every step, displace the prefill chunks' tiles."""
+    from infer.target.sim_memo import MEMO_ENV
+
+    cases = {name: _memo_case("q4_1", F32, seed=s) for name, s in (("a", 21), ("b", 22), ("c", 23))}
+    entry = 3072 + 768 + 96 * 64 * 4  # codes, scales and the fp32 result of one expansion
+    want = {name: _expanded(Simulator("edge"), *case[:2], case[2], mode="reference") for name, case in cases.items()}
+    monkeypatch.setenv(MEMO_ENV, str((2 * entry + 100) / (1 << 20)))  # room for two
+    sim = Simulator("edge")
+    memo = sim.dequant_memo
+    order = "aabbaccab"  # kept on the second sight; "a" used again before "c" comes in
+    hits = []
+    for name in order:
+        assert _expanded(sim, *cases[name]) == want[name]
+        hits.append(memo.hits)
+    # a hit at the fifth run (a) and the eighth (a again); b, the least recently used, was
+    # dropped for c and is computed again at the ninth
+    assert hits == [0, 0, 0, 0, 1, 1, 1, 2, 2]
+    assert (memo.misses, memo.evictions) == (7, 1) and memo.used == 2 * entry
