@@ -53,7 +53,7 @@ from infer.dialects.block_quant import block_format
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import gemm, norms, packed_stream, product_consumers
-from infer.passes.graph_to_tile.builder import Index, tile_extents
+from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.passes.graph_to_tile.context import LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                     preload_operands)
@@ -547,6 +547,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         s0: int
         w0: int
         e0: int
+        expanded: int = 0  # steps expanded before this group (`_pre_expand_next`)
 
     def load_planes(p: ResidentProduct, double: bool) -> Planes:
         # double: two halves, the kernel's first product (see above); the others have their
@@ -567,6 +568,11 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         else:
             em.dma(p.codes_w, z, codes, [c0, 0], [code_rows, N])
             em.dma(p.scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+        pre = ctx.derived.pop(("pre-expanded", p.op), None)
+        if pre is not None and prefetched is not None:  # its first steps are expanded already
+            w_tile, w_expanded, expanded = pre
+            return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
+                          alloc((1, N), f32) if p.bias_row is not None else None, 0, 0, 0, 0, expanded)
         w_tile = Bf16Tile(alloc((n * K, N), bf16), alloc((n * K, N), bf16) if copies == 2 else None)
         w_expanded = alloc((n * KC, N), f32) if copies == 2 else None
         return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
@@ -597,15 +603,10 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         if p.bias_row is not None and b.bias_tile is not None:
             em.dma(p.bias_row, z, b.bias_tile, z, [1, p.N])
 
-    def split(src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
-        # split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)
-        em.vec("copy", dst.hi, [dst_row, 0], src, [src_row, 0], rows, cols)
-        if dst.lo is not None:
-            em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
-            em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
-
     def expand(i: int, j: int) -> None:
         p, b = products[i], planes[i]
+        if j < b.expanded:
+            return
         bits = block_format(p.fmt_name).bits
         codes_at, scales_at = [b.c0 + j * KC * bits // 8, 0], [b.s0 + j * KC // QBLOCK, 0]
         if b.w_expanded is None:
@@ -614,7 +615,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         else:  # the f32 rows are reused by every step: the vector unit runs in order
             emit_dequant(em, b.w_expanded, b.codes, codes_at, b.scales, scales_at, KC, p.N, p.fmt_name,
                          dst_at=[b.e0, 0])
-            split(b.w_expanded, b.e0, b.w_tile, b.w0 + j * KC, KC, p.N)
+            _split_rows(em, b.w_expanded, b.e0, b.w_tile, b.w0 + j * KC, KC, p.N)
 
     results: list[SSAValue] = []
 
@@ -637,7 +638,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
     if norm is not None and norm_params is not None:
         norms.normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
-    split(x_staging, x0, x_tile, x0, M, K)
+    _split_rows(em, x_staging, x0, x_tile, x0, M, K)
     for i, (p, b) in enumerate(zip(products, planes, strict=True)):
         for j in range(steps):
             if j + 1 < steps:
@@ -648,6 +649,10 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
                                 rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
             if j == 0 and i > 0:
                 finish(i - 1)
+    # the array's work after the last expansion: the last step's weight loads and the drain
+    tail = (KC * products[-1].N * 2 * copies // ctx.hw.matrix.weight_load_bytes_per_cycle
+            + ctx.hw.matrix.fill_drain_cycles)
+    _pre_expand_next(ctx, products[-1].op, sum(_expansion_cycles(ctx, K, p.N) for p in products), tail)
     finish(len(products) - 1)
     from infer.passes.graph_to_tile import packed_siblings
 
@@ -687,6 +692,77 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
     em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
     ctx.derived[("prefetched planes", nxt)] = (codes, scales)
+
+
+def _split_rows(em: Emitter, src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
+    """split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)."""
+    em.vec("copy", dst.hi, [dst_row, 0], src, [src_row, 0], rows, cols)
+    if dst.lo is not None:
+        em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
+        em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
+
+
+def _expansion_cycles(ctx: LoweringContext, K: int, N: int) -> int:
+    """Vector-unit cycles of expanding a K x N weight matrix (docs/isa.md's `vec.dequant`
+    occupancy: two bf16 or one fp32 weight per lane per cycle; fp32 emulation expands to fp32)."""
+    esize = 4 if ctx.bf16_copies == 2 else 2
+    return -(-K * N * esize // (4 * ctx.hw.vector.lanes)) * ctx.hw.vector.cost["dequant"]
+
+
+#: steps of the next product expanded ahead (`_pre_expand_next`); measured on SmolLM2's server
+#: decode step (bf16, B = 1): one 306,521 -> 297,851 cycles, two 306,520 (the second expansion
+#: then delays the epilogue behind it)
+PRE_EXPANDED_STEPS = 1
+
+
+def _pre_expand_next(ctx: LoweringContext, op: Operation, lead: int, tail: int) -> None:
+    """Expand the first step of the next resident product here, after this group's last
+    matmuls and before its last epilogue, when `_prefetch_next` loaded its planes and they
+    arrive in time: the vector unit runs in order, and the epilogue waits for the array's last
+    products and drain anyway (gate/up -> down on server: ~650 idle vector cycles, down's first
+    expansion behind the SiLU in program order). The next product's `load_planes` takes the
+    expanded tile (`("pre-expanded", op)`).
+
+    `lead`: the vector cycles of this group's own expansions, which come after the prefetch was
+    issued; planes that take longer (a DRAM latency plus their transfer) would stall the vector
+    unit and the epilogue behind it (o -> gate/up: 1.1 MB behind a 0.3 K-cycle group). `tail`:
+    the array's cycles after this group's last expansion, the window the epilogue waits for
+    anyway; a longer expansion delays the epilogue (fp32 emulation's, with the hi/lo split's
+    three passes: SmolLM2's server prefill chunk was 1.3 % slower before this was checked)."""
+    found = _next_packed_product(op) if PRE_EXPANDED_STEPS > 0 else None
+    if found is None:
+        return
+    nxt, dq, packed = found
+    planes = ctx.derived.get(("prefetched planes", nxt))
+    if planes is None:
+        return
+    _, N, K, _ = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None, prologue=_norm_prologue_of(nxt) is not None)
+    fmt_name = dq.block_format.data
+    bits = block_format(fmt_name).bits
+    plane_bytes = K * bits // 8 * N + K // QBLOCK * N * isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
+    hw = ctx.hw
+    copies = ctx.bf16_copies
+    KC = _chunk_rows(K)
+    steps = min(PRE_EXPANDED_STEPS, K // KC)
+    split = 3 * -(-KC * N // hw.vector.lanes) if copies == 2 else 0  # copy, sub, copy
+    if (lead < hw.dram.latency_cycles + plane_bytes / hw.dram.bytes_per_cycle
+            or steps * (_expansion_cycles(ctx, KC, N) + split) > tail):
+        return
+    em = ctx.emitter
+    w_tile = Bf16Tile(em.alloc((K, N), bf16, "spad"), em.alloc((K, N), bf16, "spad") if copies == 2 else None)
+    w_expanded = em.alloc((KC, N), f32, "spad") if copies == 2 else None
+    for buffer in (w_tile.hi, w_tile.lo, w_expanded):
+        if buffer is not None:  # apart from this group's buffers, as the prefetched planes
+            em.live_from_previous(buffer)
+    codes, scales = planes
+    for j in range(steps):
+        codes_at, scales_at = [j * KC * bits // 8, 0], [j * KC // QBLOCK, 0]
+        if w_expanded is None:
+            emit_dequant(em, w_tile.hi, codes, codes_at, scales, scales_at, KC, N, fmt_name, dst_at=[j * KC, 0])
+        else:  # fp32 emulation: expanded to fp32, then split into the two bf16 halves
+            emit_dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name)
+            _split_rows(em, w_expanded, 0, w_tile, j * KC, KC, N)
+    ctx.derived[("pre-expanded", nxt)] = (w_tile, w_expanded, steps)
 
 
 def _next_packed_product(op: Operation) -> tuple[Operation, g.DequantizeBlocksOp, g.WeightOp] | None:

@@ -15,6 +15,8 @@ attention and one kernel of products.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from xdsl.dialects.func import FuncOp
@@ -122,3 +124,37 @@ def test_fused_decode_step_matches_the_interpreters(tmp_path, target, precision)
             if isinstance(o, t.ScatterRowsOp | t.LoadIndexOp)]
     assert len(read) == 2 * (2 + 2)  # per layer: the K and V appends, the two trip counts
     assert {t.space_of(v) for v in read} == {"spad"}
+
+
+def test_the_next_products_first_expansion_runs_before_the_last_epilogue(tmp_path, monkeypatch):
+    """A chained group whose next product's planes were prefetched early enough expands that
+    product's first weight step after its own last matmuls and before its last epilogue
+    (packed_gemm._pre_expand_next: the vector unit would otherwise wait for the array's drain
+    with the expansion queued behind the epilogue). On a server config whose DRAM latency is
+    short enough for the tiny model's planes to arrive in time (the real server's 500 cycles
+    need SmolLM2-sized groups: bench_decode.py), the program changes and its outputs do not:
+    the same bits as without it and as the tile interpreter, races checked."""
+    from infer.passes.graph_to_tile import packed_gemm
+    from infer.target import hw
+
+    config = tmp_path / "server_short_latency.toml"
+    text = (Path(hw.__file__).parent / "server.toml").read_text()
+    config.write_text(text.replace('name = "server"', 'name = "server_short_latency"')
+                      .replace("latency_cycles = 500", "latency_cycles = 4"))
+    xs = None
+    runs = {}
+    for steps in (0, 1):
+        monkeypatch.setattr(packed_gemm, "PRE_EXPANDED_STEPS", steps)
+        model = decode_model(tmp_path / f"tiny{steps}.gguf", batch=1)
+        xs = decode_inputs(model, [6]) if xs is None else xs
+        exe = infer.compile(model, target=str(config), precision="bf16")
+        runs[steps] = (exe.run(xs, check_races=True), exe.program.to_bytes())
+        if steps:
+            tiles, weights = tile_module(model.module, str(config), "bf16")
+            expected = run_tile_module(tiles, xs, weights=weights)
+            for y, want in zip(runs[steps][0], expected, strict=True):
+                assert np.asarray(y).tobytes() == np.asarray(want).tobytes()
+    (before, program_before), (after, program_after) = runs[0], runs[1]
+    assert program_after != program_before
+    for y, want in zip(after, before, strict=True):
+        assert np.asarray(y).tobytes() == np.asarray(want).tobytes()
