@@ -734,7 +734,7 @@ def _pre_expand_next(ctx: LoweringContext, op: Operation, lead: int, tail: int) 
         return
     nxt, dq, packed = found
     planes = ctx.derived.get(("prefetched planes", nxt))
-    if planes is None:
+    if planes is None or not _next_kernel_holds(op, nxt):
         return
     _, N, K, _ = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None, prologue=_norm_prologue_of(nxt) is not None)
     fmt_name = dq.block_format.data
@@ -763,6 +763,21 @@ def _pre_expand_next(ctx: LoweringContext, op: Operation, lead: int, tail: int) 
             emit_dequant(em, w_expanded, codes, codes_at, scales, scales_at, KC, N, fmt_name)
             _split_rows(em, w_expanded, 0, w_tile, j * KC, KC, N)
     ctx.derived[("pre-expanded", nxt)] = (w_tile, w_expanded, steps)
+
+
+def _next_kernel_holds(op: Operation, nxt: Operation) -> bool:
+    """Is `nxt` in the graph kernel right after `op`'s (only views, weights and constants in
+    between)? A product expanded ahead is then lowered next (chained, or the next kernel), not
+    after other kernels that would size their buffers around its tile."""
+    from infer.passes.graph_to_tile.packed_siblings import _BETWEEN
+
+    kernel, target = op.parent_op(), nxt.parent_op()
+    if not isinstance(kernel, g.KernelOp) or not isinstance(target, g.KernelOp):
+        return False
+    after = kernel.next_op
+    while after is not None and isinstance(after, _BETWEEN):
+        after = after.next_op
+    return after is target
 
 
 def _next_packed_product(op: Operation) -> tuple[Operation, g.DequantizeBlocksOp, g.WeightOp] | None:
