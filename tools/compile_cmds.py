@@ -169,11 +169,13 @@ def cmd_run(args: argparse.Namespace) -> int:
               "(use --mode fast)", file=sys.stderr)
         return 1
     from infer.target.sim_lanes import THREADS_ENV, default_threads
+    from infer.target.sim_memo import default_budget
 
     if args.sim_threads is not None:  # read by every Simulator this command creates
         os.environ[THREADS_ENV] = str(args.sim_threads)
-    try:
+    try:  # the environment every Simulator reads (INFER_SIM_THREADS, INFER_SIM_MEMO_MB)
         default_threads()
+        default_budget()
     except ValueError as e:
         print(f"infer run: error: {e}", file=sys.stderr)
         return 1

@@ -385,3 +385,15 @@ def test_the_memo_drops_the_least_recently_used_expansion(monkeypatch):
     # dropped for c and is computed again at the ninth
     assert hits == [0, 0, 0, 0, 1, 1, 1, 2, 2]
     assert (memo.misses, memo.evictions) == (7, 1) and memo.used == 2 * entry
+
+
+def test_cli_rejects_a_bad_memo_budget(tmp_path, monkeypatch, capsys):
+    """`infer run` checks INFER_SIM_MEMO_MB before loading the artifact: one error naming the
+    variable, exit status 1 (not a complaint about the artifact's hardware config)."""
+    from infer.target.sim_memo import MEMO_ENV
+    from infer.tools.cli import main
+
+    monkeypatch.setenv(MEMO_ENV, "lots")
+    assert main(["run", str(tmp_path / "missing.npu")]) == 1
+    err = capsys.readouterr().err
+    assert "INFER_SIM_MEMO_MB='lots': expected a number of megabytes" in err and "artifact" not in err
