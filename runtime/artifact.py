@@ -473,7 +473,9 @@ class Artifact:
         try:
             from infer.target.sim import Simulator
 
-            Simulator(cfg)  # configs the simulator cannot instantiate fail here
+            # configs the simulator cannot instantiate fail here (the environment's settings
+            # are not the artifact's: INFER_SIM_THREADS and INFER_SIM_MEMO_MB are not read)
+            Simulator(cfg, threads=1, memo_budget=0)
         except Exception as e:  # pragma: no cover - from_dict already validated
             raise ArtifactError(f"hardware config in the artifact: {e}") from None
         _check_program_against_config(prog, cfg)

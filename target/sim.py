@@ -67,7 +67,8 @@ class Simulator:
     those of an earlier one (`dequant_memo`, sim_memo).
     """
 
-    def __init__(self, config: HardwareConfig | str = "edge", threads: int | None = None):
+    def __init__(self, config: HardwareConfig | str = "edge", threads: int | None = None,
+                 memo_budget: int | None = None):
         self.cfg = load_config(config)
         #: threads the functional engine may use for big batched operations (None: the cores
         #: this process may run on; 1: serial). Results do not depend on it (sim_lanes).
@@ -76,8 +77,9 @@ class Simulator:
         self.spad = np.zeros(m.scratchpad_bytes, np.uint8)
         self.acc = np.zeros(m.accumulator_bytes, np.uint8)
         self._views: tuple[Any, np.ndarray, dict[Any, Any]] | None = None
-        #: `vec.dequant` results the functional engine keeps from run to run (sim_memo)
-        self.dequant_memo = DequantMemo(default_budget())
+        #: `vec.dequant` results the functional engine keeps from run to run (sim_memo; bytes:
+        #: None reads INFER_SIM_MEMO_MB)
+        self.dequant_memo = DequantMemo(default_budget() if memo_budget is None else memo_budget)
 
     def reset(self) -> None:
         self.spad[:] = 0
