@@ -483,8 +483,14 @@ def vector_occupancy(cfg: Any, ins: isa.Instr) -> int:
     v = ins.as_dict()
     n, lanes = v["rows"] * v["cols"], cfg.vector.lanes
     if vop.form == "dequant":
-        return -(-(n * NP_DTYPES[v["dt"]].itemsize) // (4 * lanes)) * cfg.vector.cost[vop.name]
+        return dequant_occupancy(cfg, n, NP_DTYPES[v["dt"]].itemsize)
     return -(-n // lanes) * cfg.vector.cost[vop.name]
+
+
+def dequant_occupancy(cfg: Any, elements: int, itemsize: int) -> int:
+    """Cycles a `vec.dequant` writing `elements` values of `itemsize` bytes occupies the vector
+    unit: ceil(bytes / (4 * lanes)) * cost[dequant] (what compilers estimate with, too)."""
+    return -(-(elements * itemsize) // (4 * cfg.vector.lanes)) * cfg.vector.cost["dequant"]
 
 
 _NIBBLE_SHIFTS = np.array([0, 4], np.uint8)

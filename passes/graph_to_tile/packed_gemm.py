@@ -60,6 +60,7 @@ from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, e
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
 from infer.target import isa
 from infer.target.qblocks import split_blocks
+from infer.target.sim_core import dequant_occupancy
 
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 QBLOCK = isa.QBLOCK
@@ -705,8 +706,7 @@ def _split_rows(em: Emitter, src: SSAValue, src_row: int, dst: Bf16Tile, dst_row
 def _expansion_cycles(ctx: LoweringContext, K: int, N: int) -> int:
     """Vector-unit cycles of expanding a K x N weight matrix (docs/isa.md's `vec.dequant`
     occupancy: two bf16 or one fp32 weight per lane per cycle; fp32 emulation expands to fp32)."""
-    esize = 4 if ctx.bf16_copies == 2 else 2
-    return -(-K * N * esize // (4 * ctx.hw.vector.lanes)) * ctx.hw.vector.cost["dequant"]
+    return dequant_occupancy(ctx.hw, K * N, 4 if ctx.bf16_copies == 2 else 2)
 
 
 #: steps of the next product expanded ahead (`_pre_expand_next`); measured on SmolLM2's server
@@ -732,11 +732,11 @@ def _pre_expand_next(ctx: LoweringContext, op: Operation, lead: int, tail: int) 
     found = _next_packed_product(op) if PRE_EXPANDED_STEPS > 0 else None
     if found is None:
         return
-    nxt, dq, packed = found
+    nxt, dq, _ = found
     planes = ctx.derived.get(("prefetched planes", nxt))
     if planes is None or not _next_kernel_holds(op, nxt):
         return
-    _, N, K, _ = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None, prologue=_norm_prologue_of(nxt) is not None)
+    N, K = shape_of(dq.output)  # whole (a prefetched product is resident: one tile)
     fmt_name = dq.block_format.data
     bits = block_format(fmt_name).bits
     plane_bytes = K * bits // 8 * N + K // QBLOCK * N * isa.qscale_bytes(isa.QFORMAT_CODE[fmt_name])
