@@ -149,14 +149,10 @@ class Executable:
         """A simulator with cleared local memories, as a new one has: the last run's, when
         nobody else took it and it runs on the threads a new one would (INFER_SIM_THREADS)."""
         from infer.target.sim import Simulator
-        from infer.target.sim_lanes import default_threads
 
         with self._spare_lock:
             sim, self._sim = self._sim, None
-        if sim is None or sim.threads != default_threads():
-            return Simulator(self.config)
-        sim.reset()
-        return sim
+        return Simulator.reuse(sim, self.config)
 
     def _normalise_inputs(self, inputs: Any) -> list[np.ndarray]:
         specs = self.artifact.inputs

@@ -113,19 +113,13 @@ class DeviceSession:
 
     # ---------------------------------------------------------------- calls
     def _simulator(self) -> Any:
-        """The session's simulator with cleared local memories, as a new one has: one for
-        every call, so what it keeps from run to run (the expanded weights of a decode step:
-        `Simulator.dequant_memo`) serves the next step; a new one when INFER_SIM_THREADS
-        changed."""
+        """The session's simulator, cleared (`Simulator.reuse`): one for every call, so what it
+        keeps from run to run (a decode step's expanded weights, `Simulator.dequant_memo`)
+        serves the next step."""
         from infer.target.sim import Simulator
-        from infer.target.sim_lanes import default_threads
 
-        sim = self._sim
-        if sim is None or sim.threads != default_threads():
-            sim = self._sim = Simulator(self.config)
-        else:
-            sim.reset()
-        return sim
+        self._sim = Simulator.reuse(self._sim, self.config)
+        return self._sim
 
     def run(self, entry: str, inputs: Mapping[str, np.ndarray], *, trace: bool = False) -> dict[str, np.ndarray]:
         """Run entry point `entry` with its non-resident inputs (by name); returns its outputs

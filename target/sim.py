@@ -85,6 +85,17 @@ class Simulator:
         self.spad[:] = 0
         self.acc[:] = 0
 
+    @classmethod
+    def reuse(cls, sim: Simulator | None, config: HardwareConfig | str) -> Simulator:
+        """`sim` with its local memories cleared, as a new simulator's are, when it runs on the
+        threads a new one would (INFER_SIM_THREADS); else a new Simulator(config). What a
+        simulator keeps from run to run (operand views, `dequant_memo`) then serves the next
+        run: the runtime's Executable and DeviceSession hand each run the last one's."""
+        if sim is None or sim.threads != default_threads():
+            return cls(config)
+        sim.reset()
+        return sim
+
     def operand_views(self, dec: Any, dram: np.ndarray) -> dict[Any, Any]:
         """The functional engine's operand views of a decoded program (`FunctionalRun.views`:
         numpy views of this simulator's local memories and of `dram`, each made once its
