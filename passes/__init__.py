@@ -48,6 +48,7 @@ _PASSES: dict[str, str] = {
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-fuse-norm-prologue": "infer.passes.graph_fuse_prologue:GraphFuseNormProloguePass",
+    "graph-fuse-activation-prologue": "infer.passes.graph_fuse_activation_prologue:GraphFuseActivationProloguePass",
     "graph-subsample-strided-conv": "infer.passes.graph_subsample_strided_conv:GraphSubsampleStridedConvPass",
     "graph-quantize": "infer.passes.quantize.insert:GraphQuantizePass",
     "graph-quantize-kernels": "infer.passes.quantize.kernels:GraphQuantizeKernelsPass",

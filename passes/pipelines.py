@@ -30,6 +30,7 @@ from infer.passes.graph_constant_fold import (
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
+from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
 from infer.passes.graph_fuse_prologue import GraphFuseNormProloguePass
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
@@ -112,8 +113,8 @@ class GraphPrepareTilingPass(PipelinePass):
 class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
-    Options (forwarded): target, precision, overrides, debug-tiling -> graph-to-tile;
-    target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
+    Options (forwarded): target -> graph-fuse-activation-prologue; target, precision, overrides,
+    debug-tiling -> graph-to-tile; target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
     """
 
     name = "lower-to-tile"
@@ -131,6 +132,7 @@ class LowerToTilePass(PipelinePass):
 
         return (
             GraphPrepareTilingPass(max_epilogue=self.max_epilogue),
+            GraphFuseActivationProloguePass(target=self.target),
             GraphToTilePass(target=self.target, precision=self.precision, overrides=self.overrides,
                             debug_tiling=self.debug_tiling),
             TilePlanMemoryPass(target=self.target, print_plan=self.print_plan),

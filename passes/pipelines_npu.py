@@ -1,7 +1,7 @@
 """`compile-npu{target=edge precision=fp32}`: the whole compiler as one pass.
 
-    compile-npu = [graph-passes], graph-prepare-tiling, graph-to-tile{target precision},
-                  tile-plan-memory{target}, tile-to-npu{target}
+    compile-npu = [graph-passes], graph-prepare-tiling, graph-fuse-activation-prologue{target},
+                  graph-to-tile{target precision}, tile-plan-memory{target}, tile-to-npu{target}
 
 so `infer-opt m.mlir -p 'compile-npu{target=edge}' -t npu-asm` prints the program
 of a graph-level module, and the compile driver (tools/driver.py: `infer compile`,
@@ -41,7 +41,8 @@ def _stage(name: str, **options: object) -> ModulePass:
 class CompileNpuPass(PipelinePass):
     """The whole compiler: graph-level IR in, an npu.program and its npu.layout out.
 
-    Stages: [graph-passes], graph-prepare-tiling, graph-to-tile, tile-plan-memory, tile-to-npu.
+    Stages: [graph-passes], graph-prepare-tiling, graph-fuse-activation-prologue, graph-to-tile,
+    tile-plan-memory, tile-to-npu.
 
     Options:
       target: the hardware config: "edge", "server" or a TOML path.
@@ -76,6 +77,7 @@ class CompileNpuPass(PipelinePass):
         return (
             *self._graph_passes(),
             _stage("graph-prepare-tiling"),
+            _stage("graph-fuse-activation-prologue", target=self.target),
             _stage("graph-to-tile", target=self.target, precision=self.precision,
                    **({"autotune": self.autotune, "autotune_cache": self.autotune_cache} if self.autotune else {})),
             _stage("tile-plan-memory", target=self.target),

@@ -88,7 +88,9 @@ class KernelOp(GraphOp):
     kernel
     - its prologue: a `graph.rms_norm` first in the region whose only use is
       the anchor's activation operand (graph-fuse-norm-prologue; the lowering
-      normalises the rows on chip where the product's activations are loaded);
+      normalises the rows on chip where the product's activations are loaded),
+      or an elementwise activation there (graph-fuse-activation-prologue; the
+      lowering applies it where it stages the activations);
     - its norm epilogue: a `graph.layer_norm` / `graph.rms_norm` over the last
       dim, last in the region, of the value before it, its result yielded
       (after that value when the kernel returns it too: a pre-norm block's

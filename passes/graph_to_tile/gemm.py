@@ -13,6 +13,12 @@ Compile-time weights are pre-packed as W^T padded to whole tiles in tile-contigu
 style matmuls) is DMA'd per tile and split on chip; `transpose_b` on a runtime operand, and
 `transpose_a`, first make a transposed DRAM copy of that operand (transpose.transposed_copy).
 Tile sizes come from tiling_cost.choose_gemm with this kernel's exact local-buffer footprint.
+
+An activation prologue (graph-fuse-activation-prologue: a GELU moved here from the product
+before) is applied where the activations are staged: the rounding copy of each step's slice
+becomes the activation's instruction writing bf16 (fp32 emulation: writing the fp32 tile that is
+then split), so the bits are those of the activation computed by the kernel before and rounded
+here, and the vector unit activates the next slices while the array multiplies.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from infer.passes.graph_to_tile.matrix_unit import (
     split_on_chip,
 )
 from infer.passes.graph_to_tile.transpose import transposed_copy
+from infer.passes.graph_to_tile.vector_math import activation_instruction
+
+#: ctx.derived key (with the product op): its activation prologue (takes_activation_prologue)
+ACTIVATION_PROLOGUE = "activation prologue"
 
 
 def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -51,6 +61,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     the cost model finds that faster (`_norm_epilogue_choice`), else it becomes a kernel of its own
     after this one (LoweringContext.defer)."""
     em, hw = ctx.emitter, ctx.hw
+    prologue_op = ctx.derived.pop((ACTIVATION_PROLOGUE, op), None)
+    # the activation applied to the activations as they are staged (None: a rounding copy)
+    activation = activation_instruction(prologue_op) if prologue_op is not None else None
     norm = epilogue[-1] if epilogue and isinstance(epilogue[-1], g.NormOp) else None
     sum_out = None  # the rows before the norm, where the kernel returns them too
     if norm is not None:  # (the norm's result; `result` below: the rows it normalises)
@@ -60,6 +73,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
+        if prologue_op is not None:
+            x = prologue_op.operands[0]
         w = ctx.constant(weight)
         x_shape = shape_of(x)
         K = x_shape[-1]
@@ -74,6 +89,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     else:
         assert isinstance(op, g.MatmulOp)
         x, weight, bias = op.lhs, op.rhs, None
+        if prologue_op is not None:
+            x = prologue_op.operands[0]
         x_shape, w_shape = shape_of(x), shape_of(weight)
         if op.transpose_a.value.data:
             # like a runtime transpose_b: a transposed DRAM copy of the lhs first (graph-canonicalize
@@ -231,7 +248,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     # one (m, n) tile: no loop encloses the nest
     single = batches == 1 and M <= TM and N <= TN
     # the kept activations as one bf16 operand for the whole nest (see _whole_operand)
-    x_whole = _whole_operand(ctx, x_on_chip, lhs_buffer, M, K, spad_need) if (
+    x_whole = _whole_operand(ctx, x_on_chip, lhs_buffer, M, K, spad_need, activation) if (
         resident is not None and batches == 1 and copies == 1 and M > TM) else None
     if x_whole is not None:
         resident_x = False
@@ -329,13 +346,19 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     def stage_x(row0: Index, k0: Index, tm: int, tk: int, dst_at: tuple[Index, Index]) -> None:
         """Rows [row0, +tm) x columns [k0, +tk) of the activations into the bf16 operand tile."""
         assert x_staging is not None
+        z = [0, 0]
         if x_on_chip is None:
-            em.dma(xv, [row0, k0], x_staging, [0, 0], [tm, tk])
+            em.dma(xv, [row0, k0], x_staging, z, [tm, tk])
+            if activation is not None and x_tile.lo is None:  # activated as it is rounded
+                em.vec(activation, x_tile.hi, dst_at, x_staging, z, tm, tk)
+                return
+            if activation is not None:
+                em.vec(activation, x_staging, z, x_staging, z, tm, tk)
             split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
-        elif x_tile.lo is None:  # one rounding copy reads the kept rows in place
-            em.vec("copy", x_tile.hi, dst_at, x_on_chip, [row0, k0], tm, tk)
+        elif x_tile.lo is None:  # one rounding copy (or the activation) reads the kept rows in place
+            em.vec(activation or "copy", x_tile.hi, dst_at, x_on_chip, [row0, k0], tm, tk)
         else:  # (the fp32 split overwrites its source, which later kernels may still read)
-            em.vec("copy", x_staging, [0, 0], x_on_chip, [row0, k0], tm, tk)
+            em.vec(activation or "copy", x_staging, z, x_on_chip, [row0, k0], tm, tk)
             split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
 
     def load_block(m0: Index, tm: int, k0: Index, tk: int) -> None:
@@ -350,6 +373,20 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     em.range(batches, lambda b: em.tiles(M, TM, lambda m0, tm: over_n(b, m0, tm)))
     if norm is not None and not norm_rows:
         ctx.defer(norm)
+
+
+def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation]) -> bool:
+    """The prologue check for a linear/matmul on a dense weight: True (and the activation recorded
+    for lower_gemm) when the prologue is one activation with a one-instruction vector lowering
+    (`vector_math.activation_instruction`) that makes the product's activations."""
+    if len(prologue) != 1 or activation_instruction(prologue[0]) is None:
+        return False
+    activation = prologue[0]
+    if op.operands[0] is not activation.results[0] or any(
+            use.operation is not op or use.index != 0 for use in activation.results[0].uses):
+        return False
+    ctx.derived[(ACTIVATION_PROLOGUE, op)] = activation
+    return True
 
 
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it
@@ -372,7 +409,7 @@ def _activations_on_chip(ctx: LoweringContext, lhs_buffer: SSAValue | None, rows
 
 
 def _whole_operand(ctx: LoweringContext, x_on_chip: SSAValue | None, lhs_buffer: SSAValue, M: int,
-                   K: int, spad_need: int) -> Bf16Tile | None:
+                   K: int, spad_need: int, activation: str | None = None) -> Bf16Tile | None:
     """The kept activations (`_activations_on_chip`) as one bf16 [M, K] operand that every
     tile's products read in place, rounded by one vector copy before the nest (none when they
     are kept as bf16), or None when that copy does not fit beside the nest's buffers within
@@ -383,16 +420,18 @@ def _whole_operand(ctx: LoweringContext, x_on_chip: SSAValue | None, lhs_buffer:
     work is the accumulator's epilogue, and the first product of each tile writes the
     accumulator (no fill). For nests of several m tiles only: in a one-tile nest the
     per-step copies let the first matmul start after the first step's copy (MiniLM server
-    189.3 K -> 189.8 K cycles with the whole operand there too)."""
+    189.3 K -> 189.8 K cycles with the whole operand there too). `activation`: the vector
+    instruction of an activation prologue, which the copy applies (kept bf16 rows, which no copy
+    reads: None, the per-step staging applies it)."""
     if x_on_chip is None:
         return None
     if ctx.is_bf16_buffer(lhs_buffer):
-        return Bf16Tile(x_on_chip, None)
+        return Bf16Tile(x_on_chip, None) if activation is None else None
     em = ctx.emitter
     if spad_need + M * K * (4 + 2) > KERNEL_OVERLAP_SHARE * ctx.hw.memory.scratchpad_bytes:
         return None
     whole = em.alloc((M, K), bf16, "spad")
-    em.vec("copy", whole, (0, 0), x_on_chip, (0, 0), M, K)
+    em.vec(activation or "copy", whole, (0, 0), x_on_chip, (0, 0), M, K)
     return Bf16Tile(whole, None)
 
 

@@ -8,7 +8,8 @@ The driver looks each op up by its exact type (`lowering_for`). An entry is one 
   (matmul/linear, conv2d); the driver finds the epilogue in the op's `graph.kernel` region or,
   without one, with `elementwise.fusable_chain`. Such an entry may also take a `prologue`:
   `prologue(ctx, op, ops, epilogue, result)` answers whether its lowering computes `ops` (the
-  ops before the anchor in its kernel, e.g. an rms_norm from graph-fuse-norm-prologue) on chip
+  ops before the anchor in its kernel, e.g. an rms_norm from graph-fuse-norm-prologue or an
+  activation from graph-fuse-activation-prologue) on chip
   itself; if not, the driver lowers them first, as kernels of their own.
 
 Every tensor is held in DRAM as f32 values whatever its graph element type (storage.py); an
@@ -76,8 +77,8 @@ INT8_PATH = frozenset({"f32", "i8", "i32"})
 LOWERINGS: dict[type[Operation], Lowering] = {
     # matrix unit (gemm.py, conv.py), with the elementwise ops after them as the epilogue;
     # a packed GGUF weight (graph.dequantize_blocks of a weight) stays packed (packed_gemm.py)
-    g.LinearOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed, prologue=packed_gemm.takes_norm_prologue),
-    g.MatmulOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed, prologue=packed_gemm.takes_norm_prologue),
+    g.LinearOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed, prologue=packed_gemm.takes_prologue),
+    g.MatmulOp: Lowering(with_epilogue=packed_gemm.lower_gemm_or_packed, prologue=packed_gemm.takes_prologue),
     g.Conv2dOp: Lowering(with_epilogue=conv.lower_conv),
     g.AttentionOp: Lowering(attention.lower_attention, operand_types=storage.BOOL),
     # the int8 path (integer_gemm.py, integer_conv.py): int8 operands and results in int8 DRAM

@@ -132,6 +132,16 @@ def _norm_prologue_of(op: Operation) -> g.RmsNormOp | None:
     return norm if norm.axis.value.data % rank == rank - 1 else None
 
 
+def takes_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation],
+                   epilogue: Sequence[Operation], result: SSAValue) -> bool:
+    """The lowering table's prologue check for linear/matmul: an rms_norm prologue of a
+    product on packed weights (`takes_norm_prologue`), an activation prologue of a product on
+    dense ones (`gemm.takes_activation_prologue`)."""
+    if packed_weight_of(op) is None:
+        return gemm.takes_activation_prologue(ctx, op, prologue)
+    return takes_norm_prologue(ctx, op, prologue, epilogue, result)
+
+
 def takes_norm_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation],
                         epilogue: Sequence[Operation], result: SSAValue) -> bool:
     """The lowering table's prologue check for linear/matmul: True (and the norm recorded for

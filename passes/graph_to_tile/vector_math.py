@@ -168,6 +168,21 @@ def _swapped(name: str) -> Emit:
 # -- unary sequences ------------------------------------------------------------------------------
 
 
+def activation_instruction(op: Operation) -> str | None:
+    """The vector instruction that computes the unary activation `op` in one pass (f32 in, the
+    destination's type out), or None when `op` is not one of those (`ONE_INSTRUCTION_ACTIVATIONS`,
+    gelu). A product applies such an activation to its activations as it stages them
+    (graph-fuse-activation-prologue, gemm.py)."""
+    if isinstance(op, g.GeluOp):
+        return "gelu" if op.approximate.data == "tanh" else "gelu_erf"
+    return ONE_INSTRUCTION_ACTIVATIONS.get(type(op))
+
+
+ONE_INSTRUCTION_ACTIVATIONS: dict[type[Operation], str] = {
+    g.ReluOp: "relu", g.SiluOp: "silu", g.SigmoidOp: "sigmoid", g.TanhOp: "tanh",
+}
+
+
 def _gelu(s: Seq, op, dst, xs, temps, ints) -> None:
     s.v("gelu" if op.approximate.data == "tanh" else "gelu_erf", dst, _tile(xs[0]))
 
