@@ -79,8 +79,10 @@ def test_server_fuses_the_norm_into_the_gemm(precision, norm, tol, capsys):
     assert tiles[0] == tiles[-1]  # the same GEMM tiles: the same bits
     assert y.tobytes() == y_apart.tobytes()
     # (0.9 before the norm kernel read the GEMM's one-tile result on chip instead of loading it
-    # back: apart 5.8 K / 8.6 K cycles now, fused 5.3 K / 7.9 K)
-    assert cycles < 0.95 * apart, (cycles, apart)
+    # back; 0.95 before tile-plan-memory kept neighbouring kernels' buffers apart on server,
+    # which took the separate norm kernel's waits for the GEMM's bytes away: apart 5.8 K -> 4.9 K
+    # cycles in bf16, fused 5.3 K -> 4.8 K)
+    assert cycles < apart, (cycles, apart)
 
 
 def test_edge_keeps_the_norm_kernel_where_whole_rows_do_not_pay(capsys):

@@ -364,3 +364,34 @@ def test_live_into_next_keeps_a_stored_tile_apart_from_the_next_kernel() -> None
     assert al["a"].offset.value.data == al["b"].offset.value.data == al["c"].offset.value.data == 0
     plain = _allocs(_run(prog(256, "")))
     assert plain["a"].offset.value.data == plain["b"].offset.value.data
+
+
+def test_latency_bound_target_keeps_neighbouring_kernels_apart() -> None:
+    """On a latency-bound target (server) a local buffer is planned live over its whole kernel
+    and the next one, so neighbouring kernels' buffers get different bytes (no false dependency
+    between overlapping kernels) while a kernel two later may reuse them; on edge, and where the
+    kept-apart plan does not fit, buffers of consecutive kernels share bytes as before."""
+    def prog(rows: int, target: str) -> str:
+        def kernel(name: str) -> str:
+            return f"""
+    %{name} = tile.alloc : memref<{rows}x64xf32, "spad">
+    tile.dma %x[%c0, %c0], %{name}[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
+    tile.dma %{name}[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">"""
+        return HEADER.replace('"edge"', f'"{target}"') + f"""
+  func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
+    %c0 = arith.constant 0 : index{"".join(kernel(n) for n in "abcd")}
+    func.return
+  }}
+}}
+"""
+
+    module = _run(prog(256, "server"))
+    offsets = {n: a.offset.value.data for n, a in _allocs(module).items()}
+    assert offsets["a"] != offsets["b"] and offsets["b"] != offsets["c"] and offsets["c"] != offsets["d"]
+    assert offsets["a"] == offsets["c"] and offsets["b"] == offsets["d"]
+    assert module.attributes["tile.spad_bytes"].value.data == 2 * 256 * 64 * 4
+    edge = {n: a.offset.value.data for n, a in _allocs(_run(prog(256, "edge"))).items()}
+    assert set(edge.values()) == {0}
+    # 16 MiB of scratchpad: two 12 MiB buffers do not fit side by side, so they share bytes
+    big = {n: a.offset.value.data for n, a in _allocs(_run(prog(48 * 1024, "server"))).items()}
+    assert set(big.values()) == {0}
