@@ -36,7 +36,7 @@ from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import norms
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error
+from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
 from infer.passes.graph_to_tile.matrix_unit import (
@@ -253,12 +253,28 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     if x_whole is not None:
         resident_x = False
         ctx.debug(f"[graph-to-tile] {name}: activations kept on chip, one bf16 operand [{M}, {K}] for every tile")
-    # local buffers
-    x_staging = em.alloc((TM, TK), bf16 if narrow_x else f32, "spad", 2) if x_whole is None else None
-    x_tile = alloc_bf16_tile(ctx, TM, K if resident_x else TK) if x_whole is None else x_whole  # (resident: the m tile's block)
+    # a one-tile nest of 2-3 k steps on a latency-bound target: the steps in sequence, on two
+    # sets of single-buffered tiles taken in turn (the halves the double-buffered k loop would
+    # rotate), the first step's products writing the accumulator: no fill pass, which on the
+    # in-order vector unit sat between the kernel before's epilogue and this kernel's first
+    # matmul (MiniLM's FFN up projection on server: 400 cycles). (A first step peeled off the k
+    # loop instead left the loop's tiles used outside it, so they stopped rotating: slower.)
+    in_sequence = (latency_bound(hw) and single and x_whole is None and not resident_x
+                   and TK < K <= SEQUENCED_K_STEPS * TK)
+    halves = 1 if in_sequence else 2  # buffers of each tile a k step uses
+
+    # local buffers (resident activations: x is the m tile's block)
+    x_staging = em.alloc((TM, TK), bf16 if narrow_x else f32, "spad", halves) if x_whole is None else None
+    x_tile = alloc_bf16_tile(ctx, TM, K if resident_x else TK, halves) if x_whole is None else x_whole
     out_bf16 = em.alloc((TM, TN), bf16, "spad", 2) if narrow_out else None
-    w_tile = alloc_bf16_tile(ctx, TKw, TN) if resident is None else resident
-    w_staging = em.alloc((TK, TN), f32, "spad", 2) if runtime_rhs else None
+    w_tile = alloc_bf16_tile(ctx, TKw, TN, halves) if resident is None else resident
+    w_staging = em.alloc((TK, TN), f32, "spad", halves) if runtime_rhs else None
+    loop_tiles = _StepTiles(x_staging, x_tile, w_tile, w_staging)
+    # the steps in sequence take loop_tiles (single-buffered then) and this second set in turn
+    sequence = (loop_tiles, _StepTiles(
+        em.alloc((TM, TK), bf16 if narrow_x else f32, "spad") if x_staging is not None else None,
+        alloc_bf16_tile(ctx, TM, TK, 1), alloc_bf16_tile(ctx, TKw, TN, 1) if resident is None else resident,
+        em.alloc((TK, TN), f32, "spad") if runtime_rhs else None)) if in_sequence else None
     # one output tile: no loop rotates the accumulator tile, so one buffer (a second only took
     # capacity from the kept results and the next kernel's prefetched weights; docs/tiling.md,
     # "Accumulator space")
@@ -288,23 +304,24 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             # row the weight tile's bytes, and its load would wait for the last matmul
             em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
 
-        def k_step(k0: Index, tk: int) -> None:
-            stage_x(em.add(em.mul(b, M) if lhs_full else 0, m0), k0, tm, tk, (0, 0))
+        def k_step(k0: Index, tk: int, tiles: _StepTiles = loop_tiles, first: bool = False) -> None:
+            stage_x(em.add(em.mul(b, M) if lhs_full else 0, m0), k0, tm, tk, (0, 0), tiles)
             if resident is not None:
-                emit_tile_product(ctx, x_tile, resident, acc, tm, tk, tn,
+                emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, tn, overwrite=first,
                                   rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
                 return
+            w = tiles.w
             if packs:
                 row = em.add(em.mul(n_tile, Kp), k0)
-                em.dma(packs[0], [row, 0], w_tile.hi, [0, 0], [TK, TN])
-                if w_tile.lo is not None:
-                    em.dma(packs[1], [row, 0], w_tile.lo, [0, 0], [TK, TN])
+                em.dma(packs[0], [row, 0], w.hi, [0, 0], [TK, TN])
+                if w.lo is not None:
+                    em.dma(packs[1], [row, 0], w.lo, [0, 0], [TK, TN])
             else:
-                assert rhs_view is not None and w_staging is not None
+                assert rhs_view is not None and tiles.w_staging is not None
                 rhs_row = em.add(em.mul(b, K) if rhs_full else 0, k0)
-                em.dma(rhs_view, [rhs_row, n0], w_staging, [0, 0], [tk, tn])
-                split_on_chip(em, w_staging, w_tile, tk, tn)
-            emit_tile_product(ctx, x_tile, w_tile, acc, tm, tk, tn)
+                em.dma(rhs_view, [rhs_row, n0], tiles.w_staging, [0, 0], [tk, tn])
+                split_on_chip(em, tiles.w_staging, w, tk, tn)
+            emit_tile_product(ctx, tiles.x, w, acc, tm, tk, tn, overwrite=first)
 
         if x_whole is not None:  # whole K in place: the first product writes the accumulator
             assert resident is not None
@@ -317,6 +334,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                     if dst is not None:
                         em.dma(part, [w_row, 0], dst, [0, 0], [K, TN])
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, K, tn, overwrite=True, rhs_at=(w_row, 0) if resident is not None else (0, 0))
+        elif sequence is not None:
+            for i, k0 in enumerate(range(0, K, TK)):
+                k_step(k0, min(TK, K - k0), sequence[i % 2], first=i == 0)
         else:
             em.fill(acc, [0, 0], tm, tn, 0.0)
             em.tiles(K, TK, k_step)
@@ -343,8 +363,11 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             # tile instead of loading it back (which waits for this store and a DRAM latency)
             ctx.keep_on_chip(out2, tile, next_kernels=KEPT_RESULT_READERS)
 
-    def stage_x(row0: Index, k0: Index, tm: int, tk: int, dst_at: tuple[Index, Index]) -> None:
-        """Rows [row0, +tm) x columns [k0, +tk) of the activations into the bf16 operand tile."""
+    def stage_x(row0: Index, k0: Index, tm: int, tk: int, dst_at: tuple[Index, Index],
+                tiles: _StepTiles = loop_tiles) -> None:
+        """Rows [row0, +tm) x columns [k0, +tk) of the activations into the bf16 operand tile
+        (of `tiles`)."""
+        x_staging, x_tile = tiles.x_staging, tiles.x
         assert x_staging is not None
         z = [0, 0]
         if x_on_chip is None:
@@ -375,6 +398,16 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         ctx.defer(norm)
 
 
+class _StepTiles(NamedTuple):
+    """The local tiles a k step uses: the activations' staging and bf16 operand tiles, the
+    weight tile (the resident weights where they are) and a runtime weight's staging tile."""
+
+    x_staging: SSAValue | None
+    x: Bf16Tile
+    w: Bf16Tile
+    w_staging: SSAValue | None
+
+
 def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation]) -> bool:
     """The prologue check for a linear/matmul on a dense weight: True (and the activation recorded
     for lower_gemm) when the prologue is one activation with a one-instruction vector lowering
@@ -388,6 +421,10 @@ def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Seq
     ctx.derived[(ACTIVATION_PROLOGUE, op)] = activation
     return True
 
+
+#: a one-tile nest of at most this many k steps emits them in sequence, without an accumulator
+#: fill (latency-bound targets; see lower_gemm)
+SEQUENCED_K_STEPS = 3
 
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it
 #: (a transformer layer's q, k and v projections of the rows before them)

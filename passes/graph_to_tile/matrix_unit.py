@@ -34,11 +34,12 @@ class Bf16Tile:
     lo: SSAValue | None
 
 
-def alloc_bf16_tile(ctx: LoweringContext, rows: int, cols: int) -> Bf16Tile:
-    """Double-buffered scratchpad tiles for the bf16 part(s) of a [rows, cols] operand."""
+def alloc_bf16_tile(ctx: LoweringContext, rows: int, cols: int, buffers: int = 2) -> Bf16Tile:
+    """Scratchpad tiles (double-buffered by default) for the bf16 part(s) of a [rows, cols]
+    operand."""
     em = ctx.emitter
-    hi = em.alloc((rows, cols), bf16, "spad", 2)
-    lo = em.alloc((rows, cols), bf16, "spad", 2) if ctx.bf16_copies == 2 else None
+    hi = em.alloc((rows, cols), bf16, "spad", buffers)
+    lo = em.alloc((rows, cols), bf16, "spad", buffers) if ctx.bf16_copies == 2 else None
     return Bf16Tile(hi, lo)
 
 

@@ -4,7 +4,7 @@ GELU -> 384, bias, residual) on the server config. With the pass and without it 
 outputs are the same bits (each bit-identical to the tile interpreter, race checker on), close
 to the graph interpreter, and the run takes fewer cycles (the down projection's first matmul no
 longer waits for the GELU of the whole up projection). On edge the pass leaves the module as it
-is."""
+is. Also the up projection's k steps in sequence without an accumulator fill (gemm.py)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,33 @@ def test_edge_unchanged():
     before = print_ir(module)
     apply_pass("graph-fuse-activation-prologue{target=edge}", module)
     assert print_ir(module) == before
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_one_tile_k_steps_in_sequence_without_a_fill(precision, monkeypatch):
+    """A one-tile nest of 2-3 k steps on server (the FFN's up projection: K = 384) runs its steps
+    in sequence on two single-buffered tile sets, the first step's products writing the
+    accumulator: no `tile.fill` of the accumulator, the same bits as the k loop with its fill,
+    and fewer cycles (the fill sat between the kernel before and the first matmul on the
+    in-order vector unit)."""
+    from infer.passes.graph_to_tile import gemm
+
+    M = 128
+    x = np.random.default_rng(5).standard_normal((M, K)).astype(np.float32)
+
+    def run() -> tuple[np.ndarray, int, str]:
+        module = module_of(M, "none")
+        apply_pass("graph-prepare-tiling,graph-fuse-activation-prologue{target=server},"
+                   f"graph-to-tile{{target=server precision={precision}}}", module)
+        tile_text = print_ir(module)
+        apply_pass("tile-plan-memory{target=server}", module)
+        (y,), counters = npu_matches_tile(module, [x], "server")
+        return y, counters.cycles, tile_text
+
+    y1, cycles1, text1 = run()
+    monkeypatch.setattr(gemm, "SEQUENCED_K_STEPS", 0)
+    y0, cycles0, text0 = run()
+    # the up projection's fill is gone (the down projection, 1536 deep, keeps its k loop and fill)
+    assert text1.count("tile.fill") == text0.count("tile.fill") - 1
+    assert y1.tobytes() == y0.tobytes()
+    assert cycles1 < cycles0, (cycles1, cycles0)

@@ -367,10 +367,15 @@ def test_live_into_next_keeps_a_stored_tile_apart_from_the_next_kernel() -> None
 
 
 def test_latency_bound_target_keeps_neighbouring_kernels_apart() -> None:
-    """On a latency-bound target (server) a local buffer is planned live over its whole kernel
-    and the next one, so neighbouring kernels' buffers get different bytes (no false dependency
-    between overlapping kernels) while a kernel two later may reuse them; on edge, and where the
-    kept-apart plan does not fit, buffers of consecutive kernels share bytes as before."""
+    """On a latency-bound target (server) a local buffer is planned live from the start of its
+    kernel to the end of the KEEP_APART_KERNELS-th kernel after it, so buffers of kernels at most
+    that far apart get different bytes (no false dependency between overlapping kernels) while
+    kernels further apart may share them; on edge, and where the kept-apart plan does not fit,
+    buffers of consecutive kernels share bytes as before."""
+    from infer.passes.tile_memory_plan import KEEP_APART_KERNELS
+
+    names = "abcdef"
+
     def prog(rows: int, target: str) -> str:
         def kernel(name: str) -> str:
             return f"""
@@ -379,7 +384,7 @@ def test_latency_bound_target_keeps_neighbouring_kernels_apart() -> None:
     tile.dma %{name}[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">"""
         return HEADER.replace('"edge"', f'"{target}"') + f"""
   func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
-    %c0 = arith.constant 0 : index{"".join(kernel(n) for n in "abcd")}
+    %c0 = arith.constant 0 : index{"".join(kernel(n) for n in names)}
     func.return
   }}
 }}
@@ -387,9 +392,12 @@ def test_latency_bound_target_keeps_neighbouring_kernels_apart() -> None:
 
     module = _run(prog(256, "server"))
     offsets = {n: a.offset.value.data for n, a in _allocs(module).items()}
-    assert offsets["a"] != offsets["b"] and offsets["b"] != offsets["c"] and offsets["c"] != offsets["d"]
-    assert offsets["a"] == offsets["c"] and offsets["b"] == offsets["d"]
-    assert module.attributes["tile.spad_bytes"].value.data == 2 * 256 * 64 * 4
+    for i, n in enumerate(names):
+        for j, m in enumerate(names[i + 1:], i + 1):
+            if j - i <= KEEP_APART_KERNELS:
+                assert offsets[n] != offsets[m], (n, m, offsets)
+    assert offsets["a"] == offsets[names[KEEP_APART_KERNELS + 1]]  # the best fit: the lowest free bytes
+    assert module.attributes["tile.spad_bytes"].value.data == (KEEP_APART_KERNELS + 1) * 256 * 64 * 4
     edge = {n: a.offset.value.data for n, a in _allocs(_run(prog(256, "edge"))).items()}
     assert set(edge.values()) == {0}
     # 16 MiB of scratchpad: two 12 MiB buffers do not fit side by side, so they share bytes
