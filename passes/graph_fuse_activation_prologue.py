@@ -40,6 +40,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from xdsl.rewriter import InsertPoint
 
 from infer.dialects import graph as g
+from infer.passes.graph_fuse_prologue import sole_activation_arg
 from infer.passes.graph_to_tile.vector_math import activation_instruction
 
 
@@ -70,13 +71,7 @@ def _dense_activation_arg(kernel: g.KernelOp, value: SSAValue) -> BlockArgument 
     weight = anchor.operands[1]
     if isinstance(weight, BlockArgument) and isinstance(kernel.inputs[weight.index].owner, g.DequantizeBlocksOp):
         return None  # packed products take an rms_norm prologue only (packed_gemm.py)
-    args = [a for a, v in zip(kernel.body.block.args, kernel.inputs, strict=True) if v is value]
-    if len(args) != 1:
-        return None
-    uses = list(args[0].uses)
-    if len(uses) != 1 or uses[0].operation is not anchor or uses[0].index != 0:
-        return None
-    return args[0]
+    return sole_activation_arg(kernel, anchor, value)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, BlockArgument, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -80,6 +80,12 @@ def _packed_activation_arg(kernel: g.KernelOp, value: SSAValue) -> BlockArgument
     dq = kernel.inputs[weight.index].owner
     if not isinstance(dq, g.DequantizeBlocksOp) or not isinstance(dq.input.owner, g.WeightOp):
         return None
+    return sole_activation_arg(kernel, anchor, value)
+
+
+def sole_activation_arg(kernel: g.KernelOp, anchor: Operation, value: SSAValue) -> BlockArgument | None:
+    """The block argument of `kernel` for `value` when it is `kernel`'s only operand `value` and
+    read only as `anchor`'s activations (operand 0); else None."""
     args = [a for a, v in zip(kernel.body.block.args, kernel.inputs, strict=True) if v is value]
     if len(args) != 1:
         return None

@@ -11,13 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes.testing import apply_pass, run_entry
 
+from helpers.graph_programs import parse_with_weights
 from helpers.tile_programs import npu_matches_tile
-
-CTX = make_context()
 
 
 def print_ir(module) -> str:
@@ -47,14 +44,7 @@ func.func @main(%x: tensor<{M}x{K}xf32> {{graph.name = "x"}}) -> (tensor<{M}x{K}
 
 
 def module_of(M: int, approximate: str):
-    text, weights = ffn(M, approximate)
-    module = parse_ir(CTX, text, "ffn.mlir")
-    verify_module(module)
-    store = WeightStore()
-    for name, value in weights.items():
-        store.set(name, value)
-    attach_weights(module, store)
-    return module
+    return parse_with_weights(*ffn(M, approximate), "ffn.mlir")
 
 
 def compile_and_run(M: int, precision: str, approximate: str, prologue: bool, x: np.ndarray):
