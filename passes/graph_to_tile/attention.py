@@ -102,6 +102,12 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # causal: each query tile visits the key tiles up to its diagonal only (tiling_cost
     # .triangular_score_tiles says which tilings can): a key loop bound affine in the query tile
     triangular = causal and tiling_cost.triangular_score_tiles(Sq, Skv, TQ, TKV, offset) is not None
+    # one key tile (Skv <= TKV: MiniLM's 128 keys on server): the online softmax has no running
+    # statistics to carry, so no fills of m, l and O and no rescaling by alpha: m_new is the
+    # score tile's row max, l its row sum of P, and the P.V product writes O. The same values
+    # (m = -inf makes alpha 0, 0 * alpha + x = x), but for O's zeros, which no longer come out
+    # as +0 from a 0 + -0 sum
+    one_key_tile = ONE_KEY_TILE_SOFTMAX and Skv <= TKV and not triangular
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                           + (" causal" if causal else ""), choice)
               + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)"
@@ -210,9 +216,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             else:
                 em.vec("mul", sb.q_staging, z, q_all.buffer, q_all(b, h, q0), tq, D, bmode="imm", imm=scale)
             split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
-            em.fill(sb.m, z, tq, 1, NEG_INF)
-            em.fill(sb.l_sum, z, tq, 1, 0.0)
-            em.fill(sb.o, z, tq, Dv, 0.0)
+            if not one_key_tile:
+                em.fill(sb.m, z, tq, 1, NEG_INF)
+                em.fill(sb.l_sum, z, tq, 1, 0.0)
+                em.fill(sb.o, z, tq, Dv, 0.0)
 
         def kv_tile_body(j0: Index, tkv: int) -> None:
             # every load of the step first (software-pipelined by tile-to-npu: a rotation loop's
@@ -251,25 +258,31 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 if mask2 is not None and sb.mask_tile is not None:
                     em.vec("add", sb.scores, z, sb.scores, z, tq, tkv, sb.mask_tile, z,
                            bmode="tile" if mq > 1 else "row")
-                em.vec("rmax", tmp, z, sb.scores, z, tq, tkv)
-                em.vec("max", m_new, z, m, z, tq, 1, tmp, z, bmode="tile")
-                em.vec("sub", tmp, z, m, z, tq, 1, m_new, z, bmode="tile")
-                em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
-                em.vec("copy", m, z, m_new, z, tq, 1)
+                if one_key_tile:  # the row max is m_new, l = rsum(P), O = P.V (below)
+                    em.vec("rmax", m_new, z, sb.scores, z, tq, tkv)
+                else:
+                    em.vec("rmax", tmp, z, sb.scores, z, tq, tkv)
+                    em.vec("max", m_new, z, m, z, tq, 1, tmp, z, bmode="tile")
+                    em.vec("sub", tmp, z, m, z, tq, 1, m_new, z, bmode="tile")
+                    em.vec("exp", tmp, z, tmp, z, tq, 1)  # alpha = e^(m_old - m_new)
+                    em.vec("copy", m, z, m_new, z, tq, 1)
                 em.vec("sub", sb.p_staging, z, sb.scores, z, tq, tkv, m_new, z, bmode="col")
                 # bf16: exp writes P's bf16 tile directly (the vector unit converts on store) and
                 # l sums the P the matrix unit multiplies: no fp32 P and no copy pass
                 p_exp = sb.p_tile.hi if sb.p_tile.lo is None else sb.p_staging
                 em.vec("exp", p_exp, z, sb.p_staging, z, tq, tkv)
-                em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
-                em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
-                em.vec("rsum", tmp, z, p_exp, z, tq, tkv)
-                em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
+                if one_key_tile:
+                    em.vec("rsum", l_sum, z, p_exp, z, tq, tkv)
+                else:
+                    em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
+                    em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
+                    em.vec("rsum", tmp, z, p_exp, z, tq, tkv)
+                    em.vec("add", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
                 if sb.p_tile.lo is not None:
                     split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
                 if first(sb.v_tile.hi):
                     stage_kv(v_all, sb.v_staging, sb.v_tile, b, kv_head, j0, tkv, Dv)
-                emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv)
+                emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv, overwrite=one_key_tile)
 
         if triangular:  # key tiles 0 .. the one holding key q0 + TQ - 1 + offset (the last visible)
             upper = em.add(q0, TQ + offset)
@@ -304,6 +317,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         ctx.keep_on_chip(out_at.buffer, out_all, next_kernels=1)
 
 
+#: a kernel whose keys fit one tile computes its softmax without running statistics (lower_attention)
+ONE_KEY_TILE_SOFTMAX = True
 #: the kept output tile may take at most 1/KEPT_OUTPUT_SHARE of the scratchpad (the kernel's
 #: tiles were chosen for all of it)
 KEPT_OUTPUT_SHARE = 8

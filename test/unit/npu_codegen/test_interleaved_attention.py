@@ -107,3 +107,31 @@ def test_resident_operands_load_once(capsys, monkeypatch, causal):
     assert captured["loads"] > 3, captured
     assert y.tobytes() == y_off.tobytes()
     assert cycles < cycles_off, (cycles, cycles_off)
+
+
+def test_one_key_tile_needs_no_running_statistics(capsys, monkeypatch):
+    """server, bf16, 4 heads at 128 positions, D = 32 (MiniLM's shape): the keys fit one score
+    tile, so the kernel computes its softmax without the online softmax's running statistics (no
+    fills of m, l and O, no rescaling by alpha; P.V writes O). The same bits as with them, fewer
+    cycles."""
+    from infer.dialects import tile as t
+    from infer.passes.graph_to_tile import attention
+
+    fills = {}
+    real = apply_pass
+
+    def counting(pipeline, module):
+        real(pipeline, module)
+        if pipeline.startswith("graph-prepare-tiling"):
+            fills["count"] = sum(1 for op in module.walk() if isinstance(op, t.FillOp))
+
+    monkeypatch.setattr(sys.modules[__name__], "apply_pass", counting)
+    cycles, y, graph_ref, log = compile_and_run((4, 4, 128, 32), False, capsys)
+    assert "TQxTKV = 128x128" in log, log
+    assert fills["count"] == 0, fills
+    np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
+    monkeypatch.setattr(attention, "ONE_KEY_TILE_SOFTMAX", False)
+    cycles_online, y_online, _, _ = compile_and_run((4, 4, 128, 32), False, capsys)
+    assert fills["count"] > 0, fills
+    assert y.tobytes() == y_online.tobytes()
+    assert cycles < cycles_online, (cycles, cycles_online)
