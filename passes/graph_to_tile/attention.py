@@ -51,6 +51,8 @@ from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, em
 
 SOFTMAX_COST = 12  # vector ops per score element (cost-model estimate of the online softmax)
 SOFTMAX_OPS = 12  # dependent vector instructions of one score tile's online softmax (kv_tile_body)
+ONE_KEY_TILE_SOFTMAX_COST = 4  # the same with one key tile (rmax, sub, exp, rsum: ONE_KEY_TILE_SOFTMAX)
+ONE_KEY_TILE_SOFTMAX_OPS = 4
 
 
 def lower_attention(ctx: LoweringContext, op: Operation) -> None:
@@ -177,9 +179,15 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # made the e2e Llama prefill on server run out of semaphores)
     resident = (latency_bound(hw) and copies == 1
                 and B * (Hq * Sq * D + Hkv * Skv * (D + Dv)) * 4 <= hw.memory.scratchpad_bytes // RESIDENT_OPERANDS_SHARE)
-    if resident:  # the cost model's cycles of the chosen tiling with its operands resident
+    if resident or one_key_tile:
+        # the cost model's cycles of the chosen tiling as emitted: its operands resident, or its
+        # softmax over one key tile (no running statistics: fewer vector passes and a shorter
+        # dependent chain per score tile)
+        one_tile_softmax = ({"epi_cost": ONE_KEY_TILE_SOFTMAX_COST, "softmax_ops": ONE_KEY_TILE_SOFTMAX_OPS
+                             + (1 if causal or op.mask is not None else 0)} if one_key_tile else {})
         estimate = tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, replace(
-            spec, interleave=interleave, interleaves=(interleave,), resident_operands=True))
+            spec, interleave=interleave, interleaves=(interleave,), resident_operands=resident,
+            **one_tile_softmax))
         ctx.predict(estimate.cycles - choice.best.cycles)
     q_all = _resident_heads(ctx, q_at) if resident else None
     k_all = _resident_heads(ctx, k_at) if resident else None

@@ -35,7 +35,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
-from infer.passes.graph_to_tile.context import LoweringContext, error
+from infer.passes.graph_to_tile.context import LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_box
 from infer.passes.graph_to_tile.vector_math import RULES, Seq, int_temp_type
 
@@ -140,7 +140,36 @@ def load_operand(ctx: LoweringContext, value: SSAValue, frame: TileFrame, op: Op
             raise error(op, f"operand of shape {shape_of(value)} broadcasts onto the output "
                         f"{frame.shape} in a way the tile lowering does not support")
         return _load_buffer(ctx.emitter, full, frame.shape, frame)  # materialize_misfits' copy
+    kept = _kept_operand(ctx, value, kinds, frame)
+    if kept is not None:
+        return kept
     return _load_buffer(ctx.emitter, ctx.buffer(value), shape_of(value), frame)
+
+
+#: an elementwise kernel or a reduction whose whole result is one local tile keeps it on chip for
+#: the kernels named within this many names after it (`LoweringContext.keep_on_chip`)
+KEPT_TILE_READERS = 3
+
+
+def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool, bool],
+                  frame: TileFrame) -> Operand | None:
+    """On a latency-bound target, a runtime operand the kernel before left whole in a local
+    tile (`LoweringContext.keep_on_chip`) read there in place, when the tile frame covers all of
+    it (one batch, the first rows and columns): its load would wait for that kernel's store and a
+    DRAM latency of its own. None otherwise."""
+    full_batch, full_rows, full_cols = kinds
+    if not latency_bound(ctx.hw) or (full_batch and num_elements(frame.batch_shape) != 1) or frame.pitch:
+        return None
+    rows = num_elements(frame.row_shape) if full_rows else 1
+    cols = num_elements(frame.col_shape) if full_cols else 1
+    if (full_rows and (frame.row0 != 0 or frame.rows != rows)) or (full_cols and (frame.col0 != 0 or frame.cols != cols)):
+        return None
+    if not (full_rows or full_cols):
+        return None
+    kept = ctx.on_chip_as(ctx.buffer(value), (rows, cols))
+    if kept is None:
+        return None
+    return ("tile" if full_rows and full_cols else "col" if full_rows else "row"), kept
 
 
 def materialize_misfits(ctx: LoweringContext, ops: Sequence[Operation], on_tile: Sequence[SSAValue],
@@ -587,6 +616,11 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
             on_tile[value] = _load_buffer(em, full, out_shape, frame)[1]  # type: ignore[assignment]
         tile = apply_epilogue(ctx, ops, on_tile, frame, result)
         em.dma(tile, ORIGIN, out2, [em.add(em.mul(batch, rows_total), row0), col0], [rows, cols])
+        if one_tile:  # the whole result in this tile: the next kernels may read it here
+            ctx.keep_on_chip(out2, tile, next_kernels=KEPT_TILE_READERS)
+
+    one_tile = (latency_bound(ctx.hw) and batches == 1 and choice.rows >= rows_total
+                and choice.cols >= cols_total)
 
     em.range(batches, lambda b: em.tiles(
         rows_total, choice.rows, lambda r0, rows: em.tiles(cols_total, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))

@@ -26,8 +26,9 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_dram, fill_dram
+from infer.passes.graph_to_tile.elementwise import KEPT_TILE_READERS
 
 _KINDS = {g.ReduceSumOp: "sum", g.ReduceMeanOp: "sum", g.ReduceMaxOp: "max", g.ReduceMinOp: "min",
           g.ReduceProdOp: "prod"}
@@ -87,7 +88,11 @@ def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: 
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res columns x2
     ctx.predict(choice.cycles)
     x2, out2 = em.view(src, (M, K)), em.view(dst, (M, 1))
-    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
+    # one tile on a latency-bound target: rows the kernel before left on chip are read in place
+    # (sum and max only read them) and the result stays on chip for the kernels after
+    one_tile = latency_bound(ctx.hw) and M <= choice.rows and K <= choice.cols
+    kept = ctx.on_chip_as(src, (M, K)) if one_tile and kind in ("sum", "max") else None
+    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2) if kept is None else kept
     partial = em.alloc((choice.rows, 1), f32, "spad", 2)
     total = em.alloc((choice.rows, 1), f32, "spad", 2)
     z = [0, 0]
@@ -96,7 +101,8 @@ def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: 
         em.fill(total, z, tr, 1, {"sum": 0.0, "prod": 1.0}.get(kind, NEG_INF))
 
         def chunk(c0: Index, cn: int) -> None:
-            em.dma(x2, [r0, c0], x_tile, z, [tr, cn])
+            if kept is None:
+                em.dma(x2, [r0, c0], x_tile, z, [tr, cn])
             if kind == "prod":  # a halving tree over the chunk's columns, then into the total
                 cols = cn
                 while cols > 1:
@@ -116,6 +122,8 @@ def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: 
         if scale is not None:
             em.vec("mul", total, z, total, z, tr, 1, bmode="imm", imm=scale)
         em.dma(total, z, out2, [r0, 0], [tr, 1])
+        if one_tile:
+            ctx.keep_on_chip(out2, total, next_kernels=KEPT_TILE_READERS)
 
     em.tiles(M, choice.rows, tile)
 
@@ -131,9 +139,14 @@ def _reduce_middle(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K
     TK = max(1, min(K, capacity // TN))
     x3 = em.view(src, (M, K, N))
     out2 = em.view(dst, (M, N))
-    x_tile3 = em.alloc((1, TK, TN), f32, "spad", 2)
-    x_tile = em.view(x_tile3, (TK, TN))
+    # one tile on a latency-bound target: a source the kernel before left on chip is read in
+    # place, and the result row stays on chip for the kernels after (`res`)
+    one_tile = latency_bound(ctx.hw) and M == 1 and N <= TN and K <= TK
+    kept = ctx.on_chip_as(src, (K, N)) if one_tile else None
+    x_tile3 = em.alloc((1, TK, TN), f32, "spad", 2) if kept is None else None
+    x_tile = em.view(x_tile3, (TK, TN)) if kept is None else kept
     acc = em.alloc((TK, TN), f32, "spad", 2)
+    res = em.alloc((1, TN), f32, "spad") if one_tile else None
     z = [0, 0]
     init = {"sum": 0.0, "prod": 1.0, "max": NEG_INF, "min": -NEG_INF}[kind]
 
@@ -141,7 +154,8 @@ def _reduce_middle(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K
         em.fill(acc, z, min(TK, K), tn, init)
 
         def k_step(k0: Index, tk: int) -> None:
-            em.dma(x3, [m, k0, n0], x_tile3, [0, 0, 0], [1, tk, tn])
+            if kept is None:
+                em.dma(x3, [m, k0, n0], x_tile3, [0, 0, 0], [1, tk, tn])
             em.vec(vector_op, acc, z, acc, z, tk, tn, x_tile, z, bmode="tile")
 
         em.tiles(K, TK, k_step)
@@ -152,7 +166,12 @@ def _reduce_middle(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K
             rows -= half
         if scale is not None:
             em.vec("mul", acc, z, acc, z, 1, tn, bmode="imm", imm=scale)
-        em.dma(acc, z, out2, [m, n0], [1, tn])
+        if res is None:
+            em.dma(acc, z, out2, [m, n0], [1, tn])
+            return
+        em.vec("copy", res, z, acc, z, 1, tn)  # (a [1, N] tile: what the kernels after read)
+        em.dma(res, z, out2, [m, n0], [1, tn])
+        ctx.keep_on_chip(out2, res, next_kernels=KEPT_TILE_READERS)
 
     em.range(M, lambda m: em.tiles(N, TN, lambda n0, tn: tile(m, n0, tn)))
 
