@@ -158,13 +158,12 @@ def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool
     it (one batch, the first rows and columns): its load would wait for that kernel's store and a
     DRAM latency of its own. None otherwise."""
     full_batch, full_rows, full_cols = kinds
-    if not latency_bound(ctx.hw) or (full_batch and num_elements(frame.batch_shape) != 1) or frame.pitch:
+    if (not latency_bound(ctx.hw) or not (full_rows or full_cols) or frame.pitch
+            or (full_batch and num_elements(frame.batch_shape) != 1)):
         return None
     rows = num_elements(frame.row_shape) if full_rows else 1
     cols = num_elements(frame.col_shape) if full_cols else 1
     if (full_rows and (frame.row0 != 0 or frame.rows != rows)) or (full_cols and (frame.col0 != 0 or frame.cols != cols)):
-        return None
-    if not (full_rows or full_cols):
         return None
     kept = ctx.on_chip_as(ctx.buffer(value), (rows, cols))
     if kept is None:
@@ -609,6 +608,10 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 
+    # the whole result in one tile: the next kernels may read it there (`KEPT_TILE_READERS`)
+    one_tile = (latency_bound(ctx.hw) and batches == 1 and choice.rows >= rows_total
+                and choice.cols >= cols_total)
+
     def body(batch: Index, row0: Index, rows: int, col0: Index, cols: int) -> None:
         frame = TileFrame(batch_shape, row_shape, col_shape, batch, row0, col0, rows, cols)
         on_tile: dict[SSAValue, SSAValue] = {}
@@ -616,11 +619,8 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
             on_tile[value] = _load_buffer(em, full, out_shape, frame)[1]  # type: ignore[assignment]
         tile = apply_epilogue(ctx, ops, on_tile, frame, result)
         em.dma(tile, ORIGIN, out2, [em.add(em.mul(batch, rows_total), row0), col0], [rows, cols])
-        if one_tile:  # the whole result in this tile: the next kernels may read it here
+        if one_tile:
             ctx.keep_on_chip(out2, tile, next_kernels=KEPT_TILE_READERS)
-
-    one_tile = (latency_bound(ctx.hw) and batches == 1 and choice.rows >= rows_total
-                and choice.cols >= cols_total)
 
     em.range(batches, lambda b: em.tiles(
         rows_total, choice.rows, lambda r0, rows: em.tiles(cols_total, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
