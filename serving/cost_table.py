@@ -9,6 +9,9 @@ Entries and their grid axes (`CostGrid.for_limits`):
   model's context), the KV positions the batch attends to;
 - "prefill": a = chunk tokens (1, 16, 32, ... up to the context), b = start position (0, 16, ...).
 Powers of two with the midpoints 1.5 x 2^k between them, and the limits themselves.
+The compiled programs' grid (`CostGrid.for_programs`) has decode rows 1 .. B x the context
+each row attends to, and prefill chunk C x start position; with the KV block size, its position
+axes also hold both sides of each of the first `FINE_BLOCKS` block boundaries (`block_axis`).
 
 The profiler (`infer.serving.cost.Profiler`) is called once per grid point. A table is
 cached as JSON under `cache_dir`, named by a digest of its key: the model digest, the
@@ -49,6 +52,23 @@ def bucket_axis(lo: int, hi: int) -> list[int]:
     return sorted(p for p in points if lo <= p <= hi)
 
 
+#: blocks of context over which the compiled programs' grid has a point on each side of every
+#: block boundary (`block_axis`)
+FINE_BLOCKS = 16
+
+
+def block_axis(axis: list[int], block_size: int) -> list[int]:
+    """axis with k BS and k BS + 1 for k = 1 .. FINE_BLOCKS (within its range): a paged-attention
+    call's cost steps where its positions reach a new KV block (one more block gathered and
+    computed), which interpolating between buckets smooths over; the step matters most where
+    a block is a large share of the context. Beyond, the buckets' points."""
+    lo, hi = axis[0], axis[-1]
+    points = set(axis)
+    for k in range(1, FINE_BLOCKS + 1):
+        points.update(p for p in (k * block_size, k * block_size + 1) if lo <= p <= hi)
+    return sorted(points)
+
+
 def _batch_axis(max_batch: int) -> list[int]:
     points = {1, max_batch}
     k = 2
@@ -73,11 +93,17 @@ class CostGrid:
                     "prefill": (tuple(bucket_axis(1, max_context)), ctx)})
 
     @classmethod
-    def for_programs(cls, batch: int, chunk: int, max_context: int, max_start: int) -> CostGrid:
+    def for_programs(cls, batch: int, chunk: int, max_context: int, max_start: int,
+                     block_size: int | None = None) -> CostGrid:
         """Compiled programs: decode (rows 1 .. B) x context (1 .. max_context), prefill (C) x start
-        (0 .. max_start): one grid point is one program call."""
-        return cls({"decode": (tuple(_batch_axis(batch)), tuple(bucket_axis(1, max_context))),
-                    "prefill": ((chunk,), tuple(bucket_axis(0, max_start)))}, chunk, batch)
+        (0 .. max_start): one grid point is one program call. With the KV block size, both
+        position axes also hold each block's last and the next block's first position over the
+        first `FINE_BLOCKS` blocks (`block_axis`)."""
+        contexts, starts = bucket_axis(1, max_context), bucket_axis(0, max_start)
+        if block_size is not None:
+            contexts, starts = block_axis(contexts, block_size), block_axis(starts, block_size)
+        return cls({"decode": (tuple(_batch_axis(batch)), tuple(contexts)),
+                    "prefill": ((chunk,), tuple(starts))}, chunk, batch)
 
     def points(self) -> int:
         return sum(len(a) * len(b) for a, b in self.axes.values())

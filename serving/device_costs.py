@@ -79,7 +79,7 @@ def device_cost_table(opts, dims, hw, config_digest: str, compiler_version: str,
 
     profiler = _CompileOnFirstCall(build, source)
     key = CostTableKey(model_digest, config_digest, compiler_version, source)
-    grid = CostGrid.for_programs(batch, chunk, max_len, max_len - chunk)
+    grid = CostGrid.for_programs(batch, chunk, max_len, max_len - chunk, block_size=opts.block_size)
     try:
         return StepCostTable.load_or_profile(profiler, key, grid, opts.cache_dir)
     except Exception as e:  # noqa: BLE001 -- import, compile and simulation errors have no common base here;

@@ -99,3 +99,54 @@ def test_analytic_roofline_bounds():
     macs = 2048 * SMOLLM2.linear_macs_per_token + SMOLLM2.attention_macs(2048 * 2049 // 2)
     assert prof("prefill", 2048, 0) == pytest.approx(macs / server.peak_macs_per_cycle)
     assert "analytic roofline" in prof.source and "not measured" in prof.source
+
+
+class BlockSteps:
+    """A compiled paged-attention program's cost shape: a fixed part per call plus, per live row,
+    a step per KV block of the row's context (decode) or of start + chunk (prefill)."""
+
+    source = "test: block steps"
+    block = 4
+
+    def __call__(self, entry, a, b):
+        if entry == "decode":
+            return 10_000 + 50 * a + a * 700 * -(-b // self.block)
+        return 30_000 + 900 * -(-(b + a) // self.block)
+
+
+def test_block_axis_puts_a_point_on_each_side_of_the_first_block_boundaries():
+    from infer.serving.cost_table import FINE_BLOCKS, block_axis
+
+    axis = block_axis([1, 16, 24, 32, 48, 64, 96, 128], 4)
+    assert [p for p in axis if p <= 21] == [1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21]
+    assert FINE_BLOCKS * 4 in axis and FINE_BLOCKS * 4 + 1 in axis
+    assert [p for p in axis if p > FINE_BLOCKS * 4 + 1] == [96, 128]  # beyond: the buckets
+    assert block_axis([0, 16, 33], 16) == [0, 16, 17, 32, 33]  # within the axis' range only
+
+
+def test_compiled_program_grid_is_exact_for_block_steps_and_rows_of_different_lengths():
+    """With points on both sides of every block boundary and each decode row costed at its own
+    context, a table reproduces a block-stepped per-row cost exactly; the mean context of the
+    rows (the rule before) misses the steps."""
+    profiler = BlockSteps()
+    grid = CostGrid.for_programs(4, 8, 48, 40, block_size=profiler.block)
+    table = StepCostTable.profile(profiler, grid)
+
+    def step(contexts, prefills=()):
+        items = []
+        for k, c in enumerate(contexts):
+            r = Request(k, c, 4)
+            items.append(StepItem(r, c - 1, 1, False, []))
+        for k, (start, n) in enumerate(prefills):
+            items.append(StepItem(Request(100 + k, start + n, 4), start, n, True, []))
+        return Step(items, [])
+
+    def exact(contexts, prefills=()):
+        rows = len(contexts)
+        total = sum(profiler("decode", rows, c) for c in contexts) / rows if rows else 0.0
+        return total + sum(profiler("prefill", 8, at) for start, n in prefills for at in range(start, start + n, 8))
+
+    for contexts, prefills in (([3, 6], ()), ([5, 9, 30, 41], ()), ([2], ((6, 11),)), ([], ((13, 17),))):
+        assert table.step_cycles(step(contexts, prefills)) == pytest.approx(exact(contexts, prefills))
+    mean_rule = profiler("decode", 2, (3 + 6) / 2)  # one call at the mean context (4.5: 2 blocks)
+    assert mean_rule != pytest.approx(exact([3, 6]))  # the rows hold 1 and 2 blocks
