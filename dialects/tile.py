@@ -97,6 +97,9 @@ ALIAS_ATTR = "tile.alias_of"
 # On a kernel's last top-level tile op: {macs, bytes, weight_bytes} of the graph op it lowers, as
 # the model defines it (passes/graph_to_tile/roofline.py); tile-to-npu copies it into the op
 # markers for the run report's algorithmic roofline.
+#: on a top-level tile.dma: a weight prefetch of the next kernel, emitted in this one
+#: (graph_to_tile/prefetch_hoist.py); op markers name the next kernel by its weights
+PREFETCH_FOR_NEXT_ATTR = "tile.prefetch_for_next"
 ROOFLINE_ATTR = "tile.roofline"
 
 # Element types each engine reads/writes (graph-level names).

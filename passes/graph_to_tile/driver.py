@@ -62,9 +62,11 @@ from infer.passes.graph_to_tile.context import (
     LoweringContext,
     LoweringSession,
     error,
+    latency_bound,
     no_lowering_error,
 )
 from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.prefetch_hoist import hoist_weight_prefetches
 from infer.passes.graph_to_tile.lowerings import check_types, lowering_for
 from infer.target.hw import load_config
 
@@ -170,6 +172,8 @@ class FunctionLowering:
             with ctx.stage(ret, "result copy"):
                 copy_dram(ctx, ctx.buffer(value), output, shape_of(value))
         self._tag_layers(old)
+        if latency_bound(ctx.hw):
+            hoist_weight_prefetches(self.block)
         ctx.emitter.insert(func.ReturnOp())
         new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(self.in_types + self.out_types, []),
                           Region(self.block), fn.sym_visibility)

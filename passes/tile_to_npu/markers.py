@@ -36,6 +36,8 @@ class KernelGroup:
 
     emitted: bool = False  # has an op of the group been emitted (a later alloc starts a new one)
     kernel_names: list[str] = field(default_factory=list)  # `kernelN` prefixes of weights read
+    # the same, of the next kernel's weight prefetches emitted in this one (prefetch_hoist.py)
+    names_for_next: list[str] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)  # matmul, dma, gather, vector op names
     layer_allocs: list[t.AllocOp] = field(default_factory=list)  # DRAM allocs with tile.layer
     written: list[SSAValue] = field(default_factory=list)  # buffers its DMAs write
@@ -81,7 +83,8 @@ class KernelGroups:
         """A tile.alloc after instructions were emitted starts a new group: graph-to-tile emits
         each kernel as its allocs followed by its code."""
         if not self.groups or (isinstance(op, t.AllocOp) and self.groups[-1].emitted):
-            self.groups.append(KernelGroup())
+            before = self.groups[-1].names_for_next if self.groups else []
+            self.groups.append(KernelGroup(kernel_names=list(before)))
         group = self.groups[-1]
         self.ops_of_group.setdefault(self.current, []).append(op)
         if isinstance(op, t.AllocOp) and isinstance(op.attributes.get(t.LAYER_ATTR), IntegerAttr):
@@ -93,6 +96,7 @@ class KernelGroups:
         if isinstance(record, DictionaryAttr):
             _add_record(group.roofline, {k: v.value.data if isinstance(v, IntegerAttr) else v.data
                                          for k, v in record.data.items() if isinstance(v, IntegerAttr | StringAttr)})
+        names = group.names_for_next if t.PREFETCH_FOR_NEXT_ATTR in op.attributes else group.kernel_names
         for inner in op.walk():
             if isinstance(inner, t.DmaOp) and root_buffer(inner.dst) not in group.written:
                 group.written.append(root_buffer(inner.dst))
@@ -100,9 +104,8 @@ class KernelGroups:
                 weight = root_buffer(operand).owner
                 if isinstance(weight, t.WeightOp):
                     name = weight.weight_key.split(".")[0]
-                    if (name.startswith("kernel") and name[6:].isdigit()
-                            and name not in group.kernel_names):
-                        group.kernel_names.append(name)
+                    if name.startswith("kernel") and name[6:].isdigit() and name not in names:
+                        names.append(name)
             kind = _KIND_OF_OP.get(type(inner))
             if kind is not None:
                 group.kinds.add(kind(inner))

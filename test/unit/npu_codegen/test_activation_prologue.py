@@ -109,3 +109,31 @@ def test_one_tile_k_steps_in_sequence_without_a_fill(precision, monkeypatch):
     assert text1.count("tile.fill") == text0.count("tile.fill") - 1
     assert y1.tobytes() == y0.tobytes()
     assert cycles1 < cycles0, (cycles1, cycles0)
+
+
+def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
+    """On server the down projection's weight prefetch (cross-kernel, into buffers kept apart)
+    moves into the up projection, before its epilogue (prefetch_hoist.py): the front end
+    dispatches it without waiting behind that epilogue. The same bits as without the move."""
+    from infer.dialects import tile as t
+    from infer.passes.graph_to_tile import driver
+
+    M = 128
+    x = np.random.default_rng(5).standard_normal((M, K)).astype(np.float32)
+
+    def run() -> tuple[np.ndarray, int, list[str]]:
+        module = module_of(M, "none")
+        apply_pass("graph-prepare-tiling,graph-fuse-activation-prologue{target=server},"
+                   "graph-to-tile{target=server precision=bf16},tile-plan-memory{target=server}", module)
+        fn = next(op for op in module.walk() if op.name == "func.func")
+        order = [op.name for op in fn.body.block.ops if isinstance(op, t.DmaOp | t.VectorOp | t.MatmulOp)
+                 or op.name == "scf.for"]
+        (y,), counters = npu_matches_tile(module, [x], "server")
+        return y, counters.cycles, order
+
+    y1, cycles1, order1 = run()
+    monkeypatch.setattr(driver, "hoist_weight_prefetches", lambda block: 0)
+    y0, cycles0, order0 = run()
+    assert order1 != order0  # DMAs moved up
+    assert y1.tobytes() == y0.tobytes()
+    assert cycles1 <= cycles0, (cycles1, cycles0)
