@@ -9,8 +9,9 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 graph-fuse: the graph-level half of the compiler, leaving fused `graph.kernel`
 groups for graph -> tile lowering.
 
-`lower-to-tile` = graph-prepare-tiling, graph-to-tile, tile-plan-memory: the
-whole graph -> tile half of the compiler for one target.
+`lower-to-tile` = graph-defer-paged-query, graph-prepare-tiling,
+graph-fuse-activation-prologue, graph-to-tile, tile-plan-memory: the whole graph -> tile half
+of the compiler for one target.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from infer.passes.graph_constant_fold import (
     GraphConstantFoldPass,
 )
 from infer.passes.graph_dce import GraphDCEPass
+from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
@@ -113,7 +115,7 @@ class GraphPrepareTilingPass(PipelinePass):
 class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
-    Options (forwarded): target -> graph-fuse-activation-prologue; target, precision, overrides,
+    Options (forwarded): target -> graph-defer-paged-query, graph-fuse-activation-prologue; target, precision, overrides,
     debug-tiling -> graph-to-tile; target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
     """
 
@@ -131,6 +133,7 @@ class LowerToTilePass(PipelinePass):
         from infer.passes.tile_memory_plan import TilePlanMemoryPass
 
         return (
+            GraphDeferPagedQueryPass(target=self.target),
             GraphPrepareTilingPass(max_epilogue=self.max_epilogue),
             GraphFuseActivationProloguePass(target=self.target),
             GraphToTilePass(target=self.target, precision=self.precision, overrides=self.overrides,

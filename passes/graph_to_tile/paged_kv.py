@@ -293,6 +293,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
     with ctx.stage(op, "paged attention"):
         z = [0, 0]
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
+        q_kept = ctx.on_chip_as(ctx.buffer(op.query), (B * seq_rows, D))
         out_buffer = ctx.output_buffer(op.output)
         out2 = em.view(out_buffer, (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
@@ -417,8 +418,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("mul", q_tile, z, q_all, [first_row, 0], rows, D, bmode="imm", imm=scale)
                 em.vec("copy", n_float, z, lens_all, [b, 0], 1, 1)
             else:
-                em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
-                em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
+                if q_kept is not None:  # the projection left the rotated rows on chip
+                    em.vec("mul", q_tile, z, q_kept, [first_row, 0], rows, D, bmode="imm", imm=scale)
+                else:
+                    em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
+                    em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
                 em.dma(lens2, [b, 0], n_int, z, [1, 1])
                 em.vec("copy", n_float, z, n_int, z, 1, 1)
             em.fill(n_col, z, rows, 1, 0.0)
@@ -471,7 +475,10 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                     ctx.keep_on_chip(out_buffer, o)
 
         if many:
-            em.dma(q2, z, q_all, z, [B * seq_rows, D])
+            if q_kept is not None:
+                em.vec("copy", q_all, z, q_kept, z, B * seq_rows, D)
+            else:
+                em.dma(q2, z, q_all, z, [B * seq_rows, D])
             em.dma(lens2, z, lens_all, z, [B, 1])
             em.dma(pos, z, pos_tile, z, [rows, KB])
         if prefetch_first:

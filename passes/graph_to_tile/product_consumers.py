@@ -163,6 +163,9 @@ def emit(ctx: LoweringContext, c: Consumers, tile: SSAValue, M: int, N: int) -> 
         out = ctx.output_buffer(c.rotary.output)
         if c.store_rotary:
             em.dma(y, z, em.view(out, (M, N)), z, [M, N])
+            # the reader (paged attention: the query) may copy the rotated rows instead of
+            # loading them back, a store and a DRAM latency later
+            ctx.keep_on_chip(out, y)
     if c.write is not None:
         S, W = shape_of(c.write.cache)
         pool = ctx.output_buffer(c.write.output)

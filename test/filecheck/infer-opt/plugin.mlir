@@ -43,6 +43,7 @@ func.func @main(%x: tensor<4x16xf32> {graph.name = "x"}) -> (tensor<4x8xf32> {gr
 
 // COMPILE:      importing {{.*}}m.mlir
 // COMPILE-NEXT: pass graph-name-layers
+// COMPILE-NEXT: pass graph-defer-paged-query
 // COMPILE-NEXT: pass graph-prepare-tiling
 // COMPILE:      wrote {{.*}}m.npu
 

@@ -1,0 +1,127 @@
+"""`graph-defer-paged-query{target=...}`: on a latency-bound target, each decode step's query
+projection after its key and value projections, so the cache appends go out first.
+
+A Llama layer projects the normalised row to q, k and v (three `graph.linear`, in that order
+from the importers), rotates q and k, appends k and v to the paged pools
+(`graph.kv_cache_write`) and attends (`graph.paged_attention`). The attention's block gathers
+read the appended rows back from DRAM, so they wait for the appends' stores; the query is
+needed only after the gathers' first blocks. Lowered in the projections' order, the appends
+waited behind the q product too (packed_siblings.py lowers q, k and v as one kernel of
+products in graph order, each product's rotary and append on its tile right after it).
+
+This pass moves the ops that only make an attention's query (its projection, the views after
+it, the rotary; the backward slice of the query whose results nothing else reads) to just
+after the key and value projections: before the first op after the query projection that is
+not a projection or a view (the key's rotary). The projections stay adjacent, so they remain
+one group of siblings, now k, v, q. Only the order changes; every value is the same. Decode
+steps only (one query row per sequence): a prefill chunk's products are tiled, not one group.
+Only on latency-bound targets (`context.latency_bound`: the server config), where the group's
+products follow each other in one kernel and the appends' DRAM latency is in series with the
+attention; on edge, where each product is a tiled kernel, the order moved SmolLM2's decode step
+by +0.03 %.
+
+    %q = linear %x, %wq ; %k = linear %x, %wk ; %v = linear %x, %wv ; rotary %q ; rotary %k ; ...
+
+becomes
+
+    %k = linear %x, %wk ; %v = linear %x, %wv ; %q = linear %x, %wq ; rotary %q ; rotary %k ; ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation
+from xdsl.passes import ModulePass
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import shape_of
+
+#: what may sit between the projections of one layer (weights, their expansion, views)
+_PROJECTION_RUN = (g.WeightOp, g.ConstantOp, g.DequantizeBlocksOp, g.LinearOp, g.MatmulOp, g.ReshapeOp,
+                   g.TransposeOp)
+
+
+def _query_slice(attention: g.PagedAttentionOp) -> list[Operation]:
+    """The ops in the attention's block whose results only the attention's query reads
+    (directly or through each other), in block order."""
+    block = attention.parent_block()
+    taken: set[Operation] = set()
+    work = [attention.operands[0].owner]
+    while work:
+        op = work.pop()
+        if not isinstance(op, Operation) or op in taken or op.parent_block() is not block:
+            continue
+        users = {use.operation for r in op.results for use in r.uses}
+        if not users or not users <= taken | {attention}:
+            continue
+        taken.add(op)
+        work.extend(v.owner for v in op.operands)
+        # an op skipped before because its user was not yet taken: look at the operands again
+        work.extend(v.owner for t in list(taken) for v in t.operands if v.owner not in taken)
+    order = {op: i for i, op in enumerate(block.ops)}
+    return sorted(taken, key=lambda op: order[op])
+
+
+def _defer(block: Block, attention: g.PagedAttentionOp) -> bool:
+    if shape_of(attention.operands[0])[-2] != 1:
+        return False  # a prefill chunk's queries: its products are not one resident group
+    ops = _query_slice(attention)
+    projection = next((op for op in ops if isinstance(op, g.LinearOp | g.MatmulOp)), None)
+    if projection is None:
+        return False
+    moved = set(ops)
+    anchor = projection.next_op
+    while anchor is not None and (anchor in moved or isinstance(anchor, _PROJECTION_RUN)):
+        anchor = anchor.next_op
+    if anchor is None:
+        return False
+    order = {op: i for i, op in enumerate(block.ops)}
+    # (ops of the slice after the anchor stay: the values they read are made before them)
+    before = [op for op in ops if order[op] < order[anchor]]
+    # already last among the projections: nothing between it and the anchor but its own slice
+    between = []
+    op = projection.next_op
+    while op is not None and op is not anchor:
+        if op not in moved:
+            between.append(op)
+        op = op.next_op
+    if not any(isinstance(op, g.LinearOp | g.MatmulOp) for op in between):
+        return False
+    for op in before:
+        op.detach()
+        block.insert_op_before(op, anchor)
+    return True
+
+
+@dataclass(frozen=True)
+class GraphDeferPagedQueryPass(ModulePass):
+    """Move each decode step's query projection after the key and value projections (module
+    docstring).
+
+    Options:
+      target: the hardware config ("edge", "server" or a TOML path); the pass changes nothing
+        unless its DRAM is latency-bound (the server config).
+    """
+
+    name = "graph-defer-paged-query"
+
+    target: str = "edge"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from infer.dialects.ir_io import IRError
+        from infer.passes.graph_to_tile.context import latency_bound
+        from infer.target.hw import ConfigError, load_config
+
+        try:
+            hw = load_config(self.target)
+        except ConfigError as e:
+            raise IRError(f"error: {self.name}: target '{self.target}': {e}") from None
+        if not latency_bound(hw):
+            return
+        for attention in [o for o in op.walk() if isinstance(o, g.PagedAttentionOp)]:
+            block = attention.parent_block()
+            if block is not None:
+                _defer(block, attention)
