@@ -577,8 +577,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             codes, scales = prefetched
             c0 = s0 = 0
         else:
-            em.dma(p.codes_w, z, codes, [c0, 0], [code_rows, N])
-            em.dma(p.scales_w, z, scales, [s0, 0], [scale_rows, N * entry // 2])
+            load_planes_by_step(em, p.codes_w, p.scales_w, codes, scales, c0, s0, K, N, fmt.bits, entry)
         pre = ctx.derived.pop(("pre-expanded", p.op), None)
         if pre is not None and prefetched is not None:  # its first steps are expanded already
             w_tile, w_expanded, expanded = pre
@@ -699,10 +698,21 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     scales = em.alloc((2 * (K // QBLOCK), N * entry // 2), f16, "spad")
     for buffer in (codes, scales):  # apart from the kernel before's buffers, as the planes above
         em.live_from_previous(buffer)
-    z = [0, 0]
-    em.dma(codes_w, z, codes, z, [K * fmt.bits // 8, N])
-    em.dma(scales_w, z, scales, z, [K // QBLOCK, N * entry // 2])
+    load_planes_by_step(em, codes_w, scales_w, codes, scales, 0, 0, K, N, fmt.bits, entry)
     ctx.derived[("prefetched planes", nxt)] = (codes, scales)
+
+
+def load_planes_by_step(em: Emitter, codes_w: SSAValue, scales_w: SSAValue, codes: SSAValue, scales: SSAValue,
+                        c0: int, s0: int, K: int, N: int, bits: int, entry: int) -> None:
+    """DMA a resident product's codes and scales planes into rows c0 / s0 of `codes` / `scales`,
+    one pair of DMAs per expansion step (`_chunk_rows`) in step order: the first expansion
+    waits for its own rows only, not for the whole matrix (the DMAs take the DRAM's slots in
+    issue order, so the first step's rows arrive first)."""
+    KC = _chunk_rows(K)
+    code_rows, scale_rows = KC * bits // 8, KC // QBLOCK
+    for j in range(K // KC):
+        em.dma(codes_w, [j * code_rows, 0], codes, [c0 + j * code_rows, 0], [code_rows, N])
+        em.dma(scales_w, [j * scale_rows, 0], scales, [s0 + j * scale_rows, 0], [scale_rows, N * entry // 2])
 
 
 def _split_rows(em: Emitter, src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
