@@ -115,8 +115,8 @@ class GraphPrepareTilingPass(PipelinePass):
 class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
-    Options (forwarded): target -> graph-defer-paged-query, graph-fuse-activation-prologue; target, precision, overrides,
-    debug-tiling -> graph-to-tile; target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
+    Options (forwarded): target, precision -> graph-defer-paged-query; target ->
+    graph-fuse-activation-prologue; target, precision, overrides, debug-tiling -> graph-to-tile; target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
     """
 
     name = "lower-to-tile"
@@ -133,7 +133,7 @@ class LowerToTilePass(PipelinePass):
         from infer.passes.tile_memory_plan import TilePlanMemoryPass
 
         return (
-            GraphDeferPagedQueryPass(target=self.target),
+            GraphDeferPagedQueryPass(target=self.target, precision=self.precision),
             GraphPrepareTilingPass(max_epilogue=self.max_epilogue),
             GraphFuseActivationProloguePass(target=self.target),
             GraphToTilePass(target=self.target, precision=self.precision, overrides=self.overrides,

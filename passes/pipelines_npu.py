@@ -1,6 +1,6 @@
 """`compile-npu{target=edge precision=fp32}`: the whole compiler as one pass.
 
-    compile-npu = [graph-passes], graph-defer-paged-query{target}, graph-prepare-tiling,
+    compile-npu = [graph-passes], graph-defer-paged-query{target precision}, graph-prepare-tiling,
                   graph-fuse-activation-prologue{target},
                   graph-to-tile{target precision}, tile-plan-memory{target}, tile-to-npu{target}
 
@@ -77,7 +77,7 @@ class CompileNpuPass(PipelinePass):
             raise CompileError(f"error: compile-npu: {e}") from None
         return (
             *self._graph_passes(),
-            _stage("graph-defer-paged-query", target=self.target),
+            _stage("graph-defer-paged-query", target=self.target, precision=self.precision),
             _stage("graph-prepare-tiling"),
             _stage("graph-fuse-activation-prologue", target=self.target),
             _stage("graph-to-tile", target=self.target, precision=self.precision,

@@ -577,7 +577,7 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
             codes, scales = prefetched
             c0 = s0 = 0
         else:
-            load_planes_by_step(em, p.codes_w, p.scales_w, codes, scales, c0, s0, K, N, fmt.bits, entry)
+            load_planes_by_step(ctx, p.codes_w, p.scales_w, codes, scales, c0, s0, K, N, fmt.bits, entry)
         pre = ctx.derived.pop(("pre-expanded", p.op), None)
         if pre is not None and prefetched is not None:  # its first steps are expanded already
             w_tile, w_expanded, expanded = pre
@@ -698,17 +698,20 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     scales = em.alloc((2 * (K // QBLOCK), N * entry // 2), f16, "spad")
     for buffer in (codes, scales):  # apart from the kernel before's buffers, as the planes above
         em.live_from_previous(buffer)
-    load_planes_by_step(em, codes_w, scales_w, codes, scales, 0, 0, K, N, fmt.bits, entry)
+    load_planes_by_step(ctx, codes_w, scales_w, codes, scales, 0, 0, K, N, fmt.bits, entry)
     ctx.derived[("prefetched planes", nxt)] = (codes, scales)
 
 
-def load_planes_by_step(em: Emitter, codes_w: SSAValue, scales_w: SSAValue, codes: SSAValue, scales: SSAValue,
-                        c0: int, s0: int, K: int, N: int, bits: int, entry: int) -> None:
+def load_planes_by_step(ctx: LoweringContext, codes_w: SSAValue, scales_w: SSAValue, codes: SSAValue,
+                        scales: SSAValue, c0: int, s0: int, K: int, N: int, bits: int, entry: int) -> None:
     """DMA a resident product's codes and scales planes into rows c0 / s0 of `codes` / `scales`,
     one pair of DMAs per expansion step (`_chunk_rows`) in step order: the first expansion
     waits for its own rows only, not for the whole matrix (the DMAs take the DRAM's slots in
-    issue order, so the first step's rows arrive first)."""
-    KC = _chunk_rows(K)
+    issue order, so the first step's rows arrive first). In bf16 only: fp32 emulation's
+    expansions (to fp32, then split) are longer than the whole planes' transfer, and its decode
+    step was 0.9 % slower by steps (SmolLM2 on server, batch 1), so it keeps one DMA each."""
+    em = ctx.emitter
+    KC = _chunk_rows(K) if ctx.bf16_copies == 1 else K
     code_rows, scale_rows = KC * bits // 8, KC // QBLOCK
     for j in range(K // KC):
         em.dma(codes_w, [j * code_rows, 0], codes, [c0 + j * code_rows, 0], [code_rows, N])

@@ -36,8 +36,9 @@ def _model(path):
     return infer.import_model(str(path), kv_cache="paged", chunk=8, max_len=32, block_size=BLOCK)
 
 
-def _whole_planes(em, codes_w, scales_w, codes, scales, c0, s0, K, N, bits, entry) -> None:
+def _whole_planes(ctx, codes_w, scales_w, codes, scales, c0, s0, K, N, bits, entry) -> None:
     """The planes in one DMA each (before load_planes_by_step)."""
+    em = ctx.emitter
     em.dma(codes_w, [0, 0], codes, [c0, 0], [K * bits // 8, N])
     em.dma(scales_w, [0, 0], scales, [s0, 0], [K // 32, N * entry // 2])
 
