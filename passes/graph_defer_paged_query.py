@@ -115,15 +115,9 @@ class GraphDeferPagedQueryPass(ModulePass):
     precision: str = "bf16"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from infer.dialects.ir_io import IRError
-        from infer.passes.graph_to_tile.context import latency_bound
-        from infer.target.hw import ConfigError, load_config
+        from infer.passes.graph_to_tile.context import latency_bound_target
 
-        try:
-            hw = load_config(self.target)
-        except ConfigError as e:
-            raise IRError(f"error: {self.name}: target '{self.target}': {e}") from None
-        if not latency_bound(hw) or self.precision != "bf16":
+        if not latency_bound_target(self.name, self.target) or self.precision != "bf16":
             return
         for attention in [o for o in op.walk() if isinstance(o, g.PagedAttentionOp)]:
             block = attention.parent_block()

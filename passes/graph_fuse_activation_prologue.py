@@ -117,14 +117,8 @@ class GraphFuseActivationProloguePass(ModulePass):
     target: str = "edge"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from infer.dialects.ir_io import IRError
-        from infer.passes.graph_to_tile.context import latency_bound
-        from infer.target.hw import ConfigError, load_config
+        from infer.passes.graph_to_tile.context import latency_bound_target
 
-        try:
-            hw = load_config(self.target)
-        except ConfigError as e:
-            raise IRError(f"error: {self.name}: target '{self.target}': {e}") from None
-        if not latency_bound(hw):
+        if not latency_bound_target(self.name, self.target):
             return
         PatternRewriteWalker(MoveActivationToConsumer(), apply_recursively=False).rewrite_module(op)

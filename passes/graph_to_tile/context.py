@@ -39,7 +39,7 @@ from infer.dialects.ir_io import LoweringError, lowering_error
 from infer.dialects.weights import weights_of
 from infer.passes.graph_to_tile import storage
 from infer.passes.graph_to_tile.builder import Emitter
-from infer.target.hw import HardwareConfig
+from infer.target.hw import HardwareConfig, load_config
 
 STAGE = "graph-to-tile"
 NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
@@ -63,6 +63,19 @@ FOLD_LIMIT = 1 << 26  # elements: larger results of constant ops are not folded 
 def latency_bound(hw: HardwareConfig) -> bool:
     """Whether the target's DRAM latency is long against its bandwidth (`LATENCY_BOUND_BYTES`)."""
     return hw.dram.latency_cycles * hw.dram.bytes_per_cycle >= LATENCY_BOUND_BYTES
+
+
+def latency_bound_target(pass_name: str, target: str) -> bool:
+    """`latency_bound` of the config a graph pass's `target` option names; a config that does not
+    load is one IRError naming the pass (what the target-dependent graph passes check first)."""
+    from infer.dialects.ir_io import IRError
+    from infer.target.hw import ConfigError
+
+    try:
+        hw = load_config(target)
+    except ConfigError as e:
+        raise IRError(f"error: {pass_name}: target '{target}': {e}") from None
+    return latency_bound(hw)
 
 
 def error(op: Operation, message: str) -> LoweringError:
