@@ -334,8 +334,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # from a vector copy instead of waiting for its own gathers' DRAM latency
         many = B > 1
         prefetch_first = many and B * KB * (Wk + Wv) * 4 <= ctx.hw.memory.scratchpad_bytes // 8
-        if many:
-            q_all = em.alloc((B * seq_rows, D), f32, "spad")
+        if many:  # (the projection's rotated rows when it left them on chip: read in place)
+            q_all = q_kept if q_kept is not None else em.alloc((B * seq_rows, D), f32, "spad")
             out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
             lens_all = em.alloc((B, 1), i32, "spad")
             pos_tile = em.alloc((rows, KB), f32, "spad")
@@ -475,9 +475,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                     ctx.keep_on_chip(out_buffer, o)
 
         if many:
-            if q_kept is not None:
-                em.vec("copy", q_all, z, q_kept, z, B * seq_rows, D)
-            else:
+            if q_kept is None:
                 em.dma(q2, z, q_all, z, [B * seq_rows, D])
             em.dma(lens2, z, lens_all, z, [B, 1])
             em.dma(pos, z, pos_tile, z, [rows, KB])
