@@ -137,6 +137,13 @@ def elem_bytes(value: SSAValue) -> int:
 _ELEM_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i8": 1, "i32": 4, "i64": 8, "f64": 8, "i1": 1, "ui8": 1}
 
 
+def root_buffer(value: SSAValue) -> SSAValue:
+    """The buffer a (chain of) tile.view(s) looks into."""
+    while isinstance(value.owner, ViewOp):
+        value = value.owner.source
+    return value
+
+
 def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
     return () if attr is None else tuple(int(v) for v in attr.get_values())
 

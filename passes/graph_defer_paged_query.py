@@ -47,24 +47,19 @@ _PROJECTION_RUN = (g.WeightOp, g.ConstantOp, g.DequantizeBlocksOp, g.LinearOp, g
 
 
 def _query_slice(attention: g.PagedAttentionOp) -> list[Operation]:
-    """The ops in the attention's block whose results only the attention's query reads
-    (directly or through each other), in block order."""
-    block = attention.parent_block()
-    taken: set[Operation] = set()
-    work = [attention.operands[0].owner]
-    while work:
-        op = work.pop()
-        if not isinstance(op, Operation) or op in taken or op.parent_block() is not block:
-            continue
-        users = {use.operation for r in op.results for use in r.uses}
-        if not users or not users <= taken | {attention}:
-            continue
-        taken.add(op)
-        work.extend(v.owner for v in op.operands)
-        # an op skipped before because its user was not yet taken: look at the operands again
-        work.extend(v.owner for t in list(taken) for v in t.operands if v.owner not in taken)
-    order = {op: i for i, op in enumerate(block.ops)}
-    return sorted(taken, key=lambda op: order[op])
+    """The ops before the attention in its block whose results only the attention's query reads
+    (directly or through each other), in block order: walked backwards, so every user of an op
+    is decided before the op."""
+    taken: list[Operation] = []
+    chosen: set[Operation] = set()
+    op = attention.prev_op
+    while op is not None:
+        uses = [use for r in op.results for use in r.uses]
+        if uses and all(u.operation in chosen or (u.operation is attention and u.index == 0) for u in uses):
+            taken.append(op)
+            chosen.add(op)
+        op = op.prev_op
+    return taken[::-1]
 
 
 def _defer(block: Block, attention: g.PagedAttentionOp) -> bool:

@@ -49,17 +49,12 @@ def _holds_matmul(op: Operation) -> bool:
 
 
 def _root_alloc(value) -> t.AllocOp | None:
-    owner = value.owner
-    while isinstance(owner, t.ViewOp):
-        owner = owner.operands[0].owner
+    owner = t.root_buffer(value).owner
     return owner if isinstance(owner, t.AllocOp) else None
 
 
 def _is_weight(value) -> bool:
-    owner = value.owner
-    while isinstance(owner, t.ViewOp):
-        owner = owner.operands[0].owner
-    return isinstance(owner, t.WeightOp)
+    return isinstance(t.root_buffer(value).owner, t.WeightOp)
 
 
 def hoist_weight_prefetches(block: Block) -> int:

@@ -66,11 +66,7 @@ def is_output_argument(fn: func.FuncOp, index: int) -> bool:
     return index < len(attrs) and is_output_flag(attrs[index].get("tile.output"))
 
 
-def root_buffer(value: SSAValue) -> SSAValue:
-    """The buffer a (chain of) tile.view(s) looks into."""
-    while isinstance(value.owner, t.ViewOp):
-        value = value.owner.source
-    return value
+root_buffer = t.root_buffer  # (defined with the tile dialect's views; imported from here too)
 
 
 def users_through_views(value: SSAValue) -> list[Operation]:
