@@ -2,9 +2,10 @@
 
 The metadata (slots, block tables, context lengths) are i32 function arguments kept as raw
 int32 in DRAM (integer_inputs.py), read by the front end's `ld` (tile.scatter_rows,
-tile.gather_rows, tile.load_index); paged attention copies the block table and its block
-counts to the scratchpad once per kernel and reads them with `lds` (a scratchpad latency
-instead of a DRAM one per block).
+tile.gather_rows, tile.load_index); paged attention reads the block table and its block
+counts from the scratchpad with `lds` (a scratchpad latency instead of a DRAM one per block):
+copied there once per kernel, or (G > 1, a decode step on server) left there by the helper
+nest that computed them, for every layer's attention (`OnChipSteps`).
 
 * kv_cache_write: the cache is copied to the result's buffer, unless the write is in place (the
   driver ties a returned write of a cache argument to that argument: `tile.alias_of`), then the
@@ -114,6 +115,20 @@ class BlockSteps(NamedTuple):
     last: SSAValue  # i32 DRAM [B, G]: the block numbers of the sequence's last super-block
     table: SSAValue  # i32 DRAM [B, MBP]: the block table the loop reads (G > 1: padded, clamped)
     width: int  # MBP: entries per sequence in `table` (MB rounded up to a multiple of G)
+    on_chip: OnChipSteps | None = None  # G > 1: the same values, left in the scratchpad
+
+
+class OnChipSteps(NamedTuple):
+    """BlockSteps' values as the helper nest computed them in the scratchpad, kept there for
+    every paged-attention kernel of the step (G > 1: a decode step on server). Each kernel
+    copied them (and the lengths) from DRAM before its first gathers: a DMA latency on every
+    layer's attention chain (docs/paged-kv.md, "The block table on chip")."""
+
+    table: SSAValue  # i32 [B * MBP]
+    pairs: SSAValue  # i32 [B]
+    odd: SSAValue  # i32 [B]
+    last: SSAValue  # i32 [B * G]
+    lens: SSAValue  # f32 [B, 1]: the context lengths
 
 
 def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, rows: int = 1, head_dim: int = 1) -> int:
@@ -179,9 +194,15 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
         em.dma(ctx.weight(f"{name}.block_iota", np.tile(np.arange(MBP, dtype=np.float32), (B, 1)), f32),
                z, iota, z, [B, MBP])
 
+        kept: list[SSAValue] = []  # G > 1: the stored counts, also left in the scratchpad
+
         def store(src: SSAValue, buffer: SSAValue) -> None:  # f32 column -> i32 buffer
             em.vec("copy", col_i, z, src, z, B, 1)  # rounds half to even
             em.dma(col_i, z, em.view(buffer, (B, 1)), z, [B, 1])
+            if G > 1:
+                counts = em.alloc((B,), i32, "spad")
+                em.vec("copy", em.view(counts, (B, 1)), z, src, z, B, 1)
+                kept.append(counts)
 
         def rounded(col: SSAValue) -> None:  # col = round(col), through i32
             em.vec("copy", col_i, z, col, z, B, 1)
@@ -201,6 +222,9 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
         em.dma(em.view(lens, (B, 1)), z, col_i, z, [B, 1])
         em.dma(em.view(tables, (B, MB)), z, table_i, z, [B, MB])
         em.vec("copy", rest, z, col_i, z, B, 1)
+        if G > 1:  # the lengths as f32, kept for the attention kernels
+            lens_f = em.alloc((B, 1), f32, "spad")
+            em.vec("copy", lens_f, z, rest, z, B, 1)
         em.vec("add", rest, z, rest, z, B, 1, bmode="imm", imm=float(block_size - 1))
         em.vec("mul", rest, z, rest, z, B, 1, bmode="imm", imm=1.0 / block_size)
         em.vec("sub", rest, z, rest, z, B, 1, bmode="imm", imm=(block_size - 1) / (2.0 * block_size) + 1.0)
@@ -248,7 +272,10 @@ def _block_steps(ctx: LoweringContext, name: str, lens: SSAValue, tables: SSAVal
         last_i = em.alloc((B, G), i32, "spad")
         em.vec("copy", last_i, z, last_f, z, B, G)
         em.dma(last_i, z, last_out, z, [B, G])
-    return BlockSteps(out[0], out[1], last_out, table_out, MBP)
+    on_chip = None
+    if G > 1:
+        on_chip = OnChipSteps(em.view(table_int, (B * MBP,)), kept[0], kept[1], em.view(last_i, (B * G,)), lens_f)
+    return BlockSteps(out[0], out[1], last_out, table_out, MBP, on_chip)
 
 
 def kv_heads_per_pass(ctx: LoweringContext, Hkv: int, R: int, Dv: int) -> int:
@@ -301,11 +328,16 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # the block table and the block counts in the scratchpad (one DMA each per kernel): the
         # front end reads every block number and trip count with `lds`, a scratchpad latency,
         # instead of stalling a DRAM latency on `ld` per block (docs/paged-kv.md)
-        table_ids = em.alloc((B * MBP,), i32, "spad")
-        em.dma(em.view(steps.table, (B, MBP)), z, em.view(table_ids, (B, MBP)), z, [B, MBP])
-        pairs_ids, odd_ids, last_ids = (em.alloc((B * w,), i32, "spad") for w in (1, 1, G))
-        for dram_counts, counts, w in ((steps.pairs, pairs_ids, 1), (steps.odd, odd_ids, 1), (steps.last, last_ids, G)):
-            em.dma(em.view(dram_counts, (1, B * w)), z, em.view(counts, (1, B * w)), z, [1, B * w])
+        # (G > 1: the helper nest left them there, `OnChipSteps`)
+        kept = steps.on_chip
+        if kept is not None:
+            table_ids, pairs_ids, odd_ids, last_ids = kept.table, kept.pairs, kept.odd, kept.last
+        else:
+            table_ids = em.alloc((B * MBP,), i32, "spad")
+            em.dma(em.view(steps.table, (B, MBP)), z, em.view(table_ids, (B, MBP)), z, [B, MBP])
+            pairs_ids, odd_ids, last_ids = (em.alloc((B * w,), i32, "spad") for w in (1, 1, G))
+            for dram_counts, counts, w in ((steps.pairs, pairs_ids, 1), (steps.odd, odd_ids, 1), (steps.last, last_ids, G)):
+                em.dma(em.view(dram_counts, (1, B * w)), z, em.view(counts, (1, B * w)), z, [1, B * w])
         lens2 = em.view(lens, (B, 1))
         # row r = (kv, g, i) holds query i: pos[r, s] = 1 - Sq + i - s, so n + pos - j*BS is the
         # number of keys of row r up to and including token j*BS + s (the same for every pass:
@@ -337,7 +369,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         if many:  # (the projection's rotated rows when it left them on chip: read in place)
             q_all = q_kept if q_kept is not None else em.alloc((B * seq_rows, D), f32, "spad")
             out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
-            lens_all = em.alloc((B, 1), i32, "spad")
+            lens_all = kept.lens if kept is not None else em.alloc((B, 1), i32, "spad")
             pos_tile = em.alloc((rows, KB), f32, "spad")
         if prefetch_first:
             first_k = em.alloc((B * G, BS * Wk), f32, "spad")
@@ -423,8 +455,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 else:
                     em.dma(q2, [first_row, 0], q_tile, z, [rows, D])
                     em.vec("mul", q_tile, z, q_tile, z, rows, D, bmode="imm", imm=scale)
-                em.dma(lens2, [b, 0], n_int, z, [1, 1])
-                em.vec("copy", n_float, z, n_int, z, 1, 1)
+                if kept is not None:
+                    em.vec("copy", n_float, z, kept.lens, [b, 0], 1, 1)
+                else:
+                    em.dma(lens2, [b, 0], n_int, z, [1, 1])
+                    em.vec("copy", n_float, z, n_int, z, 1, 1)
             em.fill(n_col, z, rows, 1, 0.0)
             em.vec("add", n_col, z, n_col, z, rows, 1, n_float, z, bmode="row")
             if many:
@@ -477,7 +512,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         if many:
             if q_kept is None:
                 em.dma(q2, z, q_all, z, [B * seq_rows, D])
-            em.dma(lens2, z, lens_all, z, [B, 1])
+            if kept is None:
+                em.dma(lens2, z, lens_all, z, [B, 1])
             em.dma(pos, z, pos_tile, z, [rows, KB])
         if prefetch_first:
             def first_blocks(b: Index) -> None:

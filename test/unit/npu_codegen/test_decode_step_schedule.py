@@ -3,7 +3,10 @@
   rotated rows read by paged attention on chip: the cache appends, which the attention's block
   gathers wait for, go out one product earlier and the query does not go through DRAM;
 * a resident product's weight planes loaded one expansion step at a time
-  (`packed_gemm.load_planes_by_step`): the first expansion waits for its own rows only.
+  (`packed_gemm.load_planes_by_step`): the first expansion waits for its own rows only;
+* the block table, the loop counts and the lengths that paged attention's helper nest computes
+  once per step left in the scratchpad for every layer's attention (`paged_kv.OnChipSteps`), not
+  copied from DRAM by each before its first gathers.
 Each: the same bits as without it, fewer cycles, and the graph interpreter's values within bf16
 tolerance."""
 
@@ -19,8 +22,10 @@ from infer.runtime.session import DeviceSession
 from helpers.gguf_models import write_llama_gguf
 
 POOLS = ("k_0", "v_0", "k_1", "v_1")
-BLOCK, N = 8, 13  # the sequence holds 13 tokens after the step, in blocks 2 and 0 of its table
-TABLE = [2, 0, 0, 0]
+# the sequence holds 13 tokens after the step, in blocks 2 and 0 of its table; 8 entries, so
+# paged attention takes 2 blocks a step (`superblock_blocks`: at most a quarter of the table)
+BLOCK, N, MAX_LEN = 8, 13, 64
+TABLE = [2, 0, 0, 0, 0, 0, 0, 0]
 METADATA = {"input_ids": np.array([[7]], np.int32), "positions": np.array([[N - 1]], np.int32),
             "slots": np.array([TABLE[(N - 1) // BLOCK] * BLOCK + (N - 1) % BLOCK], np.int32),
             "block_tables": np.array([TABLE], np.int32), "context_lens": np.array([N], np.int32)}
@@ -33,7 +38,7 @@ def _pools(shape) -> list[np.ndarray]:
 
 
 def _model(path):
-    return infer.import_model(str(path), kv_cache="paged", chunk=8, max_len=32, block_size=BLOCK)
+    return infer.import_model(str(path), kv_cache="paged", chunk=8, max_len=MAX_LEN, block_size=BLOCK)
 
 
 def _whole_planes(ctx, codes_w, scales_w, codes, scales, c0, s0, K, N, bits, entry) -> None:
@@ -43,16 +48,20 @@ def _whole_planes(ctx, codes_w, scales_w, codes, scales, c0, s0, K, N, bits, ent
     em.dma(scales_w, [0, 0], scales, [s0, 0], [K // 32, N * entry // 2])
 
 
-def _decode_step(path, monkeypatch, defer: bool = True, by_step: bool = True) -> tuple[list[np.ndarray], int]:
+def _decode_step(path, monkeypatch, defer: bool = True, by_step: bool = True,
+                 steps_on_chip: bool = True) -> tuple[list[np.ndarray], int]:
     """(logits and pools after the step, cycles) of the decode entry compiled for server."""
     from infer.passes import graph_defer_paged_query
-    from infer.passes.graph_to_tile import packed_gemm
+    from infer.passes.graph_to_tile import packed_gemm, paged_kv
 
     with monkeypatch.context() as m:
         if not defer:
             m.setattr(graph_defer_paged_query.GraphDeferPagedQueryPass, "apply", lambda self, ctx, op: None)
         if not by_step:
             m.setattr(packed_gemm, "load_planes_by_step", _whole_planes)
+        if not steps_on_chip:
+            computed = paged_kv._block_steps
+            m.setattr(paged_kv, "_block_steps", lambda *a, **k: computed(*a, **k)._replace(on_chip=None))
         exe = infer.compile(_model(path), target="server", precision="bf16")
     session = DeviceSession(exe.artifact, resident=POOLS)
     for name, pool in zip(POOLS, _pools(session.read(POOLS[0]).shape), strict=True):
@@ -97,7 +106,7 @@ def test_scheduled_step_matches_the_graph_interpreter(tiny, scheduled):
         assert np.linalg.norm(got - want) <= 2e-2 * np.linalg.norm(want)
 
 
-@pytest.mark.parametrize("without", ["defer", "by_step"])
+@pytest.mark.parametrize("without", ["defer", "by_step", "steps_on_chip"])
 def test_each_change_keeps_the_bits_and_saves_cycles(tiny, scheduled, without, monkeypatch):
     outputs, cycles = scheduled
     outputs0, cycles0 = _decode_step(tiny, monkeypatch, **{without: False})
