@@ -1,13 +1,17 @@
 """`graph-defer-paged-query{target=...}`: on a latency-bound target, each decode step's query
-projection after its key and value projections, so the cache appends go out first.
+projection after its key and value projections, so the attention's first blocks are gathered
+before the query is made.
 
 A Llama layer projects the normalised row to q, k and v (three `graph.linear`, in that order
 from the importers), rotates q and k, appends k and v to the paged pools
-(`graph.kv_cache_write`) and attends (`graph.paged_attention`). The attention's block gathers
-read the appended rows back from DRAM, so they wait for the appends' stores; the query is
-needed only after the gathers' first blocks. Lowered in the projections' order, the appends
-waited behind the q product too (packed_siblings.py lowers q, k and v as one kernel of
-products in graph order, each product's rotary and append on its tile right after it).
+(`graph.kv_cache_write`) and attends (`graph.paged_attention`). packed_siblings.py lowers q, k
+and v as one kernel of products in graph order, each product's rotary and append on its tile
+right after it. On server the appends are stored by the attention after its gathers
+(`paged_kv.append_after_gathers`), and once the key and value rows are made the kernel gathers
+the attention's first K / V blocks (`paged_kv._prefetch_first_blocks`): with the query product
+last, that DRAM latency overlaps it; the query is needed only by the scores, and reaches the
+attention on chip. (The pass came first for the appends' stores, which the gathers waited for
+while the appends went first: docs/paged-kv.md, "The query after the key and value".)
 
 This pass moves the ops that only make an attention's query (its projection, the views after
 it, the rotary; the backward slice of the query whose results nothing else reads) to just
@@ -16,11 +20,13 @@ not a projection or a view (the key's rotary). The projections stay adjacent, so
 one group of siblings, now k, v, q. Only the order changes; every value is the same. Decode
 steps only (one query row per sequence): a prefill chunk's products are tiled, not one group.
 Only on latency-bound targets (`context.latency_bound`: the server config), where the group's
-products follow each other in one kernel and the appends' DRAM latency is in series with the
+products follow each other in one kernel and the gathers' DRAM latency is in series with the
 attention; on edge, where each product is a tiled kernel, the order moved SmolLM2's decode step
-by +0.03 %. And only in bf16: with fp32 emulation each product is three passes, so the query
-product, now last, takes longer than the appends' latency it hides (SmolLM2 fp32 decode on
-server: +0.57 % at batch 1, +1.2 % at batch 8).
+by +0.03 %. And only in bf16: with fp32 emulation each product is three passes, and the query
+product, last, took longer than the latency it hid (SmolLM2 fp32 decode on server, with the
+appends still first: +0.57 % at batch 1, +1.2 % at batch 8). SmolLM2 bf16 on server with the
+appends after the gathers: 268,178 cycles a step without this pass, 256,326 with it (batch 8:
+598,797 against 605,987).
 
     %q = linear %x, %wq ; %k = linear %x, %wk ; %v = linear %x, %wv ; rotary %q ; rotary %k ; ...
 

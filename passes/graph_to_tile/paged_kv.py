@@ -39,6 +39,16 @@ nest that computed them, for every layer's attention (`OnChipSteps`).
       bf16: over V's hi and lo parts, with l summed from bf16(P) (docs/paged-kv.md, "bf16
       precision": neither the values' rounding nor P's stays in the output).
   Finally O / max(l, 1e-30) is stored (rows without keys: 0).
+* A decode step on server (latency-bound): the K / V appends of the step's token, fused into
+  the projections' kernel (product_consumers.py), are stored by the attention after its
+  gathers (`append_after_gathers`): its pool part covers the tokens below n - 1 and the token at
+  n - 1 comes from the rows on chip, starting the online softmax (m = its score, l = 1, O = its
+  value row). Nothing of the step's layer is then in the gathered blocks, so the projections'
+  kernel gathers the first super-block once the key and value rows are made
+  (`_prefetch_first_blocks`, layers after the first: the block table is on chip,
+  `OnChipSteps`). This relies on the decode contract every caller keeps: slots[b] is the slot
+  of token n_b - 1 in sequence b's block table (docs/paged-kv.md, "The appends after the
+  gathers").
 """
 
 from __future__ import annotations
@@ -50,9 +60,10 @@ from xdsl.dialects.builtin import bf16, f32, i32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.dialects.dtypes import element_name_of, shape_of
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
+from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_dram
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, split_on_chip
 
@@ -66,6 +77,76 @@ def metadata_buffer(ctx: LoweringContext, op: Operation, value: SSAValue, what: 
         raise error(op, f"the {what} must be an i32 function argument (computed metadata is not "
                     "supported)")
     return buffer
+
+
+class Appended(NamedTuple):
+    """A decode step's K or V rows whose append to the pool waits for the paged attention that
+    reads the pool (`append_after_gathers`): the rows on chip, where they go."""
+
+    rows: SSAValue  # local [B, W]: sequence b's new row, the token at n_b - 1
+    slots: SSAValue  # local i32 [B]
+    pool: SSAValue  # the pool's DRAM buffer, viewed [S, W]
+
+
+def append_after_gathers(ctx: LoweringContext, write: g.KvCacheWriteOp) -> bool:
+    """Whether a decode step's in-place append `write` (rows on chip, fused into its product's
+    kernel: product_consumers.py) may leave its store to the paged attention that reads the
+    pool: that attention then gathers the pool before the store (its gathers no longer wait for
+    the append's store and a DRAM latency) and takes the new rows from chip. On latency-bound
+    targets (server), when the pool's only reader is one paged attention with one query row per
+    sequence and one row per sequence is appended. Its key is the token at position n - 1: the
+    slots name where that token lives in the block table, as every decode caller builds them
+    (docs/paged-kv.md, "The appends after the gathers")."""
+    if not latency_bound(ctx.hw):
+        return False
+    readers = [u.operation for u in write.output.uses]
+    attention = [r for r in readers if isinstance(r, g.PagedAttentionOp)]
+    if len(attention) != 1 or any(not isinstance(r, g.PagedAttentionOp) and r.name != "func.return" for r in readers):
+        return False
+    B, _Hq, Sq, _D, _Hkv, _Dv, _MB = attention[0].geometry()
+    return Sq == 1 and shape_of(write.rows)[0] == B and write.output in (attention[0].key_cache, attention[0].value_cache)
+
+
+def defer_append(ctx: LoweringContext, write: g.KvCacheWriteOp, appended: Appended) -> None:
+    """Record `write`'s rows (a local tile no later op writes) for the attention to store; once
+    both of its attention's pools have theirs, gather the attention's first super-block now
+    (`_prefetch_first_blocks`)."""
+    ctx.derived[("appended rows", write.output)] = appended
+    attention = next(u.operation for u in write.output.uses if isinstance(u.operation, g.PagedAttentionOp))
+    if all(("appended rows", v) in ctx.derived for v in (attention.key_cache, attention.value_cache)):
+        _prefetch_first_blocks(ctx, attention)
+
+
+def _prefetch_first_blocks(ctx: LoweringContext, attention: g.PagedAttentionOp) -> None:
+    """Gather a one-sequence decode attention's first super-block of K and V blocks in the
+    kernel that makes its query, key and value: with the appends after the gathers, nothing of
+    the step's layer is in those blocks, so their DRAM latency overlaps the products instead of
+    starting the attention. Only when the block table is already on chip (`OnChipSteps`, made
+    by the step's first attention: every layer but the first) and one pass covers all KV heads."""
+    B, Hq, Sq, D, Hkv, Dv, MB = attention.geometry()
+    BS = attention.block_size_value
+    R = Hq // Hkv * Sq
+    if B != 1 or Sq != 1 or kv_heads_per_pass(ctx, Hkv, R, Dv) != Hkv:
+        return
+    G = superblock_blocks(ctx, BS, MB, Hkv * R, D)
+    lens = metadata_buffer(ctx, attention, attention.context_lens, "context lengths")
+    tables = metadata_buffer(ctx, attention, attention.block_tables, "block tables")
+    steps = ctx.derived.get(("paged attention block steps", lens, tables, BS, G))
+    if steps is None or steps.on_chip is None:
+        return
+    em = ctx.emitter
+    NB = shape_of(attention.key_cache)[0] // BS
+    first = []
+    for pool, W in ((attention.key_cache, Hkv * D), (attention.value_cache, Hkv * Dv)):
+        buf = em.alloc((G, BS * W), f32, "spad")
+        em.gather_rows(em.view(ctx.buffer(pool), (NB, BS * W)), 0, steps.on_chip.table, 0, buf, [0, 0], G, BS * W)
+        first.append(buf)
+    ctx.derived[("first blocks", attention)] = tuple(first)
+
+
+def _store_appended(ctx: LoweringContext, appended: Appended) -> None:
+    B, W = shape_of(appended.rows)
+    ctx.emitter.scatter_rows(appended.rows, [0, 0], appended.slots, 0, appended.pool, 0, B, W)
 
 
 def lower_kv_cache_write(ctx: LoweringContext, op: Operation) -> None:
@@ -319,8 +400,28 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
               + (f", {passes} passes of {HP} KV heads" if passes > 1 else ""))
     with ctx.stage(op, "paged attention"):
         z = [0, 0]
+        # a decode step's K and V appends left to this kernel (`append_after_gathers`): the
+        # pool is gathered before they are stored, the token at n - 1 comes from their rows
+        appended = [ctx.derived.pop(("appended rows", v), None) for v in (op.key_cache, op.value_cache)]
+        new_rows: tuple[Appended, Appended] | None = None
+        if appended[0] is not None and appended[1] is not None:
+            new_rows = (appended[0], appended[1])
+        else:  # (one of them only: stored before the gathers read the pool)
+            for a in appended:
+                if a is not None:
+                    _store_appended(ctx, a)
+        stored = new_rows is None
+
+        def store_appended() -> None:
+            nonlocal stored
+            if not stored:
+                for a in new_rows:
+                    _store_appended(ctx, a)
+                stored = True
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
         q_kept = ctx.on_chip_as(ctx.buffer(op.query), (B * seq_rows, D))
+        if q_kept is None and ctx.derived.get(("never stored", t.root_buffer(ctx.buffer(op.query)))):
+            raise error(op, "internal: the query was left on chip only, and is not there")
         out_buffer = ctx.output_buffer(op.output)
         out2 = em.view(out_buffer, (B * seq_rows, Dv))
         k_blocks = em.view(ctx.buffer(op.key_cache), (NB, BS * Wk))
@@ -353,6 +454,14 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # two buffers per pool: the gather of one super-block overlaps the math of the other
         k_block = [em.alloc((G, BS * Wk), f32, "spad") for _ in range(2)]
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
+        # super-block 0 gathered by the kernel before (`_prefetch_first_blocks`) into buffer 0
+        # (one sequence in one pass; else gathered again here: that kernel's accumulator, which
+        # sizes the passes, may have differed)
+        prefetched = ctx.derived.pop(("first blocks", op), None)
+        if prefetched is not None and B * passes == 1:
+            k_block[0], v_block[0] = prefetched
+        else:
+            prefetched = None
         # V as hi + lo: fp32 emulation's three passes, or bf16's P @ V_hi + P @ V_lo (the values'
         # rounding gone) where the split is cheap (`values_in_two_parts`)
         v_lo = em.alloc((KB, Wv), bf16, "spad") if ctx.bf16_copies == 2 or values_in_two_parts(ctx, KB, Wv) else None
@@ -370,10 +479,21 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             q_all = q_kept if q_kept is not None else em.alloc((B * seq_rows, D), f32, "spad")
             out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
             lens_all = kept.lens if kept is not None else em.alloc((B, 1), i32, "spad")
+        # the position tile: per kernel (a DMA before the base), or (G > 1) loaded by the
+        # step's first attention and read by every layer's (its values are the same)
+        pos_key = ("paged attention positions", lens, rows, KB, Sq)  # (lens: this function's)
+        pos_tile = ctx.derived.get(pos_key) if kept is not None else None
+        load_pos = pos_tile is None and (many or kept is not None)
+        if load_pos:
             pos_tile = em.alloc((rows, KB), f32, "spad")
+            if kept is not None:
+                ctx.derived[pos_key] = pos_tile
         if prefetch_first:
             first_k = em.alloc((B * G, BS * Wk), f32, "spad")
             first_v = em.alloc((B * G, BS * Wv), f32, "spad")
+        if new_rows is not None:
+            keep_new = em.alloc((rows, 1), f32, "spad")  # 1 when the sequence has its token n - 1
+            new_product = em.alloc((R, D), f32, "spad")
         m = em.alloc((rows, 1), f32, "spad")
         m_new = em.alloc((rows, 1), f32, "spad")
         l_sum = em.alloc((rows, 1), f32, "spad")
@@ -446,6 +566,12 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
 
         def sequence_pass(b: Index, p: Index) -> None:
             first_row = em.add(em.mul(b, seq_rows), em.mul(p, rows))
+            row0 = em.mul(b, MBP)
+            # G > 1 (the table on chip): the first gather first, it needs nothing else; after
+            # the setup otherwise (a prefill chunk measured 0.5 % slower with it first)
+            early_gather = kept is not None and not prefetch_first and prefetched is None
+            if early_gather:
+                gather(table_ids, row0, 0)
             if many:
                 em.vec("mul", q_tile, z, q_all, [first_row, 0], rows, D, bmode="imm", imm=scale)
                 em.vec("copy", n_float, z, lens_all, [b, 0], 1, 1)
@@ -462,24 +588,44 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                     em.vec("copy", n_float, z, n_int, z, 1, 1)
             em.fill(n_col, z, rows, 1, 0.0)
             em.vec("add", n_col, z, n_col, z, rows, 1, n_float, z, bmode="row")
-            if many:
+            if new_rows is not None:  # the pool's part: the tokens below n - 1
+                em.vec("min", keep_new, z, n_col, z, rows, 1, bmode="imm", imm=1.0)
+                em.vec("add", n_col, z, n_col, z, rows, 1, bmode="imm", imm=-1.0)
+            if pos_tile is not None:
                 em.vec("add", base, z, pos_tile, z, rows, KB, n_col, z, bmode="col")
             else:
                 em.dma(pos, z, base, z, [rows, KB])
                 em.vec("add", base, z, base, z, rows, KB, n_col, z, bmode="col")
-            em.fill(m, z, rows, 1, NEG_INF)
-            em.fill(l_sum, z, rows, 1, 0.0)
-            em.fill(o, z, rows, Dv, 0.0)
+            if new_rows is None:
+                em.fill(m, z, rows, 1, NEG_INF)
+                em.fill(l_sum, z, rows, 1, 0.0)
+                em.fill(o, z, rows, Dv, 0.0)
+            else:
+                # the softmax starts from the token at n - 1, its key and value on chip: m = its
+                # score, l = P = 1 (e^0, exact in bf16 too), O = its value row (0 without it)
+                k_new, v_new = new_rows[0].rows, new_rows[1].rows
+
+                def new_token(kv: Index) -> None:
+                    head = em.add(em.mul(p, HP), kv)
+                    em.vec("mul", new_product, z, q_tile, [em.mul(kv, R), 0], R, D, k_new,
+                           [b, em.mul(head, D)], bmode="row")
+                    em.vec("rsum", m, [em.mul(kv, R), 0], new_product, z, R, D)
+                    em.vec("add", o, [em.mul(kv, R), 0], o, [em.mul(kv, R), 0], R, Dv, v_new,
+                           [b, em.mul(head, Dv)], bmode="row")
+
+                em.fill(o, z, rows, Dv, 0.0)
+                em.range(HP, new_token)
+                em.vec("mul", o, z, o, z, rows, Dv, keep_new, z, bmode="col")
+                em.vec("copy", l_sum, z, keep_new, z, rows, 1)
             # super-blocks in order through two buffers: super-block 0 is gathered first (or
             # copied from its prefetch); each step of the loop gathers super-block 2i+1 into
             # buffer 1, does 2i's math, gathers 2i+2 into buffer 0 and does 2i+1's math, so each
             # gather's DMA latency overlaps the other buffer's math; then 2p's math, and 2p+1's
             # (the last super-block's blocks) when rest is odd
-            row0 = em.mul(b, MBP)
             if prefetch_first:
                 em.vec("copy", k_rows[0], z, em.view(first_k, (B * KB, Wk)), [em.mul(b, KB), 0], KB, Wk)
                 em.vec("copy", v_rows[0], z, em.view(first_v, (B * KB, Wv)), [em.mul(b, KB), 0], KB, Wv)
-            else:
+            elif not early_gather and prefetched is None:
                 gather(table_ids, row0, 0)
             pairs = em.load_index(pairs_ids, [b], max(MBP // G - 1, 0) // 2)
 
@@ -514,6 +660,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.dma(q2, z, q_all, z, [B * seq_rows, D])
             if kept is None:
                 em.dma(lens2, z, lens_all, z, [B, 1])
+        if load_pos:
             em.dma(pos, z, pos_tile, z, [rows, KB])
         if prefetch_first:
             def first_blocks(b: Index) -> None:
@@ -522,6 +669,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
 
             em.range(B, first_blocks)
         em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))
+        # the appends last: the fence after a run-time block loop would wait for their stores
+        store_appended()
         if many:
             em.dma(out_all, z, out2, z, [B * seq_rows, Dv])
             ctx.keep_on_chip(out_buffer, out_all)

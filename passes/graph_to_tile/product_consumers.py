@@ -12,9 +12,12 @@ product's result reaches them only through views,
 the product's kernel rotates its result tile with rotary.py's instructions (one position per
 row: the decode shape, S = 1, cos/sin one row per sequence) and scatters the rows into the pool
 (`tile.scatter_rows` at the slots, as paged_kv.py does); the rotary and the write are not
-lowered again (the driver skips them: packed_siblings.LOWERED_WITH). The rotated tile goes to
-DRAM only when something else reads it (q: paged attention), the unrotated one never (its
-buffer exists for the views, unwritten).
+lowered again (the driver skips them: packed_siblings.LOWERED_WITH). The rotated tile stays on
+chip for the op that reads it (q: paged attention, `keep_on_chip`), and goes to DRAM only when
+something else reads it too; the unrotated one never (its buffer exists for the views,
+unwritten). On latency-bound targets a decode step's append is left to the paged attention
+that reads the pool (`paged_kv.append_after_gathers`): its rows stay on chip and that kernel
+stores them after its gathers.
 
 Conditions: the views are reshapes and transposes that move only size-1 dims (free on a
 row-major buffer); the rotary has S = 1, rotates all D features and its cos/sin have one row of
@@ -32,7 +35,7 @@ from xdsl.ir import Operation, SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes.graph_to_tile.context import LoweringContext
-from infer.passes.graph_to_tile.paged_kv import metadata_buffer
+from infer.passes.graph_to_tile.paged_kv import Appended, append_after_gathers, defer_append, metadata_buffer
 
 
 @dataclass
@@ -103,6 +106,16 @@ def find(ctx: LoweringContext, kernel: Operation, out: SSAValue, M: int, N: int,
     return Consumers(rotary, write, store_rotary)
 
 
+def _read_on_chip_only(value: SSAValue) -> bool:
+    """Is every reader of `value` (through free views) the query of a one-query-row paged
+    attention, which reads a kept tile on chip (paged_kv.lower_paged_attention)?"""
+    users = [u.operation for u in value.uses]
+    return bool(users) and all(
+        (_free_view(u) and _read_on_chip_only(u.results[0]))
+        or (isinstance(u, g.PagedAttentionOp) and u.query is value and shape_of(u.query)[2] == 1)
+        for u in users)
+
+
 def mark(ctx: LoweringContext, c: Consumers) -> None:
     """The driver skips the fused ops."""
     from infer.passes.graph_to_tile.packed_siblings import LOWERED_WITH
@@ -162,12 +175,25 @@ def emit(ctx: LoweringContext, c: Consumers, tile: SSAValue, M: int, N: int) -> 
         em.live_into_next(y)  # stored (and scattered) last: see Emitter.live_into_next
         out = ctx.output_buffer(c.rotary.output)
         if c.store_rotary:
-            em.dma(y, z, em.view(out, (M, N)), z, [M, N])
             # the reader (paged attention: the query) may copy the rotated rows instead of
             # loading them back, a store and a DRAM latency later
             ctx.keep_on_chip(out, y)
+            if _read_on_chip_only(c.rotary.output):
+                # (no store: nothing reads the DRAM copy, and a `fence` after the attention's
+                # run-time block loops would wait for it)
+                ctx.derived[("never stored", out)] = True
+            else:
+                em.dma(y, z, em.view(out, (M, N)), z, [M, N])
     if c.write is not None:
         S, W = shape_of(c.write.cache)
-        pool = ctx.output_buffer(c.write.output)
+        pool = em.view(ctx.output_buffer(c.write.output), (S, W))
         slots = c.slots if c.slots is not None else metadata_buffer(ctx, c.write, c.write.slots, "slots")
-        em.scatter_rows(rows, z, slots, 0, em.view(pool, (S, W)), 0, M, W)
+        if c.slots is not None and append_after_gathers(ctx, c.write):
+            # stored by the paged attention after its gathers, which take these rows from chip
+            # (a copy: the product's own tile is the next sibling's)
+            if rows is tile:
+                rows = em.alloc((M, W), f32, "spad")
+                em.vec("copy", rows, z, tile, z, M, W)
+            defer_append(ctx, c.write, Appended(rows, slots, pool))
+            return
+        em.scatter_rows(rows, z, slots, 0, pool, 0, M, W)
