@@ -118,17 +118,23 @@ def defer_append(ctx: LoweringContext, write: g.KvCacheWriteOp, appended: Append
 
 
 def _prefetch_first_blocks(ctx: LoweringContext, attention: g.PagedAttentionOp) -> None:
-    """Gather a one-sequence decode attention's first super-block of K and V blocks in the
+    """Gather a decode attention's first super-block of K and V blocks of every sequence in the
     kernel that makes its query, key and value: with the appends after the gathers, nothing of
     the step's layer is in those blocks, so their DRAM latency overlaps the products instead of
     starting the attention. Only when the block table is already on chip (`OnChipSteps`, made
-    by the step's first attention: every layer but the first) and one pass covers all KV heads."""
+    by the step's first attention: every layer but the first); one sequence into the
+    attention's buffer 0 (one pass over the KV heads), several into its `first_k` / `first_v`
+    (when it would gather them at its start: `_first_blocks_on_chip`)."""
     B, Hq, Sq, D, Hkv, Dv, MB = attention.geometry()
     BS = attention.block_size_value
     R = Hq // Hkv * Sq
-    if B != 1 or Sq != 1 or kv_heads_per_pass(ctx, Hkv, R, Dv) != Hkv:
+    HP = kv_heads_per_pass(ctx, Hkv, R, Dv)
+    if Sq != 1 or (B == 1 and HP != Hkv):
         return
-    G = superblock_blocks(ctx, BS, MB, Hkv * R, D)
+    G = superblock_blocks(ctx, BS, MB, HP * R, D)
+    Wk, Wv = Hkv * D, Hkv * Dv
+    if B > 1 and not _first_blocks_on_chip(ctx, B, G * BS, Wk, Wv):
+        return
     lens = metadata_buffer(ctx, attention, attention.context_lens, "context lengths")
     tables = metadata_buffer(ctx, attention, attention.block_tables, "block tables")
     steps = ctx.derived.get(("paged attention block steps", lens, tables, BS, G))
@@ -136,12 +142,22 @@ def _prefetch_first_blocks(ctx: LoweringContext, attention: g.PagedAttentionOp) 
         return
     em = ctx.emitter
     NB = shape_of(attention.key_cache)[0] // BS
+    MBP = steps.width
     first = []
-    for pool, W in ((attention.key_cache, Hkv * D), (attention.value_cache, Hkv * Dv)):
-        buf = em.alloc((G, BS * W), f32, "spad")
-        em.gather_rows(em.view(ctx.buffer(pool), (NB, BS * W)), 0, steps.on_chip.table, 0, buf, [0, 0], G, BS * W)
+    for pool, W in ((attention.key_cache, Wk), (attention.value_cache, Wv)):
+        buf = em.alloc((B * G, BS * W), f32, "spad")
+        blocks = em.view(ctx.buffer(pool), (NB, BS * W))
+        em.range(B, lambda b, blocks=blocks, buf=buf, W=W: em.gather_rows(
+            blocks, 0, steps.on_chip.table, em.mul(b, MBP), buf, [em.mul(b, G), 0], G, BS * W))
         first.append(buf)
-    ctx.derived[("first blocks", attention)] = tuple(first)
+    ctx.derived[("first blocks", attention)] = (first[0], first[1], G)
+
+
+def _first_blocks_on_chip(ctx: LoweringContext, B: int, KB: int, Wk: int, Wv: int) -> bool:
+    """Several sequences: whether every sequence's first super-block is gathered at once (at the
+    attention's start, or by the kernel before) and copied on chip per sequence: when those
+    buffers take at most an eighth of the scratchpad."""
+    return B > 1 and B * KB * (Wk + Wv) * 4 <= ctx.hw.memory.scratchpad_bytes // 8
 
 
 def _store_appended(ctx: LoweringContext, appended: Appended) -> None:
@@ -454,14 +470,16 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # two buffers per pool: the gather of one super-block overlaps the math of the other
         k_block = [em.alloc((G, BS * Wk), f32, "spad") for _ in range(2)]
         v_block = [em.alloc((G, BS * Wv), f32, "spad") for _ in range(2)]
-        # super-block 0 gathered by the kernel before (`_prefetch_first_blocks`) into buffer 0
-        # (one sequence in one pass; else gathered again here: that kernel's accumulator, which
-        # sizes the passes, may have differed)
+        # super-block 0 gathered by the kernel before (`_prefetch_first_blocks`): one sequence
+        # in one pass reads it as buffer 0, several as `first_k` / `first_v` (else, e.g. when
+        # that kernel's accumulator sized the passes otherwise, it is gathered again here)
+        many = B > 1
+        prefetch_first = _first_blocks_on_chip(ctx, B, KB, Wk, Wv)
         prefetched = ctx.derived.pop(("first blocks", op), None)
-        if prefetched is not None and B * passes == 1:
-            k_block[0], v_block[0] = prefetched
-        else:
+        if prefetched is None or prefetched[2] != G or not (B * passes == 1 or prefetch_first):
             prefetched = None
+        elif not many:
+            k_block[0], v_block[0] = em.view(prefetched[0], (G, BS * Wk)), em.view(prefetched[1], (G, BS * Wv))
         # V as hi + lo: fp32 emulation's three passes, or bf16's P @ V_hi + P @ V_lo (the values'
         # rounding gone) where the split is cheap (`values_in_two_parts`)
         v_lo = em.alloc((KB, Wv), bf16, "spad") if ctx.bf16_copies == 2 or values_in_two_parts(ctx, KB, Wv) else None
@@ -473,8 +491,6 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # each per kernel, and (when the buffers take at most an eighth of the scratchpad) every
         # sequence's first super-block is gathered at the start, so a sequence's math starts
         # from a vector copy instead of waiting for its own gathers' DRAM latency
-        many = B > 1
-        prefetch_first = many and B * KB * (Wk + Wv) * 4 <= ctx.hw.memory.scratchpad_bytes // 8
         if many:  # (the projection's rotated rows when it left them on chip: read in place)
             q_all = q_kept if q_kept is not None else em.alloc((B * seq_rows, D), f32, "spad")
             out_all = em.alloc((B * seq_rows, Dv), f32, "spad")  # stored once, after the last sequence
@@ -488,7 +504,9 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             pos_tile = em.alloc((rows, KB), f32, "spad")
             if kept is not None:
                 ctx.derived[pos_key] = pos_tile
-        if prefetch_first:
+        if prefetched is not None and many:  # gathered by the kernel before
+            first_k, first_v = prefetched[0], prefetched[1]
+        elif prefetch_first:
             first_k = em.alloc((B * G, BS * Wk), f32, "spad")
             first_v = em.alloc((B * G, BS * Wv), f32, "spad")
         if new_rows is not None:
@@ -662,7 +680,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.dma(lens2, z, lens_all, z, [B, 1])
         if load_pos:
             em.dma(pos, z, pos_tile, z, [rows, KB])
-        if prefetch_first:
+        if prefetch_first and prefetched is None:
             def first_blocks(b: Index) -> None:
                 em.gather_rows(k_blocks, 0, table_ids, em.mul(b, MBP), first_k, [em.mul(b, G), 0], G, BS * Wk)
                 em.gather_rows(v_blocks, 0, table_ids, em.mul(b, MBP), first_v, [em.mul(b, G), 0], G, BS * Wv)
