@@ -25,8 +25,8 @@ attention; on edge, where each product is a tiled kernel, the order moved SmolLM
 by +0.03 %. And only in bf16: with fp32 emulation each product is three passes, and the query
 product, last, took longer than the latency it hid (SmolLM2 fp32 decode on server, with the
 appends still first: +0.57 % at batch 1, +1.2 % at batch 8). SmolLM2 bf16 on server with the
-appends after the gathers: 268,178 cycles a step without this pass, 256,326 with it (batch 8:
-598,797 against 605,987).
+appends after the gathers: 268,178 cycles a step without this pass, 256,326 with it (batch 8,
+with every sequence's first blocks gathered ahead too: 598,797 against 586,470).
 
     %q = linear %x, %wq ; %k = linear %x, %wk ; %v = linear %x, %wv ; rotary %q ; rotary %k ; ...
 
