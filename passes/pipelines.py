@@ -116,7 +116,8 @@ class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
     Options (forwarded): target, precision -> graph-defer-paged-query; target ->
-    graph-fuse-activation-prologue; target, precision, overrides, debug-tiling -> graph-to-tile; target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
+    graph-fuse-activation-prologue; target, precision, overrides, debug-tiling -> graph-to-tile;
+    target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
     """
 
     name = "lower-to-tile"

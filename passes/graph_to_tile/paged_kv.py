@@ -53,6 +53,7 @@ nest that computed them, for every layer's attention (`OnChipSteps`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -142,15 +143,24 @@ def _prefetch_first_blocks(ctx: LoweringContext, attention: g.PagedAttentionOp) 
         return
     em = ctx.emitter
     NB = shape_of(attention.key_cache)[0] // BS
-    MBP = steps.width
-    first = []
-    for pool, W in ((attention.key_cache, Wk), (attention.value_cache, Wv)):
-        buf = em.alloc((B * G, BS * W), f32, "spad")
-        blocks = em.view(ctx.buffer(pool), (NB, BS * W))
-        em.range(B, lambda b, blocks=blocks, buf=buf, W=W: em.gather_rows(
-            blocks, 0, steps.on_chip.table, em.mul(b, MBP), buf, [em.mul(b, G), 0], G, BS * W))
-        first.append(buf)
-    ctx.derived[("first blocks", attention)] = (first[0], first[1], G)
+    pairs = [(em.view(ctx.buffer(pool), (NB, BS * W)), em.alloc((B * G, BS * W), f32, "spad"))
+             for pool, W in ((attention.key_cache, Wk), (attention.value_cache, Wv))]
+    _gather_first_blocks(ctx, pairs, steps.on_chip.table, B, G, steps.width)
+    ctx.derived[("first blocks", attention)] = (pairs[0][1], pairs[1][1], G)
+
+
+def _gather_first_blocks(ctx: LoweringContext, pools: Sequence[tuple[SSAValue, SSAValue]], table: SSAValue,
+                         B: int, G: int, MBP: int) -> None:
+    """Each sequence b's first super-block (table entries [b MBP, b MBP + G)) of each pool
+    [NB, BS W] into rows [b G, (b + 1) G) of its buffer."""
+    em = ctx.emitter
+
+    def sequence(b: Index) -> None:
+        for blocks, buf in pools:
+            width = shape_of(blocks)[1]
+            em.gather_rows(blocks, 0, table, em.mul(b, MBP), buf, [em.mul(b, G), 0], G, width)
+
+    em.range(B, sequence)
 
 
 def _first_blocks_on_chip(ctx: LoweringContext, B: int, KB: int, Wk: int, Wv: int) -> bool:
@@ -426,14 +436,6 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             for a in appended:
                 if a is not None:
                     _store_appended(ctx, a)
-        stored = new_rows is None
-
-        def store_appended() -> None:
-            nonlocal stored
-            if not stored:
-                for a in new_rows:
-                    _store_appended(ctx, a)
-                stored = True
         q2 = em.view(ctx.buffer(op.query), (B * seq_rows, D))
         q_kept = ctx.on_chip_as(ctx.buffer(op.query), (B * seq_rows, D))
         if q_kept is None and ctx.derived.get(("never stored", t.root_buffer(ctx.buffer(op.query)))):
@@ -462,7 +464,7 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         rr, ss = np.meshgrid(np.arange(rows), np.arange(KB), indexing="ij")
         pos = ctx.weight(f"{name}.positions", (1 - Sq + rr % Sq - ss).astype(np.float32), f32)
         q_tile = em.alloc((rows, D), f32, "spad")
-        n_int = em.alloc((1, 1), i32, "spad")
+        n_int = em.alloc((1, 1), i32, "spad") if kept is None and B == 1 else None
         n_float = em.alloc((1, 1), f32, "spad")
         n_col = em.alloc((rows, 1), f32, "spad")
         base = em.alloc((rows, KB), f32, "spad")
@@ -681,14 +683,11 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         if load_pos:
             em.dma(pos, z, pos_tile, z, [rows, KB])
         if prefetch_first and prefetched is None:
-            def first_blocks(b: Index) -> None:
-                em.gather_rows(k_blocks, 0, table_ids, em.mul(b, MBP), first_k, [em.mul(b, G), 0], G, BS * Wk)
-                em.gather_rows(v_blocks, 0, table_ids, em.mul(b, MBP), first_v, [em.mul(b, G), 0], G, BS * Wv)
-
-            em.range(B, first_blocks)
+            _gather_first_blocks(ctx, ((k_blocks, first_k), (v_blocks, first_v)), table_ids, B, G, MBP)
         em.range(B, lambda b: em.range(passes, lambda p: sequence_pass(b, p)))
         # the appends last: the fence after a run-time block loop would wait for their stores
-        store_appended()
+        for a in new_rows or ():
+            _store_appended(ctx, a)
         if many:
             em.dma(out_all, z, out2, z, [B * seq_rows, Dv])
             ctx.keep_on_chip(out_buffer, out_all)
