@@ -256,6 +256,30 @@ def test_erf_exp_split_table_is_the_two_exponentials():
     assert _exp_split(v).tobytes() == want.tobytes()
 
 
+def test_erf_of_an_array_is_erf_of_each_element():
+    """special.erf splits an array into cache-sized blocks and each block into Cody's three
+    regions: the value of each element of a many-block array (every region, their boundaries,
+    signed zeros, infinities, NaN, subnormals) is its value alone, and within 2.3e-16 of
+    math.erf."""
+    from infer.target.special import _ERF_CHUNK, erf
+
+    edges = np.array([0.0, -0.0, 0.5, -0.5, 4.0, -4.0, 27.0, -27.0, np.inf, -np.inf, np.nan,
+                      5e-324, -5e-324, 1e-300, 1e300, -1e300])
+    edges = np.concatenate([edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)])
+    rng = np.random.default_rng(7)
+    x = np.concatenate([edges, rng.uniform(-6, 6, 2 * _ERF_CHUNK + 121), rng.uniform(-40, 40, 1000)])
+    rng.shuffle(x)
+    whole = erf(x.reshape(3, -1)).reshape(-1)
+    alone = np.array([erf(v[None])[0] for v in x[:3000]])
+    assert whole[:3000].tobytes() == alone.tobytes()
+    finite = np.isfinite(x)
+    want = np.array([math.erf(v) for v in x[finite]])
+    np.testing.assert_allclose(whole[finite], want, rtol=0, atol=2.3e-16)
+    assert np.isnan(whole[np.isnan(x)]).all()
+    assert (whole[np.isposinf(x)] == 1.0).all() and (whole[np.isneginf(x)] == -1.0).all()
+    assert np.signbit(whole[(x == 0) & np.signbit(x)]).all()
+
+
 def test_log_and_comparisons():
     x = np.array([[1.0, 0.5, 0.0, -1.0, np.inf, np.nan, 2.0, -0.0]], np.float32)
     y = np.array([[1.0, 1.5, -0.0, -2.0, np.inf, np.nan, np.nan, 0.0]], np.float32)
