@@ -101,10 +101,11 @@ def hoist_weight_prefetches(block: Block) -> int:
             continue
         # (`before` is the kernel's op list from before any move: its first code op may be a
         # DMA already moved into the kernel before it. The allocs then land after that
-        # kernel's epilogue and start an op-marker group of their own with those DMAs, between
-        # the two kernels. The memory plan and the semaphore windows see that group: MiniLM
-        # on server takes 151.0 K cycles so and 165.2 K with the allocs placed before the
-        # kernel's own first code op instead; the Llama prefill 317.0 K and 315.3 K.)
+        # kernel's last load and start an op-marker group of their own there, so its epilogue
+        # and these prefetches are degraded apart from its product nest when they run out of
+        # semaphores. With the allocs before the kernel's own first code op instead, MiniLM's
+        # FFN down projection is compiled single-buffered: 151.0 K -> 165.2 K cycles on
+        # server. docs/paged-kv.md, "The next kernel's weights requested a kernel earlier".)
         first_code = next(op for op in before if not isinstance(op, _NO_CODE))
         for alloc in sorted(allocs, key=lambda a: position[a]):
             alloc.detach()
