@@ -768,7 +768,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         frontend=frontend, serial_tiles=edge_tiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
-                                        window_instrs=window_instrs_run, overlap=overlap, late=late))
+                                        window_instrs=window_instrs_run, overlap=overlap, late=late,
+                                        prepared_ahead=window_prepared_ahead(hw, s, T)))
     if whole:  # each later output tile's block waits for the tile before's last matmul, then its round trip
         cycles += int((images * nO - 1) * dma_round_trip(hw, weight_b))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
@@ -779,7 +780,8 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    matrix: float, window_vector: float, tile_vector: float, pipelined: bool,
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
-                   window_instrs: float = 0, overlap: float = 0, late: float = 0) -> int:
+                   window_instrs: float = 0, overlap: float = 0, late: float = 0,
+                   prepared_ahead: bool = False) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -793,7 +795,9 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     built on chip (the output-channel tiles of a row tile's window with one channel step).
     `overlap`: of a step's window vector cycles, those the step's matmuls need only as they go
     (the im2col chunks after the first): in the chains they run beside the matmuls. `late`: of
-    a step's load bytes, those its first matmuls do not wait for (weights DMA'd per kernel row)."""
+    a step's load bytes, those its first matmuls do not wait for (weights DMA'd per kernel row).
+    `prepared_ahead`: tile-to-npu builds each tile's window an iteration ahead, so it does not
+    queue behind the tile before's epilogue (`window_prepared_ahead`)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
@@ -813,7 +817,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     epi, store = tile_vector / out_tiles, store_bytes / out_tiles
     tail = fill + epi + vlat + dma_round_trip(hw, store)
     period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
-    if vec:
+    if vec and not prepared_ahead:
         # the vector unit runs in order: a tile's window building (its first step's) waits behind
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
         # matmuls wait for the window: once per window built (`shared` tiles use one)
@@ -829,6 +833,23 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         period = max(period, chain)
     serial_tiles = min(serial_tiles, out_tiles - 1)
     return int(chain + (out_tiles - 1 - serial_tiles) * period + serial_tiles * max(period, chain))
+
+
+def window_prepared_ahead(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
+    """Whether tile-to-npu issues each row tile's window preparation an iteration ahead
+    (docs/codegen.md "Pipelined preparation", `rotation.pipelinable_preparation`), so it runs
+    beside the tile before's matmuls instead of behind its epilogue: a stride-1 1x1 conv whose
+    staged input rows one copy converts into the window (one channel step, "pixels", no im2col,
+    no prepared planes, one group), in a row loop of at least 3 trips (a 2-trip loop does not
+    rotate) holding one output tile per iteration, its epilogue included: one output-channel
+    tile, or those tiles outside with the weights resident (prefetched whole; else each one's
+    weight block load, which this model does not count, bounds them: edge 256->1024 at 14x14
+    picked TO = 128 and lost 2 %)."""
+    nO, nR = -(-s.Og // min(T.TO, s.Og)), -(-s.OH // min(T.TOH, s.OH))
+    resident = s.groups * s.Og * s.Cg * s.taps * 2 * s.copies <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+    return (s.Cg <= T.TC and s.taps == 1 and s.stride == 1 and not s.prepared and not T.im2col
+            and T.orientation == "pixels" and s.groups == 1 and nR >= 3
+            and (nO == 1 or (T.outer == "o" and resident)))
 
 
 CODE_TOLERANCE = 0.01  # conv tilings this close to the fewest cycles are ranked by code size
