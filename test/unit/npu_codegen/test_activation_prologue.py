@@ -139,7 +139,7 @@ def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
     assert cycles1 <= cycles0, (cycles1, cycles0)
 
 
-def norm_then_two_projections(M: int) -> tuple[str, dict[str, np.ndarray]]:
+def norm_then_two_projections(M: int, K: int = K) -> tuple[str, dict[str, np.ndarray]]:
     """x -> layer norm -> two linear projections of it (a transformer's q and k)."""
     x = f"tensor<{M}x{K}xf32>"
     text = f"""
@@ -165,23 +165,25 @@ func.func @main(%x: {x} {{graph.name = "x"}}) -> ({x} {{graph.name = "q"}}, {x} 
                   "bk": rng.standard_normal(K).astype(np.float32)}
 
 
-def test_next_kernel_operand_preparation_before_the_epilogue(monkeypatch):
-    """On server the k projection's first operand tiles (the layer norm's output copied to
-    bf16) move with its weight prefetch into the q projection, ahead of q's bias-add epilogue
-    (prefetch_hoist.py `_operand_preparation`): k's first matmul no longer waits behind that
-    epilogue on the in-order vector unit. The same bits as without the move, close to the graph
-    interpreter, fewer cycles."""
+@pytest.mark.parametrize("k_in,moved", [(384, "copy"), (512, "fill")])
+def test_next_kernel_operand_preparation_before_the_epilogue(monkeypatch, k_in, moved):
+    """On server the k projection's preparation moves with its weight prefetch into the q
+    projection, ahead of q's bias-add epilogue (prefetch_hoist.py `_operand_preparation`): with
+    K = 384 (three k steps in sequence) its first operand tiles (the layer norm's output copied
+    to bf16), with K = 512 (a k loop) its accumulator's fill. k's first matmul no longer waits
+    behind that epilogue on the in-order vector unit. The same bits as without the move, close
+    to the graph interpreter, fewer cycles."""
     import functools
 
     from infer.dialects import tile as t
     from infer.passes.graph_to_tile import driver
 
     M = 128
-    x = np.random.default_rng(7).standard_normal((M, K)).astype(np.float32)
-    graph_ref = run_entry(parse_with_weights(*norm_then_two_projections(M), "qk.mlir"), [x])
+    x = np.random.default_rng(7).standard_normal((M, k_in)).astype(np.float32)
+    graph_ref = run_entry(parse_with_weights(*norm_then_two_projections(M, k_in), "qk.mlir"), [x])
 
     def run() -> tuple[list[np.ndarray], int, bool]:
-        module = parse_with_weights(*norm_then_two_projections(M), "qk.mlir")
+        module = parse_with_weights(*norm_then_two_projections(M, k_in), "qk.mlir")
         apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},"
                    "tile-plan-memory{target=server}", module)
         fn = next(op for op in module.walk() if op.name == "func.func")
@@ -192,9 +194,11 @@ def test_next_kernel_operand_preparation_before_the_epilogue(monkeypatch):
         bias = next(i for i, op in enumerate(ops) if i > products[0] and isinstance(op, t.VectorOp)
                     and op.op.data == "add")
         last_product = max(i for i in products if i < bias)
-        copies = [op for op in ops[last_product:bias] if isinstance(op, t.VectorOp) and op.op.data == "copy"]
+        between = ops[last_product:bias]
+        found = ([op for op in between if isinstance(op, t.VectorOp) and op.op.data == "copy"] if moved == "copy"
+                 else [op for op in between if isinstance(op, t.FillOp)])
         ys, counters = npu_matches_tile(module, [x], "server")
-        return ys, counters.cycles, bool(copies)
+        return ys, counters.cycles, bool(found)
 
     ys1, cycles1, copy_first1 = run()
     monkeypatch.setattr(driver, "hoist_weight_prefetches",
