@@ -188,8 +188,8 @@ def test_next_kernel_operand_preparation_before_the_epilogue(monkeypatch, k_in, 
                    "tile-plan-memory{target=server}", module)
         fn = next(op for op in module.walk() if op.name == "func.func")
         ops = list(fn.body.block.ops)
-        # q's bias add (its epilogue) and q's last matmul nest before it: is there a copy (k's
-        # first operand tile) between the two?
+        # q's bias add (its epilogue) and q's last matmul nest before it: is k's preparation (a
+        # copy into its first operand tile, or its accumulator's fill) between the two?
         products = [i for i, op in enumerate(ops) if any(isinstance(o, t.MatmulOp) for o in op.walk())]
         bias = next(i for i, op in enumerate(ops) if i > products[0] and isinstance(op, t.VectorOp)
                     and op.op.data == "add")
@@ -200,11 +200,11 @@ def test_next_kernel_operand_preparation_before_the_epilogue(monkeypatch, k_in, 
         ys, counters = npu_matches_tile(module, [x], "server")
         return ys, counters.cycles, bool(found)
 
-    ys1, cycles1, copy_first1 = run()
+    ys1, cycles1, moved1 = run()
     monkeypatch.setattr(driver, "hoist_weight_prefetches",
                         functools.partial(driver.hoist_weight_prefetches, preparation=False))
-    ys0, cycles0, copy_first0 = run()
-    assert copy_first1 and not copy_first0
+    ys0, cycles0, moved0 = run()
+    assert moved1 and not moved0
     assert [y.tobytes() for y in ys1] == [y.tobytes() for y in ys0]
     for y, ref in zip(ys1, graph_ref):
         np.testing.assert_allclose(y, ref, rtol=5e-2, atol=5e-2)
