@@ -39,6 +39,7 @@ from xdsl.ir import Block, Operation
 
 from infer.dialects import tile as t
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
+from infer.passes.tile_to_npu.common import accessed_buffers
 
 _NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
 
@@ -136,26 +137,15 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
     return moved
 
 
-#: the buffer operands each op kind writes (an op of another kind counts as writing all of them)
-_WRITTEN = {
-    t.DmaOp: lambda op: [op.dst],
-    t.MatmulOp: lambda op: [op.acc],
-    t.VectorOp: lambda op: [op.dst],
-    t.FillOp: lambda op: [op.dst],
-    t.DequantOp: lambda op: [op.dst],
-    t.GatherRowsOp: lambda op: [op.dst],
-    t.ScatterRowsOp: lambda op: [op.table],
-}
-
-
 def _buffers(op: Operation) -> tuple[set, set]:
-    """(root buffers op or an op nested in it may write, root buffers they touch)."""
+    """(root buffers op or an op nested in it may write, root buffers they touch); an op
+    `accessed_buffers` does not know counts as writing every buffer operand."""
     written, touched = set(), set()
     for o in op.walk():
         operands = {t.root_buffer(v) for v in o.operands if isinstance(v.type, t.MemRefType)}
         touched |= operands
-        writes = _WRITTEN.get(type(o))
-        written |= operands if writes is None else {t.root_buffer(v) for v in writes(o)}
+        known = accessed_buffers(o)
+        written |= {b for b, w in known if w} if known else operands
     return written, touched
 
 
