@@ -21,9 +21,10 @@ The kernel's operand preparation moves there too (after the DMAs, if any) when t
 before has an epilogue on the vector unit after that point (`_operand_preparation`): the vector
 ops at the kernel's start that convert data made before into operand tiles of its own (MiniLM's
 k and v projections copy the layer norm's fp32 output into bf16 tiles, one per k step) and the
-fill of its accumulator (a k loop's zeroing) are placed ahead of that epilogue. The vector unit runs in order: they had waited behind the epilogue,
-which waits for the kernel before's last matmul to drain, and the kernel's first matmul
-waited for them (a 400-cycle matrix gap at each of those boundaries). A preparation op moves
+fill of its accumulator (a k loop's zeroing) are placed ahead of that epilogue. The vector unit
+runs in order: they had waited behind the epilogue, which waits for the kernel before's last
+matmul to drain, and the kernel's first matmul waited for them (a 400-cycle matrix gap at each
+of those boundaries). A preparation op moves
 only when nothing between its new and its old place writes its sources or touches its
 destination (a kept-apart, single-buffered alloc of the kernel, which moves with the DMAs'
 allocs), so it computes the same values; the kernel's matmul nests between such ops stay where
