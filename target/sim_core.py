@@ -21,7 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from infer.target import isa
-from infer.target.special import erf
+from infer.target.special import erf, gelu_erf
 
 ENGINES = isa.ENGINES
 E_SCALAR, E_LOAD, E_STORE, E_MATRIX, E_VECTOR = range(5)
@@ -323,12 +323,6 @@ def _erf(a: np.ndarray) -> np.ndarray:
     return erf(a).astype(np.float32)
 
 
-def _gelu_erf(a: np.ndarray) -> np.ndarray:
-    """0.5 a (1 + erf(a / sqrt 2)), computed in float64 and rounded once to fp32."""
-    x = a.astype(np.float64)
-    return (0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))).astype(np.float32)
-
-
 def _sigmoid(a: np.ndarray) -> np.ndarray:
     return np.float32(1) / (np.float32(1) + np.exp(-a))
 
@@ -345,7 +339,7 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "rsum": lambda a: np.add.reduce(a, axis=-1, keepdims=True),
     "rmax": lambda a: np.maximum.reduce(a, axis=-1, keepdims=True),
     "requant": lambda a, b: a * b,
-    "log": np.log, "erf": _erf, "gelu_erf": _gelu_erf,
+    "log": np.log, "erf": _erf, "gelu_erf": gelu_erf,
     # comparisons: 1 where a op b holds, else 0, in the compute type (false when either is NaN)
     "eq": lambda a, b: (a == b).astype(np.result_type(a, b)),
     "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),

@@ -8,6 +8,8 @@ coefficients as in his CALERF routine. Max abs error ~1e-16.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
@@ -27,7 +29,13 @@ _ERF_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1
 _SQRPI = 5.6418958354775628695e-1  # 1 / sqrt(pi)
 
 
-_ERF_CHUNK = 1 << 15  # elements per cache-sized block
+#: elements per block: its ~40 float64 passes (masks, Horner steps, exp) stay in the L1/L2
+#: caches. A GELU tile of all-MiniLM-L6-v2 (32 x 1536): 6.6-6.9 ms in blocks of 32 K elements,
+#: 3.5-4.8 ms in blocks of 8 K (best of 3 x 40 calls, 2-core machine); each element's value is
+#: the same whatever the blocks (every step is elementwise)
+_ERF_CHUNK = 1 << 13
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -40,6 +48,24 @@ def erf(x: np.ndarray) -> np.ndarray:
     for i in range(0, flat.size, _ERF_CHUNK):
         out[i : i + _ERF_CHUNK] = _erf_block(flat[i : i + _ERF_CHUNK].astype(np.float64))
     return out.reshape(x.shape)
+
+
+def gelu_erf(a: np.ndarray) -> np.ndarray:
+    """0.5 a (1 + erf(a / sqrt 2)) of float a, computed in float64 and rounded once to fp32 (the
+    vector unit's `gelu_erf`, docs/isa.md): the same operations on each element as on the whole
+    array, block by block, so the float64 temporaries of the scale, the sum and the products
+    stay in cache with erf's."""
+    a = np.asarray(a)
+    flat = a.reshape(-1)
+    out = np.empty(flat.shape, np.float32)
+    for i in range(0, flat.size, _ERF_CHUNK):
+        x = flat[i : i + _ERF_CHUNK].astype(np.float64)
+        e = _erf_block(x * _INV_SQRT2)
+        e += 1.0
+        x *= 0.5
+        x *= e
+        out[i : i + _ERF_CHUNK] = x
+    return out.reshape(a.shape)
 
 
 #: exp(-vs * vs) for every vs = k / 16 that _exp_split meets (k = trunc(16 v), v <= 27): the
@@ -66,13 +92,15 @@ def _exp_split(v: np.ndarray) -> np.ndarray:
 def _erf_block(x: np.ndarray) -> np.ndarray:
     """Cody's three rational approximations on |x| <= 0.5, 0.5 < |x| <= 4 and |x| > 4. The
     Horner steps of the first two update their arrays in place (the same operations in the
-    same order as `num = (num + c) * z`)."""
+    same order as `num = (num + c) * z`). Each range's elements are gathered and scattered by
+    their flat indices: a boolean mask gathers 8 K elements in ~24 us and scatters them in
+    ~28 us, `np.flatnonzero` and `take` in ~10 us, an index assignment in ~11 us."""
     with np.errstate(all="ignore"):
-        y = np.abs(x)
-        out = np.empty_like(y)
+        y = np.abs(x).reshape(-1)
+        out = np.full(y.shape, np.nan)  # NaN falls through every range
 
-        small = y <= 0.5
-        ys = y[small]
+        small = np.flatnonzero(y <= 0.5)
+        ys = y.take(small)
         z = ys * ys
         num = _ERF_A[4] * z
         den = z + _ERF_B[0]
@@ -89,8 +117,8 @@ def _erf_block(x: np.ndarray) -> np.ndarray:
         num /= den
         out[small] = num  # ys * (num + A3) / (den + B3)
 
-        mid = (y > 0.5) & (y <= 4.0)
-        ym = y[mid]
+        mid = np.flatnonzero((y > 0.5) & (y <= 4.0))
+        ym = y.take(mid)
         num = _ERF_C[8] * ym
         den = ym + _ERF_D[0]
         den *= ym
@@ -107,18 +135,17 @@ def _erf_block(x: np.ndarray) -> np.ndarray:
         np.subtract(1.0, num, out=num)
         out[mid] = num  # 1 - erfc: (num + C7) / (den + D7) * exp(-ym * ym)
 
-        big = y > 4.0  # NaN falls through every mask and is handled below
-        yb = y[big]
-        z = 1.0 / (yb * yb)
-        num = _ERF_P[5] * z
-        den = z
-        for i in range(4):
-            num = (num + _ERF_P[i]) * z
-            den = (den + _ERF_Q[i]) * z
-        r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
-        r = (_SQRPI - r) / yb
-        erfc_big = np.where(yb < 27.0, r * _exp_split(np.minimum(yb, 27.0)), 0.0)
-        out[big] = 1.0 - erfc_big
-
-        out[np.isnan(y)] = np.nan
-        return np.copysign(out, x)
+        big = np.flatnonzero(y > 4.0)
+        if big.size:  # rare in activations: its dozen small operations cost ~20 us unused
+            yb = y.take(big)
+            z = 1.0 / (yb * yb)
+            num = _ERF_P[5] * z
+            den = z
+            for i in range(4):
+                num = (num + _ERF_P[i]) * z
+                den = (den + _ERF_Q[i]) * z
+            r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
+            r = (_SQRPI - r) / yb
+            erfc_big = np.where(yb < 27.0, r * _exp_split(np.minimum(yb, 27.0)), 0.0)
+            out[big] = 1.0 - erfc_big
+        return np.copysign(out.reshape(np.shape(x)), x)

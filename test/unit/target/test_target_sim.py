@@ -281,6 +281,27 @@ def test_erf_of_an_array_is_erf_of_each_element():
     assert np.signbit(whole[(x == 0) & np.signbit(x)]).all()
 
 
+def test_gelu_erf_by_blocks_is_the_whole_array_formula():
+    """special.gelu_erf (the vector unit's `gelu_erf`) runs block by block: bit for bit
+    0.5 x (1 + erf(x / sqrt 2)) evaluated in float64 on the whole array and rounded once to
+    fp32, on arrays of several blocks with random fp32 bit patterns (NaN, infinities,
+    subnormals) and every region's edges, in any shape."""
+    from infer.target.special import _ERF_CHUNK, erf, gelu_erf
+
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 2**32, 3 * _ERF_CHUNK + 77, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0.0, -0.0, 0.5, -0.5, 4.0, -4.0, 27.0, -27.0, 1e-40, -1e-40], np.float32)
+    edges = edges * np.float32(math.sqrt(2))  # erf's region edges, as gelu_erf scales them
+    x = np.concatenate([bits.view(np.float32), edges, np.nextafter(edges, np.float32(np.inf)),
+                        rng.standard_normal(_ERF_CHUNK).astype(np.float32) * 3])
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = (0.5 * x64 * (1.0 + erf(x64 * (1.0 / math.sqrt(2.0))))).astype(np.float32)
+        got = gelu_erf(x)
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+        assert gelu_erf(x[: 6 * 1000].reshape(2, 3, 1000)).tobytes() == want[: 6 * 1000].tobytes()
+
+
 def test_log_and_comparisons():
     x = np.array([[1.0, 0.5, 0.0, -1.0, np.inf, np.nan, 2.0, -0.0]], np.float32)
     y = np.array([[1.0, 1.5, -0.0, -2.0, np.inf, np.nan, np.nan, 0.0]], np.float32)
