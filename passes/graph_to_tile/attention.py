@@ -9,7 +9,19 @@ c - QL - i - (Skv - Sq) > 0) read at column j0 - q0 + QL, which is affine in bot
 query-tile and the key-tile loop (no clamp, which would be an `arith.select` that tile-to-npu
 cannot address) and in range for every tile pair; then `rmax` -> m_new,
 alpha = exp(m - m_new), P = exp(S - m_new), l = l*alpha + rsum(P), O = O*alpha + P.V (O stays
-in the accumulator). Finally O / l. Causal tiles above the diagonal are masked, or skipped where
+in the accumulator). Finally O / l.
+
+Row sums on the matrix unit (bf16, the online softmax): where V's Dv columns leave a column of
+the array free (Dv not a multiple of the array's columns: the Llama's heads on server), the V
+tile carries a column of ones after its Dv columns, so P.[V | 1] writes rsum(P) into O's column
+Dv, and l = l*alpha + rsum(P) is O's last column, scaled with O by alpha: the vector unit's row
+sum of P and l's two column updates per score tile go (its softmax chain is what a score tile
+waits for). The sum is the matrix unit's fp32 accumulation of the bf16 P it multiplies, not the
+vector unit's. Not with one key tile, whose softmax has only the row sum to drop: MiniLM on
+server, 146,862 -> 147,615 cycles (its kernel then fits tile-to-npu's semaphores with double
+buffers, and the next head group's first q.K^T waits for the group before's last store); nor
+in fp32 emulation, where it gained nothing (4 heads of 128 x 32: 5,003 -> 5,005 cycles; GQA
+8/2 causal at 256: 29,550 both). Causal tiles above the diagonal are masked, or skipped where
 the tiling allows it (`tiling_cost.triangular_score_tiles`).
 
 Interleaved heads: one score tile is a chain across the engines (its q.K^T on the matrix unit,
@@ -67,6 +79,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     offset = Skv - Sq
     copies = ctx.bf16_copies
     name = ctx.kernel_name()
+    # a column of ones after V's Dv columns (module docstring): 1 where the array has it free
+    # (and, below, the keys take more than one tile)
+    ones = 1 if ROW_SUMS_ON_MATRIX and copies == 1 and Dv % hw.matrix.cols else 0
     mask_shape = (1,) * (4 - len(shape_of(op.mask))) + tuple(shape_of(op.mask)) if op.mask is not None else None
     mask_rows_full = mask_shape is not None and (ctx.constant(op.mask) is not None or mask_shape[2] > 1)
 
@@ -74,12 +89,12 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         # q [TQ, D], k^T [D, TKV], p [TQ, TKV], v [TKV, Dv]: f32 staging + bf16 hi(/lo) each;
         # m, m_new, l, tmp columns; causal band / mask tiles -- all x2; score and O tiles in acc
         per = 4 + 2 * copies
-        spad = 2 * per * (tq * D + D * tkv + tq * tkv + tkv * Dv) + 4 * 2 * tq * 4
+        spad = 2 * per * (tq * D + D * tkv + tq * tkv + tkv * (Dv + ones)) + 4 * 2 * tq * 4
         if causal:
             spad += 2 * tq * tkv * 4
         if op.mask is not None:
             spad += 2 * (tq if mask_rows_full else 1) * tkv * 4
-        return spad, 2 * tq * tkv * 4 + 2 * tq * Dv * 4
+        return spad, 2 * tq * tkv * 4 + 2 * tq * (Dv + ones) * 4
 
     # interleaved heads (module docstring): as many slots as divide the query heads of a group
     # (sharing its K and V) or, one query head per group, the kv heads; up to 8 (MiniLM's 12
@@ -89,8 +104,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     interleaves = tuple(u for u in (1, 2, 3, 4, 6, 8) if group % u == 0 or (group == 1 and Hkv % u == 0)) \
         if latency_bound(hw) else (1,)
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
-                                batch=B * Hq, epi_cost=SOFTMAX_COST, footprint=footprint, flash_dv=Dv,
-                                softmax_ops=SOFTMAX_OPS + (1 if causal or op.mask is not None else 0),
+                                batch=B * Hq, epi_cost=SOFTMAX_COST - ones, footprint=footprint, flash_dv=Dv + ones,
+                                softmax_ops=SOFTMAX_OPS - 3 * ones + (1 if causal or op.mask is not None else 0),
                                 causal_offset=offset if causal else None, interleaves=interleaves)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
     ctx.predict(choice.best.cycles)
@@ -110,6 +125,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # (m = -inf makes alpha 0, 0 * alpha + x = x), but for O's zeros, which no longer come out
     # as +0 from a 0 + -0 sum
     one_key_tile = ONE_KEY_TILE_SOFTMAX and Skv <= TKV and not triangular
+    if one_key_tile:
+        ones = 0
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                           + (" causal" if causal else ""), choice)
               + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)"
@@ -155,8 +172,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # the slots' heads share the causal band always, the mask where it is the same for every
     # head, K and V where they are query heads of one group: loaded and split once per step
     share_kv = group % interleave == 0 and interleave > 1
-    slots = [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, band is not None, None if mask2 is None else (TQ if mq > 1 else 1))]
-    slots += [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, band is not None, None if mask2 is None else (TQ if mq > 1 else 1),
+    slots = [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, ones, band is not None, None if mask2 is None else (TQ if mq > 1 else 1))]
+    slots += [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, ones, band is not None, None if mask2 is None else (TQ if mq > 1 else 1),
                                  share=slots[0], share_kv=share_kv, share_mask=mh == 1) for _ in range(interleave - 1)]
     z = [0, 0]
 
@@ -226,8 +243,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
             if not one_key_tile:
                 em.fill(sb.m, z, tq, 1, NEG_INF)
-                em.fill(sb.l_sum, z, tq, 1, 0.0)
-                em.fill(sb.o, z, tq, Dv, 0.0)
+                if not ones:
+                    em.fill(sb.l_sum, z, tq, 1, 0.0)
+                em.fill(sb.o, z, tq, Dv + ones, 0.0)  # with l in column Dv
 
         def kv_tile_body(j0: Index, tkv: int) -> None:
             # every load of the step first (software-pipelined by tile-to-npu: a rotation loop's
@@ -281,6 +299,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("exp", p_exp, z, sb.p_staging, z, tq, tkv)
                 if one_key_tile:
                     em.vec("rsum", l_sum, z, p_exp, z, tq, tkv)
+                elif ones:  # l is O's column Dv: scaled with it, P's row sum added by P.[V | 1]
+                    em.vec("mul", o, z, o, z, tq, Dv + 1, tmp, z, bmode="col")
                 else:
                     em.vec("mul", l_sum, z, l_sum, z, tq, 1, tmp, z, bmode="tile")
                     em.vec("mul", o, z, o, z, tq, Dv, tmp, z, bmode="col")
@@ -290,7 +310,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                     split_on_chip(em, sb.p_staging, sb.p_tile, tq, tkv)
                 if first(sb.v_tile.hi):
                     stage_kv(v_all, sb.v_staging, sb.v_tile, b, kv_head, j0, tkv, Dv)
-                emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv, overwrite=one_key_tile)
+                    if ones:  # the tile's column of ones
+                        em.fill(sb.v_tile.hi, [0, Dv], tkv, 1, 1.0)
+                emit_tile_product(ctx, sb.p_tile, sb.v_tile, o, tq, tkv, Dv + ones, overwrite=one_key_tile)
 
         if triangular:  # key tiles 0 .. the one holding key q0 + TQ - 1 + offset (the last visible)
             upper = em.add(q0, TQ + offset)
@@ -301,7 +323,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         else:
             em.tiles(Skv, TKV, kv_tile_body)
         for sb, (h, o_at) in zip(slots, rows):
-            em.vec("recip", sb.tmp, z, sb.l_sum, z, tq, 1)
+            if ones:
+                em.vec("recip", sb.tmp, z, sb.o, [0, Dv], tq, 1)
+            else:
+                em.vec("recip", sb.tmp, z, sb.l_sum, z, tq, 1)
             em.vec("mul", sb.o, z, sb.o, z, tq, Dv, sb.tmp, z, bmode="col")
             if out_all is not None:
                 # (before the store: the last access of the slot's double-buffered tile in a
@@ -327,6 +352,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 
 #: a kernel whose keys fit one tile computes its softmax without running statistics (lower_attention)
 ONE_KEY_TILE_SOFTMAX = True
+#: P's row sums computed by the matrix unit where the array has a column free (module docstring)
+ROW_SUMS_ON_MATRIX = True
 #: the kept output tile may take at most 1/KEPT_OUTPUT_SHARE of the scratchpad (the kernel's
 #: tiles were chosen for all of it)
 KEPT_OUTPUT_SHARE = 8
@@ -401,11 +428,12 @@ class _SlotBuffers:
     mask_tile: SSAValue | None
 
     @classmethod
-    def alloc(cls, ctx: LoweringContext, TQ: int, TKV: int, D: int, Dv: int, band: bool,
+    def alloc(cls, ctx: LoweringContext, TQ: int, TKV: int, D: int, Dv: int, ones: int, band: bool,
               mask_rows: int | None, share: _SlotBuffers | None = None, share_kv: bool = False,
               share_mask: bool = False) -> _SlotBuffers:
         """A slot's buffers; with `share` (the first slot's), its causal band tile, and its K
-        and V tiles (`share_kv`) and mask tile (`share_mask`) are that slot's."""
+        and V tiles (`share_kv`) and mask tile (`share_mask`) are that slot's. `ones`: the V
+        tile and O have a column more (V's column of ones, O's row sums: lower_attention)."""
         em = ctx.emitter
         if share is not None and share_kv:
             k = (share.k_staging, share.k_tile)
@@ -417,8 +445,8 @@ class _SlotBuffers:
         if share is not None and share_kv:
             v = (share.v_staging, share.v_tile)
         else:
-            v = (em.alloc((TKV, Dv), f32, "spad", 2), alloc_bf16_tile(ctx, TKV, Dv))
-        o = em.alloc((TQ, Dv), f32, "acc", 2)
+            v = (em.alloc((TKV, Dv), f32, "spad", 2), alloc_bf16_tile(ctx, TKV, Dv + ones))
+        o = em.alloc((TQ, Dv + ones), f32, "acc", 2)
         stats = [em.alloc((TQ, 1), f32, "spad", 2) for _ in range(4)]
         if share is not None:
             band_tile = share.band_tile

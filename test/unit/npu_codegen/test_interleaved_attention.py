@@ -3,7 +3,8 @@ attention's K transpose in multi-head blocks (transpose.permute_copy, server onl
 server config, where the cost model picks them: the program runs bit-identically to the tile
 interpreter with the simulator's race checker on, the outputs match the graph interpreter, and
 the interleaved kernel takes fewer cycles than the same tiling one head at a time (the override
-`TQxTKVx1`)."""
+`TQxTKVx1`). Also on server: P's row sums computed by the matrix unit through V's column of ones
+(attention.py, "Row sums on the matrix unit")."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def attention_ir(Hq: int, Hkv: int, S: int, D: int, causal: bool) -> str:
 }}"""
 
 
-def compile_and_run(shape: tuple[int, int, int, int], causal: bool, capsys, overrides: str = ""):
+def compile_and_run(shape: tuple[int, int, int, int], causal: bool, capsys, overrides: str = "",
+                    precision: str = "bf16"):
     """-> (cycles, the npu output, the graph interpreter's output, the debug-tiling log)."""
     Hq, Hkv, S, D = shape
     module = parse_ir(CTX, attention_ir(Hq, Hkv, S, D, causal), "att.mlir")
@@ -43,7 +45,7 @@ def compile_and_run(shape: tuple[int, int, int, int], causal: bool, capsys, over
               rng.standard_normal((1, Hkv, S, D)).astype(np.float32)]
     graph_ref = run_entry(module, inputs)[0]
     extra = f' overrides="{overrides}"' if overrides else ""
-    apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={TARGET} precision=bf16 debug-tiling=true{extra}}},"
+    apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={TARGET} precision={precision} debug-tiling=true{extra}}},"
                f"tile-plan-memory{{target={TARGET}}}", module)
     log = capsys.readouterr().err
     tile_ref = run_entry(module, inputs)[0]
@@ -131,7 +133,48 @@ def test_one_key_tile_needs_no_running_statistics(capsys, monkeypatch):
     assert fills["count"] == 0, fills
     np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
     monkeypatch.setattr(attention, "ONE_KEY_TILE_SOFTMAX", False)
+    # against the online softmax with its row sums on the vector unit (with them on the matrix
+    # unit, this shape's online softmax takes 2,652 cycles against 2,671; MiniLM on server
+    # 148,230 against 146,862, attention.py)
+    monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", False)
     cycles_online, y_online, _, _ = compile_and_run((4, 4, 128, 32), False, capsys)
     assert fills["count"] > 0, fills
     assert y.tobytes() == y_online.tobytes()
     assert cycles < cycles_online, (cycles, cycles_online)
+
+
+def test_row_sums_on_the_matrix_unit(capsys, monkeypatch):
+    """bf16, GQA 8/2, causal, 256 positions, D = 64 on server's 128-column array: the online
+    softmax's V tile carries a column of ones, so P.[V | 1] writes P's row sums into O's last
+    column and the kernel has no `rsum` (nor l's updates): bit for bit the tile interpreter with
+    the race checker on (compile_and_run), close to the graph interpreter, and fewer cycles
+    than the vector unit's row sums (the flag off). Not with one key tile (MiniLM's heads) nor
+    in fp32 emulation, where it measured no gain."""
+    from infer.dialects import tile as t
+    from infer.passes.graph_to_tile import attention
+
+    tile_ops = {}
+    real = apply_pass
+
+    def counting(pipeline, module):
+        real(pipeline, module)
+        if pipeline.startswith("graph-prepare-tiling"):
+            vector = [op for op in module.walk() if isinstance(op, t.VectorOp)]
+            tile_ops["rsum"] = sum(1 for op in vector if op.op.data == "rsum")
+            tile_ops["widths"] = {op.n.value.data for op in module.walk() if isinstance(op, t.MatmulOp)}
+
+    monkeypatch.setattr(sys.modules[__name__], "apply_pass", counting)
+    shape = (8, 2, 256, 64)
+    cycles, y, graph_ref, _ = compile_and_run(shape, True, capsys)
+    assert tile_ops["rsum"] == 0 and 65 in tile_ops["widths"], tile_ops
+    np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
+    monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", False)
+    cycles_vector, y_vector, _, _ = compile_and_run(shape, True, capsys)
+    assert tile_ops["rsum"] > 0 and 65 not in tile_ops["widths"], tile_ops
+    np.testing.assert_allclose(y_vector, graph_ref, rtol=5e-2, atol=5e-2)
+    assert cycles < cycles_vector, (cycles, cycles_vector)
+    monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", True)
+    compile_and_run(shape, True, capsys, precision="fp32")
+    assert tile_ops["rsum"] > 0 and 65 not in tile_ops["widths"], tile_ops
+    compile_and_run((4, 4, 128, 32), False, capsys)  # one key tile
+    assert tile_ops["rsum"] > 0 and 33 not in tile_ops["widths"], tile_ops
