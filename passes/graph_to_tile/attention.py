@@ -18,8 +18,8 @@ Dv, and l = l*alpha + rsum(P) is O's last column, scaled with O by alpha: the ve
 sum of P and l's two column updates per score tile go (its softmax chain is what a score tile
 waits for). The sum is the matrix unit's fp32 accumulation of the bf16 P it multiplies, not the
 vector unit's. Not with one key tile, whose softmax has only the row sum to drop: MiniLM on
-server, 146,862 -> 147,615 cycles (its kernel then fits tile-to-npu's semaphores with double
-buffers, and the next head group's first q.K^T waits for the group before's last store); nor
+server, 146,862 -> 147,114 cycles (its kernel then fits tile-to-npu's semaphores with double
+buffers, slower here than the single buffers it had been degraded to: docs/tiling.md); nor
 in fp32 emulation, where it gained nothing (4 heads of 128 x 32: 5,003 -> 5,005 cycles; GQA
 8/2 causal at 256: 29,550 both). Causal tiles above the diagonal are masked, or skipped where
 the tiling allows it (`tiling_cost.triangular_score_tiles`).

@@ -169,7 +169,11 @@ def allocate(program: list[FlatInstruction], virtuals: VirtualSemaphores,
         wanted_tokens = 1 if is_ring else 0
         matching = [q for q in free if idle_tokens[q] == wanted_tokens]
         if matching:
-            chosen = matching[0]
+            # the longest idle: a ring's idle token is back only once its last release has
+            # completed, and the new range's first take waits for it (MiniLM's attention on
+            # server with double buffers: the second head group's first q.K^T took the token
+            # of the first group's last output store, just released, ~400 cycles a layer)
+            chosen = min(matching, key=lambda q: busy_until[q])
         else:  # the longest idle one: its last token is the most likely to be there
             chosen = min(free, key=lambda q: busy_until[q])
             at = program[first]

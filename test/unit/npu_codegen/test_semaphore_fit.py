@@ -53,3 +53,21 @@ def test_fits_agrees_with_allocate(program):
     for i, inst in enumerate(flat):  # (top-level items are groups of their own)
         inst.group = inst.item
     assert fits(items, count) == (not allocate(flat, virtuals, count).failed_groups)
+
+
+def test_a_ring_reuses_the_longest_idle_ring():
+    """A free ("ring") semaphore holds its idle token again only once its last release has
+    completed, so a ring range that reuses a physical semaphore waits for that: of the idle
+    rings, allocate gives a new one the one idle longest (B's, released at item 1, not A's,
+    released at item 3), whatever their numbers."""
+    from infer.passes.tile_to_npu.program_tree import FlatInstruction
+
+    virtuals = VirtualSemaphores()
+    a, b, c = (virtuals.new(SemaphoreKind.RING, name) for name in "abc")
+    uses = [(0, a, b), (b, 0, 0), (0, 0, 0), (a, 0, 0), (0, 0, 0), (0, c, 0), (c, 0, 0)]
+    program = [FlatInstruction("nop", wait, signal, signal2, {}, 0, i)
+               for i, (wait, signal, signal2) in enumerate(uses)]
+    allocation = allocate(program, virtuals, 3)
+    physical = allocation.physical
+    assert not allocation.failed_groups and physical[a] != physical[b]
+    assert physical[c] == physical[b], physical
