@@ -835,6 +835,13 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     return int(chain + (out_tiles - 1 - serial_tiles) * period + serial_tiles * max(period, chain))
 
 
+def weights_in_flight(hw: HardwareConfig, weight_bytes: int) -> bool:
+    """Whether a conv's bf16 weights fit in the DRAM's bandwidth-delay product: conv.py then
+    prefetches them whole (`ConvKernel.resident`), a larger block arriving well after the
+    first window."""
+    return weight_bytes <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+
+
 def window_prepared_ahead(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
     """Whether tile-to-npu issues each row tile's window preparation an iteration ahead
     (docs/codegen.md "Pipelined preparation", `rotation.pipelinable_preparation`), so it runs
@@ -846,7 +853,7 @@ def window_prepared_ahead(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool
     weight block load, which this model does not count, bounds them: edge 256->1024 at 14x14
     picked TO = 128 and lost 2 %)."""
     nO, nR = -(-s.Og // min(T.TO, s.Og)), -(-s.OH // min(T.TOH, s.OH))
-    resident = s.groups * s.Og * s.Cg * s.taps * 2 * s.copies <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+    resident = weights_in_flight(hw, s.groups * s.Og * s.Cg * s.taps * 2 * s.copies)
     return (s.Cg <= T.TC and s.taps == 1 and s.stride == 1 and not s.prepared and not T.im2col
             and T.orientation == "pixels" and s.groups == 1 and nR >= 3
             and (nO == 1 or (T.outer == "o" and resident)))

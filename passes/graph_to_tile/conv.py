@@ -314,7 +314,7 @@ class ConvKernel:
         helper = any(p.pads) and not tiles.on_chip_padding
         hw = ctx.hw
         weight_bytes = sum(num_elements(shape_of(w)) * 2 for w in self.packs)
-        small = weight_bytes <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+        small = tiling_cost.weights_in_flight(hw, weight_bytes)
         self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and small
                          else None)
         self._weight_origin: tuple[Index, Index] = (0, 0)
