@@ -43,11 +43,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.size <= _ERF_CHUNK:
         return _erf_block(x.astype(np.float64))
-    flat = x.reshape(-1)
-    out = np.empty(flat.shape, np.float64)
-    for i in range(0, flat.size, _ERF_CHUNK):
-        out[i : i + _ERF_CHUNK] = _erf_block(flat[i : i + _ERF_CHUNK].astype(np.float64))
-    return out.reshape(x.shape)
+    return _by_blocks(x, _erf_block, np.float64)
 
 
 def gelu_erf(a: np.ndarray) -> np.ndarray:
@@ -55,16 +51,24 @@ def gelu_erf(a: np.ndarray) -> np.ndarray:
     vector unit's `gelu_erf`, docs/isa.md): the same operations on each element as on the whole
     array, block by block, so the float64 temporaries of the scale, the sum and the products
     stay in cache with erf's."""
-    a = np.asarray(a)
+    return _by_blocks(np.asarray(a), _gelu_erf_block, np.float32)
+
+
+def _gelu_erf_block(x: np.ndarray) -> np.ndarray:
+    """gelu_erf of a float64 block, in place: (0.5 x) (1 + erf(x / sqrt 2))."""
+    e = _erf_block(x * _INV_SQRT2)
+    e += 1.0
+    x *= 0.5
+    x *= e
+    return x
+
+
+def _by_blocks(a: np.ndarray, block_fn, dtype) -> np.ndarray:
+    """block_fn over a's elements in float64 blocks of _ERF_CHUNK, the results in `dtype`."""
     flat = a.reshape(-1)
-    out = np.empty(flat.shape, np.float32)
+    out = np.empty(flat.shape, dtype)
     for i in range(0, flat.size, _ERF_CHUNK):
-        x = flat[i : i + _ERF_CHUNK].astype(np.float64)
-        e = _erf_block(x * _INV_SQRT2)
-        e += 1.0
-        x *= 0.5
-        x *= e
-        out[i : i + _ERF_CHUNK] = x
+        out[i : i + _ERF_CHUNK] = block_fn(flat[i : i + _ERF_CHUNK].astype(np.float64))
     return out.reshape(a.shape)
 
 
