@@ -167,6 +167,10 @@ class LoweringContext:
         self._current_op: Operation = function  # the op being lowered (error locations)
         self._last_kernel_name: str | None = None
         self.prediction = 0  # the cost model's cycles for the graph op being lowered (`predict`)
+        self.previous_prediction = 0  # `prediction` of the last graph op that emitted code
+        # whether that op's code ends in vector work after its last product (an epilogue the next
+        # kernel's preparation moves ahead of: prefetch_hoist.ends_in_vector_epilogue)
+        self.previous_epilogue = False
         self.previous_nest: NestRecord | None = None  # the last top-level nest (`stage`)
         self._stage_depth = 0
         self._nest_spad = self._nest_acc = 0  # the current top-level nest's local bytes so far

@@ -66,7 +66,7 @@ from infer.passes.graph_to_tile.context import (
     no_lowering_error,
 )
 from infer.passes.graph_to_tile.copies import copy_dram
-from infer.passes.graph_to_tile.prefetch_hoist import hoist_weight_prefetches
+from infer.passes.graph_to_tile.prefetch_hoist import ends_in_vector_epilogue, hoist_weight_prefetches
 from infer.passes.graph_to_tile.lowerings import check_types, lowering_for
 from infer.target.hw import load_config
 
@@ -248,6 +248,13 @@ class FunctionLowering:
             deferred, self.ctx.deferred = self.ctx.deferred, []
             roofline.tag(emitted, roofline.record_for(self.ctx, op, fused, without=deferred), self.ctx.prediction,
                          roofline.kernel_class(op))
+            if emitted is not None:
+                self.ctx.previous_prediction = self.ctx.prediction
+                ops, at = [], emitted
+                while at is not None and at is not last_before:
+                    ops.append(at)
+                    at = at.prev_op
+                self.ctx.previous_epilogue = ends_in_vector_epilogue(ops[::-1])
             for later in deferred:  # (a kernel's op its lowering left to a kernel of its own)
                 self.lower_op(later)
             if deferred and isinstance(op, g.KernelOp) and op.yield_op is not None:

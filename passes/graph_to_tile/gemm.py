@@ -232,6 +232,17 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         hint = (weight.owner.weight_key if isinstance(weight.owner, g.WeightOp) else f"{name}.weight") + ".packed"
         packs = packed_weight_parts(ctx, hint, blocked)
     bias_row = em.view(ctx.buffer(bias), (1, N)) if bias is not None else None
+    # one (m, n) tile: no loop encloses the nest
+    single = batches == 1 and M <= TM and N <= TN
+    # the bias as the accumulator's starting value (bias_in_accumulator): its row is loaded
+    # first, ahead of the weights, into a tile of its own
+    bias_first = single and bias_row is not None and bias_in_accumulator(ctx, TM, TN)
+    bias_tile = None
+    if bias_first:
+        ctx.debug(f"[graph-to-tile] {name}: the accumulator starts as the bias rows (filled before "
+                  f"the kernel before's epilogue, predicted {ctx.previous_prediction} cycles)")
+        bias_tile = em.alloc((1, TN), f32, "spad")
+        em.dma(bias_row, [0, 0], bias_tile, [0, 0], [1, N])
     # the whole packed weight prefetched across the kernel boundary when it fits (see
     # prefetch_weights): no weight DMA in the loop nest
     resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TKw * TN * 2 * copies, acc_need) if packs else None
@@ -245,8 +256,6 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             ([f"weights resident ({resident.hi.type}), loaded during the kernel before"] if resident is not None else [])
             + ([f"activations resident per m tile ([{TM}, {K}]), whole-K weight tiles"] if resident_x else []))
             + f": est {estimate.cycles} cycles")
-    # one (m, n) tile: no loop encloses the nest
-    single = batches == 1 and M <= TM and N <= TN
     # the kept activations as one bf16 operand for the whole nest (see _whole_operand)
     x_whole = _whole_operand(ctx, x_on_chip, lhs_buffer, M, K, spad_need, activation) if (
         resident is not None and batches == 1 and copies == 1 and M > TM) else None
@@ -280,7 +289,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     # "Accumulator space")
     ring = 1 if single else 2
     acc = em.alloc((TM, TN), f32, "acc", ring)
-    bias_tile = em.alloc((1, TN), f32, "spad", 2) if bias_row is not None else None
+    if bias_row is not None and bias_tile is None:
+        bias_tile = em.alloc((1, TN), f32, "spad", 2)
     # the norm epilogue: its temporary [TM, N], row statistics and scale (and bias) rows, DMAd once
     norm_tiles = None
     if norm_rows:
@@ -299,15 +309,20 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     def tile_body(b: Index, m0: Index, tm: int, n_tile: Index, n0: Index, tn: int) -> None:
         z = [0, 0]
         early_bias = single and bias_row is not None and bias_tile is not None
-        if early_bias:
+        if early_bias and not bias_first:
             # before the k loop: in a nest without loops the planner would otherwise give the bias
             # row the weight tile's bytes, and its load would wait for the last matmul
             em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
+        if bias_first:  # the accumulator starts as the bias rows; every product adds to it
+            assert bias_tile is not None
+            em.fill(acc, z, tm, tn, 0.0)
+            em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
+        first_writes = not bias_first  # (the first product overwrites the accumulator)
 
         def k_step(k0: Index, tk: int, tiles: _StepTiles = loop_tiles, first: bool = False) -> None:
             stage_x(em.add(em.mul(b, M) if lhs_full else 0, m0), k0, tm, tk, (0, 0), tiles)
             if resident is not None:
-                emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, tn, overwrite=first,
+                emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, tn, overwrite=first and first_writes,
                                   rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
                 return
             w = tiles.w
@@ -321,11 +336,11 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 rhs_row = em.add(em.mul(b, K) if rhs_full else 0, k0)
                 em.dma(rhs_view, [rhs_row, n0], tiles.w_staging, [0, 0], [tk, tn])
                 split_on_chip(em, tiles.w_staging, w, tk, tn)
-            emit_tile_product(ctx, tiles.x, w, acc, tm, tk, tn, overwrite=first)
+            emit_tile_product(ctx, tiles.x, w, acc, tm, tk, tn, overwrite=first and first_writes)
 
         if x_whole is not None:  # whole K in place: the first product writes the accumulator
             assert resident is not None
-            emit_tile_product(ctx, x_whole, resident, acc, tm, K, tn, overwrite=True,
+            emit_tile_product(ctx, x_whole, resident, acc, tm, K, tn, overwrite=first_writes,
                               lhs_at=(m0, 0), rhs_at=(em.mul(n_tile, Kp), 0))
         elif resident_x:
             w_row = em.mul(n_tile, Kp)
@@ -333,14 +348,15 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 for part, dst in zip(packs, (w_tile.hi, w_tile.lo), strict=False):
                     if dst is not None:
                         em.dma(part, [w_row, 0], dst, [0, 0], [K, TN])
-            emit_tile_product(ctx, x_tile, w_tile, acc, tm, K, tn, overwrite=True, rhs_at=(w_row, 0) if resident is not None else (0, 0))
+            emit_tile_product(ctx, x_tile, w_tile, acc, tm, K, tn, overwrite=first_writes, rhs_at=(w_row, 0) if resident is not None else (0, 0))
         elif sequence is not None:
             for i, k0 in enumerate(range(0, K, TK)):
                 k_step(k0, min(TK, K - k0), sequence[i % 2], first=i == 0)
         else:
-            em.fill(acc, [0, 0], tm, tn, 0.0)
+            if first_writes:
+                em.fill(acc, [0, 0], tm, tn, 0.0)
             em.tiles(K, TK, k_step)
-        if bias_row is not None and bias_tile is not None:
+        if bias_row is not None and bias_tile is not None and not bias_first:
             if not early_bias:
                 em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
@@ -425,6 +441,29 @@ def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Seq
 #: a one-tile nest of at most this many k steps emits them in sequence, without an accumulator
 #: fill (latency-bound targets; see lower_gemm)
 SEQUENCED_K_STEPS = 3
+
+#: the share of the kernel before's predicted cycles that a one-tile nest's bias fill may take
+#: (bias_in_accumulator)
+BIAS_FILL_SHARE = 0.1
+
+
+def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int) -> bool:
+    """Whether a one-tile nest with a bias starts its accumulator as the bias rows (a fill and a
+    row add before the products, which then all accumulate) instead of adding the bias after
+    its last product. On a latency-bound target the kernel's accumulator preparation runs ahead
+    of the kernel before's epilogue (prefetch_hoist.py), beside that kernel's products, so the
+    pass comes off the path from this kernel's last matmul to its consumers (the attention
+    after q/k/v, the layer norm after o and down). Taken where those two passes take at most
+    BIAS_FILL_SHARE of the kernel before's predicted cycles: a wider fill (MiniLM's FFN up
+    projection, 128 x 1536 after the 128 x 384 o projection) holds up the kernel before's
+    epilogue on the in-order vector unit for longer than the add it saves (docs/tiling.md,
+    "The bias in the accumulator")."""
+    hw = ctx.hw
+    if not latency_bound(hw):
+        return False
+    cost = hw.vector.cost
+    fill = -(-tm * tn // hw.vector.lanes) * (cost.get("mul", 1) + cost.get("add", 1))
+    return ctx.previous_epilogue and fill <= BIAS_FILL_SHARE * ctx.previous_prediction
 
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it
 #: (a transformer layer's q, k and v projections of the rows before them)

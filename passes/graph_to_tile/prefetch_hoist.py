@@ -72,6 +72,15 @@ def _is_weight(value) -> bool:
     return isinstance(t.root_buffer(value).owner, t.WeightOp)
 
 
+def ends_in_vector_epilogue(ops: list[Operation]) -> bool:
+    """Whether a kernel's ops (in order) have vector work after their last top-level op that
+    holds a matmul: the epilogue the next kernel's operand preparation moves ahead of
+    (`_operand_preparation`)."""
+    last = max((i for i, op in enumerate(ops) if _holds_matmul(op)), default=None)
+    return last is not None and any(isinstance(o, t.VectorOp | t.FillOp)
+                                    for op in ops[last + 1:] for o in op.walk())
+
+
 def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
     `preparation` its operand preparation (module docstring); returns how many DMAs moved."""
@@ -158,7 +167,7 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
     and the op touches, and reads allocs nothing there writes. None unless the kernel before has
     vector work after the anchor (an epilogue for them to overtake)."""
     tail = [op for op in before if position[op] > position[anchor]]
-    if not any(isinstance(o, t.VectorOp | t.FillOp) for op in tail for o in op.walk()):
+    if not ends_in_vector_epilogue(before):
         return []
     blocked_writes: set = set()
     blocked_touches: set = set()
