@@ -173,7 +173,7 @@ class FunctionLowering:
                 copy_dram(ctx, ctx.buffer(value), output, shape_of(value))
         self._tag_layers(old)
         if latency_bound(ctx.hw):
-            hoist_weight_prefetches(self.block)
+            hoist_weight_prefetches(self.block, queue_depth=ctx.hw.matrix.queue_depth)
         ctx.emitter.insert(func.ReturnOp())
         new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(self.in_types + self.out_types, []),
                           Region(self.block), fn.sym_visibility)

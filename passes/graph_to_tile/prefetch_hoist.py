@@ -15,7 +15,13 @@ tile-to-npu's op markers make (a top-level `tile.alloc` after ops that emit code
 a kernel that would keep no alloc of its own is left as it is. The moved DMAs read weights,
 which nothing writes, into buffers no op before them touches, so moving them up changes no
 value; the memory plan sees the buffers live from their new first touch. The op report counts
-those DMAs (their cycles and DRAM bytes) in the kernel before.
+those DMAs (their cycles and DRAM bytes) in the kernel before. Where the products after the
+kernel before's first product loop fill the matrix unit's queue and no DRAM load of that
+kernel follows, the DMAs go after that first loop instead (`_dma_anchor`): the front end, held
+by the queue until it has dispatched most of that kernel's products, issues them about a
+kernel's products earlier (MiniLM's
+FFN down projection: 142,624 -> 141,540 cycles on server; the SmolLM2 decode step 256,326 ->
+250,729; docs/paged-kv.md "The next kernel's weights requested a kernel earlier").
 
 The kernel's operand preparation moves there too (after the DMAs, if any) when the kernel
 before has an epilogue on the vector unit after that point (`_operand_preparation`): the vector
@@ -34,13 +40,13 @@ they are. On server (bf16): MiniLM seq 128 151,042 -> 146,862 cycles, the Llama 
 
 from __future__ import annotations
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import UnitAttr
 from xdsl.ir import Block, Operation
 
 from infer.dialects import tile as t
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
-from infer.passes.tile_to_npu.common import accessed_buffers
+from infer.passes.tile_to_npu.common import accessed_buffers, trip_count
 
 _NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
 
@@ -81,9 +87,11 @@ def ends_in_vector_epilogue(ops: list[Operation]) -> bool:
                                     for op in ops[last + 1:] for o in op.walk())
 
 
-def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
+def hoist_weight_prefetches(block: Block, preparation: bool = True, queue_depth: int = 0) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
-    `preparation` its operand preparation (module docstring); returns how many DMAs moved."""
+    `preparation` its operand preparation (module docstring); returns how many DMAs moved.
+    `queue_depth`: the matrix unit's instruction queue (`_dma_anchor`; 0: after the last
+    product nest always)."""
     kernels = _kernels(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
@@ -113,11 +121,15 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
         own = [op for op in kernel if isinstance(op, t.AllocOp) and op not in allocs]
         if not own:
             continue  # the kernel would lose its start: leave it
-        # the operands of the moved DMAs made after the anchor (index constants, views of the
-        # weights) move with them; anything else made there leaves the kernel as it is
+        # the DMAs after the kernel before's first product loop where the front end waits for
+        # the array after it (_dma_anchor), the preparation after `anchor`, before its epilogue
+        dma_anchor = _dma_anchor(before, anchor, queue_depth) if run else anchor
+
+        # the operands of the moved DMAs made after the DMAs' anchor (index constants, views of
+        # the weights) move with them; anything else made there leaves the kernel as it is
         def later(v) -> bool:
             return (isinstance(v.owner, Operation) and v.owner.parent_block() is block
-                    and position[v.owner] > position[anchor])
+                    and position[v.owner] > position[dma_anchor])
 
         helpers = sorted({v.owner for op in [*run, *preps] for v in op.operands
                           if v.owner not in allocs and later(v)},
@@ -136,8 +148,14 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
         for alloc in sorted(allocs, key=lambda a: position[a]):
             alloc.detach()
             block.insert_op_before(alloc, first_code)
-        after = anchor
-        for op in [*helpers, *run, *preps]:
+        after = dma_anchor
+        for op in [*helpers, *run]:
+            op.detach()
+            block.insert_op_after(op, after)
+            after = op
+        if dma_anchor is not anchor:
+            after = anchor
+        for op in preps:
             op.detach()
             block.insert_op_after(op, after)
             after = op
@@ -145,6 +163,41 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True) -> int:
             op.attributes[t.PREFETCH_FOR_NEXT_ATTR] = UnitAttr()
         moved += len(run)
     return moved
+
+
+def _dma_anchor(before: list[Operation], anchor: Operation, queue_depth: int) -> Operation:
+    """Where the next kernel's weight DMAs go in the kernel before: after its first top-level
+    product loop when the products after it fill the matrix unit's queue (`queue_depth`
+    instructions, a weight load and a matmul each: the front end, which dispatches in order,
+    waits there for the array until it has dispatched all but the last few; MiniLM's FFN down
+    projection got its 1.2 MB of weights ~900 cycles after the up projection's last matmul) and
+    no DRAM loads of that kernel come after it; otherwise `anchor` (after its last product nest
+    and loads: the load engine is in order, and a later load of that kernel, a k step's
+    activations or an epilogue's residual, would wait behind the weights). A kernel whose
+    first product is a lone `tile.matmul` (an attention's heads) keeps `anchor` too: there
+    tile-to-npu emitted the moved DMAs behind a front-end wait for the kernel's last matmul, and
+    they went out later than from `anchor` (the transformer block of bench_compiler_gemm.py,
+    the o projection's weights in its 4-head attention: 11,076 -> 11,922 cycles). The moved
+    buffers are kept apart from the kernel before's (`tile.live_from_previous`), so its
+    products do not touch them."""
+    products = [i for i, op in enumerate(before) if _holds_matmul(op)]
+    if len(products) < 2 or not isinstance(before[products[0]], scf.ForOp):
+        return anchor
+    later = before[products[0] + 1:]
+    if 2 * sum(_matmuls(op) for op in later) <= queue_depth:
+        return anchor
+    if any(isinstance(o, t.DmaOp) and t.space_of(o.src) == "dram" for op in later for o in op.walk()):
+        return anchor
+    return before[products[0]]
+
+
+def _matmuls(op: Operation) -> int:
+    """How many matmuls op runs: its `tile.matmul`s, each loop's body times its trip count
+    (a loop whose count is not known at compile time counts once)."""
+    if isinstance(op, t.MatmulOp):
+        return 1
+    inner = sum(_matmuls(o) for region in op.regions for block in region.blocks for o in block.ops)
+    return inner * max(1, trip_count(op)) if isinstance(op, scf.ForOp) else inner
 
 
 def _buffers(op: Operation) -> tuple[set, set]:

@@ -138,7 +138,7 @@ def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
         return y, counters.cycles, order
 
     y1, cycles1, order1 = run()
-    monkeypatch.setattr(driver, "hoist_weight_prefetches", lambda block: 0)
+    monkeypatch.setattr(driver, "hoist_weight_prefetches", lambda block, **_: 0)
     y0, cycles0, order0 = run()
     assert order1 != order0  # DMAs moved up
     assert y1.tobytes() == y0.tobytes()
