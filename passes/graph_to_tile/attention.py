@@ -17,10 +17,10 @@ tile carries a column of ones after its Dv columns, so P.[V | 1] writes rsum(P) 
 Dv, and l = l*alpha + rsum(P) is O's last column, scaled with O by alpha: the vector unit's row
 sum of P and l's two column updates per score tile go (its softmax chain is what a score tile
 waits for). The sum is the matrix unit's fp32 accumulation of the bf16 P it multiplies, not the
-vector unit's. Not with one key tile, whose softmax has only the row sum to drop: MiniLM on
-server, 146,862 -> 147,114 cycles (its kernel then fits tile-to-npu's semaphores with double
-buffers, slower here than the single buffers it had been degraded to: docs/tiling.md); nor
-in fp32 emulation, where it gained nothing (4 heads of 128 x 32: 5,003 -> 5,005 cycles; GQA
+vector unit's. With one key tile the softmax drops its row sum (MiniLM on server 141,540 ->
+139,764 cycles; in the twenty-second session, before the bias in the accumulator and the
+prefetch after the first product loop, it lost: 146,862 -> 147,114, docs/tiling.md). Not in
+fp32 emulation, where it gained nothing (4 heads of 128 x 32: 5,003 -> 5,005 cycles; GQA
 8/2 causal at 256: 29,550 both). Causal tiles above the diagonal are masked, or skipped where
 the tiling allows it (`tiling_cost.triangular_score_tiles`).
 
@@ -125,8 +125,6 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # (m = -inf makes alpha 0, 0 * alpha + x = x), but for O's zeros, which no longer come out
     # as +0 from a 0 + -0 sum
     one_key_tile = ONE_KEY_TILE_SOFTMAX and Skv <= TKV and not triangular
-    if one_key_tile:
-        ones = 0
     ctx.debug(tiling_cost.describe_choice(name, "attention", f"Sq={Sq} Skv={Skv} D={D} heads={Hq}/{Hkv} batch={B}"
                                           + (" causal" if causal else ""), choice)
               + f"\n[graph-to-tile] {name}:   flash tiles TQxTKV = {TQ}x{TKV} (score tile never leaves the chip)"
@@ -200,8 +198,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         # the cost model's cycles of the chosen tiling as emitted: its operands resident, or its
         # softmax over one key tile (no running statistics: fewer vector passes and a shorter
         # dependent chain per score tile)
-        one_tile_softmax = ({"epi_cost": ONE_KEY_TILE_SOFTMAX_COST, "softmax_ops": ONE_KEY_TILE_SOFTMAX_OPS
-                             + (1 if causal or op.mask is not None else 0)} if one_key_tile else {})
+        one_tile_softmax = ({"epi_cost": ONE_KEY_TILE_SOFTMAX_COST - ones, "softmax_ops": ONE_KEY_TILE_SOFTMAX_OPS
+                             - ones + (1 if causal or op.mask is not None else 0)} if one_key_tile else {})
         estimate = tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, replace(
             spec, interleave=interleave, interleaves=(interleave,), resident_operands=resident,
             **one_tile_softmax))
@@ -298,7 +296,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 p_exp = sb.p_tile.hi if sb.p_tile.lo is None else sb.p_staging
                 em.vec("exp", p_exp, z, sb.p_staging, z, tq, tkv)
                 if one_key_tile:
-                    em.vec("rsum", l_sum, z, p_exp, z, tq, tkv)
+                    if not ones:  # (with them, l is O's column Dv: P.[V | 1] writes it)
+                        em.vec("rsum", l_sum, z, p_exp, z, tq, tkv)
                 elif ones:  # l is O's column Dv: scaled with it, P's row sum added by P.[V | 1]
                     em.vec("mul", o, z, o, z, tq, Dv + 1, tmp, z, bmode="col")
                 else:
