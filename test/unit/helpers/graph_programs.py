@@ -19,6 +19,46 @@ def parse_with_weights(text: str, weights: dict[str, np.ndarray], filename: str 
     return module
 
 
+def norm_then_projections(M: int, K: int, widths: dict[str, int], *, chained: bool,
+                          seed: int) -> tuple[str, dict[str, np.ndarray]]:
+    """x [M, K] -> layer norm -> a linear projection (bias) per name in `widths` (its output
+    width), each reading the norm's output or, `chained`, the projection before it; the
+    function returns every projection (the last one when chained). (IR text, weights: the norm's
+    scale and shift, then each projection's weight and bias, drawn in that order.)"""
+    x = f"tensor<{M}x{K}xf32>"
+    lines, outs, src, width = [], [], "%h", K
+    for name, n in widths.items():
+        y = f"tensor<{M}x{n}xf32>"
+        lines += [f"  %w{name} = graph.weight @w{name} : tensor<{n}x{width}xf32>",
+                  f"  %b{name} = graph.weight @b{name} : tensor<{n}xf32>",
+                  f"  %{name} = graph.linear {src}, %w{name}, %b{name} : (tensor<{M}x{width}xf32>, "
+                  f"tensor<{n}x{width}xf32>, tensor<{n}xf32>) -> {y}"]
+        outs.append((name, y))
+        if chained:
+            src, width = f"%{name}", n
+    if chained:
+        outs = outs[-1:]
+    results = ", ".join(f'{y} {{graph.name = "{name}"}}' for name, y in outs)
+    text = f"""
+func.func @main(%x: {x} {{graph.name = "x"}}) -> ({results}) {{
+  %g = graph.weight @g : tensor<{K}xf32>
+  %e = graph.weight @e : tensor<{K}xf32>
+  %h = graph.layer_norm %x, %g, %e : ({x}, tensor<{K}xf32>, tensor<{K}xf32>) -> {x}
+{chr(10).join(lines)}
+  func.return {", ".join("%" + name for name, _ in outs)} : {", ".join(y for _, y in outs)}
+}}
+"""
+    rng = np.random.default_rng(seed)
+    weights = {"g": (1 + 0.1 * rng.standard_normal(K)).astype(np.float32),
+               "e": (0.1 * rng.standard_normal(K)).astype(np.float32)}
+    width = K
+    for name, n in widths.items():
+        weights[f"w{name}"] = (rng.standard_normal((n, width)) * 0.05).astype(np.float32)
+        weights[f"b{name}"] = rng.standard_normal(n).astype(np.float32)
+        width = n if chained else K
+    return text, weights
+
+
 def linear_chain(M: int, K: int, N1: int, N2: int) -> tuple[str, dict[str, np.ndarray]]:
     """x [M, K] -> linear (bias) -> relu -> linear (bias): two GEMM kernels in a row, the second
     reading the first's result; (IR text, weights)."""

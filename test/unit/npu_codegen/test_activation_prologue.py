@@ -13,7 +13,7 @@ import pytest
 
 from infer.passes.testing import apply_pass, run_entry
 
-from helpers.graph_programs import parse_with_weights
+from helpers.graph_programs import norm_then_projections, parse_with_weights
 from helpers.tile_programs import npu_matches_tile
 
 
@@ -147,28 +147,7 @@ def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
 
 def norm_then_two_projections(M: int, K: int = K) -> tuple[str, dict[str, np.ndarray]]:
     """x -> layer norm -> two linear projections of it (a transformer's q and k)."""
-    x = f"tensor<{M}x{K}xf32>"
-    text = f"""
-func.func @main(%x: {x} {{graph.name = "x"}}) -> ({x} {{graph.name = "q"}}, {x} {{graph.name = "k"}}) {{
-  %g = graph.weight @g : tensor<{K}xf32>
-  %e = graph.weight @e : tensor<{K}xf32>
-  %wq = graph.weight @wq : tensor<{K}x{K}xf32>
-  %bq = graph.weight @bq : tensor<{K}xf32>
-  %wk = graph.weight @wk : tensor<{K}x{K}xf32>
-  %bk = graph.weight @bk : tensor<{K}xf32>
-  %h = graph.layer_norm %x, %g, %e : ({x}, tensor<{K}xf32>, tensor<{K}xf32>) -> {x}
-  %q = graph.linear %h, %wq, %bq : ({x}, tensor<{K}x{K}xf32>, tensor<{K}xf32>) -> {x}
-  %k = graph.linear %h, %wk, %bk : ({x}, tensor<{K}x{K}xf32>, tensor<{K}xf32>) -> {x}
-  func.return %q, %k : {x}, {x}
-}}
-"""
-    rng = np.random.default_rng(6)
-    return text, {"g": (1 + 0.1 * rng.standard_normal(K)).astype(np.float32),
-                  "e": (0.1 * rng.standard_normal(K)).astype(np.float32),
-                  "wq": (rng.standard_normal((K, K)) * 0.05).astype(np.float32),
-                  "bq": rng.standard_normal(K).astype(np.float32),
-                  "wk": (rng.standard_normal((K, K)) * 0.05).astype(np.float32),
-                  "bk": rng.standard_normal(K).astype(np.float32)}
+    return norm_then_projections(M, K, {"q": K, "k": K}, chained=False, seed=6)
 
 
 @pytest.mark.parametrize("k_in,moved", [(384, "copy"), (512, "fill")])

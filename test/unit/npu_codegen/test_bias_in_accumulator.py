@@ -14,7 +14,7 @@ import pytest
 
 from infer.passes.testing import apply_pass, run_entry
 
-from helpers.graph_programs import parse_with_weights
+from helpers.graph_programs import norm_then_projections, parse_with_weights
 from helpers.tile_programs import npu_matches_tile
 
 M, K, F = 128, 384, 1536
@@ -22,33 +22,7 @@ M, K, F = 128, 384, 1536
 
 def norm_then_three_projections() -> tuple[str, dict[str, np.ndarray]]:
     """x -> layer norm -> q (384, bias) -> k (384, bias, reading q) -> u (1536, bias, reading k)."""
-    x, y = f"tensor<{M}x{K}xf32>", f"tensor<{M}x{F}xf32>"
-    text = f"""
-func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "u"}}) {{
-  %g = graph.weight @g : tensor<{K}xf32>
-  %e = graph.weight @e : tensor<{K}xf32>
-  %wq = graph.weight @wq : tensor<{K}x{K}xf32>
-  %bq = graph.weight @bq : tensor<{K}xf32>
-  %wk = graph.weight @wk : tensor<{K}x{K}xf32>
-  %bk = graph.weight @bk : tensor<{K}xf32>
-  %wu = graph.weight @wu : tensor<{F}x{K}xf32>
-  %bu = graph.weight @bu : tensor<{F}xf32>
-  %h = graph.layer_norm %x, %g, %e : ({x}, tensor<{K}xf32>, tensor<{K}xf32>) -> {x}
-  %q = graph.linear %h, %wq, %bq : ({x}, tensor<{K}x{K}xf32>, tensor<{K}xf32>) -> {x}
-  %k = graph.linear %q, %wk, %bk : ({x}, tensor<{K}x{K}xf32>, tensor<{K}xf32>) -> {x}
-  %u = graph.linear %k, %wu, %bu : ({x}, tensor<{F}x{K}xf32>, tensor<{F}xf32>) -> {y}
-  func.return %u : {y}
-}}
-"""
-    rng = np.random.default_rng(8)
-    return text, {"g": (1 + 0.1 * rng.standard_normal(K)).astype(np.float32),
-                  "e": (0.1 * rng.standard_normal(K)).astype(np.float32),
-                  "wq": (rng.standard_normal((K, K)) * 0.05).astype(np.float32),
-                  "bq": rng.standard_normal(K).astype(np.float32),
-                  "wk": (rng.standard_normal((K, K)) * 0.05).astype(np.float32),
-                  "bk": rng.standard_normal(K).astype(np.float32),
-                  "wu": (rng.standard_normal((F, K)) * 0.05).astype(np.float32),
-                  "bu": rng.standard_normal(F).astype(np.float32)}
+    return norm_then_projections(M, K, {"q": K, "k": K, "u": F}, chained=True, seed=8)
 
 
 def lower(target: str, precision: str, capsys) -> tuple[object, str]:

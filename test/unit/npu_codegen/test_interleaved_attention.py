@@ -166,23 +166,22 @@ def test_row_sums_on_the_matrix_unit(capsys, monkeypatch):
             tile_ops["widths"] = {op.n.value.data for op in module.walk() if isinstance(op, t.MatmulOp)}
 
     monkeypatch.setattr(sys.modules[__name__], "apply_pass", counting)
-    shape = (8, 2, 256, 64)
-    cycles, y, graph_ref, _ = compile_and_run(shape, True, capsys)
-    assert tile_ops["rsum"] == 0 and 65 in tile_ops["widths"], tile_ops
-    np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
-    monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", False)
-    cycles_vector, y_vector, _, _ = compile_and_run(shape, True, capsys)
-    assert tile_ops["rsum"] > 0 and 65 not in tile_ops["widths"], tile_ops
-    np.testing.assert_allclose(y_vector, graph_ref, rtol=5e-2, atol=5e-2)
-    assert cycles < cycles_vector, (cycles, cycles_vector)
+
+    def on_the_matrix_unit(shape: tuple[int, int, int, int], causal: bool) -> None:
+        """P.[V | 1] (Dv + 1 columns, no rsum) with the flag, the vector unit's rsum without it."""
+        widened = shape[3] + 1
+        monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", True)
+        cycles, y, graph_ref, _ = compile_and_run(shape, causal, capsys)
+        assert tile_ops["rsum"] == 0 and widened in tile_ops["widths"], tile_ops
+        np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
+        monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", False)
+        cycles_vector, y_vector, _, _ = compile_and_run(shape, causal, capsys)
+        assert tile_ops["rsum"] > 0 and widened not in tile_ops["widths"], tile_ops
+        np.testing.assert_allclose(y_vector, graph_ref, rtol=5e-2, atol=5e-2)
+        assert cycles < cycles_vector, (shape, cycles, cycles_vector)
+
+    on_the_matrix_unit((8, 2, 256, 64), True)
+    on_the_matrix_unit((4, 4, 128, 32), False)  # one key tile
     monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", True)
-    compile_and_run(shape, True, capsys, precision="fp32")
+    compile_and_run((8, 2, 256, 64), True, capsys, precision="fp32")
     assert tile_ops["rsum"] > 0 and 65 not in tile_ops["widths"], tile_ops
-    one_key = (4, 4, 128, 32)
-    cycles, y, graph_ref, _ = compile_and_run(one_key, False, capsys)
-    assert tile_ops["rsum"] == 0 and 33 in tile_ops["widths"], tile_ops
-    np.testing.assert_allclose(y, graph_ref, rtol=5e-2, atol=5e-2)
-    monkeypatch.setattr(attention, "ROW_SUMS_ON_MATRIX", False)
-    cycles_vector, _, _, _ = compile_and_run(one_key, False, capsys)
-    assert tile_ops["rsum"] > 0 and 33 not in tile_ops["widths"], tile_ops
-    assert cycles < cycles_vector, (cycles, cycles_vector)
