@@ -465,6 +465,7 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int) -> bool:
     fill = -(-tm * tn // hw.vector.lanes) * (cost.get("mul", 1) + cost.get("add", 1))
     return ctx.previous_epilogue and fill <= BIAS_FILL_SHARE * ctx.previous_prediction
 
+
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it
 #: (a transformer layer's q, k and v projections of the rows before them)
 KEPT_RESULT_READERS = 3

@@ -19,9 +19,9 @@ those DMAs (their cycles and DRAM bytes) in the kernel before. Where the product
 kernel before's first product loop fill the matrix unit's queue and no DRAM load of that
 kernel follows, the DMAs go after that first loop instead (`_dma_anchor`): the front end, held
 by the queue until it has dispatched most of that kernel's products, issues them about a
-kernel's products earlier (MiniLM's
-FFN down projection: 142,624 -> 141,540 cycles on server; the SmolLM2 decode step 256,326 ->
-250,729; docs/paged-kv.md "The next kernel's weights requested a kernel earlier").
+kernel's products earlier (MiniLM's FFN down projection: 142,624 -> 141,540 cycles on server;
+the SmolLM2 decode step 256,326 -> 250,729; docs/paged-kv.md "The next kernel's weights
+requested a kernel earlier").
 
 The kernel's operand preparation moves there too (after the DMAs, if any) when the kernel
 before has an epilogue on the vector unit after that point (`_operand_preparation`): the vector
@@ -80,8 +80,8 @@ def _is_weight(value) -> bool:
 
 def ends_in_vector_epilogue(ops: list[Operation]) -> bool:
     """Whether a kernel's ops (in order) have vector work after their last top-level op that
-    holds a matmul: the epilogue the next kernel's operand preparation moves ahead of
-    (`_operand_preparation`)."""
+    holds a matmul: an epilogue the next kernel's operand preparation can move ahead of
+    (`_operand_preparation`, which looks after the epilogue's loads)."""
     last = max((i for i, op in enumerate(ops) if _holds_matmul(op)), default=None)
     return last is not None and any(isinstance(o, t.VectorOp | t.FillOp)
                                     for op in ops[last + 1:] for o in op.walk())
@@ -220,7 +220,7 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
     and the op touches, and reads allocs nothing there writes. None unless the kernel before has
     vector work after the anchor (an epilogue for them to overtake)."""
     tail = [op for op in before if position[op] > position[anchor]]
-    if not ends_in_vector_epilogue(before):
+    if not any(isinstance(o, t.VectorOp | t.FillOp) for op in tail for o in op.walk()):
         return []
     blocked_writes: set = set()
     blocked_touches: set = set()
