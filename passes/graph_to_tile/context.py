@@ -171,6 +171,10 @@ class LoweringContext:
         # whether that op's code ends in vector work after its last product (an epilogue the next
         # kernel's preparation moves ahead of: prefetch_hoist.ends_in_vector_epilogue)
         self.previous_epilogue = False
+        # whether it ends in its products, nothing after its last matmul on the vector unit
+        # (prefetch_hoist.ends_in_products), and its results' DRAM buffers
+        self.previous_drains = False
+        self.previous_outputs: list[SSAValue] = []
         self.previous_nest: NestRecord | None = None  # the last top-level nest (`stage`)
         self._stage_depth = 0
         self._nest_spad = self._nest_acc = 0  # the current top-level nest's local bytes so far

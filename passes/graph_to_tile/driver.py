@@ -66,7 +66,7 @@ from infer.passes.graph_to_tile.context import (
     no_lowering_error,
 )
 from infer.passes.graph_to_tile.copies import copy_dram
-from infer.passes.graph_to_tile.prefetch_hoist import ends_in_vector_epilogue, hoist_weight_prefetches
+from infer.passes.graph_to_tile.prefetch_hoist import ends_in_products, ends_in_vector_epilogue, hoist_weight_prefetches
 from infer.passes.graph_to_tile.lowerings import check_types, lowering_for
 from infer.target.hw import load_config
 
@@ -255,6 +255,8 @@ class FunctionLowering:
                     ops.append(at)
                     at = at.prev_op
                 self.ctx.previous_epilogue = ends_in_vector_epilogue(ops[::-1])
+                self.ctx.previous_drains = ends_in_products(ops[::-1])
+                self.ctx.previous_outputs = [self.ctx.buffers[r] for r in op.results if r in self.ctx.buffers]
             for later in deferred:  # (a kernel's op its lowering left to a kernel of its own)
                 self.lower_op(later)
             if deferred and isinstance(op, g.KernelOp) and op.yield_op is not None:

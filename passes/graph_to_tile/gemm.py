@@ -18,7 +18,9 @@ An activation prologue (graph-fuse-activation-prologue: a GELU moved here from t
 before) is applied where the activations are staged: the rounding copy of each step's slice
 becomes the activation's instruction writing bf16 (fp32 emulation: writing the fp32 tile that is
 then split), so the bits are those of the activation computed by the kernel before and rounded
-here, and the vector unit activates the next slices while the array multiplies.
+here, and the vector unit activates the next slices while the array multiplies. Where the
+producer's bias moved with it, each slice first gets the bias row added into the fp32 staging
+tile the activation reads (the producer's sum, computed here).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from infer.passes.graph_to_tile.vector_math import activation_instruction
 
 #: ctx.derived key (with the product op): its activation prologue (takes_activation_prologue)
 ACTIVATION_PROLOGUE = "activation prologue"
+#: ctx.derived key (with the product op): the bias add before its activation prologue
+PROLOGUE_BIAS = "prologue bias"
 
 
 def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
@@ -64,6 +68,10 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     prologue_op = ctx.derived.pop((ACTIVATION_PROLOGUE, op), None)
     # the activation applied to the activations as they are staged (None: a rounding copy)
     activation = activation_instruction(prologue_op) if prologue_op is not None else None
+    # the bias row added to them first (the producer's, moved here with its activation)
+    prologue_bias = ctx.derived.pop((PROLOGUE_BIAS, op), None)
+    if prologue_bias is not None:
+        prologue_op = prologue_bias  # (its input is the product's source)
     norm = epilogue[-1] if epilogue and isinstance(epilogue[-1], g.NormOp) else None
     sum_out = None  # the rows before the norm, where the kernel returns them too
     if norm is not None:  # (the norm's result; `result` below: the rows it normalises)
@@ -236,13 +244,18 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     single = batches == 1 and M <= TM and N <= TN
     # the bias as the accumulator's starting value (bias_in_accumulator): its row is loaded
     # first, ahead of the weights, into a tile of its own
-    bias_first = single and bias_row is not None and bias_in_accumulator(ctx, TM, TN)
+    bias_first = single and bias_row is not None and bias_in_accumulator(ctx, TM, TN, lhs_buffer)
     bias_tile = None
     if bias_first:
         ctx.debug(f"[graph-to-tile] {name}: the accumulator starts as the bias rows (filled before "
                   f"the kernel before's epilogue, predicted {ctx.previous_prediction} cycles)")
         bias_tile = em.alloc((1, TN), f32, "spad")
         em.dma(bias_row, [0, 0], bias_tile, [0, 0], [1, N])
+    # the activation prologue's bias row [1, K], loaded once at the kernel's start
+    prologue_row = None
+    if prologue_bias is not None:
+        prologue_row = em.alloc((1, K), f32, "spad")
+        em.dma(em.view(ctx.buffer(prologue_bias.operands[1]), (1, K)), [0, 0], prologue_row, [0, 0], [1, K])
     # the whole packed weight prefetched across the kernel boundary when it fits (see
     # prefetch_weights): no weight DMA in the loop nest
     resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TKw * TN * 2 * copies, acc_need) if packs else None
@@ -258,7 +271,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             + f": est {estimate.cycles} cycles")
     # the kept activations as one bf16 operand for the whole nest (see _whole_operand)
     x_whole = _whole_operand(ctx, x_on_chip, lhs_buffer, M, K, spad_need, activation) if (
-        resident is not None and batches == 1 and copies == 1 and M > TM) else None
+        resident is not None and batches == 1 and copies == 1 and M > TM and prologue_row is None) else None
     if x_whole is not None:
         resident_x = False
         ctx.debug(f"[graph-to-tile] {name}: activations kept on chip, one bf16 operand [{M}, {K}] for every tile")
@@ -388,11 +401,20 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         z = [0, 0]
         if x_on_chip is None:
             em.dma(xv, [row0, k0], x_staging, z, [tm, tk])
+            if prologue_row is not None:  # the producer's bias, then its activation
+                em.vec("add", x_staging, z, x_staging, z, tm, tk, prologue_row, [0, k0], bmode="row")
             if activation is not None and x_tile.lo is None:  # activated as it is rounded
                 em.vec(activation, x_tile.hi, dst_at, x_staging, z, tm, tk)
                 return
             if activation is not None:
                 em.vec(activation, x_staging, z, x_staging, z, tm, tk)
+            split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
+        elif prologue_row is not None:  # the kept rows plus the producer's bias, activated
+            em.vec("add", x_staging, z, x_on_chip, [row0, k0], tm, tk, prologue_row, [0, k0], bmode="row")
+            if x_tile.lo is None:
+                em.vec(activation or "copy", x_tile.hi, dst_at, x_staging, z, tm, tk)
+                return
+            em.vec(activation or "copy", x_staging, z, x_staging, z, tm, tk)
             split_on_chip(em, x_staging, x_tile, tm, tk, dst_at=dst_at)
         elif x_tile.lo is None:  # one rounding copy (or the activation) reads the kept rows in place
             em.vec(activation or "copy", x_tile.hi, dst_at, x_on_chip, [row0, k0], tm, tk)
@@ -427,13 +449,23 @@ class _StepTiles(NamedTuple):
 def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[Operation]) -> bool:
     """The prologue check for a linear/matmul on a dense weight: True (and the activation recorded
     for lower_gemm) when the prologue is one activation with a one-instruction vector lowering
-    (`vector_math.activation_instruction`) that makes the product's activations."""
-    if len(prologue) != 1 or activation_instruction(prologue[0]) is None:
+    (`vector_math.activation_instruction`) that makes the product's activations, optionally
+    after the producer's bias row added to its input (graph-fuse-activation-prologue moves it
+    with the activation: a `graph.add` of a [K] vector read by the activation only)."""
+    if not prologue or len(prologue) > 2 or activation_instruction(prologue[-1]) is None:
         return False
-    activation = prologue[0]
+    activation = prologue[-1]
     if op.operands[0] is not activation.results[0] or any(
             use.operation is not op or use.index != 0 for use in activation.results[0].uses):
         return False
+    if len(prologue) == 2:
+        add = prologue[0]
+        if (not isinstance(add, g.AddOp) or activation.operands[0] is not add.results[0]
+                or len(list(add.results[0].uses)) != 1
+                or shape_of(add.operands[1]) != shape_of(add.results[0])[-1:]
+                or shape_of(add.operands[0]) != shape_of(add.results[0])):
+            return False
+        ctx.derived[(PROLOGUE_BIAS, op)] = add
     ctx.derived[(ACTIVATION_PROLOGUE, op)] = activation
     return True
 
@@ -447,23 +479,37 @@ SEQUENCED_K_STEPS = 3
 BIAS_FILL_SHARE = 0.1
 
 
-def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int) -> bool:
+def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAValue) -> bool:
     """Whether a one-tile nest with a bias starts its accumulator as the bias rows (a fill and a
     row add before the products, which then all accumulate) instead of adding the bias after
-    its last product. On a latency-bound target the kernel's accumulator preparation runs ahead
-    of the kernel before's epilogue (prefetch_hoist.py), beside that kernel's products, so the
-    pass comes off the path from this kernel's last matmul to its consumers (the attention
-    after q/k/v, the layer norm after o and down). Taken where those two passes take at most
-    BIAS_FILL_SHARE of the kernel before's predicted cycles: a wider fill (MiniLM's FFN up
-    projection, 128 x 1536 after the 128 x 384 o projection) holds up the kernel before's
-    epilogue on the in-order vector unit for longer than the add it saves (docs/tiling.md,
-    "The bias in the accumulator")."""
+    its last product, so the pass comes off the path from this kernel's last matmul to its
+    consumers (the attention after q/k/v, the layer norm after o and down). On a latency-bound
+    target, where the two passes are hidden:
+    - the kernel before ends in an epilogue on the vector unit (`previous_epilogue`): the fill
+      is accumulator preparation, which prefetch_hoist.py moves ahead of that epilogue, beside
+      that kernel's products; or
+    - the kernel before ends in its products, no vector work after its last matmul
+      (`previous_drains`), and this nest's activations are its result (`lhs_buffer`,
+      `previous_outputs`): the nest's
+      first vector work, staging them, waits for that kernel's last matmul to drain anyway, and
+      the fill takes no longer than the drain (MiniLM's FFN down projection after an up
+      projection whose bias and GELU moved into it);
+    and the two passes take at most BIAS_FILL_SHARE of the kernel before's predicted cycles: a
+    wider fill (MiniLM's FFN up projection, 128 x 1536 after the 128 x 384 o projection) holds
+    up the kernel before's epilogue on the in-order vector unit for longer than the add it
+    saves. After a kernel that ends in other vector work (an attention's last heads) the fill
+    sits before this kernel's first matmul (docs/tiling.md, "The bias in the accumulator")."""
     hw = ctx.hw
     if not latency_bound(hw):
         return False
     cost = hw.vector.cost
     fill = -(-tm * tn // hw.vector.lanes) * (cost.get("mul", 1) + cost.get("add", 1))
-    return ctx.previous_epilogue and fill <= BIAS_FILL_SHARE * ctx.previous_prediction
+    if fill > BIAS_FILL_SHARE * ctx.previous_prediction:
+        return False
+    if ctx.previous_epilogue:
+        return True
+    return (ctx.previous_drains and fill <= hw.matrix.fill_drain_cycles
+            and any(lhs_buffer is b for b in ctx.previous_outputs))
 
 
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it

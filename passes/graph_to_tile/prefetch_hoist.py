@@ -87,6 +87,15 @@ def ends_in_vector_epilogue(ops: list[Operation]) -> bool:
                                     for op in ops[last + 1:] for o in op.walk())
 
 
+def ends_in_products(ops: list[Operation]) -> bool:
+    """Whether ops (in order, nested ops included) hold a matmul and no vector work after their
+    last one (no epilogue, nor an attention's last heads inside its loop): what comes after
+    them waits for the matrix unit to drain."""
+    walked = [o for op in ops for o in op.walk()]
+    last = max((i for i, o in enumerate(walked) if isinstance(o, t.MatmulOp)), default=None)
+    return last is not None and not any(isinstance(o, t.VectorOp | t.FillOp) for o in walked[last + 1:])
+
+
 def hoist_weight_prefetches(block: Block, preparation: bool = True, queue_depth: int = 0) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
     `preparation` its operand preparation (module docstring); returns how many DMAs moved.

@@ -36,6 +36,31 @@ func.func @ffn(%x: tensor<4x8xf32>, %w1: tensor<16x8xf32>, %w2: tensor<8x16xf32>
 // EDGE-NEXT:       graph.yield %g_1
 // EDGE-NOT:        graph.gelu
 
+// The bias of the producer's linear (a kernel input read by nothing else) moves with the
+// activation: added to the consumer's block argument before it, the linear left without it.
+func.func @ffn_bias(%x: tensor<4x8xf32>, %w1: tensor<16x8xf32>, %b1: tensor<16xf32>, %w2: tensor<8x16xf32>) -> tensor<4x8xf32> {
+  %h = graph.linear %x, %w1, %b1 : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %g = graph.gelu %h : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y = graph.linear %g, %w2 : (tensor<4x16xf32>, tensor<8x16xf32>) -> tensor<4x8xf32>
+  func.return %y : tensor<4x8xf32>
+}
+
+// CHECK-LABEL: func.func @ffn_bias(
+// CHECK:         %h = graph.kernel "matmul" (%x, %w1, %b1)
+// CHECK-NEXT:    ^bb0(%x_1: tensor<4x8xf32>, %w1_1: tensor<16x8xf32>, %b1_1: tensor<16xf32>):
+// CHECK-NEXT:      %h_1 = graph.linear %x_1, %w1_1 : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT:      graph.yield %h_1
+// CHECK:         %y = graph.kernel "matmul" (%h, %w2, %b1) : (tensor<4x16xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT:    ^bb0(%h_1: tensor<4x16xf32>, %w2_1: tensor<8x16xf32>, %b1_1: tensor<16xf32>):
+// CHECK-NEXT:      %[[SUM:.*]] = graph.add %h_1, %b1_1 : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT:      %g = graph.gelu %[[SUM]]
+// CHECK-NEXT:      %y_1 = graph.linear %g, %w2_1
+// CHECK-NEXT:      graph.yield %y_1
+
+// EDGE-LABEL: func.func @ffn_bias(
+// EDGE:            %g_1 = graph.gelu %h
+// EDGE-NEXT:       graph.yield %g_1
+
 // The activation stays where its result has another user, where the reader takes it as
 // something else than its activations, or where the activation's input is the kernel's input.
 func.func @stays(%x: tensor<4x8xf32>, %w1: tensor<16x8xf32>, %w2: tensor<8x16xf32>) -> (tensor<4x8xf32>, tensor<4x16xf32>) {

@@ -119,8 +119,9 @@ def test_one_tile_k_steps_in_sequence_without_a_fill(precision, monkeypatch):
 
 def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
     """On server the down projection's weight prefetch (cross-kernel, into buffers kept apart)
-    moves into the up projection, before its epilogue (prefetch_hoist.py): the front end
-    dispatches it without waiting behind that epilogue. The same bits as without the move."""
+    moves into the up projection, before its epilogue (prefetch_hoist.py; here its result's
+    store, its bias and GELU being the down projection's prologue): the front end dispatches it
+    without waiting behind that epilogue. The same bits as without the move."""
     from infer.dialects import tile as t
     from infer.passes.graph_to_tile import driver
 
@@ -132,8 +133,11 @@ def test_next_kernel_weights_prefetched_before_the_epilogue(monkeypatch):
         apply_pass("graph-prepare-tiling,graph-fuse-activation-prologue{target=server},"
                    "graph-to-tile{target=server precision=bf16},tile-plan-memory{target=server}", module)
         fn = next(op for op in module.walk() if op.name == "func.func")
-        order = [op.name for op in fn.body.block.ops if isinstance(op, t.DmaOp | t.VectorOp | t.MatmulOp)
-                 or op.name == "scf.for"]
+        # (a DMA named by its direction: with the up projection's bias moved into the down
+        # projection's prologue, the prefetch overtakes the up projection's store only)
+        order = [f"{op.name} from {t.space_of(op.src)}" if isinstance(op, t.DmaOp) else op.name
+                 for op in fn.body.block.ops
+                 if isinstance(op, t.DmaOp | t.VectorOp | t.MatmulOp) or op.name == "scf.for"]
         (y,), counters = npu_matches_tile(module, [x], "server")
         return y, counters.cycles, order
 

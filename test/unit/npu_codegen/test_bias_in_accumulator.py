@@ -5,7 +5,8 @@ follows its last matmul; a 128 x 1536 projection after a 128 x 384 one keeps its
 fill would take more than BIAS_FILL_SHARE of the kernel before's predicted cycles). The simulator
 is bit for bit the tile interpreter (race checker on), close to the graph interpreter, and the
 run takes fewer cycles than with every bias added after the products. Edge (not latency-bound)
-keeps its program."""
+keeps its program. And the second case: a down projection reading an up projection that ends in
+its products (its bias and GELU moved into the down projection's prologue)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from infer.passes.testing import apply_pass, run_entry
 
-from helpers.graph_programs import norm_then_projections, parse_with_weights
+from helpers.graph_programs import norm_then_projections, o_norm_ffn, parse_with_weights
 from helpers.tile_programs import npu_matches_tile
 
 M, K, F = 128, 384, 1536
@@ -75,3 +76,34 @@ def test_edge_adds_the_bias_after_the_products(monkeypatch, capsys):
     monkeypatch.setattr(gemm, "BIAS_FILL_SHARE", 0.0)
     module0, _ = lower("edge", "bf16", capsys)
     assert str(module1) == str(module0)
+
+
+def test_down_projection_after_products_that_drain(monkeypatch, capsys):
+    """With the FFN up projection's bias and GELU moved into the down projection's prologue
+    (graph-fuse-activation-prologue), the up projection ends in its products: the down
+    projection, which reads its result, starts from its own bias rows, its fill running while
+    the up projection's last matmul drains. Bit for bit the tile interpreter, close to the graph
+    interpreter, fewer cycles than with the bias added after its products."""
+    from infer.passes.graph_to_tile import gemm
+
+    rng = np.random.default_rng(15)
+    inputs = [rng.standard_normal((M, K)).astype(np.float32) for _ in range(2)]
+    graph_ref = run_entry(parse_with_weights(*o_norm_ffn(), "o_ffn.mlir"), inputs)[0]
+
+    def run() -> tuple[np.ndarray, int, list[str], list[str]]:
+        module = parse_with_weights(*o_norm_ffn(), "o_ffn.mlir")
+        capsys.readouterr()
+        apply_pass("graph-prepare-tiling,graph-fuse-activation-prologue{target=server},"
+                   "graph-to-tile{target=server precision=bf16 debug-tiling=true},"
+                   "tile-plan-memory{target=server}", module)
+        log = capsys.readouterr().err
+        (y,), counters = npu_matches_tile(module, inputs, "server")
+        return y, counters.cycles, linear_kernels(log), bias_first_kernels(log)
+
+    y1, cycles1, (_, _, down), first1 = run()
+    assert down in first1, (down, first1)
+    monkeypatch.setattr(gemm, "BIAS_FILL_SHARE", 0.0)
+    _, cycles0, _, first0 = run()
+    assert first0 == []
+    np.testing.assert_allclose(y1, graph_ref, rtol=5e-2, atol=5e-2)
+    assert cycles1 < cycles0, (cycles1, cycles0)

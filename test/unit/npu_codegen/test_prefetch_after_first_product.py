@@ -13,42 +13,10 @@ import numpy as np
 
 from infer.passes.testing import apply_pass, run_entry
 
-from helpers.graph_programs import parse_with_weights
+from helpers.graph_programs import o_norm_ffn, parse_with_weights
 from helpers.tile_programs import npu_matches_tile
 
 M, D, F = 128, 384, 1536
-
-
-def o_norm_ffn() -> tuple[str, dict[str, np.ndarray]]:
-    x, h = f"tensor<{M}x{D}xf32>", f"tensor<{M}x{F}xf32>"
-    text = f"""
-func.func @main(%a: {x} {{graph.name = "a"}}, %r: {x} {{graph.name = "r"}}) -> ({x} {{graph.name = "y"}}) {{
-  %wo = graph.weight @wo : tensor<{D}x{D}xf32>
-  %bo = graph.weight @bo : tensor<{D}xf32>
-  %g = graph.weight @g : tensor<{D}xf32>
-  %e = graph.weight @e : tensor<{D}xf32>
-  %w1 = graph.weight @w1 : tensor<{F}x{D}xf32>
-  %b1 = graph.weight @b1 : tensor<{F}xf32>
-  %w2 = graph.weight @w2 : tensor<{D}x{F}xf32>
-  %b2 = graph.weight @b2 : tensor<{D}xf32>
-  %o = graph.linear %a, %wo, %bo : ({x}, tensor<{D}x{D}xf32>, tensor<{D}xf32>) -> {x}
-  %s = graph.add %o, %r : ({x}, {x}) -> {x}
-  %n = graph.layer_norm %s, %g, %e : ({x}, tensor<{D}xf32>, tensor<{D}xf32>) -> {x}
-  %u = graph.linear %n, %w1, %b1 : ({x}, tensor<{F}x{D}xf32>, tensor<{F}xf32>) -> {h}
-  %gu = graph.gelu %u {{approximate = "none"}} : ({h}) -> {h}
-  %d = graph.linear %gu, %w2, %b2 : ({h}, tensor<{D}x{F}xf32>, tensor<{D}xf32>) -> {x}
-  func.return %d : {x}
-}}
-"""
-    rng = np.random.default_rng(11)
-    return text, {"wo": (rng.standard_normal((D, D)) * 0.05).astype(np.float32),
-                  "bo": rng.standard_normal(D).astype(np.float32),
-                  "g": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
-                  "e": (0.1 * rng.standard_normal(D)).astype(np.float32),
-                  "w1": (rng.standard_normal((F, D)) * 0.05).astype(np.float32),
-                  "b1": rng.standard_normal(F).astype(np.float32),
-                  "w2": (rng.standard_normal((D, F)) * 0.03).astype(np.float32),
-                  "b2": rng.standard_normal(D).astype(np.float32)}
 
 
 def run(inputs: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
