@@ -40,7 +40,7 @@ from infer.passes.graph_to_tile import norms
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import KERNEL_OVERLAP_SHARE, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
-                                                   materialize_misfits)
+                                                   materialize_misfits, preload_operands)
 from infer.passes.graph_to_tile.matrix_unit import (
     Bf16Tile,
     alloc_bf16_tile,
@@ -331,9 +331,16 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             em.fill(acc, z, tm, tn, 0.0)
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         first_writes = not bias_first  # (the first product overwrites the accumulator)
+        # the bias added to the epilogue's residual before the last k step's products instead of
+        # to the accumulator after them (_residual_with_bias): (residual tensor, its biased tile)
+        biased = _residual_with_bias(ctx, op, epilogue, TileFrame(*frame_groups, b, m0, n0, tm, tn)) if (
+            RESIDUAL_WITH_BIAS and in_sequence and bias_tile is not None and not bias_first) else None
 
-        def k_step(k0: Index, tk: int, tiles: _StepTiles = loop_tiles, first: bool = False) -> None:
+        def k_step(k0: Index, tk: int, tiles: _StepTiles = loop_tiles, first: bool = False,
+                   last: bool = False) -> None:
             stage_x(em.add(em.mul(b, M) if lhs_full else 0, m0), k0, tm, tk, (0, 0), tiles)
+            if last and biased is not None:  # (after the last step's staging, on the vector unit)
+                em.vec("add", biased[1], z, biased[2], z, tm, tn, bias_tile, z, bmode="row")
             if resident is not None:
                 emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, tn, overwrite=first and first_writes,
                                   rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
@@ -364,17 +371,18 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             emit_tile_product(ctx, x_tile, w_tile, acc, tm, K, tn, overwrite=first_writes, rhs_at=(w_row, 0) if resident is not None else (0, 0))
         elif sequence is not None:
             for i, k0 in enumerate(range(0, K, TK)):
-                k_step(k0, min(TK, K - k0), sequence[i % 2], first=i == 0)
+                k_step(k0, min(TK, K - k0), sequence[i % 2], first=i == 0, last=k0 + TK >= K)
         else:
             if first_writes:
                 em.fill(acc, [0, 0], tm, tn, 0.0)
             em.tiles(K, TK, k_step)
-        if bias_row is not None and bias_tile is not None and not bias_first:
+        if bias_row is not None and bias_tile is not None and not bias_first and biased is None:
             if not early_bias:
                 em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
-        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
+        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result,
+                              loaded={biased[0]: ("tile", biased[1])} if biased is not None else None)
         if norm_tiles is not None:  # whole rows (tn = N): the norm kernel's instructions
             assert isinstance(norm, g.NormOp)
             if sum_out is not None:  # (stored first: a layer norm centres the tile in place)
@@ -436,6 +444,28 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         ctx.defer(norm)
 
 
+def _residual_with_bias(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation],
+                        frame: TileFrame) -> tuple[SSAValue, SSAValue, SSAValue] | None:
+    """For a one-tile nest whose k steps run in sequence and whose epilogue starts by adding a
+    full-tile operand to the product (a transformer's residual, before its layer norm): that
+    operand loaded now, before the products (`preload_operands`), and a tile for it plus the
+    bias row, which the nest adds before its last k step's products; the epilogue then adds the
+    product and that tile, one pass after the last matmul where the bias and the residual took
+    two (MiniLM's o projection after the attention, which does not start from its bias rows:
+    `bias_in_accumulator`). -> (the operand, the biased tile, the loaded tile), or None."""
+    first = epilogue[0] if epilogue else None
+    if not isinstance(first, g.AddOp) or op.results[0] not in first.operands:
+        return None
+    other = next((v for v in first.operands if v is not op.results[0]), None)
+    if other is None or shape_of(other) != shape_of(op.results[0]):
+        return None
+    kind, tile = preload_operands(ctx, [first], [op.results[0]], frame)[other]
+    if kind != "tile":
+        return None
+    # a tile of its own: the loaded one may be a tile kept on chip that later kernels read
+    return other, ctx.emitter.alloc((frame.rows, frame.cols), f32, "spad"), tile
+
+
 class _StepTiles(NamedTuple):
     """The local tiles a k step uses: the activations' staging and bf16 operand tiles, the
     weight tile (the resident weights where they are) and a runtime weight's staging tile."""
@@ -473,6 +503,10 @@ def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Seq
 #: a one-tile nest of at most this many k steps emits them in sequence, without an accumulator
 #: fill (latency-bound targets; see lower_gemm)
 SEQUENCED_K_STEPS = 3
+
+#: a one-tile nest in sequence adds its bias to the epilogue's residual before its last products
+#: (_residual_with_bias)
+RESIDUAL_WITH_BIAS = True
 
 #: the share of the kernel before's predicted cycles that a one-tile nest's bias fill may take
 #: (bias_in_accumulator)
