@@ -251,6 +251,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                   f"the kernel before's epilogue, predicted {ctx.previous_prediction} cycles)")
         bias_tile = em.alloc((1, TN), f32, "spad")
         em.dma(bias_row, [0, 0], bias_tile, [0, 0], [1, N])
+    # the epilogue's first add of a residual the kernel before left on chip: the accumulator's
+    # fill starts from residual + bias rows in one pass (_fill_residual)
+    fill_residual = _fill_residual(ctx, op, epilogue, M, N) if bias_first and batches == 1 else None
     # the activation prologue's bias row [1, K], loaded once at the kernel's start
     prologue_row = None
     if prologue_bias is not None:
@@ -326,7 +329,10 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             # before the k loop: in a nest without loops the planner would otherwise give the bias
             # row the weight tile's bytes, and its load would wait for the last matmul
             em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
-        if bias_first:  # the accumulator starts as the bias rows; every product adds to it
+        if fill_residual is not None:  # the accumulator starts as the residual plus the bias rows
+            assert bias_tile is not None
+            em.vec("add", acc, z, fill_residual[1], z, tm, tn, bias_tile, z, bmode="row")
+        elif bias_first:  # the accumulator starts as the bias rows; every product adds to it
             assert bias_tile is not None
             em.fill(acc, z, tm, tn, 0.0)
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
@@ -334,7 +340,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         # the bias added to the epilogue's residual before the last k step's products instead of
         # to the accumulator after them (_residual_with_bias): (residual tensor, its biased tile)
         biased = _residual_with_bias(ctx, op, epilogue, TileFrame(*frame_groups, b, m0, n0, tm, tn)) if (
-            RESIDUAL_WITH_BIAS and in_sequence and bias_tile is not None and not bias_first) else None
+            RESIDUAL_WITH_BIAS and in_sequence and bias_tile is not None and not bias_first
+            and x_on_chip is not None) else None
 
         def k_step(k0: Index, tk: int, tiles: _StepTiles = loop_tiles, first: bool = False,
                    last: bool = False) -> None:
@@ -381,8 +388,11 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 em.dma(bias_row, [0, n0], bias_tile, z, [1, tn])
             em.vec("add", acc, z, acc, z, tm, tn, bias_tile, z, bmode="row")
         frame = TileFrame(*frame_groups, b, m0, n0, tm, tn)
-        tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result,
-                              loaded={biased[0]: ("tile", biased[1])} if biased is not None else None)
+        if fill_residual is not None:  # (its add done: the accumulator holds its result)
+            tile = apply_epilogue(ctx, epilogue[1:], {fill_residual[0].results[0]: acc}, frame, result)
+        else:
+            tile = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result,
+                                  loaded={biased[0]: ("tile", biased[1])} if biased is not None else None)
         if norm_tiles is not None:  # whole rows (tn = N): the norm kernel's instructions
             assert isinstance(norm, g.NormOp)
             if sum_out is not None:  # (stored first: a layer norm centres the tile in place)
@@ -444,21 +454,49 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         ctx.defer(norm)
 
 
-def _residual_with_bias(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation],
-                        frame: TileFrame) -> tuple[SSAValue, SSAValue, SSAValue] | None:
-    """For a one-tile nest whose k steps run in sequence and whose epilogue starts by adding a
-    full-tile operand to the product (a transformer's residual, before its layer norm): that
-    operand loaded now, before the products (`preload_operands`), and a tile for it plus the
-    bias row, which the nest adds before its last k step's products; the epilogue then adds the
-    product and that tile, one pass after the last matmul where the bias and the residual took
-    two (MiniLM's o projection after the attention, which does not start from its bias rows:
-    `bias_in_accumulator`). -> (the operand, the biased tile, the loaded tile), or None."""
+def _fill_residual(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], M: int,
+                   N: int) -> tuple[Operation, SSAValue] | None:
+    """For a one-tile nest that starts from its bias rows (`bias_in_accumulator`) and whose
+    epilogue starts by adding a full [M, N] operand the kernel before left on chip
+    (`LoweringContext.on_chip_as`: a transformer's residual, the layer norm's output two kernels
+    before): (that add, the kept tile). The accumulator's fill then writes residual + bias rows in
+    one pass, where a zero fill and the bias row took two, and the epilogue loses the add after
+    the last matmul (MiniLM's FFN down projection: its residual, then its layer norm)."""
+    residual = _residual_add(op, epilogue) if RESIDUAL_WITH_BIAS else None
+    if residual is None:
+        return None
+    kept = ctx.on_chip_as(ctx.buffer(residual[1]), (M, N))
+    return (residual[0], kept) if kept is not None else None
+
+
+def _residual_add(op: Operation, epilogue: Sequence[Operation]) -> tuple[Operation, SSAValue] | None:
+    """(the epilogue's first op, its other operand) when that op adds an operand of the
+    product's full shape to the product (a residual), else None."""
     first = epilogue[0] if epilogue else None
     if not isinstance(first, g.AddOp) or op.results[0] not in first.operands:
         return None
     other = next((v for v in first.operands if v is not op.results[0]), None)
     if other is None or shape_of(other) != shape_of(op.results[0]):
         return None
+    return first, other
+
+
+def _residual_with_bias(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation],
+                        frame: TileFrame) -> tuple[SSAValue, SSAValue, SSAValue] | None:
+    """For a one-tile nest whose k steps run in sequence (on activations kept on chip: the
+    caller) and whose epilogue starts by adding a full-tile operand to the product (a
+    transformer's residual, before its layer norm): that operand loaded now, before the products
+    (`preload_operands`), and a tile for it plus the bias row, which the nest adds before its
+    last k step's products; the epilogue then adds the product and that tile, one pass after the
+    last matmul where the bias and the residual took two (MiniLM's o projection after the
+    attention, which does not start from its bias rows: `bias_in_accumulator`). With k steps
+    that load their activations, the operand's DMA held them up on the in-order load engine (a
+    block whose first projection does: 14,292 -> 14,394 cycles), so the caller leaves those.
+    -> (the operand, the biased tile, the loaded tile), or None."""
+    residual = _residual_add(op, epilogue)
+    if residual is None:
+        return None
+    first, other = residual
     kind, tile = preload_operands(ctx, [first], [op.results[0]], frame)[other]
     if kind != "tile":
         return None
