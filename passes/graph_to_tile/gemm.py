@@ -70,8 +70,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     activation = activation_instruction(prologue_op) if prologue_op is not None else None
     # the bias row added to them first (the producer's, moved here with its activation)
     prologue_bias = ctx.derived.pop((PROLOGUE_BIAS, op), None)
-    if prologue_bias is not None:
-        prologue_op = prologue_bias  # (its input is the product's source)
+    # the prologue's first op, whose input is the product's source
+    source_op = prologue_bias if prologue_bias is not None else prologue_op
     norm = epilogue[-1] if epilogue and isinstance(epilogue[-1], g.NormOp) else None
     sum_out = None  # the rows before the norm, where the kernel returns them too
     if norm is not None:  # (the norm's result; `result` below: the rows it normalises)
@@ -81,8 +81,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
-        if prologue_op is not None:
-            x = prologue_op.operands[0]
+        if source_op is not None:
+            x = source_op.operands[0]
         w = ctx.constant(weight)
         x_shape = shape_of(x)
         K = x_shape[-1]
@@ -97,8 +97,8 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     else:
         assert isinstance(op, g.MatmulOp)
         x, weight, bias = op.lhs, op.rhs, None
-        if prologue_op is not None:
-            x = prologue_op.operands[0]
+        if source_op is not None:
+            x = source_op.operands[0]
         x_shape, w_shape = shape_of(x), shape_of(weight)
         if op.transpose_a.value.data:
             # like a runtime transpose_b: a transposed DRAM copy of the lhs first (graph-canonicalize
@@ -247,13 +247,13 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     bias_first = single and bias_row is not None and bias_in_accumulator(ctx, TM, TN, lhs_buffer)
     bias_tile = None
     if bias_first:
-        ctx.debug(f"[graph-to-tile] {name}: the accumulator starts as the bias rows (filled before "
-                  f"the kernel before's epilogue, predicted {ctx.previous_prediction} cycles)")
+        ctx.debug(f"[graph-to-tile] {name}: the accumulator starts as the bias rows (the kernel before: "
+                  f"{ctx.previous_prediction} cycles predicted)")
         bias_tile = em.alloc((1, TN), f32, "spad")
         em.dma(bias_row, [0, 0], bias_tile, [0, 0], [1, N])
     # the epilogue's first add of a residual the kernel before left on chip: the accumulator's
     # fill starts from residual + bias rows in one pass (_fill_residual)
-    fill_residual = _fill_residual(ctx, op, epilogue, M, N) if bias_first and batches == 1 else None
+    fill_residual = _fill_residual(ctx, op, epilogue, M, N) if bias_first and RESIDUAL_WITH_BIAS else None
     # the activation prologue's bias row [1, K], loaded once at the kernel's start
     prologue_row = None
     if prologue_bias is not None:
@@ -462,7 +462,7 @@ def _fill_residual(ctx: LoweringContext, op: Operation, epilogue: Sequence[Opera
     before): (that add, the kept tile). The accumulator's fill then writes residual + bias rows in
     one pass, where a zero fill and the bias row took two, and the epilogue loses the add after
     the last matmul (MiniLM's FFN down projection: its residual, then its layer norm)."""
-    residual = _residual_add(op, epilogue) if RESIDUAL_WITH_BIAS else None
+    residual = _residual_add(op, epilogue)
     if residual is None:
         return None
     kept = ctx.on_chip_as(ctx.buffer(residual[1]), (M, N))
@@ -542,8 +542,8 @@ def takes_activation_prologue(ctx: LoweringContext, op: Operation, prologue: Seq
 #: fill (latency-bound targets; see lower_gemm)
 SEQUENCED_K_STEPS = 3
 
-#: a one-tile nest in sequence adds its bias to the epilogue's residual before its last products
-#: (_residual_with_bias)
+#: a one-tile nest adds its bias to the epilogue's residual ahead of its products: in its
+#: accumulator's fill (_fill_residual) or before its last k step's products (_residual_with_bias)
 RESIDUAL_WITH_BIAS = True
 
 #: the share of the kernel before's predicted cycles that a one-tile nest's bias fill may take
@@ -562,10 +562,9 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAV
       that kernel's products; or
     - the kernel before ends in its products, no vector work after its last matmul
       (`previous_drains`), and this nest's activations are its result (`lhs_buffer`,
-      `previous_outputs`): the nest's
-      first vector work, staging them, waits for that kernel's last matmul to drain anyway, and
-      the fill takes no longer than the drain (MiniLM's FFN down projection after an up
-      projection whose bias and GELU moved into it);
+      `previous_outputs`): the nest's first vector work, staging them, waits for that kernel's
+      last matmul to drain anyway, and the fill takes no longer than the drain (MiniLM's FFN
+      down projection after an up projection whose bias and GELU moved into it);
     and the two passes take at most BIAS_FILL_SHARE of the kernel before's predicted cycles: a
     wider fill (MiniLM's FFN up projection, 128 x 1536 after the 128 x 384 o projection) holds
     up the kernel before's epilogue on the in-order vector unit for longer than the add it

@@ -96,11 +96,10 @@ def ends_in_products(ops: list[Operation]) -> bool:
     return last is not None and not any(isinstance(o, t.VectorOp | t.FillOp) for o in walked[last + 1:])
 
 
-def hoist_weight_prefetches(block: Block, preparation: bool = True, queue_depth: int = 0) -> int:
+def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_depth: int) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
     `preparation` its operand preparation (module docstring); returns how many DMAs moved.
-    `queue_depth`: the matrix unit's instruction queue (`_dma_anchor`; 0: after the last
-    product nest always)."""
+    `queue_depth`: the matrix unit's instruction queue depth (`_dma_anchor`)."""
     kernels = _kernels(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
