@@ -189,3 +189,36 @@ def head_split_attention(B: int, S: int, HQ: int, HKV: int, D: int, *, o_project
   {merged} = graph.reshape %at : ({q4}) -> {q}
 {projection}  func.return {returned}
 }}"""
+
+
+def projected_attention(S: int = 128, H: int = 12, D: int = 32, *, seed: int = 14
+                        ) -> tuple[str, dict[str, np.ndarray]]:
+    """A BERT self-attention: q / k / v projections (with biases) of x [1, S, H*D], head
+    splits, bidirectional attention, head merge, the o projection and the residual (MiniLM's
+    shape by default: 12 heads of 32)."""
+    W = H * D
+    x, h4, t4 = f"tensor<1x{S}x{W}xf32>", f"tensor<1x{S}x{H}x{D}xf32>", f"tensor<1x{H}x{S}x{D}xf32>"
+    w, b = f"tensor<{W}x{W}xf32>", f"tensor<{W}xf32>"
+    perm = "{perm = array<i64: 0, 2, 1, 3>}"
+    proj = "\n".join(f"""  %w{n} = graph.weight @{n}.weight : {w}
+  %b{n} = graph.weight @{n}.bias : {b}
+  %{n} = graph.linear %x, %w{n}, %b{n} : ({x}, {w}, {b}) -> {x}
+  %{n}4 = graph.reshape %{n} : ({x}) -> {h4}
+  %{n}t = graph.transpose %{n}4 {perm} : ({h4}) -> {t4}""" for n in "qkv")
+    text = f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({x} {{graph.name = "y"}}) {{
+{proj}
+  %a = graph.attention %qt, %kt, %vt : ({t4}, {t4}, {t4}) -> {t4}
+  %at = graph.transpose %a {perm} : ({t4}) -> {h4}
+  %m = graph.reshape %at : ({h4}) -> {x}
+  %wo = graph.weight @o.weight : {w}
+  %bo = graph.weight @o.bias : {b}
+  %o = graph.linear %m, %wo, %bo : ({x}, {w}, {b}) -> {x}
+  %y = graph.add %o, %x : ({x}, {x}) -> {x}
+  func.return %y : {x}
+}}"""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for n in "qkvo":
+        weights[f"{n}.weight"] = (rng.standard_normal((W, W)) * 0.05).astype(np.float32)
+        weights[f"{n}.bias"] = (rng.standard_normal(W) * 0.1).astype(np.float32)
+    return text, weights
