@@ -349,8 +349,10 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             if last and biased is not None:  # (after the last step's staging, on the vector unit)
                 em.vec("add", biased[1], z, biased[2], z, tm, tn, bias_tile, z, bmode="row")
             if resident is not None:
-                emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, tn, overwrite=first and first_writes,
-                                  rhs_at=(em.add(em.mul(n_tile, Kp), k0), 0))
+                rhs_row = em.add(em.mul(n_tile, Kp), k0)
+                for c0, width in _column_loops(tn, hw.matrix.cols, split=last and SPLIT_LAST_PRODUCTS):
+                    emit_tile_product(ctx, tiles.x, resident, acc, tm, tk, width, overwrite=first and first_writes,
+                                      rhs_at=(rhs_row, c0), acc_at=(0, c0))
                 return
             w = tiles.w
             if packs:
@@ -363,7 +365,9 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 rhs_row = em.add(em.mul(b, K) if rhs_full else 0, k0)
                 em.dma(rhs_view, [rhs_row, n0], tiles.w_staging, [0, 0], [tk, tn])
                 split_on_chip(em, tiles.w_staging, w, tk, tn)
-            emit_tile_product(ctx, tiles.x, w, acc, tm, tk, tn, overwrite=first and first_writes)
+            for c0, width in _column_loops(tn, hw.matrix.cols, split=last and SPLIT_LAST_PRODUCTS):
+                emit_tile_product(ctx, tiles.x, w, acc, tm, tk, width, overwrite=first and first_writes,
+                                  rhs_at=(0, c0), acc_at=(0, c0))
 
         if x_whole is not None:  # whole K in place: the first product writes the accumulator
             assert resident is not None
@@ -581,6 +585,26 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAV
         return True
     return (ctx.previous_drains and fill <= hw.matrix.fill_drain_cycles
             and any(lhs_buffer is b for b in ctx.previous_outputs))
+
+
+#: a one-tile nest's last k step in sequence runs its products as two column loops (_column_loops)
+SPLIT_LAST_PRODUCTS = True
+
+
+def _column_loops(width: int, array_cols: int, split: bool) -> list[tuple[int, int]]:
+    """(first column, width) of the loops a k step's products over `width` columns are emitted
+    as: one, or with `split` and three or more array-wide column tiles, the first half of the
+    tiles and then the rest. The next kernel reads this result by column blocks when it is a
+    k loop over it (MiniLM's FFN down projection over the up projection's 1536 columns, its
+    GELU in the prologue): tile-to-npu orders its first step after the products that wrote
+    those columns, so with the last step's columns in two loops it waits for the first loop
+    only, and its first prologue runs while the second loop's products stream (MiniLM on
+    server: the matrix unit's 600-cycle gap between the two kernels of every layer is gone)."""
+    tiles = -(-width // array_cols)
+    if not split or tiles < 3:
+        return [(0, width)]
+    half = -(-tiles // 2) * array_cols
+    return [(0, half), (half, width - half)]
 
 
 #: a one-tile GEMM's result stays on chip for the kernels named within this many names after it

@@ -51,13 +51,41 @@ class RingSlot:
 
 
 class AccessRequest(NamedTuple):
-    """A byte range an instruction about to be emitted reads or writes."""
+    """A byte range an instruction about to be emitted reads or writes: [low, high), or with
+    `pitch` only the first `width` bytes of every `pitch` bytes from `low` (rows of a box)."""
 
     space: str  # dram | local (scratchpad and accumulator share one address space)
     low: int
     high: int
     writes: bool
     ring: RingSlot | None
+    pitch: int = 0
+    width: int = 0
+
+
+def overlapping(a_low: int, a_high: int, a_pitch: int, a_width: int,
+                b_low: int, b_high: int, b_pitch: int, b_width: int) -> bool:
+    """Whether two accesses share a byte: their ranges overlap and, for two boxes of the same
+    row pitch (the first `width` bytes of every `pitch` from `low`), a row of one meets a row of
+    the other within the overlap. Boxes of different pitches count as their ranges."""
+    low, high = max(a_low, b_low), min(a_high, b_high)
+    if low >= high:
+        return False
+    if not a_pitch or a_pitch != b_pitch:
+        return True
+    pitch = a_pitch
+    if high - low >= 2 * pitch:  # every offset within a row occurs in the overlap
+        d = (b_low - a_low) % pitch  # b's rows start d bytes into a's
+        return d < a_width or d + b_width > pitch
+    a_rows, b_rows = _rows_within(a_low, pitch, a_width, low, high), _rows_within(b_low, pitch, b_width, low, high)
+    return any(x0 < y1 and y0 < x1 for x0, x1 in a_rows for y0, y1 in b_rows)
+
+
+def _rows_within(start: int, pitch: int, width: int, low: int, high: int) -> list[tuple[int, int]]:
+    """The byte ranges of a box's rows (from `start`, `width` of every `pitch`) in [low, high)."""
+    first, last = (low - start) // pitch, (high - 1 - start) // pitch
+    return [(max(low, start + r * pitch), min(high, start + r * pitch + width))
+            for r in range(max(0, first), last + 1)]
 
 
 class Access:
@@ -65,18 +93,20 @@ class Access:
     `position` is its index in the tracker's list of every access (emission order)."""
 
     __slots__ = ("low", "high", "space", "writes", "instruction", "ring", "sequence", "position",
-                 "pages")
+                 "pages", "pitch", "width")
 
     def __init__(self, low: int, high: int, space: str, writes: bool, instruction: Instruction,
-                 ring: RingSlot | None) -> None:
+                 ring: RingSlot | None, pitch: int = 0, width: int = 0) -> None:
         self.low, self.high, self.space, self.writes = low, high, space, writes
         self.instruction, self.ring = instruction, ring
+        self.pitch, self.width = pitch, width  # (AccessRequest: a box of rows, or 0)
         self.sequence = instruction.sequence
         self.position = -1
         self.pages: tuple[int, ...] | None = None  # (AccessIndex.pages_of, once it is asked)
 
     def overlaps(self, other: Access) -> bool:
-        return self.low < other.high and other.low < self.high
+        return overlapping(self.low, self.high, self.pitch, self.width,
+                           other.low, other.high, other.pitch, other.width)
 
 
 class _Listed:
@@ -195,7 +225,7 @@ class AccessIndex:
         if not latest or latest[-1] <= after:
             return None
         best = None
-        low, high, ring = access.low, access.high, access.ring
+        low, high, ring, pitch = access.low, access.high, access.ring, access.pitch
         for listed in self._lists(access, engine):
             if not listed.sequences or listed.sequences[-1] <= after:
                 continue
@@ -203,6 +233,8 @@ class AccessIndex:
                 if earlier.sequence <= after:
                     break
                 if not (earlier.low < high and low < earlier.high):
+                    continue
+                if (pitch or earlier.pitch) and not access.overlaps(earlier):
                     continue
                 if (ring is not None and earlier.ring is not None and earlier.ring.same_half(ring)
                         and earlier.ring.round is not ring.round):
@@ -218,7 +250,7 @@ class AccessIndex:
         access's engine knows complete of them (`coverage[(engine, access's engine)]`), in
         position order."""
         found: dict[int, Access] = {}
-        low, high = access.low, access.high
+        low, high, pitch = access.low, access.high, access.pitch
         own = access.instruction.engine
         for engine in QUEUED_ENGINES:
             if engine == own:
@@ -235,7 +267,8 @@ class AccessIndex:
                 start = max(bisect.bisect_left(listed.positions, position),
                             bisect.bisect_right(sequences, done))
                 for later in listed.accesses[start:]:
-                    if later.low < high and low < later.high:
+                    if later.low < high and low < later.high and (
+                            not (pitch or later.pitch) or access.overlaps(later)):
                         found[later.position] = later
         return [found[p] for p in sorted(found)] if len(found) > 1 else list(found.values())
 
@@ -261,6 +294,11 @@ def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
     """How often instruction runs per iteration of its `outer_loops`-th enclosing loop."""
     return math.prod(loop.count for loop in instruction.loops[outer_loops:])
 
+
+#: a third consumer of a producer waits for a later instruction with a free signal, not a relay
+AVOID_RELAYS = True
+#: _later_outside takes a matrix producer's earliest later instruction (False: the latest)
+EARLIEST_LATER_PRODUCER = True
 
 #: how far back (accesses) DependencyTracker._later_outside looks for a later producer
 LATER_PRODUCER_WINDOW = 256
@@ -362,7 +400,9 @@ class DependencyTracker:
     def add_signal(self, producer: Instruction, semaphore: int) -> None:
         """producer signals semaphore when it completes. Beyond two signals (fan-out to more
         consumers than the header holds), its second signal becomes a relay semaphore: a
-        front-end `nop wait=relay, signal=.., signal2=..` right after it re-signals the others."""
+        front-end `nop wait=relay, signal=.., signal2=..` right after it re-signals the others.
+        (The relay holds the front end there until producer completes; `synchronise` prefers a
+        later instruction with a free signal, `_later_with_a_free_signal`.)"""
         if semaphore in (producer.signal, producer.signal2):
             return
         self._note(producer)
@@ -449,6 +489,13 @@ class DependencyTracker:
             return
         engine_wait = len(consumer.loops) == shared and not consumer.wait
         pair = self.pair_semaphore(producer.engine, consumer.engine, self.sharing_pairs and engine_wait)
+        if (AVOID_RELAYS and producer.signal and producer.signal2 and pair not in (producer.signal, producer.signal2)
+                and not any(pair in (nop.signal, nop.signal2) for nop in producer.relays or ())):
+            # a third signal would be a relay: a later instruction of its engine instead
+            later = self._later_with_a_free_signal(producer, consumer.loops[:shared])
+            if later is not None:
+                self.synchronise(later, consumer)
+                return
         self.add_signal(producer, pair)
         if len(consumer.loops) > shared:  # entering a loop: the front end takes the token once
             entered = consumer.loops[shared]
@@ -459,21 +506,52 @@ class DependencyTracker:
         self.learn(producer, consumer.engine)
 
     def _later_outside(self, producer: Instruction, scope: tuple[HardwareLoop, ...]) -> Instruction | None:
-        """The latest instruction emitted so far on producer's engine, later than producer and
-        outside the loops producer is in beyond `scope` (in `scope` or around it), if one is
-        among the last LATER_PRODUCER_WINDOW accesses. Engines retire in order, so its
-        completion implies producer's: a consumer synchronised with it needs no front-end drain
-        of producer's loop, which held the front end at that loop's exit until every iteration
-        completed (the Llama prefill's head split: the next kernels' weight prefetches waited
-        there for eight stores)."""
+        """An instruction emitted so far on producer's engine, later than producer and outside
+        the loops producer is in beyond `scope` (in `scope` or around it), if one is among the
+        last LATER_PRODUCER_WINDOW accesses. Engines retire in order, so its completion implies
+        producer's: a consumer synchronised with it needs no front-end drain of producer's loop,
+        which held the front end at that loop's exit until every iteration completed (the Llama
+        prefill's head split: the next kernels' weight prefetches waited there for eight
+        stores). The latest such, or for a matrix producer the earliest (EARLIEST_LATER_PRODUCER):
+        a GEMM's first column loop is followed by a second, and a consumer of the first loop's
+        columns (the next kernel's first k step) waited for both (MiniLM's FFN down projection on
+        server). Not for DMA producers: an earlier load signalled for a consumer lengthens that
+        semaphore's live range across the pipelined loads after it, and which kernels ran out of
+        semaphores first changed (the kernel-by-kernel compile of test_tile_to_npu.py's
+        attention blocks on 10 semaphores no longer decided like the whole-function one)."""
+        earliest = EARLIEST_LATER_PRODUCER and producer.engine == "matrix"
+        found = None
         for access in reversed(self.accesses[max(0, len(self.accesses) - LATER_PRODUCER_WINDOW):]):
             candidate = access.instruction
             if candidate.sequence <= producer.sequence:
-                return None
+                break
             if (candidate.engine == producer.engine and len(candidate.loops) <= len(scope)
                     and all(a is b for a, b in zip(candidate.loops, scope))):
-                return candidate
-        return None
+                found = candidate
+                if not earliest:
+                    break
+        return found
+
+    def _later_with_a_free_signal(self, producer: Instruction, scope: tuple[HardwareLoop, ...]) -> Instruction | None:
+        """The earliest instruction emitted so far on producer's engine after producer, in
+        `scope` or around it, with a signal left, if one is among the last
+        LATER_PRODUCER_WINDOW accesses: a consumer synchronised with it instead of producer
+        adds no third signal to producer (a relay: a front-end nop right after producer, which
+        holds the front end there until producer completes: MiniLM's FFN up projection's last
+        matmul, read by its result's store, the down projection's k loop and a later weight
+        load into its activation tile's bytes, held the down projection's first k step behind
+        it). The consumer waits for that later instruction (engines retire in order); it was
+        emitted before the consumer, so the wait closes no cycle."""
+        earliest = None
+        for access in reversed(self.accesses[max(0, len(self.accesses) - LATER_PRODUCER_WINDOW):]):
+            candidate = access.instruction
+            if candidate.sequence <= producer.sequence:
+                break
+            if (candidate.engine == producer.engine and not candidate.signal2 and not candidate.relays
+                    and len(candidate.loops) <= len(scope)
+                    and all(a is b for a, b in zip(candidate.loops, scope))):
+                earliest = candidate
+        return earliest
 
     def synchronise_with_earlier(self, instruction: Instruction, accesses: list[Access]) -> None:
         """Order a new instruction after the latest conflicting access of every other engine

@@ -126,29 +126,42 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
     only a kernel that did not fit is compiled again (kernels.py); where that cannot decide
     like the whole-function loop (`compile_function_again`), the loop decides."""
     peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
+    try:
+        return _compile_function(hw, layout, fn, pipelining, peeled_loops, True)
+    except OutOfSemaphores:
+        # a peeled first iteration's semaphores can be live in a later kernel, which then
+        # fails at every degrade level of its own (MiniLM fp32 on server at sequence 32)
+        return _compile_function(hw, layout, fn, pipelining, peeled_loops, False)
+
+
+def _compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp, pipelining: bool,
+                      peeled_loops: set, peel_first_rotating: bool) -> tuple[Program, list[dict]]:
     with affine_cache():
         try:
-            return KernelByKernel(CodeGenerator(hw, layout, fn, pipelining, {}, peeled_loops),
-                                  pipelining).run()
+            return KernelByKernel(CodeGenerator(hw, layout, fn, pipelining, {}, peeled_loops,
+                                                peel_first_rotating), pipelining).run()
         except NotDecided:
-            return compile_function_again(hw, layout, fn, pipelining, peeled_loops)
+            return compile_function_again(hw, layout, fn, pipelining, peeled_loops, peel_first_rotating)
 
 
 def compile_function_again(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp, pipelining: bool,
-                           peeled_loops: set | None = None) -> tuple[Program, list[dict]]:
+                           peeled_loops: set | None = None,
+                           peel_first_rotating: bool = True) -> tuple[Program, list[dict]]:
     """The reference for compile_function: the whole function is compiled, and compiled again
     as long as kernels do not fit, every kernel that did not fit one degrade level lower in
-    the next attempt (the levels are kept per top-level op)."""
+    the next attempt (the levels are kept per top-level op). Raises OutOfSemaphores when a
+    kernel does not fit at the last level."""
     degrade: dict[Operation, int] = {}
     peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
     with affine_cache():
         while True:
             try:
-                return CodeGenerator(hw, layout, fn, pipelining, degrade, peeled_loops).run()
+                return CodeGenerator(hw, layout, fn, pipelining, degrade, peeled_loops,
+                                     peel_first_rotating).run()
             except OutOfSemaphores as e:
                 worse = [o for o in e.items if degrade.get(o, 0) < DegradeLevel.SHARED_PAIR_SEMAPHORES]
                 if not worse:
-                    raise LoweringError(str(e)) from None
+                    raise
                 for o in worse:
                     degrade[o] = degrade.get(o, 0) + 1
 

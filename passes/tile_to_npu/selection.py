@@ -61,16 +61,19 @@ class LoadedWeightTile:
 
 
 class Operand(NamedTuple):
-    """A strided operand: address register + immediate, and the bytes it spans."""
+    """A strided operand: address register + immediate, and the bytes it spans (with `pitch`,
+    only the first `width` bytes of each `pitch` from `low`: a box of rows; 0: all of them)."""
 
     register: int
     immediate: int
     space: str  # dram | local
     low: int
     high: int
+    pitch: int = 0
+    width: int = 0
 
     def access(self, writes: bool, ring: RingSlot | None) -> AccessRequest:
-        return AccessRequest(self.space, self.low, self.high, writes, ring)
+        return AccessRequest(self.space, self.low, self.high, writes, ring, self.pitch, self.width)
 
 
 class OpFields:
@@ -95,14 +98,23 @@ def fields_of(codegen: CodeGenerator, op: Operation):
     return fields
 
 
+#: multi-row operands are tracked as boxes of rows (dependencies.overlapping)
+BOX_ACCESSES = True
+
+
 def _operand(codegen: CodeGenerator, buffer: TileBuffer, index: AffineIndex, rows: int,
              row_stride: int, row_bytes: int) -> Operand:
     address = codegen.resolve(index)
     low = address.low + min(0, (rows - 1) * row_stride)
     high = address.high + max(0, (rows - 1) * row_stride) + row_bytes
     space = "dram" if buffer.space == "dram" else "local"
+    # the rows' column range (over the hardware loops' iterations too) when it stays within a
+    # row: an access to other columns of the same rows does not conflict (a product's first
+    # column tiles and the next kernel's prologue reading them)
+    width = address.high - address.low + row_bytes
+    boxed = BOX_ACCESSES and rows > 1 and 0 < width < row_stride
     return Operand(codegen.registers.register_for(address.register_key), address.immediate,
-                   space, low, high)
+                   space, low, high, row_stride if boxed else 0, width if boxed else 0)
 
 
 # ------------------------------------------------------------------ declarations (no code)
