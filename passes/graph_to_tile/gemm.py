@@ -568,7 +568,11 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAV
       (`previous_drains`), and this nest's activations are its result (`lhs_buffer`,
       `previous_outputs`): the nest's first vector work, staging them, waits for that kernel's
       last matmul to drain anyway, and the fill takes no longer than the drain (MiniLM's FFN
-      down projection after an up projection whose bias and GELU moved into it);
+      down projection after an up projection whose bias and GELU moved into it), or this
+      nest does not read that result: the fill runs while the kernel before's products
+      stream, the vector unit idle, and this nest ends in its products too (MiniLM's v
+      projection after k: the attention's first score tiles no longer wait behind v's bias
+      add, 476 cycles in the first layer);
     and the two passes take at most BIAS_FILL_SHARE of the kernel before's predicted cycles: a
     wider fill (MiniLM's FFN up projection, 128 x 1536 after the 128 x 384 o projection) holds
     up the kernel before's epilogue on the in-order vector unit for longer than the add it
@@ -583,8 +587,8 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAV
         return False
     if ctx.previous_epilogue:
         return True
-    return (ctx.previous_drains and fill <= hw.matrix.fill_drain_cycles
-            and any(lhs_buffer is b for b in ctx.previous_outputs))
+    reads_previous = any(lhs_buffer is b for b in ctx.previous_outputs)
+    return ctx.previous_drains and (not reads_previous or fill <= hw.matrix.fill_drain_cycles)
 
 
 #: a one-tile nest's last k step in sequence runs its products as two column loops (_column_loops)
