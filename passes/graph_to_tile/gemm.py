@@ -403,7 +403,10 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                 em.dma(tile, z, sum_out, [em.add(em.mul(b, M), m0), n0], [tm, tn])
             y, column, params = norm_tiles
             out = out_bf16 if out_bf16 is not None else y  # (its last instruction rounds to bf16)
-            norms.normalize(em, norm, tile, y, out, column, params, tm, tn)
+            # (by column blocks of the array's depth on a latency-bound target: the next
+            # kernel's first k step reads the first block, prefetch_hoist._operand_preparation)
+            norms.normalize(em, norm, tile, y, out, column, params, tm, tn,
+                            tail_columns=hw.matrix.rows if NORM_TAIL_BY_BLOCKS and latency_bound(hw) else None)
             tile = out
         elif out_bf16 is not None:  # rounded here instead of by each consumer: the same bits
             em.vec("copy", out_bf16, z, tile, z, tm, tn)
@@ -590,6 +593,9 @@ def bias_in_accumulator(ctx: LoweringContext, tm: int, tn: int, lhs_buffer: SSAV
     reads_previous = any(lhs_buffer is b for b in ctx.previous_outputs)
     return ctx.previous_drains and (not reads_previous or fill <= hw.matrix.fill_drain_cycles)
 
+
+#: a norm epilogue's last passes run by column blocks on latency-bound targets (norms.normalize)
+NORM_TAIL_BY_BLOCKS = True
 
 #: a one-tile nest's last k step in sequence runs its products as two column loops (_column_loops)
 SPLIT_LAST_PRODUCTS = True

@@ -159,11 +159,15 @@ def norm_param_rows(ctx: LoweringContext, op: g.NormOp, hint: str) -> list[SSAVa
 
 
 def normalize(em, op: g.NormOp, x: SSAValue, y: SSAValue, out: SSAValue, column: SSAValue,
-              params: list[SSAValue], tr: int, D: int) -> None:
+              params: list[SSAValue], tr: int, D: int, tail_columns: int | None = None) -> None:
     """out[:tr] = op(x[:tr]) (layer or rms norm over rows of D) with y a [tr, D] f32 temporary
     (it may be `out`), `column` [tr, 1] and the scale (and bias) rows `params` on chip; x is
     centred in place for layer_norm. The one instruction sequence of a norm: the norm kernel
-    (`lower_rowwise`) and gemm.py's norm epilogue both emit it, so they agree bit for bit."""
+    (`lower_rowwise`) and gemm.py's norm epilogue both emit it, so they agree bit for bit.
+    `tail_columns`: the last passes (the scaling by the row statistic, the scale and bias rows)
+    run block of columns by block, each block finished before the next: every element gets the
+    same operations, and the next kernel's first k step can read the first block while the
+    vector unit finishes the others (prefetch_hoist._operand_preparation)."""
     z = [0, 0]
     if isinstance(op, g.LayerNormOp):  # center the rows first
         em.vec("rsum", column, z, x, z, tr, D)
@@ -174,12 +178,15 @@ def normalize(em, op: g.NormOp, x: SSAValue, y: SSAValue, out: SSAValue, column:
     em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
     em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=op.epsilon.value.data)
     em.vec("rsqrt", column, z, column, z, tr, 1)
-    em.vec("mul", y, z, x, z, tr, D, column, z, bmode="col")
-    if len(params) > 1:
-        em.vec("mul", y, z, y, z, tr, D, params[0], z, bmode="row")
-        em.vec("add", out, z, y, z, tr, D, params[1], z, bmode="row")
-    else:
-        em.vec("mul", out, z, y, z, tr, D, params[0], z, bmode="row")
+    step = tail_columns or D
+    for c0 in range(0, D, step):
+        c, w = [0, c0], min(step, D - c0)
+        em.vec("mul", y, c, x, c, tr, w, column, z, bmode="col")
+        if len(params) > 1:
+            em.vec("mul", y, c, y, c, tr, w, params[0], c, bmode="row")
+            em.vec("add", out, c, y, c, tr, w, params[1], c, bmode="row")
+        else:
+            em.vec("mul", out, c, y, c, tr, w, params[0], c, bmode="row")
 
 
 def norm_vector_cost(ctx: LoweringContext, op: Operation) -> tuple[int, int]:

@@ -127,7 +127,7 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         preps = _operand_preparation(before, kernel, anchor, position, run) if preparation else []
         if not run and not preps:
             continue
-        allocs = {_root_alloc(op.dst) for op in [*run, *preps]}
+        allocs = {_root_alloc(op.dst) for op in [*run, *(p for p, _ in preps)]}
         own = [op for op in kernel if isinstance(op, t.AllocOp) and op not in allocs]
         if not own:
             continue  # the kernel would lose its start: leave it
@@ -144,7 +144,7 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
             return (isinstance(v.owner, Operation) and v.owner.parent_block() is block
                     and position[v.owner] > cut)
 
-        helpers = sorted({v.owner for op in [*run, *preps] for v in op.operands
+        helpers = sorted({v.owner for op in [*run, *(p for p, _ in preps)] for v in op.operands
                           if v.owner not in allocs and later(v)},
                          key=lambda o: position[o])
         if not all(isinstance(h, arith.ConstantOp) or (isinstance(h, t.ViewOp) and not later(h.operands[0]))
@@ -171,8 +171,11 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
             after = op
         if dma_anchor is not anchor or ahead_of is not None:
             after = anchor
-        for op in preps:
+        rank = -1  # (the position of the tail op the last prep follows: preps keep their order)
+        for op, behind in preps:
             op.detach()
+            if behind is not None and position[behind] > rank:
+                after, rank = behind, position[behind]
             block.insert_op_after(op, after)
             after = op
         for op in run:
@@ -261,37 +264,99 @@ def _buffers(op: Operation) -> tuple[set, set]:
 
 
 def _operand_preparation(before: list[Operation], kernel: list[Operation], anchor: Operation,
-                         position: dict[Operation, int], run: list[t.DmaOp]) -> list[Operation]:
+                         position: dict[Operation, int], run: list[t.DmaOp]
+                         ) -> list[tuple[Operation, Operation | None]]:
     """The vector ops and fills at the start of `kernel` (after the moved DMAs `run`; between
-    them only the kernel's matmul nests, which stay) that may move to just after the anchor:
-    each writes a kept-apart single-buffered alloc of the kernel that nothing between the anchor
-    and the op touches, and reads allocs nothing there writes. None unless the kernel before has
-    vector work after the anchor (an epilogue for them to overtake)."""
+    them only the kernel's matmul nests, which stay) that may move to just after the anchor,
+    each with the op of the kernel before's tail it must follow instead (None: none): each
+    writes a kept-apart single-buffered alloc of the kernel that nothing between the anchor and
+    the op touches, and reads allocs nothing there writes, or that the tail writes only in
+    boxes apart from the one it reads, or before an op of the tail it then follows (a norm
+    epilogue's last passes by column blocks, `norms.normalize(tail_columns=...)`: the next
+    kernel's first k step's rounding copy of the first block goes right after that block).
+    None unless the kernel before has vector work after the anchor (an epilogue for them to
+    overtake)."""
     tail = [op for op in before if position[op] > position[anchor]]
     if not any(isinstance(o, t.VectorOp | t.FillOp) for op in tail for o in op.walk()):
         return []
-    blocked_writes: set = set()
+    tail_writes: list[tuple[Operation, object, tuple | None]] = []  # (tail op, root, box or None)
     blocked_touches: set = set()
     for op in tail:
         written, touched = _buffers(op)
-        blocked_writes |= written
         blocked_touches |= touched
-    moved, in_run = [], set(run)
+        box = _written_box(op)
+        tail_writes += [(op, root, box if box is not None and box[0] is root else None) for root in written]
+    kernel_writes: set = set()
+    moved: list[tuple[Operation, Operation | None]] = []
+    in_run = set(run)
     for op in kernel:
         if isinstance(op, _NO_CODE) or op in in_run:
             continue
         if isinstance(op, t.VectorOp | t.FillOp):
             alloc = _root_alloc(op.dst)
-            sources = {t.root_buffer(v) for v in (op.a, *op.b)} if isinstance(op, t.VectorOp) else set()
+            reads = _read_boxes(op) if isinstance(op, t.VectorOp) else []
             if (alloc is not None and alloc in kernel and LIVE_FROM_PREVIOUS in alloc.attributes
                     and alloc.buffers.value.data == 1 and alloc.buffer not in blocked_touches
-                    and all(isinstance(r.owner, t.AllocOp) for r in sources)
-                    and not sources & blocked_writes):
-                moved.append(op)
-                continue
+                    and all(isinstance(root.owner, t.AllocOp) for root, _ in reads)
+                    and not {root for root, _ in reads} & kernel_writes):
+                behind = None  # the last tail op writing what op reads
+                for tail_op, root, box in tail_writes:
+                    if any(root is r and (box is None or b is None or _boxes_meet(box, b)) for r, b in reads):
+                        behind = tail_op
+                # (into the tail only as the kernel's first preparation op: MiniLM's later k
+                # steps' copies moved too left semaphores live into later kernels, and the
+                # function was compiled again without its first-iteration peels)
+                if behind is None or (TAIL_BY_BLOCKS and not moved):
+                    moved.append((op, behind))
+                    continue
         if not _holds_matmul(op):
             break
         written, touched = _buffers(op)
-        blocked_writes |= written
+        kernel_writes |= written
         blocked_touches |= touched
     return moved
+
+
+#: a preparation op may follow the op of the kernel before's tail that last writes what it reads
+TAIL_BY_BLOCKS = True
+
+
+def _box_of(value, indices, rows: int, cols: int) -> tuple | None:
+    """(root buffer, first row, end row, first column, end column) of a 2-D box of an alloc at
+    constant indices, or None when it is not known at compile time (views, loop indices)."""
+    if not isinstance(value.owner, t.AllocOp):
+        return None
+    start = []
+    for index in indices:
+        owner = index.owner
+        if not isinstance(owner, arith.ConstantOp):
+            return None
+        start.append(owner.value.value.data)
+    if len(start) != 2:
+        return None
+    return (value, start[0], start[0] + rows, start[1], start[1] + cols)
+
+
+def _written_box(op: Operation) -> tuple | None:
+    """The box a top-level vector op or fill writes (None: not known)."""
+    if isinstance(op, t.FillOp):
+        return _box_of(op.dst, op.dst_indices, op.rows.value.data, op.cols.value.data)
+    if isinstance(op, t.VectorOp):
+        cols = 1 if op.form == "reduce" else op.cols.value.data
+        return _box_of(op.dst, op.dst_indices, op.rows.value.data, cols)
+    return None
+
+
+def _read_boxes(op: t.VectorOp) -> list[tuple[object, tuple | None]]:
+    """(root buffer, box or None) of each operand a vector op reads."""
+    rows, cols = op.rows.value.data, op.cols.value.data
+    reads = [(t.root_buffer(op.a), _box_of(op.a, op.a_indices, rows, cols))]
+    if op.b:
+        mode = op.bmode.data if op.bmode is not None else "tile"
+        shape = {"row": (1, cols), "col": (rows, 1)}.get(mode, (rows, cols))
+        reads.append((t.root_buffer(op.b[0]), _box_of(op.b[0], op.b_indices, *shape)))
+    return reads
+
+
+def _boxes_meet(a: tuple, b: tuple) -> bool:
+    return a[1] < b[2] and b[1] < a[2] and a[3] < b[4] and b[3] < a[4]
