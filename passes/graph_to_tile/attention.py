@@ -226,6 +226,12 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     def q_tile_body(b: Index, heads: list[tuple[Index, Index]], q0: Index, tq: int) -> None:
         """The query tile q0 of the heads (kv head, query head in its group) of `heads`, one
         per slot, their instructions interleaved stage by stage (module docstring)."""
+        attend(b, *prepare(b, heads, q0, tq), q0, tq)
+
+    def prepare(b: Index, heads: list[tuple[Index, Index]], q0: Index, tq: int,
+                keys: bool = False) -> tuple[list, list, bool]:
+        """The slots' query tiles (scaled, rounded) and running statistics, and with `keys`
+        (one key tile) their key tiles: (rows, planes, keys)."""
         rows, planes = [], []
         for sb, (kv_head, in_group) in zip(slots, heads):
             h = em.add(em.mul(kv_head, group), in_group)
@@ -244,6 +250,22 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 if not ones:
                     em.fill(sb.l_sum, z, tq, 1, 0.0)
                 em.fill(sb.o, z, tq, Dv + ones, 0.0)  # with l in column Dv
+        if keys:
+            staged: set[SSAValue] = set()
+            for sb, kv_head in zip(slots, planes):
+                if sb.k_staging not in staged:
+                    load_kv(k_all, k_at, sb.k_staging, b, kv_head, 0, Skv, D)
+                    staged.add(sb.k_staging)
+            for sb, kv_head in zip(slots, planes):
+                if sb.k_tile.hi not in staged:
+                    stage_kv(k_all, sb.k_staging, sb.k_tile, b, kv_head, 0, Skv, D)
+                    staged.add(sb.k_tile.hi)
+        return rows, planes, keys
+
+    def attend(b: Index, rows: list, planes: list, keys_ready: bool, q0: Index, tq: int,
+               between: Callable[[], None] | None = None) -> None:
+        """The prepared slots' products and softmax over the key tiles, then (after `between`,
+        the next heads' preparation where the groups are pipelined) their outputs."""
 
         def kv_tile_body(j0: Index, tkv: int) -> None:
             # every load of the step first (software-pipelined by tile-to-npu: a rotation loop's
@@ -257,7 +279,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 return new
 
             for sb, (h, _), kv_head in zip(slots, rows, planes):
-                if first(sb.k_staging):
+                if first(sb.k_staging) and not keys_ready:
                     load_kv(k_all, k_at, sb.k_staging, b, kv_head, j0, tkv, D)
                 if band is not None and sb.band_tile is not None and first(sb.band_tile):
                     em.dma(band, [0, em.add(em.sub(j0, q0), QL)], sb.band_tile, z, [tq, tkv])
@@ -270,7 +292,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 if first(sb.v_staging):
                     load_kv(v_all, v_at, sb.v_staging, b, kv_head, j0, tkv, Dv)
             for sb, kv_head in zip(slots, planes):
-                if first(sb.k_tile.hi):
+                if first(sb.k_tile.hi) and not keys_ready:
                     stage_kv(k_all, sb.k_staging, sb.k_tile, b, kv_head, j0, tkv, D)
                 # the first product writes the score tile: no fill (two vector passes) before it
                 emit_tile_product(ctx, sb.q_tile, sb.k_tile, sb.scores, tq, D, tkv, overwrite=True,
@@ -321,6 +343,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.loop(0, upper, TKV, lambda j0: kv_tile_body(j0, TKV))
         else:
             em.tiles(Skv, TKV, kv_tile_body)
+        if between is not None:
+            between()
         for sb, (h, o_at) in zip(slots, rows):
             if ones:
                 em.vec("recip", sb.tmp, z, sb.o, [0, Dv], tq, 1)
@@ -343,11 +367,36 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         return [(em.add(em.mul(kv_head, U), s), in_group) for s in range(U)]
 
     kv_steps, group_steps = (Hkv, group // U) if group % U == 0 else (Hkv // U, group)
-    em.range(B, lambda b: em.range(kv_steps, lambda kv_head: em.range(group_steps, lambda in_group: em.tiles(
-        Sq, TQ, lambda q0, tq: q_tile_body(b, heads_of(kv_head, in_group), q0, tq)))))
+    steps = [(b, kv_head, in_group, q0, min(TQ, Sq - q0)) for b in range(B) for kv_head in range(kv_steps)
+             for in_group in range(group_steps) for q0 in range(0, Sq, TQ)]
+    if latency_bound(hw) and one_key_tile and 1 < len(steps) <= PIPELINED_STEPS:
+        # a few head groups in sequence, each group's queries and keys prepared ahead of the
+        # group before's outputs: the vector unit prepares them while it waits for that group's
+        # last products to drain, and the next group's first product follows the last one
+        # (MiniLM on server: 526 -> 0 idle cycles between the two head groups of a layer)
+        keys = True
+        prepared = prepare(steps[0][0], heads_of(steps[0][1], steps[0][2]), steps[0][3], steps[0][4], keys)
+        for i, (b, kv_head, in_group, q0, tq) in enumerate(steps):
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            current = prepared
+
+            def prepare_next(nxt=nxt) -> None:
+                nonlocal prepared
+                prepared = prepare(nxt[0], heads_of(nxt[1], nxt[2]), nxt[3], nxt[4], keys)
+
+            attend(b, *current, q0, tq, prepare_next if nxt is not None else None)
+    else:
+        em.range(B, lambda b: em.range(kv_steps, lambda kv_head: em.range(group_steps, lambda in_group: em.tiles(
+            Sq, TQ, lambda q0, tq: q_tile_body(b, heads_of(kv_head, in_group), q0, tq)))))
     if out_all is not None:
         ctx.keep_on_chip(out_at.buffer, out_all, next_kernels=1)
 
+
+#: at most this many head-group steps (batch x head groups x query tiles) of a one-key-tile
+#: attention are emitted in sequence on latency-bound targets, each step's queries and keys
+#: prepared ahead of the step before's outputs (lower_attention; a short run unrolled at the
+#: tile level: tile-to-npu emits such a loop iteration by iteration anyway)
+PIPELINED_STEPS = 4
 
 #: a kernel whose keys fit one tile computes its softmax without running statistics (lower_attention)
 ONE_KEY_TILE_SOFTMAX = True

@@ -303,10 +303,11 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
                 for tail_op, root, box in tail_writes:
                     if any(root is r and (box is None or b is None or _boxes_meet(box, b)) for r, b in reads):
                         behind = tail_op
-                # (into the tail only as the kernel's first preparation op: MiniLM's later k
-                # steps' copies moved too left semaphores live into later kernels, and the
-                # function was compiled again without its first-iteration peels)
-                if behind is None or (TAIL_BY_BLOCKS and not moved):
+                # (into the tail only one preparation op, the kernel's first that reads what
+                # the tail writes: MiniLM's later k steps' copies moved too left semaphores
+                # live into later kernels, and the function was compiled again without its
+                # first-iteration peels)
+                if behind is None or (TAIL_BY_BLOCKS and all(b is None for _, b in moved)):
                     moved.append((op, behind))
                     continue
         if not _holds_matmul(op):
