@@ -47,6 +47,7 @@ the mean of V (-1e30 mask) or NaN (runtime -inf), not the reference's zeros.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -394,8 +395,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
 
 #: at most this many head-group steps (batch x head groups x query tiles) of a one-key-tile
 #: attention are emitted in sequence on latency-bound targets, each step's queries and keys
-#: prepared ahead of the step before's outputs (lower_attention; a short run unrolled at the
-#: tile level: tile-to-npu emits such a loop iteration by iteration anyway)
+#: prepared ahead of the step before's outputs (lower_attention; the run is unrolled at the
+#: tile level, so at most this many copies of a step's ops)
 PIPELINED_STEPS = 4
 
 #: a kernel whose keys fit one tile computes its softmax without running statistics (lower_attention)
