@@ -40,6 +40,7 @@ they are. On server (bf16): MiniLM seq 128 151,042 -> 146,862 cycles, the Llama 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 from xdsl.dialects import arith, scf
@@ -234,21 +235,20 @@ def _transfer_bytes(dma: t.DmaOp) -> int:
 
 
 def _dram_load_bytes(op: Operation) -> int:
-    """The bytes op's DMAs load from DRAM, each loop's body times its trip count (a loop whose
-    count is not known at compile time counts once)."""
-    if isinstance(op, t.DmaOp):
-        return _transfer_bytes(op) if t.space_of(op.src) == "dram" else 0
-    inner = sum(_dram_load_bytes(o) for region in op.regions for block in region.blocks for o in block.ops)
-    return inner * max(1, trip_count(op)) if isinstance(op, scf.ForOp) else inner
+    """The bytes op's DMAs load from DRAM (`_executed`)."""
+    return _executed(op, lambda o: _transfer_bytes(o) if isinstance(o, t.DmaOp) and t.space_of(o.src) == "dram" else 0)
 
 
 def _matmuls(op: Operation) -> int:
-    """How many matmuls op runs: its `tile.matmul`s, each loop's body times its trip count
-    (a loop whose count is not known at compile time counts once)."""
-    if isinstance(op, t.MatmulOp):
-        return 1
-    inner = sum(_matmuls(o) for region in op.regions for block in region.blocks for o in block.ops)
-    return inner * max(1, trip_count(op)) if isinstance(op, scf.ForOp) else inner
+    """How many matmuls op runs (`_executed`)."""
+    return _executed(op, lambda o: 1 if isinstance(o, t.MatmulOp) else 0)
+
+
+def _executed(op: Operation, amount: Callable[[Operation], int]) -> int:
+    """`amount` summed over op and the ops nested in it as they run: each loop's body times its
+    trip count (a loop whose count is not known at compile time counts once)."""
+    inner = sum(_executed(o, amount) for region in op.regions for block in region.blocks for o in block.ops)
+    return amount(op) + (inner * max(1, trip_count(op)) if isinstance(op, scf.ForOp) else inner)
 
 
 def _buffers(op: Operation) -> tuple[set, set]:
@@ -307,7 +307,7 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
                 # the tail writes: MiniLM's later k steps' copies moved too left semaphores
                 # live into later kernels, and the function was compiled again without its
                 # first-iteration peels)
-                if behind is None or (TAIL_BY_BLOCKS and all(b is None for _, b in moved)):
+                if behind is None or all(b is None for _, b in moved):
                     moved.append((op, behind))
                     continue
         if not _holds_matmul(op):
@@ -316,10 +316,6 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
         kernel_writes |= written
         blocked_touches |= touched
     return moved
-
-
-#: a preparation op may follow the op of the kernel before's tail that last writes what it reads
-TAIL_BY_BLOCKS = True
 
 
 def _box_of(value, indices, rows: int, cols: int) -> tuple | None:

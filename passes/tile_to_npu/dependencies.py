@@ -295,11 +295,6 @@ def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
     return math.prod(loop.count for loop in instruction.loops[outer_loops:])
 
 
-#: a third consumer of a producer waits for a later instruction with a free signal, not a relay
-AVOID_RELAYS = True
-#: _later_outside takes a matrix producer's earliest later instruction (False: the latest)
-EARLIEST_LATER_PRODUCER = True
-
 #: how far back (accesses) DependencyTracker._later_outside looks for a later producer
 LATER_PRODUCER_WINDOW = 256
 
@@ -489,7 +484,7 @@ class DependencyTracker:
             return
         engine_wait = len(consumer.loops) == shared and not consumer.wait
         pair = self.pair_semaphore(producer.engine, consumer.engine, self.sharing_pairs and engine_wait)
-        if (AVOID_RELAYS and producer.signal and producer.signal2 and pair not in (producer.signal, producer.signal2)
+        if (producer.signal and producer.signal2 and pair not in (producer.signal, producer.signal2)
                 and not any(pair in (nop.signal, nop.signal2) for nop in producer.relays or ())):
             # a third signal would be a relay: a later instruction of its engine instead
             later = self._later_with_a_free_signal(producer, consumer.loops[:shared])
@@ -512,25 +507,16 @@ class DependencyTracker:
         producer's: a consumer synchronised with it needs no front-end drain of producer's loop,
         which held the front end at that loop's exit until every iteration completed (the Llama
         prefill's head split: the next kernels' weight prefetches waited there for eight
-        stores). The latest such, or for a matrix producer the earliest (EARLIEST_LATER_PRODUCER):
+        stores). The latest such, or for a matrix producer the earliest:
         a GEMM's first column loop is followed by a second, and a consumer of the first loop's
         columns (the next kernel's first k step) waited for both (MiniLM's FFN down projection on
         server). Not for DMA producers: an earlier load signalled for a consumer lengthens that
         semaphore's live range across the pipelined loads after it, and which kernels ran out of
         semaphores first changed (the kernel-by-kernel compile of test_tile_to_npu.py's
         attention blocks on 10 semaphores no longer decided like the whole-function one)."""
-        earliest = EARLIEST_LATER_PRODUCER and producer.engine == "matrix"
-        found = None
-        for access in reversed(self.accesses[max(0, len(self.accesses) - LATER_PRODUCER_WINDOW):]):
-            candidate = access.instruction
-            if candidate.sequence <= producer.sequence:
-                break
-            if (candidate.engine == producer.engine and len(candidate.loops) <= len(scope)
-                    and all(a is b for a, b in zip(candidate.loops, scope))):
-                found = candidate
-                if not earliest:
-                    break
-        return found
+        if producer.engine != "matrix":
+            return next(self._later_on_engine(producer, scope), None)
+        return next(reversed(list(self._later_on_engine(producer, scope))), None)
 
     def _later_with_a_free_signal(self, producer: Instruction, scope: tuple[HardwareLoop, ...]) -> Instruction | None:
         """The earliest instruction emitted so far on producer's engine after producer, in
@@ -542,16 +528,20 @@ class DependencyTracker:
         load into its activation tile's bytes, held the down projection's first k step behind
         it). The consumer waits for that later instruction (engines retire in order); it was
         emitted before the consumer, so the wait closes no cycle."""
-        earliest = None
+        free = [c for c in self._later_on_engine(producer, scope) if not c.signal2 and not c.relays]
+        return free[-1] if free else None
+
+    def _later_on_engine(self, producer: Instruction, scope: tuple[HardwareLoop, ...]) -> Iterator[Instruction]:
+        """The instructions emitted on producer's engine after it, in the loops `scope` or
+        around them, among the last LATER_PRODUCER_WINDOW accesses, latest first (one per
+        access of each: an instruction may come more than once)."""
         for access in reversed(self.accesses[max(0, len(self.accesses) - LATER_PRODUCER_WINDOW):]):
             candidate = access.instruction
             if candidate.sequence <= producer.sequence:
-                break
-            if (candidate.engine == producer.engine and not candidate.signal2 and not candidate.relays
-                    and len(candidate.loops) <= len(scope)
+                return
+            if (candidate.engine == producer.engine and len(candidate.loops) <= len(scope)
                     and all(a is b for a, b in zip(candidate.loops, scope))):
-                earliest = candidate
-        return earliest
+                yield candidate
 
     def synchronise_with_earlier(self, instruction: Instruction, accesses: list[Access]) -> None:
         """Order a new instruction after the latest conflicting access of every other engine

@@ -98,10 +98,6 @@ def fields_of(codegen: CodeGenerator, op: Operation):
     return fields
 
 
-#: multi-row operands are tracked as boxes of rows (dependencies.overlapping)
-BOX_ACCESSES = True
-
-
 def _operand(codegen: CodeGenerator, buffer: TileBuffer, index: AffineIndex, rows: int,
              row_stride: int, row_bytes: int) -> Operand:
     address = codegen.resolve(index)
@@ -112,7 +108,7 @@ def _operand(codegen: CodeGenerator, buffer: TileBuffer, index: AffineIndex, row
     # row: an access to other columns of the same rows does not conflict (a product's first
     # column tiles and the next kernel's prologue reading them)
     width = address.high - address.low + row_bytes
-    boxed = BOX_ACCESSES and rows > 1 and 0 < width < row_stride
+    boxed = rows > 1 and 0 < width < row_stride
     return Operand(codegen.registers.register_for(address.register_key), address.immediate,
                    space, low, high, row_stride if boxed else 0, width if boxed else 0)
 
