@@ -52,6 +52,14 @@ KERNEL_OVERLAP_SHARE = 0.8
 #: one-tile results kept in the accumulator for later kernels (`keep_on_chip`) take at most this
 #: share of it: the kernels before their last reader size their tiles in the rest
 KEPT_ACCUMULATOR_SHARE = 0.5
+#: an elementwise kernel, a reduction or a cast whose whole result is one local tile keeps it on
+#: chip for the kernels named within this many names after it (`keep_on_chip`)
+KEPT_TILE_READERS = 3
+#: a kept scratchpad tile of at most this many bytes (a row of 1,024 f32) is kept for every later
+#: kernel, whatever `next_kernels` says: it costs next to no scratchpad while it stays live, and a
+#: pooled sentence embedding's mean row is read again by the last of the four kernels after it
+#: (its L2 normalisation), which had loaded it back behind its store (~1 K cycles on server)
+KEPT_TINY_BYTES = 4096
 #: the DRAM's bandwidth-delay product (bytes in flight to cover one latency) from which the
 #: kernels' buffers are kept apart: there a round trip is long against a tile's transfer and the
 #: overlap hides it; below (edge: 1.6 KB) the DRAM is the bottleneck and a kernel's early loads
@@ -349,18 +357,19 @@ class LoweringContext:
         tile stays live to the last reader, so the scratchpad it holds is bounded)."""
         while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
             dram = dram.owner.operands[0]
+        alloc = tile.owner
+        while isinstance(alloc, t.ViewOp):
+            alloc = alloc.operands[0].owner
+        assert isinstance(alloc, t.AllocOp)
+        nbytes = num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) * alloc.buffers.value.data
+        if t.space_of(tile) == "spad" and nbytes <= KEPT_TINY_BYTES:
+            next_kernels = None
         until = None if next_kernels is None else self.session.counter + next_kernels
         if t.space_of(tile) == "acc" and until is not None:
             # the kernels up to the last reader size their tiles without these bytes
             # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE.
             # (A tile kept for any later kernel, paged attention's output for the o projection
             # right after it, is not charged.)
-            alloc = tile.owner
-            while isinstance(alloc, t.ViewOp):
-                alloc = alloc.operands[0].owner
-            assert isinstance(alloc, t.AllocOp)
-            nbytes = num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) \
-                * alloc.buffers.value.data
             if self.kept_accumulator_bytes(self.session.counter) + nbytes > \
                     KEPT_ACCUMULATOR_SHARE * self.session.hw.memory.accumulator_bytes:
                 return

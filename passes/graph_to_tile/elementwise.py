@@ -35,7 +35,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
-from infer.passes.graph_to_tile.context import LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.context import KEPT_TILE_READERS, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_box
 from infer.passes.graph_to_tile.vector_math import RULES, Seq, int_temp_type
 
@@ -144,11 +144,6 @@ def load_operand(ctx: LoweringContext, value: SSAValue, frame: TileFrame, op: Op
     if kept is not None:
         return kept
     return _load_buffer(ctx.emitter, ctx.buffer(value), shape_of(value), frame)
-
-
-#: an elementwise kernel or a reduction whose whole result is one local tile keeps it on chip for
-#: the kernels named within this many names after it (`LoweringContext.keep_on_chip`)
-KEPT_TILE_READERS = 3
 
 
 def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool, bool],

@@ -177,7 +177,7 @@ def _gather_rows(ctx: LoweringContext, name: str, table_buffer: SSAValue, V: int
     if TR >= count and TC >= W and latency_bound(ctx.hw):
         # the whole result in one tile: the kernel after it (the first norm of a transformer)
         # copies it instead of loading it back
-        ctx.keep_on_chip(out2, rows_tile, next_kernels=1)
+        ctx.keep_on_chip(out2, rows_tile, next_kernels=3)
 
 
 def _gather_packed_rows(ctx: LoweringContext, name: str, dq: g.DequantizeBlocksOp, packed: g.WeightOp,

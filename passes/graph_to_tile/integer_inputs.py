@@ -25,7 +25,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import element_name_of, num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error
+from infer.passes.graph_to_tile.context import KEPT_TILE_READERS, NEG_INF, LoweringContext, error, latency_bound
 
 INDEX_TYPES = ("i32", "i64")
 
@@ -211,6 +211,9 @@ def _lower_int_to_f32(ctx: LoweringContext, x: SSAValue, result: SSAValue, mask:
     x_tile = em.alloc((TR, TC), i32, "spad", 2)
     y_tile = em.alloc((TR, TC), f32, "spad", 2)
     z = [0, 0]
+    # the whole result in one tile: the kernels after it may read it there (a sentence
+    # embedding's mean pooling multiplies the last layer's rows by the mask cast to f32)
+    one_tile = latency_bound(ctx.hw) and TR >= M and TC >= N
 
     def tile(r0: Index, rows: int, c0: Index, cols: int) -> None:
         em.dma(x2, [r0, c0], x_tile, z, [rows, cols])
@@ -221,6 +224,8 @@ def _lower_int_to_f32(ctx: LoweringContext, x: SSAValue, result: SSAValue, mask:
             em.vec("add", y_tile, z, y_tile, z, rows, cols, bmode="imm", imm=-1.0)
             em.vec("mul", y_tile, z, y_tile, z, rows, cols, bmode="imm", imm=-NEG_INF)
         em.dma(y_tile, z, out2, [r0, c0], [rows, cols])
+        if one_tile:
+            ctx.keep_on_chip(out2, y_tile, next_kernels=KEPT_TILE_READERS)
 
     em.tiles(M, TR, lambda r0, rows: em.tiles(N, TC, lambda c0, cols: tile(r0, rows, c0, cols)))
 

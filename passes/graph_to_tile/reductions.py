@@ -26,9 +26,8 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.context import KEPT_TILE_READERS, NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_dram, fill_dram
-from infer.passes.graph_to_tile.elementwise import KEPT_TILE_READERS
 
 _KINDS = {g.ReduceSumOp: "sum", g.ReduceMeanOp: "sum", g.ReduceMaxOp: "max", g.ReduceMinOp: "min",
           g.ReduceProdOp: "prod"}

@@ -403,3 +403,36 @@ def test_latency_bound_target_keeps_neighbouring_kernels_apart() -> None:
     # 16 MiB of scratchpad: two 12 MiB buffers do not fit side by side, so they share bytes
     big = {n: a.offset.value.data for n, a in _allocs(_run(prog(48 * 1024, "server"))).items()}
     assert set(big.values()) == {0}
+
+
+def test_tiny_buffers_are_kept_apart_from_more_kernels() -> None:
+    """A local buffer of at most TINY_BUFFER_BYTES is kept apart from TINY_APART_EXTRA more kernels
+    on each side (on a latency-bound target): tiny kernels pass while a store of an earlier one is
+    in flight, and a later buffer on its bytes would wait for that store to retire. Ten kernels
+    that each load and store a 1 KiB tile: tiles up to KEEP_APART_KERNELS + TINY_APART_EXTRA
+    kernels apart get different bytes, the first kernel after that reuses the first tile's."""
+    from infer.passes.tile_memory_plan import KEEP_APART_KERNELS, TINY_APART_EXTRA, TINY_BUFFER_BYTES
+
+    names = [f"k{i}" for i in range(10)]
+    rows = 4
+    assert rows * 64 * 4 <= TINY_BUFFER_BYTES
+
+    def kernel(name: str) -> str:
+        return f"""
+    %{name} = tile.alloc : memref<{rows}x64xf32, "spad">
+    tile.dma %x[%c0, %c0], %{name}[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "dram">, memref<{rows}x64xf32, "spad">
+    tile.dma %{name}[%c0, %c0], %y[%c0, %c0] {{shape = array<i64: {rows}, 64>}} : memref<{rows}x64xf32, "spad">, memref<{rows}x64xf32, "dram">"""
+
+    module = _run(HEADER.replace('"edge"', '"server"') + f"""
+  func.func @main(%x: memref<{rows}x64xf32, "dram">, %y: memref<{rows}x64xf32, "dram">) {{
+    %c0 = arith.constant 0 : index{"".join(kernel(n) for n in names)}
+    func.return
+  }}
+}}
+""")
+    offsets = {n: a.offset.value.data for n, a in _allocs(module).items()}
+    apart = KEEP_APART_KERNELS + TINY_APART_EXTRA
+    for i in range(len(names)):
+        for j in range(i + 1, min(len(names), i + apart + 1)):
+            assert offsets[names[i]] != offsets[names[j]], (i, j, offsets)
+    assert offsets[names[0]] == offsets[names[apart + 1]]
