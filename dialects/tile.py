@@ -100,6 +100,9 @@ ALIAS_ATTR = "tile.alias_of"
 #: on a top-level tile.dma: a weight prefetch of the next kernel, emitted in this one
 #: (graph_to_tile/prefetch_hoist.py); op markers name the next kernel by its weights
 PREFETCH_FOR_NEXT_ATTR = "tile.prefetch_for_next"
+#: on a top-level tile.dma: a load of a later kernel, emitted in this one around its row gather
+#: (graph_to_tile/gather_overlap.py); it names no kernel
+PREFETCH_FOR_LATER_ATTR = "tile.prefetch_for_later"
 ROOFLINE_ATTR = "tile.roofline"
 
 # Element types each engine reads/writes (graph-level names).

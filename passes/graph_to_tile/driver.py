@@ -66,6 +66,7 @@ from infer.passes.graph_to_tile.context import (
     no_lowering_error,
 )
 from infer.passes.graph_to_tile.copies import copy_dram
+from infer.passes.graph_to_tile.gather_overlap import hoist_loads_around_row_gathers
 from infer.passes.graph_to_tile.prefetch_hoist import ends_in_products, ends_in_vector_epilogue, hoist_weight_prefetches
 from infer.passes.graph_to_tile.lowerings import check_types, lowering_for
 from infer.target.hw import load_config
@@ -174,6 +175,7 @@ class FunctionLowering:
         self._tag_layers(old)
         if latency_bound(ctx.hw):
             hoist_weight_prefetches(self.block, queue_depth=ctx.hw.matrix.queue_depth)
+            hoist_loads_around_row_gathers(self.block, ctx.hw.dma.channels + ctx.hw.dma.queue_depth)
         ctx.emitter.insert(func.ReturnOp())
         new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(self.in_types + self.out_types, []),
                           Region(self.block), fn.sym_visibility)

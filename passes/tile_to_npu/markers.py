@@ -96,7 +96,8 @@ class KernelGroups:
         if isinstance(record, DictionaryAttr):
             _add_record(group.roofline, {k: v.value.data if isinstance(v, IntegerAttr) else v.data
                                          for k, v in record.data.items() if isinstance(v, IntegerAttr | StringAttr)})
-        names = group.names_for_next if t.PREFETCH_FOR_NEXT_ATTR in op.attributes else group.kernel_names
+        names = (group.names_for_next if t.PREFETCH_FOR_NEXT_ATTR in op.attributes
+                 else [] if t.PREFETCH_FOR_LATER_ATTR in op.attributes else group.kernel_names)
         for inner in op.walk():
             if isinstance(inner, t.DmaOp) and root_buffer(inner.dst) not in group.written:
                 group.written.append(root_buffer(inner.dst))
