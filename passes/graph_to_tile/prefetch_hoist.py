@@ -21,7 +21,9 @@ kernel follows, the DMAs go after that first loop instead (`_dma_anchor`): the f
 by the queue until it has dispatched most of that kernel's products, issues them about a
 kernel's products earlier (MiniLM's FFN down projection: 142,624 -> 141,540 cycles on server;
 the SmolLM2 decode step 256,326 -> 250,729; docs/paged-kv.md "The next kernel's weights
-requested a kernel earlier").
+requested a kernel earlier"). Where the kernel before is straight-line products (a one-key-tile
+attention's heads, step by step), they go in front of the last products that take as long as
+the DMAs' latency and transfer (`_before_the_last_products`; MiniLM's o projection).
 
 The kernel's operand preparation moves there too (after the DMAs, if any) when the kernel
 before has an epilogue on the vector unit after that point (`_operand_preparation`): the vector
@@ -33,8 +35,9 @@ matmul to drain, and the kernel's first matmul waited for them (a 400-cycle matr
 of those boundaries). A preparation op moves
 only when nothing between its new and its old place writes its sources or touches its
 destination (a kept-apart, single-buffered alloc of the kernel, which moves with the DMAs'
-allocs), so it computes the same values; the kernel's matmul nests between such ops stay where
-they are. On server (bf16): MiniLM seq 128 151,042 -> 146,862 cycles, the Llama prefill
+allocs), so it computes the same values; the kernel's matmul nests and loads between such ops
+stay where they are (o's first k step's copy of the attention's first heads goes ahead of o's
+residual load). On server (bf16): MiniLM seq 128 151,042 -> 146,862 cycles, the Llama prefill
 316,953 -> 316,441 (its fills).
 """
 
@@ -99,10 +102,12 @@ def ends_in_products(ops: list[Operation]) -> bool:
     return last is not None and not any(isinstance(o, t.VectorOp | t.FillOp) for o in walked[last + 1:])
 
 
-def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_depth: int) -> int:
+def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_depth: int,
+                            lead_cycles: int, bytes_per_cycle: float) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
     `preparation` its operand preparation (module docstring); returns how many DMAs moved.
-    `queue_depth`: the matrix unit's instruction queue depth (`_dma_anchor`)."""
+    `queue_depth`: the matrix unit's instruction queue depth (`_dma_anchor`); `lead_cycles` and
+    `bytes_per_cycle`: the DRAM's latency and bandwidth (`_before_the_last_products`)."""
     kernels = _kernels(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
@@ -136,6 +141,8 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         # the array after it (_dma_anchor), the preparation after `anchor`, before its epilogue
         dma_anchor = _dma_anchor(before, anchor, queue_depth) if run else anchor
         ahead_of = _ahead_of_the_loop(before, anchor, run) if run else None
+        if run and ahead_of is None:
+            ahead_of = _before_the_last_products(before, run, lead_cycles, bytes_per_cycle)
         # (the DMAs go right after `dma_anchor`, or right before `ahead_of` where there is one)
         cut = position[ahead_of] - 1 if ahead_of is not None else position[dma_anchor]
 
@@ -197,7 +204,8 @@ def _dma_anchor(before: list[Operation], anchor: Operation, queue_depth: int) ->
     first product is a lone `tile.matmul` (an attention's heads) keeps `anchor` too: there
     tile-to-npu emitted the moved DMAs behind a front-end wait for the kernel's last matmul, and
     they went out later than from `anchor` (the transformer block of bench_compiler_gemm.py,
-    the o projection's weights in its 4-head attention: 11,076 -> 11,922 cycles). The moved
+    the o projection's weights in its 4-head attention: 11,076 -> 11,922 cycles; where such a
+    kernel's products are all lone, `_before_the_last_products` may place them instead). The moved
     buffers are kept apart from the kernel before's (`tile.live_from_previous`), so its
     products do not touch them."""
     products = [i for i, op in enumerate(before) if _holds_matmul(op)]
@@ -228,6 +236,29 @@ def _ahead_of_the_loop(before: list[Operation], anchor: Operation, run: list[t.D
     if _dram_load_bytes(anchor) * 16 > sum(_transfer_bytes(op) for op in run):
         return None
     return anchor
+
+
+def _before_the_last_products(before: list[Operation], run: list[t.DmaOp], lead_cycles: int,
+                              bytes_per_cycle: float) -> Operation | None:
+    """The product to put the next kernel's weight DMAs right in front of, or None: where the
+    kernel before's products are lone `tile.matmul`s (a straight-line attention: its heads' QK^T
+    and P @ V, step by step), the last one from which the products after it stream at least as
+    many rows (one a cycle) as the DMAs take (`lead_cycles`, a DRAM latency, plus their bytes at
+    `bytes_per_cycle`), when no DRAM load of that kernel follows it (the load engine is in
+    order). After the last product the front end reaches the DMAs only when the vector queue
+    has taken most of the last heads' normalisation: MiniLM's o projection on server waited for
+    its 295 KB of weights until ~300 cycles after the attention's last matmul."""
+    products = [op for op in before if _holds_matmul(op)]
+    if len(products) < 2 or not all(isinstance(op, t.MatmulOp) for op in products):
+        return None
+    need = lead_cycles + sum(_transfer_bytes(op) for op in run) / bytes_per_cycle
+    rows = 0
+    for op in reversed(products):
+        rows += op.m.value.data
+        if rows >= need:
+            later = before[before.index(op):]
+            return None if any(_dram_load_bytes(o) for o in later) else op
+    return None
 
 
 def _transfer_bytes(dma: t.DmaOp) -> int:
@@ -267,7 +298,7 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
                          position: dict[Operation, int], run: list[t.DmaOp]
                          ) -> list[tuple[Operation, Operation | None]]:
     """The vector ops and fills at the start of `kernel` (after the moved DMAs `run`; between
-    them only the kernel's matmul nests, which stay) that may move to just after the anchor,
+    them only the kernel's matmul nests and loads, which stay) that may move to just after the anchor,
     each with the op of the kernel before's tail it must follow instead (None: none): each
     writes a kept-apart single-buffered alloc of the kernel that nothing between the anchor and
     the op touches, and reads allocs nothing there writes, or that the tail writes only in
@@ -310,8 +341,8 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
                 if behind is None or all(b is None for _, b in moved):
                     moved.append((op, behind))
                     continue
-        if not _holds_matmul(op):
-            break
+        if not _holds_matmul(op) and not isinstance(op, t.DmaOp):
+            break  # (the kernel's product nests and loads stay: what they write blocks the ops after)
         written, touched = _buffers(op)
         kernel_writes |= written
         blocked_touches |= touched

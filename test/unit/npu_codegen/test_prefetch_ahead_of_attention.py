@@ -86,3 +86,53 @@ def test_head_groups_in_sequence_prepare_the_next_group_ahead(monkeypatch):
     np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(y1, graph_ref, rtol=3e-2, atol=3e-2)
     assert cycles1 < cycles0, (cycles1, cycles0)
+
+
+def test_o_weights_and_first_operand_before_the_last_heads(monkeypatch):
+    """The same self-attention with its head groups in sequence (straight-line products): the o
+    projection's weight DMAs go in front of the attention's last products that stream at
+    least as many rows as the DMAs take cycles (prefetch_hoist._before_the_last_products), and
+    o's first k step's copy of the first heads' outputs goes ahead of o's residual load and of
+    the last heads' normalisation (`_operand_preparation` passes over the kernel's loads). The
+    same bits as with the DMAs after the last product, fewer cycles."""
+    from infer.dialects import tile as t
+    from infer.passes.graph_to_tile import prefetch_hoist
+    from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
+
+    def lowered():
+        module = parse_with_weights(*projected_attention(S, H, D), "attn.mlir")
+        apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+        return module
+
+    def run_module(module, x):
+        apply_pass("tile-plan-memory{target=server}", module)
+        (y,), counters = npu_matches_tile(module, [x], "server")
+        return y, counters.cycles
+
+    x = np.random.default_rng(19).standard_normal((1, S, H * D)).astype(np.float32)
+    module = lowered()
+    ops = list(next(op for op in module.walk() if op.name == "func.func").body.block.ops)
+    matmuls = [i for i, op in enumerate(ops) if isinstance(op, t.MatmulOp)]  # the attention's, top level
+    prefetches = [i for i, op in enumerate(ops) if t.PREFETCH_FOR_NEXT_ATTR in op.attributes
+                  and matmuls[0] < i]
+    assert prefetches and max(prefetches) < matmuls[-1]  # in front of the last products
+    # o's residual (x) is the function argument's last load; o's first operand copy is ahead of it
+    x_loads = [i for i, op in enumerate(ops) if isinstance(op, t.DmaOp)
+               and t.root_buffer(op.src) is ops[0].parent_block().args[0]]
+    # (o's k step copies: the merged heads' fp32 [S, H*D] tile into a bf16 [S, 128] operand)
+    first_copy = next(i for i, op in enumerate(ops) if isinstance(op, t.VectorOp) and op.op.data == "copy"
+                      and LIVE_FROM_PREVIOUS in _root(op.dst).attributes
+                      and str(op.dst.type) == 'memref<128x128xbf16, "spad">'
+                      and str(op.a.type) == f'memref<{S}x{H * D}xf32, "spad">')
+    assert first_copy < x_loads[-1], (first_copy, x_loads[-1])
+    y1, cycles1 = run_module(module, x)
+    monkeypatch.setattr(prefetch_hoist, "_before_the_last_products", lambda *args: None)
+    y0, cycles0 = run_module(lowered(), x)
+    assert y1.tobytes() == y0.tobytes()
+    assert cycles1 < cycles0, (cycles1, cycles0)
+
+
+def _root(value):
+    from infer.dialects import tile as t
+
+    return t.root_buffer(value).owner
