@@ -177,7 +177,8 @@ class FunctionLowering:
             hoist_weight_prefetches(self.block, queue_depth=ctx.hw.matrix.queue_depth,
                                     lead_cycles=ctx.hw.dram.latency_cycles,
                                     bytes_per_cycle=ctx.hw.dram.bytes_per_cycle)
-            hoist_loads_around_row_gathers(self.block, ctx.hw.dma.channels + ctx.hw.dma.queue_depth)
+            hoist_loads_around_row_gathers(self.block, ctx.hw.dma.channels + ctx.hw.dma.queue_depth,
+                                           ctx.hw.memory.scratchpad_bytes)
         ctx.emitter.insert(func.ReturnOp())
         new = func.FuncOp(fn.sym_name.data, FunctionType.from_lists(self.in_types + self.out_types, []),
                           Region(self.block), fn.sym_visibility)

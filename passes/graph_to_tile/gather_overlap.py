@@ -27,10 +27,16 @@ from xdsl.dialects.builtin import UnitAttr
 from xdsl.ir import Block, BlockArgument, Operation
 
 from infer.dialects import tile as t
+from infer.passes.graph_to_tile.context import local_bytes
 from infer.passes.graph_to_tile.prefetch_hoist import _NO_CODE, _buffers, _holds_matmul, _kernels, _root_alloc
 
 
-def hoist_loads_around_row_gathers(block: Block, rows_in_flight: int) -> int:
+#: the buffers of the moved loads, live from the gather on, take at most this share of the
+#: scratchpad (a kernel after it stops the moves where its buffers would pass it)
+MOVED_BUFFERS_SHARE = 0.25
+
+
+def hoist_loads_around_row_gathers(block: Block, rows_in_flight: int, scratchpad_bytes: int) -> int:
     """Move the free loads of the kernels after each top-level DRAM row gather of more than
     `rows_in_flight` rows (the DMA channels plus the load queue: past that the front end waits
     in the row loop) around it (module docstring); returns how many DMAs moved."""
@@ -48,10 +54,15 @@ def hoist_loads_around_row_gathers(block: Block, rows_in_flight: int) -> int:
         first_code = next(op for op in kernel if not isinstance(op, _NO_CODE))
         ahead: list[t.DmaOp] = []
         beside: list[t.DmaOp] = []
+        budget = MOVED_BUFFERS_SHARE * scratchpad_bytes
         for j, later in enumerate(kernels[i + 1:]):
             loads = _free_loads(later, written)
             own = [op for op in later if isinstance(op, t.AllocOp)]
-            if len({_root_alloc(d.dst) for d in loads}) < len(own):  # the kernel keeps a start of its own
+            buffers = {_root_alloc(d.dst) for d in loads}
+            budget -= sum(local_bytes(a) for a in buffers if a is not None)
+            if budget < 0:
+                break
+            if len(buffers) < len(own):  # the kernel keeps a start of its own
                 (ahead if j == 0 else beside).extend(loads)
             if any(_holds_matmul(op) for op in later):
                 break

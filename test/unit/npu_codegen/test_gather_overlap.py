@@ -56,7 +56,7 @@ def _run(weights, inputs, overlap: bool, monkeypatch):
     from infer.passes.graph_to_tile import driver
 
     if not overlap:
-        monkeypatch.setattr(driver, "hoist_loads_around_row_gathers", lambda block, rows: 0)
+        monkeypatch.setattr(driver, "hoist_loads_around_row_gathers", lambda block, rows, spad: 0)
     module = parse_with_weights(EMBED, weights, "embed.mlir")
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=fp32},tile-plan-memory{target=server}", module)
     body = next(op for op in module.walk() if isinstance(op, t.GatherRowsOp)).parent_block()
@@ -98,3 +98,21 @@ def test_loads_go_around_the_row_gather(monkeypatch):
     assert sum(1 for op in after if weight_key(op).split(".")[-1].startswith("param")) == 2
     assert any(".weight.packed" in weight_key(op) for op in after)
     assert not any(t.PREFETCH_FOR_LATER_ATTR in op.attributes for op in ops_off)
+
+
+def test_moved_buffers_stay_within_their_share_of_the_scratchpad(monkeypatch):
+    """The moved loads' buffers live from the gather on: a kernel whose buffers would take the
+    moved ones past MOVED_BUFFERS_SHARE of the scratchpad ends the moves (here the first one:
+    nothing moves)."""
+    from infer.passes.graph_to_tile import gather_overlap
+
+    weights = _weights(np.random.default_rng(12))
+
+    def moved() -> int:
+        module = parse_with_weights(EMBED, weights, "embed.mlir")
+        apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+        return sum(1 for op in module.walk() if t.PREFETCH_FOR_LATER_ATTR in op.attributes)
+
+    assert moved() > 0
+    monkeypatch.setattr(gather_overlap, "MOVED_BUFFERS_SHARE", 1e-6)
+    assert moved() == 0
