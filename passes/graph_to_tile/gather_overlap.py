@@ -28,7 +28,7 @@ from xdsl.ir import Block, BlockArgument, Operation
 
 from infer.dialects import tile as t
 from infer.passes.graph_to_tile.context import local_bytes
-from infer.passes.graph_to_tile.prefetch_hoist import _NO_CODE, _buffers, _holds_matmul, _kernels, _root_alloc
+from infer.passes.graph_to_tile.prefetch_hoist import NO_CODE, buffers_of, holds_matmul, kernel_groups, root_alloc
 
 
 #: the buffers of the moved loads, live from the gather on, take at most this share of the
@@ -42,33 +42,33 @@ def hoist_loads_around_row_gathers(block: Block, rows_in_flight: int, scratchpad
     in the row loop) around it (module docstring); returns how many DMAs moved."""
     written: set = set()
     for op in block.ops:
-        if not isinstance(op, _NO_CODE):  # (a view writes nothing)
-            written |= _buffers(op)[0]
+        if not isinstance(op, NO_CODE):  # (a view writes nothing)
+            written |= buffers_of(op)[0]
     moved = 0
-    kernels = _kernels(block)
+    kernels = kernel_groups(block)
     for i, kernel in enumerate(kernels):
         gather = next((op for op in kernel if isinstance(op, t.GatherRowsOp)
                        and t.space_of(op.table) == "dram" and op.rows.value.data > rows_in_flight), None)
         if gather is None:
             continue
-        first_code = next(op for op in kernel if not isinstance(op, _NO_CODE))
+        first_code = next(op for op in kernel if not isinstance(op, NO_CODE))
         ahead: list[t.DmaOp] = []
         beside: list[t.DmaOp] = []
         budget = MOVED_BUFFERS_SHARE * scratchpad_bytes
         for j, later in enumerate(kernels[i + 1:]):
             loads = _free_loads(later, written)
             own = [op for op in later if isinstance(op, t.AllocOp)]
-            buffers = {_root_alloc(d.dst) for d in loads}
+            buffers = {root_alloc(d.dst) for d in loads}
             budget -= sum(local_bytes(a) for a in buffers if a is not None)
             if budget < 0:
                 break
             if len(buffers) < len(own):  # the kernel keeps a start of its own
                 (ahead if j == 0 else beside).extend(loads)
-            if any(_holds_matmul(op) for op in later):
+            if any(holds_matmul(op) for op in later):
                 break
         after = gather
         for dma in [*ahead, *beside]:
-            alloc = _root_alloc(dma.dst)
+            alloc = root_alloc(dma.dst)
             assert alloc is not None
             if alloc.parent_block() is block and block.get_operation_index(alloc) > block.get_operation_index(first_code):
                 alloc.detach()
@@ -93,18 +93,18 @@ def _free_loads(kernel: list[Operation], written: set) -> list[t.DmaOp]:
     loads: list[t.DmaOp] = []
     touched: set = set()
     for op in kernel:
-        if isinstance(op, _NO_CODE):
+        if isinstance(op, NO_CODE):
             continue
         if (isinstance(op, t.DmaOp) and t.space_of(op.src) == "dram" and t.space_of(op.dst) != "dram"
                 and t.PREFETCH_FOR_LATER_ATTR not in op.attributes):  # (moved for a gather before)
             source = t.root_buffer(op.src)
-            alloc = _root_alloc(op.dst)
+            alloc = root_alloc(op.dst)
             if (isinstance(source.owner, t.WeightOp) or isinstance(source, BlockArgument)) \
                     and source not in written and alloc is not None and alloc in kernel \
                     and alloc.buffer not in touched:
                 loads.append(op)  # (several loads may fill one buffer: they keep their order)
                 continue
-        touched |= _buffers(op)[1]
+        touched |= buffers_of(op)[1]
     return loads
 
 

@@ -54,10 +54,10 @@ from infer.dialects import tile as t
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.passes.tile_to_npu.common import accessed_buffers, trip_count
 
-_NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
+NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
 
 
-def _kernels(block: Block) -> list[list[Operation]]:
+def kernel_groups(block: Block) -> list[list[Operation]]:
     """The block's top-level ops grouped into kernels (op markers' rule)."""
     kernels: list[list[Operation]] = [[]]
     emitted = False
@@ -65,17 +65,17 @@ def _kernels(block: Block) -> list[list[Operation]]:
         if isinstance(op, t.AllocOp) and emitted:
             kernels.append([])
             emitted = False
-        elif not isinstance(op, _NO_CODE):
+        elif not isinstance(op, NO_CODE):
             emitted = True
         kernels[-1].append(op)
     return kernels
 
 
-def _holds_matmul(op: Operation) -> bool:
+def holds_matmul(op: Operation) -> bool:
     return isinstance(op, t.MatmulOp) or any(isinstance(o, t.MatmulOp) for o in op.walk())
 
 
-def _root_alloc(value) -> t.AllocOp | None:
+def root_alloc(value) -> t.AllocOp | None:
     owner = t.root_buffer(value).owner
     return owner if isinstance(owner, t.AllocOp) else None
 
@@ -88,7 +88,7 @@ def ends_in_vector_epilogue(ops: list[Operation]) -> bool:
     """Whether a kernel's ops (in order) have vector work after their last top-level op that
     holds a matmul: an epilogue the next kernel's operand preparation can move ahead of
     (`_operand_preparation`, which looks after the epilogue's loads)."""
-    last = max((i for i, op in enumerate(ops) if _holds_matmul(op)), default=None)
+    last = max((i for i, op in enumerate(ops) if holds_matmul(op)), default=None)
     return last is not None and any(isinstance(o, t.VectorOp | t.FillOp)
                                     for op in ops[last + 1:] for o in op.walk())
 
@@ -108,11 +108,11 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
     `preparation` its operand preparation (module docstring); returns how many DMAs moved.
     `queue_depth`: the matrix unit's instruction queue depth (`_dma_anchor`); `lead_cycles` and
     `bytes_per_cycle`: the DRAM's latency and bandwidth (`_before_the_last_products`)."""
-    kernels = _kernels(block)
+    kernels = kernel_groups(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
     for before, kernel in zip(kernels, kernels[1:]):
-        anchor = next((op for op in reversed(before) if _holds_matmul(op)), None)
+        anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
         if anchor is None:
             continue
         # after the epilogue's own loads too (a residual): the load engine is in order, and
@@ -121,19 +121,19 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
                  and position[op] > position[anchor]]
         if loads:
             anchor = loads[-1]
-        code = [op for op in kernel if not isinstance(op, _NO_CODE)]
+        code = [op for op in kernel if not isinstance(op, NO_CODE)]
         run: list[t.DmaOp] = []
         for op in code:
             if not isinstance(op, t.DmaOp):
                 break
-            alloc = _root_alloc(op.dst)
+            alloc = root_alloc(op.dst)
             if alloc is None or LIVE_FROM_PREVIOUS not in alloc.attributes or not _is_weight(op.src):
                 break
             run.append(op)
         preps = _operand_preparation(before, kernel, anchor, position, run) if preparation else []
         if not run and not preps:
             continue
-        allocs = {_root_alloc(op.dst) for op in [*run, *(p for p, _ in preps)]}
+        allocs = {root_alloc(op.dst) for op in [*run, *(p for p, _ in preps)]}
         own = [op for op in kernel if isinstance(op, t.AllocOp) and op not in allocs]
         if not own:
             continue  # the kernel would lose its start: leave it
@@ -165,7 +165,7 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         # semaphores. With the allocs before the kernel's own first code op instead, MiniLM's
         # FFN down projection is compiled single-buffered: 151.0 K -> 165.2 K cycles on
         # server. docs/paged-kv.md, "The next kernel's weights requested a kernel earlier".)
-        first_code = next(op for op in before if not isinstance(op, _NO_CODE))
+        first_code = next(op for op in before if not isinstance(op, NO_CODE))
         for alloc in sorted(allocs, key=lambda a: position[a]):
             alloc.detach()
             block.insert_op_before(alloc, first_code)
@@ -208,7 +208,7 @@ def _dma_anchor(before: list[Operation], anchor: Operation, queue_depth: int) ->
     kernel's products are all lone, `_before_the_last_products` may place them instead). The moved
     buffers are kept apart from the kernel before's (`tile.live_from_previous`), so its
     products do not touch them."""
-    products = [i for i, op in enumerate(before) if _holds_matmul(op)]
+    products = [i for i, op in enumerate(before) if holds_matmul(op)]
     if len(products) < 2 or not isinstance(before[products[0]], scf.ForOp):
         return anchor
     later = before[products[0] + 1:]
@@ -230,7 +230,7 @@ def _ahead_of_the_loop(before: list[Operation], anchor: Operation, run: list[t.D
     kernel starts. The load engine is in order, so the loop's own loads wait behind them: a loop
     that streams its operands (fp32 attention's Q / K / V tiles, the Llama prefill's
     products) keeps them after it."""
-    products = [op for op in before if _holds_matmul(op)]
+    products = [op for op in before if holds_matmul(op)]
     if products != [anchor] or not isinstance(anchor, scf.ForOp) or ends_in_products([anchor]):
         return None
     if _dram_load_bytes(anchor) * 16 > sum(_transfer_bytes(op) for op in run):
@@ -248,7 +248,7 @@ def _before_the_last_products(before: list[Operation], run: list[t.DmaOp], lead_
     order). After the last product the front end reaches the DMAs only when the vector queue
     has taken most of the last heads' normalisation: MiniLM's o projection on server waited for
     its 295 KB of weights until ~300 cycles after the attention's last matmul."""
-    products = [op for op in before if _holds_matmul(op)]
+    products = [op for op in before if holds_matmul(op)]
     if len(products) < 2 or not all(isinstance(op, t.MatmulOp) for op in products):
         return None
     need = lead_cycles + sum(_transfer_bytes(op) for op in run) / bytes_per_cycle
@@ -282,7 +282,7 @@ def _executed(op: Operation, amount: Callable[[Operation], int]) -> int:
     return amount(op) + (inner * max(1, trip_count(op)) if isinstance(op, scf.ForOp) else inner)
 
 
-def _buffers(op: Operation) -> tuple[set, set]:
+def buffers_of(op: Operation) -> tuple[set, set]:
     """(root buffers op or an op nested in it may write, root buffers they touch); an op
     `accessed_buffers` does not know counts as writing every buffer operand."""
     written, touched = set(), set()
@@ -313,7 +313,7 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
     tail_writes: list[tuple[Operation, object, tuple | None]] = []  # (tail op, root, box or None)
     blocked_touches: set = set()
     for op in tail:
-        written, touched = _buffers(op)
+        written, touched = buffers_of(op)
         blocked_touches |= touched
         box = _written_box(op)
         tail_writes += [(op, root, box if box is not None and box[0] is root else None) for root in written]
@@ -321,10 +321,10 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
     moved: list[tuple[Operation, Operation | None]] = []
     in_run = set(run)
     for op in kernel:
-        if isinstance(op, _NO_CODE) or op in in_run:
+        if isinstance(op, NO_CODE) or op in in_run:
             continue
         if isinstance(op, t.VectorOp | t.FillOp):
-            alloc = _root_alloc(op.dst)
+            alloc = root_alloc(op.dst)
             reads = _read_boxes(op) if isinstance(op, t.VectorOp) else []
             if (alloc is not None and alloc in kernel and LIVE_FROM_PREVIOUS in alloc.attributes
                     and alloc.buffers.value.data == 1 and alloc.buffer not in blocked_touches
@@ -341,9 +341,9 @@ def _operand_preparation(before: list[Operation], kernel: list[Operation], ancho
                 if behind is None or all(b is None for _, b in moved):
                     moved.append((op, behind))
                     continue
-        if not _holds_matmul(op) and not isinstance(op, t.DmaOp):
+        if not holds_matmul(op) and not isinstance(op, t.DmaOp):
             break  # (the kernel's product nests and loads stay: what they write blocks the ops after)
-        written, touched = _buffers(op)
+        written, touched = buffers_of(op)
         kernel_writes |= written
         blocked_touches |= touched
     return moved

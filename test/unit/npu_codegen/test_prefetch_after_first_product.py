@@ -27,11 +27,11 @@ def run(inputs: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
     module = parse_with_weights(*o_norm_ffn(), "o_ffn.mlir")
     apply_pass("graph-prepare-tiling,graph-fuse-activation-prologue{target=server},"
                "graph-to-tile{target=server precision=bf16}", module)
-    from infer.passes.graph_to_tile.prefetch_hoist import _kernels
+    from infer.passes.graph_to_tile.prefetch_hoist import kernel_groups
 
     fn = next(op for op in module.walk() if op.name == "func.func")
     early = 0
-    for kernel in _kernels(fn.body.block):  # (tile-to-npu's op-marker groups)
+    for kernel in kernel_groups(fn.body.block):  # (tile-to-npu's op-marker groups)
         nests = [i for i, op in enumerate(kernel) if any(isinstance(o, t.MatmulOp) for o in op.walk())]
         early += sum(1 for i, op in enumerate(kernel) if isinstance(op, t.DmaOp)
                      and t.PREFETCH_FOR_NEXT_ATTR in op.attributes and nests and i < nests[-1])
@@ -98,14 +98,14 @@ def test_lone_matmuls_keep_the_prefetch_after_the_last(monkeypatch):
     as long as the DMAs."""
     from infer.dialects import tile as t
     from infer.passes.graph_to_tile import prefetch_hoist
-    from infer.passes.graph_to_tile.prefetch_hoist import _kernels
+    from infer.passes.graph_to_tile.prefetch_hoist import kernel_groups
 
     monkeypatch.setattr(prefetch_hoist, "_before_the_last_products", lambda *args: None)
     module = parse_with_weights(*attention_then_o(), "attn_o.mlir")
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
     fn = next(op for op in module.walk() if op.name == "func.func")
     lone_with_prefetch = 0
-    for kernel in _kernels(fn.body.block):
+    for kernel in kernel_groups(fn.body.block):
         nests = [i for i, op in enumerate(kernel) if any(isinstance(o, t.MatmulOp) for o in op.walk())]
         prefetches = [i for i, op in enumerate(kernel) if isinstance(op, t.DmaOp)
                       and t.PREFETCH_FOR_NEXT_ATTR in op.attributes]

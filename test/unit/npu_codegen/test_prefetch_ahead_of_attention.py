@@ -23,11 +23,11 @@ def placement(module) -> list[str]:
     """Where the prefetches for the o projection sit in the attention kernel: 'ahead' of its
     product loop or 'after' it, one entry per kernel that has both."""
     from infer.dialects import tile as t
-    from infer.passes.graph_to_tile.prefetch_hoist import _kernels
+    from infer.passes.graph_to_tile.prefetch_hoist import kernel_groups
 
     fn = next(op for op in module.walk() if op.name == "func.func")
     where = []
-    for kernel in _kernels(fn.body.block):
+    for kernel in kernel_groups(fn.body.block):
         loops = [i for i, op in enumerate(kernel) if any(isinstance(o, t.MatmulOp) for o in op.walk())]
         prefetches = [i for i, op in enumerate(kernel) if isinstance(op, t.DmaOp)
                       and t.PREFETCH_FOR_NEXT_ATTR in op.attributes]
