@@ -354,18 +354,20 @@ class LoweringContext:
         store and a DRAM latency of its own. Only the kernel that made `tile` writes it, and the
         later kernel's read keeps it live (tile-plan-memory), so it still holds those bytes.
         `next_kernels`: only the kernels named within that many names from now may read it (the
-        tile stays live to the last reader, so the scratchpad it holds is bounded)."""
+        tile stays live to the last reader, so the scratchpad it holds is bounded); a scratchpad
+        tile of at most KEPT_TINY_BYTES is kept for every later kernel."""
         while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
             dram = dram.owner.operands[0]
         alloc = tile.owner
         while isinstance(alloc, t.ViewOp):
             alloc = alloc.operands[0].owner
-        assert isinstance(alloc, t.AllocOp)
-        nbytes = num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) * alloc.buffers.value.data
-        if t.space_of(tile) == "spad" and nbytes <= KEPT_TINY_BYTES:
+        nbytes = (num_elements(shape_of(alloc.buffer)) * t.elem_bytes(alloc.buffer) * alloc.buffers.value.data
+                  if isinstance(alloc, t.AllocOp) else None)
+        if t.space_of(tile) == "spad" and nbytes is not None and nbytes <= KEPT_TINY_BYTES:
             next_kernels = None
         until = None if next_kernels is None else self.session.counter + next_kernels
         if t.space_of(tile) == "acc" and until is not None:
+            assert nbytes is not None
             # the kernels up to the last reader size their tiles without these bytes
             # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE.
             # (A tile kept for any later kernel, paged attention's output for the o projection
