@@ -97,6 +97,7 @@ def test_o_weights_and_first_operand_before_the_last_heads(monkeypatch):
     same bits as with the DMAs after the last product, fewer cycles."""
     from infer.dialects import tile as t
     from infer.passes.graph_to_tile import prefetch_hoist
+    from infer.passes.graph_to_tile.prefetch_hoist import root_alloc
     from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 
     def lowered():
@@ -121,7 +122,7 @@ def test_o_weights_and_first_operand_before_the_last_heads(monkeypatch):
                and t.root_buffer(op.src) is ops[0].parent_block().args[0]]
     # (o's k step copies: the merged heads' fp32 [S, H*D] tile into a bf16 [S, 128] operand)
     first_copy = next(i for i, op in enumerate(ops) if isinstance(op, t.VectorOp) and op.op.data == "copy"
-                      and LIVE_FROM_PREVIOUS in _root(op.dst).attributes
+                      and LIVE_FROM_PREVIOUS in root_alloc(op.dst).attributes
                       and str(op.dst.type) == 'memref<128x128xbf16, "spad">'
                       and str(op.a.type) == f'memref<{S}x{H * D}xf32, "spad">')
     assert first_copy < x_loads[-1], (first_copy, x_loads[-1])
@@ -130,9 +131,3 @@ def test_o_weights_and_first_operand_before_the_last_heads(monkeypatch):
     y0, cycles0 = run_module(lowered(), x)
     assert y1.tobytes() == y0.tobytes()
     assert cycles1 < cycles0, (cycles1, cycles0)
-
-
-def _root(value):
-    from infer.dialects import tile as t
-
-    return t.root_buffer(value).owner
