@@ -217,8 +217,28 @@ def _plan_ring_groups(plan: RotationPlan, chain_loops: set[scf.ForOp] = frozense
         if loop not in order:
             order[loop] = {o: i for i, o in enumerate(loop.walk())}
         position = order[loop]
-        plan.token_takers.add(min(members, key=lambda a: position[plan.first_use[a]]))
-        plan.token_givers.add(max(members, key=lambda a: position[plan.last_use[a]]))
+        # (members first or last used by the same op: the one its earliest / latest
+        # instruction accesses, `instruction_parts`)
+        plan.token_takers.add(min(members, key=lambda a: (position[plan.first_use[a]],
+                                                          instruction_parts(plan.first_use[a], a)[0])))
+        plan.token_givers.add(max(members, key=lambda a: (position[plan.last_use[a]],
+                                                          instruction_parts(plan.last_use[a], a)[1])))
+
+
+def instruction_parts(op: Operation, alloc: t.AllocOp) -> tuple[int, int]:
+    """(first, last) index of op's instructions that access `alloc`. A tile.matmul is an
+    `mx.loadw` of its rhs, then an `mx.matmul` reading its lhs and writing its acc
+    (selection.select_matmul); every instruction of another op accesses all its operands (a
+    split DMA's parts, a fill's). A ring group's free token must be taken by the first
+    instruction of its members' first uses and released by the last of their last uses: a
+    conv step's window (the rhs) and weight block (the lhs) last used by one matmul released
+    their half at the `mx.loadw`, and the next round's weight block load overwrote that half
+    while the `mx.matmul` still streamed it (the race checker on a 1x1 conv chain in bf16)."""
+    if not isinstance(op, t.MatmulOp):
+        return 0, 0
+    in_loadw = root_buffer(op.rhs).owner is alloc
+    in_matmul = root_buffer(op.lhs).owner is alloc or root_buffer(op.acc).owner is alloc
+    return (0 if in_loadw else 1), (1 if in_matmul else 0)
 
 
 SHARED_FIRST_CONSUMERS: tuple[type, ...] = (t.MatmulOp,)
@@ -358,6 +378,8 @@ class DoubleBuffering:
         self.full_semaphore_of: dict[t.AllocOp, int] = {}  # pipelined alloc -> its loop's
         self.full_taken: set[tuple[t.AllocOp, object]] = set()  # (alloc, round) consumed
         self.early_loads: set[t.DmaOp] = set()  # loads issued one iteration ahead
+        #: the position of each pipelined load's buffer among its loop's loads (issue order)
+        self.load_order: dict[t.AllocOp, int] = {}
         # the preparation ops issued one iteration ahead (of the loop being emitted), the last
         # one -> the "full" semaphore it signals, and the allocs they prepare
         self.preparation: set[Operation] = set()
@@ -379,6 +401,7 @@ class DoubleBuffering:
         self.idle_rings, self.ring_of_group_half = list(idle_rings), dict(ring_of_group_half)
         self.early_loads = set(early_loads)
         self.free_semaphore_of, self.active_rings, self.full_semaphore_of = {}, set(), {}
+        self.load_order = {}
         self.preparation, self.preparation_signals, self.prepared_allocs = set(), {}, set()
 
     def use_plan(self, plan: RotationPlan) -> None:
@@ -447,8 +470,9 @@ class DoubleBuffering:
         with `preparation` a second one, signalled by an iteration's last preparation op and
         taken once per iteration by the first matrix instruction reading a prepared alloc."""
         full = self.semaphores.balanced("full semaphore of a software-pipelined loop")
-        for load in loads:
+        for position, load in enumerate(loads):
             self.full_semaphore_of[root_buffer(load.dst).owner] = full  # type: ignore[index]
+            self.load_order[root_buffer(load.dst).owner] = position  # type: ignore[index]
             self.early_loads.add(load)
         if preparation:
             prepared = self.semaphores.balanced("full semaphore of a pipelined loop's preparation")
@@ -462,6 +486,7 @@ class DoubleBuffering:
     def end_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> None:
         for load in loads:
             del self.full_semaphore_of[root_buffer(load.dst).owner]  # type: ignore[arg-type]
+            del self.load_order[root_buffer(load.dst).owner]  # type: ignore[arg-type]
         for op in preparation:
             self.full_semaphore_of.pop(root_buffer(op.dst).owner, None)  # type: ignore[arg-type]
             self.prepared_allocs.discard(root_buffer(op.dst).owner)
@@ -539,6 +564,27 @@ class DoubleBuffering:
     def _take_free(self, instruction: Instruction, semaphore: int, alloc: t.AllocOp) -> None:
         if not self._wait_before_nested_loop(self._rotation_depth(alloc), semaphore):
             self.tracker.wait(instruction, semaphore)
+
+    def take_earlier_load_first(self, rhs: RingSlot | None, lhs: RingSlot | None) -> None:
+        """Before a tile.matmul's `mx.loadw` (it reads rhs; its `mx.matmul` reads lhs): when
+        the matmul is the first consumer of both buffers' pipelined loads this round and lhs's
+        load was issued first, the front end takes lhs's token now. Tokens are taken oldest
+        first, so the `mx.loadw`'s own wait then takes the newer one, and its start implies
+        both loads completed (engines retire in order). Taken by the `mx.matmul` instead, lhs's
+        token was the newer: the `mx.loadw` took lhs's and started before rhs's load
+        completed (ResNet-50's bf16 strided convs on edge load the weight block before their
+        plane windows: a race)."""
+        if rhs is None or lhs is None:
+            return
+        full = self.full_semaphore_of.get(lhs.alloc)
+        if (full is None or self.full_semaphore_of.get(rhs.alloc) != full
+                or lhs.alloc in self.prepared_allocs or rhs.alloc in self.prepared_allocs
+                or (lhs.alloc, lhs.round) in self.full_taken or (rhs.alloc, rhs.round) in self.full_taken
+                or self.load_order[lhs.alloc] > self.load_order[rhs.alloc]):
+            return
+        self.full_taken.add((lhs.alloc, lhs.round))
+        if not self._wait_before_nested_loop(self._rotation_depth(lhs.alloc), full):
+            self.cursor.append_front_end_wait(full)
 
     def _take_full(self, instruction: Instruction, alloc: t.AllocOp, full: int) -> None:
         """The first consumer of a pipelined load's buffer in an iteration takes its token."""

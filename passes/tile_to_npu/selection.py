@@ -279,6 +279,7 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
         rhs_slot and (plan.first_use[rhs.rotating_alloc] is op  # type: ignore[index]
                       or plan.last_use[rhs.rotating_alloc] is op))  # type: ignore[index]
     if not still_loaded:
+        codegen.double_buffering.take_earlier_load_first(rhs_slot, codegen.double_buffering.slot(lhs))
         codegen.emit(op, "mx.loadw", "matrix",
                      dict(w_base=weights.register, w=weights.immediate, k=k, n=n,
                           stride=weight_stride, dtype=dtype, trans=trans),

@@ -1,0 +1,105 @@
+"""Races in double-buffered conv steps, found by the race checker (outputs were right only
+because the simulator computes in program order).
+
+A ring group's free token is released by the last instruction of its members' last uses
+(rotation.py `instruction_parts`). A tile.matmul is an `mx.loadw` of its rhs, then an
+`mx.matmul` of its lhs: in a 1x1 conv step (channels orientation) the window is the rhs and
+the weight block the lhs, both double-buffered in one group and last used by the step's last
+matmul. The group released its half at that `mx.loadw`, so the next round's weight-block DMA
+overwrote the half while the `mx.matmul` still streamed it: a race on both configs in bf16.
+A strided conv's step had the opposite case (test_strided_conv_window_waits_for_its_own_load)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import infer
+from infer.dialects import tile as t
+from infer.passes.tile_to_npu.rotation import instruction_parts
+
+from helpers.graph_programs import parse_with_weights
+
+C, M, O, HW = 256, 1024, 256, 14
+X, Y1, Y2 = (f"tensor<1x{c}x{HW}x{HW}xf32>" for c in (C, M, O))
+CHAIN = f"""
+func.func @main(%x: {X} {{graph.name = "x"}}) -> ({Y2} {{graph.name = "y"}}) {{
+  %w1 = graph.weight @w1 : tensor<{M}x{C}x1x1xf32>
+  %w2 = graph.weight @w2 : tensor<{O}x{M}x1x1xf32>
+  %c1 = graph.conv2d %x, %w1 : ({X}, tensor<{M}x{C}x1x1xf32>) -> {Y1}
+  %r1 = graph.relu %c1 : ({Y1}) -> {Y1}
+  %c2 = graph.conv2d %r1, %w2 : ({Y1}, tensor<{O}x{M}x1x1xf32>) -> {Y2}
+  func.return %c2 : {Y2}
+}}
+"""
+
+
+@pytest.mark.parametrize("target", ["server", "edge"])
+def test_conv_chain_is_race_free(target):
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((M, C)) * 0.05).astype(np.float32)
+    w2 = (rng.standard_normal((O, M)) * 0.05).astype(np.float32)
+    module = parse_with_weights(CHAIN, {"w1": w1.reshape(M, C, 1, 1), "w2": w2.reshape(O, M, 1, 1)},
+                                "chain.mlir")
+    x = rng.standard_normal((1, C, HW, HW)).astype(np.float32)
+    exe = infer.compile(infer.Model(module), target=target, precision="bf16")
+    y = np.asarray(exe.run([x], check_races=True)[0])
+    ref = np.einsum("om,mp->op", w2, np.maximum(np.einsum("mc,cp->mp", w1, x.reshape(C, -1)), 0))
+    np.testing.assert_allclose(y.reshape(O, -1), ref, rtol=0.05, atol=0.05)
+
+
+def test_instruction_parts_of_a_matmul():
+    """The rhs is read by the first instruction (mx.loadw), the lhs and the acc by the last
+    (mx.matmul); every instruction of another op accesses all of its operands."""
+    from infer.dialects.ir_io import make_context, parse_ir
+
+    text = """
+func.func @f() {
+  %c0 = arith.constant 0 : index
+  %x = tile.alloc : memref<16x16xbf16, "spad">
+  %w = tile.alloc : memref<16x16xbf16, "spad">
+  %y = tile.alloc : memref<16x16xf32, "acc">
+  tile.matmul %x[%c0, %c0], %w[%c0, %c0], %y[%c0, %c0] {m = 16 : i64, k = 16 : i64, n = 16 : i64} : memref<16x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<16x16xf32, "acc">
+  tile.fill %w[%c0, %c0] {rows = 16 : i64, cols = 16 : i64, value = 0.0 : f32} : memref<16x16xbf16, "spad">
+  func.return
+}"""
+    module = parse_ir(make_context(), text, "matmul.mlir")
+    x, w, y = (op for op in module.walk() if isinstance(op, t.AllocOp))
+    matmul = next(op for op in module.walk() if isinstance(op, t.MatmulOp))
+    fill = next(op for op in module.walk() if isinstance(op, t.FillOp))
+    assert instruction_parts(matmul, w) == (0, 0)
+    assert instruction_parts(matmul, x) == (1, 1)
+    assert instruction_parts(matmul, y) == (1, 1)
+    assert instruction_parts(fill, w) == (0, 0)
+
+
+def test_strided_conv_window_waits_for_its_own_load():
+    """A strided 3x3 conv over planes prepared in DRAM (edge, bf16, channel steps): each step's
+    weight block and its four plane windows are DMA'd one step early, the weight block first,
+    and the step's first matmul is the first consumer of the weight block (its lhs) and of the
+    first plane's window (its rhs, read by the `mx.loadw`). The `mx.loadw` used to take the
+    older token, the weight block's, and read the window while its DMA was still writing it (a
+    race; ResNet-50's bf16 program on edge had it in its 3x3/2 256->256 conv). Now the front end
+    takes the weight block's token first (`DoubleBuffering.take_earlier_load_first`)."""
+    from infer.dialects.ir_io import make_context, parse_ir
+    from infer.passes.testing import apply_pass
+
+    from helpers.tile_programs import npu_matches_tile
+
+    C, H, O = 64, 28, 64
+    x_t, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x3x3xf32>", f"tensor<1x{O}x14x14xf32>"
+    text = f"""func.func @main(%x: {x_t}) -> {y} {{
+  %w = graph.constant dense<0.01> : {w}
+  %c = graph.conv2d %x, %w {{stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({x_t}, {w}) -> {y}
+  func.return %c : {y}
+}}"""
+    module = parse_ir(make_context(), text, "strided.mlir")
+    # (the tiling of the race: 16-channel steps over prepared planes, 32 output channels)
+    apply_pass('graph-prepare-tiling,graph-to-tile{target=edge precision=bf16 overrides="kernel0=32x196x16"},'
+               "tile-plan-memory{target=edge}", module)
+    x = np.random.default_rng(3).standard_normal((1, C, H, H)).astype(np.float32)
+    (out,), _ = npu_matches_tile(module, [x], "edge")  # the race checker faulted here
+    padded = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))[:, ::2, ::2]
+    ref = 0.01 * windows.sum(axis=(0, 3, 4))
+    np.testing.assert_allclose(out[0], np.broadcast_to(ref, (O, 14, 14)), rtol=0.02, atol=0.02)
