@@ -295,8 +295,17 @@ def iterations_inside(instruction: Instruction, outer_loops: int) -> int:
     return math.prod(loop.count for loop in instruction.loops[outer_loops:])
 
 
+def runs_once(loop: HardwareLoop) -> bool:
+    """A hardware loop of one iteration (a software-pipelined loop of 3 or 4 trips keeps one
+    hardware iteration): an instruction in it runs once per entry, as if it were outside."""
+    return loop.count == 1 and not loop.count_register
+
+
 #: how far back (accesses) DependencyTracker._later_outside looks for a later producer
 LATER_PRODUCER_WINDOW = 256
+#: engines whose producer in a loop is stood in for by the *earliest* later instruction of its
+#: engine outside that loop (the others: the latest; see DependencyTracker._later_outside)
+EARLIEST_LATER_PRODUCER = frozenset(("matrix", "dma_store"))
 
 
 class DependencyTracker:
@@ -461,7 +470,11 @@ class DependencyTracker:
         while (shared < min(len(producer.loops), len(consumer.loops))
                and producer.loops[shared] is consumer.loops[shared]):
             shared += 1
-        if len(producer.loops) > shared:  # the dependency leaves loop `exited`
+        # leaving loops that run once is no exit: the producer signals once, a plain pair
+        # (a drain or a later producer would hold the consumer longer: ResNet-50 on server, a
+        # 1x1 conv's first window waited for the last of four output-block stores, not the first)
+        if len(producer.loops) > shared and not all(runs_once(loop) for loop in producer.loops[shared:]):
+            # the dependency leaves loop `exited`
             later = self._later_outside(producer, consumer.loops[:shared])
             if later is not None:  # (see _later_outside)
                 self.synchronise(later, consumer)
@@ -507,14 +520,17 @@ class DependencyTracker:
         producer's: a consumer synchronised with it needs no front-end drain of producer's loop,
         which held the front end at that loop's exit until every iteration completed (the Llama
         prefill's head split: the next kernels' weight prefetches waited there for eight
-        stores). The latest such, or for a matrix producer the earliest:
-        a GEMM's first column loop is followed by a second, and a consumer of the first loop's
-        columns (the next kernel's first k step) waited for both (MiniLM's FFN down projection on
-        server). Not for DMA producers: an earlier load signalled for a consumer lengthens that
-        semaphore's live range across the pipelined loads after it, and which kernels ran out of
-        semaphores first changed (the kernel-by-kernel compile of test_tile_to_npu.py's
-        attention blocks on 10 semaphores no longer decided like the whole-function one)."""
-        if producer.engine != "matrix":
+        stores). The latest such, or for a matrix or store producer the earliest
+        (EARLIEST_LATER_PRODUCER): a GEMM's first column loop is followed by a second, and a
+        consumer of the first loop's columns (the next kernel's first k step) waited for both
+        (MiniLM's FFN down projection on server); a conv's first output blocks are stored in
+        its loop and the last ones after it, and the next conv's first window, reading the
+        first block, waited for the last block's store (ResNet-50 on server). Not for loads:
+        an earlier load signalled for a consumer lengthens that semaphore's live range across
+        the pipelined loads after it, and which kernels ran out of semaphores first changed
+        (the kernel-by-kernel compile of test_tile_to_npu.py's attention blocks on 10
+        semaphores no longer decided like the whole-function one)."""
+        if producer.engine not in EARLIEST_LATER_PRODUCER:
             return next(self._later_on_engine(producer, scope), None)
         return next(reversed(list(self._later_on_engine(producer, scope))), None)
 
@@ -590,6 +606,8 @@ class DependencyTracker:
         """Dependencies from iteration j of a closing loop's body to iteration j+1: the producer
         signals the loop's drain semaphore and the front end drains it at the end of the body.
         (Consumers in body order, each with its conflicting later producers in body order.)"""
+        if runs_once(loop):  # no iteration j+1
+            return
         nested_in: dict[int, bool] = {}  # id(rotation loop) -> is loop nested in it (asked often)
         for consumer_access in self.accesses[loop.first_access:]:
             consumer = consumer_access.instruction

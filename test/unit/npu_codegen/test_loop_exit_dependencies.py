@@ -1,0 +1,79 @@
+"""A consumer after a loop whose producer is in it (tile-to-npu's dependencies.py): a 1x1 conv
+of four output blocks (a software-pipelined loop of 4 trips: one hardware iteration holding
+blocks 0 and 1, blocks 2 and 3 after it) feeding a 1x1 conv whose first window reads block 0.
+
+* `runs_once`: leaving a hardware loop of one iteration is no exit (its producer signals once),
+  so the window's load waits for block 0's store itself, not for a later store standing in for
+  it (and no loop-carried drain ends the one iteration);
+* `EARLIEST_LATER_PRODUCER`: where a later store does stand in for a store in a loop, the
+  earliest one after the loop (block 2's), not the last (block 3's).
+
+Either rule alone and both together: the same bits as without them (tile interpreter =
+simulator with the race checker on) and fewer cycles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infer.passes.testing import apply_pass
+from infer.passes.tile_to_npu import dependencies
+
+from helpers.graph_programs import parse_with_weights
+from helpers.tile_programs import npu_matches_tile
+
+C, M, O, HW = 256, 1024, 256, 14
+X, Y1, Y2 = (f"tensor<1x{c}x{HW}x{HW}xf32>" for c in (C, M, O))
+CHAIN = f"""
+func.func @main(%x: {X} {{graph.name = "x"}}) -> ({Y2} {{graph.name = "y"}}) {{
+  %w1 = graph.weight @w1 : tensor<{M}x{C}x1x1xf32>
+  %w2 = graph.weight @w2 : tensor<{O}x{M}x1x1xf32>
+  %c1 = graph.conv2d %x, %w1 : ({X}, tensor<{M}x{C}x1x1xf32>) -> {Y1}
+  %r1 = graph.relu %c1 : ({Y1}) -> {Y1}
+  %c2 = graph.conv2d %r1, %w2 : ({Y1}, tensor<{O}x{M}x1x1xf32>) -> {Y2}
+  func.return %c2 : {Y2}
+}}
+"""
+
+
+def run(x: np.ndarray, once: bool, earliest: bool, monkeypatch) -> tuple[np.ndarray, int]:
+    """-> (the simulated output, cycles) with either rule turned off."""
+    if not once:
+        monkeypatch.setattr(dependencies, "runs_once", lambda loop: False)
+    if not earliest:
+        monkeypatch.setattr(dependencies, "EARLIEST_LATER_PRODUCER", frozenset({"matrix"}))
+    rng = np.random.default_rng(0)
+    weights = {"w1": (rng.standard_normal((M, C, 1, 1)) * 0.05).astype(np.float32),
+               "w2": (rng.standard_normal((O, M, 1, 1)) * 0.05).astype(np.float32)}
+    module = parse_with_weights(CHAIN, weights, "chain.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},"
+               "tile-plan-memory{target=server}", module)
+    (y,), counters = npu_matches_tile(module, [x], "server")
+    monkeypatch.undo()
+    return y, counters.cycles
+
+
+@pytest.fixture(scope="module")
+def image() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)
+
+
+def test_store_in_a_loop_of_one_iteration_is_waited_for_itself(image, monkeypatch):
+    y, cycles = run(image, True, False, monkeypatch)
+    y_before, cycles_before = run(image, False, False, monkeypatch)
+    assert y.tobytes() == y_before.tobytes()
+    assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
+
+
+def test_earliest_later_store_stands_in(image, monkeypatch):
+    y, cycles = run(image, False, True, monkeypatch)
+    y_before, cycles_before = run(image, False, False, monkeypatch)
+    assert y.tobytes() == y_before.tobytes()
+    assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
+
+
+def test_both_rules(image, monkeypatch):
+    y, cycles = run(image, True, True, monkeypatch)
+    y_before, cycles_before = run(image, False, False, monkeypatch)
+    assert y.tobytes() == y_before.tobytes()
+    assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
