@@ -36,14 +36,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
-from infer.passes.graph_to_tile.builder import Index, tile_extents
+from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
@@ -750,8 +752,16 @@ class ConvKernel:
         em, p = self.em, self.p
         rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
         held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
+        last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
         compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
-        if p.Wq == p.OW:
+        if last is not None:
+            # the epilogue's last op writes the compact tile itself: it computes in fp32 and
+            # rounds once at its destination, as the copy would after it (the same bits), and
+            # the vector unit makes one pass over the tile fewer
+            operands = list(last.operands)
+            operands[0] = compact
+            last.operands = operands
+        elif p.Wq == p.OW:
             em.vec("copy", compact, [0, 0], tile, [0, 0], to, toh * p.OW)
         elif held == toh:  # every channel's output rows in one run of rows of the view
             em.vec("copy", em.view(compact, (to * toh, p.OW)), [0, 0], em.view(tile, (rows * held, p.Wq)), [0, 0],
@@ -842,3 +852,22 @@ class _Buffers:
                  acc: SSAValue, acc_t: SSAValue | None, im2col: Bf16Tile | None):
         self.loader, self.windows, self.wblock, self.acc, self.acc_t = loader, windows, wblock, acc, acc_t
         self.im2col = im2col
+
+
+def _last_whole_tile_write(em: Emitter, tile: SSAValue, rows: int, cols: int) -> t.VectorOp | None:
+    """The op just emitted, when it is an elementwise vector op writing all of `tile` ([rows,
+    cols] from [0, 0]) in one instruction, reading neither `tile` nor a view of it through its
+    b operand (its a operand may be `tile`: an in-place op then reads it and writes elsewhere)."""
+    point = em.insert_point
+    last = point.insert_before.prev_op if point.insert_before is not None else point.block.last_op
+    if not isinstance(last, t.VectorOp) or last.dst is not tile:
+        return None
+    if last.form not in ("unary", "binary"):
+        return None
+    if last.rows.value.data != rows or last.cols.value.data != cols:
+        return None
+    if any(not (isinstance(i.owner, arith.ConstantOp) and i.owner.value.value.data == 0) for i in last.dst_indices):
+        return None
+    if any(b is tile or t.root_buffer(b) is t.root_buffer(tile) for b in last.b):
+        return None
+    return last

@@ -34,7 +34,7 @@ from infer.passes.tile_to_npu.program_tree import (
     Instruction,
     front_end_nop,
 )
-from infer.passes.tile_to_npu.semaphores import VirtualSemaphores
+from infer.passes.tile_to_npu.semaphores import SemaphoreKind, VirtualSemaphores
 
 
 class RingSlot:
@@ -439,11 +439,22 @@ class DependencyTracker:
             self.undo_log.append(("inserted", block, nop))
 
     def wait(self, consumer: Instruction, semaphore: int) -> None:
-        """consumer waits for semaphore (a second wait goes to a front-end nop before it)."""
-        if consumer.wait:
-            self.cursor.append_front_end_wait(semaphore)
-        else:
+        """consumer waits for semaphore (a second wait goes to a front-end nop before it). Of a
+        ring's "free" token, released a round earlier, and another wait, the free token is the
+        one the front end takes: it has most likely been given back, while the other (a fresh
+        dependency) would hold the front end (a conv epilogue writing its bf16 store tile waited
+        at the front end for the accumulator's last matmul)."""
+        if not consumer.wait:
             consumer.wait = semaphore
+        elif consumer.engine == "vector" and self._is_ring(consumer.wait) and not self._is_ring(semaphore):
+            self.cursor.append_front_end_wait(consumer.wait)
+            consumer.wait = semaphore
+        else:
+            self.cursor.append_front_end_wait(semaphore)
+
+    def _is_ring(self, semaphore: int) -> bool:
+        record = self.semaphores.records.get(semaphore)
+        return record is not None and record.kind is SemaphoreKind.RING
 
     def cover_all_engines(self, producer: Instruction) -> None:
         """Every engine starts its next instruction after producer completed."""

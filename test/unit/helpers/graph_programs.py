@@ -135,6 +135,28 @@ def pointwise_conv(C: int, HW: int, O: int, *, seed: int = 0, scale: float = 0.1
     return text, weights
 
 
+def pointwise_conv_chain(C: int, M: int, O: int, HW: int, *, seed: int = 0
+                         ) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, C, HW, HW] -> 1x1 conv -> relu -> 1x1 conv: two conv kernels, the second reading
+    the first's relu (held as bf16 in a bf16 program: only a conv reads it); (IR text,
+    weights w1 [M, C, 1, 1] and w2 [O, M, 1, 1] drawn from `seed`, scaled by 0.05)."""
+    x, y1, y2 = (f"tensor<1x{c}x{HW}x{HW}xf32>" for c in (C, M, O))
+    text = f"""
+func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y2} {{graph.name = "y"}}) {{
+  %w1 = graph.weight @w1 : tensor<{M}x{C}x1x1xf32>
+  %w2 = graph.weight @w2 : tensor<{O}x{M}x1x1xf32>
+  %c1 = graph.conv2d %x, %w1 : ({x}, tensor<{M}x{C}x1x1xf32>) -> {y1}
+  %r1 = graph.relu %c1 : ({y1}) -> {y1}
+  %c2 = graph.conv2d %r1, %w2 : ({y1}, tensor<{O}x{M}x1x1xf32>) -> {y2}
+  func.return %c2 : {y2}
+}}
+"""
+    rng = np.random.default_rng(seed)
+    weights = {"w1": (rng.standard_normal((M, C, 1, 1)) * 0.05).astype(np.float32),
+               "w2": (rng.standard_normal((O, M, 1, 1)) * 0.05).astype(np.float32)}
+    return text, weights
+
+
 def attention_blocks(blocks: int, size: int) -> tuple[str, dict[str, np.ndarray]]:
     """`blocks` attention-shaped blocks in a row on [size, size] tensors: per block two
     projections of the block's input, scores q @ k^T, softmax, and the weighted sum of the

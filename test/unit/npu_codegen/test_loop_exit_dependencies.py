@@ -19,21 +19,11 @@ import pytest
 from infer.passes.testing import apply_pass
 from infer.passes.tile_to_npu import dependencies
 
-from helpers.graph_programs import parse_with_weights
+from helpers.graph_programs import parse_with_weights, pointwise_conv_chain
 from helpers.tile_programs import npu_matches_tile
 
 C, M, O, HW = 256, 1024, 256, 14
-X, Y1, Y2 = (f"tensor<1x{c}x{HW}x{HW}xf32>" for c in (C, M, O))
-CHAIN = f"""
-func.func @main(%x: {X} {{graph.name = "x"}}) -> ({Y2} {{graph.name = "y"}}) {{
-  %w1 = graph.weight @w1 : tensor<{M}x{C}x1x1xf32>
-  %w2 = graph.weight @w2 : tensor<{O}x{M}x1x1xf32>
-  %c1 = graph.conv2d %x, %w1 : ({X}, tensor<{M}x{C}x1x1xf32>) -> {Y1}
-  %r1 = graph.relu %c1 : ({Y1}) -> {Y1}
-  %c2 = graph.conv2d %r1, %w2 : ({Y1}, tensor<{O}x{M}x1x1xf32>) -> {Y2}
-  func.return %c2 : {Y2}
-}}
-"""
+CHAIN, WEIGHTS = pointwise_conv_chain(C, M, O, HW)
 
 
 def run(x: np.ndarray, once: bool, earliest: bool, monkeypatch) -> tuple[np.ndarray, int]:
@@ -42,10 +32,7 @@ def run(x: np.ndarray, once: bool, earliest: bool, monkeypatch) -> tuple[np.ndar
         monkeypatch.setattr(dependencies, "runs_once", lambda loop: False)
     if not earliest:
         monkeypatch.setattr(dependencies, "EARLIEST_LATER_PRODUCER", frozenset({"matrix"}))
-    rng = np.random.default_rng(0)
-    weights = {"w1": (rng.standard_normal((M, C, 1, 1)) * 0.05).astype(np.float32),
-               "w2": (rng.standard_normal((O, M, 1, 1)) * 0.05).astype(np.float32)}
-    module = parse_with_weights(CHAIN, weights, "chain.mlir")
+    module = parse_with_weights(CHAIN, WEIGHTS, "chain.mlir")
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},"
                "tile-plan-memory{target=server}", module)
     (y,), counters = npu_matches_tile(module, [x], "server")

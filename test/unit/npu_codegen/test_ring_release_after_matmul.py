@@ -18,30 +18,17 @@ import infer
 from infer.dialects import tile as t
 from infer.passes.tile_to_npu.rotation import instruction_parts
 
-from helpers.graph_programs import parse_with_weights
+from helpers.graph_programs import parse_with_weights, pointwise_conv_chain
 
 C, M, O, HW = 256, 1024, 256, 14
-X, Y1, Y2 = (f"tensor<1x{c}x{HW}x{HW}xf32>" for c in (C, M, O))
-CHAIN = f"""
-func.func @main(%x: {X} {{graph.name = "x"}}) -> ({Y2} {{graph.name = "y"}}) {{
-  %w1 = graph.weight @w1 : tensor<{M}x{C}x1x1xf32>
-  %w2 = graph.weight @w2 : tensor<{O}x{M}x1x1xf32>
-  %c1 = graph.conv2d %x, %w1 : ({X}, tensor<{M}x{C}x1x1xf32>) -> {Y1}
-  %r1 = graph.relu %c1 : ({Y1}) -> {Y1}
-  %c2 = graph.conv2d %r1, %w2 : ({Y1}, tensor<{O}x{M}x1x1xf32>) -> {Y2}
-  func.return %c2 : {Y2}
-}}
-"""
+CHAIN, WEIGHTS = pointwise_conv_chain(C, M, O, HW)
 
 
 @pytest.mark.parametrize("target", ["server", "edge"])
 def test_conv_chain_is_race_free(target):
-    rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((M, C)) * 0.05).astype(np.float32)
-    w2 = (rng.standard_normal((O, M)) * 0.05).astype(np.float32)
-    module = parse_with_weights(CHAIN, {"w1": w1.reshape(M, C, 1, 1), "w2": w2.reshape(O, M, 1, 1)},
-                                "chain.mlir")
-    x = rng.standard_normal((1, C, HW, HW)).astype(np.float32)
+    module = parse_with_weights(CHAIN, WEIGHTS, "chain.mlir")
+    w1, w2 = WEIGHTS["w1"].reshape(M, C), WEIGHTS["w2"].reshape(O, M)
+    x = np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)
     exe = infer.compile(infer.Model(module), target=target, precision="bf16")
     y = np.asarray(exe.run([x], check_races=True)[0])
     ref = np.einsum("om,mp->op", w2, np.maximum(np.einsum("mc,cp->mp", w1, x.reshape(C, -1)), 0))

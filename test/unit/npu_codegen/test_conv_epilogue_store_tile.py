@@ -1,0 +1,46 @@
+"""A bf16-held conv output: the epilogue's last op writes the compact bf16 tile the conv stores
+(conv.py `_last_whole_tile_write`) instead of an fp32 tile that a vector copy then rounds: one
+vector pass fewer per tile, the same bits (one rounding at the destination either way). The
+fused op waits for the accumulator's last matmul on the vector engine and takes the store
+tile's free token at the front end (dependencies.py `DependencyTracker.wait`), so the front end
+is not held until the products drain."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from infer.dialects import tile as t
+from infer.passes.graph_to_tile import conv
+from infer.passes.testing import apply_pass
+
+from helpers.graph_programs import parse_with_weights, pointwise_conv_chain
+from helpers.tile_programs import npu_matches_tile
+
+C, M, O, HW = 256, 1024, 256, 14
+
+
+def run(x: np.ndarray, fused: bool, monkeypatch) -> tuple[np.ndarray, int, list[t.VectorOp]]:
+    """-> (output, cycles, the vector ops writing a bf16 tile in the tile IR)."""
+    if not fused:
+        monkeypatch.setattr(conv, "_last_whole_tile_write", lambda *args: None)
+    text, weights = pointwise_conv_chain(C, M, O, HW)
+    module = parse_with_weights(text, weights, "chain.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},tile-plan-memory{target=server}",
+               module)
+    to_bf16 = [op for op in module.walk() if isinstance(op, t.VectorOp)
+               and str(op.dst.type.get_element_type()) == "bf16"]
+    (y,), counters = npu_matches_tile(module, [x], "server")
+    monkeypatch.undo()
+    return y, counters.cycles, to_bf16
+
+
+def test_relu_writes_the_bf16_store_tile(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)
+    y, cycles, to_bf16 = run(x, True, monkeypatch)
+    y_copied, cycles_copied, to_bf16_copied = run(x, False, monkeypatch)
+    assert y.tobytes() == y_copied.tobytes()
+    # the first conv's tiles: the relu writes the bf16 tile, no copy after it
+    assert {op.op.data for op in to_bf16_copied} >= {"copy"}
+    assert "relu" in {op.op.data for op in to_bf16}
+    assert len([op for op in to_bf16 if op.op.data == "copy"]) < len([op for op in to_bf16_copied if op.op.data == "copy"])
+    assert cycles <= cycles_copied, (cycles, cycles_copied)
