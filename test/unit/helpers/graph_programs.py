@@ -135,6 +135,18 @@ def pointwise_conv(C: int, HW: int, O: int, *, seed: int = 0, scale: float = 0.1
     return text, weights
 
 
+def strided_constant_conv(C: int, H: int, O: int) -> str:
+    """x [1, C, H, H] -> 3x3 conv, stride 2, padding 1, every weight 0.01 (a graph constant:
+    the expected output is 0.01 times each window's sum), no bias; IR text."""
+    OH = (H + 1) // 2
+    x, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x3x3xf32>", f"tensor<1x{O}x{OH}x{OH}xf32>"
+    return f"""func.func @main(%x: {x}) -> {y} {{
+  %w = graph.constant dense<0.01> : {w}
+  %c = graph.conv2d %x, %w {{stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({x}, {w}) -> {y}
+  func.return %c : {y}
+}}"""
+
+
 def pointwise_conv_chain(C: int, M: int, O: int, HW: int, *, seed: int = 0
                          ) -> tuple[str, dict[str, np.ndarray]]:
     """x [1, C, HW, HW] -> 1x1 conv -> relu -> 1x1 conv: two conv kernels, the second reading

@@ -13,15 +13,11 @@ from infer.dialects.ir_io import make_context, parse_ir
 from infer.passes.graph_to_tile import conv
 from infer.passes.testing import apply_pass
 
+from helpers.graph_programs import strided_constant_conv
 from helpers.tile_programs import npu_matches_tile
 
 C, H, O = 256, 14, 256
-X, W, Y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x3x3xf32>", f"tensor<1x{O}x7x7xf32>"
-TEXT = f"""func.func @main(%x: {X}) -> {Y} {{
-  %w = graph.constant dense<0.01> : {W}
-  %c = graph.conv2d %x, %w {{stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({X}, {W}) -> {Y}
-  func.return %c : {Y}
-}}"""
+TEXT = strided_constant_conv(C, H, O)
 
 
 def run(x: np.ndarray, pieces: int, monkeypatch) -> tuple[np.ndarray, int, int]:

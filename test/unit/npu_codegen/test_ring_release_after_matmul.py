@@ -18,7 +18,7 @@ import infer
 from infer.dialects import tile as t
 from infer.passes.tile_to_npu.rotation import instruction_parts
 
-from helpers.graph_programs import parse_with_weights, pointwise_conv_chain
+from helpers.graph_programs import parse_with_weights, pointwise_conv_chain, strided_constant_conv
 
 C, M, O, HW = 256, 1024, 256, 14
 CHAIN, WEIGHTS = pointwise_conv_chain(C, M, O, HW)
@@ -74,12 +74,7 @@ def test_strided_conv_window_waits_for_its_own_load():
     from helpers.tile_programs import npu_matches_tile
 
     C, H, O = 64, 28, 64
-    x_t, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x3x3xf32>", f"tensor<1x{O}x14x14xf32>"
-    text = f"""func.func @main(%x: {x_t}) -> {y} {{
-  %w = graph.constant dense<0.01> : {w}
-  %c = graph.conv2d %x, %w {{stride = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({x_t}, {w}) -> {y}
-  func.return %c : {y}
-}}"""
+    text = strided_constant_conv(C, H, O)
     module = parse_ir(make_context(), text, "strided.mlir")
     # (the tiling of the race: 16-channel steps over prepared planes, 32 output channels)
     apply_pass('graph-prepare-tiling,graph-to-tile{target=edge precision=bf16 overrides="kernel0=32x196x16"},'
