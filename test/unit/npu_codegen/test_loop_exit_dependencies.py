@@ -45,22 +45,10 @@ def image() -> np.ndarray:
     return np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)
 
 
-def test_store_in_a_loop_of_one_iteration_is_waited_for_itself(image, monkeypatch):
-    y, cycles = run(image, True, False, monkeypatch)
-    y_before, cycles_before = run(image, False, False, monkeypatch)
-    assert y.tobytes() == y_before.tobytes()
-    assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
-
-
-def test_earliest_later_store_stands_in(image, monkeypatch):
-    y, cycles = run(image, False, True, monkeypatch)
-    y_before, cycles_before = run(image, False, False, monkeypatch)
-    assert y.tobytes() == y_before.tobytes()
-    assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
-
-
-def test_both_rules(image, monkeypatch):
-    y, cycles = run(image, True, True, monkeypatch)
+@pytest.mark.parametrize("once,earliest", [(True, False), (False, True), (True, True)],
+                         ids=["runs-once", "earliest-store", "both"])
+def test_each_rule_alone_and_both(once, earliest, image, monkeypatch):
+    y, cycles = run(image, once, earliest, monkeypatch)
     y_before, cycles_before = run(image, False, False, monkeypatch)
     assert y.tobytes() == y_before.tobytes()
     assert cycles < 0.95 * cycles_before, (cycles, cycles_before)
