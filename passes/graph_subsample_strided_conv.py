@@ -15,7 +15,9 @@ graph-prepare-tiling: whether it pays depends on the target's tiles. Measured on
 edge 142.8 M -> 124.5 M cycles (small tiles: the input is re-read per output-channel tile),
 server 3.02 M -> 3.91 M (large tiles read it about once, and the slice itself moves one
 element per burst). Deciding per conv belongs in graph-to-tile's cost model, which knows
-the tiles.
+the tiles, and it now does: a strided conv's input can be prepared once as subsampled bf16
+planes in DRAM (`Planes.preparable`, docs/tiling.md "Subsampled planes for strided convs"),
+chosen per conv against windows built on chip. This pass stays as the graph-level rewrite.
 """
 
 from __future__ import annotations

@@ -449,8 +449,10 @@ class ConvSpec:
     W: int
     stride: int
     halo_rows: int  # window plane rows beyond the tile's output rows
-    prepared: bool  # padded: bf16 planes prepared in DRAM by a helper nest (else built on chip)
-    # (a padded input's windows can also be built on chip: ConvTiles.on_chip_padding)
+    # padded or strided (planes.Planes.preparable): bf16 planes can be prepared in DRAM by a
+    # helper nest (a strided input's: the phases the taps read); else windows built on chip
+    # (which such an input can also have: ConvTiles.on_chip_padding)
+    prepared: bool
     planes: int
     row_phases: int
     copies: int
@@ -490,8 +492,9 @@ class ConvTiles:
     TC: int
     outer: str = "o"
     im2col: bool = False  # the taps folded into the depth (copied into one operand per step)
-    # a padded input: its windows built on chip from the input rows (the padding filled there)
-    # instead of loaded from stride-phase planes a helper nest prepares in DRAM first
+    # a padded or strided input: its windows built on chip from the input rows (the padding
+    # filled there, the stride phases split there) instead of loaded from stride-phase planes a
+    # helper nest prepares in DRAM first
     on_chip_padding: bool = False
     # output-channel tiles outside and several channel steps: the tile's whole weight block
     # [TO, taps.Cg] loaded once per output tile (single-buffered), each step reading its columns,
@@ -898,7 +901,8 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
 
 
 def _padding_choices(s: ConvSpec) -> tuple[bool, ...]:
-    """ConvTiles.on_chip_padding's candidates: a padded input's planes in DRAM, or on chip."""
+    """ConvTiles.on_chip_padding's candidates: a padded or strided input's planes in DRAM, or
+    its windows built on chip."""
     return (False, True) if s.prepared else (False,)
 
 

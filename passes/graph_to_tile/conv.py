@@ -7,7 +7,10 @@ rows its window needs (one DMA per row phase, whole rows) and the vector unit pa
 stride phases and rounds them to bf16 (`hi`, and `lo` for the fp32 emulation) into one window
 per plane: TOH + halo plane rows laid end to end. One window serves every tap: tap (kh, kw) is
 the window shifted by its flat offset, so output pixel q = oh.Wq + ow of the tile reads window
-element q + offset (columns OW..Wq-1 of each output row are computed and never stored). Two
+element q + offset (columns OW..Wq-1 of each output row are computed and never stored). A
+padded or strided input (`Planes.preparable`) can instead have its planes prepared once in DRAM
+by a helper nest before the loops (`prepare_planes`; a strided one's are the phases the taps
+read, subsampled): the cost model picks per conv (`ConvTiles.on_chip_padding`). Two
 orientations:
 
 * "pixels": the channel-major window [TC, Lw] is the array's stationary operand (k = channels,
@@ -196,7 +199,8 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
     else:
         epilogue_bytes = integer.epilogue_bytes
     has_bias = op.bias is not None
-    prepared = any(p.pads)  # planes in DRAM, or (ConvTiles.on_chip_padding) windows padded on chip
+    # planes in DRAM, or (ConvTiles.on_chip_padding) windows built on chip from the input rows
+    prepared = p.preparable
     vectors = O * 4 if has_bias else 0
     if integer is not None:
         vectors = integer.vectors * O * 4
@@ -229,7 +233,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation
         prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False, 2 if narrow_in else 4),
                         prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4, C))
         if prepared else (0, 0),
-        edge_row_tiles=EdgeRowTiles(p) if prepared else None)
+        edge_row_tiles=EdgeRowTiles(p) if any(p.pads) else None)
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,7 @@ class ConvKernel:
         # let it start after one (kernel row) block (ResNet-50 bf16 server: 522 K cycles so,
         # 532 K with every fitting conv's weights resident, 530 K with none; fp32 1.187 M /
         # 1.216 M / 1.196 M)
-        helper = any(p.pads) and not tiles.on_chip_padding
+        helper = self.prepares_planes()
         hw = ctx.hw
         weight_bytes = sum(num_elements(shape_of(w)) * 2 for w in self.packs)
         small = tiling_cost.weights_in_flight(hw, weight_bytes)
@@ -367,11 +371,16 @@ class ConvKernel:
     def operand_copies(self) -> int:
         return self.ctx.bf16_copies
 
+    def prepares_planes(self) -> bool:
+        """Does the kernel start with the helper nest that prepares its input's planes in DRAM
+        (`prepare_input`)?"""
+        return self.p.preparable and not self.tiles.on_chip_padding
+
     def prepare_input(self) -> list[SSAValue] | None:
-        """Padded inputs: their planes prepared in DRAM (planes.py); None: windows built on chip
-        from `input_source()` (unpadded inputs, and padded ones the cost model pads on chip:
-        ConvTiles.on_chip_padding)."""
-        if not any(self.p.pads) or self.tiles.on_chip_padding:
+        """Padded or strided inputs: their planes prepared in DRAM (planes.py); None: windows
+        built on chip from `input_source()` (unpadded stride-1 inputs, and the others where the
+        cost model builds them on chip: ConvTiles.on_chip_padding)."""
+        if not self.prepares_planes():
             return None
         return prepare_planes(self.ctx, self.ctx.buffer(self.op.input), self.N * self.C, self.p, "bf16",
                               self.copies, 0.0, pixel_major=self.C if self.channels_wide else 0)

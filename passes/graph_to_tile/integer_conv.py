@@ -109,8 +109,11 @@ class IntegerConvKernel(ConvKernel):
     def operand_copies(self) -> int:
         return 1
 
+    def prepares_planes(self) -> bool:
+        return False  # the padded copy is an unpadded input: windows built on chip
+
     def prepare_input(self) -> list[SSAValue] | None:
-        return None  # the padded copy is an unpadded input: windows built on chip
+        return None
 
     def input_source(self) -> SSAValue:
         return self.source

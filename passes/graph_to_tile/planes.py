@@ -62,6 +62,25 @@ class Planes:
         return not any(self.pads) and self.stride == (1, 1)
 
     @cached_property
+    def preparable(self) -> bool:
+        """Can a windowed kernel read its windows from planes prepared in DRAM (conv's helper
+        nest, `prepare_planes`): a padded input (the planes hold the border) or a strided one
+        (the phases the taps read, compact: a 1x1/2 conv's windows are then whole rows of a
+        quarter of the input, where windows built on chip read every other row and split the
+        columns on the vector unit, once per output-channel tile)."""
+        return any(self.pads) or self.stride != (1, 1)
+
+    @cached_property
+    def border_free(self) -> bool:
+        """Every element of every plane is an input element (no padding, and each phase of the
+        input has at least Hq rows and Wq columns): prepared planes need no border fill."""
+        if any(self.pads):
+            return False
+        sh, sw = self.stride
+        return all(len(range(rp, self.H, sh)) >= self.Hq and len(range(cp, self.W, sw)) >= self.Wq
+                   for rp, cp in self.phases)
+
+    @cached_property
     def phases(self) -> tuple[tuple[int, int], ...]:
         """The (row phase, column phase) pairs some tap reads, in plane order."""
         sh, sw = self.stride
@@ -143,16 +162,23 @@ def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, p
     P = len(p.phases)
     esize = 2 if elem == "bf16" else 4
     count = copies if elem == "bf16" else 1
-    elements = planes_count * p.H * p.W
+    sh, top = p.stride[0], p.pads[0]
+    rows = sum(len(range((rp - top) % sh, p.H, sh)) for rp in {rp for rp, _ in p.phases})  # the rows read
+    elements = planes_count * rows * p.W
+    fill = p.stride != (1, 1) and not p.border_free  # whole planes filled with the border first
     vector = elements / hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
     plane_bytes = planes_count * P * p.Hq * p.Wq * esize * count
+    burst = hw.dram.burst_bytes
+
+    def bursts(nbytes: int) -> int:  # a DMA row is charged in whole bursts
+        return -(-nbytes // burst) * burst
+
+    read = planes_count * rows * bursts(p.W * in_bytes)
     if pixel_major:  # the border fill (strided: whole planes first), then every pixel's row
-        burst = hw.dram.burst_bytes
-        pixel_row = -(-channels * esize // burst) * burst
-        written = (plane_bytes if p.stride != (1, 1) else 0) + elements // max(1, channels) * pixel_row * count
-    else:
-        written = plane_bytes * (2 if p.stride != (1, 1) else 1)
-    return tiling_cost.stream_estimate(hw, elements * in_bytes, written, vector)
+        written = (plane_bytes if fill else 0) + elements // max(1, channels) * bursts(channels * esize) * count
+    else:  # the fill, then the planes' rows
+        written = (plane_bytes if fill else 0) + planes_count * P * p.Hq * bursts(p.Wq * esize) * count
+    return tiling_cost.stream_estimate(hw, read, written, vector)
 
 
 def prepare_planes(ctx: LoweringContext, x: SSAValue, planes_count: int, p: Planes, elem: str,
@@ -272,7 +298,8 @@ def _prepare_phases(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], pl
     H, W, Wq, Hq = p.H, p.W, p.Wq, p.Hq
     top, left = p.pads[0], p.pads[1]
     P = len(p.phases)
-    _fill_rows(ctx, outs, planes_count * P, Wq, 0, Hq, elem_type, border, Hq)
+    if not p.border_free:
+        _fill_rows(ctx, outs, planes_count * P, Wq, 0, Hq, elem_type, border, Hq)
     out3 = [em.view(out, (planes_count, P * Hq, Wq)) for out in outs]  # plane p row i: row p.Hq + i
     even = W % sw == 0
     budget //= len({rp for rp, _ in p.phases})  # each row phase has its own buffers
@@ -333,7 +360,8 @@ def _prepare_pixel_major(ctx: LoweringContext, x: SSAValue, N: int, C: int, p: P
     pix_view = [em.view(out, (N * P * Hq, Wq, C)) for out in outs]
     # the border: everything for strided planes, else the border rows and columns
     if p.stride != (1, 1):
-        _fill_rows(ctx, outs, N * P, Wq * C, 0, Hq, bf16, border, Hq)
+        if not p.border_free:
+            _fill_rows(ctx, outs, N * P, Wq * C, 0, Hq, bf16, border, Hq)
     elif any(p.pads):
         bottom = Hq - top - H
         _fill_rows(ctx, outs, N, Wq * C, 0, top, bf16, border, Hq)
