@@ -288,11 +288,11 @@ def _prepare_stride1(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], p
 
 def _prepare_phases(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], planes_count: int, p: Planes,
                     elem_type, ebytes: int, budget: int, border: float) -> None:
-    """Stride > 1: fill every plane with the border value, then per row phase one DMA of the
-    input rows of that phase (a row step) and per column phase a vector copy of every
-    sw-th element (the rows viewed as groups of sw: one column of the view) into a
-    contiguous tile, stored at the phase's interior (an odd width falls back to an
-    element-wise strided DMA)."""
+    """Stride > 1: fill every plane with the border value (not when every plane element is an
+    input element: `Planes.border_free`), then per row phase one DMA of the input rows of that
+    phase (a row step) and per column phase a vector copy of every sw-th element (the rows
+    viewed as groups of sw: one column of the view) into a contiguous tile, stored at the
+    phase's interior (an odd width falls back to an element-wise strided DMA)."""
     em = ctx.emitter
     sh, sw = p.stride
     H, W, Wq, Hq = p.H, p.W, p.Wq, p.Hq
@@ -358,7 +358,7 @@ def _prepare_pixel_major(ctx: LoweringContext, x: SSAValue, N: int, C: int, p: P
     outs = [em.alloc((N, P, Hq, Wq, C), bf16, "dram") for _ in range(copies)]
     rows_view = [em.view(out, (N * P * Hq, Wq * C)) for out in outs]
     pix_view = [em.view(out, (N * P * Hq, Wq, C)) for out in outs]
-    # the border: everything for strided planes, else the border rows and columns
+    # the border: everything for strided planes (unless border-free), else the border rows and columns
     if p.stride != (1, 1):
         if not p.border_free:
             _fill_rows(ctx, outs, N * P, Wq * C, 0, Hq, bf16, border, Hq)
