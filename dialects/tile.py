@@ -417,7 +417,7 @@ class VectorOp(TileOp):
         name = self.op.data
         if name not in self.OPS:
             raise VerifyException(f"unknown vector op '{name}' (the vector unit has: {', '.join(self.OPS)})")
-        form = self.OPS[name].form
+        vop = self.OPS[name]
         rows, cols = self.rows.value.data, self.cols.value.data
         for what, buf in (("dst", self.dst), ("a", self.a), *(("b", b) for b in self.b)):
             _check_space(buf, what, LOCAL_SPACES)
@@ -426,9 +426,9 @@ class VectorOp(TileOp):
             if element_name_of(buf) not in VECTOR_TYPES:
                 raise VerifyException(f"{what}: the vector unit reads {', '.join(VECTOR_TYPES)}, got {element_name_of(buf)}")
         _check_box("a", self.a, self.a_indices, (rows, cols))
-        _check_box("dst", self.dst, self.dst_indices, (rows, 1) if form == "reduce" else (rows, cols))
+        _check_box("dst", self.dst, self.dst_indices, (rows, 1) if vop.reduces_rows else (rows, cols))
         bmode = self.bmode.data if self.bmode is not None else None
-        if form in ("binary", "requant"):
+        if vop.reads_b:
             if bmode not in BMODES:
                 raise VerifyException(f"binary op '{name}' needs bmode = tile, row, col or imm")
             if bmode == "imm":

@@ -275,8 +275,8 @@ class TileFunctions(InterpreterFunctions):
         name = op.op.data
         if name not in VECTOR_FUNCTIONS:
             raise InterpreterError(f"unknown vector op '{name}'")
-        form = op.form
-        binary = form in ("binary", "requant")
+        vop = op.OPS[name]
+        binary = vop.reads_b
         rows, cols = op.rows.value.data, op.cols.value.data
         at = _DT_CODE[element_type_name(_memref_type(op.a).get_element_type())]
         dt = _DT_CODE[element_type_name(_memref_type(op.dst).get_element_type())]
@@ -294,7 +294,7 @@ class TileFunctions(InterpreterFunctions):
         use_float = float_in or name in TRANSCENDENTAL or name == "requant"
         ctype = np.float32 if use_float else np.int64
         a = _box("a", a_buf, a_idx, (rows, cols)).astype(ctype)
-        dshape = (rows, 1) if form == "reduce" else (rows, cols)
+        dshape = (rows, 1) if vop.reduces_rows else (rows, cols)
         d = _box("dst", dst, dst_idx, dshape)
         fn = VECTOR_FUNCTIONS[name]
         b: Any = None

@@ -159,14 +159,14 @@ def _vector_events(v, ins, cfg, state, ev) -> None:
     rows, cols = v["rows"], v["cols"]
     _add(ev, "vector", rows * cols * cfg.vector.cost[vop.name])
     _VECTOR_OPERANDS.get(vop.form, _elementwise_operands)(v, vop, ev)
-    _add(ev, _local_space(v["dst"]), (rows if vop.form == "reduce" else rows * cols) * _esize(v["dt"]))
+    _add(ev, _local_space(v["dst"]), (rows if vop.reduces_rows else rows * cols) * _esize(v["dt"]))
 
 
 def _elementwise_operands(v, vop, ev) -> None:
     """Operand a (a rows x cols tile) and, for binary ops, b as its broadcast mode reads it."""
     rows, cols = v["rows"], v["cols"]
     _add(ev, _local_space(v["a"]), rows * cols * _esize(v["at"]))
-    if vop.form in ("binary", "requant"):
+    if vop.reads_b:
         nb = {"tile": rows * cols, "row": cols, "col": rows, "imm": 0}[isa.BMODES[v["bmode"]]]
         if nb:
             _add(ev, _local_space(v["b"]), nb * _esize(v["bt"]))

@@ -224,7 +224,12 @@ def from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareConfig:
                 v = sec.get("cost")
                 if not isinstance(v, dict):
                     raise err(p, "section is missing")
+                v = dict(v)
                 for op in isa.VECTOR_UNIT_OPS:
+                    # an op added to the ISA after a config was written costs what its
+                    # `cost_default` op costs there
+                    if op.name not in v and op.cost_default is not None and op.cost_default in v:
+                        v[op.name] = v[op.cost_default]
                     get_int(v, p, op.name)
                 extra = set(v) - {o.name for o in isa.VECTOR_UNIT_OPS}
                 if extra:

@@ -98,8 +98,21 @@ def dequant_shapes(fmt: int, axis: int, rows: int, cols: int) -> tuple[tuple[int
 @dataclass(frozen=True)
 class VecOpDef:
     name: str
-    form: str  # "binary" | "unary" | "reduce" | "requant"
+    form: str  # "binary" | "unary" | "reduce" | "dot" | "requant"
     doc: str
+    #: the op whose cost a config written before this op existed gives it (target/hw.py); None:
+    #: every config states it
+    cost_default: str | None = None
+
+    @property
+    def reads_b(self) -> bool:
+        """Has an operand b (tile, row or column vector, or an immediate)."""
+        return self.form in ("binary", "requant", "dot")
+
+    @property
+    def reduces_rows(self) -> bool:
+        """Writes one value per row: its destination is a column vector."""
+        return self.form in ("reduce", "dot")
 
 
 VECTOR_OPS: tuple[VecOpDef, ...] = (
@@ -136,6 +149,12 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
     # instead of a 24-instruction Abramowitz & Stegun sequence of the ops above
     VecOpDef("erf", "unary", "d = erf(a) (fp32: the float64 value rounded once)"),
     VecOpDef("gelu_erf", "unary", "d = 0.5 a (1 + erf(a / sqrt 2)) (fp32: the float64 value rounded once)"),
+    # a row's dot product with one instruction instead of a `mul` pass and an `rsum` pass: the
+    # products feed the row-reduction tree `rsum` already has (attention scores of a decode
+    # step, sums of squares of the norms)
+    VecOpDef("rdot", "dot", "row dot product: d[i] = sum_j fp32(a[i, j] * b[i, j]) (each product "
+             "rounded to fp32, summed as rsum sums them: the bits of a `mul` into fp32 then an "
+             "`rsum`; d is a column vector)", cost_default="rsum"),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
 #: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family
@@ -357,7 +376,7 @@ _defs: list[InstrDef] = [
 def _vec_fields(form: str) -> tuple[FieldDef, ...]:
     fs: list[FieldDef] = [*_local("dst", "destination tile")]
     fs += _local("a", "operand a tile")
-    if form in ("binary", "requant"):
+    if form in ("binary", "requant", "dot"):
         fs += _local("b", "operand b (tile, row vector, column vector; unused for bmode=imm)")
     fs += [
         FieldDef("rows", 16, kind="count", doc="tile rows"),
@@ -365,12 +384,12 @@ def _vec_fields(form: str) -> tuple[FieldDef, ...]:
         FieldDef("dstride", 20, kind="stride", doc="destination byte stride between rows"),
         FieldDef("astride", 20, kind="stride", doc="operand a byte stride between rows"),
     ]
-    if form in ("binary", "requant"):
+    if form in ("binary", "requant", "dot"):
         fs += [FieldDef("bstride", 20, kind="stride",
                         doc="operand b byte stride between rows (bmode=tile) or elements (col)")]
     fs += [FieldDef("dt", 3, kind="dtype", doc="destination dtype"),
            FieldDef("at", 3, kind="dtype", doc="operand a dtype")]
-    if form in ("binary", "requant"):
+    if form in ("binary", "requant", "dot"):
         fs += [FieldDef("bt", 3, kind="dtype", doc="operand b dtype"),
                FieldDef("bmode", 2, kind="bmode", doc="b broadcast: tile | row (one value per "
                         "column) | col (one value per row) | imm"),
@@ -382,7 +401,7 @@ def _vec_constraints(form: str) -> tuple[Constraint, ...]:
     cs: list[Constraint] = [_positive("rows", "cols"), _dtype_in("dt", VECTOR_DTYPES),
                             _dtype_in("at", VECTOR_DTYPES), _aligned("dst", "dt"),
                             _aligned("a", "at"), _aligned("dstride", "dt"), _aligned("astride", "at")]
-    if form in ("binary", "requant"):
+    if form in ("binary", "requant", "dot"):
         cs += [_dtype_in("bt", VECTOR_DTYPES), _aligned("b", "bt"), _aligned("bstride", "bt")]
     if form == "requant":
         def rq(v: dict[str, int]) -> str | None:

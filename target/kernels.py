@@ -309,7 +309,7 @@ def _v(bld: Builder, op: str, dst: int, a: int, rows: int, cols: int, dt: str, *
        imm: float = 0.0, bt: str | None = None, at: str | None = None, **sync: int) -> None:
     kw: dict[str, int] = dict(dst=dst, a=a, rows=rows, cols=cols, dt=DT[dt], at=DT[at or dt],
                               dstride=dstride, astride=astride)
-    if isa.VECTOR_OP_BY_NAME[op].form in ("binary", "requant"):
+    if isa.VECTOR_OP_BY_NAME[op].reads_b:
         kw.update(b=b, bstride=bstride, bt=DT[bt or dt], bmode=isa.BMODE_CODE[bmode],
                   imm=isa.f32_bits(imm))
     bld.emit("vec." + op, **sync, **kw)

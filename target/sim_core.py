@@ -338,6 +338,8 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     # the ufuncs' reductions that ndarray.sum / ndarray.max call, without their Python wrappers
     "rsum": lambda a: np.add.reduce(a, axis=-1, keepdims=True),
     "rmax": lambda a: np.maximum.reduce(a, axis=-1, keepdims=True),
+    # the fp32 products (a temporary in C order, as `mul` then `rsum` reads them), then rsum's sum
+    "rdot": lambda a, b: np.add.reduce(np.multiply(a, b), axis=-1, keepdims=True),
     "requant": lambda a, b: a * b,
     "log": np.log, "erf": _erf, "gelu_erf": gelu_erf,
     # comparisons: 1 where a op b holds, else 0, in the compute type (false when either is NaN)
@@ -386,16 +388,16 @@ class VectorSpec:
         vop = ins.d.vop
         assert vop is not None
         v = ins.as_dict()
-        binary = vop.form in ("binary", "requant")
+        binary = vop.reads_b
         imm = np.float32(isa.bits_f32(v["imm"])) if binary else np.float32(0)
         float_in = v["at"] >= 2 or (binary and (v["bt"] >= 2 or (
             v["bmode"] == 3 and not float(imm).is_integer())))
         use_float = float_in or vop.name in TRANSCENDENTAL or vop.name == "requant"
         ctype = np.float32 if use_float else np.int64
         dead = (not use_float and vop.name == "mul" and v["bmode"] == 3 and int(imm) == 0)
-        return VectorSpec(VECTOR_FUNCTIONS[vop.name], binary, vop.form == "reduce", ctype,
+        return VectorSpec(VECTOR_FUNCTIONS[vop.name], binary, vop.reduces_rows, ctype,
                           imm if use_float else np.int64(int(imm)), dead,
-                          vop.name in LAYOUT_FREE and vop.form != "reduce",
+                          vop.name in LAYOUT_FREE and not vop.reduces_rows,
                           INTO.get(vop.name) if use_float else None)
 
 

@@ -270,10 +270,10 @@ class Emitter:
         """One vector op; a box with more rows or columns than one instruction encodes (the
         ISA's `rows`/`cols` fields) becomes several ops over row or column chunks."""
         max_rows, max_cols = _VECTOR_ROWS, _VECTOR_COLS
-        if rows == 0 or (cols == 0 and t.VectorOp.OPS[op].form != "reduce"):
+        if rows == 0 or (cols == 0 and not t.VectorOp.OPS[op].reduces_rows):
             return  # an empty box (see dma); a row reduction over no column still writes its rows
         if rows > max_rows or cols > max_cols:
-            reduce = t.VectorOp.OPS[op].form == "reduce"
+            reduce = t.VectorOp.OPS[op].reduces_rows
             if cols > max_cols and reduce:
                 raise ValueError(f"a row reduction over {cols} columns does not fit one vector instruction")
             for r0 in range(0, rows, max_rows):

@@ -173,8 +173,7 @@ def normalize(em, op: g.NormOp, x: SSAValue, y: SSAValue, out: SSAValue, column:
         em.vec("rsum", column, z, x, z, tr, D)
         em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
         em.vec("sub", x, z, x, z, tr, D, column, z, bmode="col")
-    em.vec("mul", y, z, x, z, tr, D, x, z, bmode="tile")
-    em.vec("rsum", column, z, y, z, tr, D)
+    em.vec("rdot", column, z, x, z, tr, D, x, z, bmode="tile")  # the rows' sums of squares
     em.vec("mul", column, z, column, z, tr, 1, bmode="imm", imm=1.0 / D)
     em.vec("add", column, z, column, z, tr, 1, bmode="imm", imm=op.epsilon.value.data)
     em.vec("rsqrt", column, z, column, z, tr, 1)
@@ -209,7 +208,7 @@ _ROW_OPS = {
     "log_softmax": [("rmax", True), ("sub", True), ("exp", True), ("rsum", True), ("log", False), ("sub", True)],
     "softmax": [("rmax", True), ("sub", True), ("exp", True), ("rsum", True), ("recip", False), ("mul", True)],
     "layer_norm": [("rsum", True), ("mul", False), ("sub", True)],
-    "norm": [("mul", True), ("rsum", True), ("mul", False), ("add", False), ("rsqrt", False), ("mul", True)],
+    "norm": [("rdot", True), ("mul", False), ("add", False), ("rsqrt", False), ("mul", True)],
 }
 
 
@@ -276,10 +275,10 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
         pixels, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
 
 
-def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue]:
     """The scratchpad tiles of an rms_norm prologue of a resident packed product
-    (packed_gemm.py): (squares [M, K], row sums [M, 1], the scale row [1, K], DMAd here: it
-    reads no value an earlier kernel writes)."""
+    (packed_gemm.py): (row sums of squares [M, 1], the scale row [1, K], DMAd here: it reads no
+    value an earlier kernel writes)."""
     em = ctx.emitter
     scale = ctx.constant(norm.scale)
     if scale is not None:
@@ -289,17 +288,16 @@ def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> 
         src = em.view(ctx.buffer(norm.scale), (1, K))
     gamma = em.alloc((1, K), f32, "spad")
     em.dma(src, [0, 0], gamma, [0, 0], [1, K])
-    return em.alloc((M, K), f32, "spad"), em.alloc((M, 1), f32, "spad"), gamma
+    return em.alloc((M, 1), f32, "spad"), gamma
 
 
-def normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue, SSAValue], x: SSAValue, x0: int,
+def normalize_rows(em, norm: g.RmsNormOp, params: tuple[SSAValue, SSAValue], x: SSAValue, x0: int,
                    M: int, K: int) -> None:
     """x[x0:x0+M] = rms_norm(x[x0:x0+M]) in place: `lower_rowwise`'s instructions in its
     order (so the rows are bit for bit the norm kernel's)."""
-    squares, column, gamma = params
+    column, gamma = params
     z, at = [0, 0], [x0, 0]
-    em.vec("mul", squares, z, x, at, M, K, x, at, bmode="tile")
-    em.vec("rsum", column, z, squares, z, M, K)
+    em.vec("rdot", column, z, x, at, M, K, x, at, bmode="tile")  # the rows' sums of squares
     em.vec("mul", column, z, column, z, M, 1, bmode="imm", imm=1.0 / K)
     em.vec("add", column, z, column, z, M, 1, bmode="imm", imm=norm.epsilon.value.data)
     em.vec("rsqrt", column, z, column, z, M, 1)

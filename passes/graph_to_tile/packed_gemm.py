@@ -205,7 +205,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
                   prologue: bool = False) -> tuple[int, int, int, tuple[int, int, int]]:
     """(M, N, K, (TM, TN, TK)) of a packed product: the cost model's choice re-ranked by
     exposed latencies. `name` None: a look-ahead (no override, no debug output). `prologue`:
-    an rms_norm prologue on chip (its squares, scale row and column count in the footprint)."""
+    an rms_norm prologue on chip (its scale row and column of sums of squares in the footprint)."""
     hw = ctx.hw
     fmt_name = dq.block_format.data
     fmt = block_format(fmt_name)
@@ -221,7 +221,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
     epilogue_bytes = epilogue_footprint(ctx, epilogue, result, [op.results[0]], frame_groups)
 
     def footprint(tm: int, tn: int, tk: int) -> tuple[int, int]:
-        extra = (2 * tn * 4 if bias is not None else 0) + (M * K * 4 + K * 4 + M * 4 if prologue else 0)
+        extra = (2 * tn * 4 if bias is not None else 0) + (K * 4 + M * 4 if prologue else 0)
         if streamed(tk):
             return packed_stream.footprint(ctx, M, N, K, tm, tn, tk, fmt_name, two_pass_activations(ctx, tm), extra,
                                            epilogue_bytes)

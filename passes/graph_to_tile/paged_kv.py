@@ -28,9 +28,10 @@ nest that computed them, for every layer's attention (`OnChipSteps`).
   blocks (the pool viewed as [NB, BS * W]: one DMA per block, its address from the table, a
   super-block's G DMAs in flight together) into two buffers (the gathers of one super-block
   overlap the math of the other) and, for all KV heads at once over G * BS keys:
-    - scores S[r, s] = q_r . k_s on the vector unit (one `mul` and one `rsum` per query row
-      and KV head: the pool is token-major, so q.K^T would need a transposed K tile, which the
-      DMA cannot produce; the rsum column written with a unit stride is the score row);
+    - scores S[r, s] = q_r . k_s on the vector unit (one `rdot` per query row and KV head:
+      each key row's dot product with the broadcast query row, the bits of a `mul` and an
+      `rsum` in one pass; the pool is token-major, so q.K^T on the matrix unit would need K's
+      bf16 split first; the column written with a unit stride is the score row);
     - the causal / tail mask from the run-time length: remaining = n - Sq + 1 + i - s - j G BS
       (kept as an f32 row tile `base` that loses G BS per step), keep = clamp(remaining, 0, 1),
       S += keep * 1e30 - 1e30;
@@ -251,7 +252,7 @@ def superblock_blocks(ctx: LoweringContext, block_size: int, max_blocks: int, ro
     sequence)."""
     hw = ctx.hw
     lanes = hw.vector.lanes
-    per_block = rows * -(-block_size * head_dim // lanes) * (hw.vector.cost["mul"] + hw.vector.cost["rsum"])
+    per_block = rows * -(-block_size * head_dim // lanes) * hw.vector.cost["rdot"]
     g = 1
     while (2 * g * block_size <= hw.matrix.rows and 2 * g <= max_blocks // 4
            and g * per_block < hw.dram.latency_cycles):
@@ -486,7 +487,6 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
         # rounding gone) where the split is cheap (`values_in_two_parts`)
         v_lo = em.alloc((KB, Wv), bf16, "spad") if ctx.bf16_copies == 2 or values_in_two_parts(ctx, KB, Wv) else None
         v_tile = Bf16Tile(em.alloc((KB, Wv), bf16, "spad"), v_lo)  # (lo before hi: fp32's program as before)
-        product = em.alloc((KB, D), f32, "spad")
         scores = em.alloc((rows, KB), f32, "spad")
         p_tile = _single_bf16_tile(ctx, rows, KB)
         # several sequences: their query rows, lengths and the position tile come in one DMA
@@ -513,7 +513,6 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             first_v = em.alloc((B * G, BS * Wv), f32, "spad")
         if new_rows is not None:
             keep_new = em.alloc((rows, 1), f32, "spad")  # 1 when the sequence has its token n - 1
-            new_product = em.alloc((R, D), f32, "spad")
         m = em.alloc((rows, 1), f32, "spad")
         m_new = em.alloc((rows, 1), f32, "spad")
         l_sum = em.alloc((rows, 1), f32, "spad")
@@ -537,8 +536,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
             def score_row(kv: Index, r: Index) -> None:  # kv: the pass's own KV head
                 row = em.add(em.mul(kv, R), r)
                 head = em.add(em.mul(p, HP), kv)
-                em.vec("mul", product, z, k_rows_b, [0, em.mul(head, D)], KB, D, q_tile, [row, 0], bmode="row")
-                em.vec("rsum", score_column, [em.mul(row, KB), 0], product, z, KB, D)
+                em.vec("rdot", score_column, [em.mul(row, KB), 0], k_rows_b, [0, em.mul(head, D)], KB, D, q_tile,
+                       [row, 0], bmode="row")
 
             em.range(HP, lambda kv: em.range(R, lambda r: score_row(kv, r)))
             # keep = clamp(remaining, 0, 1); scores += keep * 1e30 - 1e30
@@ -627,9 +626,8 @@ def lower_paged_attention(ctx: LoweringContext, op: Operation) -> None:
 
                 def new_token(kv: Index) -> None:
                     head = em.add(em.mul(p, HP), kv)
-                    em.vec("mul", new_product, z, q_tile, [em.mul(kv, R), 0], R, D, k_new,
+                    em.vec("rdot", m, [em.mul(kv, R), 0], q_tile, [em.mul(kv, R), 0], R, D, k_new,
                            [b, em.mul(head, D)], bmode="row")
-                    em.vec("rsum", m, [em.mul(kv, R), 0], new_product, z, R, D)
                     em.vec("add", o, [em.mul(kv, R), 0], o, [em.mul(kv, R), 0], R, Dv, v_new,
                            [b, em.mul(head, Dv)], bmode="row")
 

@@ -370,7 +370,7 @@ def _written_box(op: Operation) -> tuple | None:
     if isinstance(op, t.FillOp):
         return _box_of(op.dst, op.dst_indices, op.rows.value.data, op.cols.value.data)
     if isinstance(op, t.VectorOp):
-        cols = 1 if op.form == "reduce" else op.cols.value.data
+        cols = 1 if op.OPS[op.op.data].reduces_rows else op.cols.value.data
         return _box_of(op.dst, op.dst_indices, op.rows.value.data, cols)
     return None
 

@@ -305,10 +305,10 @@ def select_matmul(codegen: CodeGenerator, op: t.MatmulOp) -> None:
 def select_vector(codegen: CodeGenerator, op: t.VectorOp) -> None:
     f = fields_of(codegen, op)
     name = f.op.data
-    form = f.form
+    vop = t.VectorOp.OPS[name]
     rows, cols = f.rows.value.data, f.cols.value.data
     dst, a = codegen.buffers[f.dst], codegen.buffers[f.a]
-    dst_cols = 1 if form == "reduce" else cols
+    dst_cols = 1 if vop.reduces_rows else cols
     dst_stride = dst.shape[1] * dst.element_bytes
     a_stride = a.shape[1] * a.element_bytes
     dst_operand = _operand(codegen, dst, codegen.tile_address(dst, f.dst_indices, op), rows,
@@ -320,7 +320,7 @@ def select_vector(codegen: CodeGenerator, op: t.VectorOp) -> None:
                   dstride=dst_stride, astride=a_stride, dt=ISA_DTYPE[dst.element],
                   at=ISA_DTYPE[a.element])
     accesses = [a_operand.access(False, codegen.double_buffering.slot(a))]
-    if form in ("binary", "requant"):
+    if vop.reads_b:
         bmode = f.bmode.data if f.bmode is not None else "tile"
         fields["bmode"] = isa.BMODE_CODE[bmode]
         if bmode == "imm":

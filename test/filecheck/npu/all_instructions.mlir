@@ -42,6 +42,7 @@ npu.program {
   npu.vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
   npu.vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
   npu.vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+  npu.vec.rdot dst=r3+0x1442fc0, a=r26+0x13af0d0, b=r9+0x2000, rows=31776, cols=58576, dstride=11136, astride=743296, bstride=128, dt=fp32, at=bf16, bt=fp32, bmode=row, imm=0.0, wait=s4, signal=s2, signal2=s11
   npu.vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
   npu.vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17
 }
@@ -81,6 +82,7 @@ npu.program {
 // CHECK-NEXT: vec.recip dst=r23+0x1dc2fa0, a=r17+0x2bfdf74, rows=56441, cols=13172, dstride=785856, astride=753104, dt=bf16, at=fp8e5m2, wait=s29, signal=s30, signal2=s19
 // CHECK-NEXT: vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
 // CHECK-NEXT: vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
+// CHECK-NEXT: vec.rdot dst=r3+0x1442fc0, a=r26+0x13af0d0, b=r9+0x2000, rows=31776, cols=58576, dstride=11136, astride=743296, bstride=128, dt=fp32, at=bf16, bt=fp32, bmode=row, imm=0.0, wait=s4, signal=s2, signal2=s11
 // CHECK-NEXT: vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
 // CHECK-NEXT: vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17
 
@@ -119,5 +121,6 @@ npu.program {
 // HEX-NEXT: 00000000000000000000000576fba17fb8066e9b8f35fefba45dc2fa0bcfdd50
 // HEX-NEXT: 00000000000000000000000596af0005701c9a0f8409d786869442fc062c5a51
 // HEX-NEXT: 000000000000000000000001812ca8672b16df046a50f600e5e646d182e45352
+// HEX-NEXT: 00000000029a00080b578002b80e4d07c20000800129d786869442fc01ac445a
 // HEX-NEXT: 034f9cb3428001c2c9f078a473c3c2a6a97326a002dd457661f2e2ba86fd8653
 // HEX-NEXT: 00000000000b15664f423f9a426ce510fe0091a2b0809abcdf9f4e0c04c46b60

@@ -395,6 +395,17 @@ builtin.module attributes {tile.target = "edge"} {
 
 // -----
 
+// rdot reads b like a binary op (and writes a column like rsum)
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %d = tile.alloc : memref<4x1xf32, "spad">
+  %x = tile.alloc : memref<4x4xf32, "spad">
+  // expected-error @+1 {{binary op 'rdot' needs bmode = tile, row, col or imm}}
+  tile.vector "rdot" %d[%c0, %c0], %x[%c0, %c0] {rows = 4 : i64, cols = 4 : i64} : memref<4x1xf32, "spad">, memref<4x4xf32, "spad">
+}
+
+// -----
+
 // bad bmode
 builtin.module attributes {tile.target = "edge"} {
   %c0 = arith.constant 0 : index

@@ -30,6 +30,7 @@ builtin.module attributes {tile.target = "edge"} {
     tile.vector "sub" %a[%c0, %c1], %a[%c0, %c1], %a[%c0, %c0] {rows = 8 : i64, cols = 15 : i64, bmode = "col"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
     tile.vector "max" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = -1.5 : f32} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
     tile.vector "rsum" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
+    tile.vector "rdot" %a[%c0, %c0], %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "row"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
     %q = tile.alloc : memref<8x16xi8, "spad">
     tile.vector "requant" %q[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = 0.125 : f32} : memref<8x16xi8, "spad">, memref<8x16xf32, "acc">
     tile.dma %a[%c0, %c0], %y[%c0, %c0] {shape = array<i64: 8, 16>} : memref<8x16xf32, "acc">, memref<8x16xf32, "dram">
@@ -60,6 +61,7 @@ builtin.module attributes {tile.target = "edge"} {
 // CHECK-NEXT:     tile.vector "sub" %a[%c0, %c1], %a[%c0, %c1], %a[%c0, %c0] {rows = 8 : i64, cols = 15 : i64, bmode = "col"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.vector "max" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = -1.500000e+00 : f32} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.vector "rsum" %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
+// CHECK-NEXT:     tile.vector "rdot" %a[%c0, %c0], %a[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "row"} : memref<8x16xf32, "acc">, memref<8x16xf32, "acc">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     %q = tile.alloc : memref<8x16xi8, "spad">
 // CHECK-NEXT:     tile.vector "requant" %q[%c0, %c0], %a[%c0, %c0] {rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = 1.250000e-01 : f32} : memref<8x16xi8, "spad">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.dma %a[%c0, %c0], %y[%c0, %c0] {shape = array<i64: 8, 16>} : memref<8x16xf32, "acc">, memref<8x16xf32, "dram">
@@ -87,6 +89,7 @@ builtin.module attributes {tile.target = "edge"} {
 // GENERIC-NEXT: "tile.vector"(%a, %c0, %c1, %a, %c0, %c1, %a, %c0, %c0) <{op = "sub", rows = 8 : i64, cols = 15 : i64, bmode = "col", operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.vector"(%a, %c0, %c0, %a, %c0, %c0) <{op = "max", rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = -1.500000e+00 : f32, operandSegmentSizes = array<i32: 1, 2, 1, 2, 0, 0>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.vector"(%a, %c0, %c0, %a, %c0, %c0) <{op = "rsum", rows = 8 : i64, cols = 16 : i64, operandSegmentSizes = array<i32: 1, 2, 1, 2, 0, 0>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
+// GENERIC-NEXT: "tile.vector"(%a, %c0, %c0, %a, %c0, %c0, %a, %c0, %c0) <{op = "rdot", rows = 8 : i64, cols = 16 : i64, bmode = "row", operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: %q = "tile.alloc"() <{buffers = 1 : i64}> : () -> memref<8x16xi8, "spad">
 // GENERIC-NEXT: "tile.vector"(%q, %c0, %c0, %a, %c0, %c0) <{op = "requant", rows = 8 : i64, cols = 16 : i64, bmode = "imm", imm = 1.250000e-01 : f32, operandSegmentSizes = array<i32: 1, 2, 1, 2, 0, 0>}> : (memref<8x16xi8, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.dma"(%a, %c0, %c0, %y, %c0, %c0) <{shape = array<i64: 8, 16>, operandSegmentSizes = array<i32: 1, 2, 1, 2>}> : (memref<8x16xf32, "acc">, index, index, memref<8x16xf32, "dram">, index, index) -> ()

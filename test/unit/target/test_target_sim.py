@@ -171,7 +171,7 @@ def test_dma_3d_and_negative_strides():
 
 
 def vec_run(op, a, b=None, bmode="tile", imm=0.0, dt="fp32", at="fp32", bt=None,
-            cfg="edge"):
+            cfg="edge", mode="fast"):
     s = Simulator(cfg)
     rows, cols = a.shape
     npd = kernels.NPD
@@ -186,12 +186,12 @@ def vec_run(op, a, b=None, bmode="tile", imm=0.0, dt="fp32", at="fp32", bt=None,
         bs = b.strides[0] if b is not None and b.ndim == 2 and bmode != "col" else (
             b.itemsize if b is not None else 0)
         kw = f", b=4096, bstride={bs}, bt={bt}, bmode={bmode}, imm={imm}"
-    red = op in ("rsum", "rmax")
+    red = isa.VECTOR_OP_BY_NAME[op].reduces_rows
     esz = np.dtype(npd[dt]).itemsize
     dst_cols = 1 if red else cols
     s.run(Program.from_asm(f"vec.{op} dst=8192, a=0, rows={rows}, cols={cols}, "
                            f"dstride={dst_cols * esz}, astride={a.strides[0]}, dt={dt}, at={at}"
-                           f"{kw}\nhalt"), np.zeros(64, np.uint8))
+                           f"{kw}\nhalt"), np.zeros(64, np.uint8), mode=mode)
     n = rows * dst_cols * esz
     return s.spad[8192:8192 + n].view(npd[dt]).reshape(rows, dst_cols)
 
@@ -300,6 +300,49 @@ def test_gelu_erf_by_blocks_is_the_whole_array_formula():
         got = gelu_erf(x)
         assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
         assert gelu_erf(x[: 6 * 1000].reshape(2, 3, 1000)).tobytes() == want[: 6 * 1000].tobytes()
+
+
+@pytest.mark.parametrize("mode", ["fast", "reference"])
+def test_rdot_is_a_mul_then_an_rsum(mode):
+    """vec.rdot's bits are those of a `mul` into an fp32 tile followed by an `rsum` (products
+    rounded to fp32, summed as rsum sums), for a tile, a broadcast row (a decode step's query
+    against its keys), a column and an immediate b, bf16 operands, and specials (inf - inf is
+    NaN, which is the default NaN; -0 products)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((9, 64)).astype(np.float32)
+    y = rng.standard_normal((9, 64)).astype(np.float32)
+    x[0, :3] = [np.inf, -0.0, 3e38]
+    y[0, :3] = [-1.0, 5.0, 3e38]  # -inf, -0 and an overflow to inf: the row sums to NaN
+    x[1, 5], y[1, 5] = np.nan, 1.0
+    x[2] = -0.0  # a row of -0 products: rsum gives +0 from its initial value, and so must rdot
+    row = rng.standard_normal((1, 64)).astype(np.float32)
+    col = rng.standard_normal((9, 1)).astype(np.float32)
+
+    def mul_then_rsum(b, bmode, imm=0.0, at="fp32", bt=None):
+        products = vec_run("mul", x, b, bmode, imm, at=at, bt=bt, mode=mode)
+        return vec_run("rsum", products, mode=mode)
+
+    for b, bmode, imm in ((y, "tile", 0.0), (row, "row", 0.0), (col, "col", 0.0), (None, "imm", 0.375)):
+        got = vec_run("rdot", x, b, bmode, imm, mode=mode)
+        assert got.tobytes() == mul_then_rsum(b, bmode, imm).tobytes(), bmode
+    assert np.isnan(vec_run("rdot", x, y, mode=mode)[:2]).all()
+    got = vec_run("rdot", x, y, at="bf16", bt="bf16", mode=mode)
+    assert got.tobytes() == mul_then_rsum(y, "tile", at="bf16", bt="bf16").tobytes()
+    finite = np.isfinite(x).all(1) & np.isfinite(y).all(1)
+    np.testing.assert_allclose(vec_run("rdot", x, y, mode=mode)[finite, 0],
+                               (x.astype(np.float64) * y).sum(1)[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_a_config_without_rdot_gives_it_rsums_cost():
+    """A hardware config written before vec.rdot existed loads: rdot costs what rsum does."""
+    import tomllib
+
+    from infer.target.hw import config_path, from_dict
+
+    data = tomllib.loads(config_path("edge").read_text())
+    data["vector"]["cost"]["rsum"] = 3
+    del data["vector"]["cost"]["rdot"]
+    assert from_dict(data, "old.toml").vector.cost["rdot"] == 3
 
 
 def test_log_and_comparisons():
