@@ -95,6 +95,12 @@ def dequant_shapes(fmt: int, axis: int, rows: int, cols: int) -> tuple[tuple[int
     return (rows, cols // 2 if half else cols), (rows, cols // QBLOCK)
 
 # ----------------------------------------------------------------------------- vector ops
+#: the vector op forms with an operand b (tile, row or column vector, or an immediate), and
+#: those writing one value per row (a column vector)
+FORMS_WITH_B = frozenset(("binary", "requant", "dot"))
+ROW_REDUCING_FORMS = frozenset(("reduce", "dot"))
+
+
 @dataclass(frozen=True)
 class VecOpDef:
     name: str
@@ -106,13 +112,11 @@ class VecOpDef:
 
     @property
     def reads_b(self) -> bool:
-        """Has an operand b (tile, row or column vector, or an immediate)."""
-        return self.form in ("binary", "requant", "dot")
+        return self.form in FORMS_WITH_B
 
     @property
     def reduces_rows(self) -> bool:
-        """Writes one value per row: its destination is a column vector."""
-        return self.form in ("reduce", "dot")
+        return self.form in ROW_REDUCING_FORMS
 
 
 VECTOR_OPS: tuple[VecOpDef, ...] = (
@@ -376,7 +380,7 @@ _defs: list[InstrDef] = [
 def _vec_fields(form: str) -> tuple[FieldDef, ...]:
     fs: list[FieldDef] = [*_local("dst", "destination tile")]
     fs += _local("a", "operand a tile")
-    if form in ("binary", "requant", "dot"):
+    if form in FORMS_WITH_B:
         fs += _local("b", "operand b (tile, row vector, column vector; unused for bmode=imm)")
     fs += [
         FieldDef("rows", 16, kind="count", doc="tile rows"),
@@ -384,12 +388,12 @@ def _vec_fields(form: str) -> tuple[FieldDef, ...]:
         FieldDef("dstride", 20, kind="stride", doc="destination byte stride between rows"),
         FieldDef("astride", 20, kind="stride", doc="operand a byte stride between rows"),
     ]
-    if form in ("binary", "requant", "dot"):
+    if form in FORMS_WITH_B:
         fs += [FieldDef("bstride", 20, kind="stride",
                         doc="operand b byte stride between rows (bmode=tile) or elements (col)")]
     fs += [FieldDef("dt", 3, kind="dtype", doc="destination dtype"),
            FieldDef("at", 3, kind="dtype", doc="operand a dtype")]
-    if form in ("binary", "requant", "dot"):
+    if form in FORMS_WITH_B:
         fs += [FieldDef("bt", 3, kind="dtype", doc="operand b dtype"),
                FieldDef("bmode", 2, kind="bmode", doc="b broadcast: tile | row (one value per "
                         "column) | col (one value per row) | imm"),
@@ -401,7 +405,7 @@ def _vec_constraints(form: str) -> tuple[Constraint, ...]:
     cs: list[Constraint] = [_positive("rows", "cols"), _dtype_in("dt", VECTOR_DTYPES),
                             _dtype_in("at", VECTOR_DTYPES), _aligned("dst", "dt"),
                             _aligned("a", "at"), _aligned("dstride", "dt"), _aligned("astride", "at")]
-    if form in ("binary", "requant", "dot"):
+    if form in FORMS_WITH_B:
         cs += [_dtype_in("bt", VECTOR_DTYPES), _aligned("b", "bt"), _aligned("bstride", "bt")]
     if form == "requant":
         def rq(v: dict[str, int]) -> str | None:
