@@ -215,7 +215,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     dmas = steps * 2 + out_tiles * (1 + spec.epi_tiles)
     memory = (lhs_b + rhs_b + out_b) // hw.dram.bytes_per_cycle + dmas * hw.dma.setup_cycles // hw.dma.channels
     # vector unit: fp32 -> bf16 hi (/lo) splits, accumulator fill, epilogue
-    split = cost["copy"] + (cost["sub"] + cost["copy"] if spec.passes == 3 else 0)
+    split = cost["copy"] + (cost["sub"] if spec.passes == 3 else 0)  # (Emitter.round_parts)
     vec_step = (-(-tm * tk // L) * split if spec.lhs_split else 0) + (-(-tk * tn // L) * split if spec.rhs_split else 0)
     acc_fill = -(-tm * tn // L) * cost["mul"]  # the accumulator tile is zeroed first
     epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
@@ -353,7 +353,7 @@ def _resident_lhs_schedule(hw: HardwareConfig, spec: GemmSpec, nm: int, out_tile
     previous epilogue), plus the first weight tile's round trip and the last tile's drain,
     epilogue and store."""
     bw, vlat, fill = hw.dram.bytes_per_cycle, hw.vector.latency, hw.matrix.fill_drain_cycles
-    split = hw.vector.cost["copy"] + (hw.vector.cost["sub"] + hw.vector.cost["copy"] if spec.passes == 3 else 0)
+    split = hw.vector.cost["copy"] + (hw.vector.cost["sub"] if spec.passes == 3 else 0)
     x_bytes = tm * _burst_bytes(hw, K * spec.lhs_bytes)
     x_load = dma_round_trip(hw, x_bytes) + -(-tm * K // hw.vector.lanes) * split + vlat
     w_bytes = 0 if spec.resident_weights else K * _burst_bytes(hw, tn * spec.rhs_bytes)
@@ -696,7 +696,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # vector unit: building the windows, the epilogue
     nw = -(-s.W // s.stride)
     pixels = rq * nw
-    split = vcost["copy"] + (vcost["sub"] + vcost["copy"] if s.copies == 2 else 0)
+    split = vcost["copy"] + (vcost["sub"] if s.copies == 2 else 0)
     per_load = 0.0
     per_load_instrs = 0.0
     if s.prepared:
@@ -710,7 +710,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         per_load_instrs += s.planes
     if not s.prepared and not (s.in_place_windows and not channels):
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * split
-        per_load_instrs += s.planes * (3 if s.copies == 2 else 1)
+        per_load_instrs += s.planes * (2 if s.copies == 2 else 1)
     tq_avg = avg_toh * s.Wq
     window_vector = window_loads * per_load
     window_instrs_run = window_loads * per_load_instrs
@@ -746,7 +746,7 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
         chains = [[_loop_trips(tq_full, Ccols), _loop_trips(TC - min(TC, R), R)]]
     # static code of the nest as tile-to-npu emits it (loops beyond the hardware depth unrolled)
     window_instrs = (s.planes * s.copies if s.prepared else s.row_phases) + (
-        0 if s.prepared else s.planes * ((3 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
+        0 if s.prepared else s.planes * ((2 if s.copies == 2 else 1) + (1 if s.stride > 1 and not channels else 0)))
     code = code_size(conv_nest(s, T, R, Ccols, window_instrs, int(pixels)), hw.scalar.loop_depth)
     feasible = code.feasible and all(_nest_ok(hw, head + chain) for chain in chains)
     spad, acc = buffers

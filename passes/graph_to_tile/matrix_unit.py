@@ -45,13 +45,9 @@ def alloc_bf16_tile(ctx: LoweringContext, rows: int, cols: int, buffers: int = 2
 
 def split_on_chip(em: Emitter, src: SSAValue, dst: Bf16Tile, rows: int, cols: int,
                   dst_at: tuple[Index, Index] = (0, 0)) -> None:
-    """dst.hi = bf16(src); for fp32 emulation also dst.lo = bf16(src - hi) (src is overwritten);
+    """dst.hi = bf16(src); for fp32 emulation also dst.lo = bf16(src - hi) (`Emitter.round_parts`);
     the box of dst starts at `dst_at`."""
-    z = (0, 0)
-    em.vec("copy", dst.hi, dst_at, src, z, rows, cols)
-    if dst.lo is not None:
-        em.vec("sub", src, z, src, z, rows, cols, dst.hi, dst_at, bmode="tile")
-        em.vec("copy", dst.lo, dst_at, src, z, rows, cols)
+    em.round_parts(src, (0, 0), dst.hi, dst.lo, dst_at, rows, cols)
 
 
 def packed_weight_parts(ctx: LoweringContext, hint: str, array: np.ndarray) -> list[SSAValue]:

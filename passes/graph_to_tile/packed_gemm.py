@@ -720,10 +720,7 @@ def load_planes_by_step(ctx: LoweringContext, codes_w: SSAValue, scales_w: SSAVa
 
 def _split_rows(em: Emitter, src: SSAValue, src_row: int, dst: Bf16Tile, dst_row: int, rows: int, cols: int) -> None:
     """split_on_chip at row offsets: hi = bf16(src); fp32 emulation: lo = bf16(src - hi)."""
-    em.vec("copy", dst.hi, [dst_row, 0], src, [src_row, 0], rows, cols)
-    if dst.lo is not None:
-        em.vec("sub", src, [src_row, 0], src, [src_row, 0], rows, cols, dst.hi, [dst_row, 0], bmode="tile")
-        em.vec("copy", dst.lo, [dst_row, 0], src, [src_row, 0], rows, cols)
+    em.round_parts(src, [src_row, 0], dst.hi, dst.lo, [dst_row, 0], rows, cols)
 
 
 def _expansion_cycles(ctx: LoweringContext, K: int, N: int) -> int:

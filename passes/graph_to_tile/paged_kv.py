@@ -269,7 +269,7 @@ def values_in_two_parts(ctx: LoweringContext, keys: int, width: int) -> bool:
     16; edge's 16 lanes take 384 per block of 16 keys against a 100-cycle latency: +10 % of
     SmolLM2's decode step at context 1024 there, so edge keeps bf16(V))."""
     hw = ctx.hw
-    split = -(-keys * width // hw.vector.lanes) * (hw.vector.cost["sub"] + hw.vector.cost["copy"])
+    split = -(-keys * width // hw.vector.lanes) * hw.vector.cost["sub"]  # (Emitter.round_parts)
     return ctx.bf16_copies == 1 and 4 * split <= hw.dram.latency_cycles
 
 

@@ -166,7 +166,7 @@ def prepare_estimate(hw, planes_count: int, p: Planes, elem: str, copies: int, p
     rows = sum(len(range((rp - top) % sh, p.H, sh)) for rp in {rp for rp, _ in p.phases})  # the rows read
     elements = planes_count * rows * p.W
     fill = p.stride != (1, 1) and not p.border_free  # whole planes filled with the border first
-    vector = elements / hw.vector.lanes * (3 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
+    vector = elements / hw.vector.lanes * (2 if count == 2 else 1) * (2 if pixel_major or p.stride != (1, 1) else 1)
     plane_bytes = planes_count * P * p.Hq * p.Wq * esize * count
     burst = hw.dram.burst_bytes
 
@@ -241,12 +241,8 @@ def _fill_rows(ctx: LoweringContext, outs: list[SSAValue], rows: int, cols: int,
 def _convert(ctx: LoweringContext, staging: SSAValue, s_index: list[Index], dsts: list[SSAValue],
              d_index: list[Index], rows: int, cols: int) -> None:
     """dsts[0] = round(staging) (f32 -> the tiles' type); with two tiles dsts[1] =
-    bf16(staging - dsts[0]) (staging is overwritten)."""
-    em = ctx.emitter
-    em.vec("copy", dsts[0], d_index, staging, s_index, rows, cols)
-    if len(dsts) == 2:
-        em.vec("sub", staging, s_index, staging, s_index, rows, cols, dsts[0], d_index, bmode="tile")
-        em.vec("copy", dsts[1], d_index, staging, s_index, rows, cols)
+    bf16(staging - dsts[0]) (`Emitter.round_parts`)."""
+    ctx.emitter.round_parts(staging, s_index, dsts[0], dsts[1] if len(dsts) == 2 else None, d_index, rows, cols)
 
 
 def _prepare_stride1(ctx: LoweringContext, x3: SSAValue, outs: list[SSAValue], planes_count: int, p: Planes,
@@ -414,9 +410,7 @@ def _prepare_pixel_major(ctx: LoweringContext, x: SSAValue, N: int, C: int, p: P
                                                   tc, 1))
             if tile32 is not None:
                 hi, lo = tiles_t
-                em.vec("copy", hi, [0, 0], tile32, [0, 0], pixels, tc)
-                em.vec("sub", tile32, [0, 0], tile32, [0, 0], pixels, tc, hi, [0, 0], bmode="tile")
-                em.vec("copy", lo, [0, 0], tile32, [0, 0], pixels, tc)
+                em.round_parts(tile32, [0, 0], hi, lo, [0, 0], pixels, tc)
             for cp in col_phases:
                 wc = (cp - left) % sw
                 nw = len(range(wc, W, sw))

@@ -259,10 +259,6 @@ class WindowLoader:
 
     def _round(self, src: SSAValue, s_at: tuple[Index, Index], dsts: list[SSAValue], d_at: tuple[Index, Index],
                rows: int, cols: int) -> None:
-        """dsts[0] = round(src); with two destinations dsts[1] = bf16(src - dsts[0]) (src, f32, is
-        overwritten)."""
-        em = self.em
-        em.vec("copy", dsts[0], list(d_at), src, list(s_at), rows, cols)
-        if len(dsts) == 2:
-            em.vec("sub", src, list(s_at), src, list(s_at), rows, cols, dsts[0], list(d_at), bmode="tile")
-            em.vec("copy", dsts[1], list(d_at), src, list(s_at), rows, cols)
+        """dsts[0] = round(src); with two destinations dsts[1] = bf16(src - dsts[0])
+        (`Emitter.round_parts`)."""
+        self.em.round_parts(src, list(s_at), dsts[0], dsts[1] if len(dsts) == 2 else None, list(d_at), rows, cols)
