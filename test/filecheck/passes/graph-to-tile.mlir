@@ -29,9 +29,8 @@ func.func @main(%x: tensor<256x512xf32> {graph.name = "x"}) -> (tensor<256x384xf
 // EDGE:              tile.fill {{.*}} {rows = 64 : i64, cols = 128 : i64, value = 0.000000e+00 : f32}
 // EDGE-NEXT:         scf.for
 // EDGE-NEXT:           tile.dma %0[{{.*}}] {shape = array<i64: 64, 16>}
-// EDGE-NEXT:           tile.vector "copy"
-// EDGE-NEXT:           tile.vector "sub"
-// EDGE-NEXT:           tile.vector "copy"
+// EDGE-NEXT:           tile.vector "copy" {{.*}} : memref<64x16xbf16, "spad">, memref<64x16xf32, "spad">
+// EDGE-NEXT:           tile.vector "sub" {{.*}} : memref<64x16xbf16, "spad">, memref<64x16xf32, "spad">, memref<64x16xbf16, "spad">
 // EDGE:                tile.dma {{.*}} {shape = array<i64: 16, 128>}
 // EDGE-NEXT:           tile.dma {{.*}} {shape = array<i64: 16, 128>}
 // EDGE-NEXT:           scf.for
