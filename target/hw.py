@@ -12,7 +12,8 @@ checked like the other fields. The bundled configs have both.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,35 @@ class HardwareConfig:
 
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e9)
+
+
+#: What-if resources (`unlimited`): each made as fast as the timing model allows, so the same
+#: program simulated again shows what that resource costs it (docs/hardware-feedback.md, "What
+#: bounds the batch-1 decode step"). The values are the description's, not a buildable part.
+UNLIMITED = 1 << 30
+WHAT_IF_RESOURCES = {"dram": "DRAM", "weight_path": "weight path", "vector": "vector unit",
+                     "drain": "fill/drain"}  # name -> label
+
+
+def unlimited(cfg: HardwareConfig, resources: Iterable[str]) -> HardwareConfig:
+    """`cfg` with each of `resources` (keys of WHAT_IF_RESOURCES) unlimited: DRAM moves any
+    transfer in a cycle after a one-cycle latency; `mx.loadw` loads any tile in a cycle; a
+    vector op is one group of lanes (its `cost` cycles) with a one-cycle latency; a matmul
+    completes a cycle after its rows stream. A program compiled for `cfg` runs unchanged on
+    the result (sizes, queues and the ISA are the same): only the timing differs."""
+    out = cfg
+    for resource in resources:
+        if resource == "dram":
+            out = replace(out, dram=replace(out.dram, bytes_per_cycle=UNLIMITED, latency_cycles=1))
+        elif resource == "weight_path":
+            out = replace(out, matrix=replace(out.matrix, weight_load_bytes_per_cycle=UNLIMITED))
+        elif resource == "vector":
+            out = replace(out, vector=replace(out.vector, lanes=UNLIMITED, latency=1))
+        elif resource == "drain":
+            out = replace(out, matrix=replace(out.matrix, fill_drain_cycles=1))
+        else:
+            raise ConfigError(f"unknown what-if resource '{resource}' (known: {', '.join(WHAT_IF_RESOURCES)})")
+    return out
 
 
 _SECTIONS = {"matrix": MatrixConfig, "vector": VectorConfig, "memory": MemoryConfig,

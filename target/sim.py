@@ -90,8 +90,10 @@ class Simulator:
         """`sim` with its local memories cleared, as a new simulator's are, when it runs on the
         threads a new one would (INFER_SIM_THREADS); else a new Simulator(config). What a
         simulator keeps from run to run (operand views, `dequant_memo`) then serves the next
-        run: the runtime's Executable and DeviceSession hand each run the last one's."""
-        if sim is None or sim.threads != default_threads():
+        run: the runtime's Executable and DeviceSession hand each run the last one's. A
+        different config (a what-if, `hw.unlimited`) gets a new simulator."""
+        if (sim is None or sim.threads != default_threads()
+                or (config is not sim.cfg and load_config(config) != sim.cfg)):
             return cls(config)
         sim.reset()
         return sim

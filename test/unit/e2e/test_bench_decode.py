@@ -10,6 +10,7 @@ import pytest
 from helpers.gguf_models import GGUF_LLAMA, write_llama_gguf
 
 import infer
+from infer.target.hw import WHAT_IF_RESOURCES
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,18 @@ def test_the_table_has_every_figure(tiny):
     assert m.loadw_bound == pytest.approx(0.64)  # docs/isa.md: 1024 bf16 weights vs 1600 q4_1 weights a cycle
     assert m.prefill_macs == bench.prefill_macs(bench.Sizes.of(path, art), 8)
     lines = bench.report_lines(m, entries, contexts=(8, 60))
-    assert len(lines) == 1 + 2 * 2 + 2 + 1 + 1  # header; bytes and roofline per batch; tokens/s; growth; prefill
+    # header; bytes and roofline per batch; what bounds B=1; tokens/s; growth; prefill
+    assert len(lines) == 1 + 2 * 2 + 1 + 2 + 1 + 1
+    # what bounds the batch-1 step: the same program with resources unlimited (hw.unlimited)
+    base = m.steps[("decode", 8)].cycles
+    assert set(m.what_if) == {*WHAT_IF_RESOURCES, *(f"only {r}" for r in WHAT_IF_RESOURCES), "none"}
+    for r in WHAT_IF_RESOURCES:
+        assert m.what_if["none"] <= m.what_if[f"only {r}"] <= base
+        assert m.what_if["none"] <= m.what_if[r] <= base
+    assert m.what_if["dram"] < base and m.what_if["weight_path"] < base  # both on its path
+    assert m.instructions <= m.what_if["none"] < base
+    line = next(line for line in lines if "what bounds it" in line)
+    assert f"none {m.what_if['none']:,} " in line and f"{m.instructions:,} executed" in line
     assert "decode B=1 ctx 8 -> 60" in lines[-2] and "prefill chunk of 8 tokens" in lines[-1]
     # the tokens/s steps are timed twice (the second call: no program decoding or loop planning)
     for b, entry in entries.items():
