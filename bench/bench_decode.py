@@ -28,9 +28,9 @@ Printed per (config, precision), each line with its goal and how far it is from 
 - decode cycles at context 128 and 1024: the ratio of the cycle growth to the KV-byte growth
   (1.0 = the extra cycles are exactly the extra KV bytes at full bandwidth; the goal is that
   decode cost follows the context, not the capacity);
-- what bounds the batch-1 step at context 128: the same program simulated again with one
-  resource unlimited (`infer.target.hw.unlimited`: DRAM, the weight path, the vector unit, the
-  array's fill and drain), with only one limited (the other three unlimited), and with none,
+- what bounds the batch-1 step at context 128 (`infer.runtime.what_if`, as `infer run
+  --what-if`): the same program simulated again with one resource unlimited (DRAM, the weight
+  path, the vector unit, the array's fill and drain), with only one limited, and with none,
   beside the instructions it executes (the front end dispatches one a cycle);
   docs/hardware-feedback.md reads them;
 - prefill (one chunk at the start of a sequence) against the compute roofline (model MACs x
@@ -54,7 +54,8 @@ from pathlib import Path
 
 import numpy as np
 
-from infer.target.hw import WHAT_IF_RESOURCES, unlimited
+from infer.runtime.what_if import WhatIf, what_bounds
+from infer.target.hw import WHAT_IF_RESOURCES
 
 CHUNK = 32
 # edge: graph-to-tile's paged attention keeps a chunk's 9 query heads x 32 rows (288 x 64 f32,
@@ -269,10 +270,7 @@ class Measured:
     clock_ghz: float
     loadw_bound: float  # docs/isa.md: the weight path's bf16 weights per cycle against DRAM's q4_1 weights per cycle
     #: the batch-1 decode step at the first context simulated again with resources unlimited
-    #: (`hw.unlimited`) -> cycles: "<resource>" that one unlimited, "only <resource>" every
-    #: other one unlimited, "none" all unlimited; and the instructions the step executes
-    what_if: dict[str, int]
-    instructions: int
+    what_if: WhatIf
 
 
 def measure(art, sizes: Sizes, target: str, precision: str, decode_entries: dict[int, str],
@@ -294,23 +292,19 @@ def measure(art, sizes: Sizes, target: str, precision: str, decode_entries: dict
     prefill = run_step(session, "prefill_chunk", chunk_context or chunk, sizes)
     rep = session.last_report
     cfg = session.config
-    # what bounds the batch-1 step: the same program, one resource unlimited at a time, then all
-    run_step(session, first, contexts[0], sizes)
-    instructions = session.last_report.counters.instructions
-    what_if = {}
-    for resource in WHAT_IF_RESOURCES:
-        session.config = unlimited(cfg, [resource])
-        what_if[resource] = run_step(session, first, contexts[0], sizes).cycles
-        session.config = unlimited(cfg, [r for r in WHAT_IF_RESOURCES if r != resource])
-        what_if["only " + resource] = run_step(session, first, contexts[0], sizes).cycles
-    session.config = unlimited(cfg, WHAT_IF_RESOURCES)
-    what_if["none"] = run_step(session, first, contexts[0], sizes).cycles
+    # what bounds the batch-1 step: the same program with resources unlimited (runtime.what_if)
+    def simulate(config):
+        session.config = config
+        run_step(session, first, contexts[0], sizes)
+        return session.last_report.counters
+
+    what_if = what_bounds(cfg, simulate)
     session.config = cfg
     q4_1_weights_per_cycle = cfg.dram.bytes_per_cycle / (20 / 32)  # 20 bytes per block of 32
     loadw = cfg.matrix.weight_load_bytes_per_cycle / 2  # bf16 weights a cycle (fp32 loads more: a looser cap)
     return Measured(target, precision, steps, prefill, prefill_macs(sizes, chunk), rep.peak_macs_per_cycle,
                     rep.passes, rep.dram_bytes_per_cycle, cfg.clock_ghz, min(1.0, loadw / q4_1_weights_per_cycle),
-                    what_if, instructions)
+                    what_if)
 
 
 def report_lines(m: Measured, decode_entries: dict[int, str], contexts=(SHORT, LONG)) -> list[str]:
@@ -331,14 +325,13 @@ def report_lines(m: Measured, decode_entries: dict[int, str], contexts=(SHORT, L
                    f"{st.compulsory_bytes / m.dram_bytes_per_cycle:,.0f}: {100 * frac:.1f} % of it -- "
                    + (verdict_at_least(frac, goal) if goal is not None else "goal >= 85 % is set for server B=1")
                    + f"; mx.loadw caps it near {100 * m.loadw_bound:.1f} % (docs/isa.md)")
-    base = short.cycles
-    names = WHAT_IF_RESOURCES
-    alone = ", ".join(f"{names[r]} {m.what_if[r]:,} ({m.what_if[r] - base:+,})" for r in WHAT_IF_RESOURCES)
-    only = ", ".join(f"{names[r]} {m.what_if['only ' + r]:,}" for r in WHAT_IF_RESOURCES)
+    w = m.what_if
+    alone = ", ".join(f"{label} {w.unlimited[r]:,} ({w.unlimited[r] - w.cycles:+,})" for r, label in WHAT_IF_RESOURCES.items())
+    only = ", ".join(f"{label} {w.only[r]:,}" for r, label in WHAT_IF_RESOURCES.items())
     out.append(f"  decode B=1 ctx {short.context}, what bounds it (the same program simulated again, "
-               f"hw.unlimited): one resource unlimited: {alone}; only one limited, the others unlimited: "
-               f"{only}; none {m.what_if['none']:,} (the front end dispatches one instruction a cycle: "
-               f"{m.instructions:,} executed)")
+               f"runtime.what_if): one resource unlimited: {alone}; only one limited, the others unlimited: "
+               f"{only}; none {w.none:,} (the matrix unit busy {w.streaming:,} of them; the front end dispatches one "
+               f"instruction a cycle: {w.instructions:,} executed)")
     for b, entry in sorted(decode_entries.items()):
         st = m.steps[(entry, contexts[0])]
         out.append(f"  decode B={b} ctx {st.context}: {b / st.seconds:,.1f} tokens/s simulated "

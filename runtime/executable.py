@@ -41,6 +41,7 @@ from infer.target.layout import DramLayout
 
 if TYPE_CHECKING:
     from infer.runtime.check import CheckReference, CheckReport
+    from infer.target.hw import HardwareConfig
 
 
 class RunError(ArtifactError):
@@ -145,14 +146,15 @@ class Executable:
             dram[lo_run:hi_run] = image[lo_run:hi_run]
         return dram
 
-    def _take_simulator(self) -> Any:
-        """A simulator with cleared local memories, as a new one has: the last run's, when
-        nobody else took it and it runs on the threads a new one would (INFER_SIM_THREADS)."""
+    def _take_simulator(self, config: HardwareConfig | None = None) -> Any:
+        """A simulator of `config` (default: the artifact's) with cleared local memories, as a
+        new one has: the last run's, when nobody else took it and it runs on the threads and
+        config a new one would (INFER_SIM_THREADS)."""
         from infer.target.sim import Simulator
 
         with self._spare_lock:
             sim, self._sim = self._sim, None
-        return Simulator.reuse(sim, self.config)
+        return Simulator.reuse(sim, self.config if config is None else config)
 
     def _normalise_inputs(self, inputs: Any) -> list[np.ndarray]:
         specs = self.artifact.inputs
@@ -199,7 +201,7 @@ class Executable:
     def run(self, inputs: Any = None, *, trace: bool = True,
             check_races: bool | None = None,
             on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
-            mode: str = "fast") -> list[np.ndarray]:
+            mode: str = "fast", config: HardwareConfig | None = None) -> list[np.ndarray]:
         """Run on the simulator; returns the outputs in signature order.
 
         `trace=True` (default) records the engine timelines, needed for the per-op
@@ -208,7 +210,9 @@ class Executable:
         is passed to `Simulator.run` (callbacks `f(pc, dram)` when the program reaches an
         instruction index at loop depth 0; `self.artifact.ops` gives each kernel's range).
         `mode`: "fast" (default), "reference", "functional" (outputs, the report has no
-        cycles) or "timing" (cycles and counters only: returns no outputs)."""
+        cycles) or "timing" (cycles and counters only: returns no outputs). `config`: simulate
+        on this hardware config instead of the artifact's (a what-if of the same program,
+        `infer.target.hw.unlimited`; its memories must hold the program's)."""
         from infer.target.sim import MODES, SimFault
 
         if mode not in MODES:
@@ -225,7 +229,8 @@ class Executable:
             dram[p.offset:p.offset + b.size] = b
         if check_races is None:
             check_races = sim_check_races_from_env()
-        sim = self._take_simulator()
+        config = self.config if config is None else config
+        sim = self._take_simulator(config)
         t0 = time.perf_counter()
         try:
             counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc,
@@ -248,7 +253,7 @@ class Executable:
         # through it would be freed only by the cycle collector, with its simulator's local
         # memories and DRAM buffers (a process compiling and running model after model kept
         # ~10 MB of them per model until a full collection)
-        program, config = self.program, self.config
+        program = self.program
         passes = 3 if self.artifact.precision == "fp32" else 1
         output_bytes = sum(r.nbytes for r in lay.outputs)
         io_bytes = sum(r.nbytes for r in lay.inputs) + output_bytes

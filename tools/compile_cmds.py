@@ -5,7 +5,7 @@
                   [--autotune[=N] [--autotune-cache DIR]]
                   [--entry NAME ...] [--chunk C] [--max-context N] [--block-size BS] [--num-blocks NB] [--batch B]
     infer run ARTIFACT [--inputs IN.npz] [--output OUT.npz] [--entry NAME] [--check [--framework MODEL.onnx]]
-              [--trace TRACE.json] [--json REPORT.json] [--plot DIR]
+              [--trace TRACE.json] [--json REPORT.json] [--plot DIR] [--what-if]
 
 `compile`: import (any format `infer import` reads, or graph-level `.mlir`) ->
 the `compile-npu{target precision}` pipeline -> an artifact (program, weights,
@@ -27,7 +27,9 @@ artifact's graph IR (cosine, max abs error, SQNR); exit 1 when an output mismatc
 `--framework MODEL.onnx` (with `--check`): onnxruntime runs the model the artifact was
 compiled from on the same inputs and names the odd one out of each mismatching output
 (tools/framework_check.py); an output where the simulator agrees with onnxruntime and the
-reference interpreter does not is reported as such and does not fail the run.
+reference interpreter does not is reported as such and does not fail the run. `--what-if`:
+what bounds the program on its config, the same program simulated again with each resource
+unlimited, with only each limited and with none (runtime/what_if.py).
 """
 
 from __future__ import annotations
@@ -163,6 +165,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.framework and not args.check:
         print("infer run: error: --framework judges the check's mismatches: it needs --check", file=sys.stderr)
         return 1
+    if args.mode == "functional" and args.what_if:
+        print("infer run: error: --mode functional has no timing model: it cannot --what-if (use --mode fast)",
+              file=sys.stderr)
+        return 1
     if args.mode == "functional" and (args.plot or args.trace):
         # Plots and traces are drawn from the timing model's events, which this mode skips.
         print(f"infer run: error: --mode functional has no timing model: it cannot {'--plot' if args.plot else '--trace'} "
@@ -213,12 +219,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         from infer.runtime.plots import write_plots
 
         print(f"wrote {', '.join(map(str, write_plots(report, args.plot)))}", file=sys.stderr)
+    what_if = _what_if(exe, inputs, args.mode, args.quiet) if args.what_if else None
+    if what_if is not None:
+        print("\n".join(what_if.lines()))
     if args.json:
         import json
 
         doc = report.as_dict()
         if checked is not None:
             doc["check"] = checked.as_dict()
+        if what_if is not None:
+            doc["what_if"] = what_if.as_dict()
         Path(args.json).write_text(json.dumps(doc, indent=1))
     status = 0
     if checked is not None:
@@ -236,6 +247,35 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"warning: layer {checked.first_bad.name} ({checked.first_bad.kernel}) is out of tolerance "
                   "although the outputs match", file=sys.stderr)
     return status
+
+
+def _what_if(exe, inputs, mode: str, quiet: bool):
+    """The program simulated again with resources unlimited (`runtime.what_if`): in timing
+    mode where the program allows it (a program whose control reads its data, such as a paged
+    decode step's block tables, needs the data: then in `mode`)."""
+    from infer.runtime.executable import RunError
+    from infer.runtime.what_if import what_bounds
+    from infer.tools.driver import progress_printer
+
+    say = progress_printer(not quiet)
+    modes = ["timing"] if mode == "timing" else ["timing", mode]
+
+    def simulate(config):
+        while True:
+            try:
+                exe.run(inputs, trace=False, mode=modes[0], config=config)
+                break
+            except RunError:
+                if len(modes) == 1:
+                    raise
+                modes.pop(0)
+        say(f"what-if: {exe.last_report.cycles:,} cycles")
+        return exe.last_report.counters
+
+    say("what bounds it: simulating the program again with resources unlimited (10 runs)")
+    result = what_bounds(exe.config, simulate)
+    say.close()
+    return result
 
 
 def _errors() -> tuple[type[Exception], ...]:
@@ -322,6 +362,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="threads the simulator may split big batched operations over (default: INFER_SIM_THREADS, "
                         "else 1; helps programs of big stacked matmuls, slows small ones: docs/simulator.md). "
                         "Outputs and cycles do not depend on it")
+    p.add_argument("--what-if", action="store_true",
+                   help="what bounds the program: simulate it again with each resource unlimited (DRAM, the weight "
+                        "path, the vector unit, the array's fill and drain), with only each limited, and with none; "
+                        "prints the cycles of each (docs/hardware-feedback.md)")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
                    "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))

@@ -92,16 +92,15 @@ def test_the_table_has_every_figure(tiny):
     lines = bench.report_lines(m, entries, contexts=(8, 60))
     # header; bytes and roofline per batch; what bounds B=1; tokens/s; growth; prefill
     assert len(lines) == 1 + 2 * 2 + 1 + 2 + 1 + 1
-    # what bounds the batch-1 step: the same program with resources unlimited (hw.unlimited)
-    base = m.steps[("decode", 8)].cycles
-    assert set(m.what_if) == {*WHAT_IF_RESOURCES, *(f"only {r}" for r in WHAT_IF_RESOURCES), "none"}
+    # what bounds the batch-1 step: the same program with resources unlimited (runtime.what_if)
+    w = m.what_if
+    assert w.cycles == m.steps[("decode", 8)].cycles
     for r in WHAT_IF_RESOURCES:
-        assert m.what_if["none"] <= m.what_if[f"only {r}"] <= base
-        assert m.what_if["none"] <= m.what_if[r] <= base
-    assert m.what_if["dram"] < base and m.what_if["weight_path"] < base  # both on its path
-    assert m.instructions <= m.what_if["none"] < base
+        assert w.none <= w.only[r] <= w.cycles and w.none <= w.unlimited[r] <= w.cycles
+    assert w.unlimited["dram"] < w.cycles and w.unlimited["weight_path"] < w.cycles  # both on its path
+    assert w.instructions <= w.none < w.cycles and 0 < w.streaming <= w.none
     line = next(line for line in lines if "what bounds it" in line)
-    assert f"none {m.what_if['none']:,} " in line and f"{m.instructions:,} executed" in line
+    assert f"none {w.none:,} " in line and f"{w.instructions:,} executed" in line
     assert "decode B=1 ctx 8 -> 60" in lines[-2] and "prefill chunk of 8 tokens" in lines[-1]
     # the tokens/s steps are timed twice (the second call: no program decoding or loop planning)
     for b, entry in entries.items():

@@ -141,3 +141,39 @@ def test_run_help_documents_modes(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "--mode {fast,reference,functional,timing}" in out
     assert "functional (outputs only, no timing model)" in out and "timing (cycles and counters only" in out
+
+
+def test_run_what_if_simulates_the_program_again_with_resources_unlimited(artifact, tmp_path, capsys):
+    from infer.runtime import load
+    from infer.target.hw import WHAT_IF_RESOURCES, unlimited
+
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)
+    np.savez(tmp_path / "in.npz", x=x)
+    rc = main(["run", artifact, "--inputs", str(tmp_path / "in.npz"), "--what-if", "-q",
+               "--json", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    w = report["what_if"]
+    assert w["cycles"] == report["cycles"] > 0 and w["instructions"] > 0
+    assert "what bounds it" in out and all(f"  {label} " in out for label in WHAT_IF_RESOURCES.values())
+    assert f"none limited: {w['none']:,} cycles" in out
+    # each figure is the same program run on the changed config, outputs unchanged
+    exe = load(artifact)
+    y0 = exe.run([x])
+    for r in WHAT_IF_RESOURCES:
+        y = exe.run([x], config=unlimited(exe.config, [r]))
+        assert exe.last_report.cycles == w["unlimited"][r] <= w["cycles"]
+        np.testing.assert_array_equal(y[0], y0[0])
+        exe.run([x], config=unlimited(exe.config, [o for o in WHAT_IF_RESOURCES if o != r]))
+        assert exe.last_report.cycles == w["only"][r]
+    assert w["unlimited"]["dram"] < w["cycles"]  # a DMA in, a DMA out: DRAM latency bounds it
+    assert w["none"] <= min(w["only"].values()) and w["streaming"] == 0  # (a bias add and a relu: no matmul)
+    exe.run([x])  # the artifact's own config again
+    assert exe.last_report.cycles == w["cycles"]
+
+
+def test_run_functional_mode_refuses_what_if(artifact, capsys):
+    assert main(["run", artifact, "--mode", "functional", "--what-if"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("infer run: error: --mode functional has no timing model: it cannot --what-if")
