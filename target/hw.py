@@ -159,8 +159,8 @@ class HardwareConfig:
 
 
 #: What-if resources (`unlimited`): each made as fast as the timing model allows, so the same
-#: program simulated again shows what that resource costs it (docs/hardware-feedback.md, "What
-#: bounds the batch-1 decode step"). The values are the description's, not a buildable part.
+#: program simulated again shows what that resource costs it (`runtime/what_if.py`,
+#: docs/hardware-feedback.md "What bounds a program"). A bound to reason with, not a part.
 UNLIMITED = 1 << 30
 WHAT_IF_RESOURCES = {"dram": "DRAM", "weight_path": "weight path", "vector": "vector unit",
                      "drain": "fill/drain"}  # name -> label
