@@ -18,6 +18,9 @@ cycle) as docs/performance.md defines it, `% roof` = roofline / simulated cycles
 - the demo CNN (tools/demo.py, the README's number)
 - all-MiniLM-L6-v2 at sequence length 128 and a Llama-style prefill (hidden 512, GQA 8/2
   heads, 2 layers, sequence 512); goal >= 70 %
+- what bounds each whole model with a goal: its program simulated again with each resource
+  unlimited (DRAM, the weight path, the vector unit, the array's fill and drain), with only
+  each limited and with none (runtime/what_if.py, as `infer run --what-if`)
 - the tiling cost model's predicted cycles against the simulated cycles per kernel class
   over every kernel above: median |error| (goal <= 15 %) and the worst kernel
 A model that does not compile or run is listed with its error; a missed goal says by how much.
@@ -45,6 +48,8 @@ AUTOTUNE: dict[str, object] = {}  # --autotune=N: infer.compile's autotune optio
 
 # (kernel class, target) -> [(op name, predicted, simulated)] over every run of this bench
 _kernels: dict[tuple[str, str], list[tuple[str, int, int]]] = defaultdict(list)
+# the last compiled program and its inputs (`what_bounds_line` simulates it again)
+_last: list = []
 
 
 def run(source, inputs, target: str, **options):
@@ -53,6 +58,7 @@ def run(source, inputs, target: str, **options):
     exe = infer.compile(source, target=target, precision=PRECISION, **AUTOTUNE, **options)
     exe.run(inputs)
     report = exe.last_report
+    _last[:] = [exe, inputs]
     for o in report.ops or []:
         if o.predicted and o.cycles:
             _kernels[(o.kernel_class or o.kind, target)].append((o.name, o.predicted, o.cycles))
@@ -81,6 +87,26 @@ def bound(report) -> str:
     return "compute" if compute >= (report.compulsory_bytes or 0) / report.dram_bytes_per_cycle else "bandwidth"
 
 
+def what_bounds_line(name: str, target: str) -> str:
+    """What bounds the last run: its program simulated again (timing only) with each resource
+    unlimited, with only each limited, and with none (runtime/what_if.py, `infer run --what-if`)."""
+    from infer.runtime.what_if import what_bounds
+    from infer.target.hw import WHAT_IF_RESOURCES
+
+    exe, inputs = _last
+
+    def simulate(config):
+        exe.run(inputs, mode="timing", trace=False, config=config)
+        return exe.last_report.counters
+
+    w = what_bounds(exe.config, simulate)
+    one = ", ".join(f"{label} {100 * (w.unlimited[r] - w.cycles) / w.cycles:+.1f} %"
+                    for r, label in WHAT_IF_RESOURCES.items())
+    only = ", ".join(f"{label} {w.only[r]:,}" for r, label in WHAT_IF_RESOURCES.items())
+    return (f"{name} on {target}, {w.cycles:,} cycles: one resource unlimited: {one}; only one limited: {only}; "
+            f"none {w.none:,} (the matrix unit busy {w.streaming:,})")
+
+
 def header() -> None:
     print(f"{'model':<26} {'target':<7} {'cycles':>11} {'roofline':>11} {'% roof':>7} {'ceiling':>8} {'bound':>9} "
           f"{'DRAM x':>8}  goal")
@@ -93,7 +119,12 @@ def attempt(name: str, target: str, fn, goal: float | None):
         print(f"{name:<26} {target:<7} does not compile/run: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
         return None
     print(line(name, target, report, wall, goal))
+    if goal is not None:
+        _bounds.append(what_bounds_line(name, target))
     return report
+
+
+_bounds: list[str] = []  # what bounds each whole model with a goal, printed after the table
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -257,6 +288,10 @@ def main(argv: list[str]) -> int:
                 continue
             for target in TARGETS:
                 attempt(name, target, fn, goal)
+        if _bounds:
+            print("what bounds each whole model with a goal: its program simulated again with resources unlimited "
+                  "(runtime/what_if.py, as `infer run --what-if`; docs/tiling.md reads them)")
+            print("\n".join("  " + b for b in _bounds))
         if "convs" in wanted:
             section_convs(work)
     section_cost_model()

@@ -1,0 +1,24 @@
+"""bench_roofline's "what bounds each whole model" line: the last run's program simulated again
+with resources unlimited (runtime/what_if.py), its figures those of runs on the changed config."""
+
+from __future__ import annotations
+
+import bench_roofline  # bench/ is on the test path (pyproject.toml)
+import numpy as np
+
+from infer.target.hw import WHAT_IF_RESOURCES, unlimited
+
+
+def test_the_line_reports_the_last_program_run_on_each_changed_config():
+    model = bench_roofline.conv_model(16, 8, 32, 3, 1, 1)
+    x = np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    report, _ = bench_roofline.run(model, [x], "edge")
+    line = bench_roofline.what_bounds_line("conv", "edge")
+    assert line.startswith(f"conv on edge, {report.cycles:,} cycles: one resource unlimited: ")
+    assert all(f"{label} " in line for label in WHAT_IF_RESOURCES.values())
+    exe, inputs = bench_roofline._last
+    exe.run(inputs, mode="timing", config=unlimited(exe.config, [r for r in WHAT_IF_RESOURCES if r != "dram"]))
+    assert f"only one limited: DRAM {exe.last_report.cycles:,}," in line
+    exe.run(inputs, mode="timing", config=unlimited(exe.config, ["dram"]))
+    gain = 100 * (exe.last_report.cycles - report.cycles) / report.cycles
+    assert gain < 0 and f"DRAM {gain:+.1f} %" in line
