@@ -298,14 +298,17 @@ class Emitter:
             properties=props))
 
     def round_parts(self, src: SSAValue, src_index: Sequence[Index], hi: SSAValue, lo: SSAValue | None,
-                    dst_index: Sequence[Index], rows: int, cols: int) -> None:
+                    dst_index: Sequence[Index], rows: int, cols: int,
+                    lo_index: Sequence[Index] | None = None) -> None:
         """hi = round(src) (to hi's type) and, with `lo` (fp32 emulation's second bf16 part), lo =
         bf16(src - hi): the residual of rounding to fewer significand bits is exact in fp32, so
         the `sub` writes it rounded straight into lo, the bits of an fp32 `sub` then a `copy`
-        in one pass; src is only read."""
+        in one pass; src is only read. `lo_index`: where lo goes (default `dst_index`; the rows
+        below hi's in one tile for a stacked two-pass operand, packed_gemm)."""
         self.vec("copy", hi, dst_index, src, src_index, rows, cols)
         if lo is not None:
-            self.vec("sub", lo, dst_index, src, src_index, rows, cols, hi, dst_index, bmode="tile")
+            self.vec("sub", lo, dst_index if lo_index is None else lo_index, src, src_index, rows, cols, hi,
+                     dst_index, bmode="tile")
 
     def fill(self, dst: SSAValue, dst_index: Sequence[Index], rows: int, cols: int, value: float) -> None:
         if rows == 0 or cols == 0:

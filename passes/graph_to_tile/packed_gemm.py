@@ -231,7 +231,10 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
         spad = 2 * tm * tk * (4 + 2 * (2 if copies == 2 or two_pass_activations(ctx, tm) else 1))
         spad += WEIGHT_DEPTH * int(tk * tn * code_bytes) + 2 * -(-K // tk) * tk // QBLOCK * tn * entry
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
-        return spad + extra, 2 * tm * tn * 4
+        # a resident product in two passes stacks them: a [2 tm, tn] accumulator and the [tm, tn]
+        # tile its halves are summed into (_lower_resident)
+        stacked = M <= tm and N <= tn and K == tk and two_pass_activations(ctx, tm)
+        return spad + extra, (3 if stacked else 2) * tm * tn * 4
 
     def streamed(tk: int) -> bool:  # lower_packed_gemm's choice between the tiled paths
         return K % tk == 0 and packed_stream.ring_depths(K // tk) is not None
@@ -427,22 +430,27 @@ def two_pass_activations(ctx: LoweringContext, rows: int) -> bool:
 
 def emit_packed_product(ctx: LoweringContext, lhs: Bf16Tile, rhs: Bf16Tile, acc: SSAValue, rows: int, depth: int,
                         width: int, *, lhs_at: tuple[Index, Index] = (0, 0), rhs_at: tuple[Index, Index] = (0, 0),
-                        overwrite: bool = False) -> None:
+                        overwrite: bool = False, stacked: bool = False) -> None:
     """acc[:rows, :width] (+)= lhs @ rhs of a packed product: `matrix_unit.emit_tile_product`,
     except for bf16 activations in two passes (`two_pass_activations`: lhs.lo set, rhs.lo
     not), where each array-sized weight box takes the hi rows, then the lo rows (the second
-    matmul reuses the loaded weight tile)."""
+    matmul reuses the loaded weight tile). `stacked`: lhs holds the lo rows right below the hi
+    rows (`lhs_at` + rows, one tile): each weight box takes all 2 x rows in one matmul into
+    acc[:2 * rows], whose two halves the caller adds (one matrix instruction per weight tile
+    instead of two: the array's in-order queue issues the next `mx.loadw` one cycle after a
+    tile's last matmul starts, so a batch-1 GEMV kept the weight path idle 2 cycles a tile)."""
     if lhs.lo is None or rhs.lo is not None:
         emit_tile_product(ctx, lhs, rhs, acc, rows, depth, width, lhs_at=lhs_at, rhs_at=rhs_at, overwrite=overwrite)
         return
     em = ctx.emitter
     array_rows, array_cols = ctx.hw.matrix.rows, ctx.hw.matrix.cols
+    passes = ((lhs.hi, 2 * rows),) if stacked else ((lhs.hi, rows), (lhs.lo, rows))
 
     def product(k0: Index, k: int, n0: Index, n: int, first: bool = False) -> None:
         lhs_i = [lhs_at[0], em.add(lhs_at[1], k0)]
         rhs_i = [em.add(rhs_at[0], k0), em.add(rhs_at[1], n0)]
-        for part, accumulate in ((lhs.hi, not first), (lhs.lo, True)):
-            em.matmul(part, lhs_i, rhs.hi, rhs_i, acc, [0, n0], rows, k, n, accumulate=accumulate)
+        for i, (part, m) in enumerate(passes):
+            em.matmul(part, lhs_i, rhs.hi, rhs_i, acc, [0, n0], m, k, n, accumulate=i > 0 or not first)
 
     # as emit_tile_product: depth outer, the first depth step (overwriting) before the rest
     first_depth = min(depth, array_rows) if overwrite else 0
@@ -543,8 +551,15 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
     x_rows = 2 * M if head else M
     x0 = (ctx.resident_products % 2) * M if head else 0
     x_staging = alloc((x_rows, K), f32)
-    two_pass = two_pass_activations(ctx, M)
-    x_tile = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 or two_pass else None)
+    # bf16 in two passes: hi and lo stacked in one tile, hi rows [xh, xh + M) and lo rows the M
+    # below them, so each weight tile takes one matmul of 2M rows (emit_packed_product)
+    stacked = two_pass_activations(ctx, M)
+    acc_rows = 2 * M if stacked else M
+    if stacked:
+        parts = alloc((2 * x_rows, K), bf16)
+        x_tile, xh = Bf16Tile(parts, parts), 2 * x0
+    else:
+        x_tile, xh = Bf16Tile(alloc((x_rows, K), bf16), alloc((x_rows, K), bf16) if copies == 2 else None), x0
 
     @dataclass
     class Planes:  # one product's on-chip buffers and their row origins
@@ -559,6 +574,9 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         w0: int
         e0: int
         expanded: int = 0  # steps expanded before this group (`_pre_expand_next`)
+        #: stacked: the [M, N] tile the hi and lo halves of `acc` are summed into (the product's
+        #: result as later ops view it: a view keeps the whole buffer's element count)
+        total: SSAValue | None = None
 
     def load_planes(p: ResidentProduct, double: bool) -> Planes:
         # double: two halves, the kernel's first product (see above); the others have their
@@ -581,13 +599,14 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         pre = ctx.derived.pop(("pre-expanded", p.op), None)
         if pre is not None and prefetched is not None:  # its first steps are expanded already
             w_tile, w_expanded, expanded = pre
-            return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
-                          alloc((1, N), f32) if p.bias_row is not None else None, 0, 0, 0, 0, expanded)
+            return Planes(codes, scales, w_tile, w_expanded, em.alloc((acc_rows, N), f32, "acc"),
+                          alloc((1, N), f32) if p.bias_row is not None else None, 0, 0, 0, 0, expanded,
+                          em.alloc((M, N), f32, "acc") if stacked else None)
         w_tile = Bf16Tile(alloc((n * K, N), bf16), alloc((n * K, N), bf16) if copies == 2 else None)
         w_expanded = alloc((n * KC, N), f32) if copies == 2 else None
-        return Planes(codes, scales, w_tile, w_expanded, em.alloc((M, N), f32, "acc"),
+        return Planes(codes, scales, w_tile, w_expanded, em.alloc((acc_rows, N), f32, "acc"),
                       alloc((1, N), f32) if p.bias_row is not None else None,
-                      c0, s0, half * K, half * KC)
+                      c0, s0, half * K, half * KC, total=em.alloc((M, N), f32, "acc") if stacked else None)
 
     planes = [load_planes(products[0], head)]
     norm_params = norms.prologue_params(ctx, norm, M, K) if norm is not None else None
@@ -631,10 +650,14 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
 
     def finish(i: int) -> None:  # bias, epilogue (earlier products' results on chip), store
         p, b = products[i], planes[i]
+        acc = b.acc
+        if b.total is not None:  # stacked: the hi rows' products plus the lo rows'
+            acc = b.total
+            em.vec("add", acc, z, b.acc, z, M, p.N, b.acc, [M, 0], bmode="tile")
         if b.bias_tile is not None:
-            em.vec("add", b.acc, z, b.acc, z, M, p.N, b.bias_tile, z, bmode="row")
+            em.vec("add", acc, z, acc, z, M, p.N, b.bias_tile, z, bmode="row")
         frame = TileFrame(*p.frame_groups, 0, 0, 0, M, p.N)
-        tiles = {p.op.results[0]: b.acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
+        tiles = {p.op.results[0]: acc, **{arg: results[k] for arg, k in p.on_chip.items()}}
         tile = apply_epilogue(ctx, p.epilogue, tiles, frame, p.result, loaded[i])
         results.append(tile)
         if p.out2 is not None:
@@ -648,15 +671,15 @@ def _lower_resident(ctx: LoweringContext, products: Sequence[ResidentProduct], x
         em.vec("copy", x_staging, [x0, 0], x_tile_src, z, M, K)
     if norm is not None and norm_params is not None:
         norms.normalize_rows(em, norm, norm_params, x_staging, x0, M, K)
-    _split_rows(em, x_staging, x0, x_tile, x0, M, K)
+    em.round_parts(x_staging, [x0, 0], x_tile.hi, x_tile.lo, [xh, 0], M, K, lo_index=[xh + M, 0] if stacked else None)
     for i, (p, b) in enumerate(zip(products, planes, strict=True)):
         for j in range(steps):
             if j + 1 < steps:
                 expand(i, j + 1)
             elif i + 1 < len(products):
                 expand(i + 1, 0)
-            emit_packed_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(x0, j * KC),
-                                rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0)
+            emit_packed_product(ctx, x_tile, b.w_tile, b.acc, M, KC, p.N, lhs_at=(xh, j * KC),
+                                rhs_at=(b.w0 + j * KC, 0), overwrite=j == 0, stacked=stacked)
             if j == 0 and i > 0:
                 finish(i - 1)
     # the array's work after the last expansion: the last step's weight loads and the drain

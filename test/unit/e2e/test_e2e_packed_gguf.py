@@ -183,13 +183,15 @@ def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
             assert (y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)) >= 0.999
 
 
-@pytest.mark.parametrize("target,M,K,N", [("server", 1, 576, 200), ("edge", 7, 576, 48), ("server", 4, 1024, 4096)])
-def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N):
-    """bf16, up to 7 activation rows (a decode step: resident on server, tiled on edge, the
-    pipelined tiled path on server's 4096 x 1024): the activations go through each loaded weight
+@pytest.mark.parametrize("target,M,K,N,stacked", [("server", 1, 576, 200, True), ("edge", 7, 576, 48, True),
+                                                  ("server", 4, 1024, 4096, False)])
+def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N, stacked):
+    """bf16, up to 7 activation rows (a decode step: resident on server and, this small, on edge;
+    the pipelined tiled path on server's 4096 x 1024): the activations go through each loaded weight
     tile as hi = bf16(x) and lo = bf16(x - hi) (packed_gemm.two_pass_activations), so the result
-    is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding; one `mx.loadw` per two
-    matmuls."""
+    is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding. The tiled paths take
+    one `mx.loadw` per two matmuls; the resident path stacks lo below hi, one matmul of 2M rows
+    per `mx.loadw`."""
     module = packed_linear_module("q4_1", M, K, N)
     x = np.random.default_rng(3).standard_normal((M, K)).astype(np.float32)
     exe = infer.compile(module, target=target, precision="bf16")
@@ -202,7 +204,11 @@ def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N):
     assert np.abs(y - two_pass).max() <= 1e-5 * scale  # fp32 accumulation (and lo's own rounding)
     assert np.abs(one_pass - two_pass).max() >= 30 * np.abs(y - two_pass).max()
     names = [i.d.name for i in exe.program.instrs]
-    assert names.count("mx.matmul") == 2 * names.count("mx.loadw") > 0
+    rows = {i.as_dict()["m"] for i in exe.program.instrs if i.d.name == "mx.matmul"}
+    if stacked:
+        assert names.count("mx.matmul") == names.count("mx.loadw") > 0 and rows == {2 * M}
+    else:
+        assert names.count("mx.matmul") == 2 * names.count("mx.loadw") > 0 and max(rows) <= M
 
 
 @pytest.mark.parametrize("fmt,target,V,W,count", [("q8_0", "server", 50, 96, 7), ("q4_1", "edge", 40, 64, 3),
