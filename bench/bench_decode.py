@@ -324,7 +324,7 @@ def report_lines(m: Measured, decode_entries: dict[int, str], contexts=(SHORT, L
         out.append(f"  decode B={b} ctx {st.context}: {st.cycles:,} cycles, DRAM roofline "
                    f"{st.compulsory_bytes / m.dram_bytes_per_cycle:,.0f}: {100 * frac:.1f} % of it -- "
                    + (verdict_at_least(frac, goal) if goal is not None else "goal >= 85 % is set for server B=1")
-                   + f"; mx.loadw caps it near {100 * m.loadw_bound:.1f} % (docs/isa.md)")
+                   + f"; mx.loadw takes Q4_1 weights at {100 * m.loadw_bound:.1f} % of DRAM's rate (docs/isa.md)")
     w = m.what_if
     alone = ", ".join(f"{label} {w.unlimited[r]:,} ({w.unlimited[r] - w.cycles:+,})" for r, label in WHAT_IF_RESOURCES.items())
     only = ", ".join(f"{label} {w.only[r]:,}" for r, label in WHAT_IF_RESOURCES.items())

@@ -93,8 +93,10 @@ def footprint(ctx: LoweringContext, M: int, N: int, K: int, tm: int, tn: int, tk
     expand_slot = tm * tk * 2 * x_parts + tk * tn * 2 * copies + (tk * tn * 4 if copies == 2 else 0)
     epilogues = sum(epilogue_bytes(rows, cols) for rows in tile_extents(M, tm)
                     for cols, _, _ in n_tile_emissions(N, tn))
-    # the loop's accumulator rotates between two halves; the peeled tiles share a third
-    return D * load_slot + E * expand_slot + extra_spad + epilogues, 3 * tm * tn * 4
+    # the loop's accumulator rotates between two halves; the peeled tiles share a third; two
+    # passes stacked: each twice the rows, and as many [tm, tn] tiles their halves are summed into
+    acc_words = 3 * tm * tn * (3 if two_pass and copies == 1 else 1)
+    return D * load_slot + E * expand_slot + extra_spad + epilogues, acc_words * 4
 
 
 def estimated_cycles(ctx: LoweringContext, M: int, N: int, K: int, fmt_name: str, two_pass: bool,
@@ -152,11 +154,21 @@ def lower_streamed(ctx: LoweringContext, spec: packed_gemm.TiledProduct) -> None
     def bf16_tile(rows: int, cols: int, lo: bool) -> Bf16Tile:
         return Bf16Tile(em.alloc((rows, cols), bf16, "spad"), em.alloc((rows, cols), bf16, "spad") if lo else None)
 
-    x_tile = [bf16_tile(TM, TK, copies == 2 or two_pass) for _ in range(E)]
+    # bf16 in two passes: hi and lo stacked in one tile (lo's rows right below hi's), one matmul
+    # of 2 tm rows per weight tile into a 2 TM-row accumulator whose halves are summed into
+    # `total` before the tile's epilogue (packed_gemm.emit_packed_product, `stacked`)
+    stacked = two_pass
+    if stacked:
+        x_tile = [Bf16Tile(t, t) for t in (em.alloc((2 * TM, TK), bf16, "spad") for _ in range(E))]
+    else:
+        x_tile = [bf16_tile(TM, TK, copies == 2) for _ in range(E)]
     w_tile = [bf16_tile(TK, TN, copies == 2) for _ in range(E)]
     w_expanded = [em.alloc((TK, TN), f32, "spad") for _ in range(E)] if copies == 2 else None
-    acc_loop = em.alloc((TM, TN), f32, "acc", 2)  # rotates over the n loop
-    acc_peeled = em.alloc((TM, TN), f32, "acc")
+    acc_rows = 2 * TM if stacked else TM
+    acc_loop = em.alloc((acc_rows, TN), f32, "acc", 2)  # rotates over the n loop
+    acc_peeled = em.alloc((acc_rows, TN), f32, "acc")
+    total_loop = em.alloc((TM, TN), f32, "acc", 2) if stacked else acc_loop
+    total_peeled = em.alloc((TM, TN), f32, "acc") if stacked else acc_peeled
 
     n_tiles = -(-N // TN)
     tn_last = N - (n_tiles - 1) * TN
@@ -170,7 +182,8 @@ def lower_streamed(ctx: LoweringContext, spec: packed_gemm.TiledProduct) -> None
             em.dma(spec.scales_w, [em.mul(step, scale_rows), 0], scales[slot], z, [scale_rows, tn * entry // 2])
 
         def expand(slot: int, e: int, tn: int) -> None:
-            split_on_chip(em, x_staging[slot], x_tile[e], tm, TK)
+            em.round_parts(x_staging[slot], z, x_tile[e].hi, x_tile[e].lo, z, tm, TK,
+                           lo_index=[tm, 0] if stacked else None)
             target = w_expanded[e] if w_expanded is not None else w_tile[e].hi
             emit_dequant(em, target, codes[slot], z, scales[slot], z, TK, tn, fmt_name)
             if w_expanded is not None:
@@ -189,14 +202,16 @@ def lower_streamed(ctx: LoweringContext, spec: packed_gemm.TiledProduct) -> None
                     load(n, em.add(em.mul(g, U), j), j % D, tn)
                 elif tn_next is not None:
                     load(em.add(n, 1), j - U, j % D, tn_next)
-                emit_packed_product(ctx, x_tile[i % E], w_tile[i % E], acc, tm, TK, tn)
+                emit_packed_product(ctx, x_tile[i % E], w_tile[i % E], acc, tm, TK, tn, stacked=stacked)
 
-        def n_tile(n: Index, tn: int, tn_next: int | None, acc: SSAValue) -> None:
-            em.fill(acc, z, tm, tn, 0.0)
+        def n_tile(n: Index, tn: int, tn_next: int | None, acc: SSAValue, total: SSAValue) -> None:
+            em.fill(acc, z, 2 * tm if stacked else tm, tn, 0.0)
             if groups > 1:
                 em.loop(0, groups - 1, 1, lambda g: group(n, g, False, tn, tn, acc))
             group(n, groups - 1, True, tn, tn_next, acc)
-            finish_tile(acc, m0, tm, em.mul(n, TN), tn)
+            if stacked:  # the hi rows' products plus the lo rows'
+                em.vec("add", total, z, acc, z, tm, tn, acc, [tm, 0], bmode="tile")
+            finish_tile(total, m0, tm, em.mul(n, TN), tn)
 
         emissions = n_tile_emissions(N, TN)
         first_width = emissions[0][0]
@@ -205,9 +220,10 @@ def lower_streamed(ctx: LoweringContext, spec: packed_gemm.TiledProduct) -> None
         expand(0, 0, first_width)
         for tn, tn_next, kind in emissions:
             if kind == "loop":
-                em.loop(0, n_tiles - (1 if tn_last == TN else 2), 1, lambda n: n_tile(n, TN, TN, acc_loop))
+                em.loop(0, n_tiles - (1 if tn_last == TN else 2), 1,
+                        lambda n: n_tile(n, TN, TN, acc_loop, total_loop))
             else:
-                n_tile(n_tiles - (1 if tn_next is None else 2), tn, tn_next, acc_peeled)
+                n_tile(n_tiles - (1 if tn_next is None else 2), tn, tn_next, acc_peeled, total_peeled)
 
     em.tiles(spec.M, TM, m_tile)
 

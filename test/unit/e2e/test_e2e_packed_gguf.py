@@ -184,14 +184,14 @@ def test_tiny_llama_gguf_prefill(tmp_path, qtype, target, precision):
 
 
 @pytest.mark.parametrize("target,M,K,N,stacked", [("server", 1, 576, 200, True), ("edge", 7, 576, 48, True),
-                                                  ("server", 4, 1024, 4096, False)])
+                                                  ("server", 4, 1024, 4096, True), ("edge", 7, 576, 1024, True)])
 def test_bf16_decode_rows_take_the_activations_in_two_passes(target, M, K, N, stacked):
     """bf16, up to 7 activation rows (a decode step: resident on server and, this small, on edge;
-    the pipelined tiled path on server's 4096 x 1024): the activations go through each loaded weight
-    tile as hi = bf16(x) and lo = bf16(x - hi) (packed_gemm.two_pass_activations), so the result
-    is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding. The tiled paths take
-    one `mx.loadw` per two matmuls; the resident path stacks lo below hi, one matmul of 2M rows
-    per `mx.loadw`."""
+    streamed for server's 4096 x 1024 and edge's 1024 x 576): the activations go through each
+    loaded weight tile as hi = bf16(x) and lo = bf16(x - hi) (packed_gemm.two_pass_activations),
+    so the result is x in fp32 times the bf16 weights, with none of bf16(x)'s rounding. The
+    resident and streamed paths stack lo below hi: one matmul of 2M rows per `mx.loadw`; the
+    per-step rotation path would take two matmuls of M rows."""
     module = packed_linear_module("q4_1", M, K, N)
     x = np.random.default_rng(3).standard_normal((M, K)).astype(np.float32)
     exe = infer.compile(module, target=target, precision="bf16")
