@@ -157,7 +157,7 @@ def takes_norm_prologue(ctx: LoweringContext, op: Operation, prologue: Sequence[
     if ctx.constant(norm.scale) is None and num_elements(shape_of(norm.scale)) != K:
         return False
     M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, found[0], epilogue, result, None, prologue=True)
-    if not (M <= TM and N <= TN and K == TK):
+    if not holds_whole(M, N, K, (TM, TN, TK)):
         return False
     ctx.derived[("norm prologue", op)] = norm
     return True
@@ -233,7 +233,7 @@ def _choose_tiles(ctx: LoweringContext, op: Operation, dq: g.DequantizeBlocksOp,
         spad += 2 * tk * tn * 2 * copies + (2 * tk * tn * 4 if copies == 2 else 0)
         # a resident product in two passes stacks them: a [2 tm, tn] accumulator and the [tm, tn]
         # tile its halves are summed into (_lower_resident)
-        stacked = M <= tm and N <= tn and K == tk and two_pass_activations(ctx, tm)
+        stacked = holds_whole(M, N, K, (tm, tn, tk)) and two_pass_activations(ctx, tm)
         return spad + extra, (3 if stacked else 2) * tm * tn * 4
 
     def streamed(tk: int) -> bool:  # lower_packed_gemm's choice between the tiled paths
@@ -275,7 +275,7 @@ def lower_packed_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Op
     norm = ctx.derived.pop(("norm prologue", op), None)
     name = ctx.kernel_name()
     M, N, K, (TM, TN, TK) = _choose_tiles(ctx, op, dq, epilogue, result, name, prologue=norm is not None)
-    resident = M <= TM and N <= TN and K == TK
+    resident = holds_whole(M, N, K, (TM, TN, TK))
     if norm is not None and not resident:  # (takes_norm_prologue chose the same tiles)
         raise error(op, f"{name}: an rms_norm prologue needs a resident product")
     xv = em.view(ctx.buffer(norm.input if norm is not None else x), (M, K))
@@ -408,6 +408,13 @@ def tile_finisher(ctx: LoweringContext, spec: TiledProduct) -> Callable[[SSAValu
         em.dma(tile, z, spec.out2, [m0, n0], [tm, tn])
 
     return finish
+
+
+def holds_whole(M: int, N: int, K: int, tiles: tuple[int, int, int]) -> bool:
+    """Whether tiles (TM, TN, TK) hold the whole [M, K] x [K, N] product in one tile: a
+    resident product (`_lower_resident`)."""
+    tm, tn, tk = tiles
+    return M <= tm and N <= tn and K == tk
 
 
 def two_pass_activations(ctx: LoweringContext, rows: int) -> bool:
@@ -709,7 +716,7 @@ def _prefetch_next(ctx: LoweringContext, op: Operation) -> None:
     nxt, dq, packed = found
     M, N, K, (TM, TN, TK) = _choose_tiles(ctx, nxt, dq, (), nxt.results[0], None,
                                           prologue=_norm_prologue_of(nxt) is not None)
-    if not (M <= TM and N <= TN and K == TK):
+    if not holds_whole(M, N, K, (TM, TN, TK)):
         return
     em = ctx.emitter
     fmt_name = dq.block_format.data
@@ -862,8 +869,7 @@ def _rank_by_latency(ctx: LoweringContext, M: int, N: int, K: int, fmt_name: str
     depth = hw.scalar.loop_depth
 
     def resident(e: tiling_cost.Estimate) -> bool:
-        tm, tn, tk = e.tiles
-        return M <= tm and N <= tn and K == tk
+        return holds_whole(M, N, K, e.tiles)
 
     def per_tile_latency(e: tiling_cost.Estimate) -> tuple:
         tm, tn, tk = e.tiles
