@@ -91,7 +91,8 @@ class LlamaDims:
         try:
             cfg = json.loads(cfg_path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ModelConfigError(f"{cfg_path}: cannot read as JSON: {e}") from None
+            raise ModelConfigError(f"{cfg_path}: not a Hugging Face model folder or config.json "
+                                   f"(cannot read it as JSON: {e})") from None
         if not isinstance(cfg, dict):
             raise ModelConfigError(f"{cfg_path}: expected a JSON object")
         return cls.from_hf_config(cfg, name=p.name if p.is_dir() else p.parent.name)

@@ -373,6 +373,6 @@ def load_config(name_or_path: str | Path | HardwareConfig) -> HardwareConfig:
     path = config_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path.name}: invalid TOML: {e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # (a binary file is not UTF-8)
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
     return from_dict(data, path.name)

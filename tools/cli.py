@@ -18,6 +18,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -72,10 +73,11 @@ def load_inputs(path: str | None, names: list[str], specs) -> list[np.ndarray]:
     if path is None:
         print(f"note: no --inputs given; using deterministic random inputs for {', '.join(names)}", file=sys.stderr)
         return random_inputs(specs)
+    from infer.tools.npz_files import NpzReadError, read_npz
+
     try:
-        with np.load(path, allow_pickle=False) as data:
-            given = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
+        given = read_npz(path)
+    except NpzReadError as e:
         raise CLIError(f"{path}: cannot read inputs as .npz: {e}") from None
     missing = [n for n in names if n not in given]
     if missing:
@@ -84,6 +86,28 @@ def load_inputs(path: str | None, names: list[str], specs) -> list[np.ndarray]:
             f"the file has {', '.join(given) or 'none'})"
         )
     return [given[n] for n in names]
+
+
+def writes(parser: argparse.ArgumentParser, *dests: str) -> None:
+    """Declare the options of `parser` (by dest) that name a file the command writes: `_main`
+    checks each given one before the command runs (`check_output_paths`), so a compile or a
+    simulation is not thrown away at the end for a mistyped folder."""
+    parser.set_defaults(output_files=dests)
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Each output file given (`writes`) must be a file path in an existing folder."""
+    for dest in getattr(args, "output_files", ()):
+        path = getattr(args, dest, None)
+        if not isinstance(path, str) or path in ("", "-"):  # not given, or stdout
+            continue
+        flag = "--" + dest.replace("_", "-")
+        target = Path(path)
+        if target.is_dir():
+            raise CLIError(f"{flag} {path}: is a folder; give a file path")
+        folder = target.parent
+        if not folder.is_dir():
+            raise CLIError(f"{flag} {path}: cannot write: the folder {folder} does not exist")
 
 
 def summarize(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
@@ -150,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-unsupported", action="store_true",
                    help="list every unsupported op/attribute instead of stopping at the first")
     p.set_defaults(func=cmd_import)
+    writes(p, "output")
 
     p = sub.add_parser("run-ir", help="run IR on the reference interpreter")
     p.add_argument("file")
@@ -157,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--entry", default="main", help="function to run (default: main)")
     p.set_defaults(func=cmd_run_ir)
+    writes(p, "output")
 
     for name in _SUBCOMMAND_MODULES:
         if importlib.util.find_spec(name) is not None:
@@ -196,6 +222,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_output_paths(args)
         return args.func(args)
     except _user_errors() as e:
         print(f"infer {args.command}: error: {e}", file=sys.stderr)
@@ -203,6 +230,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # never a traceback for the user; INFER_DEBUG=1 shows it
+        if isinstance(e, OSError) and e.filename is not None:
+            # a file the command reads or writes (a full disk, a folder without permission):
+            # the user's to fix, not an internal error
+            print(f"infer {args.command}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+            return 1
         if os.environ.get("INFER_DEBUG"):
             raise
         print(f"infer {args.command}: internal error: {type(e).__name__}: {e} (set INFER_DEBUG=1 for a traceback)",

@@ -300,6 +300,8 @@ def _guarded(cmd: str, fn):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from infer.tools.cli import writes
+
     p = subparsers.add_parser("compile", help="compile a model (or graph IR) to a .npu artifact")
     p.add_argument("model", help=".onnx, .pt2, .gguf, Hugging Face folder, or graph-level .mlir")
     p.add_argument("-t", "--target", default="edge", help="edge, server or a CONFIG.toml (default: edge)")
@@ -336,6 +338,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_decoder_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still are)")
     p.set_defaults(func=_guarded("compile", cmd_compile))
+    writes(p, "output")
 
     p = subparsers.add_parser("run", help="run a .npu artifact on the instruction-set simulator")
     p.add_argument("artifact")
@@ -369,3 +372,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR: roofline.png (every op on the roofline), "
                    "timeline.png (per-engine Gantt chart by op), time_by_kind.png")
     p.set_defaults(func=_guarded("run", cmd_run))
+    writes(p, "output", "trace", "json")

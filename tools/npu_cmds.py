@@ -107,15 +107,19 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from infer.tools.cli import writes
+
     p = subparsers.add_parser("asm", help="assemble NPU assembly into a binary")
     p.add_argument("file", help="assembly file (.s)")
     p.add_argument("-o", "--output", help="output .bin (default: FILE.bin; '-' = hex to stdout)")
     p.set_defaults(func=_guarded("asm", cmd_asm))
+    writes(p, "output")
 
     p = subparsers.add_parser("disasm", help="disassemble an NPU binary (or hex words)")
     p.add_argument("file", help=".bin container or hex text")
     p.add_argument("-o", "--output", help="output .s (default: stdout)")
     p.set_defaults(func=_guarded("disasm", cmd_disasm))
+    writes(p, "output")
 
     p = subparsers.add_parser("sim", help="run an NPU program on the instruction-set simulator")
     p.add_argument("file", help=".bin, hex text or assembly")
@@ -128,3 +132,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", help="write a Chrome-trace/Perfetto JSON of engine timelines")
     p.add_argument("--json", action="store_true", help="print counters as JSON")
     p.set_defaults(func=_guarded("sim", cmd_sim))
+    writes(p, "dram_out", "trace")

@@ -47,6 +47,7 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from infer.dialects.ir_io import IRError, describe_location, first_line
+from infer.tools.npz_files import NpzReadError, read_npz
 from infer.tools.opt_pipeline import Instrumentation, Stage, TimePasses
 
 GRAPH, TILE, NPU = "graph", "tile", "npu"
@@ -270,11 +271,9 @@ class VerifyEachNumerically(Instrumentation):
         names = _arg_names(fn)
         path = self.opts.inputs_file
         try:
-            with np.load(path, allow_pickle=False) as data:
-                given = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as e:
-            raise NumericCheckError(f"error: --verify-numerics-inputs: cannot read {path} as .npz: "
-                                    f"{first_line(str(e))}") from None
+            given = read_npz(path)
+        except NpzReadError as e:
+            raise NumericCheckError(f"error: --verify-numerics-inputs: cannot read {path} as .npz: {e}") from None
         missing = [n for n in names if n not in given]
         if missing:
             raise NumericCheckError(f"error: --verify-numerics-inputs: {path} lacks input(s) {', '.join(missing)} "

@@ -44,13 +44,13 @@ def load_samples(data: Any, module, entry: str = "main") -> list[dict[str, np.nd
     """Calibration samples from an .npz path, a mapping of arrays with a leading sample axis,
     or a sequence of input dicts (one per sample), checked against the model's signature."""
     from infer.passes.quantize.calibration import CalibrationError, split_samples
+    from infer.tools.npz_files import NpzReadError, read_npz
 
     if isinstance(data, str | os.PathLike):
         path = Path(data)
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, EOFError) as e:
+            arrays = read_npz(path)
+        except NpzReadError as e:
             raise CalibrationError(f"{path}: cannot read calibration data as .npz: {e}") from None
         return split_samples(arrays, module, str(path), entry)
     if isinstance(data, Mapping):

@@ -61,6 +61,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from infer.tools.cli import writes
+
     from infer.passes.quantize.calibration import CALIBRATION_METHODS, DEFAULT_BINS, DEFAULT_METHOD, DEFAULT_PERCENTILE
 
     p = subparsers.add_parser(
@@ -81,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
                    help="static shape for a model input with dynamic dims (repeatable)")
     p.set_defaults(func=cmd_calibrate)
+    writes(p, "output")
 
     p = subparsers.add_parser(
         "quantize", help="int8-quantize a model at the graph level (runs on the reference interpreter)",
@@ -100,3 +103,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
                    help="static shape for a model input with dynamic dims (repeatable)")
     p.set_defaults(func=cmd_quantize)
+    writes(p, "output", "report")

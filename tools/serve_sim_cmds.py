@@ -158,6 +158,8 @@ def _guarded(fn):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from infer.tools.cli import writes
+
     p = subparsers.add_parser("serve-sim", help="simulate LLM serving (continuous or static batching) on a target",
                               description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="Llama-family Hugging Face folder or its config.json")
@@ -193,3 +195,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="their context (default 1024; the table extrapolates beyond)")
     p.add_argument("--cache-dir", help="step-cost table cache (default $INFER_CACHE_DIR/serving or ~/.cache/infer/serving)")
     p.set_defaults(func=_guarded(cmd_serve_sim))
+    writes(p, "json")

@@ -7,6 +7,7 @@
 // RUN: not env PYTHONPATH=%S/Inputs/numeric-bug-plugin infer-opt %s -p 'compile-npu{target=edge},test-npu-drop-wait' --verify-each-numerically 2>&1 | filecheck %s --check-prefix=NPU
 // RUN: not infer-opt %s -p 'compile-npu{target=edge}' --verify-each-numerically --verify-numerics-fp32-tol=1e-9 2>&1 | filecheck %s --check-prefix=TIGHT
 // RUN: not infer-opt %s -p 'compile-npu{target=edge precision=bf16}' --verify-each-numerically --verify-numerics-bf16-cosine=1 2>&1 | filecheck %s --check-prefix=COSINE
+// RUN: not infer-opt %s -p graph-canonicalize --verify-each-numerically --verify-numerics-inputs %s 2>&1 | filecheck %s --check-prefix=NPZ
 
 // --verify-each-numerically runs @main before the first pass and after every pass (each stage of a
 // named pipeline) on the interpreter of its level - graph interpreter, tile interpreter, then the
@@ -53,3 +54,6 @@ func.func @main(%x: tensor<4x16xf32> {graph.name = "x"}) -> (tensor<4x8xf32> {gr
 
 // COSINE: error: --verify-each-numerically: graph-to-tile (in compile-npu) changed the results: output #0 'y' at [{{[0-9]+}}, {{[0-9]+}}] is {{.*}} after it and {{.*}} before (abs error {{.*}}; tolerance: cosine >= 1 (bf16 lowering); cosine 0.9999{{[0-9]+}})
 // COSINE-NEXT: note: on random inputs of seed 0; before the pass @main ran on the graph interpreter, after it on the tile interpreter
+
+// A file that is not an .npz archive of named arrays is one error naming it and what it is not.
+// NPZ: error: --verify-numerics-inputs: cannot read {{.*}}verify-each-numerically.mlir as .npz: not an .npz archive (an .npz file is a zip archive of .npy arrays

@@ -107,6 +107,11 @@ def test_bad_options(model, tmp_path, capsys, args, message):
 def test_not_a_model_and_usage_errors(tmp_path, capsys):
     rc, _, err = serve(capsys, tmp_path, tmp_path / "none", "--rate", "1")
     assert rc == 1 and "not a Hugging Face model folder" in err
+    onnx = tmp_path / "model.onnx"  # a model file of another kind: what serve-sim takes instead
+    onnx.write_bytes(b"\x08\x07\x12\x04onnx")
+    rc, _, err = serve(capsys, tmp_path, onnx, "--rate", "1")
+    assert rc == 1 and err.count("\n") == 1
+    assert f"{onnx}: not a Hugging Face model folder or config.json (cannot read it as JSON" in err
     with pytest.raises(SystemExit) as e:
         main(["serve-sim", str(tmp_path)])           # neither --trace nor --rate
     assert e.value.code == 2

@@ -83,3 +83,12 @@ def test_invalid_configs(tmp_path, mutate, msg):
 def test_unknown_name():
     with pytest.raises(ConfigError, match="unknown hardware config 'tpu9'"):
         load_config("tpu9")
+
+
+@pytest.mark.parametrize("content", [b"not = [toml", b"\x89PNG\r\n\x1a\n\xff\xfe binary"])
+def test_a_file_that_is_not_toml_names_its_path(tmp_path, content):
+    path = tmp_path / "cfg.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value).startswith(f"{path}: invalid TOML: ")

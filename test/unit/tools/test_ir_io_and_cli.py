@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -94,16 +96,35 @@ def test_run_ir_with_named_inputs(model_dir: Path):
         np.testing.assert_allclose(out["y"], np.ones((2, 3)) @ np.arange(12).reshape(4, 3).T)
 
 
+def bad_files(folder: Path) -> None:
+    """Files that are not .npz archives of named arrays, and a folder where a file is expected."""
+    (folder / "text.npz").write_text("not an archive")
+    (folder / "empty.npz").write_bytes(b"")
+    np.save(folder / "one.npy", np.ones((2, 3), np.float32))
+    with zipfile.ZipFile(folder / "member.npz", "w") as z:
+        z.writestr("x.npy", b"not an npy array")
+    (folder / "out").mkdir()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (("run-ir", "missing.mlir"), "missing.mlir: error: cannot read file"),
-        (("run-ir", "m.mlir", "--inputs", "nope.npz"), "nope.npz: cannot read inputs"),
+        (("run-ir", "m.mlir", "--inputs", "nope.npz"), "nope.npz: cannot read inputs as .npz: No such file"),
+        (("run-ir", "m.mlir", "--inputs", "text.npz"), "text.npz: cannot read inputs as .npz: not an .npz archive"),
+        (("run-ir", "m.mlir", "--inputs", "empty.npz"), "empty.npz: cannot read inputs as .npz: the file is empty"),
+        (("run-ir", "m.mlir", "--inputs", "one.npy"), "one.npy: cannot read inputs as .npz: it holds one .npy array"),
+        (("run-ir", "m.mlir", "--inputs", "member.npz"), "member 'x' is not an .npy array"),
+        (("run-ir", "m.mlir", "--output", "no/such/out.npz"),
+         "--output no/such/out.npz: cannot write: the folder no/such does not exist"),
+        (("run-ir", "m.mlir", "--output", "out"), "--output out: is a folder"),
+        (("import", "m.mlir", "-o", "no/m.mlir"), "--output no/m.mlir: cannot write: the folder no does not exist"),
         (("import", "m.txt"), "no such file"),
         (("import", "--input-shape", "bad", "m.mlir"), "expected NAME=DxDxD"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_1(model_dir: Path, args, message):
+    bad_files(model_dir)
     r = run_cli(*args, cwd=model_dir)
     assert r.returncode == 1
     assert message in r.stderr
@@ -112,3 +133,19 @@ def test_cli_bad_input_is_one_line_and_exit_1(model_dir: Path, args, message):
 
 def test_cli_wrong_usage_is_exit_2():
     assert run_cli("no-such-command").returncode == 2
+
+
+def test_cli_an_unwritable_output_is_a_user_error(model_dir: Path, monkeypatch, capsys):
+    """An OSError naming a file (a full disk, a folder without permission) while a command writes
+    its result is one line naming the file, exit 1: not an internal error."""
+    from infer.tools import cli
+
+    def full_disk(path, **arrays):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.chdir(model_dir)
+    monkeypatch.setattr(cli.np, "savez", full_disk)
+    assert cli.main(["run-ir", "m.mlir", "--output", "out.npz"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "infer run-ir: error: out.npz: No space left on device"
+    assert not any("internal error" in line for line in err)
