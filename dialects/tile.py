@@ -94,6 +94,13 @@ LAYER_ATTR = "tile.layer"
 # output IS (a result written in place, e.g. a KV pool: docs/paged-kv.md). The tile interpreter
 # binds both to one array; tile-to-npu gives both one DRAM region.
 ALIAS_ATTR = "tile.alias_of"
+# On an integer input argument whose values select rows of a table (gather indices): the table's
+# size, and (unit attr) whether the runtime may wrap negative indices (+ size, ONNX's meaning)
+# because nothing else reads the input. tile-to-npu copies them into the DRAM layout; the
+# runtime checks the input against them (runtime/boundary.py): the compiled gathers read
+# indices as they are, so one past the table would read other bytes.
+INDEX_BOUND_ATTR = "tile.index_bound"
+INDEX_WRAPS_ATTR = "tile.index_wraps"
 # On a kernel's last top-level tile op: {macs, bytes, weight_bytes} of the graph op it lowers, as
 # the model defines it (passes/graph_to_tile/roofline.py); tile-to-npu copies it into the op
 # markers for the run report's algorithmic roofline.

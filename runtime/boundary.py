@@ -14,6 +14,13 @@ another type (the artifact's layout says which; docs/tiling.md "Element types"):
 
 Every conversion here is exact or is the rounding the graph itself specifies; an input that
 cannot be converted exactly is a `BoundaryError` naming it, never a silently wrong value.
+
+Integer inputs that select rows of a table (gather indices: token ids, token types) carry the
+table's size in the layout (`DramRegion.index_bound`). The compiled gathers read indices as they
+are, so `gather_indices` checks each one against it: an index past the table would read other
+DRAM bytes, a negative one fault. Negative indices count from the end (ONNX's Gather) and are
+wrapped here when nothing but gathers reads the input (`DramRegion.index_wraps`); else they are
+refused, like indices past the end.
 The runtime imports no compiler code: this table is the contract.
 """
 
@@ -74,6 +81,23 @@ def to_dram(name: str, array: np.ndarray, dram: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(array.astype(np.float32))
 
 
+def gather_indices(name: str, array: np.ndarray, bound: int, wraps: bool) -> np.ndarray:
+    """Integer input `name` of gather indices into a table of `bound` rows, checked (and with
+    `wraps`, negative ones counted from the end); BoundaryError naming the first bad index."""
+    if not array.size:
+        return array
+    low = -bound if wraps else 0
+    lo, hi = array.min(), array.max()
+    if lo < low or hi >= bound:
+        where = tuple(int(i) for i in np.argwhere((array < low) | (array >= bound))[0])
+        allowed = f"[{low}, {bound})" + (" (negative ones count from the end)" if wraps else "")
+        raise BoundaryError(f"input '{name}': index {int(array[where])} at {list(where)} is outside {allowed}: it "
+                            f"selects rows of a table of {bound}")
+    if lo < 0:
+        return np.where(array < 0, array + bound, array).astype(array.dtype)
+    return array
+
+
 def from_dram(array: np.ndarray, host: np.dtype) -> np.ndarray:
     """Output values read from DRAM as the signature's dtype (see the module docstring)."""
     host = np.dtype(host)
@@ -88,4 +112,4 @@ def from_dram(array: np.ndarray, host: np.dtype) -> np.ndarray:
     return array.astype(host)
 
 
-__all__ = ["BoundaryError", "EXACT_INTEGER_LIMIT", "converts", "from_dram", "to_dram"]
+__all__ = ["BoundaryError", "EXACT_INTEGER_LIMIT", "converts", "from_dram", "gather_indices", "to_dram"]

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, to_dram
 from infer.runtime.report import Report, build_report
-from infer.target.layout import DramLayout
+from infer.target.layout import DramLayout, DramRegion
 
 if TYPE_CHECKING:
     from infer.runtime.check import CheckReference, CheckReport
@@ -190,11 +190,14 @@ class Executable:
         return out
 
     @staticmethod
-    def _to_dram_dtype(name: str, a: np.ndarray, dram: np.dtype) -> np.ndarray:
-        """An input as DRAM holds it (runtime/boundary.py: i64 narrowed to i32, integers, bools
-        and f16/bf16/f64 held as f32); a value it cannot hold exactly is a RunError."""
+    def _to_dram_dtype(name: str, a: np.ndarray, region: DramRegion) -> np.ndarray:
+        """An input as DRAM `region` holds it (runtime/boundary.py: gather indices checked
+        against their table, i64 narrowed to i32, integers, bools and f16/bf16/f64 held as
+        f32); a value it cannot hold exactly is a RunError."""
         try:
-            return to_dram(name, a, dram)
+            if region.index_bound:
+                a = gather_indices(name, a, region.index_bound, region.index_wraps)
+            return to_dram(name, a, np_dtype(region.dtype))
         except BoundaryError as e:
             raise RunError(str(e)) from None
 
@@ -224,7 +227,7 @@ class Executable:
         lay = self.layout
         dram = self._fresh_dram()
         for p, s, a in zip(lay.inputs, self.artifact.inputs, arrays, strict=True):
-            a = self._to_dram_dtype(s.name, a, np_dtype(p.dtype))
+            a = self._to_dram_dtype(s.name, a, p)
             b = np.frombuffer(a.tobytes(), np.uint8)
             dram[p.offset:p.offset + b.size] = b
         if check_races is None:

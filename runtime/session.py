@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, to_dram
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramRegion
 
@@ -143,7 +143,10 @@ class DeviceSession:
                 raise SessionError(f"entry '{entry}': input '{name}' must have shape {list(spec.shape)}, got "
                                    f"{list(a.shape)}")
             try:
-                held = to_dram(name, a.astype(spec.np_dtype, copy=False), np_dtype(r.dtype))
+                a = a.astype(spec.np_dtype, copy=False)
+                if r.index_bound:
+                    a = gather_indices(name, a, r.index_bound, r.index_wraps)
+                held = to_dram(name, a, np_dtype(r.dtype))
             except BoundaryError as err:
                 raise SessionError(str(err)) from None
             raw = np.frombuffer(np.ascontiguousarray(held).tobytes(), np.uint8)

@@ -80,6 +80,10 @@ class DramRegion:
     index: int = -1  # argument position (-1 for weights)
     output: bool = False  # an output argument (the program writes it); key "output" in the JSON form
     alias_of: int = -1  # an output written in place: the index of the input whose region it is
+    # an integer input of gather indices: the table size they must stay below (0: none), and
+    # whether negative ones count from the end (the runtime wraps them; runtime/boundary.py)
+    index_bound: int = 0
+    index_wraps: bool = False
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -97,6 +101,9 @@ class DramRegion:
             d["output"] = self.output
             if self.alias_of >= 0:
                 d["alias_of"] = self.alias_of
+            if self.index_bound:
+                d["index_bound"] = self.index_bound
+                d["index_wraps"] = self.index_wraps
         d.update(offset=self.offset, bytes=self.nbytes, shape=list(self.shape), dtype=self.dtype)
         return d
 
@@ -112,6 +119,9 @@ class DramRegion:
         region = DramRegion(str(d.get("name", f"arg{index}")), _int(d, "offset", f"{where}."), tuple(shape), dtype,
                             index if index >= 0 else -1, bool(d.get("output", False)),
                             _int(d, "alias_of", f"{where}.") if "alias_of" in d else -1)
+        if "index_bound" in d:
+            region.index_bound = _int(d, "index_bound", f"{where}.")
+            region.index_wraps = d.get("index_wraps") is True
         if "bytes" in d and _int(d, "bytes", f"{where}.") != region.nbytes:
             raise LayoutError(f"layout: {where} '{region.name}' says {d['bytes']} bytes, but {dtype}"
                               f"{list(region.shape)} is {region.nbytes}")

@@ -42,7 +42,7 @@ from xdsl.passes import ModulePass
 
 from infer.dialects import graph as g
 from infer.dialects import tile as t
-from infer.dialects.dtypes import dense_to_numpy, element_type_name, num_elements, shape_of
+from infer.dialects.dtypes import dense_to_numpy, element_name_of, element_type_name, num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.dialects.weights import weights_of
 from infer.passes import tiling_tuning
@@ -96,6 +96,7 @@ class FunctionLowering:
         self.fused: set[Operation] = set()  # epilogue ops lowered with their anchor
         self._lowering = False  # inside lower_op (nested calls lower a kernel's ops one by one)
         self.in_types, self.out_types, self.host_dtypes = self._signature()
+        self.index_bounds = self._index_bounds()
         self.aliases: dict[int, int] = {}  # output argument -> the input argument it is (in place)
         self.block = Block(arg_types=self.in_types + self.out_types)
         self.ctx = LoweringContext(session, function, Emitter(self.block))
@@ -144,6 +145,20 @@ class FunctionLowering:
                             f"f32, f16, bf16, integer and i1 tensors are supported")
             (in_types if is_input else out_types).append(t.memref(shape_of(ty), elem, "dram"))
         return in_types, out_types, host_dtypes
+
+    def _index_bounds(self) -> dict[int, tuple[int, bool]]:
+        """Per integer input that gather indices come from: the size of the (smallest) table
+        they select rows of, and whether the runtime may wrap negative indices (ONNX counts them
+        from the end): only when the input feeds nothing but gathers, so no other use sees the
+        wrapped value, of tables of one size, so one wrap serves them all. Recorded as
+        `tile.index_bound` / `tile.index_wraps` for the runtime's check (runtime/boundary.py)."""
+        bounds = {}
+        for i, arg in enumerate(self.function.body.block.args):
+            if element_name_of(arg) in integer_inputs.INDEX_TYPES:
+                sizes = integer_inputs.gather_table_sizes(arg)
+                if sizes:
+                    bounds[i] = (min(sizes), len(sizes) == 1 and integer_inputs.is_index_source(arg))
+        return bounds
 
     def run(self) -> func.FuncOp:
         ctx, fn = self.ctx, self.function
@@ -201,6 +216,12 @@ class FunctionLowering:
         for i, arg_attrs in enumerate(old_arg_attrs):
             if i in self.host_dtypes:
                 arg_attrs = DictionaryAttr({**arg_attrs.data, "tile.host_dtype": StringAttr(self.host_dtypes[i])})
+            if i in self.index_bounds:
+                bound, wraps = self.index_bounds[i]
+                extra: dict[str, Attribute] = {t.INDEX_BOUND_ATTR: IntegerAttr(bound, i64)}
+                if wraps:
+                    extra[t.INDEX_WRAPS_ATTR] = UnitAttr()
+                arg_attrs = DictionaryAttr({**arg_attrs.data, **extra})
             attrs.append(arg_attrs)
         old_res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(self.out_types)
         for i, res_attrs in enumerate(old_res_attrs):

@@ -51,6 +51,23 @@ def is_index_source(value: SSAValue) -> bool:
     return True
 
 
+def gather_table_sizes(value: SSAValue) -> set[int]:
+    """The sizes of the tables whose rows integer tensor `value` selects (a gather's indices,
+    directly or through integer casts/reshapes); empty when it selects none. The compiled
+    gathers read indices as they are: the runtime checks an input against the smallest
+    (`tile.index_bound`, runtime/boundary.py), where an index past it would read other DRAM
+    bytes instead of failing."""
+    sizes: set[int] = set()
+    for use in value.uses:
+        op = use.operation
+        if isinstance(op, g.GatherOp) and use.index == 1:
+            shape = shape_of(op.input)
+            sizes.add(shape[op.axis.value.data % len(shape)])
+        elif isinstance(op, g.CastOp | g.ReshapeOp) and is_integer_index(op.results[0]):
+            sizes |= gather_table_sizes(op.results[0])
+    return sizes
+
+
 def accepts_integer_input(value: SSAValue) -> bool:
     """Whether integer tensor `value` (an i32/i64 function argument, or an integer cast/reshape
     of one) has only uses graph-to-tile lowers: gather indices, integer casts/reshapes of

@@ -227,7 +227,11 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
             if key not in placement[0]:
                 raise fail(fn, f"{PLACEMENT_ATTR} places no argument '{key}'")
             offset = placement[0][key]
-        layout.args.append(DramRegion(arg_name, offset, shape, element, i, output))
+        region = DramRegion(arg_name, offset, shape, element, i, output)
+        bound = attrs.get(t.INDEX_BOUND_ATTR)
+        if isinstance(bound, IntegerAttr) and not output:
+            region.index_bound, region.index_wraps = bound.value.data, t.INDEX_WRAPS_ATTR in attrs
+        layout.args.append(region)
         end = align_up(max(end, offset + num_elements(shape) * element_bytes), alignment)
     if placement is not None:
         if placement[1] < end or placement[1] % alignment:

@@ -1,0 +1,130 @@
+"""Integer inputs that select rows of a table (token ids): the compiled gathers read indices as
+they are, so the runtime checks them against the table's size, which the layout carries
+(`DramRegion.index_bound`): an index past the table is one RunError naming the input, the index
+and its position (it used to read other DRAM bytes and return a wrong result), and a negative
+one counts from the end as in the reference interpreter (it used to fault) when nothing but
+gathers reads the input; else it is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import infer
+from infer.dialects.ir_io import make_context, parse_ir
+from infer.passes.testing import run_entry
+from infer.runtime.boundary import BoundaryError, gather_indices
+from infer.runtime.executable import RunError
+
+CTX = make_context()
+V, W = 40, 32
+
+EMBED = """
+func.func @main(%ids: tensor<2x12xi64> {graph.name = "ids"}) -> (tensor<2x12x32xf32> {graph.name = "y"}) {
+  %tab = graph.constant dense<TABLE> : tensor<40x32xf32>
+  %e = graph.gather %tab, %ids {axis = 0 : i64} : (tensor<40x32xf32>, tensor<2x12xi64>) -> tensor<2x12x32xf32>
+  %r = graph.relu %e : (tensor<2x12x32xf32>) -> tensor<2x12x32xf32>
+  func.return %r : tensor<2x12x32xf32>
+}
+"""
+
+# the ids are also read as values (their f32 cast is a second result): a wrapped negative index
+# would change that result, so negative ids are refused rather than wrapped
+EMBED_AND_VALUES = """
+func.func @main(%ids: tensor<2x12xi64> {graph.name = "ids"}) -> (tensor<2x12x32xf32> {graph.name = "y"}, tensor<2x12xf32> {graph.name = "v"}) {
+  %tab = graph.constant dense<TABLE> : tensor<40x32xf32>
+  %e = graph.gather %tab, %ids {axis = 0 : i64} : (tensor<40x32xf32>, tensor<2x12xi64>) -> tensor<2x12x32xf32>
+  %v = graph.cast %ids : (tensor<2x12xi64>) -> tensor<2x12xf32>
+  func.return %e, %v : tensor<2x12x32xf32>, tensor<2x12xf32>
+}
+"""
+
+
+# the ids select rows of two tables of different sizes: checked against the smaller, and a
+# negative id would mean a different row of each, so negative ids are refused
+TWO_TABLES = """
+func.func @main(%ids: tensor<2x12xi64> {graph.name = "ids"}) -> (tensor<2x12x32xf32> {graph.name = "y"}, tensor<2x12x32xf32> {graph.name = "z"}) {
+  %tab = graph.constant dense<TABLE> : tensor<40x32xf32>
+  %small = graph.constant dense<0.5> : tensor<30x32xf32>
+  %e = graph.gather %tab, %ids {axis = 0 : i64} : (tensor<40x32xf32>, tensor<2x12xi64>) -> tensor<2x12x32xf32>
+  %f = graph.gather %small, %ids {axis = 0 : i64} : (tensor<30x32xf32>, tensor<2x12xi64>) -> tensor<2x12x32xf32>
+  func.return %e, %f : tensor<2x12x32xf32>, tensor<2x12x32xf32>
+}
+"""
+
+
+def _module(text: str):
+    table = np.random.default_rng(3).standard_normal((V, W)).astype(np.float32)
+    rows = ", ".join("[" + ", ".join(f"{v:.6e}" for v in r) + "]" for r in table)
+    return parse_ir(CTX, text.replace("TABLE", "[" + rows + "]"), "embed.mlir")
+
+
+def _ids(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, V, (2, 12)).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def embed():
+    return infer.compile(_module(EMBED), target="edge", precision="fp32")
+
+
+def test_the_layout_carries_the_table_size(embed):
+    (ids,) = embed.layout.inputs
+    assert (ids.name, ids.index_bound, ids.index_wraps) == ("ids", V, True)
+    mixed = infer.compile(_module(EMBED_AND_VALUES), target="edge", precision="fp32")
+    assert (mixed.layout.inputs[0].index_bound, mixed.layout.inputs[0].index_wraps) == (V, False)
+    two = infer.compile(_module(TWO_TABLES), target="edge", precision="fp32")
+    assert (two.layout.inputs[0].index_bound, two.layout.inputs[0].index_wraps) == (30, False)
+    ids = _ids() % 30
+    want = run_entry(_module(TWO_TABLES), [ids])
+    for got, expected in zip(two.run([ids]), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    ids[0, 0] = 30
+    with pytest.raises(RunError, match=r"index 30 at \[0, 0\] is outside \[0, 30\): it selects rows of a table of 30"):
+        two.run([ids])
+
+
+def test_negative_ids_count_from_the_end_as_in_the_reference(embed, tmp_path):
+    ids = _ids()
+    ids[0, 3], ids[1, 0], ids[1, 11] = -1, -V, -7
+    want = run_entry(_module(EMBED), [ids])[0]
+    (got,) = embed.run([ids])
+    np.testing.assert_array_equal(got, want)
+    # and so after a save and load (the bound is part of the artifact's layout)
+    embed.save(tmp_path / "e.npu")
+    (again,) = infer.load(tmp_path / "e.npu").run([ids])
+    np.testing.assert_array_equal(again, want)
+
+
+@pytest.mark.parametrize("bad, where", [(V, (0, 5)), (V + 7, (1, 2)), (-V - 1, (1, 9)), (2**40, (0, 0))])
+def test_an_id_past_the_table_is_one_error(embed, bad, where):
+    ids = _ids()
+    ids[where] = bad
+    with pytest.raises(RunError) as e:
+        embed.run([ids])
+    assert str(e.value) == (f"input 'ids': index {bad} at {list(where)} is outside [-{V}, {V}) (negative ones "
+                            f"count from the end): it selects rows of a table of {V}")
+
+
+def test_ids_read_as_values_too_are_not_wrapped():
+    exe = infer.compile(_module(EMBED_AND_VALUES), target="edge", precision="fp32")
+    ids = _ids()
+    y, v = exe.run([ids])
+    want_y, want_v = run_entry(_module(EMBED_AND_VALUES), [ids])
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(v, want_v)
+    ids[1, 4] = -1
+    with pytest.raises(RunError, match=r"input 'ids': index -1 at \[1, 4\] is outside \[0, 40\): it selects rows"):
+        exe.run([ids])
+
+
+def test_gather_indices_wraps_checks_and_keeps_the_dtype():
+    a = np.array([[0, -1, 5], [-6, 2, 3]], np.int32)
+    got = gather_indices("x", a, 6, True)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, [[0, 5, 5], [0, 2, 3]])
+    assert gather_indices("x", a[:, :0], 6, False).size == 0
+    with pytest.raises(BoundaryError, match=r"index -1 at \[0, 1\] is outside \[0, 6\)"):
+        gather_indices("x", a, 6, False)
+    with pytest.raises(BoundaryError, match=r"index 6 at \[1, 0\] is outside \[-6, 6\)"):
+        gather_indices("x", np.array([[0, 1, 2], [6, 7, -7]]), 6, True)
