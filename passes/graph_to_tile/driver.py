@@ -147,17 +147,20 @@ class FunctionLowering:
         return in_types, out_types, host_dtypes
 
     def _index_bounds(self) -> dict[int, tuple[int, bool]]:
-        """Per integer input that gather indices come from: the size of the (smallest) table
-        they select rows of, and whether the runtime may wrap negative indices (ONNX counts them
-        from the end): only when the input feeds nothing but gathers, so no other use sees the
-        wrapped value, of tables of one size, so one wrap serves them all. Recorded as
-        `tile.index_bound` / `tile.index_wraps` for the runtime's check (runtime/boundary.py)."""
+        """Per integer input that gather indices or KV-cache write slots come from: the size of
+        the (smallest) table or pool they select rows of, and whether the runtime may wrap
+        negative indices (ONNX counts gather indices from the end): only when the input feeds
+        nothing but gathers, so no other use sees the wrapped value, of tables of one size, so
+        one wrap serves them all (a negative slot is an error, as in the reference interpreter).
+        Recorded as `tile.index_bound` / `tile.index_wraps` for the runtime's check
+        (runtime/boundary.py)."""
         bounds = {}
         for i, arg in enumerate(self.function.body.block.args):
             if element_name_of(arg) in integer_inputs.INDEX_TYPES:
-                sizes = integer_inputs.gather_table_sizes(arg)
-                if sizes:
-                    bounds[i] = (min(sizes), len(sizes) == 1 and integer_inputs.is_index_source(arg))
+                tables, pools = integer_inputs.gather_table_sizes(arg), integer_inputs.kv_pool_sizes(arg)
+                if tables or pools:
+                    wraps = not pools and len(tables) == 1 and integer_inputs.is_index_source(arg)
+                    bounds[i] = (min(tables | pools), wraps)
         return bounds
 
     def run(self) -> func.FuncOp:

@@ -68,6 +68,15 @@ def gather_table_sizes(value: SSAValue) -> set[int]:
     return sizes
 
 
+def kv_pool_sizes(value: SSAValue) -> set[int]:
+    """The row counts of the paged KV pools integer tensor `value` holds the write slots of
+    (`graph.kv_cache_write`'s slots): the compiled write stores each row at its slot as it is,
+    so the runtime checks an input against the smallest, as gather indices (a slot past the
+    pool would overwrite other DRAM bytes: the weights)."""
+    return {shape_of(use.operation.operands[0])[0] for use in value.uses
+            if isinstance(use.operation, g.KvCacheWriteOp) and use.index == 2}
+
+
 def accepts_integer_input(value: SSAValue) -> bool:
     """Whether integer tensor `value` (an i32/i64 function argument, or an integer cast/reshape
     of one) has only uses graph-to-tile lowers: gather indices, integer casts/reshapes of

@@ -1,9 +1,10 @@
-"""Integer inputs that select rows of a table (token ids): the compiled gathers read indices as
-they are, so the runtime checks them against the table's size, which the layout carries
-(`DramRegion.index_bound`): an index past the table is one RunError naming the input, the index
-and its position (it used to read other DRAM bytes and return a wrong result), and a negative
-one counts from the end as in the reference interpreter (it used to fault) when nothing but
-gathers reads the input; else it is refused."""
+"""Integer inputs that select rows of a table (token ids) or of a paged KV pool (write slots):
+the compiled gathers and cache writes use them as they are, so the runtime checks them against
+the table's or pool's size, which the layout carries (`DramRegion.index_bound`): an index past
+it is one RunError naming the input, the index and its position (a token id past the table used
+to read other DRAM bytes and return a wrong result, a slot past the pool to overwrite the bytes
+after it), and a negative token id counts from the end as in the reference interpreter (it used
+to fault) when nothing but gathers reads the input; else it is refused."""
 
 from __future__ import annotations
 
@@ -128,3 +129,28 @@ def test_gather_indices_wraps_checks_and_keeps_the_dtype():
         gather_indices("x", a, 6, False)
     with pytest.raises(BoundaryError, match=r"index 6 at \[1, 0\] is outside \[-6, 6\)"):
         gather_indices("x", np.array([[0, 1, 2], [6, 7, -7]]), 6, True)
+
+
+KV_WRITE = """
+func.func @main(%k0: tensor<64x32xf32> {graph.name = "k"}, %rows: tensor<2x32xf32> {graph.name = "rows"}, %slots: tensor<2xi32> {graph.name = "slots"}) -> (tensor<64x32xf32> {graph.name = "k_out"}) {
+  %k1 = graph.kv_cache_write %k0, %rows, %slots : (tensor<64x32xf32>, tensor<2x32xf32>, tensor<2xi32>) -> tensor<64x32xf32>
+  func.return %k1 : tensor<64x32xf32>
+}
+"""
+
+
+def test_kv_cache_write_slots_stay_in_the_pool():
+    exe = infer.compile(_module(KV_WRITE), target="edge", precision="fp32")
+    assert [(r.name, r.index_bound, r.index_wraps) for r in exe.layout.inputs] == [
+        ("k", 0, False), ("rows", 0, False), ("slots", 64, False)]
+    pool = np.zeros((64, 32), np.float32)
+    rows = np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)
+    slots = np.array([3, 63], np.int32)
+    (got,) = exe.run([pool, rows, slots])
+    np.testing.assert_array_equal(got, run_entry(_module(KV_WRITE), [pool, rows, slots])[0])
+    # 64 wrote the row past the pool; a negative slot is an error in the reference too
+    for bad, at in ((64, 1), (-1, 0)):
+        slots = np.array([3, 63], np.int32)
+        slots[at] = bad
+        with pytest.raises(RunError, match=rf"input 'slots': index {bad} at \[{at}\] is outside \[0, 64\)"):
+            exe.run([pool, rows, slots])
