@@ -101,6 +101,11 @@ ALIAS_ATTR = "tile.alias_of"
 # indices as they are, so one past the table would read other bytes.
 INDEX_BOUND_ATTR = "tile.index_bound"
 INDEX_WRAPS_ATTR = "tile.index_wraps"
+# On the context-lengths argument of a paged attention: the most tokens a block-table row holds
+# (MB * BS); on its block-tables argument: array<i64: pool blocks, BS, the lengths' argument
+# index>. The runtime checks each length and each block a sequence uses against them.
+LENGTH_BOUND_ATTR = "tile.length_bound"
+BLOCK_TABLE_ATTR = "tile.block_table"
 # On a kernel's last top-level tile op: {macs, bytes, weight_bytes} of the graph op it lowers, as
 # the model defines it (passes/graph_to_tile/roofline.py); tile-to-npu copies it into the op
 # markers for the run report's algorithmic roofline.

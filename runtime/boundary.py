@@ -20,11 +20,16 @@ table's size in the layout (`DramRegion.index_bound`). The compiled gathers read
 are, so `gather_indices` checks each one against it: an index past the table would read other
 DRAM bytes, a negative one fault. Negative indices count from the end (ONNX's Gather) and are
 wrapped here when nothing but gathers reads the input (`DramRegion.index_wraps`); else they are
-refused, like indices past the end.
+refused, like indices past the end. The write slots of a paged KV cache are checked the same way
+against the pool, and a paged attention's context lengths and the blocks each sequence uses
+against the block table and the pool (`paged_metadata`), as the reference interpreter does.
 The runtime imports no compiler code: this table is the contract.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +103,34 @@ def gather_indices(name: str, array: np.ndarray, bound: int, wraps: bool) -> np.
     return array
 
 
+def paged_metadata(inputs: Sequence[tuple[Any, str, np.ndarray]]) -> None:
+    """Check the context lengths and block tables among a run's inputs ((region, name, array)
+    each, the region a `DramRegion`): each length within `length_bound`, each block a sequence
+    uses (its first ceil(length / block size) table entries) within the pool; BoundaryError
+    naming the first that is not."""
+    by_index = {region.index: array for region, _, array in inputs}
+    for region, name, array in inputs:  # the lengths first: they say which blocks are used
+        if region.length_bound:
+            bad = (array < 0) | (array > region.length_bound)
+            if bad.any():
+                seq = int(np.argwhere(bad.reshape(-1))[0, 0])
+                raise BoundaryError(f"input '{name}': length {int(array.reshape(-1)[seq])} of sequence {seq} is "
+                                    f"outside 0 .. {region.length_bound} (the tokens a block-table row holds)")
+    for region, name, array in inputs:
+        if region.block_table is not None:
+            blocks, block_size, lens_index = region.block_table
+            if lens_index not in by_index:  # (not an input of this run: a resident buffer)
+                continue
+            lens = by_index[lens_index].reshape(-1)
+            table = array.reshape(len(lens), -1)
+            for seq, n in enumerate(lens):
+                used = table[seq, :-(-int(n) // block_size)]
+                bad = (used < 0) | (used >= blocks)
+                if bad.any():
+                    raise BoundaryError(f"input '{name}': sequence {seq} uses block {int(used[bad][0])}, outside "
+                                        f"the pool's 0 .. {blocks - 1}")
+
+
 def from_dram(array: np.ndarray, host: np.dtype) -> np.ndarray:
     """Output values read from DRAM as the signature's dtype (see the module docstring)."""
     host = np.dtype(host)
@@ -112,4 +145,5 @@ def from_dram(array: np.ndarray, host: np.dtype) -> np.ndarray:
     return array.astype(host)
 
 
-__all__ = ["BoundaryError", "EXACT_INTEGER_LIMIT", "converts", "from_dram", "gather_indices", "to_dram"]
+__all__ = ["BoundaryError", "EXACT_INTEGER_LIMIT", "converts", "from_dram", "gather_indices", "paged_metadata",
+           "to_dram"]

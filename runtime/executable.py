@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, paged_metadata, to_dram
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramLayout, DramRegion
 
@@ -225,6 +225,10 @@ class Executable:
             inputs = []
         arrays = self._normalise_inputs(inputs)
         lay = self.layout
+        try:
+            paged_metadata([(p, s.name, a) for p, s, a in zip(lay.inputs, self.artifact.inputs, arrays, strict=True)])
+        except BoundaryError as e:
+            raise RunError(str(e)) from None
         dram = self._fresh_dram()
         for p, s, a in zip(lay.inputs, self.artifact.inputs, arrays, strict=True):
             a = self._to_dram_dtype(s.name, a, p)

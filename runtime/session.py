@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, paged_metadata, to_dram
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramRegion
 
@@ -136,12 +136,22 @@ class DeviceSession:
             raise SessionError(f"entry '{entry}' takes inputs {', '.join(wanted)}"
                                + (f"; missing {', '.join(missing)}" if missing else "")
                                + (f"; unexpected {', '.join(map(str, extra))}" if extra else ""))
+        arrays: dict[str, np.ndarray] = {}
         for name in wanted:
             spec, r = e.inputs[name]
             a = np.asarray(inputs[name])
             if a.shape != spec.shape:
                 raise SessionError(f"entry '{entry}': input '{name}' must have shape {list(spec.shape)}, got "
                                    f"{list(a.shape)}")
+            arrays[name] = a
+        try:  # the context lengths and block tables among them, before any input reaches DRAM
+            paged_metadata([(e.inputs[n][1], n, arrays[n].astype(e.inputs[n][0].np_dtype, copy=False))
+                            for n in wanted])
+        except BoundaryError as err:
+            raise SessionError(str(err)) from None
+        for name in wanted:
+            spec, r = e.inputs[name]
+            a = arrays[name]
             try:
                 a = a.astype(spec.np_dtype, copy=False)
                 if r.index_bound:

@@ -84,6 +84,10 @@ class DramRegion:
     # whether negative ones count from the end (the runtime wraps them; runtime/boundary.py)
     index_bound: int = 0
     index_wraps: bool = False
+    # a paged attention's context lengths: the most tokens a block-table row holds (0: none);
+    # its block tables: (pool blocks, block size, the lengths' argument index) or None
+    length_bound: int = 0
+    block_table: tuple[int, int, int] | None = None
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -104,6 +108,10 @@ class DramRegion:
             if self.index_bound:
                 d["index_bound"] = self.index_bound
                 d["index_wraps"] = self.index_wraps
+            if self.length_bound:
+                d["length_bound"] = self.length_bound
+            if self.block_table is not None:
+                d["block_table"] = list(self.block_table)
         d.update(offset=self.offset, bytes=self.nbytes, shape=list(self.shape), dtype=self.dtype)
         return d
 
@@ -122,6 +130,15 @@ class DramRegion:
         if "index_bound" in d:
             region.index_bound = _int(d, "index_bound", f"{where}.")
             region.index_wraps = d.get("index_wraps") is True
+        if "length_bound" in d:
+            region.length_bound = _int(d, "length_bound", f"{where}.")
+        if "block_table" in d:
+            table = d["block_table"]
+            if not (isinstance(table, list) and len(table) == 3
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in table)):
+                raise LayoutError(f"layout: {where}.block_table must be [pool blocks, block size, lengths "
+                                  f"argument], got {table!r}")
+            region.block_table = (table[0], table[1], table[2])
         if "bytes" in d and _int(d, "bytes", f"{where}.") != region.nbytes:
             raise LayoutError(f"layout: {where} '{region.name}' says {d['bytes']} bytes, but {dtype}"
                               f"{list(region.shape)} is {region.nbytes}")

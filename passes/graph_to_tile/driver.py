@@ -25,6 +25,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    DenseArrayBase,
     DictionaryAttr,
     FunctionType,
     IntegerAttr,
@@ -97,6 +98,7 @@ class FunctionLowering:
         self._lowering = False  # inside lower_op (nested calls lower a kernel's ops one by one)
         self.in_types, self.out_types, self.host_dtypes = self._signature()
         self.index_bounds = self._index_bounds()
+        self.paged_bounds = self._paged_bounds()
         self.aliases: dict[int, int] = {}  # output argument -> the input argument it is (in place)
         self.block = Block(arg_types=self.in_types + self.out_types)
         self.ctx = LoweringContext(session, function, Emitter(self.block))
@@ -163,6 +165,39 @@ class FunctionLowering:
                     bounds[i] = (min(tables | pools), wraps)
         return bounds
 
+    def _paged_bounds(self) -> dict[int, dict[str, Attribute]]:
+        """Per input argument that is a `graph.paged_attention`'s context lengths or block
+        tables: what the runtime checks before a run (runtime/boundary.py), as the reference
+        interpreter does: each length within the MB.BS tokens a table row can hold
+        (`tile.length_bound`), each block a sequence uses (its first ceil(len / BS) entries)
+        within the pool (`tile.block_table` = [pool blocks, BS, the lengths' argument]). The
+        compiled attention reads them as they are: a block past the pool would read other
+        DRAM bytes as keys and values."""
+        body = self.function.body.block
+        out: dict[int, dict[str, Attribute]] = {}
+
+        def argument(v: SSAValue) -> int | None:
+            return v.index if isinstance(v, BlockArgument) and v.block is body else None
+
+        for op in body.walk():
+            if not isinstance(op, g.PagedAttentionOp):
+                continue
+            bs = op.block_size_value
+            blocks = shape_of(op.key_cache)[0] // bs
+            capacity = shape_of(op.block_tables)[1] * bs
+            lens, tables = argument(op.context_lens), argument(op.block_tables)
+            if lens is None:
+                continue
+            seen = out.setdefault(lens, {}).get(t.LENGTH_BOUND_ATTR)
+            bound = min(capacity, seen.value.data) if isinstance(seen, IntegerAttr) else capacity
+            out[lens][t.LENGTH_BOUND_ATTR] = IntegerAttr(bound, i64)
+            if tables is not None:
+                seen = out.setdefault(tables, {}).get(t.BLOCK_TABLE_ATTR)
+                if isinstance(seen, DenseArrayBase):
+                    blocks = min(blocks, seen.get_values()[0])
+                out[tables][t.BLOCK_TABLE_ATTR] = DenseArrayBase.from_list(i64, [blocks, bs, lens])
+        return out
+
     def run(self) -> func.FuncOp:
         ctx, fn = self.ctx, self.function
         old = fn.body.block
@@ -225,6 +260,8 @@ class FunctionLowering:
                 if wraps:
                     extra[t.INDEX_WRAPS_ATTR] = UnitAttr()
                 arg_attrs = DictionaryAttr({**arg_attrs.data, **extra})
+            if i in self.paged_bounds:
+                arg_attrs = DictionaryAttr({**arg_attrs.data, **self.paged_bounds[i]})
             attrs.append(arg_attrs)
         old_res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(self.out_types)
         for i, res_attrs in enumerate(old_res_attrs):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
@@ -231,6 +231,12 @@ def compute_layout(module: ModuleOp, fn: func.FuncOp, hw: HardwareConfig) -> Dra
         bound = attrs.get(t.INDEX_BOUND_ATTR)
         if isinstance(bound, IntegerAttr) and not output:
             region.index_bound, region.index_wraps = bound.value.data, t.INDEX_WRAPS_ATTR in attrs
+        lengths, table = attrs.get(t.LENGTH_BOUND_ATTR), attrs.get(t.BLOCK_TABLE_ATTR)
+        if isinstance(lengths, IntegerAttr) and not output:
+            region.length_bound = lengths.value.data
+        if isinstance(table, DenseArrayBase) and not output:
+            blocks, block_size, lens = table.get_values()
+            region.block_table = (int(blocks), int(block_size), int(lens))
         layout.args.append(region)
         end = align_up(max(end, offset + num_elements(shape) * element_bytes), alignment)
     if placement is not None:

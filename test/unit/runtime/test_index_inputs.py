@@ -4,7 +4,10 @@ the table's or pool's size, which the layout carries (`DramRegion.index_bound`):
 it is one RunError naming the input, the index and its position (a token id past the table used
 to read other DRAM bytes and return a wrong result, a slot past the pool to overwrite the bytes
 after it), and a negative token id counts from the end as in the reference interpreter (it used
-to fault) when nothing but gathers reads the input; else it is refused."""
+to fault) when nothing but gathers reads the input; else it is refused. A paged attention's
+context lengths and the blocks each sequence uses are checked against the block table and the
+pool, as the reference interpreter does (a length past the table ran and returned a result, a
+block past the pool read other bytes)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ import pytest
 import infer
 from infer.dialects.ir_io import make_context, parse_ir
 from infer.passes.testing import run_entry
-from infer.runtime.boundary import BoundaryError, gather_indices
+from infer.runtime.boundary import BoundaryError, gather_indices, paged_metadata
 from infer.runtime.executable import RunError
+from infer.target.layout import DramRegion
 
 CTX = make_context()
 V, W = 40, 32
@@ -154,3 +158,45 @@ def test_kv_cache_write_slots_stay_in_the_pool():
         slots[at] = bad
         with pytest.raises(RunError, match=rf"input 'slots': index {bad} at \[{at}\] is outside \[0, 64\)"):
             exe.run([pool, rows, slots])
+
+
+PAGED = """
+func.func @main(%q: tensor<2x4x1x8xf32> {graph.name = "q"}, %kc: tensor<64x16xf32> {graph.name = "k"}, %vc: tensor<64x16xf32> {graph.name = "v"}, %bt: tensor<2x4xi32> {graph.name = "block_tables"}, %n: tensor<2xi32> {graph.name = "context_lens"}) -> (tensor<2x4x1x8xf32> {graph.name = "o"}) {
+  %o = graph.paged_attention %q, %kc, %vc, %bt, %n {block_size = 16 : i64} : (tensor<2x4x1x8xf32>, tensor<64x16xf32>, tensor<64x16xf32>, tensor<2x4xi32>, tensor<2xi32>) -> tensor<2x4x1x8xf32>
+  func.return %o : tensor<2x4x1x8xf32>
+}
+"""
+
+
+def test_paged_attention_lengths_and_used_blocks_are_checked():
+    exe = infer.compile(_module(PAGED), target="edge", precision="fp32")
+    regions = {r.name: r for r in exe.layout.inputs}
+    assert regions["context_lens"].length_bound == 4 * 16  # a table row: 4 blocks of 16 tokens
+    assert regions["block_tables"].block_table == (4, 16, 4)  # 64 pool rows / 16; lengths: argument 4
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 1, 8)).astype(np.float32)
+    k, v = rng.standard_normal((2, 64, 16)).astype(np.float32)
+    tables = np.array([[2, 0, 99, -5], [1, 3, 0, 0]], np.int32)  # entries past a sequence's length: unread
+    lens = np.array([20, 40], np.int32)
+    (got,) = exe.run([q, k, v, tables, lens])
+    (want,) = run_entry(_module(PAGED), [q, k, v, tables, lens])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    for t, n, message in (
+            (tables, [65, 3], "input 'context_lens': length 65 of sequence 0 is outside 0 .. 64"),
+            (tables, [20, -1], "input 'context_lens': length -1 of sequence 1 is outside 0 .. 64"),
+            ([[2, 4, 0, 0], [1, 3, 0, 0]], lens, "input 'block_tables': sequence 0 uses block 4, outside the pool's 0 .. 3"),
+            ([[2, 0, 0, 0], [1, -1, 0, 0]], lens, "input 'block_tables': sequence 1 uses block -1, outside the pool's 0 .. 3")):
+        with pytest.raises(RunError) as e:
+            exe.run([q, k, v, np.array(t, np.int32), np.array(n, np.int32)])
+        assert str(e.value).startswith(message)
+
+
+def test_paged_metadata_reads_only_the_blocks_a_length_uses():
+    lens = DramRegion("n", 0, (3,), "i32", index=1, length_bound=32)
+    tables = DramRegion("t", 0, (3, 2), "i32", index=0, block_table=(5, 16, 1))
+    table = np.array([[4, -9], [0, 4], [7, 7]], np.int32)
+    paged_metadata([(tables, "t", table), (lens, "n", np.array([16, 32, 0], np.int32))])
+    with pytest.raises(BoundaryError, match="sequence 0 uses block -9"):
+        paged_metadata([(tables, "t", table), (lens, "n", np.array([17, 32, 0], np.int32))])
+    with pytest.raises(BoundaryError, match="length 33 of sequence 1 is outside 0 .. 32"):
+        paged_metadata([(tables, "t", table), (lens, "n", np.array([16, 33, 0], np.int32))])
