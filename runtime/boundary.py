@@ -14,6 +14,7 @@ another type (the artifact's layout says which; docs/tiling.md "Element types"):
 
 Every conversion here is exact or is the rounding the graph itself specifies; an input that
 cannot be converted exactly is a `BoundaryError` naming it, never a silently wrong value.
+The runtime imports no compiler code: this table is the contract.
 
 Integer inputs that select rows of a table (gather indices: token ids, token types) carry the
 table's size in the layout (`DramRegion.index_bound`). The compiled gathers read indices as they
@@ -23,7 +24,6 @@ wrapped here when nothing but gathers reads the input (`DramRegion.index_wraps`)
 refused, like indices past the end. The write slots of a paged KV cache are checked the same way
 against the pool, and a paged attention's context lengths and the blocks each sequence uses
 against the block table and the pool (`paged_metadata`), as the reference interpreter does.
-The runtime imports no compiler code: this table is the contract.
 """
 
 from __future__ import annotations
