@@ -88,6 +88,9 @@ class Generator:
 
     def encode(self, prompt: str | Sequence[Mapping[str, str]] | Sequence[int], chat: bool | None = None) -> list[int]:
         """The token ids generate() starts from (see the module docstring)."""
+        if not isinstance(prompt, str | Sequence | np.ndarray):
+            raise GenerationError(f"the prompt must be a string, chat messages (a list of {{'role', 'content'}} "
+                                  f"dicts) or token ids, got {type(prompt).__name__}")
         if not isinstance(prompt, str) and len(prompt) == 0:
             raise GenerationError("the prompt is empty")
         if isinstance(prompt, np.ndarray) or (not isinstance(prompt, str) and prompt and

@@ -43,6 +43,8 @@ def test_generator_needs_a_decoder(llama_folder):
     gen = Generator(import_model(llama_folder, seq_len=8, max_len=16))
     with pytest.raises(GenerationError, match="the prompt is empty"):
         gen.generate([])
+    with pytest.raises(GenerationError, match="the prompt must be a string, chat messages .* or token ids, got int"):
+        gen.generate(123)
     with pytest.raises(GenerationError, match="token id 999 is outside the vocabulary"):
         gen.generate([1, 999])
     assert np.asarray(gen.executor.prefill([[1, 2, 3]])).shape == (1, 256)
