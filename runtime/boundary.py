@@ -103,6 +103,14 @@ def gather_indices(name: str, array: np.ndarray, bound: int, wraps: bool) -> np.
     return array
 
 
+def to_region(name: str, array: np.ndarray, region: Any) -> np.ndarray:
+    """Input `name` as its DRAM `region` (a `DramRegion`) holds it: gather indices checked
+    against their table (and wrapped, `gather_indices`), then converted (`to_dram`)."""
+    if region.index_bound:
+        array = gather_indices(name, array, region.index_bound, region.index_wraps)
+    return to_dram(name, array, region.np_dtype)
+
+
 def paged_metadata(inputs: Sequence[tuple[Any, str, np.ndarray]]) -> None:
     """Check the context lengths and block tables among a run's inputs ((region, name, array)
     each, the region a `DramRegion`): each length within `length_bound`, each block a sequence
@@ -146,4 +154,4 @@ def from_dram(array: np.ndarray, host: np.dtype) -> np.ndarray:
 
 
 __all__ = ["BoundaryError", "EXACT_INTEGER_LIMIT", "converts", "from_dram", "gather_indices", "paged_metadata",
-           "to_dram"]
+           "to_dram", "to_region"]

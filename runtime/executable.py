@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, paged_metadata, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, paged_metadata, to_region
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramLayout, DramRegion
 
@@ -195,9 +195,7 @@ class Executable:
         against their table, i64 narrowed to i32, integers, bools and f16/bf16/f64 held as
         f32); a value it cannot hold exactly is a RunError."""
         try:
-            if region.index_bound:
-                a = gather_indices(name, a, region.index_bound, region.index_wraps)
-            return to_dram(name, a, np_dtype(region.dtype))
+            return to_region(name, a, region)
         except BoundaryError as e:
             raise RunError(str(e)) from None
 

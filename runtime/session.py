@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from infer.runtime.artifact import Artifact, ArtifactError, np_dtype
-from infer.runtime.boundary import BoundaryError, from_dram, gather_indices, paged_metadata, to_dram
+from infer.runtime.boundary import BoundaryError, from_dram, paged_metadata, to_region
 from infer.runtime.report import Report, build_report
 from infer.target.layout import DramRegion
 
@@ -143,20 +143,15 @@ class DeviceSession:
             if a.shape != spec.shape:
                 raise SessionError(f"entry '{entry}': input '{name}' must have shape {list(spec.shape)}, got "
                                    f"{list(a.shape)}")
-            arrays[name] = a
+            arrays[name] = a.astype(spec.np_dtype, copy=False)
         try:  # the context lengths and block tables among them, before any input reaches DRAM
-            paged_metadata([(e.inputs[n][1], n, arrays[n].astype(e.inputs[n][0].np_dtype, copy=False))
-                            for n in wanted])
+            paged_metadata([(e.inputs[n][1], n, arrays[n]) for n in wanted])
         except BoundaryError as err:
             raise SessionError(str(err)) from None
         for name in wanted:
-            spec, r = e.inputs[name]
-            a = arrays[name]
+            r = e.inputs[name][1]
             try:
-                a = a.astype(spec.np_dtype, copy=False)
-                if r.index_bound:
-                    a = gather_indices(name, a, r.index_bound, r.index_wraps)
-                held = to_dram(name, a, np_dtype(r.dtype))
+                held = to_region(name, arrays[name], r)
             except BoundaryError as err:
                 raise SessionError(str(err)) from None
             raw = np.frombuffer(np.ascontiguousarray(held).tobytes(), np.uint8)
