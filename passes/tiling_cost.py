@@ -915,6 +915,18 @@ def whole_weights_apply(s: ConvSpec, outer: str, TC: int) -> bool:
     return outer == "o" and -(-s.Cg // max(1, TC)) >= 3
 
 
+def fastest_conv_cycles(hw: HardwareConfig, s: ConvSpec,
+                        memo: dict[ConvSpec, tuple[list[ConvEstimate], int]] | None = None) -> float:
+    """The predicted cycles of choose_conv's pick for s without autotuning (inf when no tiling
+    fits): how a caller compares two ways of lowering one conv before choosing its tiles."""
+    ranked = memo.get(s) if memo is not None else None
+    if ranked is None:
+        ranked = _rank_conv(hw, s)
+        if memo is not None:
+            memo[s] = ranked
+    return ranked[0][0].cycles if ranked[0] else float("inf")
+
+
 def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int]:
     """The fitting candidates of choose_conv, the cost model's choice first, and how many did
     not fit."""

@@ -30,7 +30,9 @@ elementwise ops (residual add, BN-folded ops, activation) on the [TO, TOH.Wq] ti
 orientation, tile sizes and loop order (output-channel tiles or row tiles outside; with a
 single channel step the operand the inner loop does not change is loaded once per outer tile,
 single-buffered) are the cost model's choice (tiling_cost.choose_conv). Row tiles whose window
-reaches into the padding are emitted on their own (planes.row_tiles).
+reaches into the padding are emitted on their own (planes.row_tiles). Grouped convs run group
+by group, or with r groups merged into one of block-diagonal weights where the cost model ranks
+that faster (grouped_conv.py: a depthwise conv's channels fill the array's depth).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
+from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, loads_in_place, row_tile_plan, row_tiles
@@ -180,7 +183,7 @@ class ConvFootprint:
         return spad, acc
 
 
-def conv_spec(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation], result: SSAValue,
+def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Sequence[Operation], result: SSAValue,
               p: Planes, integer: IntegerConvParts | None = None) -> tiling_cost.ConvSpec:
     """What the cost model needs to know about this conv kernel (its shape, its planes, its
     epilogue and its exact local-buffer footprint); `integer`: an int8 kernel's operand sizes
@@ -256,21 +259,36 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     if w is None:
         raise error(op, "conv2d needs a compile-time weight")
     N = shape_of(op.input)[0]
-    O, Cg, KH, KW = shape_of(op.weight)
-    groups = op.groups.value.data
     p = conv_planes(op)
     name = ctx.kernel_name()
-    spec = conv_spec(ctx, op, epilogue, result, p)
     override = ctx.override(name, 3)
     if override is not None and override[1] % p.OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
+    memo = ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None
+    # grouped convs: r groups merged into one with block-diagonal weights where the cost model
+    # ranks that fastest (grouped_conv.py; an override's tiles are for the groups as they are)
+    view: g.Conv2dOp | MergedGroups = op
+    spec = conv_spec(ctx, op, epilogue, result, p)
+    groups, Cg = op.groups.value.data, shape_of(op.weight)[1]
+    if override is None and groups > 1:
+        best, best_r = tiling_cost.fastest_conv_cycles(ctx.hw, spec, memo), 1
+        for r in group_merges(groups, Cg, ctx.hw.matrix.rows)[1:]:
+            merged = MergedGroups.of(op, r)
+            merged_spec = conv_spec(ctx, merged, epilogue, result, p)
+            cycles = tiling_cost.fastest_conv_cycles(ctx.hw, merged_spec, memo)
+            if cycles < best:
+                best, best_r, view, spec = cycles, r, merged, merged_spec
+        if best_r > 1:
+            w = merged_weights(np.asarray(w, np.float32), groups, best_r)
+    O, Cg, KH, KW = shape_of(view.weight)
+    groups = view.groups.value.data
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
-                                     memo=ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None)
+                                     memo=memo)
     ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
                                         + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
-    ConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
+    ConvKernel(ctx, name, view, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
                footprint=(choice.best.spad, choice.best.acc)).emit()
 
 
@@ -282,7 +300,7 @@ class ConvKernel:
     operand_type: Attribute = bf16  # windows and weight blocks
     accumulator_type: Attribute = f32
 
-    def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp, epilogue: Sequence[Operation],
+    def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp | MergedGroups, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray,
                  footprint: tuple[int, int] | None = None):
         self.ctx, self.em, self.name = ctx, ctx.emitter, name

@@ -1,0 +1,122 @@
+"""Grouped and depthwise convs lowered as fewer, deeper groups with block-diagonal weights
+(passes/graph_to_tile/grouped_conv.py) where the cost model ranks that fastest: the merged
+weights compute the grouped conv, the compiled programs agree with onnxruntime and, bit for bit,
+with their tile programs (races checked), and the merge is picked for MobileNet-style depthwise
+convs on both configs and takes fewer cycles than the groups one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import infer
+from helpers.tile_programs import tile_module
+from infer.dialects.tile_interpreter import run_tile_module
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import conv as conv_lowering
+from infer.passes.graph_to_tile.grouped_conv import group_merges, merged_weights
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.parametrize("groups,Cg,Og,r", [(8, 1, 1, 8), (8, 1, 1, 2), (6, 2, 3, 3), (4, 3, 1, 2), (5, 1, 2, 5)])
+def test_merged_weights_compute_the_grouped_conv(groups, Cg, Og, r):
+    rng = np.random.default_rng(groups * 100 + r)
+    x = torch.from_numpy(rng.standard_normal((2, groups * Cg, 7, 6)))
+    w = rng.standard_normal((groups * Og, Cg, 3, 3))
+    merged = merged_weights(w, groups, r)
+    assert merged.shape == (groups * Og, r * Cg, 3, 3)
+    # each output channel keeps its own weights, the rest of its merged group's columns are 0
+    blocks = merged.reshape(groups // r, r, Og, r, Cg, 3, 3)
+    for i in range(r):
+        np.testing.assert_array_equal(blocks[:, i, :, i], w.reshape(groups // r, r, Og, Cg, 3, 3)[:, i])
+        for j in set(range(r)) - {i}:
+            assert not blocks[:, i, :, j].any()
+    expected = torch.nn.functional.conv2d(x, torch.from_numpy(w), stride=2, padding=1, groups=groups)
+    got = torch.nn.functional.conv2d(x, torch.from_numpy(merged), stride=2, padding=1, groups=groups // r)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_merge_factors_divide_the_groups_within_the_array_depth():
+    assert group_merges(96, 1, 128) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96]
+    assert group_merges(96, 1, 16) == [1, 2, 3, 4, 6, 8, 12, 16]
+    assert group_merges(32, 4, 16) == [1, 2, 4]  # ResNeXt-style: 4 channels a group
+    assert group_merges(7, 1, 16) == [1, 7]
+    assert group_merges(3, 8, 16) == [1]
+
+
+def _conv_model(path, C, O, H, k, stride, groups):
+    import onnx
+
+    rng = np.random.default_rng(groups)
+    w = (rng.standard_normal((O, C // groups, k, k)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    pad = k // 2
+    OH = (H + 2 * pad - k) // stride + 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride], kernel_shape=[k, k],
+                          pads=[pad] * 4, group=groups, name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, H])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, O, OH, OH])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _groups_lowered(monkeypatch) -> list[int]:
+    """The groups of every conv kernel graph-to-tile chooses tiles for (recorded)."""
+    seen: list[int] = []
+    choose = tiling_cost.choose_conv
+
+    def spy(hw, spec, override=None, memo=None):
+        seen.append(spec.groups)
+        return choose(hw, spec, override, memo)
+
+    monkeypatch.setattr(tiling_cost, "choose_conv", spy)
+    return seen
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+@pytest.mark.parametrize("C,O,H,k,stride,groups", [(32, 32, 14, 3, 1, 32), (24, 24, 13, 3, 2, 24),
+                                                   (16, 32, 9, 3, 1, 4)])
+def test_merged_groups_agree_with_onnxruntime_and_their_tile_program(tmp_path, monkeypatch, target, C, O, H, k,
+                                                                     stride, groups):
+    lowered = _groups_lowered(monkeypatch)
+    path = _conv_model(tmp_path / "conv.onnx", C, O, H, k, stride, groups)
+    x = np.random.default_rng(1).standard_normal((1, C, H, H)).astype(np.float32)
+    (expected,) = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    model = infer.import_model(str(path))
+    tiles, weights = tile_module(model.module, target, "fp32")
+    assert lowered and lowered[-1] < groups  # merged
+    (interpreted,) = run_tile_module(tiles, [x], weights=weights)
+    (got,) = infer.compile(model, target=target, precision="fp32").run([x], check_races=True)
+    assert np.asarray(got).tobytes() == np.asarray(interpreted).tobytes()  # the tile program, bit for bit
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
+# (the most of the group-by-group cycles the merged conv may take: edge's 16-deep array merges
+# 16 channels, server's 128-deep one all of them)
+@pytest.mark.parametrize("target,C,H,stride,most", [("edge", 32, 28, 1, 0.8), ("server", 96, 28, 2, 0.2),
+                                                    ("server", 144, 14, 1, 0.2)])
+def test_depthwise_convs_merge_and_take_fewer_cycles(tmp_path, monkeypatch, target, C, H, stride, most):
+    path = _conv_model(tmp_path / "dw.onnx", C, C, H, 3, stride, C)
+    x = np.random.default_rng(2).standard_normal((1, C, H, H)).astype(np.float32)
+
+    def run(merge: bool):
+        lowered = _groups_lowered(monkeypatch)
+        if not merge:
+            monkeypatch.setattr(conv_lowering, "group_merges", lambda groups, Cg, depth: [1])
+        exe = infer.compile(str(path), target=target, precision="bf16")
+        (y,) = exe.run([x])
+        monkeypatch.undo()
+        return np.asarray(y), exe.last_report.counters.cycles, lowered
+
+    merged, merged_cycles, merged_groups = run(True)
+    apart, apart_cycles, apart_groups = run(False)
+    assert apart_groups == [C] and merged_groups[-1] < C
+    assert merged_cycles < most * apart_cycles
+    # both bf16 programs against each other: the same products, summed in another order
+    np.testing.assert_allclose(merged, apart, rtol=2e-2, atol=2e-2 * float(np.abs(apart).max()))
