@@ -251,6 +251,30 @@ class EdgeRowTiles:
         return len(tiles) - (hi - lo)
 
 
+def fastest_groups(ctx: LoweringContext, op: g.Conv2dOp | g.Conv2dIntegerOp, epilogue: Sequence[Operation],
+                   result: SSAValue, p: Planes, merge: bool,
+                   memo: dict | None, integer: IntegerConvParts | None = None,
+                   ) -> tuple[g.Conv2dOp | MergedGroups, tiling_cost.ConvSpec, int]:
+    """(the conv as lowered, its spec, r): a grouped conv with r of its groups merged into one of
+    block-diagonal weights (grouped_conv.py) for the r the cost model ranks fastest, 1 (the op
+    itself) when none is faster or `merge` is off (an override's tiles are for the groups as
+    they are)."""
+    spec = conv_spec(ctx, op, epilogue, result, p, integer)  # type: ignore[arg-type]
+    groups, Cg = op.groups.value.data, shape_of(op.weight)[1]
+    view: g.Conv2dOp | MergedGroups = op  # type: ignore[assignment]
+    merges = group_merges(groups, Cg, ctx.hw.matrix.rows)[1:] if merge else []
+    if not merges:
+        return view, spec, 1
+    best, best_r = tiling_cost.fastest_conv_cycles(ctx.hw, spec, memo), 1
+    for r in merges:
+        merged = MergedGroups.of(op, r)
+        merged_spec = conv_spec(ctx, merged, epilogue, result, p, integer)
+        cycles = tiling_cost.fastest_conv_cycles(ctx.hw, merged_spec, memo)
+        if cycles < best:
+            best, best_r, view, spec = cycles, r, merged, merged_spec
+    return view, spec, best_r
+
+
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:
     """`op` (graph.conv2d) followed by the elementwise `epilogue` ops on its output tiles;
     `result` (the last of them, or op's result) is stored."""
@@ -265,21 +289,9 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     if override is not None and override[1] % p.OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
     memo = ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None
-    # grouped convs: r groups merged into one with block-diagonal weights where the cost model
-    # ranks that fastest (grouped_conv.py; an override's tiles are for the groups as they are)
-    view: g.Conv2dOp | MergedGroups = op
-    spec = conv_spec(ctx, op, epilogue, result, p)
-    groups, Cg = op.groups.value.data, shape_of(op.weight)[1]
-    if override is None and groups > 1:
-        best, best_r = tiling_cost.fastest_conv_cycles(ctx.hw, spec, memo), 1
-        for r in group_merges(groups, Cg, ctx.hw.matrix.rows)[1:]:
-            merged = MergedGroups.of(op, r)
-            merged_spec = conv_spec(ctx, merged, epilogue, result, p)
-            cycles = tiling_cost.fastest_conv_cycles(ctx.hw, merged_spec, memo)
-            if cycles < best:
-                best, best_r, view, spec = cycles, r, merged, merged_spec
-        if best_r > 1:
-            w = merged_weights(np.asarray(w, np.float32), groups, best_r)
+    view, spec, merge = fastest_groups(ctx, op, epilogue, result, p, override is None, memo)
+    if merge > 1:
+        w = merged_weights(np.asarray(w, np.float32), op.groups.value.data, merge)
     O, Cg, KH, KW = shape_of(view.weight)
     groups = view.groups.value.data
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
@@ -287,7 +299,8 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
-                                        + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
+                                        + (f" groups={groups}" if groups > 1 else "")
+                                        + (f" ({merge} merged in each)" if merge > 1 else "") + f" batch={N}", choice))
     ConvKernel(ctx, name, view, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
                footprint=(choice.best.spad, choice.best.acc)).emit()
 

@@ -11,11 +11,12 @@ of exact zeros alone is +0 where the group-by-group conv may give -0). It does r
 matrix unit's MACs in r times fewer, r times deeper groups, which is faster wherever the
 groups were bound by latency and an array of which they used a sliver.
 
-Which r (1 = the groups as they are) is the cost model's choice per conv (`conv.lower_conv`
+Which r (1 = the groups as they are) is the cost model's choice per conv (`conv.fastest_groups`
 ranks every r that divides G with r.Cg within the array's depth). What the merge changes
 beyond speed: an input element that is inf or NaN makes NaN the outputs of every channel merged
 with its group (0 . inf = NaN), where the group-by-group conv gives inf or NaN in its own group
-only; finite inputs give the same values up to the order of the fp32 sums.
+only; finite inputs give the same values up to the order of the fp32 sums. The int8 path
+(integer_conv.py) merges too: its sums are exact, so the merged conv gives the same bits.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, TensorType, f32, i64
+from xdsl.dialects.builtin import IntegerAttr, TensorType, i64
 from xdsl.ir import Block, SSAValue
 
 from infer.dialects import graph as g
@@ -54,14 +55,15 @@ class MergedGroups:
     groups / r groups). The weight value is a detached block argument: the kernel reads the
     merged weights from the array it is given, never from the IR."""
 
-    op: g.Conv2dOp
+    op: g.Conv2dOp | g.Conv2dIntegerOp
     weight: SSAValue
     groups: IntegerAttr
 
     @staticmethod
-    def of(op: g.Conv2dOp, r: int) -> MergedGroups:
+    def of(op: g.Conv2dOp | g.Conv2dIntegerOp, r: int) -> MergedGroups:
         O, Cg, KH, KW = shape_of(op.weight)
-        merged = Block(arg_types=[TensorType(f32, [O, r * Cg, KH, KW])]).args[0]
+        elem = op.weight.type.get_element_type()  # type: ignore[attr-defined]
+        merged = Block(arg_types=[TensorType(elem, [O, r * Cg, KH, KW])]).args[0]
         return MergedGroups(op, merged, IntegerAttr(op.groups.value.data // r, i64))
 
     @property

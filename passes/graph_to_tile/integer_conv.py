@@ -28,7 +28,8 @@ from infer.dialects.dtypes import shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
-from infer.passes.graph_to_tile.conv import ConvKernel, IntegerConvParts, conv_spec
+from infer.passes.graph_to_tile.conv import ConvKernel, IntegerConvParts, fastest_groups
+from infer.passes.graph_to_tile.grouped_conv import MergedGroups, merged_weights
 from infer.passes.graph_to_tile.copies import padded_copy
 from infer.passes.graph_to_tile.elementwise import TileFrame
 from infer.passes.graph_to_tile.integer_epilogue import (
@@ -80,17 +81,24 @@ def lower_integer_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
         epi_tiles=sum(1 for e in epi.float_ops for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not epi.quant_result),
         out_bytes=epi.stored_bytes)
-    spec = conv_spec(ctx, op, epilogue, result, p, integer=parts)  # type: ignore[arg-type]
     override = ctx.override(name, 3)
     if override is not None and override[1] % OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {OW}")
+    memo = ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None
+    # int8 sums are exact: the merged groups' zero weights change no bit of the result
+    view, spec, merge = fastest_groups(ctx, op, epilogue, result, p, override is None, memo, parts)
+    if merge > 1:
+        w = merged_weights(w, groups, merge)
+        O, Cg, KH, KW = shape_of(view.weight)
+        groups = view.groups.value.data
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // OW, override[2]),
-                                     memo=ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None)
+                                     memo=memo)
     ctx.predict(choice.best.cycles)
     ctx.debug(tiling_cost.describe_conv(name, f"(int8) O={O // groups} P={OH}x{OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={stride[0]}x{stride[1]}" if stride != (1, 1) else "")
-                                        + (f" groups={groups}" if groups > 1 else "") + f" batch={N}", choice))
-    IntegerConvKernel(ctx, name, op, epilogue, result, p, choice.tiles, w, xp, epi, bias, x_zp).emit()
+                                        + (f" groups={groups}" if groups > 1 else "")
+                                        + (f" ({merge} merged in each)" if merge > 1 else "") + f" batch={N}", choice))
+    IntegerConvKernel(ctx, name, view, epilogue, result, p, choice.tiles, w, xp, epi, bias, x_zp).emit()
 
 
 class IntegerConvKernel(ConvKernel):
@@ -100,7 +108,7 @@ class IntegerConvKernel(ConvKernel):
     operand_type = i8
     accumulator_type = i32
 
-    def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dIntegerOp, epilogue: Sequence[Operation],
+    def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dIntegerOp | MergedGroups, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray, source: SSAValue,
                  epi: IntegerEpilogue, bias: np.ndarray | None, zero_point: int):
         self.source, self.epi, self.folded, self.zero_point = source, epi, bias, zero_point

@@ -120,3 +120,56 @@ def test_depthwise_convs_merge_and_take_fewer_cycles(tmp_path, monkeypatch, targ
     assert merged_cycles < most * apart_cycles
     # both bf16 programs against each other: the same products, summed in another order
     np.testing.assert_allclose(merged, apart, rtol=2e-2, atol=2e-2 * float(np.abs(apart).max()))
+
+
+def _int8_depthwise(C: int, H: int, zp: int) -> tuple[str, dict[str, np.ndarray]]:
+    """f32 -> requantize (zero point zp) -> depthwise conv2d_integer 3x3 pad 1 (+bias) ->
+    dequantize per channel."""
+    rng = np.random.default_rng(C + zp)
+    w = rng.integers(-127, 128, (C, 1, 3, 3), dtype=np.int8)
+    b = rng.integers(-3000, 3000, (C,), dtype=np.int32)
+    s = ", ".join(repr(float(v)) for v in rng.uniform(0.5, 2.0, C) * 1e-3)
+    x_t, q_t, a_t = (f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<1x{C}x{H}x{H}xi8>", f"tensor<1x{C}x{H}x{H}xi32>")
+    text = f"""func.func @main(%x: {x_t}) -> {x_t} {{
+  %s = graph.constant dense<19.0> : tensor<1xf32>
+  %q = graph.requantize %x, %s {{zero_point = {zp} : i64}} : ({x_t}, tensor<1xf32>) -> {q_t}
+  %w = graph.weight @w : tensor<{C}x1x3x3xi8>
+  %b = graph.weight @b : tensor<{C}xi32>
+  %a = graph.conv2d_integer %q, %w, %b {{padding = array<i64: 1, 1, 1, 1>, groups = {C} : i64, input_zero_point = {zp} : i64}} : ({q_t}, tensor<{C}x1x3x3xi8>, tensor<{C}xi32>) -> {a_t}
+  %m = graph.constant dense<[{s}]> : tensor<{C}xf32>
+  %y = graph.dequantize_linear %a, %m {{axis = 1 : i64}} : ({a_t}, tensor<{C}xf32>) -> {x_t}
+  func.return %y : {x_t}
+}}
+"""
+    return text, {"w": w, "b": b}
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+@pytest.mark.parametrize("zp", [0, 5])
+def test_int8_depthwise_convs_merge_bit_exactly(monkeypatch, target, zp):
+    """int8 products and int32 sums are exact: merged, the depthwise conv gives the graph
+    interpreter's bits (the zero weights add exact zeros, the zero point's fold is per channel)."""
+    from helpers.graph_programs import parse_with_weights
+    from infer.dialects.graph_interpreter import run_module
+
+    C, H = 48, 12
+    text, weights = _int8_depthwise(C, H, zp)
+    x = np.random.default_rng(3).standard_normal((1, C, H, H)).astype(np.float32) * 3
+    (ref,) = run_module(parse_with_weights(text, weights), [x])
+
+    def run(merge: bool):
+        lowered = _groups_lowered(monkeypatch)
+        if not merge:
+            monkeypatch.setattr(conv_lowering, "group_merges", lambda groups, Cg, depth: [1])
+        exe = infer.compile(parse_with_weights(text, weights), target=target, precision="int8", graph_passes="")
+        (y,) = exe.run([x], check_races=True)
+        monkeypatch.undo()
+        return np.asarray(y), exe.last_report.counters.cycles, lowered
+
+    merged, merged_cycles, merged_groups = run(True)
+    apart, apart_cycles, apart_groups = run(False)
+    assert apart_groups == [C] and merged_groups[-1] < C
+    np.testing.assert_array_equal(merged, ref)
+    np.testing.assert_array_equal(apart, ref)
+    assert merged_cycles < apart_cycles
+    assert np.unique(ref).size > 100
