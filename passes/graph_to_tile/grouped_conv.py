@@ -77,15 +77,3 @@ class MergedGroups:
     @property
     def results(self):  # noqa: ANN201 - the op's result list
         return self.op.results
-
-    @property
-    def stride(self):  # noqa: ANN201
-        return self.op.stride
-
-    @property
-    def dilation(self):  # noqa: ANN201
-        return self.op.dilation
-
-    @property
-    def padding(self):  # noqa: ANN201
-        return self.op.padding
