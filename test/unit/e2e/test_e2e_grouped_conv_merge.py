@@ -173,3 +173,20 @@ def test_int8_depthwise_convs_merge_bit_exactly(monkeypatch, target, zp):
     np.testing.assert_array_equal(apart, ref)
     assert merged_cycles < apart_cycles
     assert np.unique(ref).size > 100
+
+
+def test_mobilenet_v2_on_server_merges_its_depthwise_convs(tmp_path):
+    """The whole MobileNetV2 of tools/zoo.py (bench_roofline.py's) in bf16 on server: its 17
+    depthwise convs merged (the array does more MACs than the model defines on them), the
+    output as onnxruntime's to bf16 accuracy."""
+    from infer.tools.zoo import build_mobilenet_v2_onnx
+
+    path = build_mobilenet_v2_onnx(tmp_path / "mobilenet_v2.onnx")
+    image = np.random.default_rng(3).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    (expected,) = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"image": image})
+    exe = infer.compile(str(path), target="server", precision="bf16")
+    (got,) = exe.run([image])
+    got, expected = np.asarray(got, np.float64).ravel(), expected.astype(np.float64).ravel()
+    assert got @ expected / np.linalg.norm(got) / np.linalg.norm(expected) > 0.999
+    merged = [o for o in exe.last_report.ops if o.kernel_class == "conv2d" and o.macs > 1.5 * o.model_macs]
+    assert len(merged) == 17
