@@ -86,6 +86,7 @@ def build_mobilenet_v2_onnx(path: Path) -> Path:
         def forward(self, x):
             return x + self.body(x) if self.residual else self.body(x)
 
+    torch.manual_seed(0)  # before the layers: their initial weights are the model's weights
     layers, cin = conv_bn(3, 32, 3, 2), 32
     # (expansion, output channels, blocks, first stride): the paper's table 2
     for expand, cout, n, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
@@ -94,7 +95,6 @@ def build_mobilenet_v2_onnx(path: Path) -> Path:
             layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
             cin = cout
     layers += conv_bn(cin, 1280, 1, 1) + [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
-    torch.manual_seed(0)
     model = nn.Sequential(*layers).eval()
     for m in model.modules():  # batch norm statistics a trained model would have, not the identity
         if isinstance(m, nn.BatchNorm2d):
