@@ -98,7 +98,7 @@ def test_merged_groups_agree_with_onnxruntime_and_their_tile_program(tmp_path, m
 
 
 # (the most of the group-by-group cycles the merged conv may take: edge's 16-deep array merges
-# 16 channels, server's 128-deep one all of them)
+# at most 16 channels, server's 128-deep one up to 128)
 @pytest.mark.parametrize("target,C,H,stride,most", [("edge", 32, 28, 1, 0.8), ("server", 96, 28, 2, 0.2),
                                                     ("server", 144, 14, 1, 0.2)])
 def test_depthwise_convs_merge_and_take_fewer_cycles(tmp_path, monkeypatch, target, C, H, stride, most):
