@@ -50,6 +50,7 @@ from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
+from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
@@ -258,21 +259,23 @@ def fastest_groups(ctx: LoweringContext, op: g.Conv2dOp | g.Conv2dIntegerOp, epi
     """(the conv as lowered, its spec, r): a grouped conv with r of its groups merged into one of
     block-diagonal weights (grouped_conv.py) for the r the cost model ranks fastest, 1 (the op
     itself) when none is faster or `merge` is off (an override's tiles are for the groups as
-    they are)."""
+    they are). The ranked r are one of the tiling choices autotuning measures (tiling_tuning):
+    it may take another r than the cost model's."""
     spec = conv_spec(ctx, op, epilogue, result, p, integer)  # type: ignore[arg-type]
     groups, Cg = op.groups.value.data, shape_of(op.weight)[1]
-    view: g.Conv2dOp | MergedGroups = op  # type: ignore[assignment]
-    merges = group_merges(groups, Cg, ctx.hw.matrix.rows)[1:] if merge else []
-    if not merges:
-        return view, spec, 1
-    best, best_r = tiling_cost.fastest_conv_cycles(ctx.hw, spec, memo), 1
+    merges = group_merges(groups, Cg, ctx.hw.matrix.rows) if merge else [1]
+    if len(merges) == 1:
+        return op, spec, 1  # type: ignore[return-value]
+    ranked = []
     for r in merges:
-        merged = MergedGroups.of(op, r)
-        merged_spec = conv_spec(ctx, merged, epilogue, result, p, integer)
-        cycles = tiling_cost.fastest_conv_cycles(ctx.hw, merged_spec, memo)
-        if cycles < best:
-            best, best_r, view, spec = cycles, r, merged, merged_spec
-    return view, spec, best_r
+        view = op if r == 1 else MergedGroups.of(op, r)
+        view_spec = spec if r == 1 else conv_spec(ctx, view, epilogue, result, p, integer)
+        cycles = tiling_cost.fastest_conv_cycles(ctx.hw, view_spec, memo)
+        if cycles < float("inf") or r == 1:
+            ranked.append((cycles, r, view, view_spec))
+    ranked.sort(key=lambda c: (c[0], c[1]))
+    _, r, view, spec = ranked[pick_index([("merged groups", c[1]) for c in ranked])]
+    return view, spec, r  # type: ignore[return-value]
 
 
 def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation], result: SSAValue) -> None:

@@ -190,3 +190,30 @@ def test_mobilenet_v2_on_server_merges_its_depthwise_convs(tmp_path):
     assert got @ expected / np.linalg.norm(got) / np.linalg.norm(expected) > 0.999
     merged = [o for o in exe.last_report.ops if o.kernel_class == "conv2d" and o.macs > 1.5 * o.model_macs]
     assert len(merged) == 17
+
+
+def test_autotuning_measures_the_merge_factors(tmp_path, monkeypatch):
+    """The ranked merge factors are one of the choices autotuning simulates: with it on, the
+    choice is offered every r the cost model ranked (best first), and the program it keeps is
+    never slower than the cost model's."""
+    C, H = 48, 28
+    path = _conv_model(tmp_path / "dw.onnx", C, C, H, 3, 2, C)
+    x = np.random.default_rng(4).standard_normal((1, C, H, H)).astype(np.float32)
+    default = infer.compile(str(path), target="edge", precision="bf16")
+    default.run([x])
+    offered: list[list] = []
+    pick = conv_lowering.pick_index
+
+    def spy(ranked):
+        offered.append(list(ranked))
+        return pick(ranked)
+
+    monkeypatch.setattr(conv_lowering, "pick_index", spy)
+    tuned = infer.compile(str(path), target="edge", precision="bf16", autotune=3,
+                          autotune_cache=str(tmp_path / "cache"))
+    tuned.run([x])
+    merges = [r for _, r in offered[0]]
+    assert all(key[0] == "merged groups" for key in offered[0])
+    assert sorted(merges) == [1, 2, 3, 4, 6, 8, 12, 16]  # every divisor of 48 within edge's 16 rows
+    assert len(offered) > 3  # the autotuner lowered the op again per candidate r
+    assert tuned.last_report.counters.cycles <= default.last_report.counters.cycles
