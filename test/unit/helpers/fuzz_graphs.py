@@ -31,7 +31,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import IntegerType, StringAttr, TensorType
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
@@ -163,7 +163,19 @@ def add_node(b: GraphBuilder, values: list[SSAValue], index: int, node: Node, fg
     props = {k: _property(v) for k, v in node.attrs if k != "result"}
     result = node.attr("result")
     rtype = TensorType(from_numpy_dtype(DTYPES[result[1]]), list(result[0])) if result else None
-    return b.op(_OP_CLASSES[node.op], [values[a] for a in node.args], result_type=rtype, **props)
+    out = b.op(_OP_CLASSES[node.op], [values[a] for a in node.args], result_type=rtype, **props)
+    if perturb and node.op == "cast" and result and result[1] == "f32" and _is_integer(values[node.args[0]]):
+        # floats made from integer inputs are data the compiled program rounds like any other
+        # (an attention over cast ids), but the integers themselves cannot be perturbed: the
+        # perturbation goes on the cast's result
+        noise = _perturbed(np.ones(result[0], np.float32), perturb, np.random.default_rng([fg_seed, index, 1]))
+        out = b.op(_OP_CLASSES["mul"], [out, b.weight(f"p{index}", noise)])
+    return out
+
+
+def _is_integer(value: SSAValue) -> bool:
+    ty = value.type
+    return isinstance(ty, TensorType) and isinstance(ty.get_element_type(), IntegerType)
 
 
 def build(fg: FuzzGraph, perturb: float = 0.0):
