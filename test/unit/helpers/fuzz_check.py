@@ -6,8 +6,8 @@ Outcomes (`Outcome.kind`):
                <= 1e-3 of the output range, bf16 cosine >= 0.999; the same check as
                `infer-opt --verify-each-numerically` across lowering), or, for a model that
                is ill-conditioned (a sum that cancels, ...), within CONDITIONING times what
-               its reference moves when its inputs and weights are perturbed by the
-               precision's relative error (`detail` says so)
+               its reference moves when its float inputs, weights and floats cast from integer
+               inputs are perturbed by the precision's relative error (`detail` says so)
   unsupported  the compiler refused the model with a clean, located error (an `IRError`,
                e.g. graph-to-tile's LoweringError): counted, not a finding, unless the error
                says it is the compiler's own bug (COMPILER_BUG_REFUSALS): then a crash
