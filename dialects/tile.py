@@ -115,6 +115,12 @@ PREFETCH_FOR_NEXT_ATTR = "tile.prefetch_for_next"
 #: on a top-level tile.dma: a load of a later kernel, emitted in this one around its row gather
 #: (graph_to_tile/gather_overlap.py); it names no kernel
 PREFETCH_FOR_LATER_ATTR = "tile.prefetch_for_later"
+#: on every top-level op prefetch_hoist.py moved into the kernel before (allocs, index
+#: constants and views, DMAs, preparation): the number N of that move; on the first own alloc
+#: of the kernel they came from, `tile.hoist_origin = N`. tile-to-npu puts a move back where
+#: the kernel it went into cannot fit the semaphores (tile_to_npu/hoisted.py)
+HOISTED_ATTR = "tile.hoisted"
+HOIST_ORIGIN_ATTR = "tile.hoist_origin"
 ROOFLINE_ATTR = "tile.roofline"
 
 # Element types each engine reads/writes (graph-level names).

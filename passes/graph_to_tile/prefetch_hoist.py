@@ -15,7 +15,9 @@ tile-to-npu's op markers make (a top-level `tile.alloc` after ops that emit code
 a kernel that would keep no alloc of its own is left as it is. The moved DMAs read weights,
 which nothing writes, into buffers no op before them touches, so moving them up changes no
 value; the memory plan sees the buffers live from their new first touch. The op report counts
-those DMAs (their cycles and DRAM bytes) in the kernel before. Where the products after the
+those DMAs (their cycles and DRAM bytes) in the kernel before. Every move is labelled
+(`tile.hoisted`, `tile.hoist_origin`), so tile-to-npu can put it back where the kernel before
+cannot fit the semaphores with it (tile_to_npu/hoisted.py). Where the products after the
 kernel before's first product loop fill the matrix unit's queue and no DRAM load of that
 kernel follows, the DMAs go after that first loop instead (`_dma_anchor`): the front end, held
 by the queue until it has dispatched most of that kernel's products, issues them about a
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from math import prod
 
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, UnitAttr
 from xdsl.ir import Block, Operation
 
 from infer.dialects import tile as t
@@ -111,6 +113,7 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
     kernels = kernel_groups(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
+    moves = 0  # (the label of the next move)
     for before, kernel in zip(kernels, kernels[1:]):
         anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
         if anchor is None:
@@ -188,6 +191,12 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
             after = op
         for op in run:
             op.attributes[t.PREFETCH_FOR_NEXT_ATTR] = UnitAttr()
+        # (labelled, so tile-to-npu can put the move back: tile_to_npu/hoisted.py)
+        label = IntegerAttr(moves, 64)
+        for op in [*allocs, *helpers, *run, *(p for p, _ in preps)]:
+            op.attributes[t.HOISTED_ATTR] = label
+        own[0].attributes[t.HOIST_ORIGIN_ATTR] = label
+        moves += 1
         moved += len(run)
     return moved
 

@@ -38,6 +38,7 @@ from infer.dialects.npu_attrs import LAYOUT_ATTR, OPS_ATTR, layout_to_attr, ops_
 from infer.passes.tile_to_npu.addressing import affine_cache
 from infer.passes.tile_to_npu.codegen import CodeGenerator
 from infer.passes.tile_to_npu.dependencies import loops_to_peel
+from infer.passes.tile_to_npu.hoisted import sink_hoisted
 from infer.passes.tile_to_npu.kernels import KernelByKernel, NotDecided
 from infer.passes.tile_to_npu.common import argument_attributes, fail, is_output_flag, memref_info
 from infer.passes.tile_to_npu.rotation import DegradeLevel
@@ -124,14 +125,25 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
     software pipelining, then single-buffered, then with one pair semaphore per engine pair for
     its straight-line instructions. The function is compiled kernel by kernel and
     only a kernel that did not fit is compiled again (kernels.py); where that cannot decide
-    like the whole-function loop (`compile_function_again`), the loop decides."""
-    peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
-    try:
-        return _compile_function(hw, layout, fn, pipelining, peeled_loops, True)
-    except OutOfSemaphores:
-        # a peeled first iteration's semaphores can be live in a later kernel, which then
-        # fails at every degrade level of its own (MiniLM fp32 on server at sequence 32)
-        return _compile_function(hw, layout, fn, pipelining, peeled_loops, False)
+    like the whole-function loop (`compile_function_again`), the loop decides. Where a kernel
+    does not fit at the last level, the next kernel's prefetch that graph-to-tile moved into it
+    goes back to its own kernel (hoisted.py: the one change this makes to fn) and the function
+    is compiled again."""
+    while True:
+        peeled_loops = loops_to_peel(fn)  # (what does not depend on the degrade levels: once)
+        try:
+            try:
+                return _compile_function(hw, layout, fn, pipelining, peeled_loops, True)
+            except OutOfSemaphores:
+                # a peeled first iteration's semaphores can be live in a later kernel, which then
+                # fails at every degrade level of its own (MiniLM fp32 on server at sequence 32)
+                return _compile_function(hw, layout, fn, pipelining, peeled_loops, False)
+        except OutOfSemaphores as e:
+            # the next kernel's prefetch graph-to-tile moved into a kernel that does not fit
+            # without it goes back to its own kernel, and the function is compiled again
+            # (hoisted.py; each round puts back at least one move, so this ends)
+            if not sink_hoisted(fn.body.block, e.items):
+                raise
 
 
 def _compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp, pipelining: bool,
