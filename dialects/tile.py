@@ -121,6 +121,10 @@ PREFETCH_FOR_LATER_ATTR = "tile.prefetch_for_later"
 #: the kernel it went into cannot fit the semaphores (tile_to_npu/hoisted.py)
 HOISTED_ATTR = "tile.hoisted"
 HOIST_ORIGIN_ATTR = "tile.hoist_origin"
+#: on a top-level tile.alloc: the graph-to-tile override (`NAME=...`) that lowers its kernel with
+#: less overlap (an attention with fewer heads interleaved), for when tile-to-npu cannot fit the
+#: kernel in the semaphores at its last degrade level; the compile driver lowers again with it
+SEMAPHORE_FALLBACK_ATTR = "tile.semaphore_fallback"
 ROOFLINE_ATTR = "tile.roofline"
 
 # Element types each engine reads/writes (graph-level names).

@@ -54,6 +54,8 @@ class CompileNpuPass(PipelinePass):
       autotune: graph-to-tile's autotuning: 0 (off) or the number of tilings simulated per
         distinct linear/matmul/conv/attention kernel (docs/tiling.md "Autotuning").
       autotune-cache: where autotuning results are cached ("": $XDG_CACHE_HOME/infer/autotune).
+      overrides: graph-to-tile's tile overrides per kernel ("kernel3=64x64x32,..."; docs/tiling.md
+        "Overrides"). The compile driver sets it when tile-to-npu names a kernel's fallback.
     """
 
     name = "compile-npu"
@@ -63,6 +65,7 @@ class CompileNpuPass(PipelinePass):
     graph_passes: str = ""
     autotune: int = 0
     autotune_cache: str = ""
+    overrides: str = ""
 
     def passes(self) -> tuple[ModulePass, ...]:
         # Checked here, where the stages are built, so a driver that runs the stages itself
@@ -80,7 +83,7 @@ class CompileNpuPass(PipelinePass):
             _stage("graph-defer-paged-query", target=self.target, precision=self.precision),
             _stage("graph-prepare-tiling"),
             _stage("graph-fuse-activation-prologue", target=self.target),
-            _stage("graph-to-tile", target=self.target, precision=self.precision,
+            _stage("graph-to-tile", target=self.target, precision=self.precision, overrides=self.overrides,
                    **({"autotune": self.autotune, "autotune_cache": self.autotune_cache} if self.autotune else {})),
             _stage("tile-plan-memory", target=self.target),
             _stage("tile-to-npu", target=self.target),

@@ -194,14 +194,8 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
              graph_passes: str, calibration: Any, min_cosine: float | None, calibration_method: str | None,
              timing: CompileTiming, import_options: dict[str, Any], autotune: int = 0,
              autotune_cache: str = "") -> Executable:
-    from xdsl.passes import ModulePass, PassPipeline
-
-    from infer.dialects.ir_io import make_context
     from infer.dialects.weights import weights_of
-    from infer.passes.graph_to_tile import GraphToTilePass
-    from infer.passes.pipelines_npu import CompileNpuPass
-    from infer.passes.tile_memory_plan import TilePlanMemoryPass
-    from infer.passes.tile_to_npu.driver import TileToNpuPass
+    from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
     from infer.target.hw import config_path, load_config
 
     cfg = load_config(target)
@@ -230,9 +224,53 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
     with timing.phase("graph reference IR"):
         require_npu_lowering(graph)
         sigs = {e: signature(graph, e) for e in entries}
-        sig = sigs[entry]
         graph_ir, graph_weights = _reference_parts(graph)
         graph_store = weights_of(graph)
+    if autotune < 0:
+        raise DriverError(f"autotune must be 0 (off) or the number of candidates to simulate, got {autotune}")
+    # A kernel tile-to-npu cannot fit in the semaphores at its last degrade level is lowered
+    # again with the override graph-to-tile gave it for that (`tile.semaphore_fallback`: an
+    # attention with fewer heads interleaved), and the whole pipeline runs again
+    overrides = ""
+    while True:
+        started = time.perf_counter(), time.process_time()
+        try:
+            module, main_program, compiled, layer_ir, layer_weights = _lower(
+                graph, graph_store, entries, target, precision, graph_passes, autotune, autotune_cache,
+                overrides, timing, say)
+            break
+        except OutOfSemaphores as e:
+            if not e.fallback_overrides:
+                raise
+            timing.timer.add("lowering that ran out of semaphores", time.perf_counter() - started[0],
+                             time.process_time() - started[1])
+            overrides = ",".join(filter(None, (overrides, *e.fallback_overrides)))
+            say(f"out of semaphores: lowering again with {', '.join(e.fallback_overrides)}")
+
+    say("packaging the artifact")
+    with timing.phase("packaging"):
+        exe = _package(module, sigs, compiled, cfg, toml_text, precision, source, graph_ir, graph_weights,
+                       layer_ir, layer_weights, _artifact_meta(graph), main_program)
+    say(f"compiled: {len(exe.program)} instructions"
+        + (f" (@{entry}; {len(entries)} entry points: {', '.join('@' + e for e in entries)})" if len(entries) > 1 else "")
+        + f", {exe.layout.total_bytes} bytes of DRAM")
+    return exe
+
+
+def _lower(graph, graph_store, entries: list[str], target: str, precision: str, graph_passes: str, autotune: int,
+           autotune_cache: str, overrides: str, timing: CompileTiming, say: Progress) -> tuple:
+    """compile-npu on a copy of the graph module -> (the module, the first entry's Program or
+    None, the compiled entries, the per-layer reference IR and weights)."""
+    from xdsl.passes import ModulePass, PassPipeline
+
+    from infer.dialects.ir_io import make_context
+    from infer.passes.graph_to_tile import GraphToTilePass
+    from infer.passes.pipelines_npu import CompileNpuPass
+    from infer.passes.tile_memory_plan import TilePlanMemoryPass
+    from infer.passes.tile_to_npu.driver import TileToNpuPass
+
+    entry = entries[0]
+    with timing.phase("graph reference IR"):
         module = graph.clone()  # keeps the weights; what the passes add or replace stays the clone's
         if len(function_names(module)) > 1:
             keep_functions(module, entries)  # functions not compiled are not lowered either
@@ -240,10 +278,8 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
 
     # The stages of compile-npu with its named pipelines expanded, so each pass is timed and
     # reported on its own (the same passes in the same order as running the pipelines).
-    if autotune < 0:
-        raise DriverError(f"autotune must be 0 (off) or the number of candidates to simulate, got {autotune}")
     pipeline = CompileNpuPass(target=str(target), precision=precision, graph_passes=graph_passes,
-                              autotune=autotune, autotune_cache=str(autotune_cache or ""))
+                              autotune=autotune, autotune_cache=str(autotune_cache or ""), overrides=overrides)
     pipeline.passes()  # (bad options: the pipeline's own error, before anything runs)
     stages, timing.roots = expand([pipeline])
     # tile-to-npu runs last and on its own: its program, layout and markers are packaged as they
@@ -291,15 +327,7 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
         compiled = lower_entries(module, entries, str(target), _lowered_parts)
     lowering.node.seconds += time.perf_counter() - started
     lowering.node.cpu_seconds += time.process_time() - started_cpu
-
-    say("packaging the artifact")
-    with timing.phase("packaging"):
-        exe = _package(module, sigs, compiled, cfg, toml_text, precision, source, graph_ir, graph_weights,
-                       layer_ir, layer_weights, _artifact_meta(graph), main_program)
-    say(f"compiled: {len(exe.program)} instructions"
-        + (f" (@{entry}; {len(entries)} entry points: {', '.join('@' + e for e in entries)})" if len(entries) > 1 else "")
-        + f", {exe.layout.total_bytes} bytes of DRAM")
-    return exe
+    return module, main_program, compiled, layer_ir, layer_weights
 
 
 def _artifact_meta(graph) -> dict[str, Any]:

@@ -51,10 +51,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import StringAttr, f32
 from xdsl.ir import Operation, SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import head_layout, integer_inputs
@@ -174,6 +175,16 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     slots = [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, ones, band is not None, None if mask2 is None else (TQ if mq > 1 else 1))]
     slots += [_SlotBuffers.alloc(ctx, TQ, TKV, D, Dv, ones, band is not None, None if mask2 is None else (TQ if mq > 1 else 1),
                                  share=slots[0], share_kv=share_kv, share_mask=mh == 1) for _ in range(interleave - 1)]
+    if interleave > 1:
+        # each slot holds semaphores of its own (its output's store, a per-head mask's load):
+        # where tile-to-npu cannot fit them at its last degrade level, the compile driver
+        # lowers this kernel again with the next fewer heads (measured on server, the slots'
+        # heads straight-line, one key tile: a GQA group with a per-head mask needs 4 + 2U in
+        # bf16, 16/2 heads at U = 8 20 of 16; 5 + 2U in fp32, 12/2 at U = 6 17)
+        fewer = max(u for u in interleaves if u < interleave)
+        owner = slots[0].q_staging.owner
+        if isinstance(owner, t.AllocOp):
+            owner.attributes[t.SEMAPHORE_FALLBACK_ATTR] = StringAttr(f"{name}={TQ}x{TKV}x{fewer}")
     z = [0, 0]
 
     # one query tile per head with the heads merged side by side (sequence-major output): the

@@ -140,10 +140,22 @@ def compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp,
                 return _compile_function(hw, layout, fn, pipelining, peeled_loops, False)
         except OutOfSemaphores as e:
             # the next kernel's prefetch graph-to-tile moved into a kernel that does not fit
-            # without it goes back to its own kernel, and the function is compiled again
-            # (hoisted.py; each round puts back at least one move, so this ends)
+            # goes back to its own kernel (or, none in the failing kernels, every such move),
+            # and the function is compiled again (hoisted.py; each round puts back at least
+            # one move, so this ends)
             if not sink_hoisted(fn.body.block, e.items):
-                raise
+                raise _with_fallbacks(e) from None
+
+
+def _with_fallbacks(e: OutOfSemaphores) -> OutOfSemaphores:
+    """e with the fallback overrides graph-to-tile gave the kernels that did not fit
+    (`tile.semaphore_fallback`), named in its message for a user running the passes."""
+    fallbacks = sorted({attr.data for op in e.items
+                        if isinstance(attr := op.attributes.get(t.SEMAPHORE_FALLBACK_ATTR), StringAttr)})
+    if not fallbacks:
+        return e
+    return OutOfSemaphores(f"{e}; graph-to-tile{{overrides=\"{','.join(fallbacks)}\"}} lowers the kernels that "
+                           "did not fit with less overlap (infer compile does so itself)", e.items, fallbacks)
 
 
 def _compile_function(hw: HardwareConfig, layout: DramLayout, fn: func.FuncOp, pipelining: bool,

@@ -12,7 +12,11 @@ bf16 copy, moved in front of the attention's last heads).
 
 `sink_hoisted` then puts the moves of the failing kernels back: the allocs and the index
 constants and views before the origin alloc, the DMAs and preparation ops (in their order)
-before the first op of that kernel that emits code. Both places are between the op's moved
+before the first op of that kernel that emits code. Where no failing kernel holds a move, it
+puts back every move: the moved allocs can start an op-marker group of their own inside the
+kernel before (prefetch_hoist.py places them after its last load), and then the group that
+fails is the part of that kernel ahead of them (an fp32 attention of 32 heads, 8 interleaved,
+before two small linears on server: 17 of 16 semaphores; 7 alone). Both places are between the op's moved
 and original positions, which prefetch_hoist checked that nothing touching the op's buffers
 lies between, so the program computes the same values; it only gives up the overlap. The
 driver compiles the function again (driver.compile_function).
@@ -38,10 +42,11 @@ def _label(op: Operation, name: str) -> int | None:
 
 def sink_hoisted(block: Block, failed_ops: Iterable[Operation]) -> int:
     """Put back, in `block`, every move whose ops are among `failed_ops` (the top-level ops of
-    the kernels that ran out of semaphores); returns how many moves were put back."""
+    the kernels that ran out of semaphores) or, where none is, every move left in the block;
+    returns how many moves were put back (0: none left)."""
     labels = {label for op in failed_ops if (label := _label(op, t.HOISTED_ATTR)) is not None}
     if not labels:
-        return 0
+        labels = {label for op in block.ops if (label := _label(op, t.HOISTED_ATTR)) is not None}
     origins = {label: op for op in block.ops
                if (label := _label(op, t.HOIST_ORIGIN_ATTR)) in labels}
     members: dict[int, list[Operation]] = {label: [] for label in origins}

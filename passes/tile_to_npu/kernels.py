@@ -91,7 +91,8 @@ def kernels_of(fn: func.FuncOp) -> list[list[Operation]]:
 
 def kernel_shape(ops: list[Operation]) -> tuple:
     """What a kernel is, without where it is: each op's name, properties and attributes (a
-    DRAM alloc's offset, a weight's offset and layer labels left out), result types, and which
+    DRAM alloc's offset, a weight's offset, layer labels and the labels of prefetch moves and
+    semaphore fallbacks left out), result types, and which
     values its operands are (numbered in order of first appearance). Kernels of one shape
     differ only in their DRAM buffers' places."""
     numbers: dict[SSAValue, int] = {}
@@ -117,7 +118,8 @@ def kernel_shape(ops: list[Operation]) -> tuple:
     return tuple(shape)
 
 
-_PLACEMENT = frozenset({"tile.layer", "tile.offset"})  # (kernel_shape leaves them out)
+# (kernel_shape leaves them out: where a kernel is, and labels that name it or its moves)
+_PLACEMENT = frozenset({"tile.layer", "tile.offset", t.HOISTED_ATTR, t.HOIST_ORIGIN_ATTR, t.SEMAPHORE_FALLBACK_ATTR})
 
 
 class KernelByKernel:

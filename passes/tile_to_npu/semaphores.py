@@ -63,11 +63,14 @@ class VirtualSemaphores:
 
 
 class OutOfSemaphores(LoweringError):
-    """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit."""
+    """Semaphore assignment failed; `items` are the top-level ops of the kernels that did not fit,
+    `fallback_overrides` graph-to-tile's overrides that lower them with less overlap
+    (`tile.semaphore_fallback`; driver.compile_function fills them in)."""
 
-    def __init__(self, msg: str, items: list[Operation]):
+    def __init__(self, msg: str, items: list[Operation], fallback_overrides: list[str] | None = None):
         super().__init__(msg)
         self.items = items
+        self.fallback_overrides = fallback_overrides or []
 
 
 def assign_physical_semaphores(program: list[FlatInstruction], virtuals: VirtualSemaphores,

@@ -295,3 +295,28 @@ def test_epilogue_with_a_runtime_operand_that_fits_no_tile_split(target, precisi
     condition = np.random.default_rng(6).random((6, 1)) < 0.5
     check_with_weights(CONV_THEN_WHERE_OF_AN_INPUT, {"w": normal(8, 4, 3, 3, seed=7) * 0.3},
                        [normal(1, 4, 6, 6), condition, normal(1, 1, 6, 1, seed=8)], target, precision)
+
+
+ATTENTION_THEN_TWO_LINEARS = """
+func.func @main(%q: tensor<1x32x33x3xf32>, %k: tensor<1x32x5x3xf32>, %v: tensor<1x32x5x3xf32>) -> (tensor<1x32x33x1xf32>, tensor<1x32x33x3xf32>) {
+  %m = graph.constant dense<0.25> : tensor<1x1x33x5xf32>
+  %a = graph.attention %q, %k, %v, %m : (tensor<1x32x33x3xf32>, tensor<1x32x5x3xf32>, tensor<1x32x5x3xf32>, tensor<1x1x33x5xf32>) -> tensor<1x32x33x3xf32>
+  %w1 = graph.constant dense<[[0.5, -0.25, 0.125], [0.25, 0.5, -0.5], [-0.125, 0.25, 0.75]]> : tensor<3x3xf32>
+  %b1 = graph.constant dense<[0.1, -0.2, 0.3]> : tensor<3xf32>
+  %y1 = graph.linear %a, %w1, %b1 : (tensor<1x32x33x3xf32>, tensor<3x3xf32>, tensor<3xf32>) -> tensor<1x32x33x3xf32>
+  %w2 = graph.constant dense<[[0.5, -1.0, 0.25]]> : tensor<1x3xf32>
+  %b2 = graph.constant dense<0.5> : tensor<1xf32>
+  %y2 = graph.linear %y1, %w2, %b2 : (tensor<1x32x33x3xf32>, tensor<1x3xf32>, tensor<1xf32>) -> tensor<1x32x33x1xf32>
+  func.return %y2, %a : tensor<1x32x33x1xf32>, tensor<1x32x33x3xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_whose_next_kernels_prefetch_leaves_it_no_semaphore(target):
+    """fp32, 32 heads (8 interleaved on server) before two small linears, the fuzzer's seed 11:
+    graph-to-tile moved the first linear's weights into the attention, whose first part then
+    needed 17 of server's 16 semaphores at every degrade level (7 alone). tile-to-npu now puts
+    the move back (tile_to_npu/hoisted.py) and compiles again."""
+    check(ATTENTION_THEN_TWO_LINEARS, [normal(1, 32, 33, 3, seed=1), normal(1, 32, 5, 3, seed=2),
+                                       normal(1, 32, 5, 3, seed=3)], target)
