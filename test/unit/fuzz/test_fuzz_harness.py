@@ -165,3 +165,25 @@ def test_floats_cast_from_integer_inputs_are_perturbed_too():
     assert "graph.mul" not in str(build(CAST_ATTENTION))
     outcome = run_case(CAST_ATTENTION, "edge", "fp32")
     assert outcome.kind == "passed" and outcome.detail.startswith("ill-conditioned"), outcome
+
+
+# a layer norm of the mean of equal rows: the reference's output is exactly 0
+MEAN_OF_EQUAL_ROWS = FuzzGraph(
+    nodes=(Node("input", (), (("dtype", "i32"), ("range", (0, 1)), ("shape", (3, 5)))),
+           Node("weight", (), (("dist", "normal"), ("shape", (1, 8)))),
+           Node("gather", (1, 0), (("axis", 0),)),
+           Node("matmul", (2, 2), (("transpose_b", True),)),
+           Node("reduce_mean", (3,), (("axes", (0, 1)), ("keepdims", True))),
+           Node("weight", (), (("dist", "positive"), ("shape", (5,)))),
+           Node("layer_norm", (4, 5), (("axis", -1), ("epsilon", 1e-05)))),
+    outputs=(6,), seed=113)
+
+
+def test_sums_are_perturbed_element_by_element():
+    """The probe perturbs each element of a float reduction's result (the program rounds each
+    sum in an order of its own): the layer norm of a mean of equal rows scales their last-bit
+    differences by 1/sqrt(eps), and this model (fuzz seed 71) was a bf16 mismatch of 4.2e-4
+    where the reference, exactly 0, did not move when only the inputs moved."""
+    assert str(build(MEAN_OF_EQUAL_ROWS, perturb=2.0**-8)).count("graph.mul") == 1
+    outcome = run_case(MEAN_OF_EQUAL_ROWS, "edge", "bf16")
+    assert outcome.kind == "passed" and outcome.detail.startswith("ill-conditioned"), outcome
