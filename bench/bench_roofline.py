@@ -17,7 +17,7 @@ cycle) as docs/performance.md defines it, `% roof` = roofline / simulated cycles
   of its first read and its last store), and the median of those ceilings
 - the demo CNN (tools/demo.py, the README's number)
 - MobileNetV2 (tools/zoo.py, 224x224): depthwise convs (docs/tiling.md, "Grouped and
-  depthwise convs as merged groups"); no goal
+  depthwise convs as merged groups", "Depthwise convs on the vector unit"); no goal
 - all-MiniLM-L6-v2 at sequence length 128 and a Llama-style prefill (hidden 512, GQA 8/2
   heads, 2 layers, sequence 512); goal >= 70 %
 - what bounds each whole model with a goal: its program simulated again with each resource

@@ -41,18 +41,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects import arith
 from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects import tile as t
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
-from infer.passes.graph_to_tile.builder import Emitter, Index, tile_extents
-from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
+from infer.passes.graph_to_tile.builder import Index, tile_extents
+from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.conv_store import store_output_tile
+from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
 from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
@@ -299,6 +299,21 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     groups = view.groups.value.data
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
                                      memo=memo)
+    # a depthwise conv on the vector unit where the cost model ranks it faster (depthwise.py;
+    # ties keep the matrix unit): a choice autotuning measures, as the merge factors. On
+    # bandwidth-bound targets (edge) the matrix unit stays first and autotuning alone may take
+    # the vector unit: there the model misses both units by 20-50 % either way (depthwise.py)
+    vector = (vector_tiles(ctx, op, result, p, epilogue_cost(ctx, epilogue) + (1 if op.bias is not None else 0),
+                           epilogue_footprint(ctx, epilogue, result, [op.results[0]],
+                                              ((N,), (shape_of(op.weight)[0],), (p.OH, p.OW))))
+              if override is None and is_depthwise(op) else None)
+    if vector is not None:
+        units = [(choice.best.cycles, "matrix"), (vector[2], "vector")]
+        if latency_bound(ctx.hw):
+            units.sort(key=lambda c: (c[0], c[1] != "matrix"))
+        if units[pick_index([("depthwise on", unit) for _, unit in units])][1] == "vector":
+            lower_depthwise_on_vector(ctx, op, epilogue, result, p, name, vector, choice.best.cycles)
+            return
     ctx.predict(choice.best.cycles - choice.best.helper)  # prepare_planes predicts its own nest
     ctx.debug(tiling_cost.describe_conv(name, f"O={O // groups} P={p.OH}x{p.OW} C={Cg} taps={KH}x{KW}"
                                         + (f" stride={p.stride[0]}x{p.stride[1]}" if p.stride != (1, 1) else "")
@@ -765,7 +780,6 @@ class ConvKernel:
         """Bias, epilogue and the store of one output tile."""
         em, p = self.em, self.p
         tq = toh * p.Wq
-        z = [0, 0]
         tile = bufs.acc
         r0 = em.add(em.mul(gi, self.Og), o0)
         # the bias added by the transposition back from the "channels" orientation
@@ -776,44 +790,7 @@ class ConvKernel:
         pitch = p.Wq if p.Wq != p.OW else 0
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
-        out_row = em.add(em.mul(n, self.O), r0)
-        if self.ctx.is_bf16_buffer(self.out3):
-            self._store_bf16(result_tile, out_row, oh0, to, toh)
-        elif pitch:
-            # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
-            tile_rows, tile_cols = result_tile.type.get_shape()  # type: ignore[attr-defined]
-            rows_view = em.view(result_tile, (tile_rows, tile_cols // p.Wq, p.Wq))
-            em.dma(rows_view, [0, 0, 0], self.out3, [out_row, oh0, 0], [to, toh, p.OW])
-        else:
-            em.dma(result_tile, z, em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
-                   [to, tq])
-
-    def _store_bf16(self, tile: SSAValue, out_row: Index, oh0: Index, to: int, toh: int) -> None:
-        """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a
-        compact [to, toh.OW] bf16 tile (the padded-width columns dropped, so each channel's rows
-        are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it."""
-        em, p = self.em, self.p
-        rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
-        held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
-        last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
-        compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
-        if last is not None:
-            # the epilogue's last op writes the compact tile itself: it computes in fp32 and
-            # rounds once at its destination, as the copy would after it (the same bits), and
-            # the vector unit makes one pass over the tile fewer
-            operands = list(last.operands)
-            operands[0] = compact
-            last.operands = operands
-        elif p.Wq == p.OW:
-            em.vec("copy", compact, [0, 0], tile, [0, 0], to, toh * p.OW)
-        elif held == toh:  # every channel's output rows in one run of rows of the view
-            em.vec("copy", em.view(compact, (to * toh, p.OW)), [0, 0], em.view(tile, (rows * held, p.Wq)), [0, 0],
-                   to * toh, p.OW)
-        else:
-            src, dst = em.view(tile, (rows * held, p.Wq)), em.view(compact, (to * toh, p.OW))
-            em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
-        em.dma(compact, [0, 0], em.view(self.out3, (self.N * self.O, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
-               [to, toh * p.OW])
+        store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh)
 
     # -- the nest --------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -896,21 +873,3 @@ class _Buffers:
         self.loader, self.windows, self.wblock, self.acc, self.acc_t = loader, windows, wblock, acc, acc_t
         self.im2col = im2col
 
-
-def _last_whole_tile_write(em: Emitter, tile: SSAValue, rows: int, cols: int) -> t.VectorOp | None:
-    """The op just emitted, when it is an elementwise vector op writing all of `tile` ([rows,
-    cols] from [0, 0]) in one instruction, reading neither `tile` nor a view of it through its
-    b operand (its a operand may be `tile`: an in-place op then reads it and writes elsewhere)."""
-    point = em.insert_point
-    last = point.insert_before.prev_op if point.insert_before is not None else point.block.last_op
-    if not isinstance(last, t.VectorOp) or last.dst is not tile:
-        return None
-    if last.form not in ("unary", "binary"):
-        return None
-    if last.rows.value.data != rows or last.cols.value.data != cols:
-        return None
-    if any(not (isinstance(i.owner, arith.ConstantOp) and i.owner.value.value.data == 0) for i in last.dst_indices):
-        return None
-    if any(b is tile or t.root_buffer(b) is t.root_buffer(tile) for b in last.b):
-        return None
-    return last

@@ -136,14 +136,19 @@ def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_byt
 
 
 def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in_bytes: int = 4,
-                         out_bytes: int = 4) -> int:
+                         out_bytes: int = 4, tap: tuple[int, int] | None = None, result_cost: int | None = None) -> int:
     """Cycles of `lower_max_pool_windows` for tiles of tc channels x toh output rows: the vector
     unit (window building and taps, in order) is the bottleneck once the first tile's rows
     arrived, the looped row tiles' loads double-buffered ahead of it; each reuse of the
     single-buffered edge tiles' set (windows reaching into the padding) waits for the tile
     before; without a loop of 3 or more row tiles every tile's load runs in series after the
-    tile before; then the last store's round trip (as measured on server traces)."""
+    tile before; then the last store's round trip (as measured on server traces). `tap`: (vector
+    cost units per group of result elements, instructions) of each tap, and `result_cost` the
+    cost units per group outside the taps (default: max pooling's `max` per tap and its first
+    tap's copy; depthwise.py's products and epilogue)."""
     L, cost, vlat = hw.vector.lanes, hw.vector.cost, hw.vector.latency
+    tap_cost, tap_instrs = tap if tap is not None else (cost["max"], 1)
+    result_cost = cost["max"] if result_cost is None else result_cost
     burst, bw = hw.dram.burst_bytes, hw.dram.bytes_per_cycle
     sw = p.stride[1]
     nw = -(-p.W // sw)
@@ -161,7 +166,7 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
         # per plane: the column phase gathered (strides), then placed between the border columns
         build = len(p.phases) * groups(tc * rq * nw) * cost["copy"] * (2 if sw > 1 else 1)
         result = groups(tc * rows * p.Wq)
-        vector = build + result * (cost["max"] + taps * cost["max"]) + (taps + 4) * vlat
+        vector = build + result * (result_cost + taps * tap_cost) + (taps * tap_instrs + 4) * vlat
         if out_bytes != 4:
             vector += groups(tc * rows * p.OW) * cost["copy"] + vlat
         store = tc * (-(-rows * p.OW * out_bytes // burst) * burst if out_bytes != 4
@@ -279,20 +284,30 @@ def first_tap(p: Planes) -> tuple[int, int, int]:
     return 0, (dh * kh) // sh, (dw * kw) // sw
 
 
-def over_plane_taps(em, p: Planes, body) -> None:
+def over_plane_taps(em, p: Planes, body, with_tap: bool = False) -> None:
     """body(plane, row shift, column shift) for every tap of the window: per plane a loop nest
     over its taps (the taps of one stride phase are a grid whose shifts are affine in the loop
-    variables)."""
+    variables); `with_tap`: body(plane, row shift, column shift, kh . KW + kw), the tap's index
+    in the kernel (affine in them too)."""
     (sh, sw), (dh, dw) = p.stride, p.dilation
     for plane, (rp, cp) in enumerate(p.phases):
         khs = [kh for kh in range(p.KH) if (dh * kh) % sh == rp]
         kws = [kw for kw in range(p.KW) if (dw * kw) % sw == cp]
         row0, col0 = (dh * khs[0]) // sh, (dw * kws[0]) // sw
-        row_step = (dh * (khs[1] - khs[0])) // sh if len(khs) > 1 else 0
-        col_step = (dw * (kws[1] - kws[0])) // sw if len(kws) > 1 else 0
-        em.range(len(khs), lambda a, plane=plane, row0=row0, col0=col0, row_step=row_step, col_step=col_step, n=len(kws):
-                 em.range(n, lambda b: body(plane, em.add(em.mul(a, row_step), row0),
-                                            em.add(em.mul(b, col_step), col0))))
+        kh_step = khs[1] - khs[0] if len(khs) > 1 else 0
+        kw_step = kws[1] - kws[0] if len(kws) > 1 else 0
+        row_step, col_step = (dh * kh_step) // sh, (dw * kw_step) // sw
+        first_tap = khs[0] * p.KW + kws[0]
+
+        def tap(a, b, plane=plane, row0=row0, col0=col0, row_step=row_step, col_step=col_step,
+                kh_step=kh_step, kw_step=kw_step, first_tap=first_tap) -> None:
+            shifts = (plane, em.add(em.mul(a, row_step), row0), em.add(em.mul(b, col_step), col0))
+            if with_tap:
+                body(*shifts, em.add(em.add(em.mul(a, kh_step * p.KW), em.mul(b, kw_step)), first_tap))
+            else:
+                body(*shifts)
+
+        em.range(len(khs), lambda a, tap=tap, n=len(kws): em.range(n, lambda b: tap(a, b)))
 
 
 def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:

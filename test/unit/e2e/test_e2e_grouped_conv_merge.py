@@ -2,7 +2,9 @@
 (passes/graph_to_tile/grouped_conv.py) where the cost model ranks that fastest: the merged
 weights compute the grouped conv, the compiled programs agree with onnxruntime and, bit for bit,
 with their tile programs (races checked), and the merge is picked for MobileNet-style depthwise
-convs on both configs and takes fewer cycles than the groups one by one."""
+convs on both configs and takes fewer cycles than the groups one by one. (Depthwise convs can
+also go to the vector unit, depthwise.py: off in these tests, `matrix_unit_only`, but for the
+whole MobileNetV2, where each goes to one or the other; test_e2e_depthwise_vector.py.)"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import infer
 from helpers.tile_programs import tile_module
+from helpers.tuning_choices import offered_choices
 from infer.dialects.tile_interpreter import run_tile_module
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import conv as conv_lowering
@@ -66,6 +69,15 @@ def _conv_model(path, C, O, H, k, stride, groups):
     return path
 
 
+@pytest.fixture
+def matrix_unit_only():
+    """Depthwise convs kept on the matrix unit (the vector unit's path never chosen), apart
+    from the test's own monkeypatch, which the tests undo between their compiles."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_lowering, "vector_tiles", lambda *args: None)
+        yield
+
+
 def _groups_lowered(monkeypatch) -> list[int]:
     """The groups of every conv kernel graph-to-tile chooses tiles for (recorded)."""
     seen: list[int] = []
@@ -82,8 +94,8 @@ def _groups_lowered(monkeypatch) -> list[int]:
 @pytest.mark.parametrize("target", ["edge", "server"])
 @pytest.mark.parametrize("C,O,H,k,stride,groups", [(32, 32, 14, 3, 1, 32), (24, 24, 13, 3, 2, 24),
                                                    (16, 32, 9, 3, 1, 4)])
-def test_merged_groups_agree_with_onnxruntime_and_their_tile_program(tmp_path, monkeypatch, target, C, O, H, k,
-                                                                     stride, groups):
+def test_merged_groups_agree_with_onnxruntime_and_their_tile_program(tmp_path, monkeypatch, matrix_unit_only, target,
+                                                                     C, O, H, k, stride, groups):
     lowered = _groups_lowered(monkeypatch)
     path = _conv_model(tmp_path / "conv.onnx", C, O, H, k, stride, groups)
     x = np.random.default_rng(1).standard_normal((1, C, H, H)).astype(np.float32)
@@ -101,7 +113,8 @@ def test_merged_groups_agree_with_onnxruntime_and_their_tile_program(tmp_path, m
 # at most 16 channels, server's 128-deep one up to 128)
 @pytest.mark.parametrize("target,C,H,stride,most", [("edge", 32, 28, 1, 0.8), ("server", 96, 28, 2, 0.2),
                                                     ("server", 144, 14, 1, 0.2)])
-def test_depthwise_convs_merge_and_take_fewer_cycles(tmp_path, monkeypatch, target, C, H, stride, most):
+def test_depthwise_convs_merge_and_take_fewer_cycles(tmp_path, monkeypatch, matrix_unit_only, target, C, H, stride,
+                                                    most):
     path = _conv_model(tmp_path / "dw.onnx", C, C, H, 3, stride, C)
     x = np.random.default_rng(2).standard_normal((1, C, H, H)).astype(np.float32)
 
@@ -175,10 +188,11 @@ def test_int8_depthwise_convs_merge_bit_exactly(monkeypatch, target, zp):
     assert np.unique(ref).size > 100
 
 
-def test_mobilenet_v2_on_server_merges_its_depthwise_convs(tmp_path):
-    """The whole MobileNetV2 of tools/zoo.py (bench_roofline.py's) in bf16 on server: its 17
-    depthwise convs merged (the array does more MACs than the model defines on them), the
-    output as onnxruntime's to bf16 accuracy."""
+def test_mobilenet_v2_on_server_merges_or_vectorises_its_depthwise_convs(tmp_path):
+    """The whole MobileNetV2 of tools/zoo.py (bench_roofline.py's) in bf16 on server: each of its
+    17 depthwise convs merged (the array does more MACs than the model defines on it) or on the
+    vector unit (no array MACs), both kinds present, the output as onnxruntime's to bf16
+    accuracy."""
     from infer.tools.zoo import build_mobilenet_v2_onnx
 
     path = build_mobilenet_v2_onnx(tmp_path / "mobilenet_v2.onnx")
@@ -188,11 +202,13 @@ def test_mobilenet_v2_on_server_merges_its_depthwise_convs(tmp_path):
     (got,) = exe.run([image])
     got, expected = np.asarray(got, np.float64).ravel(), expected.astype(np.float64).ravel()
     assert got @ expected / np.linalg.norm(got) / np.linalg.norm(expected) > 0.999
-    merged = [o for o in exe.last_report.ops if o.kernel_class == "conv2d" and o.macs > 1.5 * o.model_macs]
-    assert len(merged) == 17
+    convs = [o for o in exe.last_report.ops if o.kernel_class == "conv2d"]
+    merged = [o for o in convs if o.macs > 1.5 * o.model_macs]
+    on_vector = [o for o in convs if o.macs == 0]
+    assert merged and on_vector and len(merged) + len(on_vector) == 17
 
 
-def test_autotuning_measures_the_merge_factors(tmp_path, monkeypatch):
+def test_autotuning_measures_the_merge_factors(tmp_path, monkeypatch, matrix_unit_only):
     """The ranked merge factors are one of the choices autotuning simulates: with it on, the
     choice is offered every r the cost model ranked (best first), and the program it keeps is
     never slower than the cost model's."""
@@ -201,14 +217,7 @@ def test_autotuning_measures_the_merge_factors(tmp_path, monkeypatch):
     x = np.random.default_rng(4).standard_normal((1, C, H, H)).astype(np.float32)
     default = infer.compile(str(path), target="edge", precision="bf16")
     default.run([x])
-    offered: list[list] = []
-    pick = conv_lowering.pick_index
-
-    def spy(ranked):
-        offered.append(list(ranked))
-        return pick(ranked)
-
-    monkeypatch.setattr(conv_lowering, "pick_index", spy)
+    offered = offered_choices(monkeypatch, conv_lowering)
     tuned = infer.compile(str(path), target="edge", precision="bf16", autotune=3,
                           autotune_cache=str(tmp_path / "cache"))
     tuned.run([x])

@@ -1,5 +1,5 @@
 """A bf16-held conv output: the epilogue's last op writes the compact bf16 tile the conv stores
-(conv.py `_last_whole_tile_write`) instead of an fp32 tile that a vector copy then rounds: one
+(conv_store.py `_last_whole_tile_write`) instead of an fp32 tile that a vector copy then rounds: one
 vector pass fewer per tile, the same bits (one rounding at the destination either way). The
 fused op waits for the accumulator's last matmul on the vector engine and takes the store
 tile's free token at the front end (dependencies.py `DependencyTracker.wait`), so the front end
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from infer.dialects import tile as t
-from infer.passes.graph_to_tile import conv
+from infer.passes.graph_to_tile import conv_store
 from infer.passes.testing import apply_pass
 
 from helpers.graph_programs import parse_with_weights, pointwise_conv_chain
@@ -22,7 +22,7 @@ C, M, O, HW = 256, 1024, 256, 14
 def run(x: np.ndarray, fused: bool, monkeypatch) -> tuple[np.ndarray, int, list[t.VectorOp]]:
     """-> (output, cycles, the vector ops writing a bf16 tile in the tile IR)."""
     if not fused:
-        monkeypatch.setattr(conv, "_last_whole_tile_write", lambda *args: None)
+        monkeypatch.setattr(conv_store, "_last_whole_tile_write", lambda *args: None)
     text, weights = pointwise_conv_chain(C, M, O, HW)
     module = parse_with_weights(text, weights, "chain.mlir")
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16},tile-plan-memory{target=server}",

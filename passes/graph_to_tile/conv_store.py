@@ -1,0 +1,79 @@
+"""The store of a conv-shaped output tile: [rows, toh.Wq] f32 with padded-width rows (conv.py's
+tiles, depthwise.py's) into the [N.O, OH, OW] output, f32 or narrowed to bf16."""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import bf16
+from xdsl.ir import SSAValue
+
+from infer.dialects import tile as t
+from infer.passes.graph_to_tile.builder import Emitter, Index
+from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.planes import Planes
+
+
+def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index,
+                      oh0: Index, to: int, toh: int) -> None:
+    """Store the [to, toh.Wq] f32 output tile (padded-width rows) into rows [out_row, out_row +
+    to) and output rows [oh0, oh0 + toh) of `out3` [N.O, OH, OW]: a bf16 output through a compact
+    rounded copy (`_store_bf16`), an f32 one by a DMA of the valid columns of each row."""
+    em = ctx.emitter
+    rows_total = out3.type.get_shape()[0]  # type: ignore[attr-defined]
+    if ctx.is_bf16_buffer(out3):
+        _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
+    elif p.Wq != p.OW:
+        # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
+        tile_rows, tile_cols = tile.type.get_shape()  # type: ignore[attr-defined]
+        rows_view = em.view(tile, (tile_rows, tile_cols // p.Wq, p.Wq))
+        em.dma(rows_view, [0, 0, 0], out3, [out_row, oh0, 0], [to, toh, p.OW])
+    else:
+        em.dma(tile, [0, 0], em.view(out3, (rows_total, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
+               [to, toh * p.Wq])
+
+
+def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index, to: int,
+                toh: int) -> None:
+    """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a
+    compact [to, toh.OW] bf16 tile (the padded-width columns dropped, so each channel's rows
+    are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it."""
+    rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
+    held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
+    last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
+    compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
+    if last is not None:
+        # the epilogue's last op writes the compact tile itself: it computes in fp32 and
+        # rounds once at its destination, as the copy would after it (the same bits), and
+        # the vector unit makes one pass over the tile fewer
+        operands = list(last.operands)
+        operands[0] = compact
+        last.operands = operands
+    elif p.Wq == p.OW:
+        em.vec("copy", compact, [0, 0], tile, [0, 0], to, toh * p.OW)
+    elif held == toh:  # every channel's output rows in one run of rows of the view
+        em.vec("copy", em.view(compact, (to * toh, p.OW)), [0, 0], em.view(tile, (rows * held, p.Wq)), [0, 0],
+               to * toh, p.OW)
+    else:
+        src, dst = em.view(tile, (rows * held, p.Wq)), em.view(compact, (to * toh, p.OW))
+        em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
+    em.dma(compact, [0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
+           [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
+
+
+def _last_whole_tile_write(em: Emitter, tile: SSAValue, rows: int, cols: int) -> t.VectorOp | None:
+    """The op just emitted, when it is an elementwise vector op writing all of `tile` ([rows,
+    cols] from [0, 0]) in one instruction, reading neither `tile` nor a view of it through its
+    b operand (its a operand may be `tile`: an in-place op then reads it and writes elsewhere)."""
+    point = em.insert_point
+    last = point.insert_before.prev_op if point.insert_before is not None else point.block.last_op
+    if not isinstance(last, t.VectorOp) or last.dst is not tile:
+        return None
+    if last.form not in ("unary", "binary"):
+        return None
+    if last.rows.value.data != rows or last.cols.value.data != cols:
+        return None
+    if any(not (isinstance(i.owner, arith.ConstantOp) and i.owner.value.value.data == 0) for i in last.dst_indices):
+        return None
+    if any(b is tile or t.root_buffer(b) is t.root_buffer(tile) for b in last.b):
+        return None
+    return last
