@@ -240,8 +240,9 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
                 overrides, timing, say)
             break
         except OutOfSemaphores as e:
-            if not e.fallback_overrides:
-                raise
+            applied = set(overrides.split(","))
+            if not e.fallback_overrides or applied.issuperset(e.fallback_overrides):
+                raise  # (no fallback, or only ones already taken: lowering again would not change)
             timing.timer.add("lowering that ran out of semaphores", time.perf_counter() - started[0],
                              time.process_time() - started[1])
             overrides = ",".join(filter(None, (overrides, *e.fallback_overrides)))

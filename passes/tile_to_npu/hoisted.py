@@ -16,10 +16,10 @@ before the first op of that kernel that emits code. Where no failing kernel hold
 puts back every move: the moved allocs can start an op-marker group of their own inside the
 kernel before (prefetch_hoist.py places them after its last load), and then the group that
 fails is the part of that kernel ahead of them (an fp32 attention of 32 heads, 8 interleaved,
-before two small linears on server: 17 of 16 semaphores; 7 alone). Both places are between the op's moved
-and original positions, which prefetch_hoist checked that nothing touching the op's buffers
-lies between, so the program computes the same values; it only gives up the overlap. The
-driver compiles the function again (driver.compile_function).
+before two small linears on server: 17 of 16 semaphores; 7 alone). Both places are between the
+op's moved and original positions, which prefetch_hoist checked that nothing touching the op's
+buffers lies between, so the program computes the same values; it only gives up the overlap.
+The driver compiles the function again (driver.compile_function).
 """
 
 from __future__ import annotations
