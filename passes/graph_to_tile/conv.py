@@ -50,7 +50,7 @@ from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
 from infer.passes.graph_to_tile.conv_store import store_output_tile
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
@@ -315,17 +315,13 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     choice = tiling_cost.choose_conv(ctx.hw, spec, override=override and (override[0], override[1] // p.OW, override[2]),
                                      memo=memo)
     # a depthwise conv on the vector unit where the cost model ranks it faster (depthwise.py;
-    # ties keep the matrix unit): a choice autotuning measures, as the merge factors. On
-    # bandwidth-bound targets (edge) the matrix unit stays first and autotuning alone may take
-    # the vector unit: there the model misses both units by 20-50 % either way (depthwise.py)
+    # ties keep the matrix unit): a choice autotuning measures, as the merge factors
     vector = (vector_tiles(ctx, op, result, p, epilogue_cost(ctx, epilogue) + (1 if op.bias is not None else 0),
                            epilogue_footprint(ctx, epilogue, result, [op.results[0]],
                                               ((N,), (shape_of(op.weight)[0],), (p.OH, p.OW))))
               if override is None and is_depthwise(op) else None)
     if vector is not None:
-        units = [(choice.best.cycles, "matrix"), (vector[2], "vector")]
-        if latency_bound(ctx.hw):
-            units.sort(key=lambda c: (c[0], c[1] != "matrix"))
+        units = sorted([(choice.best.cycles, "matrix"), (vector[2], "vector")], key=lambda c: (c[0], c[1] != "matrix"))
         if units[pick_index([("depthwise on", unit) for _, unit in units])][1] == "vector":
             lower_depthwise_on_vector(ctx, op, epilogue, result, p, name, vector, choice.best.cycles)
             return

@@ -18,11 +18,10 @@ The products and sums are fp32 on the activations as held (bf16 where the produc
 them); the matrix unit rounds activations and weights to bf16 first, so in bf16 precision this
 path is the more accurate one. Chosen per conv by the cost model (`choose_depthwise_tiles`, the
 pooling estimate with two instructions per tap, against the matrix unit's fastest merge;
-conv.lower_conv) on latency-bound targets (server); on edge the matrix unit is ranked first and
-only autotuning may take the vector unit (its 16 lanes win on some late convs and lose on the
-early ones, and the model misses both units there by 20-50 %: docs/tiling.md, "Depthwise convs
-on the vector unit"). Not for int8 convs nor with tile overrides (an override sizes the matrix
-unit's tiles).
+conv.lower_conv), a choice autotuning measures too: on server the late convs of MobileNetV2 go
+to the vector unit, on edge (16 lanes against a 16x16 array) the latest few. The tiles' buffers
+rotate on the channel tiles' loop too (`rotates_channel_tiles`). Not for int8 convs nor with
+tile overrides (an override sizes the matrix unit's tiles).
 """
 
 from __future__ import annotations
@@ -52,23 +51,34 @@ def is_depthwise(op: g.Conv2dOp) -> bool:
     return op.groups.value.data == C == O and Cg == 1
 
 
+def rotates_channel_tiles(N: int, C: int, TC: int) -> bool:
+    """Do the tiles' buffers rotate on the loop over images and channel tiles (two or more
+    tiles): each tile's window then loads while the tile before computes, row loop or not.
+    (Single-buffered, a 576-channel stride-2 conv at 14x14 in 16-channel tiles on edge waited
+    for each tile's load in series: 152,255 cycles, 66,500 double-buffered.)"""
+    return N * -(-C // TC) >= 2
+
+
 def choose_depthwise_tiles(hw, N: int, C: int, p: Planes, in_bytes: int, out_bytes: int, epi_cost: int,
                            epi_bytes) -> tuple[int, int, int] | None:
     """(TC, TOH, cycles) of the fastest tiling whose buffers fit: per looped set (double-
-    buffered) and edge set (single) the pooling windows, the result, the tap product and the
-    epilogue's tiles, besides the weight table and the bias. `epi_cost`: vector cost units per
+    buffered) and edge set (double where the channel tiles rotate, else single) the pooling
+    windows, the result, the tap product and the epilogue's tiles, besides the weight table and
+    the bias. `epi_cost`: vector cost units per
     group of result elements outside the taps (the zeroing, the bias, the epilogue)."""
     cost = hw.vector.cost
     best = None
     fixed = 4 * C * (p.KH * p.KW + 1)
     for tc in tiling_cost.pow2_candidates(C, 1):
+        rotating = rotates_channel_tiles(N, C, tc)
         for toh in tiling_cost.pow2_candidates(p.OH, 1):
             one_set = (window_pool_buffers(p, tc, toh, in_bytes, out_bytes) + 4 * tc * toh * p.Wq
                        + epi_bytes(tc, toh * p.Wq))
-            if 3 * one_set + fixed > hw.memory.scratchpad_bytes:
+            if (4 if rotating else 3) * one_set + fixed > hw.memory.scratchpad_bytes:
                 continue
             cycles = window_pool_estimate(hw, N * -(-C // tc) * tc, p, tc, toh, in_bytes, out_bytes,
-                                          tap=(cost["mul"] + cost["add"], 2), result_cost=epi_cost)
+                                          tap=(cost["mul"] + cost["add"], 2), result_cost=epi_cost,
+                                          rotating=rotating)
             if best is None or cycles < best[2]:
                 best = (tc, toh, cycles)
     return best
@@ -111,13 +121,14 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
         bias = em.alloc((C, 1), f32, "spad")
         em.dma(em.view(ctx.buffer(op.bias), (C, 1)), [0, 0], bias, [0, 0], [C, 1])
     x = ctx.buffer(op.input)
+    rotating_channels = rotates_channel_tiles(N, C, TC)
     sets: dict[bool, tuple[WindowLoader, SSAValue, SSAValue]] = {}
     pools: dict[bool, dict] = {True: {}, False: {}}
 
     def buffers(looped: bool) -> tuple[WindowLoader, SSAValue, SSAValue]:
         if looped not in sets:
             with em.no_pool():
-                count = 2 if looped else 1
+                count = 2 if looped or rotating_channels else 1
                 loader = WindowLoader(ctx, p, x, C, TC, TOH, pixel_major=False, targets=[f32], border=0.0,
                                       buffers=count)
                 sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count),
@@ -126,7 +137,7 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
 
     def tile(n: Index, c0: Index, tc: int, oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
         loader, acc, product = buffers(looped)
-        with em.alloc_pool(pools[looped], single=not looped):
+        with em.alloc_pool(pools[looped], single=not (looped or rotating_channels)):
             loader.load(n, c0, oh0, toh, tc, top, bottom)
             tq = toh * Wq
             em.fill(acc, [0, 0], tc, tq, 0.0)

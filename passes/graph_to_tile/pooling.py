@@ -136,7 +136,8 @@ def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_byt
 
 
 def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in_bytes: int = 4,
-                         out_bytes: int = 4, tap: tuple[int, int] | None = None, result_cost: int | None = None) -> int:
+                         out_bytes: int = 4, tap: tuple[int, int] | None = None, result_cost: int | None = None,
+                         rotating: bool = False) -> int:
     """Cycles of `lower_max_pool_windows` for tiles of tc channels x toh output rows: the vector
     unit (window building and taps, in order) is the bottleneck once the first tile's rows
     arrived, the looped row tiles' loads double-buffered ahead of it; each reuse of the
@@ -145,7 +146,8 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
     tile before; then the last store's round trip (as measured on server traces). `tap`: (vector
     cost units per group of result elements, instructions) of each tap, and `result_cost` the
     cost units per group outside the taps (default: max pooling's `max` per tap and its first
-    tap's copy; depthwise.py's products and epilogue)."""
+    tap's copy; depthwise.py's products and epilogue); `rotating`: the buffers rotate on the
+    channel tiles' loop too (depthwise.py), so no tile's load waits for the tile before."""
     L, cost, vlat = hw.vector.lanes, hw.vector.cost, hw.vector.latency
     tap_cost, tap_instrs = tap if tap is not None else (cost["max"], 1)
     result_cost = cost["max"] if result_cost is None else result_cost
@@ -177,7 +179,7 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
     vector = channel_tiles * sum(v for _, v, _ in per_tile)
     dram = channel_tiles * sum(ld + st for ld, _, st in per_tile) / bw
     reloads = 0.0
-    if hi - lo < 3:
+    if hi - lo < 3 and not rotating:
         # no loop, or a 2-trip one (not software-pipelined): every tile's load waits for the
         # tile before to free its buffers and runs in series
         reloads = (channel_tiles * len(tiles) - 1) * sum(dma_round_trip(hw, ld) for ld, _, _ in per_tile) / len(tiles)

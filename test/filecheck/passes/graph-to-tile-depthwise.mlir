@@ -9,7 +9,8 @@
 // window by the tap's weight of each channel (bmode col, from the [C, 9] weight table) and an
 // `add` into the result, the taps a loop nest (3 x 3 shifts, the tap's index affine in them);
 // then the bias (bmode col), the relu and the store of the valid columns. No matmul. On edge
-// the matrix unit stays the default (merged groups of 16 channels).
+// too, in tiles of 32 channels: a loop over the channel tiles whose buffers rotate on it
+// (buffers = 2), so each tile's window loads while the tile before computes.
 
 func.func @main(%x: tensor<1x960x7x7xf32>) -> tensor<1x960x7x7xf32> {
   %w = graph.constant dense<0.125> : tensor<960x1x3x3xf32>
@@ -34,5 +35,11 @@ func.func @main(%x: tensor<1x960x7x7xf32>) -> tensor<1x960x7x7xf32> {
 
 // DEBUG: [graph-to-tile] kernel0: depthwise conv2d C=960 P=7x7 taps=3x3 batch=1 on the vector unit: channels x output rows per tile = 960x7: est {{[0-9]+}} cycles (matrix unit: {{[0-9]+}})
 
-// EDGE-NOT:  tile.weight @kernel0.taps
-// EDGE:      tile.matmul
+// EDGE:      tile.weight @kernel0.taps : memref<960x9xf32, "dram">
+// EDGE:      tile.alloc {buffers = 2 : i64} : memref<32x90xf32, "spad">
+// EDGE-NOT:  tile.matmul
+// EDGE:      scf.for
+// EDGE:        tile.dma {{.*}} {shape = array<i64: 32, 7, 7>}
+// EDGE:        tile.vector "mul" {{.*}} {rows = 32 : i64, cols = 63 : i64, bmode = "col"}
+// EDGE-NOT:  tile.matmul
+// EDGE:      func.return
