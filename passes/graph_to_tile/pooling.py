@@ -299,13 +299,13 @@ def over_plane_taps(em, p: Planes, body, with_tap: bool = False) -> None:
         kh_step = khs[1] - khs[0] if len(khs) > 1 else 0
         kw_step = kws[1] - kws[0] if len(kws) > 1 else 0
         row_step, col_step = (dh * kh_step) // sh, (dw * kw_step) // sw
-        first_tap = khs[0] * p.KW + kws[0]
+        index0 = khs[0] * p.KW + kws[0]  # (the plane's first tap's index in the kernel)
 
         def tap(a, b, plane=plane, row0=row0, col0=col0, row_step=row_step, col_step=col_step,
-                kh_step=kh_step, kw_step=kw_step, first_tap=first_tap) -> None:
+                kh_step=kh_step, kw_step=kw_step, index0=index0) -> None:
             shifts = (plane, em.add(em.mul(a, row_step), row0), em.add(em.mul(b, col_step), col0))
             if with_tap:
-                body(*shifts, em.add(em.add(em.mul(a, kh_step * p.KW), em.mul(b, kw_step)), first_tap))
+                body(*shifts, em.add(em.add(em.mul(a, kh_step * p.KW), em.mul(b, kw_step)), index0))
             else:
                 body(*shifts)
 
