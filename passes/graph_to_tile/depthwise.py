@@ -10,9 +10,10 @@ TC channels x TOH output rows, the windows are built on chip as max pooling buil
 is two vector instructions over the [TC, TOH.Wq] result (padded-width rows, as conv.py's
 tiles): a `mul` of the tap's shifted plane window by the tap's weight of each channel (bmode
 col: one value per row, read from the [C, KH.KW] weight table loaded once), and an `add` into
-the result, which starts zeroed. Then the bias (one `add`, bmode col), the conv's fused
-epilogue (elementwise.apply_epilogue) and the store (conv_store.store_output_tile: bf16 outputs
-rounded into a compact tile). The taps are loops per stride-phase plane (pooling.over_plane_taps).
+the result, which starts as the first tap's product (no zeroing: 960 channels at 7x7 on server
+4,454 -> 4,214 cycles). Then the bias (one `add`, bmode col), the conv's fused epilogue
+(elementwise.apply_epilogue) and the store (conv_store.store_output_tile: bf16 outputs rounded
+into a compact tile). The taps are loops per stride-phase plane (pooling.over_plane_taps).
 
 The products and sums are fp32 on the activations as held (bf16 where the producer narrowed
 them); the matrix unit rounds activations and weights to bf16 first, so in bf16 precision this
@@ -40,7 +41,7 @@ from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.graph_to_tile.conv_store import store_output_tile
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue
 from infer.passes.graph_to_tile.planes import Planes
-from infer.passes.graph_to_tile.pooling import over_plane_taps, window_pool_buffers, window_pool_estimate
+from infer.passes.graph_to_tile.pooling import first_tap, over_plane_taps, window_pool_buffers, window_pool_estimate
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tiles
 
 
@@ -92,8 +93,8 @@ def vector_tiles(ctx: LoweringContext, op: g.Conv2dOp, result: SSAValue, p: Plan
     N, C, _, _ = shape_of(op.input)
     in_bytes = 2 if ctx.held_as_bf16(op.input) else 4
     out_bytes = 2 if ctx.narrows(result) else 4
-    fill = ctx.hw.vector.cost["copy"]
-    return choose_depthwise_tiles(ctx.hw, N, C, p, in_bytes, out_bytes, fill + epi_cost, epi_bytes)
+    # (the first tap has no add: its product starts the result)
+    return choose_depthwise_tiles(ctx.hw, N, C, p, in_bytes, out_bytes, epi_cost - ctx.hw.vector.cost["add"], epi_bytes)
 
 
 def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Sequence[Operation],
@@ -140,14 +141,17 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
         with em.alloc_pool(pools[looped], single=not (looped or rotating_channels)):
             loader.load(n, c0, oh0, toh, tc, top, bottom)
             tq = toh * Wq
-            em.fill(acc, [0, 0], tc, tq, 0.0)
+            # the first tap's product is the result's start (no zeroing, no add)
+            plane, row, col, k = first_tap(p)
+            em.vec("mul", acc, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq, taps, [c0, k],
+                   bmode="col")
 
             def tap(plane: int, row: Index, col: Index, k: Index) -> None:
                 em.vec("mul", product, [0, 0], loader.windows[plane][0], [0, em.add(em.mul(row, Wq), col)], tc, tq,
                        taps, [c0, k], bmode="col")
                 em.vec("add", acc, [0, 0], acc, [0, 0], tc, tq, product, [0, 0], bmode="tile")
 
-            over_plane_taps(em, p, tap, with_tap=True)
+            over_plane_taps(em, p, tap, with_tap=True, after_first=True)
             if bias is not None:
                 em.vec("add", acc, [0, 0], acc, [0, 0], tc, tq, bias, [c0, 0], bmode="col")
             frame = TileFrame((N,), (C,), (OH, OW), n, c0, em.mul(oh0, OW), tc, tq, Wq if Wq != OW else 0, oh0)

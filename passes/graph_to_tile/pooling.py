@@ -249,7 +249,7 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
         # the result starts as the first tap's window (one copy, where filling it with NEG_INF
         # took two vector passes); the taps' loop then takes its maximum with it again, which
         # leaves it unchanged (max(x, x) = x, NaN included)
-        plane, row, col = first_tap(p)
+        plane, row, col, _ = first_tap(p)
         em.vec("copy", result, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq)
 
         def tap(plane: int, row: Index, col: Index) -> None:
@@ -277,20 +277,21 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     return True
 
 
-def first_tap(p: Planes) -> tuple[int, int, int]:
-    """(plane, row shift, column shift) of the first tap `over_plane_taps` visits."""
+def first_tap(p: Planes) -> tuple[int, int, int, int]:
+    """(plane, row shift, column shift, kh . KW + kw) of the first tap `over_plane_taps` visits."""
     (sh, sw), (dh, dw) = p.stride, p.dilation
     rp, cp = p.phases[0]
     kh = next(kh for kh in range(p.KH) if (dh * kh) % sh == rp)
     kw = next(kw for kw in range(p.KW) if (dw * kw) % sw == cp)
-    return 0, (dh * kh) // sh, (dw * kw) // sw
+    return 0, (dh * kh) // sh, (dw * kw) // sw, kh * p.KW + kw
 
 
-def over_plane_taps(em, p: Planes, body, with_tap: bool = False) -> None:
+def over_plane_taps(em, p: Planes, body, with_tap: bool = False, after_first: bool = False) -> None:
     """body(plane, row shift, column shift) for every tap of the window: per plane a loop nest
     over its taps (the taps of one stride phase are a grid whose shifts are affine in the loop
     variables); `with_tap`: body(plane, row shift, column shift, kh . KW + kw), the tap's index
-    in the kernel (affine in them too)."""
+    in the kernel (affine in them too); `after_first`: every tap but the first (`first_tap`),
+    its plane's grid then the rest of its first row and the rows after."""
     (sh, sw), (dh, dw) = p.stride, p.dilation
     for plane, (rp, cp) in enumerate(p.phases):
         khs = [kh for kh in range(p.KH) if (dh * kh) % sh == rp]
@@ -309,7 +310,19 @@ def over_plane_taps(em, p: Planes, body, with_tap: bool = False) -> None:
             else:
                 body(*shifts)
 
-        em.range(len(khs), lambda a, tap=tap, n=len(kws): em.range(n, lambda b: tap(a, b)))
+        if after_first and plane == 0:
+            from_one(em, len(kws), lambda b, tap=tap: tap(0, b))
+            from_one(em, len(khs), lambda a, tap=tap, n=len(kws): em.range(n, lambda b: tap(a, b)))
+        else:
+            em.range(len(khs), lambda a, tap=tap, n=len(kws): em.range(n, lambda b: tap(a, b)))
+
+
+def from_one(em, n: int, body) -> None:
+    """body(i) for i in [1, n): inline for one, else a loop."""
+    if n == 2:
+        body(1)
+    elif n > 2:
+        em.loop(1, n, 1, body)
 
 
 def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:

@@ -5,9 +5,10 @@
 // A depthwise 3x3 conv (one input and one output channel per group; MobileNet's 960 channels
 // at 7x7) + bias + relu on server: the cost model ranks the vector unit faster than the matrix
 // unit's merged groups (depthwise.py). The input rows are DMA'd once per tile into the window
-// (the border filled with 0), the result starts zeroed, and each tap is a `mul` of its shifted
-// window by the tap's weight of each channel (bmode col, from the [C, 9] weight table) and an
-// `add` into the result, the taps a loop nest (3 x 3 shifts, the tap's index affine in them);
+// (the border filled with 0). The first tap's `mul` of its shifted window by the tap's weight
+// of each channel (bmode col, from the [C, 9] weight table) starts the result; every other tap
+// is such a `mul` and an `add` into the result, in loops (the rest of the first kernel row,
+// then the 2 x 3 taps after it; the tap's index affine in the loop variables);
 // then the bias (bmode col), the relu and the store of the valid columns. No matmul. On edge
 // too, in tiles of 32 channels: a loop over the channel tiles whose buffers rotate on it
 // (buffers = 2), so each tile's window loads while the tile before computes.
@@ -23,7 +24,11 @@ func.func @main(%x: tensor<1x960x7x7xf32>) -> tensor<1x960x7x7xf32> {
 // CHECK:     tile.weight @kernel0.taps : memref<960x9xf32, "dram">
 // CHECK-NOT: tile.matmul
 // CHECK:     tile.dma {{.*}} {shape = array<i64: 960, 9>}
-// CHECK:     tile.fill {{.*}} {rows = 960 : i64, cols = 63 : i64, value = 0.000000e+00 : f32}
+// CHECK-NOT: tile.fill {{.*}} {rows = 960 : i64, cols = 63 : i64
+// CHECK:     tile.vector "mul" {{.*}} {rows = 960 : i64, cols = 63 : i64, bmode = "col"}
+// CHECK-NEXT: scf.for
+// CHECK-NEXT:   tile.vector "mul" {{.*}} {rows = 960 : i64, cols = 63 : i64, bmode = "col"}
+// CHECK-NEXT:   tile.vector "add" {{.*}} {rows = 960 : i64, cols = 63 : i64, bmode = "tile"}
 // CHECK:     scf.for
 // CHECK-NEXT:  scf.for
 // CHECK:         tile.vector "mul" {{.*}} {rows = 960 : i64, cols = 63 : i64, bmode = "col"}
