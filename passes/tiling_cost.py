@@ -469,6 +469,11 @@ class ConvSpec:
     # channel-major windows are the input rows themselves, DMA'd in place with no copy
     # (graph_to_tile.windows.loads_in_place: an unpadded stride-1 input held in the operand type)
     in_place_windows: bool = False
+    # the input (one image) is the kernel before's whole output, kept on chip
+    # (graph_to_tile.conv_store.store_output_tile): windows built on chip copy its stride-1 rows
+    # on the vector unit instead of loading them (windows.WindowLoader's `kept`), and a 1x1
+    # conv's one channel-major window is that tile itself (conv.py `ConvKernel.window_on_chip`)
+    input_on_chip: bool = False
     # (orientation, TO, TOH, TC, outer, im2col, prepared, whole weights) -> (scratchpad, accumulator)
     # bytes of every local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is
     # a value): equal specs rank alike
@@ -668,11 +673,18 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     weight_loads = images * nO * (1 if (T.outer == "o" and (single or whole)) else nR * nC)
     avg_tc, avg_to, avg_toh = s.Cg / nC, s.Og / nO, s.OH / nR
     rq = avg_toh + s.halo_rows
+    # windows built on chip from the kept input: its rows copied on chip (`ConvSpec.input_on_chip`)
+    kept = s.input_on_chip and not s.prepared and s.stride == 1 and s.batch == 1
+    # ... or, as a 1x1 conv's one channel-major window, read in place
+    kept_in_place = (kept and single and nR == 1 and s.taps == 1 and s.Wq == s.W and not channels
+                     and not T.im2col and s.copies == 1)
     if s.prepared and channels:  # pixel-major planes: a run per pixel, or one when all channels
         window_b = s.planes * s.copies * (bursts(rq * s.Wq * s.Cg * 2) if TC >= s.Cg
                                           else rq * s.Wq * bursts(avg_tc * 2))
     elif s.prepared:
         window_b = s.planes * s.copies * avg_tc * bursts(rq * s.Wq * 2)
+    elif kept:
+        window_b = 0
     elif s.stride == 1:
         window_b = s.row_phases * avg_tc * bursts(rq * s.W * s.in_bytes)
     else:
@@ -686,8 +698,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     out_b = avg_to * (avg_toh * bursts(s.OW * s.out_bytes) if pitched else bursts(avg_toh * s.OW * s.out_bytes))
     load_bytes = window_loads * window_b + weight_loads * weight_b + out_tiles * out_b * s.epi_tiles
     store_bytes = out_tiles * out_b
-    loads = window_loads * (s.planes * s.copies if s.prepared else s.row_phases) + weight_loads * s.copies \
-        + out_tiles * s.epi_tiles
+    loads = window_loads * (0 if kept else s.planes * s.copies if s.prepared else s.row_phases) \
+        + weight_loads * s.copies + out_tiles * s.epi_tiles
     stores = out_tiles
     lat, setup, chans = hw.dram.latency_cycles, hw.dma.setup_cycles, hw.dma.channels
     memory = int(max((load_bytes + store_bytes) / bw,
@@ -711,6 +723,9 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     if not s.prepared and not (s.in_place_windows and not channels):
         per_load += s.planes * -(-int(avg_tc * pixels) // L) * split
         per_load_instrs += s.planes * (2 if s.copies == 2 else 1)
+    if kept and not kept_in_place:  # the input rows copied from the kept tile (a row per channel)
+        per_load += s.row_phases * -(-int(avg_tc * rq * s.W) // L) * vcost["copy"]
+        per_load_instrs += s.row_phases
     tq_avg = avg_toh * s.Wq
     window_vector = window_loads * per_load
     window_instrs_run = window_loads * per_load_instrs

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import bf16, f32
+from xdsl.dialects.builtin import MemRefType, bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -50,7 +50,7 @@ from infer.dialects.ir_io import LoweringError
 from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
-from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error
+from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.conv_store import store_output_tile
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
@@ -249,6 +249,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
         footprint=footprint, tap_nests=tap_nests, in_place_windows=loads_in_place(p, False, narrow_in and copies == 1),
+        input_on_chip=N == 1 and kept_window(ctx, ctx.buffer(op.input), (C, H * W)) is not None,
         prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False, 2 if narrow_in else 4),
                         prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4, C))
         if prepared else (0, 0),
@@ -334,6 +335,15 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                footprint=(choice.best.spad, choice.best.acc)).emit()
 
 
+def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
+    """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
+    (`LoweringContext.keep_on_chip`), if any."""
+    tile = ctx.on_chip(buffer)
+    if tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16:
+        return None
+    return ctx.on_chip_as(buffer, shape)
+
+
 class ConvKernel:
     """The loop nest of one conv kernel for chosen tiles (see the module docstring). bf16 (and
     the fp32 emulation's hi/lo) operands; integer_conv.IntegerConvKernel overrides the operand
@@ -392,6 +402,8 @@ class ConvKernel:
         self._weight_origin: tuple[Index, Index] = (0, 0)
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
         self.planes = self.prepare_input()
+        # the input the kernel before kept on chip, when it is this kernel's one window
+        self.kept_input = self.window_on_chip()
         self._pools: dict[bool, dict] = {True: {}, False: {}}
         # with one channel step the weights of an output tile are loaded once per outer
         # output-channel tile (outer = "o"): single-buffered, shared by every row tile
@@ -448,6 +460,19 @@ class ConvKernel:
 
     def input_source(self) -> SSAValue:
         return self.ctx.buffer(self.op.input)
+
+    def window_on_chip(self) -> SSAValue | None:
+        """The input as the kernel before kept it on chip (its whole bf16 output:
+        conv_store.store_output_tile), viewed as this kernel's window [C, H.W], when that is the
+        kernel's only window: a 1x1 stride-1 unpadded conv of one image with one channel step
+        and one row tile, channel-major ("pixels"), bf16 operands. The matmuls read it in place:
+        no load, so nothing waits for the kernel before's store and a DRAM round trip."""
+        T, p = self.tiles, self.p
+        if not (self.N == 1 and self.groups == 1 and p.raw and len(self.taps) == 1 and self.single
+                and T.TOH >= p.OH and not self.channels_wide and not T.im2col and self.copies == 1
+                and self.operand_type == bf16 and self.planes is None):
+            return None
+        return kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
 
     def border(self) -> float:
         return 0.0
@@ -511,14 +536,21 @@ class ConvKernel:
         and hand them out again, by shape, to other code emitted in a pooled block."""
         em, T, p = self.em, self.tiles, self.p
         window_buffers, weight_buffers, acc_buffers = self.buffer_counts(looped)
-        if self.planes is not None:
+        loader: WindowLoader | PreparedWindows | None
+        if self.kept_input is not None:
+            loader = None  # (the window is the kept input, read in place)
+        elif self.planes is not None:
             loader = PreparedWindows(self.ctx, p, self.planes, self.N, self.C, T.TC, T.TOH,
                                      pixel_major=self.channels_wide, buffers=window_buffers)
         else:
+            # the input rows copied from the kernel before's output kept on chip, if it is
+            kept = (kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
+                    if self.N == 1 and p.stride[0] == 1 else None)
             loader = WindowLoader(self.ctx, p, self.input_source(), self.C, T.TC, T.TOH,
                                   pixel_major=self.channels_wide, targets=[self.operand_type] * self.copies,
-                                  border=self.border(), buffers=window_buffers)
-        windows = [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows]
+                                  border=self.border(), buffers=window_buffers, kept=kept)
+        windows = ([Bf16Tile(self.kept_input, None)] if loader is None
+                   else [Bf16Tile(ws[0], ws[1] if len(ws) == 2 else None) for ws in loader.windows])
         wblock = ([] if self.resident is not None or self.whole_block is not None
                   else self.hoisted_weights or self._weight_block(weight_buffers))
         if self.channels_wide:
@@ -600,6 +632,8 @@ class ConvKernel:
     def load_window(self, bufs: "_Buffers", n: Index, gi: Index, rows: tuple[Index, int, int, int], c0: Index,
                     tc: int) -> None:
         oh0, toh, top, bottom = rows
+        if bufs.loader is None:  # the kept input (`window_on_chip`)
+            return
         bufs.loader.load(n, self.em.add(self.em.mul(gi, self.Cg), c0), oh0, toh, tc, top, bottom)
 
     def weight_at(self, bufs: "_Buffers", part: int, tc: int,
@@ -796,7 +830,12 @@ class ConvKernel:
         pitch = p.Wq if p.Wq != p.OW else 0
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
-        store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh)
+        # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
+        # round trip long against its transfer (context.latency_bound; on edge the scratchpad is
+        # small and the DRAM's bandwidth, not its latency, bounds the kernels)
+        whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
+                 and latency_bound(self.ctx.hw))
+        store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole)
 
     # -- the nest --------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -874,7 +913,7 @@ class ConvKernel:
 class _Buffers:
     """The local buffers of one kind of emitted row tile (looped or edge)."""
 
-    def __init__(self, loader: WindowLoader | PreparedWindows, windows: list[Bf16Tile], wblock: list[Bf16Tile],
+    def __init__(self, loader: WindowLoader | PreparedWindows | None, windows: list[Bf16Tile], wblock: list[Bf16Tile],
                  acc: SSAValue, acc_t: SSAValue | None, im2col: Bf16Tile | None):
         self.loader, self.windows, self.wblock, self.acc, self.acc_t = loader, windows, wblock, acc, acc_t
         self.im2col = im2col

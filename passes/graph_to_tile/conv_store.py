@@ -12,16 +12,28 @@ from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.graph_to_tile.planes import Planes
 
+#: a conv's whole bf16 output kept on chip (`store_output_tile`'s `whole`) for the two kernels
+#: named next: the tile stays live to its reader, and those are the ones whose load would wait
+#: behind this kernel's store (a ResNet bottleneck's 3x3 conv is read by its expanding 1x1 conv
+#: after the block's downsampling conv; a residual read by a later block's epilogue is loaded
+#: from DRAM, long after the store)
+KEPT_CONV_OUTPUT_READERS = 2
+
 
 def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index,
-                      oh0: Index, to: int, toh: int) -> None:
+                      oh0: Index, to: int, toh: int, whole: bool = False) -> None:
     """Store the [to, toh.Wq] f32 output tile (padded-width rows) into rows [out_row, out_row +
     to) and output rows [oh0, oh0 + toh) of `out3` [N.O, OH, OW]: a bf16 output through a compact
-    rounded copy (`_store_bf16`), an f32 one by a DMA of the valid columns of each row."""
+    rounded copy (`_store_bf16`), an f32 one by a DMA of the valid columns of each row. `whole`:
+    the tile is the whole output (the kernel's only tile): its compact bf16 copy is kept on chip
+    for the next kernels (`LoweringContext.keep_on_chip`), whose load of it would wait for this
+    store and a DRAM latency of its own (conv.py `ConvKernel.kept_input`)."""
     em = ctx.emitter
     rows_total = out3.type.get_shape()[0]  # type: ignore[attr-defined]
     if ctx.is_bf16_buffer(out3):
-        _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
+        compact = _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
+        if whole:
+            ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS)
     elif p.Wq != p.OW:
         # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
         tile_rows, tile_cols = tile.type.get_shape()  # type: ignore[attr-defined]
@@ -33,10 +45,11 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
 
 
 def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index, to: int,
-                toh: int) -> None:
+                toh: int) -> SSAValue:
     """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a
     compact [to, toh.OW] bf16 tile (the padded-width columns dropped, so each channel's rows
-    are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it."""
+    are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it.
+    Returns the compact tile."""
     rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
     held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
     last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
@@ -58,6 +71,7 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
         em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
     em.dma(compact, [0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
            [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
+    return compact
 
 
 def _last_whole_tile_write(em: Emitter, tile: SSAValue, rows: int, cols: int) -> t.VectorOp | None:

@@ -98,8 +98,15 @@ class WindowLoader:
     width with a stride loads the column phase by a DMA with element steps instead (slow)."""
 
     def __init__(self, ctx: LoweringContext, p: Planes, src: SSAValue, C: int, TC: int, TOH: int, *,
-                 pixel_major: bool, targets: Sequence[Attribute], border: float, buffers: int = 2):
+                 pixel_major: bool, targets: Sequence[Attribute], border: float, buffers: int = 2,
+                 kept: SSAValue | None = None):
+        """`kept`: the input (one image, stride-1 rows) as the kernel before left it on chip,
+        a [C, H.W] tile of src's element type: the input rows are copied from it on the vector
+        unit instead of loaded from DRAM (one copy per step: every channel's rows are one run in
+        both, at pitches H.W and RQ.W), so the window does not wait for the kernel before's
+        store and a DRAM round trip."""
         em = self.em = ctx.emitter
+        self.kept = kept
         self.C = C
         self.ctx, self.p, self.TC, self.TOH = ctx, p, TC, TOH
         self.pixel_major, self.border = pixel_major, border
@@ -145,7 +152,12 @@ class WindowLoader:
             rows = rq - top - bottom
             width = _shape(staging)[2]
             src_row = em.add(em.mul(em.add(oh0, top), sh), rp - p.pads[0])
-            if rows > 0 and self.even:
+            if rows > 0 and self.kept is not None:
+                assert sh == 1 and self.even
+                staged = em.view(staging, (_shape(staging)[0], self.RQ * width))
+                em.vec("copy", staged, [0, top * width], self.kept, [first_row, em.mul(src_row, p.W)], tc,
+                       rows * p.W)
+            elif rows > 0 and self.even:
                 em.dma(self.src, [first_row, src_row, 0], staging, [0, top, 0], [tc, rows, p.W],
                        [1, sh, 1] if sh > 1 else None)
             flat = em.view(staging, (self.TC, self.RQ * width))

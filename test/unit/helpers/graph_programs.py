@@ -169,6 +169,34 @@ func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y2} {{graph.name = "y"}}) {{
     return text, weights
 
 
+def chain_function(ty: str, lines: list[str], result: str) -> str:
+    """@main(%x: ty "x") -> ty "y": the (indented) body `lines`, returning value `result`."""
+    body = "\n".join(lines)
+    return f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
+{body}
+  func.return {result} : {ty}
+}}"""
+
+
+def conv_chain(C: int, HW: int, kernels: list[int], *, seed: int = 0) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, C, HW, HW] -> per entry k of `kernels` a kxk conv (padding k // 2, bias) -> relu,
+    each reading the relu before (held as bf16 in a bf16 program: only a conv reads it); (IR
+    text, weights w<i> [C, C, k, k] and b<i> [C] drawn from `seed`)."""
+    t = f"tensor<1x{C}x{HW}x{HW}xf32>"
+    lines, weights, value = [], {}, "%x"
+    rng = np.random.default_rng(seed)
+    for i, k in enumerate(kernels):
+        w, p = f"tensor<{C}x{C}x{k}x{k}xf32>", k // 2
+        lines += [f"  %w{i} = graph.weight @w{i} : {w}", f"  %b{i} = graph.weight @b{i} : tensor<{C}xf32>",
+                  f"  %c{i} = graph.conv2d {value}, %w{i}, %b{i} {{padding = array<i64: {p}, {p}, {p}, {p}>}} "
+                  f": ({t}, {w}, tensor<{C}xf32>) -> {t}",
+                  f"  %r{i} = graph.relu %c{i} : ({t}) -> {t}"]
+        weights[f"w{i}"] = (rng.standard_normal((C, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+        weights[f"b{i}"] = (rng.standard_normal(C) * 0.1).astype(np.float32)
+        value = f"%r{i}"
+    return chain_function(t, lines, value), weights
+
+
 def attention_blocks(blocks: int, size: int) -> tuple[str, dict[str, np.ndarray]]:
     """`blocks` attention-shaped blocks in a row on [size, size] tensors: per block two
     projections of the block's input, scores q @ k^T, softmax, and the weighted sum of the
@@ -185,12 +213,7 @@ def attention_blocks(blocks: int, size: int) -> tuple[str, dict[str, np.ndarray]
         for name in (f"wq{b}", f"wk{b}"):
             weights[name] = (np.random.default_rng(b).standard_normal((size, size)) * 0.05).astype(np.float32)
         x = f"%y{b}"
-    lines = "\n  ".join(body)
-    text = f"""func.func @main(%x: {ty} {{graph.name = "x"}}) -> ({ty} {{graph.name = "y"}}) {{
-  {lines}
-  func.return {x} : {ty}
-}}"""
-    return text, weights
+    return chain_function(ty, ["  " + line for line in body], x), weights
 
 
 def head_split_attention(B: int, S: int, HQ: int, HKV: int, D: int, *, o_projection: bool = False,

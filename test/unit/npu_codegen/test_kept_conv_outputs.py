@@ -1,0 +1,55 @@
+"""A conv's whole bf16 output kept on chip for the next kernels (conv_store.store_output_tile,
+`LoweringContext.keep_on_chip`; issue 14 item 4): on a latency-bound target (server) a conv whose
+one output tile is its whole output records the tile, and the convs after it read it instead
+of loading it back from DRAM, a load that waited for the store and a DRAM latency of its own:
+a 1x1 conv with one window reads the tile in place as that window (conv.py
+`ConvKernel.window_on_chip`), a conv building its windows on chip copies its input rows from it
+(windows.WindowLoader's `kept`). The programs are bit-identical to the tile interpreter with the
+race checker on, compute the same bits as with the kept outputs turned off, and are faster.
+Edge keeps none (its scratchpad is small and its DRAM's bandwidth, not its latency, bounds
+its kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infer.dialects import tile as t
+from infer.passes.graph_to_tile import conv_store
+from helpers.graph_programs import conv_chain
+from helpers.kept_programs import compile_and_run, kept_against_off
+
+
+def image(C: int, HW: int) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((1, C, HW, HW)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kernels", [[3, 1], [1, 3], [1, 3, 1]], ids=["3x3-then-1x1", "1x1-then-3x3", "1x1-3x3-1x1"])
+def test_next_conv_reads_the_output_on_chip(monkeypatch, kernels):
+    """server, 64 channels at 14x14 (every conv one tile): no DMA reads an intermediate back; with
+    the kept outputs off (no later kernel may read one) each is loaded from DRAM: the same bits,
+    more cycles."""
+    text, weights = conv_chain(64, 14, kernels)
+    kept_against_off(monkeypatch, text, weights, image(64, 14), conv_store, "KEPT_CONV_OUTPUT_READERS", 0)
+
+
+def test_pointwise_conv_reads_the_kept_tile_as_its_window():
+    """The 1x1 conv after a 3x3 one: its matmuls read the 3x3's kept output tile itself (no
+    window of its own is loaded or copied), the tile the 3x3 stores its output from."""
+    from infer.passes.testing import apply_pass
+    from helpers.graph_programs import parse_with_weights
+
+    text, weights = conv_chain(64, 14, [3, 1])
+    module = parse_with_weights(text, weights, "chain.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+    stored_from = {op.src for op in module.walk() if isinstance(op, t.DmaOp) and not op.is_load
+                   and t.space_of(op.src) == "spad"}
+    matmul_operands = {t.root_buffer(v) for op in module.walk() if isinstance(op, t.MatmulOp) for v in op.operands}
+    assert any(t.root_buffer(s) in matmul_operands for s in stored_from)
+
+
+def test_edge_keeps_no_conv_output():
+    """edge: the second conv loads the first's output from DRAM, as before (bit-identical)."""
+    text, weights = conv_chain(64, 14, [3, 1])
+    _, _, reloads = compile_and_run(text, weights, "edge", "bf16", image(64, 14))
+    assert reloads >= 1
