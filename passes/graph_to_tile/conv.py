@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import MemRefType, bf16, f32
+from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
@@ -58,7 +58,7 @@ from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, e
 from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
-from infer.passes.graph_to_tile.windows import WindowLoader, loads_in_place, row_tile_plan, row_tiles
+from infer.passes.graph_to_tile.windows import WindowLoader, kept_window, loads_in_place, row_tile_plan, row_tiles
 
 
 @dataclass(frozen=True)
@@ -333,15 +333,6 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                                         + (f" ({merge} merged in each)" if merge > 1 else "") + f" batch={N}", choice))
     ConvKernel(ctx, name, view, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
                footprint=(choice.best.spad, choice.best.acc)).emit()
-
-
-def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
-    """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
-    (`LoweringContext.keep_on_chip`), if any."""
-    tile = ctx.on_chip(buffer)
-    if tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16:
-        return None
-    return ctx.on_chip_as(buffer, shape)
 
 
 class ConvKernel:

@@ -37,12 +37,12 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import LoweringContext, latency_bound
 from infer.passes.graph_to_tile.conv_store import store_output_tile
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue
 from infer.passes.graph_to_tile.planes import Planes
 from infer.passes.graph_to_tile.pooling import first_tap, over_plane_taps, window_pool_buffers, window_pool_estimate
-from infer.passes.graph_to_tile.windows import WindowLoader, row_tiles
+from infer.passes.graph_to_tile.windows import WindowLoader, kept_window, row_tiles
 
 
 def is_depthwise(op: g.Conv2dOp) -> bool:
@@ -130,8 +130,10 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
         if looped not in sets:
             with em.no_pool():
                 count = 2 if looped or rotating_channels else 1
+                # the input rows copied from the kernel before's output kept on chip, if it is
+                kept = kept_window(ctx, x, (C, p.H * p.W)) if N == 1 and p.stride[0] == 1 else None
                 loader = WindowLoader(ctx, p, x, C, TC, TOH, pixel_major=False, targets=[f32], border=0.0,
-                                      buffers=count)
+                                      buffers=count, kept=kept)
                 sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count),
                                 em.alloc((TC, TOH * Wq), f32, "spad", count))
         return sets[looped]
@@ -156,7 +158,9 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
                 em.vec("add", acc, [0, 0], acc, [0, 0], tc, tq, bias, [c0, 0], bmode="col")
             frame = TileFrame((N,), (C,), (OH, OW), n, c0, em.mul(oh0, OW), tc, tq, Wq if Wq != OW else 0, oh0)
             out = apply_epilogue(ctx, epilogue, {op.results[0]: acc}, frame, result)
-            store_output_tile(ctx, p, out3, out, em.add(em.mul(n, C), c0), oh0, tc, toh)
+            # (the one tile, kept on chip for the next kernels where the DRAM latency is long)
+            whole = N == 1 and tc == C and toh == p.OH and latency_bound(ctx.hw)
+            store_output_tile(ctx, p, out3, out, em.add(em.mul(n, C), c0), oh0, tc, toh, whole)
 
     em.range(N, lambda n: em.tiles(C, TC, lambda c0, tc: row_tiles(
         em, p, TOH, True, lambda oh0, toh, top, bottom, looped: tile(n, c0, tc, oh0, toh, top, bottom, looped))))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from xdsl.dialects.builtin import MemRefType, f32
+from xdsl.dialects.builtin import MemRefType, bf16, f32
 from xdsl.ir import Attribute, SSAValue
 
 from infer.dialects.dtypes import element_type_name, num_elements
@@ -66,6 +66,16 @@ def loads_in_place(p: Planes, pixel_major: bool, same_type: bool) -> bool:
     channel-major window of an unpadded stride-1 input is its input rows end to end (Wq = W),
     when the input is in DRAM in the window's element type (bf16 activations, int8)."""
     return p.raw and not pixel_major and same_type
+
+
+def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
+    """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
+    (`LoweringContext.keep_on_chip`: a conv's whole output, conv_store.store_output_tile), if
+    any: `WindowLoader`'s `kept`, or a 1x1 conv's window itself."""
+    tile = ctx.on_chip(buffer)
+    if tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16:
+        return None
+    return ctx.on_chip_as(buffer, shape)
 
 
 def _shape(value: SSAValue) -> tuple[int, ...]:

@@ -178,20 +178,25 @@ def chain_function(ty: str, lines: list[str], result: str) -> str:
 }}"""
 
 
-def conv_chain(C: int, HW: int, kernels: list[int], *, seed: int = 0) -> tuple[str, dict[str, np.ndarray]]:
-    """x [1, C, HW, HW] -> per entry k of `kernels` a kxk conv (padding k // 2, bias) -> relu,
-    each reading the relu before (held as bf16 in a bf16 program: only a conv reads it); (IR
-    text, weights w<i> [C, C, k, k] and b<i> [C] drawn from `seed`)."""
+def conv_chain(C: int, HW: int, kernels: list[int | str], *, seed: int = 0) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, C, HW, HW] -> per entry of `kernels` a conv (bias) -> relu, each reading the relu
+    before (held as bf16 in a bf16 program: only a conv reads it): k, a kxk conv; "dw<k>", a kxk
+    depthwise one (groups = C); padding k // 2. (IR text, weights w<i> and b<i> [C] drawn from
+    `seed`)."""
     t = f"tensor<1x{C}x{HW}x{HW}xf32>"
     lines, weights, value = [], {}, "%x"
     rng = np.random.default_rng(seed)
-    for i, k in enumerate(kernels):
-        w, p = f"tensor<{C}x{C}x{k}x{k}xf32>", k // 2
+    for i, kind in enumerate(kernels):
+        depthwise = isinstance(kind, str)
+        k = int(kind[2:]) if isinstance(kind, str) else kind
+        cin = 1 if depthwise else C
+        w, p = f"tensor<{C}x{cin}x{k}x{k}xf32>", k // 2
+        groups = f", groups = {C} : i64" if depthwise else ""
         lines += [f"  %w{i} = graph.weight @w{i} : {w}", f"  %b{i} = graph.weight @b{i} : tensor<{C}xf32>",
-                  f"  %c{i} = graph.conv2d {value}, %w{i}, %b{i} {{padding = array<i64: {p}, {p}, {p}, {p}>}} "
+                  f"  %c{i} = graph.conv2d {value}, %w{i}, %b{i} {{padding = array<i64: {p}, {p}, {p}, {p}>{groups}}} "
                   f": ({t}, {w}, tensor<{C}xf32>) -> {t}",
                   f"  %r{i} = graph.relu %c{i} : ({t}) -> {t}"]
-        weights[f"w{i}"] = (rng.standard_normal((C, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+        weights[f"w{i}"] = (rng.standard_normal((C, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
         weights[f"b{i}"] = (rng.standard_normal(C) * 0.1).astype(np.float32)
         value = f"%r{i}"
     return chain_function(t, lines, value), weights

@@ -4,7 +4,7 @@ one output tile is its whole output records the tile, and the convs after it rea
 of loading it back from DRAM, a load that waited for the store and a DRAM latency of its own:
 a 1x1 conv with one window reads the tile in place as that window (conv.py
 `ConvKernel.window_on_chip`), a conv building its windows on chip copies its input rows from it
-(windows.WindowLoader's `kept`). The programs are bit-identical to the tile interpreter with the
+(windows.WindowLoader's `kept`), a depthwise conv on the vector unit too (depthwise.py). The programs are bit-identical to the tile interpreter with the
 race checker on, compute the same bits as with the kept outputs turned off, and are faster.
 Edge keeps none (its scratchpad is small and its DRAM's bandwidth, not its latency, bounds
 its kernels)."""
@@ -31,6 +31,23 @@ def test_next_conv_reads_the_output_on_chip(monkeypatch, kernels):
     more cycles."""
     text, weights = conv_chain(64, 14, kernels)
     kept_against_off(monkeypatch, text, weights, image(64, 14), conv_store, "KEPT_CONV_OUTPUT_READERS", 0)
+
+
+def test_depthwise_conv_on_the_vector_unit_reads_and_keeps_on_chip(monkeypatch):
+    """server, 96 channels at 14x14: 1x1 -> depthwise 3x3 (on the vector unit: its taps are
+    `mul`s by a weight column, no matmul) -> 1x1. The depthwise conv copies its input rows
+    from the first conv's kept output and keeps its own for the last: nothing is loaded back;
+    the same bits as with the kept outputs off, fewer cycles."""
+    from infer.passes.testing import apply_pass
+    from helpers.graph_programs import parse_with_weights
+
+    text, weights = conv_chain(96, 14, [1, "dw3", 1])
+    module = parse_with_weights(text, weights, "chain.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+    taps = [op for op in module.walk() if isinstance(op, t.VectorOp) and op.op.data == "mul"
+            and op.bmode is not None and op.bmode.data == "col"]
+    assert taps and sum(isinstance(op, t.MatmulOp) for op in module.walk()) > 0
+    kept_against_off(monkeypatch, text, weights, image(96, 14), conv_store, "KEPT_CONV_OUTPUT_READERS", 0)
 
 
 def test_pointwise_conv_reads_the_kept_tile_as_its_window():
