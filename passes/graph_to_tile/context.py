@@ -126,9 +126,16 @@ class LoweringSession:
     autotune: int = 0
     autotune_cache: str = ""
     autotune_memo: dict[str, dict[int, str]] = field(default_factory=dict)
-    # tiling_cost.choose_conv's rankings by ConvSpec (on this run's hw): equal conv kernels
-    # (ResNet's repeated blocks) are ranked once
+    # tiling_cost.choose_conv's rankings by ConvSpec, per (scratchpad, accumulator) capacity a
+    # kernel is sized for (this run's hw less the kept tiles it must leave room for:
+    # `LoweringContext.memory_for_next_kernel`): equal conv kernels (ResNet's repeated blocks)
+    # are ranked once
     conv_rankings: dict[Any, Any] = field(default_factory=dict)
+
+    def rankings_for(self, hw: HardwareConfig) -> dict[Any, Any]:
+        """The conv rankings for kernels sized for `hw` (this run's config, its memories maybe
+        less the kept tiles)."""
+        return self.conv_rankings.setdefault((hw.memory.scratchpad_bytes, hw.memory.accumulator_bytes), {})
 
 
 @dataclass(frozen=True)
@@ -150,8 +157,10 @@ class LoweringContext:
     def __init__(self, session: LoweringSession, function: func.FuncOp, emitter: Emitter):
         self.session = session
         self.hw = session.hw
-        # (bytes, last kernel number that may read it) of the kept tiles in the accumulator
+        # (bytes, last kernel number that may read it) of the kept tiles in the accumulator, and
+        # of those in the scratchpad charged to the kernels up to their last reader
         self.kept_in_accumulator: list[tuple[int, int]] = []
+        self.kept_in_scratchpad: list[tuple[int, int]] = []
         self.emitter = emitter
         self.store = weights_of(session.module)
         self.buffers: dict[SSAValue, SSAValue] = {}  # tensor -> DRAM memref holding it
@@ -347,7 +356,8 @@ class LoweringContext:
         """Is the DRAM memref `buffer` held as bf16 (a narrowed activation)?"""
         return isinstance(buffer.type, MemRefType) and buffer.type.element_type == bf16
 
-    def keep_on_chip(self, dram: SSAValue, tile: SSAValue, next_kernels: int | None = None) -> None:
+    def keep_on_chip(self, dram: SSAValue, tile: SSAValue, next_kernels: int | None = None,
+                     charged: bool = False) -> None:
         """Record that local `tile` holds exactly the bytes a kernel stored into DRAM buffer
         `dram` (row-major, the same number of elements), so a later kernel reading all of
         `dram` may copy `tile` instead of loading it (`on_chip`): its load would wait for that
@@ -355,7 +365,10 @@ class LoweringContext:
         later kernel's read keeps it live (tile-plan-memory), so it still holds those bytes.
         `next_kernels`: only the kernels named within that many names from now may read it (the
         tile stays live to the last reader, so the scratchpad it holds is bounded); a scratchpad
-        tile of at most KEPT_TINY_BYTES is kept for every later kernel."""
+        tile of at most KEPT_TINY_BYTES is kept for every later kernel. `charged`: a scratchpad
+        tile is charged like a kept accumulator tile (`memory_for_next_kernel`): the kernels up to
+        its last possible reader are sized without its bytes (a conv's whole output: up to a
+        quarter of the scratchpad, read by convs sized for all of it otherwise)."""
         while isinstance(dram.owner, t.ViewOp):  # (recorded for the buffer the views stand for)
             dram = dram.owner.operands[0]
         alloc = tile.owner
@@ -369,13 +382,16 @@ class LoweringContext:
         if t.space_of(tile) == "acc" and until is not None:
             assert nbytes is not None
             # the kernels up to the last reader size their tiles without these bytes
-            # (`accumulator_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE.
+            # (`memory_for_next_kernel`); kept ones take at most KEPT_ACCUMULATOR_SHARE.
             # (A tile kept for any later kernel, paged attention's output for the o projection
             # right after it, is not charged.)
             if self.kept_accumulator_bytes(self.session.counter) + nbytes > \
                     KEPT_ACCUMULATOR_SHARE * self.session.hw.memory.accumulator_bytes:
                 return
             self.kept_in_accumulator.append((nbytes, until))
+        elif t.space_of(tile) == "spad" and until is not None and charged:
+            assert nbytes is not None
+            self.kept_in_scratchpad.append((nbytes, until))
         self.derived[("on chip", dram)] = (tile, until)
 
     def kept_accumulator_bytes(self, kernel: int) -> int:
@@ -383,16 +399,19 @@ class LoweringContext:
         still read: they stay live through it."""
         return sum(nbytes for nbytes, until in self.kept_in_accumulator if kernel + 1 <= until)
 
-    def accumulator_for_next_kernel(self) -> None:
-        """Give the kernel about to be named the accumulator less the kept tiles it or a later
-        kernel may read (`self.hw`, which the tilings and capacity checks read): a kept tile
-        stays live to its last reader, so the kernels before that reader must leave its bytes
-        free. Two attention-shaped blocks of 80x80 in a row on edge (bf16) needed 76.8 KiB of
-        its 64 KiB accumulator with the kernels in between sized for all of it."""
+    def memory_for_next_kernel(self) -> None:
+        """Give the kernel about to be named the accumulator (and the scratchpad) less the kept
+        (charged) tiles it or a later kernel may read (`self.hw`, which the tilings and capacity
+        checks read): a kept tile stays live to its last reader, so the kernels before that
+        reader must leave its bytes free. Two attention-shaped blocks of 80x80 in a row on edge
+        (bf16) needed 76.8 KiB of its 64 KiB accumulator with the kernels in between sized for
+        all of it."""
         hw = self.session.hw
         kept = self.kept_accumulator_bytes(self.session.counter)
-        self.hw = hw if not kept else replace(hw, memory=replace(
-            hw.memory, accumulator_bytes=hw.memory.accumulator_bytes - kept))
+        kept_spad = sum(nbytes for nbytes, until in self.kept_in_scratchpad if self.session.counter + 1 <= until)
+        self.hw = hw if not (kept or kept_spad) else replace(hw, memory=replace(
+            hw.memory, accumulator_bytes=hw.memory.accumulator_bytes - kept,
+            scratchpad_bytes=hw.memory.scratchpad_bytes - kept_spad))
 
     def on_chip(self, dram: SSAValue) -> SSAValue | None:
         """The local tile recorded by `keep_on_chip` for `dram` (or the buffer a view of it

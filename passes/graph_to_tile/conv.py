@@ -307,7 +307,7 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     override = ctx.override(name, 3)
     if override is not None and override[1] % p.OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {p.OW}")
-    memo = ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None
+    memo = ctx.session.rankings_for(ctx.hw)
     view, spec, merge = fastest_groups(ctx, op, epilogue, result, p, override is None, memo)
     if merge > 1:
         w = merged_weights(np.asarray(w, np.float32), op.groups.value.data, merge)

@@ -33,7 +33,7 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
     if ctx.is_bf16_buffer(out3):
         compact = _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
         if whole:
-            ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS)
+            ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
     elif p.Wq != p.OW:
         # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
         tile_rows, tile_cols = tile.type.get_shape()  # type: ignore[attr-defined]

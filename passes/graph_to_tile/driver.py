@@ -291,7 +291,7 @@ class FunctionLowering:
         self._lowering = True
         if outermost:
             self.ctx.prediction = 0
-            self.ctx.accumulator_for_next_kernel()
+            self.ctx.memory_for_next_kernel()
         fused_before = set(self.fused)
         last_before = self.block.last_op
         picks = (autotune.picks_for(self.ctx, op, f"kernel{self.ctx.session.counter}")

@@ -84,7 +84,7 @@ def lower_integer_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[O
     override = ctx.override(name, 3)
     if override is not None and override[1] % OW:
         raise LoweringError(f"error: {STAGE}: {name}: the pixel tile (TN) must be a multiple of OW = {OW}")
-    memo = ctx.session.conv_rankings if ctx.hw is ctx.session.hw else None
+    memo = ctx.session.rankings_for(ctx.hw)
     # int8 sums are exact: the merged groups' zero weights change no bit of the result
     view, spec, merge = fastest_groups(ctx, op, epilogue, result, p, override is None, memo, parts)
     if merge > 1:

@@ -70,3 +70,30 @@ def test_edge_keeps_no_conv_output():
     text, weights = conv_chain(64, 14, [3, 1])
     _, _, reloads = compile_and_run(text, weights, "edge", "bf16", image(64, 14))
     assert reloads >= 1
+
+
+def test_kernels_up_to_the_last_reader_leave_room_for_a_kept_output(monkeypatch):
+    """A kept conv output stays live to its last reader, so the kernels named up to the last
+    one that may read it (two names on) are sized for the scratchpad less its bytes
+    (`LoweringContext.memory_for_next_kernel`, `keep_on_chip(..., charged=True)`): server, four
+    one-tile convs of 64 channels at 14x14, each keeping its [64, 196] bf16 output (one
+    buffer: a one-tile nest's buffers rotate on no loop): the first kernel is sized for all 16 MiB, the second for that less one kept
+    output, the third and fourth less two (the first's is no longer readable by the fourth)."""
+    from infer.passes.graph_to_tile import context
+    from infer.passes.testing import apply_pass
+    from infer.target.hw import load_config
+    from helpers.graph_programs import parse_with_weights
+
+    sized: list[int] = []
+    original = context.LoweringContext.memory_for_next_kernel
+
+    def recording(self):
+        original(self)
+        sized.append(self.hw.memory.scratchpad_bytes)
+
+    monkeypatch.setattr(context.LoweringContext, "memory_for_next_kernel", recording)
+    text, weights = conv_chain(64, 14, [3, 1, 1, 1])
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}",
+               parse_with_weights(text, weights, "chain.mlir"))
+    capacity, kept = load_config("server").memory.scratchpad_bytes, 64 * 196 * 2
+    assert sized == [capacity, capacity - kept, capacity - 2 * kept, capacity - 2 * kept]

@@ -97,7 +97,7 @@ def test_kept_results_of_attention_blocks_fit_the_edge_accumulator(monkeypatch, 
     KiB accumulator (as double buffers they needed 96 KiB and tile-plan-memory refused the
     model). 80x80 bf16: three 25 KiB tiles do not fit; kept tiles take at most half of the
     accumulator and the kernels before their last reader size their tiles in the rest
-    (`LoweringContext.accumulator_for_next_kernel`). Tile interpreter = simulator with the race
+    (`LoweringContext.memory_for_next_kernel`). Tile interpreter = simulator with the race
     checker on, the graph interpreter's values, the same bits with the kept results off. At
     64x64 the kept results spare DMAs of intermediates; at 80x80 the reserved accumulator
     makes the kernels in between take other tilings, whose DMAs offset that."""
