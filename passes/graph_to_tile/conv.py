@@ -58,7 +58,8 @@ from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, e
 from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
-from infer.passes.graph_to_tile.windows import WindowLoader, kept_window, loads_in_place, row_tile_plan, row_tiles
+from infer.passes.graph_to_tile.windows import (WindowLoader, copies_kept_rows, kept_window, loads_in_place, row_tile_plan,
+                                               row_tiles)
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
         footprint=footprint, tap_nests=tap_nests, in_place_windows=loads_in_place(p, False, narrow_in and copies == 1),
-        input_on_chip=N == 1 and kept_window(ctx, ctx.buffer(op.input), (C, H * W)) is not None,
+        input_on_chip=copies_kept_rows(p, N) and kept_window(ctx, ctx.buffer(op.input), (C, H * W)) is not None,
         prepare_cycles=(prepare_estimate(ctx.hw, N * C, p, "bf16", copies, False, 2 if narrow_in else 4),
                         prepare_estimate(ctx.hw, N * C, p, "bf16", copies, True, 2 if narrow_in else 4, C))
         if prepared else (0, 0),
@@ -536,7 +537,7 @@ class ConvKernel:
         else:
             # the input rows copied from the kernel before's output kept on chip, if it is
             kept = (kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
-                    if self.N == 1 and p.stride[0] == 1 else None)
+                    if copies_kept_rows(p, self.N) else None)
             loader = WindowLoader(self.ctx, p, self.input_source(), self.C, T.TC, T.TOH,
                                   pixel_major=self.channels_wide, targets=[self.operand_type] * self.copies,
                                   border=self.border(), buffers=window_buffers, kept=kept)

@@ -42,7 +42,7 @@ from infer.passes.graph_to_tile.conv_store import store_output_tile
 from infer.passes.graph_to_tile.elementwise import TileFrame, apply_epilogue
 from infer.passes.graph_to_tile.planes import Planes
 from infer.passes.graph_to_tile.pooling import first_tap, over_plane_taps, window_pool_buffers, window_pool_estimate
-from infer.passes.graph_to_tile.windows import WindowLoader, kept_window, row_tiles
+from infer.passes.graph_to_tile.windows import WindowLoader, copies_kept_rows, kept_window, row_tiles
 
 
 def is_depthwise(op: g.Conv2dOp) -> bool:
@@ -131,7 +131,7 @@ def lower_depthwise_on_vector(ctx: LoweringContext, op: g.Conv2dOp, epilogue: Se
             with em.no_pool():
                 count = 2 if looped or rotating_channels else 1
                 # the input rows copied from the kernel before's output kept on chip, if it is
-                kept = kept_window(ctx, x, (C, p.H * p.W)) if N == 1 and p.stride[0] == 1 else None
+                kept = kept_window(ctx, x, (C, p.H * p.W)) if copies_kept_rows(p, N) else None
                 loader = WindowLoader(ctx, p, x, C, TC, TOH, pixel_major=False, targets=[f32], border=0.0,
                                       buffers=count, kept=kept)
                 sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count),

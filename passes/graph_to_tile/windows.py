@@ -68,6 +68,13 @@ def loads_in_place(p: Planes, pixel_major: bool, same_type: bool) -> bool:
     return p.raw and not pixel_major and same_type
 
 
+def copies_kept_rows(p: Planes, N: int) -> bool:
+    """Can a `WindowLoader` copy this input's rows from a kept tile (its `kept`): one image,
+    stride-1 rows, and a width the column stride divides (whole rows land in the staging tile,
+    where a narrower column phase of an odd width is DMA'd with element steps instead)."""
+    return N == 1 and p.stride[0] == 1 and p.W % p.stride[1] == 0
+
+
 def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
     """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
     (`LoweringContext.keep_on_chip`: a conv's whole output, conv_store.store_output_tile), if
