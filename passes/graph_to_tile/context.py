@@ -393,6 +393,14 @@ class LoweringContext:
             assert nbytes is not None
             self.kept_in_scratchpad.append((nbytes, until))
         self.derived[("on chip", dram)] = (tile, until)
+        self.derived[("kept charged", dram)] = charged
+
+    def kept_charged(self, dram: SSAValue) -> bool:
+        """Was the tile `on_chip` finds for `dram` kept with `charged` (the kernels up to its
+        last reader leave room for it)?"""
+        while isinstance(dram.owner, t.ViewOp):
+            dram = dram.owner.operands[0]
+        return bool(self.derived.get(("kept charged", dram)))
 
     def kept_accumulator_bytes(self, kernel: int) -> int:
         """The accumulator bytes of kept tiles (`keep_on_chip`) that kernel number `kernel` may

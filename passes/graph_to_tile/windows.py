@@ -78,9 +78,12 @@ def copies_kept_rows(p: Planes, N: int) -> bool:
 def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
     """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
     (`LoweringContext.keep_on_chip`: a conv's whole output, conv_store.store_output_tile), if
-    any: `WindowLoader`'s `kept`, or a 1x1 conv's window itself."""
+    any: `WindowLoader`'s `kept`, or a 1x1 conv's window itself. Only a tile the kernels up to
+    its last reader were sized around (kept `charged`): a conv reading it keeps it live through
+    a nest that may fill the scratchpad."""
     tile = ctx.on_chip(buffer)
-    if tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16:
+    if (tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16
+            or not ctx.kept_charged(buffer)):
         return None
     return ctx.on_chip_as(buffer, shape)
 

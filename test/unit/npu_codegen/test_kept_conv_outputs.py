@@ -128,3 +128,17 @@ def test_column_strided_conv_after_a_kept_output(HW, reloads):
     text, weights = column_strided_after_pointwise(32, HW)
     _, _, found = compile_and_run(text, weights, "server", "bf16", image(32, HW))
     assert (found == 0) if reloads == 0 else (found >= 1)
+
+
+def test_convs_read_only_kept_tiles_charged_to_the_kernels_before_them(monkeypatch):
+    """A conv reading a kept tile keeps it live through its own nest, which may fill the
+    scratchpad, so it reads only tiles kept `charged` (`windows.kept_window`): with the 3x3
+    conv's output kept uncharged, the 1x1 conv after it loads it from DRAM."""
+    from infer.passes.graph_to_tile import context
+
+    keep = context.LoweringContext.keep_on_chip
+    monkeypatch.setattr(context.LoweringContext, "keep_on_chip",
+                        lambda self, dram, tile, next_kernels=None, charged=False: keep(self, dram, tile, next_kernels))
+    text, weights = conv_chain(64, 14, [3, 1])
+    _, _, reloads = compile_and_run(text, weights, "server", "bf16", image(64, 14))
+    assert reloads >= 1
