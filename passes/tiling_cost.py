@@ -673,8 +673,9 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     weight_loads = images * nO * (1 if (T.outer == "o" and (single or whole)) else nR * nC)
     avg_tc, avg_to, avg_toh = s.Cg / nC, s.Og / nO, s.OH / nR
     rq = avg_toh + s.halo_rows
-    # windows built on chip from the kept input: its rows copied on chip (`ConvSpec.input_on_chip`)
-    kept = s.input_on_chip and not s.prepared and s.stride == 1 and s.batch == 1
+    # windows built on chip from the kept input: its rows copied on chip (`ConvSpec.input_on_chip`,
+    # set only where they can be: one image, stride-1 rows, windows.copies_kept_rows)
+    kept = s.input_on_chip and not s.prepared
     # ... or, as a 1x1 conv's one channel-major window, read in place
     kept_in_place = (kept and single and nR == 1 and s.taps == 1 and s.Wq == s.W and not channels
                      and not T.im2col and s.copies == 1)

@@ -462,7 +462,7 @@ class ConvKernel:
         T, p = self.tiles, self.p
         if not (self.N == 1 and self.groups == 1 and p.raw and len(self.taps) == 1 and self.single
                 and T.TOH >= p.OH and not self.channels_wide and not T.im2col and self.copies == 1
-                and self.operand_type == bf16 and self.planes is None):
+                and self.operand_type == bf16):
             return None
         return kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
 
