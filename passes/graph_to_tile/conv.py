@@ -115,6 +115,14 @@ def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, in
     return chunks
 
 
+def column_groups(width: int, block: int, groups: int) -> list[tuple[int, int]]:
+    """(start, width) of at most `groups` consecutive column groups covering `width`, each a
+    whole number of `block`-wide blocks but the last (chunked_im2col_products)."""
+    blocks = -(-width // block)
+    per = -(-blocks // max(1, min(groups, blocks)))
+    return [(c0, min(per * block, width - c0)) for c0 in range(0, width, per * block)]
+
+
 def conv_footprint_counts(steps: int, o_tiles: int, outer: str, looped: bool, groups: int) -> tuple[int, int, int]:
     """(window, weight block, accumulator and epilogue) buffers of a conv's looped or edge row
     tiles: 2 where they rotate on a loop around their uses (the channel steps; the row loop for
@@ -772,8 +780,25 @@ class ConvKernel:
         for i, (k0, k, _, _) in enumerate(chunks):
             if i + 1 < len(chunks) and ahead[i + 1]:
                 copy_taps(*chunks[i + 1][2:])
-            if i > 0 and not ahead[i]:
+            if i > 0 and not ahead[i] and not self.interleaves_copies(tq, chunks[i]):
                 copy_taps(*chunks[i][2:])
+            if i + 1 < len(chunks) and not ahead[i + 1] and self.interleaves_copies(tq, chunks[i + 1]):
+                # the next chunk's copies, more than the vector queue holds, in groups that do
+                # between column groups of this chunk's matmuls: the front end dispatches each
+                # group while the matrix unit works through the columns before it (the server
+                # stem's 43 taps had run after all of the first chunk's matmuls, the array idle)
+                weights, at = self.weight_at(bufs, 0, tc, (0, k0))
+                _, _, t_lo, t_hi = chunks[i + 1]
+                per_group = max(1, queue // self.copies)
+                groups = column_groups(tq, ctx.hw.matrix.cols, -(-(t_hi - t_lo) // per_group))
+                # (as many tap groups as column groups: fewer columns than wanted make them larger)
+                per_group = max(per_group, -(-(t_hi - t_lo) // len(groups)))
+                bounds = [min(t_hi, t_lo + j * per_group) for j in range(len(groups) + 1)]
+                for (c0, width), t_a, t_b in zip(groups, bounds, bounds[1:], strict=False):
+                    emit_tile_product(ctx, weights, cols, bufs.acc, to, k, width, width_outer=True, lhs_at=at,
+                                      rhs_at=(k0, c0), acc_at=(0, c0), overwrite=first and k0 == 0)
+                    copy_taps(t_a, t_b)
+                continue
             if self.channels_wide:
                 weights, at = self.weight_at(bufs, 0, tc, (k0, 0))
                 emit_tile_product(ctx, cols, weights, bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=at,
@@ -782,6 +807,12 @@ class ConvKernel:
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
                 emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
+
+    def interleaves_copies(self, tq: int, chunk: tuple[int, int, int, int]) -> bool:
+        """Are the tap copies of im2col chunk `chunk` emitted between column groups of the chunk
+        before's matmuls (`chunked_im2col_products`)? In the "pixels" orientation, where the
+        chunk before's product spans at least two array-wide column blocks."""
+        return not self.channels_wide and tq > self.ctx.hw.matrix.cols and chunk[3] > chunk[2]
 
     def _transpose(self, src: SSAValue, dst: SSAValue, rows: int, cols: int,
                    bias: SSAValue | None = None, row0: Index = 0) -> None:

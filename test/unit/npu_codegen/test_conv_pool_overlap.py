@@ -125,3 +125,44 @@ def test_conv_steps_issue_window_and_weights_early(capsys, monkeypatch) -> None:
     monkeypatch.setattr(rotation, "SHARED_FIRST_CONSUMERS", ())
     _, cycles_one_early = run()
     assert cycles < cycles_one_early, (cycles, cycles_one_early)
+
+
+STEM = """func.func @main(%x: tensor<1x3x128x128xf32>) -> tensor<1x64x64x64xf32> {
+  %w = graph.constant dense<0.02> : tensor<64x3x7x7xf32>
+  %c = graph.conv2d %x, %w {stride = array<i64: 2, 2>, padding = array<i64: 3, 3, 3, 3>} : (tensor<1x3x128x128xf32>, tensor<64x3x7x7xf32>) -> tensor<1x64x64x64xf32>
+  func.return %c : tensor<1x64x64x64xf32>
+}"""
+
+
+def test_server_stem_copies_its_second_im2col_chunk_between_the_first_chunks_matmuls(capsys,
+                                                                                     monkeypatch) -> None:
+    """A ResNet-style 7x7/2 stem with 3 channels on server: its 147-deep im2col is two chunks
+    (19 rows, then 128 rows of 43 taps). The second chunk's 43 tap copies, more than the vector
+    queue holds, go in groups between column groups of the first chunk's matmuls (conv.py
+    `chunked_im2col_products`), so the array need not wait for all of them after the first
+    chunk. Bit-identical to the tile interpreter with the race checker on, the same bits as
+    with the copies after the first chunk's matmuls, fewer cycles."""
+    from infer.passes.graph_to_tile import conv
+
+    x = np.random.default_rng(4).standard_normal((1, 3, 128, 128)).astype(np.float32)
+
+    def run() -> tuple[np.ndarray, int, int]:
+        """(output, cycles, how many runs of matmul ops the kernel's top level has)."""
+        module = parse_ir(CTX, STEM, "stem.mlir")
+        apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16 debug-tiling=true},"
+                   "tile-plan-memory{target=server}", module)
+        assert "im2col" in capsys.readouterr().err
+        body = next(o for o in module.walk() if isinstance(o, t.AllocOp)).parent_block()
+        kinds = [any(isinstance(i, t.MatmulOp) for i in o.walk()) for o in body.ops
+                 if any(isinstance(i, t.MatmulOp) for i in o.walk())
+                 or (isinstance(o, t.VectorOp) and o.op.data == "copy")]
+        runs = sum(1 for j, m in enumerate(kinds) if m and (j == 0 or not kinds[j - 1]))
+        (y,), counters = npu_matches_tile(module, [x], "server")
+        return y, counters.cycles, runs
+
+    y, cycles, runs = run()
+    monkeypatch.setattr(conv.ConvKernel, "interleaves_copies", lambda self, tq, chunk: False)
+    y_after, cycles_after, runs_after = run()
+    assert runs_after == 2 and runs > 2, (runs, runs_after)  # one per chunk; more when interleaved
+    assert y.tobytes() == y_after.tobytes()
+    assert cycles < cycles_after, (cycles, cycles_after)
