@@ -4,7 +4,7 @@ tiles, depthwise.py's) into the [N.O, OH, OW] output, f32 or narrowed to bf16.""
 from __future__ import annotations
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import bf16
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, bf16, i64
 from xdsl.ir import SSAValue
 
 from infer.dialects import tile as t
@@ -53,8 +53,14 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
     held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
     last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
+    pitched = _last_pointwise_write(em, tile, to, toh, p.Wq) if p.Wq != p.OW and held == toh else None
     compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
-    if last is not None:
+    if pitched is not None:
+        # the epilogue's last op writes the compact tile itself, its padded-width columns
+        # dropped: over the rows of OW valid columns (its operand and result viewed [rows, Wq]
+        # and [rows, OW]); the same bits as the copy after it, one vector pass fewer
+        _write_valid_columns(pitched, compact, to * toh, p.Wq, p.OW)
+    elif last is not None:
         # the epilogue's last op writes the compact tile itself: it computes in fp32 and
         # rounds once at its destination, as the copy would after it (the same bits), and
         # the vector unit makes one pass over the tile fewer
@@ -72,6 +78,39 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     em.dma(compact, [0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
            [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
     return compact
+
+
+def _last_pointwise_write(em: Emitter, tile: SSAValue, rows: int, toh: int, Wq: int) -> t.VectorOp | None:
+    """`_last_whole_tile_write` of the [rows, toh.Wq] tile when the op is elementwise on its a
+    operand alone (unary, or binary with an immediate), read from [0, 0] of a buffer whose rows
+    are toh rows of Wq: it is then the same op over [rows.toh, Wq] views, any columns of them."""
+    last = _last_whole_tile_write(em, tile, rows, toh * Wq)
+    if last is None or not (last.form == "unary" or (last.bmode is not None and last.bmode.data == "imm")):
+        return None
+    if any(not (isinstance(i.owner, arith.ConstantOp) and i.owner.value.value.data == 0) for i in last.a_indices):
+        return None
+    a_cols = last.a.type.get_shape()[1]  # type: ignore[attr-defined]
+    return last if a_cols == toh * Wq else None
+
+
+def _write_valid_columns(op: t.VectorOp, compact: SSAValue, rows: int, Wq: int, OW: int) -> None:
+    """Make `op` (`_last_pointwise_write`) write the first OW of every Wq columns of its a
+    operand, as [rows, OW] of `compact` viewed so, instead of its whole tile."""
+    def view(value: SSAValue, cols: int) -> SSAValue:
+        ty = value.type
+        assert isinstance(ty, MemRefType)
+        total = ty.get_shape()[0] * ty.get_shape()[1]
+        new = t.ViewOp.build(operands=[value], result_types=[
+            t.memref_type((total // cols, cols), ty.get_element_type(), ty.memory_space)])
+        op.parent_block().insert_op_before(new, op)  # type: ignore[union-attr]
+        return new.results[0]
+
+    operands = list(op.operands)
+    operands[0] = view(compact, OW)
+    operands[1 + len(op.dst_indices)] = view(op.a, Wq)
+    op.operands = operands
+    op.properties["rows"] = IntegerAttr(rows, i64)
+    op.properties["cols"] = IntegerAttr(OW, i64)
 
 
 def _last_whole_tile_write(em: Emitter, tile: SSAValue, rows: int, cols: int) -> t.VectorOp | None:
