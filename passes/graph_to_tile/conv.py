@@ -783,7 +783,7 @@ class ConvKernel:
             if i > 0 and not ahead[i] and not self.interleaves_copies(tq, chunks[i]):
                 copy_taps(*chunks[i][2:])
             if i + 1 < len(chunks) and not ahead[i + 1] and self.interleaves_copies(tq, chunks[i + 1]):
-                # the next chunk's copies, more than the vector queue holds, in groups that do
+                # the next chunk's copies, more than the vector queue holds, in groups that go
                 # between column groups of this chunk's matmuls: the front end dispatches each
                 # group while the matrix unit works through the columns before it (the server
                 # stem's 43 taps had run after all of the first chunk's matmuls, the array idle)
