@@ -26,6 +26,7 @@ from infer.target.sim_core import Counters, EventLog, PcProfile
 from infer.target.sim_decode import decoded
 from infer.target.sim_functional import FunctionalRun
 from infer.target.sim_reference import ReferenceRun
+from infer.target.sim_replay import run_functional
 from infer.target.sim_timing import TimingStop, run_timing
 
 
@@ -49,7 +50,7 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
         # loop counts come from registers: the control pass computes them
         fr = FunctionalRun(sim, dec, dram, regs, data=False).execute()
     else:
-        fr = FunctionalRun(sim, dec, dram, regs, on_pc).execute()
+        fr = run_functional(sim, dec, dram, regs, on_pc)
     # what the run wrote to DRAM, when nothing else may have (callbacks may write anywhere)
     written = [] if mode == "timing" else None if on_pc or fr.fault is not None else fr.stores
     if mode == "functional":

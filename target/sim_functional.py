@@ -31,6 +31,9 @@ from infer.target.sim_decode import (
 from infer.target.sim_lanes import pool as lane_pool
 from infer.target.sim_reference import (
     dequant_views, dma_views, initial_registers, local_view, local_word, matmul_step)
+from infer.target.sim_replay import (
+    Recorder, dequant, loadw_again, loadw_converted, matmul_in_place)
+from infer.target.sim_replay import matmul as replay_matmul
 
 if TYPE_CHECKING:
     from infer.target.sim import Simulator
@@ -132,8 +135,14 @@ class FunctionalRun:
         #: views and checking bounds costs more than a small vector op itself). Kept by the
         #: simulator for later runs of the program on the same DRAM buffer (operand_views).
         self.views: dict[tuple[int, ...], Any] = sim.operand_views(dec, dram) if data else {}
+        #: what this run records for replays (sim_replay), or None
+        self.rec: Recorder | None = None
+        #: a replay's conversions, by the slot the recording gave them (sim_replay)
+        self.slots: list[np.ndarray | None] = []
 
-    def execute(self) -> FunctionalRun:
+    def execute(self, start: int = 0, stop: int | None = None) -> FunctionalRun:
+        """Run from instruction `start` (the program's start) until the program ends or the
+        front end reaches `stop` (a replay interprets one instruction: sim_replay)."""
         from infer.target.sim_lockstep import try_lockstep
 
         dec, dram, sim, c, regs = self.dec, self.dram, self.sim, self.c, self.regs
@@ -142,12 +151,14 @@ class FunctionalRun:
         nins = c.per_engine_instructions
         n, stack, hooks, data = dec.n, self.stack, self.on_pc, self.data
         views = self.views
+        rec = recording = self.rec
         fired: set[int] = set()
         depth = self.cfg.scalar.loop_depth
         lockstep_ok = data
-        pc = 0
+        pc = start
+        end = n if stop is None else stop
         try:
-            while pc < n:
+            while pc < end:
                 if hooks and not stack and pc in hooks and pc not in fired:
                     fired.add(pc)
                     self.act_key = None
@@ -158,6 +169,9 @@ class FunctionalRun:
                 tc = tclass[pc]
                 t = tab[pc]
                 npc = pc + 1
+                if recording is not None and (tc == T_LD or recording.tainted):
+                    # an instruction whose registers data decided runs unrecorded (sim_replay)
+                    rec = self.rec = None if recording.interpreted(self, pc, tc, t) else recording
                 if tc == T_SCALAR:
                     if t is not None:
                         op, rd, rs, rt, imm = t
@@ -215,6 +229,8 @@ class FunctionalRun:
                             lv[...] = dv
                         else:
                             dv[...] = lv
+                        if rec is not None:
+                            rec.steps.append((np.copyto, (lv, dv) if t[15] else (dv, lv)))
                     if not t[15]:
                         d = regs[db] + do
                         self.stores.append((d + t[11], d + t[12]))
@@ -241,10 +257,19 @@ class FunctionalRun:
                                     wv = local_view(sim, addr, rows, cols, stride, dt, "weights")
                                     wv = views[("w",) + key] = wv.T if trans else wv
                                 w = self.wcache[key] = converted(wv, wdt)
+                                if rec is not None:
+                                    rec.steps.append((loadw_converted, (
+                                        rec.cell, rec.new_slot(w), wv, wdt, dt)))
+                            elif rec is not None:
+                                rec.steps.append((loadw_again, (rec.cell, rec.slot_of[id(w)], dt)))
                             self.weights = w
                         else:
                             wv = local_view(sim, addr, rows, cols, stride, dt, "weights")
-                            self.weights = converted(wv.T if trans else wv, wdt)
+                            wv = wv.T if trans else wv
+                            self.weights = converted(wv, wdt)
+                            if rec is not None:
+                                rec.steps.append((loadw_converted, (
+                                    rec.cell, rec.new_slot(self.weights), wv, wdt, dt)))
                         self.wdtype = dt
                 elif tc == T_VECTOR:
                     self.act_key = None
@@ -262,6 +287,9 @@ class FunctionalRun:
                     c.dram_read_bytes += t[3]
                 elif tc == T_HALT:
                     npc = n
+                if rec is not recording:
+                    rec = self.rec = recording
+                    recording.after_interpreted(self, tc, t)
                 nins[engine[pc]] += 1
                 self.steps += 1
                 # a back-edge only at the end of the innermost body (most instructions are not)
@@ -281,6 +309,8 @@ class FunctionalRun:
 
     def _after_body(self, npc: int) -> int:
         """Take loop back-edges at npc (the reference engine's loop control)."""
+        if self.rec is not None:
+            self.rec.check_size()
         stack = self.stack
         while stack and npc == stack[-1][1]:
             top = stack[-1]
@@ -326,6 +356,9 @@ class FunctionalRun:
                 self.flush_nans()
             matmul_step(self.sim, w, self.wdtype, dt, act, acc, m, astride, cstride, accum,
                         self.c)
+            if self.rec is not None:
+                self.rec.steps.append((matmul_in_place, (
+                    self.rec.cell, dt, act, acc, m, astride, cstride, accum)))
             return
         # matmul_step, keeping the converted activations: fp32 emulation multiplies the same
         # scratchpad tile by two weight tiles in a row (see execute: act_key is forgotten
@@ -338,11 +371,18 @@ class FunctionalRun:
                 local_view(self.sim, act, m, k, astride, dt, "activations"),
                 local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator"))
         key = (act, m, k, astride, dt, w.dtype)
+        rec = self.rec
         if key == self.act_key:
             x = self.act_converted
+            if rec is not None:
+                rec.steps.append((replay_matmul, (
+                    rec.cell, rec.slot_of[id(x)], None, ax[1], is_int, accum)))
         else:
             x = converted(ax[0], w.dtype)
             self.act_key, self.act_converted = key, x
+            if rec is not None:
+                rec.steps.append((replay_matmul, (
+                    rec.cell, rec.new_slot(x), ax[0], ax[1], is_int, accum)))
         out = ax[1]
         c = self.c
         if is_int:
@@ -362,6 +402,8 @@ class FunctionalRun:
     def flush_nans(self) -> None:
         """Make the NaNs of the pending accumulator tile the default NaN (see _matmul)."""
         canonical_nans(self.nan_tile)
+        if self.rec is not None:
+            self.rec.steps.append((canonical_nans, (self.nan_tile,)))
         self.nan_tile = self.nan_key = None
 
     def _vector(self, t: tuple) -> None:
@@ -371,6 +413,8 @@ class FunctionalRun:
         if ops is None:
             ops = self.views[key] = self._vector_views(t)
         vector_compute_fast(t[0], ops[0], ops[1], ops[2], t[9])
+        if self.rec is not None:
+            self.rec.steps.append((vector_compute_fast, (t[0], ops[0], ops[1], ops[2], t[9])))
 
     def _vector_views(self, t: tuple) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """(a, b or None, destination) of a vector instruction (bounds and alignment
@@ -402,6 +446,9 @@ class FunctionalRun:
                 q, s, local_view(sim, key[1], rows, cols, dstride, dt, "destination"))
         # a decode step expands the same packed weights every step: kept results (sim_memo)
         sim.dequant_memo.run(spec, ops[0], ops[1], ops[2], dt)
+        if self.rec is not None:
+            self.rec.steps.append((dequant, (
+                self.rec.cell, spec, ops[0], ops[1], ops[2], dt)))
 
 
 #: how the functional engine runs a vector instruction, by the kind of its table entry

@@ -777,6 +777,11 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
     fr.steps += cnt[0]
 
 
+def _replay_plan(cell: Any, plan: Plan) -> None:
+    """A plan's step in a replay (sim_replay): run on the replay's FunctionalRun."""
+    _run_plan(cell.run, plan)
+
+
 #: a reduction computes its products one iteration at a time (_iteration) when an iteration's
 #: product has this many elements and the whole stack this many bytes: below, one stacked
 #: product per member costs fewer calls and stays in cache (all-MiniLM-L6-v2 on edge: chains
@@ -859,4 +864,9 @@ def try_lockstep(fr: FunctionalRun, lp: Loop, n: int) -> bool:
             return False
         plans[key] = plan
     _run_plan(fr, plan)
+    rec = fr.rec
+    if rec is not None:
+        if rec.tainted.intersection(_reads(dec, lp)):
+            rec.refuse(f"batched loop at {lp.pc} reads a register that data decided")
+        rec.add(_replay_plan, rec.cell, plan)
     return True

@@ -218,13 +218,26 @@ def _random_instr(rng: np.random.Generator, regs: list[int], nsem: int, mdt: int
     return isa.make("nop")
 
 
+#: with `loads`, random programs `ld` their address registers and loop count from this
+#: many int32 words at the end of DRAM (`table_words` fills them)
+TABLE_WORDS = 16
+
+
+def table_words(rng: np.random.Generator) -> np.ndarray:
+    """Values for the `ld` table: small multiples of 4 (addresses in range), some negative."""
+    return (4 * rng.integers(-2, 64, TABLE_WORDS)).astype(np.int32)
+
+
 def random_program(seed: int, length: int = 40, counts: tuple[int, int] = (0, 6),
-                   max_depth: int | None = None, strides: tuple[int, ...] | None = None
-                   ) -> tuple[Program, np.ndarray, dict[str, int]]:
+                   max_depth: int | None = None, strides: tuple[int, ...] | None = None,
+                   loads: bool = False) -> tuple[Program, np.ndarray, dict[str, int]]:
     """Random instructions from the ISA table in random loop nests; returns (program, DRAM
     image, initial registers). Constant trip counts are drawn from range(*counts), loops
     nest up to max_depth (default: the config's loop depth), and the address registers move
-    by a choice of `strides` bytes per iteration (default: -32..64)."""
+    by a choice of `strides` bytes per iteration (default: -32..64). With `loads`, one
+    instruction in eight is an `ld` of an address register or the loop-count register from
+    the table at the end of DRAM (`table_words`) or an `lds` of one from the scratchpad:
+    registers that data decides."""
     rng = np.random.default_rng(seed)
     cfg = load_config("edge")
     nsem = 4
@@ -251,6 +264,14 @@ def random_program(seed: int, length: int = 40, counts: tuple[int, int] = (0, 6)
                                     else int(rng.choice(strides)))
                             b.addi(rd=reg, rs=reg, imm=step)
                 budget -= inner
+            elif loads and r > 0.875:
+                rd = int(rng.choice(regs[1:4]))
+                if rng.random() < 0.8:
+                    b.ld(rd=rd, addr=DRAM_BYTES - 4 * TABLE_WORDS
+                         + 4 * int(rng.integers(0, TABLE_WORDS)))
+                else:
+                    b.lds(rd=rd, addr=4 * int(rng.integers(0, 1024)))
+                budget -= 1
             else:
                 b.instrs.append(_random_instr(rng, regs, nsem, mdt))
                 budget -= 1
@@ -259,5 +280,7 @@ def random_program(seed: int, length: int = 40, counts: tuple[int, int] = (0, 6)
     b.halt()
     dram = rng.integers(0, 256, DRAM_BYTES, dtype=np.uint8)
     dram[:DRAM_BYTES // 2].view(np.float32)[::3] = 0.5  # some finite floats among the noise
+    if loads:
+        dram[DRAM_BYTES - 4 * TABLE_WORDS:] = table_words(rng).view(np.uint8)
     return b.program(), dram, {"r1": 4 * int(rng.integers(0, 64)), "r2": 0,
                                "r3": int(rng.integers(0, 4))}

@@ -18,7 +18,8 @@ from infer.target.sim_core import LAYOUT_FREE
 from infer.target.sim_decode import decoded
 
 from helpers.sim_modes import assert_modes_agree, fault_key, run_mode
-from helpers.sim_programs import BATCHED_KERNELS, TILED_PARAMS, random_program, tiled_kernel
+from helpers.sim_programs import (
+    BATCHED_KERNELS, TABLE_WORDS, TILED_PARAMS, random_program, table_words, tiled_kernel)
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -29,14 +30,28 @@ SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=N
        seed=st.integers(0, 1000))
 def test_tiled_kernels(params, seed):
     prog, dram = tiled_kernel(params, seed)
-    assert_modes_agree(prog, dram)
+    assert_modes_agree(prog, dram, again=tiled_kernel(params, seed + 1)[1])
 
 
 @SETTINGS
 @given(seed=st.integers(0, 2**31 - 1))
 def test_random_programs(seed):
     prog, dram, regs = random_program(seed)
-    assert_modes_agree(prog, dram, regs)
+    assert_modes_agree(prog, dram, regs, again=dram)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_programs_replayed_with_other_data(seed):
+    """Registers that `ld` / `lds` decide (addresses, the loop count), run again on other data
+    and another `ld` table: the replay of the first run (sim_replay) interprets what those
+    registers decide, so it computes the reference's bits and faults on the new data."""
+    prog, dram, regs = random_program(seed, loads=True)
+    rng = np.random.default_rng(seed)
+    again = dram ^ rng.integers(0, 256, dram.size, dtype=np.uint8)
+    again[:again.size // 2].view(np.float32)[::3] = 0.25
+    again[-4 * TABLE_WORDS:] = table_words(rng).view(np.uint8)
+    assert_modes_agree(prog, dram, regs, again=again, data_registers=True)
 
 
 def _batched(prog: Program, cfg: str = "edge") -> int:

@@ -1,0 +1,300 @@
+"""Replay of the functional engine's data operations: a program run again skips the dispatch.
+
+The functional engine (`sim_functional`) spends much of a loop-free program's time deciding
+what each instruction does: reading its table entry, resolving its addresses, looking up its
+operand views, choosing whether a conversion can be reused. Those decisions depend on the
+program, the initial registers and the values `ld` / `lds` read, never on the data the other
+instructions compute. So a run records the data operations it performed, in order, as calls
+of numpy functions on the operand views it used (a `Trace`: DMA copies, weight and activation
+conversions, products, vector ops, the lane-batched plans of `sim_lockstep`); a later run of
+the same decoded program on the same simulator and DRAM buffer with the same initial registers
+makes those calls again instead of interpreting the program. The calls are the same functions
+on the same views in the same order, so the bits are those of an interpreted run.
+
+Registers that `ld` / `lds` wrote, or that were computed from such registers, are *tainted*:
+their values may differ from run to run (an embedding gather reads token ids). An instruction
+that reads a tainted register, and every `ld` / `lds`, is recorded as an `interpret` step: the
+replay runs that one instruction through the engine with the registers it reads (the untainted
+ones as recorded, the tainted ones as the replay computed them), so its addresses, its value
+and its faults are this run's. What the other instructions do cannot depend on tainted
+registers, so the counters are the recorded ones except `acc_saturations`, which counts data.
+A run is not recorded when a loop's trip count or a batched loop's registers are tainted, when
+a `dma.store`'s address is (the DRAM ranges written would differ), when it faulted or had
+`on_pc` callbacks, or when it would exceed `MAX_STEPS` calls (a run interpreting loops
+iteration by iteration for millions of instructions: its trace would cost more memory than
+it saves time).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from infer.target.sim_core import Counters, accumulate_into, converted
+from infer.target.sim_decode import T_DMA, T_LD, T_LOOP, T_SCALAR
+from infer.target.sim_reference import initial_registers, matmul_step
+
+if TYPE_CHECKING:
+    from infer.target.sim import Simulator
+    from infer.target.sim_decode import Decoded
+    from infer.target.sim_functional import FunctionalRun
+
+#: calls a trace may hold (~150 bytes each: the views themselves are shared with the
+#: engine's view cache)
+MAX_STEPS = 1 << 18
+#: traces kept per (program, simulator, DRAM buffer): one per set of initial registers
+MAX_TRACES = 2
+
+
+@dataclasses.dataclass
+class Trace:
+    """A recorded run: its data operations and what control decided."""
+    #: (function, arguments) in program order; the steps that read or update the matrix
+    #: unit's weights, a kept conversion or registers take `cell` as their first argument
+    steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+    #: holds the FunctionalRun of the replay under way
+    cell: Cell
+    slots: int
+    counters: Counters
+    steps_run: int
+    loop_counts: list[int]
+    stores: list[tuple[int, int]]
+
+
+class Cell:
+    """The FunctionalRun a replay updates (`run`): the steps are bound to the cell, not to a
+    run, and the trace does not refer to the simulator that keeps it (which would make a
+    reference cycle that only the cycle collector frees)."""
+
+    run: Any = None
+
+
+class Recorder:
+    """What a FunctionalRun records while it runs (FunctionalRun.rec)."""
+
+    def __init__(self, dec: Decoded) -> None:
+        from infer.target.sim_lockstep import reads_table
+
+        self.cell = Cell()
+        self.reads = reads_table(dec)
+        self.steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self.slots = 0
+        #: id of a converted array -> its slot (the engine reuses conversions it keeps alive)
+        self.slot_of: dict[int, int] = {}
+        #: registers whose value came from data (see the module docstring)
+        self.tainted: set[int] = set()
+        #: why the run cannot be replayed, once it cannot
+        self.refused: str | None = None
+
+    def add(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.steps.append((fn, args))
+
+    def check_size(self) -> None:
+        """Refuses the run once its trace is too long (the engine asks at loop back-edges
+        and loop entries: a loop-free program's trace is as long as the program)."""
+        if len(self.steps) > MAX_STEPS:
+            self.refuse(f"more than {MAX_STEPS} data operations")
+
+    def refuse(self, why: str) -> None:
+        if self.refused is None:
+            self.refused = why
+            self.steps = _Discarded()
+
+    def new_slot(self, array: np.ndarray) -> int:
+        slot = self.slot_of[id(array)] = self.slots
+        self.slots += 1
+        return slot
+
+    def interpreted(self, fr: FunctionalRun, pc: int, tc: int, t: Any) -> bool:
+        """Before fr runs pc: whether it is recorded as an `interpret` step (fr then runs it
+        without recording it; `after_interpreted` follows). Keeps the taint up to date."""
+        tainted = self.tainted
+        reads = self.reads[pc]
+        if tc != T_LD and not any(r in tainted for r in reads):
+            if tc == T_SCALAR and t is not None:
+                tainted.discard(t[1])  # written from untainted registers
+            return False
+        if tc == T_LOOP:
+            self.refuse(f"loop at {pc} reads a register that data decided")
+            return False
+        if tc == T_DMA and not t[15]:
+            self.refuse(f"dma.store at {pc} writes an address that data decided")
+            return False
+        # conversions and accumulations the engine keeps pending are settled first: the
+        # interpreted instruction's own are not recorded, so nothing after it may reuse them
+        if fr.nan_tile is not None:
+            fr.flush_nans()
+        fr.act_key = None
+        fr.wcache.clear()
+        known = tuple((r, fr.regs[r]) for r in reads if r not in tainted)
+        self.add(interpret, self.cell, pc, fr.steps, known)
+        return True
+
+    def after_interpreted(self, fr: FunctionalRun, tc: int, t: Any) -> None:
+        if fr.nan_tile is not None:
+            canonical = fr.rec
+            fr.rec = None
+            fr.flush_nans()  # as `interpret` does
+            fr.rec = canonical
+        fr.act_key = None
+        fr.wcache.clear()
+        if tc == T_LD or tc == T_SCALAR and t is not None:
+            rd = t[0] if tc == T_LD else t[1]
+            if rd:
+                self.tainted.add(rd)
+
+
+class _Discarded(list):
+    """The steps of a refused recording: nothing is kept."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- replayed steps
+# each mirrors what FunctionalRun does for one instruction (see its methods)
+def loadw_converted(cell: Cell, slot: int, view: np.ndarray, wdt: Any, dt: int) -> None:
+    fr = cell.run
+    fr.weights = fr.slots[slot] = converted(view, wdt)
+    fr.wdtype = dt
+
+
+def loadw_again(cell: Cell, slot: int, dt: int) -> None:
+    fr = cell.run
+    fr.weights = fr.slots[slot]
+    fr.wdtype = dt
+
+
+def matmul(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, is_int: bool,
+           accum: bool) -> None:
+    fr = cell.run
+    w = fr.weights
+    if view is None:
+        x = fr.slots[slot]
+    else:
+        x = fr.slots[slot] = converted(view, w.dtype)
+    if is_int:
+        fr.c.acc_saturations += accumulate_into(out, x @ w, True, accum)
+    else:
+        accumulate_into(out, x @ w, False, accum, nan_check=False)
+
+
+def matmul_in_place(cell: Cell, dt: int, act: int, acc: int, m: int, astride: int,
+                    cstride: int, accum: bool) -> None:
+    fr = cell.run
+    matmul_step(fr.sim, fr.weights, fr.wdtype, dt, act, acc, m, astride, cstride, accum, fr.c)
+
+
+def dequant(cell: Cell, spec: Any, q: np.ndarray, s: np.ndarray, dst: np.ndarray,
+            dt: int) -> None:
+    cell.run.sim.dequant_memo.run(spec, q, s, dst, dt)
+
+
+class _Faulted(Exception):
+    pass
+
+
+def interpret(cell: Cell, pc: int, steps: int, known: tuple[tuple[int, int], ...]) -> None:
+    """Run instruction pc through the engine with the untainted registers it reads set to their
+    recorded values (the tainted ones hold what this replay computed)."""
+    fr = cell.run
+    regs = fr.regs
+    for r, v in known:
+        regs[r] = v
+    fr.steps = steps
+    fr.act_key = None
+    fr.wcache.clear()
+    fr.execute(pc, pc + 1)
+    if fr.fault is not None:
+        raise _Faulted
+
+
+# ----------------------------------------------------------------------------- runs
+def run_functional(sim: Simulator, dec: Decoded, dram: np.ndarray,
+                   regs: Mapping[str | int, int],
+                   on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None
+                   ) -> FunctionalRun:
+    """The functional engine's run of dec (data and registers), replayed from the trace of an
+    earlier run when one applies (see the module docstring), else interpreted and recorded."""
+    from infer.target.sim_functional import FunctionalRun
+
+    if on_pc:
+        return FunctionalRun(sim, dec, dram, regs, on_pc).execute()
+    traces = sim.operand_views(dec, dram).setdefault("replay traces", {})
+    key = tuple(initial_registers(sim.cfg, regs))
+    trace = traces.get(key)
+    if trace is not None:
+        return replay(FunctionalRun(sim, dec, dram, regs), trace)
+    fr = FunctionalRun(sim, dec, dram, regs)
+    rec = fr.rec = Recorder(dec)
+    fr.execute()
+    fr.rec = None
+    if fr.fault is None and rec.refused is None:
+        if len(traces) >= MAX_TRACES:
+            del traces[next(iter(traces))]
+        steps, slots = reuse_slots(rec.steps)
+        traces[key] = Trace(steps, rec.cell, slots, copy.deepcopy(fr.c), fr.steps,
+                            list(fr.loop_counts), list(fr.stores))
+    return fr
+
+
+#: the steps that use a conversion slot (their second argument): to write it, to read it, or
+#: to write it when their third argument (the view converted) is not None
+_SLOT_STEPS = {loadw_converted: "write", loadw_again: "read", matmul: "write a view"}
+
+
+def reuse_slots(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+                ) -> tuple[list[tuple[Callable[..., Any], tuple[Any, ...]]], int]:
+    """The steps with their conversion slots renumbered so that a slot whose conversion is
+    read no more is used again (a replay then holds a few conversions at a time, as the
+    engine does, not every conversion of the run), and the number of slots."""
+    last: dict[int, int] = {}
+    for i, (fn, args) in enumerate(steps):
+        if fn in _SLOT_STEPS:
+            last[args[1]] = i
+    free: list[int] = []
+    new: dict[int, int] = {}
+    count = 0
+    out = []
+    for i, (fn, args) in enumerate(steps):
+        use = _SLOT_STEPS.get(fn)
+        if use is not None:
+            old = args[1]
+            if use == "write" or use == "write a view" and args[2] is not None:
+                if free:
+                    new[old] = free.pop()
+                else:
+                    new[old], count = count, count + 1
+            slot = new[old]
+            args = (args[0], slot, *args[2:])
+            if last[old] == i:
+                free.append(slot)
+        out.append((fn, args))
+    return out, count
+
+
+def replay(fr: FunctionalRun, trace: Trace) -> FunctionalRun:
+    """Make the trace's calls with fr as the run; returns fr with the trace's counters, loop
+    counts and stores, or with the fault an interpreted instruction met."""
+    fr.slots = [None] * trace.slots
+    cell = trace.cell
+    cell.run = fr
+    try:
+        for fn, args in trace.steps:
+            fn(*args)
+    except _Faulted:
+        pass
+    finally:
+        cell.run = None
+    saturations = fr.c.acc_saturations
+    fr.slots, fr.weights = [], None  # the conversions are garbage now
+    fr.c = copy.deepcopy(trace.counters)
+    fr.c.acc_saturations = saturations
+    # after a fault the timing pass stops at it, taking only the counts of the loops before
+    fr.steps, fr.loop_counts = trace.steps_run, list(trace.loop_counts)
+    fr.stores = list(trace.stores)
+    return fr

@@ -1,0 +1,150 @@
+"""Replays of the functional engine (target/sim_replay.py): a program run again on the same
+simulator and DRAM buffer makes the recorded run's numpy calls again instead of interpreting
+it, and still computes the reference engine's bits, counters and faults on new data, with the
+instructions whose registers data decides (an embedding gather's token ids) interpreted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infer.target import sim_replay
+from infer.target.asm import Program
+from infer.target.sim import SimFault, Simulator
+from infer.target.sim_decode import decoded
+
+from helpers.sim_modes import assert_modes_agree, fault_key
+
+# four token ids (int32, DRAM 0x0) gather rows of 16 int8 from a table at 0x100 (lds, then a
+# DMA whose address the id decides); an int8 matmul of the gathered [4, 16] by 16x16 weights
+# accumulates into int32 partial sums loaded from DRAM 0x500 (saturating when they are near
+# the int32 limits); the sums scaled to fp32 are stored
+GATHER = """
+    dma.load dram=0x0, local=0x0, n0=16, n1=1, n2=1, signal=s1
+    nop wait=s1
+    li rd=r2, imm=0
+    li rd=r3, imm=0x100
+    loop count=4, body=6
+      lds rd=r1, addr=r2+0
+      muli rd=r1, rs=r1, imm=16
+      dma.load dram=r1+0x100, local=r3+0, n0=16, n1=1, n2=1, signal=s1
+      nop wait=s1
+      addi rd=r2, rs=r2, imm=4
+      addi rd=r3, rs=r3, imm=16
+    li rd=r1, imm=0
+    dma.load dram=0x400, local=0x200, n0=256, n1=1, n2=1, signal=s2
+    dma.load dram=0x500, local=0x2000000, n0=256, n1=1, n2=1, signal=s3
+    nop wait=s2
+    nop wait=s3
+    mx.loadw w=0x200, k=16, n=16, stride=16, dtype=int8
+    mx.matmul act=0x100, acc=0x2000000, m=4, astride=16, cstride=64, dtype=int8, accum=1
+    mx.matmul act=0x100, acc=0x2000000, m=4, astride=16, cstride=64, dtype=int8, accum=1
+    vec.mul dst=0x300, a=0x2000000, rows=4, cols=16, dstride=64, astride=64, dt=fp32, at=int32, bmode=imm, imm=0.5
+    dma.store dram=0x800, local=0x300, n0=256, n1=1, n2=1
+    halt
+"""
+
+
+def gather_dram(ids, scale: int, seed: int = 0, partial: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dram = np.zeros(0x1000, np.uint8)
+    dram[:16] = np.array(ids, np.int32).view(np.uint8)
+    dram[0x100:0x400] = rng.integers(-scale, scale + 1, 0x300).astype(np.int8).view(np.uint8)
+    dram[0x400:0x500] = rng.integers(-scale, scale + 1, 0x100).astype(np.int8).view(np.uint8)
+    dram[0x500:0x600] = np.full(64, partial, np.int32).view(np.uint8)
+    return dram
+
+
+def runs(prog: Program, drams: list[np.ndarray], cfg: str = "edge") -> list:
+    """(Counters or SimFault, DRAM bytes) of fast runs of prog on one simulator and one DRAM
+    buffer holding each image in turn."""
+    sim, buf = Simulator(cfg), np.zeros_like(drams[0])
+    out = []
+    for image in drams:
+        sim.reset()
+        buf[:] = image
+        try:
+            c = sim.run(prog, buf, mode="fast")
+        except SimFault as e:
+            c = e
+        out.append((c, buf.tobytes()))
+    return out
+
+
+def reference(prog: Program, image: np.ndarray, cfg: str = "edge"):
+    d = image.copy()
+    try:
+        c = Simulator(cfg).run(prog, d, mode="reference")
+    except SimFault as e:
+        c = e
+    return c, d.tobytes()
+
+
+def traces(sim: Simulator, prog: Program, dram: np.ndarray) -> dict:
+    return sim.operand_views(decoded(prog, sim.cfg), dram).get("replay traces", {})
+
+
+def test_gather_replays_with_other_ids_saturations_and_faults(monkeypatch):
+    prog = Program.from_asm(GATHER)
+    replayed = []
+    monkeypatch.setattr(sim_replay, "replay", lambda fr, t, f=sim_replay.replay:
+                        replayed.append(t) or f(fr, t))
+    images = [gather_dram([0, 1, 2, 3], 2),
+              gather_dram([47, 5, 5, 0], 127, seed=1, partial=2**31 - 9),
+              gather_dram([3, 2, 1, 300], 2), gather_dram([9, 8, 7, 6], 3, seed=2)]
+    got = runs(prog, images)
+    assert len(replayed) == 3  # every run after the first
+    for image, (c, mem) in zip(images, got, strict=True):
+        ref, ref_mem = reference(prog, image)
+        if isinstance(ref, SimFault):  # id 300: the gathered row is past the end of DRAM
+            assert isinstance(c, SimFault) and fault_key(c) == fault_key(ref)
+            assert ref.kind == "out-of-bounds" and ref.index == 7
+            continue
+        assert mem == ref_mem
+        assert c.as_dict() == ref.as_dict()
+    assert got[1][0].acc_saturations > 0 and got[0][0].acc_saturations == 0
+    for image in images:
+        assert_modes_agree(prog, images[0], again=image)
+
+
+def test_a_trace_is_kept_per_program_buffer_and_registers():
+    prog = Program.from_asm(GATHER)
+    sim, dram = Simulator("edge"), gather_dram([0, 1, 2, 3], 2)
+    sim.run(prog, dram)
+    (trace,) = traces(sim, prog, dram).values()
+    # the interpreted instructions: four lds and the four DMAs and muli they decide
+    interpreted = [args[1] for fn, args in trace.steps if fn is sim_replay.interpret]
+    assert interpreted == [5, 6, 7] * 4
+    sim.run(prog, dram, regs={"r9": 1})
+    assert len(traces(sim, prog, dram)) == 2
+
+
+@pytest.mark.parametrize("edits", [
+    # a trip count data decides (the fourth id)
+    [("loop count=4, body=6", "lds rd=r5, addr=r0+12\n    loop count=r5+0, body=6")],
+    # a store address data decides (the last id)
+    [("li rd=r1, imm=0\n", ""), ("dma.store dram=0x800,", "dma.store dram=r1+0x800,")],
+])
+def test_runs_whose_control_data_decides_are_not_recorded(edits):
+    src = GATHER
+    for old, new in edits:
+        src = src.replace(old, new)
+    prog = Program.from_asm(src)
+    images = [gather_dram([0, 1, 2, 3], 2), gather_dram([2, 0, 1, 1], 5, seed=3)]
+    sim, dram = Simulator("edge"), images[0].copy()
+    sim.run(prog, dram)
+    assert traces(sim, prog, dram) == {}
+    for image, (c, mem) in zip(images, runs(prog, images), strict=True):
+        ref, ref_mem = reference(prog, image)
+        assert mem == ref_mem and c.as_dict() == ref.as_dict()
+
+
+def test_long_runs_are_not_recorded(monkeypatch):
+    monkeypatch.setattr(sim_replay, "MAX_STEPS", 5)
+    prog = Program.from_asm(GATHER)
+    sim, dram = Simulator("edge"), gather_dram([0, 1, 2, 3], 2)
+    sim.run(prog, dram)
+    assert traces(sim, prog, dram) == {}
+    image = gather_dram([3, 3, 1, 0], 9)
+    got = runs(prog, [dram, image])
+    assert got[1][1] == reference(prog, image)[1]
