@@ -58,6 +58,7 @@ class Trace:
     steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
     #: holds the FunctionalRun of the replay under way
     cell: Cell
+    #: conversion slots a replay needs (-1: not counted yet, see `reuse_slots`)
     slots: int
     counters: Counters
     steps_run: int
@@ -236,8 +237,7 @@ def run_functional(sim: Simulator, dec: Decoded, dram: np.ndarray,
     if fr.fault is None and rec.refused is None:
         if len(traces) >= MAX_TRACES:
             del traces[next(iter(traces))]
-        steps, slots = reuse_slots(rec.steps)
-        traces[key] = Trace(steps, rec.cell, slots, copy.deepcopy(fr.c), fr.steps,
+        traces[key] = Trace(rec.steps, rec.cell, -1, copy.deepcopy(fr.c), fr.steps,
                             list(fr.loop_counts), list(fr.stores))
     return fr
 
@@ -280,6 +280,8 @@ def reuse_slots(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
 def replay(fr: FunctionalRun, trace: Trace) -> FunctionalRun:
     """Make the trace's calls with fr as the run; returns fr with the trace's counters, loop
     counts and stores, or with the fault an interpreted instruction met."""
+    if trace.slots < 0:  # the first replay: a run that is not replayed does not pay for this
+        trace.steps, trace.slots = reuse_slots(trace.steps)
     fr.slots = [None] * trace.slots
     cell = trace.cell
     cell.run = fr
