@@ -371,6 +371,12 @@ class FunctionalRun:
                 local_view(self.sim, act, m, k, astride, dt, "activations"),
                 local_view(self.sim, acc, m, n, cstride, 1 if is_int else 2, "accumulator"))
         key = (act, m, k, astride, dt, w.dtype)
+        # fp32 emulation accumulates three products into one tile in a row: its NaNs are made
+        # the default NaN once, before anything else can read it (canonical_nans); the pending
+        # tile of another product is settled first (and recorded before this product)
+        okey = (acc, m, n, cstride)
+        if self.nan_tile is not None and (is_int or self.nan_key != okey):
+            self.flush_nans()
         rec = self.rec
         if key == self.act_key:
             x = self.act_converted
@@ -386,15 +392,8 @@ class FunctionalRun:
         out = ax[1]
         c = self.c
         if is_int:
-            if self.nan_tile is not None:
-                self.flush_nans()
             c.acc_saturations += accumulate_into(out, x @ w, True, accum)
         else:
-            # fp32 emulation accumulates three products into one tile in a row: its NaNs are
-            # made the default NaN once, before anything else can read it (canonical_nans)
-            okey = (acc, m, n, cstride)
-            if self.nan_tile is not None and self.nan_key != okey:
-                self.flush_nans()
             accumulate_into(out, x @ w, False, accum, nan_check=False)
             self.nan_tile, self.nan_key = out, okey
         c.macs += m * k * n

@@ -95,8 +95,8 @@ class Recorder:
         self.steps.append((fn, args))
 
     def check_size(self) -> None:
-        """Refuses the run once its trace is too long (the engine asks at loop back-edges
-        and loop entries: a loop-free program's trace is as long as the program)."""
+        """Refuses the run once its trace is too long (the engine asks at loop back-edges:
+        a loop-free program's trace is as long as the program)."""
         if len(self.steps) > MAX_STEPS:
             self.refuse(f"more than {MAX_STEPS} data operations")
 

@@ -148,3 +148,34 @@ def test_long_runs_are_not_recorded(monkeypatch):
     image = gather_dram([3, 3, 1, 0], 9)
     got = runs(prog, [dram, image])
     assert got[1][1] == reference(prog, image)[1]
+
+
+# a bf16 product leaves its fp32 tile's NaNs pending (made the default NaN once the tile is
+# done); an int8 product then accumulates onto the same accumulator bytes as int32: the NaNs
+# must be settled before it, in the replay as in the engine
+NAN_THEN_INT = """
+    dma.load dram=0x0, local=0x0, n0=1536, n1=1, n2=1, signal=s1
+    nop wait=s1
+    mx.loadw w=0x200, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x0, acc=0x2000000, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    mx.loadw w=0x400, k=16, n=16, stride=16, dtype=int8
+    mx.matmul act=0x500, acc=0x2000000, m=16, astride=16, cstride=64, dtype=int8, accum=1
+    dma.store dram=0x800, local=0x2000000, n0=1024, n1=1, n2=1
+    halt
+"""
+
+
+def test_pending_nans_are_settled_before_an_int_product_on_the_same_bytes():
+    prog = Program.from_asm(NAN_THEN_INT)
+    rng = np.random.default_rng(4)
+    dram = np.zeros(0xC00, np.uint8)
+    act = rng.standard_normal(256).astype(np.float32).view(np.uint32) >> 16
+    act[::7] = 0x7FC3  # quiet NaNs with a payload
+    dram[:0x200] = act.astype(np.uint16).view(np.uint8)
+    dram[0x200:0x400] = (rng.standard_normal(256).astype(np.float32).view(np.uint32)
+                         >> 16).astype(np.uint16).view(np.uint8)
+    dram[0x400:0x600] = rng.integers(-3, 4, 0x200).astype(np.int8).view(np.uint8)
+    ref, ref_mem = reference(prog, dram)
+    assert (np.frombuffer(ref_mem[0x800:0xC00], np.uint32) >= 0x7FC00000).any()
+    for c, mem in runs(prog, [dram, dram]):  # recorded, then replayed
+        assert mem == ref_mem and c.as_dict() == ref.as_dict()
