@@ -114,6 +114,16 @@ def run_module_case(module: ModuleOp, inputs: list[np.ndarray], target: str, pre
         return Outcome("crash", _one_line(e), "run")
     if len(ys) != len(refs):
         return Outcome("crash", f"{len(ys)} outputs, the reference has {len(refs)}", "run")
+    # the fast mode, then a replay of its recorded run (target/sim_replay.py): the reference
+    # engine's bits
+    for mode in ("fast", "replayed fast"):
+        try:
+            fast = exe.run(inputs, check_races=False, trace=False)
+        except Exception as e:
+            return Outcome("crash", f"{mode} mode: {_one_line(e)}", "run")
+        if [y.tobytes() for y in fast] != [y.tobytes() for y in ys]:
+            return Outcome("mismatch", f"the {mode} mode's outputs differ from the reference "
+                                       "engine's", "run")
     for i, (y, r) in enumerate(zip(ys, refs, strict=True)):
         if y.shape != r.shape:
             return Outcome("crash", f"output #{i} has shape {y.shape}, the reference {r.shape}", "run")
