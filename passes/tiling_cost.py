@@ -368,6 +368,24 @@ def fits(hw: HardwareConfig, e: Estimate) -> bool:
     return e.spad <= hw.memory.scratchpad_bytes and e.acc <= hw.memory.accumulator_bytes
 
 
+def even_row_splits(OH: int) -> list[int]:
+    """Tiles of output rows that split OH evenly into a power-of-two number of tiles and are
+    not powers of two themselves (14 rows: 7; 56: 28, 14 and 7): no remainder tile, which a
+    power-of-two tile leaves (14 = 8 + 6), and a tile half as large as the whole map. The conv
+    ranking takes them only as `ConvTiles.single_acc` tiles (two of them do not fit the
+    accumulator, one does: ResNet-50's 1x1 1024->256 at 14x14 on edge, 128 output channels
+    of 7 rows, 261 K -> 228 K cycles); as double-buffered tiles the model ranked some better
+    than they ran (server, 1x1/2 512->1024 at 28x28 in tiles of 7 rows: 11.0 K predicted, 15.5
+    K simulated, against 10.0 K in 14-row tiles)."""
+    out = []
+    parts = 2
+    while OH % parts == 0 and OH // parts >= 2:
+        if OH // parts & (OH // parts - 1):
+            out.append(OH // parts)
+        parts *= 2
+    return out
+
+
 def pow2_candidates(extent: int, unit: int, limit: int | None = None) -> list[int]:
     """unit * 2^i below the extent, plus the extent itself when it is smaller than a
     larger candidate (a single tile covering the whole dimension)."""
@@ -474,10 +492,10 @@ class ConvSpec:
     # on the vector unit instead of loading them (windows.WindowLoader's `kept`), and a 1x1
     # conv's one channel-major window is that tile itself (conv.py `ConvKernel.window_on_chip`)
     input_on_chip: bool = False
-    # (orientation, TO, TOH, TC, outer, im2col, prepared, whole weights) -> (scratchpad, accumulator)
-    # bytes of every local buffer; part of the spec's equality (graph_to_tile.conv.ConvFootprint is
-    # a value): equal specs rank alike
-    footprint: Callable[[str, int, int, int, str, bool, bool, bool], tuple[int, int]] | None = None
+    # (orientation, TO, TOH, TC, outer, im2col, prepared, whole weights, single accumulator) ->
+    # (scratchpad, accumulator) bytes of every local buffer; part of the spec's equality
+    # (graph_to_tile.conv.ConvFootprint is a value): equal specs rank alike
+    footprint: Callable[[str, int, int, int, str, bool, bool, bool, bool], tuple[int, int]] | None = None
     # the prepared planes' helper nest (planes.prepare_estimate): (channel-major, pixel-major) cycles
     prepare_cycles: tuple[int, int] = (0, 0)
     # TOH -> row tiles of windows padded on chip that are emitted on their own (windows.row_tile_plan;
@@ -505,11 +523,15 @@ class ConvTiles:
     # [TO, taps.Cg] loaded once per output tile (single-buffered), each step reading its columns,
     # instead of a step's block per row tile and step
     whole_weights: bool = False
+    # one accumulator tile for every output tile (not two in turn): a tile's first matmul waits
+    # until the tile before's epilogue has read its accumulator, but a tile twice as large fits
+    # (`single_acc_applies`; graph_to_tile/conv.py `conv_footprint_counts`)
+    single_acc: bool = False
 
     def text(self) -> str:
         return (f"{self.orientation} TO={self.TO} TOH={self.TOH} TC={self.TC} outer={self.outer}"
                 + (" im2col" if self.im2col else "") + (" on-chip-padding" if self.on_chip_padding else "")
-                + (" whole-weights" if self.whole_weights else ""))
+                + (" whole-weights" if self.whole_weights else "") + (" single-acc" if self.single_acc else ""))
 
 
 @dataclass
@@ -608,7 +630,9 @@ def conv_buffers(s: ConvSpec, T: ConvTiles) -> tuple[int, int]:
     TO, TOH, TC = min(T.TO, s.Og), min(T.TOH, s.OH), min(T.TC, s.Cg)
     if s.footprint is not None:
         return s.footprint(T.orientation, TO, TOH, TC, T.outer, T.im2col, s.prepared and not T.on_chip_padding,
-                           T.whole_weights)
+                           T.whole_weights, T.single_acc)
+    if T.single_acc:
+        return 0, TO * TOH * s.Wq * 4
     return 0, 2 * TO * TOH * s.Wq * 4
 
 
@@ -788,11 +812,19 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,
                                         window_instrs=window_instrs_run, overlap=overlap, late=late,
-                                        prepared_ahead=window_prepared_ahead(hw, s, T)))
+                                        prepared_ahead=window_prepared_ahead(hw, s, T),
+                                        single_acc=_tiles_per_iteration(T, nO, nR) if T.single_acc else None))
     if whole:  # each later output tile's block waits for the tile before's last matmul, then its round trip
         cycles += int((images * nO - 1) * dma_round_trip(hw, weight_b))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
+
+
+def _tiles_per_iteration(T: ConvTiles, nO: int, nR: int) -> int:
+    """Output tiles per iteration of the innermost tile loop of 3 or more trips (a 2-trip
+    loop's iterations are emitted one after the other), 0 when there is none."""
+    inner, outer = (nR, nO) if T.outer == "o" else (nO, nR)
+    return 1 if inner >= 3 else inner if outer >= 3 else 0
 
 
 def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: float, store_bytes: float,
@@ -800,7 +832,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
                    window_instrs: float = 0, overlap: float = 0, late: float = 0,
-                   prepared_ahead: bool = False) -> int:
+                   prepared_ahead: bool = False, single_acc: int | None = None) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -816,7 +848,10 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     (the im2col chunks after the first): in the chains they run beside the matmuls. `late`: of
     a step's load bytes, those its first matmuls do not wait for (weights DMA'd per kernel row).
     `prepared_ahead`: tile-to-npu builds each tile's window an iteration ahead, so it does not
-    queue behind the tile before's epilogue (`window_prepared_ahead`)."""
+    queue behind the tile before's epilogue (`window_prepared_ahead`). `single_acc`: the output
+    tiles share one accumulator tile, so a tile's matmuls start after the tile before's
+    epilogue has read it (`ConvTiles.single_acc`): the output tiles per iteration of the
+    hardware loop of 3 or more trips that runs them, 0 when none does (None: double-buffered)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
@@ -848,6 +883,16 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     if not late and first_step is None:
         first = serial
     chain = first + (steps - 1) * step + tail
+    if single_acc:
+        # one accumulator tile (and output tile) for every output tile: the next tile's matmuls
+        # wait for this tile's epilogue to read it; and where a hardware loop of 3 or more trips
+        # runs the tiles, tile-to-npu drains that loop-carried dependency at the end of every
+        # iteration, so the next iteration's loads wait for this one's store: the pipeline
+        # empties and fills once per iteration (`single_acc` tiles per iteration; the stem on
+        # edge in 2-row tiles, one per iteration: 841 K cycles simulated, 732 K without this)
+        period = max(period, steps * mm + fill + epi + vlat)
+        if single_acc > 0:
+            period += max(0.0, chain - steps * step) / single_acc
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)
     serial_tiles = min(serial_tiles, out_tiles - 1)
@@ -892,7 +937,7 @@ def choose_conv(hw: HardwareConfig, s: ConvSpec, override: tuple[int, int, int] 
     padding = _padding_choices(s)
     if override is not None:
         TO, TOH, TC = override
-        ests = [conv_estimate(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip, whole))
+        ests = [conv_estimate(hw, s, *fitting_buffers(hw, s, ConvTiles(o, TO, TOH, TC, outer, im2col, chip, whole)))
                 for o in ("pixels", "channels") for outer in ("o", "rows")
                 for im2col in ((False, True) if s.taps > 1 and TC < R else (False,)) for chip in padding
                 for whole in ((False, True) if whole_weights_apply(s, outer, TC) else (False,))]
@@ -931,6 +976,22 @@ def whole_weights_apply(s: ConvSpec, outer: str, TC: int) -> bool:
     return outer == "o" and -(-s.Cg // max(1, TC)) >= 3
 
 
+def fitting_buffers(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> tuple[ConvTiles, tuple[int, int]]:
+    """T and its (scratchpad, accumulator) bytes, or, where its accumulator tiles do not fit
+    the accumulator in turns of two and one of them does (with the rest in the scratchpad),
+    T with `single_acc` and those bytes: a larger output tile whose epilogue the next tile's
+    matmuls wait for (ResNet-50's 1x1 1024->256 at 14x14 on edge: 128 output channels of 7
+    rows, the input read twice instead of four times: 261 K -> 228 K cycles)."""
+    buffers = conv_buffers(s, T)
+    if buffers[1] <= hw.memory.accumulator_bytes:
+        return T, buffers
+    single = replace(T, single_acc=True)
+    one = conv_buffers(s, single)
+    if one[1] < buffers[1] and one[1] <= hw.memory.accumulator_bytes and one[0] <= hw.memory.scratchpad_bytes:
+        return single, one
+    return T, buffers
+
+
 def fastest_conv_cycles(hw: HardwareConfig, s: ConvSpec,
                         memo: dict[ConvSpec, tuple[list[ConvEstimate], int]] | None = None) -> float:
     """The predicted cycles of choose_conv's pick for s without autotuning (inf when no tiling
@@ -950,7 +1011,9 @@ def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int
     padding = _padding_choices(s)
     cands: list[ConvEstimate] = []
     rejected = 0
-    toh_cands = pow2_candidates(s.OH, 1)
+    pow2_rows = pow2_candidates(s.OH, 1)
+    even_rows = [t for t in even_row_splits(s.OH) if t not in pow2_rows]
+    toh_cands = pow2_rows + even_rows
     tc_cands = pow2_candidates(s.Cg, R)
     for orientation in ("pixels", "channels"):
         to_cands = pow2_candidates(s.Og, Ccols if orientation == "channels" else min(16, R))
@@ -962,8 +1025,11 @@ def _rank_conv(hw: HardwareConfig, s: ConvSpec) -> tuple[list[ConvEstimate], int
                                                        for c in padding
                                                        for w in ((False, True) if whole_weights_apply(s, o, TC)
                                                                  else (False,))):
-                        T = ConvTiles(orientation, TO, TOH, TC, outer, im2col, chip, whole)
-                        spad, acc = buffers = conv_buffers(s, T)
+                        T, buffers = fitting_buffers(hw, s, ConvTiles(orientation, TO, TOH, TC, outer, im2col,
+                                                                      chip, whole))
+                        spad, acc = buffers
+                        if TOH in even_rows and not T.single_acc:
+                            continue  # (even row splits only as a single accumulator's tiles: even_row_splits)
                         if spad > hw.memory.scratchpad_bytes or acc > hw.memory.accumulator_bytes:
                             rejected += 1  # (over capacity: not estimated; most of edge's candidates)
                             continue

@@ -123,19 +123,21 @@ def column_groups(width: int, block: int, groups: int) -> list[tuple[int, int]]:
     return [(c0, min(per * block, width - c0)) for c0 in range(0, width, per * block)]
 
 
-def conv_footprint_counts(steps: int, o_tiles: int, outer: str, looped: bool, groups: int) -> tuple[int, int, int]:
+def conv_footprint_counts(steps: int, o_tiles: int, outer: str, looped: bool, groups: int,
+                          single_acc: bool = False) -> tuple[int, int, int]:
     """(window, weight block, accumulator and epilogue) buffers of a conv's looped or edge row
     tiles: 2 where they rotate on a loop around their uses (the channel steps; the row loop for
     looped tiles; the output-channel loop when it is inside the rows'), else 1. Grouped convs
     (merged depthwise ones too) rotate them on the groups' loop: single-buffered, each group's
     window load waited for the group before's products and its store, and a merged depthwise
     conv ran at about 1.5x the cost model's estimate, which assumes that overlap (144 channels
-    at 56x56 on server: 34.3 K simulated against 20.7 K)."""
+    at 56x56 on server: 34.3 K simulated against 20.7 K). `single_acc`: one accumulator tile
+    (and epilogue tiles) whatever the loops (tiling_cost.ConvTiles.single_acc)."""
     inner_o = outer == "rows" and o_tiles >= 2
     grouped = groups >= 2
     window = 2 if steps > 1 or looped or grouped else 1
     weights = 2 if steps > 1 or (outer == "rows" and (inner_o or looped)) or grouped else 1
-    acc = 2 if looped or inner_o or grouped else 1
+    acc = 2 if (looped or inner_o or grouped) and not single_acc else 1
     return window, weights, acc
 
 
@@ -162,7 +164,7 @@ class ConvFootprint:
     narrow_out: bool = False  # the output tile copied to a compact bf16 tile before its store
 
     def __call__(self, orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
-                 prepared: bool, whole: bool = False) -> tuple[int, int]:
+                 prepared: bool, whole: bool = False, single_acc: bool = False) -> tuple[int, int]:
         p, operand, copies, staged = self.p, self.operand, self.copies, self.staged
         O, Cg, groups = self.O, self.Cg, self.groups
         P = len(p.phases)
@@ -184,7 +186,7 @@ class ConvFootprint:
         if single and outer == "o" and groups >= 2:
             spad += weights  # (the hoisted block, double-buffered on the groups' loop)
         for looped in kinds:
-            wb, kb, ab = conv_footprint_counts(steps, o_tiles, outer, looped, groups)
+            wb, kb, ab = conv_footprint_counts(steps, o_tiles, outer, looped, groups, single_acc)
             in_place = loads_in_place(p, orientation == "channels", copies == 1 and staged == operand)
             if not prepared and not in_place:
                 spad += wb * row_phases * tc * rq * width * staged  # staging (input rows)
@@ -366,7 +368,8 @@ class ConvKernel:
         self.channels_wide = tiles.orientation == "channels"
         TO, TOH, TC = min(tiles.TO, self.Og), min(tiles.TOH, p.OH), min(tiles.TC, Cg)
         self.tiles = tiling_cost.ConvTiles(tiles.orientation, TO, TOH, TC, tiles.outer, tiles.im2col,
-                                           tiles.on_chip_padding, tiles.whole_weights and TC < Cg and tiles.outer == "o")
+                                           tiles.on_chip_padding, tiles.whole_weights and TC < Cg and tiles.outer == "o",
+                                           tiles.single_acc)
         self.TQ = TOH * p.Wq
         em = self.em
         self.copies = self.operand_copies()
@@ -521,7 +524,8 @@ class ConvKernel:
         2 where they rotate on a loop (the channel steps; the row loop for looped tiles; the
         output-channel loop when it is inside; the groups' loop), else 1 (`conv_footprint_counts`)."""
         T = self.tiles
-        return conv_footprint_counts(-(-self.Cg // T.TC), -(-self.Og // T.TO), T.outer, looped, self.groups)
+        return conv_footprint_counts(-(-self.Cg // T.TC), -(-self.Og // T.TO), T.outer, looped, self.groups,
+                                     T.single_acc)
 
     def buffers(self, looped: bool) -> "_Buffers":
         """The local buffers of looped or of edge row tiles (made on first use)."""

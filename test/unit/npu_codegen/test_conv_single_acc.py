@@ -1,0 +1,99 @@
+"""A conv's output tiles sharing one accumulator tile (issue 14, `tiling_cost.ConvTiles.single_acc`):
+where two accumulator tiles of a size do not fit the accumulator and one does, the tiles take
+turns on one (a tile's matmuls wait for the tile before's epilogue), so larger tiles re-read the
+input fewer times. The products and epilogues are the same operations in the same order as on
+two accumulator tiles: bit-identical to them, tile interpreter = simulator with the race checker
+on, in a nest without a tile loop and in one whose row loop runs the tiles (loop-carried
+dependencies on the single buffers)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from infer.dialects.ir_io import make_context, parse_ir, verify_module
+from infer.dialects.weights import WeightStore, attach_weights
+from infer.passes import tiling_cost
+from infer.passes.graph_to_tile import context
+from infer.passes.testing import apply_pass, run_entry
+from infer.target.hw import load_config
+from helpers.tile_programs import npu_matches_tile
+
+CTX = make_context()
+C, O = 64, 128
+
+
+def conv_text(H: int) -> str:
+    x, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x1x1xf32>", f"tensor<1x{O}x{H}x{H}xf32>"
+    return f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
+  %w = graph.weight @w : {w}
+  %b = graph.weight @b : tensor<{O}xf32>
+  %c = graph.conv2d %x, %w, %b : ({x}, {w}, tensor<{O}xf32>) -> {y}
+  %r = graph.relu %c : ({y}) -> {y}
+  func.return %r : {y}
+}}"""
+
+
+def compile_conv(H: int, tiles: str, target: str, monkeypatch):
+    """(output, cycles, the chosen tiles' debug line) of the 1x1 conv at HxH with tiles forced."""
+    module = parse_ir(CTX, conv_text(H), "conv.mlir")
+    verify_module(module)
+    rng = np.random.default_rng(7)
+    store = WeightStore()
+    store.set("w", (rng.standard_normal((O, C, 1, 1)) * 0.1).astype(np.float32))
+    store.set("b", rng.standard_normal(O).astype(np.float32))
+    attach_weights(module, store)
+    x = rng.standard_normal((1, C, H, H)).astype(np.float32)
+    graph_ref = run_entry(module, [x])[0]
+    log: list[str] = []
+    monkeypatch.setattr(context.LoweringContext, "debug", lambda self, text: log.append(text))
+    apply_pass(f'graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16 overrides="kernel0={tiles}"}},'
+               f"tile-plan-memory{{target={target}}}", module)
+    (y,), counters = npu_matches_tile(module, [x], target)
+    np.testing.assert_allclose(y, graph_ref, rtol=0.05, atol=0.05)
+    return y, counters.cycles, next(line for line in log if "tiles" in line)
+
+
+def test_single_accumulator_where_two_do_not_fit():
+    """The ranking's fitting check: [128, 98] fp32 tiles (50 KB) fit edge's 64 KB accumulator
+    once, not twice: taken with `single_acc`; [128, 56] tiles fit twice: left as they are."""
+    hw = load_config("edge")
+    spec = tiling_cost.ConvSpec(batch=1, groups=1, Og=O, Cg=1024, taps=1, OH=14, OW=14, Wq=14, H=14, W=14,
+                                stride=1, halo_rows=0, prepared=False, planes=1, row_phases=1, copies=1,
+                                passes=1, epi_cost=2, epi_tiles=0)
+    big, (_, acc) = tiling_cost.fitting_buffers(hw, spec, tiling_cost.ConvTiles("channels", 128, 7, 32, "o"))
+    assert big.single_acc and acc == 128 * 98 * 4
+    small, (_, acc) = tiling_cost.fitting_buffers(hw, spec, tiling_cost.ConvTiles("channels", 128, 4, 32, "o"))
+    assert not small.single_acc and acc == 2 * 128 * 56 * 4
+    assert tiling_cost.even_row_splits(14) == [7] and tiling_cost.even_row_splits(56) == [28, 14, 7]
+    assert tiling_cost.even_row_splits(7) == [] and tiling_cost.even_row_splits(32) == []
+
+
+@pytest.mark.parametrize("H, tiles", [(14, "128x98x32"), (28, "128x196x32")])
+def test_single_accumulator_same_bits_as_two(H, tiles, monkeypatch):
+    """On server (a 512 KB accumulator both fit): the tiles forced onto one accumulator tile
+    give the bits of the same tiles on two, and take at least as many cycles. 14x14: two row
+    tiles of 7 rows (no tile loop); 28x28: four (a row loop of 4 trips, whose single buffers
+    are loop-carried dependencies)."""
+    y2, cycles2, chosen2 = compile_conv(H, tiles, "server", monkeypatch)
+    assert "single-acc" not in chosen2, chosen2
+    fitting = tiling_cost.fitting_buffers
+    monkeypatch.setattr(tiling_cost, "fitting_buffers", lambda hw, s, T: fitting(
+        hw, s, T) if T.single_acc else (replace(T, single_acc=True), tiling_cost.conv_buffers(s, replace(
+            T, single_acc=True))))
+    y1, cycles1, chosen1 = compile_conv(H, tiles, "server", monkeypatch)
+    assert "single-acc" in chosen1, chosen1
+    assert chosen1.split(" tiles ")[1].split(" (")[0].replace(" single-acc", "") == \
+        chosen2.split(" tiles ")[1].split(" (")[0]
+    assert y1.tobytes() == y2.tobytes()
+    assert cycles1 >= cycles2, (cycles1, cycles2)
+
+
+def test_single_accumulator_tiles_on_edge(monkeypatch):
+    """On edge, 128 output channels of 7 rows (two tiles of [128, 98] fp32 do not fit its
+    accumulator): one accumulator tile, and the input read twice (two output-channel tiles of
+    the 256) instead of four times with 64-channel tiles of the whole map."""
+    _, cycles, chosen = compile_conv(14, "128x98x32", "edge", monkeypatch)
+    assert "single-acc" in chosen and "TO=128 TOH=7" in chosen, chosen
