@@ -33,6 +33,9 @@ class Loop:
 
     trips: int
     body: list[int | Loop] = field(default_factory=list)
+    # a hardware loop even with 2 trips: tile-to-npu emits a 2-trip loop iteration by iteration
+    # only when a double buffer rotates on it (one body copy per half)
+    hardware: bool = False
 
 
 @dataclass
@@ -59,7 +62,7 @@ def _size(body: list[int | Loop], levels_left: int, out: CodeSize) -> int:
             continue
         elif node.trips == 1:
             total += _size(node.body, levels_left, out)
-        elif node.trips == 2:
+        elif node.trips == 2 and not node.hardware:
             total += 2 * _size(node.body, levels_left, out)
         elif levels_left >= 1:
             total += 2 + 3 * _size(node.body, levels_left - 1, out)  # + the loop and its counter steps
@@ -142,12 +145,17 @@ def conv_nest(s: ConvSpec, T: ConvTiles, rows: int, cols: int, window_instrs: in
         return body + [3 + s.epi_tiles]  # bias, epilogue, store (and the epilogue's operand loads)
 
     o_counts, r_counts = _counts(s.Og, TO), _counts(s.OH, TOH)
+    # on one accumulator tile (ConvTiles.single_acc) no buffer of the output tiles rotates on
+    # their loops, so a 2-trip tile loop stays a hardware loop (a conservative reading: a window
+    # or weight block loaded once per tile may still rotate on it)
+    hw_loop = T.single_acc
     if T.outer == "o":
         hoisted = [s.copies * (s.tap_nests[0][0] if row_split else 1)] if single else []
-        outer: list[int | Loop] = [Loop(no, hoisted + [Loop(nr, tile(to, toh, False, single)) for toh, nr in r_counts])
+        outer: list[int | Loop] = [Loop(no, hoisted + [Loop(nr, tile(to, toh, False, single), hw_loop)
+                                                       for toh, nr in r_counts], hw_loop)
                                    for to, no in o_counts]
     else:
-        outer = [Loop(nr, ([window_instrs] if single else []) + [Loop(no, tile(to, toh, single, False))
-                                                                for to, no in o_counts])
+        outer = [Loop(nr, ([window_instrs] if single else []) + [Loop(no, tile(to, toh, single, False), hw_loop)
+                                                                for to, no in o_counts], hw_loop)
                  for toh, nr in r_counts]
     return [Loop(s.batch, [Loop(s.groups, outer)])]

@@ -883,14 +883,17 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     if not late and first_step is None:
         first = serial
     chain = first + (steps - 1) * step + tail
-    if single_acc:
+    if single_acc is not None:
         # one accumulator tile (and output tile) for every output tile: the next tile's matmuls
-        # wait for this tile's epilogue to read it; and where a hardware loop of 3 or more trips
-        # runs the tiles, tile-to-npu drains that loop-carried dependency at the end of every
-        # iteration, so the next iteration's loads wait for this one's store: the pipeline
-        # empties and fills once per iteration (`single_acc` tiles per iteration; the stem on
-        # edge in 2-row tiles, one per iteration: 841 K cycles simulated, 732 K without this)
-        period = max(period, steps * mm + fill + epi + vlat)
+        # wait for this tile's epilogue to read it, and its epilogue for this tile's store (a
+        # 3x3 64->64 at 28x28 in fp32 on edge, 2 x 2 tiles on one accumulator: 450 K cycles
+        # simulated, 485 K predicted by the matmuls and the epilogue alone, against 429 K / 488 K
+        # for tiles of 2 rows on two); and where a hardware loop of 3 or more trips runs the
+        # tiles, tile-to-npu drains that loop-carried dependency at the end of every iteration,
+        # so the next iteration's loads wait for this one's store: the pipeline empties and
+        # fills once per iteration (`single_acc` tiles per iteration; the stem on edge in 2-row
+        # tiles, one per iteration: 841 K cycles simulated, 732 K without this)
+        period = max(period, steps * mm + tail)
         if single_acc > 0:
             period += max(0.0, chain - steps * step) / single_acc
     if out_tiles - serial_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series

@@ -97,3 +97,19 @@ def test_single_accumulator_tiles_on_edge(monkeypatch):
     the 256) instead of four times with 64-channel tiles of the whole map."""
     _, cycles, chosen = compile_conv(14, "128x98x32", "edge", monkeypatch)
     assert "single-acc" in chosen and "TO=128 TOH=7" in chosen, chosen
+
+
+def test_two_trip_tile_loops_of_one_accumulator_are_hardware_loops():
+    """A 2-trip loop is emitted twice (no loop level) only when a double buffer rotates on it;
+    the output tiles of one accumulator tile rotate nothing there, so their 2-trip loops take
+    a level, and a nest with tap and width loops below them is deeper than edge's 4 levels:
+    infeasible (a 3x3 64->64 at 28x28, 2 x 2 output tiles of 14 rows: tile-to-npu refused
+    "loop nest deeper than scalar.loop_depth" for the candidate the model had ranked first)."""
+    from infer.passes.tiling_code import Loop, code_size
+
+    def nest(hardware: bool):
+        taps = Loop(3, [Loop(3, [Loop(26, [2])])])
+        return [Loop(2, [Loop(2, [Loop(4, [taps])], hardware)], hardware)]
+
+    assert code_size(nest(False), 4).feasible
+    assert not code_size(nest(True), 4).feasible
