@@ -13,9 +13,11 @@
   (windows.WindowLoader, -1e30), so no plane goes through DRAM; each tap is then a flat shift of
   one plane window (output pixel q = oh.Wq + ow, as conv.py's padded-width windows) and one
   vector `max` into the [TC, TOH.Wq] result (which starts as a copy of the first tap's window),
-  whose valid [TC, TOH, OW] box is stored. (ResNet-50's
-  3x3/2 max pool: server 37.9 K -> 11.8 K cycles, edge 1.48 M -> 0.40 M; the planes path read the
-  input, wrote and read its planes and issued nine tap DMAs per tile in series.)
+  whose valid [TC, TOH, OW] box is stored; kernels up to 3x3 of more than 4 taps take a row
+  max per row phase and then a column max of those instead (`separable_taps`: 6 `max` per
+  tile for 3x3/2, not a copy and 8). (ResNet-50's 3x3/2 max pool: server 37.9 K -> 11.8 K
+  cycles, edge 1.48 M -> 0.40 M; the planes path read the input, wrote and read its planes and
+  issued nine tap DMAs per tile in series.)
 * global: `rsum`/`rmax` over column chunks of [N*C, H*W] rows, combined per row.
 """
 
@@ -120,10 +122,42 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
     em.tiles(N * C, TR, lambda r0, tr: em.tiles(OH, TOH, lambda oh0, toh: tile(r0, tr, oh0, toh)))
 
 
-def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_bytes: int = 4) -> int:
+#: max pooling takes its taps as a row max then a column max (`separable_taps`) for kernels up
+#: to this size each way: their straight-line `max` ops stay few (a 3x3/2 pool: 6 instead of a
+#: copy and 8); larger kernels keep the looped taps, and so do kernels of 4 taps or fewer (a
+#: 2x2/2 pool saves only the copy, and its row maxima's buffers and chained ops ran slower:
+#: the demo CNN's on edge 1,736 -> 2,088 cycles)
+SEPARABLE_MAX_KERNEL = 3
+
+
+def separable_taps(p: Planes) -> list[tuple[list[tuple[int, int]], list[int]]] | None:
+    """Max pooling's taps split by row phase: per row phase, the (plane, column shift) of each
+    kernel column (its row max: one [TC, rows.Wq] `max` per column after the first, over the
+    plane rows its kernel rows read) and the row shift of each of its kernel rows (the column
+    max of those row maxima). The maximum of the same elements, so the same value (max is
+    exact; a NaN anywhere gives NaN either way). None for kernels larger than
+    SEPARABLE_MAX_KERNEL or of 4 taps or fewer."""
+    if max(p.KH, p.KW) > SEPARABLE_MAX_KERNEL or p.KH * p.KW <= 4:
+        return None
+    (sh, sw), (dh, dw) = p.stride, p.dilation
+    return [([(p.phases.index((rp, (dw * kw) % sw)), (dw * kw) // sw) for kw in range(p.KW)],
+             [(dh * kh) // sh for kh in range(p.KH) if (dh * kh) % sh == rp])
+            for rp in sorted({rp for rp, _ in p.phases})]
+
+
+def _row_max_rows(toh: int, rows: list[int]) -> int:
+    """Plane rows a row phase's row maxima cover for a tile of toh output rows."""
+    return toh + max(rows)
+
+
+def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_bytes: int = 4,
+                        separable: bool = False) -> int:
     """Scratchpad bytes of one set of `lower_max_pool_windows`' buffers: the staging rows of
     every row phase (the input's element type), the gathered column phase (strides), the plane
-    windows and the result (f32), and for a bf16 output the compact tile it is stored from."""
+    windows and the result (f32), for a bf16 output the compact tile it is stored from, and
+    with `separable` taps the row maxima of each row phase of several kernel columns (f32)."""
+    sep = separable_taps(p) if separable else None
+    row_max = sum(tc * _row_max_rows(toh, rows) * p.Wq for cols, rows in sep if len(cols) > 1) if sep else 0
     sw = p.stride[1]
     even = p.W % sw == 0
     nw = -(-p.W // sw)
@@ -132,12 +166,13 @@ def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_byt
     staging = row_phases * tc * rq * (p.W if even else nw)
     gathered = tc * rq * nw if sw > 1 and even else 0
     compact = tc * toh * p.OW * out_bytes if out_bytes != 4 else 0
-    return in_bytes * staging + 4 * (gathered + len(p.phases) * tc * p.window_length(toh) + tc * toh * p.Wq) + compact
+    return (in_bytes * staging + 4 * (gathered + len(p.phases) * tc * p.window_length(toh) + tc * toh * p.Wq + row_max)
+            + compact)
 
 
 def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in_bytes: int = 4,
                          out_bytes: int = 4, tap: tuple[int, int] | None = None, result_cost: int | None = None,
-                         rotating: bool = False) -> int:
+                         rotating: bool = False, separable: bool = False) -> int:
     """Cycles of `lower_max_pool_windows` for tiles of tc channels x toh output rows: the vector
     unit (window building and taps, in order) is the bottleneck once the first tile's rows
     arrived, the looped row tiles' loads double-buffered ahead of it; each reuse of the
@@ -147,7 +182,8 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
     cost units per group of result elements, instructions) of each tap, and `result_cost` the
     cost units per group outside the taps (default: max pooling's `max` per tap and its first
     tap's copy; depthwise.py's products and epilogue); `rotating`: the buffers rotate on the
-    channel tiles' loop too (depthwise.py), so no tile's load waits for the tile before."""
+    channel tiles' loop too (depthwise.py), so no tile's load waits for the tile before;
+    `separable`: max pooling's row-then-column taps (`separable_taps`)."""
     L, cost, vlat = hw.vector.lanes, hw.vector.cost, hw.vector.latency
     tap_cost, tap_instrs = tap if tap is not None else (cost["max"], 1)
     result_cost = cost["max"] if result_cost is None else result_cost
@@ -168,7 +204,15 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
         # per plane: the column phase gathered (strides), then placed between the border columns
         build = len(p.phases) * groups(tc * rq * nw) * cost["copy"] * (2 if sw > 1 else 1)
         result = groups(tc * rows * p.Wq)
-        vector = build + result * (result_cost + taps * tap_cost) + (taps * tap_instrs + 4) * vlat
+        sep = separable_taps(p) if separable else None
+        if sep:  # the row maxima (a max per kernel column after the first), then the column maxima
+            terms = sum(len(r) for _, r in sep)
+            maxes = sum(len(c) - 1 for c, _ in sep) + max(1, terms - 1)
+            vector = build + cost["max"] * (sum(groups(tc * _row_max_rows(rows, r) * p.Wq) * (len(c) - 1)
+                                                for c, r in sep) + result * max(1, terms - 1))
+            vector += (maxes + 4) * vlat
+        else:
+            vector = build + result * (result_cost + taps * tap_cost) + (taps * tap_instrs + 4) * vlat
         if out_bytes != 4:
             vector += groups(tc * rows * p.OW) * cost["copy"] + vlat
         store = tc * (-(-rows * p.OW * out_bytes // burst) * burst if out_bytes != 4
@@ -192,11 +236,12 @@ def choose_pool_windows(hw, planes_count: int, p: Planes, in_bytes: int = 4,
     """(TC, TOH, cycles) of the fastest tiling of `lower_max_pool_windows` whose buffers fit
     (the looped tiles' double-buffered set and the edge tiles' single set), or None."""
     best = None
+    separable = separable_taps(p) is not None
     for tc in tiling_cost.pow2_candidates(planes_count, 1):
         for toh in tiling_cost.pow2_candidates(p.OH, 1):
-            if 3 * window_pool_buffers(p, tc, toh, in_bytes, out_bytes) > hw.memory.scratchpad_bytes:
+            if 3 * window_pool_buffers(p, tc, toh, in_bytes, out_bytes, separable) > hw.memory.scratchpad_bytes:
                 continue
-            cycles = window_pool_estimate(hw, planes_count, p, tc, toh, in_bytes, out_bytes)
+            cycles = window_pool_estimate(hw, planes_count, p, tc, toh, in_bytes, out_bytes, separable=separable)
             if best is None or cycles < best[2]:
                 best = (tc, toh, cycles)
     return best
@@ -230,7 +275,8 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     out = ctx.narrow_output_buffer(op.results[0]) if out_bytes == 2 else ctx.output_buffer(op.results[0])
     out3 = em.view(out, (planes_count, OH, OW))
     x = ctx.buffer(op.input)
-    sets: dict[bool, tuple[WindowLoader, SSAValue, SSAValue | None]] = {}
+    sep = separable_taps(p)
+    sets: dict[bool, tuple[WindowLoader, SSAValue, SSAValue | None, list[SSAValue | None]]] = {}
 
     def buffers(looped: bool):
         if looped not in sets:
@@ -239,25 +285,57 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
                 loader = WindowLoader(ctx, p, x, planes_count, TC, TOH, pixel_major=False, targets=[f32],
                                       border=NEG_INF, buffers=count)
                 compact = em.alloc((TC, TOH * OW), bf16, "spad", count) if out_bytes == 2 else None
-                sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count), compact)
+                row_max = [em.alloc((TC, _row_max_rows(TOH, rows) * Wq), f32, "spad", count) if len(cols) > 1
+                           else None for cols, rows in sep or []]
+                sets[looped] = (loader, em.alloc((TC, TOH * Wq), f32, "spad", count), compact, row_max)
         return sets[looped]
 
+    def separable(loader: WindowLoader, result: SSAValue, row_max: list[SSAValue | None], tc: int, toh: int) -> None:
+        """The row maxima of each row phase (its kernel columns' shifted plane windows), then
+        the result as the maximum of its kernel rows' shifted row maxima (`separable_taps`)."""
+        assert sep is not None
+        z = [0, 0]
+        terms: list[tuple[SSAValue, int]] = []  # (row maxima or plane window, flat offset) per kernel row
+        for (cols, rows), buf in zip(sep, row_max, strict=True):
+            if buf is None:  # one kernel column: its plane window is the row maxima
+                plane, shift = cols[0]
+                terms += [(loader.windows[plane][0], shift + r * Wq) for r in rows]
+                continue
+            n = _row_max_rows(toh, rows) * Wq
+            (p1, s1), (p2, s2) = cols[0], cols[1]
+            em.vec("max", buf, z, loader.windows[p1][0], [0, s1], tc, n, loader.windows[p2][0], [0, s2], bmode="tile")
+            for plane, shift in cols[2:]:
+                em.vec("max", buf, z, buf, z, tc, n, loader.windows[plane][0], [0, shift], bmode="tile")
+            terms += [(buf, r * Wq) for r in rows]
+        tq = toh * Wq
+        (a, ao) = terms[0]
+        if len(terms) == 1:
+            em.vec("copy", result, z, a, [0, ao], tc, tq)
+            return
+        (b, bo) = terms[1]
+        em.vec("max", result, z, a, [0, ao], tc, tq, b, [0, bo], bmode="tile")
+        for b, bo in terms[2:]:
+            em.vec("max", result, z, result, z, tc, tq, b, [0, bo], bmode="tile")
+
     def tile(c0: Index, tc: int, oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
-        loader, result, compact = buffers(looped)
+        loader, result, compact, row_max = buffers(looped)
         loader.load(0, c0, oh0, toh, tc, top, bottom)
         tq = toh * Wq
-        # the result starts as the first tap's window (one copy, where filling it with NEG_INF
-        # took two vector passes); the taps' loop then takes its maximum with it again, which
-        # leaves it unchanged (max(x, x) = x, NaN included)
-        plane, row, col, _ = first_tap(p)
-        em.vec("copy", result, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq)
+        if sep is not None:
+            separable(loader, result, row_max, tc, toh)
+        else:
+            # the result starts as the first tap's window (one copy, where filling it with
+            # NEG_INF took two vector passes); the taps' loop then takes its maximum with it
+            # again, which leaves it unchanged (max(x, x) = x, NaN included)
+            plane, row, col, _ = first_tap(p)
+            em.vec("copy", result, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq)
 
-        def tap(plane: int, row: Index, col: Index) -> None:
-            window = loader.windows[plane][0]
-            em.vec("max", result, [0, 0], result, [0, 0], tc, tq, window, [0, em.add(em.mul(row, Wq), col)],
-                   bmode="tile")
+            def tap(plane: int, row: Index, col: Index) -> None:
+                window = loader.windows[plane][0]
+                em.vec("max", result, [0, 0], result, [0, 0], tc, tq, window,
+                       [0, em.add(em.mul(row, Wq), col)], bmode="tile")
 
-        over_plane_taps(em, p, tap)
+            over_plane_taps(em, p, tap)
         if compact is None:
             rows_view = em.view(result, (TC, TOH, Wq))
             em.dma(rows_view, [0, 0, 0], out3, [c0, oh0, 0], [tc, toh, OW])

@@ -2,7 +2,8 @@
 windows, compiled and simulated bit-identically to the tile interpreter (race checker on):
 an im2col deeper than the array built chunk by chunk (server 3x3 with 64 channels: 576 rows
 in 5 chunks, the partial one first), weights loaded per kernel row (3x3 convs without im2col),
-a 3x3/2 max pool of an odd width, padded (its edge row tiles run on their own)."""
+a 3x3/2 max pool of an odd width, padded (its edge row tiles run on their own), its taps as
+row maxima then column maxima."""
 
 from __future__ import annotations
 
@@ -78,27 +79,42 @@ def test_max_pool_on_chip_windows(target, capsys) -> None:
     assert "on chip" in log
 
 
-@pytest.mark.parametrize("target", ["edge", "server"])
-def test_max_pool_windows_start_from_the_first_tap(target) -> None:
-    """The on-chip windows' result tile starts as a copy of the first tap's window (no fill
-    with NEG_INF: two vector passes fewer than the fill); the values are the max pool's, with
-    the padding ignored."""
+def compile_pool(target: str, x: np.ndarray):
+    """(output, cycles, vector ops by name) of POOL on on-chip windows, simulated bit-identically
+    to the tile interpreter with the race checker on."""
     module = parse_ir(CTX, POOL, "pool.mlir")
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision=bf16}},"
                f"tile-plan-memory{{target={target}}}", module)
-    # the result tiles: what the taps' maxima accumulate into (dst = a)
-    results = {root_buffer(o.dst) for o in module.walk() if isinstance(o, t.VectorOp) and o.op.data == "max"
-               and root_buffer(o.dst) is root_buffer(o.a)}
-    assert results
-    assert not [o for o in module.walk() if isinstance(o, t.FillOp) and root_buffer(o.dst) in results]
-    firsts = [o for o in module.walk() if isinstance(o, t.VectorOp) and o.op.data == "copy"
-              and root_buffer(o.dst) in results]
-    assert firsts  # a copy of the first tap's window
+    ops: dict[str, int] = {}
+    for o in module.walk():
+        if isinstance(o, t.VectorOp):
+            ops[o.op.data] = ops.get(o.op.data, 0) + 1
+    assert not [o for o in module.walk() if isinstance(o, t.FillOp)
+                and any(isinstance(u, t.VectorOp) and u.op.data == "max" for u in root_buffer(o.dst).uses)]
+    (y,), counters = npu_matches_tile(module, [x], target)
+    return y, counters.cycles, ops
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_max_pool_windows_row_then_column_maxima(target, monkeypatch) -> None:
+    """The on-chip windows' 3x3/2 taps as a row max per row phase (2 `max` each, over the plane
+    rows its kernel rows read) and a column max of the three kernel rows' row maxima (2 `max`):
+    6 per tile where the looped taps took a copy of the first tap's window and 8 `max`. The
+    same values (the max pool's, the padding ignored, equal to numpy's) and the same bits as
+    the looped taps, in fewer cycles; no result tile is filled with NEG_INF first."""
+    from infer.passes.graph_to_tile import pooling
+
     x = np.random.default_rng(3).standard_normal((1, 8, 15, 15)).astype(np.float32)
-    (y,), _ = npu_matches_tile(module, [x], target)
+    y, cycles, ops = compile_pool(target, x)
     padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (1, 2)), constant_values=-np.inf)
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
     np.testing.assert_array_equal(y, windows.max(axis=(-1, -2)))
+    monkeypatch.setattr(pooling, "SEPARABLE_MAX_KERNEL", 0)  # the looped taps
+    y_taps, cycles_taps, ops_taps = compile_pool(target, x)
+    assert y.tobytes() == y_taps.tobytes()
+    # straight-line: 6 max per emitted tile (the looped taps: a copy and a loop nest of them)
+    assert ops["max"] > 0 and ops["max"] % 6 == 0 and ops["copy"] < ops_taps["copy"], (ops, ops_taps)
+    assert cycles < cycles_taps, (cycles, cycles_taps)
 
 
 def test_conv_steps_issue_window_and_weights_early(capsys, monkeypatch) -> None:
