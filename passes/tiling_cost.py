@@ -308,15 +308,17 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     elif spec.resident_weights:  # the k steps load the activations alone, pipelined from 3 steps
         head = rt_xw + split
         chain_step = rt_xw + split if steps >= 3 and not ragged else rt_xw + split + mm_step + fill
-    else:
-        head = rt_xw + split + dma_round_trip(hw, w_bytes)
+    else:  # (no weight tile to load: operands resident, nothing in flight before the matmuls)
+        head = rt_xw + split + (dma_round_trip(hw, w_bytes) if w_bytes else 0)
         if steps >= 3 and not ragged:  # software-pipelined k loop: the next activation tile is in flight
             chain_step = dma_round_trip(hw, x_bytes) + split
         else:  # steps dispatched in program order (short k loops; and with remainder tiles, whose
             # second copy of the loop body leaves tile-to-npu too few semaphores to pipeline it, as
             # measured): the next step's loads wait for this step's matmuls
             chain_step = rt_xw + split + mm_step + fill
-    step = max((x_bytes + w_bytes) / bw, mm_step, vec_step, chain_step)
+    # interleaved flash heads: `interleave` heads' step chains overlap, each on its own buffers
+    lanes = spec.interleave if spec.flash_dv else 1
+    step = max((x_bytes + w_bytes) / bw, mm_step, vec_step, chain_step / lanes)
     rt_store = dma_round_trip(hw, out_bytes)
     rt_bias = dma_round_trip(hw, (bias_bytes if spec.bias else 0) + spec.epi_tiles * out_bytes) \
         if spec.bias or spec.epi_tiles else 0
@@ -327,7 +329,7 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
     # the next tile's first loads are dispatched once the front end has queued this tile's last
     # matmuls: their round trips show beyond what the matrix queue still holds
     restart = max(0, head - hw.matrix.queue_depth // 2 * mm_each) if not spec.rhs_split else 0
-    period = max(steps * step + restart, acc_round / 2)
+    period = max(steps * step + restart, acc_round / (2 * lanes))
     if spec.flash_dv:  # the running max and sum chain each step to the last: scores, softmax, P.V in series
         # (the V tile's DMA is dispatched behind the softmax's instructions: its round trip
         # overlaps the softmax only)
