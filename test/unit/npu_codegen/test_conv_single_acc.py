@@ -19,33 +19,23 @@ from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import context
 from infer.passes.testing import apply_pass, run_entry
 from infer.target.hw import load_config
+from helpers.graph_programs import pointwise_conv
 from helpers.tile_programs import npu_matches_tile
 
 CTX = make_context()
 C, O = 64, 128
 
 
-def conv_text(H: int) -> str:
-    x, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x1x1xf32>", f"tensor<1x{O}x{H}x{H}xf32>"
-    return f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
-  %w = graph.weight @w : {w}
-  %b = graph.weight @b : tensor<{O}xf32>
-  %c = graph.conv2d %x, %w, %b : ({x}, {w}, tensor<{O}xf32>) -> {y}
-  %r = graph.relu %c : ({y}) -> {y}
-  func.return %r : {y}
-}}"""
-
-
 def compile_conv(H: int, tiles: str, target: str, monkeypatch):
     """(output, cycles, the chosen tiles' debug line) of the 1x1 conv at HxH with tiles forced."""
-    module = parse_ir(CTX, conv_text(H), "conv.mlir")
+    text, weights = pointwise_conv(C, H, O, seed=7)
+    module = parse_ir(CTX, text, "conv.mlir")
     verify_module(module)
-    rng = np.random.default_rng(7)
     store = WeightStore()
-    store.set("w", (rng.standard_normal((O, C, 1, 1)) * 0.1).astype(np.float32))
-    store.set("b", rng.standard_normal(O).astype(np.float32))
+    for name, value in weights.items():
+        store.set(name, value)
     attach_weights(module, store)
-    x = rng.standard_normal((1, C, H, H)).astype(np.float32)
+    x = np.random.default_rng(8).standard_normal((1, C, H, H)).astype(np.float32)
     graph_ref = run_entry(module, [x])[0]
     log: list[str] = []
     monkeypatch.setattr(context.LoweringContext, "debug", lambda self, text: log.append(text))
