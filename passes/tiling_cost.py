@@ -527,7 +527,7 @@ class ConvTiles:
     whole_weights: bool = False
     # one accumulator tile for every output tile (not two in turn): a tile's first matmul waits
     # until the tile before's epilogue has read its accumulator, but a tile twice as large fits
-    # (`single_acc_applies`; graph_to_tile/conv.py `conv_footprint_counts`)
+    # (`fitting_buffers`; graph_to_tile/conv.py `conv_footprint_counts`)
     single_acc: bool = False
 
     def text(self) -> str:

@@ -145,9 +145,10 @@ def separable_taps(p: Planes) -> list[tuple[list[tuple[int, int]], list[int]]] |
             for rp in sorted({rp for rp, _ in p.phases})]
 
 
-def _row_max_rows(toh: int, rows: list[int]) -> int:
-    """Plane rows a row phase's row maxima cover for a tile of toh output rows."""
-    return toh + max(rows)
+def _row_max_rows(toh: int, shifts: list[int]) -> int:
+    """Plane rows a row phase's row maxima cover for a tile of toh output rows (its kernel
+    rows' row shifts: the last one reads that many rows further)."""
+    return toh + max(shifts)
 
 
 def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_bytes: int = 4,
@@ -206,10 +207,10 @@ def window_pool_estimate(hw, planes_count: int, p: Planes, tc: int, toh: int, in
         result = groups(tc * rows * p.Wq)
         sep = separable_taps(p) if separable else None
         if sep:  # the row maxima (a max per kernel column after the first), then the column maxima
-            terms = sum(len(r) for _, r in sep)
-            maxes = sum(len(c) - 1 for c, _ in sep) + max(1, terms - 1)
-            vector = build + cost["max"] * (sum(groups(tc * _row_max_rows(rows, r) * p.Wq) * (len(c) - 1)
-                                                for c, r in sep) + result * max(1, terms - 1))
+            terms = sum(len(shifts) for _, shifts in sep)
+            maxes = sum(len(cols) - 1 for cols, _ in sep) + max(1, terms - 1)
+            vector = build + cost["max"] * (sum(groups(tc * _row_max_rows(rows, shifts) * p.Wq) * (len(cols) - 1)
+                                                for cols, shifts in sep) + result * max(1, terms - 1))
             vector += (maxes + 4) * vlat
         else:
             vector = build + result * (result_cost + taps * tap_cost) + (taps * tap_instrs + 4) * vlat
