@@ -5,7 +5,7 @@ semantics are exactly those stated in the op docstrings of
 `infer.dialects.graph`. The interpreter never imports torch or onnx.
 
 Layout: `core` (errors, dtype helpers, the kernel table), one module per kernel family
-(`elementwise`, `nn`, `transformer`, `structure`, `quant`; Cody's error function is
+(`elementwise`, `nn`, `transformer`, `structure`, `quant`; the error function is
 `infer.target.special.erf`, shared with the vector unit's `erf` / `gelu_erf`) and
 `runner` (dispatch on the table, the xDSL interpreter functions, `run_module`). A new op gets
 its kernel in the family's module with `@kernel_for(OpClass)`; `runner` refuses to import
@@ -32,8 +32,8 @@ Numerics
 - float16 and bfloat16 ops are computed in float32 and the result is rounded
   (round-to-nearest-even) back to the result type once per op. float32 ops are
   computed in float32 (matmul, conv, norms, ...), float64 in float64. `erf`
-  (and exact `gelu`) is evaluated in float64 with W. J. Cody's rational
-  approximations (|error| < 1e-15; `infer.target.special`, which the vector unit's
+  (and exact `gelu`) is evaluated in float64 by `scipy.special.erf` (|error| ~1e-16;
+  `infer.target.special`, which the vector unit's
   `erf` / `gelu_erf` instructions share) and rounded to the compute type.
 - Integer arithmetic wraps around (two's complement); `div` truncates toward
   zero, `mod` is floor modulo (sign of the divisor); an integer division or

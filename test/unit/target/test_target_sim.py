@@ -239,28 +239,10 @@ def test_erf_and_gelu_erf_are_the_float64_values_rounded_once():
 
 
 
-def test_erf_exp_split_table_is_the_two_exponentials():
-    """special._exp_split takes exp(-vs*vs) (vs = v truncated to 1/16) from a table: bit for
-    bit the two-exponential product it stands for, on every multiple of 1/16 and its
-    neighbours, a dense grid and random values over [0, 27] (the range erf calls it on)."""
-    from infer.target.special import _exp_split
-
-    sixteenths = np.arange(27 * 16 + 1) / 16.0
-    v = np.concatenate([sixteenths, np.nextafter(sixteenths, 0), np.nextafter(sixteenths, 28),
-                        np.linspace(0, 27, 400001),
-                        np.random.default_rng(13).uniform(0, 27, 100000)])
-    v = np.clip(v, 0, 27)
-    vs = np.trunc(v * 16.0) / 16.0
-    delta = (v - vs) * (v + vs)
-    want = np.exp(-vs * vs) * np.exp(-delta)
-    assert _exp_split(v).tobytes() == want.tobytes()
-
-
 def test_erf_of_an_array_is_erf_of_each_element():
-    """special.erf splits an array into cache-sized blocks and each block into Cody's three
-    regions: the value of each element of a many-block array (every region, their boundaries,
-    signed zeros, infinities, NaN, subnormals) is its value alone, and within 2.3e-16 of
-    math.erf."""
+    """special.erf (scipy's, elementwise): the value of each element of an array of several
+    gelu_erf blocks (the old rational regions' boundaries, signed zeros, infinities, NaN,
+    subnormals, random values to 40) is its value alone, and within 2.3e-16 of math.erf."""
     from infer.target.special import _ERF_CHUNK, erf
 
     edges = np.array([0.0, -0.0, 0.5, -0.5, 4.0, -4.0, 27.0, -27.0, np.inf, -np.inf, np.nan,
