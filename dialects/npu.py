@@ -44,7 +44,7 @@ from infer.target import isa
 from infer.target.asm import AsmError, Program, format_operands, parse_value
 from infer.target.isa import EncodingError, Instr
 
-_SYNC = ("wait", "signal", "signal2")
+_SYNC = ("wait", "signal", "signal2", "wait2")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -70,14 +70,14 @@ class NpuInstrOp(IRDLOperation):
             out[f.name] = a.value.data
         return out
 
-    def sync(self) -> tuple[int, int, int]:
+    def sync(self) -> tuple[int, int, int, int]:
         props = self.properties
         vals = []
         for s in _SYNC:
             a = props.get(s)
             vals.append(0 if a is None else a.value.data if a.__class__ is IntegerAttr or isinstance(a, IntegerAttr)
                         else 0)
-        return vals[0], vals[1], vals[2]
+        return vals[0], vals[1], vals[2], vals[3]
 
     def to_instr(self) -> Instr:
         props = self.properties
@@ -89,8 +89,8 @@ class NpuInstrOp(IRDLOperation):
                 values = [v[f.name] for f in self.ISA_DEF.fields]
                 break
             values.append(a.value.data)
-        w, s, s2 = self.sync()
-        return Instr(self.ISA_DEF, tuple(values), w, s, s2)
+        w, s, s2, w2 = self.sync()
+        return Instr(self.ISA_DEF, tuple(values), w, s, s2, w2)
 
     @classmethod
     def from_instr(cls, ins: Instr) -> NpuInstrOp:
@@ -99,8 +99,8 @@ class NpuInstrOp(IRDLOperation):
     def verify_(self) -> None:
         """Every field fits its bit width and kind, and the instruction's own constraints
         (alignment, ranges) hold: `infer.target.isa.check`, the assembler's check."""
-        w, s, s2 = self.sync()
-        errs = isa.check(self.ISA_DEF, self.field_values(), w, s, s2)
+        w, s, s2, w2 = self.sync()
+        errs = isa.check(self.ISA_DEF, self.field_values(), w, s, s2, w2)
         if errs:
             raise VerifyException(f"{self.name}: " + "; ".join(errs))
 
@@ -149,7 +149,7 @@ NpuInstrOp.__annotations__["ISA_DEF"] = ClassVar[isa.InstrDef]
 def _properties(ins: Instr) -> dict[str, IntegerAttr]:
     """An instruction's op properties: every field, and the semaphores that are set."""
     props = dict(zip(ins.d.field_names, map(_i64, ins.values)))
-    for s, v in zip(_SYNC, (ins.wait, ins.signal, ins.signal2)):
+    for s, v in zip(_SYNC, (ins.wait, ins.signal, ins.signal2, ins.wait2)):
         if v:
             props[s] = _i64(v)
     return props
@@ -229,7 +229,7 @@ class ProgramOp(IRDLOperation):
         properties: dict[tuple, dict[str, IntegerAttr]] = {}
         ops = []
         for i in p.instrs:
-            key = (i.d.opcode, i.values, i.wait, i.signal, i.signal2)
+            key = (i.d.opcode, i.values, i.wait, i.signal, i.signal2, i.wait2)
             props = properties.get(key)
             if props is None:
                 props = properties[key] = _properties(i)

@@ -580,7 +580,7 @@ def _check_program_against_config(prog, cfg) -> None:
             if f.kind == "reg" and v >= nreg:
                 raise ArtifactError(f"mismatched artifact: instruction {i} uses r{v}, config {cfg.name} has "
                                     f"r0..r{nreg - 1}")
-        if max(ins.wait, ins.signal, ins.signal2) > nsem:
+        if max(ins.wait, ins.signal, ins.signal2, ins.wait2) > nsem:
             raise ArtifactError(f"mismatched artifact: instruction {i} uses a semaphore beyond s{nsem} "
                                 f"(config {cfg.name})")
         if ins.d.engine == "matrix":

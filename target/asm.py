@@ -75,6 +75,8 @@ def format_operands(ins: Instr) -> str:
         parts.append(f"{f.name}={format_value(f, vals[f.name], vals.get(f.base or ''))}")
     if ins.wait:
         parts.append(f"wait=s{ins.wait}")
+    if ins.wait2:
+        parts.append(f"wait2=s{ins.wait2}")
     if ins.signal:
         parts.append(f"signal=s{ins.signal}")
     if ins.signal2:
@@ -96,7 +98,7 @@ _PAIR_RE = re.compile(r"^(?:r(\d+))?\s*(?:([+-])?\s*([0-9][0-9a-fA-Fx_]*))?$")
 def parse_value(d: isa.InstrDef, name: str, text: str) -> dict[str, int]:
     """Parse one `name=value` operand into field values (a pair yields two fields)."""
     text = text.strip()
-    if name in ("wait", "signal", "signal2"):
+    if name in ("wait", "wait2", "signal", "signal2"):
         m = _SEM_RE.match(text)
         if not m:
             raise AsmError(f"{name} expects a semaphore like s1, got '{text}'")
@@ -171,10 +173,11 @@ def parse_instr(line: str) -> Instr:
     wait = values.pop("wait", 0)
     signal = values.pop("signal", 0)
     signal2 = values.pop("signal2", 0)
-    errs = isa.check(d, values, wait, signal, signal2)
+    wait2 = values.pop("wait2", 0)
+    errs = isa.check(d, values, wait, signal, signal2, wait2)
     if errs:
         raise AsmError(f"{d.name}: " + "; ".join(errs))
-    return Instr(d, tuple(values[f.name] for f in d.fields), wait, signal, signal2)
+    return Instr(d, tuple(values[f.name] for f in d.fields), wait, signal, signal2, wait2)
 
 
 # ----------------------------------------------------------------------------- program
@@ -312,9 +315,9 @@ class Builder:
     def __init__(self) -> None:
         self.instrs: list[Instr] = []
 
-    def emit(self, name: str, wait: int = 0, signal: int = 0, signal2: int = 0,
+    def emit(self, name: str, wait: int = 0, signal: int = 0, signal2: int = 0, wait2: int = 0,
              **values: int) -> int:
-        self.instrs.append(isa.make(name, wait, signal, signal2, **values))
+        self.instrs.append(isa.make(name, wait, signal, signal2, wait2, **values))
         return len(self.instrs) - 1
 
     def __getattr__(self, name: str):  # b.dma_load(...), b.vec_add(...), b.mx_matmul(...)

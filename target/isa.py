@@ -10,7 +10,8 @@ Encoding: every instruction is one 256-bit word (32 bytes, little-endian in memo
     bits [8, 13)   wait:   semaphore to wait on (decrement) before starting, 0 = none
     bits [13, 18)  signal: semaphore to signal (increment) on completion, 0 = none
     bits [18, 23)  signal2: a second semaphore to signal on completion, 0 = none
-    bits [23, ...) the instruction's fields, packed LSB-first in table order
+    bits [23, 28)  wait2:  a second semaphore to wait on before starting, 0 = none
+    bits [28, ...) the instruction's fields, packed LSB-first in table order
 All bits above the last field are reserved and must be zero.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 WORD_BITS = 256
 WORD_BYTES = WORD_BITS // 8
-HEADER_BITS = 23
+HEADER_BITS = 28
 OPCODE_BITS = 8
 SEM_BITS = 5
 MAX_SEMAPHORES = (1 << SEM_BITS) - 1  # s1..s31, s0 = "none"
@@ -503,6 +504,10 @@ class Instr:
     wait: int = 0
     signal: int = 0
     signal2: int = 0
+    #: a second semaphore the instruction's engine waits on before starting it (an instruction
+    #: with two dependencies: its buffer's "free" token and its operand's "full" one). A
+    #: front-end `nop wait=` in its place would hold every later instruction's dispatch.
+    wait2: int = 0
 
     @property
     def name(self) -> str:
@@ -516,10 +521,10 @@ class Instr:
 
 
 def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
-          signal2: int = 0) -> list[str]:
+          signal2: int = 0, wait2: int = 0) -> list[str]:
     """All problems with these field values (range, then constraints); empty if valid."""
     errs: list[str] = []
-    for name, s in (("wait", wait), ("signal", signal), ("signal2", signal2)):
+    for name, s in (("wait", wait), ("signal", signal), ("signal2", signal2), ("wait2", wait2)):
         if not 0 <= s <= MAX_SEMAPHORES:
             errs.append(f"{name} = {s} out of range [0, {MAX_SEMAPHORES}]")
     for f in d.fields:
@@ -545,21 +550,22 @@ def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
     return errs
 
 
-def make(name: str, wait: int = 0, signal: int = 0, signal2: int = 0, **values: int) -> Instr:
+def make(name: str, wait: int = 0, signal: int = 0, signal2: int = 0, wait2: int = 0,
+         **values: int) -> Instr:
     """Build a checked instruction; missing fields default to 0."""
     d = BY_NAME.get(name)
     if d is None:
         raise EncodingError(f"unknown instruction '{name}'")
     full = {f.name: 0 for f in d.fields}
     full.update(values)
-    errs = check(d, full, wait, signal, signal2)
+    errs = check(d, full, wait, signal, signal2, wait2)
     if errs:
         raise EncodingError(f"{name}: " + "; ".join(errs))
-    return Instr(d, tuple(full[f.name] for f in d.fields), wait, signal, signal2)
+    return Instr(d, tuple(full[f.name] for f in d.fields), wait, signal, signal2, wait2)
 
 
 def encode_word(ins: Instr) -> int:
-    w = ins.d.opcode | (ins.wait << 8) | (ins.signal << 13) | (ins.signal2 << 18)
+    w = ins.d.opcode | (ins.wait << 8) | (ins.signal << 13) | (ins.signal2 << 18) | (ins.wait2 << 23)
     for (f, pos), v in zip(ins.d.layout, ins.values):
         w |= (v & ((1 << f.bits) - 1)) << pos
     return w
@@ -577,16 +583,17 @@ def decode_word(w: int) -> Instr:
     wait = (w >> 8) & 0x1F
     signal = (w >> 13) & 0x1F
     signal2 = (w >> 18) & 0x1F
+    wait2 = (w >> 23) & 0x1F
     vals = []
     for f, pos in d.layout:
         v = (w >> pos) & ((1 << f.bits) - 1)
         if f.signed and v >> (f.bits - 1):
             v -= 1 << f.bits
         vals.append(v)
-    errs = check(d, dict(zip(d.field_names, vals)), wait, signal, signal2)
+    errs = check(d, dict(zip(d.field_names, vals)), wait, signal, signal2, wait2)
     if errs:
         raise EncodingError(f"{d.name}: " + "; ".join(errs))
-    return Instr(d, tuple(vals), wait, signal, signal2)
+    return Instr(d, tuple(vals), wait, signal, signal2, wait2)
 
 
 def encode(instrs: list[Instr]) -> bytes:

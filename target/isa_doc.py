@@ -16,7 +16,7 @@ END = "<!-- END GENERATED -->"
 
 def render() -> str:
     out = [f"All instructions are {isa.WORD_BITS}-bit words. Header (every instruction): "
-           f"bits [0,8) opcode, [8,13) `wait`, [13,18) `signal`, [18,23) `signal2` "
+           f"bits [0,8) opcode, [8,13) `wait`, [13,18) `signal`, [18,23) `signal2`, [23,28) `wait2` "
            "(semaphore numbers, 0 = none). Fields follow from bit "
            f"{isa.HEADER_BITS}, LSB first; bits above the last field are reserved (must be 0).",
            ""]

@@ -57,6 +57,7 @@ class Decoded:
     wait: list[int]
     signal: list[int]
     signal2: list[int]
+    wait2: list[int]  # (isa.Instr.wait2)
     #: timing parameters by class: DMA (xfer cycles, bytes), loadw (cycles, k*n),
     #: matmul (cycles = m * cycles_per_row, m), vector (occupancy, elements), ld / lds
     #: (front-end latency, DRAM bytes read)
@@ -113,7 +114,7 @@ def _well_nested(instrs: list[isa.Instr]) -> bool:
 def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
     instrs = prog.instrs
     n = len(instrs)
-    names, engine, tclass, wait, signal, signal2, p1, p2, mdtype = ([] for _ in range(9))
+    names, engine, tclass, wait, signal, signal2, wait2, p1, p2, mdtype = ([] for _ in range(10))
     for pc, ins in enumerate(instrs):
         try:
             compile_checks(cfg, ins)
@@ -133,6 +134,7 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
         wait.append(ins.wait)
         signal.append(ins.signal)
         signal2.append(ins.signal2)
+        wait2.append(ins.wait2)
         fields = dict(zip(d.field_names, ins.values))
         a, b = _timing_params(cfg, ins, fields)
         p1.append(a)
@@ -162,7 +164,7 @@ def _decode(prog: Program, cfg: HardwareConfig) -> Decoded | None:
             q += 1
         loops[pc] = Loop(pc, start, end, count_base, count, static, steps if static else 0)
     dynamic = any(lp.count_base != 0 for lp in loops.values())
-    return Decoded(n, names, engine, tclass, wait, signal, signal2, p1, p2, loops, dynamic,
+    return Decoded(n, names, engine, tclass, wait, signal, signal2, wait2, p1, p2, loops, dynamic,
                    instrs, cfg.matrix.rows, mdtype=mdtype)
 
 

@@ -135,7 +135,8 @@ def compile_checks(cfg: Any, ins: isa.Instr) -> None:
         if f.kind == "reg" and v >= nreg:
             raise Fault("register", f"register {f.name} = r{v} out of range "
                         f"(config {cfg.name} has r0..r{nreg - 1})")
-    for nm, s in (("wait", ins.wait), ("signal", ins.signal), ("signal2", ins.signal2)):
+    for nm, s in (("wait", ins.wait), ("signal", ins.signal), ("signal2", ins.signal2),
+                  ("wait2", ins.wait2)):
         if s > nsem:
             raise Fault("register", f"{nm} semaphore s{s} out of range (config "
                         f"{cfg.name} has s1..s{nsem})")
@@ -208,8 +209,9 @@ class ReferenceRun:
         if n > 0:
             self.c.stalls[cause] = self.c.stalls.get(cause, 0) + n
 
-    def dispatch(self, e: int, wait: int) -> int:
-        """Enter engine e's queue; returns the earliest time the instruction may start."""
+    def dispatch(self, e: int, wait: int, wait2: int = 0) -> int:
+        """Enter engine e's queue; returns the earliest time the instruction may start (after
+        the tokens of `wait` and `wait2`, each the oldest of its semaphore's)."""
         q = self.starts[e]
         t = self.fe
         if len(q) == self.qdepth[e] and q[0] > t:
@@ -217,14 +219,15 @@ class ReferenceRun:
             t = q[0]
         self.fe = t + 1
         ready = max(t + 1, self.eng_free[e])
-        if wait:
-            fifo = self.sems[wait]
-            if not fifo:
-                raise deadlock(wait)
-            ts = fifo.popleft()
-            if ts > ready:
-                self.stall("semaphore_" + ENGINES[e], ts - ready)
-                ready = ts
+        for w in (wait, wait2):
+            if w:
+                fifo = self.sems[w]
+                if not fifo:
+                    raise deadlock(w)
+                ts = fifo.popleft()
+                if ts > ready:
+                    self.stall("semaphore_" + ENGINES[e], ts - ready)
+                    ready = ts
         return ready
 
     def finish(self, e: int, start: int, free: int, done: int, busy: int, signal: int,
@@ -305,14 +308,15 @@ class ReferenceRun:
                                              ins.signal2)
 
         def sync_in() -> None:
-            if wait:
-                fifo = self.sems[wait]
-                if not fifo:
-                    raise deadlock(wait)
-                ts = fifo.popleft()
-                if ts > self.fe:
-                    self.stall("semaphore_scalar", ts - self.fe)
-                    self.fe = ts
+            for w in (wait, ins.wait2):
+                if w:
+                    fifo = self.sems[w]
+                    if not fifo:
+                        raise deadlock(w)
+                    ts = fifo.popleft()
+                    if ts > self.fe:
+                        self.stall("semaphore_scalar", ts - self.fe)
+                        self.fe = ts
 
         def sync_out() -> None:
             self.c.per_engine_instructions[0] += 1
@@ -445,7 +449,7 @@ class ReferenceRun:
                 dv[...] = lv
                 c.dram_write_bytes += nbytes
             # timing
-            ready = self.dispatch(e, wait)
+            ready = self.dispatch(e, wait, ins.wait2)
             ci = min(range(len(chans)), key=chans.__getitem__)
             start = max(ready, chans[ci])
             self.stall("dma_channels_" + dir_, start - ready)
@@ -490,7 +494,7 @@ class ReferenceRun:
                 w = local_view(self.sim, regs[wb] + wo, stored_rows, stored_cols, stride, dt, "weights")
                 self.weights = (w.T if trans else w).astype(wdt, order="C")
                 self.wdtype = dt
-                ready = self.dispatch(E_MATRIX, wait)
+                ready = self.dispatch(E_MATRIX, wait, ins.wait2)
                 buf = (self.wbuf + 1) % nbuf
                 start = max(ready, self.wpath_free)
                 if self.wbuf_release[buf] > start:
@@ -520,7 +524,7 @@ class ReferenceRun:
                                cstride, accum, c)
             if prof is not None:
                 prof.macs[pc] += macs
-            ready = self.dispatch(E_MATRIX, wait)
+            ready = self.dispatch(E_MATRIX, wait, ins.wait2)
             start = max(ready, self.stream_free)
             if self.weights_ready > start:
                 self.stall("weight_load", self.weights_ready - start)
@@ -585,7 +589,7 @@ class ReferenceRun:
             dst = local_view(sim, regs[db] + do, dshape[0], dshape[1], dstride, dt, "destination")
             vector_compute(spec, a, read_b(), dst, dt)
             c.vector_elements += nelem
-            ready = self.dispatch(E_VECTOR, wait)
+            ready = self.dispatch(E_VECTOR, wait, ins.wait2)
             self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
             if chk:
                 accs: list[Any] = []
@@ -624,7 +628,7 @@ class ReferenceRun:
                              "destination")
             spec.compute(q, s, dst, dt)
             c.vector_elements += nelem
-            ready = self.dispatch(E_VECTOR, wait)
+            ready = self.dispatch(E_VECTOR, wait, ins.wait2)
             self.finish(E_VECTOR, ready, ready + occ, ready + occ + lat, occ, signal, signal2, pc)
             if chk:
                 accs: list[Any] = []

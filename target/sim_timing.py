@@ -81,7 +81,7 @@ def footprint(dec: Decoded, lp: Any, nsem: int) -> Footprint:
         else:
             engs = sorted({dec.engine[q] for q in body if dec.tclass[q] >= T_DMA})
             sem_ids = sorted({s for q in body for s in (dec.wait[q], dec.signal[q],
-                                                        dec.signal2[q]) if s})
+                                                        dec.signal2[q], dec.wait2[q]) if s})
             dirs = tuple(d for d, e in ((0, E_LOAD), (1, E_STORE)) if e in engs)
             fp = (tuple(engs), tuple(sem_ids), dirs, bool(dirs), E_MATRIX in engs)
         cache[lp.pc] = fp
@@ -153,6 +153,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
     model faults first (a deadlock; a scalar instruction waits before it executes)."""
     n = dec.n
     tclass, engine, waitv, sig1, sig2 = dec.tclass, dec.engine, dec.wait, dec.signal, dec.signal2
+    wait2v = dec.wait2
     p1, p2, names, loops, mdtype = dec.p1, dec.p2, dec.names, dec.loops, dec.mdtype
     lat, setup = cfg.dram.latency_cycles, cfg.dma.setup_cycles
     fill, vlat = cfg.matrix.fill_drain_cycles, cfg.vector.latency
@@ -220,6 +221,15 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                     if ts > ready:
                         stalls[sem_stall[e]] = stalls.get(sem_stall[e], 0) + ts - ready
                         ready = ts
+                    w = wait2v[pc]
+                    if w:  # (a second wait only beside a first: isa.Instr.wait2)
+                        fifo = sems[w]
+                        if not fifo:
+                            raise deadlock(w)
+                        ts = fifo.popleft()
+                        if ts > ready:
+                            stalls[sem_stall[e]] = stalls.get(sem_stall[e], 0) + ts - ready
+                            ready = ts
                 # ---- the engine's own timing
                 if tc == T_MATMUL:
                     x = p2[pc] * cur_kn
@@ -300,15 +310,15 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         plast[pc] = end
             else:
                 # ---- the front end: wait, execute, signal
-                w = waitv[pc]
-                if w:
-                    fifo = sems[w]
-                    if not fifo:
-                        raise deadlock(w)
-                    ts = fifo.popleft()
-                    if ts > fe:
-                        stalls["semaphore_scalar"] = stalls.get("semaphore_scalar", 0) + ts - fe
-                        fe = ts
+                for w in (waitv[pc], wait2v[pc]):
+                    if w:
+                        fifo = sems[w]
+                        if not fifo:
+                            raise deadlock(w)
+                        ts = fifo.popleft()
+                        if ts > fe:
+                            stalls["semaphore_scalar"] = stalls.get("semaphore_scalar", 0) + ts - fe
+                            fe = ts
                 if tc == T_SCALAR:
                     fe += 1
                 elif tc == T_LOOP:

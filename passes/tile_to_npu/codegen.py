@@ -154,7 +154,7 @@ class CodeGenerator:
             program, self.semaphores, min(self.hw.scalar.semaphores, isa.MAX_SEMAPHORES),
             self.kernel_groups.ops_of_group)
         make = self.checked.make
-        instructions = [make(inst.name, inst.fields, inst.wait, inst.signal, inst.signal2)
+        instructions = [make(inst.name, inst.fields, inst.wait, inst.signal, inst.signal2, inst.wait2)
                         for inst in program]
         markers = op_markers(program, self.kernel_groups, self.buffers, self.layout, self.fn)
         out = Program(instructions)

@@ -26,17 +26,17 @@ class CheckedInstructions:
         self.checked: dict[tuple, isa.Instr] = {}
 
     def make(self, name: str, fields: dict[str, int], wait: int = 0, signal: int = 0,
-             signal2: int = 0) -> isa.Instr:
-        """isa.make(name, wait, signal, signal2, **fields) (raises its EncodingError)."""
+             signal2: int = 0, wait2: int = 0) -> isa.Instr:
+        """isa.make(name, wait, signal, signal2, wait2, **fields) (raises its EncodingError)."""
         key = (name, *fields.items())
         instr = self.checked.get(key)
         if instr is None:
             instr = self.checked[key] = isa.make(name, **fields)
-        if not (wait or signal or signal2):
+        if not (wait or signal or signal2 or wait2):
             return instr
-        if not all(0 <= s <= isa.MAX_SEMAPHORES for s in (wait, signal, signal2)):
-            return isa.make(name, wait, signal, signal2, **fields)  # (its error)
-        return isa.Instr(instr.d, instr.values, wait, signal, signal2)
+        if not all(0 <= s <= isa.MAX_SEMAPHORES for s in (wait, signal, signal2, wait2)):
+            return isa.make(name, wait, signal, signal2, wait2, **fields)  # (its error)
+        return isa.Instr(instr.d, instr.values, wait, signal, signal2, wait2)
 
 
 def fail(op: Operation, msg: str) -> LoweringError:

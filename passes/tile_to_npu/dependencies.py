@@ -439,13 +439,17 @@ class DependencyTracker:
             self.undo_log.append(("inserted", block, nop))
 
     def wait(self, consumer: Instruction, semaphore: int) -> None:
-        """consumer waits for semaphore (a second wait goes to a front-end nop before it). Of a
-        ring's "free" token, released a round earlier, and another wait, the free token is the
-        one the front end takes: it has most likely been given back, while the other (a fresh
-        dependency) would hold the front end (a conv epilogue writing its bf16 store tile waited
-        at the front end for the accumulator's last matmul)."""
+        """consumer waits for semaphore. An engine instruction takes a second wait itself
+        (`wait2`); a third, or a second of a front-end instruction, goes to a front-end nop
+        before it, which holds the dispatch of everything after it. Of a ring's "free" token,
+        released a round earlier, and another wait, the free token is the one the front end
+        takes: it has most likely been given back, while the other (a fresh dependency) would
+        hold the front end (a conv epilogue writing its bf16 store tile waited at the front end
+        for the accumulator's last matmul)."""
         if not consumer.wait:
             consumer.wait = semaphore
+        elif consumer.engine != "scalar" and not consumer.wait2:
+            consumer.wait2 = semaphore
         elif consumer.engine == "vector" and self._is_ring(consumer.wait) and not self._is_ring(semaphore):
             self.cursor.append_front_end_wait(consumer.wait)
             consumer.wait = semaphore

@@ -13,7 +13,8 @@ from infer.dialects.ir_io import LoweringError
 
 @dataclass(eq=False)
 class Instruction:
-    """One emitted instruction. `wait`, `signal`, `signal2` are virtual semaphores (0: none)."""
+    """One emitted instruction. `wait`, `signal`, `signal2`, `wait2` are virtual semaphores (0:
+    none)."""
 
     name: str
     fields: dict[str, int]
@@ -23,6 +24,7 @@ class Instruction:
     wait: int = 0
     signal: int = 0
     signal2: int = 0
+    wait2: int = 0  # a second wait, taken by its engine (isa.Instr.wait2)
     drain_loop: HardwareLoop | None = None  # the loop whose drain covers its drain signal
     known_complete: dict[str, int] = field(default_factory=dict)  # engine -> sequence known
     #                                         complete when this instruction starts
@@ -90,6 +92,7 @@ class FlatInstruction:
     fields: dict[str, int]
     group: int
     item: int
+    wait2: int = 0
 
 
 def flatten(items: list[Item], loop_depth_limit: int, program: list[FlatInstruction]) -> None:
@@ -106,7 +109,7 @@ def _flatten_into(items: list[Item], out: list[FlatInstruction], depth: int,
         item_group, item_start = (emitted.group, len(out)) if item is None else (group, item)
         if isinstance(emitted, Instruction):
             out.append(FlatInstruction(emitted.name, emitted.wait, emitted.signal, emitted.signal2,
-                                       emitted.fields, item_group, item_start))
+                                       emitted.fields, item_group, item_start, emitted.wait2))
             continue
         loop = emitted
         _flatten_into(loop.prologue, out, depth, loop_depth_limit, item_group, item_start)
@@ -155,7 +158,7 @@ def semaphores_of_item(item: Item, used: set[int]) -> bool:
     `flatten` would emit them: waits, signals, drains, exit signals; a loop whose body flattens
     to nothing is left out with its exit code). Returns whether it flattens to anything."""
     if isinstance(item, Instruction):
-        for semaphore in (item.wait, item.signal, item.signal2):
+        for semaphore in (item.wait, item.signal, item.signal2, item.wait2):
             if semaphore:
                 used.add(semaphore)
         return True

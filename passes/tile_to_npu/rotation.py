@@ -590,7 +590,7 @@ class DoubleBuffering:
         """The first consumer of a pipelined load's buffer in an iteration takes its token."""
         if self._wait_before_nested_loop(self._rotation_depth(alloc), full):
             return
-        if instruction.wait and instruction.wait != full:
+        if instruction.wait and instruction.wait != full and instruction.wait2:
             # keep the just-issued load's token on the engine; the other wait (a "free"
             # token released an iteration ago) moves to the front end
             self.cursor.append_front_end_wait(instruction.wait)

@@ -90,7 +90,7 @@ def assign_physical_semaphores(program: list[FlatInstruction], virtuals: Virtual
         out.extend(allocation.inserted.get(i, ()))
         out.append(FlatInstruction(inst.name, physical.get(inst.wait, 0),
                                    physical.get(inst.signal, 0), physical.get(inst.signal2, 0),
-                                   inst.fields, inst.group, inst.item))
+                                   inst.fields, inst.group, inst.item, physical.get(inst.wait2, 0)))
     return out
 
 
@@ -145,7 +145,7 @@ def allocate(program: list[FlatInstruction], virtuals: VirtualSemaphores,
     live: dict[int, tuple[int, int]] = {}  # virtual -> [first, end) instruction of its items
     for inst in program:
         first, end = item_span[inst.item]
-        for virtual in (inst.wait, inst.signal, inst.signal2):
+        for virtual in (inst.wait, inst.signal, inst.signal2, inst.wait2):
             if virtual:
                 live_first, live_end = live.get(virtual, (first, end))
                 live[virtual] = (min(live_first, first), max(live_end, end))

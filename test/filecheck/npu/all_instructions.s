@@ -21,10 +21,10 @@ fence wait=s30, signal=s16, signal2=s25
 dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
 dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
 mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
-mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, wait2=s31, signal2=s28
 vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
 vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
-vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, wait2=s9, signal=s29, signal2=s14
 vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
 vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
 vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1
@@ -58,10 +58,10 @@ vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=528
 # CHECK-NEXT: dma.load dram=r19+0x75317358, local=r25+0x376ebbc, n0=212370, n1=19293, n2=3408, ds1=163517476, ds2=-2067795720, ls1=-7277648, ls2=-3360688, wait=s29, signal=s31, signal2=s23
 # CHECK-NEXT: dma.store dram=r12+0x52d34a0, local=r31+0x3bbb630, n0=536103, n1=50247, n2=3385, ds1=2123063596, ds2=1582519264, ls1=-7260512, ls2=1344496, wait=s20, signal=s29, signal2=s6
 # CHECK-NEXT: mx.loadw w=r28+0x2121610, k=1856, n=3777, stride=383880, dtype=fp8e5m2, wait=s30, signal=s4, signal2=s17
-# CHECK-NEXT: mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, signal2=s28
+# CHECK-NEXT: mx.matmul act=r31+0x2f60610, acc=r6+0x18e836c, m=783865, astride=862580, cstride=306936, dtype=fp8e5m2, accum=0, wait=s5, wait2=s31, signal2=s28
 # CHECK-NEXT: vec.add dst=r5+0x1972018, a=r15+0xf76fe4, b=r2+0x225f66c, rows=43810, cols=49655, dstride=749208, astride=324556, bstride=10760, dt=fp32, at=fp8e5m2, bt=fp8e4m3, bmode=imm, imm=-1.5955683e+29, wait=s14, signal=s30, signal2=s8
 # CHECK-NEXT: vec.sub dst=r18+0xaceb50, a=r26+0x147edc8, b=r8+0x272b264, rows=33273, cols=27004, dstride=818740, astride=311500, bstride=412500, dt=bf16, at=int8, bt=int8, bmode=imm, imm=-3.6329826e+21, wait=s3, signal=s22, signal2=s22
-# CHECK-NEXT: vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, signal=s29, signal2=s14
+# CHECK-NEXT: vec.mul dst=r1+0x34647c, a=r30+0x29f40a8, b=r19+0x399e330, rows=21368, cols=59898, dstride=254536, astride=1043476, bstride=978492, dt=fp8e4m3, at=fp8e4m3, bt=int32, bmode=row, imm=4.7127077e-07, wait=s21, wait2=s9, signal=s29, signal2=s14
 # CHECK-NEXT: vec.max dst=r4+0x3317940, a=r2+0x1905f1c, b=r11+0x5ca500, rows=42483, cols=35702, dstride=101056, astride=947536, bstride=395372, dt=bf16, at=fp8e5m2, bt=fp8e5m2, bmode=tile, imm=-2.5567046e-34, wait=s8, signal=s10, signal2=s11
 # CHECK-NEXT: vec.min dst=r24+0x22eb560, a=r27+0x3500cb8, b=r5+0x310c378, rows=19983, cols=12269, dstride=721556, astride=366360, bstride=552480, dt=bf16, at=bf16, bt=bf16, bmode=col, imm=7.59423e+33, wait=s20, signal=s30, signal2=s28
 # CHECK-NEXT: vec.copy dst=r7+0x230cf2c, a=r6+0x1b6f328, rows=15161, cols=322, dstride=195284, astride=952344, dt=fp8e5m2, at=fp32, wait=s26, signal=s11, signal2=s1

@@ -14,7 +14,7 @@ npu.program attributes {target = "edge"} {
   npu.vec.requant dst=0x100, a=0x2000000, b=r4+0x200, rows=512, cols=16, dstride=16, astride=64, bstride=0, dt=int8, at=int32, bt=fp32, bmode=row, imm=0.0, wait=s3
   npu.vec.mul dst=0x0, a=0x0, rows=4, cols=8, dstride=32, astride=32, dt=fp32, at=fp32, bt=fp32, bmode=imm, imm=1.0e-05
   npu.vec.exp dst=0x0, a=0x0, rows=4, cols=8, dstride=32, astride=32, dt=bf16, at=bf16
-  npu.vec.dequant dst=r5+0x4000, q=r6+0x0, s=0x3000, rows=128, cols=16, dstride=32, qstride=16, sstride=64, dt=bf16, fmt=q4_1, blocks=col, wait=s1
+  npu.vec.dequant dst=r5+0x4000, q=r6+0x0, s=0x3000, rows=128, cols=16, dstride=32, qstride=16, sstride=64, dt=bf16, fmt=q4_1, blocks=col, wait=s1, wait2=s3
   npu.halt
 }
 
@@ -29,11 +29,11 @@ npu.program attributes {target = "edge"} {
 // CHECK-NEXT:   npu.vec.requant dst=r0+0x100, a=r0+0x2000000, b=r4+0x200, rows=512, cols=16, dstride=16, astride=64, bstride=0, dt=int8, at=int32, bt=fp32, bmode=row, imm=0.0, wait=s3
 // CHECK-NEXT:   npu.vec.mul dst=r0+0x0, a=r0+0x0, b=r0+0x0, rows=4, cols=8, dstride=32, astride=32, bstride=0, dt=fp32, at=fp32, bt=fp32, bmode=imm, imm=1.0e-05
 // CHECK-NEXT:   npu.vec.exp dst=r0+0x0, a=r0+0x0, rows=4, cols=8, dstride=32, astride=32, dt=bf16, at=bf16
-// CHECK-NEXT:   npu.vec.dequant dst=r5+0x4000, q=r6+0x0, s=r0+0x3000, rows=128, cols=16, dstride=32, qstride=16, sstride=64, dt=bf16, fmt=q4_1, blocks=col, wait=s1
+// CHECK-NEXT:   npu.vec.dequant dst=r5+0x4000, q=r6+0x0, s=r0+0x3000, rows=128, cols=16, dstride=32, qstride=16, sstride=64, dt=bf16, fmt=q4_1, blocks=col, wait=s1, wait2=s3
 // CHECK-NEXT:   npu.halt
 // CHECK-NEXT: }
 
 // GENERIC:      "npu.program"() ({
 // GENERIC:        "npu.mx.matmul"() <{act_base = 2 : i64, act = 64 : i64, acc_base = 0 : i64, acc = 33554432 : i64, m = 512 : i64, astride = 256 : i64, cstride = 64 : i64, dtype = 0 : i64, accum = 1 : i64, signal = 3 : i64}> : () -> ()
 // GENERIC:        "npu.vec.mul"() <{{.*}}imm = 925353388 : i64}> : () -> ()
-// GENERIC:        "npu.vec.dequant"() <{{.*}}dt = 3 : i64, fmt = 1 : i64, blocks = 0 : i64, wait = 1 : i64}> : () -> ()
+// GENERIC:        "npu.vec.dequant"() <{{.*}}dt = 3 : i64, fmt = 1 : i64, blocks = 0 : i64, wait = 1 : i64, wait2 = 3 : i64}> : () -> ()

@@ -25,7 +25,7 @@ def random_instr(d: isa.InstrDef, rng: random.Random) -> isa.Instr:
             else:
                 v = rng.randint(f.lo, f.hi)
             vals[f.name] = v
-        sync = [rng.randint(0, isa.MAX_SEMAPHORES) for _ in range(3)]
+        sync = [rng.randint(0, isa.MAX_SEMAPHORES) for _ in range(4)]  # wait, signal, signal2, wait2
         if not isa.check(d, vals, *sync):
             return isa.Instr(d, tuple(vals[f.name] for f in d.fields), *sync)
     raise AssertionError(f"could not generate a valid {d.name}")

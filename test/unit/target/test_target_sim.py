@@ -453,6 +453,36 @@ def test_semaphore_serialises_engines():
     assert synced.stalls.get("semaphore_vector", 0) > 0
 
 
+@pytest.mark.parametrize("mode", ["reference", "fast", "timing"])
+def test_second_wait_holds_its_engine_not_the_front_end(mode):
+    """`wait2`: the vector op waits for both loads' tokens (it starts after the long load
+    completes and computes on its data), and the front end goes on dispatching: an independent
+    store after it starts before the long load completes. With the second wait as a front-end
+    `nop wait=` instead, that store waits for the long load too."""
+    long_load = "dma.load dram=0, local=0, n0=4096, n1=1, n2=1, signal=s1\n"
+    short_load = "dma.load dram=4096, local=0x1000, n0=64, n1=1, n2=1, signal=s2\n"
+    relu = ("vec.relu dst=0x2000, a=0, rows=64, cols=16, dstride=64, astride=64, dt=fp32, "
+            "at=fp32, wait=s2{}, signal=s3\n")
+    stores = ("dma.store dram=8192, local=0x3000, n0=64, n1=1, n2=1\n"
+              "dma.store dram=12288, local=0x2000, n0=4096, n1=1, n2=1, wait=s3\nhalt")
+    values = np.linspace(-1, 1, 1024, dtype=np.float32)
+    dram = np.zeros(16384, np.uint8)
+    dram[:4096] = np.frombuffer(values.tobytes(), np.uint8)
+    timelines = {}
+    for name, text in (("wait2", long_load + short_load + relu.format(", wait2=s1") + stores),
+                       ("nop", long_load + short_load + "nop wait=s1\n" + relu.format("") + stores)):
+        d = dram.copy()
+        c = Simulator("edge").run(Program.from_asm(text), d, trace=True, mode=mode)
+        timelines[name] = {pc: (start, start + duration) for _, _, start, duration, pc in c.log.expand()}
+        if mode != "timing":
+            assert d[12288:].tobytes() == np.maximum(values, 0).tobytes()
+    w2, nop = timelines["wait2"], timelines["nop"]
+    long_done = w2[0][1]
+    assert w2[2][0] >= long_done  # the relu waited for the long load's token
+    assert w2[3][0] < long_done  # the independent store was dispatched meanwhile
+    assert nop[4][0] >= nop[0][1]  # behind the front-end nop, it waited for the long load
+
+
 def test_counters_and_trace(tmp_path):
     k = kernels.gemv("edge", 64, 64)
     c = Simulator("edge").run(k.program, k.dram, trace=True)
