@@ -51,7 +51,7 @@ from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
-from infer.passes.graph_to_tile.conv_store import store_output_tile
+from infer.passes.graph_to_tile.conv_store import KEPT_CONV_OUTPUT_READERS, store_output_tile
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
@@ -422,6 +422,8 @@ class ConvKernel:
         # the bias of every output channel, loaded once before the loops
         self.alloc_vectors()
         self.out3 = em.view(self.output_buffer(), (N * O, p.OH, p.OW))
+        # the whole bf16 output of several output-channel tiles, kept on chip for the next kernels
+        self.kept_output = self.output_kept_whole(footprint)
 
     # -- what the int8 kernel overrides --------------------------------------------------------------
     def alloc_vectors(self) -> None:
@@ -476,6 +478,27 @@ class ConvKernel:
                 and self.operand_type == bf16):
             return None
         return kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
+
+    def output_kept_whole(self, footprint: tuple[int, int] | None) -> SSAValue | None:
+        """One [O, OH.OW] bf16 scratchpad buffer for the whole output of a conv of several
+        output-channel tiles of every row, on a latency-bound target: each tile's epilogue
+        writes its rows of it, the store DMAs them from there, and the next kernels read the
+        buffer instead of loading the output back (`LoweringContext.keep_on_chip`; a 1x1 conv
+        reads it in place, `window_on_chip`): their load waited for this kernel's last store
+        and a DRAM latency of its own, the front end with it (ResNet-50's 1x1 256 -> 1024 at
+        14x14 on server: four tiles of 256 channels, then the next block's 1x1 conv loads all
+        1024 channels). Only where the buffer fits beside the kernel's own buffers within 3/4 of
+        the scratchpad and takes at most an eighth of it (it stays live to its last reader), and
+        without padded-width columns (the tiles' rows are then one run of the buffer)."""
+        T, p, ctx = self.tiles, self.p, self.ctx
+        if not (self.N == 1 and self.groups == 1 and T.TOH >= p.OH and T.TO < self.O and p.Wq == p.OW
+                and footprint is not None and latency_bound(ctx.hw) and ctx.is_bf16_buffer(self.out3)):
+            return None
+        nbytes = self.O * p.OH * p.OW * 2
+        spad = ctx.hw.memory.scratchpad_bytes
+        if nbytes > spad // 8 or footprint[0] + nbytes > spad * 3 // 4:
+            return None
+        return self.em.alloc((self.O, p.OH * p.OW), bf16, "spad")
 
     def border(self) -> float:
         return 0.0
@@ -855,6 +878,7 @@ class ConvKernel:
             self._transpose(bufs.acc, bufs.acc_t, tq, to, fused_bias, r0)
             tile = bufs.acc_t
         pitch = p.Wq if p.Wq != p.OW else 0
+        out_row = em.add(em.mul(n, self.O), r0)  # (before the epilogue: its last op may write there)
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
         # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
@@ -862,7 +886,7 @@ class ConvKernel:
         # small and the DRAM's bandwidth, not its latency, bounds the kernels)
         whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
                  and latency_bound(self.ctx.hw))
-        store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole)
+        store_output_tile(self.ctx, p, self.out3, result_tile, out_row, oh0, to, toh, whole, self.kept_output)
 
     # -- the nest --------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -935,6 +959,8 @@ class ConvKernel:
 
         self.load_vectors()
         em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
+        if self.kept_output is not None:
+            self.ctx.keep_on_chip(self.out3, self.kept_output, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
 
 
 class _Buffers:

@@ -21,16 +21,22 @@ KEPT_CONV_OUTPUT_READERS = 2
 
 
 def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index,
-                      oh0: Index, to: int, toh: int, whole: bool = False) -> None:
+                      oh0: Index, to: int, toh: int, whole: bool = False,
+                      kept_output: SSAValue | None = None) -> None:
     """Store the [to, toh.Wq] f32 output tile (padded-width rows) into rows [out_row, out_row +
     to) and output rows [oh0, oh0 + toh) of `out3` [N.O, OH, OW]: a bf16 output through a compact
     rounded copy (`_store_bf16`), an f32 one by a DMA of the valid columns of each row. `whole`:
     the tile is the whole output (the kernel's only tile): its compact bf16 copy is kept on chip
     for the next kernels (`LoweringContext.keep_on_chip`), whose load of it would wait for this
-    store and a DRAM latency of its own (conv.py `ConvKernel.kept_input`)."""
+    store and a DRAM latency of its own (conv.py `ConvKernel.kept_input`). `kept_output`: the
+    kernel's whole bf16 output [N.O, OH.OW] kept on chip (`ConvKernel.output_kept_whole`; rows
+    without padded-width columns): the tile's rounded rows are written there and stored from
+    there."""
     em = ctx.emitter
     rows_total = out3.type.get_shape()[0]  # type: ignore[attr-defined]
-    if ctx.is_bf16_buffer(out3):
+    if kept_output is not None:
+        _store_bf16_from_kept(em, p, out3, tile, out_row, oh0, to, toh, kept_output)
+    elif ctx.is_bf16_buffer(out3):
         compact = _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
         if whole:
             ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
@@ -78,6 +84,25 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     em.dma(compact, [0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
            [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
     return compact
+
+
+def _store_bf16_from_kept(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index,
+                          to: int, toh: int, kept: SSAValue) -> None:
+    """_store_bf16 into rows [out_row, out_row + to) of the kernel's kept whole output `kept`
+    [N.O, OH.OW] instead of a compact tile of its own (the tile has no padded-width columns):
+    the epilogue's last op writes them itself where it can (the same bits as the copy), then
+    one DMA stores them from there."""
+    assert p.Wq == p.OW
+    last = _last_whole_tile_write(em, tile, to, toh * p.OW)
+    if last is not None:
+        operands = list(last.operands)
+        operands[0] = kept
+        operands[1] = em.index_value(out_row)  # (its destination indices were [0, 0])
+        last.operands = operands
+    else:
+        em.vec("copy", kept, [out_row, em.mul(oh0, p.OW)], tile, [0, 0], to, toh * p.OW)
+    em.dma(kept, [out_row, em.mul(oh0, p.OW)], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
+           [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
 
 
 def _last_pointwise_write(em: Emitter, tile: SSAValue, rows: int, toh: int, Wq: int) -> t.VectorOp | None:

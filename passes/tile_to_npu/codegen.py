@@ -543,7 +543,7 @@ class CodeGenerator:
                 if release is not None:
                     releases.append(release)
             accesses.append(Access(request.low, request.high, request.space, writes, inst,
-                                   request.ring, request.pitch, request.width))
+                                   request.ring, request.pitch, request.width, request.steps))
             if writes:  # the array's weight tile may have been overwritten in memory
                 self.weight_tile.note_write(request.space, request.low, request.high)
         self.tracker.synchronise_with_earlier(inst, accesses)

@@ -61,6 +61,9 @@ class AccessRequest(NamedTuple):
     ring: RingSlot | None
     pitch: int = 0
     width: int = 0
+    # the hardware loops that step the range and by how many bytes an iteration (the address's
+    # register key): [low, high) is the hull over their iterations
+    steps: tuple = ()
 
 
 def overlapping(a_low: int, a_high: int, a_pitch: int, a_width: int,
@@ -93,13 +96,14 @@ class Access:
     `position` is its index in the tracker's list of every access (emission order)."""
 
     __slots__ = ("low", "high", "space", "writes", "instruction", "ring", "sequence", "position",
-                 "pages", "pitch", "width")
+                 "pages", "pitch", "width", "steps")
 
     def __init__(self, low: int, high: int, space: str, writes: bool, instruction: Instruction,
-                 ring: RingSlot | None, pitch: int = 0, width: int = 0) -> None:
+                 ring: RingSlot | None, pitch: int = 0, width: int = 0, steps: tuple = ()) -> None:
         self.low, self.high, self.space, self.writes = low, high, space, writes
         self.instruction, self.ring = instruction, ring
         self.pitch, self.width = pitch, width  # (AccessRequest: a box of rows, or 0)
+        self.steps = steps  # (AccessRequest.steps)
         self.sequence = instruction.sequence
         self.position = -1
         self.pages: tuple[int, ...] | None = None  # (AccessIndex.pages_of, once it is asked)
@@ -646,6 +650,9 @@ class DependencyTracker:
                         continue
                 if self.is_covered(producer, consumer.engine):
                     continue
+                if (producer_access.ring is None and consumer_access.ring is None
+                        and apart_across_iterations(loop, producer_access, consumer_access)):
+                    continue
                 if producer.drain_loop is not None and loop.depth <= producer.drain_loop.depth:
                     self.cover_all_engines(producer)
                     continue
@@ -661,6 +668,42 @@ class DependencyTracker:
                 loop.tail_drains[drain] = (loop.tail_drains.get(drain, 0)
                                            + iterations_inside(producer, loop.depth))
                 self.cover_all_engines(producer)
+
+
+def apart_across_iterations(loop: HardwareLoop, producer: Access, consumer: Access) -> bool:
+    """Do a later iteration's `consumer` and an earlier iteration's `producer` of `loop` touch
+    different bytes whatever the iterations? Both stepped by `loop` by the same bytes per
+    iteration and by the loops around it alike (so the difference of their addresses depends
+    only on how many iterations of `loop` lie between them), and the consumer's bytes of one
+    iteration later (its range over the loops inside, in that iteration) lie wholly past the
+    producer's, in the direction the loop steps: the channel steps of a conv's resident window
+    (graph_to_tile/conv.py), each building the rows the same step reads and no other step does."""
+    step = 0
+    outer_p, outer_c = [], []
+    shift_p = [0, 0]  # the parts of [low, high) spanned by `loop` and the loops around it
+    shift_c = [0, 0]
+    for steps, outer, shift in ((producer.steps, outer_p, shift_p), (consumer.steps, outer_c, shift_c)):
+        for hardware_loop, c in steps:
+            if hardware_loop.depth > loop.depth:
+                continue  # (a loop inside: its iterations are in the per-iteration range)
+            if hardware_loop is loop:
+                if step and step != c:
+                    return False
+                step = c
+            else:
+                outer.append((id(hardware_loop), c))
+            span = c * (hardware_loop.count - 1)
+            shift[0] += min(0, span)
+            shift[1] += max(0, span)
+    if not step or sorted(outer_p) != sorted(outer_c) or producer.space != consumer.space:
+        return False
+    if not any(hl is loop for hl, _ in producer.steps) or not any(hl is loop for hl, _ in consumer.steps):
+        return False
+    p_low, p_high = producer.low - shift_p[0], producer.high - shift_p[1]
+    c_low, c_high = consumer.low - shift_c[0], consumer.high - shift_c[1]
+    if step > 0:
+        return c_low + step >= p_high
+    return c_high + step <= p_low
 
 
 def loops_to_peel(fn: func.FuncOp) -> set[scf.ForOp]:

@@ -71,9 +71,10 @@ class Operand(NamedTuple):
     high: int
     pitch: int = 0
     width: int = 0
+    steps: tuple = ()  # (the address's register key: AccessRequest.steps)
 
     def access(self, writes: bool, ring: RingSlot | None) -> AccessRequest:
-        return AccessRequest(self.space, self.low, self.high, writes, ring, self.pitch, self.width)
+        return AccessRequest(self.space, self.low, self.high, writes, ring, self.pitch, self.width, self.steps)
 
 
 class OpFields:
@@ -110,7 +111,7 @@ def _operand(codegen: CodeGenerator, buffer: TileBuffer, index: AffineIndex, row
     width = address.high - address.low + row_bytes
     boxed = rows > 1 and 0 < width < row_stride
     return Operand(codegen.registers.register_for(address.register_key), address.immediate,
-                   space, low, high, row_stride if boxed else 0, width if boxed else 0)
+                   space, low, high, row_stride if boxed else 0, width if boxed else 0, address.register_key)
 
 
 # ------------------------------------------------------------------ declarations (no code)
@@ -193,9 +194,9 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
         fields = dict(dram_base=dram_register, dram=dram.immediate, local_base=local_register,
                       local=local_at.immediate, n0=run, n1=n1, n2=n2, ds1=ds1, ds2=ds2, ls1=ls1,
                       ls2=ls2)
-        accesses = [AccessRequest("dram", dram_low, dram_high, not load, None),
+        accesses = [AccessRequest("dram", dram_low, dram_high, not load, None, steps=dram.register_key),
                     AccessRequest("local", local_low, local_high, load,
-                                  codegen.double_buffering.slot(local))]
+                                  codegen.double_buffering.slot(local), steps=local_at.register_key)]
         inst = codegen.emit(op, name, engine, fields, accesses, first_part=first_part, last_part=last_part)
         if full is not None and last_part:  # a split load signals the loop's full semaphore once
             codegen.tracker.add_signal(inst, full)

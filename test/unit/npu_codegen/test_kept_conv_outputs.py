@@ -33,6 +33,38 @@ def test_next_conv_reads_the_output_on_chip(monkeypatch, kernels):
     kept_against_off(monkeypatch, text, weights, image(64, 14), conv_store, "KEPT_CONV_OUTPUT_READERS", 0)
 
 
+def test_output_of_several_channel_tiles_is_kept_whole(monkeypatch):
+    """server, a 1x1 conv of 256 channels at 14x14 in four output-channel tiles of every row
+    (overridden), then a 1x1 conv: each tile's epilogue writes its rows of one [256, 196] bf16
+    buffer and its store reads them from there (conv.py `ConvKernel.output_kept_whole`); the
+    second conv reads the buffer in place (nothing is loaded back). Without the buffer the
+    second conv loads the output from DRAM: the same bits, more cycles. The epilogue of tile
+    j + 1 and the store of tile j touch different rows of the buffer in every iteration of the
+    tile loop, so they overlap (tile-to-npu's `apart_across_iterations`)."""
+    from infer.passes.graph_to_tile import conv
+
+    text, weights = conv_chain(256, 14, [1, 1])
+    kept_against_off(monkeypatch, text, weights, image(256, 14), conv.ConvKernel, "output_kept_whole",
+                     lambda self, footprint: None, overrides="kernel0=64x196x256")
+
+
+def test_tiles_of_a_whole_kept_output_overlap_their_stores(monkeypatch):
+    """The same chain in eight tiles of 32 channels: tile j + 1's epilogue writes rows of the kept buffer that tile j's store
+    does not read, in every iteration of the tile loop (both stepped by it by the tile's rows):
+    tile-to-npu's loop-carried check lets it start before that store completes. Taken as
+    conflicting (the check off), each tile's epilogue waits for the store before it: the same
+    bits, more cycles."""
+    from infer.passes.tile_to_npu import dependencies
+
+    text, weights = conv_chain(256, 14, [1, 1])
+    x = image(256, 14)
+    y, cycles, _ = compile_and_run(text, weights, "server", "bf16", x, "kernel0=32x196x256")
+    monkeypatch.setattr(dependencies, "apart_across_iterations", lambda *args: False)
+    y_serial, cycles_serial, _ = compile_and_run(text, weights, "server", "bf16", x, "kernel0=32x196x256")
+    assert y.tobytes() == y_serial.tobytes()
+    assert cycles < cycles_serial, (cycles, cycles_serial)
+
+
 def test_depthwise_conv_on_the_vector_unit_reads_and_keeps_on_chip(monkeypatch):
     """server, 96 channels at 14x14: 1x1 -> depthwise 3x3 (on the vector unit: its taps are
     `mul`s by a weight column, no matmul) -> 1x1. The depthwise conv copies its input rows
