@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infer.passes.graph_to_tile import conv
 from infer.passes.testing import apply_pass
 from infer.passes.tile_to_npu import dependencies
 
@@ -27,7 +28,10 @@ CHAIN, WEIGHTS = pointwise_conv_chain(C, M, O, HW)
 
 
 def run(x: np.ndarray, once: bool, earliest: bool, monkeypatch) -> tuple[np.ndarray, int]:
-    """-> (the simulated output, cycles) with either rule turned off."""
+    """-> (the simulated output, cycles) with either rule turned off. The first conv's output
+    is not kept on chip (`ConvKernel.output_kept_whole`): the second conv loads it, the
+    dependency these rules are about."""
+    monkeypatch.setattr(conv.ConvKernel, "output_kept_whole", lambda self, footprint: None)
     if not once:
         monkeypatch.setattr(dependencies, "runs_once", lambda loop: False)
     if not earliest:

@@ -32,8 +32,9 @@ def token_balance(prog) -> Counter:
         while i < hi:
             ins = prog.instrs[i]
             f = dict(zip([d.name for d in ins.d.fields], ins.values, strict=True))
-            if ins.wait:
-                net[ins.wait] -= mult
+            for w in (ins.wait, ins.wait2):
+                if w:
+                    net[w] -= mult
             for s in (ins.signal, ins.signal2):
                 if s:
                     net[s] += mult
@@ -51,7 +52,7 @@ def check_program(module, prog, target: str) -> list[dict]:
     """Semaphores within the config, every token consumed (a "free" ring semaphore may keep
     its one idle token), op markers covering the program in order."""
     nsem = load_config(target).scalar.semaphores
-    used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
+    used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2, i.wait2) if s}
     assert used and max(used) <= nsem
     assert all(v in (0, 1) for v in token_balance(prog).values()), token_balance(prog)
     ops = ops_from_module(module)

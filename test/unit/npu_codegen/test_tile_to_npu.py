@@ -288,7 +288,7 @@ def test_free_semaphores_shared_per_engine_pair():
 """
     x = np.random.default_rng(8).standard_normal((64, 16)).astype(np.float32)
     prog, _, (y,) = run_both(text, [x])
-    used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
+    used = {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2, i.wait2) if s}
     assert len(used) <= 6, sorted(used)
     np.testing.assert_allclose(y, x * n, rtol=1e-6)
 
@@ -308,7 +308,7 @@ def test_loop_nest_over_the_semaphore_budget_is_compiled_with_less_overlap(tmp_p
         return str(path)
 
     def used(prog) -> set[int]:
-        return {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2) if s}
+        return {s for i in prog.instrs for s in (i.wait, i.signal, i.signal2, i.wait2) if s}
 
     ir = gemm_ir("edge", 64, 64, 48, 16, 16, 32, True, True)
     inputs = _gemm_inputs(64, 64, 48, 16)
