@@ -527,6 +527,8 @@ def check(d: InstrDef, values: dict[str, int], wait: int = 0, signal: int = 0,
     for name, s in (("wait", wait), ("signal", signal), ("signal2", signal2), ("wait2", wait2)):
         if not 0 <= s <= MAX_SEMAPHORES:
             errs.append(f"{name} = {s} out of range [0, {MAX_SEMAPHORES}]")
+    if wait2 and not wait:
+        errs.append(f"wait2 = s{wait2} without a wait (an instruction's first wait is `wait`)")
     for f in d.fields:
         if f.name not in values:
             errs.append(f"missing field {f.name}")

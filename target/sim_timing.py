@@ -222,7 +222,7 @@ def run_timing(dec: Decoded, cfg: HardwareConfig, *, trace: bool = False,
                         stalls[sem_stall[e]] = stalls.get(sem_stall[e], 0) + ts - ready
                         ready = ts
                     w = wait2v[pc]
-                    if w:  # (a second wait only beside a first: isa.Instr.wait2)
+                    if w:  # (only beside a first, isa.check; inline as the first: the hot loop)
                         fifo = sems[w]
                         if not fifo:
                             raise deadlock(w)

@@ -83,6 +83,12 @@ def test_make_checks_ranges_and_alignment():
         isa.make("li", rd=32)
     with pytest.raises(EncodingError, match="requant needs dt = int8"):
         isa.make("vec.requant", rows=1, cols=1, dt=isa.DTYPE_CODE["fp32"])
+    # a second wait only beside a first (the engines take `wait`, then `wait2`)
+    with pytest.raises(EncodingError, match="wait2 = s3 without a wait"):
+        isa.make("vec.relu", wait2=3, rows=1, cols=1)
+    with pytest.raises(AsmError, match="line 1: .*wait2 = s3 without a wait"):
+        Program.from_asm("vec.relu dst=0, a=0, rows=1, cols=1, wait2=s3")
+    assert isa.make("vec.relu", wait=1, wait2=3, rows=1, cols=1).wait2 == 3
 
 
 def test_asm_errors_name_the_line():
