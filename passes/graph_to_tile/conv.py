@@ -481,8 +481,8 @@ class ConvKernel:
 
     def output_kept_whole(self, footprint: tuple[int, int] | None) -> SSAValue | None:
         """One [O, OH.OW] bf16 scratchpad buffer for the whole output of a conv of several
-        output-channel tiles of every row, on a latency-bound target: each tile's epilogue
-        writes its rows of it, the store DMAs them from there, and the next kernels read the
+        output-channel tiles of every row, on a latency-bound target: each tile's rows are
+        rounded into it (conv_store), its store DMAs them from there, and the next kernels read the
         buffer instead of loading the output back (`LoweringContext.keep_on_chip`; a 1x1 conv
         reads it in place, `window_on_chip`): their load waited for this kernel's last store
         and a DRAM latency of its own, the front end with it (ResNet-50's 1x1 256 -> 1024 at
@@ -878,7 +878,6 @@ class ConvKernel:
             self._transpose(bufs.acc, bufs.acc_t, tq, to, fused_bias, r0)
             tile = bufs.acc_t
         pitch = p.Wq if p.Wq != p.OW else 0
-        out_row = em.add(em.mul(n, self.O), r0)  # (before the epilogue: its last op may write there)
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
         # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
@@ -886,7 +885,8 @@ class ConvKernel:
         # small and the DRAM's bandwidth, not its latency, bounds the kernels)
         whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
                  and latency_bound(self.ctx.hw))
-        store_output_tile(self.ctx, p, self.out3, result_tile, out_row, oh0, to, toh, whole, self.kept_output)
+        store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole,
+                          self.kept_output)
 
     # -- the nest --------------------------------------------------------------------------------
     def emit(self) -> None:

@@ -676,8 +676,10 @@ def apart_across_iterations(loop: HardwareLoop, producer: Access, consumer: Acce
     iteration and by the loops around it alike (so the difference of their addresses depends
     only on how many iterations of `loop` lie between them), and the consumer's bytes of one
     iteration later (its range over the loops inside, in that iteration) lie wholly past the
-    producer's, in the direction the loop steps: the channel steps of a conv's resident window
-    (graph_to_tile/conv.py), each building the rows the same step reads and no other step does."""
+    producer's, in the direction the loop steps (farther iterations are farther apart). A conv's
+    whole output kept on chip (graph_to_tile/conv.py `ConvKernel.output_kept_whole`): tile j+1's
+    copy into its rows and tile j's store from its own rows. Peeled iterations (not stepped by
+    the loop) and accesses stepped differently are left to the hull comparison."""
     step = 0
     outer_p, outer_c = [], []
     shift_p = [0, 0]  # the parts of [low, high) spanned by `loop` and the loops around it
