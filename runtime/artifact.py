@@ -68,7 +68,8 @@ from infer.target.layout import DTYPES, DramLayout, LayoutError, lookup_dtype
 
 MAGIC = b"INFERNPU"
 FORMAT = "infer-npu-artifact"
-FORMAT_VERSION = 1
+#: 2 since the program's instruction encoding gained `wait2` (NPU binary version 2)
+FORMAT_VERSION = 2
 _PRELUDE = struct.Struct("<8sII")
 _DIGEST = 32
 _MAX_HEADER = 64 << 20

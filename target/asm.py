@@ -31,7 +31,9 @@ from infer.target import isa
 from infer.target.isa import EncodingError, Instr
 
 MAGIC = b"NPUBIN\0\0"
-VERSION = 1
+#: 2 since the instruction header gained `wait2` (its fields moved up 5 bits): a version-1
+#: binary decodes to other instructions, so it is refused
+VERSION = 2
 HEADER = struct.Struct("<8sII")
 
 
@@ -231,7 +233,8 @@ class Program:
             raise EncodingError("not an NPU binary (bad magic)")
         _, version, count = HEADER.unpack_from(data)
         if version != VERSION:
-            raise EncodingError(f"unsupported NPU binary version {version}")
+            raise EncodingError(f"unsupported NPU binary version {version} (this infer reads version "
+                                f"{VERSION}, whose instruction header holds `wait2`); assemble or compile it again")
         body = data[HEADER.size:]
         if len(body) != count * isa.WORD_BYTES:
             raise EncodingError(f"NPU binary truncated: header says {count} instructions, "

@@ -72,6 +72,11 @@ def test_bad_encodings():
         Program.from_bytes(b"hello")
     with pytest.raises(EncodingError, match="truncated"):
         Program.from_bytes(assemble("halt\n")[:-1])
+    # a version-1 binary (its header before `wait2`) is refused, not decoded into other fields
+    old = bytearray(assemble("halt\n"))
+    old[8:12] = (1).to_bytes(4, "little")
+    with pytest.raises(EncodingError, match="unsupported NPU binary version 1 .*reads version 2"):
+        Program.from_bytes(bytes(old))
 
 
 def test_make_checks_ranges_and_alignment():
