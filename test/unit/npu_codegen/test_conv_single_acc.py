@@ -13,28 +13,20 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from infer.dialects.ir_io import make_context, parse_ir, verify_module
-from infer.dialects.weights import WeightStore, attach_weights
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import context
 from infer.passes.testing import apply_pass, run_entry
 from infer.target.hw import load_config
-from helpers.graph_programs import pointwise_conv
+from helpers.graph_programs import parse_with_weights, pointwise_conv
 from helpers.tile_programs import npu_matches_tile
 
-CTX = make_context()
 C, O = 64, 128
 
 
 def compile_conv(H: int, tiles: str, target: str, monkeypatch):
     """(output, cycles, the chosen tiles' debug line) of the 1x1 conv at HxH with tiles forced."""
     text, weights = pointwise_conv(C, H, O, seed=7)
-    module = parse_ir(CTX, text, "conv.mlir")
-    verify_module(module)
-    store = WeightStore()
-    for name, value in weights.items():
-        store.set(name, value)
-    attach_weights(module, store)
+    module = parse_with_weights(text, weights, "conv.mlir")
     x = np.random.default_rng(8).standard_normal((1, C, H, H)).astype(np.float32)
     graph_ref = run_entry(module, [x])[0]
     log: list[str] = []
