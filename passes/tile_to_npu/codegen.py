@@ -361,8 +361,8 @@ class CodeGenerator:
         self.trips[op] = None
         body = list(op.body.block.ops)
         rings = self.double_buffering.enter_rotation_loop(op)
-        pipelined = op in self.plan.pipelined_loads
         loads = self.plan.pipelined_loads.get(op, [])
+        pipelined = bool(loads)  # (preparation without loads is planned for constant bounds only)
         rest = [o for o in body if o not in loads]
         count_register = self.registers.register_for(
             tuple((loop, c // unroll) for loop, c in trips.register_key))
@@ -451,20 +451,25 @@ class CodeGenerator:
             epilogue:  [loads(t+2)] [prep(t+1)] rest(t) for t = 2J .. trip-1
 
         the preparation taking the loads' tokens, and the first matrix instruction of rest(t)
-        reading a prepared buffer the token of prep(t)'s last op."""
+        reading a prepared buffer the token of prep(t)'s last op. Preparation without loads
+        (of data on chip before the loop: the output the kernel before kept there) is the same
+        without the loads' stage: prep(0), then prep(t+1) rest(t)."""
         loads = self.plan.pipelined_loads[op]
         preparation = self.plan.pipelined_preparation.get(op, [])
         rest = [o for o in body if o not in loads and o not in preparation]
         self.double_buffering.start_pipelined_loop(loads, preparation)
         declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
         # stages ahead of rest(t): (ops, iterations ahead)
-        stages: list[tuple[list, int]] = [(loads, 2), (preparation, 1)] if preparation else [(loads, 1)]
+        stages: list[tuple[list, int]] = [(loads, 1)]
+        if preparation:  # (without loads: the data it prepares was on chip before the loop)
+            stages = ([(loads, 2)] if loads else []) + [(preparation, 1)]
         ahead = stages[0][1]
         self.weight_tile.forget()
         self._emit_iteration(op, 0, declarations + loads)
         if preparation:  # the prologue: loads(0), loads(1), preparation(0)
-            self.weight_tile.forget()
-            self._emit_iteration(op, 1, loads)
+            if loads:
+                self.weight_tile.forget()
+                self._emit_iteration(op, 1, loads)
             self.weight_tile.forget()
             self._emit_iteration(op, 0, preparation)
         hardware_trips = (trip - ahead) // 2

@@ -92,6 +92,12 @@ def enclosing_loops(op: Operation, fn: func.FuncOp) -> list[scf.ForOp]:
     return list(reversed(out))
 
 
+def constant_bounds(loop: scf.ForOp) -> bool:
+    """Are the loop's bounds and step compile-time constants (one trip count for every
+    enclosing iteration)?"""
+    return all(isinstance(v.owner, arith.ConstantOp) for v in (loop.lb, loop.ub, loop.step))
+
+
 def trip_count(loop: scf.ForOp) -> int:
     """The iteration count of a loop with constant bounds; of a loop whose upper bound grows
     affinely with enclosing loops (a triangular nest), its smallest; 0 when a bound is read

@@ -30,6 +30,7 @@ from infer.dialects import tile as t
 from infer.passes.tile_to_npu.addressing import LoopBinding, TileBuffer
 from infer.passes.tile_to_npu.common import (
     accessed_buffers,
+    constant_bounds,
     enclosing_loops,
     engine_of,
     is_output_argument,
@@ -126,10 +127,14 @@ def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
         if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINING:
             continue
         loads = pipelinable_loads(loop, plan, fn)
-        if loads:
+        # (preparation without loads: its data is on chip before the loop, e.g. the output the
+        # kernel before kept there; only with constant bounds, the emission of
+        # `CodeGenerator._emit_pipelined_for`)
+        preparation = ([] if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINED_PREPARATION
+                       or not (loads or constant_bounds(loop))
+                       else pipelinable_preparation(loop, plan, loads))
+        if loads or preparation:
             plan.pipelined_loads[loop] = loads
-            preparation = ([] if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINED_PREPARATION
-                           else pipelinable_preparation(loop, plan, loads))
             if preparation:
                 plan.pipelined_preparation[loop] = preparation
     _plan_ring_groups(plan, {loop for loop in plan.rotation_loops
@@ -306,7 +311,8 @@ def pipelinable_preparation(loop: scf.ForOp, plan: RotationPlan, loads: list[t.D
     staged input rows, a GEMM operand's split): each reads only those loads' buffers, earlier
     preparation's results or buffers the loop never writes, and writes only double buffers
     rotating on this loop whose first use it is and which only matmuls read afterwards. They
-    are issued one iteration ahead and their loads two (CodeGenerator._emit_pipelined_for):
+    are issued one iteration ahead and their loads two (CodeGenerator._emit_pipelined_for;
+    without loads, ops reading only buffers the loop never writes: the data is on chip already):
     otherwise the in-order vector unit runs iteration t+1's preparation after iteration t's
     epilogue, which waits for the array to drain, and the array idles until it is done
     (docs/codegen.md, "Pipelined preparation"). Empty unless every load feeds preparation
@@ -464,14 +470,15 @@ class DoubleBuffering:
         self.active_rings -= freed
         self.idle_rings.extend(sorted(freed))
 
-    def start_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> int:
+    def start_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> None:
         """The pipelined loop's "full" semaphore, signalled by each early load (and taken by
         the first consumer of its buffer: with `preparation`, that is a preparation op), and
         with `preparation` a second one, signalled by an iteration's last preparation op and
-        taken once per iteration by the first matrix instruction reading a prepared alloc."""
-        full = self.semaphores.balanced("full semaphore of a software-pipelined loop")
+        taken once per iteration by the first matrix instruction reading a prepared alloc
+        (preparation without loads: only the second)."""
+        full = self.semaphores.balanced("full semaphore of a software-pipelined loop") if loads else None
         for position, load in enumerate(loads):
-            self.full_semaphore_of[root_buffer(load.dst).owner] = full  # type: ignore[index]
+            self.full_semaphore_of[root_buffer(load.dst).owner] = full  # type: ignore[index,assignment]
             self.load_order[root_buffer(load.dst).owner] = position  # type: ignore[index]
             self.early_loads.add(load)
         if preparation:
@@ -481,7 +488,6 @@ class DoubleBuffering:
                 self.full_semaphore_of[root_buffer(op.dst).owner] = prepared  # type: ignore[index]
                 self.prepared_allocs.add(root_buffer(op.dst).owner)
             self.preparation.update(preparation)
-        return full
 
     def end_pipelined_loop(self, loads: list[t.DmaOp], preparation: Sequence[t.VectorOp] = ()) -> None:
         for load in loads:
