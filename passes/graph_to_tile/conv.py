@@ -475,30 +475,35 @@ class ConvKernel:
         T, p = self.tiles, self.p
         if not (self.N == 1 and self.groups == 1 and p.raw and len(self.taps) == 1 and self.single
                 and T.TOH >= p.OH and not self.channels_wide and not T.im2col and self.copies == 1
-                and self.operand_type == bf16):
+                and self.operand_type == bf16 and self.ctx.is_bf16_buffer(self.input_source())):
             return None
         return kept_window(self.ctx, self.input_source(), (self.C, p.H * p.W))
 
     def output_kept_whole(self, footprint: tuple[int, int] | None) -> SSAValue | None:
-        """One [O, OH.OW] bf16 scratchpad buffer for the whole output of a conv of several
+        """One [O, OH.OW] scratchpad buffer of the output's element type (bf16, or f32: the
+        residual trunk a residual add reads too) for the whole output of a conv of several
         output-channel tiles of every row, on a latency-bound target: each tile's rows are
-        rounded into it (conv_store), its store DMAs them from there, and the next kernels read the
-        buffer instead of loading the output back (`LoweringContext.keep_on_chip`; a 1x1 conv
-        reads it in place, `window_on_chip`): their load waited for this kernel's last store
-        and a DRAM latency of its own, the front end with it (ResNet-50's 1x1 256 -> 1024 at
-        14x14 on server: four tiles of 256 channels, then the next block's 1x1 conv loads all
-        1024 channels). Only where the buffer fits beside the kernel's own buffers within 3/4 of
-        the scratchpad and takes at most an eighth of it (it stays live to its last reader), and
-        without padded-width columns (the tiles' rows are then one run of the buffer)."""
+        written into it (conv_store), its store DMAs them from there, and the next kernels read
+        the buffer instead of loading the output back (`LoweringContext.keep_on_chip`; a 1x1
+        conv reads a bf16 one in place, `window_on_chip`; a `WindowLoader` copies or rounds its
+        rows): their load waited for this kernel's last store and a DRAM latency of its own,
+        the front end with it (ResNet-50's 1x1 256 -> 1024 at 14x14 on server: four tiles of 256
+        channels, then the next block's 1x1 conv loads all 1024 channels). Only where the buffer
+        fits beside the kernel's own buffers within 3/4 of the scratchpad and takes at most a
+        quarter of it (it stays live to its last reader; the 56x56 stage's f32 trunk is 3.2 MB),
+        without padded-width columns (the tiles' rows are then one run of the buffer), and not
+        for a model output (no kernel reads it)."""
         T, p, ctx = self.tiles, self.p, self.ctx
+        elem = self.out3.type.get_element_type()  # type: ignore[attr-defined]
         if not (self.N == 1 and self.groups == 1 and T.TOH >= p.OH and T.TO < self.O and p.Wq == p.OW
-                and footprint is not None and latency_bound(ctx.hw) and ctx.is_bf16_buffer(self.out3)):
+                and footprint is not None and latency_bound(ctx.hw) and elem in (bf16, f32)
+                and self.result not in ctx.destinations):  # (a model output no kernel reads)
             return None
-        nbytes = self.O * p.OH * p.OW * 2
+        nbytes = self.O * p.OH * p.OW * (2 if elem == bf16 else 4)
         spad = ctx.hw.memory.scratchpad_bytes
-        if nbytes > spad // 8 or footprint[0] + nbytes > spad * 3 // 4:
+        if nbytes > spad // 4 or footprint[0] + nbytes > spad * 3 // 4:
             return None
-        return self.em.alloc((self.O, p.OH * p.OW), bf16, "spad")
+        return self.em.alloc((self.O, p.OH * p.OW), elem, "spad")
 
     def border(self) -> float:
         return 0.0

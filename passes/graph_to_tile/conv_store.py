@@ -29,13 +29,13 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
     the tile is the whole output (the kernel's only tile): its compact bf16 copy is kept on chip
     for the next kernels (`LoweringContext.keep_on_chip`), whose load of it would wait for this
     store and a DRAM latency of its own (conv.py `ConvKernel.kept_input`). `kept_output`: the
-    kernel's whole bf16 output [N.O, OH.OW] kept on chip (`ConvKernel.output_kept_whole`; rows
-    without padded-width columns): the tile's rounded rows are written there and stored from
-    there."""
+    kernel's whole output [N.O, OH.OW] kept on chip, bf16 or f32 (`ConvKernel.output_kept_whole`;
+    rows without padded-width columns): the tile's rows are written there and stored from
+    there (`_store_from_kept`)."""
     em = ctx.emitter
     rows_total = out3.type.get_shape()[0]  # type: ignore[attr-defined]
     if kept_output is not None:
-        _store_bf16_from_kept(em, p, out3, tile, out_row, oh0, to, toh, kept_output)
+        _store_from_kept(em, p, out3, tile, out_row, oh0, to, toh, kept_output)
     elif ctx.is_bf16_buffer(out3):
         compact = _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
         if whole:
@@ -86,20 +86,35 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     return compact
 
 
-def _store_bf16_from_kept(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index,
-                          to: int, toh: int, kept: SSAValue) -> None:
-    """_store_bf16 into rows [out_row, out_row + to) of the kernel's kept whole output `kept`
-    [N.O, OH.OW] instead of a compact tile of its own (the tile has no padded-width columns):
-    a vector copy rounds the tile there, then one DMA stores the rows from there. Not the
-    epilogue's last op writing them itself (`_last_whole_tile_write`): that op would have three
-    consumers (the accumulator's next round, the store, the next kernel's read of its rows), one
-    more than an instruction signals, and the third became a front-end relay that held the
-    dispatch until the op completed (a 1x1 256 -> 1024 -> 256 chain at 14x14 on server: 11,430
-    cycles so, 10,336 with the copy, 10,569 with the output not kept)."""
+def _store_from_kept(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index,
+                     to: int, toh: int, kept: SSAValue) -> None:
+    """Store the tile through rows [out_row, out_row + to) of the kernel's kept whole output
+    `kept` [N.O, OH.OW] (the tile has no padded-width columns): the tile is written there, then
+    one DMA stores the rows from there.
+
+    A bf16 output: a vector copy rounds the tile there. Not the epilogue's last op writing them
+    itself (`_last_whole_tile_write`): that op would have three consumers (the accumulator's
+    next round, the store, the next kernel's matmuls reading its rows in place), one more than
+    an instruction signals, and the third became a front-end relay that held the dispatch until
+    the op completed (a 1x1 256 -> 1024 -> 256 chain at 14x14 on server: 11,430 cycles so,
+    10,336 with the copy, 10,569 with the output not kept). An f32 output (the residual trunk):
+    its readers round it on the vector unit, the engine of the epilogue, so the last op writes
+    the rows itself (one vector pass fewer per tile, on the path to the next kernel)."""
     assert p.Wq == p.OW
-    em.vec("copy", kept, [out_row, em.mul(oh0, p.OW)], tile, [0, 0], to, toh * p.OW)
-    em.dma(kept, [out_row, em.mul(oh0, p.OW)], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
-           [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
+    at = [out_row, em.mul(oh0, p.OW)]
+    last = (_last_whole_tile_write(em, tile, to, toh * p.OW)
+            if kept.type.get_element_type() == tile.type.get_element_type() else None)  # type: ignore[attr-defined]
+    if last is not None:
+        b = list(last.b)
+        em.vec(last.op.data, kept, at, last.a, list(last.a_indices), to, toh * p.OW, b[0] if b else None,
+               list(last.b_indices), last.bmode.data if last.bmode is not None else None,
+               last.imm.value.data if last.imm is not None else None)
+        last.detach()
+        last.erase()
+    else:
+        em.vec("copy", kept, at, tile, [0, 0], to, toh * p.OW)
+    em.dma(kept, at, em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
+           at, [to, toh * p.OW])
 
 
 def _last_pointwise_write(em: Emitter, tile: SSAValue, rows: int, toh: int, Wq: int) -> t.VectorOp | None:

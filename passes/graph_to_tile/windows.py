@@ -76,14 +76,15 @@ def copies_kept_rows(p: Planes, N: int) -> bool:
 
 
 def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
-    """A `shape` view of the bf16 tile the kernel before kept on chip for DRAM `buffer`
+    """A `shape` view of the tile the kernel before kept on chip for DRAM `buffer`
     (`LoweringContext.keep_on_chip`: a conv's whole output, conv_store.store_output_tile), if
-    any: `WindowLoader`'s `kept`, or a 1x1 conv's window itself. Only a tile the kernels up to
+    any and in the buffer's element type (bf16, or the f32 residual trunk): `WindowLoader`'s
+    `kept`, or a 1x1 conv's window itself (bf16 only, `ConvKernel.window_on_chip`). Only a tile the kernels up to
     its last reader were sized around (kept `charged`): a conv reading it keeps it live through
     a nest that may fill the scratchpad."""
     tile = ctx.on_chip(buffer)
-    if (tile is None or not isinstance(tile.type, MemRefType) or tile.type.element_type != bf16
-            or not ctx.kept_charged(buffer)):
+    if (tile is None or not isinstance(tile.type, MemRefType) or not isinstance(buffer.type, MemRefType)
+            or tile.type.element_type != buffer.type.element_type or not ctx.kept_charged(buffer)):
         return None
     return ctx.on_chip_as(buffer, shape)
 
@@ -124,7 +125,8 @@ class WindowLoader:
         a [C, H.W] tile of src's element type: the input rows are copied from it on the vector
         unit instead of loaded from DRAM (one copy per step: every channel's rows are one run in
         both, at pitches H.W and RQ.W), so the window does not wait for the kernel before's
-        store and a DRAM round trip."""
+        store and a DRAM round trip; an unpadded stride-1 channel-major window of another
+        element type rounds them straight from it (`rounds_kept`)."""
         em = self.em = ctx.emitter
         self.kept = kept
         self.C = C
@@ -143,7 +145,13 @@ class WindowLoader:
         self.split = len(targets) == 2  # hi and lo (fp32 emulation)
         width = W if self.even else self.nw
         self.in_place = loads_in_place(p, pixel_major, len(targets) == 1 and targets[0] == self.src_elem)
-        if not self.in_place:
+        # a kept input of an unpadded stride-1 channel-major window in another element type (the
+        # f32 residual trunk for bf16 windows): its rows are rounded into the window straight
+        # from the kept tile, no staging copy first
+        self.rounds_kept = kept is not None and p.raw and not pixel_major and not self.in_place
+        if self.rounds_kept:
+            self.staging = {}
+        elif not self.in_place:
             self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
                             for rp in sorted({rp for rp, _ in p.phases})}
         gather_elem = f32 if self.split or element_type_name(targets[0]) == "f32" else targets[0]
@@ -164,6 +172,9 @@ class WindowLoader:
         first_row = em.add(em.mul(n, self.C), channel)
         sh, sw = p.stride
         rq = p.window_rows(toh)
+        if self.rounds_kept:  # (unpadded, stride 1: the window's rows are input rows oh0 ..)
+            self._round(self.kept, (first_row, em.mul(oh0, p.W)), self.windows[0], (0, 0), tc, rq * p.W)
+            return
         clipped = top or bottom  # then oh0 is a compile-time row (clipped tiles are not looped)
         for rp, staging in self.staging.items():
             # each row phase its own clipping: one phase's last rows can lie outside the input

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import f32
 
 from infer.dialects import tile as t
 from infer.passes.graph_to_tile import conv_store
@@ -174,3 +175,57 @@ def test_convs_read_only_kept_tiles_charged_to_the_kernels_before_them(monkeypat
     text, weights = conv_chain(64, 14, [3, 1])
     _, _, reloads = compile_and_run(text, weights, "server", "bf16", image(64, 14))
     assert reloads >= 1
+
+
+def pointwise_bottleneck(C: int, W: int, HW: int) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, W, HW, HW] -> 1x1 conv to C channels -> relu (the trunk r) -> 1x1 conv to W ->
+    relu -> 1x1 conv to C, plus r: a ResNet bottleneck's pointwise convs, whose trunk is read
+    by a conv and by a residual add, so it is held as f32 (IR text, weights)."""
+    t, u = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<1x{W}x{HW}x{HW}xf32>"
+    shapes = [(W, C, "%x", u, t), (C, W, "%r0", t, u), (W, C, "%r1", u, t)]
+    lines = [f'func.func @main(%x: {u} {{graph.name = "x"}}) -> ({t} {{graph.name = "y"}}) {{']
+    rng = np.random.default_rng(3)
+    weights = {}
+    for i, (cin, cout, src, ti, to) in enumerate(shapes):
+        w, b = f"tensor<{cout}x{cin}x1x1xf32>", f"tensor<{cout}xf32>"
+        lines += [f"  %w{i} = graph.weight @w{i} : {w}", f"  %b{i} = graph.weight @b{i} : {b}",
+                  f"  %c{i} = graph.conv2d {src}, %w{i}, %b{i} : ({ti}, {w}, {b}) -> {to}"]
+        if i < 2:
+            lines.append(f"  %r{i} = graph.relu %c{i} : ({to}) -> {to}")
+        weights[f"w{i}"] = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+        weights[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+    lines += [f"  %s = graph.add %c2, %r0 : ({t}, {t}) -> {t}", f"  func.return %s : {t}", "}"]
+    return "\n".join(lines), weights
+
+
+def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
+    """server, a bottleneck's pointwise convs at 28x28 (512 <-> 128 channels): the trunk, f32
+    (a residual add reads it too), is the first conv's output of four channel tiles, kept whole
+    on chip in f32 (`ConvKernel.output_kept_whole`; each tile's relu writes its rows there). The
+    second conv rounds its windows straight from it (windows.WindowLoader's `rounds_kept`), one
+    row tile ahead of the matmuls (tile-to-npu's pipelined preparation without loads), and loads
+    nothing of it back. Against the output not kept: the same bits, fewer cycles, one DMA of
+    the trunk fewer. Against the preparation not pipelined: the same bits, fewer cycles (without
+    it the kept trunk costs more than it saves: the vector unit rounds each row tile's window
+    after the epilogue of the tile before)."""
+    from infer.passes.graph_to_tile import conv
+    from infer.passes.testing import apply_pass
+    from infer.passes.tile_to_npu import rotation
+    from helpers.graph_programs import parse_with_weights
+
+    text, weights = pointwise_bottleneck(512, 128, 28)
+    module = parse_with_weights(text, weights, "bottleneck.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+    kept = [a for a in module.walk() if isinstance(a, t.AllocOp) and t.space_of(a.buffer) == "spad"
+            and a.buffer.type.get_shape() == (512, 784) and a.buffer.type.element_type == f32]
+    assert len(kept) == 1
+    x = np.random.default_rng(1).standard_normal((1, 128, 28, 28)).astype(np.float32)
+    y, cycles, reloads = compile_and_run(text, weights, "server", "bf16", x)
+    monkeypatch.setattr(rotation, "constant_bounds", lambda loop: False)
+    y_serial, cycles_serial, _ = compile_and_run(text, weights, "server", "bf16", x)
+    monkeypatch.undo()
+    monkeypatch.setattr(conv.ConvKernel, "output_kept_whole", lambda self, footprint: None)
+    y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
+    assert y.tobytes() == y_serial.tobytes() == y_off.tobytes()
+    assert reloads == reloads_off - 1
+    assert cycles < cycles_off < cycles_serial, (cycles, cycles_off, cycles_serial)
