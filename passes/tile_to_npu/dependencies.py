@@ -229,7 +229,7 @@ class AccessIndex:
         if not latest or latest[-1] <= after:
             return None
         best = None
-        low, high, ring, pitch = access.low, access.high, access.ring, access.pitch
+        low, high, ring, pitch, steps = access.low, access.high, access.ring, access.pitch, access.steps
         for listed in self._lists(access, engine):
             if not listed.sequences or listed.sequences[-1] <= after:
                 continue
@@ -239,6 +239,8 @@ class AccessIndex:
                 if not (earlier.low < high and low < earlier.high):
                     continue
                 if (pitch or earlier.pitch) and not access.overlaps(earlier):
+                    continue
+                if steps and earlier.steps == steps and apart_in_every_iteration(earlier, access):
                     continue
                 if (ring is not None and earlier.ring is not None and earlier.ring.same_half(ring)
                         and earlier.ring.round is not ring.round):
@@ -670,6 +672,42 @@ class DependencyTracker:
                 self.cover_all_engines(producer)
 
 
+def _one_iteration(access: Access) -> tuple[int, int, int, int] | None:
+    """(low, high, pitch, width) of the bytes `access` touches in one iteration of the one
+    hardware loop stepping its address (its first iteration), or None when not so stepped: the
+    hull over the iterations less the loop's span (a box's width less it too: it was widened by
+    the span, selection._operand)."""
+    if len(access.steps) != 1:
+        return None
+    loop, step = access.steps[0]
+    span = step * (loop.count - 1)
+    width = access.width - abs(span) if access.pitch else 0
+    if access.pitch and width <= 0:
+        return None
+    return access.low - min(0, span), access.high - max(0, span), access.pitch if width else 0, width
+
+
+def apart_in_every_iteration(earlier: Access, later: Access) -> bool:
+    """Two accesses stepped alike by one hardware loop (equal `steps`), `earlier` before
+    `later` in its body: does `earlier` in each iteration touch other bytes than `later` in that
+    iteration and every one after it? Then `later` needs no wait for it (the loop-carried check
+    covers `later` before a later iteration's `earlier`). Their hulls over the iterations
+    overlap where they step through the same rows: a tile's store from its columns of a kept
+    whole output and the next tile's copy into the columns beside them, rows of one buffer."""
+    a, b = _one_iteration(earlier), _one_iteration(later)
+    if a is None or b is None:
+        return False
+    loop, step = earlier.steps[0]
+    if loop.count > MAX_ITERATIONS_COMPARED:
+        return False
+    return not any(overlapping(a[0], a[1], a[2], a[3], b[0] + k * step, b[1] + k * step, b[2], b[3])
+                   for k in range(loop.count))
+
+
+#: iterations `apart_in_every_iteration` compares pairwise at most (more: the hulls decide)
+MAX_ITERATIONS_COMPARED = 64
+
+
 def apart_across_iterations(loop: HardwareLoop, producer: Access, consumer: Access) -> bool:
     """Do a later iteration's `consumer` and an earlier iteration's `producer` of `loop` touch
     different bytes whatever the iterations? Both stepped by `loop` by the same bytes per
@@ -679,7 +717,16 @@ def apart_across_iterations(loop: HardwareLoop, producer: Access, consumer: Acce
     producer's, in the direction the loop steps (farther iterations are farther apart). A conv's
     whole output kept on chip (graph_to_tile/conv.py `ConvKernel.output_kept_whole`): tile j+1's
     copy into its rows and tile j's store from its own rows. Peeled iterations (not stepped by
-    the loop) and accesses stepped differently are left to the hull comparison."""
+    the loop) and accesses stepped differently are left to the hull comparison. Two boxes of
+    rows stepped by `loop` alone (a row-tiled output kept whole: each tile's columns of the
+    same rows) are compared iteration against iteration instead."""
+    if (producer.steps == consumer.steps and len(producer.steps) == 1 and producer.steps[0][0] is loop
+            and (producer.pitch or consumer.pitch) and loop.count <= MAX_ITERATIONS_COMPARED):
+        p, c = _one_iteration(producer), _one_iteration(consumer)
+        if p is not None and c is not None:
+            step = producer.steps[0][1]
+            return not any(overlapping(p[0], p[1], p[2], p[3], c[0] + k * step, c[1] + k * step, c[2], c[3])
+                           for k in range(1, loop.count))
     step = 0
     outer_p, outer_c = [], []
     shift_p = [0, 0]  # the parts of [low, high) spanned by `loop` and the loops around it

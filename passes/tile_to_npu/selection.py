@@ -194,9 +194,12 @@ def select_dma(codegen: CodeGenerator, op: t.DmaOp) -> None:
         fields = dict(dram_base=dram_register, dram=dram.immediate, local_base=local_register,
                       local=local_at.immediate, n0=run, n1=n1, n2=n2, ds1=ds1, ds2=ds2, ls1=ls1,
                       ls2=ls2)
-        accesses = [AccessRequest("dram", dram_low, dram_high, not load, None, steps=dram.register_key),
-                    AccessRequest("local", local_low, local_high, load,
-                                  codegen.double_buffering.slot(local), steps=local_at.register_key)]
+        dram_pitch, dram_width = _box_rows(dram, n1, ds1, n2, run)
+        local_pitch, local_width = _box_rows(local_at, n1, ls1, n2, run)
+        accesses = [AccessRequest("dram", dram_low, dram_high, not load, None, dram_pitch, dram_width,
+                                  dram.register_key),
+                    AccessRequest("local", local_low, local_high, load, codegen.double_buffering.slot(local),
+                                  local_pitch, local_width, local_at.register_key)]
         inst = codegen.emit(op, name, engine, fields, accesses, first_part=first_part, last_part=last_part)
         if full is not None and last_part:  # a split load signals the loop's full semaphore once
             codegen.tracker.add_signal(inst, full)
@@ -247,6 +250,18 @@ def _hull(address: Address, n1: int, stride1: int, n2: int, stride2: int, run: i
     """The bytes a DMA touches on one side: every iteration of the address's loops, two strided dims."""
     return (address.low + min(0, (n1 - 1) * stride1) + min(0, (n2 - 1) * stride2),
             address.high + max(0, (n1 - 1) * stride1) + max(0, (n2 - 1) * stride2) + run)
+
+
+def _box_rows(address: Address, n1: int, stride1: int, n2: int, run: int) -> tuple[int, int]:
+    """(pitch, width) of one side of a DMA of `n1` rows of `run` bytes `stride1` apart (no
+    second strided dim), as `_operand` gives a vector operand's box: the rows' byte range
+    within a row over the hardware loops' iterations, when it stays within one; (0, 0)
+    otherwise (the hull counts). A store of a tile's columns of a wide buffer then does not
+    conflict with a copy into other columns of the same rows."""
+    width = address.high - address.low + run
+    if n2 == 1 and n1 > 1 and 0 < width < stride1:
+        return stride1, width
+    return 0, 0
 
 
 def _shifted(address: Address, offset: int) -> Address:

@@ -4,7 +4,8 @@ that share a byte with it, not with every access inside its rows' range; a consu
 ordered after the earliest later instruction of that engine; a producer with both signals
 taken hands a third consumer to a later instruction instead of a relay (a front-end nop held
 until it completes); a double-buffered loop's first iteration goes before the hardware loop;
-and a one-tile GEMM's last k step runs its products as two column loops. Together: in a BERT
+and a one-tile GEMM's last k step runs its products as two column loops; accesses stepped alike
+by one loop are compared iteration against iteration. Together: in a BERT
 FFN on the server config (MiniLM's shape) the down projection's first k step, which reads the
 up projection's first 256 columns through its bias and GELU prologue, no longer waits for the
 up projection's last product, and the matrix unit streams from one kernel into the next."""
@@ -52,6 +53,61 @@ def test_boxes_overlap_exactly_when_they_share_a_byte():
             assert overlapping(*a, *b) or not brute_force(a, b)
         checked += 1
     assert boxed > 1000
+
+
+def stepped_access(rng, loop, step: int):
+    """A random access stepped by `loop` as selection.py describes one: (Access, its bytes in
+    iteration 0 as (low, high, pitch, width)). A box of rows whose columns over the iterations
+    stay within a row keeps a pitch (its width widened by the loop's span); otherwise the hull."""
+    from types import SimpleNamespace
+
+    from infer.passes.tile_to_npu.dependencies import Access
+
+    pitch = int(rng.choice([0, 64, 96]))
+    low0 = int(rng.integers(0, 200))
+    span = step * (loop.count - 1)
+    if pitch:
+        width, rows = int(rng.integers(1, 40)), int(rng.integers(2, 5))
+        high0 = low0 + (rows - 1) * pitch + width
+        boxed = width + abs(span) < pitch
+    else:
+        width, high0, boxed = 0, low0 + int(rng.integers(1, 120)), False
+    low, high = low0 + min(0, span), high0 + max(0, span)
+    access = Access(low, high, "local", True, SimpleNamespace(sequence=0), None,
+                    pitch if boxed else 0, width + abs(span) if boxed else 0, ((loop, step),))
+    return access, (low0, high0, pitch if pitch else 0, width)
+
+
+def test_accesses_stepped_alike_are_apart_only_when_no_iterations_meet():
+    """`apart_in_every_iteration` (an earlier access in a loop body against a later one, in the
+    same and every later iteration) and the boxed path of `apart_across_iterations` (a later
+    iteration's consumer against an earlier one's producer) never call apart two accesses that
+    share a byte in iterations they compare (brute force over the iterations), and find
+    accesses apart where they are."""
+    from infer.passes.tile_to_npu.dependencies import apart_across_iterations, apart_in_every_iteration
+    from infer.passes.tile_to_npu.program_tree import HardwareLoop
+
+    def bytes_at(box: tuple[int, int, int, int], shift: int) -> set[int]:
+        low, high, pitch, width = box
+        return {x + shift for x in range(low, high) if not pitch or (x - low) % pitch < width}
+
+    rng = np.random.default_rng(7)
+    apart = {"same": 0, "carried": 0}
+    for _ in range(1500):
+        loop = HardwareLoop(int(rng.integers(2, 6)), 1)
+        step = int(rng.choice([-48, -16, 16, 24, 48, 200]))
+        (a, a0), (b, b0) = stepped_access(rng, loop, step), stepped_access(rng, loop, step)
+        meet_same = any(bytes_at(a0, i * step) & bytes_at(b0, (i + k) * step)
+                        for i in range(loop.count) for k in range(loop.count - i))
+        if apart_in_every_iteration(a, b):
+            assert not meet_same, (a0, b0, step, loop.count)
+            apart["same"] += 1
+        meet_carried = any(bytes_at(a0, i * step) & bytes_at(b0, (i + k) * step)
+                           for i in range(loop.count) for k in range(1, loop.count - i))
+        if apart_across_iterations(loop, a, b):
+            assert not meet_carried, (a0, b0, step, loop.count)
+            apart["carried"] += 1
+    assert apart["same"] > 100 and apart["carried"] > 100, apart
 
 
 def ffn_inputs() -> list[np.ndarray]:
