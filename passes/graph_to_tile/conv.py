@@ -482,8 +482,8 @@ class ConvKernel:
     def output_kept_whole(self, footprint: tuple[int, int] | None) -> SSAValue | None:
         """One [O, OH.OW] scratchpad buffer of the output's element type (bf16, or f32: the
         residual trunk a residual add reads too) for the whole output of a conv of several
-        output-channel tiles of every row, on a latency-bound target: each tile's rows are
-        written into it (conv_store), its store DMAs them from there, and the next kernels read
+        tiles (output-channel tiles, row tiles or both), on a latency-bound target: each tile's
+        rows are written into it (conv_store), its store DMAs them from there, and the next kernels read
         the buffer instead of loading the output back (`LoweringContext.keep_on_chip`; a 1x1
         conv reads a bf16 one in place, `window_on_chip`; a `WindowLoader` copies or rounds its
         rows): their load waited for this kernel's last store and a DRAM latency of its own,
@@ -495,7 +495,7 @@ class ConvKernel:
         for a model output (no kernel reads it)."""
         T, p, ctx = self.tiles, self.p, self.ctx
         elem = self.out3.type.get_element_type()  # type: ignore[attr-defined]
-        if not (self.N == 1 and self.groups == 1 and T.TOH >= p.OH and T.TO < self.O and p.Wq == p.OW
+        if not (self.N == 1 and self.groups == 1 and (T.TOH < p.OH or T.TO < self.O) and p.Wq == p.OW
                 and footprint is not None and latency_bound(ctx.hw) and elem in (bf16, f32)
                 and self.result not in ctx.destinations):  # (a model output no kernel reads)
             return None

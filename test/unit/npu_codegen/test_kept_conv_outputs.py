@@ -204,8 +204,8 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     on chip in f32 (`ConvKernel.output_kept_whole`; each tile's relu writes its rows there). The
     second conv rounds its windows straight from it (windows.WindowLoader's `rounds_kept`), one
     row tile ahead of the matmuls (tile-to-npu's pipelined preparation without loads), and loads
-    nothing of it back. Against the output not kept: the same bits, fewer cycles, one DMA of
-    the trunk fewer. Against the preparation not pipelined: the same bits, fewer cycles (without
+    nothing of it back. Against the outputs not kept: the same bits, fewer cycles, fewer DMAs
+    of intermediates. Against the preparation not pipelined: the same bits, fewer cycles (without
     it the kept trunk costs more than it saves: the vector unit rounds each row tile's window
     after the epilogue of the tile before)."""
     from infer.passes.graph_to_tile import conv
@@ -227,5 +227,5 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     monkeypatch.setattr(conv.ConvKernel, "output_kept_whole", lambda self, footprint: None)
     y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
     assert y.tobytes() == y_serial.tobytes() == y_off.tobytes()
-    assert reloads == reloads_off - 1
+    assert reloads < reloads_off
     assert cycles < cycles_off < cycles_serial, (cycles, cycles_off, cycles_serial)
