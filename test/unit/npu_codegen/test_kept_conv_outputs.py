@@ -181,9 +181,9 @@ def pointwise_bottleneck(C: int, W: int, HW: int) -> tuple[str, dict[str, np.nda
     """x [1, W, HW, HW] -> 1x1 conv to C channels -> relu (the trunk r) -> 1x1 conv to W ->
     relu -> 1x1 conv to C, plus r: a ResNet bottleneck's pointwise convs, whose trunk is read
     by a conv and by a residual add, so it is held as f32 (IR text, weights)."""
-    t, u = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<1x{W}x{HW}x{HW}xf32>"
-    shapes = [(W, C, "%x", u, t), (C, W, "%r0", t, u), (W, C, "%r1", u, t)]
-    lines = [f'func.func @main(%x: {u} {{graph.name = "x"}}) -> ({t} {{graph.name = "y"}}) {{']
+    wide, narrow = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<1x{W}x{HW}x{HW}xf32>"
+    shapes = [(W, C, "%x", narrow, wide), (C, W, "%r0", wide, narrow), (W, C, "%r1", narrow, wide)]
+    lines = [f'func.func @main(%x: {narrow} {{graph.name = "x"}}) -> ({wide} {{graph.name = "y"}}) {{']
     rng = np.random.default_rng(3)
     weights = {}
     for i, (cin, cout, src, ti, to) in enumerate(shapes):
@@ -194,7 +194,7 @@ def pointwise_bottleneck(C: int, W: int, HW: int) -> tuple[str, dict[str, np.nda
             lines.append(f"  %r{i} = graph.relu %c{i} : ({to}) -> {to}")
         weights[f"w{i}"] = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
         weights[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
-    lines += [f"  %s = graph.add %c2, %r0 : ({t}, {t}) -> {t}", f"  func.return %s : {t}", "}"]
+    lines += [f"  %s = graph.add %c2, %r0 : ({wide}, {wide}) -> {wide}", f"  func.return %s : {wide}", "}"]
     return "\n".join(lines), weights
 
 
