@@ -698,10 +698,12 @@ def apart_in_every_iteration(earlier: Access, later: Access) -> bool:
     if a is None or b is None:
         return False
     loop, step = earlier.steps[0]
-    if loop.count > MAX_ITERATIONS_COMPARED:
-        return False
-    return not any(overlapping(a[0], a[1], a[2], a[3], b[0] + k * step, b[1] + k * step, b[2], b[3])
-                   for k in range(loop.count))
+    return loop.count <= MAX_ITERATIONS_COMPARED and _apart_from(a, b, step, range(loop.count))
+
+
+def _apart_from(a: tuple[int, int, int, int], b: tuple[int, int, int, int], step: int, ks: range) -> bool:
+    """Do the one-iteration bytes `a` miss `b` shifted by k iterations of `step`, for every k?"""
+    return not any(overlapping(*a, b[0] + k * step, b[1] + k * step, b[2], b[3]) for k in ks)
 
 
 #: iterations `apart_in_every_iteration` compares pairwise at most (more: the hulls decide)
@@ -724,9 +726,7 @@ def apart_across_iterations(loop: HardwareLoop, producer: Access, consumer: Acce
             and (producer.pitch or consumer.pitch) and loop.count <= MAX_ITERATIONS_COMPARED):
         p, c = _one_iteration(producer), _one_iteration(consumer)
         if p is not None and c is not None:
-            step = producer.steps[0][1]
-            return not any(overlapping(p[0], p[1], p[2], p[3], c[0] + k * step, c[1] + k * step, c[2], c[3])
-                           for k in range(1, loop.count))
+            return _apart_from(p, c, producer.steps[0][1], range(1, loop.count))
     step = 0
     outer_p, outer_c = [], []
     shift_p = [0, 0]  # the parts of [low, high) spanned by `loop` and the loops around it
