@@ -804,12 +804,23 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     late = 0.0
     if row_split_weights(T, s.planes, kernel_rows, s.Cg):
         late = weight_b * (kernel_rows - 1) / kernel_rows * weight_loads / max(1, steps)
+    # a tap conv's step loop is software-pipelined too (its loads one step early); a window
+    # built on chip from stride-1 rows is built in the step's own body, so it runs beside the
+    # step before's matmuls only as far as the front end gets ahead of them: the matmuls the
+    # matrix queue holds (with their weight loads). And only where the pipeline runs long: one
+    # row tile, or 8+ steps per tile (many row tiles of a few steps each refill it at every
+    # tile: the 3x3 64->64 at 56x56 in one-row tiles of 4 steps, 623 K predicted so, 824 K
+    # simulated; in fp32 at 28x28 420 K / 513 K)
+    lead = hw.matrix.queue_depth // 2 * stream(tq_full if channels else TO)
+    windows_beside_matmuls = (T.on_chip_padding and s.stride == 1 and (nR == 1 or nC >= 8)
+                              and window_vector / max(1, window_loads) <= lead)
     first_step = None
     if (single or whole) and ((T.outer == "rows" and nO >= 2) or (T.outer == "o" and nR * nC >= 2)):
         first_step = (window_b + weight_b, window_vector / max(1, window_loads))
     cycles = max(cycles, _conv_schedule(hw, out_tiles, nC, load_bytes, store_bytes, matrix, window_vector,
                                         vector - window_vector,
-                                        pipelined=steps >= 3 and not ragged and s.taps == 1 and s.groups == 1,
+                                        pipelined=steps >= 3 and not ragged and s.groups == 1
+                                        and (s.taps == 1 or windows_beside_matmuls),
                                         frontend=frontend, serial_tiles=edge_tiles,
                                         first_step=first_step,
                                         shared=nO if single and T.outer == "rows" else 1,

@@ -1,6 +1,6 @@
 """ResNet-50 (issue 6): the ONNX model compiled for both configs, run on the simulator and
 compared with onnxruntime. The program stays compact (hardware loops, not an unrolled
-instruction list): fewer than 50k instructions, each executed several times on average.
+instruction list): fewer than 55k instructions, each executed several times on average.
 
 fp32 runs in `make test` (about a minute on 2 cores for both configs); bf16 is marked slow
 (`make eval`)."""
@@ -13,7 +13,11 @@ import pytest
 import infer
 from helpers.sim_modes import assert_sim_modes_agree
 
-MAX_INSTRUCTIONS = 50_000
+# Static program size. An unrolled program (the failure this guards against, with the loops'
+# count assert below) measured 71,296 on fp32 edge; the compact one is 50,736 there since the
+# 3x3 convs build padded windows on chip (their row tiles that reach into the padding are
+# emitted on their own beside the row loop: docs/tiling.md, "The cost model against the simulator").
+MAX_INSTRUCTIONS = 55_000
 
 
 @pytest.fixture(scope="module")
