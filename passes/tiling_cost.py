@@ -915,6 +915,36 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     return int(chain + (out_tiles - 1 - serial_tiles) * period + serial_tiles * max(period, chain))
 
 
+def stores_deferred(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
+    """Are the conv's output tiles stored a slice per channel step of the next row tile
+    (graph_to_tile/conv.py `ConvKernel.defers_stores`) instead of one DMA after each tile's
+    epilogue? The DRAM serves transfers in the order they are issued, so a tile's store (a
+    [128, 56] f32 tile: 1.8 K cycles on edge) held the next tile's window loads behind all of
+    it. One loop over the row tiles (an unpadded stride-1 input, at least 3 tiles), the
+    output-channel tiles outside it, several channel steps each storing as many output rows (TO
+    a multiple of the steps), float operands, and a step's DRAM bytes (its window rows and its
+    slice) within what the DRAM moves while the step's matmuls run: a kernel the DRAM bounds
+    keeps one store per tile (the 1x1 256->128 at 56x56 on edge in 64-channel tiles, which
+    reads its f32 input once per output-channel tile, went 549 K -> 585 K cycles with the
+    slices between its loads). The conv schedule still charges each tile its store (it never
+    charged the loads' wait behind it); told of the slices instead (the store's round trip out
+    of the tile's tail, its bytes in the steps), it ranked ResNet-50's edge convs differently:
+    21.47 M -> 21.70 M cycles."""
+    steps = s.Cg // T.TC if T.TC and s.Cg % T.TC == 0 else 0
+    TO, TOH = min(T.TO, s.Og), min(T.TOH, s.OH)
+    if not (s.batch == 1 and s.groups == 1 and T.outer == "o" and not s.prepared and not T.im2col
+            and steps >= 2 and s.Og % TO == 0 and TO % steps == 0 and s.OH % TOH == 0 and s.OH // TOH >= 3
+            and s.Wq == s.OW and s.matmul_dtype == "bf16" and s.out_bytes in (2, 4)):
+        return False
+    R, C = hw.matrix.rows, hw.matrix.cols
+    tq = TOH * s.Wq
+    streamed, across = (tq, TO) if T.orientation == "channels" else (TO, tq)
+    matmuls = s.taps * -(-T.TC // R) * -(-across // C) * hw.matrix.matmul_cycles(streamed, "bf16") * s.passes
+    window = T.TC * (TOH + s.halo_rows) * s.W * s.in_bytes
+    piece = TO // steps * TOH * s.OW * s.out_bytes
+    return window + piece <= matmuls * hw.dram.bytes_per_cycle
+
+
 def weights_in_flight(hw: HardwareConfig, weight_bytes: int) -> bool:
     """Whether a conv's bf16 weights fit in the DRAM's bandwidth-delay product: conv.py then
     prefetches them whole (`ConvKernel.resident`), a larger block arriving well after the

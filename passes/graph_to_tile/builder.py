@@ -162,6 +162,20 @@ class Emitter:
         self.insert(scf.YieldOp())
         self.insert_point = saved
 
+    def after_first(self, iv: SSAValue, lower: Index, body: Callable[[], None]) -> None:
+        """body() in every iteration of the loop of induction variable `iv` (counting from
+        `lower`) but its first: one `scf.if` on `iv != lower` (tile-to-npu peels that first
+        iteration and emits the body in the others unconditionally)."""
+        cond = self.insert(arith.CmpiOp(iv, self.index_value(lower), "ne")).results[0]
+        block = Block()
+        op = scf.IfOp(cond, [], Region(block))
+        self.insert(op)
+        saved = self.insert_point
+        self.insert_point = InsertPoint.at_end(block)
+        body()
+        self.insert(scf.YieldOp())
+        self.insert_point = saved
+
     def tiles(self, extent: int, tile: int, body: Callable[[Index, int], None]) -> None:
         """body(origin, size) over [0, extent) in tiles: one scf.for over the full
         tiles (never unrolled) and the remainder tile after it, sizes static."""
@@ -212,6 +226,24 @@ class Emitter:
             self._alloc_after = op
             return op.results[0]
         return self.insert(op).results[0]
+
+    def discard_unused_alloc(self, buffer: SSAValue) -> None:
+        """Erase the local alloc of `buffer` if nothing uses it any more (an op that wrote it
+        now writes another buffer), so it takes no bytes of its nest: out of the pools and the
+        nest's local allocs too."""
+        op = buffer.owner
+        if not isinstance(op, t.AllocOp) or op.results[0].uses:
+            return
+        if self._pool is not None:
+            pool = self._pool[0]
+            for key in [k for k, v in pool.items() if v is buffer]:
+                del pool[key]
+        if op in self._local_allocs:
+            self._local_allocs.remove(op)
+        if self._alloc_after is op:
+            self._alloc_after = op.prev_op
+        op.detach()
+        op.erase()
 
     @staticmethod
     def live_from_previous(buffer: SSAValue) -> None:

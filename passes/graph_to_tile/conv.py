@@ -51,7 +51,8 @@ from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
-from infer.passes.graph_to_tile.conv_store import KEPT_CONV_OUTPUT_READERS, store_output_tile
+from infer.passes.graph_to_tile.conv_store import (KEPT_CONV_OUTPUT_READERS, stage_output_tile, store_output_tile,
+                                                  store_staged_rows)
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits)
@@ -343,7 +344,7 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
                                         + (f" groups={groups}" if groups > 1 else "")
                                         + (f" ({merge} merged in each)" if merge > 1 else "") + f" batch={N}", choice))
     ConvKernel(ctx, name, view, epilogue, result, p, choice.tiles, np.asarray(w, np.float32),
-               footprint=(choice.best.spad, choice.best.acc)).emit()
+               footprint=(choice.best.spad, choice.best.acc), spec=spec).emit()
 
 
 class ConvKernel:
@@ -356,8 +357,9 @@ class ConvKernel:
 
     def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp | MergedGroups, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray,
-                 footprint: tuple[int, int] | None = None):
+                 footprint: tuple[int, int] | None = None, spec: tiling_cost.ConvSpec | None = None):
         self.ctx, self.em, self.name = ctx, ctx.emitter, name
+        self.spec = spec  # what the cost model ranked (`defers_stores` asks it)
         self.op, self.epilogue_ops, self.result, self.p = op, epilogue, result, p
         N, C, _, _ = shape_of(op.input)
         O, Cg, KH, KW = shape_of(op.weight)
@@ -871,8 +873,10 @@ class ConvKernel:
                 em.range(cols, lambda j: em.vec("add", flat, [em.mul(j, dst_cols), 0], src, [0, j], rows, 1,
                                                 bias, [em.add(row0, j), 0], bmode="row"))
 
-    def finish(self, bufs: "_Buffers", n: Index, gi: Index, o0: Index, to: int, oh0: Index, toh: int) -> None:
-        """Bias, epilogue and the store of one output tile."""
+    def finish(self, bufs: "_Buffers", n: Index, gi: Index, o0: Index, to: int, oh0: Index, toh: int,
+               staged: SSAValue | None = None) -> None:
+        """Bias, epilogue and the store of one output tile; with `staged` (`defers_stores`) the
+        tile is written there and stored by the next tile's channel steps instead."""
         em, p = self.em, self.p
         tq = toh * p.Wq
         tile = bufs.acc
@@ -888,6 +892,9 @@ class ConvKernel:
         # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
         # round trip long against its transfer (context.latency_bound; on edge the scratchpad is
         # small and the DRAM's bandwidth, not its latency, bounds the kernels)
+        if staged is not None:
+            stage_output_tile(em, p, result_tile, to, toh, staged)
+            return
         whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
                  and latency_bound(self.ctx.hw))
         store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole,
@@ -912,10 +919,21 @@ class ConvKernel:
 
         def tile(bufs: _Buffers, n: Index, gi: Index, j: Index, o0: Index, to: int,
                  rows: tuple[Index, int, int, int], window_loaded: bool, weights_loaded: bool,
-                 once: bool = False) -> None:
+                 once: bool = False, staged: SSAValue | None = None) -> None:
             oh0, toh = rows[0], rows[1]
 
-            def step(c0: Index, tc: int, first: bool) -> None:
+            def store_previous_rows(step_number: Index) -> None:
+                # rows of the tile before this one (the row loop's previous iteration), a slice
+                # per channel step: the DMAs go out between the steps' window loads instead of
+                # one transfer ahead of them all (`defers_stores`)
+                assert staged is not None and not isinstance(oh0, int)
+                piece = to // (self.Cg // TC)
+                out_row = em.add(em.mul(n, self.O), em.add(em.mul(gi, self.Og), o0))
+                em.after_first(oh0, 0, lambda: store_staged_rows(em, p, self.out3, staged, out_row,
+                                                                 em.sub(oh0, toh), em.mul(step_number, piece),
+                                                                 piece, toh))
+
+            def step(c0: Index, tc: int, first: bool, step_number: Index | None = None) -> None:
                 # windows of several prepared planes: the weight block first, so the loads'
                 # first consumers (the first matmul, then each plane's) come in load order and
                 # all of them are issued one step early (rotation.pipelinable_loads)
@@ -929,13 +947,18 @@ class ConvKernel:
                 if not weights_loaded and not weights_first:
                     self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc, pieces)
                 self.products(bufs, to, toh, tc, first)
+                if staged is not None and step_number is not None:
+                    store_previous_rows(step_number)
 
             if single and self.overwrites:
                 step(0, self.Cg, True)
+            elif staged is not None:  # (counted steps: each stores its slice of the tile before)
+                em.fill(bufs.acc, [0, 0], *((toh * p.Wq, to) if self.channels_wide else (to, toh * p.Wq)), 0.0)
+                em.loop(0, self.Cg // TC, 1, lambda k: step(em.mul(k, TC), TC, False, k))
             else:  # zero the accumulator; the steps stay one loop (software-pipelined)
                 em.fill(bufs.acc, [0, 0], *((toh * p.Wq, to) if self.channels_wide else (to, toh * p.Wq)), 0.0)
                 em.tiles(self.Cg, TC, lambda c0, tc: step(c0, tc, False))
-            self.finish(bufs, n, gi, o0, to, oh0, toh)
+            self.finish(bufs, n, gi, o0, to, oh0, toh, staged)
 
         def per_image(n: Index, gi: Index) -> None:
             if T.outer == "o":
@@ -948,8 +971,16 @@ class ConvKernel:
 
                     def row(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
                         with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):
-                            tile(self.buffers(looped), n, gi, j, o0, to, (oh0, toh, top, bottom), False, single)
-                    row_tiles(em, p, TOH, self.planes is None, row)
+                            tile(self.buffers(looped), n, gi, j, o0, to, (oh0, toh, top, bottom), False, single,
+                                 staged=staged)
+                    if staged is None:
+                        row_tiles(em, p, TOH, self.planes is None, row)
+                        return
+                    # every row tile in one loop; each stores the tile before it, the last one
+                    # is stored after the loop
+                    em.loop(0, p.OH, TOH, lambda oh0: row(oh0, TOH, 0, 0, True))
+                    out_row = em.add(em.mul(n, self.O), em.add(em.mul(gi, self.Og), o0))
+                    store_staged_rows(em, p, self.out3, staged, out_row, p.OH - TOH, 0, to, TOH)
                 out_tiles(over_rows)
             else:
                 def over_outputs(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
@@ -962,10 +993,26 @@ class ConvKernel:
                         out_tiles(lambda j, o0, to: tile(bufs, n, gi, j, o0, to, rows, single, False, once))
                 row_tiles(em, p, TOH, self.planes is None, over_outputs)
 
+        staged = None
+        if self.defers_stores():  # one buffer: read by the next tile's steps, then written again
+            with em.no_pool():
+                staged = em.alloc((T.TO, TOH * p.OW), self.out3.type.get_element_type(), "spad", 1)  # type: ignore[attr-defined]
         self.load_vectors()
         em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
         if self.kept_output is not None:
             self.ctx.keep_on_chip(self.out3, self.kept_output, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
+
+
+    #: the int8 kernel stores its own way (integer_conv.py)
+    stores_deferrable = True
+
+    def defers_stores(self) -> bool:
+        """Does each row tile's output go out as slices stored by the next row tile's channel
+        steps (one DMA per step, `tiling_cost.stores_deferred`) instead of one DMA after its
+        epilogue? Not for an output kept on chip (stored from there) nor without the spec the
+        cost model ranked."""
+        return (self.stores_deferrable and self.spec is not None and self.kept_output is None
+                and tiling_cost.stores_deferred(self.ctx.hw, self.spec, self.tiles))
 
 
 class _Buffers:

@@ -50,6 +50,30 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
                [to, toh * p.Wq])
 
 
+def stage_output_tile(em: Emitter, p: Planes, tile: SSAValue, to: int, toh: int, staged: SSAValue) -> None:
+    """Write the [to, toh.OW] tile (no padded-width columns) into `staged`, a buffer of the
+    output's element type the store reads later (`store_staged_rows`): the epilogue's last op
+    writes it itself where it writes the whole tile (computing in fp32 and rounding once at its
+    destination, the same bits as a copy after it), else one vector copy."""
+    assert p.Wq == p.OW
+    last = _last_whole_tile_write(em, tile, to, toh * p.OW)
+    if last is not None:
+        operands = list(last.operands)
+        operands[0] = staged
+        last.operands = operands
+        em.discard_unused_alloc(tile)
+    else:
+        em.vec("copy", staged, [0, 0], tile, [0, 0], to, toh * p.OW)
+
+
+def store_staged_rows(em: Emitter, p: Planes, out3: SSAValue, staged: SSAValue, out_row: Index, oh0: Index,
+                      row0: Index, rows: int, toh: int) -> None:
+    """DMA rows [row0, row0 + rows) of a staged [to, toh.OW] output tile (`stage_output_tile`)
+    to output rows [out_row + row0, ...) of `out3` [N.O, OH, OW], output rows [oh0, oh0 + toh)."""
+    em.dma(staged, [row0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
+           [em.add(out_row, row0), em.mul(oh0, p.OW)], [rows, toh * p.OW])
+
+
 def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index, to: int,
                 toh: int) -> SSAValue:
     """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a

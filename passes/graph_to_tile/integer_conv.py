@@ -107,6 +107,7 @@ class IntegerConvKernel(ConvKernel):
 
     operand_type = i8
     accumulator_type = i32
+    stores_deferrable = False  # (its requantized int8 tiles are stored by integer_epilogue.py)
 
     def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dIntegerOp | MergedGroups, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray, source: SSAValue,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from xdsl.dialects import arith, func, scf
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from infer.dialects import tile as t
 from infer.target.layout import DramLayout
@@ -54,7 +54,7 @@ from infer.target.hw import HardwareConfig
 
 MAX_INLINED_TRIP = 16  # longest loop emitted iteration by iteration when nesting runs out
 # ops that emit nothing themselves (index arithmetic is folded into addresses)
-_NO_CODE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, scf.YieldOp,
+_NO_CODE = (arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.CmpiOp, scf.YieldOp,
             func.ReturnOp)
 _NO_CODE_TYPES = frozenset(_NO_CODE)
 
@@ -77,6 +77,9 @@ class CodeGenerator:
         self.bindings: dict[scf.ForOp, LoopBinding] = {}
         self.innermost_loops: dict[int, bool] = {}  # id(scf.for) -> has no loop inside (_innermost)
         self.trips: dict[scf.ForOp, int | None] = {}  # each loop's trip count while emitted (None: varies)
+        # loops holding ops guarded against their first iteration (`emit_if`): they peel it
+        self.after_first_loops = {loop for o in fn.walk() if isinstance(o, scf.IfOp)
+                                  if (loop := after_first_iteration(o)) is not None}
         self.cursor = EmissionCursor()
         self.sequence = 0  # of the last engine instruction emitted
         self.clock = 0  # advances with every engine instruction and loop opened
@@ -234,7 +237,11 @@ class CodeGenerator:
         unroll = 2 if op in self.plan.rotation_loops else 1
         rings = self.double_buffering.enter_rotation_loop(op)
         loop_depth = self.hw.scalar.loop_depth
-        if op in self.plan.pipelined_loads and trip >= 4 and len(self.cursor.loops) + 1 <= loop_depth:
+        # ops guarded by `scf.if iv != lower bound` (`after_first_iteration`) are skipped in the
+        # first iteration only: it is peeled, so every copy of the body decides statically
+        after_first = op in self.after_first_loops
+        if (op in self.plan.pipelined_loads and trip >= 4 and len(self.cursor.loops) + 1 <= loop_depth
+                and not after_first):
             self._emit_pipelined_for(op, trip, body)
             self.double_buffering.leave_rotation_loop(rings)
             return
@@ -245,7 +252,7 @@ class CodeGenerator:
         # column blocks waited for all of it, MiniLM's FFN down projection on server). Not in
         # nests: every enclosing iteration would copy the body once more (the edge GEMM of
         # test_tile_to_npu.py: 170 -> 310 instructions).
-        peeled_first = 1 if ((unroll == 1 and trip >= 3 and self._innermost(op))
+        peeled_first = 1 if ((unroll == 1 and trip >= 3 and self._innermost(op)) or after_first
                              or (self.peel_first_rotating and unroll == 2 and trip >= 4
                                  and not self.cursor.loops and self._body_ops(op) <= PEELED_BODY_OPS)) else 0
         hardware_trips = (trip - peeled_first) // unroll
@@ -279,6 +286,26 @@ class CodeGenerator:
                 self._emit_iteration(op, iteration, body)
         self.bindings.pop(op, None)
         self.double_buffering.leave_rotation_loop(rings)
+
+    def emit_if(self, op: scf.IfOp) -> None:
+        """`scf.if %iv != %lower` of an enclosing scf.for (graph_to_tile's `after_first`): the
+        then-block where this copy of the loop's body is not its first iteration, which every
+        copy knows statically (the loop peels its first iteration); the else-block otherwise."""
+        loop = after_first_iteration(op)
+        if loop is None:
+            raise fail(op, "scf.if is supported only on `iv != lower bound` of an enclosing scf.for")
+        binding = self.bindings.get(loop)
+        if binding is None:
+            raise fail(op, "scf.if outside the emission of its loop")
+        if binding.iteration is not None:
+            first = binding.iteration == 0
+        elif binding.hardware_loop is not None and binding.from_end == 0 and binding.offset >= 1:
+            first = False
+        else:
+            raise fail(op, "scf.if on a loop's first iteration in a copy that may be the first")
+        region = op.false_region if first else op.true_region
+        if region.blocks:
+            self._emit_block(list(region.block.ops))
 
     def _body_ops(self, op: scf.ForOp) -> int:
         """How many tile ops op's body holds (nested loops' bodies counted once)."""
@@ -567,7 +594,20 @@ class CodeGenerator:
         return inst
 
 
-_LOWERING = {scf.ForOp: CodeGenerator.emit_for, **SELECTION}
+_LOWERING = {scf.ForOp: CodeGenerator.emit_for, scf.IfOp: CodeGenerator.emit_if, **SELECTION}
+
+
+def after_first_iteration(op: scf.IfOp) -> scf.ForOp | None:
+    """The loop whose first iteration `op` tests for (`scf.if %iv != %lower`, no results), if
+    that is its condition."""
+    cond = op.cond.owner
+    if op.results or not isinstance(cond, arith.CmpiOp) or cond.predicate.value.data != 1:  # ne
+        return None
+    for iv, lower in ((cond.lhs, cond.rhs), (cond.rhs, cond.lhs)):
+        loop = iv.owner.parent_op() if isinstance(iv, BlockArgument) else None
+        if isinstance(loop, scf.ForOp) and iv is loop.body.block.args[0] and lower is loop.lb:
+            return loop
+    return None
 
 #: an outermost rotating loop of 4 or more iterations emits its first iteration before the
 #: hardware loop (emit_for, `peel_first_rotating`) when its body holds at most this many tile
