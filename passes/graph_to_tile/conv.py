@@ -257,6 +257,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
         copies=copies, passes=ctx.matmul_passes,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0) + (1 if narrow_out else 0),
+        bias_in_transpose=has_bias,
         in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),

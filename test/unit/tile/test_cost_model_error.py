@@ -64,3 +64,28 @@ def test_windows_padded_on_chip_are_predicted_as_pipelined(name: str, most_cycle
     predicted, simulated = sum(o[1] for o in ops), sum(o[2] for o in ops)
     assert abs(bench.error(predicted, simulated)) <= 0.10, (predicted, simulated)
     assert simulated <= most_cycles, simulated
+
+
+def test_the_channels_transposition_adds_the_bias() -> None:
+    """A float conv's bias is added by the "channels" orientation's transposition back, so the
+    model charges it no vector pass of its own there (a stride-1 conv of several channel steps:
+    one pass per output element less, [128, 56] tiles on edge: 448 cycles per tile); the
+    "pixels" orientation, one-step and strided convs keep it."""
+    from dataclasses import replace
+
+    from infer.passes import tiling_cost
+    from infer.target.hw import load_config
+
+    hw = load_config("edge")
+    spec = tiling_cost.ConvSpec(batch=1, groups=1, Og=128, Cg=512, taps=1, OH=28, OW=28, Wq=28, H=28, W=28,
+                                stride=1, halo_rows=0, prepared=False, planes=1, row_phases=1, copies=1,
+                                passes=1, epi_cost=2, epi_tiles=0)
+    fused = replace(spec, bias_in_transpose=True)
+
+    def vector(s, orientation: str, TC: int) -> int:
+        return tiling_cost.conv_estimate(hw, s, tiling_cost.ConvTiles(orientation, 128, 2, TC, "o")).vector
+
+    tiles = 14  # row tiles of 2 rows
+    assert vector(spec, "channels", 16) - vector(fused, "channels", 16) == tiles * 128 * 56 // 16
+    assert vector(spec, "pixels", 16) == vector(fused, "pixels", 16)
+    assert vector(spec, "channels", 512) == vector(fused, "channels", 512)  # one step
