@@ -26,7 +26,8 @@ With a single channel step the first matmul pass into each accumulator column bl
 overwrites it (no fill); several steps zero the accumulator and stay one (pipelined) loop.
 Then the bias per output channel (`bmode=col`, all biases loaded once), the kernel's
 elementwise ops (residual add, BN-folded ops, activation) on the [TO, TOH.Wq] tile
-(elementwise.TileFrame with `pitch`), one DMA store of the valid [TO, TOH, OW] box. The
+(elementwise.TileFrame with `pitch`), one DMA store of the valid [TO, TOH, OW] box (or, where
+`tiling_cost.stores_deferred`, a slice of it per channel step of the next row tile). The
 orientation, tile sizes and loop order (output-channel tiles or row tiles outside; with a
 single channel step the operand the inner loop does not change is loaded once per outer tile,
 single-buffered) are the cost model's choice (tiling_cost.choose_conv). Row tiles whose window
@@ -440,6 +441,17 @@ class ConvKernel:
 
     #: the float kernel adds its f32 bias in the transposition back from "channels" (`finish`)
     bias_in_transpose = True
+
+    #: the int8 kernel stores its own way (integer_conv.py)
+    stores_deferrable = True
+
+    def defers_stores(self) -> bool:
+        """Does each row tile's output go out as slices stored by the next row tile's channel
+        steps (one DMA per step, `tiling_cost.stores_deferred`) instead of one DMA after its
+        epilogue? Not for an output kept on chip (stored from there) nor without the spec the
+        cost model ranked."""
+        return (self.stores_deferrable and self.spec is not None and self.kept_output is None
+                and tiling_cost.stores_deferred(self.ctx.hw, self.spec, self.tiles))
 
     def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
         """The bias (unless the transposition added it) and the fused elementwise ops on the
@@ -890,12 +902,12 @@ class ConvKernel:
         pitch = p.Wq if p.Wq != p.OW else 0
         frame = TileFrame((self.N,), (self.O,), (p.OH, p.OW), n, r0, em.mul(oh0, p.OW), to, tq, pitch, oh0)
         result_tile = self.epilogue(tile, frame, to, tq, bias_added=fused_bias is not None)
-        # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
-        # round trip long against its transfer (context.latency_bound; on edge the scratchpad is
-        # small and the DRAM's bandwidth, not its latency, bounds the kernels)
         if staged is not None:
             stage_output_tile(em, p, result_tile, to, toh, staged)
             return
+        # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
+        # round trip long against its transfer (context.latency_bound; on edge the scratchpad is
+        # small and the DRAM's bandwidth, not its latency, bounds the kernels)
         whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
                  and latency_bound(self.ctx.hw))
         store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole,
@@ -1002,18 +1014,6 @@ class ConvKernel:
         em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
         if self.kept_output is not None:
             self.ctx.keep_on_chip(self.out3, self.kept_output, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
-
-
-    #: the int8 kernel stores its own way (integer_conv.py)
-    stores_deferrable = True
-
-    def defers_stores(self) -> bool:
-        """Does each row tile's output go out as slices stored by the next row tile's channel
-        steps (one DMA per step, `tiling_cost.stores_deferred`) instead of one DMA after its
-        epilogue? Not for an output kept on chip (stored from there) nor without the spec the
-        cost model ranked."""
-        return (self.stores_deferrable and self.spec is not None and self.kept_output is None
-                and tiling_cost.stores_deferred(self.ctx.hw, self.spec, self.tiles))
 
 
 class _Buffers:
