@@ -288,7 +288,7 @@ class CodeGenerator:
         self.double_buffering.leave_rotation_loop(rings)
 
     def emit_if(self, op: scf.IfOp) -> None:
-        """`scf.if %iv != %lower` of an enclosing scf.for (graph_to_tile's `after_first`): the
+        """`scf.if %iv != %lower` of an enclosing scf.for (`Emitter.after_first`): the
         then-block where this copy of the loop's body is not its first iteration, which every
         copy knows statically (the loop peels its first iteration); the else-block otherwise."""
         loop = after_first_iteration(op)
@@ -608,6 +608,7 @@ def after_first_iteration(op: scf.IfOp) -> scf.ForOp | None:
         if isinstance(loop, scf.ForOp) and iv is loop.body.block.args[0] and lower is loop.lb:
             return loop
     return None
+
 
 #: an outermost rotating loop of 4 or more iterations emits its first iteration before the
 #: hardware loop (emit_for, `peel_first_rotating`) when its body holds at most this many tile
