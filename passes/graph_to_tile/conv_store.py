@@ -33,7 +33,6 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
     rows without padded-width columns): the tile's rows are written there and stored from
     there (`_store_from_kept`)."""
     em = ctx.emitter
-    rows_total = out3.type.get_shape()[0]  # type: ignore[attr-defined]
     if kept_output is not None:
         _store_from_kept(em, p, out3, tile, out_row, oh0, to, toh, kept_output)
     elif ctx.is_bf16_buffer(out3):
@@ -46,8 +45,7 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
         rows_view = em.view(tile, (tile_rows, tile_cols // p.Wq, p.Wq))
         em.dma(rows_view, [0, 0, 0], out3, [out_row, oh0, 0], [to, toh, p.OW])
     else:
-        em.dma(tile, [0, 0], em.view(out3, (rows_total, p.OH * p.OW)), [out_row, em.mul(oh0, p.OW)],
-               [to, toh * p.Wq])
+        store_staged_rows(em, p, out3, tile, out_row, oh0, 0, to, toh)
 
 
 def stage_output_tile(em: Emitter, p: Planes, tile: SSAValue, to: int, toh: int, staged: SSAValue) -> None:
@@ -68,8 +66,9 @@ def stage_output_tile(em: Emitter, p: Planes, tile: SSAValue, to: int, toh: int,
 
 def store_staged_rows(em: Emitter, p: Planes, out3: SSAValue, staged: SSAValue, out_row: Index, oh0: Index,
                       row0: Index, rows: int, toh: int) -> None:
-    """DMA rows [row0, row0 + rows) of a staged [to, toh.OW] output tile (`stage_output_tile`)
-    to output rows [out_row + row0, ...) of `out3` [N.O, OH, OW], output rows [oh0, oh0 + toh)."""
+    """DMA rows [row0, row0 + rows) of a [to, toh.OW] output tile without padded-width columns
+    (an f32 tile, a compact bf16 copy, a `stage_output_tile` buffer) to rows [out_row + row0,
+    ...) of `out3` [N.O, OH, OW], output rows [oh0, oh0 + toh)."""
     em.dma(staged, [row0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
            [em.add(out_row, row0), em.mul(oh0, p.OW)], [rows, toh * p.OW])
 
@@ -105,8 +104,7 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     else:
         src, dst = em.view(tile, (rows * held, p.Wq)), em.view(compact, (to * toh, p.OW))
         em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
-    em.dma(compact, [0, 0], em.view(out3, (out3.type.get_shape()[0], p.OH * p.OW)),  # type: ignore[attr-defined]
-           [out_row, em.mul(oh0, p.OW)], [to, toh * p.OW])
+    store_staged_rows(em, p, out3, compact, out_row, oh0, 0, to, toh)
     return compact
 
 
