@@ -445,6 +445,11 @@ class ConvKernel:
     #: the int8 kernel stores its own way (integer_conv.py)
     stores_deferrable = True
 
+    def out_row(self, n: Index, gi: Index, o0: Index) -> Index:
+        """The row of the [N.O, OH, OW] output view where output channel o0 of group gi of image
+        n is."""
+        return self.em.add(self.em.mul(n, self.O), self.em.add(self.em.mul(gi, self.Og), o0))
+
     def defers_stores(self) -> bool:
         """Does each row tile's output go out as slices stored by the next row tile's channel
         steps (one DMA per step, `tiling_cost.stores_deferred`) instead of one DMA after its
@@ -941,7 +946,7 @@ class ConvKernel:
                 # one transfer ahead of them all (`defers_stores`)
                 assert staged is not None and not isinstance(oh0, int)
                 piece = to // (self.Cg // TC)
-                out_row = em.add(em.mul(n, self.O), em.add(em.mul(gi, self.Og), o0))
+                out_row = self.out_row(n, gi, o0)
                 em.after_first(oh0, 0, lambda: store_staged_rows(em, p, self.out3, staged, out_row,
                                                                  em.sub(oh0, toh), em.mul(step_number, piece),
                                                                  piece, toh))
@@ -965,12 +970,12 @@ class ConvKernel:
 
             if single and self.overwrites:
                 step(0, self.Cg, True)
-            elif staged is not None:  # (counted steps: each stores its slice of the tile before)
-                em.fill(bufs.acc, [0, 0], *((toh * p.Wq, to) if self.channels_wide else (to, toh * p.Wq)), 0.0)
-                em.loop(0, self.Cg // TC, 1, lambda k: step(em.mul(k, TC), TC, False, k))
             else:  # zero the accumulator; the steps stay one loop (software-pipelined)
                 em.fill(bufs.acc, [0, 0], *((toh * p.Wq, to) if self.channels_wide else (to, toh * p.Wq)), 0.0)
-                em.tiles(self.Cg, TC, lambda c0, tc: step(c0, tc, False))
+                if staged is not None:  # (counted steps: each stores its slice of the tile before)
+                    em.loop(0, self.Cg // TC, 1, lambda k: step(em.mul(k, TC), TC, False, k))
+                else:
+                    em.tiles(self.Cg, TC, lambda c0, tc: step(c0, tc, False))
             self.finish(bufs, n, gi, o0, to, oh0, toh, staged)
 
         def per_image(n: Index, gi: Index) -> None:
@@ -992,8 +997,7 @@ class ConvKernel:
                     # every row tile in one loop; each stores the tile before it, the last one
                     # is stored after the loop
                     em.loop(0, p.OH, TOH, lambda oh0: row(oh0, TOH, 0, 0, True))
-                    out_row = em.add(em.mul(n, self.O), em.add(em.mul(gi, self.Og), o0))
-                    store_staged_rows(em, p, self.out3, staged, out_row, p.OH - TOH, 0, to, TOH)
+                    store_staged_rows(em, p, self.out3, staged, self.out_row(n, gi, o0), p.OH - TOH, 0, to, TOH)
                 out_tiles(over_rows)
             else:
                 def over_outputs(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
