@@ -238,8 +238,11 @@ class Executable:
         sim = self._take_simulator(config)
         t0 = time.perf_counter()
         try:
+            # the weight region is the image's in every run (_fresh_dram restores what a run
+            # wrote; inputs are written to their own regions): a replay keeps its conversions
             counters = sim.run(self.program, dram, trace=trace, check_races=check_races, on_pc=on_pc,
-                               mode=mode)
+                               mode=mode, constant_dram=[(lay.weights_offset,
+                                                          lay.weights_offset + lay.weights_bytes)])
         except SimFault as e:
             raise RunError(f"the program faulted on the simulator: {e}") from None
         wall = time.perf_counter() - t0

@@ -28,7 +28,7 @@ sim_reference).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,7 +113,7 @@ class Simulator:
             regs: dict[str | int, int] | None = None, trace: bool = False, *,
             check_races: bool = False,
             on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None = None,
-            mode: str = "fast") -> Counters:
+            mode: str = "fast", constant_dram: Sequence[tuple[int, int]] = ()) -> Counters:
         """Run `program` on `dram` (updated in place). `trace=True` records the engine
         timelines (`Counters.events`, expanded when first read) and the per-instruction
         profile the per-op report uses; `check_races=True` faults (kind "race") on an
@@ -126,7 +126,13 @@ class Simulator:
         order at dispatch, so the callback sees the memory effects of every earlier
         instruction and none of later ones (e.g. a kernel's output right after its last
         instruction, before the memory plan reuses the bytes). The callback may read or
-        modify `dram`. No cost when not given; not called in timing mode (no data)."""
+        modify `dram`. No cost when not given; not called in timing mode (no data).
+
+        `constant_dram`: byte ranges [lo, hi) of `dram` that the caller keeps the same in
+        every run on this buffer (the runtime passes its weight region). A later run of the
+        program replays the first one's operations (sim_replay) and keeps what it converted
+        from those bytes instead of converting it again (sim_constants). Bytes that change
+        while declared constant give wrong results."""
         if mode not in MODES:
             raise ValueError(f"unknown simulation mode {mode!r} (modes: {', '.join(MODES)})")
         if not isinstance(program, Program):
@@ -165,6 +171,7 @@ class Simulator:
                 c.mode = "reference"
             else:
                 c = run_fast(self, program, dram, regs or {}, trace=trace, on_pc=on_pc,
-                             mode=mode)
+                             mode=mode, constant_dram=tuple((int(lo), int(hi))
+                                                            for lo, hi in constant_dram))
                 c.mode = mode
         return c

@@ -32,7 +32,7 @@ from infer.target.sim_timing import TimingStop, run_timing
 
 def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, int], *,
              trace: bool, on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None,
-             mode: str) -> Counters:
+             mode: str, constant_dram: tuple[tuple[int, int], ...] = ()) -> Counters:
     cfg = sim.cfg
     dec = decoded(program, cfg)
     if dec is None:  # loops that do not nest: only the reference engine defines them
@@ -50,7 +50,7 @@ def run_fast(sim, program: Program, dram: np.ndarray, regs: Mapping[str | int, i
         # loop counts come from registers: the control pass computes them
         fr = FunctionalRun(sim, dec, dram, regs, data=False).execute()
     else:
-        fr = run_functional(sim, dec, dram, regs, on_pc)
+        fr = run_functional(sim, dec, dram, regs, on_pc, constant_dram)
     # what the run wrote to DRAM, when nothing else may have (callbacks may write anywhere)
     written = [] if mode == "timing" else None if on_pc or fr.fault is not None else fr.stores
     if mode == "functional":

@@ -54,6 +54,7 @@ from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut
 from infer.target.sim_versions import version_loop
 
 if TYPE_CHECKING:
+    from infer.target.sim_constants import ConstantBytes
     from infer.target.sim_functional import FunctionalRun
 
 ACC_BASE = isa.ACC_BASE
@@ -463,11 +464,15 @@ class Plan:
             vid for op in ops if op[0] == OP_VEXIT for vid, _, mask in op[2] if mask.all())
         #: the hulls [lo, hi) of the DRAM bytes the loop stores to (FunctionalRun.stores)
         self.dram_writes = []
+        #: the hulls [lo, hi) of the scratchpad bytes the loop writes (offsets)
+        self.spad_writes = []
         for space, write, f, lanes, shape, strides, _, _ in walk.accs:
-            if space == DRAM and write:
+            if write and space in (DRAM, SPAD):
                 blo, bhi = box_extent(shape, strides)
                 llo, lhi = lane_extent(f, lanes, 0)
-                self.dram_writes.append((f[0] + blo + llo, f[0] + bhi + lhi))
+                lo = f[0] - _BASE[space]
+                (self.dram_writes if space == DRAM else self.spad_writes).append(
+                    (lo + blo + llo, lo + bhi + lhi))
 
 
 def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:
@@ -611,7 +616,9 @@ def _share_work(ops: list[tuple[Any, ...]],
     return out
 
 
-def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
+def _run_plan(fr: FunctionalRun, plan: Plan, kept: dict[int, list[Any]] | None = None) -> None:
+    """Run a plan on fr's memories. `kept`: id of an OP_LOADW -> [its conversion, or None
+    until the first run makes it] (plan_constants)."""
     sim = fr.sim
     mem: dict[Any, np.ndarray] = {DRAM: fr.dram, SPAD: sim.spad, ACC: sim.acc}
 
@@ -666,7 +673,15 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
             else:
                 sat += accumulate_into(out, x @ w, op[5], op[6], op[7])
         elif kind == OP_LOADW:
-            slots[op[1]] = converted(view(op[2]), op[3]) if op[4] < 0 else slots[op[4]]
+            if op[4] >= 0:
+                slots[op[1]] = slots[op[4]]
+            elif kept is not None and (box := kept.get(id(op))) is not None:
+                if box[0] is None:
+                    box[0] = converted(view(op[2]), op[3])
+                    box[0].flags.writeable = False
+                slots[op[1]] = box[0]
+            else:
+                slots[op[1]] = converted(view(op[2]), op[3])
         elif kind == OP_PRODUCT:
             wd, adapt = op[3]
             w = slots[op[2]] if op[2] >= 0 else fr.weights
@@ -780,6 +795,38 @@ def _run_plan(fr: FunctionalRun, plan: Plan) -> None:
 def _replay_plan(cell: Any, plan: Plan) -> None:
     """A plan's step in a replay (sim_replay): run on the replay's FunctionalRun."""
     _run_plan(cell.run, plan)
+
+
+def _replay_plan_kept(cell: Any, plan: Plan, kept: dict[int, list[Any]]) -> None:
+    """_replay_plan with the conversions of constants kept (plan_constants)."""
+    _run_plan(cell.run, plan, kept)
+
+
+def plan_written(cb: ConstantBytes, plan: Plan) -> None:
+    """What a plan's run writes, for ConstantBytes (sim_replay.keep_constants)."""
+    for lo, hi in plan.spad_writes:
+        cb.spad_written(lo, hi)
+    for lo, hi in plan.dram_writes:
+        cb.dram_written(lo, hi)
+
+
+def plan_constants(plan: Plan, cb: ConstantBytes, budget: int) -> tuple[dict[int, list[Any]], int]:
+    """The plan's weight conversions (OP_LOADW) of scratchpad bytes that are constant before
+    it runs and that it does not write, as `kept` for _run_plan while their results fit in
+    budget bytes; and the budget left."""
+    kept: dict[int, list[Any]] = {}
+    for op in plan.ops:
+        if op[0] != OP_LOADW or op[4] >= 0 or op[2][0] != SPAD or budget <= 0:
+            continue
+        _, off, shape, strides, dtype = op[2]
+        v = np.ndarray(shape, dtype, cb.spad, off, strides)
+        nbytes = v.size * np.dtype(op[3]).itemsize
+        lo, hi = cb.spad_range(v)
+        if nbytes <= budget and cb.is_constant(v) \
+                and all(hi <= wlo or whi <= lo for wlo, whi in plan.spad_writes):
+            kept[id(op)] = [None]
+            budget -= nbytes
+    return kept, budget
 
 
 #: a reduction computes its products one iteration at a time (_iteration) when an iteration's

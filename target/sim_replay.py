@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.target.sim_core import Counters, accumulate_into, converted
+from infer.target.sim_constants import ConstantBytes
+from infer.target.sim_core import (Counters, accumulate_into, canonical_nans, converted,
+                                    vector_compute_fast)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOOP, T_SCALAR
+from infer.target.sim_memo import default_budget
 from infer.target.sim_reference import initial_registers, matmul_step
 
 if TYPE_CHECKING:
@@ -64,6 +68,10 @@ class Trace:
     steps_run: int
     loop_counts: list[int]
     stores: list[tuple[int, int]]
+    #: the steps with the conversions of constants kept (`keep_constants`), and the constant
+    #: DRAM ranges they were found for
+    kept_steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
+    kept_for: tuple[tuple[int, int], ...] = ()
 
 
 class Cell:
@@ -164,6 +172,19 @@ def loadw_converted(cell: Cell, slot: int, view: np.ndarray, wdt: Any, dt: int) 
     fr.wdtype = dt
 
 
+def loadw_kept(cell: Cell, slot: int, kept: list[np.ndarray | None], view: np.ndarray, wdt: Any,
+               dt: int) -> None:
+    """loadw_converted of a constant (keep_constants): converted by the first replay, then
+    kept (read-only: nothing may write the matrix unit's weights)."""
+    fr = cell.run
+    w = kept[0]
+    if w is None:
+        w = kept[0] = converted(view, wdt)
+        w.flags.writeable = False
+    fr.weights = fr.slots[slot] = w
+    fr.wdtype = dt
+
+
 def loadw_again(cell: Cell, slot: int, dt: int) -> None:
     fr = cell.run
     fr.weights = fr.slots[slot]
@@ -217,10 +238,12 @@ def interpret(cell: Cell, pc: int, steps: int, known: tuple[tuple[int, int], ...
 # ----------------------------------------------------------------------------- runs
 def run_functional(sim: Simulator, dec: Decoded, dram: np.ndarray,
                    regs: Mapping[str | int, int],
-                   on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None
-                   ) -> FunctionalRun:
+                   on_pc: Mapping[int, Callable[[int, np.ndarray], None]] | None,
+                   constant_dram: tuple[tuple[int, int], ...] = ()) -> FunctionalRun:
     """The functional engine's run of dec (data and registers), replayed from the trace of an
-    earlier run when one applies (see the module docstring), else interpreted and recorded."""
+    earlier run when one applies (see the module docstring), else interpreted and recorded.
+    `constant_dram`: DRAM ranges the caller keeps the same in every run on this buffer (the
+    replay keeps its conversions of them: sim_constants)."""
     from infer.target.sim_functional import FunctionalRun
 
     if on_pc:
@@ -229,7 +252,7 @@ def run_functional(sim: Simulator, dec: Decoded, dram: np.ndarray,
     key = tuple(initial_registers(sim.cfg, regs))
     trace = traces.get(key)
     if trace is not None:
-        return replay(FunctionalRun(sim, dec, dram, regs), trace)
+        return replay(FunctionalRun(sim, dec, dram, regs), trace, constant_dram)
     fr = FunctionalRun(sim, dec, dram, regs)
     rec = fr.rec = Recorder(dec)
     fr.execute()
@@ -277,16 +300,90 @@ def reuse_slots(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
     return out, count
 
 
-def replay(fr: FunctionalRun, trace: Trace) -> FunctionalRun:
+# ----------------------------------------------------------------------------- kept constants
+def _interpret_written(cb: ConstantBytes, args: tuple[Any, ...]) -> None:
+    # a `dma.store` whose address data decided refuses the recording (Recorder.interpreted):
+    # an interpreted instruction writes local memory only
+    cb.forget_local()
+
+
+def _nothing_written(cb: ConstantBytes, args: tuple[Any, ...]) -> None:
+    pass
+
+
+@functools.cache
+def _writes() -> dict[Any, Callable[[ConstantBytes, tuple[Any, ...]], None]]:
+    """What each kind of step writes, for ConstantBytes (a step not listed forgets every
+    constant). Built on first use: sim_lockstep imports this module."""
+    from infer.target.sim_lockstep import _replay_plan, _replay_plan_kept, plan_written
+
+    return {
+        np.copyto: lambda cb, args: cb.copied(args[0], args[1]),
+        vector_compute_fast: lambda cb, args: cb.written(args[3]),
+        canonical_nans: lambda cb, args: cb.written(args[0]),
+        dequant: lambda cb, args: cb.written(args[4]),
+        matmul: lambda cb, args: cb.written(args[3]),
+        matmul_in_place: _nothing_written,  # the accumulator, which holds no constants
+        loadw_converted: _nothing_written,
+        loadw_kept: _nothing_written,
+        loadw_again: _nothing_written,
+        interpret: _interpret_written,
+        _replay_plan: lambda cb, args: plan_written(cb, args[1]),
+        _replay_plan_kept: lambda cb, args: plan_written(cb, args[1]),
+    }
+
+
+def keep_constants(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]], spad: np.ndarray,
+                   dram: np.ndarray, constant_dram: tuple[tuple[int, int], ...], budget: int
+                   ) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The steps with each weight conversion of constant scratchpad bytes (copied there from
+    constant DRAM and not overwritten since: sim_constants) made a `loadw_kept` step, and a
+    batched loop's such conversions kept too (`plan_constants`), while the kept results fit
+    in `budget` bytes."""
+    from infer.target.sim_lockstep import _replay_plan, _replay_plan_kept, plan_constants
+
+    writes = _writes()
+    cb = ConstantBytes(spad, dram, constant_dram)
+    out = []
+    for fn, args in steps:
+        if fn is loadw_converted:
+            cell, slot, view, wdt, dt = args
+            nbytes = view.size * np.dtype(wdt).itemsize
+            if nbytes <= budget and cb.is_constant(view):
+                budget -= nbytes
+                fn, args = loadw_kept, (cell, slot, [None], view, wdt, dt)
+        elif fn is _replay_plan:
+            kept, budget = plan_constants(args[1], cb, budget)
+            if kept:
+                fn, args = _replay_plan_kept, (*args, kept)
+        written = writes.get(fn)
+        if written is None:
+            cb.forget_all()
+        else:
+            written(cb, args)
+        out.append((fn, args))
+    return out
+
+
+def replay(fr: FunctionalRun, trace: Trace,
+           constant_dram: tuple[tuple[int, int], ...] = ()) -> FunctionalRun:
     """Make the trace's calls with fr as the run; returns fr with the trace's counters, loop
-    counts and stores, or with the fault an interpreted instruction met."""
+    counts and stores, or with the fault an interpreted instruction met. With constant DRAM
+    ranges, the calls that convert constants are made once and their results kept."""
     if trace.slots < 0:  # the first replay: a run that is not replayed does not pay for this
         trace.steps, trace.slots = reuse_slots(trace.steps)
+    steps = trace.steps
+    if constant_dram:
+        if trace.kept_steps is None or trace.kept_for != constant_dram:
+            trace.kept_steps = keep_constants(trace.steps, fr.sim.spad, fr.dram, constant_dram,
+                                              default_budget())
+            trace.kept_for = constant_dram
+        steps = trace.kept_steps
     fr.slots = [None] * trace.slots
     cell = trace.cell
     cell.run = fr
     try:
-        for fn, args in trace.steps:
+        for fn, args in steps:
             fn(*args)
     except _Faulted:
         pass

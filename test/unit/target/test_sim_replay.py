@@ -87,8 +87,8 @@ def traces(sim: Simulator, prog: Program, dram: np.ndarray) -> dict:
 def test_gather_replays_with_other_ids_saturations_and_faults(monkeypatch):
     prog = Program.from_asm(GATHER)
     replayed = []
-    monkeypatch.setattr(sim_replay, "replay", lambda fr, t, f=sim_replay.replay:
-                        replayed.append(t) or f(fr, t))
+    monkeypatch.setattr(sim_replay, "replay", lambda fr, t, *rest, f=sim_replay.replay:
+                        replayed.append(t) or f(fr, t, *rest))
     images = [gather_dram([0, 1, 2, 3], 2),
               gather_dram([47, 5, 5, 0], 127, seed=1, partial=2**31 - 9),
               gather_dram([3, 2, 1, 300], 2), gather_dram([9, 8, 7, 6], 3, seed=2)]
@@ -179,3 +179,111 @@ def test_pending_nans_are_settled_before_an_int_product_on_the_same_bytes():
     assert (np.frombuffer(ref_mem[0x800:0xC00], np.uint32) >= 0x7FC00000).any()
     for c, mem in runs(prog, [dram, dram]):  # recorded, then replayed
         assert mem == ref_mem and c.as_dict() == ref.as_dict()
+
+
+# fp32 emulated as three bf16 passes over weights DMAed from a constant DRAM range
+# [0x1000, 0x1400) (hi tile at 0x1000, lo at 0x1200): in a batched loop over three activation
+# tiles and once outside it. Then a weight tile made from data (w_hi + x, by a vector op on the
+# loaded constant) and a constant range overwritten with data and loaded again: conversions a
+# replay must make again every run
+_PASSES = """
+    mx.loadw w=0x1000, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act={a}+0x0, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    mx.loadw w=0x1200, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act={a}+0x0, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+    mx.loadw w=0x1000, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act={a}+0x200, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=1
+"""
+CONSTANT_WEIGHTS = f"""
+    dma.load dram=0x0, local=0x0, n0=3072, n1=1, n2=1, signal=s1
+    dma.load dram=0x1000, local=0x1000, n0=1024, n1=1, n2=1, signal=s2
+    nop wait=s1
+    nop wait=s2
+    li rd=r1, imm=0
+    li rd=r2, imm=0x2000000
+    loop count=3, body=8
+{_PASSES.format(a="r1", c="r2")}
+      addi rd=r1, rs=r1, imm=1024
+      addi rd=r2, rs=r2, imm=1024
+    li rd=r3, imm=0x2000c00
+{_PASSES.format(a="r0", c="r3")}
+    vec.add dst=0x1000, a=0x1000, b=0x0, rows=16, cols=16, dstride=32, astride=32, bstride=32, dt=bf16, at=bf16, bt=bf16, bmode=tile
+    mx.loadw w=0x1000, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x0, acc=0x2001000, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    dma.store dram=0x1200, local=0x400, n0=512, n1=1, n2=1, signal=s3
+    nop wait=s3
+    dma.load dram=0x1200, local=0x1400, n0=512, n1=1, n2=1, signal=s1
+    nop wait=s1
+    mx.loadw w=0x1400, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x0, acc=0x2001400, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    dma.store dram=0x2000, local=0x2000000, n0=6144, n1=1, n2=1
+    halt
+"""
+CONSTANT = ((0x1000, 0x1400),)
+
+
+def constant_weights_dram(seed: int) -> np.ndarray:
+    """Random bf16 activations (seed) and weights (always the same) for CONSTANT_WEIGHTS."""
+    def bf16(rng, n):
+        return (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(
+            np.uint16).view(np.uint8)
+    dram = np.zeros(0x4000, np.uint8)
+    dram[:0xC00] = bf16(np.random.default_rng(seed), 0x600)
+    dram[0x1000:0x1400] = bf16(np.random.default_rng(99), 0x200)
+    return dram
+
+
+def test_conversions_of_constant_weights_are_kept_and_the_others_made_again(monkeypatch):
+    from infer.target import sim_lockstep
+
+    prog = Program.from_asm(CONSTANT_WEIGHTS)
+    images = [constant_weights_dram(seed) for seed in range(4)]
+    conversions = []  # the replay's conversions outside batched loops (activations too)
+    monkeypatch.setattr(sim_replay, "converted",
+                        lambda a, dt, f=sim_replay.converted: conversions.append(a) or f(a, dt))
+    sim, buf = Simulator("edge"), np.zeros_like(images[0])
+    kept_arrays = []
+    for i, image in enumerate(images):
+        sim.reset()
+        buf[:] = image  # the caller keeps [0x1000, 0x1400) the same in every run
+        conversions.clear()
+        c = sim.run(prog, buf, constant_dram=CONSTANT)
+        ref, ref_mem = reference(prog, image)
+        assert buf.tobytes() == ref_mem and c.as_dict() == ref.as_dict()
+        (trace,) = traces(sim, prog, buf).values()
+        if i == 0:
+            assert trace.kept_steps is None  # recorded, not replayed
+            continue
+        kept = [a for fn, a in trace.kept_steps if fn is sim_replay.loadw_kept]
+        made = [a for fn, a in trace.kept_steps if fn is sim_replay.loadw_converted]
+        plans = [a for fn, a in trace.kept_steps if fn is sim_lockstep._replay_plan_kept]
+        # outside the loop: w_hi and w_lo kept (w_hi's second load reuses its conversion);
+        # the tile a vector op wrote and the one loaded from overwritten DRAM made every run
+        assert [a[3].__array_interface__["data"][0] - sim.spad.ctypes.data for a in kept] == \
+            [0x1000, 0x1200]
+        assert [a[2].__array_interface__["data"][0] - sim.spad.ctypes.data for a in made] == \
+            [0x1000, 0x1400]
+        (plan,) = plans
+        assert len(plan[2]) == 2  # the batched loop's two weight conversions
+        boxes = [a[2][0] for a in kept] + [box[0] for box in plan[2].values()]
+        if i == 1:  # the first replay converts and keeps
+            assert all(b is not None for b in boxes)
+            kept_arrays = boxes
+        else:  # later ones reuse what it kept and convert the others again
+            assert all(b is k for b, k in zip(boxes, kept_arrays, strict=True))
+            weights = [a.__array_interface__["data"][0] - sim.spad.ctypes.data for a in conversions]
+            assert [w for w in weights if w >= 0x1000] == [0x1000, 0x1400]
+
+
+def test_without_constant_ranges_nothing_is_kept():
+    prog = Program.from_asm(CONSTANT_WEIGHTS)
+    images = [constant_weights_dram(seed) for seed in range(3)]
+    sim, buf = Simulator("edge"), np.zeros_like(images[0])
+    for image in images:
+        sim.reset()
+        buf[:] = image
+        c = sim.run(prog, buf)
+        ref, ref_mem = reference(prog, image)
+        assert buf.tobytes() == ref_mem and c.as_dict() == ref.as_dict()
+    (trace,) = traces(sim, prog, buf).values()
+    assert trace.kept_steps is None

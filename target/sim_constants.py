@@ -1,0 +1,130 @@
+"""Which local-memory bytes hold constants at each step of a recorded run (sim_replay).
+
+A program's weights sit in a DRAM range its caller keeps the same in every run (the runtime
+restores every byte a run wrote and writes only the inputs: `Executable.run` passes the weight
+region as `Simulator.run(constant_dram=...)`). A weight tile DMAed from there into the
+scratchpad holds the same bytes in every run until something overwrites it, so its
+conversion for the matrix unit (`mx.loadw`: bf16 -> fp32, 5 us for a 128 x 128 tile) gives the
+same array in every run. A replay keeps such conversions instead of making them again.
+
+`ConstantBytes` follows a trace's steps in order and answers "are these bytes constant now?"
+from what the steps wrote: one flag byte per scratchpad byte (set by a copy from constant
+DRAM, cleared by any other write), and the constant DRAM ranges minus what the run stored to
+them. What a step writes comes from its views, which are the same in every replay of the
+trace (they do not depend on data; sim_replay's docstring): the answer holds for every replay.
+A step whose writes are not known clears everything it might have written (`forget_local`,
+`forget_all`): keeping less is always safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: the flag array's element type for an operand of each item size (one flag byte per byte)
+_FLAG_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def hull(a: np.ndarray) -> tuple[int, int]:
+    """[lo, hi) of the addresses of a's bytes."""
+    lo = hi = _address(a)
+    for n, s in zip(a.shape, a.strides):
+        if n == 0:
+            return lo, lo
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + a.itemsize
+
+
+class ConstantBytes:
+    """Constant bytes of the scratchpad and of DRAM as a trace's steps run (see the module
+    docstring)."""
+
+    def __init__(self, spad: np.ndarray, dram: np.ndarray,
+                 constant_dram: Sequence[tuple[int, int]]):
+        self.spad, self.dram = spad, dram
+        self.spad_lo = _address(spad)
+        self.dram_lo = _address(dram)
+        #: 0xFF where the scratchpad byte holds a constant
+        self.flags = np.zeros(spad.nbytes, np.uint8)
+        #: absolute [lo, hi) address ranges of DRAM that hold constants
+        self.dram_ranges = [(self.dram_lo + lo, self.dram_lo + hi)
+                            for lo, hi in constant_dram if hi > lo]
+
+    def _in_spad(self, a: np.ndarray) -> bool:
+        p = _address(a)
+        return self.spad_lo <= p < self.spad_lo + self.spad.nbytes
+
+    def _in_dram(self, a: np.ndarray) -> bool:
+        p = _address(a)
+        return self.dram_lo <= p < self.dram_lo + self.dram.nbytes
+
+    def _flags_of(self, a: np.ndarray) -> np.ndarray | None:
+        """The flags of a scratchpad view's bytes, in a's shape and strides (None: a is not in
+        the scratchpad or has an item size without a flag type)."""
+        ft = _FLAG_TYPES.get(a.itemsize)
+        if ft is None or not self._in_spad(a):
+            return None
+        return np.ndarray(a.shape, ft, self.flags, _address(a) - self.spad_lo, a.strides)
+
+    def spad_range(self, a: np.ndarray) -> tuple[int, int]:
+        """[lo, hi) offsets in the scratchpad of the hull of view a's bytes."""
+        lo, hi = hull(a)
+        return lo - self.spad_lo, hi - self.spad_lo
+
+    def is_constant(self, a: np.ndarray) -> bool:
+        """Whether every byte view a reads is a constant now."""
+        f = self._flags_of(a)
+        return f is not None and bool((f == np.iinfo(f.dtype).max).all())
+
+    def _dram_constant(self, a: np.ndarray) -> bool:
+        lo, hi = hull(a)
+        return any(rlo <= lo and hi <= rhi for rlo, rhi in self.dram_ranges)
+
+    def _dram_written(self, lo: int, hi: int) -> None:
+        self.dram_ranges = [(rlo, rhi) for rlo, rhi in self.dram_ranges if hi <= rlo or rhi <= lo]
+
+    def copied(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """A DMA copy dst <- src: dst's bytes are constant when src's are."""
+        f = self._flags_of(dst)
+        if f is not None:
+            f[...] = np.iinfo(f.dtype).max if self._in_dram(src) and self._dram_constant(src) \
+                else 0
+        else:
+            self.written(dst)
+
+    def written(self, a: np.ndarray) -> None:
+        """A step wrote view a (data that is not known to be constant)."""
+        f = self._flags_of(a)
+        if f is not None:
+            f[...] = 0
+        elif self._in_dram(a):
+            self._dram_written(*hull(a))
+        elif self._in_spad(a):  # an item size without a flag type: its hull
+            lo, hi = hull(a)
+            self.flags[lo - self.spad_lo:hi - self.spad_lo] = 0
+        # else: the accumulator, which holds no constants (weights load from the scratchpad)
+
+    def spad_written(self, lo: int, hi: int) -> None:
+        """Scratchpad bytes [lo, hi) (offsets) written."""
+        self.flags[max(0, lo):max(0, hi)] = 0
+
+    def dram_written(self, lo: int, hi: int) -> None:
+        """DRAM bytes [lo, hi) (offsets in the DRAM buffer) written."""
+        self._dram_written(self.dram_lo + lo, self.dram_lo + hi)
+
+    def forget_local(self) -> None:
+        """A step that may have written anywhere in local memory (not DRAM)."""
+        self.flags[...] = 0
+
+    def forget_all(self) -> None:
+        """A step whose writes are not known."""
+        self.flags[...] = 0
+        self.dram_ranges = []
