@@ -89,7 +89,14 @@ class ConstantBytes:
         return any(rlo <= lo and hi <= rhi for rlo, rhi in self.dram_ranges)
 
     def _dram_written(self, lo: int, hi: int) -> None:
-        self.dram_ranges = [(rlo, rhi) for rlo, rhi in self.dram_ranges if hi <= rlo or rhi <= lo]
+        """Absolute DRAM addresses [lo, hi) written: what is left of each constant range."""
+        left = []
+        for rlo, rhi in self.dram_ranges:
+            if rlo < min(lo, rhi):
+                left.append((rlo, min(lo, rhi)))
+            if max(hi, rlo) < rhi:
+                left.append((max(hi, rlo), rhi))
+        self.dram_ranges = left
 
     def copied(self, dst: np.ndarray, src: np.ndarray) -> None:
         """A DMA copy dst <- src: dst's bytes are constant when src's are."""
@@ -128,3 +135,52 @@ class ConstantBytes:
         """A step whose writes are not known."""
         self.flags[...] = 0
         self.dram_ranges = []
+
+
+class LiveBytes:
+    """Scratchpad bytes that a later step reads before anything overwrites them, for a pass
+    over a trace's steps from the last to the first (sim_replay.drop_dead_copies): a step's
+    writes are killed first, then its reads made live. Only whole writes kill (a DMA copy's,
+    a vector op's destination); a step whose reads are not known makes every byte live."""
+
+    def __init__(self, spad: np.ndarray):
+        self.spad_lo, self.size = _address(spad), spad.nbytes
+        #: 0xFF where the byte is live
+        self.live = np.zeros(spad.nbytes, np.uint8)
+
+    def _of(self, a: np.ndarray | None) -> np.ndarray | None:
+        """The live flags of a's bytes when a is a scratchpad view (else None); an item size
+        without a flag type: the flags of its hull."""
+        if a is None:
+            return None
+        p = _address(a)
+        if not self.spad_lo <= p < self.spad_lo + self.size:
+            return None
+        ft = _FLAG_TYPES.get(a.itemsize)
+        if ft is None:
+            lo, hi = hull(a)
+            return self.live[lo - self.spad_lo:hi - self.spad_lo]
+        return np.ndarray(a.shape, ft, self.live, p - self.spad_lo, a.strides)
+
+    def is_live(self, a: np.ndarray) -> bool:
+        f = self._of(a)
+        return f is None or bool(f.any())
+
+    def killed(self, a: np.ndarray) -> None:
+        """Every byte of view a written."""
+        f = self._of(a)
+        if f is not None and _FLAG_TYPES.get(a.itemsize) is not None:
+            f[...] = 0
+
+    def read(self, *views: np.ndarray | None) -> None:
+        for a in views:
+            f = self._of(a)
+            if f is not None:
+                f[...] = np.iinfo(f.dtype).max
+
+    def read_range(self, lo: int, hi: int) -> None:
+        """Scratchpad bytes [lo, hi) (offsets) read."""
+        self.live[max(0, lo):max(0, hi)] = 0xFF
+
+    def read_all(self) -> None:
+        self.live[...] = 0xFF

@@ -464,15 +464,17 @@ class Plan:
             vid for op in ops if op[0] == OP_VEXIT for vid, _, mask in op[2] if mask.all())
         #: the hulls [lo, hi) of the DRAM bytes the loop stores to (FunctionalRun.stores)
         self.dram_writes = []
-        #: the hulls [lo, hi) of the scratchpad bytes the loop writes (offsets)
-        self.spad_writes = []
+        #: the hulls [lo, hi) of the scratchpad bytes the loop writes, and of those it reads
+        #: (offsets)
+        self.spad_writes: list[tuple[int, int]] = []
+        self.spad_reads: list[tuple[int, int]] = []
         for space, write, f, lanes, shape, strides, _, _ in walk.accs:
-            if write and space in (DRAM, SPAD):
+            if space in (DRAM, SPAD) and (write or space == SPAD):
                 blo, bhi = box_extent(shape, strides)
                 llo, lhi = lane_extent(f, lanes, 0)
                 lo = f[0] - _BASE[space]
-                (self.dram_writes if space == DRAM else self.spad_writes).append(
-                    (lo + blo + llo, lo + bhi + lhi))
+                hulls = self.dram_writes if space == DRAM else self.spad_writes if write else self.spad_reads
+                hulls.append((lo + blo + llo, lo + bhi + lhi))
 
 
 def _finalize(walk: _Walk) -> list[tuple[Any, ...]]:

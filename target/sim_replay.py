@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.target.sim_constants import ConstantBytes
+from infer.target.sim_constants import ConstantBytes, LiveBytes
 from infer.target.sim_core import (Counters, accumulate_into, canonical_nans, converted,
                                     vector_compute_fast)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOOP, T_SCALAR
@@ -72,6 +72,9 @@ class Trace:
     #: DRAM ranges they were found for
     kept_steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
     kept_for: tuple[tuple[int, int], ...] = ()
+    #: kept_steps without the DMA copies only kept conversions read (`drop_dead_copies`), once
+    #: a replay of kept_steps has made every kept conversion
+    lean_steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
 
 
 class Cell:
@@ -365,6 +368,72 @@ def keep_constants(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]], spad
     return out
 
 
+def _all_read(lb: LiveBytes, args: tuple[Any, ...]) -> None:
+    lb.read_all()
+
+
+def _vector_reads(lb: LiveBytes, args: tuple[Any, ...]) -> None:
+    lb.killed(args[3])
+    lb.read(args[1], args[2])
+
+
+def _dequant_reads(lb: LiveBytes, args: tuple[Any, ...]) -> None:
+    lb.killed(args[4])
+    lb.read(args[2], args[3])
+
+
+def _plan_reads(lb: LiveBytes, args: tuple[Any, ...]) -> None:
+    for lo, hi in args[1].spad_reads:  # (its kept conversions' reads too: kept live)
+        lb.read_range(lo, hi)
+
+
+@functools.cache
+def _reads() -> dict[Any, Callable[[LiveBytes, tuple[Any, ...]], None]]:
+    """What each kind of step reads of the scratchpad (and overwrites whole), for LiveBytes
+    (a step not listed reads everything). DMA copies are drop_dead_copies' own case."""
+    from infer.target.sim_lockstep import _replay_plan, _replay_plan_kept
+
+    return {
+        vector_compute_fast: _vector_reads,
+        canonical_nans: lambda lb, args: lb.read(args[0]),
+        dequant: _dequant_reads,
+        matmul: lambda lb, args: lb.read(args[2]),
+        matmul_in_place: _all_read,  # its operand's addresses are registers' values
+        loadw_converted: lambda lb, args: lb.read(args[2]),
+        loadw_kept: _nothing_written,  # the kept conversion: its bytes are not read again
+        loadw_again: _nothing_written,
+        interpret: _all_read,
+        _replay_plan: _plan_reads,
+        _replay_plan_kept: _plan_reads,
+    }
+
+
+def drop_dead_copies(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]], spad: np.ndarray
+                     ) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The steps without the DMA copies into the scratchpad whose bytes no later step reads
+    before they are overwritten: once `keep_constants`' conversions are made, the weight tiles
+    only those conversions read (their copies are still made by the replay that converts)."""
+    reads = _reads()
+    lb = LiveBytes(spad)
+    dead = set()
+    for i in range(len(steps) - 1, -1, -1):
+        fn, args = steps[i]
+        if fn is np.copyto:
+            dst, src = args
+            if not lb.is_live(dst):
+                dead.add(i)
+                continue
+            lb.killed(dst)
+            lb.read(src)
+            continue
+        read = reads.get(fn)
+        if read is None:
+            lb.read_all()
+        else:
+            read(lb, args)
+    return [step for i, step in enumerate(steps) if i not in dead]
+
+
 def replay(fr: FunctionalRun, trace: Trace,
            constant_dram: tuple[tuple[int, int], ...] = ()) -> FunctionalRun:
     """Make the trace's calls with fr as the run; returns fr with the trace's counters, loop
@@ -377,8 +446,8 @@ def replay(fr: FunctionalRun, trace: Trace,
         if trace.kept_steps is None or trace.kept_for != constant_dram:
             trace.kept_steps = keep_constants(trace.steps, fr.sim.spad, fr.dram, constant_dram,
                                               default_budget())
-            trace.kept_for = constant_dram
-        steps = trace.kept_steps
+            trace.kept_for, trace.lean_steps = constant_dram, None
+        steps = trace.lean_steps or trace.kept_steps
     fr.slots = [None] * trace.slots
     cell = trace.cell
     cell.run = fr
@@ -389,6 +458,9 @@ def replay(fr: FunctionalRun, trace: Trace,
         pass
     finally:
         cell.run = None
+    if steps is trace.kept_steps and fr.fault is None:
+        # every kept conversion is made now: later replays skip the copies only they read
+        trace.lean_steps = drop_dead_copies(steps, fr.sim.spad)
     saturations = fr.c.acc_saturations
     fr.slots, fr.weights = [], None  # the conversions are garbage now
     fr.c = copy.deepcopy(trace.counters)

@@ -185,7 +185,8 @@ def test_pending_nans_are_settled_before_an_int_product_on_the_same_bytes():
 # [0x1000, 0x1400) (hi tile at 0x1000, lo at 0x1200): in a batched loop over three activation
 # tiles and once outside it. Then a weight tile made from data (w_hi + x, by a vector op on the
 # loaded constant) and a constant range overwritten with data and loaded again: conversions a
-# replay must make again every run
+# replay must make again every run. Last, w_hi DMAed again to 0x1800 and read only by its
+# conversion: once that is kept, later replays skip the DMA
 _PASSES = """
     mx.loadw w=0x1000, k=16, n=16, stride=32, dtype=bf16
     mx.matmul act={a}+0x0, acc={c}+0x0, m=16, astride=32, cstride=64, dtype=bf16, accum=0
@@ -216,7 +217,11 @@ CONSTANT_WEIGHTS = f"""
     nop wait=s1
     mx.loadw w=0x1400, k=16, n=16, stride=32, dtype=bf16
     mx.matmul act=0x0, acc=0x2001400, m=16, astride=32, cstride=64, dtype=bf16, accum=0
-    dma.store dram=0x2000, local=0x2000000, n0=6144, n1=1, n2=1
+    dma.load dram=0x1000, local=0x1800, n0=512, n1=1, n2=1, signal=s2
+    nop wait=s2
+    mx.loadw w=0x1800, k=16, n=16, stride=32, dtype=bf16
+    mx.matmul act=0x0, acc=0x2001800, m=16, astride=32, cstride=64, dtype=bf16, accum=0
+    dma.store dram=0x2000, local=0x2000000, n0=7168, n1=1, n2=1
     halt
 """
 CONSTANT = ((0x1000, 0x1400),)
@@ -260,12 +265,19 @@ def test_conversions_of_constant_weights_are_kept_and_the_others_made_again(monk
         # outside the loop: w_hi and w_lo kept (w_hi's second load reuses its conversion);
         # the tile a vector op wrote and the one loaded from overwritten DRAM made every run
         assert [a[3].__array_interface__["data"][0] - sim.spad.ctypes.data for a in kept] == \
-            [0x1000, 0x1200]
+            [0x1000, 0x1200, 0x1800]
         assert [a[2].__array_interface__["data"][0] - sim.spad.ctypes.data for a in made] == \
             [0x1000, 0x1400]
         (plan,) = plans
         assert len(plan[2]) == 2  # the batched loop's two weight conversions
         boxes = [a[2][0] for a in kept] + [box[0] for box in plan[2].values()]
+        # the copies a replay makes once every kept conversion is made: all but the one
+        # only a kept conversion reads
+        copies = [a[0].__array_interface__["data"][0] - sim.spad.ctypes.data
+                  for fn, a in trace.kept_steps if fn is np.copyto]
+        lean = [a[0].__array_interface__["data"][0] - sim.spad.ctypes.data
+                for fn, a in trace.lean_steps if fn is np.copyto]
+        assert 0x1800 in copies and lean == [c for c in copies if c != 0x1800]
         if i == 1:  # the first replay converts and keeps
             assert all(b is not None for b in boxes)
             kept_arrays = boxes
@@ -273,6 +285,7 @@ def test_conversions_of_constant_weights_are_kept_and_the_others_made_again(monk
             assert all(b is k for b, k in zip(boxes, kept_arrays, strict=True))
             weights = [a.__array_interface__["data"][0] - sim.spad.ctypes.data for a in conversions]
             assert [w for w in weights if w >= 0x1000] == [0x1000, 0x1400]
+            # (the lean steps, without the DMA to 0x1800: the same bits as the reference)
 
 
 def test_without_constant_ranges_nothing_is_kept():
