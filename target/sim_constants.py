@@ -43,6 +43,17 @@ def hull(a: np.ndarray) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
+def flag_view(flags: np.ndarray, base: int, a: np.ndarray) -> np.ndarray | None:
+    """The bytes of `flags` (one per byte of a memory whose first byte is at address `base`)
+    that stand for view a's bytes, in a's shape and strides, as unsigned integers of a's item
+    size; None when a is not in that memory or its item size has no such type."""
+    ft = _FLAG_TYPES.get(a.itemsize)
+    p = _address(a)
+    if ft is None or not base <= p < base + flags.nbytes:
+        return None
+    return np.ndarray(a.shape, ft, flags, p - base, a.strides)
+
+
 class ConstantBytes:
     """Constant bytes of the scratchpad and of DRAM as a trace's steps run (see the module
     docstring)."""
@@ -67,12 +78,7 @@ class ConstantBytes:
         return self.dram_lo <= p < self.dram_lo + self.dram.nbytes
 
     def _flags_of(self, a: np.ndarray) -> np.ndarray | None:
-        """The flags of a scratchpad view's bytes, in a's shape and strides (None: a is not in
-        the scratchpad or has an item size without a flag type)."""
-        ft = _FLAG_TYPES.get(a.itemsize)
-        if ft is None or not self._in_spad(a):
-            return None
-        return np.ndarray(a.shape, ft, self.flags, _address(a) - self.spad_lo, a.strides)
+        return flag_view(self.flags, self.spad_lo, a)
 
     def spad_range(self, a: np.ndarray) -> tuple[int, int]:
         """[lo, hi) offsets in the scratchpad of the hull of view a's bytes."""
@@ -153,23 +159,21 @@ class LiveBytes:
         without a flag type: the flags of its hull."""
         if a is None:
             return None
-        p = _address(a)
-        if not self.spad_lo <= p < self.spad_lo + self.size:
-            return None
-        ft = _FLAG_TYPES.get(a.itemsize)
-        if ft is None:
+        f = flag_view(self.live, self.spad_lo, a)
+        if f is None and self.spad_lo <= _address(a) < self.spad_lo + self.size:
             lo, hi = hull(a)
             return self.live[lo - self.spad_lo:hi - self.spad_lo]
-        return np.ndarray(a.shape, ft, self.live, p - self.spad_lo, a.strides)
+        return f
 
     def is_live(self, a: np.ndarray) -> bool:
+        """Whether a later step may read a byte of view a (a view outside the scratchpad: yes)."""
         f = self._of(a)
         return f is None or bool(f.any())
 
     def killed(self, a: np.ndarray) -> None:
         """Every byte of view a written."""
-        f = self._of(a)
-        if f is not None and _FLAG_TYPES.get(a.itemsize) is not None:
+        f = flag_view(self.live, self.spad_lo, a)
+        if f is not None:
             f[...] = 0
 
     def read(self, *views: np.ndarray | None) -> None:

@@ -310,8 +310,8 @@ def _interpret_written(cb: ConstantBytes, args: tuple[Any, ...]) -> None:
     cb.forget_local()
 
 
-def _nothing_written(cb: ConstantBytes, args: tuple[Any, ...]) -> None:
-    pass
+def _nothing(state: Any, args: tuple[Any, ...]) -> None:
+    """A step that neither writes (ConstantBytes) nor reads (LiveBytes) the scratchpad."""
 
 
 @functools.cache
@@ -326,10 +326,10 @@ def _writes() -> dict[Any, Callable[[ConstantBytes, tuple[Any, ...]], None]]:
         canonical_nans: lambda cb, args: cb.written(args[0]),
         dequant: lambda cb, args: cb.written(args[4]),
         matmul: lambda cb, args: cb.written(args[3]),
-        matmul_in_place: _nothing_written,  # the accumulator, which holds no constants
-        loadw_converted: _nothing_written,
-        loadw_kept: _nothing_written,
-        loadw_again: _nothing_written,
+        matmul_in_place: _nothing,  # the accumulator, which holds no constants
+        loadw_converted: _nothing,
+        loadw_kept: _nothing,
+        loadw_again: _nothing,
         interpret: _interpret_written,
         _replay_plan: lambda cb, args: plan_written(cb, args[1]),
         _replay_plan_kept: lambda cb, args: plan_written(cb, args[1]),
@@ -400,8 +400,8 @@ def _reads() -> dict[Any, Callable[[LiveBytes, tuple[Any, ...]], None]]:
         matmul: lambda lb, args: lb.read(args[2]),
         matmul_in_place: _all_read,  # its operand's addresses are registers' values
         loadw_converted: lambda lb, args: lb.read(args[2]),
-        loadw_kept: _nothing_written,  # the kept conversion: its bytes are not read again
-        loadw_again: _nothing_written,
+        loadw_kept: _nothing,  # the kept conversion: its bytes are not read again
+        loadw_again: _nothing,
         interpret: _all_read,
         _replay_plan: _plan_reads,
         _replay_plan_kept: _plan_reads,
