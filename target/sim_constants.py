@@ -5,7 +5,9 @@ restores every byte a run wrote and writes only the inputs: `Executable.run` pas
 region as `Simulator.run(constant_dram=...)`). A weight tile DMAed from there into the
 scratchpad holds the same bytes in every run until something overwrites it, so its
 conversion for the matrix unit (`mx.loadw`: bf16 -> fp32, 5 us for a 128 x 128 tile) gives the
-same array in every run. A replay keeps such conversions instead of making them again.
+same array in every run. A replay keeps such conversions instead of making them again (at
+most `INFER_SIM_MEMO_MB` of them per trace, sim_memo.default_budget), and once it has made
+them, the replays after it skip the DMA copies only they read (`LiveBytes`).
 
 `ConstantBytes` follows a trace's steps in order and answers "are these bytes constant now?"
 from what the steps wrote: one flag byte per scratchpad byte (set by a copy from constant

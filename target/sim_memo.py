@@ -41,7 +41,8 @@ MAX_SEEN = 1 << 16
 
 
 def default_budget() -> int:
-    """The memo budget in bytes from `INFER_SIM_MEMO_MB` (default DEFAULT_BUDGET_MB)."""
+    """The memo budget in bytes from `INFER_SIM_MEMO_MB` (default DEFAULT_BUDGET_MB). It also
+    bounds the conversions of constant weights a replay keeps, per trace (sim_constants)."""
     text = os.environ.get(MEMO_ENV, "").strip()
     if not text:
         return DEFAULT_BUDGET_MB << 20
