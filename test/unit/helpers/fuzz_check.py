@@ -114,9 +114,10 @@ def run_module_case(module: ModuleOp, inputs: list[np.ndarray], target: str, pre
         return Outcome("crash", _one_line(e), "run")
     if len(ys) != len(refs):
         return Outcome("crash", f"{len(ys)} outputs, the reference has {len(refs)}", "run")
-    # the fast mode, then a replay of its recorded run (target/sim_replay.py): the reference
-    # engine's bits
-    for mode in ("fast", "replayed fast"):
+    # the fast mode, then a replay of its recorded run (target/sim_replay.py), which converts
+    # the constant weights it keeps, then one with those conversions and without the DMAs only
+    # they read (target/sim_constants.py): the reference engine's bits
+    for mode in ("fast", "replayed fast", "kept-weights fast"):
         try:
             fast = exe.run(inputs, check_races=False, trace=False)
         except Exception as e:
