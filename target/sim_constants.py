@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from infer.target.sim_core import converted
+
 #: the flag array's element type for an operand of each item size (one flag byte per byte)
 _FLAG_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -54,6 +56,15 @@ def flag_view(flags: np.ndarray, base: int, a: np.ndarray) -> np.ndarray | None:
     if ft is None or not base <= p < base + flags.nbytes:
         return None
     return np.ndarray(a.shape, ft, flags, p - base, a.strides)
+
+
+def kept_conversion(box: list[np.ndarray | None], view: np.ndarray, dtype: object) -> np.ndarray:
+    """The kept conversion of a constant `view` to the matrix unit's `dtype`: made on the first
+    call (box[0] is None) and kept in box, read-only (nothing may write the unit's weights)."""
+    if box[0] is None:
+        box[0] = converted(view, dtype)
+        box[0].flags.writeable = False
+    return box[0]
 
 
 class ConstantBytes:

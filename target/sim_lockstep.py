@@ -42,6 +42,7 @@ import numpy as np
 
 from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
+from infer.target.sim_constants import ConstantBytes, kept_conversion
 from infer.target.sim_core import (
     NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, may_hold_nan)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
@@ -54,7 +55,6 @@ from infer.target.sim_lanes import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_MACS, cut
 from infer.target.sim_versions import version_loop
 
 if TYPE_CHECKING:
-    from infer.target.sim_constants import ConstantBytes
     from infer.target.sim_functional import FunctionalRun
 
 ACC_BASE = isa.ACC_BASE
@@ -678,10 +678,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan, kept: dict[int, list[Any]] | None =
             if op[4] >= 0:
                 slots[op[1]] = slots[op[4]]
             elif kept is not None and (box := kept.get(id(op))) is not None:
-                if box[0] is None:
-                    box[0] = converted(view(op[2]), op[3])
-                    box[0].flags.writeable = False
-                slots[op[1]] = box[0]
+                slots[op[1]] = kept_conversion(box, view(op[2]), op[3])
             else:
                 slots[op[1]] = converted(view(op[2]), op[3])
         elif kind == OP_PRODUCT:

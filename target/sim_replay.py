@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infer.target.sim_constants import ConstantBytes, LiveBytes
+from infer.target.sim_constants import ConstantBytes, LiveBytes, kept_conversion
 from infer.target.sim_core import (Counters, accumulate_into, canonical_nans, converted,
                                     vector_compute_fast)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOOP, T_SCALAR
@@ -180,11 +180,7 @@ def loadw_kept(cell: Cell, slot: int, kept: list[np.ndarray | None], view: np.nd
     """loadw_converted of a constant (keep_constants): converted by the first replay, then
     kept (read-only: nothing may write the matrix unit's weights)."""
     fr = cell.run
-    w = kept[0]
-    if w is None:
-        w = kept[0] = converted(view, wdt)
-        w.flags.writeable = False
-    fr.weights = fr.slots[slot] = w
+    fr.weights = fr.slots[slot] = kept_conversion(kept, view, wdt)
     fr.wdtype = dt
 
 
