@@ -160,6 +160,12 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
     VecOpDef("rdot", "dot", "row dot product: d[i] = sum_j fp32(a[i, j] * b[i, j]) (each product "
              "rounded to fp32, summed as rsum sums them: the bits of a `mul` into fp32 then an "
              "`rsum`; d is a column vector)", cost_default="rsum"),
+    # an exact select: `where` as mask(x, c) + mask(y, 1 - c) holds whatever the branch not
+    # taken holds (inf, NaN), where c*x + (1-c)*y gives NaN for 0*inf; -0 is IEEE addition's
+    # identity (x + -0 is x for every x, -0 included), so the sum is the taken value's bits
+    VecOpDef("mask", "binary", "d = a where b != 0, else -0.0 (NaN b counts as nonzero; the "
+             "sum of two tiles masked by complementary conditions is an exact select)",
+             cost_default="mul"),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
 #: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family

@@ -346,10 +346,12 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "eq": lambda a, b: (a == b).astype(np.result_type(a, b)),
     "lt": lambda a, b: (a < b).astype(np.result_type(a, b)),
     "le": lambda a, b: (a <= b).astype(np.result_type(a, b)),
+    # a where b is nonzero, else -0 (0 in integer math), in a's compute type
+    "mask": lambda a, b: np.where(b != 0, a, np.negative(np.zeros((), a.dtype))),
 }
 #: elementwise vector ops whose every result element IEEE arithmetic defines exactly (no
 #: library approximation whose code path could depend on the operands' strides)
-LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu"))
+LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu", "mask"))
 #: layout-free ops whose every fp32 result (signed zeros included) IEEE defines whatever
 #: loop numpy picks, so they may write an fp32 destination in place of a temporary
 #: (vector_compute_fast); max, min and relu are left out: which of -0 and +0 numpy's maximum
@@ -373,7 +375,7 @@ class VectorSpec:
     #: 0: how programs clear a tile), so reading it carries no data
     a_is_dead: bool = False
     #: an elementwise operation IEEE defines exactly (add, sub, mul, max, min, copy, neg, abs,
-    #: relu): its bits do not depend on the operands' memory layout, so operands already in
+    #: relu, mask): its bits do not depend on the operands' memory layout, so operands already in
     #: the compute type are used in place instead of copied to C order (vector_compute)
     layout_free: bool = False
     #: the ufunc that computes this operation straight into an fp32 destination (add, sub,

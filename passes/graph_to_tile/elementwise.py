@@ -16,10 +16,12 @@ allocates, so the cost model sizes tiles with the epilogue included.
 
 Each op is the instruction sequence its rule in `vector_math.RULES` emits (one vector op, or a
 sequence: erf-GELU, comparisons, logic, rounding, casts, integer division, pow, ...; exactness
-is documented there). `where` selects on the tile: with a compile-time condition the branches
-are masked at compile time (x*c + y*(1-c), exact for finite values); with a runtime condition
-c*x + (1-c)*y (exact for finite values), or min/max against +-inf when a branch is the
-constant +-inf (attention masks).
+is documented there). `where` selects on the tile: each branch is masked (`vec.mask`: the lanes
+not taken become -0, whatever the branch holds there) and the two are added, exact for every
+value (an inf or NaN in the branch not taken does not leak, as it would through c*x); with a
+compile-time condition the mask is a compile-time array and a constant branch is masked at
+compile time; with a runtime condition it is the condition tile (`Seq.select`), or min/max
+against +-inf when a branch is the constant +-inf (attention masks).
 """
 
 from __future__ import annotations
@@ -338,8 +340,8 @@ def _where(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,
         if not mask.any():
             continue
         array = ctx.constant(value)
-        if array is not None:  # the masked branch is a constant: fold it
-            masked = np.where(mask, np.asarray(array, np.float32), np.float32(0)).astype(np.float32)
+        if array is not None:  # the masked branch is a constant: fold it (-0: see below)
+            masked = np.where(mask, np.asarray(array, np.float32), np.float32(-0.0)).astype(np.float32)
             terms.append(_broadcast_tile(em, *load_array(ctx, masked, frame), frame))
             continue
         kind, x = operand(value, op)
@@ -347,10 +349,12 @@ def _where(ctx: LoweringContext, op: g.WhereOp, dst: SSAValue, frame: TileFrame,
         if mask.all():
             terms.append(x)
             continue
+        # the lanes not taken become -0, whatever x holds there (inf, NaN): -0 is addition's
+        # identity, so the sum of the two branches below is the taken value, bit for bit
         mask_kind, mask_buffer = load_array(ctx, mask.astype(np.float32), frame)
-        product = em.alloc((rows, cols), f32, "spad", 2)
-        em.vec("mul", product, z, x, z, rows, cols, mask_buffer, z, bmode=mask_kind)  # type: ignore[arg-type]
-        terms.append(product)
+        masked = em.alloc((rows, cols), f32, "spad", 2)
+        em.vec("mask", masked, z, x, z, rows, cols, mask_buffer, z, bmode=mask_kind)  # type: ignore[arg-type]
+        terms.append(masked)
     if not terms:
         em.fill(dst, z, rows, cols, 0.0)
     elif len(terms) == 1:

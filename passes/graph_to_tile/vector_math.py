@@ -83,11 +83,12 @@ class Seq:
         self.imm("add", dst, dst, 1.0)
 
     def select(self, dst: SSAValue, c: SSAValue, x: SSAValue, y: SSAValue, scratch: SSAValue) -> None:
-        """dst = c ? x : y for c in {0, 1}, as c*x + (1-c)*y: exact for finite x and y (one term
-        is +-0). scratch must differ from c, x and y; dst may be any of them."""
-        self.one_minus(scratch, c)
-        self.tile("mul", scratch, scratch, y)
-        self.tile("mul", dst, x, c)
+        """dst = c ? x : y for c in {0, 1}, as mask(x, c) + mask(y, c == 0): exact for every x
+        and y (the lane not taken is -0, addition's identity, whatever that branch holds there:
+        inf, NaN). scratch must differ from c, x and y; dst may be any of them."""
+        self.imm("eq", scratch, c, 0.0)
+        self.tile("mask", scratch, y, scratch)
+        self.tile("mask", dst, x, c)
         self.tile("add", dst, dst, scratch)
 
     def rint(self, dst: SSAValue, x: SSAValue, as_int: SSAValue) -> None:

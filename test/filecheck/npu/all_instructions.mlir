@@ -43,6 +43,7 @@ npu.program {
   npu.vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
   npu.vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
   npu.vec.rdot dst=r3+0x1442fc0, a=r26+0x13af0d0, b=r9+0x2000, rows=31776, cols=58576, dstride=11136, astride=743296, bstride=128, dt=fp32, at=bf16, bt=fp32, bmode=row, imm=0.0, wait=s4, signal=s2, signal2=s11
+  npu.vec.mask dst=r7+0x3000, a=r2+0x1a40, b=r11+0x2000100, rows=64, cols=512, dstride=2048, astride=1024, bstride=2048, dt=fp32, at=bf16, bt=fp32, bmode=tile, imm=0.0, wait=s3, signal=s9, signal2=s1
   npu.vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
   npu.vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17
 }
@@ -83,6 +84,7 @@ npu.program {
 // CHECK-NEXT: vec.rsum dst=r12+0x1442fc0, a=r26+0x13af0d0, rows=31776, cols=58576, dstride=11136, astride=743296, dt=fp8e4m3, at=fp8e5m2, wait=s26, signal=s2, signal2=s11
 // CHECK-NEXT: vec.rmax dst=r5+0x2646d18, a=r23+0x21ec01c, rows=9042, cols=46840, dstride=211288, astride=38484, dt=fp8e4m3, at=int32, wait=s19, signal=s2, signal2=s25
 // CHECK-NEXT: vec.rdot dst=r3+0x1442fc0, a=r26+0x13af0d0, b=r9+0x2000, rows=31776, cols=58576, dstride=11136, astride=743296, bstride=128, dt=fp32, at=bf16, bt=fp32, bmode=row, imm=0.0, wait=s4, signal=s2, signal2=s11
+// CHECK-NEXT: vec.mask dst=r7+0x3000, a=r2+0x1a40, b=r11+0x2000100, rows=64, cols=512, dstride=2048, astride=1024, bstride=2048, dt=fp32, at=bf16, bt=fp32, bmode=tile, imm=0.0, wait=s3, signal=s9, signal2=s1
 // CHECK-NEXT: vec.requant dst=r13+0x32e2ba8, a=r7+0x3a8aecc, b=r22+0xc9a800, rows=27287, cols=15402, dstride=673596, astride=651384, bstride=7212, dt=int8, at=int8, bt=fp32, bmode=row, imm=3.6809906e+25, wait=s6, signal=s12, signal2=s31
 // CHECK-NEXT: vec.dequant dst=r9+0x1f4e0c0, q=r30+0x13579b, s=r4+0x2468ac, rows=4064, cols=52817, dstride=631846, qstride=999999, sstride=87652, dt=bf16, fmt=q4_1, blocks=col, wait=s11, signal=s3, signal2=s17
 
@@ -122,5 +124,6 @@ npu.program {
 // HEX-NEXT: 0000000000000000000000b2d5e000ae039341f0813af0d0d2885f80c02c5a51
 // HEX-NEXT: 00000000000000000000003025950ce562dbe08d4a1ec01cbcc8da3050645352
 // HEX-NEXT: 00000000534001016af0005701c9a0f840001000253af0d0d2885f80302c445a
+// HEX-NEXT: 00000000134010000080001000040000810000802c001a40100060007005235b
 // HEX-NEXT: 69f39668500038593e0f148e787854d52e64d4005ba8aecc3e5c5750d07d8653
 // HEX-NEXT: 000000000162acc9e847f3484d9ca21fc01234561013579bf3e9c18090446b60

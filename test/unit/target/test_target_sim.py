@@ -346,6 +346,48 @@ def test_log_and_comparisons():
     assert vec_run("eq", a, b, dt="int32", at="int32").tolist() == [[0, 1, 0]]
 
 
+@pytest.mark.parametrize("mode", ["fast", "reference"])
+def test_mask_keeps_a_where_b_is_nonzero_and_writes_minus_zero_elsewhere(mode):
+    """vec.mask: a where b != 0 (NaN counts), -0 elsewhere, whatever a holds there (inf, NaN);
+    the sum of two complementary masks is an exact select, signed zeros and infinities kept."""
+    x = np.array([[1.5, np.inf, np.nan, -0.0, -np.inf, 3e38, 2.0, -7.0]], np.float32)
+    y = np.array([[np.inf, 2.0, -0.0, 5.0, np.nan, -1.0, -0.0, 0.0]], np.float32)
+    c = np.array([[1.0, 0.0, 0.0, 1.0, 1.0, -0.0, np.nan, 2.0]], np.float32)
+    take = np.array([True, False, False, True, True, False, True, True])
+    kept = vec_run("mask", x, c, mode=mode)
+    want = np.where(take, x, np.float32(-0.0))
+    assert kept.tobytes() == want.tobytes()
+    others = vec_run("mask", y, vec_run("eq", c, None, "imm", imm=0.0, mode=mode), mode=mode)
+    selected = vec_run("add", kept, others, mode=mode)
+    assert selected.tobytes() == np.where(take, x, y).tobytes()  # no 0 * inf = NaN, -0 kept
+    # a row and a column condition, an immediate, a bf16 destination, integers
+    row = np.array([[0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0]], np.float32)
+    x2 = np.vstack([x, x[:, ::-1]])
+    assert vec_run("mask", x2, row, "row", mode=mode).tobytes() == np.where(
+        row != 0, x2, np.float32(-0.0)).tobytes()
+    col = np.array([[0.0], [1.0]], np.float32)
+    assert vec_run("mask", x2, col, "col", mode=mode).tobytes() == np.where(
+        col != 0, x2, np.float32(-0.0)).tobytes()
+    assert vec_run("mask", x, None, "imm", imm=0.0, mode=mode).tobytes() == np.full_like(x, -0.0).tobytes()
+    half = vec_run("mask", x, c, dt="bf16", mode=mode).astype(np.float32)
+    assert half.tobytes() == want.astype(ml_dtypes.bfloat16).astype(np.float32).tobytes()
+    a = np.array([[2**31 - 1, -5, 7]], np.int64)
+    assert vec_run("mask", a, np.array([[3, 0, -1]], np.int64), dt="int32", at="int32",
+                   mode=mode).tolist() == [[2**31 - 1, 0, 7]]
+
+
+def test_a_config_without_mask_gives_it_muls_cost():
+    """A hardware config written before vec.mask existed loads: mask costs what mul does."""
+    import tomllib
+
+    from infer.target.hw import config_path, from_dict
+
+    data = tomllib.loads(config_path("server").read_text())
+    data["vector"]["cost"]["mul"] = 2
+    del data["vector"]["cost"]["mask"]
+    assert from_dict(data, "old.toml").vector.cost["mask"] == 2
+
+
 def test_int_ops_saturate_and_requant():
     a = np.array([[2**31 - 10, -(2**31) + 5, 100, -7]], np.int64)
     out = vec_run("add", a, np.array([[100, -100, 1, 1]]), dt="int32", at="int32")

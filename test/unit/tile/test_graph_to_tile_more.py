@@ -140,6 +140,40 @@ def test_where_compile_time_condition(target, precision):
     check(module(WHERE), target, precision)
 
 
+# the branch not taken holds inf or NaN (exp overflows, log of a negative): the select must not
+# let it through (c*x + (1-c)*y gives 0*inf = NaN); softplus with its threshold is this pattern
+WHERE_SPECIAL = fn("%x: tensor<4x8xf32>", "tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>", """
+  %c = graph.constant dense<[true, false, true, true, false, false, true, false]> : tensor<8xi1>
+  %big = graph.exp %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %lg = graph.log %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %a = graph.where %c, %x, %big : (tensor<8xi1>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %b = graph.where %c, %lg, %x : (tensor<8xi1>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = graph.constant dense<20.0> : tensor<f32>
+  %over = graph.greater %x, %t : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xi1>
+  %soft = graph.where %over, %x, %big : (tensor<4x8xi1>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %z = graph.constant dense<0.0> : tensor<f32>
+  %pos = graph.greater %x, %z : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xi1>
+  %safe = graph.where %pos, %lg, %x : (tensor<4x8xi1>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return %a, %b, %soft, %safe : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>""")
+
+
+@BOTH
+@PREC
+def test_where_does_not_leak_inf_or_nan_from_the_branch_not_taken(target, precision):
+    # the columns the compile-time mask takes x from: large (exp is inf) and positive; the
+    # others: negative or zero (log is NaN or -inf), so each output is finite only if nothing
+    # leaks from the branch not taken
+    x = np.zeros((4, 8), np.float32)
+    x[:, [0, 2, 3, 6]] = [[100.0, 95.0, 0.5, 300.0], [120.0, 2.0, 89.0, 30.0],
+                          [1e4, 25.0, 0.25, 91.0], [7.0, 150.0, 3.0, 1.5]]
+    x[:, [1, 4, 5, 7]] = [[-3.0, -0.5, 0.0, -1e4], [-0.0, -2.0, -7.5, -0.25],
+                          [-1.0, 0.0, -30.0, -0.0], [-100.0, -4.0, -0.125, -9.0]]
+    r = check(module(WHERE_SPECIAL), target, precision, inputs=[[x]])
+    assert '"mask"' in str(r.module)
+    for out in r.after[0]:
+        assert np.isfinite(out).all()
+
+
 # ---------------------------------------------------------------------------
 # 3. gather
 # ---------------------------------------------------------------------------
