@@ -27,7 +27,11 @@ Two comparisons:
 
 Metrics: cosine similarity, max abs error, SQNR in dB (10 log10(sum ref^2 / sum (ref -
 got)^2); inf when exact). A row is flagged when cosine < min_cosine (0.999) or SQNR <
-min_sqnr (30 dB) and the values differ at all.
+min_sqnr (30 dB) and the values differ at all. NaN and +-inf are values a model may compute
+(the log of a negative, an overflow a later `where` discards): the metrics are taken over the
+positions finite on both sides, and the others must agree (NaN where the reference has NaN,
+the same infinity where it has one); a position where they do not is a mismatch (`specials`
+counts the agreeing ones, `special_mismatches` the others).
 
 Layer names: the op's `graph.name` attribute when the frontend recorded one, else its ops
 (`conv2d+relu` for a fused kernel) numbered per kind in program order (`conv2d+relu_1`).
@@ -56,18 +60,32 @@ class Comparison:
     max_abs: float
     sqnr_db: float
     shape_ok: bool = True
+    specials: int = 0  # positions NaN or +-inf on both sides, alike (not in the metrics)
+    special_mismatches: int = 0  # positions NaN or +-inf on one side only, or different infinities
 
     def ok(self, min_cosine: float = MIN_COSINE, min_sqnr: float = MIN_SQNR) -> bool:
-        return self.shape_ok and (self.sqnr_db >= min_sqnr or self.max_abs == 0.0) and (
+        return self.shape_ok and not self.special_mismatches and (
+            self.sqnr_db >= min_sqnr or self.max_abs == 0.0) and (
             math.isnan(self.cosine) or self.cosine >= min_cosine)
 
+    def specials_note(self) -> str:
+        """What the metrics leave out, for a table row or a line ("" when nothing)."""
+        notes = []
+        if self.special_mismatches:
+            notes.append(f"NaN/inf where the reference differs at {self.special_mismatches} position(s)")
+        if self.specials:
+            notes.append(f"NaN/inf as the reference at {self.specials} position(s)")
+        return "; ".join(notes)
+
     def line(self) -> str:
+        note = self.specials_note()
         return (f"{self.name}: cosine {self.cosine:.6f}  max abs err {self.max_abs:.3g}  SQNR {_db(self.sqnr_db)} dB  "
-                f"{'OK' if self.ok() else 'MISMATCH'}")
+                f"{'OK' if self.ok() else 'MISMATCH'}" + (f"  ({note})" if note else ""))
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "cosine": _json_float(self.cosine), "max_abs": _json_float(self.max_abs),
-                "sqnr_db": _json_float(self.sqnr_db), "shape_ok": self.shape_ok, "ok": self.ok()}
+                "sqnr_db": _json_float(self.sqnr_db), "shape_ok": self.shape_ok, "specials": self.specials,
+                "special_mismatches": self.special_mismatches, "ok": self.ok()}
 
 
 def _db(x: float) -> str:
@@ -84,8 +102,15 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
         return Comparison(name, float("nan"), float("inf"), float("-inf"), shape_ok=False)
     r = np.asarray(ref, np.float64).ravel()
     g = np.asarray(got, np.float64).ravel()
+    finite = np.isfinite(r) & np.isfinite(g)
+    specials = mismatches = 0
+    if not finite.all():
+        odd_r, odd_g = r[~finite], g[~finite]
+        alike = (np.isnan(odd_r) & np.isnan(odd_g)) | (odd_r == odd_g)  # same NaN-ness, same inf
+        specials, mismatches = int(alike.sum()), int((~alike).sum())
+        r, g = r[finite], g[finite]
     if r.size == 0:
-        return Comparison(name, 1.0, 0.0, float("inf"))
+        return Comparison(name, 1.0, 0.0, float("inf"), specials=specials, special_mismatches=mismatches)
     err = r - g
     max_abs = float(np.max(np.abs(err)))
     nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
@@ -103,7 +128,7 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
         sqnr = float("-inf")
     else:
         sqnr = 10 * math.log10(sig / noise)
-    return Comparison(name, cosine, max_abs, sqnr)
+    return Comparison(name, cosine, max_abs, sqnr, specials=specials, special_mismatches=mismatches)
 
 
 # ----------------------------------------------------------------------------- the reference
@@ -250,11 +275,17 @@ class CheckReport:
                 else ""
             if r.comparison is None:
                 flag = f"not compared: {r.note}"
-            elif r.output:
-                flag = (flag + " " if flag else "") + f"(writes output {r.output})"
+            else:
+                if note := r.comparison.specials_note():
+                    flag = (flag + " " if flag else "") + f"({note})"
+                if r.output:
+                    flag = (flag + " " if flag else "") + f"(writes output {r.output})"
             rows.append((r.name, r.kernel, r.kind, r.comparison, flag))
         for c in self.outputs:
-            rows.append((f"output {c.name}", "-", "-", c, "" if c.ok(self.min_cosine, self.min_sqnr) else "MISMATCH"))
+            flag = "" if c.ok(self.min_cosine, self.min_sqnr) else "MISMATCH"
+            if note := c.specials_note():
+                flag = (flag + " " if flag else "") + f"({note})"
+            rows.append((f"output {c.name}", "-", "-", c, flag))
         w = min(max([len("layer"), *(len(r[0]) for r in rows)]), 40)
         wk = min(max([len("kernel"), *(len(r[1]) for r in rows)]), 12)
         wt = min(max([len("kind"), *(len(r[2]) for r in rows)]), 14)

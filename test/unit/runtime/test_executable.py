@@ -136,6 +136,28 @@ def test_compare_metrics():
     assert not compare("o", r, r[:2]).ok()
 
 
+def test_compare_takes_nan_and_inf_where_the_reference_has_them():
+    """A model may compute NaN or inf (the log of a negative that a later `where` discards):
+    alike on both sides they are left out of the metrics and counted; on one side only, or a
+    different infinity, the comparison fails whatever the finite values say."""
+    r = np.array([1.0, np.nan, 3.0, np.inf, -np.inf, 2.0], np.float32)
+    same = compare("o", r, r.copy())
+    assert same.ok() and same.specials == 3 and same.special_mismatches == 0
+    assert same.max_abs == 0 and same.sqnr_db == float("inf") and same.cosine == pytest.approx(1.0)
+    assert "NaN/inf as the reference at 3 position(s)" in same.line()
+    noisy = compare("o", r, r + np.float32(1e-6))
+    assert noisy.ok() and noisy.specials == 3 and 0 < noisy.max_abs < 1e-5
+    for pos, value in ((1, 0.5), (0, np.nan), (3, -np.inf), (5, np.inf)):
+        got = r.copy()
+        got[pos] = value
+        bad = compare("o", r, got)
+        assert not bad.ok() and bad.special_mismatches == 1, (pos, value)
+        assert "MISMATCH" in bad.line() and "differs at 1 position(s)" in bad.line()
+        assert bad.as_dict()["special_mismatches"] == 1
+    nothing_finite = compare("o", np.full(4, np.nan, np.float32), np.full(4, np.nan, np.float32))
+    assert nothing_finite.ok() and nothing_finite.specials == 4
+
+
 @pytest.mark.parametrize("make", [bias_relu_artifact, lambda: gemm_artifact()[0]])
 def test_dram_buffer_reused_with_written_ranges_restored(make):
     """A run leaves its DRAM buffer and the ranges it wrote (Counters.dram_written); the next

@@ -200,3 +200,33 @@ def test_padded_pool_is_one_marker():
     assert [(r.name, r.kernel) for r in rep.layers] == [("conv2d+relu_0", "kernel0"), ("max_pool2d_0", "kernel1"),
                                                         ("conv2d_0", "kernel2")]
     assert rep.ok()
+
+
+def test_a_layer_computing_nan_that_a_where_discards_is_not_flagged(tmp_path):
+    """where(x > 0, log(x), 0), the log also a model output: it holds NaN (and -inf at 0)
+    where x <= 0, as the reference does; the check compares its finite values, counts the
+    others, and flags nothing (it flagged the log's row with a NaN cosine before)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Log", ["x"], ["lg"]),
+             helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("Where", ["pos", "lg", "zero"], ["y"])]
+    graph = helper.make_graph(nodes, "safe_log", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16]),
+                               helper.make_tensor_value_info("lg", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])])
+    path = tmp_path / "safe_log.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = infer.compile(path, target="edge")
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    x[0, :3] = 0.0
+    report = exe.check([x])
+    assert report.ok(), report.table()
+    log_row = next(r for r in report.layers if r.comparison is not None and r.comparison.specials)
+    assert log_row.comparison.specials == int((x <= 0).sum()) and log_row.comparison.special_mismatches == 0
+    assert "NaN/inf as the reference" in report.table() and "out of tolerance" not in report.table()
+    lg = next(c for c in report.outputs if c.name == "lg")
+    assert lg.ok() and lg.specials == int((x <= 0).sum()) and lg.cosine > 0.9999
+    np.testing.assert_allclose(report.sim_outputs[0], np.where(x > 0, np.log(np.where(x > 0, x, 1)), 0),
+                               rtol=1e-5, atol=1e-6)
