@@ -12,6 +12,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
+from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose2d
 from infer.frontend.onnx_ops import (
     NodeProblem,
     attribute,
@@ -123,6 +124,63 @@ def convolution(imp: Importer, node: onnx.NodeProto, x: SSAValue, w: SSAValue, b
         ys = shape_of(y)
         y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
     return y
+
+
+@handler("ConvTranspose", attrs=(*CONV_ATTRS, "output_padding", "output_shape"))
+def _conv_transpose(imp: Importer, node: onnx.NodeProto):
+    """1-D and 2-D ConvTranspose as a stride-1 conv of the zero-inserted input
+    (frontend/conv_transpose.py); output_shape and auto_pad give the pads as the ONNX spec
+    computes them."""
+    x, w = imp.value(node.input[0]), imp.value(node.input[1])
+    bias = imp.value(node.input[2]) if input_name(node, 2) else None
+    xs, ws = shape_of(x), shape_of(w)
+    r = len(xs) - 2
+    if r not in (1, 2):
+        raise NodeProblem(f"{r}-D ConvTranspose is not supported (1-D and 2-D only)")
+    kernel = list(attribute(node, "kernel_shape") or ws[2:])
+    if kernel != list(ws[2:]):
+        raise NodeProblem(f"kernel_shape {kernel} does not match the weight's {list(ws[2:])}")
+    strides = list(attribute(node, "strides") or [1] * r)
+    dilations = list(attribute(node, "dilations") or [1] * r)
+    output_padding = list(attribute(node, "output_padding") or [0] * r)
+    pads = list(attribute(node, "pads") or [0] * (2 * r))
+    if not len(strides) == len(dilations) == len(output_padding) == r or len(pads) != 2 * r:
+        raise NodeProblem(f"strides/dilations/output_padding/pads do not match the {r} spatial dims")
+    if any(not 0 <= o < max(s, d) for o, s, d in zip(output_padding, strides, dilations, strict=True)):
+        raise NodeProblem(f"output_padding {output_padding} must be below the stride or the dilation")
+    output_shape = list(attribute(node, "output_shape") or [])
+    auto_pad = attribute(node, "auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise NodeProblem(f"auto_pad = {auto_pad} is not supported")
+    if auto_pad == "VALID":
+        pads = [0] * (2 * r)
+    if output_shape or auto_pad.startswith("SAME"):
+        spatial = output_shape[-r:] if output_shape else [xs[2 + i] * strides[i] for i in range(r)]
+        for i in range(r):
+            total = (strides[i] * (xs[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+                     - spatial[i])
+            if total < 0:  # longer than the scatter reaches: output padding, within its bound
+                output_padding[i] -= total
+                total = 0
+                if output_padding[i] >= max(strides[i], dilations[i]):
+                    raise NodeProblem(f"output_shape {spatial} is longer than the input reaches in spatial "
+                                      f"dim {i} (at most {spatial[i] - output_padding[i] + max(strides[i], dilations[i]) - 1})")
+            small, big = total // 2, total - total // 2
+            pads[i], pads[i + r] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    if r == 1:
+        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+        strides, dilations, output_padding = [1, *strides], [1, *dilations], [0, *output_padding]
+        pads = [0, pads[0], 0, pads[1]]
+    try:
+        y = conv_transpose2d(imp.b, x, w, bias, strides, pads, dilations, output_padding,
+                             int(attribute(node, "group", 1)))
+    except ConvTransposeProblem as e:
+        raise NodeProblem(str(e)) from None
+    if r == 1:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return [y]
 
 
 @handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))

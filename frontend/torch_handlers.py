@@ -13,6 +13,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
+from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose2d
 from infer.frontend.torch_ops import (
     HANDLERS,
     KnownTensor,
@@ -380,7 +381,8 @@ def _addmm(imp, node, args, kwargs):
 def _conv(imp, node, args, kwargs):
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args
     if transposed:
-        raise Unsupported("op:aten.convolution (transposed)")
+        return _conv_transpose(imp, imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None,
+                               stride, padding, dilation, output_padding, groups)
     if len(shape_of(imp.value(x))) != 4:
         raise Unsupported(f"op:aten.convolution ({len(shape_of(imp.value(x))) - 2}-d)")
     ph, pw = padding
@@ -390,6 +392,27 @@ def _conv(imp, node, args, kwargs):
         stride=g.i64_array(stride), padding=g.i64_array([ph, pw, ph, pw]), dilation=g.i64_array(dilation),
         groups=g.i64_attr(groups),
     )
+
+
+def _conv_transpose(imp, x, w, bias, stride, padding, dilation, output_padding, groups):
+    """ConvTranspose1d/2d (frontend/conv_transpose.py); 1-D as 2-D with H = 1."""
+    rank = len(shape_of(x))
+    if rank not in (3, 4):
+        raise Unsupported(f"op:aten.convolution (transposed, {rank - 2}-d)")
+    stride, padding, dilation, output_padding = (list(v) for v in (stride, padding, dilation, output_padding))
+    if rank == 3:
+        (n, c, length), ws = shape_of(x), shape_of(w)
+        x = imp.b.reshape(x, (n, c, 1, length))
+        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+        stride, padding, dilation, output_padding = [1, *stride], [0, *padding], [1, *dilation], [0, *output_padding]
+    try:
+        y = conv_transpose2d(imp.b, x, w, bias, stride, [*padding, *padding], dilation, output_padding, groups)
+    except ConvTransposeProblem as e:
+        raise Unsupported(f"op:aten.convolution (transposed): {e}") from None
+    if rank == 3:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return y
 
 
 # -- normalization and pooling ----------------------------------------------------

@@ -106,6 +106,31 @@ def test_helper_cnn_matches_onnxruntime():
     _check_against_ort(_model(nodes, [x], [y], inits), {"image": _f32(2, 3, 16, 16)})
 
 
+@pytest.mark.parametrize("attrs, spatial", [
+    (dict(strides=[2, 2], output_shape=[12, 12]), (12, 12)),  # longer than the scatter: padding after
+    (dict(strides=[2, 2], output_shape=[9, 10]), (9, 10)),  # shorter: pads taken from it
+    (dict(strides=[2, 1], auto_pad="SAME_LOWER"), (10, 5)),
+    (dict(strides=[3, 2], pads=[4, 0, 3, 1], output_padding=[2, 1], group=3), (10, 11)),
+])
+def test_conv_transpose_matches_onnxruntime(attrs, spatial):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5, 5])
+    group = attrs.get("group", 1)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", **attrs)]
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, *spatial])],
+                   [_init("w", _f32(6, 6 // group, 3, 3)), _init("b", _f32(6))])
+    _check_against_ort(model, {"x": _f32(2, 6, 5, 5)})
+
+
+def test_conv_transpose_output_shape_beyond_reach_is_one_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[12, 13], name="up")]
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 12, 13])],
+                   [_init("w", _f32(3, 2, 3, 3))])
+    with pytest.raises(ModelImportError, match=r"ConvTranspose node 'up': output_shape \[12, 13\] is longer than "
+                                               r"the input reaches in spatial dim 1 \(at most 12\)"):
+        infer.import_model(model)
+
+
 def test_shape_arithmetic_is_folded_to_static_attributes():
     # y = reshape(x, [shape(x)[0], -1]) then slice/expand/pad driven by shapes
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])

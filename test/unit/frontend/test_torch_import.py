@@ -112,6 +112,26 @@ def test_small_cnn():
     assert {"graph.conv2d", "graph.batch_norm", "graph.max_pool2d", "graph.avg_pool2d"} <= set(ops)
 
 
+@pytest.mark.parametrize("make, shape", [
+    (lambda: torch.nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1), (2, 6, 5, 7)),
+    (lambda: torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 3), padding=(2, 0), dilation=(2, 1)), (1, 6, 6, 4)),
+    (lambda: torch.nn.ConvTranspose2d(6, 9, 4, stride=2, padding=1, groups=3, bias=False), (1, 6, 4, 4)),
+    (lambda: torch.nn.ConvTranspose1d(5, 3, 4, stride=3, padding=2, output_padding=2), (2, 5, 9)),
+])
+def test_conv_transpose(make, shape):
+    """Transposed convs (stride, padding beyond the kernel's reach, output padding,
+    dilation, groups, 1-D) import as a conv of the zero-inserted input and match torch."""
+    torch.manual_seed(0)
+    m = make().eval()
+    x = torch.randn(*shape)
+    module = import_torch(m, (x,))
+    with torch.no_grad():
+        ref = m(x).numpy()
+    out = run_module(module, [x.numpy()])[0]
+    assert out.shape == ref.shape and np.abs(out - ref).max() <= TOL
+    assert "graph.conv2d" in _ops(module)
+
+
 def test_pt2_round_trip(tmp_path):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 3)).eval()

@@ -1,0 +1,79 @@
+"""Transposed convolution (ONNX ConvTranspose, `aten.convolution(transposed=True)`) as graph ops
+the compiler already lowers, shared by the ONNX and torch.export frontends.
+
+A transposed convolution scatters each input pixel, times the kernel, into the output at
+`stride` times its position. The same output is the ordinary stride-1 convolution of the
+input with `stride - 1` zeros inserted between its pixels, padded by `dilation * (k - 1) - pad`
+before and `dilation * (k - 1) - pad + output_padding` after (a crop where negative), with the
+kernel flipped in space and its input and output channel axes swapped within each group:
+
+    zeros inserted: x [N, C, H, W] -> reshape [N, C, H, 1, W, 1] -> graph.pad (s - 1 after the
+                    unit axes) -> reshape [N, C, H*s, W*s] (the last s - 1 rows and columns are
+                    zeros, which count towards the padding after)
+    kernel:         w [C_in, C_out/g, kH, kW] -> [g, C_in/g, C_out/g, kH, kW] -> transpose
+                    (0, 2, 1, 3, 4) -> [C_out, C_in/g, kH, kW] -> reversed in kH and kW
+    graph.conv2d    stride 1, the transposed conv's dilation and groups, the padding above
+
+The kernel's ops read only the weight, so graph constant folding (`graph-optimize`) makes them
+a new weight at compile time. What it costs: with stride s the conv multiplies s^2 times as
+many pixels as the transposed conv needs (the inserted zeros), the MACs the roofline report
+counts against the compiler; splitting the kernel into its s^2 phases (one stride-1 conv per
+output phase, interleaved) would not, and is what to do when a model needs these fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.ir import SSAValue
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import shape_of
+from infer.frontend.builder import GraphBuilder
+
+
+class ConvTransposeProblem(ValueError):
+    """Parameters a transposed convolution cannot have (the frontends say which node)."""
+
+
+def conv_transpose2d(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue | None,
+                     strides: Sequence[int], pads: Sequence[int], dilations: Sequence[int],
+                     output_padding: Sequence[int], groups: int) -> SSAValue:
+    """The transposed convolution of x [N, C_in, H, W] with w [C_in, C_out/groups, kH, kW]
+    (+ bias [C_out]); pads = [top, left, bottom, right]; output [N, C_out, H_out, W_out] with
+    H_out = (H - 1) sH - top - bottom + dH (kH - 1) + 1 + output_padding_H."""
+    n, c_in, h, wd = shape_of(x)
+    wc, c_out_group, kh, kw = shape_of(w)
+    if groups < 1 or c_in % groups or wc != c_in:
+        raise ConvTransposeProblem(f"the weight {list(shape_of(w))} does not match {c_in} input channels "
+                                   f"in {groups} group(s) ([C_in, C_out/groups, kH, kW] expected)")
+    if any(s < 1 for s in strides) or any(d < 1 for d in dilations) or any(p < 0 for p in pads):
+        raise ConvTransposeProblem(f"strides {list(strides)} and dilations {list(dilations)} must be "
+                                   f"positive and pads {list(pads)} non-negative")
+    if any(o < 0 for o in output_padding):
+        raise ConvTransposeProblem(f"output_padding {list(output_padding)} must be non-negative")
+    c_out = c_out_group * groups
+    kernel = b.reshape(w, (groups, c_in // groups, c_out_group, kh, kw))
+    kernel = b.transpose(kernel, (0, 2, 1, 3, 4))
+    kernel = b.reshape(kernel, (c_out, c_in // groups, kh, kw))
+    kernel = b.slice(kernel, [0, 0, kh - 1, kw - 1], [c_out, c_in // groups, -1, -1], [1, 1, -1, -1])
+
+    sh, sw = strides
+    z = x
+    if sh > 1 or sw > 1:
+        z = b.reshape(x, (n, c_in, h, 1, wd, 1))
+        z = b.op(g.PadOp, [z], pads=g.i64_array([0] * 9 + [sh - 1, 0, sw - 1]))
+        z = b.reshape(z, (n, c_in, h * sh, wd * sw))
+    # padding of the zero-inserted input; the s - 1 zeros after its last pixel are there already
+    before = [d * (k - 1) - p for d, k, p in zip(dilations, (kh, kw), pads[:2], strict=True)]
+    after = [d * (k - 1) - p + o - (s - 1)
+             for d, k, p, o, s in zip(dilations, (kh, kw), pads[2:], output_padding, strides, strict=True)]
+    size = list(shape_of(z)[2:])
+    if any(v < 0 for v in before + after):  # more padding than the kernel reaches: a crop
+        starts = [max(0, -v) for v in before]
+        ends = [size[i] + min(0, after[i]) for i in range(2)]
+        z = b.slice(z, [0, 0, *starts], [n, c_in, *ends])
+        before, after = [max(0, v) for v in before], [max(0, v) for v in after]
+    return b.op(g.Conv2dOp, [z, kernel, bias], stride=g.i64_array([1, 1]),
+                padding=g.i64_array([before[0], before[1], after[0], after[1]]),
+                dilation=g.i64_array(list(dilations)), groups=g.i64_attr(groups))
