@@ -13,6 +13,7 @@ from xdsl.ir import SSAValue
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
 from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose2d
+from infer.frontend.einsum import EinsumProblem, einsum
 from infer.frontend.onnx_ops import (
     NodeProblem,
     attribute,
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
 def _matmul(imp: Importer, node: onnx.NodeProto):
     a, b = imp.value(node.input[0]), imp.value(node.input[1])
     return [imp.b.op(g.MatmulOp, [a, b])]
+
+
+@handler("Einsum", attrs=("equation",))
+def _einsum(imp: Importer, node: onnx.NodeProto):
+    """Sums, transposes and batched matmuls (frontend/einsum.py)."""
+    equation = attribute(node, "equation")
+    equation = equation.decode() if isinstance(equation, bytes) else str(equation or "")
+    try:
+        return [einsum(imp.b, equation, [imp.value(n) for n in node.input])]
+    except EinsumProblem as e:
+        raise NodeProblem(str(e)) from None
 
 
 @handler("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))

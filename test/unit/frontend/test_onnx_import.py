@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -129,6 +130,41 @@ def test_conv_transpose_output_shape_beyond_reach_is_one_error():
     with pytest.raises(ModelImportError, match=r"ConvTranspose node 'up': output_shape \[12, 13\] is longer than "
                                                r"the input reaches in spatial dim 1 \(at most 12\)"):
         infer.import_model(model)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 7, 8)]),  # attention scores
+    ("bhqk,bhkd->bqhd", [(2, 3, 5, 7), (2, 3, 7, 8)]),  # attention output, heads moved
+    ("ij,jk,kl->il", [(4, 5), (5, 6), (6, 3)]),  # a chain
+    ("bij,bjk", [(2, 3, 4), (2, 4, 5)]),  # implicit output: b, i, k in alphabetical order
+    ("ijk,k->ji", [(3, 4, 5), (5,)]),
+    ("ij,kl->ijkl", [(2, 3), (4, 5)]),  # outer product
+    ("abc->ca", [(3, 4, 5)]),  # a sum and a transpose
+    ("ij,ij->", [(4, 6), (4, 6)]),
+])
+def test_einsum_matches_onnxruntime(equation, shapes):
+    xs = {f"x{i}": _f32(*s) for i, s in enumerate(shapes)}
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape)) for n, v in xs.items()]
+    want = np.einsum(equation, *xs.values())
+    nodes = [helper.make_node("Einsum", list(xs), ["y"], equation=equation, name="es")]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(want.shape))])
+    _check_against_ort(model, xs, rtol=1e-4, atol=1e-4)
+    text = str(infer.import_model(model))
+    assert "graph.einsum" not in text and ("graph.matmul" in text) == ("," in equation)
+
+
+@pytest.mark.parametrize("equation, shapes, problem", [
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)], "an ellipsis"),
+    ("ii->i", [(3, 3)], "a diagonal"),
+    ("ij,jk->ik", [(3, 4), (5, 6)], "index 'j' is 4 in one input and 5 in another"),
+    ("ij->ijz", [(3, 4)], "output 'ijz' must name distinct indices of the inputs"),
+])
+def test_einsum_it_cannot_take_is_one_error(equation, shapes, problem):
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, list(s)) for i, s in enumerate(shapes)]
+    nodes = [helper.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], equation=equation, name="es")]
+    model = _model(nodes, inputs, [_out("y", 2)])
+    with pytest.raises(ModelImportError, match=f"Einsum node 'es': equation .*{re.escape(problem)}"):
+        import_onnx(model)
 
 
 def test_shape_arithmetic_is_folded_to_static_attributes():
