@@ -19,6 +19,11 @@ a new weight at compile time. What it costs: with stride s the conv multiplies s
 many pixels as the transposed conv needs (the inserted zeros), the MACs the roofline report
 counts against the compiler; splitting the kernel into its s^2 phases (one stride-1 conv per
 output phase, interleaved) would not, and is what to do when a model needs these fast.
+
+The common upsampling of U-Nets, a kernel as large as its stride with no padding (2x2, stride
+2), has one tap per output pixel: it is a 1x1 conv to C_out * sH * sW channels followed by a
+depth-to-space (reshape [N, C_out, sH, sW, H, W], transpose to [N, C_out, H, sH, W, sW],
+reshape), with no wasted MACs (`_kernel_as_large_as_stride`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ def conv_transpose2d(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue |
     if any(o < 0 for o in output_padding):
         raise ConvTransposeProblem(f"output_padding {list(output_padding)} must be non-negative")
     c_out = c_out_group * groups
+    if (kh, kw) == tuple(strides) and not any(pads) and tuple(dilations) == (1, 1) \
+            and not any(output_padding) and groups == 1:
+        return _kernel_as_large_as_stride(b, x, w, bias)
     kernel = b.reshape(w, (groups, c_in // groups, c_out_group, kh, kw))
     kernel = b.transpose(kernel, (0, 2, 1, 3, 4))
     kernel = b.reshape(kernel, (c_out, c_in // groups, kh, kw))
@@ -77,3 +85,19 @@ def conv_transpose2d(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue |
     return b.op(g.Conv2dOp, [z, kernel, bias], stride=g.i64_array([1, 1]),
                 padding=g.i64_array([before[0], before[1], after[0], after[1]]),
                 dilation=g.i64_array(list(dilations)), groups=g.i64_attr(groups))
+
+
+def _kernel_as_large_as_stride(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue | None) -> SSAValue:
+    """A transposed conv whose kernel is its stride (no padding, dilation 1, one group): each
+    input pixel writes its own sH x sW output block, so it is a 1x1 conv to every (channel,
+    row, column) of the block and a depth-to-space."""
+    n, c_in, h, wd = shape_of(x)
+    _, c_out, sh, sw = shape_of(w)
+    block = c_out * sh * sw
+    kernel = b.reshape(b.transpose(b.reshape(w, (c_in, block)), (1, 0)), (block, c_in, 1, 1))
+    if bias is not None:  # each channel's bias on each of its sH * sW block positions
+        bias = b.reshape(b.broadcast(b.reshape(bias, (c_out, 1)), (c_out, sh * sw)), (block,))
+    y = b.op(g.Conv2dOp, [x, kernel, bias], stride=g.i64_array([1, 1]), padding=g.i64_array([0, 0, 0, 0]),
+             dilation=g.i64_array([1, 1]), groups=g.i64_attr(1))
+    y = b.transpose(b.reshape(y, (n, c_out, sh, sw, h, wd)), (0, 1, 4, 2, 5, 3))
+    return b.reshape(y, (n, c_out, h * sh, wd * sw))

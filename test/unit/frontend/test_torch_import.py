@@ -117,6 +117,8 @@ def test_small_cnn():
     (lambda: torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 3), padding=(2, 0), dilation=(2, 1)), (1, 6, 6, 4)),
     (lambda: torch.nn.ConvTranspose2d(6, 9, 4, stride=2, padding=1, groups=3, bias=False), (1, 6, 4, 4)),
     (lambda: torch.nn.ConvTranspose1d(5, 3, 4, stride=3, padding=2, output_padding=2), (2, 5, 9)),
+    (lambda: torch.nn.ConvTranspose2d(6, 4, 2, stride=2), (2, 6, 5, 3)),  # U-Net: a 1x1 conv, depth-to-space
+    (lambda: torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(3, 2), bias=False), (1, 6, 4, 4)),
 ])
 def test_conv_transpose(make, shape):
     """Transposed convs (stride, padding beyond the kernel's reach, output padding,
