@@ -15,10 +15,14 @@ kernel flipped in space and its input and output channel axes swapped within eac
     graph.conv2d    stride 1, the transposed conv's dilation and groups, the padding above
 
 The kernel's ops read only the weight, so graph constant folding (`graph-optimize`) makes them
-a new weight at compile time. What it costs: with stride s the conv multiplies s^2 times as
-many pixels as the transposed conv needs (the inserted zeros), the MACs the roofline report
-counts against the compiler; splitting the kernel into its s^2 phases (one stride-1 conv per
-output phase, interleaved) would not, and is what to do when a model needs these fast.
+a new weight at compile time. That conv multiplies s^2 times as many pixels as the transposed
+conv needs (the inserted zeros). With a stride, dilation 1 and a kernel at least as large as the
+stride, the output is instead split into its sH * sW phases (`_phases`): the output pixels of
+one phase (row mod sH, column mod sW) all take the same taps of the flipped kernel (every s-th,
+from an offset), so each phase is a stride-1 conv of the input itself with that sub-kernel;
+the phases are concatenated and interleaved (reshape, transpose, reshape) and cropped. The MACs
+are the transposed conv's own (up to the edges), at the cost of sH * sW smaller convs and one
+interleaving copy.
 
 The common upsampling of U-Nets, a kernel as large as its stride with no padding (2x2, stride
 2), has one tap per output pixel: it is a 1x1 conv to C_out * sH * sW channels followed by a
@@ -67,6 +71,11 @@ def conv_transpose2d(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue |
     kernel = b.slice(kernel, [0, 0, kh - 1, kw - 1], [c_out, c_in // groups, -1, -1], [1, 1, -1, -1])
 
     sh, sw = strides
+    if (sh > 1 or sw > 1) and tuple(dilations) == (1, 1) and kh >= sh and kw >= sw:
+        out_size = [(size - 1) * s - p0 - p1 + k + o for size, s, p0, p1, k, o
+                    in zip((h, wd), strides, pads[:2], pads[2:], (kh, kw), output_padding, strict=True)]
+        if out_size[0] >= sh and out_size[1] >= sw:  # every phase has an output
+            return _phases(b, x, kernel, bias, strides, pads[:2], out_size, groups)
     z = x
     if sh > 1 or sw > 1:
         z = b.reshape(x, (n, c_in, h, 1, wd, 1))
@@ -101,3 +110,51 @@ def _kernel_as_large_as_stride(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: 
              dilation=g.i64_array([1, 1]), groups=g.i64_attr(1))
     y = b.transpose(b.reshape(y, (n, c_out, sh, sw, h, wd)), (0, 1, 4, 2, 5, 3))
     return b.reshape(y, (n, c_out, h * sh, wd * sw))
+
+
+def _phase_plan(size: int, k: int, s: int, pad: int, out: int) -> list[tuple[int, int, int, int, int]]:
+    """Per output phase r (outputs r, r + s, ...) of one spatial dim: (first tap of the flipped
+    kernel, input rows cropped before, zeros padded before, zeros padded after, outputs). Output
+    o = s m + r of the zero-inserted form reads input row m + c + j with tap t0 + s j, where t0
+    = (k - 1 - pad - r) mod s and c = (r + t0 - (k - 1 - pad)) / s."""
+    plan = []
+    for r in range(s):
+        t0 = (k - 1 - pad - r) % s
+        taps = len(range(t0, k, s))
+        c = (r + t0 - (k - 1 - pad)) // s
+        count = max(0, -(-(out - r) // s))
+        last = count - 1 + c + taps - 1  # the last input row it reads
+        plan.append((t0, max(0, c), max(0, -c), max(0, last - (size - 1)), count))
+    return plan
+
+
+def _phases(b: GraphBuilder, x: SSAValue, kernel: SSAValue, bias: SSAValue | None, strides: Sequence[int],
+            pads_before: Sequence[int], out_size: Sequence[int], groups: int) -> SSAValue:
+    """The transposed conv as one stride-1 conv per output phase (see the module docstring):
+    `kernel` is the flipped, channel-swapped kernel [C_out, C_in/g, kH, kW]."""
+    n, c_in, h, wd = shape_of(x)
+    c_out, c_group, kh, kw = shape_of(kernel)
+    sh, sw = strides
+    rows = _phase_plan(h, kh, sh, pads_before[0], out_size[0])
+    cols = _phase_plan(wd, kw, sw, pads_before[1], out_size[1])
+    mh, mw = rows[0][4], cols[0][4]  # phase 0 has the most outputs
+    phases = []
+    for t0h, cut_h, before_h, after_h, count_h in rows:
+        for t0w, cut_w, before_w, after_w, count_w in cols:
+            sub = b.slice(kernel, [0, 0, t0h, t0w], [c_out, c_group, kh, kw], [1, 1, sh, sw])
+            xi = b.slice(x, [0, 0, cut_h, cut_w], [n, c_in, h, wd]) if cut_h or cut_w else x
+            y = b.op(g.Conv2dOp, [xi, sub, bias], stride=g.i64_array([1, 1]),
+                     padding=g.i64_array([before_h, before_w, after_h, after_w]),
+                     dilation=g.i64_array([1, 1]), groups=g.i64_attr(groups))
+            yh, yw = shape_of(y)[2:]
+            if (yh, yw) != (count_h, count_w):  # more input than this phase reads: fewer outputs
+                y = b.slice(y, [0, 0, 0, 0], [n, c_out, count_h, count_w])
+            if (count_h, count_w) != (mh, mw):  # past the output's end once interleaved: cropped
+                y = b.op(g.PadOp, [y], pads=g.i64_array([0, 0, 0, 0, 0, 0, mh - count_h, mw - count_w]))
+            phases.append(b.reshape(y, (n, c_out, 1, mh, mw)))
+    y = b.op(g.ConcatOp, phases, axis=g.i64_attr(2)) if len(phases) > 1 else phases[0]
+    y = b.transpose(b.reshape(y, (n, c_out, sh, sw, mh, mw)), (0, 1, 4, 2, 5, 3))
+    y = b.reshape(y, (n, c_out, mh * sh, mw * sw))
+    if (mh * sh, mw * sw) != tuple(out_size):
+        y = b.slice(y, [0, 0, 0, 0], [n, c_out, *out_size])
+    return y

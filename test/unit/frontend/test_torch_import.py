@@ -117,6 +117,9 @@ def test_small_cnn():
     (lambda: torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 3), padding=(2, 0), dilation=(2, 1)), (1, 6, 6, 4)),
     (lambda: torch.nn.ConvTranspose2d(6, 9, 4, stride=2, padding=1, groups=3, bias=False), (1, 6, 4, 4)),
     (lambda: torch.nn.ConvTranspose1d(5, 3, 4, stride=3, padding=2, output_padding=2), (2, 5, 9)),
+    (lambda: torch.nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1), (2, 6, 4, 5)),  # DCGAN: output phases
+    (lambda: torch.nn.ConvTranspose2d(6, 4, (5, 3), stride=(3, 2), padding=(0, 2), output_padding=(2, 1)), (1, 6, 3, 4)),
+    (lambda: torch.nn.ConvTranspose2d(6, 4, 3, stride=2, padding=2, groups=2), (1, 6, 5, 5)),
     (lambda: torch.nn.ConvTranspose2d(6, 4, 2, stride=2), (2, 6, 5, 3)),  # U-Net: a 1x1 conv, depth-to-space
     (lambda: torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(3, 2), bias=False), (1, 6, 4, 4)),
 ])
