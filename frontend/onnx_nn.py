@@ -140,9 +140,8 @@ def convolution(imp: Importer, node: onnx.NodeProto, x: SSAValue, w: SSAValue, b
 
 @handler("ConvTranspose", attrs=(*CONV_ATTRS, "output_padding", "output_shape"))
 def _conv_transpose(imp: Importer, node: onnx.NodeProto):
-    """1-D and 2-D ConvTranspose as a stride-1 conv of the zero-inserted input
-    (frontend/conv_transpose.py); output_shape and auto_pad give the pads as the ONNX spec
-    computes them."""
+    """1-D and 2-D ConvTranspose as stride-1 convs (frontend/conv_transpose.py); output_shape
+    and auto_pad give the pads as the ONNX spec computes them."""
     x, w = imp.value(node.input[0]), imp.value(node.input[1])
     bias = imp.value(node.input[2]) if input_name(node, 2) else None
     xs, ws = shape_of(x), shape_of(w)
