@@ -31,7 +31,8 @@ min_sqnr (30 dB) and the values differ at all. NaN and +-inf are values a model 
 (the log of a negative, an overflow a later `where` discards): the metrics are taken over the
 positions finite on both sides, and the others must agree (NaN where the reference has NaN,
 the same infinity where it has one); a position where they do not is a mismatch (`specials`
-counts the agreeing ones, `special_mismatches` the others).
+counts the agreeing ones, `special_mismatches` the others). A bool value (a comparison, a
+mask) is held as 0 / 1 and compared exactly: any difference flags it.
 
 Layer names: the op's `graph.name` attribute when the frontend recorded one, else its ops
 (`conv2d+relu` for a fused kernel) numbered per kind in program order (`conv2d+relu_1`).
@@ -39,6 +40,7 @@ Layer names: the op's `graph.name` attribute when the frontend recorded one, els
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -62,8 +64,11 @@ class Comparison:
     shape_ok: bool = True
     specials: int = 0  # positions NaN or +-inf on both sides, alike (not in the metrics)
     special_mismatches: int = 0  # positions NaN or +-inf on one side only, or different infinities
+    exact: bool = False  # a value with no tolerance (a bool mask): any difference fails
 
     def ok(self, min_cosine: float = MIN_COSINE, min_sqnr: float = MIN_SQNR) -> bool:
+        if self.exact:
+            return self.shape_ok and not self.special_mismatches and self.max_abs == 0.0
         return self.shape_ok and not self.special_mismatches and (
             self.sqnr_db >= min_sqnr or self.max_abs == 0.0) and (
             math.isnan(self.cosine) or self.cosine >= min_cosine)
@@ -276,8 +281,9 @@ class CheckReport:
             if r.comparison is None:
                 flag = f"not compared: {r.note}"
             else:
-                if note := r.comparison.specials_note():
-                    flag = (flag + " " if flag else "") + f"({note})"
+                for note in (r.note, r.comparison.specials_note()):
+                    if note:
+                        flag = (flag + " " if flag else "") + f"({note})"
                 if r.output:
                     flag = (flag + " " if flag else "") + f"(writes output {r.output})"
             rows.append((r.name, r.kernel, r.kind, r.comparison, flag))
@@ -452,8 +458,11 @@ def _compare_value(name: str, ref: np.ndarray | None, raw: np.ndarray | None,
         return None, "the run never reached the end of this kernel"
     ref = np.asarray(ref)
     got = raw.view(np_dtype(v.dtype))
-    if ref.dtype == np.bool_ or ref.dtype.kind not in "fiu":
+    if ref.dtype.kind not in "fiub":
         return None, f"held as {v.dtype} in DRAM, {ref.dtype} in the reference"
     if got.size != ref.size:
         return None, f"DRAM holds {v.dtype}{list(v.shape)}, the reference {ref.dtype}{list(ref.shape)}"
+    if ref.dtype == np.bool_:  # held as 0 / 1 (in f32 DRAM): compared exactly, not within a tolerance
+        return dataclasses.replace(compare(name, ref.astype(np.float32), got.reshape(ref.shape)), exact=True), \
+            "bool, held as 0 / 1: exact"
     return compare(name, ref, got.reshape(ref.shape)), ""

@@ -230,3 +230,39 @@ def test_a_layer_computing_nan_that_a_where_discards_is_not_flagged(tmp_path):
     assert lg.ok() and lg.specials == int((x <= 0).sum()) and lg.cosine > 0.9999
     np.testing.assert_allclose(report.sim_outputs[0], np.where(x > 0, np.log(np.where(x > 0, x, 1)), 0),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_bool_layer_is_compared_exactly(tmp_path):
+    """A comparison's mask (held as 0 / 1 in f32 DRAM) is compared, not skipped, and exactly:
+    one flipped element of 4096 fails it (its SQNR would pass a tolerance)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Greater", ["x", "t"], ["m"], name="gt"),
+             helper.make_node("Not", ["m"], ["nm"], name="not"),
+             helper.make_node("Cast", ["nm"], ["f"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Mul", ["f", "x"], ["y"], name="mul")]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64]),
+                               helper.make_tensor_value_info("m", TensorProto.BOOL, [64, 64])],  # its own kernel
+                              [numpy_helper.from_array(np.float32(-3.0), "t")])
+    path = tmp_path / "mask.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = infer.compile(path, target="edge")
+    x = np.random.default_rng(4).standard_normal((64, 64)).astype(np.float32)
+    clean = exe.check([x])
+    assert clean.ok()
+    mask_row = clean.layers[0]
+    assert mask_row.comparison is not None and mask_row.comparison.exact and mask_row.comparison.max_abs == 0
+    assert "(bool, held as 0 / 1: exact)" in clean.table()
+
+    pc, v = _region(exe, 0)
+
+    def flip_one(at: int, dram: np.ndarray) -> None:
+        vals = dram[v.offset:v.offset + v.nbytes].view(np.float32)
+        vals[5] = 1.0 - vals[5]
+
+    rep = exe.check([x], on_pc={pc: flip_one})
+    bad = rep.first_bad
+    assert bad is not None and bad is rep.layers[0] and bad.comparison.max_abs == 1.0
+    assert bad.sqnr_db > 30  # a tolerance would have passed it
