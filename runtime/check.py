@@ -40,7 +40,6 @@ Layer names: the op's `graph.name` attribute when the frontend recorded one, els
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -103,6 +102,8 @@ def _json_float(x: float) -> float | str:
 
 
 def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
+    """got against ref; a bool ref (a mask: 0 / 1) is compared exactly (Comparison.exact)."""
+    exact = np.asarray(ref).dtype == np.bool_
     if ref.shape != got.shape:
         return Comparison(name, float("nan"), float("inf"), float("-inf"), shape_ok=False)
     r = np.asarray(ref, np.float64).ravel()
@@ -115,7 +116,7 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
         specials, mismatches = int(alike.sum()), int((~alike).sum())
         r, g = r[finite], g[finite]
     if r.size == 0:
-        return Comparison(name, 1.0, 0.0, float("inf"), specials=specials, special_mismatches=mismatches)
+        return Comparison(name, 1.0, 0.0, float("inf"), specials=specials, special_mismatches=mismatches, exact=exact)
     err = r - g
     max_abs = float(np.max(np.abs(err)))
     nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
@@ -133,7 +134,7 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray) -> Comparison:
         sqnr = float("-inf")
     else:
         sqnr = 10 * math.log10(sig / noise)
-    return Comparison(name, cosine, max_abs, sqnr, specials=specials, special_mismatches=mismatches)
+    return Comparison(name, cosine, max_abs, sqnr, specials=specials, special_mismatches=mismatches, exact=exact)
 
 
 # ----------------------------------------------------------------------------- the reference
@@ -462,7 +463,5 @@ def _compare_value(name: str, ref: np.ndarray | None, raw: np.ndarray | None,
         return None, f"held as {v.dtype} in DRAM, {ref.dtype} in the reference"
     if got.size != ref.size:
         return None, f"DRAM holds {v.dtype}{list(v.shape)}, the reference {ref.dtype}{list(ref.shape)}"
-    if ref.dtype == np.bool_:  # held as 0 / 1 (in f32 DRAM): compared exactly, not within a tolerance
-        return dataclasses.replace(compare(name, ref.astype(np.float32), got.reshape(ref.shape)), exact=True), \
-            "bool, held as 0 / 1: exact"
-    return compare(name, ref, got.reshape(ref.shape)), ""
+    note = "bool, held as 0 / 1: exact" if ref.dtype == np.bool_ else ""
+    return compare(name, ref, got.reshape(ref.shape)), note

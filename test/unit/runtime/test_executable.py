@@ -158,6 +158,17 @@ def test_compare_takes_nan_and_inf_where_the_reference_has_them():
     assert nothing_finite.ok() and nothing_finite.specials == 4
 
 
+def test_compare_takes_a_bool_exactly():
+    """A mask has no tolerance: one element of 10,000 flipped fails (SQNR 37 dB would pass)."""
+    mask = np.random.default_rng(0).random(10_000) < 0.5
+    assert compare("m", mask, mask.astype(np.float32)).ok()
+    flipped = mask.astype(np.float32)
+    flipped[7] = 1 - flipped[7]
+    bad = compare("m", mask, flipped)
+    assert bad.exact and not bad.ok() and bad.sqnr_db > 30
+    assert compare("m", mask, flipped.astype(bool)).ok() is False
+
+
 @pytest.mark.parametrize("make", [bias_relu_artifact, lambda: gemm_artifact()[0]])
 def test_dram_buffer_reused_with_written_ranges_restored(make):
     """A run leaves its DRAM buffer and the ranges it wrote (Counters.dram_written); the next
