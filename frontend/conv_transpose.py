@@ -45,6 +45,23 @@ class ConvTransposeProblem(ValueError):
     """Parameters a transposed convolution cannot have (the frontends say which node)."""
 
 
+def conv_transpose(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue | None,
+                   strides: Sequence[int], pads: Sequence[int], dilations: Sequence[int],
+                   output_padding: Sequence[int], groups: int) -> SSAValue:
+    """conv_transpose2d for a 1-D (x [N, C_in, L], made 2-D with H = 1) or 2-D input; pads as
+    ONNX gives them: the begins of each spatial dim, then the ends."""
+    rank = len(shape_of(x))
+    if rank not in (3, 4):
+        raise ConvTransposeProblem(f"{rank - 2}-D transposed convolution is not supported (1-D and 2-D only)")
+    if rank == 4:
+        return conv_transpose2d(b, x, w, bias, strides, pads, dilations, output_padding, groups)
+    (n, c, length), ws = shape_of(x), shape_of(w)
+    y = conv_transpose2d(b, b.reshape(x, (n, c, 1, length)), b.reshape(w, (ws[0], ws[1], 1, ws[2])), bias,
+                         [1, *strides], [0, pads[0], 0, pads[1]], [1, *dilations], [0, *output_padding], groups)
+    ys = shape_of(y)
+    return b.reshape(y, (ys[0], ys[1], ys[3]))
+
+
 def conv_transpose2d(b: GraphBuilder, x: SSAValue, w: SSAValue, bias: SSAValue | None,
                      strides: Sequence[int], pads: Sequence[int], dilations: Sequence[int],
                      output_padding: Sequence[int], groups: int) -> SSAValue:

@@ -12,7 +12,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
-from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose2d
+from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose
 from infer.frontend.einsum import EinsumProblem, einsum
 from infer.frontend.onnx_ops import (
     NodeProblem,
@@ -178,20 +178,11 @@ def _conv_transpose(imp: Importer, node: onnx.NodeProto):
                                       f"dim {i} (at most {spatial[i] - output_padding[i] + max(strides[i], dilations[i]) - 1})")
             small, big = total // 2, total - total // 2
             pads[i], pads[i + r] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    if r == 1:
-        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
-        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
-        strides, dilations, output_padding = [1, *strides], [1, *dilations], [0, *output_padding]
-        pads = [0, pads[0], 0, pads[1]]
     try:
-        y = conv_transpose2d(imp.b, x, w, bias, strides, pads, dilations, output_padding,
-                             int(attribute(node, "group", 1)))
+        return [conv_transpose(imp.b, x, w, bias, strides, pads, dilations, output_padding,
+                               int(attribute(node, "group", 1)))]
     except ConvTransposeProblem as e:
         raise NodeProblem(str(e)) from None
-    if r == 1:
-        ys = shape_of(y)
-        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
-    return [y]
 
 
 @handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))

@@ -13,7 +13,7 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
-from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose2d
+from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose
 from infer.frontend.torch_ops import (
     HANDLERS,
     KnownTensor,
@@ -395,24 +395,12 @@ def _conv(imp, node, args, kwargs):
 
 
 def _conv_transpose(imp, x, w, bias, stride, padding, dilation, output_padding, groups):
-    """ConvTranspose1d/2d (frontend/conv_transpose.py); 1-D as 2-D with H = 1."""
-    rank = len(shape_of(x))
-    if rank not in (3, 4):
-        raise Unsupported(f"op:aten.convolution (transposed, {rank - 2}-d)")
-    stride, padding, dilation, output_padding = (list(v) for v in (stride, padding, dilation, output_padding))
-    if rank == 3:
-        (n, c, length), ws = shape_of(x), shape_of(w)
-        x = imp.b.reshape(x, (n, c, 1, length))
-        w = imp.b.reshape(w, (ws[0], ws[1], 1, ws[2]))
-        stride, padding, dilation, output_padding = [1, *stride], [0, *padding], [1, *dilation], [0, *output_padding]
+    """ConvTranspose1d/2d (frontend/conv_transpose.py): torch pads each side alike."""
     try:
-        y = conv_transpose2d(imp.b, x, w, bias, stride, [*padding, *padding], dilation, output_padding, groups)
+        return conv_transpose(imp.b, x, w, bias, list(stride), [*padding, *padding], list(dilation),
+                              list(output_padding), groups)
     except ConvTransposeProblem as e:
         raise Unsupported(f"op:aten.convolution (transposed): {e}") from None
-    if rank == 3:
-        ys = shape_of(y)
-        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
-    return y
 
 
 # -- normalization and pooling ----------------------------------------------------

@@ -89,7 +89,12 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "cosine": _json_float(self.cosine), "max_abs": _json_float(self.max_abs),
                 "sqnr_db": _json_float(self.sqnr_db), "shape_ok": self.shape_ok, "specials": self.specials,
-                "special_mismatches": self.special_mismatches, "ok": self.ok()}
+                "special_mismatches": self.special_mismatches, "exact": self.exact, "ok": self.ok()}
+
+
+def _with_notes(flag: str, *notes: str) -> str:
+    """A table row's flag followed by each non-empty note in parentheses."""
+    return " ".join([flag] * bool(flag) + [f"({n})" for n in notes if n])
 
 
 def _db(x: float) -> str:
@@ -282,16 +287,11 @@ class CheckReport:
             if r.comparison is None:
                 flag = f"not compared: {r.note}"
             else:
-                for note in (r.note, r.comparison.specials_note()):
-                    if note:
-                        flag = (flag + " " if flag else "") + f"({note})"
-                if r.output:
-                    flag = (flag + " " if flag else "") + f"(writes output {r.output})"
+                flag = _with_notes(flag, r.note, r.comparison.specials_note(),
+                                   f"writes output {r.output}" if r.output else "")
             rows.append((r.name, r.kernel, r.kind, r.comparison, flag))
         for c in self.outputs:
-            flag = "" if c.ok(self.min_cosine, self.min_sqnr) else "MISMATCH"
-            if note := c.specials_note():
-                flag = (flag + " " if flag else "") + f"({note})"
+            flag = _with_notes("" if c.ok(self.min_cosine, self.min_sqnr) else "MISMATCH", c.specials_note())
             rows.append((f"output {c.name}", "-", "-", c, flag))
         w = min(max([len("layer"), *(len(r[0]) for r in rows)]), 40)
         wk = min(max([len("kernel"), *(len(r[1]) for r in rows)]), 12)
