@@ -170,6 +170,22 @@ class GraphBuilder:
     def reduce(self, op_type: type[graph.ReduceOp], x: SSAValue, axes: Sequence[int], keepdims: bool) -> SSAValue:
         return self.op(op_type, [x], axes=graph.i64_array(axes), keepdims=graph.bool_attr(keepdims))
 
+    def take_along_axis(self, x: SSAValue, idx: SSAValue, axis: int) -> SSAValue:
+        """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis` (numpy.take_along_axis; idx an
+        integer tensor of x's rank, in [0, x.shape[axis]), and of x's extent on the other axes),
+        as a one-hot select-and-sum: sum_d where(idx == d, x[.., d, ..], 0). Exact: one term of
+        each sum is selected (a -0.0 comes out +0.0)."""
+        xs, ish = shape_of(x), shape_of(idx)
+        rank, d = len(xs), xs[axis]
+        xe = self.reshape(x, [*xs[:axis], 1, d, *xs[axis + 1:]])
+        ie = self.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
+        iota = np.arange(d, dtype=numpy_dtype_of(idx)).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
+        eq = self.op(graph.EqualOp, [ie, self.constant(iota, name="iota")])
+        if numpy_dtype_of(x) == np.bool_:
+            return self.reduce(graph.ReduceMaxOp, self.op(graph.AndOp, [eq, xe]), [axis + 1], False)
+        picked = self.op(graph.WhereOp, [eq, xe, self.scalar(0, xe)])
+        return self.reduce(graph.ReduceSumOp, picked, [axis + 1], False)
+
     # -- finishing -------------------------------------------------------
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str] | None = None, func_name: str = "main") -> ModuleOp:
         output_names = list(output_names or [f"output{i}" for i in range(len(outputs))])

@@ -482,8 +482,8 @@ def _resize(imp: Importer, node: onnx.NodeProto):
 
 @handler("GatherElements", attrs=("axis",))
 def _gather_elements(imp: Importer, node: onnx.NodeProto):
-    """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis`, as a one-hot
-    select-and-sum: sum_d where(idx == d, x[.., d, ..], 0)."""
+    """out[.., n, ..] = x[.., idx[.., n, ..], ..] along `axis` (negative indices count from
+    the end), as GraphBuilder.take_along_axis's one-hot select-and-sum."""
     x, idx = imp.value(node.input[0]), imp.value(node.input[1])
     xs, ish = shape_of(x), shape_of(idx)
     rank = len(xs)
@@ -495,12 +495,26 @@ def _gather_elements(imp: Importer, node: onnx.NodeProto):
         x = imp.b.slice(x, [0] * rank, ends, [1] * rank)
     idx = imp.b.cast(idx, np.dtype(np.int64))
     idx = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [idx, imp.b.scalar(0, idx)]), imp.b.op(g.AddOp, [idx, imp.b.scalar(d, idx)]), idx])
-    xe = imp.b.reshape(x, [*ends[:axis], 1, d, *ends[axis + 1:]])
-    ie = imp.b.reshape(idx, [*ish[:axis], ish[axis], 1, *ish[axis + 1:]])
-    iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
-    eq = imp.b.op(g.EqualOp, [ie, imp.materialise(iota, "iota")])
-    if numpy_dtype_of(x) == np.bool_:
-        picked = imp.b.op(g.AndOp, [eq, xe])
-        return [imp.b.reduce(g.ReduceMaxOp, picked, [axis + 1], False)]
-    picked = imp.b.op(g.WhereOp, [eq, xe, imp.b.scalar(0, xe)])
-    return [imp.b.reduce(g.ReduceSumOp, picked, [axis + 1], False)]
+    return [imp.b.take_along_axis(x, idx, axis)]
+
+
+@handler("TopK", attrs=("axis", "largest", "sorted", "k"))
+def _top_k(imp: Importer, node: onnx.NodeProto):
+    """(values, indices) of the k largest or smallest along `axis`: graph.top_k's indices (the
+    most extreme first, equal values in index order, as ONNX specifies; `sorted` = 0 allows
+    any order, so the sorted one too) and the values taken along the axis at them. K must be
+    known at import time (an initializer or constant; opset 1's attribute)."""
+    x = imp.value(node.input[0])
+    xs = shape_of(x)
+    if not xs:
+        raise NodeProblem("the input is a scalar; TopK needs rank 1 or more")
+    axis = normalize_axis(int(attribute(node, "axis", -1)), len(xs))
+    k_values = ints_of(imp, node, "k", 1, "K")
+    if k_values is None or len(k_values) != 1:
+        raise NodeProblem(f"K must hold exactly one integer, got {k_values}")
+    (k,) = k_values
+    if not 0 <= k <= xs[axis]:
+        raise NodeProblem(f"K = {k} is out of range for axis {axis} of {xs[axis]} elements (0 <= K <= {xs[axis]})")
+    idx = imp.b.op(g.TopKOp, [x], k=g.i64_attr(k), axis=g.i64_attr(axis),
+                   largest=g.bool_attr(bool(attribute(node, "largest", 1))))
+    return [imp.b.take_along_axis(x, idx, axis), idx]

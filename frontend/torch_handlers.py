@@ -759,3 +759,19 @@ def _full_like(imp, node, args, kwargs):
     else:
         fill = 0
     return KnownTensor(torch.full(tuple(val.shape), fill, dtype=val.dtype))
+
+
+@handles(aten.topk.default)
+def _topk(imp, node, args, kwargs):
+    """(values, indices): graph.top_k's indices (the most extreme first, equal values in index
+    order: one order torch.topk may return) and the values taken along `dim` at them."""
+    x = imp.value(args[0])
+    k = int(args[1])
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
+    rank = len(shape_of(x))
+    if rank == 0:
+        raise Unsupported("topk of a 0-d tensor")
+    axis = dim % rank
+    idx = imp.b.op(g.TopKOp, [x], k=g.i64_attr(k), axis=g.i64_attr(axis), largest=g.bool_attr(bool(largest)))
+    return (imp.b.take_along_axis(x, idx, axis), idx)

@@ -155,6 +155,7 @@ from infer.dialects.graph.structure import (
     ReduceSumOp,
     ReshapeOp,
     SliceOp,
+    TopKOp,
     TransposeOp,
 )
 from infer.dialects.graph.quant import (
@@ -208,6 +209,7 @@ Graph = Dialect(
         AttentionOp, RotaryOp, GatherOp, *PAGED_KV_OPS,
         ReshapeOp, TransposeOp, ConcatOp, SliceOp, BroadcastOp, PadOp,
         ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ArgmaxOp, ArgminOp,
+        TopKOp,
         KernelOp, YieldOp,
         *QUANTIZATION_OPS, *INTEGER_KERNEL_OPS,
     ],

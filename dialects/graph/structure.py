@@ -1,4 +1,4 @@
-"""Structure graph ops: reshape, transpose, concat, slice, broadcast, pad, and reductions."""
+"""Structure graph ops: reshape, transpose, concat, slice, broadcast, pad, reductions and top-k."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from infer.dialects.graph.base import (
     f64_attr,
     FUNCTIONAL,
     i64_array,
+    i64_attr,
     i64_values,
     normalize_axis,
     require_same_elem,
@@ -250,3 +251,34 @@ class ArgminOp(ArgReduceOp):
     when several are equal (numpy.argmin, ONNX ArgMin with select_last_index = 0)."""
 
     name = "graph.argmin"
+
+
+@irdl_op_definition
+class TopKOp(TensorResultOp):
+    """Indices (i64) of the `k` largest elements along `axis` (the `k` smallest when `largest`
+    is false), the most extreme first; equal values in index order (ONNX TopK with sorted = 1,
+    torch.topk). NaN ranks above every number (numpy's and torch's order): first among the
+    largest, last among the smallest. The values are the input taken along `axis` at these
+    indices (the frontends' one-hot select, `GraphBuilder.take_along_axis`)."""
+
+    name = "graph.top_k"
+    input = operand_def(TensorType)
+    k = prop_def(IntegerAttr[I64])
+    axis = prop_def(IntegerAttr[I64], default_value=i64_attr(-1))
+    largest = prop_def(BoolAttr, default_value=bool_attr(True))
+    assembly_format = "$input " + FUNCTIONAL
+
+    def normalized_axis(self) -> int:
+        return normalize_axis(self.name, self.axis.value.data, len(shape_of(self.input)))
+
+    def infer_result_types(self) -> list[TensorType]:
+        x = list(shape_of(self.input))
+        if not x:
+            raise VerifyException("the input must have rank 1 or more, got a scalar")
+        axis = self.normalized_axis()
+        k = self.k.value.data
+        if k < 0 or (x[axis] != DYNAMIC and k > x[axis]):
+            raise VerifyException(f"k = {k} is out of range for an axis of {x[axis]} elements "
+                                  f"(0 <= k <= {x[axis]})")
+        x[axis] = k
+        return [TensorType(i64, x)]

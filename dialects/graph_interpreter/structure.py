@@ -154,3 +154,20 @@ def _arg_reduce(op: g.ArgReduceOp, xs: list[np.ndarray], env: Env) -> np.ndarray
         raise InterpreterError(f"{op.name}: arg-reduction over an empty axis")
     fn = np.argmax if isinstance(op, g.ArgmaxOp) else np.argmin
     return fn(x, axis=axis, keepdims=bool_of(op.keepdims)).astype(np.int64)
+
+
+@kernel_for(g.TopKOp)
+def _top_k(op: g.TopKOp, xs: list[np.ndarray], env: Env) -> np.ndarray:
+    """The stable sort of graph.top_k's definition. Largest first: the ascending stable sort
+    of the axis reversed, read backwards (equal values then come in index order, NaN first
+    as numpy's sort puts it last); smallest first: the ascending stable sort (NaN last)."""
+    x = upcast(xs[0])
+    axis = op.normalized_axis()
+    k = op.k.value.data
+    n = x.shape[axis]
+    if op.largest.value.data:
+        order = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+        order = (n - 1) - np.flip(order, axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    return np.take(order, np.arange(k), axis=axis).astype(np.int64)

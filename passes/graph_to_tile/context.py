@@ -95,7 +95,7 @@ def no_lowering_error(op: Operation) -> LoweringError:
     return error(op, "this op has no tile lowering (supported: linear, matmul, conv2d, elementwise ops and "
                  "comparisons, logic, casts, where, pooling, batch/layer/rms norm, softmax, log_softmax, "
                  "attention, reshape, transpose, slice, concat, broadcast, pad, reductions, argmax/argmin, "
-                 "gather, rotary)")
+                 "top_k, gather, rotary)")
 
 
 def local_bytes(alloc: t.AllocOp) -> int:

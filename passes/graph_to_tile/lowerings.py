@@ -44,6 +44,7 @@ from infer.passes.graph_to_tile import (
     reductions,
     rotary,
     storage,
+    top_k,
     transpose,
 )
 from infer.passes.graph_to_tile.context import LoweringContext, error
@@ -109,6 +110,7 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     g.ReduceProdOp: Lowering(reductions.lower_reduce, types=storage.NUMBERS),
     g.ArgmaxOp: Lowering(reductions.lower_arg_reduce, types=storage.INTEGERS, operand_types=storage.NUMBERS),
     g.ArgminOp: Lowering(reductions.lower_arg_reduce, types=storage.INTEGERS, operand_types=storage.NUMBERS),
+    g.TopKOp: Lowering(top_k.lower_top_k, types=storage.INTEGERS, operand_types=storage.NUMBERS),
     # data movement
     g.ReshapeOp: Lowering(copies.lower_reshape, types=ANY),
     g.CastOp: Lowering(casts.lower_cast, types=ANY),

@@ -246,3 +246,39 @@ func.func @f(%x: tensor<2x3xf32>) {
   %0 = graph.argmin %x {axes = array<i64: 1>} : (tensor<2x3xf32>) -> tensor<2x1xf32>
   func.return
 }
+
+// -----
+
+// top_k's k is at most the axis length.
+func.func @f(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{k = 4 is out of range for an axis of 3 elements (0 <= k <= 3)}}
+  %0 = graph.top_k %x {k = 4 : i64} : (tensor<2x3xf32>) -> tensor<2x4xi64>
+  func.return
+}
+
+// -----
+
+// top_k's axis is in range.
+func.func @f(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{axis 2 is out of range for a rank-2 operand}}
+  %0 = graph.top_k %x {k = 1 : i64, axis = 2 : i64} : (tensor<2x3xf32>) -> tensor<2x1xi64>
+  func.return
+}
+
+// -----
+
+// top_k gives i64 indices.
+func.func @f(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{result #0 has element type f32 but the operands give i64}}
+  %0 = graph.top_k %x {k = 1 : i64} : (tensor<2x3xf32>) -> tensor<2x1xf32>
+  func.return
+}
+
+// -----
+
+// top_k of a scalar.
+func.func @f(%x: tensor<f32>) {
+  // expected-error @+1 {{the input must have rank 1 or more, got a scalar}}
+  %0 = graph.top_k %x {k = 1 : i64} : (tensor<f32>) -> tensor<i64>
+  func.return
+}

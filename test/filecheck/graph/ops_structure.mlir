@@ -2,8 +2,8 @@
 // RUN: infer-opt %s --print-op-generic | infer-opt | filecheck %s
 
 // Data movement (reshape, transpose, concat, slice with positive and negative
-// steps, broadcast, pad) and reductions in their custom form. The reduction
-// defaults (axes = [] meaning all, keepdims = true) are not printed.
+// steps, broadcast, pad), reductions and top-k in their custom form. The defaults
+// (reductions: axes = [] meaning all, keepdims = true; top_k: axis = -1, largest = true) are not printed.
 
 func.func @shape(%x: tensor<2x3x4xf32>, %y: tensor<2x5x4xf32>, %s: tensor<3x1xi8>) {
   %0 = graph.reshape %x : (tensor<2x3x4xf32>) -> tensor<6x4xf32>
@@ -28,6 +28,8 @@ func.func @reduce(%x: tensor<2x3x4xf32>, %i: tensor<5x6xi32>) {
   %5 = graph.reduce_prod %x {axes = array<i64: 2>} : (tensor<2x3x4xf32>) -> tensor<2x3x1xf32>
   %6 = graph.argmax %x {axes = array<i64: 1>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<2x4xi64>
   %7 = graph.argmin %i {axes = array<i64: -1>} : (tensor<5x6xi32>) -> tensor<5x1xi64>
+  %8 = graph.top_k %x {k = 2 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x2xi64>
+  %9 = graph.top_k %i {k = 5 : i64, axis = 0 : i64, largest = false} : (tensor<5x6xi32>) -> tensor<5x6xi64>
   func.return
 }
 
@@ -54,6 +56,8 @@ func.func @reduce(%x: tensor<2x3x4xf32>, %i: tensor<5x6xi32>) {
 // CHECK-NEXT: %5 = graph.reduce_prod %x {axes = array<i64: 2>} : (tensor<2x3x4xf32>) -> tensor<2x3x1xf32>
 // CHECK-NEXT: %6 = graph.argmax %x {axes = array<i64: 1>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<2x4xi64>
 // CHECK-NEXT: %7 = graph.argmin %i {axes = array<i64: -1>} : (tensor<5x6xi32>) -> tensor<5x1xi64>
+// CHECK-NEXT: %8 = graph.top_k %x {k = 2 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x2xi64>
+// CHECK-NEXT: %9 = graph.top_k %i {k = 5 : i64, axis = 0 : i64, largest = false} : (tensor<5x6xi32>) -> tensor<5x6xi64>
 // CHECK-NEXT: func.return
 // CHECK-NEXT: }
 // CHECK-NEXT: }

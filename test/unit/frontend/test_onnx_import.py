@@ -167,6 +167,58 @@ def test_einsum_it_cannot_take_is_one_error(equation, shapes, problem):
         import_onnx(model)
 
 
+def _top_k_model(shape, k, axis, largest, opset=17, k_as_input=True):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+    if k_as_input:
+        node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest, name="tk")
+        inits = [_init("k", np.array([k], np.int64))]
+    else:  # opset 1: k an attribute
+        node = helper.make_node("TopK", ["x"], ["values", "indices"], axis=axis, k=k, name="tk")
+        inits = []
+    return _model([node], [x], [_out("values", len(shape)), _out("indices", len(shape), TensorProto.INT64)],
+                  inits, opset=opset)
+
+
+@pytest.mark.parametrize("shape, k, axis, largest", [
+    ((3, 9), 4, -1, 1), ((3, 9), 4, 1, 0), ((5, 2, 6), 3, 0, 1), ((2, 7, 3), 7, 1, 0), ((11,), 1, 0, 1),
+])
+def test_top_k_matches_onnxruntime_with_ties_and_infinities(shape, k, axis, largest):
+    """Values and indices equal onnxruntime's exactly: rounded inputs make ties (ONNX orders
+    equal values by index), and infinities sit among them."""
+    x = np.round(_f32(*shape) * 2) / 2
+    x.reshape(-1)[::7] = np.inf
+    x.reshape(-1)[3::11] = -np.inf
+    model = _top_k_model(shape, k, axis, largest)
+    ours = run_module(import_onnx(model), {"x": x})
+    ref = _ort(model, {"x": x})
+    for a, r in zip(ours, ref):
+        assert a.dtype == r.dtype
+        np.testing.assert_array_equal(a, r)
+    assert "graph.top_k" in str(import_onnx(model))
+
+
+def test_top_k_of_opset_1_takes_k_from_its_attribute():
+    x = _f32(4, 6)
+    (values, indices) = run_module(import_onnx(_top_k_model((4, 6), 2, -1, 1, opset=1, k_as_input=False)), {"x": x})
+    want = np.argsort(-x, axis=1, kind="stable")[:, :2]
+    np.testing.assert_array_equal(indices, want)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, want, 1))
+
+
+def test_top_k_with_k_computed_at_run_time_is_one_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])
+    kin = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], name="tk")
+    model = _model([node], [x, kin], [_out("values", 2), _out("indices", 2, TensorProto.INT64)])
+    with pytest.raises(ModelImportError, match="TopK node 'tk': K comes from graph input 'k'.*make it an initializer"):
+        import_onnx(model)
+
+
+def test_top_k_beyond_the_axis_is_one_error():
+    with pytest.raises(ModelImportError, match=r"TopK node 'tk': K = 6 is out of range for axis 1 of 5 elements"):
+        import_onnx(_top_k_model((2, 5), 6, 1, 1))
+
+
 def test_shape_arithmetic_is_folded_to_static_attributes():
     # y = reshape(x, [shape(x)[0], -1]) then slice/expand/pad driven by shapes
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
@@ -431,9 +483,9 @@ def test_external_data_escaping_the_folder(tmp_path: Path, kind: str):
 def test_unknown_op_names_op_type_and_node():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = _out("y", 2)
-    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("TopK", ["r", "k"], ["y", "i"], name="my_topk")],
-                   [x], [y], [_init("k", np.array([1], np.int64))])
-    with pytest.raises(ModelImportError, match=r"TopK node 'my_topk': op type 'TopK' is not supported"):
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Unique", ["r"], ["y"], name="my_unique")],
+                   [x], [y])
+    with pytest.raises(ModelImportError, match=r"Unique node 'my_unique': op type 'Unique' is not supported"):
         import_onnx(model)
 
 
@@ -442,22 +494,22 @@ def test_list_unsupported_collects_every_problem():
     y = _out("y", 4)
     nodes = [
         helper.make_node("Relu", ["x"], ["a"]),
-        helper.make_node("TopK", ["a", "k"], ["b", "bi"], name="topk"),
+        helper.make_node("Unique", ["a"], ["b"], name="uniq"),
         helper.make_node("Sigmoid", ["b"], ["c"]),  # downstream of a problem: not reported
         helper.make_node("Pad", ["a", "pads"], ["d"], mode="mirror_universe", name="weird_pad"),
         helper.make_node("MaxPool", ["x"], ["e"], name="odd_pool", kernel_shape=[1, 1], storage_order=1),
         helper.make_node("Sum", ["c", "d", "e"], ["y"]),
     ]
-    model = _model(nodes, [x], [y], [_init("pads", np.zeros(8, np.int64)), _init("k", np.array([4], np.int64))], opset=18)
+    model = _model(nodes, [x], [y], [_init("pads", np.zeros(8, np.int64))], opset=18)
     with pytest.raises(ModelImportError) as e:
         import_onnx(model, list_unsupported=True)
     msg = str(e.value)
     assert "3 problem(s)" in msg
-    assert "TopK node 'topk': op type 'TopK' is not supported" in msg
+    assert "Unique node 'uniq': op type 'Unique' is not supported" in msg
     assert "Pad node 'weird_pad': mode 'mirror_universe' is not supported" in msg
     assert "MaxPool node 'odd_pool': storage_order = 1 is not supported" in msg
     assert "Sigmoid" not in msg
-    with pytest.raises(ModelImportError, match="TopK") as e1:
+    with pytest.raises(ModelImportError, match="Unique") as e1:
         import_onnx(model)
     assert "problem(s)" not in str(e1.value)
 

@@ -137,6 +137,27 @@ def test_conv_transpose(make, shape):
     assert "graph.conv2d" in _ops(module)
 
 
+class _TopK(torch.nn.Module):
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, dim=1)
+        smallest = torch.topk(x, 2, largest=False)
+        return values, indices, smallest.values, smallest.indices
+
+
+def test_topk_values_and_indices():
+    """torch.topk along a middle and the last dim, largest and smallest, with ties: the values
+    equal torch's, the indices torch's stable sort's (one order torch.topk may give)."""
+    x = torch.round(torch.randn(2, 6, 5, generator=torch.Generator().manual_seed(3)) * 2) / 2
+    module = import_torch(_TopK(), (x,))
+    out = run_module(module, [x.numpy()])
+    v, i, v2, i2 = _TopK()(x)
+    np.testing.assert_array_equal(out[0], v.numpy())
+    np.testing.assert_array_equal(out[2], v2.numpy())
+    np.testing.assert_array_equal(out[1], torch.sort(x, dim=1, descending=True, stable=True).indices[:, :3].numpy())
+    np.testing.assert_array_equal(out[3], torch.sort(x, dim=-1, stable=True).indices[..., :2].numpy())
+    assert out[1].dtype == np.int64 and "graph.top_k" in _ops(module)
+
+
 def test_pt2_round_trip(tmp_path):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 3)).eval()

@@ -454,6 +454,24 @@ def test_arg_reduce_first_occurrence(op_cls, fn, keep):
     check(got0, fn(x, axis=0, keepdims=keep), np.int64)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_top_k_is_the_stable_sort_with_nan_above_every_number(largest):
+    """Equal values in index order (torch's stable sort), -inf and +inf among them, NaN first
+    among the largest and last among the smallest (torch's order); along axis 0 too."""
+    x = np.array([[1, 3, 3, 2, np.nan, 3, 0, -np.inf],
+                  [5, -1, 5, 5, 2, -np.inf, np.inf, -np.inf],
+                  [0, -0.0, 0, 1, 1, -2, -2, np.nan]], np.float32)
+    attrs = {"k": i64_attr(5), "largest": bool_attr(largest)}
+    got = run_op(g.TopKOp, [x], attrs)
+    want = torch.sort(torch.from_numpy(x), dim=1, descending=largest, stable=True).indices[:, :5]
+    check(got, want, np.int64)
+    got0 = run_op(g.TopKOp, [x], {**attrs, "k": i64_attr(2), "axis": i64_attr(0)})
+    check(got0, torch.sort(torch.from_numpy(x), dim=0, descending=largest, stable=True).indices[:2], np.int64)
+    ints = np.array([[3, 1, 3, -7], [0, 0, 2, 2]], np.int32)  # integers keep their order exactly
+    check(run_op(g.TopKOp, [ints], {**attrs, "k": i64_attr(3)}),
+          torch.sort(torch.from_numpy(ints), dim=1, descending=largest, stable=True).indices[:, :3], np.int64)
+
+
 # --------------------------------------------------------------------------
 # Constants and weights
 # --------------------------------------------------------------------------
