@@ -761,17 +761,54 @@ def _full_like(imp, node, args, kwargs):
     return KnownTensor(torch.full(tuple(val.shape), fill, dtype=val.dtype))
 
 
+def _top_k_indices(imp, x: SSAValue, k: int, dim: int, largest: bool) -> tuple[SSAValue, int]:
+    rank = len(shape_of(x))
+    if rank == 0:
+        raise Unsupported("a sort or top-k of a 0-d tensor")
+    axis = dim % rank
+    return imp.b.op(g.TopKOp, [x], k=g.i64_attr(k), axis=g.i64_attr(axis), largest=g.bool_attr(bool(largest))), axis
+
+
 @handles(aten.topk.default)
 def _topk(imp, node, args, kwargs):
     """(values, indices): graph.top_k's indices (the most extreme first, equal values in index
     order: one order torch.topk may return) and the values taken along `dim` at them."""
     x = imp.value(args[0])
-    k = int(args[1])
     dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
     largest = args[3] if len(args) > 3 else kwargs.get("largest", True)
-    rank = len(shape_of(x))
-    if rank == 0:
-        raise Unsupported("topk of a 0-d tensor")
-    axis = dim % rank
-    idx = imp.b.op(g.TopKOp, [x], k=g.i64_attr(k), axis=g.i64_attr(axis), largest=g.bool_attr(bool(largest)))
+    idx, axis = _top_k_indices(imp, x, int(args[1]), dim, largest)
     return (imp.b.take_along_axis(x, idx, axis), idx)
+
+
+@handles(aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable)
+def _sort(imp, node, args, kwargs):
+    """torch.sort / argsort: graph.top_k of the whole axis (a stable sort, which every
+    `stable` flag allows); sort's values taken along `dim` at the indices."""
+    x = imp.value(args[0])
+    if node.target in (aten.sort.stable, aten.argsort.stable):  # (self, *, stable, dim, descending)
+        dim, descending = kwargs.get("dim", -1), kwargs.get("descending", False)
+    else:  # (self, dim=-1, descending=False)
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+        descending = args[2] if len(args) > 2 else kwargs.get("descending", False)
+    shape = shape_of(x)
+    if not shape:
+        raise Unsupported("a sort of a 0-d tensor")
+    idx, axis = _top_k_indices(imp, x, shape[dim % len(shape)], dim, descending)
+    if node.target in (aten.argsort.default, aten.argsort.stable):
+        return idx
+    return (imp.b.take_along_axis(x, idx, axis), idx)
+
+
+@handles(aten.gather.default)
+def _gather(imp, node, args, kwargs):
+    """torch.gather(x, dim, index): x taken along `dim` at `index` (GraphBuilder.take_along_axis),
+    x first cut to index's extent on the other dims (torch allows an index smaller there)."""
+    if kwargs.get("sparse_grad"):
+        raise Unsupported("gather with sparse_grad")
+    x, idx = imp.value(args[0]), imp.value(args[2])
+    xs, ish = shape_of(x), shape_of(idx)
+    axis = int(args[1]) % max(len(xs), 1)
+    ends = [ish[i] if i != axis else xs[i] for i in range(len(xs))]
+    if ends != list(xs):
+        x = imp.b.slice(x, [0] * len(xs), ends)
+    return imp.b.take_along_axis(x, imp.b.cast(idx, np.dtype(np.int64)), axis)

@@ -158,6 +158,27 @@ def test_topk_values_and_indices():
     assert out[1].dtype == np.int64 and "graph.top_k" in _ops(module)
 
 
+class _SortGather(torch.nn.Module):
+    def forward(self, x, i):
+        ascending = torch.sort(x, dim=1)
+        descending = torch.sort(x, dim=-1, descending=True, stable=True)
+        return (ascending.values, ascending.indices, descending.values, descending.indices,
+                torch.argsort(x, dim=0), torch.argsort(x, dim=1, descending=True, stable=True),
+                torch.gather(x, 1, i))
+
+
+def test_sort_argsort_and_gather_equal_torch():
+    """sort / argsort (both overloads) as graph.top_k of the whole axis, gather as the one-hot
+    take along the axis (an index narrower than the input on the other dim too)."""
+    x = torch.round(torch.randn(4, 6, generator=torch.Generator().manual_seed(5)) * 2) / 2
+    i = torch.tensor([[0, 5], [1, 1], [3, 2]])
+    module = import_torch(_SortGather(), (x, i))
+    out = run_module(module, [x.numpy(), i.numpy()])
+    for ours, theirs in zip(out, _SortGather()(x, i)):
+        assert ours.dtype == theirs.numpy().dtype
+        np.testing.assert_array_equal(ours, theirs.numpy())
+
+
 def test_pt2_round_trip(tmp_path):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 3)).eval()

@@ -83,3 +83,21 @@ def test_the_rounds_are_one_loop_whatever_k():
     """(tile-to-npu may unroll a loop of a few rounds: from some k on the program stops growing)"""
     lengths = {k: len(infer.compile(top_k_module((8, 256), k, 1, True), target="edge").program) for k in (40, 250)}
     assert lengths[40] == lengths[250], lengths
+
+
+def test_torch_sort_and_gather_compile():
+    """torch.sort (graph.top_k of the whole axis) and torch.gather (the one-hot take along the
+    axis) on the NPU equal torch."""
+    import torch
+
+    class SortGather(torch.nn.Module):
+        def forward(self, x, i):
+            s = torch.sort(x, dim=-1, descending=True)
+            return s.values, s.indices, torch.gather(x, 1, i)
+
+    x = torch.round(torch.randn(5, 9, generator=torch.Generator().manual_seed(6)) * 2) / 2
+    i = torch.randint(0, 9, (5, 4), generator=torch.Generator().manual_seed(7))
+    exe = infer.compile(SortGather(), target="edge", example_inputs=(x, i))
+    ys = exe.run([x.numpy(), i.numpy()], check_races=True)
+    for ours, theirs in zip(ys, SortGather()(x, i)):
+        np.testing.assert_array_equal(ours, theirs.numpy())
