@@ -24,6 +24,7 @@ from infer.frontend.onnx_ops import (
     normalize_axis,
     numpy_dtype_for,
 )
+from infer.frontend.scatter import ScatterProblem, reduction_of, scatter_elements, scatter_nd
 
 if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
@@ -518,3 +519,52 @@ def _top_k(imp: Importer, node: onnx.NodeProto):
     idx = imp.b.op(g.TopKOp, [x], k=g.i64_attr(k), axis=g.i64_attr(axis),
                    largest=g.bool_attr(bool(attribute(node, "largest", 1))))
     return [imp.b.take_along_axis(x, idx, axis), idx]
+
+
+@handler("ScatterElements", "Scatter", attrs=("axis", "reduction"))
+def _scatter_elements(imp: Importer, node: onnx.NodeProto):
+    """frontend/scatter.py's one-hot select along `axis` (Scatter: opset 9-10's name)."""
+    x = imp.value(node.input[0])
+    axis = normalize_axis(int(attribute(node, "axis", 0)), len(shape_of(x)))
+    try:
+        return [scatter_elements(imp.b, x, imp.value(node.input[1]), imp.value(node.input[2]), axis,
+                                 reduction_of(attribute(node, "reduction")))]
+    except ScatterProblem as e:
+        raise NodeProblem(str(e)) from None
+
+
+@handler("ScatterND", attrs=("reduction",))
+def _scatter_nd(imp: Importer, node: onnx.NodeProto):
+    """frontend/scatter.py's one-hot select over the addressed leading dims."""
+    try:
+        return [scatter_nd(imp.b, imp.value(node.input[0]), imp.value(node.input[1]), imp.value(node.input[2]),
+                           reduction_of(attribute(node, "reduction")))]
+    except ScatterProblem as e:
+        raise NodeProblem(str(e)) from None
+
+
+@handler("TensorScatter", attrs=("axis", "mode"))
+def _tensor_scatter(imp: Importer, node: onnx.NodeProto):
+    """A KV cache update: update's positions i along `axis` land at write_indices[b] + i (modulo
+    the cache length in "circular" mode) of each batch entry b, as scatter_elements with those
+    indices."""
+    cache, update = imp.value(node.input[0]), imp.value(node.input[1])
+    cs, us = shape_of(cache), shape_of(update)
+    rank = len(cs)
+    axis = normalize_axis(int(attribute(node, "axis", -2)), rank)
+    mode = reduction_of(attribute(node, "mode", "linear"))
+    if mode not in ("linear", "circular"):
+        raise NodeProblem(f"mode '{mode}' is not one of linear, circular")
+    if axis == 0:
+        raise NodeProblem("axis 0 is the batch axis; the sequence axis comes after it")
+    s = us[axis]
+    idx = imp.b.constant(np.arange(s, dtype=np.int64).reshape([1] * axis + [s] + [1] * (rank - axis - 1)), name="positions")
+    if input_name(node, 2):
+        w = imp.b.reshape(imp.b.cast(imp.value(node.input[2]), np.dtype(np.int64)), [cs[0]] + [1] * (rank - 1))
+        idx = imp.b.op(g.AddOp, [w, idx])
+    if mode == "circular":
+        idx = imp.b.op(g.ModOp, [idx, imp.b.scalar(cs[axis], idx)])
+    try:
+        return [scatter_elements(imp.b, cache, imp.b.broadcast(idx, us), update, axis)]
+    except ScatterProblem as e:
+        raise NodeProblem(str(e)) from None

@@ -219,6 +219,75 @@ def test_top_k_beyond_the_axis_is_one_error():
         import_onnx(_top_k_model((2, 5), 6, 1, 1))
 
 
+def _scatter_check(node, feeds: dict[str, np.ndarray], opset: int = 18, rtol: float = 0.0):
+    """Import a one-node model whose runtime inputs are `feeds` and compare with onnxruntime:
+    exactly, or within `rtol` where a float position takes several updates (add and mul
+    combine them in another order than onnxruntime's sequential one)."""
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in feeds.items()]
+    first = next(iter(feeds.values()))
+    model = _model([node], inputs, [_out("y", first.ndim, helper.np_dtype_to_tensor_dtype(first.dtype))], opset=opset)
+    (ours,) = run_module(import_onnx(model), feeds)
+    (ref,) = _ort(model, feeds)
+    assert ours.dtype == ref.dtype
+    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=0)
+
+
+@pytest.mark.parametrize("axis, reduction", [(0, "none"), (1, "none"), (-1, "add"), (1, "max"), (0, "min"), (1, "mul")])
+def test_scatter_elements_matches_onnxruntime(axis, reduction):
+    """Indices narrower than the data off the axis, negative ones, and (with a reduction)
+    two updates of one position."""
+    x = _f32(4, 5, 6)
+    rng = np.random.default_rng(abs(axis) + len(reduction))
+    shape = [3, 4, 5]
+    d = x.shape[axis]
+    if reduction == "none":  # distinct positions along the axis for each other coordinate
+        idx = np.moveaxis(np.argsort(rng.random(np.moveaxis(np.zeros(shape), axis, -1).shape[:-1] + (d,)), -1)[..., :shape[axis]], -1, axis)
+    else:
+        idx = rng.integers(0, d, shape)
+    idx = np.where(rng.random(shape) < 0.3, idx - d, idx).astype(np.int64)
+    upd = np.round(_f32(*shape) * 4) / 4
+    node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis, reduction=reduction)
+    _scatter_check(node, {"x": x, "i": idx, "u": upd}, rtol=1e-6 if reduction in ("add", "mul") else 0.0)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_matches_onnxruntime(reduction):
+    """Whole rows (k = 1) and single elements (k = 2), integer data, a negative index."""
+    x = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
+    rows = np.array([[[2, 1]], [[0, -1]]], np.int64)  # [2, 1, 2]: rows (2, 1) and (0, 3)
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)
+    _scatter_check(node, {"x": x, "i": rows, "u": np.arange(10, dtype=np.int32).reshape(2, 1, 5) * 7 - 20})
+    elems = np.array([[1, 2, 3], [0, 0, -1], [1, 2, 3]], np.int64)[: 2 if reduction == "none" else 3]
+    _scatter_check(node, {"x": x, "i": elems, "u": np.array([100, -5, 9], np.int32)[: len(elems)]})
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_writes_each_batch_entry_at_its_index(mode):
+    """A KV cache [2, 3, 8, 4] updated with 3 positions at write indices 2 and 6 (6 wraps
+    around in circular mode; linear gets 4 so that it stays inside)."""
+    cache, update = _f32(2, 3, 8, 4), _f32(2, 3, 3, 4)
+    w = np.array([2, 6 if mode == "circular" else 4], np.int64)
+    node = helper.make_node("TensorScatter", ["cache", "update", "w"], ["y"], mode=mode)
+    model = _model([node], [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 3, 8, 4]),
+                            helper.make_tensor_value_info("update", TensorProto.FLOAT, [2, 3, 3, 4]),
+                            helper.make_tensor_value_info("w", TensorProto.INT64, [2])], [_out("y", 4)], opset=24)
+    (ours,) = run_module(import_onnx(model), {"cache": cache, "update": update, "w": w})
+    want = cache.copy()
+    for b in range(2):
+        for i in range(3):
+            want[b, :, (w[b] + i) % 8] = update[b, :, i]
+    np.testing.assert_array_equal(ours, want)
+
+
+def test_scatter_with_mismatched_updates_is_one_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [2, 4])
+    model = _model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="snd")], [x, i, u], [_out("y", 2)])
+    with pytest.raises(ModelImportError, match=r"ScatterND node 'snd': the updates must have shape \[2, 5\]"):
+        import_onnx(model)
+
+
 def test_shape_arithmetic_is_folded_to_static_attributes():
     # y = reshape(x, [shape(x)[0], -1]) then slice/expand/pad driven by shapes
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
