@@ -24,7 +24,7 @@ from infer.frontend.onnx_ops import (
     normalize_axis,
     numpy_dtype_for,
 )
-from infer.frontend.scatter import ScatterProblem, reduction_of, scatter_elements, scatter_nd
+from infer.frontend.indexing import IndexingProblem, gather_nd, reduction_of, scatter_elements, scatter_nd
 
 if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
@@ -329,8 +329,11 @@ def _trilu(imp: Importer, node: onnx.NodeProto):
     return [imp.b.op(g.WhereOp, [imp.materialise(mask, "trilu_mask"), x, imp.b.scalar(0, x)])]
 
 
-@handler("CumSum", attrs=("exclusive", "reverse"))
-def _cumsum(imp: Importer, node: onnx.NodeProto):
+@handler("CumSum", "CumProd", attrs=("exclusive", "reverse"))
+def _cumulative(imp: Importer, node: onnx.NodeProto):
+    """out[j] = the sum (product) of x[i] over the i a mask m[i, j] takes along the axis (i <= j,
+    i < j when exclusive, reversed when reverse). A float CumSum is x @ m (the matrix unit's
+    work); a CumProd, and an integer CumSum (exact), reduce where(m, x, identity) over i."""
     x = imp.value(node.input[0])
     xs = shape_of(x)
     rank = len(xs)
@@ -342,11 +345,23 @@ def _cumsum(imp: Importer, node: onnx.NodeProto):
         m = (i > j) if excl else (i >= j)
     else:
         m = (i < j) if excl else (i <= j)
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    inv = list(np.argsort(perm))
-    xt = imp.b.transpose(x, perm)
-    y = imp.b.op(g.MatmulOp, [xt, imp.materialise(m.astype(numpy_dtype_of(x)), "cumsum_mask")])
-    return [imp.b.transpose(y, inv)]
+    is_sum = node.op_type == "CumSum"
+    if is_sum and is_float_dtype(numpy_dtype_of(x)):
+        perm = [d for d in range(rank) if d != axis] + [axis]
+        xt = imp.b.transpose(x, perm)
+        y = imp.b.op(g.MatmulOp, [xt, imp.materialise(m.astype(numpy_dtype_of(x)), "cumsum_mask")])
+        return [imp.b.transpose(y, list(np.argsort(perm)))]
+    # x[.., i, 1, ..] against m[i, j]: the reduction over i leaves j where the axis was. A
+    # reverse one runs forward on x reversed, and is reversed back: its factors then multiply
+    # from the end, as a sequential scan from the end does (the same bits for floats)
+    if rev:
+        x = imp.b.slice_dim(x, axis, n - 1, -1, -1)
+        m = (i < j) if excl else (i <= j)
+    xe = imp.b.reshape(x, [*xs[:axis + 1], 1, *xs[axis + 1:]])
+    mask = imp.materialise(m.reshape([n, n] + [1] * (rank - axis - 1)), "cumulative_mask")
+    picked = imp.b.op(g.WhereOp, [mask, xe, imp.b.scalar(0 if is_sum else 1, xe)])
+    y = imp.b.reduce(g.ReduceSumOp if is_sum else g.ReduceProdOp, picked, [axis], False)
+    return [imp.b.slice_dim(y, axis, n - 1, -1, -1) if rev else y]
 
 
 @handler("OneHot", attrs=("axis",))
@@ -523,23 +538,23 @@ def _top_k(imp: Importer, node: onnx.NodeProto):
 
 @handler("ScatterElements", "Scatter", attrs=("axis", "reduction"))
 def _scatter_elements(imp: Importer, node: onnx.NodeProto):
-    """frontend/scatter.py's one-hot select along `axis` (Scatter: opset 9-10's name)."""
+    """frontend/indexing.py's one-hot select along `axis` (Scatter: opset 9-10's name)."""
     x = imp.value(node.input[0])
     axis = normalize_axis(int(attribute(node, "axis", 0)), len(shape_of(x)))
     try:
         return [scatter_elements(imp.b, x, imp.value(node.input[1]), imp.value(node.input[2]), axis,
                                  reduction_of(attribute(node, "reduction")))]
-    except ScatterProblem as e:
+    except IndexingProblem as e:
         raise NodeProblem(str(e)) from None
 
 
 @handler("ScatterND", attrs=("reduction",))
 def _scatter_nd(imp: Importer, node: onnx.NodeProto):
-    """frontend/scatter.py's one-hot select over the addressed leading dims."""
+    """frontend/indexing.py's one-hot select over the addressed leading dims."""
     try:
         return [scatter_nd(imp.b, imp.value(node.input[0]), imp.value(node.input[1]), imp.value(node.input[2]),
                            reduction_of(attribute(node, "reduction")))]
-    except ScatterProblem as e:
+    except IndexingProblem as e:
         raise NodeProblem(str(e)) from None
 
 
@@ -566,5 +581,14 @@ def _tensor_scatter(imp: Importer, node: onnx.NodeProto):
         idx = imp.b.op(g.ModOp, [idx, imp.b.scalar(cs[axis], idx)])
     try:
         return [scatter_elements(imp.b, cache, imp.b.broadcast(idx, us), update, axis)]
-    except ScatterProblem as e:
+    except IndexingProblem as e:
+        raise NodeProblem(str(e)) from None
+
+
+@handler("GatherND", attrs=("batch_dims",))
+def _gather_nd(imp: Importer, node: onnx.NodeProto):
+    """frontend/indexing.py: one graph.gather of the data's rows at the index tuples."""
+    try:
+        return [gather_nd(imp.b, imp.value(node.input[0]), imp.value(node.input[1]), int(attribute(node, "batch_dims", 0)))]
+    except IndexingProblem as e:
         raise NodeProblem(str(e)) from None

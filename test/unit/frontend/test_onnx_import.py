@@ -279,6 +279,47 @@ def test_tensor_scatter_writes_each_batch_entry_at_its_index(mode):
     np.testing.assert_array_equal(ours, want)
 
 
+@pytest.mark.parametrize("batch_dims, indices", [
+    (0, np.array([[[1, -1], [0, 2]], [[2, 0], [1, 1]]], np.int64)),  # element tuples into [3, 4, 5]: rows of 5
+    (0, np.array([[2], [0], [-1]], np.int64)),                      # whole [4, 5] slices
+    (1, np.array([[[1, 3]], [[0, 0]], [[3, 4]]], np.int64)),        # per batch entry: elements of [4, 5]
+])
+def test_gather_nd_matches_onnxruntime(batch_dims, indices):
+    x = _f32(3, 4, 5)
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)
+    out_rank = indices.ndim - 1 + x.ndim - indices.shape[-1] - batch_dims
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+                            helper.make_tensor_value_info("i", TensorProto.INT64, list(indices.shape))],
+                   [_out("y", out_rank)])
+    (ours,) = run_module(import_onnx(model), {"x": x, "i": indices})
+    (ref,) = _ort(model, {"x": x, "i": indices})
+    np.testing.assert_array_equal(ours, ref)
+    assert "graph.gather" in str(import_onnx(model))
+
+
+@pytest.mark.parametrize("op, dtype, exclusive, reverse", [
+    ("CumProd", np.float32, 0, 0), ("CumProd", np.float32, 1, 1), ("CumProd", np.int32, 1, 0),
+    ("CumSum", np.int64, 0, 1), ("CumSum", np.int32, 1, 0),
+])
+def test_cumulative_products_and_integer_sums(op, dtype, exclusive, reverse):
+    """CumProd, and integer CumSum (no matmul: where + reduce), along axis 1 of [3, 6, 2],
+    against numpy's sequential cumprod / cumsum."""
+    rng = np.random.default_rng(9)
+    x = (rng.integers(-3, 4, (3, 6, 2)) if dtype != np.float32 else rng.uniform(0.5, 1.5, (3, 6, 2))).astype(dtype)
+    node = helper.make_node(op, ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    model = _model([node], [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), [3, 6, 2])],
+                   [_out("y", 3, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))],
+                   [_init("axis", np.array(1, np.int64))], opset=26 if op == "CumProd" else 18)
+    (ours,) = run_module(import_onnx(model), {"x": x})
+    xr = x[:, ::-1] if reverse else x
+    acc = (np.cumprod if op == "CumProd" else np.cumsum)(xr, axis=1, dtype=dtype)
+    if exclusive:
+        acc = np.concatenate([np.full_like(acc[:, :1], 1 if op == "CumProd" else 0), acc[:, :-1]], axis=1)
+    want = acc[:, ::-1] if reverse else acc
+    assert ours.dtype == want.dtype
+    np.testing.assert_array_equal(ours, want)
+
+
 def test_scatter_with_mismatched_updates_is_one_error():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])
     i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])

@@ -1,5 +1,6 @@
-"""Scatters as one-hot selects of the graph ops there are (the ONNX frontend's ScatterElements,
-Scatter and ScatterND; torch.export's scatter and index_put could take the same).
+"""Ops addressed by runtime indices, as the graph ops there are: scatters as one-hot selects
+(the ONNX frontend's ScatterElements, Scatter, ScatterND and TensorScatter; torch.export's
+scatter and index_put could take the same) and GatherND as one `graph.gather` of rows.
 
 An update lands where its index equals a position: with E[j, d] = (index[j] == d) over the
 updates j and the positions d of the scattered axis (or of the addressed leading dims, for
@@ -33,8 +34,8 @@ from infer.frontend.builder import GraphBuilder
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
-class ScatterProblem(ValueError):
-    """A scatter this decomposition does not take (the frontend names the node)."""
+class IndexingProblem(ValueError):
+    """An indexing op these decompositions do not take (the frontend names the node)."""
 
 
 def _identity(reduction: str, dtype: np.dtype) -> float | int:
@@ -69,11 +70,11 @@ def _select_reduce(b: GraphBuilder, eq: SSAValue, updates: SSAValue, axis: int, 
 
 def _check(reduction: str, x: SSAValue, updates: SSAValue) -> None:
     if reduction not in REDUCTIONS:
-        raise ScatterProblem(f"reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
+        raise IndexingProblem(f"reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
     if numpy_dtype_of(x) != numpy_dtype_of(updates):
-        raise ScatterProblem(f"the updates are {numpy_dtype_of(updates)}, the data {numpy_dtype_of(x)}")
+        raise IndexingProblem(f"the updates are {numpy_dtype_of(updates)}, the data {numpy_dtype_of(x)}")
     if numpy_dtype_of(x) == np.bool_ and reduction != "none":
-        raise ScatterProblem(f"reduction '{reduction}' of bool data is not supported")
+        raise IndexingProblem(f"reduction '{reduction}' of bool data is not supported")
 
 
 def _in_range(b: GraphBuilder, idx: SSAValue, size: int) -> SSAValue:
@@ -90,10 +91,10 @@ def scatter_elements(b: GraphBuilder, x: SSAValue, indices: SSAValue, updates: S
     xs, ish = shape_of(x), shape_of(indices)
     rank = len(xs)
     if len(ish) != rank or shape_of(updates) != ish:
-        raise ScatterProblem(f"indices {list(ish)} and updates {list(shape_of(updates))} must have one shape "
+        raise IndexingProblem(f"indices {list(ish)} and updates {list(shape_of(updates))} must have one shape "
                              f"of the data's rank {rank}")
     if any(ish[i] > xs[i] for i in range(rank) if i != axis):
-        raise ScatterProblem(f"indices {list(ish)} are larger than the data {list(xs)} off axis {axis}")
+        raise IndexingProblem(f"indices {list(ish)} are larger than the data {list(xs)} off axis {axis}")
     d = xs[axis]
     idx = _in_range(b, indices, d)
     # E[.., j, p, ..] = idx[.., j, ..] == p: a new axis of the positions after `axis`
@@ -110,32 +111,65 @@ def scatter_elements(b: GraphBuilder, x: SSAValue, indices: SSAValue, updates: S
     return _combine(b, x, new, hit, reduction)
 
 
+def _flat_positions(b: GraphBuilder, indices: SSAValue, dims: Sequence[int]) -> SSAValue:
+    """The index tuples of `indices` (its last dim: one coordinate per dim of `dims`, negative
+    ones counted from the end) as row-major positions in prod(dims), indices' last dim dropped."""
+    ish = shape_of(indices)
+    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    flat: SSAValue | None = None
+    for i, size in enumerate(dims):
+        part = _in_range(b, b.slice_dim(indices, len(ish) - 1, i, i + 1), size)
+        part = b.op(g.MulOp, [part, b.scalar(strides[i], part)]) if strides[i] != 1 else part
+        flat = part if flat is None else b.op(g.AddOp, [flat, part])
+    assert flat is not None
+    return b.reshape(flat, ish[:-1])
+
+
+def _check_tuples(ish: Sequence[int], rank: int) -> int:
+    if not ish:
+        raise IndexingProblem("the indices must have rank 1 or more")
+    k = ish[-1]
+    if not 1 <= k <= rank:
+        raise IndexingProblem(f"the indices address {k} dims of a rank-{rank} data")
+    return k
+
+
 def scatter_nd(b: GraphBuilder, x: SSAValue, indices: SSAValue, updates: SSAValue, reduction: str = "none") -> SSAValue:
     """out = x with the slices out[indices[q]] (indices' last dim: k leading coordinates)
     combined with updates[q] (ONNX ScatterND)."""
     _check(reduction, x, updates)
     xs, ish, us = shape_of(x), shape_of(indices), shape_of(updates)
-    if not ish:
-        raise ScatterProblem("the indices must have rank 1 or more")
-    k = ish[-1]
-    if not 1 <= k <= len(xs):
-        raise ScatterProblem(f"the indices address {k} dims of a rank-{len(xs)} data")
+    k = _check_tuples(ish, len(xs))
     if list(us) != [*ish[:-1], *xs[k:]]:
-        raise ScatterProblem(f"the updates must have shape {[*ish[:-1], *xs[k:]]} (the indices' leading dims and "
+        raise IndexingProblem(f"the updates must have shape {[*ish[:-1], *xs[k:]]} (the indices' leading dims and "
                              f"the data's dims after the {k} addressed), got {list(us)}")
     P, R, N = math.prod(xs[:k]), math.prod(xs[k:]), math.prod(ish[:-1])
-    # flat positions: sum_i index_i * stride_i, each index counted from the end when negative
-    strides = [math.prod(xs[i + 1:k]) for i in range(k)]
-    flat: SSAValue | None = None
-    for i in range(k):
-        part = _in_range(b, b.slice_dim(indices, len(ish) - 1, i, i + 1), xs[i])
-        part = b.op(g.MulOp, [part, b.scalar(strides[i], part)]) if strides[i] != 1 else part
-        flat = part if flat is None else b.op(g.AddOp, [flat, part])
-    assert flat is not None
+    flat = _flat_positions(b, indices, xs[:k])
     eq = b.op(g.EqualOp, [b.reshape(flat, [N, 1, 1]), b.constant(np.arange(P, dtype=np.int64).reshape(1, P, 1), name="iota")])
     hit, new = _select_reduce(b, eq, b.reshape(updates, [N, 1, R]), 0, reduction)  # [P, 1], [P, R]
     x2 = b.reshape(x, [P, R])
     return b.reshape(_combine(b, x2, new, hit, reduction), xs)
+
+
+def gather_nd(b: GraphBuilder, x: SSAValue, indices: SSAValue, batch_dims: int = 0) -> SSAValue:
+    """out[B.., q..] = x[B.., indices[B.., q..]] (ONNX GatherND): the data viewed as rows (the
+    batch dims and the k addressed dims flattened, the rest a row) and one `graph.gather` of
+    the rows at the index tuples' flat positions, each batch entry offset to its own rows."""
+    xs, ish = shape_of(x), shape_of(indices)
+    nb = batch_dims
+    if not 0 <= nb < min(len(xs), len(ish)) or list(ish[:nb]) != list(xs[:nb]):
+        raise IndexingProblem(f"batch_dims = {nb} must be below both ranks and name dims the data {list(xs)} and "
+                             f"the indices {list(ish)} share")
+    k = _check_tuples(ish[nb:], len(xs) - nb)
+    P = math.prod(xs[nb:nb + k])
+    flat = _flat_positions(b, indices, xs[nb:nb + k])  # [B.., Q..]
+    if nb:  # batch entry e's rows start at e * P
+        B = math.prod(xs[:nb])
+        entry = np.arange(B, dtype=np.int64).reshape([*xs[:nb]] + [1] * (len(ish) - 1 - nb)) * P
+        flat = b.op(g.AddOp, [flat, b.constant(entry, name="batch_rows")])
+    rows = b.reshape(x, [math.prod(xs[:nb + k]), math.prod(xs[nb + k:])])
+    out = b.op(g.GatherOp, [rows, flat], axis=g.i64_attr(0))
+    return b.reshape(out, [*ish[:-1], *xs[nb + k:]])
 
 
 def reduction_of(name: str | bytes | None) -> str:
