@@ -185,32 +185,81 @@ def _conv_transpose(imp: Importer, node: onnx.NodeProto):
         raise NodeProblem(str(e)) from None
 
 
+def _pool_2d(imp: Importer, x: SSAValue, is_max: bool, kernel, strides, dilations, pads, ceil_mode: bool,
+             count_include_pad: bool) -> SSAValue:
+    """graph.max_pool2d / avg_pool2d of x [N, C, H, W] (pads [top, left, bottom, right]). A
+    padding beyond half the kernel, which the graph ops do not take, is made an explicit
+    graph.pad first (-inf for max, 0 for the averages: the pad counted), and an average that
+    must not count it is scaled by its compile-time count ratio (counted taps / taps on input
+    elements per output position)."""
+    props = dict(kernel=g.i64_array(kernel), stride=g.i64_array(strides), ceil_mode=g.bool_attr(ceil_mode))
+    if is_max:
+        props["dilation"] = g.i64_array(dilations)
+    else:
+        props["count_include_pad"] = g.bool_attr(count_include_pad)
+    if all(pads[i] <= kernel[i % 2] // 2 for i in range(4)):
+        return imp.b.op(g.MaxPool2dOp if is_max else g.AvgPool2dOp, [x], padding=g.i64_array(pads), **props)
+    n, c, h, w = shape_of(x)
+    padded = imp.b.op(g.PadOp, [x], pads=g.i64_array([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]),
+                      value=g.f64_attr(float("-inf") if is_max else 0.0))
+    y = imp.b.op(g.MaxPool2dOp if is_max else g.AvgPool2dOp, [padded], padding=g.i64_array([0, 0, 0, 0]), **props)
+    if is_max or count_include_pad:
+        return y
+    _, _, oh, ow = shape_of(y)
+    hp, wp = h + pads[0] + pads[2], w + pads[1] + pads[3]
+    taps_h = np.arange(oh)[:, None] * strides[0] + np.arange(kernel[0])[None, :]
+    taps_w = np.arange(ow)[:, None] * strides[1] + np.arange(kernel[1])[None, :]
+    counted = np.outer((taps_h < hp).sum(1), (taps_w < wp).sum(1))
+    valid = np.outer(((taps_h >= pads[0]) & (taps_h < pads[0] + h)).sum(1), ((taps_w >= pads[1]) & (taps_w < pads[1] + w)).sum(1))
+    with np.errstate(divide="ignore"):
+        ratio = (counted / valid).astype(numpy_dtype_of(x)).reshape(1, 1, oh, ow)
+    return imp.b.op(g.MulOp, [y, imp.b.constant(ratio, name="pool_count_ratio")])
+
+
+def _pool_3d(imp: Importer, x: SSAValue, is_max: bool, kernel, strides, dilations, pads, ceil_mode: bool,
+             count_include_pad: bool) -> SSAValue:
+    """A 3-D max or average pool [N, C, D, H, W] as two 2-D ones: over (H, W) with the depth
+    slices as channels, then over D with the (H', W') pixels as a row. A box window is
+    separable: the max of the depth window's maxima is the 3-D maximum, and an average's
+    count is the product of its per-axis counts (the (H, W) count of a position does not
+    depend on its depth), so the average of the depth window's (H, W) averages is the 3-D
+    average (another rounding of the same sum)."""
+    N, C, D, H, W = shape_of(x)
+
+    def pool(v: SSAValue, k, s, d, p) -> SSAValue:
+        return _pool_2d(imp, v, is_max, k, s, d, p, ceil_mode, count_include_pad)
+
+    plane = pool(imp.b.reshape(x, (N, C * D, H, W)), kernel[1:], strides[1:], dilations[1:],
+                 [pads[1], pads[2], pads[4], pads[5]])
+    _, _, H2, W2 = shape_of(plane)
+    depth = pool(imp.b.reshape(plane, (N, C, D, H2 * W2)), [kernel[0], 1], [strides[0], 1], [dilations[0], 1],
+                 [pads[0], 0, pads[3], 0])
+    return imp.b.reshape(depth, (N, C, shape_of(depth)[2], H2, W2))
+
+
 @handler("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "storage_order", "strides"))
 def _pool(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     xs = shape_of(x)
     r = len(xs) - 2
-    if r not in (1, 2):
-        raise NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
+    if r not in (1, 2, 3):
+        raise NodeProblem(f"{r}-D pooling is not supported (1-D, 2-D and 3-D only)")
     if attribute(node, "storage_order", 0):
         raise NodeProblem("storage_order = 1 is not supported")
     if len(node.output) > 1 and node.output[1]:
         raise NodeProblem("the Indices output is not supported")
     kernel = attribute(node, "kernel_shape")
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    if node.op_type == "AveragePool" and any(d != 1 for d in dilations):
+        raise NodeProblem("dilations are not supported for AveragePool")
+    if r == 3:
+        return [_pool_3d(imp, x, node.op_type == "MaxPool", list(kernel), strides, dilations, pads,
+                         bool(attribute(node, "ceil_mode", 0)), bool(attribute(node, "count_include_pad", 0)))]
     strides, dilations, pads, kernel = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
         x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
-    props = dict(
-        kernel=g.i64_array(kernel), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=g.bool_attr(attribute(node, "ceil_mode", 0)),
-    )
-    if node.op_type == "MaxPool":
-        y = imp.b.op(g.MaxPool2dOp, [x], dilation=g.i64_array(dilations), **props)
-    else:
-        if dilations != [1, 1]:
-            raise NodeProblem("dilations are not supported for AveragePool")
-        y = imp.b.op(g.AvgPool2dOp, [x], count_include_pad=g.bool_attr(attribute(node, "count_include_pad", 0)), **props)
+    y = _pool_2d(imp, x, node.op_type == "MaxPool", kernel, strides, dilations, pads, bool(attribute(node, "ceil_mode", 0)),
+                 bool(attribute(node, "count_include_pad", 0)))
     if r == 1:
         ys = shape_of(y)
         y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
@@ -401,22 +450,22 @@ def _lp_pool(imp: Importer, node: onnx.NodeProto):
     require_float(x, "LpPool")
     xs = shape_of(x)
     r = len(xs) - 2
-    if r not in (1, 2):
-        raise NodeProblem(f"{r}-D pooling is not supported (1-D and 2-D only)")
+    if r not in (1, 2, 3):
+        raise NodeProblem(f"{r}-D pooling is not supported (1-D, 2-D and 3-D only)")
     p = float(attribute(node, "p", 2))
     kernel = attribute(node, "kernel_shape")
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
     if any(d != 1 for d in dilations):
         raise NodeProblem("dilations are not supported for LpPool")
-    strides, dilations, pads, kernel2 = _as_2d(r, strides, dilations, pads, kernel)
-    if r == 1:
-        x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))
     xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.b.scalar(p, x)])
-    avg = imp.b.op(
-        g.AvgPool2dOp, [xp], kernel=g.i64_array(kernel2), stride=g.i64_array(strides), padding=g.i64_array(pads),
-        ceil_mode=g.bool_attr(attribute(node, "ceil_mode", 0)), count_include_pad=g.bool_attr(True),
-    )
-    total = imp.b.op(g.MulOp, [avg, imp.b.scalar(math.prod(kernel2), avg)])
+    if r == 3:
+        avg = _pool_3d(imp, xp, False, list(kernel), strides, dilations, pads, bool(attribute(node, "ceil_mode", 0)), True)
+    else:
+        strides, dilations, pads, kernel = _as_2d(r, strides, dilations, pads, kernel)
+        if r == 1:
+            xp = imp.b.reshape(xp, (xs[0], xs[1], 1, xs[2]))
+        avg = _pool_2d(imp, xp, False, kernel, strides, dilations, pads, bool(attribute(node, "ceil_mode", 0)), True)
+    total = imp.b.op(g.MulOp, [avg, imp.b.scalar(math.prod(kernel), avg)])
     y = imp.b.op(g.PowOp, [total, imp.b.scalar(1.0 / p, total)])
     if r == 1:
         ys = shape_of(y)

@@ -320,6 +320,36 @@ def test_cumulative_products_and_integer_sums(op, dtype, exclusive, reverse):
     np.testing.assert_array_equal(ours, want)
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", dict(kernel_shape=[2, 3, 3], strides=[1, 2, 2], pads=[1, 1, 0, 0, 1, 1], dilations=[2, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 2, 2], strides=[2, 2, 1], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3, 2], strides=[2, 1, 2], pads=[1, 0, 1, 1, 1, 0], count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[2, 2, 3], strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 1], count_include_pad=1, ceil_mode=1)),
+    ("LpPool", dict(kernel_shape=[2, 3, 2], strides=[2, 1, 1], pads=[1, 1, 0, 0, 1, 1], p=2)),
+])
+def test_3d_pooling_matches_onnxruntime(op, attrs):
+    """3-D windows as a 2-D pool over (H, W) then one over D: max (with dilation and
+    ceil_mode), average (padding counted and not) and Lp."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 8, 9])
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)], [x], [_out("y", 5)])
+    _check_against_ort(model, {"x": _f32(2, 3, 7, 8, 9)}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], pads=[2, 0, 2, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[2, 2, 2, 2], count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 1], pads=[2, 2, 1, 2], count_include_pad=1)),
+    ("LpPool", dict(kernel_shape=[3, 3], pads=[2, 2, 2, 2], p=3)),
+])
+def test_pooling_with_padding_beyond_half_the_kernel(op, attrs):
+    """An explicit graph.pad first (-inf for max, 0 for averages), an average that must not
+    count it scaled by its compile-time count ratio."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 5])
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)], [x], [_out("y", 4)])
+    _check_against_ort(model, {"x": _f32(1, 2, 6, 5)}, rtol=1e-5, atol=1e-6)
+    assert "graph.pad" in str(import_onnx(model))
+
+
 def test_scatter_with_mismatched_updates_is_one_error():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])
     i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
