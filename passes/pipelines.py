@@ -34,6 +34,7 @@ from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
 from infer.passes.graph_fuse_prologue import GraphFuseNormProloguePass
+from infer.passes.graph_lower_runtime_conv import GraphLowerRuntimeConvPass
 from infer.passes.graph_shape_inference import GraphShapeInferencePass
 
 
@@ -84,7 +85,8 @@ class GraphOptimizePass(PipelinePass):
 
 @dataclass(frozen=True)
 class GraphPrepareTilingPass(PipelinePass):
-    """Cleanup, batch-norm folding and fusion: what runs before graph -> tile.
+    """Cleanup, convolutions with run-time weights as im2col matmuls, batch-norm folding and
+    fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
     graph-fold-batch-norm; max-epilogue, kinds, norm-epilogue -> graph-fuse (then graph-fuse-norm-prologue:
@@ -104,6 +106,7 @@ class GraphPrepareTilingPass(PipelinePass):
     def passes(self) -> tuple[ModulePass, ...]:
         return (
             GraphOptimizePass(max_elements=self.max_elements),
+            GraphLowerRuntimeConvPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),

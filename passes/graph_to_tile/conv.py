@@ -314,7 +314,8 @@ def lower_conv(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     assert isinstance(op, g.Conv2dOp)
     w = ctx.constant(op.weight)
     if w is None:
-        raise error(op, "conv2d needs a compile-time weight")
+        raise error(op, "conv2d needs a compile-time weight (graph-lower-runtime-conv, part of graph-prepare-tiling, "
+                        "makes a conv2d of a run-time weight an im2col matmul)")
     N = shape_of(op.input)[0]
     p = conv_planes(op)
     name = ctx.kernel_name()
