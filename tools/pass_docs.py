@@ -261,7 +261,8 @@ WIDTH = 100
 
 
 def _wrap(text: str, indent: int) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + 2)) or [""]
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + 2),
+                         break_on_hyphens=False) or [""]  # pass names stay whole
 
 
 def render_entry(doc: PassDoc) -> list[str]:
