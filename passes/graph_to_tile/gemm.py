@@ -49,6 +49,7 @@ from infer.passes.graph_to_tile.matrix_unit import (
     prefetch_packed,
     split_on_chip,
 )
+from infer.passes.graph_to_tile.copies import copy_box
 from infer.passes.graph_to_tile.transpose import transposed_copy
 from infer.passes.graph_to_tile.vector_math import activation_instruction
 
@@ -144,9 +145,13 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         out2 = em.view(out_buffer, (batches * M, N))
     else:  # the buffer once it is known which value is stored (the norm's or its input rows)
         narrow_out = False
+    if lhs_batch and num_elements(lhs_batch) not in (1, batches):  # [3, 1] against [3, 2]: a full copy
+        lhs_src = _batch_broadcast_copy(ctx, lhs_src if lhs_src is not None else ctx.buffer(x), lhs_batch, batch,
+                                        x_shape[-2:])
+        lhs_batch = batch
+    if runtime_rhs and num_elements(runtime_rhs[1]) not in (1, batches):
+        runtime_rhs = (_batch_broadcast_copy(ctx, runtime_rhs[0], runtime_rhs[1], batch, (K, N)), batch)
     lhs_full = num_elements(lhs_batch) == batches and batches > 1
-    if lhs_batch and num_elements(lhs_batch) not in (1, batches):
-        raise error(op, "partial batch broadcasting is not supported")
     lhs_buffer = lhs_src if lhs_src is not None else ctx.buffer(x)
     # activations held as bf16 (a narrowed producer's output): staged as bf16 and copied into the
     # operand tile (a DMA straight into it would make the matmul the first consumer of two loads,
@@ -737,3 +742,18 @@ def prefetch_weights(ctx: LoweringContext, packs: Sequence[SSAValue], tn: int, n
     boundary (matrix_unit.prefetch_packed): the k loop then has no weight DMA and each weight
     byte is read once, however many m tiles."""
     return prefetch_packed(ctx, list(packs), nest_spad, nest_acc, PREFETCH_SHARE)
+
+
+def _batch_broadcast_copy(ctx: LoweringContext, src: SSAValue, src_batch: Sequence[int], batch: Sequence[int],
+                          matrix: Sequence[int]) -> SSAValue:
+    """A DRAM copy of an operand [*src_batch, rows, cols] whose batch dims broadcast only in part
+    against the product's `batch` (numpy's rules: [1, 2] against [3, 2]), repeated to the whole
+    batch (a loop nest of its own), so the product reads one matrix per batch entry or one for
+    all, as it does without broadcasting."""
+    in_shape = (1,) * (len(batch) - len(src_batch)) + tuple(src_batch) + tuple(matrix)
+    out_shape = tuple(batch) + tuple(matrix)
+    dst = ctx.emitter.alloc(out_shape, src.type.element_type, "dram")  # type: ignore[attr-defined]
+    steps = [0 if (a == 1 and b != 1) else 1 for a, b in zip(in_shape, out_shape, strict=True)]
+    copy_box(ctx, ctx.emitter.view(src, in_shape), in_shape, [0] * len(out_shape), steps, dst, out_shape,
+             [0] * len(out_shape), out_shape)
+    return dst

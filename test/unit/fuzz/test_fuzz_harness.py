@@ -85,21 +85,21 @@ def test_an_internal_compiler_error_is_a_crash(monkeypatch: pytest.MonkeyPatch):
     assert outcome.detail.startswith("KeyError: 'offset' (raised at fuzz/test_fuzz_harness.py:"), outcome
 
 
-RUNTIME_WEIGHT_CONV = """
-func.func @main(%x: tensor<1x2x5x5xf32>, %w: tensor<3x2x3x3xf32>) -> tensor<1x3x3x3xf32> {
-  %y = graph.conv2d %x, %w : (tensor<1x2x5x5xf32>, tensor<3x2x3x3xf32>) -> tensor<1x3x3x3xf32>
-  func.return %y : tensor<1x3x3x3xf32>
+BITWISE_AND = """
+func.func @main(%x: tensor<2x5xi32>, %w: tensor<2x5xi32>) -> tensor<2x5xi32> {
+  %y = graph.bitwise_and %x, %w : (tensor<2x5xi32>, tensor<2x5xi32>) -> tensor<2x5xi32>
+  func.return %y : tensor<2x5xi32>
 }
 """
 
 
 def test_a_clean_refusal_is_unsupported_and_nan_is_degenerate():
-    # graph-to-tile refuses a convolution with a runtime weight with a clean, located error
-    module = parse_ir(make_context(), RUNTIME_WEIGHT_CONV, "refused.mlir")
+    # graph-to-tile refuses a bitwise op (the vector unit has none) with a clean, located error
+    module = parse_ir(make_context(), BITWISE_AND, "refused.mlir")
     rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal((1, 2, 5, 5)).astype(np.float32), rng.standard_normal((3, 2, 3, 3)).astype(np.float32)]
+    inputs = [rng.integers(0, 100, (2, 5)).astype(np.int32) for _ in range(2)]
     outcome = run_module_case(module, inputs, "edge", "fp32")
-    assert outcome.kind == "unsupported" and "compile-time weight" in outcome.detail, outcome
+    assert outcome.kind == "unsupported" and "no vector-unit lowering" in outcome.detail, outcome
     nan = FuzzGraph(RELU.nodes[:1] + (Node("sqrt", (0,)),), (1,))  # sqrt of normal inputs
     assert run_case(nan, "edge", "fp32").kind == "degenerate"
 

@@ -42,14 +42,14 @@ def _model(path, second: str):
 
 
 def test_onnx_node_name_in_a_lowering_error(tmp_path):
-    """A convolution whose weight is a model input (not lowered: weights are compile-time)."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])
-    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 2, 3, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])
-    nodes = [helper.make_node("Relu", ["x"], ["h"], name="act1"), helper.make_node("Conv", ["h", "w"], ["y"], name="layer7")]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x, w], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    """A bitwise op (the vector unit has none: not lowered)."""
+    x = helper.make_tensor_value_info("x", TensorProto.INT32, [2, 8])
+    w = helper.make_tensor_value_info("w", TensorProto.INT32, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [2, 8])
+    nodes = [helper.make_node("Abs", ["x"], ["h"], name="act1"), helper.make_node("BitwiseAnd", ["h", "w"], ["y"], name="layer7")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, w], [y]), opset_imports=[helper.make_opsetid("", 18)])
     onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(Exception, match=r"m\.onnx: Conv node 'layer7': error: 'graph\.conv2d' op graph-to-tile"):
+    with pytest.raises(Exception, match=r"m\.onnx: BitwiseAnd node 'layer7': error: 'graph\.bitwise_and' op graph-to-tile"):
         compile_model(str(tmp_path / "m.onnx"))
 
 
