@@ -24,6 +24,8 @@ large table.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
 import numpy as np
 from xdsl.ir import SSAValue
 

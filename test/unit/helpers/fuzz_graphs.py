@@ -406,6 +406,8 @@ def fam_matmul(d: Draft, x: int) -> int | None:
     n = d.dim(large=0.2, max_size=max(1, d.max_elements // max(1, math.prod((*batch, m)))))
     tb = d.flag(0.4)
     rb = tuple(batch) if kind == "input" and d.flag(0.5) else ()
+    if rb and d.flag(0.3):  # batch dims broadcast in part ([1, B2] against [B1, B2])
+        rb = tuple(1 if d.flag(0.5) else b for b in rb)
     shape = (*rb, n, k) if tb else (*rb, k, n)
     if kind == "input":
         y = d.new_input(shape)
