@@ -110,12 +110,10 @@ class GraphBuilder:
         # An absent optional operand (e.g. a bias) is passed as None; each op
         # has at most one optional operand, so dropping it is unambiguous.
         present = [o for o in operands if o is not None]
-        result_types = [result_type or TensorType(f32, [])]
-        op = op_type.create(operands=present, result_types=result_types, properties=dict(properties))
         if result_type is None:
-            inferred = op.infer_result_types()
-            op.drop_all_references()  # the probe op must not stay a user of its operands
-            op = op_type.create(operands=present, result_types=inferred, properties=dict(properties))
+            op = op_type.inferred(present, dict(properties))
+        else:
+            op = op_type.create(operands=present, result_types=[result_type], properties=dict(properties))
         self.block.add_op(op)
         return op.results[0]
 

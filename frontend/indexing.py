@@ -79,8 +79,8 @@ def _check(reduction: str, x: SSAValue, updates: SSAValue) -> None:
         raise IndexingProblem(f"reduction '{reduction}' of bool data is not supported")
 
 
-def _in_range(b: GraphBuilder, idx: SSAValue, size: int) -> SSAValue:
-    """Indices as i64 with the negative ones counted from the end."""
+def indices_in_range(b: GraphBuilder, idx: SSAValue, size: int) -> SSAValue:
+    """Indices into an axis of `size` as i64, the negative ones counted from the end."""
     idx = b.cast(idx, np.dtype(np.int64))
     return b.op(g.WhereOp, [b.op(g.LessOp, [idx, b.scalar(0, idx)]), b.op(g.AddOp, [idx, b.scalar(size, idx)]), idx])
 
@@ -98,7 +98,7 @@ def scatter_elements(b: GraphBuilder, x: SSAValue, indices: SSAValue, updates: S
     if any(ish[i] > xs[i] for i in range(rank) if i != axis):
         raise IndexingProblem(f"indices {list(ish)} are larger than the data {list(xs)} off axis {axis}")
     d = xs[axis]
-    idx = _in_range(b, indices, d)
+    idx = indices_in_range(b, indices, d)
     # E[.., j, p, ..] = idx[.., j, ..] == p: a new axis of the positions after `axis`
     ie = b.reshape(idx, [*ish[:axis + 1], 1, *ish[axis + 1:]])
     iota = np.arange(d, dtype=np.int64).reshape([1] * (axis + 1) + [d] + [1] * (rank - axis - 1))
@@ -120,7 +120,7 @@ def _flat_positions(b: GraphBuilder, indices: SSAValue, dims: Sequence[int]) -> 
     strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
     flat: SSAValue | None = None
     for i, size in enumerate(dims):
-        part = _in_range(b, b.slice_dim(indices, len(ish) - 1, i, i + 1), size)
+        part = indices_in_range(b, b.slice_dim(indices, len(ish) - 1, i, i + 1), size)
         part = b.op(g.MulOp, [part, b.scalar(strides[i], part)]) if strides[i] != 1 else part
         flat = part if flat is None else b.op(g.AddOp, [flat, part])
     assert flat is not None
@@ -172,10 +172,3 @@ def gather_nd(b: GraphBuilder, x: SSAValue, indices: SSAValue, batch_dims: int =
     rows = b.reshape(x, [math.prod(xs[:nb + k]), math.prod(xs[nb + k:])])
     out = b.op(g.GatherOp, [rows, flat], axis=g.i64_attr(0))
     return b.reshape(out, [*ish[:-1], *xs[nb + k:]])
-
-
-def reduction_of(name: str | bytes | None) -> str:
-    """ONNX's `reduction` attribute as a string ('none' when absent)."""
-    if name is None:
-        return "none"
-    return name.decode() if isinstance(name, bytes) else str(name)

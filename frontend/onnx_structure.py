@@ -24,7 +24,7 @@ from infer.frontend.onnx_ops import (
     normalize_axis,
     numpy_dtype_for,
 )
-from infer.frontend.indexing import IndexingProblem, gather_nd, reduction_of, scatter_elements, scatter_nd
+from infer.frontend.indexing import IndexingProblem, gather_nd, indices_in_range, scatter_elements, scatter_nd
 
 if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
@@ -509,9 +509,7 @@ def _gather_elements(imp: Importer, node: onnx.NodeProto):
     ends = [ish[i] if i != axis else xs[i] for i in range(rank)]
     if ends != list(xs):
         x = imp.b.slice(x, [0] * rank, ends, [1] * rank)
-    idx = imp.b.cast(idx, np.dtype(np.int64))
-    idx = imp.b.op(g.WhereOp, [imp.b.op(g.LessOp, [idx, imp.b.scalar(0, idx)]), imp.b.op(g.AddOp, [idx, imp.b.scalar(d, idx)]), idx])
-    return [imp.b.take_along_axis(x, idx, axis)]
+    return [imp.b.take_along_axis(x, indices_in_range(imp.b, idx, d), axis)]
 
 
 @handler("TopK", attrs=("axis", "largest", "sorted", "k"))
@@ -543,7 +541,7 @@ def _scatter_elements(imp: Importer, node: onnx.NodeProto):
     axis = normalize_axis(int(attribute(node, "axis", 0)), len(shape_of(x)))
     try:
         return [scatter_elements(imp.b, x, imp.value(node.input[1]), imp.value(node.input[2]), axis,
-                                 reduction_of(attribute(node, "reduction")))]
+                                 attribute(node, "reduction", "none"))]
     except IndexingProblem as e:
         raise NodeProblem(str(e)) from None
 
@@ -553,7 +551,7 @@ def _scatter_nd(imp: Importer, node: onnx.NodeProto):
     """frontend/indexing.py's one-hot select over the addressed leading dims."""
     try:
         return [scatter_nd(imp.b, imp.value(node.input[0]), imp.value(node.input[1]), imp.value(node.input[2]),
-                           reduction_of(attribute(node, "reduction")))]
+                           attribute(node, "reduction", "none"))]
     except IndexingProblem as e:
         raise NodeProblem(str(e)) from None
 
@@ -567,7 +565,7 @@ def _tensor_scatter(imp: Importer, node: onnx.NodeProto):
     cs, us = shape_of(cache), shape_of(update)
     rank = len(cs)
     axis = normalize_axis(int(attribute(node, "axis", -2)), rank)
-    mode = reduction_of(attribute(node, "mode", "linear"))
+    mode = attribute(node, "mode", "linear")
     if mode not in ("linear", "circular"):
         raise NodeProblem(f"mode '{mode}' is not one of linear, circular")
     if axis == 0:

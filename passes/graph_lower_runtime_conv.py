@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType, f32
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -61,10 +61,7 @@ class _Emit:
         self.rewriter = rewriter
 
     def __call__(self, op_type: type[g.GraphOp], operands: list[SSAValue], **properties) -> SSAValue:
-        probe = op_type.create(operands=operands, result_types=[TensorType(f32, [])], properties=properties)
-        types = probe.infer_result_types()
-        probe.drop_all_references()
-        op = op_type.create(operands=operands, result_types=types, properties=properties)
+        op = op_type.inferred(operands, properties)
         self.rewriter.insert(op)
         return op.results[0]
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     DenseArrayBase,
+    Float32Type,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -107,6 +108,17 @@ class GraphOp(IRDLOperation, ABC):
     def infer_result_types(self) -> list[TensorType]:
         """Result types computed from operands and properties alone."""
         raise NotImplementedError
+
+    @classmethod
+    def inferred(cls, operands: Sequence[SSAValue], properties: dict[str, Attribute]) -> GraphOp:
+        """An op of this type on `operands` whose result types are inferred from them and the
+        properties (a probe op computes them, then lets go of its operands; its f32 result is
+        what the few ops that read their own result type expect)."""
+        probe = cls.create(operands=list(operands), result_types=[TensorType(Float32Type(), [])],
+                           properties=properties)
+        types = probe.infer_result_types()
+        probe.drop_all_references()
+        return cls.create(operands=list(operands), result_types=types, properties=properties)
 
     def verify_(self) -> None:
         """Every operand and result has an element type the graph level supports, and each
