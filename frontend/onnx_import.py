@@ -462,7 +462,9 @@ class Importer:
                 if vi.name not in self.poisoned:
                     self.fail(f"graph output '{vi.name}'", "is not produced by any node")
                 continue
-            outputs.append(self.value(vi.name))
+            value = self.value(vi.name)
+            self._check_declared_output(vi, value)
+            outputs.append(value)
         if self.problems:
             lines = [f"{p.node}: {p.text}" for p in self.problems]
             raise ModelImportError(
@@ -474,6 +476,42 @@ class Importer:
             return module
         except VerifyException as e:
             raise ModelImportError(f"{self.label}: the imported graph does not verify: {_one_line(e)}") from None
+
+    def _check_declared_output(self, vi: onnx.ValueInfoProto, value: SSAValue) -> None:
+        """A graph output's declared element type and static dims must be what the graph computes.
+
+        A model whose declaration disagrees is malformed or was imported with other input shapes
+        than it was exported for; taking the inferred type silently would hand the caller a tensor
+        of another shape than the model promises. Symbolic and unknown dims are not checked.
+        """
+        where = f"graph output '{vi.name}'"
+        t = vi.type
+        if t.WhichOneof("value") != "tensor_type":
+            return
+        computed_dtype = numpy_dtype_of(value)
+        computed_shape = shape_of(value)
+        elem = t.tensor_type.elem_type
+        if elem != TensorProto.UNDEFINED:
+            try:
+                declared_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+            except (KeyError, ValueError, TypeError):
+                declared_dtype = None
+            if declared_dtype is not None and declared_dtype != computed_dtype:
+                self.fail(where, f"is declared {TensorProto.DataType.Name(elem)} but the graph computes {computed_dtype.name}")
+                return
+        if not t.tensor_type.HasField("shape"):
+            return
+        dims = t.tensor_type.shape.dim
+        if len(dims) != len(computed_shape):
+            self.fail(where, f"is declared with rank {len(dims)} but the graph computes shape "
+                             f"{_fmt_dims(computed_shape)} (rank {len(computed_shape)})")
+            return
+        for i, (d, c) in enumerate(zip(dims, computed_shape)):
+            if d.HasField("dim_value") and int(d.dim_value) != int(c):
+                declared = [int(x.dim_value) if x.HasField("dim_value") else (x.dim_param or "?") for x in dims]
+                self.fail(where, f"is declared with shape {_fmt_dims(declared)} but the graph computes "
+                                 f"{_fmt_dims(computed_shape)} (dimension {i}: {d.dim_value} against {c})")
+                return
 
     def _add_input(self, vi: onnx.ValueInfoProto) -> None:
         where = f"graph input '{vi.name}'"

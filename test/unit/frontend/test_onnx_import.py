@@ -437,6 +437,33 @@ def test_input_shapes_make_dynamic_dims_static():
         import_onnx(model, input_shapes={"nope": (1,)})
 
 
+@pytest.mark.parametrize(
+    "declared, message",
+    [
+        (helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5]),
+         r"graph output 'y': is declared with shape \[2, 5\] but the graph computes \[2, 4\] \(dimension 1: 5 against 4\)"),
+        (helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 1]),
+         r"graph output 'y': is declared with rank 3 but the graph computes shape \[2, 4\] \(rank 2\)"),
+        (helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4]),
+         r"graph output 'y': is declared INT64 but the graph computes float32"),
+    ],
+)
+def test_a_declared_output_that_disagrees_with_the_graph_is_refused(declared, message):
+    """Taking the inferred type silently would hand back another tensor than the model promises."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [declared])
+    with pytest.raises(ModelImportError, match=message):
+        import_onnx(model)
+
+
+def test_a_declared_output_with_symbolic_or_unknown_dims_is_taken():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", None])
+    module = import_onnx(_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y]))
+    xs = _f32(2, 4)
+    np.testing.assert_array_equal(run_module(module, {"x": xs})[0], np.maximum(xs, 0))
+
+
 def test_names_are_preserved_and_import_model_reads_files(tmp_path: Path):
     x = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [2, 2])
     y = _out("out:0", 2)
