@@ -331,8 +331,10 @@ class Importer:
         input_shapes: Mapping[str, Sequence[int]] | None,
         list_unsupported: bool,
         static_inputs: Mapping[str, np.ndarray] | None,
+        declared_outputs: Mapping[str, onnx.TypeProto] | None = None,
     ):
         self.model = model
+        self.declared_outputs = dict(declared_outputs or {})
         self.graph = model.graph
         self.label = label
         self.opset = _default_opset(model)
@@ -478,14 +480,15 @@ class Importer:
             raise ModelImportError(f"{self.label}: the imported graph does not verify: {_one_line(e)}") from None
 
     def _check_declared_output(self, vi: onnx.ValueInfoProto, value: SSAValue) -> None:
-        """A graph output's declared element type and static dims must be what the graph computes.
+        """A graph output's declared element type and static dims (as the file declares them, not
+        as ONNX's shape inference fills them in) must be what the graph computes.
 
         A model whose declaration disagrees is malformed or was imported with other input shapes
         than it was exported for; taking the inferred type silently would hand the caller a tensor
         of another shape than the model promises. Symbolic and unknown dims are not checked.
         """
         where = f"graph output '{vi.name}'"
-        t = vi.type
+        t = self.declared_outputs.get(vi.name, vi.type)
         if t.WhichOneof("value") != "tensor_type":
             return
         computed_dtype = numpy_dtype_of(value)
@@ -770,8 +773,15 @@ def import_onnx(
     # a file whose tensors all live in it is the model as parsed: the checker reads it itself
     # (C++) instead of a serialisation of the parsed model (ResNet-50: 0.15 s against 0.25 s)
     whole_file = None if isinstance(source, onnx.ModelProto) or had_external_data else Path(source)
+    # the outputs as the file declares them: ONNX's shape inference fills in their symbolic
+    # dims, and for some ops it disagrees with the ONNX spec and onnxruntime (a ceil_mode pool
+    # whose last window starts in the padding: one more row), which is no fault of the model
+    declared_outputs = {}
+    for vi in model.graph.output:
+        declared_outputs[vi.name] = onnx.TypeProto()
+        declared_outputs[vi.name].CopyFrom(vi.type)
     model = _normalise(model, label, whole_file)
-    imp = Importer(model, label, input_shapes, list_unsupported, static_inputs)
+    imp = Importer(model, label, input_shapes, list_unsupported, static_inputs, declared_outputs)
     try:
         module = imp.run()
     finally:

@@ -350,6 +350,23 @@ def test_pooling_with_padding_beyond_half_the_kernel(op, attrs):
     assert "graph.pad" in str(import_onnx(model))
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("AveragePool", dict(kernel_shape=[3, 2], dilations=[2, 3])),
+    ("AveragePool", dict(kernel_shape=[3, 3], dilations=[2, 2], strides=[2, 1], pads=[1, 2, 2, 1], count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[3, 3], dilations=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ("LpPool", dict(kernel_shape=[2, 3], dilations=[3, 2], pads=[1, 0, 1, 2], p=2)),
+])
+def test_dilated_average_and_lp_pooling_match_onnxruntime(op, attrs):
+    """The sum of one strided slice per tap of the zero-padded input times a compile-time
+    1 / count per position (graph.avg_pool2d takes no dilation)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 11, 10])
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)], [x], [_out("y", 4)], opset=19)
+    _check_against_ort(model, {"x": _f32(1, 2, 11, 10)}, rtol=1e-5, atol=1e-6)
+    text = str(import_onnx(model))
+    assert "graph.slice" in text and "graph.avg_pool2d" not in text
+
+
 def test_scatter_with_mismatched_updates_is_one_error():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])
     i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
@@ -454,6 +471,18 @@ def test_a_declared_output_that_disagrees_with_the_graph_is_refused(declared, me
     model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [x], [declared])
     with pytest.raises(ModelImportError, match=message):
         import_onnx(model)
+
+
+def test_the_declaration_is_the_files_not_onnx_shape_inference():
+    """ONNX's shape inference gives a ceil_mode pool whose last window starts in the padding one
+    more row (5) than the spec, onnxruntime and the graph op (4): the symbolic dims the file
+    declares are not checked against that."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 11, 10])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1)
+    model = _model([node], [x], [_out("y", 4)])
+    inferred = onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in inferred] == [1, 2, 5, 4]
+    _check_against_ort(model, {"x": _f32(1, 2, 11, 10)})
 
 
 def test_a_declared_output_with_symbolic_or_unknown_dims_is_taken():
