@@ -192,6 +192,8 @@ def _pool_2d(imp: Importer, x: SSAValue, is_max: bool, kernel, strides, dilation
     graph.pad first (-inf for max, 0 for the averages: the pad counted), and an average that
     must not count it is scaled by its compile-time count ratio (counted taps / taps on input
     elements per output position)."""
+    if not is_max and any(d != 1 for d in dilations):
+        return _dilated_avg_pool_2d(imp, x, kernel, strides, dilations, pads, ceil_mode, count_include_pad)
     props = dict(kernel=g.i64_array(kernel), stride=g.i64_array(strides), ceil_mode=g.bool_attr(ceil_mode))
     if is_max:
         props["dilation"] = g.i64_array(dilations)
@@ -214,6 +216,40 @@ def _pool_2d(imp: Importer, x: SSAValue, is_max: bool, kernel, strides, dilation
     with np.errstate(divide="ignore"):
         ratio = (counted / valid).astype(numpy_dtype_of(x)).reshape(1, 1, oh, ow)
     return imp.b.op(g.MulOp, [y, imp.b.constant(ratio, name="pool_count_ratio")])
+
+
+def _dilated_avg_pool_2d(imp: Importer, x: SSAValue, kernel, strides, dilations, pads, ceil_mode: bool,
+                         count_include_pad: bool) -> SSAValue:
+    """A dilated average pool (graph.avg_pool2d takes no dilation) as the sum of its taps, one
+    strided slice of the zero-padded input each, times a compile-time 1 / count per output
+    position. The count is the window's taps inside the padded input (count_include_pad) or
+    inside the input; with ceil_mode, the taps of a last window past the padding never count."""
+    n, c, h, w = shape_of(x)
+    out = [g.window_out("AveragePool", size, kernel[i], strides[i], pads[i], pads[i + 2], dilations[i], ceil_mode)
+           for i, size in enumerate((h, w))]
+    # rows / columns the last window reaches beyond the bottom / right padding (ceil_mode)
+    beyond = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - (size + pads[i] + pads[i + 2]))
+              for i, size in enumerate((h, w))]
+    padded = x
+    if any(pads) or any(beyond):
+        padded = imp.b.op(g.PadOp, [x], pads=g.i64_array([0, 0, pads[0], pads[1], 0, 0, pads[2] + beyond[0],
+                                                           pads[3] + beyond[1]]), value=g.f64_attr(0.0))
+    total = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            top, left = i * dilations[0], j * dilations[1]
+            tap = imp.b.slice(padded, [0, 0, top, left],
+                              [n, c, top + (out[0] - 1) * strides[0] + 1, left + (out[1] - 1) * strides[1] + 1],
+                              [1, 1, strides[0], strides[1]])
+            total = tap if total is None else imp.b.op(g.AddOp, [total, tap])
+    counts = []
+    for i, size in enumerate((h, w)):
+        taps = np.arange(out[i])[:, None] * strides[i] + np.arange(kernel[i])[None, :] * dilations[i]
+        lo, hi = (0, size + pads[i] + pads[i + 2]) if count_include_pad else (pads[i], pads[i] + size)
+        counts.append(((taps >= lo) & (taps < hi)).sum(1))
+    with np.errstate(divide="ignore"):
+        scale = (1.0 / np.outer(counts[0], counts[1])).astype(numpy_dtype_of(x)).reshape(1, 1, out[0], out[1])
+    return imp.b.op(g.MulOp, [total, imp.b.constant(scale, name="pool_count_recip")])
 
 
 def _pool_3d(imp: Importer, x: SSAValue, is_max: bool, kernel, strides, dilations, pads, ceil_mode: bool,
@@ -250,8 +286,6 @@ def _pool(imp: Importer, node: onnx.NodeProto):
         raise NodeProblem("the Indices output is not supported")
     kernel = attribute(node, "kernel_shape")
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
-    if node.op_type == "AveragePool" and any(d != 1 for d in dilations):
-        raise NodeProblem("dilations are not supported for AveragePool")
     if r == 3:
         return [_pool_3d(imp, x, node.op_type == "MaxPool", list(kernel), strides, dilations, pads,
                          bool(attribute(node, "ceil_mode", 0)), bool(attribute(node, "count_include_pad", 0)))]
@@ -455,8 +489,6 @@ def _lp_pool(imp: Importer, node: onnx.NodeProto):
     p = float(attribute(node, "p", 2))
     kernel = attribute(node, "kernel_shape")
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
-    if any(d != 1 for d in dilations):
-        raise NodeProblem("dilations are not supported for LpPool")
     xp = imp.b.op(g.PowOp, [imp.b.op(g.AbsOp, [x]), imp.b.scalar(p, x)])
     if r == 3:
         avg = _pool_3d(imp, xp, False, list(kernel), strides, dilations, pads, bool(attribute(node, "ceil_mode", 0)), True)
