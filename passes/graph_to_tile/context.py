@@ -42,7 +42,11 @@ from infer.passes.graph_to_tile.builder import Emitter
 from infer.target.hw import HardwareConfig, load_config
 
 STAGE = "graph-to-tile"
-NEG_INF = -1.0e30  # "minus infinity" of masks and max pooling (finite: no inf - inf)
+NEG_INF = -1.0e30  # "minus infinity" of attention masks and running maxima (finite: no inf - inf)
+# where a maximum starts and what pads its windows (reductions, max pooling, argmax): -inf, max's
+# identity. No subtraction follows there, and a finite stand-in made a row of -inf (a fully masked
+# attention bias row) or of values below it reduce to -1e30
+MAX_IDENTITY = float("-inf")
 #: a kernel's local buffers get bytes apart from the kernel before's where both fit in this share
 #: of the scratchpad and of the accumulator (`LoweringContext.stage`; the planner's best fit does
 #: not always reach the peak of live bytes). 0.8 (was 0.75): the Llama prefill's gated FFN

@@ -1,6 +1,6 @@
 """Pooling on the vector unit: graph.max_pool2d / avg_pool2d and the global pools.
 
-* windowed: the input's stride-phase planes prepared once in DRAM (planes.py; -1e30 around
+* windowed: the input's stride-phase planes prepared once in DRAM (planes.py; -inf around
   the data for max, 0 for avg; the padding extended at the bottom and right so every window,
   ceil_mode included, stays inside), then per tap, a stride-1 shift of one plane, one window
   DMA [TR, TOH, OW] of whole contiguous rows (a strided window DMA would move one element per
@@ -10,7 +10,7 @@
   model finds it faster than the planes, `window_pool_estimate`): per tile of TC channels x TOH
   output rows the input rows the window needs are loaded once (whole rows, one DMA per row
   phase) and the vector unit takes the stride's column phases and fills the border
-  (windows.WindowLoader, -1e30), so no plane goes through DRAM; each tap is then a flat shift of
+  (windows.WindowLoader, -inf), so no plane goes through DRAM; each tap is then a flat shift of
   one plane window (output pixel q = oh.Wq + ow, as conv.py's padded-width windows) and one
   vector `max` into the [TC, TOH.Wq] result (which starts as a copy of the first tap's window),
   whose valid [TC, TOH, OW] box is stored; kernels up to 3x3 of more than 4 taps take a row
@@ -32,7 +32,7 @@ from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.tiling_cost import dma_round_trip
-from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext
+from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext
 from infer.passes.graph_to_tile.planes import Planes, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
 
@@ -73,7 +73,7 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
     p = Planes(H, W, KH, KW, (stride_h, stride_w), (dilation_h, dilation_w), (top, left, bottom, right), OH, OW)
     if is_max and lower_max_pool_windows(ctx, op, p, N * C):
         return
-    (planes,) = prepare_planes(ctx, ctx.buffer(op.input), N * C, p, "f32", 1, NEG_INF if is_max else 0.0)
+    (planes,) = prepare_planes(ctx, ctx.buffer(op.input), N * C, p, "f32", 1, MAX_IDENTITY if is_max else 0.0)
     planes3 = em.view(planes, (N * C, len(p.phases) * p.Hq, p.Wq))  # [plane rows of every phase, Wq]
     name = ctx.kernel_name()
     override = ctx.override(name, 2)
@@ -107,7 +107,7 @@ def lower_window_pool(ctx: LoweringContext, op: Operation) -> None:
 
     def tile(r0: Index, tr: int, oh0: Index, toh: int) -> None:
         tp = toh * OW
-        em.fill(acc, z, tr, tp, NEG_INF if is_max else 0.0)
+        em.fill(acc, z, tr, tp, MAX_IDENTITY if is_max else 0.0)
 
         def tap(plane: int, row: Index, col: Index) -> None:  # the tap reads plane rows oh0 + row.., cols col..
             em.dma(planes3, [r0, em.add(em.add(oh0, plane * p.Hq), row), col], window, [0, 0, 0], [tr, toh, OW])
@@ -284,7 +284,7 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
             with em.no_pool():
                 count = 2 if looped else 1
                 loader = WindowLoader(ctx, p, x, planes_count, TC, TOH, pixel_major=False, targets=[f32],
-                                      border=NEG_INF, buffers=count)
+                                      border=MAX_IDENTITY, buffers=count)
                 compact = em.alloc((TC, TOH * OW), bf16, "spad", count) if out_bytes == 2 else None
                 row_max = [em.alloc((TC, _row_max_rows(TOH, rows) * Wq), f32, "spad", count) if len(cols) > 1
                            else None for cols, rows in sep or []]
@@ -326,7 +326,7 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
             separable(loader, result, row_max, tc, toh)
         else:
             # the result starts as the first tap's window (one copy, where filling it with
-            # NEG_INF took two vector passes); the taps' loop then takes its maximum with it
+            # MAX_IDENTITY took two vector passes); the taps' loop then takes its maximum with it
             # again, which leaves it unchanged (max(x, x) = x, NaN included)
             plane, row, col, _ = first_tap(p)
             em.vec("copy", result, [0, 0], loader.windows[plane][0], [0, row * Wq + col], tc, tq)
@@ -425,7 +425,7 @@ def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
     z = [0, 0]
 
     def tile(r0: Index, tr: int) -> None:
-        em.fill(total, z, tr, 1, NEG_INF if is_max else 0.0)
+        em.fill(total, z, tr, 1, MAX_IDENTITY if is_max else 0.0)
 
         def chunk(c0: Index, cn: int) -> None:
             em.dma(x2, [r0, c0], x_tile, z, [tr, cn])

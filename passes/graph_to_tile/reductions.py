@@ -26,7 +26,7 @@ from infer.dialects import graph as g
 from infer.dialects.dtypes import num_elements, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import KEPT_TILE_READERS, NEG_INF, LoweringContext, error, latency_bound
+from infer.passes.graph_to_tile.context import KEPT_TILE_READERS, MAX_IDENTITY, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.copies import copy_dram, fill_dram
 
 _KINDS = {g.ReduceSumOp: "sum", g.ReduceMeanOp: "sum", g.ReduceMaxOp: "max", g.ReduceMinOp: "min",
@@ -97,7 +97,7 @@ def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: 
     z = [0, 0]
 
     def tile(r0: Index, tr: int) -> None:
-        em.fill(total, z, tr, 1, {"sum": 0.0, "prod": 1.0}.get(kind, NEG_INF))
+        em.fill(total, z, tr, 1, {"sum": 0.0, "prod": 1.0}.get(kind, MAX_IDENTITY))
 
         def chunk(c0: Index, cn: int) -> None:
             if kept is None:
@@ -147,7 +147,7 @@ def _reduce_middle(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K
     acc = em.alloc((TK, TN), f32, "spad", 2)
     res = em.alloc((1, TN), f32, "spad") if one_tile else None
     z = [0, 0]
-    init = {"sum": 0.0, "prod": 1.0, "max": NEG_INF, "min": -NEG_INF}[kind]
+    init = {"sum": 0.0, "prod": 1.0, "max": MAX_IDENTITY, "min": -MAX_IDENTITY}[kind]
 
     def tile(m: Index, n0: Index, tn: int) -> None:
         em.fill(acc, z, min(TK, K), tn, init)
@@ -248,7 +248,7 @@ def _arg_scan(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: int
     z = [0, 0]
 
     def tile(m: Index, n0: Index, tn: int) -> None:
-        em.fill(best, z, 1, tn, NEG_INF if is_max else -NEG_INF)
+        em.fill(best, z, 1, tn, MAX_IDENTITY if is_max else -MAX_IDENTITY)
         em.fill(index, z, 1, tn, 0.0)
         em.fill(counter, z, 1, tn, 0.0)
 
