@@ -1,4 +1,5 @@
-"""ONNX handlers for spectral ops: DFT and STFT as products with compile-time DFT matrices.
+"""ONNX handlers for spectral ops: DFT and STFT as products with compile-time DFT matrices; the
+windows (Hann, Hamming, Blackman) and the mel filter bank of compile-time size as constants.
 
 A transform of static length is a linear map: the signal's (real, imaginary) pairs flattened
 to one row of N.c values, times a [N.c, K.2] matrix of cosines and sines, gives the K bins'
@@ -19,7 +20,8 @@ from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import numpy_dtype_of, shape_of
-from infer.frontend.onnx_ops import NodeProblem, attribute, handler, input_name, is_float_dtype, normalize_axis
+from infer.frontend.onnx_ops import (NodeProblem, attribute, handler, input_name, is_float_dtype, normalize_axis,
+                                     numpy_dtype_for)
 
 if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
@@ -173,3 +175,65 @@ def _stft(imp: Importer, node: onnx.NodeProto):
     matrix = dft_matrix(frame_length, components, frame_length, False, onesided)
     product = _spectral_product(imp, rows, matrix, "stft_dft_matrix")
     return [imp.b.reshape(product, (batch, frames, matrix.shape[1] // 2, 2))]
+
+
+def _window_length(imp: Importer, node: onnx.NodeProto) -> tuple[np.ndarray, int, np.dtype]:
+    """(sample indices, the period N, the output type) of a window op: N = size (periodic, the
+    default) or size - 1 (symmetric)."""
+    size = _scalar(imp, node, 0, "the window size")
+    if size is None or size < 1:
+        raise NodeProblem(f"the window size must be positive, got {size}")
+    dtype = numpy_dtype_for(int(attribute(node, "output_datatype", onnx.TensorProto.FLOAT)), "output_datatype")
+    period = size if attribute(node, "periodic", 1) else size - 1
+    return np.arange(size, dtype=np.float64), max(period, 1), dtype
+
+
+@handler("HannWindow", "HammingWindow", "BlackmanWindow", attrs=("output_datatype", "periodic"))
+def _window(imp: Importer, node: onnx.NodeProto):
+    """A window of compile-time size is a constant: sums of cosines of 2 pi n / N."""
+    n, period, dtype = _window_length(imp, node)
+    phase = 2 * np.pi * n / period
+    if node.op_type == "HannWindow":
+        w = 0.5 - 0.5 * np.cos(phase)
+    elif node.op_type == "HammingWindow":
+        alpha = 25.0 / 46.0  # ONNX's (and torch's) alpha: the first sidelobe's zero
+        w = alpha - (1 - alpha) * np.cos(phase)
+    else:
+        w = 0.42 - 0.5 * np.cos(phase) + 0.08 * np.cos(2 * phase)
+    return [w.astype(dtype)]
+
+
+@handler("MelWeightMatrix", attrs=("output_datatype",))
+def _mel_weight_matrix(imp: Importer, node: onnx.NodeProto):
+    """The constant [dft_length / 2 + 1, num_mel_bins] matrix of triangular filters with peak
+    1 on the mel scale mel(f) = 2595 log10(1 + f / 700). The band edges are num_mel_bins + 2
+    points spaced (mel(upper) - mel(lower)) / (num_mel_bins + 2) apart from mel(lower), each
+    the spectrogram bin floor((dft_length + 1) f / sample_rate), as onnx's reference places
+    them (its node test's expected output)."""
+    mels = _scalar(imp, node, 0, "num_mel_bins")
+    dft_length = _scalar(imp, node, 1, "dft_length")
+    sample_rate = _scalar(imp, node, 2, "sample_rate")
+    low = float(imp.static(node.input[3], "lower_edge_hertz").reshape(()))
+    high = float(imp.static(node.input[4], "upper_edge_hertz").reshape(()))
+    if not (mels and mels > 0 and dft_length and dft_length > 0 and sample_rate and sample_rate > 0 and 0 <= low < high):
+        raise NodeProblem(f"num_mel_bins {mels}, dft_length {dft_length}, sample_rate {sample_rate} and the edges "
+                          f"[{low}, {high}] Hz do not define a filter bank")
+    dtype = numpy_dtype_for(int(attribute(node, "output_datatype", onnx.TensorProto.FLOAT)), "output_datatype")
+    low_mel, high_mel = (2595 * np.log1p(f / 700) / np.log(10) for f in (low, high))
+    edges_mel = low_mel + np.arange(mels + 2) * (high_mel - low_mel) / (mels + 2)
+    edges_hz = 700 * np.expm1(edges_mel / 2595 * np.log(10))
+    edges = ((dft_length + 1) * edges_hz // sample_rate).astype(np.int64)
+    bins = dft_length // 2 + 1
+    if edges[-1] > bins:
+        raise NodeProblem(f"upper_edge_hertz {high} is above the spectrogram's {bins} bins at sample_rate {sample_rate}")
+    matrix = np.zeros((bins, mels))
+    for i, (left, center, right) in enumerate(zip(edges, edges[1:], edges[2:])):
+        if center == left:
+            matrix[center, i] = 1.0
+        else:
+            rising = np.arange(left, center + 1)
+            matrix[rising, i] = (rising - left) / (center - left)
+        if right > center:
+            falling = np.arange(center, right)
+            matrix[falling, i] = (right - falling) / (right - center)
+    return [matrix.astype(dtype)]

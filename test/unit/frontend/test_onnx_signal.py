@@ -112,3 +112,37 @@ def test_stft_matches_numpy_frame_by_frame(with_window):
 def test_bad_spectral_nodes_are_one_error(node, shape, message):
     with pytest.raises(ModelImportError, match=message):
         import_onnx(_model(node, shape, opset=17))
+
+
+def _constant_op_model(node, inits, rank):
+    import onnx
+
+    graph = helper.make_graph([node, helper.make_node("Identity", ["w"], ["y"])], "g", [], [_out(rank)],
+                              initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("op, torch_fn", [("HannWindow", "hann_window"), ("HammingWindow", "hamming_window"),
+                                          ("BlackmanWindow", "blackman_window")])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_windows_are_torchs(op, torch_fn, periodic):
+    import torch
+
+    model = _constant_op_model(helper.make_node(op, ["size"], ["w"], periodic=periodic), [("size", np.array(25, np.int64))], 1)
+    (y,) = run_module(import_onnx(model), {})
+    kwargs = {"alpha": 25 / 46, "beta": 21 / 46} if op == "HammingWindow" else {}
+    want = getattr(torch, torch_fn)(25, periodic=bool(periodic), dtype=torch.float64, **kwargs).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
+
+
+def test_mel_weight_matrix_is_onnx_references():
+    from onnx.reference import ReferenceEvaluator
+
+    inits = [("mels", np.array(20, np.int64)), ("n", np.array(512, np.int64)), ("rate", np.array(16000, np.int64)),
+             ("lo", np.array(20.0, np.float32)), ("hi", np.array(7600.0, np.float32))]
+    model = _constant_op_model(helper.make_node("MelWeightMatrix", ["mels", "n", "rate", "lo", "hi"], ["w"]), inits, 2)
+    (y,) = run_module(import_onnx(model), {})
+    (want,) = ReferenceEvaluator(model).run(None, {})
+    assert y.shape == (257, 20)
+    np.testing.assert_array_equal(y, want)
+    assert (y.max(axis=0) == 1).all()  # every triangle peaks at 1
