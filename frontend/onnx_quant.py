@@ -1,10 +1,13 @@
 """ONNX handlers: QuantizeLinear and DequantizeLinear (the QDQ form onnxruntime's
 `quantize_static` writes) as `graph.quantize_linear` / `graph.dequantize_linear`.
 
-A DequantizeLinear of an initializer (a weight or bias stored quantized) is not folded to
-floats at import: the quantization passes read its integers and scales
+A DequantizeLinear of an int8/uint8/int32 initializer (a weight or bias stored quantized) is
+not folded to floats at import: the quantization passes read its integers and scales
 (`graph-quantize-kernels` turns DQ -> conv/linear/matmul -> Q into integer kernels).
-Scales must be float32, known at import time, finite and positive.
+Scales must be float32, known at import time, finite and positive. An initializer of a type
+those kernels do not take (FP8, int4/uint4, int16/uint16) or quantized in blocks
+(`block_size`) is folded to float32 weights at import: FP8 checkpoints and int4 weight-only
+models import, computing in the target's float precision.
 """
 
 from __future__ import annotations
@@ -72,10 +75,27 @@ def _quantize_linear(imp: Importer, node: onnx.NodeProto):
                      TensorType(from_numpy_dtype(result), shape_of(x)), **props)]
 
 
-@handler("DequantizeLinear", attrs=("axis",), fold=False)
+# element types of weights stored quantized that the graph's integer kernels do not take: a
+# DequantizeLinear of such an initializer (an FP8 checkpoint, int4 block-quantized weights) is
+# folded to float32 weights at import
+_FOLDED_ONLY = frozenset(("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "int4", "uint4",
+                          "int16", "uint16"))
+
+
+@handler("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"), fold=False)
 def _dequantize_linear(imp: Importer, node: onnx.NodeProto):
-    x = imp.value(node.input[0])
-    xdt = imp.dtype(node.input[0])
+    name = node.input[0]
+    xdt = imp.dtype(name)
+    if imp.is_const(name) and (xdt.name in _FOLDED_ONLY or attribute(node, "block_size", 0)):
+        return [_dequantized_weight(imp, node)]
+    if attribute(node, "block_size", 0):
+        raise NodeProblem("block_size (blocked quantization) of a run-time input is not supported (of initializers only)")
+    if xdt.name in _FOLDED_ONLY:
+        raise NodeProblem(f"the input is {xdt}, which is supported for initializers only (folded to float32 weights); "
+                          "run-time inputs: int8, uint8 and int32")
+    if int(attribute(node, "output_dtype", 0)) not in (0, onnx.TensorProto.FLOAT):
+        raise NodeProblem("output_dtype other than float32 is not supported")
+    x = imp.value(name)
     if xdt not in (*_QUANTIZED, np.dtype(np.int32)):
         raise NodeProblem(f"the input is {xdt}; int8, uint8 and int32 only")
     scale, zero_point, axis = _parameters(imp, node, len(shape_of(x)), (xdt,))
@@ -84,3 +104,36 @@ def _dequantize_linear(imp: Importer, node: onnx.NodeProto):
     zp = None if zero_point is None or xdt == np.int32 else imp.materialise(zero_point, node.input[2])
     props = {} if axis is None else {"axis": axis}
     return [imp.b.op(g.DequantizeLinearOp, [x, imp.materialise(scale, node.input[1]), zp], **props)]
+
+
+def _dequantized_weight(imp: Importer, node: onnx.NodeProto) -> np.ndarray:
+    """(x - zero point) * scale of an initializer x, as ONNX's DequantizeLinear-21 defines it:
+    per tensor, per axis, or per block of `block_size` elements along the axis (the scale then
+    has x's shape with that axis divided by the block size, rounded up). Computed in float64
+    from the exact values of the stored type and rounded once to float32."""
+    x = np.asarray(imp.consts[node.input[0]])
+    scale = np.asarray(imp.static(node.input[1], "the scale")).astype(np.float64)
+    zp_name = input_name(node, 2)
+    zero_point = np.asarray(imp.static(zp_name, "the zero point")).astype(np.float64) if zp_name else np.zeros(())
+    if int(attribute(node, "output_dtype", 0)) not in (0, onnx.TensorProto.FLOAT):
+        raise NodeProblem("output_dtype other than float32 is not supported")
+    block = int(attribute(node, "block_size", 0))
+    values = x.astype(np.float64)
+    if scale.size == 1:
+        return ((values - zero_point.reshape(())) * scale.reshape(())).astype(np.float32)
+    axis = normalize_axis(int(attribute(node, "axis", 1)), x.ndim)
+    if block:
+        want = tuple(-(-d // block) if i == axis else d for i, d in enumerate(x.shape))
+        if scale.shape != want or (zp_name and zero_point.shape != want):
+            raise NodeProblem(f"a blocked scale (block_size {block} on axis {axis}) must have shape {list(want)}, "
+                              f"got {list(scale.shape)}")
+
+        def spread(p: np.ndarray) -> np.ndarray:  # one parameter per block -> per element
+            return np.repeat(p, block, axis=axis).take(np.arange(x.shape[axis]), axis=axis)
+        return ((values - (spread(zero_point) if zp_name else 0.0)) * spread(scale)).astype(np.float32)
+    if scale.ndim != 1 or scale.size != x.shape[axis]:
+        raise NodeProblem(f"a per-axis scale must have {x.shape[axis]} elements (axis {axis}), got shape {list(scale.shape)}")
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    zp = zero_point.reshape(shape) if zp_name else 0.0
+    return ((values - zp) * scale.reshape(shape)).astype(np.float32)
