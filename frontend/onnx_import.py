@@ -637,6 +637,24 @@ class Importer:
             self.poisoned.update(outs)
 
 
+    def inline_graph(self, graph: onnx.GraphProto) -> list[SSAValue | np.ndarray]:
+        """Import a subgraph (an If's branch) into this graph: its initializers and nodes (which
+        may read this graph's values), then its outputs' values."""
+        outer = self.node
+        for t in graph.initializer:
+            self.consts[t.name] = numpy_helper.to_array(t)
+        for inner in graph.node:
+            self._import_node(inner)
+        self.node = outer
+        results: list[SSAValue | np.ndarray] = []
+        for vi in graph.output:
+            if vi.name in self.poisoned:
+                raise NodeProblem(f"the branch's output '{vi.name}' is not imported (its problems are listed)")
+            if not self.has(vi.name):
+                raise NodeProblem(f"the branch's output '{vi.name}' is not produced by any node")
+            results.append(self.consts[vi.name] if vi.name in self.consts else self.ssa[vi.name])
+        return results
+
     def _function_body(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         """The nodes of an op defined as an ONNX function (its schema's body
         for this opset), renamed into this graph; None if it has none."""

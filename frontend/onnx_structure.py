@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from infer.frontend.onnx_import import Importer
 
 
+@handler("If", attrs=("then_branch", "else_branch"), fold=False)
+def _if(imp: Importer, node: onnx.NodeProto):
+    """An If whose condition is known at import time (exporters write them for shape checks and
+    static configuration) is the branch it takes, inlined. A condition computed at run time
+    would need both branches and a select, or control flow the graph does not have: refused."""
+    cond = np.asarray(imp.static(node.input[0], "the condition")).reshape(-1)
+    if cond.size != 1:
+        raise NodeProblem(f"the condition must have one element, got {cond.size}")
+    branch = attribute(node, "then_branch" if bool(cond[0]) else "else_branch")
+    results = imp.inline_graph(branch)
+    if len(results) != len(node.output):
+        raise NodeProblem(f"the branch has {len(results)} outputs, the node {len(node.output)}")
+    return results
+
+
 @handler("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings", "sparse_value"))
 def _constant(imp: Importer, node: onnx.NodeProto):
     return [constant_node_value(node)]

@@ -744,3 +744,38 @@ def test_model_newer_than_the_importer_is_refused(what: str):
         message = rf"opset {TARGET_OPSET + 1}, newer than this importer knows \(opsets 1 to {TARGET_OPSET}\)"
     with pytest.raises(ModelImportError, match=message):
         import_onnx(newer)
+
+
+def _if_model(condition_nodes, condition_inputs=()):
+    then_graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [_out("t", 2)])
+    scale = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    else_graph = helper.make_graph([helper.make_node("Mul", ["x", "three"], ["e"])], "else", [], [_out("e", 2)],
+                                   initializer=[scale])
+    nodes = [*condition_nodes, helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph,
+                                                name="branch")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])
+    return _model(nodes, [x, *condition_inputs], [_out("y", 2)], opset=17)
+
+
+@pytest.mark.parametrize("width, branch", [(5, "then"), (4, "else")])
+def test_an_if_whose_condition_is_known_at_import_is_its_branch(width, branch):
+    """The condition a shape check computes folds at import; the branch taken is inlined (its
+    nodes read the enclosing graph's x, its initializer comes along)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1),
+             helper.make_node("Equal", ["shape", "width"], ["eq"]),
+             helper.make_node("Squeeze", ["eq"], ["cond"])]
+    model = _if_model(nodes)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([width], np.int64), "width"))
+    xs = _f32(2, 5)
+    _check_against_ort(model, {"x": xs})
+    text = str(import_onnx(model))
+    assert ("graph.relu" in text) == (branch == "then") and ("graph.mul" in text) == (branch == "else")
+
+
+def test_an_if_on_a_run_time_condition_is_one_error():
+    cond = helper.make_tensor_value_info("flag", TensorProto.FLOAT, [1])
+    model = _if_model([helper.make_node("Greater", ["flag", "zero"], ["gt"]), helper.make_node("Squeeze", ["gt"], ["cond"])],
+                      [cond])
+    model.graph.initializer.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
+    with pytest.raises(ModelImportError, match=r"If node 'branch': the condition \('cond'\) is computed at run time"):
+        import_onnx(model)
