@@ -45,6 +45,35 @@ def _if(imp: Importer, node: onnx.NodeProto):
     return results
 
 
+@handler("CenterCropPad", attrs=("axes",))
+def _center_crop_pad(imp: Importer, node: onnx.NodeProto):
+    """Each axis cropped or zero-padded to its target length, centred (the extra element of an
+    odd difference cropped from or padded at the end): a slice, then a graph.pad."""
+    x = imp.value(node.input[0])
+    shape = shape_of(x)
+    rank = len(shape)
+    target = [int(v) for v in imp.static(node.input[1], "the shape").reshape(-1)]
+    axes = attribute(node, "axes")
+    axes = [normalize_axis(int(a), rank) for a in axes] if axes is not None else list(range(rank))
+    if len(target) != len(axes) or len(set(axes)) != len(axes):
+        raise NodeProblem(f"the shape {target} must give one length per axis of {axes}")
+    starts, ends = [0] * rank, list(shape)
+    before, after = [0] * rank, [0] * rank
+    for a, length in zip(axes, target):
+        if length < 1:
+            raise NodeProblem(f"the target length of axis {a} must be positive, got {length}")
+        if length < shape[a]:
+            starts[a] = (shape[a] - length) // 2
+            ends[a] = starts[a] + length
+        elif length > shape[a]:
+            before[a] = (length - shape[a]) // 2
+            after[a] = length - shape[a] - before[a]
+    y = x if ends == list(shape) and not any(starts) else imp.b.slice(x, starts, ends)
+    if any(before) or any(after):
+        y = imp.b.op(g.PadOp, [y], pads=g.i64_array(before + after), value=g.f64_attr(0.0))
+    return [y]
+
+
 @handler("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings", "sparse_value"))
 def _constant(imp: Importer, node: onnx.NodeProto):
     return [constant_node_value(node)]

@@ -779,3 +779,18 @@ def test_an_if_on_a_run_time_condition_is_one_error():
     model.graph.initializer.append(numpy_helper.from_array(np.array([0.0], np.float32), "zero"))
     with pytest.raises(ModelImportError, match=r"If node 'branch': the condition \('cond'\) is computed at run time"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("target, axes", [([4, 9], [1, 2]), ([3, 2, 7], None), ([6], [-1])])
+def test_center_crop_pad_is_onnxs(target, axes):
+    """Crop where the target is shorter, zero-pad where it is longer, centred (odd differences:
+    the extra element at the end), checked against onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {} if axes is None else {"axes": axes}
+    node = helper.make_node("CenterCropPad", ["x", "shape"], ["y"], **attrs)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 4])
+    model = _model([node], [x], [_out("y", 3)], [_init("shape", np.array(target, np.int64))], opset=18)
+    xs = _f32(3, 7, 4)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": xs})
+    np.testing.assert_array_equal(run_module(import_onnx(model), {"x": xs})[0], want)
