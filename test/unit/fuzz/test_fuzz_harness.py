@@ -187,3 +187,26 @@ def test_sums_are_perturbed_element_by_element():
     assert str(build(MEAN_OF_EQUAL_ROWS, perturb=2.0**-8)).count("graph.mul") == 1
     outcome = run_case(MEAN_OF_EQUAL_ROWS, "edge", "bf16")
     assert outcome.kind == "passed" and outcome.detail.startswith("ill-conditioned"), outcome
+
+
+# attention of equal rows (every id 0) minus its own input: the reference's output is exactly 0
+ATTENTION_OF_EQUAL_ROWS = FuzzGraph(
+    nodes=(Node("input", (), (("dtype", "i64"), ("range", (0, 1)), ("shape", (2, 16)))),
+           Node("weight", (), (("dist", "normal"), ("shape", (1, 13)))),
+           Node("gather", (1, 0), (("axis", 0),)),
+           Node("mul", (2, 2), ()),
+           Node("weight", (), (("dist", "normal"), ("scale", 0.2773500981126146), ("shape", (4, 13)))),
+           Node("linear", (3, 4), ()),
+           Node("reshape", (5,), (("result", ((1, 2, 16, 4), "f32")),)),
+           Node("attention", (6, 6, 6), (("causal", False), ("scale", 0.5))),
+           Node("sub", (7, 5), ())),
+    outputs=(8,), seed=416)
+
+
+def test_attention_results_are_perturbed_element_by_element():
+    """An attention's output is a weighted mean over the keys that the program computes with V at
+    the matrix unit's operand precision: this model (fuzz seed 246, both configs) was an fp32
+    mismatch of 2.7e-6 where the reference, exactly 0, did not move when only the inputs moved."""
+    assert str(build(ATTENTION_OF_EQUAL_ROWS, perturb=2.0**-16)).count("graph.mul") == 2  # the model's own, the probe's
+    outcome = run_case(ATTENTION_OF_EQUAL_ROWS, "edge", "fp32")
+    assert outcome.kind == "passed" and outcome.detail.startswith("ill-conditioned"), outcome

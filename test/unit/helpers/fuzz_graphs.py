@@ -180,8 +180,11 @@ def add_node(b: GraphBuilder, values: list[SSAValue], index: int, node: Node, fg
 #: element in an order of its own, so sums of equal terms can differ in their last bits from
 #: element to element, which a layer norm of the row then scales by 1/sqrt(eps) (a mean of
 #: equal rows: fuzz seed 71, bf16, 4.2e-4 where the reference is 0); perturbing the inputs
-#: keeps such terms equal
-SUMS = frozenset({"reduce_sum", "reduce_mean"})
+#: keeps such terms equal. An attention's output is a weighted mean over the keys, and the
+#: program multiplies V at the matrix unit's operand precision (fp32: a bf16 hi and lo pair, 2^-17
+#: of |V|): attention of equal rows minus its own input (fuzz seed 246, fp32, -2.7e-6 where the
+#: reference is exactly 0 on both configs) did not move when only the inputs moved
+SUMS = frozenset({"reduce_sum", "reduce_mean", "attention"})
 
 
 def _is_integer(value: SSAValue) -> bool:
