@@ -143,8 +143,14 @@ def _dft(imp: Importer, node: onnx.NodeProto):
 @handler("STFT", attrs=("onesided",))
 def _stft(imp: Importer, node: onnx.NodeProto):
     """Frames [batch, frames, frame_length] of the signal (one gather of compile-time sample
-    indices), times the window, times dft_matrix: [batch, frames, bins, 2]."""
-    x, shape = _signal(imp, node, "STFT")
+    indices), times the window, times dft_matrix: [batch, frames, bins, 2]. A real signal may
+    come as [batch, length] (torch.onnx.export writes torch.stft so; onnxruntime takes it)."""
+    if len(imp.shape(node.input[0])) == 2 and is_float_dtype(imp.dtype(node.input[0])):
+        batch, length = imp.shape(node.input[0])
+        x = imp.b.reshape(imp.value(node.input[0]), (batch, length, 1))
+        shape = (batch, length, 1)
+    else:
+        x, shape = _signal(imp, node, "STFT")
     if len(shape) != 3:
         raise NodeProblem(f"STFT needs a signal [batch, length, 1 or 2], got shape {list(shape)}")
     batch, samples, components = shape

@@ -146,3 +146,18 @@ def test_mel_weight_matrix_is_onnx_references():
     assert y.shape == (257, 20)
     np.testing.assert_array_equal(y, want)
     assert (y.max(axis=0) == 1).all()  # every triangle peaks at 1
+
+
+def test_stft_of_a_signal_without_its_component_axis():
+    """torch.onnx.export writes torch.stft's real signal as [batch, length] (onnxruntime takes
+    it): read as [batch, length, 1]."""
+    import onnx
+
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("STFT", ["x", "step", "", "length"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])], [_out(4)],
+                              initializer=[numpy_helper.from_array(np.array(16, np.int64), "step"),
+                                           numpy_helper.from_array(np.array(32, np.int64), "length")])
+    model = onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    frames = np.stack([x[:, 16 * f:16 * f + 32] for f in range(3)], axis=1).astype(np.float64)
+    np.testing.assert_allclose(_run(model, x), _pairs(np.fft.rfft(frames, axis=-1)), rtol=1e-5, atol=1e-5)
