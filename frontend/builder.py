@@ -17,6 +17,7 @@ that every frontend shares. A helper whose op would not change its operand
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -183,6 +184,31 @@ class GraphBuilder:
             return self.reduce(graph.ReduceMaxOp, self.op(graph.AndOp, [eq, xe]), [axis + 1], False)
         picked = self.op(graph.WhereOp, [eq, xe, self.scalar(0, xe)])
         return self.reduce(graph.ReduceSumOp, picked, [axis + 1], False)
+
+    def normalize(self, x: SSAValue, axes: Sequence[int], eps: float) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(x - mean) / sqrt(var + eps) over `axes` (the biased variance), with the mean and
+        1 / sqrt(var + eps) (kept dims): instance, group and layer normalization's parts."""
+        mean = self.reduce(graph.ReduceMeanOp, x, axes, True)
+        d = self.op(graph.SubOp, [x, mean])
+        var = self.reduce(graph.ReduceMeanOp, self.op(graph.MulOp, [d, d]), axes, True)
+        inv = self.op(graph.RsqrtOp, [self.op(graph.AddOp, [var, self.scalar(eps, var)])])
+        return self.op(graph.MulOp, [d, inv]), mean, inv
+
+    def group_norm(self, x: SSAValue, groups: int, scale: SSAValue | None, bias: SSAValue | None,
+                   eps: float) -> SSAValue:
+        """x [N, C, ...] normalized over each group of C / groups channels and their positions,
+        then times scale [C] plus bias [C] per channel (ONNX GroupNormalization-21,
+        torch.nn.GroupNorm). The caller checks that groups divides C."""
+        xs = shape_of(x)
+        n, c = xs[0], xs[1]
+        grouped = self.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
+        y = self.reshape(self.normalize(grouped, [2], eps)[0], xs)
+        per_channel = (c, *([1] * (len(xs) - 2)))
+        if scale is not None:
+            y = self.op(graph.MulOp, [y, self.reshape(scale, per_channel)])
+        if bias is not None:
+            y = self.op(graph.AddOp, [y, self.reshape(bias, per_channel)])
+        return y
 
     # -- finishing -------------------------------------------------------
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str] | None = None, func_name: str = "main") -> ModuleOp:

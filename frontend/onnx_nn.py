@@ -352,23 +352,12 @@ def _instance_norm(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     rank = len(shape_of(x))
     axes = list(range(2, rank))
-    y = _normalize(imp, x, axes, float(attribute(node, "epsilon", 1e-5)))
+    y = imp.b.normalize(x, axes, float(attribute(node, "epsilon", 1e-5)))[0]
     c = shape_of(x)[1]
     pshape = (c, *([1] * (rank - 2)))
     scale = imp.b.reshape(imp.value(node.input[1]), pshape)
     bias = imp.b.reshape(imp.value(node.input[2]), pshape)
     return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
-
-
-def _normalize(imp: Importer, x: SSAValue, axes: Sequence[int], eps: float, outputs: bool = False):
-    mean = imp.b.reduce(g.ReduceMeanOp, x, axes, True)
-    d = imp.b.op(g.SubOp, [x, mean])
-    var = imp.b.reduce(g.ReduceMeanOp, imp.b.op(g.MulOp, [d, d]), axes, True)
-    inv = imp.b.op(g.RsqrtOp, [imp.b.op(g.AddOp, [var, imp.b.scalar(eps, var)])])
-    y = imp.b.op(g.MulOp, [d, inv])
-    if outputs:
-        return y, mean, inv
-    return y
 
 
 @handler("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
@@ -384,7 +373,7 @@ def _layer_norm(imp: Importer, node: onnx.NodeProto):
         return [imp.b.op(g.LayerNormOp, [x, scale, bias], axis=g.i64_attr(axis), epsilon=g.f64_attr(eps))]
     stash = attribute(node, "stash_type", 1)
     xc = imp.b.cast(x, np.dtype(np.float32)) if stash == 1 and is_float_dtype(numpy_dtype_of(x)) else x
-    y, mean, inv = _normalize(imp, xc, list(range(axis, rank)), eps, outputs=True)
+    y, mean, inv = imp.b.normalize(xc, list(range(axis, rank)), eps)
     y = imp.b.cast(y, numpy_dtype_of(x))
     y = imp.b.op(g.MulOp, [y, scale])
     if bias is not None:
@@ -402,22 +391,17 @@ def _rms_norm(imp: Importer, node: onnx.NodeProto):
 @handler("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
 def _group_norm(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
-    xs = shape_of(x)
-    n, c = xs[0], xs[1]
+    c = shape_of(x)[1]
     groups = int(attribute(node, "num_groups"))
     eps = float(attribute(node, "epsilon", 1e-5))
     if c % groups:
         raise NodeProblem(f"channels ({c}) are not divisible by num_groups ({groups})")
-    xg = imp.b.reshape(x, (n, groups, math.prod(xs) // (n * groups) if n * groups else 0))
-    y = imp.b.reshape(_normalize(imp, xg, [2], eps), xs)
     scale, bias = imp.value(node.input[1]), imp.value(node.input[2])
-    rest = [1] * (len(xs) - 2)
     if shape_of(scale)[0] == groups and groups != c:
         # opset 18: one scale/bias per group
         scale = imp.b.reshape(imp.b.broadcast(imp.b.reshape(scale, (groups, 1)), (groups, c // groups)), (c,))
         bias = imp.b.reshape(imp.b.broadcast(imp.b.reshape(bias, (groups, 1)), (groups, c // groups)), (c,))
-    scale, bias = imp.b.reshape(scale, (c, *rest)), imp.b.reshape(bias, (c, *rest))
-    return [imp.b.op(g.AddOp, [imp.b.op(g.MulOp, [y, scale]), bias])]
+    return [imp.b.group_norm(x, groups, scale, bias, eps)]
 
 
 @handler("LpNormalization", attrs=("axis", "p"))

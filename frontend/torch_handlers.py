@@ -383,15 +383,24 @@ def _conv(imp, node, args, kwargs):
     if transposed:
         return _conv_transpose(imp, imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None,
                                stride, padding, dilation, output_padding, groups)
-    if len(shape_of(imp.value(x))) != 4:
-        raise Unsupported(f"op:aten.convolution ({len(shape_of(imp.value(x))) - 2}-d)")
+    xv, wv = imp.value(x), imp.value(w)
+    xs, ws = shape_of(xv), shape_of(wv)
+    if len(xs) not in (3, 4):
+        raise Unsupported(f"op:aten.convolution ({len(xs) - 2}-d)")
+    if len(xs) == 3:  # conv1d (Whisper's and wav2vec2's front ends) as a conv2d of height 1
+        xv = imp.b.reshape(xv, (xs[0], xs[1], 1, xs[2]))
+        wv = imp.b.reshape(wv, (ws[0], ws[1], 1, ws[2]))
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     ph, pw = padding
-    return imp.b.op(
-        g.Conv2dOp,
-        [imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None],
+    y = imp.b.op(
+        g.Conv2dOp, [xv, wv, imp.value(bias) if bias is not None else None],
         stride=g.i64_array(stride), padding=g.i64_array([ph, pw, ph, pw]), dilation=g.i64_array(dilation),
         groups=g.i64_attr(groups),
     )
+    if len(xs) == 3:
+        ys = shape_of(y)
+        y = imp.b.reshape(y, (ys[0], ys[1], ys[3]))
+    return y
 
 
 def _conv_transpose(imp, x, w, bias, stride, padding, dilation, output_padding, groups):
@@ -415,6 +424,19 @@ def _layer_norm(imp, node, args, kwargs):
     scale = imp.value(w) if w is not None else imp.b.constant(np.ones(tuple(normalized_shape), numpy_dtype_of(xv)))
     y = imp.b.op(g.LayerNormOp, [xv, scale, imp.value(bias) if bias is not None else None],
                  axis=g.i64_attr(axis), epsilon=g.f64_attr(float(eps)))
+    return (y, None, None)
+
+
+@handles(aten.native_group_norm.default)
+def _group_norm(imp, node, args, kwargs):
+    """torch.nn.GroupNorm (wav2vec2's feature extractor: one group per channel). The mean and
+    1/std outputs are for training's backward pass: not provided."""
+    x, w, bias, n, c, hw, groups, eps = args
+    if c % groups:
+        raise Unsupported(f"op:aten.native_group_norm with {c} channels in {groups} groups")
+    xv = imp.value(x)
+    y = imp.b.group_norm(xv, int(groups), imp.value(w) if w is not None else None,
+                         imp.value(bias) if bias is not None else None, float(eps))
     return (y, None, None)
 
 

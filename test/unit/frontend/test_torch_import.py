@@ -137,6 +137,37 @@ def test_conv_transpose(make, shape):
     assert "graph.conv2d" in _ops(module)
 
 
+class _AudioFrontEnd(torch.nn.Module):
+    """wav2vec2's and Whisper's first layers: strided and padded conv1d, a group norm of one
+    group per channel (wav2vec2) and of two groups, GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 8, 10, stride=5, bias=False)
+        self.norm = torch.nn.GroupNorm(8, 8, affine=True)
+        self.conv2 = torch.nn.Conv1d(8, 6, 3, stride=2, padding=1, dilation=2, groups=2)
+        self.norm2 = torch.nn.GroupNorm(2, 6)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.norm(self.conv(x)))
+        return self.norm2(self.conv2(y))
+
+
+def test_conv1d_and_group_norm():
+    torch.manual_seed(0)
+    m = _AudioFrontEnd().eval()
+    with torch.no_grad():
+        m.norm.weight.uniform_(0.5, 1.5)
+        m.norm.bias.normal_()
+    x = torch.randn(2, 1, 400)
+    module = import_torch(m, (x,))
+    with torch.no_grad():
+        ref = m(x).numpy()
+    out = run_module(module, [x.numpy()])[0]
+    assert out.shape == ref.shape and np.abs(out - ref).max() <= TOL
+    assert "graph.conv2d" in _ops(module)
+
+
 class _TopK(torch.nn.Module):
     def forward(self, x):
         values, indices = torch.topk(x, 3, dim=1)
