@@ -619,6 +619,33 @@ def _view(imp, node, args, kwargs):
     return imp.b.reshape(imp.value(args[0]), imp.out_shape())
 
 
+@handles(aten.as_strided.default)
+def _as_strided(imp, node, args, kwargs):
+    """A strided view of a contiguous tensor (adaptive pooling's decompositions write one that
+    is the tensor itself): element i of the view is the input's flat element offset + sum_k
+    i_k * stride_k, so a reshape when those are 0, 1, 2, ..., else one graph.gather of the
+    flattened input at those compile-time positions. The view reads the input's storage, which
+    is its logical order only when the input is contiguous: a view of a view (a transpose's
+    strides) is refused."""
+    x, size, stride = args[0], [int(d) for d in args[1]], [int(d) for d in args[2]]
+    offset = int(args[3]) if len(args) > 3 and args[3] is not None else int(kwargs.get("storage_offset") or 0)
+    source = node.args[0]
+    val = source.meta.get("val") if hasattr(source, "meta") else None
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        raise Unsupported("op:aten.as_strided of a non-contiguous tensor")
+    xv = imp.value(x)
+    numel = int(np.prod(shape_of(xv)))
+    positions = np.full(size, offset, np.int64)
+    for k, (d, s) in enumerate(zip(size, stride)):
+        positions += (np.arange(d, dtype=np.int64) * s).reshape([d if j == k else 1 for j in range(len(size))])
+    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+        raise Unsupported(f"op:aten.as_strided reading outside its input of {numel} elements")
+    flat = imp.b.reshape(xv, (numel,))
+    if np.array_equal(positions.reshape(-1), np.arange(positions.size)):
+        return imp.b.reshape(flat, size)
+    return imp.b.op(g.GatherOp, [flat, imp.b.constant(positions, name="as_strided_positions")], axis=g.i64_attr(0))
+
+
 @handles(aten.permute.default)
 def _permute(imp, node, args, kwargs):
     x = imp.value(args[0])

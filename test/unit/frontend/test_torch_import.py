@@ -168,6 +168,37 @@ def test_conv1d_and_group_norm():
     assert "graph.conv2d" in _ops(module)
 
 
+class _Frames(torch.nn.Module):
+    """Overlapping frames of a signal as a strided view, and adaptive average pooling (whose
+    decomposition writes an as_strided that is the tensor itself: Swin's pooler)."""
+
+    def forward(self, x):
+        frames = torch.as_strided(x, (2, 5, 8), (40, 4, 1))
+        pooled = torch.nn.functional.adaptive_avg_pool1d(x.reshape(2, 4, 10), 1)
+        return frames * 2, pooled
+
+
+def test_as_strided_views_of_contiguous_tensors():
+    x = torch.randn(2, 40)
+    module = import_torch(_Frames().eval(), (x,))
+    ref = [r.numpy() for r in _Frames()(x)]
+    out = run_module(module, [x.numpy()])
+    for o, r in zip(out, ref, strict=True):
+        assert o.shape == r.shape and np.abs(o - r).max() <= TOL
+    assert "graph.gather" in _ops(module)
+
+
+class _StridedTranspose(torch.nn.Module):
+    def forward(self, x):
+        return torch.as_strided(x.t(), (3, 4), (1, 3)) + 1
+
+
+def test_as_strided_of_a_transposed_view_is_one_error():
+    """The view reads the transpose's storage, which is not its logical order."""
+    with pytest.raises(ModelImportError, match="as_strided of a non-contiguous tensor"):
+        import_torch(_StridedTranspose().eval(), (torch.randn(3, 4),))
+
+
 class _TopK(torch.nn.Module):
     def forward(self, x):
         values, indices = torch.topk(x, 3, dim=1)
