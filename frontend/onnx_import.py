@@ -44,7 +44,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_signal, onnx_structure
+from infer.frontend import onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_recurrent, onnx_signal, onnx_structure
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 from infer.frontend.onnx_ops import (
@@ -57,7 +57,7 @@ from infer.frontend.onnx_ops import (
     numpy_dtype_for,
 )
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_signal, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_recurrent, onnx_signal, onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
