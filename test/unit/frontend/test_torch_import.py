@@ -127,14 +127,18 @@ def test_conv_transpose(make, shape):
     """Transposed convs (stride, padding beyond the kernel's reach, output padding,
     dilation, groups, 1-D) import as a conv of the zero-inserted input and match torch."""
     torch.manual_seed(0)
-    m = make().eval()
-    x = torch.randn(*shape)
+    module = _import_matching_torch(make().eval(), torch.randn(*shape))
+    assert "graph.conv2d" in _ops(module)
+
+
+def _import_matching_torch(m, x):
+    """m imported at x; its reference run matches m's output within TOL."""
     module = import_torch(m, (x,))
     with torch.no_grad():
         ref = m(x).numpy()
     out = run_module(module, [x.numpy()])[0]
     assert out.shape == ref.shape and np.abs(out - ref).max() <= TOL
-    assert "graph.conv2d" in _ops(module)
+    return module
 
 
 class _AudioFrontEnd(torch.nn.Module):
@@ -159,12 +163,7 @@ def test_conv1d_and_group_norm():
     with torch.no_grad():
         m.norm.weight.uniform_(0.5, 1.5)
         m.norm.bias.normal_()
-    x = torch.randn(2, 1, 400)
-    module = import_torch(m, (x,))
-    with torch.no_grad():
-        ref = m(x).numpy()
-    out = run_module(module, [x.numpy()])[0]
-    assert out.shape == ref.shape and np.abs(out - ref).max() <= TOL
+    module = _import_matching_torch(m, torch.randn(2, 1, 400))
     assert "graph.conv2d" in _ops(module)
 
 
