@@ -46,6 +46,7 @@ _PASSES: dict[str, str] = {
     "graph-shape-inference": "infer.passes.graph_shape_inference:GraphShapeInferencePass",
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
+    "graph-raise-activations": "infer.passes.graph_raise_activations:GraphRaiseActivationsPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-defer-paged-query": "infer.passes.graph_defer_paged_query:GraphDeferPagedQueryPass",
     "graph-fuse-norm-prologue": "infer.passes.graph_fuse_prologue:GraphFuseNormProloguePass",

@@ -5,9 +5,10 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 `infer-opt -p graph-canonicalize,graph-constant-fold,graph-dce,graph-shape-inference`
 (with the options below forwarded to the pass that owns them).
 
-`graph-prepare-tiling` = graph-optimize, graph-fold-batch-norm, graph-dce,
-graph-fuse: the graph-level half of the compiler, leaving fused `graph.kernel`
-groups for graph -> tile lowering.
+`graph-prepare-tiling` = graph-optimize, graph-lower-runtime-conv, graph-raise-activations,
+graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue:
+the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
+lowering.
 
 `lower-to-tile` = graph-defer-paged-query, graph-prepare-tiling,
 graph-fuse-activation-prologue, graph-to-tile, tile-plan-memory: the whole graph -> tile half
@@ -31,6 +32,7 @@ from infer.passes.graph_constant_fold import (
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
+from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
 from infer.passes.graph_fuse_prologue import GraphFuseNormProloguePass
@@ -85,7 +87,8 @@ class GraphOptimizePass(PipelinePass):
 
 @dataclass(frozen=True)
 class GraphPrepareTilingPass(PipelinePass):
-    """Cleanup, convolutions with run-time weights as im2col matmuls, batch-norm folding and
+    """Cleanup, convolutions with run-time weights as im2col matmuls, activation formulas as
+    graph.gelu/graph.silu, batch-norm folding and
     fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
@@ -107,6 +110,7 @@ class GraphPrepareTilingPass(PipelinePass):
         return (
             GraphOptimizePass(max_elements=self.max_elements),
             GraphLowerRuntimeConvPass(),
+            GraphRaiseActivationsPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),

@@ -80,6 +80,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
         result = norm.input
         keep_sum = any(isinstance(use.operation, g.YieldOp) for use in result.uses)
     lhs_src: SSAValue | None = None  # the lhs in DRAM when not ctx.buffer(x) (a transposed copy)
+    rows_flattened = False  # a batched lhs against one compile-time weight: its rows as one operand
     if isinstance(op, g.LinearOp):
         x, weight, bias = op.input, op.weight, op.bias
         if source_op is not None:
@@ -117,9 +118,13 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
             w_t = np.ascontiguousarray(w2.T if transpose_b else w2)
             K, N = w_t.shape
             runtime_rhs = None
-            batch = tuple(x_shape[:-2])
+            # one [K, N] weight for every matrix of the lhs: its rows are one [M, K] operand, as
+            # graph.linear's are (ONNX writes a linear layer on [B, H, W, C] activations as a
+            # MatMul: ConvNeXt's MLPs were 16 batches of 16-row products, 8x the cycles)
+            rows_flattened = num_elements(x_shape[:-2]) > 1
+            batch = () if rows_flattened else tuple(x_shape[:-2])
             lhs_batch = batch
-            M = x_shape[-2]
+            M = num_elements(x_shape[:-1]) if rows_flattened else x_shape[-2]
         else:
             w_t = None
             src = ctx.buffer(weight)
@@ -158,7 +163,7 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     # which the software pipeline does not take: the k loop ran at half speed)
     narrow_x = ctx.is_bf16_buffer(lhs_buffer)
     xv = em.view(lhs_buffer, ((batches if lhs_full else 1) * M, K))
-    if isinstance(op, g.LinearOp):
+    if isinstance(op, g.LinearOp) or rows_flattened:
         frame_groups = ((), tuple(out_shape[:-1]), (N,))
         batches, M = 1, num_elements(out_shape[:-1])
     else:
