@@ -6,7 +6,7 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 (with the options below forwarded to the pass that owns them).
 
 `graph-prepare-tiling` = graph-optimize, graph-lower-runtime-conv, graph-raise-activations,
-graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue:
+graph-raise-attention, graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue:
 the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
 lowering.
 
@@ -32,6 +32,7 @@ from infer.passes.graph_constant_fold import (
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
+from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
 from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
@@ -88,7 +89,7 @@ class GraphOptimizePass(PipelinePass):
 @dataclass(frozen=True)
 class GraphPrepareTilingPass(PipelinePass):
     """Cleanup, convolutions with run-time weights as im2col matmuls, activation formulas as
-    graph.gelu/graph.silu, batch-norm folding and
+    graph.gelu/graph.silu and written-out attention as graph.attention, batch-norm folding and
     fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
@@ -111,6 +112,7 @@ class GraphPrepareTilingPass(PipelinePass):
             GraphOptimizePass(max_elements=self.max_elements),
             GraphLowerRuntimeConvPass(),
             GraphRaiseActivationsPass(),
+            GraphRaiseAttentionPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),

@@ -116,8 +116,10 @@ class GraphOp(IRDLOperation, ABC):
         what the few ops that read their own result type expect)."""
         probe = cls.create(operands=list(operands), result_types=[TensorType(Float32Type(), [])],
                            properties=properties)
-        types = probe.infer_result_types()
-        probe.drop_all_references()
+        try:
+            types = probe.infer_result_types()
+        finally:  # a refused probe too: it must not stay a user of its operands
+            probe.drop_all_references()
         return cls.create(operands=list(operands), result_types=types, properties=properties)
 
     def verify_(self) -> None:

@@ -1,0 +1,185 @@
+"""`graph-raise-attention`: scaled dot-product attention written out as matmuls and a softmax
+becomes one `graph.attention`.
+
+torch.onnx writes `F.scaled_dot_product_attention` (and every Hugging Face encoder exported
+with it) as
+
+    p = softmax((q * c1) @ (kT * c2) + mask, axis=-1)
+    o = where(not(p == p), 0, p) @ v          # a fully masked row: NaN -> 0
+
+and eager attention as `softmax(q @ kT / c + mask) @ v`. As graph ops these are two batched
+matmuls with a [B, H, Sq, Skv] score tensor stored and loaded between them and a softmax kernel
+of its own; as `graph.attention` they are one flash-attention kernel whose scores never leave
+the chip (all-MiniLM-L6-v2 exported by torch.onnx, sequence 32, bf16 on server: 145,284 cycles
+with graph-raise-activations alone, 70,537 with this pass; the Hugging Face folder's import, which makes
+graph.attention itself: 55,720).
+
+Matched, from the second matmul back, every intermediate used only inside the pattern:
+- o = matmul(p', v) without transposes, p' = p or the NaN guard where(not(equal(p, p)), 0, p);
+- p = softmax(z) over the last axis; z = s, or s + mask (either operand order) with a float
+  mask that broadcasts to the scores' shape;
+- s = t, t * c, c * t or t / c with c a constant scalar; t = matmul(a, b) without transpose_a,
+  with a = q or q * c1 and b = kT or kT * c2 (scalar constants), or b = k with transpose_b;
+- q, kT (or k) and v of rank 4 ([B, H, S, D]: the heads already split), float.
+The scale of the raised op is the product of the constants (1 if none); k is kT's last two
+dims swapped (one graph.transpose, composed with the head split's transpose that made kT).
+
+Numerics: `rounding`. The scale multiplies the scores once instead of each operand, and a
+query row whose keys are all masked gives zeros (graph.attention's definition) where the
+pattern without the NaN guard gives NaN. On the NPU such rows take the flash kernel's known
+deviation (docs/tiling.md, attention), as every graph.attention does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.transforms.dead_code_elimination import region_dce
+from xdsl.utils.exceptions import VerifyException
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import element_type_of, is_float, shape_of
+from infer.dialects.graph_canonicalization import splat_value
+
+
+def _scalar(value: SSAValue) -> float | None:
+    """The value of a constant scalar-like operand (all elements equal, at most one element
+    per dim), else None."""
+    if any(d != 1 for d in shape_of(value.type)):
+        return None
+    v = splat_value(value)
+    return float(v) if isinstance(v, float | int) and not isinstance(v, bool) else None
+
+
+def _scaled(value: SSAValue) -> tuple[SSAValue, float]:
+    """(t, c) with value = t * c (or t / 1/c): the constant scale of a mul or div by a scalar,
+    else (value, 1)."""
+    op = value.owner
+    if isinstance(op, g.MulOp):
+        for t, c in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            scale = _scalar(c)
+            if scale is not None and shape_of(t.type) == shape_of(value.type):
+                return t, scale
+    if isinstance(op, g.DivOp):
+        scale = _scalar(op.rhs)
+        if scale and shape_of(op.lhs.type) == shape_of(value.type):
+            return op.lhs, 1.0 / scale
+    return value, 1.0
+
+
+def _users(value: SSAValue) -> set[Operation]:
+    return {use.operation for use in value.uses}
+
+
+def _unguarded(p_guarded: SSAValue) -> tuple[SSAValue, set[Operation]]:
+    """(p, the guard's ops) for where(not(equal(p, p)), 0, p); (p_guarded, {}) otherwise."""
+    where = p_guarded.owner
+    if not isinstance(where, g.WhereOp) or _scalar(where.lhs) != 0.0:
+        return p_guarded, set()
+    p, negation = where.rhs, where.condition.owner
+    if not isinstance(negation, g.NotOp) or not isinstance(negation.input.owner, g.EqualOp):
+        return p_guarded, set()
+    equal = negation.input.owner
+    if equal.lhs is not p or equal.rhs is not p or not negation.input.has_one_use() or \
+            not where.condition.has_one_use():
+        return p_guarded, set()
+    return p, {where, negation, equal}
+
+
+@dataclass
+class RaiseAttention(RewritePattern):
+    """matmul(softmax(scaled q @ kT (+ mask)), v) -> graph.attention (module docstring)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.MatmulOp, rewriter: PatternRewriter, /):
+        if op.transpose_a.value.data or op.transpose_b.value.data:
+            return
+        v = op.rhs
+        p, guard = _unguarded(op.lhs)
+        softmax = p.owner
+        if not isinstance(softmax, g.SoftmaxOp):
+            return
+        # p's users: the guard's equal and where, or the product alone
+        if (guard and not _users(p) <= guard) or (not guard and not p.has_one_use()):
+            return
+        rank = len(shape_of(p.type))
+        if rank != 4 or softmax.axis.value.data not in (-1, 3):
+            return
+        z, mask = softmax.input, None
+        if not z.has_one_use():
+            return
+        if isinstance(z.owner, g.AddOp):
+            add = z.owner
+            for scores, m in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+                if isinstance(_scaled(scores)[0].owner, g.MatmulOp) and shape_of(scores.type) == shape_of(z.type):
+                    z, mask = scores, m
+                    break
+            else:
+                return
+            if not z.has_one_use() or not is_float(element_type_of(mask.type)):
+                return
+        t, scale = _scaled(z)
+        if t is not z and not t.has_one_use():
+            return
+        product = t.owner
+        if not isinstance(product, g.MatmulOp) or product.transpose_a.value.data:
+            return
+        q, c1 = _scaled(product.lhs)
+        b, c2 = _scaled(product.rhs)
+        if any(len(shape_of(x.type)) != 4 for x in (q, b, v)) or \
+                not all(is_float(element_type_of(x.type)) for x in (q, b, v)):
+            return
+        if mask is not None and len(shape_of(mask.type)) > 4:
+            return
+        new_ops: list[Operation] = []
+        if product.transpose_b.value.data:
+            k = b
+        else:  # kT's last two dims swapped, composed with the transpose that made kT if any
+            source, perm = b, [0, 1, 2, 3]
+            if isinstance(b.owner, g.TransposeOp):
+                source, perm = b.owner.input, list(b.owner.perm.get_values())
+            swap = g.TransposeOp.inferred([source], {"perm": g.i64_array([perm[i] for i in (0, 1, 3, 2)])})
+            new_ops.append(swap)
+            k = swap.results[0]
+            k.name_hint = "k"
+        if mask is not None and len(shape_of(mask.type)) < 4:
+            shape = (1,) * (4 - len(shape_of(mask.type))) + tuple(shape_of(mask.type))
+            lifted = g.ReshapeOp.create(operands=[mask], result_types=[
+                type(mask.type)(element_type_of(mask.type), shape)])
+            new_ops.append(lifted)
+            mask = lifted.results[0]
+        try:  # graph.attention's own checks: batch, heads (GQA), lengths, element types
+            attention = g.AttentionOp.inferred(
+                [q, k, v] + ([mask] if mask is not None else []),
+                {"scale": g.f64_attr(scale * c1 * c2)})
+            if attention.results[0].type != op.results[0].type:
+                raise VerifyException("another result type")
+        except VerifyException:
+            for made in reversed(new_ops):  # unattached: only their operands' uses to drop
+                made.erase()
+            return
+        attention.results[0].name_hint = op.results[0].name_hint
+        rewriter.replace(op, new_ops + [attention])
+
+
+@dataclass(frozen=True)
+class GraphRaiseAttentionPass(ModulePass):
+    """Replace attention written as matmul, softmax, matmul by graph.attention, then remove what
+    it leaves unused."""
+
+    name = "graph-raise-attention"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseAttention()]), apply_recursively=False,
+                             post_walk_func=region_dce).rewrite_module(op)

@@ -1,0 +1,75 @@
+"""A BERT encoder exported by torch.onnx writes scaled dot-product attention as two batched
+MatMuls around a Softmax (with the NaN guard of fully masked rows); graph-raise-attention makes
+each layer's one graph.attention, so the ONNX file compiles to the flash-attention kernel the
+Hugging Face import uses. all-MiniLM-L6-v2 through ONNX (sequence 32, bf16, server): 149,690
+cycles before the raise passes, 70,537 after (the Hugging Face folder: 55,720)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import infer
+from infer.dialects import graph as g
+from infer.dialects.ir_io import make_context
+from infer.passes.pipelines import GraphPrepareTilingPass
+
+onnxruntime = pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SEQ, VALID = 16, 11
+
+
+@pytest.fixture(scope="module")
+def bert_onnx(tmp_path_factory):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=SEQ,
+                                     attn_implementation="sdpa")
+    bert = transformers.BertModel(config, add_pooling_layer=False).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask):
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    model = Encoder().eval()
+    ids = torch.randint(1, 64, (1, SEQ))
+    mask = torch.zeros(1, SEQ, dtype=torch.int64)
+    mask[0, :VALID] = 1
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
+        torch.onnx.export(model, (ids, mask), str(path), dynamo=False, opset_version=17,
+                          input_names=["ids", "mask"], output_names=["hidden"])
+    return path, {"ids": ids.numpy(), "mask": mask.numpy()}
+
+
+def test_each_layer_attention_is_raised(bert_onnx):
+    path, _ = bert_onnx
+    module = infer.import_model(str(path)).module
+    before = [op for op in module.walk() if isinstance(op, g.SoftmaxOp)]
+    assert len(before) == 2  # the export writes attention out
+    GraphPrepareTilingPass().apply(make_context(), module)
+    ops = list(module.walk())
+    assert sum(isinstance(op, g.AttentionOp) for op in ops) == 2
+    assert not any(isinstance(op, g.SoftmaxOp) for op in ops)
+
+
+@pytest.mark.parametrize("target,precision", [("edge", "fp32"), ("server", "bf16")])
+def test_bert_through_onnx_matches_onnxruntime(bert_onnx, target, precision):
+    path, feeds = bert_onnx
+    want = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = infer.compile(str(path), target=target, precision=precision)
+    got = exe.run([feeds[name] for name in exe.input_names], check_races=True)[0]
+    if precision == "fp32":
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+    else:
+        cosine = float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want))
+        assert cosine >= 0.999, cosine
