@@ -10,9 +10,9 @@ with it) as
 and eager attention as `softmax(q @ kT / c + mask) @ v`. As graph ops these are two batched
 matmuls with a [B, H, Sq, Skv] score tensor stored and loaded between them and a softmax kernel
 of its own; as `graph.attention` they are one flash-attention kernel whose scores never leave
-the chip (all-MiniLM-L6-v2 exported by torch.onnx, sequence 32, bf16 on server: 145,284 cycles
-with graph-raise-activations alone, 70,537 with this pass; the Hugging Face folder's import, which makes
-graph.attention itself: 55,720).
+the chip (all-MiniLM-L6-v2 exported by torch.onnx, sequence 32, bf16 on server: 145,284
+cycles with graph-raise-activations alone, 70,537 with this pass; the Hugging Face folder's
+import, which makes graph.attention itself: 55,720).
 
 Matched, from the second matmul back, every intermediate used only inside the pattern:
 - o = matmul(p', v) without transposes, p' = p or the NaN guard where(not(equal(p, p)), 0, p);
@@ -20,7 +20,13 @@ Matched, from the second matmul back, every intermediate used only inside the pa
   mask that broadcasts to the scores' shape;
 - s = t, t * c, c * t or t / c with c a constant scalar; t = matmul(a, b) without transpose_a,
   with a = q or q * c1 and b = kT or kT * c2 (scalar constants), or b = k with transpose_b;
-- q, kT (or k) and v of rank 4 ([B, H, S, D]: the heads already split), float.
+- q, kT (or k) and v of rank 4 ([B, H, S, D]: the heads already split), float; or, as
+  torch.export writes a 4-D matmul, both matmuls 3-D bmms on [B.H, S, D] reshapes of 4-D
+  operands (v's may be a reshape from another rank: it is reshaped to [B, H, Skv, Dv]), the
+  scores reshaped back to [B, H, Sq, Skv] before the mask (the raised op's result is
+  reshaped to the second bmm's [B.H, Sq, Dv]).
+Not matched (left as written): attention over 5-D tensors (MaxViT's grid heads) and a mask
+added through a 5-D view (Swin's shifted windows).
 The scale of the raised op is the product of the constants (1 if none); k is kT's last two
 dims swapped (one graph.transpose, composed with the head split's transpose that made kT).
 
@@ -78,6 +84,50 @@ def _scaled(value: SSAValue) -> tuple[SSAValue, float]:
     return value, 1.0
 
 
+def _split_heads(value: SSAValue) -> SSAValue | None:
+    """x for a [B.H, S, D] value that is reshape(x) of a 4-D x [B, H, S, D] (torch.export
+    writes a 4-D matmul as a 3-D bmm between such reshapes), else None."""
+    op = value.owner
+    if not isinstance(op, g.ReshapeOp) or not value.has_one_use():
+        return None
+    src, merged = shape_of(op.input.type), shape_of(value.type)
+    if len(src) == 4 and len(merged) == 3 and src[0] * src[1] == merged[0] and src[2:] == merged[1:]:
+        return op.input
+    return None
+
+
+@dataclass(frozen=True)
+class _Regroup:
+    """A [B.H, S, D] bmm operand to reshape to [B, H, S, D] (its source is not 4-D: torch.export
+    reshapes v straight from the 5-D qkv split), made once the match is certain."""
+
+    value: SSAValue
+    shape: tuple[int, ...]
+
+
+def _heads(value: SSAValue, lead: tuple[int, ...]) -> SSAValue | _Regroup | None:
+    """The 4-D [B, H, S, D] operand (lead = (B, H)) behind a bmm's [B.H, S, D] operand."""
+    source = _split_heads(value)
+    if source is not None:
+        return source if tuple(shape_of(source.type)[:2]) == lead else None
+    shape = shape_of(value.type)
+    if len(shape) == 3 and shape[0] == lead[0] * lead[1]:
+        return _Regroup(value, (*lead, *shape[1:]))
+    return None
+
+
+def _merged_product(value: SSAValue) -> g.MatmulOp | None:
+    """The 3-D bmm whose [B.H, Sq, Skv] result `value` ([B, H, Sq, Skv]) reshapes, else None."""
+    op = value.owner
+    if not isinstance(op, g.ReshapeOp) or not op.input.has_one_use():
+        return None
+    product, src, split = op.input.owner, shape_of(op.input.type), shape_of(value.type)
+    if isinstance(product, g.MatmulOp) and len(src) == 3 and len(split) == 4 and \
+            split[0] * split[1] == src[0] and split[2:] == src[1:]:
+        return product
+    return None
+
+
 def _users(value: SSAValue) -> set[Operation]:
     return {use.operation for use in value.uses}
 
@@ -105,8 +155,17 @@ class RaiseAttention(RewritePattern):
     def match_and_rewrite(self, op: g.MatmulOp, rewriter: PatternRewriter, /):
         if op.transpose_a.value.data or op.transpose_b.value.data:
             return
-        v = op.rhs
-        p, guard = _unguarded(op.lhs)
+        lhs, v = op.lhs, op.rhs
+        merged = len(shape_of(op.results[0].type)) == 3  # torch.export's bmm on [B.H, S, D]
+        pending: SSAValue | _Regroup | None = v  # v, or the reshape v needs
+        if merged:
+            lhs = _split_heads(op.lhs)
+            if lhs is None:
+                return
+            pending = _heads(op.rhs, tuple(shape_of(lhs.type)[:2]))
+            if pending is None:
+                return
+        p, guard = _unguarded(lhs)
         softmax = p.owner
         if not isinstance(softmax, g.SoftmaxOp):
             return
@@ -122,7 +181,9 @@ class RaiseAttention(RewritePattern):
         if isinstance(z.owner, g.AddOp):
             add = z.owner
             for scores, m in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
-                if isinstance(_scaled(scores)[0].owner, g.MatmulOp) and shape_of(scores.type) == shape_of(z.type):
+                t = _scaled(scores)[0]
+                if (isinstance(t.owner, g.MatmulOp) or _merged_product(t) is not None) and \
+                        shape_of(scores.type) == shape_of(z.type):
                     z, mask = scores, m
                     break
             else:
@@ -132,45 +193,73 @@ class RaiseAttention(RewritePattern):
         t, scale = _scaled(z)
         if t is not z and not t.has_one_use():
             return
-        product = t.owner
-        if not isinstance(product, g.MatmulOp) or product.transpose_a.value.data:
+        product = t.owner if isinstance(t.owner, g.MatmulOp) else _merged_product(t)
+        if product is None or product.transpose_a.value.data:
             return
-        q, c1 = _scaled(product.lhs)
-        b, c2 = _scaled(product.rhs)
-        if any(len(shape_of(x.type)) != 4 for x in (q, b, v)) or \
-                not all(is_float(element_type_of(x.type)) for x in (q, b, v)):
+        a, b = product.lhs, product.rhs
+        if len(shape_of(product.results[0].type)) == 3:  # the bmm of the heads' reshapes
+            lead = tuple(shape_of(t.type)[:2])
+            a, b = _heads(a, lead), _heads(b, lead)
+            if not isinstance(a, SSAValue) or not isinstance(b, SSAValue):
+                return
+        q, c1 = _scaled(a)
+        b, c2 = _scaled(b)
+        operands = (q, b, pending.value if isinstance(pending, _Regroup) else pending)
+        if any(len(shape_of(x.type)) != 4 for x in (q, b)) or \
+                not all(is_float(element_type_of(x.type)) for x in operands):
             return
         if mask is not None and len(shape_of(mask.type)) > 4:
             return
         new_ops: list[Operation] = []
+        if isinstance(pending, _Regroup):
+            regroup = g.ReshapeOp.create(operands=[pending.value], result_types=[
+                type(pending.value.type)(element_type_of(pending.value.type), pending.shape)])
+            new_ops.append(regroup)
+            v = regroup.results[0]
+            v.name_hint = "v"
+        else:
+            v = pending
         if product.transpose_b.value.data:
             k = b
         else:  # kT's last two dims swapped, composed with the transpose that made kT if any
             source, perm = b, [0, 1, 2, 3]
             if isinstance(b.owner, g.TransposeOp):
                 source, perm = b.owner.input, list(b.owner.perm.get_values())
-            swap = g.TransposeOp.inferred([source], {"perm": g.i64_array([perm[i] for i in (0, 1, 3, 2)])})
-            new_ops.append(swap)
-            k = swap.results[0]
-            k.name_hint = "k"
+            swapped = [perm[i] for i in (0, 1, 3, 2)]
+            if swapped == [0, 1, 2, 3]:  # kT was k's own transpose
+                k = source
+            else:
+                swap = g.TransposeOp.inferred([source], {"perm": g.i64_array(swapped)})
+                new_ops.append(swap)
+                k = swap.results[0]
+                k.name_hint = "k"
         if mask is not None and len(shape_of(mask.type)) < 4:
             shape = (1,) * (4 - len(shape_of(mask.type))) + tuple(shape_of(mask.type))
             lifted = g.ReshapeOp.create(operands=[mask], result_types=[
                 type(mask.type)(element_type_of(mask.type), shape)])
             new_ops.append(lifted)
             mask = lifted.results[0]
+            mask.name_hint = "mask"
         try:  # graph.attention's own checks: batch, heads (GQA), lengths, element types
             attention = g.AttentionOp.inferred(
                 [q, k, v] + ([mask] if mask is not None else []),
                 {"scale": g.f64_attr(scale * c1 * c2)})
-            if attention.results[0].type != op.results[0].type:
+            if merged:  # back to the bmm's [B.H, Sq, Dv]
+                out = shape_of(attention.results[0].type)
+                if (out[0] * out[1], *out[2:]) != tuple(shape_of(op.results[0].type)):
+                    raise VerifyException("another result shape")
+            elif attention.results[0].type != op.results[0].type:
                 raise VerifyException("another result type")
         except VerifyException:
             for made in reversed(new_ops):  # unattached: only their operands' uses to drop
                 made.erase()
             return
-        attention.results[0].name_hint = op.results[0].name_hint
-        rewriter.replace(op, new_ops + [attention])
+        new_ops.append(attention)
+        if merged:
+            attention.results[0].name_hint = "attention"
+            new_ops.append(g.ReshapeOp.create(operands=[attention.results[0]], result_types=[op.results[0].type]))
+        new_ops[-1].results[0].name_hint = op.results[0].name_hint
+        rewriter.replace(op, new_ops)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 // Each raised form computes what its matmuls and softmax did (the interpreter, within rounding):
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry sdpa_export -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry eager -o /dev/null
+// RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry export_bmm -o /dev/null
 
 // Attention written out as matmul, softmax, matmul becomes one graph.attention.
 
@@ -74,4 +75,28 @@ func.func @batch_mismatch(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: 
 // CHECK-NEXT:    %s = graph.matmul
 // CHECK-NEXT:    %p = graph.softmax
 // CHECK-NEXT:    %o = graph.matmul
+// CHECK-NEXT:    func.return %o
+
+// torch.export writes a 4-D matmul as a 3-D bmm between reshapes: q (scaled) and kT reshaped
+// from their heads, the scores reshaped back for the bias, v reshaped straight from a 5-D split
+func.func @export_bmm(%q: tensor<2x3x5x4xf32>, %kh: tensor<2x3x5x4xf32>, %qkv: tensor<1x2x3x5x4xf32>, %bias: tensor<1x3x5x5xf32>) -> tensor<6x5x4xf32> {
+  %c = graph.constant dense<0.5> : tensor<f32>
+  %qs = graph.mul %q, %c : (tensor<2x3x5x4xf32>, tensor<f32>) -> tensor<2x3x5x4xf32>
+  %kt = graph.transpose %kh {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x3x5x4xf32>) -> tensor<2x3x4x5xf32>
+  %q3 = graph.reshape %qs : (tensor<2x3x5x4xf32>) -> tensor<6x5x4xf32>
+  %k3 = graph.reshape %kt : (tensor<2x3x4x5xf32>) -> tensor<6x4x5xf32>
+  %s3 = graph.matmul %q3, %k3 : (tensor<6x5x4xf32>, tensor<6x4x5xf32>) -> tensor<6x5x5xf32>
+  %s = graph.reshape %s3 : (tensor<6x5x5xf32>) -> tensor<2x3x5x5xf32>
+  %z = graph.add %s, %bias : (tensor<2x3x5x5xf32>, tensor<1x3x5x5xf32>) -> tensor<2x3x5x5xf32>
+  %p = graph.softmax %z {axis = -1 : i64} : (tensor<2x3x5x5xf32>) -> tensor<2x3x5x5xf32>
+  %p3 = graph.reshape %p : (tensor<2x3x5x5xf32>) -> tensor<6x5x5xf32>
+  %v3 = graph.reshape %qkv : (tensor<1x2x3x5x4xf32>) -> tensor<6x5x4xf32>
+  %o = graph.matmul %p3, %v3 : (tensor<6x5x5xf32>, tensor<6x5x4xf32>) -> tensor<6x5x4xf32>
+  func.return %o : tensor<6x5x4xf32>
+}
+// CHECK-LABEL: func.func @export_bmm(
+// CHECK-NEXT:    %v3 = graph.reshape %qkv : (tensor<1x2x3x5x4xf32>) -> tensor<6x5x4xf32>
+// CHECK-NEXT:    %v = graph.reshape %v3 : (tensor<6x5x4xf32>) -> tensor<2x3x5x4xf32>
+// CHECK-NEXT:    %attention = graph.attention %q, %kh, %v, %bias {scale = 5.000000e-01 : f64}
+// CHECK-NEXT:    %o = graph.reshape %attention : (tensor<2x3x5x4xf32>) -> tensor<6x5x4xf32>
 // CHECK-NEXT:    func.return %o
