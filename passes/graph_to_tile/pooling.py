@@ -34,6 +34,7 @@ from infer.passes.graph_to_tile.builder import Index
 from infer.passes.tiling_cost import dma_round_trip
 from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext
 from infer.passes.graph_to_tile.planes import Planes, prepare_estimate, prepare_planes
+from infer.passes.graph_to_tile.reductions import reduce_rows
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
 
 
@@ -405,36 +406,17 @@ def from_one(em, n: int, body) -> None:
 
 
 def lower_global_pool(ctx: LoweringContext, op: Operation) -> None:
+    """Global average / max pooling: the [N.C, H.W] rows reduced as graph.reduce_mean /
+    reduce_max over them are (`reductions.reduce_rows`: the same vector ops, and on a
+    latency-bound target a one-tile reduction reads the rows the kernel before left on chip
+    and keeps its result there for the kernels after, as in a squeeze-excitation block)."""
     assert isinstance(op, g.GlobalPoolOp)
-    em = ctx.emitter
     shape = shape_of(op.input)
     planes, pixels = shape[0] * shape[1], num_elements(shape[2:])
     is_max = isinstance(op, g.GlobalMaxPoolOp)
     name = ctx.kernel_name()
     override = ctx.override(name, 1)
-    choice = tiling_cost.choose_rows(ctx.hw, planes, pixels, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
-                                     override=(override[0] if override else None),
-                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res x2
-    ctx.predict(choice.cycles)
-    ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
-    x2 = em.view(ctx.buffer(op.input), (planes, pixels))
-    out2 = em.view(ctx.output_buffer(op.results[0]), (planes, 1))
-    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
-    partial = em.alloc((choice.rows, 1), f32, "spad", 2)
-    total = em.alloc((choice.rows, 1), f32, "spad", 2)
-    z = [0, 0]
-
-    def tile(r0: Index, tr: int) -> None:
-        em.fill(total, z, tr, 1, MAX_IDENTITY if is_max else 0.0)
-
-        def chunk(c0: Index, cn: int) -> None:
-            em.dma(x2, [r0, c0], x_tile, z, [tr, cn])
-            em.vec("rmax" if is_max else "rsum", partial, z, x_tile, z, tr, cn)
-            em.vec("max" if is_max else "add", total, z, total, z, tr, 1, partial, z, bmode="tile")
-
-        em.tiles(pixels, choice.cols, chunk)
-        if not is_max:
-            em.vec("mul", total, z, total, z, tr, 1, bmode="imm", imm=1.0 / pixels)
-        em.dma(total, z, out2, [r0, 0], [tr, 1])
-
-    em.tiles(planes, choice.rows, tile)
+    reduce_rows(ctx, ctx.buffer(op.input), ctx.output_buffer(op.results[0]), planes, pixels,
+                "max" if is_max else "sum", None if is_max else 1.0 / pixels,
+                rows=override[0] if override else None,
+                describe=(name, op.name.split(".")[1], "x".join(map(str, shape))))

@@ -73,24 +73,29 @@ def lower_reduce(ctx: LoweringContext, op: Operation) -> None:
                    num_elements(current_shape[b:]))
         with ctx.stage(what="reduction step"):
             if N == 1:
-                _reduce_rows(ctx, current, dst, M, K, kind, scale if last else None)
+                reduce_rows(ctx, current, dst, M, K, kind, scale if last else None)
             else:
                 _reduce_middle(ctx, current, dst, M, K, N, kind, scale if last else None)
         current, current_shape = dst, new_shape
 
 
-def _reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: int, kind: str,
-                 scale: float | None) -> None:
-    """dst[M, 1] = reduce over the rows of src[M, K]: rsum/rmax per column chunk."""
+def reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: int, kind: str,
+                scale: float | None, rows: int | None = None, describe: tuple[str, str, str] | None = None) -> None:
+    """dst[M, 1] = reduce over the rows of src[M, K]: rsum/rmax per column chunk. `rows`: an
+    override of the rows per tile; `describe`: (kernel name, what, shape) for the tiling
+    choice's debug line (the global pools, which are this reduction of [N.C, H.W])."""
     em = ctx.emitter
-    choice = tiling_cost.choose_rows(ctx.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2,
+    choice = tiling_cost.choose_rows(ctx.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2, override=rows,
                                      footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res columns x2
-    ctx.predict(choice.cycles)
+    if describe is not None:
+        ctx.debug(tiling_cost.describe_rows(*describe, choice))
     x2, out2 = em.view(src, (M, K)), em.view(dst, (M, 1))
     # one tile on a latency-bound target: rows the kernel before left on chip are read in place
     # (sum and max only read them) and the result stays on chip for the kernels after
     one_tile = latency_bound(ctx.hw) and M <= choice.rows and K <= choice.cols
     kept = ctx.on_chip_as(src, (M, K)) if one_tile and kind in ("sum", "max") else None
+    # read in place: the vector work, then the result's store (no load before it)
+    ctx.predict(choice.cycles if kept is None else int(choice.vector + tiling_cost.dma_round_trip(ctx.hw, M * 4)))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2) if kept is None else kept
     partial = em.alloc((choice.rows, 1), f32, "spad", 2)
     total = em.alloc((choice.rows, 1), f32, "spad", 2)
