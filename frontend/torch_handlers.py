@@ -504,7 +504,21 @@ def _adaptive_avg(imp, node, args, kwargs):
     if h % out[0] == 0 and w % out[1] == 0:
         k = [h // out[0], w // out[1]]
         return imp.b.op(g.AvgPool2dOp, [x], kernel=g.i64_array(k), stride=g.i64_array(k))
-    raise Unsupported("op:aten._adaptive_avg_pool2d with non-divisible sizes")
+    # bins of different sizes (AlexNet's and VGG's 6x6 / 7x7 pools of an input of another size):
+    # output (i, j) averages rows floor(i h / oh) .. ceil((i + 1) h / oh) and the columns alike,
+    # PyTorch's rule; a linear map of each channel's pixels, so one graph.linear with the
+    # compile-time [oh.ow, h.w] averaging matrix (the matrix unit does it)
+    oh, ow = out
+    bins = np.zeros((oh * ow, h * w), np.float32)
+    for i in range(oh):
+        r0, r1 = i * h // oh, -(-(i + 1) * h // oh)
+        for j in range(ow):
+            c0, c1 = j * w // ow, -(-(j + 1) * w // ow)
+            cells = bins[i * ow + j].reshape(h, w)
+            cells[r0:r1, c0:c1] = 1.0 / ((r1 - r0) * (c1 - c0))
+    pixels = imp.b.reshape(x, (n, c, h * w))
+    pooled = imp.b.op(g.LinearOp, [pixels, imp.b.constant(bins, name="adaptive_avg_pool_bins"), None])
+    return imp.b.reshape(pooled, (n, c, oh, ow))
 
 
 def _reduce(op_type):

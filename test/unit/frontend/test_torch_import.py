@@ -355,3 +355,30 @@ def test_stateful_program_is_refused():
 
     with pytest.raises(ModelImportError, match="mutates state"):
         import_torch(Counter(), (torch.randn(2),))
+
+
+class _AdaptivePool(torch.nn.Module):
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_avg_pool2d(x, self.out)
+
+
+@pytest.mark.parametrize("shape,out", [((1, 3, 5, 7), (3, 2)), ((2, 4, 2, 2), (6, 6)), ((1, 8, 13, 13), (6, 6))])
+def test_adaptive_avg_pool_of_bins_of_different_sizes(shape, out):
+    """Adaptive average pooling whose output does not divide its input (AlexNet's 6x6 pool of a
+    smaller image's 2x2 or 13x13 features; bins overlap or repeat) was one import error; it is
+    one graph.linear of a compile-time averaging matrix, matching torch in the reference and on
+    the simulator."""
+    import infer
+
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    m = _AdaptivePool(out)
+    _import_matching_torch(m, x)
+    exe = infer.compile(torch.export.export(m, (x,)), target="edge")
+    want = m(x).numpy()
+    got = exe.run([x.numpy()], check_races=True)[0]
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
