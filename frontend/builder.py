@@ -210,6 +210,32 @@ class GraphBuilder:
             y = self.op(graph.AddOp, [y, self.reshape(bias, per_channel)])
         return y
 
+    def conv3d(self, x: SSAValue, w: SSAValue, bias: SSAValue | None, stride: Sequence[int],
+               pads: Sequence[int], dilation: Sequence[int], groups: int) -> SSAValue:
+        """A 3-D convolution (x [N, C, D, H, W], w [O, C / groups, KD, KH, KW], pads
+        [d0, h0, w0, d1, h1, w1]) as one graph.conv2d: the KD depth taps of every output depth
+        become input channels (x padded along D, one strided slice per tap, [N.OD, C.KD, H, W] in
+        channel-major order c.KD + kd, which is w's own [O, C / groups . KD, KH, KW] layout, so
+        the groups stay contiguous), and the 2-D conv's batch of N.OD images is the output's
+        depth. The program stays one conv kernel of KD times the input's bytes."""
+        n, c, d, h, wd = shape_of(x)
+        o, cg, kd, kh, kw = shape_of(w)
+        sd, sh, sw = stride
+        dd, dh, dw = dilation
+        if pads[0] or pads[3]:
+            x = self.op(graph.PadOp, [x], pads=graph.i64_array([0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0]))
+            d += pads[0] + pads[3]
+        od = (d - dd * (kd - 1) - 1) // sd + 1
+        taps = [self.reshape(self.slice_dim(x, 2, t * dd, t * dd + sd * (od - 1) + 1, sd), (n, c, od, 1, h, wd))
+                for t in range(kd)]
+        stacked = taps[0] if kd == 1 else self.op(graph.ConcatOp, taps, axis=graph.i64_attr(3))
+        images = self.reshape(self.transpose(stacked, (0, 2, 1, 3, 4, 5)), (n * od, c * kd, h, wd))
+        y = self.op(graph.Conv2dOp, [images, self.reshape(w, (o, cg * kd, kh, kw)), bias],
+                    stride=graph.i64_array([sh, sw]), padding=graph.i64_array([pads[1], pads[2], pads[4], pads[5]]),
+                    dilation=graph.i64_array([dh, dw]), groups=graph.i64_attr(groups))
+        _, _, oh, ow = shape_of(y)
+        return self.transpose(self.reshape(y, (n, od, o, oh, ow)), (0, 2, 1, 3, 4))
+
     # -- finishing -------------------------------------------------------
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str] | None = None, func_name: str = "main") -> ModuleOp:
         output_names = list(output_names or [f"output{i}" for i in range(len(outputs))])

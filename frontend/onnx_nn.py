@@ -116,13 +116,18 @@ def _conv(imp: Importer, node: onnx.NodeProto):
 def convolution(imp: Importer, node: onnx.NodeProto, x: SSAValue, w: SSAValue, bias: SSAValue | None,
                 conv_op: type[g.GraphOp] = g.Conv2dOp, **properties) -> SSAValue:
     """`conv_op` (graph.conv2d, or graph.conv2d_integer with its zero points in `properties`)
-    of x and w with the window attributes of the Conv-like `node` (1-D as 2-D with H = 1)."""
+    of x and w with the window attributes of the Conv-like `node` (1-D as 2-D with H = 1; 3-D
+    float convs as one 2-D conv over the depth taps, GraphBuilder.conv3d)."""
     xs, ws = shape_of(x), shape_of(w)
     r = len(xs) - 2
-    if r not in (1, 2):
-        raise NodeProblem(f"{r}-D convolution is not supported (1-D and 2-D only)")
+    if r not in (1, 2, 3):
+        raise NodeProblem(f"{r}-D convolution is not supported (1-D, 2-D and 3-D only)")
+    if r == 3 and conv_op is not g.Conv2dOp:
+        raise NodeProblem("a quantized 3-D convolution is not supported (float 3-D convs only)")
     kernel = attribute(node, "kernel_shape") or list(ws[2:])
     strides, dilations, pads = _window(imp, node, xs[2:], kernel)
+    if r == 3:
+        return imp.b.conv3d(x, w, bias, strides, pads, dilations, int(attribute(node, "group", 1)))
     strides, dilations, pads, _ = _as_2d(r, strides, dilations, pads, kernel)
     if r == 1:
         x = imp.b.reshape(x, (xs[0], xs[1], 1, xs[2]))

@@ -385,6 +385,9 @@ def _conv(imp, node, args, kwargs):
                                stride, padding, dilation, output_padding, groups)
     xv, wv = imp.value(x), imp.value(w)
     xs, ws = shape_of(xv), shape_of(wv)
+    if len(xs) == 5:  # video models' 3-D convs: one 2-D conv over the depth taps
+        return imp.b.conv3d(xv, wv, imp.value(bias) if bias is not None else None, list(stride),
+                            [*padding, *padding], list(dilation), groups)
     if len(xs) not in (3, 4):
         raise Unsupported(f"op:aten.convolution ({len(xs) - 2}-d)")
     if len(xs) == 3:  # conv1d (Whisper's and wav2vec2's front ends) as a conv2d of height 1

@@ -382,3 +382,33 @@ def test_adaptive_avg_pool_of_bins_of_different_sizes(shape, out):
     want = m(x).numpy()
     got = exe.run([x.numpy()], check_races=True)[0]
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,groups,shape", [
+    ((3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1, (1, 3, 6, 10, 10)),  # r3d's stem and blocks
+    ((3, 1, 1), (2, 1, 1), (1, 0, 0), (1, 1, 1), 2, (2, 4, 7, 5, 6)),  # R(2+1)D's temporal convs
+    ((1, 3, 3), (1, 2, 2), (0, 1, 1), (1, 1, 1), 1, (1, 2, 4, 9, 9)),  # and its spatial ones
+    ((2, 3, 3), (1, 1, 1), (1, 1, 1), (2, 1, 1), 4, (1, 4, 7, 6, 6)),  # dilated depth, depthwise
+])
+def test_conv3d_through_torch_export_and_onnx(tmp_path, kernel, stride, padding, dilation, groups, shape):
+    """3-D convolutions (torchvision's video models) were one import error on both paths; each is
+    one graph.conv2d over the depth taps (GraphBuilder.conv3d), matching torch in the reference
+    and on the simulator whichever frontend brings it."""
+    import warnings
+
+    import infer
+
+    torch.manual_seed(0)
+    cin = shape[1]
+    m = torch.nn.Conv3d(cin, 2 * cin, kernel, stride, padding, dilation, groups=groups).eval()
+    x = torch.randn(*shape)
+    _import_matching_torch(m, x)
+    with torch.no_grad():
+        want = m(x).numpy()
+    onnx_path = tmp_path / "conv3d.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation
+        torch.onnx.export(m, (x,), str(onnx_path), dynamo=False, input_names=["x"])
+    for source, target in ((torch.export.export(m, (x,)), "edge"), (str(onnx_path), "server")):
+        got = infer.compile(source, target=target).run([x.numpy()], check_races=True)[0]
+        assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
