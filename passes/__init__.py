@@ -43,6 +43,7 @@ _PASSES: dict[str, str] = {
     "graph-canonicalize": "infer.passes.graph_canonicalize:GraphCanonicalizePass",
     "graph-constant-fold": "infer.passes.graph_constant_fold:GraphConstantFoldPass",
     "graph-dce": "infer.passes.graph_dce:GraphDCEPass",
+    "graph-cse": "infer.passes.graph_cse:GraphCSEPass",
     "graph-shape-inference": "infer.passes.graph_shape_inference:GraphShapeInferencePass",
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",

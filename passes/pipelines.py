@@ -5,7 +5,7 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 `infer-opt -p graph-canonicalize,graph-constant-fold,graph-dce,graph-shape-inference`
 (with the options below forwarded to the pass that owns them).
 
-`graph-prepare-tiling` = graph-optimize, graph-lower-runtime-conv, graph-raise-activations,
+`graph-prepare-tiling` = graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
 graph-raise-attention, graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue:
 the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
 lowering.
@@ -29,6 +29,7 @@ from infer.passes.graph_constant_fold import (
     DEFAULT_MAX_ELEMENTS,
     GraphConstantFoldPass,
 )
+from infer.passes.graph_cse import GraphCSEPass
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
@@ -88,9 +89,9 @@ class GraphOptimizePass(PipelinePass):
 
 @dataclass(frozen=True)
 class GraphPrepareTilingPass(PipelinePass):
-    """Cleanup, convolutions with run-time weights as im2col matmuls, activation formulas as
-    graph.gelu/graph.silu and written-out attention as graph.attention, batch-norm folding and
-    fusion: what runs before graph -> tile.
+    """Cleanup, repeated work merged, convolutions with run-time weights as im2col matmuls,
+    activation formulas as graph.gelu/graph.silu and written-out attention as graph.attention,
+    batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
     graph-fold-batch-norm; max-epilogue, kinds, norm-epilogue -> graph-fuse (then graph-fuse-norm-prologue:
@@ -110,6 +111,7 @@ class GraphPrepareTilingPass(PipelinePass):
     def passes(self) -> tuple[ModulePass, ...]:
         return (
             GraphOptimizePass(max_elements=self.max_elements),
+            GraphCSEPass(),
             GraphLowerRuntimeConvPass(),
             GraphRaiseActivationsPass(),
             GraphRaiseAttentionPass(),

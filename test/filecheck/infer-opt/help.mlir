@@ -44,10 +44,10 @@
 // PIPE:        max-epilogue=<int> (default 4)
 // PIPE-NEXT:       forwarded to graph-fuse: most elementwise ops in one kernel
 // PIPE:      runs (with the default options):
-// PIPE-NEXT:   graph-optimize, graph-lower-runtime-conv, graph-raise-activations, graph-raise-attention,
-// PIPE-NEXT:     graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue
+// PIPE-NEXT:   graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
+// PIPE-NEXT:     graph-raise-attention, graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue
 // PIPE:      stages, nested pipelines expanded:
-// PIPE-NEXT:   graph-canonicalize, graph-constant-fold, graph-dce, graph-shape-inference,
+// PIPE-NEXT:   graph-canonicalize, graph-constant-fold, graph-dce, graph-shape-inference, graph-cse,
 // PIPE-NEXT:     graph-lower-runtime-conv, graph-raise-activations, graph-raise-attention, graph-fold-batch-norm,
 // PIPE-NEXT:     graph-dce, graph-fuse, graph-fuse-norm-prologue
 

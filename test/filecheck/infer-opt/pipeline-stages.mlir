@@ -28,6 +28,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // CHECK:      %s = graph.constant dense<5.000000e+00> : tensor<f32>
 // CHECK:      IR after graph-dce (in graph-prepare-tiling > graph-optimize):
 // CHECK:      IR after graph-shape-inference (in graph-prepare-tiling > graph-optimize):
+// CHECK:      IR after graph-cse (in graph-prepare-tiling):
 // CHECK:      IR after graph-lower-runtime-conv (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-activations (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-attention (in graph-prepare-tiling):
@@ -47,6 +48,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}      graph-constant-fold
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}      graph-dce
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}      graph-shape-inference
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-cse
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-lower-runtime-conv
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-activations
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-attention

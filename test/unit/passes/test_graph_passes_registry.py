@@ -108,8 +108,8 @@ def test_doc_example_is_the_pass_and_its_test() -> None:
 def test_prepare_tiling_pipeline_forwards_options() -> None:
     cls = infer_passes()["graph-prepare-tiling"]()
     steps = cls(max_elements=9, erase_dead=False, max_epilogue=2, kinds=("matmul",)).passes()
-    assert [p.name for p in steps] == ["graph-optimize", "graph-lower-runtime-conv", "graph-raise-activations",
-                                      "graph-raise-attention", "graph-fold-batch-norm", "graph-dce", "graph-fuse",
-                                      "graph-fuse-norm-prologue"]
-    assert steps[0].max_elements == 9 and not steps[4].erase_dead
-    assert steps[6].max_epilogue == 2 and steps[6].kinds == ("matmul",)
+    assert [p.name for p in steps] == ["graph-optimize", "graph-cse", "graph-lower-runtime-conv",
+                                      "graph-raise-activations", "graph-raise-attention", "graph-fold-batch-norm",
+                                      "graph-dce", "graph-fuse", "graph-fuse-norm-prologue"]
+    assert steps[0].max_elements == 9 and not steps[5].erase_dead
+    assert steps[7].max_epilogue == 2 and steps[7].kinds == ("matmul",)
