@@ -49,6 +49,7 @@ _PASSES: dict[str, str] = {
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-raise-activations": "infer.passes.graph_raise_activations:GraphRaiseActivationsPass",
     "graph-raise-attention": "infer.passes.graph_raise_attention:GraphRaiseAttentionPass",
+    "graph-raise-linear": "infer.passes.graph_raise_linear:GraphRaiseLinearPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",
     "graph-defer-paged-query": "infer.passes.graph_defer_paged_query:GraphDeferPagedQueryPass",
     "graph-fuse-norm-prologue": "infer.passes.graph_fuse_prologue:GraphFuseNormProloguePass",

@@ -6,7 +6,8 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 (with the options below forwarded to the pass that owns them).
 
 `graph-prepare-tiling` = graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
-graph-raise-attention, graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue:
+graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-dce, graph-fuse,
+graph-fuse-norm-prologue:
 the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
 lowering.
 
@@ -34,6 +35,7 @@ from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
+from infer.passes.graph_raise_linear import GraphRaiseLinearPass
 from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
@@ -115,6 +117,7 @@ class GraphPrepareTilingPass(PipelinePass):
             GraphLowerRuntimeConvPass(),
             GraphRaiseActivationsPass(),
             GraphRaiseAttentionPass(),
+            GraphRaiseLinearPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),

@@ -61,6 +61,7 @@ TINY = 1e-30
 PASS_NUMERICS: dict[str, str] = {
     "graph-fold-batch-norm": "rounding",  # scale/shift folded into the weights: fp32 reassociation
     "graph-raise-activations": "rounding",  # a GELU formula's five rounded steps as one function
+    "graph-raise-linear": "rounding",  # the bias joins the sum first
     "graph-raise-attention": "rounding",  # the scale applied once; fully masked rows give zeros
     "graph-to-tile": "lowering",
 }

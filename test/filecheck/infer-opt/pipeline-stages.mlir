@@ -32,6 +32,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // CHECK:      IR after graph-lower-runtime-conv (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-activations (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-attention (in graph-prepare-tiling):
+// CHECK:      IR after graph-raise-linear (in graph-prepare-tiling):
 // CHECK:      IR after graph-fold-batch-norm (in graph-prepare-tiling):
 // CHECK:      IR after graph-dce (in graph-prepare-tiling):
 // CHECK:      IR after graph-fuse (in graph-prepare-tiling):
@@ -52,6 +53,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-lower-runtime-conv
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-activations
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-attention
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-linear
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fold-batch-norm
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-dce
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fuse

@@ -412,8 +412,8 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     reference). The dependency tracker's look-back for a later producer (which spares this
     program the loop drains whose semaphores made the failure) is off: the case needs a program
     that runs out of semaphores across windows. So are the raise passes: the program is the one
-    of the attention and SiLU as the export writes them (matmuls and a softmax, a sigmoid and a
-    product; as graph.attention and graph.silu the semaphores suffice)."""
+    of the attention, SiLU and projections as the export writes them (matmuls and a softmax, a
+    sigmoid and a product, MatMul + Add; raised, the semaphores suffice)."""
     from infer.passes.tile_to_npu import dependencies
     from infer.passes.tile_to_npu.kernels import KernelByKernel
 
@@ -427,6 +427,7 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     from infer.passes.tile_to_npu.codegen import CodeGenerator
     from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
     from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
+    from infer.passes.graph_raise_linear import GraphRaiseLinearPass
     from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
 
     torch.manual_seed(0)
@@ -453,7 +454,7 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
                           input_names=["input_ids"], output_names=["logits"], opset_version=17)
     model = infer.import_model(path)
     monkeypatch.setattr(dependencies, "LATER_PRODUCER_WINDOW", 0)
-    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass):
+    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass):
         monkeypatch.setattr(written_out, "apply", lambda self, ctx, op: None)
     whole_program_failures = []
     finish = CodeGenerator.finish
@@ -477,7 +478,7 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     assert whole_program_failures  # (the case this test is about: taken back, not fallen back)
     monkeypatch.undo()
     monkeypatch.setattr(dependencies, "LATER_PRODUCER_WINDOW", 0)
-    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass):
+    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass):
         monkeypatch.setattr(written_out, "apply", lambda self, ctx, op: None)
 
     def reference_loop(hw, layout, fn, pipelining):
