@@ -185,6 +185,23 @@ class GraphBuilder:
         picked = self.op(graph.WhereOp, [eq, xe, self.scalar(0, xe)])
         return self.reduce(graph.ReduceSumOp, picked, [axis + 1], False)
 
+    def resample_axis(self, x: SSAValue, axis: int, matrix: np.ndarray, name: str = "resample") -> SSAValue:
+        """x resampled along `axis` by the [out, n] interpolation `matrix` (row o: the weights
+        of output position o over the n inputs): resizing and upsampling are separable and
+        linear, one such product per axis. A one-hot matrix (nearest neighbour) is a gather
+        of compile-time indices, exact; otherwise the axis is moved last and multiplied by the
+        compile-time matrix (a product graph-raise-linear makes a graph.linear); the caller
+        checks that x holds floats then."""
+        rank = len(shape_of(x))
+        matrix = np.asarray(matrix)
+        if np.all((matrix == 0) | (matrix == 1)) and np.all(matrix.sum(axis=1) == 1):
+            index = self.constant(matrix.argmax(axis=1).astype(np.int64), name=f"{name}_index")
+            return self.op(graph.GatherOp, [x, index], axis=graph.i64_attr(axis))
+        perm = [d for d in range(rank) if d != axis] + [axis]
+        moved = self.transpose(x, perm)
+        weight = self.constant(np.ascontiguousarray(matrix.T).astype(numpy_dtype_of(x)), name=f"{name}_weight")
+        return self.transpose(self.op(graph.MatmulOp, [moved, weight]), list(np.argsort(perm)))
+
     def normalize(self, x: SSAValue, axes: Sequence[int], eps: float) -> tuple[SSAValue, SSAValue, SSAValue]:
         """(x - mean) / sqrt(var + eps) over `axes` (the biased variance), with the mean and
         1 / sqrt(var + eps) (kept dims): instance, group and layer normalization's parts."""

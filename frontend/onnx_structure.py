@@ -527,16 +527,9 @@ def _resize(imp: Importer, node: onnx.NodeProto):
         if m.shape[0] != out:
             raise NodeProblem(f"axis {a}: expected {out} outputs, the basis gave {m.shape[0]}")
         one_hot = np.all((m == 0) | (m == 1)) and np.all(m.sum(axis=1) == 1)
-        if one_hot:
-            idx = imp.materialise(m.argmax(axis=1).astype(np.int64), "resize_index")
-            y = imp.b.op(g.GatherOp, [y, idx], axis=g.i64_attr(a))
-            continue
-        if not is_float_dtype(numpy_dtype_of(y)):
+        if not one_hot and not is_float_dtype(numpy_dtype_of(y)):
             raise NodeProblem(f"mode '{mode}' on {numpy_dtype_of(y)} is not supported")
-        perm = [d for d in range(rank) if d != a] + [a]
-        yt = imp.b.transpose(y, perm)
-        wt = imp.materialise(np.ascontiguousarray(m.T).astype(numpy_dtype_of(y)), "resize_weight")
-        y = imp.b.transpose(imp.b.op(g.MatmulOp, [yt, wt]), list(np.argsort(perm)))
+        y = imp.b.resample_axis(y, a, m, name="resize")
     return [y]
 
 

@@ -12,7 +12,7 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import numpy_dtype_of, shape_of
+from infer.dialects.dtypes import element_type_of, is_float, numpy_dtype_of, shape_of
 from infer.frontend.conv_transpose import ConvTransposeProblem, conv_transpose
 from infer.frontend.torch_ops import (
     HANDLERS,
@@ -522,6 +522,64 @@ def _adaptive_avg(imp, node, args, kwargs):
     pixels = imp.b.reshape(x, (n, c, h * w))
     pooled = imp.b.op(g.LinearOp, [pixels, imp.b.constant(bins, name="adaptive_avg_pool_bins"), None])
     return imp.b.reshape(pooled, (n, c, oh, ow))
+
+
+_RESAMPLING_OPS = {
+    # op packet -> does it take align_corners (after output_size)
+    aten.upsample_nearest1d: False, aten.upsample_nearest2d: False, aten.upsample_nearest3d: False,
+    aten._upsample_nearest_exact1d: False, aten._upsample_nearest_exact2d: False,
+    aten._upsample_nearest_exact3d: False,
+    aten.upsample_linear1d: True, aten.upsample_bilinear2d: True, aten.upsample_trilinear3d: True,
+    aten.upsample_bicubic2d: True, aten._upsample_bilinear2d_aa: True, aten._upsample_bicubic2d_aa: True,
+    aten._upsample_lanczos2d_aa: True,
+}
+RESAMPLING_OVERLOADS = tuple(getattr(packet, overload) for packet in _RESAMPLING_OPS for overload in ("default", "vec"))
+"""Kept out of the core-ATen decomposition (torch_import.KEPT_OPS): it writes some modes as
+gathers and arithmetic per tap, where one product per axis does them all alike."""
+
+
+@handles(*RESAMPLING_OVERLOADS)
+def _upsample(imp, node, args, kwargs):
+    """F.interpolate's nearest, nearest-exact, (bi/tri)linear, bicubic and antialiased modes
+    (and torchvision's antialiased lanczos):
+    separable and linear, so one [out, n] matrix per spatial axis (GraphBuilder.resample_axis).
+    Each matrix is the op itself applied to an identity basis with that axis's size, output
+    size and scale (the other spatial axes of size 1 and left alone), so it carries PyTorch's own rule for the source
+    coordinate (align_corners, a given scale factor against the size ratio, the border clamp,
+    the cubic coefficient, the antialiasing filter's support) and its float32 weights."""
+    packet = node.target.overloadpacket
+    has_align = _RESAMPLING_OPS[packet]
+    x = imp.value(args[0])
+    xs = shape_of(x)
+    spatial = len(xs) - 2
+    names = ["output_size"] + (["align_corners"] if has_align else [])
+    if node.target._overloadname == "vec":
+        names.append("scale_factors")
+    else:
+        names += ["scales"] if spatial == 1 else ["scales_d", "scales_h", "scales_w"][3 - spatial:]
+    given = dict(zip(names, args[1:], strict=False)) | kwargs
+    align = (bool(given.get("align_corners", False)),) if has_align else ()
+    if node.target._overloadname == "vec":
+        scales = given.get("scale_factors") or [None] * spatial
+    else:
+        scales = [given.get(n) for n in names[len(names) - spatial:]]
+    out_shape = tuple(node.meta["val"].shape)
+    y = x
+    for k in range(spatial):
+        axis, n, out = 2 + k, xs[2 + k], int(out_shape[2 + k])
+        # the basis runs along the last spatial axis whichever axis k is (every mode's rule is the
+        # same per axis): the antialiased kernels mix up the rows of an axis before one of size 1
+        basis = torch.eye(n, dtype=torch.float32).reshape([1, n] + [1] * (spatial - 1) + [n])
+        scales_k = [None] * (spatial - 1) + [None if scales[k] is None else float(scales[k])]
+        response = packet.default(basis, [1] * (spatial - 1) + [out], *align, *scales_k)
+        matrix = response.reshape(n, out).T.numpy()
+        if out == n and np.array_equal(matrix, np.eye(n, dtype=matrix.dtype)):
+            continue
+        one_hot = np.all((matrix == 0) | (matrix == 1)) and np.all(matrix.sum(axis=1) == 1)
+        if not one_hot and not is_float(element_type_of(y)):
+            raise Unsupported(f"{target_name(node.target)} of {numpy_dtype_of(y)} values is not supported (floats only)")
+        y = imp.b.resample_axis(y, axis, matrix, name="upsample")
+    return y
 
 
 def _reduce(op_type):

@@ -74,8 +74,10 @@ KEPT_OPS = (
     aten.linear.default,
     aten.scaled_dot_product_attention.default,
     aten.silu.default,
+    *torch_handlers.RESAMPLING_OVERLOADS,
 )
-"""Ops kept out of the core-ATen decomposition because they map onto one graph op."""
+"""Ops kept out of the core-ATen decomposition because they map onto one graph op (or, the
+resampling ops, one product per axis)."""
 
 
 # --------------------------------------------------------------------------

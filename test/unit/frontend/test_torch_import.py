@@ -412,3 +412,67 @@ def test_conv3d_through_torch_export_and_onnx(tmp_path, kernel, stride, padding,
     for source, target in ((torch.export.export(m, (x,)), "edge"), (str(onnx_path), "server")):
         got = infer.compile(source, target=target).run([x.numpy()], check_races=True)[0]
         assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+class _Interpolate(torch.nn.Module):
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, x):
+        if self.options["mode"] == "lanczos":  # torchvision's resize; F.interpolate has no such mode
+            return torch.ops.aten._upsample_lanczos2d_aa(x, self.options["size"], False)
+        return torch.nn.functional.interpolate(x, **self.options)
+
+
+@pytest.mark.parametrize("rank,options", [
+    (4, dict(scale_factor=2, mode="nearest")),  # FPN / YOLO necks
+    (4, dict(size=(7, 9), mode="bilinear", align_corners=False)),  # segmentation heads
+    (4, dict(scale_factor=2, mode="bilinear", align_corners=True)),
+    (4, dict(scale_factor=0.5, mode="bilinear", recompute_scale_factor=True)),
+    (4, dict(scale_factor=1.5, mode="bicubic")),
+    (4, dict(size=(5, 6), mode="nearest-exact")),
+    (4, dict(size=(3, 4), mode="bilinear", antialias=True)),
+    (4, dict(size=(4, 11), mode="bicubic", antialias=True)),
+    (4, dict(size=(3, 8), mode="lanczos")),
+    (3, dict(scale_factor=2.5, mode="nearest")),
+    (3, dict(scale_factor=2, mode="linear")),
+    (5, dict(scale_factor=(1, 2, 2), mode="trilinear")),
+])
+def test_interpolate_modes(rank, options):
+    """F.interpolate's resampling ops (aten.upsample_*) were one import error through torch.export
+    (torchvision's segmentation models); each spatial axis is one compile-time [out, n] matrix
+    taken from the op itself: nearest modes a gather (exact), the others a product."""
+    torch.manual_seed(0)
+    x = torch.randn(*([2, 3] + [6] * (rank - 2)))
+    module = _import_matching_torch(_Interpolate(**options), x)
+    ops = _ops(module)
+    if options["mode"].startswith("nearest"):
+        assert "graph.gather" in ops and "graph.matmul" not in ops
+    else:
+        assert "graph.matmul" in ops
+
+
+class _SegmentationHead(torch.nn.Module):
+    """A conv's logits upsampled back to the image (torchvision's FCN / DeepLabV3 / LRASPP)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 5, 3, stride=4, padding=1)
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(self.conv(x), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def test_bilinear_upsampling_on_the_simulator():
+    import infer
+
+    torch.manual_seed(0)
+    m = _SegmentationHead().eval()
+    x = torch.randn(1, 3, 24, 20)
+    with torch.no_grad():
+        want = m(x).numpy()
+    exe = infer.compile(torch.export.export(m, (x,)), target="server")
+    got = exe.run([x.numpy()], check_races=True)[0]
+    assert got.shape == want.shape == (1, 5, 24, 20)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
