@@ -7,8 +7,10 @@
   to an i32 buffer first, negative ones wrapped (+V), in a helper nest.
 * runtime indices on another axis: the axis is moved to the front (transpose.permute_copy),
   rows are gathered, and the result is permuted back (helper nests).
-* compile-time indices on axis 0 become an i32 weight for the same op; on other axes one box
-  copy per index (at most 64; more: the runtime path's transposes).
+* compile-time indices on axis 0 become an i32 weight for the same op; on other axes a few
+  strided box copies (`index_boxes`: runs of evenly stepping indices, or the output's phases
+  modulo a small period: a roll is 2 boxes, a nearest 2x upsampling 2; at most 64; more: the
+  runtime path's transposes).
 * a table that is `graph.dequantize_blocks` of a packed GGUF weight (the token embedding of a
   Q8_0/Q4_0/Q4_1 model) stays packed: its rows are split at compile time into a codes plane and
   a scales plane with blocks along the rows (`split_blocks(..., "row")`, llama.cpp's `get_rows`:
@@ -18,6 +20,8 @@
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects.builtin import MemRefType, f16, f32, i8, i32
@@ -41,6 +45,53 @@ LOCAL_INDEX_SHARE = 16  # row gathers copy their indices to the scratchpad when 
 LOCAL_TABLE_SHARE = 8  # ... and their table where it takes at most 1/8 of it and pays (_gather_rows)
 
 
+@dataclass(frozen=True)
+class IndexBox:
+    """Output positions first, first + period, ... (length of them) take input positions
+    start, start + step, ...: one strided box copy of a gather with compile-time indices."""
+
+    first: int
+    period: int
+    start: int
+    step: int
+    length: int
+
+
+def _progression(values: np.ndarray) -> int | None:
+    """The common difference of an arithmetic progression (0 for one value), else None."""
+    if len(values) < 2:
+        return 0
+    steps = np.diff(values)
+    return int(steps[0]) if np.all(steps == steps[0]) else None
+
+
+def index_boxes(indices: np.ndarray, max_period: int = 8) -> list[IndexBox]:
+    """Compile-time gather indices as few strided boxes: the runs of consecutive output
+    positions whose indices step evenly (a roll's two runs, a slice, a reversal), or, when
+    fewer, the output positions by phase modulo a period dividing their count whose indices
+    step evenly (a nearest-neighbour upsampling by 2: [0, 0, 1, 1, ...] is two phases)."""
+    indices = [int(i) for i in indices]
+    count = len(indices)
+    runs: list[IndexBox] = []
+    j = 0
+    while j < count:
+        step = indices[j + 1] - indices[j] if j + 1 < count else 0
+        end = j + 1
+        while end < count and indices[end] - indices[end - 1] == step:
+            end += 1
+        runs.append(IndexBox(j, 1, indices[j], step, end - j))
+        j = end
+    best = runs
+    array = np.asarray(indices)
+    for period in range(2, min(max_period, count) + 1):
+        if count % period or period >= len(best):
+            continue
+        steps = [_progression(array[r::period]) for r in range(period)]
+        if all(s is not None for s in steps):
+            best = [IndexBox(r, period, indices[r], steps[r], count // period) for r in range(period)]
+    return best
+
+
 def lower_gather(ctx: LoweringContext, op: Operation) -> None:
     assert isinstance(op, g.GatherOp)
     em = ctx.emitter
@@ -53,16 +104,20 @@ def lower_gather(ctx: LoweringContext, op: Operation) -> None:
     if const_indices is not None:
         indices = np.asarray(const_indices, np.int64).reshape(-1)
         indices = np.where(indices < 0, indices + shape[axis], indices)
-        if axis != 0 and count <= MAX_BOX_COPIES:
-            ctx.debug(f"[graph-to-tile] {name}: gather axis {axis}: {count} compile-time indices, one box copy each")
+        boxes = index_boxes(indices) if axis != 0 else []
+        if axis != 0 and len(boxes) <= MAX_BOX_COPIES:
+            ctx.debug(f"[graph-to-tile] {name}: gather axis {axis}: {count} compile-time indices "
+                      f"in {len(boxes)} box copies")
             lead, trail = shape[:axis], num_elements(shape[axis + 1:])
-            in_shape, out_shape = (*lead, shape[axis], trail), (*lead, count, trail)
-            src = em.view(ctx.buffer(op.input), in_shape)
-            dst = em.view(out, out_shape)
             k = len(lead)
-            for j, index in enumerate(indices):
-                copy_box(ctx, src, in_shape, [0] * k + [int(index), 0], [1] * (k + 2),
-                         dst, out_shape, [0] * k + [j, 0], (*lead, 1, trail))
+            for box in boxes:
+                # output positions phase, phase + period, ...: the axis viewed [count / period, period]
+                in_shape = (*lead, shape[axis], 1, trail)
+                out_shape = (*lead, count // box.period, box.period, trail)
+                copy_box(ctx, em.view(ctx.buffer(op.input), in_shape), in_shape,
+                         [0] * k + [box.start, 0, 0], [1] * k + [box.step, 1, 1],
+                         em.view(out, out_shape), out_shape, [0] * k + [box.first // box.period, box.first % box.period, 0],
+                         (*lead, box.length, 1, trail))
             return
         index_buffer = ctx.weight(f"{name}.indices", indices.astype(np.int32), i32)
     else:

@@ -226,6 +226,35 @@ def test_gather_compile_time_indices_any_axis():
     check(m, "server", "fp32")
 
 
+GATHER_PATTERNS = {
+    "roll": [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 1, 2],  # torch.roll as torch.export writes it
+    "reversal": list(range(13, -1, -1)),
+    "nearest_x2": [i // 2 for i in range(28)],  # two phases
+    "nearest_x3": [i // 3 for i in range(42)],  # three phases of a 3x upsample
+    "repeats": [0, 0, 0, 5, 5, 9, 9, 9, 9],  # runs of step 0
+    "irregular": [7, 2, 11, 2, 0, 13],  # one box per index
+    "long": [i % 14 for i in range(70)],  # 70 indices, more than MAX_BOX_COPIES, in 5 runs
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(GATHER_PATTERNS))
+@BOTH
+def test_gather_compile_time_indices_as_strided_boxes(pattern, target):
+    """Compile-time indices on an inner axis are a few strided box copies (gather.index_boxes):
+    runs of evenly stepping indices or the output's phases modulo a period."""
+    from infer.passes.graph_to_tile.gather import index_boxes
+
+    idx = GATHER_PATTERNS[pattern]
+    n = len(idx)
+    assert len(index_boxes(np.array(idx))) <= {"irregular": 6, "repeats": 3, "long": 5}.get(pattern, 3)
+    values = ", ".join(map(str, idx))
+    m = module(fn("%x: tensor<2x14x6xf32>", f"tensor<2x{n}x6xf32>", f"""
+  %i = graph.constant dense<[{values}]> : tensor<{n}xi64>
+  %a = graph.gather %x, %i {{axis = 1 : i64}} : (tensor<2x14x6xf32>, tensor<{n}xi64>) -> tensor<2x{n}x6xf32>
+  func.return %a : tensor<2x{n}x6xf32>"""))
+    check(m, target, "fp32")
+
+
 # ---------------------------------------------------------------------------
 # 4. rotary, attention masks
 # ---------------------------------------------------------------------------
