@@ -16,8 +16,12 @@ import, which makes graph.attention itself: 55,720).
 
 Matched, from the second matmul back, every intermediate used only inside the pattern:
 - o = matmul(p', v) without transposes, p' = p or the NaN guard where(not(equal(p, p)), 0, p);
-- p = softmax(z) over the last axis; z = s, or s + mask (either operand order) with a float
-  mask that broadcasts to the scores' shape;
+- p = softmax(z) over the last axis; z = s, or s plus float terms that broadcast to the
+  scores' shape (either operand order; several terms, such as a relative position bias and a
+  mask, become one mask: summed at compile time into one weight when all are constants), a
+  term possibly added through a 5-D view of the scores, reshape(reshape(s, [a, b, H, Sq, Skv])
+  + m) with a.b the scores' batch (Swin's shifted windows: m [1, windows, 1, L, L], broadcast
+  over a and merged to [a.b, 1, L, L]);
 - s = t, t * c, c * t or t / c with c a constant scalar; t = matmul(a, b) without transpose_a,
   with a = q or q * c1 and b = kT or kT * c2 (scalar constants), or b = k with transpose_b;
 - q, kT (or k) and v of rank 4 ([B, H, S, D]: the heads already split), float; or, as
@@ -25,8 +29,7 @@ Matched, from the second matmul back, every intermediate used only inside the pa
   operands (v's may be a reshape from another rank: it is reshaped to [B, H, Skv, Dv]), the
   scores reshaped back to [B, H, Sq, Skv] before the mask (the raised op's result is
   reshaped to the second bmm's [B.H, Sq, Dv]).
-Not matched (left as written): attention over 5-D tensors (MaxViT's grid heads) and a mask
-added through a 5-D view (Swin's shifted windows).
+Not matched (left as written): attention over 5-D tensors (MaxViT's grid heads).
 The scale of the raised op is the product of the constants (1 if none); k is kT's last two
 dims swapped (one graph.transpose, composed with the head split's transpose that made kT).
 
@@ -41,7 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -56,7 +60,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_type_of, is_float, shape_of
-from infer.dialects.graph_canonicalization import splat_value
+from infer.dialects.graph_canonicalization import FoldReshape, splat_value
+from infer.dialects.weight_refs import constant_value
+from infer.dialects.weights import WeightStore, weights_of
 
 
 def _scalar(value: SSAValue) -> float | None:
@@ -147,9 +153,117 @@ def _unguarded(p_guarded: SSAValue) -> tuple[SSAValue, set[Operation]]:
     return p, {where, negation, equal}
 
 
+@dataclass(frozen=True)
+class _MaskTerm:
+    """One additive term of the scores: `value` broadcasts against the 4-D scores, or, with
+    `split` = (a, b), against their 5-D view [a, b, ...] (Swin's shifted windows add their mask
+    as scores.reshape(B, windows, H, L, L) + mask, then reshape back)."""
+
+    value: SSAValue
+    split: tuple[int, int] | None = None
+
+    def shape4(self) -> tuple[int, ...]:
+        """The term's shape as a mask of the 4-D scores."""
+        shape = tuple(shape_of(self.value.type))
+        if self.split is None:
+            return (1,) * (4 - len(shape)) + shape
+        shape = (1,) * (5 - len(shape)) + shape
+        return (self.split[0] * self.split[1], *shape[2:])
+
+    def lifted(self, array: np.ndarray) -> np.ndarray:
+        """The term's compile-time value as a 4-D mask."""
+        if self.split is None:
+            return array.reshape(self.shape4())
+        array = array.reshape((1,) * (5 - array.ndim) + array.shape)
+        return np.broadcast_to(array, (*self.split, *array.shape[2:])).reshape(self.shape4())
+
+
+def _float_mask(value: SSAValue, rank: int) -> bool:
+    return is_float(element_type_of(value.type)) and len(shape_of(value.type)) <= rank
+
+
+def _is_scores(value: SSAValue) -> bool:
+    t = _scaled(value)[0]
+    return isinstance(t.owner, g.MatmulOp) or _merged_product(t) is not None
+
+
+def _scores_and_masks(z: SSAValue) -> tuple[SSAValue, list[_MaskTerm]] | None:
+    """(the scaled scores, the terms added to them) for softmax's input z: s, s + m (either
+    order), sums of several terms (a relative position bias and a mask), and terms added
+    through a 5-D view of the scores (reshape(reshape(s) + m)); every intermediate used once."""
+    if _is_scores(z):
+        return z, []
+    shape = shape_of(z.type)
+    op = z.owner
+    if isinstance(op, g.AddOp):
+        for inner, m in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            if inner is not m and inner.has_one_use() and shape_of(inner.type) == shape and _float_mask(m, 4):
+                found = _scores_and_masks(inner)
+                if found is not None:
+                    return found[0], [*found[1], _MaskTerm(m)]
+        return None
+    if isinstance(op, g.ReshapeOp) and op.input.has_one_use() and isinstance(op.input.owner, g.AddOp):
+        add, split = op.input.owner, shape_of(op.input.type)
+        if len(split) != len(shape) + 1 or split[0] * split[1] != shape[0] or split[2:] != shape[1:]:
+            return None
+        for view, m in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+            if view is m or not view.has_one_use() or not isinstance(view.owner, g.ReshapeOp) or \
+                    shape_of(view.type) != split or not _float_mask(m, 5):
+                continue
+            inner = view.owner.input
+            if inner.has_one_use() and shape_of(inner.type) == shape:
+                found = _scores_and_masks(inner)
+                if found is not None:
+                    return found[0], [*found[1], _MaskTerm(m, (split[0], split[1]))]
+    return None
+
+
+def _one_mask(terms: list[_MaskTerm], store: WeightStore, new_ops: list[Operation]) -> SSAValue | None:
+    """The 4-D mask of graph.attention for the terms (None for none), its ops appended to
+    new_ops: compile-time terms summed at compile time into one weight; a runtime term lifted
+    to 4-D by graph ops (a lone term as before: a reshape to rank 4 when below it)."""
+    if not terms:
+        return None
+    values = [constant_value(t.value, store) for t in terms]
+    if len(terms) > 1 and all(v is not None for v in values) or (terms[0].split and values[0] is not None):
+        total = terms[0].lifted(values[0])
+        for term, value in zip(terms[1:], values[1:], strict=True):
+            total = total + term.lifted(value)
+        element = element_type_of(terms[0].value.type)
+        total = np.ascontiguousarray(total.astype(values[0].dtype))
+        weight = g.WeightOp(store.add("attention_mask", total), TensorType(element, list(total.shape)))
+        new_ops.append(weight)
+        weight.output.name_hint = "mask"
+        return weight.output
+    mask: SSAValue | None = None
+    for term in terms:
+        value, element = term.value, element_type_of(term.value.type)
+        if term.split is not None:
+            shape5 = (1,) * (5 - len(shape_of(value.type))) + tuple(shape_of(value.type))
+            full = g.BroadcastOp.create(operands=[value], result_types=[
+                TensorType(element, [*term.split, *shape5[2:]])])
+            new_ops.append(full)
+            value = full.results[0]
+            value.name_hint = "mask"
+        if tuple(shape_of(value.type)) != term.shape4():
+            lifted = g.ReshapeOp.create(operands=[value], result_types=[TensorType(element, list(term.shape4()))])
+            new_ops.append(lifted)
+            value = lifted.results[0]
+            value.name_hint = "mask"
+        if mask is not None:
+            total = g.AddOp.inferred([mask, value], {})
+            new_ops.append(total)
+            value = total.results[0]
+            value.name_hint = "mask"
+        mask = value
+    return mask
+
+
 @dataclass
 class RaiseAttention(RewritePattern):
     """matmul(softmax(scaled q @ kT (+ mask)), v) -> graph.attention (module docstring)."""
+
+    store: WeightStore
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.MatmulOp, rewriter: PatternRewriter, /):
@@ -175,21 +289,12 @@ class RaiseAttention(RewritePattern):
         rank = len(shape_of(p.type))
         if rank != 4 or softmax.axis.value.data not in (-1, 3):
             return
-        z, mask = softmax.input, None
-        if not z.has_one_use():
+        if not softmax.input.has_one_use():
             return
-        if isinstance(z.owner, g.AddOp):
-            add = z.owner
-            for scores, m in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
-                t = _scaled(scores)[0]
-                if (isinstance(t.owner, g.MatmulOp) or _merged_product(t) is not None) and \
-                        shape_of(scores.type) == shape_of(z.type):
-                    z, mask = scores, m
-                    break
-            else:
-                return
-            if not z.has_one_use() or not is_float(element_type_of(mask.type)):
-                return
+        found = _scores_and_masks(softmax.input)
+        if found is None:
+            return
+        z, terms = found
         t, scale = _scaled(z)
         if t is not z and not t.has_one_use():
             return
@@ -207,8 +312,6 @@ class RaiseAttention(RewritePattern):
         operands = (q, b, pending.value if isinstance(pending, _Regroup) else pending)
         if any(len(shape_of(x.type)) != 4 for x in (q, b)) or \
                 not all(is_float(element_type_of(x.type)) for x in operands):
-            return
-        if mask is not None and len(shape_of(mask.type)) > 4:
             return
         new_ops: list[Operation] = []
         if isinstance(pending, _Regroup):
@@ -233,13 +336,7 @@ class RaiseAttention(RewritePattern):
                 new_ops.append(swap)
                 k = swap.results[0]
                 k.name_hint = "k"
-        if mask is not None and len(shape_of(mask.type)) < 4:
-            shape = (1,) * (4 - len(shape_of(mask.type))) + tuple(shape_of(mask.type))
-            lifted = g.ReshapeOp.create(operands=[mask], result_types=[
-                type(mask.type)(element_type_of(mask.type), shape)])
-            new_ops.append(lifted)
-            mask = lifted.results[0]
-            mask.name_hint = "mask"
+        mask = _one_mask(terms, self.store, new_ops)
         try:  # graph.attention's own checks: batch, heads (GQA), lengths, element types
             attention = g.AttentionOp.inferred(
                 [q, k, v] + ([mask] if mask is not None else []),
@@ -252,6 +349,8 @@ class RaiseAttention(RewritePattern):
                 raise VerifyException("another result type")
         except VerifyException:
             for made in reversed(new_ops):  # unattached: only their operands' uses to drop
+                if isinstance(made, g.WeightOp):  # a compile-time mask summed for this match
+                    self.store.discard(made.weight_key)
                 made.erase()
             return
         new_ops.append(attention)
@@ -264,11 +363,15 @@ class RaiseAttention(RewritePattern):
 
 @dataclass(frozen=True)
 class GraphRaiseAttentionPass(ModulePass):
-    """Replace attention written as matmul, softmax, matmul by graph.attention, then remove what
-    it leaves unused."""
+    """Replace attention written as matmul, softmax, matmul by graph.attention, fold the reshape
+    chains that leaves, then remove what it leaves unused."""
 
     name = "graph-raise-attention"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseAttention()]), apply_recursively=False,
+        # FoldReshape: a raised torch.export attention's result is reshaped to the bmm's
+        # [B.H, Sq, Dv], which the head merge reshapes straight back to [B, H, Sq, Dv]; folded,
+        # the merge's transpose reads the attention's result (head_layout) instead of a copy
+        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseAttention(weights_of(op)), FoldReshape()]),
+                             apply_recursively=True,
                              post_walk_func=region_dce).rewrite_module(op)

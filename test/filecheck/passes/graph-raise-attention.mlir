@@ -3,6 +3,8 @@
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry sdpa_export -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry eager -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry export_bmm -o /dev/null
+// RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry shifted_windows -o /dev/null
+// RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry runtime_window_mask -o /dev/null
 
 // Attention written out as matmul, softmax, matmul becomes one graph.attention.
 
@@ -95,8 +97,54 @@ func.func @export_bmm(%q: tensor<2x3x5x4xf32>, %kh: tensor<2x3x5x4xf32>, %qkv: t
   func.return %o : tensor<6x5x4xf32>
 }
 // CHECK-LABEL: func.func @export_bmm(
-// CHECK-NEXT:    %v3 = graph.reshape %qkv : (tensor<1x2x3x5x4xf32>) -> tensor<6x5x4xf32>
-// CHECK-NEXT:    %v = graph.reshape %v3 : (tensor<6x5x4xf32>) -> tensor<2x3x5x4xf32>
+// CHECK-NEXT:    %v = graph.reshape %qkv : (tensor<1x2x3x5x4xf32>) -> tensor<2x3x5x4xf32>
 // CHECK-NEXT:    %attention = graph.attention %q, %kh, %v, %bias {scale = 5.000000e-01 : f64}
 // CHECK-NEXT:    %o = graph.reshape %attention : (tensor<2x3x5x4xf32>) -> tensor<6x5x4xf32>
+// CHECK-NEXT:    func.return %o
+
+// Swin's shifted windows (torch.export): q @ kT of 2 windows x 2 heads (bmm between the heads'
+// reshapes) plus a relative position bias, then the windows' mask added through the 5-D view
+// [1, windows, heads, L, L]; both terms compile-time: summed into one [2, 2, 4, 4] weight
+func.func @shifted_windows(%q: tensor<2x2x4x8xf32>, %kt: tensor<2x2x8x4xf32>, %v: tensor<2x2x4x8xf32>) -> tensor<4x4x8xf32> {
+  %q3 = graph.reshape %q : (tensor<2x2x4x8xf32>) -> tensor<4x4x8xf32>
+  %k3 = graph.reshape %kt : (tensor<2x2x8x4xf32>) -> tensor<4x8x4xf32>
+  %s3 = graph.matmul %q3, %k3 : (tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<4x4x4xf32>
+  %s = graph.reshape %s3 : (tensor<4x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %bias = graph.constant dense<[[[[1.764, 0.400, 0.979, 2.241],   [1.868, -0.977, 0.950, -0.151],   [-0.103, 0.411, 0.144, 1.454],   [0.761, 0.122, 0.444, 0.334]],  [[1.494, -0.205, 0.313, -0.854],   [-2.553, 0.654, 0.864, -0.742],   [2.270, -1.454, 0.046, -0.187],   [1.533, 1.469, 0.155, 0.378]]]]> : tensor<1x2x4x4xf32>
+  %sb = graph.add %s, %bias : (tensor<2x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %s5 = graph.reshape %sb : (tensor<2x2x4x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %mask = graph.constant dense<[[[[[0.000, 0.000, 0.000, -100.000],    [0.000, 0.000, -100.000, -100.000],    [0.000, 0.000, 0.000, 0.000],    [0.000, -100.000, -100.000, -100.000]]],  [[[0.000, -100.000, 0.000, -100.000],    [-100.000, -100.000, 0.000, -100.000],    [-100.000, 0.000, 0.000, -100.000],    [0.000, -100.000, 0.000, 0.000]]]]]> : tensor<1x2x1x4x4xf32>
+  %z5 = graph.add %s5, %mask : (tensor<1x2x2x4x4xf32>, tensor<1x2x1x4x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %z = graph.reshape %z5 : (tensor<1x2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = graph.softmax %z {axis = -1 : i64} : (tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p3 = graph.reshape %p : (tensor<2x2x4x4xf32>) -> tensor<4x4x4xf32>
+  %v3 = graph.reshape %v : (tensor<2x2x4x8xf32>) -> tensor<4x4x8xf32>
+  %o = graph.matmul %p3, %v3 : (tensor<4x4x4xf32>, tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+  func.return %o : tensor<4x4x8xf32>
+}
+// CHECK-LABEL: func.func @shifted_windows(
+// CHECK-NEXT:    %k = graph.transpose %kt {perm = array<i64: 0, 1, 3, 2>}
+// CHECK-NEXT:    %mask = graph.weight @attention_mask : tensor<2x2x4x4xf32>
+// CHECK-NEXT:    %attention = graph.attention %q, %k, %v, %mask {scale = 1.000000e+00 : f64}
+// CHECK-NEXT:    %o = graph.reshape %attention : (tensor<2x2x4x8xf32>) -> tensor<4x4x8xf32>
+// CHECK-NEXT:    func.return %o
+
+// a runtime mask through the 5-D view and a runtime bias: the mask broadcast over the windows'
+// batch, merged to 4-D and added to the bias by graph ops
+func.func @runtime_window_mask(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %bias: tensor<2x4x4xf32>, %mask: tensor<2x1x4x4xf32>) -> tensor<2x2x4x8xf32> {
+  %s = graph.matmul %q, %k {transpose_b = true} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %sb = graph.add %bias, %s : (tensor<2x4x4xf32>, tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %s5 = graph.reshape %sb : (tensor<2x2x4x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %z5 = graph.add %mask, %s5 : (tensor<2x1x4x4xf32>, tensor<1x2x2x4x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %z = graph.reshape %z5 : (tensor<1x2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = graph.softmax %z {axis = -1 : i64} : (tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %o = graph.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  func.return %o : tensor<2x2x4x8xf32>
+}
+// CHECK-LABEL: func.func @runtime_window_mask(
+// CHECK-NEXT:    %[[BIAS:.*]] = graph.reshape %bias : (tensor<2x4x4xf32>) -> tensor<1x2x4x4xf32>
+// CHECK-NEXT:    %[[FULL:.*]] = graph.broadcast %mask : (tensor<2x1x4x4xf32>) -> tensor<1x2x1x4x4xf32>
+// CHECK-NEXT:    %[[MERGED:.*]] = graph.reshape %[[FULL]] : (tensor<1x2x1x4x4xf32>) -> tensor<2x1x4x4xf32>
+// CHECK-NEXT:    %[[MASK:.*]] = graph.add %[[BIAS]], %[[MERGED]] : (tensor<1x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+// CHECK-NEXT:    %o = graph.attention %q, %k, %v, %[[MASK]] {scale = 1.000000e+00 : f64}
 // CHECK-NEXT:    func.return %o

@@ -2,7 +2,8 @@
 MatMuls around a Softmax (with the NaN guard of fully masked rows); graph-raise-attention makes
 each layer's one graph.attention, so the ONNX file compiles to the flash-attention kernel the
 Hugging Face import uses. Attention written by hand (Swin's windows) and exported by
-torch.export comes as 3-D bmms between reshapes, and is raised too. all-MiniLM-L6-v2 through ONNX (sequence 32, bf16, server): 149,690
+torch.export comes as 3-D bmms between reshapes, and is raised too, as are Swin's shifted
+windows (a relative position bias, then the windows' mask added through a 5-D view). all-MiniLM-L6-v2 through ONNX (sequence 32, bf16, server): 149,690
 cycles before the raise passes, 70,537 after (the Hugging Face folder: 55,720)."""
 
 from __future__ import annotations
@@ -81,33 +82,50 @@ class _WindowAttention(torch.nn.Module):
     q scaled, q @ k^T plus a learned bias over the heads, softmax, @ v. torch.export writes the
     4-D matmuls as 3-D bmms between reshapes, and v reaches its bmm straight from the 5-D split."""
 
-    def __init__(self, dim=32, heads=4, tokens=16):
+    def __init__(self, dim=32, heads=4, tokens=16, windows=0):
         super().__init__()
-        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.heads, self.scale, self.windows = heads, (dim // heads) ** -0.5, windows
         self.qkv = torch.nn.Linear(dim, 3 * dim)
         self.bias = torch.nn.Parameter(torch.randn(1, heads, tokens, tokens) * 0.5)
         self.proj = torch.nn.Linear(dim, dim)
+        # shifted windows: which tokens of a window came from different regions (-100: apart)
+        regions = torch.randint(0, 3, (max(windows, 1), tokens))
+        self.register_buffer("shift_mask", torch.where(regions[:, :, None] == regions[:, None, :], 0.0, -100.0))
 
     def forward(self, x):
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         attn = (q * self.scale).matmul(k.transpose(-2, -1)) + self.bias
+        if self.windows:  # torchvision's shifted_window_attention adds the mask through a 5-D view
+            attn = attn.view(b // self.windows, self.windows, self.heads, n, n)
+            attn = attn + self.shift_mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, n, n)
         out = attn.softmax(dim=-1).matmul(v)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))
 
 
-@pytest.mark.parametrize("target", ["edge", "server"])
-def test_torch_export_window_attention_is_raised_and_matches_torch(target):
+@pytest.mark.parametrize("target, windows, frontend", [
+    ("edge", 0, "export"), ("server", 0, "export"),
+    ("server", 2, "export"), ("edge", 2, "onnx"),  # shifted: 2 images of 2 windows
+])
+def test_window_attention_is_raised_and_matches_torch(tmp_path, target, windows, frontend):
     torch.manual_seed(1)
-    model = _WindowAttention().eval()
-    x = torch.randn(3, 16, 32)
-    module = infer.import_model(torch.export.export(model, (x,))).module
+    model = _WindowAttention(windows=windows).eval()
+    x = torch.randn(4 if windows else 3, 16, 32)
+    if frontend == "export":
+        source = torch.export.export(model, (x,))
+    else:
+        source = tmp_path / "window_attention.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (x,), str(source), dynamo=False, opset_version=17)
+    module = infer.import_model(source).module
     GraphPrepareTilingPass().apply(make_context(), module)
     ops = list(module.walk())
     assert sum(isinstance(op, g.AttentionOp) for op in ops) == 1
     assert not any(isinstance(op, g.SoftmaxOp) for op in ops)
-    exe = infer.compile(torch.export.export(model, (x,)), target=target)
+    exe = infer.compile(source, target=target)
     with torch.no_grad():
         want = model(x).numpy()
     got = exe.run([x.numpy()], check_races=True)[0]
