@@ -10,15 +10,28 @@ from __future__ import annotations
 
 import bisect
 import os
+from dataclasses import dataclass
 import re
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, NameLoc, StringAttr
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    FileLineColLoc,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntAttr,
+    ModuleOp,
+    NameLoc,
+    StringAttr,
+)
 from xdsl.ir import Operation
-from xdsl.parser import Parser
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.universe import Universe
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
@@ -49,9 +62,38 @@ def make_context(allow_unregistered: bool = False) -> Context:
     return ctx
 
 
+_FLOAT_BITS = {  # float element type -> (hex digits, how its bit pattern becomes the value)
+    Float16Type: (4, lambda bits: float(np.uint16(bits).view(np.float16))),
+    BFloat16Type: (4, lambda bits: float(np.uint32(bits << 16).view(np.float32))),
+    Float32Type: (8, lambda bits: float(np.uint32(bits).view(np.float32))),
+    Float64Type: (16, lambda bits: float(np.uint64(bits).view(np.float64))),
+}
+
+
+@dataclass
+class _HexLiteral(AttrParser._TensorLiteralElement):
+    """A hexadecimal element of a dense literal: for a float element type the bit pattern of
+    the value, as MLIR reads it and as xDSL prints -inf, inf and NaN (`dense<0xff800000> :
+    tensor<f32>`); xDSL 0.75 reads the integer 4286578688 instead (xdsl issue #3370), so IR
+    it printed came back with every -inf mask turned into 4.3e9."""
+
+    digits: str = ""
+
+    def to_type(self, parser: AttrParser, type):  # noqa: A002 (xDSL's parameter name)
+        layout = _FLOAT_BITS.get(type.__class__)
+        if layout is None:
+            return super().to_type(parser, type)
+        width, value_of = layout
+        if self.is_negative or len(self.digits) > width:
+            parser.raise_error(f"a hexadecimal float literal of {type} has at most {width} digits and no sign",
+                               at_position=self.span)
+        return value_of(int(self.digits, 16))
+
+
 class LocatingParser(Parser):
     """A parser that attaches `file:line:col` to every op written without `loc(...)`,
-    so diagnostics after parsing (verification, passes) can point at the source."""
+    so diagnostics after parsing (verification, passes) can point at the source, and reads
+    a dense literal's hexadecimal elements of a float type as bit patterns (_HexLiteral)."""
 
     def __init__(self, ctx: Context, text: str, name: str, line_offset: int = 0):
         super().__init__(ctx, text, name)
@@ -59,6 +101,13 @@ class LocatingParser(Parser):
         self._line_offset = line_offset
         # Offsets of line starts, so an op's line is a bisection, not a rescan.
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def _parse_tensor_literal_element(self) -> AttrParser._TensorLiteralElement:
+        text = self._current_token.text
+        element = super()._parse_tensor_literal_element()
+        if text[:2] in ("0x", "0X") and isinstance(element.value, int) and not isinstance(element.value, bool):
+            return _HexLiteral(element.is_negative, element.value, element.span, text[2:])
+        return element
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span.start

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType, i1
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -218,12 +218,30 @@ def _scores_and_masks(z: SSAValue) -> tuple[SSAValue, list[_MaskTerm]] | None:
     return None
 
 
+def _boolean_mask(value: SSAValue) -> SSAValue | None:
+    """c for an additive mask where(c, 0, -inf) with c boolean (torch.onnx's export of
+    scaled_dot_product_attention's boolean mask), else None: graph.attention takes c itself, so
+    the kernel never meets -inf scores (a query row whose every key is masked is zeros, not
+    NaN from -inf - -inf)."""
+    where = value.owner
+    if not isinstance(where, g.WhereOp) or element_type_of(where.condition.type) != i1:
+        return None
+    if _scalar(where.lhs) != 0.0 or _scalar(where.rhs) != float("-inf"):
+        return None
+    if tuple(shape_of(where.condition.type)) != tuple(shape_of(value.type)):
+        return None
+    return where.condition
+
+
 def _one_mask(terms: list[_MaskTerm], store: WeightStore, new_ops: list[Operation]) -> SSAValue | None:
     """The 4-D mask of graph.attention for the terms (None for none), its ops appended to
     new_ops: compile-time terms summed at compile time into one weight; a runtime term lifted
-    to 4-D by graph ops (a lone term as before: a reshape to rank 4 when below it)."""
+    to 4-D by graph ops (a lone term as before: a reshape to rank 4 when below it); a lone
+    where(c, 0, -inf) term is the boolean mask c."""
     if not terms:
         return None
+    if len(terms) == 1 and terms[0].split is None and (condition := _boolean_mask(terms[0].value)) is not None:
+        terms = [_MaskTerm(condition)]
     values = [constant_value(t.value, store) for t in terms]
     if len(terms) > 1 and all(v is not None for v in values) or (terms[0].split and values[0] is not None):
         total = terms[0].lifted(values[0])

@@ -154,6 +154,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # explicit mask: additive [mb*mh*mq, Skv] rows (mb in {1, B}, mh in {1, Hq}, mq in {1, Sq})
     mask2 = None
     mb = mh = mq = 1
+    masked_rows = False  # may a query row have every key masked? (then its output is zeros)
     if mask_shape is not None:
         mb, mh = mask_shape[0], mask_shape[1]
         const_mask = ctx.constant(op.mask)
@@ -161,7 +162,14 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
             additive = np.broadcast_to(np.asarray(const_mask).reshape(mask_shape), (mb, mh, Sq, Skv))
             if additive.dtype == np.bool_:
                 additive = np.where(additive, np.float32(0), np.float32(NEG_INF))
-            additive = np.maximum(additive.astype(np.float32), np.float32(NEG_INF))  # -inf -> NEG_INF (no inf - inf)
+            # -inf -> NEG_INF (no inf - inf); a finite minimum below it (a float mask of
+            # finfo.min) stays: softmax over a row of it is uniform, as the reference's
+            additive = additive.astype(np.float32)
+            additive = np.where(np.isneginf(additive), np.float32(NEG_INF), additive)
+            visible = additive > NEG_INF / 2
+            if causal:
+                visible = visible & (np.arange(Skv)[None, :] <= np.arange(Sq)[:, None] + offset)
+            masked_rows = bool((~visible.any(axis=-1)).any())
             mq = Sq
             mask2 = ctx.weight(f"{name}.mask", np.ascontiguousarray(additive.reshape(mb * mh * Sq, Skv)), f32)
         else:
@@ -169,6 +177,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 raise error(op, f"a runtime mask {mask_shape} must have the key dim ({Skv}) and 1 or {Sq} query rows")
             mq = mask_shape[2]
             mask2 = em.view(integer_inputs.additive_mask(ctx, op.mask), (mb * mh * mq, Skv))
+            masked_rows = True
     # the slots' heads share the causal band always, the mask where it is the same for every
     # head, K and V where they are query heads of one group: loaded and split once per step
     share_kv = group % interleave == 0 and interleave > 1
@@ -258,7 +267,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
                 em.vec("mul", sb.q_staging, z, q_all.buffer, q_all(b, h, q0), tq, D, bmode="imm", imm=scale)
             split_on_chip(em, sb.q_staging, sb.q_tile, tq, D)
             if not one_key_tile:
-                em.fill(sb.m, z, tq, 1, NEG_INF)
+                # the running max starts at the float minimum, not NEG_INF: a row of a float
+                # mask's finfo.min keeps its uniform softmax (the reference's) instead of
+                # underflowing to l = 0
+                em.fill(sb.m, z, tq, 1, FLOAT32_MIN)
                 if not ones:
                     em.fill(sb.l_sum, z, tq, 1, 0.0)
                 em.fill(sb.o, z, tq, Dv + ones, 0.0)  # with l in column Dv
@@ -358,10 +370,18 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         if between is not None:
             between()
         for sb, (h, o_at) in zip(slots, rows):
+            if masked_rows:  # keep: 0 for a row whose every key is masked, else 1
+                row_max, keep = (sb.m_new, sb.m) if one_key_tile else (sb.m, sb.m_new)
+                em.vec("neg", keep, z, row_max, z, tq, 1)
+                em.vec("lt", keep, z, keep, z, tq, 1, bmode="imm", imm=-NEG_INF / 2)  # a visible key
+                em.vec("lt", row_max, z, row_max, z, tq, 1, bmode="imm", imm=4 * NEG_INF)  # finfo.min
+                em.vec("add", keep, z, keep, z, tq, 1, row_max, z, bmode="tile")
             if ones:
                 em.vec("recip", sb.tmp, z, sb.o, [0, Dv], tq, 1)
             else:
                 em.vec("recip", sb.tmp, z, sb.l_sum, z, tq, 1)
+            if masked_rows:  # (mask, not mul: 1 / l is inf for a row of -inf scores)
+                em.vec("mask", sb.tmp, z, sb.tmp, z, tq, 1, keep, z, bmode="tile")
             em.vec("mul", sb.o, z, sb.o, z, tq, Dv, sb.tmp, z, bmode="col")
             if out_all is not None:
                 # (before the store: the last access of the slot's double-buffered tile in a
@@ -403,6 +423,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     if out_all is not None:
         ctx.keep_on_chip(out_at.buffer, out_all, next_kernels=1)
 
+
+FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 #: at most this many head-group steps (batch x head groups x query tiles) of a one-key-tile
 #: attention are emitted in sequence on latency-bound targets, each step's queries and keys
