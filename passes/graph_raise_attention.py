@@ -35,8 +35,9 @@ dims swapped (one graph.transpose, composed with the head split's transpose that
 
 Numerics: `rounding`. The scale multiplies the scores once instead of each operand, and a
 query row whose keys are all masked gives zeros (graph.attention's definition) where the
-pattern without the NaN guard gives NaN. On the NPU such rows take the flash kernel's known
-deviation (docs/tiling.md, attention), as every graph.attention does.
+pattern without the NaN guard gives NaN (with the guard: zeros too). A lone mask term
+where(c, 0, -inf) with c boolean (torch.onnx's boolean mask) is passed on as c: the same
+meaning, and the NPU kernel's scores never hold -inf (docs/tiling.md, attention).
 """
 
 from __future__ import annotations

@@ -40,8 +40,15 @@ Explicit masks: a compile-time mask (i1: true = attend, or additive) becomes an 
 [mb*mh*Sq, Skv] (-inf/false -> -1e30); a runtime additive mask [B|1, H|1, Sq|1, Skv] (such as
 the one integer_inputs.py makes from an integer attention mask, or from a runtime i1 mask) is
 DMA'd per score tile
-(`bmode=row` for one query row) and added after q.K^T. A query row with every key masked yields
-the mean of V (-1e30 mask) or NaN (runtime -inf), not the reference's zeros.
+(`bmode=row` for one query row) and added after q.K^T. A query row with every key masked is
+zeros, the reference's (torch's safe softmax): where a mask may mask a whole row, its 1 / l is
+masked to 0 for rows whose score max is at or below -1e30 / 2 (five [TQ, 1] vector ops per query
+tile; the flash sum over keys all at -1e30 is otherwise the mean of V). A float mask's finfo.min
+is not -inf: such a row's softmax is uniform (the mean of V), as in the reference, which is why
+the running max starts at the float minimum rather than -1e30 and the compile-time mask maps only
+-inf to -1e30. A runtime float mask holding -inf still gives NaN for a fully masked row of a
+one-key-tile kernel (-inf - -inf); graph-raise-attention hands torch.onnx's where(mask, 0, -inf)
+over as the boolean mask, so the kernel never meets it there.
 """
 
 from __future__ import annotations

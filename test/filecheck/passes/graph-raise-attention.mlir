@@ -5,6 +5,7 @@
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry export_bmm -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry shifted_windows -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry runtime_window_mask -o /dev/null
+// RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry boolean_mask -o /dev/null
 
 // Attention written out as matmul, softmax, matmul becomes one graph.attention.
 
@@ -147,4 +148,20 @@ func.func @runtime_window_mask(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>,
 // CHECK-NEXT:    %[[MERGED:.*]] = graph.reshape %[[FULL]] : (tensor<1x2x1x4x4xf32>) -> tensor<2x1x4x4xf32>
 // CHECK-NEXT:    %[[MASK:.*]] = graph.add %[[BIAS]], %[[MERGED]] : (tensor<1x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
 // CHECK-NEXT:    %o = graph.attention %q, %k, %v, %[[MASK]] {scale = 1.000000e+00 : f64}
+// CHECK-NEXT:    func.return %o
+
+// torch.onnx's boolean mask: where(mask, 0, -inf) added to the scores; graph.attention takes the
+// boolean mask itself (its kernel never meets -inf - -inf for a row with every key masked)
+func.func @boolean_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %mask: tensor<1x1x4x4xi1>) -> tensor<1x2x4x8xf32> {
+  %s = graph.matmul %q, %k {transpose_b = true} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %zero = graph.constant dense<0.0> : tensor<1xf32>
+  %ninf = graph.constant dense<0xFF800000> : tensor<1xf32>
+  %bias = graph.where %mask, %zero, %ninf : (tensor<1x1x4x4xi1>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x1x4x4xf32>
+  %z = graph.add %s, %bias : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = graph.softmax %z {axis = 3 : i64} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %o = graph.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  func.return %o : tensor<1x2x4x8xf32>
+}
+// CHECK-LABEL: func.func @boolean_mask(
+// CHECK-NEXT:    %o = graph.attention %q, %k, %v, %mask {scale = 1.000000e+00 : f64} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x1x4x4xi1>)
 // CHECK-NEXT:    func.return %o
