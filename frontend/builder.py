@@ -37,6 +37,7 @@ from infer.dialects.dtypes import (
     dense_attr,
     element_type_of,
     from_numpy_dtype,
+    is_float,
     numpy_dtype_of,
     shape_of,
     tensor_type,
@@ -184,6 +185,36 @@ class GraphBuilder:
             return self.reduce(graph.ReduceMaxOp, self.op(graph.AndOp, [eq, xe]), [axis + 1], False)
         picked = self.op(graph.WhereOp, [eq, xe, self.scalar(0, xe)])
         return self.reduce(graph.ReduceSumOp, picked, [axis + 1], False)
+
+    def cumulative(self, x: SSAValue, axis: int, exclusive: bool = False, reverse: bool = False,
+                   product: bool = False) -> SSAValue:
+        """The cumulative sum (product) along `axis`: out[j] = the sum (product) of x[i] over the i
+        a mask m[i, j] takes (i <= j, i < j when exclusive, reversed when reverse). A float sum is
+        x @ m (the matrix unit's work); a product, and an integer sum (exact), reduce
+        where(m, x, identity) over i."""
+        xs = shape_of(x)
+        rank, n = len(xs), xs[axis]
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")  # out[j] = sum_i x[i] * m[i, j]
+        if reverse:
+            m = (i > j) if exclusive else (i >= j)
+        else:
+            m = (i < j) if exclusive else (i <= j)
+        dtype = numpy_dtype_of(x)
+        if not product and is_float(element_type_of(x)):
+            perm = [d for d in range(rank) if d != axis] + [axis]
+            y = self.op(graph.MatmulOp, [self.transpose(x, perm), self.constant(m.astype(dtype), name="cumsum_mask")])
+            return self.transpose(y, list(np.argsort(perm)))
+        # x[.., i, 1, ..] against m[i, j]: the reduction over i leaves j where the axis was. A
+        # reverse one runs forward on x reversed, and is reversed back: its factors then multiply
+        # from the end, as a sequential scan from the end does (the same bits for floats)
+        if reverse:
+            x = self.slice_dim(x, axis, n - 1, -1, -1)
+            m = (i < j) if exclusive else (i <= j)
+        xe = self.reshape(x, [*xs[:axis + 1], 1, *xs[axis + 1:]])
+        mask = self.constant(m.reshape([n, n] + [1] * (rank - axis - 1)), name="cumulative_mask")
+        picked = self.op(graph.WhereOp, [mask, xe, self.scalar(1 if product else 0, xe)])
+        y = self.reduce(graph.ReduceProdOp if product else graph.ReduceSumOp, picked, [axis], False)
+        return self.slice_dim(y, axis, n - 1, -1, -1) if reverse else y
 
     def resample_axis(self, x: SSAValue, axis: int, matrix: np.ndarray, name: str = "resample") -> SSAValue:
         """x resampled along `axis` by the [out, n] interpolation `matrix` (row o: the weights

@@ -375,37 +375,10 @@ def _trilu(imp: Importer, node: onnx.NodeProto):
 
 @handler("CumSum", "CumProd", attrs=("exclusive", "reverse"))
 def _cumulative(imp: Importer, node: onnx.NodeProto):
-    """out[j] = the sum (product) of x[i] over the i a mask m[i, j] takes along the axis (i <= j,
-    i < j when exclusive, reversed when reverse). A float CumSum is x @ m (the matrix unit's
-    work); a CumProd, and an integer CumSum (exact), reduce where(m, x, identity) over i."""
     x = imp.value(node.input[0])
-    xs = shape_of(x)
-    rank = len(xs)
-    axis = normalize_axis(int(np.asarray(imp.static(node.input[1], "the axis")).reshape(-1)[0]), rank)
-    n = xs[axis]
-    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")  # out[j] = sum_i x[i] * m[i, j]
-    excl, rev = attribute(node, "exclusive", 0), attribute(node, "reverse", 0)
-    if rev:
-        m = (i > j) if excl else (i >= j)
-    else:
-        m = (i < j) if excl else (i <= j)
-    is_sum = node.op_type == "CumSum"
-    if is_sum and is_float_dtype(numpy_dtype_of(x)):
-        perm = [d for d in range(rank) if d != axis] + [axis]
-        xt = imp.b.transpose(x, perm)
-        y = imp.b.op(g.MatmulOp, [xt, imp.materialise(m.astype(numpy_dtype_of(x)), "cumsum_mask")])
-        return [imp.b.transpose(y, list(np.argsort(perm)))]
-    # x[.., i, 1, ..] against m[i, j]: the reduction over i leaves j where the axis was. A
-    # reverse one runs forward on x reversed, and is reversed back: its factors then multiply
-    # from the end, as a sequential scan from the end does (the same bits for floats)
-    if rev:
-        x = imp.b.slice_dim(x, axis, n - 1, -1, -1)
-        m = (i < j) if excl else (i <= j)
-    xe = imp.b.reshape(x, [*xs[:axis + 1], 1, *xs[axis + 1:]])
-    mask = imp.materialise(m.reshape([n, n] + [1] * (rank - axis - 1)), "cumulative_mask")
-    picked = imp.b.op(g.WhereOp, [mask, xe, imp.b.scalar(0 if is_sum else 1, xe)])
-    y = imp.b.reduce(g.ReduceSumOp if is_sum else g.ReduceProdOp, picked, [axis], False)
-    return [imp.b.slice_dim(y, axis, n - 1, -1, -1) if rev else y]
+    axis = normalize_axis(int(np.asarray(imp.static(node.input[1], "the axis")).reshape(-1)[0]), len(shape_of(x)))
+    return [imp.b.cumulative(x, axis, exclusive=bool(attribute(node, "exclusive", 0)),
+                             reverse=bool(attribute(node, "reverse", 0)), product=node.op_type == "CumProd")]
 
 
 @handler("OneHot", attrs=("axis",))

@@ -282,6 +282,32 @@ for _op, _gop in [
     HANDLERS[_op] = _unary(_gop)
 
 
+@handles(aten.log1p.default)
+def _log1p(imp, node, args, kwargs):
+    """log(1 + x), as ONNX writes it (no log1p op; softplus's, Mamba's)."""
+    x = imp.operand(args[0], imp.out_dtype())
+    return imp.b.op(g.LogOp, [imp.b.op(g.AddOp, [x, imp.b.scalar(1, x)])])
+
+
+@handles(aten.flip.default)
+def _flip(imp, node, args, kwargs):
+    x = imp.value(args[0])
+    shape = shape_of(x)
+    for d in args[1]:
+        axis = normalize_dim(d, len(shape))
+        x = imp.b.slice_dim(x, axis, shape[axis] - 1, -1, -1)  # (normalized: -1 ends below index 0)
+    return x
+
+
+@handles(aten.cumsum.default, aten.cumprod.default)
+def _cumulative(imp, node, args, kwargs):
+    """torch.cumsum / cumprod (RoBERTa's and OPT's position ids from the attention mask, BLOOM's
+    ALiBi): GraphBuilder.cumulative, on x cast to the result's type."""
+    x = imp.b.cast(imp.value(args[0]), imp.out_dtype())  # `dtype`, or int64 for integers and bools
+    axis = normalize_dim(args[1], len(shape_of(x)))
+    return imp.b.cumulative(x, axis, product=node.target is aten.cumprod.default)
+
+
 @handles(aten.gelu.default)
 def _gelu(imp, node, args, kwargs):
     approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
@@ -380,6 +406,10 @@ def _addmm(imp, node, args, kwargs):
 @handles(aten.convolution.default)
 def _conv(imp, node, args, kwargs):
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args
+    # one value stands for every spatial dim (conv2d(padding="valid") decomposes to padding [0])
+    spatial = len(shape_of(imp.value(x))) - 2
+    stride, padding, dilation, output_padding = (
+        list(v) * spatial if len(v) == 1 else list(v) for v in (stride, padding, dilation, output_padding))
     if transposed:
         return _conv_transpose(imp, imp.value(x), imp.value(w), imp.value(bias) if bias is not None else None,
                                stride, padding, dilation, output_padding, groups)

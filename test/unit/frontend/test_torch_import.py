@@ -476,3 +476,61 @@ def test_bilinear_upsampling_on_the_simulator():
     got = exe.run([x.numpy()], check_races=True)[0]
     assert got.shape == want.shape == (1, 5, 24, 20)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+class _PositionIds(torch.nn.Module):
+    """RoBERTa's position ids from the input ids (an integer cumsum of the padding mask), a
+    float cumsum and cumprod, a reversed one, and softplus's log1p."""
+
+    def forward(self, ids, x):
+        mask = ids.ne(1).int()
+        positions = torch.cumsum(mask, dim=1) * mask + 1
+        return (positions, torch.cumsum(x, -1), torch.cumprod(x, 0), torch.cumsum(x.flip(-1), -1).flip(-1),
+                torch.log1p(torch.exp(x)), torch.cumsum(ids > 50, 1, dtype=torch.float32))
+
+
+def test_cumulative_ops_and_log1p():
+    """aten.cumsum / cumprod (RoBERTa, OPT, BLOOM, MPNet, ESM through torch.export) and
+    aten.log1p (Mamba's softplus) were import errors; cumulative ops share GraphBuilder.cumulative
+    with ONNX's CumSum / CumProd."""
+    import infer
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 12))
+    ids[0, 8:] = 1
+    x = torch.rand(2, 12) + 0.5
+    m = _PositionIds().eval()
+    module = import_torch(m, (ids, x))
+    want = [r.numpy() for r in m(ids, x)]
+    got = run_module(module, [ids.numpy(), x.numpy()])
+    for o, r in zip(got, want, strict=True):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        np.testing.assert_allclose(o, r, rtol=1e-5)
+    np.testing.assert_array_equal(got[0], want[0])  # integer positions exactly
+    exe = infer.compile(torch.export.export(m, (ids, x)), target="edge")
+    for o, r in zip(exe.run([ids.numpy(), x.numpy()], check_races=True), want, strict=True):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * np.abs(r).max())
+
+
+class _ValidConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding="valid")
+        self.conv1d = torch.nn.Conv1d(4, 2, 3, padding="same")
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y, self.conv1d(y.flatten(2))
+
+
+def test_conv_padding_given_once_for_every_dim():
+    """conv2d(padding="valid") (SigLIP's patch embedding, EfficientNet in transformers) decomposes to
+    aten.convolution with padding [0]: one value for every spatial dim."""
+    torch.manual_seed(0)
+    m = _ValidConv().eval()
+    x = torch.randn(1, 3, 9, 7)
+    module = import_torch(m, (x,))
+    with torch.no_grad():
+        want = [r.numpy() for r in m(x)]
+    for o, r in zip(run_module(module, [x.numpy()]), want, strict=True):
+        assert o.shape == r.shape and np.abs(o - r).max() <= TOL
