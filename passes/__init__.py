@@ -48,6 +48,8 @@ _PASSES: dict[str, str] = {
     "graph-fold-double-transpose": "infer.passes.graph_fold_double_transpose:GraphFoldDoubleTransposePass",
     "graph-fold-batch-norm": "infer.passes.graph_fold_batch_norm:GraphFoldBatchNormPass",
     "graph-raise-activations": "infer.passes.graph_raise_activations:GraphRaiseActivationsPass",
+    "graph-raise-rms-norm": "infer.passes.graph_raise_rms_norm:GraphRaiseRmsNormPass",
+    "graph-raise-rotary": "infer.passes.graph_raise_rotary:GraphRaiseRotaryPass",
     "graph-raise-attention": "infer.passes.graph_raise_attention:GraphRaiseAttentionPass",
     "graph-raise-linear": "infer.passes.graph_raise_linear:GraphRaiseLinearPass",
     "graph-fuse": "infer.passes.graph_fuse:GraphFusePass",

@@ -6,7 +6,7 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 (with the options below forwarded to the pass that owns them).
 
 `graph-prepare-tiling` = graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
-graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-dce, graph-fuse,
+graph-raise-rms-norm, graph-raise-rotary, graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-dce, graph-fuse,
 graph-fuse-norm-prologue:
 the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
 lowering.
@@ -37,6 +37,8 @@ from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
 from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
 from infer.passes.graph_raise_linear import GraphRaiseLinearPass
 from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
+from infer.passes.graph_raise_rms_norm import GraphRaiseRmsNormPass
+from infer.passes.graph_raise_rotary import GraphRaiseRotaryPass
 from infer.passes.graph_fuse import ALL_KINDS, DEFAULT_MAX_EPILOGUE, GraphFusePass
 from infer.passes.graph_fuse_activation_prologue import GraphFuseActivationProloguePass
 from infer.passes.graph_fuse_prologue import GraphFuseNormProloguePass
@@ -92,7 +94,8 @@ class GraphOptimizePass(PipelinePass):
 @dataclass(frozen=True)
 class GraphPrepareTilingPass(PipelinePass):
     """Cleanup, repeated work merged, convolutions with run-time weights as im2col matmuls,
-    activation formulas as graph.gelu/graph.silu and written-out attention as graph.attention,
+    activation formulas as graph.gelu/graph.silu, written-out RMSNorms, rotary embeddings and
+    attention as graph.rms_norm, graph.rotary and graph.attention,
     batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
@@ -116,6 +119,8 @@ class GraphPrepareTilingPass(PipelinePass):
             GraphCSEPass(),
             GraphLowerRuntimeConvPass(),
             GraphRaiseActivationsPass(),
+            GraphRaiseRmsNormPass(),
+            GraphRaiseRotaryPass(),
             GraphRaiseAttentionPass(),
             GraphRaiseLinearPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),

@@ -31,6 +31,8 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // CHECK:      IR after graph-cse (in graph-prepare-tiling):
 // CHECK:      IR after graph-lower-runtime-conv (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-activations (in graph-prepare-tiling):
+// CHECK:      IR after graph-raise-rms-norm (in graph-prepare-tiling):
+// CHECK:      IR after graph-raise-rotary (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-attention (in graph-prepare-tiling):
 // CHECK:      IR after graph-raise-linear (in graph-prepare-tiling):
 // CHECK:      IR after graph-fold-batch-norm (in graph-prepare-tiling):
@@ -52,6 +54,8 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-cse
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-lower-runtime-conv
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-activations
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-rms-norm
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-rotary
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-attention
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-linear
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fold-batch-norm

@@ -412,8 +412,9 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     reference). The dependency tracker's look-back for a later producer (which spares this
     program the loop drains whose semaphores made the failure) is off: the case needs a program
     that runs out of semaphores across windows. So are the raise passes: the program is the one
-    of the attention, SiLU and projections as the export writes them (matmuls and a softmax, a
-    sigmoid and a product, MatMul + Add; raised, the semaphores suffice)."""
+    of the attention, SiLU, projections, RMSNorms and rotary embeddings as the export writes them
+    (matmuls and a softmax, a sigmoid and a product, MatMul + Add, the norms' and rotations'
+    arithmetic; raised, the semaphores suffice)."""
     from infer.passes.tile_to_npu import dependencies
     from infer.passes.tile_to_npu.kernels import KernelByKernel
 
@@ -428,6 +429,8 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
     from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
     from infer.passes.graph_raise_linear import GraphRaiseLinearPass
+    from infer.passes.graph_raise_rms_norm import GraphRaiseRmsNormPass
+    from infer.passes.graph_raise_rotary import GraphRaiseRotaryPass
     from infer.passes.tile_to_npu.semaphores import OutOfSemaphores
 
     torch.manual_seed(0)
@@ -454,7 +457,8 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
                           input_names=["input_ids"], output_names=["logits"], opset_version=17)
     model = infer.import_model(path)
     monkeypatch.setattr(dependencies, "LATER_PRODUCER_WINDOW", 0)
-    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass):
+    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass,
+                        GraphRaiseRmsNormPass, GraphRaiseRotaryPass):
         monkeypatch.setattr(written_out, "apply", lambda self, ctx, op: None)
     whole_program_failures = []
     finish = CodeGenerator.finish
@@ -478,7 +482,8 @@ def test_whole_program_failure_after_every_window_fitted_is_taken_back_kernel_by
     assert whole_program_failures  # (the case this test is about: taken back, not fallen back)
     monkeypatch.undo()
     monkeypatch.setattr(dependencies, "LATER_PRODUCER_WINDOW", 0)
-    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass):
+    for written_out in (GraphRaiseAttentionPass, GraphRaiseActivationsPass, GraphRaiseLinearPass,
+                        GraphRaiseRmsNormPass, GraphRaiseRotaryPass):
         monkeypatch.setattr(written_out, "apply", lambda self, ctx, op: None)
 
     def reference_loop(hw, layout, fn, pipelining):

@@ -109,7 +109,8 @@ def test_prepare_tiling_pipeline_forwards_options() -> None:
     cls = infer_passes()["graph-prepare-tiling"]()
     steps = cls(max_elements=9, erase_dead=False, max_epilogue=2, kinds=("matmul",)).passes()
     assert [p.name for p in steps] == ["graph-optimize", "graph-cse", "graph-lower-runtime-conv",
-                                      "graph-raise-activations", "graph-raise-attention", "graph-raise-linear",
+                                      "graph-raise-activations", "graph-raise-rms-norm", "graph-raise-rotary",
+                                      "graph-raise-attention", "graph-raise-linear",
                                       "graph-fold-batch-norm", "graph-dce", "graph-fuse", "graph-fuse-norm-prologue"]
-    assert steps[0].max_elements == 9 and not steps[6].erase_dead
-    assert steps[8].max_epilogue == 2 and steps[8].kinds == ("matmul",)
+    assert steps[0].max_elements == 9 and not steps[8].erase_dead
+    assert steps[10].max_epilogue == 2 and steps[10].kinds == ("matmul",)

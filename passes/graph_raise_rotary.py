@@ -1,0 +1,118 @@
+"""`graph-raise-rotary`: rotary position embedding written out as arithmetic becomes one
+`graph.rotary`.
+
+torch.onnx writes Hugging Face's `apply_rotary_pos_emb` (`q * cos + rotate_half(q) * sin`,
+rotate_half(q) = cat(-q[..., D/2:], q[..., :D/2])) as two slices, a neg, a concat, two muls and an
+add: a data-movement kernel per slice and concat and an elementwise kernel, for q and for k of
+every layer (a tiny Llama through ONNX, server: 18 such kernels of 74), where the torch.export
+import (frontend/torch_handlers.py `_match_rotary`) gives one `graph.rotary` per operand.
+
+Matched from the `concat`, any operand order of the commutative ops, every op between the
+slices and the result used only there:
+- rot = concat(neg(x[..., D/2:]), x[..., :D/2]) along the last axis (slices of unit step, the
+  whole of the other dims);
+- the result: x * cos + rot * sin, cos and sin float, of one shape that broadcasts to x's and
+  has the last dim D (graph.rotary's [..., S, D] angles, not interleaved).
+Partial rotary (only the first R < D features rotated: GPT-NeoX, Phi) and GPT-J's interleaved
+pairs are not matched.
+
+Numerics: `rounding` (graph.rotary's reference evaluates the same products and sum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.transforms.dead_code_elimination import region_dce
+from xdsl.utils.exceptions import VerifyException
+
+from infer.dialects import graph as g
+from infer.dialects.dtypes import element_type_of, is_float, shape_of
+
+
+def _only_user(value: SSAValue) -> Operation | None:
+    return next(iter(value.uses)).operation if value.has_one_use() else None
+
+
+def _half(value: SSAValue, first: bool) -> SSAValue | None:
+    """x for value = x[..., :D/2] (first) or x[..., D/2:] (not first), every other dim whole."""
+    op = value.owner
+    if not isinstance(op, g.SliceOp):
+        return None
+    shape = shape_of(op.input.type)
+    d = shape[-1]
+    starts, ends, steps = (list(a.get_values()) for a in (op.starts, op.ends, op.steps))
+    want = (0, d // 2) if first else (d // 2, d)
+    whole = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
+                                                                   strict=True))
+    if d % 2 or not whole or (starts[-1], min(ends[-1], d), steps[-1]) != (*want, 1):
+        return None
+    return op.input
+
+
+@dataclass
+class RaiseRotary(RewritePattern):
+    """x * cos + rotate_half(x) * sin -> graph.rotary (module docstring)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ConcatOp, rewriter: PatternRewriter, /):
+        if len(op.operands) != 2 or op.axis.value.data not in (-1, len(shape_of(op.results[0].type)) - 1):
+            return
+        neg, low = op.operands
+        if not isinstance(neg.owner, g.NegOp) or not neg.has_one_use() or not low.has_one_use():
+            return
+        x = _half(neg.owner.input, first=False)
+        if x is None or not neg.owner.input.has_one_use() or _half(low, first=True) is not x:
+            return
+        if not is_float(element_type_of(x.type)) or op.results[0].type != x.type:
+            return
+        rot = op.results[0]
+        rot_product = _only_user(rot)
+        if not isinstance(rot_product, g.MulOp):
+            return
+        sin = rot_product.rhs if rot_product.lhs is rot else rot_product.lhs
+        total = _only_user(rot_product.results[0])
+        if not isinstance(total, g.AddOp) or total.results[0].type != x.type:
+            return
+        x_product = (total.rhs if total.lhs is rot_product.results[0] else total.lhs).owner
+        if not isinstance(x_product, g.MulOp) or not x_product.results[0].has_one_use():
+            return
+        if x_product.lhs is x:
+            cos = x_product.rhs
+        elif x_product.rhs is x:
+            cos = x_product.lhs
+        else:
+            return
+        if shape_of(cos.type) != shape_of(sin.type) or shape_of(cos.type)[-1:] != shape_of(x.type)[-1:]:
+            return
+        try:  # graph.rotary's own checks: cos/sin of x's element type, broadcasting as [..., S, D]
+            rotary = g.RotaryOp.inferred([x, cos, sin], {})
+            if rotary.results[0].type != x.type:
+                raise VerifyException("another result type")
+        except VerifyException:
+            return
+        rotary.results[0].name_hint = total.results[0].name_hint
+        rewriter.replace(total, rotary)
+
+
+@dataclass(frozen=True)
+class GraphRaiseRotaryPass(ModulePass):
+    """Replace rotary embeddings written out as arithmetic by graph.rotary, then remove what
+    they leave unused."""
+
+    name = "graph-raise-rotary"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseRotary()]), apply_recursively=False,
+                             post_walk_func=region_dce).rewrite_module(op)

@@ -1,0 +1,33 @@
+// RUN: infer-opt %s -p graph-raise-rotary | filecheck %s
+// RUN: infer-opt %s -p graph-raise-rotary --verify-each-numerically --verify-numerics-entry onnx_llama -o /dev/null
+
+// Rotary position embedding written out as arithmetic becomes one graph.rotary.
+
+// torch.onnx's apply_rotary_pos_emb: q * cos + cat(-q[..., 4:], q[..., :4]) * sin
+func.func @onnx_llama(%q: tensor<1x2x5x8xf32>, %cos: tensor<1x1x5x8xf32>, %sin: tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32> {
+  %a = graph.mul %q, %cos : (tensor<1x2x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32>
+  %lo = graph.slice %q {starts = array<i64: 0, 0, 0, 0>, ends = array<i64: 1, 2, 5, 4>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x2x5x8xf32>) -> tensor<1x2x5x4xf32>
+  %hi = graph.slice %q {starts = array<i64: 0, 0, 0, 4>, ends = array<i64: 1, 2, 5, 8>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x2x5x8xf32>) -> tensor<1x2x5x4xf32>
+  %nh = graph.neg %hi : (tensor<1x2x5x4xf32>) -> tensor<1x2x5x4xf32>
+  %rot = graph.concat %nh, %lo {axis = 3 : i64} : (tensor<1x2x5x4xf32>, tensor<1x2x5x4xf32>) -> tensor<1x2x5x8xf32>
+  %b = graph.mul %rot, %sin : (tensor<1x2x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32>
+  %y = graph.add %a, %b : (tensor<1x2x5x8xf32>, tensor<1x2x5x8xf32>) -> tensor<1x2x5x8xf32>
+  func.return %y : tensor<1x2x5x8xf32>
+}
+// CHECK-LABEL: func.func @onnx_llama(
+// CHECK-NEXT:    %y = graph.rotary %q, %cos, %sin : (tensor<1x2x5x8xf32>, tensor<1x1x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32>
+// CHECK-NEXT:    func.return %y
+
+// not rotate_half: the halves are not negated
+func.func @no_neg(%q: tensor<1x2x5x8xf32>, %cos: tensor<1x1x5x8xf32>, %sin: tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32> {
+  %a = graph.mul %q, %cos : (tensor<1x2x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32>
+  %lo = graph.slice %q {starts = array<i64: 0, 0, 0, 0>, ends = array<i64: 1, 2, 5, 4>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x2x5x8xf32>) -> tensor<1x2x5x4xf32>
+  %hi = graph.slice %q {starts = array<i64: 0, 0, 0, 4>, ends = array<i64: 1, 2, 5, 8>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x2x5x8xf32>) -> tensor<1x2x5x4xf32>
+  %rot = graph.concat %hi, %lo {axis = 3 : i64} : (tensor<1x2x5x4xf32>, tensor<1x2x5x4xf32>) -> tensor<1x2x5x8xf32>
+  %b = graph.mul %rot, %sin : (tensor<1x2x5x8xf32>, tensor<1x1x5x8xf32>) -> tensor<1x2x5x8xf32>
+  %y = graph.add %a, %b : (tensor<1x2x5x8xf32>, tensor<1x2x5x8xf32>) -> tensor<1x2x5x8xf32>
+  func.return %y : tensor<1x2x5x8xf32>
+}
+// CHECK-LABEL: func.func @no_neg(
+// CHECK-NOT:     graph.rotary
+// CHECK:         func.return
