@@ -13,7 +13,9 @@ slices and the result used only there:
   whole of the other dims);
 - the result: x * cos + rot * sin, cos and sin float, of one shape that broadcasts to x's and
   has the last dim D (graph.rotary's [..., S, D] angles, not interleaved).
-Partial rotary (only the first R < D features rotated: GPT-NeoX, Phi) and GPT-J's interleaved
+Partial rotary (the first R < D features rotated: GPT-NeoX, Phi, StableLM), written as
+concat(rotary(x[..., :R]), x[..., R:]) on the last axis (after the above, or as the torch.export
+import gives it), becomes one graph.rotary of x with the R-wide cos and sin. GPT-J's interleaved
 pairs are not matched.
 
 Numerics: `rounding` (graph.rotary's reference evaluates the same products and sum).
@@ -106,6 +108,45 @@ class RaiseRotary(RewritePattern):
         rewriter.replace(total, rotary)
 
 
+def _features(value: SSAValue, start: int, end: int) -> SSAValue | None:
+    """x for value = x[..., start:end] (unit step, every other dim whole)."""
+    op = value.owner
+    if not isinstance(op, g.SliceOp):
+        return None
+    shape = shape_of(op.input.type)
+    starts, ends, steps = (list(a.get_values()) for a in (op.starts, op.ends, op.steps))
+    whole = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
+                                                                   strict=True))
+    if not whole or (starts[-1], min(ends[-1], shape[-1]), steps[-1]) != (start, end, 1):
+        return None
+    return op.input
+
+
+@dataclass
+class JoinPartialRotary(RewritePattern):
+    """concat(rotary(x[..., :R], cos, sin), x[..., R:]) -> rotary(x, cos, sin): partial rotary
+    (GPT-NeoX, Phi, StableLM rotate the first R of D features), graph.rotary's own meaning when
+    cos is R wide."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ConcatOp, rewriter: PatternRewriter, /):
+        if len(op.operands) != 2 or op.axis.value.data not in (-1, len(shape_of(op.results[0].type)) - 1):
+            return
+        rotated, rest = op.operands
+        rotary = rotated.owner
+        if not isinstance(rotary, g.RotaryOp) or rotary.interleaved.value.data or not rotated.has_one_use():
+            return
+        r = shape_of(rotary.input.type)[-1]
+        x = _features(rotary.input, 0, r)
+        if x is None or not rotary.input.has_one_use() or not rest.has_one_use() or \
+                _features(rest, r, shape_of(x.type)[-1]) is not x or op.results[0].type != x.type:
+            return
+        joined = g.RotaryOp.create(operands=[x, rotary.cos, rotary.sin], result_types=[x.type],
+                                   properties=dict(rotary.properties))
+        joined.results[0].name_hint = op.results[0].name_hint
+        rewriter.replace(op, joined)
+
+
 @dataclass(frozen=True)
 class GraphRaiseRotaryPass(ModulePass):
     """Replace rotary embeddings written out as arithmetic by graph.rotary, then remove what
@@ -114,5 +155,5 @@ class GraphRaiseRotaryPass(ModulePass):
     name = "graph-raise-rotary"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseRotary()]), apply_recursively=False,
+        PatternRewriteWalker(GreedyRewritePatternApplier([RaiseRotary(), JoinPartialRotary()]), apply_recursively=True,
                              post_walk_func=region_dce).rewrite_module(op)

@@ -68,3 +68,39 @@ def test_llama_through_onnx_matches_torch(llama_onnx, target):
     got = infer.compile(str(path), target=target).run(inputs, check_races=True)[0]
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+def test_partial_rotary_is_one_op_through_both_frontends(tmp_path):
+    """GPT-NeoX rotates the first quarter of each head's features: concat(rotary(x[..., :R]),
+    x[..., R:]) is one graph.rotary with R-wide angles, through ONNX and torch.export alike."""
+    torch.manual_seed(0)
+    cfg = transformers.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+                                     num_attention_heads=4, vocab_size=100, max_position_embeddings=64,
+                                     rotary_pct=0.25)
+    model = transformers.GPTNeoXModel(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+    ids = torch.randint(0, 100, (1, SEQ))
+    mask = torch.ones(1, SEQ, dtype=torch.int64)
+    with torch.no_grad():
+        want = Hidden()(ids, mask).numpy()
+    onnx_path = tmp_path / "neox.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Hidden(), (ids, mask), str(onnx_path), dynamo=False, opset_version=17)
+        exported = torch.export.export(Hidden(), (ids, mask))
+    for source in (str(onnx_path), exported):
+        module = infer.import_model(source).module
+        GraphPrepareTilingPass().apply(make_context(), module)
+        ops = list(module.walk())
+        assert sum(isinstance(op, g.RotaryOp) for op in ops) == 2 * LAYERS
+        assert not any(isinstance(op, g.ConcatOp) for op in ops)
+    got = infer.compile(exported, target="server").run([ids.numpy(), mask.numpy()], check_races=True)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
