@@ -1,6 +1,7 @@
 // RUN: infer-opt %s -p graph-raise-rotary | filecheck %s
 // RUN: infer-opt %s -p graph-raise-rotary --verify-each-numerically --verify-numerics-entry onnx_llama -o /dev/null
 // RUN: infer-opt %s -p graph-raise-rotary --verify-each-numerically --verify-numerics-entry partial -o /dev/null
+// RUN: infer-opt %s -p graph-raise-rotary --verify-each-numerically --verify-numerics-entry interleaved -o /dev/null
 
 // Rotary position embedding written out as arithmetic becomes one graph.rotary.
 
@@ -49,4 +50,22 @@ func.func @partial(%q: tensor<1x2x5x8xf32>, %cos: tensor<1x1x5x4xf32>, %sin: ten
 }
 // CHECK-LABEL: func.func @partial(
 // CHECK-NEXT:    %y = graph.rotary %q, %cos, %sin : (tensor<1x2x5x8xf32>, tensor<1x1x5x4xf32>, tensor<1x1x5x4xf32>) -> tensor<1x2x5x8xf32>
+// CHECK-NEXT:    func.return %y
+
+// GPT-J's rotate_every_two: the pairs' halves stacked on a new last axis and flattened
+func.func @interleaved(%q: tensor<1x5x2x8xf32>, %cos: tensor<1x5x1x8xf32>, %sin: tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32> {
+  %a = graph.mul %q, %cos : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %even = graph.slice %q {starts = array<i64: 0, 0, 0, 0>, ends = array<i64: 1, 5, 2, 8>, steps = array<i64: 1, 1, 1, 2>} : (tensor<1x5x2x8xf32>) -> tensor<1x5x2x4xf32>
+  %odd = graph.slice %q {starts = array<i64: 0, 0, 0, 1>, ends = array<i64: 1, 5, 2, 8>, steps = array<i64: 1, 1, 1, 2>} : (tensor<1x5x2x8xf32>) -> tensor<1x5x2x4xf32>
+  %nodd = graph.neg %odd : (tensor<1x5x2x4xf32>) -> tensor<1x5x2x4xf32>
+  %n5 = graph.reshape %nodd : (tensor<1x5x2x4xf32>) -> tensor<1x5x2x4x1xf32>
+  %e5 = graph.reshape %even : (tensor<1x5x2x4xf32>) -> tensor<1x5x2x4x1xf32>
+  %stacked = graph.concat %n5, %e5 {axis = 4 : i64} : (tensor<1x5x2x4x1xf32>, tensor<1x5x2x4x1xf32>) -> tensor<1x5x2x4x2xf32>
+  %rot = graph.reshape %stacked : (tensor<1x5x2x4x2xf32>) -> tensor<1x5x2x8xf32>
+  %b = graph.mul %rot, %sin : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
+  %y = graph.add %a, %b : (tensor<1x5x2x8xf32>, tensor<1x5x2x8xf32>) -> tensor<1x5x2x8xf32>
+  func.return %y : tensor<1x5x2x8xf32>
+}
+// CHECK-LABEL: func.func @interleaved(
+// CHECK-NEXT:    %y = graph.rotary %q, %cos, %sin {interleaved = true} : (tensor<1x5x2x8xf32>, tensor<1x5x1x8xf32>, tensor<1x5x1x8xf32>) -> tensor<1x5x2x8xf32>
 // CHECK-NEXT:    func.return %y
