@@ -69,6 +69,15 @@ def splat_value(value: SSAValue) -> float | int | bool | None:
     return first.item()
 
 
+def scalar_constant(value: SSAValue) -> float | None:
+    """The value of a constant scalar-like operand (every element equal, at most one element
+    per dim) as a float, else None (the raise passes' scales, epsilons and mask values)."""
+    if any(d != 1 for d in shape_of(value.type)):
+        return None
+    v = splat_value(value)
+    return float(v) if isinstance(v, float | int) and not isinstance(v, bool) else None
+
+
 def _is_signed_zero(v: float, negative: bool) -> bool:
     return v == 0 and bool(np.signbit(v)) == negative
 

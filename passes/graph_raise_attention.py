@@ -61,18 +61,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_type_of, is_float, shape_of
-from infer.dialects.graph_canonicalization import FoldReshape, splat_value
+from infer.dialects.graph_canonicalization import FoldReshape, scalar_constant
 from infer.dialects.weight_refs import constant_value
 from infer.dialects.weights import WeightStore, weights_of
-
-
-def _scalar(value: SSAValue) -> float | None:
-    """The value of a constant scalar-like operand (all elements equal, at most one element
-    per dim), else None."""
-    if any(d != 1 for d in shape_of(value.type)):
-        return None
-    v = splat_value(value)
-    return float(v) if isinstance(v, float | int) and not isinstance(v, bool) else None
 
 
 def _scaled(value: SSAValue) -> tuple[SSAValue, float]:
@@ -81,11 +72,11 @@ def _scaled(value: SSAValue) -> tuple[SSAValue, float]:
     op = value.owner
     if isinstance(op, g.MulOp):
         for t, c in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
-            scale = _scalar(c)
+            scale = scalar_constant(c)
             if scale is not None and shape_of(t.type) == shape_of(value.type):
                 return t, scale
     if isinstance(op, g.DivOp):
-        scale = _scalar(op.rhs)
+        scale = scalar_constant(op.rhs)
         if scale and shape_of(op.lhs.type) == shape_of(value.type):
             return op.lhs, 1.0 / scale
     return value, 1.0
@@ -142,7 +133,7 @@ def _users(value: SSAValue) -> set[Operation]:
 def _unguarded(p_guarded: SSAValue) -> tuple[SSAValue, set[Operation]]:
     """(p, the guard's ops) for where(not(equal(p, p)), 0, p); (p_guarded, {}) otherwise."""
     where = p_guarded.owner
-    if not isinstance(where, g.WhereOp) or _scalar(where.lhs) != 0.0:
+    if not isinstance(where, g.WhereOp) or scalar_constant(where.lhs) != 0.0:
         return p_guarded, set()
     p, negation = where.rhs, where.condition.owner
     if not isinstance(negation, g.NotOp) or not isinstance(negation.input.owner, g.EqualOp):
@@ -227,7 +218,7 @@ def _boolean_mask(value: SSAValue) -> SSAValue | None:
     where = value.owner
     if not isinstance(where, g.WhereOp) or element_type_of(where.condition.type) != i1:
         return None
-    if _scalar(where.lhs) != 0.0 or _scalar(where.rhs) != float("-inf"):
+    if scalar_constant(where.lhs) != 0.0 or scalar_constant(where.rhs) != float("-inf"):
         return None
     if tuple(shape_of(where.condition.type)) != tuple(shape_of(value.type)):
         return None

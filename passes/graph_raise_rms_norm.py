@@ -43,16 +43,8 @@ from xdsl.transforms.dead_code_elimination import region_dce
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_type_of, is_float, numpy_dtype_of, shape_of
-from infer.dialects.graph_canonicalization import splat_value
+from infer.dialects.graph_canonicalization import scalar_constant
 from infer.dialects.weights import WeightStore, weights_of
-
-
-def _scalar(value: SSAValue) -> float | None:
-    """The value of a constant operand with every element equal and at most one per dim."""
-    if any(d != 1 for d in shape_of(value.type)):
-        return None
-    v = splat_value(value)
-    return float(v) if isinstance(v, float | int) and not isinstance(v, bool) else None
 
 
 def _only_user(value: SSAValue) -> Operation | None:
@@ -72,7 +64,7 @@ def _other(op: Operation, value: SSAValue) -> SSAValue | None:
 def _squared(value: SSAValue) -> SSAValue | None:
     """x for pow(x, 2) or x * x."""
     op = value.owner
-    if isinstance(op, g.PowOp) and _scalar(op.rhs) == 2.0:
+    if isinstance(op, g.PowOp) and scalar_constant(op.rhs) == 2.0:
         return op.lhs
     if isinstance(op, g.MulOp) and op.lhs is op.rhs:
         return op.lhs
@@ -89,7 +81,7 @@ def _normalized(x: SSAValue, v: SSAValue) -> Operation | None:
         user = _only_user(s)
         if isinstance(user, g.DivOp) and user.rhs is s and user.lhs is x:
             return user  # x / sqrt(v)
-        if isinstance(user, g.DivOp) and user.rhs is s and _scalar(user.lhs) == 1.0:
+        if isinstance(user, g.DivOp) and user.rhs is s and scalar_constant(user.lhs) == 1.0:
             r = user.results[0]
         elif isinstance(user, g.ReciprocalOp):
             r = user.results[0]
@@ -120,7 +112,7 @@ class RaiseRmsNorm(RewritePattern):
         add = _only_user(op.results[0])
         if not isinstance(add, g.AddOp):
             return
-        eps = _scalar(_other(add, op.results[0]) or add.lhs)
+        eps = scalar_constant(_other(add, op.results[0]) or add.lhs)
         if eps is None or eps < 0 or shape_of(add.results[0].type) != shape_of(op.results[0].type):
             return
         normalized = _normalized(x, add.results[0])

@@ -50,20 +50,33 @@ def _only_user(value: SSAValue) -> Operation | None:
     return next(iter(value.uses)).operation if value.has_one_use() else None
 
 
-def _half(value: SSAValue, first: bool) -> SSAValue | None:
-    """x for value = x[..., :D/2] (first) or x[..., D/2:] (not first), every other dim whole."""
+def _last_axis_slice(value: SSAValue) -> tuple[SSAValue, int, int, int] | None:
+    """(x, start, end, step) for value = x[..., start:end:step] (end clamped to the dim; every
+    other dim whole), else None."""
     op = value.owner
     if not isinstance(op, g.SliceOp):
         return None
     shape = shape_of(op.input.type)
-    d = shape[-1]
     starts, ends, steps = (list(a.get_values()) for a in (op.starts, op.ends, op.steps))
-    want = (0, d // 2) if first else (d // 2, d)
-    whole = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
-                                                                   strict=True))
-    if d % 2 or not whole or (starts[-1], min(ends[-1], d), steps[-1]) != (*want, 1):
+    if not all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
+                                                                  strict=True)):
         return None
-    return op.input
+    return op.input, starts[-1], min(ends[-1], shape[-1]), steps[-1]
+
+
+def _features(value: SSAValue, start: int, end: int) -> SSAValue | None:
+    """x for value = x[..., start:end] (unit step)."""
+    sliced = _last_axis_slice(value)
+    return sliced[0] if sliced is not None and sliced[1:] == (start, end, 1) else None
+
+
+def _half(value: SSAValue, first: bool) -> SSAValue | None:
+    """x for value = x[..., :D/2] (first) or x[..., D/2:] (not first)."""
+    sliced = _last_axis_slice(value)
+    if sliced is None or shape_of(sliced[0].type)[-1] % 2:
+        return None
+    d = shape_of(sliced[0].type)[-1]
+    return _features(value, 0, d // 2) if first else _features(value, d // 2, d)
 
 
 @dataclass
@@ -115,20 +128,6 @@ def _raise(x: SSAValue, rot: SSAValue, interleaved: bool, rewriter: PatternRewri
     rewriter.replace(total, rotary)
 
 
-def _features(value: SSAValue, start: int, end: int) -> SSAValue | None:
-    """x for value = x[..., start:end] (unit step, every other dim whole)."""
-    op = value.owner
-    if not isinstance(op, g.SliceOp):
-        return None
-    shape = shape_of(op.input.type)
-    starts, ends, steps = (list(a.get_values()) for a in (op.starts, op.ends, op.steps))
-    whole = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
-                                                                   strict=True))
-    if not whole or (starts[-1], min(ends[-1], shape[-1]), steps[-1]) != (start, end, 1):
-        return None
-    return op.input
-
-
 def _pairs(value: SSAValue, start: int) -> SSAValue | None:
     """x for value = x[..., start::2] reshaped to [..., D/2, 1] (GPT-J's stacked halves of the pairs)."""
     reshape = value.owner
@@ -141,18 +140,16 @@ def _pairs(value: SSAValue, start: int) -> SSAValue | None:
             return None
     elif start == 1:
         return None
-    op = sliced.owner
-    if not isinstance(op, g.SliceOp):
+    found = _last_axis_slice(sliced)
+    if found is None:
         return None
-    shape = shape_of(op.input.type)
-    starts, ends, steps = (list(a.get_values()) for a in (op.starts, op.ends, op.steps))
-    whole = all(s == 0 and e == n and t == 1 for s, e, t, n in zip(starts[:-1], ends[:-1], steps[:-1], shape[:-1],
-                                                                   strict=True))
-    if shape[-1] % 2 or not whole or starts[-1] != start or steps[-1] != 2 or min(ends[-1], shape[-1]) < shape[-1] - 1:
+    x, first, end, step = found
+    shape = shape_of(x.type)
+    if shape[-1] % 2 or first != start or step != 2 or end < shape[-1] - 1:
         return None
     if tuple(shape_of(value.type)) != (*shape[:-1], shape[-1] // 2, 1):
         return None
-    return op.input
+    return x
 
 
 @dataclass

@@ -23,6 +23,17 @@ transformers = pytest.importorskip("transformers")
 SEQ, LAYERS = 16, 2
 
 
+class _LastHidden(torch.nn.Module):
+    """A Hugging Face base model as a function of (ids, attention mask) -> last hidden state."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+
+    def forward(self, ids, mask):
+        return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+
 @pytest.fixture(scope="module")
 def llama_onnx(tmp_path_factory):
     torch.manual_seed(0)
@@ -31,24 +42,16 @@ def llama_onnx(tmp_path_factory):
                                    max_position_embeddings=64)
     model = transformers.LlamaModel(cfg).eval()
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-
     ids = torch.randint(0, 100, (1, SEQ))
     mask = torch.ones(1, SEQ, dtype=torch.int64)
     mask[0, :3] = 0  # left padding
     path = tmp_path_factory.mktemp("llama") / "llama.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (the torch exporter's tracer warnings)
-        torch.onnx.export(Hidden(), (ids, mask), str(path), dynamo=False, opset_version=17,
+        torch.onnx.export(_LastHidden(model), (ids, mask), str(path), dynamo=False, opset_version=17,
                           input_names=["ids", "mask"], output_names=["hidden"])
     with torch.no_grad():
-        want = Hidden()(ids, mask).numpy()
+        want = _LastHidden(model)(ids, mask).numpy()
     return path, [ids.numpy(), mask.numpy()], want
 
 
@@ -79,23 +82,15 @@ def test_partial_rotary_is_one_op_through_both_frontends(tmp_path):
                                      rotary_pct=0.25)
     model = transformers.GPTNeoXModel(cfg).eval()
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-
     ids = torch.randint(0, 100, (1, SEQ))
     mask = torch.ones(1, SEQ, dtype=torch.int64)
     with torch.no_grad():
-        want = Hidden()(ids, mask).numpy()
+        want = _LastHidden(model)(ids, mask).numpy()
     onnx_path = tmp_path / "neox.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Hidden(), (ids, mask), str(onnx_path), dynamo=False, opset_version=17)
-        exported = torch.export.export(Hidden(), (ids, mask))
+        torch.onnx.export(_LastHidden(model), (ids, mask), str(onnx_path), dynamo=False, opset_version=17)
+        exported = torch.export.export(_LastHidden(model), (ids, mask))
     for source in (str(onnx_path), exported):
         module = infer.import_model(source).module
         GraphPrepareTilingPass().apply(make_context(), module)
@@ -115,19 +110,11 @@ def test_interleaved_partial_rotary_of_gptj():
                                   n_positions=64)
     model = transformers.GPTJModel(cfg).eval()
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-
     ids = torch.randint(0, 100, (1, SEQ))
     mask = torch.ones(1, SEQ, dtype=torch.int64)
     with torch.no_grad():
-        want = Hidden()(ids, mask).numpy()
-    exported = torch.export.export(Hidden(), (ids, mask))
+        want = _LastHidden(model)(ids, mask).numpy()
+    exported = torch.export.export(_LastHidden(model), (ids, mask))
     module = infer.import_model(exported).module
     GraphPrepareTilingPass().apply(make_context(), module)
     rotary = [op for op in module.walk() if isinstance(op, g.RotaryOp)]
