@@ -235,7 +235,7 @@ def _one_mask(terms: list[_MaskTerm], store: WeightStore, new_ops: list[Operatio
     if len(terms) == 1 and terms[0].split is None and (condition := _boolean_mask(terms[0].value)) is not None:
         terms = [_MaskTerm(condition)]
     values = [constant_value(t.value, store) for t in terms]
-    if len(terms) > 1 and all(v is not None for v in values) or (terms[0].split and values[0] is not None):
+    if all(v is not None for v in values) and (len(terms) > 1 or terms[0].split is not None):
         total = terms[0].lifted(values[0])
         for term, value in zip(terms[1:], values[1:], strict=True):
             total = total + term.lifted(value)

@@ -6,6 +6,7 @@
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry shifted_windows -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry runtime_window_mask -o /dev/null
 // RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry boolean_mask -o /dev/null
+// RUN: infer-opt %s -p graph-raise-attention --verify-each-numerically --verify-numerics-entry mixed_terms -o /dev/null
 
 // Attention written out as matmul, softmax, matmul becomes one graph.attention.
 
@@ -165,3 +166,21 @@ func.func @boolean_mask(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: te
 // CHECK-LABEL: func.func @boolean_mask(
 // CHECK-NEXT:    %o = graph.attention %q, %k, %v, %mask {scale = 1.000000e+00 : f64} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x1x4x4xi1>)
 // CHECK-NEXT:    func.return %o
+
+// a compile-time mask through the 5-D view, then a runtime bias: lifted and added by graph ops
+func.func @mixed_terms(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %bias: tensor<1x2x4x4xf32>) -> tensor<2x2x4x8xf32> {
+  %s = graph.matmul %q, %k {transpose_b = true} : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %s5 = graph.reshape %s : (tensor<2x2x4x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %mask = graph.constant dense<[[[[0.0, -100.0, 0.0, 0.0]]], [[[0.0, 0.0, -100.0, 0.0]]]]> : tensor<2x1x1x4xf32>
+  %z5 = graph.add %s5, %mask : (tensor<1x2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<1x2x2x4x4xf32>
+  %z = graph.reshape %z5 : (tensor<1x2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %zb = graph.add %z, %bias : (tensor<2x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = graph.softmax %zb {axis = -1 : i64} : (tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %o = graph.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  func.return %o : tensor<2x2x4x8xf32>
+}
+// CHECK-LABEL: func.func @mixed_terms(
+// CHECK:         %[[FULL:.*]] = graph.broadcast %mask : (tensor<2x1x1x4xf32>) -> tensor<1x2x1x1x4xf32>
+// CHECK-NEXT:    %[[MERGED:.*]] = graph.reshape %[[FULL]] : (tensor<1x2x1x1x4xf32>) -> tensor<2x1x1x4xf32>
+// CHECK-NEXT:    %[[MASK:.*]] = graph.add %[[MERGED]], %bias : (tensor<2x1x1x4xf32>, tensor<1x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+// CHECK-NEXT:    %o = graph.attention %q, %k, %v, %[[MASK]] {scale = 1.000000e+00 : f64}
