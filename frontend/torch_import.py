@@ -18,7 +18,8 @@ Pipeline
    tables, ...) is evaluated with torch right away (constant folding), so the
    IR keeps only the computation that depends on the model inputs. Shapes are
    static (those of the example inputs). Every other node goes to its handler
-   (torch_handlers.py, registered in the table of torch_ops.py).
+   (torch_handlers.py, and torch_experts.py for mixture-of-experts layers, registered in the
+   table of torch_ops.py).
 
 Unsupported ATen ops raise one `ModelImportError` listing every such op with the
 FX node names that use it.
@@ -54,7 +55,7 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, SSAValue
 
-from infer.frontend import torch_handlers
+from infer.frontend import torch_experts, torch_handlers
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 from infer.frontend.torch_ops import (
@@ -67,7 +68,7 @@ from infer.frontend.torch_ops import (
     torch_numpy_dtype,
 )
 
-_HANDLER_MODULES = (torch_handlers,)
+_HANDLER_MODULES = (torch_handlers, torch_experts)
 """Imported for their `handles` registrations in HANDLERS."""
 
 KEPT_OPS = (
@@ -234,6 +235,10 @@ _IGNORED = {
     aten._assert_scalar.default,
 }
 _NEVER_FOLD = {aten.rand.default, aten.randn.default, aten.bernoulli.default, aten.native_dropout.default}
+_EMPTY = {aten.empty.memory_format, aten.empty_permuted.default, aten.empty_strided.default,
+          aten.new_empty.default, aten.empty_like.default}
+"""Uninitialized tensors: folded as zeros, so a program does not depend on the memory torch
+handed out at import time (transformers' MoE fills one by index_put)."""
 
 
 class Importer:
@@ -380,11 +385,14 @@ class Importer:
                     raise Unsupported(f"output #{i} of a multi-output op is not supported (only the main result)")
                 return seq[i]
             raise Unsupported("getitem on a non-tuple")
+        if target in _EMPTY:
+            val = node.meta["val"]
+            return KnownTensor(torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype))
         if target not in _NEVER_FOLD and _foldable(args) and _foldable(list(kwargs.values())):
             with torch.no_grad():
                 res = target(*_unwrap(args), **_unwrap(kwargs))
             return _wrap(res)
-        handler = HANDLERS.get(target)
+        handler = HANDLERS.get(target) or HANDLERS.get(target_name(target))  # (others' ops by name)
         if handler is None:
             raise Unsupported("op:" + target_name(target))
         return handler(self, node, args, kwargs)

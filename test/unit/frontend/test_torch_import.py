@@ -534,3 +534,85 @@ def test_conv_padding_given_once_for_every_dim():
         want = [r.numpy() for r in m(x)]
     for o, r in zip(run_module(module, [x.numpy()]), want, strict=True):
         assert o.shape == r.shape and np.abs(o - r).max() <= TOL
+
+
+class _Routing(torch.nn.Module):
+    """The pieces of transformers' grouped experts: a histogram of expert ids (values at the
+    upper edge, outside the range and fractional), an inverse permutation by index_put, and an
+    accumulating index_put of 2-D index tuples with a repeated position."""
+
+    def forward(self, ids, x):
+        _, perm = torch.sort(ids)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.size(0))
+        counts = torch.histc(x, bins=4, min=0, max=3)
+        grid = torch.zeros(3, 4, 2).index_put((ids[:3] % 3, ids[3:6] % 4), x[:3, None].expand(3, 2), accumulate=True)
+        return inverse, counts, grid
+
+
+def test_histc_and_index_put():
+    """aten.histc and aten.index_put (transformers' grouped MoE experts) match torch on the
+    reference interpreter and the NPU."""
+    import infer
+
+    ids = torch.tensor([3, 1, 2, 0, 1, 3, 2, 0])
+    x = torch.tensor([0.0, 3.0, 1.5, 2.99, -0.5, 3.5, 0.75, 1.0])
+    ids[3] = ids[0]  # positions (0, 3) and (0, 3) of the accumulating index_put coincide
+    m = _Routing().eval()
+    want = [r.numpy() for r in m(ids, x)]
+    assert want[1].tolist() == [1.0, 2.0, 1.0, 2.0]  # 3.0 in the last bin, -0.5 and 3.5 nowhere
+    module = import_torch(m, (ids, x))
+    for o, r in zip(run_module(module, [ids.numpy(), x.numpy()]), want, strict=True):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        np.testing.assert_array_equal(o, r)
+    exe = infer.compile(torch.export.export(m, (ids, x)), target="edge")
+    for o, r in zip(exe.run([ids.numpy(), x.numpy()], check_races=True), want, strict=True):
+        np.testing.assert_allclose(o, r, rtol=1e-6)
+
+
+def test_mixtral_default_experts_through_torch_export():
+    """Mixtral's default experts (transformers' grouped_mm path: sort, histc, a grouped
+    product, index_put) import, and match transformers on the NPU."""
+    import transformers
+
+    import infer
+
+    torch.manual_seed(0)
+    cfg = transformers.MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, max_position_embeddings=32)
+    model = transformers.MixtralModel(cfg).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False).last_hidden_state.numpy()
+    ep = torch.export.export(model, (), {"input_ids": ids, "use_cache": False}, strict=False)
+    ops = {str(n.target) for n in ep.graph.nodes}
+    assert {"aten.histc.default", "transformers.grouped_mm_fallback.default"} <= ops  # the path under test
+    module = import_torch(ep)
+    got = run_module(module, [ids.numpy()])[0]
+    assert np.abs(got - want).max() <= TOL
+    exe = infer.compile(ep, target="server")
+    got = exe.run([ids.numpy()], check_races=True)[0]
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+class _GroupedProduct(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 8, 8, generator=torch.Generator().manual_seed(0)).bfloat16())
+
+    def forward(self, x, counts):
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        return torch._grouped_mm(x.bfloat16(), self.w, offs=offs).float()
+
+
+def test_native_grouped_mm():
+    """torch._grouped_mm (bf16 only in torch 2.13): rows 0-1 by expert 0, none by expert 1,
+    2-4 by expert 2; the row past the last offset is zeros (torch leaves it unwritten)."""
+    x, counts = torch.randn(6, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([2, 0, 3])
+    m = _GroupedProduct().eval()
+    with torch.no_grad():
+        want = m(x, counts).numpy()
+    got = run_module(import_torch(m, (x, counts)), [x.numpy(), counts.numpy()])[0]
+    np.testing.assert_array_equal(got[:5], want[:5])
+    np.testing.assert_array_equal(got[5], np.zeros(8, np.float32))
