@@ -305,7 +305,9 @@ class DmaOp(TileOp):
     """Copy `shape` elements from src (origin src_indices, stepping `src_steps`
     elements per dim) to dst (origin dst_indices): dst[j + b] = src[i + b * step].
     One side is DRAM, the other local (DRAM -> local is a load, local -> DRAM a store).
-    The box has at most 3 dimensions (one DMA instruction)."""
+    The box has at most 3 dimensions (one DMA instruction). A load's step may be 0: the
+    same source elements repeated along that dim (a broadcast, as the DMA engine reads a
+    DRAM row again for a stride of 0)."""
 
     name = "tile.dma"
     src = operand_def(MemRefType)
@@ -328,7 +330,8 @@ class DmaOp(TileOp):
 
     def verify_(self) -> None:
         """One side in DRAM, the other local; the same element type; a box of 1 to 3
-        dimensions with positive source steps; both boxes inside their memrefs."""
+        dimensions with positive source steps (or 0, for a load); both boxes inside their
+        memrefs."""
         box = _ints(self.shape)
         spaces = (space_of(self.src), space_of(self.dst))
         if (spaces[0] == "dram") == (spaces[1] == "dram"):
@@ -338,8 +341,10 @@ class DmaOp(TileOp):
         if not 1 <= len(box) <= 3:
             raise VerifyException(f"a DMA box has 1 to 3 dimensions, got {len(box)}")
         steps = self.steps()
-        if len(steps) != len(box) or any(s < 1 for s in steps):
-            raise VerifyException(f"src_steps must be {len(box)} positive integers, got {list(steps)}")
+        if self.is_load and (len(steps) != len(box) or any(s < 0 for s in steps)):
+            raise VerifyException(f"src_steps must be {len(box)} non-negative integers, got {list(steps)}")
+        if not self.is_load and (len(steps) != len(box) or any(s < 1 for s in steps)):
+            raise VerifyException(f"src_steps must be {len(box)} positive integers (0 for a load only), got {list(steps)}")
         src_extent = [(b - 1) * s + 1 for b, s in zip(box, steps, strict=True)]
         _check_box("the source", self.src, self.src_indices, src_extent)
         _check_box("the destination", self.dst, self.dst_indices, box)

@@ -156,7 +156,8 @@ def _index(v: Any) -> int:
 
 def _box(what: str, arr: np.ndarray, origin: Sequence[Any], extent: Sequence[int],
          steps: Sequence[int] | None = None) -> np.ndarray:
-    """The view arr[origin + b * step] for b < extent (bounds-checked)."""
+    """The view arr[origin + b * step] for b < extent (bounds-checked); a step of 0 keeps
+    that dim at extent 1 (the destination's copy broadcasts it)."""
     idx = [_index(i) for i in origin]
     steps = steps or (1,) * len(extent)
     if len(idx) != arr.ndim or len(extent) != arr.ndim:
@@ -172,7 +173,7 @@ def _box(what: str, arr: np.ndarray, origin: Sequence[Any], extent: Sequence[int
             raise InterpreterError(
                 f"{what}: tile {span} in dim {d} is outside the buffer ({_fmt(arr.shape)})"
             )
-        slices.append(slice(i, last + 1, s))
+        slices.append(slice(i, last + 1, s) if s else slice(i, i + 1))
     return arr[tuple(slices)]
 
 

@@ -58,7 +58,10 @@ ORIGIN = (0, 0)  # local tiles are addressed from their first element
 class TileFrame:
     """An output tile in a 3-group view of the output shape batch + rows + cols:
     batch index `batch` (over prod(batch_shape)), rows [row0, row0 + rows) of
-    prod(row_shape), columns [col0, col0 + cols) of prod(col_shape)."""
+    prod(row_shape), columns [col0, col0 + cols) of prod(col_shape). With `batch_count` > 1
+    the tile holds that many consecutive batch entries, each with all its rows, stacked
+    (row0 = 0, rows = batch_count * prod(row_shape)): a standalone elementwise kernel whose
+    batch entries are small tiles (`lower_elementwise`)."""
 
     batch_shape: tuple[int, ...]
     row_shape: tuple[int, ...]
@@ -73,6 +76,7 @@ class TileFrame:
     # output row `pixel_row0` (col0 = pixel_row0 . OW); 0: the columns are contiguous
     pitch: int = 0
     pixel_row0: Index = 0
+    batch_count: int = 1
 
     @property
     def groups(self) -> Groups:
@@ -190,6 +194,8 @@ def _load_buffer(em: Emitter, src: SSAValue, shape: tuple[int, ...], frame: Tile
     kinds = classify(frame.groups, shape)
     assert kinds is not None
     full_batch, full_rows, full_cols = kinds
+    if frame.batch_count > 1 and (full_rows or full_cols or full_batch) and not (full_batch and full_rows):
+        return _load_stacked(em, src, kinds, frame)
     batches = num_elements(frame.batch_shape) if full_batch else 1
     rows, cols = num_elements(frame.row_shape), num_elements(frame.col_shape)
     batch = frame.batch if full_batch else 0
@@ -225,6 +231,30 @@ def _load_buffer(em: Emitter, src: SSAValue, shape: tuple[int, ...], frame: Tile
     local = em.alloc((frame.rows, 1), f32, "spad", 2)
     em.dma(view, [em.add(em.mul(batch, rows), frame.row0), 0], local, [0, 0], [frame.rows, 1])
     return "col", local
+
+
+def _load_stacked(em: Emitter, src: SSAValue, kinds: tuple[bool, bool, bool], frame: TileFrame) -> Operand:
+    """An operand onto a tile of `frame.batch_count` stacked batch entries, where the batch
+    entries' rows are not consecutive in DRAM: one DMA box [entries, rows, cols] whose
+    broadcast dims have a source step of 0 (the same DRAM rows read again). A row vector per
+    entry becomes a tile; an entry's scalar, or a column shared by the entries, a column; a
+    row shared by every entry stays a row. (Full operands, and columns per entry, are
+    consecutive rows: `_load_buffer` loads them as one tile.)"""
+    full_batch, full_rows, full_cols = kinds
+    if not full_batch and not full_rows:  # one row for every entry
+        view = em.view(src, (1, num_elements(frame.col_shape)))
+        local = em.alloc((1, frame.cols), f32, "spad", 2)
+        em.dma(view, [0, frame.col0], local, [0, 0], [1, frame.cols])
+        return "row", local
+    entries, rows = frame.batch_count, num_elements(frame.row_shape)
+    width = frame.cols if full_cols else 1
+    view = em.view(src, (num_elements(frame.batch_shape) if full_batch else 1, rows if full_rows else 1,
+                         num_elements(frame.col_shape) if full_cols else 1))
+    local = em.alloc((frame.rows, width), f32, "spad", 2)
+    em.dma(view, [frame.batch if full_batch else 0, 0, frame.col0 if full_cols else 0],
+           em.view(local, (entries, rows, width)), [0, 0, 0], [entries, rows, width],
+           src_steps=[1 if full_batch else 0, 1 if full_rows else 0, 1])
+    return ("tile" if full_cols else "col"), local
 
 
 def load_array(ctx: LoweringContext, array: np.ndarray, frame: TileFrame) -> Operand:
@@ -589,10 +619,18 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
     full_inputs = [v for v in inputs if v in materialized
                    or ((kinds := classify(split, shape_of(v))) and kinds[1] and kinds[2])]
     on_tile = epilogue_footprint(ctx, ops, result, list(materialized), (batch_shape, row_shape, col_shape))
+    # tiles of several whole batch entries (when the cost model wants more rows than one entry
+    # has): an operand that was a row vector of its entry is a tile there, so those count as
+    # the operands of the flattened view do (a misfit there: a tile)
+    on_stacked = epilogue_footprint(ctx, ops, result, list(materialized), ((), batch_shape + row_shape, col_shape))
 
     def footprint(rows: int, cols: int) -> int:  # + the materialized operands' tiles, x2
         # each emitted tile shape (the full tile and a remainder, in rows and in columns)
         # allocates its own buffers (Emitter.tiles), so all of them count
+        if rows > rows_total:
+            return sum(on_stacked(r, c) + 2 * 4 * r * c * len(materialized)
+                       for r in tile_extents(batches * rows_total, rows - rows % rows_total)
+                       for c in tile_extents(cols_total, cols))
         return sum(on_tile(r, c) + 2 * 4 * r * c * len(materialized)
                    for r in tile_extents(rows_total, rows) for c in tile_extents(cols_total, cols))
 
@@ -602,17 +640,21 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
         vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
         override=override[0] if override else None, footprint=footprint,
         pipelined=len(full_inputs) <= 1)  # tile-to-npu pipelines loads whose first consumers differ
+    # several whole batch entries per tile where one entry is fewer rows than the tile the
+    # cost model chose (a loop of tiny tiles, each a DRAM round trip, was latency-bound on
+    # server: Mamba's [L, D, N] discretization, a MoE layer's rows spread over experts)
+    entries = min(batches, choice.rows // rows_total) if choice.cols >= cols_total else 1
     choice.rows = min(choice.rows, rows_total)
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 
     # the whole result in one tile: the next kernels may read it there (`KEPT_TILE_READERS`)
-    one_tile = (latency_bound(ctx.hw) and batches == 1 and choice.rows >= rows_total
+    one_tile = (latency_bound(ctx.hw) and max(entries, 1) >= batches and choice.rows >= rows_total
                 and choice.cols >= cols_total)
 
-    def body(batch: Index, row0: Index, rows: int, col0: Index, cols: int) -> None:
-        frame = TileFrame(batch_shape, row_shape, col_shape, batch, row0, col0, rows, cols)
+    def body(batch: Index, row0: Index, rows: int, col0: Index, cols: int, count: int = 1) -> None:
+        frame = TileFrame(batch_shape, row_shape, col_shape, batch, row0, col0, rows, cols, batch_count=count)
         on_tile: dict[SSAValue, SSAValue] = {}
         for value, full in materialized.items():
             on_tile[value] = _load_buffer(em, full, out_shape, frame)[1]  # type: ignore[assignment]
@@ -621,6 +663,9 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
         if one_tile:
             ctx.keep_on_chip(out2, tile, next_kernels=KEPT_TILE_READERS)
 
+    if entries > 1:
+        em.tiles(batches, entries, lambda b0, count: body(b0, 0, count * rows_total, 0, cols_total, count))
+        return
     em.range(batches, lambda b: em.tiles(
         rows_total, choice.rows, lambda r0, rows: em.tiles(cols_total, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
 

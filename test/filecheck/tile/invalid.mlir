@@ -154,13 +154,24 @@ builtin.module attributes {tile.target = "edge"} {
 
 // -----
 
-// dma steps
+// dma steps: 0 (a broadcast) for a load only
+builtin.module attributes {tile.target = "edge"} {
+  %c0 = arith.constant 0 : index
+  %s = tile.alloc : memref<4x4xf32, "spad">
+  %d = tile.alloc : memref<4x4xf32, "dram">
+  // expected-error @+1 {{src_steps must be 2 positive integers (0 for a load only), got [1, 0]}}
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>, src_steps = array<i64: 1, 0>} : memref<4x4xf32, "spad">, memref<4x4xf32, "dram">
+}
+
+// -----
+
+// dma steps of a load
 builtin.module attributes {tile.target = "edge"} {
   %c0 = arith.constant 0 : index
   %s = tile.alloc : memref<4x4xf32, "dram">
   %d = tile.alloc : memref<4x4xf32, "spad">
-  // expected-error @+1 {{src_steps must be 2 positive integers, got [1, 0]}}
-  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>, src_steps = array<i64: 1, 0>} : memref<4x4xf32, "dram">, memref<4x4xf32, "spad">
+  // expected-error @+1 {{src_steps must be 2 non-negative integers, got [1, -1]}}
+  tile.dma %s[%c0, %c0], %d[%c0, %c0] {shape = array<i64: 4, 4>, src_steps = array<i64: 1, -1>} : memref<4x4xf32, "dram">, memref<4x4xf32, "spad">
 }
 
 // -----

@@ -3,7 +3,7 @@
 // RUN: infer-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
 
 // Every tile op in the custom format, with every optional part (alloc offset and
-// buffers, dma src_steps, matmul accumulate and transpose_rhs, vector b operand in each bmode and
+// buffers, dma src_steps (0: a broadcast load), matmul accumulate and transpose_rhs, vector b operand in each bmode and
 // imm, reductions, requant), roundtripped through the custom and the generic
 // format. The module is verified against the edge target (tile.target).
 
@@ -19,6 +19,7 @@ builtin.module attributes {tile.target = "edge"} {
     %d = tile.alloc {offset = 1024 : i64} : memref<64x64xf32, "dram">
     %v = tile.view %l : memref<2x4x4xbf16, "spad"> -> memref<2x16xbf16, "spad">
     tile.dma %x[%c0, %c1, %c1], %l[%c0, %c0, %c0] {shape = array<i64: 2, 4, 4>, src_steps = array<i64: 1, 2, 2>} : memref<2x9x9xbf16, "dram">, memref<2x4x4xbf16, "spad">
+    tile.dma %x[%c0, %c1, %c1], %l[%c0, %c0, %c0] {shape = array<i64: 2, 4, 4>, src_steps = array<i64: 0, 1, 2>} : memref<2x9x9xbf16, "dram">, memref<2x4x4xbf16, "spad">
     tile.dma %w[%c0, %c0], %r[%c0, %c0] {shape = array<i64: 16, 16>} : memref<16x16xbf16, "dram">, memref<16x16xbf16, "spad">
     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 16 : i64} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c1, %c0] {m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
@@ -50,6 +51,7 @@ builtin.module attributes {tile.target = "edge"} {
 // CHECK-NEXT:     %d = tile.alloc {offset = 1024 : i64} : memref<64x64xf32, "dram">
 // CHECK-NEXT:     %v = tile.view %l : memref<2x4x4xbf16, "spad"> -> memref<2x16xbf16, "spad">
 // CHECK-NEXT:     tile.dma %x[%c0, %c1, %c1], %l[%c0, %c0, %c0] {shape = array<i64: 2, 4, 4>, src_steps = array<i64: 1, 2, 2>} : memref<2x9x9xbf16, "dram">, memref<2x4x4xbf16, "spad">
+// CHECK-NEXT:     tile.dma %x[%c0, %c1, %c1], %l[%c0, %c0, %c0] {shape = array<i64: 2, 4, 4>, src_steps = array<i64: 0, 1, 2>} : memref<2x9x9xbf16, "dram">, memref<2x4x4xbf16, "spad">
 // CHECK-NEXT:     tile.dma %w[%c0, %c0], %r[%c0, %c0] {shape = array<i64: 16, 16>} : memref<16x16xbf16, "dram">, memref<16x16xbf16, "spad">
 // CHECK-NEXT:     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c0, %c0] {m = 2 : i64, k = 16 : i64, n = 16 : i64} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
 // CHECK-NEXT:     tile.matmul %v[%c0, %c0], %r[%c0, %c0], %a[%c1, %c0] {m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true} : memref<2x16xbf16, "spad">, memref<16x16xbf16, "spad">, memref<8x16xf32, "acc">
@@ -78,6 +80,7 @@ builtin.module attributes {tile.target = "edge"} {
 // GENERIC-NEXT: %d = "tile.alloc"() <{offset = 1024 : i64, buffers = 1 : i64}> : () -> memref<64x64xf32, "dram">
 // GENERIC-NEXT: %v = "tile.view"(%l) : (memref<2x4x4xbf16, "spad">) -> memref<2x16xbf16, "spad">
 // GENERIC-NEXT: "tile.dma"(%x, %c0, %c1, %c1, %l, %c0, %c0, %c0) <{shape = array<i64: 2, 4, 4>, src_steps = array<i64: 1, 2, 2>, operandSegmentSizes = array<i32: 1, 3, 1, 3>}> : (memref<2x9x9xbf16, "dram">, index, index, index, memref<2x4x4xbf16, "spad">, index, index, index) -> ()
+// GENERIC-NEXT: "tile.dma"(%x, %c0, %c1, %c1, %l, %c0, %c0, %c0) <{shape = array<i64: 2, 4, 4>, src_steps = array<i64: 0, 1, 2>, operandSegmentSizes = array<i32: 1, 3, 1, 3>}> : (memref<2x9x9xbf16, "dram">, index, index, index, memref<2x4x4xbf16, "spad">, index, index, index) -> ()
 // GENERIC-NEXT: "tile.dma"(%w, %c0, %c0, %r, %c0, %c0) <{shape = array<i64: 16, 16>, operandSegmentSizes = array<i32: 1, 2, 1, 2>}> : (memref<16x16xbf16, "dram">, index, index, memref<16x16xbf16, "spad">, index, index) -> ()
 // GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c0, %c0) <{m = 2 : i64, k = 16 : i64, n = 16 : i64, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>, accumulate = false, transpose_rhs = false}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
 // GENERIC-NEXT: "tile.matmul"(%v, %c0, %c0, %r, %c0, %c0, %a, %c1, %c0) <{m = 1 : i64, k = 16 : i64, n = 8 : i64, accumulate = true, operandSegmentSizes = array<i32: 1, 2, 1, 2, 1, 2>, transpose_rhs = false}> : (memref<2x16xbf16, "spad">, index, index, memref<16x16xbf16, "spad">, index, index, memref<8x16xf32, "acc">, index, index) -> ()
