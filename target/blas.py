@@ -12,14 +12,19 @@ on a loaded machine: its BLAS calls are small, and a multithreaded BLAS on busy 
 jobs running; a 128x128x128 one 0.5 ms against 24 ms at load 3).
 
 Setting the limit costs a few hundred microseconds, so it is taken once per run: nested
-entries (a function calling another, a simulator run inside an interpreter's) are free.
+entries (a function calling another, a simulator run inside an interpreter's) are free. The
+controller lists the BLAS libraries loaded when it is made (1.3 ms); it is made again when
+Python modules were imported since (one may have loaded another BLAS: scipy.linalg's OpenBLAS,
+beside numpy's, was left at its threads).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 _controller: Any = None
+_modules_seen = 0  # len(sys.modules) when the controller was made
 _depth = 0
 _limit: Any = None
 
@@ -29,15 +34,16 @@ class one_blas_thread:
     restores the limit)."""
 
     def __enter__(self) -> None:
-        global _controller, _depth, _limit
+        global _controller, _depth, _limit, _modules_seen
         _depth += 1
         if _depth > 1:
             return
         try:
-            if _controller is None:
+            if _controller is None or len(sys.modules) != _modules_seen:
                 from threadpoolctl import ThreadpoolController
 
                 _controller = ThreadpoolController()
+                _modules_seen = len(sys.modules)
             _limit = _controller.limit(limits=1, user_api="blas")
         except ImportError:  # pragma: no cover - threadpoolctl is a dependency
             _limit = None
