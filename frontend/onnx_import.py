@@ -44,7 +44,16 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from infer.dialects.dtypes import from_numpy_dtype, numpy_dtype_of, shape_of
-from infer.frontend import onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_recurrent, onnx_signal, onnx_structure
+from infer.frontend import (
+    onnx_elementwise,
+    onnx_nn,
+    onnx_qoperator,
+    onnx_quant,
+    onnx_recurrent,
+    onnx_sequence,
+    onnx_signal,
+    onnx_structure,
+)
 from infer.frontend.builder import GraphBuilder
 from infer.frontend.model import ModelImportError
 from infer.frontend.onnx_ops import (
@@ -57,7 +66,8 @@ from infer.frontend.onnx_ops import (
     numpy_dtype_for,
 )
 
-_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_recurrent, onnx_signal, onnx_structure)
+_HANDLER_MODULES = (onnx_elementwise, onnx_nn, onnx_qoperator, onnx_quant, onnx_recurrent, onnx_sequence, onnx_signal,
+                    onnx_structure)
 """Imported for their `handler` registrations in HANDLERS."""
 
 __all__ = ["import_onnx", "load_onnx_model", "StaticInputNeeded", "TARGET_OPSET", "SUPPORTED_OPS"]
@@ -346,6 +356,7 @@ class Importer:
         self.module_attributes: dict[str, Attribute] = {}  # what handlers record on the module
         self.consts: dict[str, np.ndarray] = {}
         self.ssa: dict[str, SSAValue] = {}
+        self.sequences: dict[str, onnx_sequence.TensorSequence] = {}  # ONNX sequences (onnx_sequence.py)
         self.poisoned: set[str] = set()
         self.problems: list[_Problem] = []
         self.const_ssa: dict[str, SSAValue] = {}
@@ -380,7 +391,13 @@ class Importer:
 
     # -- values -----------------------------------------------------------
     def has(self, name: str) -> bool:
-        return name in self.consts or name in self.ssa
+        return name in self.consts or name in self.ssa or name in self.sequences
+
+    def sequence(self, name: str) -> onnx_sequence.TensorSequence:
+        """The tensors of sequence `name` (onnx_sequence.py)."""
+        if name not in self.sequences:
+            raise NodeProblem(f"input '{name}' is a tensor where a sequence is expected")
+        return self.sequences[name]
 
     def is_const(self, name: str) -> bool:
         return name in self.consts
@@ -393,6 +410,8 @@ class Importer:
             if name not in self.const_ssa:
                 self.const_ssa[name] = self.materialise(self.consts[name], name)
             return self.const_ssa[name]
+        if name in self.sequences:
+            raise NodeProblem(f"input '{name}' is a sequence where a tensor is expected")
         raise NodeProblem(f"input '{name}' is not defined")
 
     def materialise(self, array: np.ndarray, name: str = "const") -> SSAValue:
@@ -403,12 +422,12 @@ class Importer:
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
             return tuple(self.consts[name].shape)
-        return shape_of(self.ssa[name])
+        return shape_of(self.value(name))
 
     def dtype(self, name: str) -> np.dtype:
         if name in self.consts:
             return self.consts[name].dtype
-        return numpy_dtype_of(self.ssa[name])
+        return numpy_dtype_of(self.value(name))
 
     def static(self, name: str, what: str) -> np.ndarray:
         """A value that must be known at import time (shape, axes, pads, ...)."""
@@ -463,6 +482,9 @@ class Importer:
             if vi.name in self.poisoned or not self.has(vi.name):
                 if vi.name not in self.poisoned:
                     self.fail(f"graph output '{vi.name}'", "is not produced by any node")
+                continue
+            if vi.name in self.sequences:
+                self.fail(f"graph output '{vi.name}'", "is a sequence; only tensors are supported as outputs")
                 continue
             value = self.value(vi.name)
             self._check_declared_output(vi, value)
@@ -618,7 +640,9 @@ class Importer:
                 if i >= len(results) or results[i] is None:
                     raise NodeProblem(f"output #{i} ('{name}') is not supported (only the first {len(results)})")
                 r = results[i]
-                if isinstance(r, np.ndarray):
+                if isinstance(r, onnx_sequence.TensorSequence):
+                    self.sequences[name] = r
+                elif isinstance(r, np.ndarray):
                     self.consts[name] = r
                 else:
                     self.ssa[name] = r
@@ -637,7 +661,7 @@ class Importer:
             self.poisoned.update(outs)
 
 
-    def inline_graph(self, graph: onnx.GraphProto) -> list[SSAValue | np.ndarray]:
+    def inline_graph(self, graph: onnx.GraphProto) -> list[SSAValue | np.ndarray | onnx_sequence.TensorSequence]:
         """Import a subgraph (an If's branch) into this graph: its initializers and nodes (which
         may read this graph's values), then its outputs' values."""
         outer = self.node
@@ -646,13 +670,14 @@ class Importer:
         for inner in graph.node:
             self._import_node(inner)
         self.node = outer
-        results: list[SSAValue | np.ndarray] = []
+        results: list[SSAValue | np.ndarray | onnx_sequence.TensorSequence] = []
         for vi in graph.output:
             if vi.name in self.poisoned:
                 raise NodeProblem(f"the branch's output '{vi.name}' is not imported (its problems are listed)")
             if not self.has(vi.name):
                 raise NodeProblem(f"the branch's output '{vi.name}' is not produced by any node")
-            results.append(self.consts[vi.name] if vi.name in self.consts else self.ssa[vi.name])
+            results.append(self.consts[vi.name] if vi.name in self.consts
+                           else self.sequences[vi.name] if vi.name in self.sequences else self.ssa[vi.name])
         return results
 
     def _function_body(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:

@@ -257,7 +257,13 @@ def _expand(imp: Importer, node: onnx.NodeProto):
 def _tile(imp: Importer, node: onnx.NodeProto):
     x = imp.value(node.input[0])
     xs = shape_of(x)
-    reps = [int(r) for r in imp.static(node.input[1], "the repeats").reshape(-1)]
+    repeats = imp.static(node.input[1], "the repeats")
+    if repeats.shape != (len(xs),):
+        # (torch.onnx writes [1, 1] repeats for a chunk of Mamba's mixer: onnxruntime refuses
+        # the model too)
+        raise NodeProblem(f"the repeats must be a 1-D tensor of {len(xs)} counts (one per dim of the input), "
+                          f"got shape {list(repeats.shape)}")
+    reps = [int(r) for r in repeats]
     inter = [v for d in xs for v in (1, d)]
     big = [v for d, r in zip(xs, reps) for v in (r, d)]
     y = imp.b.broadcast(imp.b.reshape(x, inter), big)

@@ -794,3 +794,49 @@ def test_center_crop_pad_is_onnxs(target, axes):
     xs = _f32(3, 7, 4)
     (want,) = ReferenceEvaluator(model).run(None, {"x": xs})
     np.testing.assert_array_equal(run_module(import_onnx(model), {"x": xs})[0], want)
+
+
+def _sequence_model():
+    """SplitToSequence in every form (a chunk size with a shorter last piece, sizes, one element
+    each without the axis), SequenceAt (negative positions), SequenceConstruct / Insert / Erase /
+    Length, and ConcatFromSequence along an axis and along a new one."""
+    i64 = lambda name, v: _init(name, np.asarray(v, np.int64))  # noqa: E731
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "three"], ["chunks"], axis=1),  # 3, 3, 1
+        helper.make_node("SplitToSequence", ["x", "sizes"], ["parts"], axis=2),  # 1, 4
+        helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0, keepdims=0),
+        helper.make_node("SequenceAt", ["chunks", "minus_one"], ["last_chunk"]),
+        helper.make_node("SequenceAt", ["parts", "one"], ["second_part"]),
+        helper.make_node("SequenceConstruct", ["last_chunk", "last_chunk"], ["pair"]),
+        helper.make_node("SequenceInsert", ["rows", "first_row", "zero"], ["rows2"]),
+        helper.make_node("SequenceAt", ["rows", "zero"], ["first_row"]),
+        helper.make_node("SequenceErase", ["rows2"], ["rows3"]),
+        helper.make_node("SequenceLength", ["rows3"], ["count"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["joined"], axis=1),
+        helper.make_node("ConcatFromSequence", ["rows3"], ["stacked"], axis=-1, new_axis=1),
+    ]
+    nodes.insert(6, nodes.pop(7))  # first_row before its use
+    inits = [i64("three", 3), i64("sizes", [1, 4]), i64("minus_one", -1), i64("one", 1), i64("zero", 0)]
+    outs = [_out("joined", 3), _out("second_part", 3), _out("stacked", 3), _out("count", 0, TensorProto.INT64)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 5])], outs, inits)
+
+
+def test_sequences_match_onnxruntime():
+    model = _sequence_model()
+    feeds = {"x": _f32(2, 7, 5)}
+    _check_against_ort(model, feeds, rtol=0, atol=0)
+    exe = infer.compile(import_onnx(model), target="edge")
+    for ours, ref in zip(exe.run([feeds["x"]], check_races=True), _ort(model, feeds), strict=True):
+        np.testing.assert_array_equal(ours, ref)
+
+
+def test_sequence_output_and_tile_of_matrix_repeats_are_errors():
+    seq = _model([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0)],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                 [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+    with pytest.raises(ModelImportError, match="graph output 's': is a sequence; only tensors"):
+        import_onnx(seq)
+    tile = _model([helper.make_node("Tile", ["x", "r"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                  [_out("y", 1)], [_init("r", np.asarray([[3]], np.int64))])
+    with pytest.raises(ModelImportError, match=r"Tile node .*the repeats must be a 1-D tensor of 1 counts"):
+        import_onnx(tile)
