@@ -5,7 +5,9 @@
 
 per output channel (W's dim 0). The same holds for `linear` followed by a
 BatchNorm1d over its features (a rank-2 `[N, out]` result, so batch norm's
-channel dim 1 is the linear's output feature). The folded weight and bias are
+channel dim 1 is the linear's output feature), also through a reshape that only
+merges the linear's leading dims (`[B, T, out] -> [B.T, out]`: LeViT's
+`batch_norm(linear(x).flatten(0, 1))`), which then reshapes the folded linear. The folded weight and bias are
 computed in float64, rounded once to the weight's element type and added to
 the module's weight store (`weights_of(module).add`, names derived from the
 original weight: `conv.weight` -> `conv.weight.bn_folded` and
@@ -66,11 +68,14 @@ class FoldBatchNorm(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.BatchNormOp, rewriter: PatternRewriter, /):
         producer = op.input.owner
+        merged = _merged_linear(op.input)  # reshape(linear [.., out]) -> [N, out]
+        if merged is not None:
+            producer = merged.input.owner
         is_conv = isinstance(producer, g.Conv2dOp)
-        is_linear_2d = isinstance(producer, g.LinearOp) and len(op.input.type.get_shape()) == 2  # type: ignore[attr-defined]
+        is_linear_2d = isinstance(producer, g.LinearOp) and (merged is not None or len(op.input.type.get_shape()) == 2)  # type: ignore[attr-defined]
         if not (is_conv or is_linear_2d):
             return
-        if not op.input.has_one_use():
+        if not op.input.has_one_use() or (merged is not None and not merged.input.has_one_use()):
             return
         params = [constant_value(v, self.store) for v in (op.scale, op.bias, op.mean, op.var)]
         weight = constant_value(producer.weight, self.store)
@@ -92,17 +97,34 @@ class FoldBatchNorm(RewritePattern):
         new_b.output.name_hint = producer.bias.name_hint if producer.bias is not None else "bias"
         new = producer.create(
             operands=[producer.input, new_w.output, new_b.output],
-            result_types=[op.output.type],
+            result_types=[producer.results[0].type if merged is not None else op.output.type],
             properties=dict(producer.properties),
             attributes=dict(producer.attributes),
         )
         dead = [v.owner for v in (*producer.operands[1:], op.scale, op.bias, op.mean, op.var)]
-        rewriter.replace(op, [new_w, new_b, new], [new.results[0]])
+        if merged is not None:
+            reshaped = g.ReshapeOp(new.results[0], op.output.type.get_shape())  # type: ignore[attr-defined]
+            rewriter.replace(op, [new_w, new_b, new, reshaped], [reshaped.output])
+            rewriter.erase(merged)
+        else:
+            rewriter.replace(op, [new_w, new_b, new], [new.results[0]])
         rewriter.erase(producer)
         if self.erase_dead:
             for d in dict.fromkeys(dead):
                 if isinstance(d, Operation) and d.parent is not None and not any(r.uses for r in d.results):
                     rewriter.erase(d)
+
+
+def _merged_linear(value: SSAValue) -> g.ReshapeOp | None:
+    """The reshape making `value` when it merges a linear's leading dims into one: [.., out]
+    -> [N, out], so a batch norm's channel dim 1 is the linear's output feature."""
+    reshape = value.owner
+    if not isinstance(reshape, g.ReshapeOp) or not isinstance(reshape.input.owner, g.LinearOp):
+        return None
+    src, dst = reshape.input.type.get_shape(), value.type.get_shape()  # type: ignore[attr-defined]
+    if len(dst) != 2 or len(src) < 2 or src[-1] != dst[1]:
+        return None
+    return reshape
 
 
 @dataclass(frozen=True)

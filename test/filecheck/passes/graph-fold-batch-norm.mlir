@@ -25,7 +25,7 @@ func.func @conv(%x: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> {
 // CHECK-NEXT:    %y = graph.conv2d %x, %w, %bias : (tensor<1x2x4x4xf32>, tensor<2x2x1x1xf32>, tensor<2xf32>) -> tensor<1x2x4x4xf32>
 // CHECK-NEXT:    func.return %y : tensor<1x2x4x4xf32>
 
-// FILE: ['conv2d.bias.bn_folded', 'conv2d.bias.bn_folded_1', 'conv2d.weight.bn_folded', 'conv2d.weight.bn_folded_1', 'linear.bias.bn_folded', 'linear.weight.bn_folded']
+// FILE: ['conv2d.bias.bn_folded', 'conv2d.bias.bn_folded_1', 'conv2d.weight.bn_folded', 'conv2d.weight.bn_folded_1', 'linear.bias.bn_folded', 'linear.bias.bn_folded_1', 'linear.weight.bn_folded', 'linear.weight.bn_folded_1']
 // FILE-NEXT: [1.0, 2.0, 1.5, 2.0] [0.5, -1.125]
 
 // KEEP-LABEL: func.func @conv(
@@ -69,6 +69,43 @@ func.func @linear(%x: tensor<3x4xf32>) -> tensor<3x2xf32> {
 // CHECK-NEXT:    %bias = graph.weight @linear.bias.bn_folded : tensor<2xf32>
 // CHECK-NEXT:    %y = graph.linear %x, %w, %bias : (tensor<3x4xf32>, tensor<2x4xf32>, tensor<2xf32>) -> tensor<3x2xf32>
 // CHECK-NEXT:    func.return %y : tensor<3x2xf32>
+
+// linear [B, T, out] flattened to [B.T, out] + BatchNorm1d (LeViT): folded into the linear,
+// the reshape kept after it.
+func.func @linear_flattened(%x: tensor<2x3x4xf32>) -> tensor<6x2xf32> {
+  %w = graph.constant dense<[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]> : tensor<2x4xf32>
+  %l = graph.linear %x, %w : (tensor<2x3x4xf32>, tensor<2x4xf32>) -> tensor<2x3x2xf32>
+  %f = graph.reshape %l : (tensor<2x3x2xf32>) -> tensor<6x2xf32>
+  %p = graph.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  %y = graph.batch_norm %f, %p, %p, %p, %p : (tensor<6x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<6x2xf32>
+  func.return %y : tensor<6x2xf32>
+}
+
+// CHECK-LABEL: func.func @linear_flattened(
+// CHECK-NEXT:    %w = graph.weight @linear.weight.bn_folded_1 : tensor<2x4xf32>
+// CHECK-NEXT:    %bias = graph.weight @linear.bias.bn_folded_1 : tensor<2xf32>
+// CHECK-NEXT:    %{{.*}} = graph.linear %x, %w, %bias : (tensor<2x3x4xf32>, tensor<2x4xf32>, tensor<2xf32>) -> tensor<2x3x2xf32>
+// CHECK-NEXT:    %{{.*}} = graph.reshape %{{.*}} : (tensor<2x3x2xf32>) -> tensor<6x2xf32>
+// CHECK-NEXT:    func.return
+
+// Left alone: a reshape that does not keep the linear's features as the last dim, and one
+// whose linear has another user.
+func.func @keep_reshaped(%x: tensor<2x3x4xf32>) -> (tensor<3x4xf32>, tensor<6x2xf32>, tensor<2x3x2xf32>) {
+  %w = graph.constant dense<1.0> : tensor<2x4xf32>
+  %p = graph.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %q = graph.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  %l0 = graph.linear %x, %w : (tensor<2x3x4xf32>, tensor<2x4xf32>) -> tensor<2x3x2xf32>
+  %f0 = graph.reshape %l0 : (tensor<2x3x2xf32>) -> tensor<3x4xf32>
+  %y0 = graph.batch_norm %f0, %p, %p, %p, %p : (tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  %l1 = graph.linear %x, %w : (tensor<2x3x4xf32>, tensor<2x4xf32>) -> tensor<2x3x2xf32>
+  %f1 = graph.reshape %l1 : (tensor<2x3x2xf32>) -> tensor<6x2xf32>
+  %y1 = graph.batch_norm %f1, %q, %q, %q, %q : (tensor<6x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<6x2xf32>
+  func.return %y0, %y1, %l1 : tensor<3x4xf32>, tensor<6x2xf32>, tensor<2x3x2xf32>
+}
+
+// CHECK-LABEL: func.func @keep_reshaped(
+// CHECK:         %y0 = graph.batch_norm %f0
+// CHECK:         %y1 = graph.batch_norm %f1
 
 // Left alone: parameters known only at run time, a conv result used twice, a
 // weight that is an argument, a rank-3 linear (batch norm's dim 1 is not its
