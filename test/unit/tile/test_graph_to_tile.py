@@ -178,6 +178,27 @@ def test_cnn_after_fold_batch_norm_and_fuse(target):
     assert "graph." not in str(r.module).replace("graph.name", "").replace("graph.weights", "")
 
 
+@pytest.mark.parametrize("target", ["edge", "server"])
+def test_batch_norm_over_features_in_row_tiles(target):
+    """BatchNorm1d of [N, C] activations (no conv or linear to fold it into): rows of C features
+    with the parameters as row vectors (a [C, 1] column tile per sample before)."""
+    m = module("""
+func.func @main(%x: tensor<37x48xf32>) -> tensor<37x48xf32> {
+  %sc = graph.weight @bn.scale : tensor<48xf32>
+  %sh = graph.weight @bn.bias : tensor<48xf32>
+  %mu = graph.weight @bn.mean : tensor<48xf32>
+  %var = graph.weight @bn.var : tensor<48xf32>
+  %y = graph.batch_norm %x, %sc, %sh, %mu, %var : (tensor<37x48xf32>, tensor<48xf32>, tensor<48xf32>, tensor<48xf32>, tensor<48xf32>) -> tensor<37x48xf32>
+  func.return %y : tensor<37x48xf32>
+}
+""", {"bn.scale": RNG.uniform(0.5, 1.5, 48), "bn.bias": RNG.standard_normal(48),
+      "bn.mean": RNG.standard_normal(48) * 0.1, "bn.var": RNG.uniform(0.5, 2, 48)})
+    check(m, target, "fp32")
+    GraphToTilePass(target=target).apply(CTX, m)
+    vector_ops = [line for line in str(m).splitlines() if "tile.vector" in line]
+    assert vector_ops and all('bmode = "row"' in line and "cols = 48" in line for line in vector_ops)
+
+
 def test_conv_residual_with_short_last_row_tile():
     """64 channels 28x28, 3x3 pad 1 and a fused residual add: edge tiles the 28 output rows
     as 16 + 12, and the short last row tile stores from its own, smaller buffers."""
