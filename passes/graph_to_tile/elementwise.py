@@ -635,15 +635,28 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
                    for r in tile_extents(rows_total, rows) for c in tile_extents(cols_total, cols))
 
     override = ctx.override(name, 1)
-    choice = tiling_cost.choose_rows(
-        ctx.hw, batches * rows_total, cols_total, bytes_in=4 * max(1, len(full_inputs)), bytes_out=4,
-        vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
-        override=override[0] if override else None, footprint=footprint,
-        pipelined=len(full_inputs) <= 1)  # tile-to-npu pipelines loads whose first consumers differ
-    # several whole batch entries per tile where one entry is fewer rows than the tile the
-    # cost model chose (a loop of tiny tiles, each a DRAM round trip, was latency-bound on
-    # server: Mamba's [L, D, N] discretization, a MoE layer's rows spread over experts)
-    entries = min(batches, choice.rows // rows_total) if choice.cols >= cols_total else 1
+    costs = dict(bytes_out=4, vec_cost=max(1, epilogue_cost(ctx, ops)), live_tiles=2 + len(full_inputs) + len(ops),
+                 footprint=footprint,
+                 pipelined=len(full_inputs) <= 1)  # tile-to-npu pipelines loads whose first consumers differ
+    choice = tiling_cost.choose_rows(ctx.hw, batches * rows_total, cols_total, bytes_in=4 * max(1, len(full_inputs)),
+                                     override=override[0] if override else None, **costs)
+    # Several whole batch entries per tile where one entry is fewer rows than the tile the cost
+    # model chose and it predicts that faster than one tile per entry (a loop of tiny tiles,
+    # each a DRAM round trip, was latency-bound on server: Mamba's [L, D, N] discretization, a
+    # MoE layer's rows spread over experts). Stacked, an operand that is a row or a shared tile
+    # of each entry is a whole tile, its DRAM rows read again for every row.
+    entries = 1
+    if override:
+        entries = min(batches, choice.rows // rows_total) if choice.cols >= cols_total else 1
+    elif batches > 1 and choice.rows > rows_total and choice.cols >= cols_total:
+        repeated = sum(1 for v in inputs if v not in materialized and (k := classify(split, shape_of(v))) is not None
+                       and k[2] and (k[0] != k[1]))
+        per_entry = tiling_cost.choose_rows(ctx.hw, batches * rows_total, cols_total,
+                                            bytes_in=4 * max(1, len(full_inputs)), override=rows_total, **costs)
+        stacked = tiling_cost.choose_rows(ctx.hw, batches * rows_total, cols_total,
+                                          bytes_in=4 * max(1, len(full_inputs) + repeated), **costs)
+        if stacked.rows > rows_total and stacked.cols >= cols_total and stacked.cycles < per_entry.cycles:
+            choice, entries = stacked, min(batches, stacked.rows // rows_total)
     choice.rows = min(choice.rows, rows_total)
     ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
