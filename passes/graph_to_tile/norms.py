@@ -245,69 +245,48 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> None:
     out_shape = shape_of(op.output)
     batches, channels, pixels = (num_elements(out_shape[:1]), num_elements(out_shape[1:2]),
                                  num_elements(out_shape[2:]))
-    em = ctx.emitter
     if pixels == 1:  # [N, C] (BatchNorm1d on features): rows of C, the parameters row vectors
-        _batch_norm_rows(ctx, op, k32.reshape(1, channels), shift32.reshape(1, channels), batches, channels)
-        return
-    out2 = em.view(ctx.output_buffer(op.output), (batches * channels, pixels))
-    x2 = em.view(ctx.buffer(op.input), (batches * channels, pixels))
-    scale_col = ctx.weight("bn.scale", k32.reshape(channels, 1).copy(), f32)
-    shift_col = ctx.weight("bn.shift", shift32.reshape(channels, 1).copy(), f32)
+        # (a [C, 1] column tile per sample, a loop of DRAM round trips, otherwise)
+        _scale_and_shift(ctx, op, k32.reshape(1, channels), shift32.reshape(1, channels), 1, batches, channels,
+                         per_row=False)
+    else:
+        _scale_and_shift(ctx, op, k32.reshape(channels, 1), shift32.reshape(channels, 1), batches, channels, pixels,
+                         per_row=True)
+
+
+def _scale_and_shift(ctx: LoweringContext, op: Operation, k: np.ndarray, shift: np.ndarray, batches: int,
+                     rows_total: int, cols_total: int, per_row: bool) -> None:
+    """y = x * k + shift on x viewed [batches * rows, cols] in row tiles per batch entry; k and
+    shift are [rows, 1] columns (`bmode=col`, a channel per row) or [1, cols] rows (`bmode=row`)."""
+    em = ctx.emitter
+    out2 = em.view(ctx.output_buffer(op.output), (batches * rows_total, cols_total))
+    x2 = em.view(ctx.buffer(op.input), (batches * rows_total, cols_total))
+    scale, shifts = ctx.weight("bn.scale", k.copy(), f32), ctx.weight("bn.shift", shift.copy(), f32)
     name = ctx.kernel_name()
     override = ctx.override(name, 1)
-    choice = tiling_cost.choose_rows(ctx.hw, channels, pixels, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
-                                     override=(override[0] if override else None),
-                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, scale/shift x2
+    choice = tiling_cost.choose_rows(ctx.hw, rows_total, cols_total, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
+                                     override=(override[0] if override else None),  # x x2, scale/shift x2:
+                                     footprint=lambda tr, tc: tr * tc * 8 + 2 * (tr if per_row else tc) * 8)
     ctx.predict(choice.cycles)
-    ctx.debug(tiling_cost.describe_rows(name, "batch_norm", "x".join(map(str, out_shape)), choice))
+    ctx.debug(tiling_cost.describe_rows(name, "batch_norm", "x".join(map(str, shape_of(op.output))), choice))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
-    scale_tile = em.alloc((choice.rows, 1), f32, "spad", 2)
-    shift_tile = em.alloc((choice.rows, 1), f32, "spad", 2)
+    param_shape = (choice.rows, 1) if per_row else (1, choice.cols)
+    scale_tile, shift_tile = em.alloc(param_shape, f32, "spad", 2), em.alloc(param_shape, f32, "spad", 2)
     z = [0, 0]
 
     def body(b: Index, r0: Index, rows: int, c0: Index, cols: int) -> None:
-        row = em.add(em.mul(b, channels), r0)
+        row = em.add(em.mul(b, rows_total), r0)
         em.dma(x2, [row, c0], x_tile, z, [rows, cols])
-        em.dma(scale_col, [r0, 0], scale_tile, z, [rows, 1])
-        em.dma(shift_col, [r0, 0], shift_tile, z, [rows, 1])
-        em.vec("mul", x_tile, z, x_tile, z, rows, cols, scale_tile, z, bmode="col")
-        em.vec("add", x_tile, z, x_tile, z, rows, cols, shift_tile, z, bmode="col")
+        at, box = ([r0, 0], [rows, 1]) if per_row else ([0, c0], [1, cols])
+        em.dma(scale, at, scale_tile, z, box)
+        em.dma(shifts, at, shift_tile, z, box)
+        mode = "col" if per_row else "row"
+        em.vec("mul", x_tile, z, x_tile, z, rows, cols, scale_tile, z, bmode=mode)
+        em.vec("add", x_tile, z, x_tile, z, rows, cols, shift_tile, z, bmode=mode)
         em.dma(x_tile, z, out2, [row, c0], [rows, cols])
 
-    em.range(batches, lambda b: em.tiles(channels, choice.rows, lambda r0, rows: em.tiles(
-        pixels, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
-
-
-def _batch_norm_rows(ctx: LoweringContext, op: Operation, k: np.ndarray, shift: np.ndarray, rows_total: int,
-                     channels: int) -> None:
-    """y = x * k + shift on [N, C] in row tiles, k and shift [1, C] row vectors (one tile of
-    each sample's C features instead of a [C, 1] column tile per sample: a loop of DRAM
-    round trips)."""
-    em = ctx.emitter
-    out2 = em.view(ctx.output_buffer(op.output), (rows_total, channels))
-    x2 = em.view(ctx.buffer(op.input), (rows_total, channels))
-    scale_row, shift_row = ctx.weight("bn.scale", k.copy(), f32), ctx.weight("bn.shift", shift.copy(), f32)
-    name = ctx.kernel_name()
-    override = ctx.override(name, 1)
-    choice = tiling_cost.choose_rows(ctx.hw, rows_total, channels, bytes_in=4, bytes_out=4, vec_cost=2, live_tiles=3,
-                                     override=(override[0] if override else None),
-                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tcn * 8)  # x x2, scale/shift x2
-    ctx.predict(choice.cycles)
-    ctx.debug(tiling_cost.describe_rows(name, "batch_norm", f"{rows_total}x{channels}", choice))
-    x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2)
-    scale_tile = em.alloc((1, choice.cols), f32, "spad", 2)
-    shift_tile = em.alloc((1, choice.cols), f32, "spad", 2)
-    z = [0, 0]
-
-    def body(r0: Index, rows: int, c0: Index, cols: int) -> None:
-        em.dma(x2, [r0, c0], x_tile, z, [rows, cols])
-        em.dma(scale_row, [0, c0], scale_tile, z, [1, cols])
-        em.dma(shift_row, [0, c0], shift_tile, z, [1, cols])
-        em.vec("mul", x_tile, z, x_tile, z, rows, cols, scale_tile, z, bmode="row")
-        em.vec("add", x_tile, z, x_tile, z, rows, cols, shift_tile, z, bmode="row")
-        em.dma(x_tile, z, out2, [r0, c0], [rows, cols])
-
-    em.tiles(rows_total, choice.rows, lambda r0, rows: em.tiles(channels, choice.cols, lambda c0, cols: body(r0, rows, c0, cols)))
+    em.range(batches, lambda b: em.tiles(rows_total, choice.rows, lambda r0, rows: em.tiles(
+        cols_total, choice.cols, lambda c0, cols: body(b, r0, rows, c0, cols))))
 
 
 def prologue_params(ctx: LoweringContext, norm: g.RmsNormOp, M: int, K: int) -> tuple[SSAValue, SSAValue]:
