@@ -116,7 +116,11 @@ class WindowLoader:
 
     Channel-major windows are [TC, Lw] (a channel's plane rows end to end), pixel-major ones
     [Lw, TC]; `windows[plane]` lists one buffer per element type in `targets`. An odd input
-    width with a stride loads the column phase by a DMA with element steps instead (slow)."""
+    width with a column stride: a channel-major window's staging rows are widened to a multiple
+    of the stride (`widened`: whole input rows land in them, the columns past the input hold the
+    border value and no phase reads them), a pixel-major one loads the column phase by a DMA with
+    element steps (slow: one element per burst; EfficientNet's 7x7 stride-2 depthwise convs on
+    server were a DMA per channel, 26.9 K cycles)."""
 
     def __init__(self, ctx: LoweringContext, p: Planes, src: SSAValue, C: int, TC: int, TOH: int, *,
                  pixel_major: bool, targets: Sequence[Attribute], border: float, buffers: int = 2,
@@ -143,7 +147,10 @@ class WindowLoader:
         self.even = W % sw == 0
         self.nw = -(-W // sw)  # plane columns holding data (at most)
         self.split = len(targets) == 2  # hi and lo (fp32 emulation)
-        width = W if self.even else self.nw
+        # an odd width's channel-major staging rows widened to nw.sw: whole rows, then the
+        # column phases gathered on the vector unit as for an even width
+        self.widened = not self.even and sw > 1 and not pixel_major and kept is None
+        width = W if self.even else self.nw * sw if self.widened else self.nw
         self.in_place = loads_in_place(p, pixel_major, len(targets) == 1 and targets[0] == self.src_elem)
         # a kept input of an unpadded stride-1 channel-major window in another element type (the
         # f32 residual trunk for bf16 windows): its rows are rounded into the window straight
@@ -155,7 +162,7 @@ class WindowLoader:
             self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
                             for rp in sorted({rp for rp, _ in p.phases})}
         gather_elem = f32 if self.split or element_type_name(targets[0]) == "f32" else targets[0]
-        self.needs_gather = pixel_major or (sw > 1 and self.even)
+        self.needs_gather = pixel_major or (sw > 1 and (self.even or self.widened))
         self.gathered = None
         if self.needs_gather:
             shape = (self.RQ * self.nw, TC) if pixel_major else (TC, self.RQ * self.nw)
@@ -188,9 +195,11 @@ class WindowLoader:
                 staged = em.view(staging, (_shape(staging)[0], self.RQ * width))
                 em.vec("copy", staged, [0, top * width], self.kept, [first_row, em.mul(src_row, p.W)], tc,
                        rows * p.W)
-            elif rows > 0 and self.even:
+            elif rows > 0 and (self.even or self.widened):
                 em.dma(self.src, [first_row, src_row, 0], staging, [0, top, 0], [tc, rows, p.W],
                        [1, sh, 1] if sh > 1 else None)
+            if self.widened:  # the columns past the input: the border (no phase takes them)
+                em.fill(em.view(staging, (self.TC * self.RQ, width)), [0, p.W], tc * self.RQ, width - p.W, self.border)
             flat = em.view(staging, (self.TC, self.RQ * width))
             if top:
                 em.fill(flat, [0, 0], tc, top * width, self.border)
@@ -200,7 +209,7 @@ class WindowLoader:
                 continue
             for cp in [c for r, c in p.phases if r == rp]:
                 wc = (cp - p.pads[1]) % sw
-                if not self.even and rows > 0:
+                if not self.even and not self.widened and rows > 0:
                     nw = len(range(wc, p.W, sw))
                     em.dma(self.src, [first_row, src_row, wc], staging, [0, top, 0], [tc, rows, nw], [1, sh, sw])
                 self._plane(p.phases.index((rp, cp)), staging, wc, rq, tc)
@@ -238,7 +247,9 @@ class WindowLoader:
         if self.gathered is not None:  # the column phase: every sw-th element of the rows
             groups = em.view(staging, (self.TC * self.RQ * width // sw, sw))
             gathered = em.view(self.gathered, (self.TC * self.RQ * self.nw, 1))
-            em.vec("copy", gathered, [0, 0], groups, [0, wc], tc * self.RQ * nw, 1)
+            # (all nw groups of each row: a widened odd width's narrower phase takes its first
+            # nw below, the rows keep their pitch)
+            em.vec("copy", gathered, [0, 0], groups, [0, wc], tc * self.RQ * self.nw, 1)
             src, pitch = em.view(self.gathered, (self.TC * self.RQ, self.nw)), self.nw
         else:
             src, pitch = em.view(staging, (self.TC * self.RQ, width)), width

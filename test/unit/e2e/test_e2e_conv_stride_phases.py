@@ -49,3 +49,36 @@ def test_strided_conv_with_uneven_phases(tmp_path, target, stride, H, W):
     result = infer.compile(model, target=target, precision="fp32").run({"x": x})
     got = next(iter(result.values())) if isinstance(result, dict) else result[0]
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * float(np.abs(expected).max()))
+
+
+def _window_model(path, node, C, H, W, inits=()):
+    import onnx
+
+    graph = helper.make_graph([node], "windows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, 5, 4])], list(inits))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("target", ["edge", "server"])
+@pytest.mark.parametrize("kind", ["depthwise", "max_pool"])
+def test_odd_width_windows_load_whole_rows(tmp_path, target, kind):
+    """A stride-2 window over an odd width (EfficientNet's 7x7 -> 4x4 depthwise convs): whole
+    input rows land in staging rows widened to an even width and the column phases are gathered
+    on the vector unit; the widened column holds the border. It had loaded each column phase
+    with a DMA of one element per burst, one DMA per channel (192 on server: 26.9 K cycles)."""
+    C, H, W = 96, 9, 7
+    rng = np.random.default_rng(0)
+    if kind == "depthwise":
+        w = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1], group=C, kernel_shape=[3, 3])
+        model = _window_model(tmp_path / "m.onnx", node, C, H, W, [numpy_helper.from_array(w, "w")])
+    else:
+        node = helper.make_node("MaxPool", ["x"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+        model = _window_model(tmp_path / "m.onnx", node, C, H, W)
+    x = rng.standard_normal((1, C, H, W)).astype(np.float32) - 3.0  # (max pool: all negative, the border is -inf)
+    (expected,) = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    exe = infer.compile(model, target=target, precision="fp32")
+    (got,) = exe.run([x], check_races=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * float(np.abs(expected).max()))
+    assert exe.program.to_asm().count("dma.load") < C // 4
