@@ -1,7 +1,7 @@
 """torch.export handlers for the ops transformers' grouped mixture-of-experts layers export
 (`grouped_mm_experts_forward`, the default experts of Mixtral, Qwen2-MoE and the other
 `ExpertsInterface` models): `aten.histc` (tokens per expert), `aten.index_put` (the inverse of
-the sort permutation) and the grouped product (`aten._grouped_mm`, or transformers' own
+the sort permutation; also a boolean mask's `x[mask] = v`, a `where`) and the grouped product (`aten._grouped_mm`, or transformers' own
 `transformers::grouped_mm_fallback` on CPU).
 
 The grouped product is data dependent: rows `offs[e-1] .. offs[e]` (the tokens routed to
@@ -73,6 +73,8 @@ def _index_put(imp: Importer, node, args, kwargs):
     x = imp.value(args[0])
     xs = shape_of(x)
     k = len(indices)
+    if any(numpy_dtype_of(imp.value(i)) == np.bool_ for i in indices):
+        return _masked_put(imp, x, indices, args[2], accumulate)
     index_values = [imp.b.cast(imp.value(i), np.dtype(np.int64)) for i in indices]
     ish = list(torch.broadcast_shapes(*(tuple(shape_of(i)) for i in index_values)))
     tuples = imp.b.op(g.ConcatOp, [imp.b.reshape(imp.b.broadcast(i, ish), [*ish, 1]) for i in index_values],
@@ -83,6 +85,26 @@ def _index_put(imp: Importer, node, args, kwargs):
         return scatter_nd(imp.b, x, tuples, updates, "add" if accumulate else "none")
     except IndexingProblem as e:
         raise Unsupported(str(e)) from None
+
+
+def _masked_put(imp: Importer, x: SSAValue, indices: list, values, accumulate: bool) -> SSAValue:
+    """x[mask] = v (accumulate: +=) with one boolean mask over x's leading dims and one value
+    (`y[y < 0] = 0.5`): where(mask, v, x). A mask's positions take as many values as it has
+    true elements, a count known only at run time: other values are refused."""
+    xs = shape_of(x)
+    mask = imp.value(indices[0])
+    ms = shape_of(mask)
+    if len(indices) != 1 or tuple(xs[:len(ms)]) != tuple(ms):
+        raise Unsupported("index_put with a boolean mask other than one mask over the data's leading dims")
+    v = imp.operand(values, numpy_dtype_of(x))
+    if math.prod(shape_of(v)) != 1:
+        raise Unsupported("index_put of a boolean mask with more than one value (as many as the mask selects: "
+                          "a count known only at run time)")
+    v = imp.b.reshape(v, [])
+    condition = imp.b.reshape(mask, [*ms, *([1] * (len(xs) - len(ms)))])
+    if accumulate:
+        return imp.b.op(g.AddOp, [x, imp.b.op(g.WhereOp, [condition, v, imp.b.scalar(0, x)])])
+    return imp.b.op(g.WhereOp, [condition, v, x])
 
 
 def _grouped_product(imp: Importer, x, weight, offs) -> SSAValue:

@@ -616,3 +616,32 @@ def test_native_grouped_mm():
     got = run_module(import_torch(m, (x, counts)), [x.numpy(), counts.numpy()])[0]
     np.testing.assert_array_equal(got[:5], want[:5])
     np.testing.assert_array_equal(got[5], np.zeros(8, np.float32))
+
+
+class _MaskedPut(torch.nn.Module):
+    def forward(self, x, m):
+        y = x.clone()
+        y[y < 0] = 0.5  # a mask of every dim
+        z = x.clone().index_put_((m,), torch.tensor(2.0), accumulate=True)  # a mask of the leading dim
+        return y, z
+
+
+def test_index_put_of_a_boolean_mask():
+    """x[mask] = v is an index_put with a bool index: where(mask, v, x), not positions 0 and 1."""
+    x, m = torch.randn(4, 3, generator=torch.Generator().manual_seed(2)), torch.tensor([True, False, True, True])
+    mod = _MaskedPut().eval()
+    want = [r.numpy() for r in mod(x, m)]
+    got = run_module(import_torch(mod, (x, m)), [x.numpy(), m.numpy()])
+    for o, r in zip(got, want, strict=True):
+        np.testing.assert_array_equal(o, r)
+
+
+def test_index_put_of_a_mask_with_many_values_is_one_error():
+    class M(torch.nn.Module):
+        def forward(self, x, m):
+            y = x.clone()
+            y[m] = torch.arange(2.0)
+            return y
+
+    with pytest.raises(ModelImportError, match="as many as the mask selects"):
+        import_torch(M(), (torch.randn(4), torch.tensor([True, False, True, False])))
