@@ -7,12 +7,12 @@ per output channel (W's dim 0). The same holds for `linear` followed by a
 BatchNorm1d over its features (a rank-2 `[N, out]` result, so batch norm's
 channel dim 1 is the linear's output feature), also through a reshape that only
 merges the linear's leading dims (`[B, T, out] -> [B.T, out]`: LeViT's
-`batch_norm(linear(x).flatten(0, 1))`), which then reshapes the folded linear. The folded weight and bias are
-computed in float64, rounded once to the weight's element type and added to
-the module's weight store (`weights_of(module).add`, names derived from the
-original weight: `conv.weight` -> `conv.weight.bn_folded` and
-`conv.bias.bn_folded`); they are written
-out with the module like constant-folded weights.
+`batch_norm(linear(x).flatten(0, 1))`), which then reshapes the folded linear.
+The folded weight and bias are computed in float64, rounded once to the
+weight's element type and added to the module's weight store
+(`weights_of(module).add`, names derived from the original weight:
+`conv.weight` -> `conv.weight.bn_folded` and `conv.bias.bn_folded`); they are
+written out with the module like constant-folded weights.
 
 Folded only when every operand that changes is known at compile time: W, b (if
 any) and the four batch norm parameters are `graph.constant` or `graph.weight`
