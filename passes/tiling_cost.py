@@ -835,11 +835,25 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
                                         shared=nO if single and T.outer == "rows" else 1,
                                         window_instrs=window_instrs_run, overlap=overlap, late=late,
                                         prepared_ahead=window_prepared_ahead(hw, s, T),
+                                        apart=staged_rows_apart(hw, s, T),
                                         single_acc=_tiles_per_iteration(T, nO, nR) if T.single_acc else None))
     if whole:  # each later output tile's block waits for the tile before's last matmul, then its round trip
         cycles += int((images * nO - 1) * dma_round_trip(hw, weight_b))
     return ConvEstimate(T, cycles + helper, int(matrix), memory, int(vector), frontend, spad, acc, feasible,
                         code.instructions, code.unrolled, helper)
+
+
+def staged_rows_apart(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
+    """Whether `_conv_schedule` counts the double buffers' recurrences side by side: the staged
+    f32 rows of a prepared-ahead row loop (`window_prepared_ahead`) of one output tile per row
+    tile, freed by the copy that builds the window, and its output buffer, freed by the store
+    whatever the accumulator's turn. Only where measured: with epilogue operand tiles (a
+    residual's loads), several output-channel tiles (each refills the pipeline) or bf16 rows (in
+    ResNet-50 on server, the same change predicted the 1x1 256->64 convs 5.6 K against 7.1 K
+    simulated, and picked tiles that ran slower for the 64->256) the one chain stays."""
+    nO = -(-s.Og // min(T.TO, s.Og))
+    return (window_prepared_ahead(hw, s, T) and nO == 1 and not s.epi_tiles and s.in_bytes == 4
+            and not s.input_on_chip)
 
 
 def _tiles_per_iteration(T: ConvTiles, nO: int, nR: int) -> int:
@@ -854,7 +868,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
                    frontend: float = 0, serial_tiles: int = 0,
                    first_step: tuple[float, float] | None = None, shared: int = 1,
                    window_instrs: float = 0, overlap: float = 0, late: float = 0,
-                   prepared_ahead: bool = False, single_acc: int | None = None) -> int:
+                   prepared_ahead: bool = False, single_acc: int | None = None, apart: bool = False) -> int:
     """Cycles of the conv nest as the simulator runs it (the GEMM schedule's terms, from the
     totals): per channel step a load round trip (windows and weights), the window building on
     the vector unit, the matmuls; per output tile the array's fill and drain, the epilogue and
@@ -873,7 +887,8 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     queue behind the tile before's epilogue (`window_prepared_ahead`). `single_acc`: the output
     tiles share one accumulator tile, so a tile's matmuls start after the tile before's
     epilogue has read it (`ConvTiles.single_acc`): the output tiles per iteration of the
-    hardware loop of 3 or more trips that runs them, 0 when none does (None: double-buffered)."""
+    hardware loop of 3 or more trips that runs them, 0 when none does (None: double-buffered).
+    `apart`: the double buffers' recurrences counted side by side (`staged_rows_apart`)."""
     vlat, fill, bw = hw.vector.latency, hw.matrix.fill_drain_cycles, hw.dram.bytes_per_cycle
     n = max(1, out_tiles * steps)
     ld, vec, mm = load_bytes / n, window_vector / n, matrix / n
@@ -882,8 +897,15 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         return vector - overlap + max(mm, overlap, late_bytes / bw)
 
     serial = dma_round_trip(hw, ld) + vlat + built_and_multiplied(vec)
+    # double buffers: two steps cover a load's round trip and the buffer's consumer. A window
+    # built on the vector unit frees its staged rows once built (the next load but one waits for
+    # that, not for the matmuls) and is read by the matmuls from a second pair of buffers: two
+    # recurrences side by side, not one chain (server, 1x1 64->64 at 56x56 in 8-row tiles: a
+    # step every 360 cycles simulated, 474 in the one chain)
+    pair = (max(dma_round_trip(hw, ld) + vlat + vec, vlat + built_and_multiplied(vec))
+            if vec and apart else serial)
     fe = frontend / n  # a step's instructions: dispatched one per cycle, after the front end's wait
-    step = max(ld / bw, mm, vec, fe, serial / 2 if pipelined else serial + fe)
+    step = max(ld / bw, mm, vec, fe, pair / 2 if pipelined else serial + fe)
     if pipelined and window_instrs > hw.vector.queue_depth * n:
         # a step's window building is more vector instructions than the vector queue holds
         # (the transposes of pixel-major windows): the front end waits for those beyond the
@@ -892,7 +914,14 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
         step = max(step, ld / bw + max(vec * beyond, (window_instrs / n - hw.vector.queue_depth) * TRANSPOSE_STEP))
     epi, store = tile_vector / out_tiles, store_bytes / out_tiles
     tail = fill + epi + vlat + dma_round_trip(hw, store)
-    period = max(steps * step, (steps * mm + tail) / 2, epi + store / bw)
+    # two output tiles cover the accumulator's turn (the matmuls, the drain, the epilogue that
+    # reads it) and the output buffer's (the epilogue writes it once the store of the tile
+    # before last has completed): side by side where an epilogue moves the tile out of the
+    # accumulator, else the store reads the accumulator and they are one chain
+    turn = (max(steps * mm + fill, dma_round_trip(hw, store)) + epi + vlat if epi and apart
+            else steps * mm + tail)
+    # (side by side, neither may take the DRAM's share of a tile's loads and store from it)
+    period = max(steps * step, turn / 2, epi + store / bw, (steps * ld + store) / bw if apart else 0)
     if vec and not prepared_ahead:
         # the vector unit runs in order: a tile's window building (its first step's) waits behind
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
