@@ -922,8 +922,7 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     # accumulator, else the store reads the accumulator and they are one chain
     turn = (max(steps * mm + fill, dma_round_trip(hw, store)) + epi + vlat if epi and apart
             else steps * mm + tail)
-    # (side by side, neither may take the DRAM's share of a tile's loads and store from it)
-    period = max(steps * step, turn / 2, epi + store / bw, (steps * ld + store) / bw if apart else 0)
+    period = max(steps * step, turn / 2, epi + store / bw)
     if vec and not prepared_ahead:
         # the vector unit runs in order: a tile's window building (its first step's) waits behind
         # the tile before's epilogue, which waits for that tile's last matmul to drain, and the
