@@ -22,6 +22,12 @@ row computes a junk row per channel that is never stored. Five vector ops per ti
 (two for 2x2) over the input and the output, against the phase gather's copies, the border
 fills and six maxima. Max is exact, so the output is the windows path's (and a bf16 output
 the rounding of the same maximum).
+
+Where the kernel before kept the whole input on chip (`LoweringContext.keep_on_chip`:
+ResNet-50's stem on server), the ops read that tile in place, the whole map in one pass with no
+DMA in (`lower_kept_pool`): a channel's H rows are H/2 row pairs, so the row before each pair's
+first row is the pair before's odd row for every output row but the first of each channel, and
+one small copy puts those back; its result is kept on chip in turn for the next kernels.
 """
 
 from __future__ import annotations
@@ -32,10 +38,13 @@ from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import SSAValue
 
 from infer.dialects import graph as g
+from infer.dialects import tile as t
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext
+from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext, latency_bound
+from infer.passes.graph_to_tile.conv_store import KEPT_CONV_OUTPUT_READERS
 from infer.passes.graph_to_tile.planes import Planes
+from infer.passes.graph_to_tile.windows import kept_window
 
 
 @dataclass(frozen=True)
@@ -202,3 +211,68 @@ def lower_strided_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, 
             tile(c0, tc, oh0, min(TOH, OH - oh0), False)
 
     em.tiles(s.planes, TC, rows_of_channels)
+
+
+def kept_pool_input(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool) -> SSAValue | None:
+    """A [planes, H.W] view of the input the kernel before kept whole on chip, when the pool can
+    work on it in place: its column maxima, row maxima and result (the input's element type,
+    and the output's) within a quarter of the scratchpad, on a latency-bound target, and not
+    for a model output (its kept result is for the kernels after it)."""
+    kept = kept_window(ctx, ctx.buffer(op.input), (s.planes, s.H * s.W))
+    if kept is None or not latency_bound(ctx.hw) or op.results[0] in ctx.destinations:
+        return None
+    if _kept_pool_bytes(s, t.elem_bytes(kept)) > ctx.hw.memory.scratchpad_bytes // 4:
+        return None
+    return kept
+
+
+def _kept_pool_bytes(s: StridedPool, elem_bytes: int) -> int:
+    return elem_bytes * s.planes * (s.H * s.OW + s.OH * s.OW) + s.out_bytes * s.planes * s.OH * s.OW
+
+
+def kept_pool_estimate(hw, s: StridedPool) -> int:
+    """Cycles of `lower_kept_pool`: its vector ops in a row, then the store's round trip."""
+    L, cost, vlat = hw.vector.lanes, hw.vector.cost, hw.vector.latency
+    shifted = s.k == 3
+    columns = -(-s.planes * s.H * s.OW // L) * (2 if shifted else 1) + (-(-s.planes * s.H // L) if shifted else 0)
+    rows = -(-s.planes * s.OH * s.OW // L) * (2 if shifted else 1) + (-(-s.planes * s.OW // L) if shifted else 0)
+    store = s.planes * s.OH * s.OW * s.out_bytes
+    return int((columns + rows) * cost["max"] + (6 if shifted else 2) * vlat
+               + tiling_cost.dma_round_trip(hw, store))
+
+
+def lower_kept_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, kept: SSAValue) -> None:
+    """The pool of the whole map read in place from the kept input `kept` ([planes, H.W]); one
+    store of the result, which stays on chip for the next kernels."""
+    em = ctx.emitter
+    W, OW, OH, H, n_planes = s.W, s.OW, s.OH, s.H, s.planes
+    elem = kept.type.get_element_type()  # type: ignore[attr-defined]
+    out = ctx.narrow_output_buffer(op.results[0]) if s.out_bytes == 2 else ctx.output_buffer(op.results[0])
+    with em.no_pool():
+        columns = em.alloc((n_planes * H, OW), elem, "spad")
+        pairs = em.alloc((n_planes * OH, OW), elem, "spad")
+        result = em.alloc((n_planes, OH * OW), bf16 if s.out_bytes == 2 else f32, "spad")
+    # the column maxima: each pair's two elements, then (3x3) the odd column before it, then
+    # each row's first output column again (the border before it)
+    n = n_planes * H * OW
+    pairs_in = em.view(kept, (n, 2))
+    flat = em.view(columns, (n, 1))
+    em.vec("max", flat, [0, 0], pairs_in, [0, 0], n, 1, pairs_in, [0, 1], bmode="tile")
+    if s.k == 3:
+        em.vec("max", flat, [1, 0], flat, [1, 0], n - 1, 1, pairs_in, [0, 1], bmode="tile")
+        rows_in = em.view(kept, (n_planes * H, W))
+        em.vec("max", columns, [0, 0], rows_in, [0, 0], n_planes * H, 1, rows_in, [0, 1], bmode="tile")
+    # the row maxima: each pair of rows, then (3x3) the odd row before it (the pair before's
+    # second row), then each channel's first output row again (the border above it)
+    m = n_planes * OH
+    row_pairs = em.view(columns, (m, 2 * OW))
+    result_rows = em.view(result, (m, OW))
+    if s.k == 3:
+        em.vec("max", pairs, [0, 0], row_pairs, [0, 0], m, OW, row_pairs, [0, OW], bmode="tile")
+        em.vec("max", result_rows, [1, 0], pairs, [1, 0], m - 1, OW, row_pairs, [0, OW], bmode="tile")
+        em.vec("copy", result, [0, 0], em.view(pairs, (n_planes, OH * OW)), [0, 0], n_planes, OW)
+    else:
+        em.vec("max", result_rows, [0, 0], row_pairs, [0, 0], m, OW, row_pairs, [0, OW], bmode="tile")
+    out2 = em.view(out, (n_planes, OH * OW))
+    em.dma(result, [0, 0], out2, [0, 0], [n_planes, OH * OW])
+    ctx.keep_on_chip(out2, result, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)

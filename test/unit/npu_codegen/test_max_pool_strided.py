@@ -4,18 +4,22 @@ vector ops on the staged input rows (no phase planes). The same values as the gr
 bit for bit (max is exact; the -inf border, NaN and -inf inputs included), tile interpreter =
 simulator with the race checker on, on both configs; the row tiles' loop, the first tile (the
 border above it) and the last (rows past the input) all run; a bf16 activation between convs
-pooled in bf16; other pools keep the windows path."""
+pooled in bf16; on server the conv before's output kept on chip read in place and the result
+kept for the conv after (no activation loaded back); other pools keep the windows path."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from infer.dialects import tile as t
 from infer.dialects.ir_io import make_context, parse_ir, verify_module
 from infer.passes.testing import apply_pass, run_entry
+from infer.passes.tile_to_npu.common import root_buffer
 from helpers.tile_programs import npu_matches_tile
 from xdsl.dialects import scf
+from xdsl.ir import BlockArgument
 
 CTX = make_context()
 
@@ -124,6 +128,35 @@ def test_batches_rectangles_and_remainders(target, N, C, H, W, k, pads, capsys) 
     x = awkward_input((N, C, H, W), seed=N * 100 + H)
     reference, y, log, _ = compile_and_run(rect_pool_text(N, C, H, W, k, pads), target, x, capsys)
     assert "read in place" in log
+    np.testing.assert_array_equal(y, reference)
+
+
+@pytest.mark.parametrize("k, pad", [(3, 1), (2, 0)])
+def test_kept_input_read_in_place_on_server(k, pad, capsys) -> None:
+    """Between two convs on server the conv before keeps its whole output on chip: the pool reads
+    that tile in place (no DMA in) and keeps its result for the conv after it. Both convs are
+    1x1 identities and the input bf16 values, below zero (a border taken as 0 would show), so
+    the output is the pool of the input exactly: bit for bit against the graph interpreter."""
+    C, H = 16, 32
+    OH = H // 2
+    x_t, p_t = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<1x{C}x{OH}x{OH}xf32>"
+    w_t = f"tensor<{C}x{C}x1x1xf32>"
+    eye = "[" + ", ".join("[" + ", ".join(f"[[{1.0 if i == j else 0.0}]]" for j in range(C)) + "]" for i in range(C)) + "]"
+    text = f"""func.func @main(%x: {x_t}) -> {p_t} {{
+  %w = graph.constant dense<{eye}> : {w_t}
+  %c = graph.conv2d %x, %w : ({x_t}, {w_t}) -> {x_t}
+  %p = graph.max_pool2d %c {{kernel = array<i64: {k}, {k}>, stride = array<i64: 2, 2>, padding = array<i64: {pad}, {pad}, {pad}, {pad}>}} : ({x_t}) -> {p_t}
+  %o = graph.conv2d %p, %w : ({p_t}, {w_t}) -> {p_t}
+  func.return %o : {p_t}
+}}"""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((1, C, H, H)) - 4.0).astype(ml_dtypes.bfloat16).astype(np.float32)
+    reference, y, log, module = compile_and_run(text, "server", x, capsys)
+    assert "from the kept input" in log
+    # nothing loads an activation back from DRAM: the DMAs in read the model's input and weights
+    weights = {op.buffer for op in module.walk() if isinstance(op, t.WeightOp)}
+    sources = {root_buffer(op.src) for op in module.walk() if isinstance(op, t.DmaOp) and t.space_of(op.src) == "dram"}
+    assert sources and all(src in weights or isinstance(src, BlockArgument) for src in sources), sources
     np.testing.assert_array_equal(y, reference)
 
 
