@@ -918,8 +918,8 @@ def _conv_schedule(hw: HardwareConfig, out_tiles: int, steps: int, load_bytes: f
     tail = fill + epi + vlat + dma_round_trip(hw, store)
     # two output tiles cover the accumulator's turn (the matmuls, the drain, the epilogue that
     # reads it) and the output buffer's (the epilogue writes it once the store of the tile
-    # before last has completed): side by side where an epilogue moves the tile out of the
-    # accumulator, else the store reads the accumulator and they are one chain
+    # before last has completed): side by side where measured (`apart`, with an epilogue that
+    # moves the tile out of the accumulator), else one chain as calibrated before
     turn = (max(steps * mm + fill, dma_round_trip(hw, store)) + epi + vlat if epi and apart
             else steps * mm + tail)
     period = max(steps * step, turn / 2, epi + store / bw)

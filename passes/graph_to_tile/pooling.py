@@ -39,8 +39,7 @@ from infer.passes.graph_to_tile.builder import Index
 from infer.passes.tiling_cost import dma_round_trip
 from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext
 from infer.passes.graph_to_tile.planes import Planes, prepare_estimate, prepare_planes
-from infer.passes.graph_to_tile.pooling_strided import (choose_strided_pool, kept_pool_estimate, kept_pool_input,
-                                                        lower_kept_pool, lower_strided_pool, strided_pool)
+from infer.passes.graph_to_tile.pooling_strided import lower_stride_two_pool
 from infer.passes.graph_to_tile.reductions import reduce_rows
 from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
 
@@ -268,34 +267,12 @@ def lower_max_pool_windows(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, p
     in_bytes = 2 if ctx.held_as_bf16(op.input) else 4
     out_bytes = 2 if ctx.narrows(op.results[0]) else 4
     choice = choose_pool_windows(hw, planes_count, p, in_bytes, out_bytes) if override is None else None
-    # stride-2 windows read in place by strided vector ops (pooling_strided.py)
-    strided = strided_pool(op, p, planes_count, in_bytes, out_bytes) if override is None else None
-    strided_choice = choose_strided_pool(hw, strided) if strided is not None else None
-    if choice is None and strided_choice is None:
-        return False
     planes_path = prepare_estimate(hw, planes_count, p, "f32", 1, False) + tiling_cost.choose_rows(
         hw, planes_count, p.OH * p.OW, bytes_in=4 * p.KH * p.KW, bytes_out=4, vec_cost=p.KH * p.KW + 1, live_tiles=3,
         rounds=p.KH * p.KW).cycles
-    kept = kept_pool_input(ctx, op, strided) if strided is not None else None
-    if kept is not None and strided is not None:  # (the kernel before's output, in place)
-        cycles = kept_pool_estimate(hw, strided)
-        if cycles < min(planes_path, *(c[2] for c in (choice, strided_choice) if c is not None)):
-            name = ctx.kernel_name()
-            ctx.predict(cycles)
-            ctx.debug(f"[graph-to-tile] {name}: max_pool2d {planes_count}x{p.H}x{p.W} window {p.KH}x{p.KW}/2 read "
-                      f"in place from the kept input: est {cycles} cycles (staged rows: "
-                      f"{strided_choice[2] if strided_choice is not None else '-'})")
-            lower_kept_pool(ctx, op, strided, kept)
-            return True
-    if strided is not None and strided_choice is not None and strided_choice[2] < min(
-            planes_path, choice[2] if choice is not None else planes_path):
-        TC, TOH, cycles = strided_choice
-        name = ctx.kernel_name()
-        ctx.predict(cycles)
-        ctx.debug(f"[graph-to-tile] {name}: max_pool2d {planes_count}x{p.H}x{p.W} window {p.KH}x{p.KW}/2 read in place: "
-                  f"channels x output rows per tile = {TC}x{TOH}: est {cycles} cycles (phase planes on chip: "
-                  f"{choice[2] if choice is not None else '-'}, planes in DRAM: {planes_path})")
-        lower_strided_pool(ctx, op, strided, TC, TOH)
+    # stride-2 windows read in place by strided vector ops, where faster than both (pooling_strided.py)
+    rival = min(planes_path, choice[2]) if choice is not None else planes_path
+    if override is None and lower_stride_two_pool(ctx, op, p, planes_count, in_bytes, out_bytes, rival):
         return True
     if choice is None:
         return False

@@ -213,6 +213,36 @@ def lower_strided_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, 
     em.tiles(s.planes, TC, rows_of_channels)
 
 
+def lower_stride_two_pool(ctx: LoweringContext, op: g.MaxPool2dOp, p: Planes, planes: int, in_bytes: int,
+                          out_bytes: int, rival_cycles: int) -> bool:
+    """Emit the pool by this module where it applies and the cost model predicts fewer cycles than
+    `rival_cycles` (pooling.py's paths): from the kernel before's kept input if there is one,
+    else from staged rows. False: nothing emitted."""
+    s = strided_pool(op, p, planes, in_bytes, out_bytes)
+    if s is None:
+        return False
+    staged = choose_strided_pool(ctx.hw, s)
+    kept = kept_pool_input(ctx, op, s)
+    if kept is not None and (cycles := kept_pool_estimate(ctx.hw, s)) < min(
+            rival_cycles, staged[2] if staged is not None else rival_cycles):
+        name = ctx.kernel_name()
+        ctx.predict(cycles)
+        ctx.debug(f"[graph-to-tile] {name}: max_pool2d {planes}x{p.H}x{p.W} window {p.KH}x{p.KW}/2 read "
+                  f"in place from the kept input: est {cycles} cycles (staged rows: "
+                  f"{staged[2] if staged is not None else '-'}, other paths: {rival_cycles})")
+        lower_kept_pool(ctx, op, s, kept)
+        return True
+    if staged is None or staged[2] >= rival_cycles:
+        return False
+    TC, TOH, cycles = staged
+    name = ctx.kernel_name()
+    ctx.predict(cycles)
+    ctx.debug(f"[graph-to-tile] {name}: max_pool2d {planes}x{p.H}x{p.W} window {p.KH}x{p.KW}/2 read in "
+              f"place: channels x output rows per tile = {TC}x{TOH}: est {cycles} cycles (other paths: {rival_cycles})")
+    lower_strided_pool(ctx, op, s, TC, TOH)
+    return True
+
+
 def kept_pool_input(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool) -> SSAValue | None:
     """A [planes, H.W] view of the input the kernel before kept whole on chip, when the pool can
     work on it in place: its column maxima, row maxima and result (the input's element type,
