@@ -140,6 +140,23 @@ def choose_strided_pool(hw, s: StridedPool) -> tuple[int, int, int] | None:
     return best
 
 
+def _column_maxima(em, rows_in: SSAValue, columns: SSAValue, used: int, k: int) -> None:
+    """columns[r, q] = the maximum of row r's input columns 2q and 2q + 1 (and for 3x3 2q - 1,
+    the -inf border before the first) for the first `used` rows of rows_in ([rows, W], whole
+    rows end to end) into columns ([rows, W/2]): each pair's two elements, then (3x3) the odd
+    column before each pair, over all rows at once, then each row's first output column again
+    (the row before's last odd column was taken there)."""
+    rows, W = rows_in.type.get_shape()  # type: ignore[attr-defined]
+    OW = W // 2
+    n = used * OW
+    pairs_in = em.view(rows_in, (rows * OW, 2))
+    flat = em.view(columns, (rows * OW, 1))
+    em.vec("max", flat, [0, 0], pairs_in, [0, 0], n, 1, pairs_in, [0, 1], bmode="tile")
+    if k == 3:
+        em.vec("max", flat, [1, 0], flat, [1, 0], n - 1, 1, pairs_in, [0, 1], bmode="tile")
+        em.vec("max", columns, [0, 0], rows_in, [0, 0], used, 1, rows_in, [0, 1], bmode="tile")
+
+
 def lower_strided_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, TC: int, TOH: int) -> None:
     """Emit the pool in tiles of TC channels x TOH output rows: the first row tile (the border
     above it) and the row tiles from the first one whose staged rows reach past the input on
@@ -176,16 +193,7 @@ def lower_strided_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, 
             em.fill(staged, [0, hi * W], tc, (R - hi) * W, MAX_IDENTITY)
         row0 = em.add(em.mul(oh0, 2 * W), (lo - s.above) * W)
         em.dma(x2, [c0, row0], staged, [0, lo * W], [tc, (hi - lo) * W])
-        # the column maxima: each pair's two elements, then (3x3) the odd column before it
-        n = tc * R * OW
-        pairs_in = em.view(staged, (TC * R * OW, 2))
-        flat = em.view(columns, (TC * R * OW, 1))
-        em.vec("max", flat, [0, 0], pairs_in, [0, 0], n, 1, pairs_in, [0, 1], bmode="tile")
-        if s.k == 3:
-            em.vec("max", flat, [1, 0], flat, [1, 0], n - 1, 1, pairs_in, [0, 1], bmode="tile")
-            # each row's first output column: the border before it, so its pair's maximum
-            rows_in = em.view(staged, (TC * R, W))
-            em.vec("max", columns, [0, 0], rows_in, [0, 0], tc * R, 1, rows_in, [0, 1], bmode="tile")
+        _column_maxima(em, em.view(staged, (TC * R, W)), columns, tc * R, s.k)
         # the row maxima: each pair of column-max rows, then (3x3) the even row after it
         m = tc * (R // 2)
         row_pairs = em.view(columns, (TC * (R // 2), 2 * OW))
@@ -282,16 +290,7 @@ def lower_kept_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, kep
         columns = em.alloc((n_planes * H, OW), elem, "spad")
         pairs = em.alloc((n_planes * OH, OW), elem, "spad")
         result = em.alloc((n_planes, OH * OW), bf16 if s.out_bytes == 2 else f32, "spad")
-    # the column maxima: each pair's two elements, then (3x3) the odd column before it, then
-    # each row's first output column again (the border before it)
-    n = n_planes * H * OW
-    pairs_in = em.view(kept, (n, 2))
-    flat = em.view(columns, (n, 1))
-    em.vec("max", flat, [0, 0], pairs_in, [0, 0], n, 1, pairs_in, [0, 1], bmode="tile")
-    if s.k == 3:
-        em.vec("max", flat, [1, 0], flat, [1, 0], n - 1, 1, pairs_in, [0, 1], bmode="tile")
-        rows_in = em.view(kept, (n_planes * H, W))
-        em.vec("max", columns, [0, 0], rows_in, [0, 0], n_planes * H, 1, rows_in, [0, 1], bmode="tile")
+    _column_maxima(em, em.view(kept, (n_planes * H, W)), columns, n_planes * H, s.k)
     # the row maxima: each pair of rows, then (3x3) the odd row before it (the pair before's
     # second row), then each channel's first output row again (the border above it)
     m = n_planes * OH
