@@ -69,10 +69,11 @@ def loads_in_place(p: Planes, pixel_major: bool, same_type: bool) -> bool:
 
 
 def copies_kept_rows(p: Planes, N: int) -> bool:
-    """Can a `WindowLoader` copy this input's rows from a kept tile (its `kept`): one image,
-    stride-1 rows, and a width the column stride divides (whole rows land in the staging tile,
-    where a narrower column phase of an odd width is DMA'd with element steps instead)."""
-    return N == 1 and p.stride[0] == 1 and p.W % p.stride[1] == 0
+    """Can a `WindowLoader` copy this input's rows from a kept tile (its `kept`): one image and
+    a width the column stride divides (whole rows land in the staging tile, where a narrower
+    column phase of an odd width is DMA'd with element steps instead). Stride-1 rows are one
+    copy per step; a row stride's phases one copy per window row (`WindowLoader.load`)."""
+    return N == 1 and p.W % p.stride[1] == 0
 
 
 def kept_window(ctx: LoweringContext, buffer: SSAValue, shape: tuple[int, int]) -> SSAValue | None:
@@ -191,10 +192,15 @@ class WindowLoader:
             width = _shape(staging)[2]
             src_row = em.add(em.mul(em.add(oh0, top), sh), rp - p.pads[0])
             if rows > 0 and self.kept is not None:
-                assert sh == 1 and self.even
+                assert self.even
                 staged = em.view(staging, (_shape(staging)[0], self.RQ * width))
-                em.vec("copy", staged, [0, top * width], self.kept, [first_row, em.mul(src_row, p.W)], tc,
-                       rows * p.W)
+                if sh == 1:  # the rows are one run per channel in both
+                    em.vec("copy", staged, [0, top * width], self.kept, [first_row, em.mul(src_row, p.W)], tc,
+                           rows * p.W)
+                else:  # this phase's rows are every sh-th input row: one copy per window row
+                    em.range(rows, lambda i: em.vec(
+                        "copy", staged, [0, em.mul(em.add(i, top), width)], self.kept,
+                        [first_row, em.mul(em.add(src_row, em.mul(i, sh)), p.W)], tc, p.W))
             elif rows > 0 and (self.even or self.widened):
                 em.dma(self.src, [first_row, src_row, 0], staging, [0, top, 0], [tc, rows, p.W],
                        [1, sh, 1] if sh > 1 else None)

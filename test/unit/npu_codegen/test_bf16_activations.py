@@ -167,8 +167,11 @@ def test_conv_activations_feeding_convs_are_bf16_with_the_same_bits(monkeypatch,
     y_f32, cycles_f32, moved_f32, dram_f32 = compile_bottleneck(stride, target)
     assert not any(b in dram_f32 for b in inner), dram_f32
     assert y.tobytes() == y_f32.tobytes()
-    # the two inner activations written (and read at least once) at half their bytes
-    assert moved_f32 - moved >= (WIDTH * HW * HW + WIDTH * out * out) * 2 * 2, (moved, moved_f32)
+    # the two inner activations written (and, on edge, read at least once) at half their bytes;
+    # on server the convs after them read them on chip, f32 or bf16 (conv outputs kept whole,
+    # the 3x3/2's rows copied from the kept tile since the forty-sixth session)
+    accesses = 2 if target == "edge" else 1
+    assert moved_f32 - moved >= (WIDTH * HW * HW + WIDTH * out * out) * 2 * accesses, (moved, moved_f32)
     if target == "edge":  # (DRAM bandwidth bounds its kernels)
         assert cycles < cycles_f32, (cycles, cycles_f32)
     else:

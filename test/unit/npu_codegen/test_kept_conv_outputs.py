@@ -132,23 +132,24 @@ def test_kernels_up_to_the_last_reader_leave_room_for_a_kept_output(monkeypatch)
     assert sized == [capacity, capacity - kept, capacity - 2 * kept, capacity - 2 * kept]
 
 
-def column_strided_after_pointwise(C: int, HW: int) -> tuple[str, dict[str, np.ndarray]]:
-    """x [1, C, HW, HW] -> 1x1 conv -> relu -> 3x3 conv, stride (1, 2), padding 1; (IR text,
-    weights)."""
-    OW = (HW + 1) // 2
-    x, w0, w1 = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<{C}x{C}x1x1xf32>", f"tensor<{C}x{C}x3x3xf32>"
-    y = f"tensor<1x{C}x{HW}x{OW}xf32>"
+def strided_after_pointwise(C: int, HW: int, k: int = 3, stride: tuple[int, int] = (1, 2), pad: int = 1,
+                            groups: int = 1) -> tuple[str, dict[str, np.ndarray]]:
+    """x [1, C, HW, HW] -> 1x1 conv -> relu -> kxk conv of `stride`, padding `pad`, `groups`
+    (C: depthwise); (IR text, weights)."""
+    OH, OW = ((HW + 2 * pad - k) // s + 1 for s in stride)
+    x, w0, w1 = f"tensor<1x{C}x{HW}x{HW}xf32>", f"tensor<{C}x{C}x1x1xf32>", f"tensor<{C}x{C // groups}x{k}x{k}xf32>"
+    y = f"tensor<1x{C}x{OH}x{OW}xf32>"
     text = f"""func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
   %w0 = graph.weight @w0 : {w0}
   %c0 = graph.conv2d %x, %w0 : ({x}, {w0}) -> {x}
   %r0 = graph.relu %c0 : ({x}) -> {x}
   %w1 = graph.weight @w1 : {w1}
-  %c1 = graph.conv2d %r0, %w1 {{stride = array<i64: 1, 2>, padding = array<i64: 1, 1, 1, 1>}} : ({x}, {w1}) -> {y}
+  %c1 = graph.conv2d %r0, %w1 {{stride = array<i64: {stride[0]}, {stride[1]}>, padding = array<i64: {pad}, {pad}, {pad}, {pad}>, groups = {groups} : i64}} : ({x}, {w1}) -> {y}
   func.return %c1 : {y}
 }}"""
     rng = np.random.default_rng(2)
     return text, {"w0": (rng.standard_normal((C, C, 1, 1)) * 0.2).astype(np.float32),
-                  "w1": (rng.standard_normal((C, C, 3, 3)) * 0.05).astype(np.float32)}
+                  "w1": (rng.standard_normal((C, C // groups, k, k)) * 0.05).astype(np.float32)}
 
 
 @pytest.mark.parametrize("HW, reloads", [(16, 0), (15, 1)], ids=["even-width", "odd-width"])
@@ -158,9 +159,30 @@ def test_column_strided_conv_after_a_kept_output(HW, reloads):
     DMA'd with element steps, so its input is loaded from DRAM (a kept tile would not do: this
     compiled into an assertion before `windows.copies_kept_rows`). Tile interpreter = simulator,
     close to the graph interpreter."""
-    text, weights = column_strided_after_pointwise(32, HW)
+    text, weights = strided_after_pointwise(32, HW)
     _, _, found = compile_and_run(text, weights, "server", "bf16", image(32, HW))
     assert (found == 0) if reloads == 0 else (found >= 1)
+
+
+@pytest.mark.parametrize("C, HW, k, pad, groups, overrides", [
+    (64, 14, 3, 1, 1, ""),  # ResNet-50's 3x3/2 (here 64 channels at 14x14)
+    (48, 16, 3, 1, 1, "kernel1=48x16x32"),  # a remainder channel step, a loop of row tiles
+    (64, 14, 1, 0, 1, ""),  # a 1x1/2 downsampling conv: one row phase
+    (32, 12, 5, 2, 1, "kernel1=32x12x32"),  # row tiles whose windows reach into the padding
+    (32, 14, 3, 1, 32, ""),  # depthwise 3x3/2 on the vector unit (depthwise.py)
+], ids=["3x3", "3x3-row-tiles", "1x1", "5x5-row-tiles", "depthwise"])
+def test_row_strided_conv_copies_its_rows_from_a_kept_output(monkeypatch, C, HW, k, pad, groups, overrides):
+    """A conv of stride 2 after a one-tile 1x1 conv (server): each row phase's staging rows are
+    copied from the kept output, one vector copy per window row (every second input row), so
+    nothing is loaded back from DRAM; with the kept outputs off the same bits, more cycles.
+    Tile interpreter = simulator with the race checker on, close to the graph interpreter."""
+    from infer.passes import tiling_cost
+
+    if overrides:  # (windows built on chip: planes prepared in DRAM would read the DRAM copy)
+        monkeypatch.setattr(tiling_cost, "_padding_choices", lambda s: (True,))
+    text, weights = strided_after_pointwise(C, HW, k, (2, 2), pad, groups)
+    kept_against_off(monkeypatch, text, weights, image(C, HW), conv_store, "KEPT_CONV_OUTPUT_READERS", 0,
+                     overrides=overrides)
 
 
 def test_convs_read_only_kept_tiles_charged_to_the_kernels_before_them(monkeypatch):
