@@ -484,6 +484,8 @@ class ConvSpec:
     # the float kernel's bias (one of `epi_cost`'s passes), which the "channels" orientation's
     # transposition back adds instead (graph_to_tile/conv.py `bias_in_transpose`): no pass of its own there
     bias_in_transpose: bool = False
+    # ... and which an im2col operand with spare depth adds in its matmuls (`im2col_bias_rows`)
+    bias_in_im2col: bool = False
     in_bytes: int = 4  # bytes per input element in DRAM
     # per stride-phase plane, the trips of its two tap loops (conv.py `over_taps`): 3x3 -> ((3, 3),)
     tap_nests: tuple[tuple[int, int], ...] = ()
@@ -609,6 +611,23 @@ TRANSPOSE_STEP = 3
 # at most (10 grew fp32 ResNet-50's edge program by 1.3 k instructions, past 50 k).
 MAX_IM2COL_CHUNKS = 10
 MAX_IM2COL_CHUNKS_SPLIT = 8
+
+
+#: rows of ones an im2col operand may carry for its bias (`im2col_bias_rows`): the bias in three
+#: bf16 parts (each the rounding of what the parts before leave), exact to fp32's 24 bits
+IM2COL_BIAS_ROWS = 3
+
+
+def im2col_bias_rows(has_bias: bool, taps: int, tc: int, Cg: int, rows: int, orientation: str) -> int:
+    """Rows of ones appended to an im2col operand's depth, against weight columns holding the
+    bias parts, so the matmuls add the bias and the epilogue has no bias pass (graph_to_tile/
+    conv.py `ConvKernel.bias_rows`): the whole bias pass over the output tile had run after the
+    last matmul (the server stem: 1.6 K cycles on the vector unit). Where they fit in the depth's
+    spare rows (no extra chunk, so no extra matmuls), in the "pixels" orientation (the operand's
+    rows are its depth), with one channel step and a float bias (`has_bias`)."""
+    spare = -(taps * tc) % rows
+    return IM2COL_BIAS_ROWS if (has_bias and orientation == "pixels" and tc >= Cg
+                                and spare >= IM2COL_BIAS_ROWS) else 0
 
 
 def chunked_im2col(taps: int, tc: int, rows: int, copies: int = 1) -> bool:
@@ -777,6 +796,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # 1x1/2 convs at the 56 -> 28 transition +1.7 K and +4.4 K cycles; edge's 1x1 64->256 at
     # 56x56 in one-step 16-channel tiles 266 K -> 322-570 K each: 21.47 M -> 21.73 M)
     epi_cost = s.epi_cost - (1 if channels and s.bias_in_transpose and s.stride == 1 and not single else 0)
+    if T.im2col and im2col_bias_rows(s.bias_in_im2col, s.taps, TC, s.Cg, R, T.orientation):
+        epi_cost -= 1  # (the matmuls add the bias)
     vector = window_vector + out_tiles * per_tile * (epi_cost + fill)
     vec_instrs = window_instrs_run + out_tiles * (epi_cost + 1 + fill)
     if channels:

@@ -100,13 +100,28 @@ def plane_tap_grid(p: Planes, KH: int, KW: int, plane: int) -> tuple[list[int], 
     return khs, kws
 
 
-def im2col_chunks(taps: int, tc: int, rows: int) -> list[tuple[int, int, int, int]]:
-    """The im2col depth taps.tc in chunks of at most `rows` (the array's depth), the partial
-    one first (its matmuls cost what a full chunk's do, and it needs the fewest tap copies
-    before the array starts): (k0, k, first tap, end tap) per chunk, the taps whose rows
-    [t.tc, (t+1).tc) reach into it (copied with the first chunk they reach). One chunk: the
-    im2col is built whole (conv.py `products`)."""
-    depth = taps * tc
+def bias_parts(bias: np.ndarray, parts: int) -> np.ndarray:
+    """[O, parts] f32 columns of bf16 values summing to the bias (each the bf16 rounding of what
+    the ones before leave): against `parts` rows of ones in an im2col operand, the matmul adds
+    the bias to fp32's precision (`ConvKernel.bias_rows`); bf16 values, so the fp32
+    emulation's lo parts of them are zero."""
+    import ml_dtypes
+
+    out = np.zeros((bias.shape[0], parts), np.float32)
+    rest = bias.astype(np.float32)
+    for j in range(parts):
+        out[:, j] = rest.astype(ml_dtypes.bfloat16).astype(np.float32)
+        rest = (rest - out[:, j]).astype(np.float32)
+    return out
+
+
+def im2col_chunks(taps: int, tc: int, rows: int, extra: int = 0) -> list[tuple[int, int, int, int]]:
+    """The im2col depth taps.tc (+ `extra` rows after the taps: the bias rows) in chunks of at
+    most `rows` (the array's depth), the partial one first (its matmuls cost what a full chunk's
+    do, and it needs the fewest tap copies before the array starts): (k0, k, first tap, end tap)
+    per chunk, the taps whose rows [t.tc, (t+1).tc) reach into it (copied with the first chunk
+    they reach). One chunk: the im2col is built whole (conv.py `products`)."""
+    depth = taps * tc + extra
     first = depth % rows or rows
     bounds = [0] + list(range(first, depth + 1, rows))
     chunks, copied = [], 0
@@ -164,6 +179,8 @@ class ConvFootprint:
     vectors: int  # bytes of the channel vectors (biases, scales)
     epilogue_bytes: Callable[[int, int], int]
     narrow_out: bool = False  # the output tile copied to a compact bf16 tile before its store
+    bias: bool = False  # a float bias an im2col operand may carry (tiling_cost.im2col_bias_rows)
+    array_rows: int = 0  # the matrix unit's depth
 
     def __call__(self, orientation: str, to: int, toh: int, tc: int, outer: str, im2col: bool,
                  prepared: bool, whole: bool = False, single_acc: bool = False) -> tuple[int, int]:
@@ -196,7 +213,9 @@ class ConvFootprint:
                     spad += wb * rq * nw * tc * (operand if copies == 1 else 4)  # gathered tile
             spad += wb * P * tc * lw * operand * copies  # the windows (bf16 hi(/lo), or int8)
             if im2col:
-                spad += wb * self.KH * self.KW * tc * tq * operand * copies
+                depth = self.KH * self.KW * tc + tiling_cost.im2col_bias_rows(self.bias, self.KH * self.KW, tc, Cg,
+                                                                               self.array_rows, orientation)
+                spad += wb * depth * tq * operand * copies
             if orientation == "channels":
                 spad += ab * to * tq * 4  # the accumulator transposed back
             if not (single and outer == "o") and not whole:
@@ -242,7 +261,8 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
     narrow_out = integer is None and ctx.narrows(result)
     footprint = ConvFootprint(p, O, Cg, KH, KW, groups, operand=2 if integer is None else 1, copies=copies,
                               staged=1 if integer is not None else 2 if narrow_in else 4, vectors=vectors,
-                              epilogue_bytes=epilogue_bytes, narrow_out=narrow_out)
+                              epilogue_bytes=epilogue_bytes, narrow_out=narrow_out,
+                              bias=integer is None and has_bias and groups == 1, array_rows=ctx.hw.matrix.rows)
     produced = {r for e in epilogue for r in e.results}
     # per plane, the trips of its tap loops: the code-size rule's input (passes/tiling_code.py)
     tap_nests = tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P))
@@ -258,7 +278,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
         copies=copies, passes=ctx.matmul_passes,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0) + (1 if narrow_out else 0),
-        bias_in_transpose=has_bias,
+        bias_in_transpose=has_bias, bias_in_im2col=has_bias and groups == 1,
         in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
@@ -390,7 +410,13 @@ class ConvKernel:
         # tiles emitted on their own (the edge row tiles) have their own buffers, single-buffered
         # and shared among them; the looped tiles' buffers rotate on their loop
         self._sets: dict[bool, _Buffers] = {}
-        self.packs = self._pack_weights(w)
+        # rows of ones at the end of an im2col operand's depth whose weight columns hold the bias
+        # in three bf16 parts: the matmuls add it, the epilogue has no bias pass
+        bias = ctx.constant(op.bias) if self.bias_in_im2col and op.bias is not None and self.groups == 1 else None
+        self.bias_rows = (tiling_cost.im2col_bias_rows(True, len(self.taps), TC, Cg, ctx.hw.matrix.rows,
+                                                       tiles.orientation)
+                          if bias is not None and tiles.im2col else 0)
+        self.packs = self._pack_weights(w, None if bias is None else np.asarray(bias, np.float32))
         # the whole packed weight prefetched across the kernel boundary where it fits beside the
         # kernel before's buffers and this kernel's (`footprint`: the cost model's, its weight
         # blocks included): DMAd first and read in place (`weight_at`); no weight block DMAs in
@@ -443,6 +469,9 @@ class ConvKernel:
     #: the float kernel adds its f32 bias in the transposition back from "channels" (`finish`)
     bias_in_transpose = True
 
+    #: ... or in the matmuls of an im2col operand with spare depth (`bias_rows`)
+    bias_in_im2col = True
+
     #: the int8 kernel stores its own way (integer_conv.py)
     stores_deferrable = True
 
@@ -463,7 +492,7 @@ class ConvKernel:
         """The bias (unless the transposition added it) and the fused elementwise ops on the
         [to, tq] accumulator tile (channels along rows from frame.row0); returns the tile to
         store."""
-        if self.bias is not None and not bias_added:
+        if self.bias is not None and not bias_added and not self.bias_rows:
             self.em.vec("add", tile, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
         return apply_epilogue(self.ctx, self.epilogue_ops, {self.op.results[0]: tile}, frame, self.result)
 
@@ -543,21 +572,21 @@ class ConvKernel:
         em, T = self.em, self.tiles
         parts = self.KH if self.row_split_weights else 1
         taps = len(self.taps) // parts
-        shape = (taps * T.TC, T.TO) if self.channels_wide else (T.TO, taps * T.TC)
+        shape = (taps * T.TC, T.TO) if self.channels_wide else (T.TO, taps * T.TC + self.bias_rows)
         return [Bf16Tile(em.alloc(shape, self.operand_type, "spad", buffers),
                          em.alloc(shape, self.operand_type, "spad", buffers) if self.copies == 2 else None)
                 for _ in range(parts)]
 
     def _whole_block(self) -> Bf16Tile:
         em, T = self.em, self.tiles
-        depth = len(self.taps) * self.Cg
+        depth = len(self.taps) * self.Cg + self.bias_rows
         shape = (depth, T.TO) if self.channels_wide else (T.TO, depth)
         return Bf16Tile(em.alloc(shape, self.operand_type, "spad"),
                         em.alloc(shape, self.operand_type, "spad") if self.copies == 2 else None)
 
     def load_whole_block(self, gi: Index, o_tile: Index, o0: Index, to: int) -> None:
         """The whole weight block of output tile o_tile: one DMA per copy (hi, lo)."""
-        em, depth = self.em, len(self.taps) * self.Cg
+        em, depth = self.em, len(self.taps) * self.Cg + self.bias_rows
         assert self.whole_block is not None
         for pack, dst in zip(self.packs, (self.whole_block.hi, self.whole_block.lo), strict=False):
             if dst is None:
@@ -613,16 +642,18 @@ class ConvKernel:
             acc, acc_t = em.alloc((T.TO, self.TQ), self.accumulator_type, "acc", acc_buffers), None
         im2col = None
         if T.im2col:
-            shape = (self.TQ, len(self.taps) * T.TC) if self.channels_wide else (len(self.taps) * T.TC, self.TQ)
+            shape = ((self.TQ, len(self.taps) * T.TC) if self.channels_wide
+                     else (len(self.taps) * T.TC + self.bias_rows, self.TQ))
             im2col = Bf16Tile(em.alloc(shape, self.operand_type, "spad", window_buffers),
                               em.alloc(shape, self.operand_type, "spad", window_buffers) if self.copies == 2
                               else None)
         return _Buffers(loader, windows, wblock, acc, acc_t, im2col)
 
     # -- weights -------------------------------------------------------------------------------
-    def _pack_weights(self, w: np.ndarray) -> list[SSAValue]:
+    def _pack_weights(self, w: np.ndarray, bias: np.ndarray | None = None) -> list[SSAValue]:
         """pixels: rows (g, o), columns (channel step, tap, channel): the block of a channel step
-        is [TO, taps.tc] at column taps.c0. channels: per (g, output tile j, channel step, tap,
+        is [TO, taps.tc] at column taps.c0; with `bias_rows`, three more columns: the bias in
+        bf16 parts (`bias_parts`). channels: per (g, output tile j, channel step, tap,
         channel) a row of TO output channels (zero past Og): the block [taps.tc, TO] starts at row
         (g.nO + j).taps.Cg + taps.c0, one contiguous run."""
         TO, TC = self.tiles.TO, self.tiles.TC
@@ -633,6 +664,9 @@ class ConvKernel:
         if not self.channels_wide:
             cols = [w5[:, :, c0:c0 + tc].reshape(G, Og, tc, taps).transpose(0, 1, 3, 2).reshape(G * Og, taps * tc)
                     for c0, tc in steps]
+            if self.bias_rows:
+                assert bias is not None
+                cols.append(bias_parts(bias, self.bias_rows))
             packed = np.concatenate(cols, axis=1)
         else:
             nO = -(-Og // TO)
@@ -668,6 +702,7 @@ class ConvKernel:
             return
         span = taps // len(wblock) * tc  # a part's rows (channels) or columns (pixels)
         for i, block in enumerate(wblock):
+            span_i = span + (self.bias_rows if i == len(wblock) - 1 else 0)  # (the bias columns after the taps)
             for pack, dst in zip(self.packs, (block.hi, block.lo), strict=False):
                 if dst is None:
                     continue
@@ -680,7 +715,7 @@ class ConvKernel:
                             em.dma(pack, [em.add(row, i * span + r0), 0], dst, [r0, 0], [r1 - r0, self.tiles.TO])
                 else:
                     em.dma(pack, [em.add(em.mul(gi, self.Og), o0), em.add(em.mul(c0, taps), i * span)], dst, [0, 0],
-                           [to, span])
+                           [to, span_i])
 
     def load_window(self, bufs: "_Buffers", n: Index, gi: Index, rows: tuple[Index, int, int, int], c0: Index,
                     tc: int) -> None:
@@ -763,6 +798,7 @@ class ConvKernel:
             return
         if bufs.im2col is not None:
             cols = bufs.im2col
+            self.fill_bias_rows(cols, tc, tq)
 
             def gather(plane: int, t: Index, offset: Index) -> None:
                 for src, dst in ((bufs.windows[plane].hi, cols.hi), (bufs.windows[plane].lo, cols.lo)):
@@ -774,7 +810,7 @@ class ConvKernel:
                         em.vec("copy", dst, [em.mul(t, tc), 0], src, [0, offset], tc, tq)
 
             self.over_taps(gather)
-            depth = len(self.taps) * tc
+            depth = len(self.taps) * tc + self.bias_rows
             weights, at = self.weight_at(bufs, 0, tc, (0, 0))
             if self.channels_wide:
                 emit_tile_product(ctx, cols, weights, bufs.acc, tq, depth, to, rhs_at=at, overwrite=first)
@@ -799,6 +835,14 @@ class ConvKernel:
         else:
             self.over_taps(product)
 
+    def fill_bias_rows(self, cols: Bf16Tile, tc: int, tq: int) -> None:
+        """The im2col operand's bias rows (`bias_rows`, after the taps' rows): ones, and zeros
+        in the fp32 emulation's lo part (the bias parts are bf16 values)."""
+        if self.bias_rows:
+            for dst, value in ((cols.hi, 1.0), (cols.lo, 0.0)):
+                if dst is not None:
+                    self.em.fill(dst, [len(self.taps) * tc, 0], self.bias_rows, tq, value)
+
     def chunked_im2col_products(self, bufs: "_Buffers", to: int, tq: int, tc: int, first: bool) -> None:
         """im2col deeper than the array: per chunk of array rows of the [taps.tc] depth, the tap
         shifts it holds copied (one `copy` per tap, straight-line; the next chunk's before this
@@ -811,6 +855,8 @@ class ConvKernel:
         cols = bufs.im2col
 
         def copy_taps(t_lo: int, t_hi: int) -> None:
+            if t_hi == len(self.taps) and t_hi > t_lo:  # (the last chunk's rows hold the bias rows)
+                self.fill_bias_rows(cols, tc, tq)
             for t in range(t_lo, t_hi):
                 plane, ro, co = p.tap(*self.taps[t])
                 offset = ro * p.Wq + co
@@ -826,7 +872,8 @@ class ConvKernel:
         # front end dispatches a chunk's copies before it waits on the matrix queue behind the
         # chunk before's matmuls (more copies than the queue holds would hold up the matmuls'
         # dispatch instead: the stem's 42 taps of its second chunk)
-        chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows)
+        chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows, self.bias_rows)
+        assert not self.bias_rows or chunks[-1][3] > chunks[-1][2]  # (copy_taps fills them with its taps)
         queue = ctx.hw.vector.queue_depth
         ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
         copy_taps(*chunks[0][2:])

@@ -155,6 +155,7 @@ class IntegerConvKernel(ConvKernel):
             em.dma(column, z, self.scale, z, [O, 1])
 
     bias_in_transpose = False  # (its int32 bias belongs to the integer epilogue)
+    bias_in_im2col = False
 
     def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
         out_tile = (self.em.alloc((to, tq), self.epi.out_element(), "spad", 2) if self.epi.kind != "acc"
