@@ -135,12 +135,7 @@ def prefetch_packed(ctx: LoweringContext, packs: list[SSAValue], nest_spad: int,
     # transfer occupies one unbroken slot (docs/isa.md), so a whole-weight DMA waited for a gap
     # as long as itself (Llama prefill server, gate projection: 6.7 K cycles for 1.4 MB)
     rows = max(1, min(tiling_cost.dma_box_limits()[0] // (shape[1] * 2), -(-shape[0] // PREFETCH_PIECES)))
-    # piece by piece, the parts (hi and lo of the fp32 emulation) side by side: a product reads
-    # the same rows of both, so its rows' pieces of each arrive together (part by part, the
-    # first product waited for the whole hi part: ResNet-50 fp32 server with the 4 MB weights
-    # of its 7x7 1x1 convs prefetched, 1,161,372 -> 1,173,260 cycles; dependencies are byte
-    # ranges, so it waits only for the pieces it reads)
-    for r0 in range(0, shape[0], rows):
-        for src, dst in zip(packs, parts, strict=True):
+    for src, dst in zip(packs, parts, strict=True):
+        for r0 in range(0, shape[0], rows):
             em.dma(src, [r0, 0], dst, [r0, 0], [min(rows, shape[0] - r0), shape[1]])
     return Bf16Tile(parts[0], parts[1] if len(parts) > 1 else None)
