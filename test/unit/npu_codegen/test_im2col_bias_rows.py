@@ -7,19 +7,17 @@ interpreter in bf16 and in the fp32 emulation."""
 
 from __future__ import annotations
 
+import bench_roofline  # bench/ is on the test path (pyproject.toml)
 import ml_dtypes
 import numpy as np
 import pytest
 
 from infer.dialects import tile as t
-from infer.dialects.ir_io import make_context, parse_ir
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import conv
 from infer.passes.graph_to_tile.conv import bias_parts, im2col_chunks
 from infer.passes.testing import apply_pass, run_entry
 from helpers.tile_programs import npu_matches_tile
-
-CTX = make_context()
 
 
 def test_bias_parts_are_bf16_values_summing_to_the_bias() -> None:
@@ -53,28 +51,10 @@ def test_bias_rows_only_where_they_fit() -> None:
     assert tiling_cost.im2col_bias_rows(False, 9, 64, 64, 128, "pixels") == 0
 
 
-def conv_text(C: int, H: int, O: int, k: int, stride: int) -> str:
-    pad, OH = k // 2, (H + 2 * (k // 2) - k) // stride + 1
-    x, w, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<{O}x{C}x{k}x{k}xf32>", f"tensor<1x{O}x{OH}x{OH}xf32>"
-    return f"""func.func @main(%x: {x}) -> {y} {{
-  %w = graph.weight @w : {w}
-  %b = graph.weight @b : tensor<{O}xf32>
-  %c = graph.conv2d %x, %w, %b {{stride = array<i64: {stride}, {stride}>, padding = array<i64: {pad}, {pad}, {pad}, {pad}>}} : ({x}, {w}, tensor<{O}xf32>) -> {y}
-  %r = graph.relu %c : ({y}) -> {y}
-  func.return %r : {y}
-}}"""
-
-
 def compile_conv(C: int, H: int, O: int, k: int, stride: int, target: str, precision: str, x: np.ndarray):
-    """(output, cycles, the im2col operands' depths, bias adds on the vector unit)."""
-    from infer.dialects.weights import WeightStore, attach_weights
-
-    module = parse_ir(CTX, conv_text(C, H, O, k, stride), "conv.mlir")
-    rng = np.random.default_rng(1)
-    store = WeightStore()
-    store.set("w", (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32))
-    store.set("b", (rng.standard_normal(O) * 0.7).astype(np.float32))
-    attach_weights(module, store)
+    """The bench's conv + bias + relu layer (`bench_roofline.conv_model`, padding k // 2):
+    (output, cycles, the im2col operands' depths, bias adds on the vector unit)."""
+    module = bench_roofline.conv_model(C, H, O, k, stride, k // 2).module
     ref = run_entry(module, [x])[0]
     apply_pass(f"graph-prepare-tiling,graph-to-tile{{target={target} precision={precision}}},"
                f"tile-plan-memory{{target={target}}}", module)
