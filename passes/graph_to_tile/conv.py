@@ -250,6 +250,8 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
     else:
         epilogue_bytes = integer.epilogue_bytes
     has_bias = op.bias is not None
+    # a compile-time float bias an im2col operand with spare depth may carry (`ConvKernel.bias_rows`)
+    im2col_bias = integer is None and has_bias and groups == 1 and ctx.constant(op.bias) is not None
     # planes in DRAM, or (ConvTiles.on_chip_padding) windows built on chip from the input rows
     prepared = p.preparable
     vectors = O * 4 if has_bias else 0
@@ -262,7 +264,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
     footprint = ConvFootprint(p, O, Cg, KH, KW, groups, operand=2 if integer is None else 1, copies=copies,
                               staged=1 if integer is not None else 2 if narrow_in else 4, vectors=vectors,
                               epilogue_bytes=epilogue_bytes, narrow_out=narrow_out,
-                              bias=integer is None and has_bias and groups == 1, array_rows=ctx.hw.matrix.rows)
+                              bias=im2col_bias, array_rows=ctx.hw.matrix.rows)
     produced = {r for e in epilogue for r in e.results}
     # per plane, the trips of its tap loops: the code-size rule's input (passes/tiling_code.py)
     tap_nests = tuple(tuple(len(g) for g in plane_tap_grid(p, KH, KW, plane)) for plane in range(P))
@@ -278,7 +280,7 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         stride=p.stride[0], halo_rows=p.window_rows(1) - 1, prepared=prepared, planes=P, row_phases=row_phases,
         copies=copies, passes=ctx.matmul_passes,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0) + (1 if narrow_out else 0),
-        bias_in_transpose=has_bias, bias_in_im2col=has_bias and groups == 1,
+        bias_in_transpose=has_bias, bias_in_im2col=im2col_bias,
         in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
