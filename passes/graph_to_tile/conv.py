@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import bf16, f32
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -105,8 +106,6 @@ def bias_parts(bias: np.ndarray, parts: int) -> np.ndarray:
     the ones before leave): against `parts` rows of ones in an im2col operand, the matmul adds
     the bias to fp32's precision (`ConvKernel.bias_rows`); bf16 values, so the fp32
     emulation's lo parts of them are zero."""
-    import ml_dtypes
-
     out = np.zeros((bias.shape[0], parts), np.float32)
     rest = bias.astype(np.float32)
     for j in range(parts):
