@@ -164,23 +164,25 @@ def test_column_strided_conv_after_a_kept_output(HW, reloads):
     assert (found == 0) if reloads == 0 else (found >= 1)
 
 
-@pytest.mark.parametrize("C, HW, k, pad, groups, overrides", [
-    (64, 14, 3, 1, 1, ""),  # ResNet-50's 3x3/2 (here 64 channels at 14x14)
-    (48, 16, 3, 1, 1, "kernel1=48x16x32"),  # a remainder channel step, a loop of row tiles
-    (64, 14, 1, 0, 1, ""),  # a 1x1/2 downsampling conv: one row phase
-    (32, 12, 5, 2, 1, "kernel1=32x12x32"),  # row tiles whose windows reach into the padding
-    (32, 14, 3, 1, 32, ""),  # depthwise 3x3/2 on the vector unit (depthwise.py)
-], ids=["3x3", "3x3-row-tiles", "1x1", "5x5-row-tiles", "depthwise"])
-def test_row_strided_conv_copies_its_rows_from_a_kept_output(monkeypatch, C, HW, k, pad, groups, overrides):
-    """A conv of stride 2 after a one-tile 1x1 conv (server): each row phase's staging rows are
-    copied from the kept output, one vector copy per window row (every second input row), so
-    nothing is loaded back from DRAM; with the kept outputs off the same bits, more cycles.
-    Tile interpreter = simulator with the race checker on, close to the graph interpreter."""
+@pytest.mark.parametrize("C, HW, k, stride, pad, groups, overrides", [
+    (64, 14, 3, 2, 1, 1, ""),  # ResNet-50's 3x3/2 (here 64 channels at 14x14)
+    (48, 16, 3, 2, 1, 1, "kernel1=48x16x32"),  # a remainder channel step, a loop of row tiles
+    (64, 14, 1, 2, 0, 1, ""),  # a 1x1/2 downsampling conv: one row phase
+    (32, 12, 5, 2, 2, 1, "kernel1=32x12x32"),  # row tiles whose windows reach into the padding
+    (32, 14, 3, 2, 1, 32, ""),  # depthwise 3x3/2 on the vector unit (depthwise.py)
+    (32, 15, 3, 3, 1, 1, ""),  # stride 3: three row phases, a height the stride does not divide
+], ids=["3x3", "3x3-row-tiles", "1x1", "5x5-row-tiles", "depthwise", "3x3-stride-3"])
+def test_row_strided_conv_copies_its_rows_from_a_kept_output(monkeypatch, C, HW, k, stride, pad, groups, overrides):
+    """A conv with a row stride after a one-tile 1x1 conv (server): each row phase's staging
+    rows are copied from the kept output, one vector copy per window row (every stride-th input
+    row), so nothing is loaded back from DRAM; with the kept outputs off the same bits, more
+    cycles. Tile interpreter = simulator with the race checker on, close to the graph
+    interpreter."""
     from infer.passes import tiling_cost
 
     if overrides:  # (windows built on chip: planes prepared in DRAM would read the DRAM copy)
         monkeypatch.setattr(tiling_cost, "_padding_choices", lambda s: (True,))
-    text, weights = strided_after_pointwise(C, HW, k, (2, 2), pad, groups)
+    text, weights = strided_after_pointwise(C, HW, k, (stride, stride), pad, groups)
     kept_against_off(monkeypatch, text, weights, image(C, HW), conv_store, "KEPT_CONV_OUTPUT_READERS", 0,
                      overrides=overrides)
 
