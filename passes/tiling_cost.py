@@ -497,7 +497,7 @@ class ConvSpec:
     # (graph_to_tile.windows.loads_in_place: an unpadded stride-1 input held in the operand type)
     in_place_windows: bool = False
     # the input (one image) is the kernel before's whole output, kept on chip
-    # (graph_to_tile.conv_store.store_output_tile): windows built on chip copy its stride-1 rows
+    # (graph_to_tile.conv_store.store_output_tile): windows built on chip copy its rows
     # on the vector unit instead of loading them (windows.WindowLoader's `kept`), and a 1x1
     # conv's one channel-major window is that tile itself (conv.py `ConvKernel.window_on_chip`)
     input_on_chip: bool = False
@@ -724,7 +724,8 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     avg_tc, avg_to, avg_toh = s.Cg / nC, s.Og / nO, s.OH / nR
     rq = avg_toh + s.halo_rows
     # windows built on chip from the kept input: its rows copied on chip (`ConvSpec.input_on_chip`,
-    # set only where they can be: one image, stride-1 rows, windows.copies_kept_rows)
+    # set only where they can be: one image, a width the column stride divides,
+    # windows.copies_kept_rows)
     kept = s.input_on_chip and not s.prepared
     # ... or, as a 1x1 conv's one channel-major window, read in place
     kept_in_place = (kept and single and nR == 1 and s.taps == 1 and s.Wq == s.W and not channels

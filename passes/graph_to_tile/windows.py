@@ -126,10 +126,11 @@ class WindowLoader:
     def __init__(self, ctx: LoweringContext, p: Planes, src: SSAValue, C: int, TC: int, TOH: int, *,
                  pixel_major: bool, targets: Sequence[Attribute], border: float, buffers: int = 2,
                  kept: SSAValue | None = None):
-        """`kept`: the input (one image, stride-1 rows) as the kernel before left it on chip,
-        a [C, H.W] tile of src's element type: the input rows are copied from it on the vector
-        unit instead of loaded from DRAM (one copy per step: every channel's rows are one run in
-        both, at pitches H.W and RQ.W), so the window does not wait for the kernel before's
+        """`kept`: the input (one image) as the kernel before left it on chip, a [C, H.W] tile
+        of src's element type: the input rows are copied from it on the vector unit instead of
+        loaded from DRAM (stride-1 rows one copy per step: every channel's rows are one run in
+        both, at pitches H.W and RQ.W; a row stride's phases one copy per window row), so the
+        window does not wait for the kernel before's
         store and a DRAM round trip; an unpadded stride-1 channel-major window of another
         element type rounds them straight from it (`rounds_kept`)."""
         em = self.em = ctx.emitter
