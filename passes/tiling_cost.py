@@ -1007,10 +1007,35 @@ def stores_deferred(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
 
 
 def weights_in_flight(hw: HardwareConfig, weight_bytes: int) -> bool:
-    """Whether a conv's bf16 weights fit in the DRAM's bandwidth-delay product: conv.py then
-    prefetches them whole (`ConvKernel.resident`), a larger block arriving well after the
-    first window."""
+    """Whether weights fit in the DRAM's bandwidth-delay product (bytes in flight to cover one
+    latency)."""
     return weight_bytes <= hw.dram.latency_cycles * hw.dram.bytes_per_cycle
+
+
+def conv_weights_resident(hw: HardwareConfig, weight_bytes: int, copies: int,
+                          matmul_dtype: str = "bf16") -> bool:
+    """Whether conv.py prefetches a conv's packed weights whole across the kernel boundary
+    (`ConvKernel.resident`, where they fit beside the kernel before's buffers and its own)
+    instead of loading a block per output tile in its loops.
+
+    On a latency-bound target (server: `context.latency_bound`) bf16 weights of any size: the
+    whole block is requested while the kernel before computes, a streamed block only when the
+    kernel's loop reaches it, 500 cycles before it can arrive (ResNet-50 bf16 server 399,399 ->
+    393,599 cycles, MobileNetV2 223,334 -> 221,641; the single-layer convs, which have no kernel
+    before, unchanged). Else only weights within the bandwidth-delay product
+    (`weights_in_flight`), a larger block arriving well after the first window:
+    - on edge the DRAM bounds the model, and a whole block's transfer takes its bandwidth from
+      the kernel before's loads (every fitting conv resident: MobileNetV2 edge 6,079,557 ->
+      6,097,707, though ResNet-50 edge 21,316,560 -> 21,280,529);
+    - the fp32 emulation's two weight copies (hi and lo) put twice the bytes in the in-order
+      load queue ahead of the kernel's first windows (ResNet-50 fp32 server 1,158,951 ->
+      1,164,551 with every fitting conv resident);
+    - int8 weights: not measured."""
+    from infer.passes.graph_to_tile.context import latency_bound  # (it imports this module's users)
+
+    if copies == 1 and matmul_dtype == "bf16" and latency_bound(hw):
+        return True
+    return weights_in_flight(hw, weight_bytes)
 
 
 def window_prepared_ahead(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool:
@@ -1024,7 +1049,8 @@ def window_prepared_ahead(hw: HardwareConfig, s: ConvSpec, T: ConvTiles) -> bool
     weight block load, which this model does not count, bounds them: edge 256->1024 at 14x14
     picked TO = 128 and lost 2 %)."""
     nO, nR = -(-s.Og // min(T.TO, s.Og)), -(-s.OH // min(T.TOH, s.OH))
-    resident = weights_in_flight(hw, s.groups * s.Og * s.Cg * s.taps * 2 * s.copies)
+    resident = conv_weights_resident(hw, s.groups * s.Og * s.Cg * s.taps * 2 * s.copies, s.copies,
+                                     s.matmul_dtype)
     return (s.Cg <= T.TC and s.taps == 1 and s.stride == 1 and not s.prepared and not T.im2col
             and T.orientation == "pixels" and s.groups == 1 and nR >= 3
             and (nO == 1 or (T.outer == "o" and resident)))

@@ -422,17 +422,17 @@ class ConvKernel:
         # kernel before's buffers and this kernel's (`footprint`: the cost model's, its weight
         # blocks included): DMAd first and read in place (`weight_at`); no weight block DMAs in
         # the nest. Not with padded planes prepared in DRAM: their helper nest's allocs would
-        # follow the DMAs and start a kernel of their own (the op markers' grouping). Only
-        # weights within the DRAM's bandwidth-delay product: a larger block arrives well after
-        # the first window, and the first matmul waits for all of it where the streamed blocks
-        # let it start after one (kernel row) block (ResNet-50 bf16 server: 522 K cycles so,
-        # 532 K with every fitting conv's weights resident, 530 K with none; fp32 1.187 M /
-        # 1.216 M / 1.196 M)
+        # follow the DMAs and start a kernel of their own (the op markers' grouping). On server
+        # bf16 weights of any size; else only weights within the DRAM's bandwidth-delay
+        # product: a larger block arrives well after the first window, and the first matmul
+        # waits for all of it where the streamed blocks let it start after one (kernel row)
+        # block (`tiling_cost.conv_weights_resident`: why, and what was measured)
         helper = self.prepares_planes()
         hw = ctx.hw
         weight_bytes = sum(num_elements(shape_of(w)) * 2 for w in self.packs)
-        small = tiling_cost.weights_in_flight(hw, weight_bytes)
-        self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and small
+        whole = tiling_cost.conv_weights_resident(hw, weight_bytes, self.copies,
+                                                  "bf16" if self.operand_type == bf16 else "int8")
+        self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and whole
                          else None)
         self._weight_origin: tuple[Index, Index] = (0, 0)
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
