@@ -126,3 +126,58 @@ func.func @main(%x: tensor<1x16x16x16xf32> {graph.name = "x"}) -> (tensor<1x32x1
     monkeypatch.setattr(conv, "prefetch_packed", spy)
     compile_and_run(text, weights, "server", x)
     assert made[-1] == (32, 32)  # the 1x1 conv's packed [O, C] weight, resident
+
+
+def test_conv_bf16_weights_resident_beyond_the_bandwidth_delay_product_on_server(monkeypatch):
+    """server, bf16: a 1x1 512->512 conv (512 KB of packed bf16 weights, past the DRAM's
+    500 KB bandwidth-delay product) after a 3x3 conv reads its whole packed weight from a buffer
+    loaded during the 3x3 conv (`tiling_cost.conv_weights_resident`); with the old rule
+    (bandwidth-delay product only) it streams weight blocks instead. Same bits (race checker on,
+    tile interpreter = simulator), fewer cycles resident. fp32's hi/lo copies, edge and int8 keep
+    the old rule."""
+    from infer.passes import tiling_cost
+    from infer.target.hw import load_config
+
+    text = """
+func.func @main(%x: tensor<1x64x7x7xf32> {graph.name = "x"}) -> (tensor<1x512x7x7xf32> {graph.name = "y"}) {
+  %w1 = graph.weight @w1 : tensor<512x64x3x3xf32>
+  %b1 = graph.weight @b1 : tensor<512xf32>
+  %c1 = graph.conv2d %x, %w1, %b1 {stride = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x64x7x7xf32>, tensor<512x64x3x3xf32>, tensor<512xf32>) -> tensor<1x512x7x7xf32>
+  %r = graph.relu %c1 : (tensor<1x512x7x7xf32>) -> tensor<1x512x7x7xf32>
+  %w2 = graph.weight @w2 : tensor<512x512x1x1xf32>
+  %c2 = graph.conv2d %r, %w2 {stride = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>} : (tensor<1x512x7x7xf32>, tensor<512x512x1x1xf32>) -> tensor<1x512x7x7xf32>
+  func.return %c2 : tensor<1x512x7x7xf32>
+}
+"""
+    rng = np.random.default_rng(7)
+    weights = {"w1": (rng.standard_normal((512, 64, 3, 3)) * 0.05).astype(np.float32),
+               "b1": rng.standard_normal(512).astype(np.float32),
+               "w2": (rng.standard_normal((512, 512, 1, 1)) * 0.05).astype(np.float32)}
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    server, edge = load_config("server"), load_config("edge")
+    nbytes = 512 * 512 * 2
+    assert not tiling_cost.weights_in_flight(server, nbytes)
+    assert tiling_cost.conv_weights_resident(server, nbytes, 1)
+    assert not tiling_cost.conv_weights_resident(server, 2 * nbytes, 2)  # fp32: hi and lo
+    assert not tiling_cost.conv_weights_resident(server, nbytes, 1, "int8")
+    assert not tiling_cost.conv_weights_resident(edge, nbytes, 1)
+    made: list[tuple[int, ...] | None] = []
+    original = conv.prefetch_packed
+
+    def spy(ctx, packs, *args, **kwargs):
+        tile = original(ctx, packs, *args, **kwargs)
+        made.append(None if tile is None else tile.hi.type.get_shape())
+        return tile
+
+    monkeypatch.setattr(conv, "prefetch_packed", spy)
+    y, cycles, prefetched = compile_and_run(text, weights, "server", x)
+    assert made[-1] is not None and 512 in made[-1] and made[-1][0] * made[-1][1] == 512 * 512
+    assert made[-1] in prefetched  # whole, kept apart from the 3x3 conv's buffers
+    made.clear()
+    monkeypatch.setattr(tiling_cost, "conv_weights_resident",
+                        lambda hw, weight_bytes, copies, matmul_dtype="bf16":
+                        tiling_cost.weights_in_flight(hw, weight_bytes))
+    y_old, cycles_old, _ = compile_and_run(text, weights, "server", x)
+    assert made == []  # (prefetch_packed is not even asked: the weights stream)
+    assert y.tobytes() == y_old.tobytes()
+    assert cycles < cycles_old, (cycles, cycles_old)
