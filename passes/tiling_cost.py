@@ -1020,9 +1020,9 @@ def conv_weights_resident(hw: HardwareConfig, weight_bytes: int, copies: int,
 
     On a latency-bound target (server: `context.latency_bound`) bf16 weights of any size: the
     whole block is requested while the kernel before computes, a streamed block only when the
-    kernel's loop reaches it, 500 cycles before it can arrive (ResNet-50 bf16 server 399,399 ->
-    393,599 cycles, MobileNetV2 223,334 -> 221,641; the single-layer convs, which have no kernel
-    before, unchanged). Else only weights within the bandwidth-delay product
+    kernel's loop reaches it, a DRAM latency before it can arrive (ResNet-50 bf16 server
+    399,399 -> 393,599 cycles, MobileNetV2 223,334 -> 221,641; the single-layer convs, which
+    have no kernel before, unchanged). Else only weights within the bandwidth-delay product
     (`weights_in_flight`), a larger block arriving well after the first window:
     - on edge the DRAM bounds the model, and a whole block's transfer takes its bandwidth from
       the kernel before's loads (every fitting conv resident: MobileNetV2 edge 6,079,557 ->
@@ -1031,7 +1031,7 @@ def conv_weights_resident(hw: HardwareConfig, weight_bytes: int, copies: int,
       load queue ahead of the kernel's first windows (ResNet-50 fp32 server 1,158,951 ->
       1,164,551 with every fitting conv resident);
     - int8 weights: not measured."""
-    from infer.passes.graph_to_tile.context import latency_bound  # (it imports this module's users)
+    from infer.passes.graph_to_tile.context import latency_bound  # (graph_to_tile imports this module)
 
     if copies == 1 and matmul_dtype == "bf16" and latency_bound(hw):
         return True

@@ -59,6 +59,9 @@ from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.passes.tile_to_npu.common import accessed_buffers, trip_count
 
 NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
+#: "next to nothing" of DRAM traffic beside moved DMAs: at most 1/NEXT_TO_NOTHING of their bytes
+#: (`_ahead_of_the_loop`, `_ahead_of_the_products`)
+NEXT_TO_NOTHING = 16
 
 
 def kernel_groups(block: Block) -> list[list[Operation]]:
@@ -246,7 +249,7 @@ def _ahead_of_the_loop(before: list[Operation], anchor: Operation, run: list[t.D
     products = [op for op in before if holds_matmul(op)]
     if products != [anchor] or not isinstance(anchor, scf.ForOp) or ends_in_products([anchor]):
         return None
-    if _dram_load_bytes(anchor) * 16 > sum(_transfer_bytes(op) for op in run):
+    if _dram_load_bytes(anchor) * NEXT_TO_NOTHING > sum(_transfer_bytes(op) for op in run):
         return None
     return anchor
 
@@ -290,8 +293,8 @@ def _ahead_of_the_products(before: list[Operation], run: list[t.DmaOp]) -> Opera
         return None
     later = before[before.index(first):]
     moved = sum(_transfer_bytes(op) for op in run)
-    traffic = sum(_dram_load_bytes(op) + _dram_store_bytes(op) for op in later)
-    return first if traffic * 16 <= moved else None
+    traffic = sum(_dram_bytes(op) for op in later)
+    return first if traffic * NEXT_TO_NOTHING <= moved else None
 
 
 def _transfer_bytes(dma: t.DmaOp) -> int:
@@ -303,9 +306,10 @@ def _dram_load_bytes(op: Operation) -> int:
     return _executed(op, lambda o: _transfer_bytes(o) if isinstance(o, t.DmaOp) and t.space_of(o.src) == "dram" else 0)
 
 
-def _dram_store_bytes(op: Operation) -> int:
-    """The bytes op's DMAs store into DRAM (`_executed`)."""
-    return _executed(op, lambda o: _transfer_bytes(o) if isinstance(o, t.DmaOp) and t.space_of(o.dst) == "dram" else 0)
+def _dram_bytes(op: Operation) -> int:
+    """The bytes op's DMAs load from DRAM or store into it (`_executed`)."""
+    return _executed(op, lambda o: _transfer_bytes(o) if isinstance(o, t.DmaOp)
+                     and "dram" in (t.space_of(o.src), t.space_of(o.dst)) else 0)
 
 
 def _matmuls(op: Operation) -> int:
