@@ -95,26 +95,31 @@ def test_no_prefetch_without_room(monkeypatch, share):
     assert (256, 256) in prefetched
 
 
-def test_conv_chain_prefetches_small_weights(monkeypatch):
-    """server: a 1x1 conv after a 3x3 conv reads its whole packed weight (within the DRAM's
-    bandwidth-delay product) from a buffer loaded during the 3x3 conv; bit-identical, race
-    checker on."""
-    text = """
-func.func @main(%x: tensor<1x16x16x16xf32> {graph.name = "x"}) -> (tensor<1x32x16x16xf32> {graph.name = "y"}) {
-  %w1 = graph.weight @w1 : tensor<32x16x3x3xf32>
-  %b1 = graph.weight @b1 : tensor<32xf32>
-  %c1 = graph.conv2d %x, %w1, %b1 {stride = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x16x16x16xf32>, tensor<32x16x3x3xf32>, tensor<32xf32>) -> tensor<1x32x16x16xf32>
-  %r = graph.relu %c1 : (tensor<1x32x16x16xf32>) -> tensor<1x32x16x16xf32>
-  %w2 = graph.weight @w2 : tensor<32x32x1x1xf32>
-  %c2 = graph.conv2d %r, %w2 {stride = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>} : (tensor<1x32x16x16xf32>, tensor<32x32x1x1xf32>) -> tensor<1x32x16x16xf32>
-  func.return %c2 : tensor<1x32x16x16xf32>
-}
+def conv_chain(C: int, H: int, O: int, seed: int, scale: float) -> tuple[str, dict[str, np.ndarray], np.ndarray]:
+    """x [1, C, H, H] -> 3x3 conv to O channels + bias -> relu -> 1x1 conv O -> O: the IR, its
+    weights and an input."""
+    x, y = f"tensor<1x{C}x{H}x{H}xf32>", f"tensor<1x{O}x{H}x{H}xf32>"
+    text = f"""
+func.func @main(%x: {x} {{graph.name = "x"}}) -> ({y} {{graph.name = "y"}}) {{
+  %w1 = graph.weight @w1 : tensor<{O}x{C}x3x3xf32>
+  %b1 = graph.weight @b1 : tensor<{O}xf32>
+  %c1 = graph.conv2d %x, %w1, %b1 {{stride = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>}} : ({x}, tensor<{O}x{C}x3x3xf32>, tensor<{O}xf32>) -> {y}
+  %r = graph.relu %c1 : ({y}) -> {y}
+  %w2 = graph.weight @w2 : tensor<{O}x{O}x1x1xf32>
+  %c2 = graph.conv2d %r, %w2 {{stride = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>}} : ({y}, tensor<{O}x{O}x1x1xf32>) -> {y}
+  func.return %c2 : {y}
+}}
 """
-    rng = np.random.default_rng(6)
-    weights = {"w1": (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32),
-               "b1": rng.standard_normal(32).astype(np.float32),
-               "w2": (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)}
-    x = rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    weights = {"w1": (rng.standard_normal((O, C, 3, 3)) * scale).astype(np.float32),
+               "b1": rng.standard_normal(O).astype(np.float32),
+               "w2": (rng.standard_normal((O, O, 1, 1)) * scale).astype(np.float32)}
+    return text, weights, rng.standard_normal((1, C, H, H)).astype(np.float32)
+
+
+def spy_on_conv_prefetches(monkeypatch) -> list[tuple[int, ...] | None]:
+    """The shapes of the packed weights conv.prefetch_packed makes resident (None: it declined),
+    in call order."""
     made: list[tuple[int, ...] | None] = []
     original = conv.prefetch_packed
 
@@ -124,6 +129,15 @@ func.func @main(%x: tensor<1x16x16x16xf32> {graph.name = "x"}) -> (tensor<1x32x1
         return tile
 
     monkeypatch.setattr(conv, "prefetch_packed", spy)
+    return made
+
+
+def test_conv_chain_prefetches_small_weights(monkeypatch):
+    """server: a 1x1 conv after a 3x3 conv reads its whole packed weight (within the DRAM's
+    bandwidth-delay product) from a buffer loaded during the 3x3 conv; bit-identical, race
+    checker on."""
+    text, weights, x = conv_chain(16, 16, 32, seed=6, scale=0.1)
+    made = spy_on_conv_prefetches(monkeypatch)
     compile_and_run(text, weights, "server", x)
     assert made[-1] == (32, 32)  # the 1x1 conv's packed [O, C] weight, resident
 
@@ -138,22 +152,6 @@ def test_conv_bf16_weights_resident_beyond_the_bandwidth_delay_product_on_server
     from infer.passes import tiling_cost
     from infer.target.hw import load_config
 
-    text = """
-func.func @main(%x: tensor<1x64x7x7xf32> {graph.name = "x"}) -> (tensor<1x512x7x7xf32> {graph.name = "y"}) {
-  %w1 = graph.weight @w1 : tensor<512x64x3x3xf32>
-  %b1 = graph.weight @b1 : tensor<512xf32>
-  %c1 = graph.conv2d %x, %w1, %b1 {stride = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x64x7x7xf32>, tensor<512x64x3x3xf32>, tensor<512xf32>) -> tensor<1x512x7x7xf32>
-  %r = graph.relu %c1 : (tensor<1x512x7x7xf32>) -> tensor<1x512x7x7xf32>
-  %w2 = graph.weight @w2 : tensor<512x512x1x1xf32>
-  %c2 = graph.conv2d %r, %w2 {stride = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>} : (tensor<1x512x7x7xf32>, tensor<512x512x1x1xf32>) -> tensor<1x512x7x7xf32>
-  func.return %c2 : tensor<1x512x7x7xf32>
-}
-"""
-    rng = np.random.default_rng(7)
-    weights = {"w1": (rng.standard_normal((512, 64, 3, 3)) * 0.05).astype(np.float32),
-               "b1": rng.standard_normal(512).astype(np.float32),
-               "w2": (rng.standard_normal((512, 512, 1, 1)) * 0.05).astype(np.float32)}
-    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
     server, edge = load_config("server"), load_config("edge")
     nbytes = 512 * 512 * 2
     assert not tiling_cost.weights_in_flight(server, nbytes)
@@ -161,15 +159,8 @@ func.func @main(%x: tensor<1x64x7x7xf32> {graph.name = "x"}) -> (tensor<1x512x7x
     assert not tiling_cost.conv_weights_resident(server, 2 * nbytes, 2)  # fp32: hi and lo
     assert not tiling_cost.conv_weights_resident(server, nbytes, 1, "int8")
     assert not tiling_cost.conv_weights_resident(edge, nbytes, 1)
-    made: list[tuple[int, ...] | None] = []
-    original = conv.prefetch_packed
-
-    def spy(ctx, packs, *args, **kwargs):
-        tile = original(ctx, packs, *args, **kwargs)
-        made.append(None if tile is None else tile.hi.type.get_shape())
-        return tile
-
-    monkeypatch.setattr(conv, "prefetch_packed", spy)
+    text, weights, x = conv_chain(64, 7, 512, seed=7, scale=0.05)
+    made = spy_on_conv_prefetches(monkeypatch)
     y, cycles, prefetched = compile_and_run(text, weights, "server", x)
     assert made[-1] is not None and 512 in made[-1] and made[-1][0] * made[-1][1] == 512 * 512
     assert made[-1] in prefetched  # whole, kept apart from the 3x3 conv's buffers
