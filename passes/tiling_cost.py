@@ -1022,7 +1022,7 @@ def conv_weights_resident(hw: HardwareConfig, weight_bytes: int, copies: int,
     whole block is requested while the kernel before computes, a streamed block only when the
     kernel's loop reaches it, a DRAM latency before it can arrive (ResNet-50 bf16 server
     399,399 -> 393,599 cycles, MobileNetV2 223,334 -> 221,641; the single-layer convs, which
-    have no kernel before, unchanged). Else only weights within the bandwidth-delay product
+    have no kernel before, unchanged; Hugging Face ConvNeXt +0.2 %, docs/tiling.md). Else only weights within the bandwidth-delay product
     (`weights_in_flight`), a larger block arriving well after the first window:
     - on edge the DRAM bounds the model, and a whole block's transfer takes its bandwidth from
       the kernel before's loads (every fitting conv resident: MobileNetV2 edge 6,079,557 ->
