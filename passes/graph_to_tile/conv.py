@@ -754,13 +754,13 @@ class ConvKernel:
         khs, kws = plane_tap_grid(self.p, self.KH, self.KW, plane)
         return (khs[1] - khs[0] if len(khs) > 1 else 1), (kws[1] - kws[0] if len(kws) > 1 else 1)
 
-    def over_taps(self, body: Callable[..., None]) -> None:
-        """body(plane, tap index, window offset) for every tap: per plane a loop nest over its
-        taps (both affine in the loop variables: the taps of one plane are a grid). With
-        `row_split_weights` the kernel rows are unrolled: body(plane, tap index within the row,
-        window offset, kernel row)."""
+    def over_taps(self, body: Callable[..., None], planes: Sequence[int] | None = None) -> None:
+        """body(plane, tap index, window offset) for every tap (of `planes`, default all): per
+        plane a loop nest over its taps (both affine in the loop variables: the taps of one
+        plane are a grid). With `row_split_weights` the kernel rows are unrolled: body(plane,
+        tap index within the row, window offset, kernel row)."""
         em, p = self.em, self.p
-        for plane in range(len(p.phases)):
+        for plane in range(len(p.phases)) if planes is None else planes:
             kh0, nh, kw0, nw = self.plane_taps(plane)
             # weights loaded per kernel row: the rows' tap loops are emitted one after the other,
             # each reading its row's part of the weights (tap index within the row)
@@ -786,11 +786,13 @@ class ConvKernel:
             else:
                 em.range(nh, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(a, b)))
 
-    def products(self, bufs: "_Buffers", to: int, toh: int, tc: int, first: bool) -> None:
+    def products(self, bufs: "_Buffers", to: int, toh: int, tc: int, first: bool,
+                 planes: Sequence[int] | None = None) -> None:
         """Every tap's matmuls of one channel step into the accumulator tile: per tap a product
         with the shifted window (a loop nest over the taps; `first`: one tap, which overwrites
         the accumulator), or, with im2col, the windows' tap shifts copied into one [taps.tc,
-        pixels] operand first and one product of depth taps.tc."""
+        pixels] operand first and one product of depth taps.tc. `planes`: only the taps of
+        those planes (`interleaves_planes`; not with im2col)."""
         ctx, em, p = self.ctx, self.em, self.p
         tq = toh * p.Wq
         if bufs.im2col is not None and tiling_cost.chunked_im2col(len(self.taps), tc, ctx.hw.matrix.rows,
@@ -834,7 +836,7 @@ class ConvKernel:
         if len(self.taps) == 1:
             product(0, 0, 0, overwrite=first)
         else:
-            self.over_taps(product)
+            self.over_taps(product, planes)
 
     def fill_bias_rows(self, cols: Bf16Tile, tc: int, tq: int) -> None:
         """The im2col operand's bias rows (`bias_rows`, after the taps' rows): ones, and zeros
@@ -908,6 +910,25 @@ class ConvKernel:
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
                 emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
+
+    def interleaves_planes(self, bufs: "_Buffers", looped: bool, weights_loaded: bool) -> bool:
+        """Are the stride-phase planes' products emitted between the planes' placements, one
+        plane behind (plane k's taps after plane k+1's window: the WindowLoader's
+        `after_plane`), instead of after every plane? The in-order front end reached the first
+        product only once the vector queue had taken nearly every plane's gathers and copies,
+        so the array waited for all four planes of a 3x3/2 conv where its first taps read one;
+        a plane's products right after its own placement fill the matrix queue and hold the
+        front end before the next plane's copies instead. For the windows of several phases
+        built on chip, placed in the planes' order (so the taps' products, and the sums, come
+        in the usual order), in a tile emitted once (a looped tile keeps its loads and their
+        vector preparation together, which tile-to-npu issues an iteration ahead:
+        docs/codegen.md "Pipelined preparation") with one channel step and its weights already
+        on chip (resident or loaded ahead), no im2col."""
+        loader = bufs.loader
+        return (not looped and self.single and len(self.p.phases) > 1 and isinstance(loader, WindowLoader)
+                and loader.plane_order() == list(range(len(self.p.phases)))
+                and bufs.im2col is None and not self.row_split_weights
+                and (weights_loaded or self.resident is not None))
 
     def interleaves_copies(self, tq: int, chunk: tuple[int, int, int, int]) -> bool:
         """Are the tap copies of im2col chunk `chunk` emitted between column groups of the chunk
@@ -986,7 +1007,7 @@ class ConvKernel:
 
         def tile(bufs: _Buffers, n: Index, gi: Index, j: Index, o0: Index, to: int,
                  rows: tuple[Index, int, int, int], window_loaded: bool, weights_loaded: bool,
-                 once: bool = False, staged: SSAValue | None = None) -> None:
+                 once: bool = False, staged: SSAValue | None = None, looped: bool = True) -> None:
             oh0, toh = rows[0], rows[1]
 
             def store_previous_rows(step_number: Index) -> None:
@@ -1009,11 +1030,29 @@ class ConvKernel:
                 pieces = HOISTED_WEIGHT_PIECES if single and once else 1
                 if not weights_loaded and weights_first:
                     self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc, pieces)
-                if not window_loaded:
-                    self.load_window(bufs, n, gi, rows, c0, tc)
-                if not weights_loaded and not weights_first:
-                    self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc, pieces)
-                self.products(bufs, to, toh, tc, first)
+                if not window_loaded and self.interleaves_planes(bufs, looped, weights_loaded):
+                    if not weights_loaded:  # (resident: the block's origin, no DMA)
+                        self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc, pieces)
+                    placed: list[int] = []
+
+                    def plane_products(plane: int) -> None:
+                        # (one plane behind: the vector unit places a plane while the array
+                        # multiplies the one before)
+                        if placed:
+                            self.products(bufs, to, toh, tc, first, (placed[-1],))
+                        placed.append(plane)
+
+                    assert isinstance(bufs.loader, WindowLoader)
+                    bufs.loader.load(n, em.add(em.mul(gi, self.Cg), c0), rows[0], toh, tc, rows[2], rows[3],
+                                     after_plane=plane_products)
+                    self.products(bufs, to, toh, tc, first, (placed[-1],))
+                    assert placed == list(range(len(p.phases))), placed  # (interleaves_planes)
+                else:
+                    if not window_loaded:
+                        self.load_window(bufs, n, gi, rows, c0, tc)
+                    if not weights_loaded and not weights_first:
+                        self.load_weights(bufs.wblock, gi, j, o0, to, c0, tc, pieces)
+                    self.products(bufs, to, toh, tc, first)
                 if staged is not None and step_number is not None:
                     store_previous_rows(step_number)
 
@@ -1039,6 +1078,7 @@ class ConvKernel:
                     def row(oh0: Index, toh: int, top: int, bottom: int, looped: bool) -> None:
                         with em.alloc_pool(self._pools[looped], single=self.buffer_counts(looped)[2] == 1):
                             tile(self.buffers(looped), n, gi, j, o0, to, (oh0, toh, top, bottom), False, single,
+                                 looped=looped,
                                  staged=staged)
                     if staged is None:
                         row_tiles(em, p, TOH, self.planes is None, row)
@@ -1056,7 +1096,8 @@ class ConvKernel:
                         if single:
                             self.load_window(bufs, n, gi, rows, 0, TC)
                         once = not looped and self.Og <= TO  # (one row tile, one output tile)
-                        out_tiles(lambda j, o0, to: tile(bufs, n, gi, j, o0, to, rows, single, False, once))
+                        out_tiles(lambda j, o0, to: tile(bufs, n, gi, j, o0, to, rows, single, False, once,
+                                                         looped=looped))
                 row_tiles(em, p, TOH, self.planes is None, over_outputs)
 
         staged = None

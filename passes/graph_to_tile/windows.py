@@ -174,9 +174,19 @@ class WindowLoader:
         if self.in_place:  # the one plane's window, viewed as the staging tile's rows
             self.staging = {0: em.view(self.windows[0][0], (TC, self.RQ, width))}
 
-    def load(self, n: Index, channel: Index, oh0: Index, toh: int, tc: int, top: int, bottom: int) -> None:
+    def plane_order(self) -> list[int]:
+        """The planes (indices into p.phases) in the order `load` places them: row phase by
+        row phase."""
+        p = self.p
+        return [p.phases.index((rp, cp)) for rp in sorted({rp for rp, _ in p.phases})
+                for cp in [c for r, c in p.phases if r == rp]]
+
+    def load(self, n: Index, channel: Index, oh0: Index, toh: int, tc: int, top: int, bottom: int,
+             after_plane: Callable[[int], None] | None = None) -> None:
         """The windows of channels [channel, channel + tc) of image n for output rows
-        [oh0, oh0 + toh); `top`/`bottom` window rows lie outside the input."""
+        [oh0, oh0 + toh); `top`/`bottom` window rows lie outside the input. `after_plane(plane)`:
+        emitted right after each plane's window is placed (the caller's products of that
+        plane, ahead of the next planes' gathers: conv.py `interleaves_planes`)."""
         em, p = self.em, self.p
         first_row = em.add(em.mul(n, self.C), channel)
         sh, sw = p.stride
@@ -220,6 +230,8 @@ class WindowLoader:
                     nw = len(range(wc, p.W, sw))
                     em.dma(self.src, [first_row, src_row, wc], staging, [0, top, 0], [tc, rows, nw], [1, sh, sw])
                 self._plane(p.phases.index((rp, cp)), staging, wc, rq, tc)
+                if after_plane is not None:
+                    after_plane(p.phases.index((rp, cp)))
 
     def _plane(self, plane: int, staging: SSAValue, wc: int, rq: int, tc: int) -> None:
         em, p = self.em, self.p
