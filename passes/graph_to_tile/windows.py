@@ -185,8 +185,9 @@ class WindowLoader:
              after_plane: Callable[[int], None] | None = None) -> None:
         """The windows of channels [channel, channel + tc) of image n for output rows
         [oh0, oh0 + toh); `top`/`bottom` window rows lie outside the input. `after_plane(plane)`:
-        emitted right after each plane's window is placed (the caller's products of that
-        plane, ahead of the next planes' gathers: conv.py `interleaves_planes`)."""
+        called right after each plane's window is placed, in `plane_order` (conv.py emits the
+        products of the plane before there, ahead of the next planes' gathers:
+        `ConvKernel.interleaves_planes`)."""
         em, p = self.em, self.p
         first_row = em.add(em.mul(n, self.C), channel)
         sh, sw = p.stride
