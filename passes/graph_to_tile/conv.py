@@ -719,11 +719,18 @@ class ConvKernel:
                            [to, span_i])
 
     def load_window(self, bufs: "_Buffers", n: Index, gi: Index, rows: tuple[Index, int, int, int], c0: Index,
-                    tc: int) -> None:
+                    tc: int, after_plane: Callable[[int], None] | None = None) -> None:
+        """The window of channel step c0 for rows; `after_plane`: WindowLoader.load's (only with a
+        WindowLoader: `interleaves_planes`)."""
         oh0, toh, top, bottom = rows
         if bufs.loader is None:  # the kept input (`window_on_chip`)
             return
-        bufs.loader.load(n, self.em.add(self.em.mul(gi, self.Cg), c0), oh0, toh, tc, top, bottom)
+        channel = self.em.add(self.em.mul(gi, self.Cg), c0)
+        if after_plane is None:
+            bufs.loader.load(n, channel, oh0, toh, tc, top, bottom)
+        else:
+            assert isinstance(bufs.loader, WindowLoader)
+            bufs.loader.load(n, channel, oh0, toh, tc, top, bottom, after_plane=after_plane)
 
     def weight_at(self, bufs: "_Buffers", part: int, tc: int,
                   at: tuple[Index, Index]) -> tuple[Bf16Tile, tuple[Index, Index]]:
@@ -1042,9 +1049,7 @@ class ConvKernel:
                             self.products(bufs, to, toh, tc, first, (placed[-1],))
                         placed.append(plane)
 
-                    assert isinstance(bufs.loader, WindowLoader)
-                    bufs.loader.load(n, em.add(em.mul(gi, self.Cg), c0), rows[0], toh, tc, rows[2], rows[3],
-                                     after_plane=plane_products)
+                    self.load_window(bufs, n, gi, rows, c0, tc, after_plane=plane_products)
                     self.products(bufs, to, toh, tc, first, (placed[-1],))
                     assert placed == list(range(len(p.phases))), placed  # (interleaves_planes)
                 else:
