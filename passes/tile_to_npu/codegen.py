@@ -82,6 +82,7 @@ class CodeGenerator:
                                   if (loop := after_first_iteration(o)) is not None}
         self.cursor = EmissionCursor()
         self.sequence = 0  # of the last engine instruction emitted
+        self.last_matrix_instruction: Instruction | None = None  # (a deferred epilogue's signal)
         self.clock = 0  # advances with every engine instruction and loop opened
         self.registers = AddressRegisters(hw.scalar.registers)
         self.semaphores = VirtualSemaphores()
@@ -480,43 +481,81 @@ class CodeGenerator:
         the preparation taking the loads' tokens, and the first matrix instruction of rest(t)
         reading a prepared buffer the token of prep(t)'s last op. Preparation without loads
         (of data on chip before the loop: the output the kernel before kept there) is the same
-        without the loads' stage: prep(0), then prep(t+1) rest(t)."""
+        without the loads' stage: prep(0), then prep(t+1) rest(t).
+
+        With a deferred epilogue (rotation.deferrable_epilogue; docs/codegen.md, "Deferred
+        epilogue") the ops after the body's last matrix op go one iteration behind,
+
+            loop J x:  loads(t+1) compute(t) epilogue(t-1)
+
+        each iteration's last matrix instruction signalling a "computed" semaphore that the
+        epilogue's first vector op on the accumulator tiles takes. The stages are emitted by a
+        virtual iteration v (each stage's ops for iteration v + its lead, where that is one of
+        the loop's); the hardware loop holds the v's whose every stage is."""
         loads = self.plan.pipelined_loads[op]
         preparation = self.plan.pipelined_preparation.get(op, [])
         rest = [o for o in body if o not in loads and o not in preparation]
         self.double_buffering.start_pipelined_loop(loads, preparation)
         declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
-        # stages ahead of rest(t): (ops, iterations ahead)
+        # stages by iterations ahead of the matrix ops: the loads (and their preparation)
+        # ahead, a deferred epilogue one behind
         stages: list[tuple[list, int]] = [(loads, 1)]
         if preparation:  # (without loads: the data it prepares was on chip before the loop)
             stages = ([(loads, 2)] if loads else []) + [(preparation, 1)]
         ahead = stages[0][1]
-        self.weight_tile.forget()
-        self._emit_iteration(op, 0, declarations + loads)
-        if preparation:  # the prologue: loads(0), loads(1), preparation(0)
-            if loads:
-                self.weight_tile.forget()
-                self._emit_iteration(op, 1, loads)
+        epilogue = self.plan.deferred_epilogue.get(op)
+        if epilogue is not None and (epilogue.vector_ops <= self.hw.queue_depth("vector")
+                                     or (trip - ahead - 1) // 2 < 1):
+            # an epilogue the vector queue holds does not keep the front end from the next
+            # iteration's matmuls, and deferred it would start late: it releases the
+            # accumulator half the iteration after next needs (ResNet-50's 1x1 256->512 at
+            # stride 2 on edge: two vector ops behind 112 matmuls, 587,932 -> 623,940 cycles);
+            # without a hardware loop left the copies would be the program
+            epilogue = None
+        computed = 0
+        if epilogue is not None:
+            rest = [o for o in rest if o not in epilogue.ops]
+            computed = self.double_buffering.start_deferred_epilogue(epilogue)
+        stages.append((rest, 0))
+        if epilogue is not None:
+            stages.append((epilogue.ops, -1))
+        behind = -stages[-1][1]
+
+        def emit_stage(ops: list, binding: LoopBinding, head: list = ()) -> None:
             self.weight_tile.forget()
-            self._emit_iteration(op, 0, preparation)
-        hardware_trips = (trip - ahead) // 2
+            self.bindings[op] = binding
+            matrix_before = self.last_matrix_instruction
+            self._emit_block([*head, *ops])
+            if computed and ops is rest:  # the iteration's last matrix instruction signals
+                last = self.last_matrix_instruction
+                if last is None or last is matrix_before or len(last.loops) != len(self.cursor.loops):
+                    raise fail(op, "a deferred epilogue needs its iteration's last matrix "
+                               "instruction outside nested hardware loops")
+                self.tracker.add_signal(last, computed)
+
+        pending = [declarations]  # emitted with the first stage
+
+        def emit_fixed(v: int) -> None:
+            """The stages of virtual iteration v that are iterations of the loop."""
+            for ops, lead in stages:
+                if 0 <= v + lead < trip:
+                    emit_stage(ops, LoopBinding(iteration=v + lead, round=object(), trip=self.trips.get(op)),
+                               pending.pop() if pending else ())
+
+        for v in range(-ahead, behind):  # the prologue: loads(0) [loads(1) prep(0)] [rest(0)]
+            emit_fixed(v)
+        hardware_trips = (trip - ahead - behind) // 2
         loop, outer_block = self.open_loop(hardware_trips, op)
         for copy in range(2):
-            for ops, offset in [(ops, copy + lead) for ops, lead in stages] + [(rest, copy)]:
-                self.weight_tile.forget()
-                self.bindings[op] = LoopBinding(hardware_loop=loop, unroll=2, offset=offset,
-                                                round=object(), trip=trip)
-                self._emit_block(ops)
-        self.close_loop(loop, outer_block, op)
-        self.weight_tile.forget()
-        for iteration in range(2 * hardware_trips, trip):
             for ops, lead in stages:
-                if iteration + lead < trip:
-                    self.weight_tile.forget()
-                    self._emit_iteration(op, iteration + lead, ops)
-            self.weight_tile.forget()
-            self._emit_iteration(op, iteration, rest)
+                emit_stage(ops, LoopBinding(hardware_loop=loop, unroll=2, offset=copy + behind + lead,
+                                            round=object(), trip=trip))
+        self.close_loop(loop, outer_block, op)
+        for v in range(behind + 2 * hardware_trips, trip + behind):
+            emit_fixed(v)
         self.bindings.pop(op, None)
+        if epilogue is not None:
+            self.double_buffering.end_deferred_epilogue()
         self.double_buffering.end_pipelined_loop(loads, preparation)
 
     def open_loop(self, count: int, source_loop: scf.ForOp | None = None
@@ -564,6 +603,8 @@ class CodeGenerator:
         and releases them on its last)."""
         inst = Instruction(name, fields, engine, self.cursor.loops, self.next_sequence())
         self.clock += 1
+        if engine == "matrix":
+            self.last_matrix_instruction = inst
         releases: list[tuple[int, t.AllocOp]] = []
         accesses: list[Access] = []
         for request in requests:
