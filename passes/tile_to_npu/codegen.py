@@ -11,7 +11,7 @@ markers.py (op markers), program_tree.py (the emitted code and its flattening).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from xdsl.dialects import arith, func, scf
 from xdsl.ir import BlockArgument, Operation, SSAValue
@@ -521,7 +521,7 @@ class CodeGenerator:
             stages.append((epilogue.ops, -1))
         behind = -stages[-1][1]
 
-        def emit_stage(ops: list, binding: LoopBinding, head: list = ()) -> None:
+        def emit_stage(ops: list, binding: LoopBinding, head: Sequence[Operation] = ()) -> None:
             self.weight_tile.forget()
             self.bindings[op] = binding
             matrix_before = self.last_matrix_instruction

@@ -376,8 +376,8 @@ def pipelinable_preparation(loop: scf.ForOp, plan: RotationPlan, loads: list[t.D
     return preparation
 
 
-# ops a deferred epilogue may hold (besides declarations and index arithmetic); the ops of
-# the iteration before it may be anything of `_BUFFERS_OF_OP` and loops of them
+# the tile ops a deferred epilogue may hold, and the rest of its loop's body (besides
+# declarations, index arithmetic and plain loops)
 _EPILOGUE_WORK = (t.VectorOp, t.DmaOp, t.FillOp)
 _COMPUTE_WORK = (t.MatmulOp, t.VectorOp, t.DmaOp, t.FillOp, t.DequantOp)
 
@@ -410,11 +410,16 @@ def deferrable_epilogue(loop: scf.ForOp, plan: RotationPlan, loads: Sequence[t.D
     7x7 on server, four output-channel tiles: 7,186 cycles, 43.6 % of its roofline).
 
     None unless the epilogue commutes with what now comes before it: it touches nothing the
-    loads or the preparation touch (loads(t+1) write the half epilogue(t-1) would see), writes
-    nothing the matrix iteration touches, and reads of the matrix iteration's writes only
-    double buffers rotating on this loop written by matmuls alone (the accumulator tiles:
-    iteration t+1 uses the other half, and the "computed" semaphore, signalled by iteration
-    t's last matrix instruction, orders epilogue(t) after them; engines retire in order)."""
+    loads or the preparation touch (loads(t+1) write the half epilogue(t-1) would see), and
+    what it shares with the rest of the iteration, one side writing, are double buffers
+    rotating on this loop that only matmuls access there and only vector ops in the epilogue
+    (the accumulator tiles, which the bias add may write in place: iteration t+1 uses the
+    other half, and the "computed" semaphore, signalled by iteration t's last matrix
+    instruction and taken by epilogue(t)'s first vector op on them, orders the two; engines
+    retire in order). Nor in a loop holding another rotation loop (the emission keeps one
+    deferred epilogue at a time)."""
+    if any(o in plan.rotation_loops for o in loop.walk() if o is not loop):
+        return None
     staged = set(loads) | set(preparation)
     rest = [o for o in loop.body.block.ops if o not in staged]
     has_matrix = [any(isinstance(o, t.MatmulOp) for o in op.walk()) for op in rest]
