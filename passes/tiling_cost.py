@@ -486,6 +486,11 @@ class ConvSpec:
     bias_in_transpose: bool = False
     # ... and which an im2col operand with spare depth adds in its matmuls (`im2col_bias_rows`)
     bias_in_im2col: bool = False
+    # a relu computed by the add before it (`add_relu`, graph_to_tile/conv.py `fuses_relu`; not
+    # into padded-width tiles): "bias", a relu that is the whole epilogue, by the bias's own
+    # pass; "sum", the relu of a residual add, where a vector op wrote the tile it adds to (the
+    # bias's own pass or the transposition); "" none
+    relu_fused: str = ""
     in_bytes: int = 4  # bytes per input element in DRAM
     # per stride-phase plane, the trips of its two tap loops (conv.py `over_taps`): 3x3 -> ((3, 3),)
     tap_nests: tuple[tuple[int, int], ...] = ()
@@ -797,8 +802,14 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
     # 1x1/2 convs at the 56 -> 28 transition +1.7 K and +4.4 K cycles; edge's 1x1 64->256 at
     # 56x56 in one-step 16-channel tiles 266 K -> 322-570 K each: 21.47 M -> 21.73 M)
     epi_cost = s.epi_cost - (1 if channels and s.bias_in_transpose and s.stride == 1 and not single else 0)
-    if T.im2col and im2col_bias_rows(s.bias_in_im2col, s.taps, TC, s.Cg, R, T.orientation):
+    bias_in_matmuls = T.im2col and im2col_bias_rows(s.bias_in_im2col, s.taps, TC, s.Cg, R, T.orientation)
+    if bias_in_matmuls:
         epi_cost -= 1  # (the matmuls add the bias)
+    # a bias pass of its own in the epilogue (the float kernel's bias is `bias_in_transpose`)
+    bias_pass = s.bias_in_transpose and not channels and not bias_in_matmuls
+    if s.Wq == s.OW and ((s.relu_fused == "bias" and bias_pass)
+                         or (s.relu_fused == "sum" and (bias_pass or (channels and s.bias_in_transpose)))):
+        epi_cost -= 1  # (the add before the relu computes it)
     vector = window_vector + out_tiles * per_tile * (epi_cost + fill)
     vec_instrs = window_instrs_run + out_tiles * (epi_cost + 1 + fill)
     if channels:

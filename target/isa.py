@@ -166,6 +166,12 @@ VECTOR_OPS: tuple[VecOpDef, ...] = (
     VecOpDef("mask", "binary", "d = a where b != 0, else -0.0 (NaN b counts as nonzero; the "
              "sum of two tiles masked by complementary conditions is an exact select)",
              cost_default="mul"),
+    # a bias or residual add and the relu after it in one pass: the sum, rounded to fp32, goes
+    # through the max stage on its way to the destination (a conv's epilogue was two passes
+    # over each output tile on the in-order vector unit, the second waiting for the first)
+    VecOpDef("add_relu", "binary", "d = max(a + b, 0) (the sum in the compute type, as `add` "
+             "into an fp32 tile then `relu`: the bits of those two ops in one pass)",
+             cost_default="add"),
 )
 VECTOR_OP_BY_NAME = {v.name: v for v in VECTOR_OPS}
 #: weight decompression on the vector unit: not an elementwise op of the `tile.vector` family

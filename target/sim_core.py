@@ -348,10 +348,13 @@ VECTOR_FUNCTIONS: dict[str, Any] = {
     "le": lambda a, b: (a <= b).astype(np.result_type(a, b)),
     # a where b is nonzero, else -0 (0 in integer math), in a's compute type
     "mask": lambda a, b: np.where(b != 0, a, np.negative(np.zeros((), a.dtype))),
+    # the sum in the compute type, then relu's maximum on it (add then relu, one pass)
+    "add_relu": lambda a, b: np.maximum(np.add(a, b), 0),
 }
 #: elementwise vector ops whose every result element IEEE arithmetic defines exactly (no
 #: library approximation whose code path could depend on the operands' strides)
-LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu", "mask"))
+LAYOUT_FREE = frozenset(("add", "sub", "mul", "max", "min", "copy", "neg", "abs", "relu", "mask",
+                         "add_relu"))
 #: layout-free ops whose every fp32 result (signed zeros included) IEEE defines whatever
 #: loop numpy picks, so they may write an fp32 destination in place of a temporary
 #: (vector_compute_fast); max, min and relu are left out: which of -0 and +0 numpy's maximum

@@ -57,7 +57,7 @@ from infer.passes.graph_to_tile.conv_store import (KEPT_CONV_OUTPUT_READERS, sta
                                                   store_staged_rows)
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
-                                                   materialize_misfits)
+                                                   materialize_misfits, relu_alone, relu_of_sum)
 from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
@@ -230,6 +230,15 @@ class ConvFootprint:
         return spad, acc
 
 
+def fuses_relu(epilogue: Sequence[Operation], value: SSAValue, result: SSAValue) -> bool:
+    """Whether a float conv's epilogue (on its result `value`, returning `result`) is a relu
+    alone or an add of `value` and a relu of that sum alone (a residual): then the add before
+    the relu computes it (`add_relu`, `ConvKernel.epilogue`)."""
+    if relu_alone(epilogue, value) is not None:
+        return True
+    return len(epilogue) == 2 and value in epilogue[0].operands and relu_of_sum(epilogue, 0, result) is not None
+
+
 def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Sequence[Operation], result: SSAValue,
               p: Planes, integer: IntegerConvParts | None = None) -> tiling_cost.ConvSpec:
     """What the cost model needs to know about this conv kernel (its shape, its planes, its
@@ -280,6 +289,8 @@ def conv_spec(ctx: LoweringContext, op: g.Conv2dOp | MergedGroups, epilogue: Seq
         copies=copies, passes=ctx.matmul_passes,
         epi_cost=epilogue_cost(ctx, epilogue) + (1 if has_bias else 0) + (1 if narrow_out else 0),
         bias_in_transpose=has_bias, bias_in_im2col=im2col_bias,
+        relu_fused=("" if not fuses_relu(epilogue, op.results[0], result)
+                    else "bias" if len(epilogue) == 1 else "sum"),
         in_bytes=2 if narrow_in else 4, out_bytes=2 if narrow_out else 4, compact_store=narrow_out,
         epi_tiles=sum(1 for e in epilogue for v in e.operands
                       if shape_of(v) == out_shape and v not in produced and v is not op.results[0]),
@@ -492,10 +503,35 @@ class ConvKernel:
     def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
         """The bias (unless the transposition added it) and the fused elementwise ops on the
         [to, tq] accumulator tile (channels along rows from frame.row0); returns the tile to
-        store."""
+        store. A relu after the bias add, or after an add of the biased tile (a residual), is
+        computed by that add (`add_relu`, `fuses_relu`)."""
+        em, ops, value = self.em, self.epilogue_ops, self.op.results[0]
+        fuses = fuses_relu(ops, value, self.result) and self.p.Wq == self.p.OW
         if self.bias is not None and not bias_added and not self.bias_rows:
-            self.em.vec("add", tile, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
-        return apply_epilogue(self.ctx, self.epilogue_ops, {self.op.results[0]: tile}, frame, self.result)
+            if fuses and relu_alone(ops, value) is not None and not self.writes_kept_f32():
+                # into the tile the relu would write
+                out = em.alloc((frame.rows, frame.cols), f32, "spad", 2)
+                em.vec("add_relu", out, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
+                return out
+            if fuses:
+                # out of place: the add_relu of the residual then reads a tile the vector unit
+                # wrote. Reading the accumulator, it would be that tile's last reader, and
+                # signal its next round's matmuls beside the store and the next kernel that
+                # read the rows it writes: one consumer more than an instruction signals
+                # (conv_store.py `_store_from_kept`; ResNet-50 server 387 K -> 413 K cycles)
+                biased = em.alloc((frame.rows, frame.cols), f32, "spad", 2)
+                em.vec("add", biased, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
+                return apply_epilogue(self.ctx, ops, {value: biased}, frame, self.result, fuse_relu=True)
+            em.vec("add", tile, [0, 0], tile, [0, 0], to, tq, self.bias, [frame.row0, 0], bmode="col")
+        return apply_epilogue(self.ctx, ops, {value: tile}, frame, self.result, fuse_relu=fuses and bias_added)
+
+    def writes_kept_f32(self) -> bool:
+        """Does the epilogue's last op write the rows of the kernel's whole output kept on chip
+        in f32 itself (conv_store.py `_store_from_kept`)? That op may not read the accumulator:
+        as its last reader it would signal one consumer more than an instruction can (a
+        bottleneck's f32 trunk at 28x28 on server, its relu fused with the bias add: 16.6 K
+        cycles, as many as with the next conv's windows not prepared ahead)."""
+        return self.kept_output is not None and self.kept_output.type.get_element_type() == f32  # type: ignore[attr-defined]
 
     def operand_copies(self) -> int:
         return self.ctx.bf16_copies

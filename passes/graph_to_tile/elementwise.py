@@ -294,12 +294,38 @@ def _arrange(em: Emitter, op: Operation, xs: list[Operand], frame: TileFrame) ->
             for i, x in enumerate(xs)]
 
 
+def relu_of_sum(ops: Sequence[Operation], i: int, result: SSAValue | None) -> g.ReluOp | None:
+    """The relu that is ops[i + 1] and the only use of ops[i]'s sum (an add; `result`, the value
+    the epilogue returns, is not that sum), or None: with `apply_epilogue(fuse_relu=True)` the
+    pair lowers to one `add_relu` (relu_alone)."""
+    if i + 1 >= len(ops) or not isinstance(ops[i], g.AddOp):
+        return None
+    relu, total = ops[i + 1], ops[i].results[0]
+    if not isinstance(relu, g.ReluOp) or relu.operands[0] is not total or total is result or not total.has_one_use():
+        return None
+    return relu
+
+
+def relu_alone(ops: Sequence[Operation], value: SSAValue) -> g.ReluOp | None:
+    """The epilogue `ops` when it is a relu of `value` alone (an anchor's result nothing else
+    reads), or None: a bias add before it and the relu lower to one `add_relu` (the bits of the
+    add into an fp32 tile and the relu of it, in one vector pass instead of two, the second of
+    which waited for the first on the in-order vector unit)."""
+    if len(ops) != 1 or not isinstance(ops[0], g.ReluOp) or ops[0].operands[0] is not value:
+        return None
+    return ops[0] if value.has_one_use() else None
+
+
 def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[SSAValue, SSAValue],
-                   frame: TileFrame, result: SSAValue, loaded: dict[SSAValue, Operand] | None = None) -> SSAValue:
+                   frame: TileFrame, result: SSAValue, loaded: dict[SSAValue, Operand] | None = None,
+                   fuse_relu: bool = False) -> SSAValue:
     """Apply elementwise ops to local tiles; `tiles` maps tensors already on the tile (the
     anchor's result) to [rows x cols] fp32 local buffers at [0, 0]; `loaded` maps operands
     brought on chip earlier (`preload_operands`) to what `load_operand` returned for them.
-    Returns the tile of `result`."""
+    With `fuse_relu`, an add and the relu of its sum alone (`relu_of_sum`) are one `add_relu`:
+    for a caller whose tiles in `tiles` a vector op wrote (an accumulator read by that op, its
+    last reader, would need one more signal: conv.py `ConvKernel.epilogue`). Returns the tile
+    of `result`."""
     em, rows, cols = ctx.emitter, frame.rows, frame.cols
     seq = Seq(em, rows, cols)
 
@@ -310,7 +336,10 @@ def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[S
             return loaded[value]
         return load_operand(ctx, value, frame, op)
 
-    for op in ops:
+    fused: Operation | None = None  # a relu computed by the add before it
+    for i, op in enumerate(ops):
+        if op is fused:
+            continue
         out = op.results[0]
         if shape_of(out) != frame.shape and not (shape_of(out) == () and frame.shape == (1,)):  # 0-d: one column
             raise error(op, f"result {shape_of(out)} is not the kernel's output shape {frame.shape}")
@@ -329,7 +358,12 @@ def apply_epilogue(ctx: LoweringContext, ops: Sequence[Operation], tiles: dict[S
                 shape = {"tile": (rows, cols), "row": (1, cols), "col": (rows, 1)}[xs[1][0]]
                 temps += [em.alloc(shape, f32, "spad", 2) for _ in range(n_b)]
             ints = [em.alloc((rows, cols), int_temp_type(op), "spad", 1) for _ in range(n_ints)]
-            rule.emit(seq, op, dst, xs, temps, ints)
+            fused = relu_of_sum(ops, i, result) if fuse_relu else None
+            if fused is not None:
+                seq.v("add_relu", dst, xs[0][1], xs[1])  # type: ignore[arg-type]
+                tiles[fused.results[0]] = dst
+            else:
+                rule.emit(seq, op, dst, xs, temps, ints)
         tiles[out] = dst
     if result not in tiles:
         kind, x = operand(result, ops[-1] if ops else result.owner)  # type: ignore[arg-type]

@@ -63,8 +63,8 @@ def test_long_epilogue_runs_behind_the_next_tiles_matmuls(monkeypatch, C, HW, O,
 
 
 def test_epilogue_the_vector_queue_holds_stays_in_its_iteration(monkeypatch):
-    """1x1 256->128 at 56x56 on server: the epilogue adds the bias in place into the
-    accumulator tile and applies the relu (two vector ops). The plan accepts it (the
+    """1x1 256->128 at 56x56 on server: the epilogue adds the bias and applies the relu
+    (one vector op, `add_relu`). The plan accepts it (the
     accumulator rotates on the loop and only matmuls touch it before), but deferred it would
     start late and hold the accumulator half the iteration after next needs (measured +2.8 %
     cycles), so it is emitted in its iteration: the same program as without the plan."""
@@ -72,7 +72,7 @@ def test_epilogue_the_vector_queue_holds_stays_in_its_iteration(monkeypatch):
     x = np.random.default_rng(5).standard_normal((1, 256, 56, 56)).astype(np.float32)
     y, cycles = compile_and_run(256, 56, 128, "bf16", x)
     deferred = [p for p in planned if p is not None]
-    assert len(deferred) == 1 and deferred[0].vector_ops == 2, planned
+    assert len(deferred) == 1 and deferred[0].vector_ops == 1, planned
     assert [a.buffer.type.memory_space.data for a in deferred[0].computed] == ["acc"]
     monkeypatch.setattr(rotation, "deferrable_epilogue", lambda loop, plan, loads, preparation: None)
     y_off, cycles_off = compile_and_run(256, 56, 128, "bf16", x)

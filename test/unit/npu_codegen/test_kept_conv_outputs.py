@@ -237,6 +237,10 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     from infer.passes.tile_to_npu import rotation
     from helpers.graph_programs import parse_with_weights
 
+    # (the relus apart from the bias adds: with the second conv's computed by its bias add,
+    # `add_relu`, the cost model ranks one tile of its 28 rows first, which has no row tile to
+    # prepare ahead; 17.1 K cycles against 16.7 K)
+    monkeypatch.setattr(conv, "fuses_relu", lambda *args: False)
     text, weights = pointwise_bottleneck(512, 128, 28)
     module = parse_with_weights(text, weights, "bottleneck.mlir")
     apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
@@ -248,6 +252,7 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     monkeypatch.setattr(rotation, "constant_bounds", lambda loop: False)
     y_serial, cycles_serial, _ = compile_and_run(text, weights, "server", "bf16", x)
     monkeypatch.undo()
+    monkeypatch.setattr(conv, "fuses_relu", lambda *args: False)
     monkeypatch.setattr(conv.ConvKernel, "output_kept_whole", lambda self, footprint: None)
     y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
     assert y.tobytes() == y_serial.tobytes() == y_off.tobytes()

@@ -388,6 +388,36 @@ def test_a_config_without_mask_gives_it_muls_cost():
     assert from_dict(data, "old.toml").vector.cost["mask"] == 2
 
 
+@pytest.mark.parametrize("mode", ["fast", "reference"])
+def test_add_relu_is_an_add_into_fp32_then_a_relu(mode):
+    """vec.add_relu: the bits of `add` into an fp32 tile followed by `relu` of it, for every b
+    mode and a bf16 destination: NaN sums the default NaN, infinities, signed zeros, sums that
+    round to fp32 (1 + 2^-30 is 1) before the max."""
+    x = np.array([[1.5, np.inf, np.nan, -0.0, -np.inf, 3e38, 1.0, -7.0],
+                  [-1.5, -np.inf, 2.0, -0.0, np.inf, 3e38, -1.0, 7.0]], np.float32)
+    y = np.array([[-1.5, -np.inf, 1.0, -0.0, 5.0, 3e38, 2.0**-30, 6.0],
+                  [1.0, 2.0, -0.0, 0.0, -np.inf, -3e38, 1.0, -8.0]], np.float32)
+    row, col = y[:1], y[:, :1]
+    for b, bmode, imm in ((y, "tile", 0.0), (row, "row", 0.0), (col, "col", 0.0), (None, "imm", -1.25)):
+        for dt in ("fp32", "bf16"):
+            total = vec_run("add", x, b, bmode, imm=imm, mode=mode)
+            want = vec_run("relu", total, dt=dt, mode=mode)
+            got = vec_run("add_relu", x, b, bmode, imm=imm, dt=dt, mode=mode)
+            assert got.tobytes() == want.tobytes(), (bmode, dt, got, want)
+    assert vec_run("add_relu", x, y, mode=mode)[0, 6] == np.float32(1.0)  # (the sum rounded first)
+
+
+def test_a_config_without_add_relu_gives_it_adds_cost():
+    import tomllib
+
+    from infer.target.hw import config_path, from_dict
+
+    data = tomllib.loads(config_path("edge").read_text())
+    data["vector"]["cost"]["add"] = 3
+    del data["vector"]["cost"]["add_relu"]
+    assert from_dict(data, "old.toml").vector.cost["add_relu"] == 3
+
+
 def test_int_ops_saturate_and_requant():
     a = np.array([[2**31 - 10, -(2**31) + 5, 100, -7]], np.int64)
     out = vec_run("add", a, np.array([[100, -100, 1, 1]]), dt="int32", at="int32")
