@@ -28,6 +28,10 @@ attention's heads, step by step), they go in front of the last products that tak
 the DMAs' latency and transfer (`_before_the_last_products`; MiniLM's o projection). Else,
 where the kernel before moves next to nothing through the DRAM from its first product on, they
 go in front of that product (`_ahead_of_the_products`; ResNet-50's stage-4 convs on server).
+A kernel without products that loads nothing (a global pool before the classifier,
+`_passed_over`) is passed over: a kernel with products before it hosts the DMAs
+(`_host_before`), the one before the last where the last cannot take them ahead of its products
+and the one before streams longer than the transfer (ResNet-50's FC weights on server).
 
 The kernel's operand preparation moves there too (after the DMAs, if any) when the kernel
 before has an epilogue on the vector unit after that point (`_operand_preparation`): the vector
@@ -65,6 +69,9 @@ NO_CODE = (t.AllocOp, t.ViewOp, t.WeightOp, arith.ConstantOp)
 #: "next to nothing" of DRAM traffic beside moved DMAs: at most 1/NEXT_TO_NOTHING of their bytes
 #: (`_ahead_of_the_loop`, `_ahead_of_the_products`)
 NEXT_TO_NOTHING = 16
+#: how many kernels with products back from one without (a global pool) `_host_before` looks
+#: for a kernel to host the next kernel's weight DMAs
+HOST_SEARCH = 2
 
 
 def kernel_groups(block: Block) -> list[list[Operation]]:
@@ -123,15 +130,6 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
     moved = 0
     moves = 0  # (the label of the next move)
     for number, (before, kernel) in enumerate(zip(kernels, kernels[1:])):
-        anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
-        if anchor is None:
-            continue
-        # after the epilogue's own loads too (a residual): the load engine is in order, and
-        # the epilogue waited behind the weights (MiniLM server 153.1 K -> 156.5 K cycles)
-        loads = [op for op in before if isinstance(op, t.DmaOp) and t.space_of(op.src) == "dram"
-                 and position[op] > position[anchor]]
-        if loads:
-            anchor = loads[-1]
         code = [op for op in kernel if not isinstance(op, NO_CODE)]
         run: list[t.DmaOp] = []
         for op in code:
@@ -141,8 +139,22 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
             if alloc is None or LIVE_FROM_PREVIOUS not in alloc.attributes or not _is_weight(op.src):
                 break
             run.append(op)
-        preps = _operand_preparation(before, kernel, anchor, position, run) if preparation else []
-        if preparation and run and len(run) == len(code) and number + 2 < len(kernels):
+        prepare, passed = preparation, False
+        anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
+        if anchor is None and number > 0 and _passed_over(before, run):
+            # (a kernel before it hosts the DMAs; no preparation moves over the kernels between)
+            before, prepare, passed = _host_before(kernels[:number], run, lead_cycles, bytes_per_cycle), False, True
+            anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
+        if anchor is None:
+            continue
+        # after the epilogue's own loads too (a residual): the load engine is in order, and
+        # the epilogue waited behind the weights (MiniLM server 153.1 K -> 156.5 K cycles)
+        loads = [op for op in before if isinstance(op, t.DmaOp) and t.space_of(op.src) == "dram"
+                 and position[op] > position[anchor]]
+        if loads:
+            anchor = loads[-1]
+        preps = _operand_preparation(before, kernel, anchor, position, run) if prepare else []
+        if prepare and run and len(run) == len(code) and number + 2 < len(kernels):
             preps = preps + _fill_after_the_prefetch(before, kernel, kernels[number + 2], anchor, position, run)
         if not run and not preps:
             continue
@@ -180,7 +192,11 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         # semaphores. With the allocs before the kernel's own first code op instead, MiniLM's
         # FFN down projection is compiled single-buffered: 151.0 K -> 165.2 K cycles on
         # server. docs/paged-kv.md, "The next kernel's weights requested a kernel earlier".)
-        first_code = next(op for op in before if not isinstance(op, NO_CODE))
+        # (a host found over a kernel without products: its first op still in it, so its code
+        # stays one op-marker group; with the allocs after its last load instead, fp32
+        # ResNet-50's last 3x3 conv lost its epilogue's overlap: +8 K cycles)
+        first_code = next(op for op in before if not isinstance(op, NO_CODE)
+                          and not (passed and t.HOISTED_ATTR in op.attributes))
         for alloc in sorted(allocs, key=lambda a: position[a]):
             alloc.detach()
             block.insert_op_before(alloc, first_code)
@@ -211,6 +227,43 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         moves += 1
         moved += len(run)
     return moved
+
+
+def _passed_over(before: list[Operation], run: list[t.DmaOp]) -> bool:
+    """Whether the weight DMAs `run` of the next kernel go into a kernel before `before`
+    instead (`_host_before`): `before` has no products to put them among, loads nothing from
+    DRAM (its loads, which the next kernel waits for, would queue behind them on the in-order
+    load engine) and stores next to nothing (at most 1/16 of their bytes): a global pool before
+    the classifier. Issued by the classifier after the pool, ResNet-50's 4 MB of FC weights
+    arrived a transfer later, the array idle (2.8 K cycles on server)."""
+    if not run or any(holds_matmul(op) for op in before) or any(_dram_load_bytes(op) for op in before):
+        return False
+    return sum(_dram_bytes(op) for op in before) * NEXT_TO_NOTHING <= sum(_transfer_bytes(op) for op in run)
+
+
+def _host_before(kernels: list[list[Operation]], run: list[t.DmaOp], lead_cycles: int,
+                 bytes_per_cycle: float) -> list[Operation]:
+    """The kernel to host the weight DMAs `run` of a kernel after one without products
+    (`_passed_over`): of the last HOST_SEARCH kernels with products in `kernels`, the last that
+    takes them ahead of its products (`_ahead_of_the_products`), a kernel before the last only
+    where its products stream at least as many rows (one a cycle) as the DMAs take (a DRAM
+    latency, `lead_cycles`, and their bytes at `bytes_per_cycle`), so they are done before the
+    kernels after it load (the load engine is in order); else the last. After the last conv's
+    products (it loads its residual and stores its output, so they cannot go ahead of them)
+    ResNet-50's FC weights arrived a transfer after the pool, the array idle 2.8 K cycles;
+    ahead of the products of the conv before it (9 K rows against 4.6 K cycles of transfer)
+    they arrive while the two convs run: server 382,858 -> 380,034 cycles."""
+    need = lead_cycles + sum(_transfer_bytes(op) for op in run) / bytes_per_cycle
+    hosts = [group for group in reversed(kernels) if any(holds_matmul(op) for op in group)][:HOST_SEARCH]
+    for i, group in enumerate(hosts):
+        if _ahead_of_the_products(group, run) is not None and (i == 0 or _product_rows(group) >= need):
+            return group
+    return hosts[0] if hosts else kernels[-1]
+
+
+def _product_rows(ops: list[Operation]) -> int:
+    """The activation rows the matmuls of ops stream (`_executed`)."""
+    return sum(_executed(op, lambda o: o.m.value.data if isinstance(o, t.MatmulOp) else 0) for op in ops)
 
 
 def _dma_anchor(before: list[Operation], anchor: Operation, queue_depth: int) -> Operation:
