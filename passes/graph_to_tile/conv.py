@@ -131,14 +131,6 @@ def im2col_chunks(taps: int, tc: int, rows: int, extra: int = 0) -> list[tuple[i
     return chunks
 
 
-def column_groups(width: int, block: int, groups: int) -> list[tuple[int, int]]:
-    """(start, width) of at most `groups` consecutive column groups covering `width`, each a
-    whole number of `block`-wide blocks but the last (chunked_im2col_products)."""
-    blocks = -(-width // block)
-    per = -(-blocks // max(1, min(groups, blocks)))
-    return [(c0, min(per * block, width - c0)) for c0 in range(0, width, per * block)]
-
-
 def conv_footprint_counts(steps: int, o_tiles: int, outer: str, looped: bool, groups: int,
                           single_acc: bool = False) -> tuple[int, int, int]:
     """(window, weight block, accumulator and epilogue) buffers of a conv's looped or edge row
@@ -900,8 +892,9 @@ class ConvKernel:
         ctx, em, p = self.ctx, self.em, self.p
         cols = bufs.im2col
 
-        def copy_taps(t_lo: int, t_hi: int) -> None:
-            if t_hi == len(self.taps) and t_hi > t_lo:  # (the last chunk's rows hold the bias rows)
+        def copy_taps(t_lo: int, t_hi: int, c0: int = 0, width: int = tq) -> None:
+            """The taps' rows, columns [c0, c0 + width) ("pixels" orientation; all otherwise)."""
+            if t_hi == len(self.taps) and t_hi > t_lo and c0 == 0:  # (the last chunk's rows hold the bias rows)
                 self.fill_bias_rows(cols, tc, tq)
             for t in range(t_lo, t_hi):
                 plane, ro, co = p.tap(*self.taps[t])
@@ -912,7 +905,7 @@ class ConvKernel:
                     if self.channels_wide:
                         em.vec("copy", dst, [0, t * tc], src, [offset, 0], tq, tc)
                     else:
-                        em.vec("copy", dst, [t * tc, 0], src, [0, offset], tc, tq)
+                        em.vec("copy", dst, [t * tc, c0], src, [0, offset + c0], tc, width)
 
         # the copies run one chunk ahead of the matmuls when the vector queue holds them: the
         # front end dispatches a chunk's copies before it waits on the matrix queue behind the
@@ -922,6 +915,23 @@ class ConvKernel:
         assert not self.bias_rows or chunks[-1][3] > chunks[-1][2]  # (copy_taps fills them with its taps)
         queue = ctx.hw.vector.queue_depth
         ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
+        groups = self.copy_column_groups(chunks, tq)
+        if groups:
+            # every chunk's copies by column groups of whole array-wide blocks (a block's
+            # matmul reads its own columns): the first chunk's groups all ahead of its matmuls,
+            # each later chunk's group right after the chunk before's matmuls of those columns.
+            # The array starts after the first group's copies, and a chunk's block waits only
+            # for its own columns' copies, made while the array works through the chunk before
+            for c0, width in groups:
+                copy_taps(*chunks[0][2:], c0, width)
+            for i, (k0, k, _, _) in enumerate(chunks):
+                weights, at = self.weight_at(bufs, 0, tc, (0, k0))
+                for c0, width in groups:
+                    emit_tile_product(ctx, weights, cols, bufs.acc, to, k, width, width_outer=True, lhs_at=at,
+                                      rhs_at=(k0, c0), acc_at=(0, c0), overwrite=first and k0 == 0)
+                    if i + 1 < len(chunks):
+                        copy_taps(*chunks[i + 1][2:], c0, width)
+            return
         copy_taps(*chunks[0][2:])
         for i, (k0, k, _, _) in enumerate(chunks):
             if i + 1 < len(chunks) and ahead[i + 1]:
@@ -936,7 +946,7 @@ class ConvKernel:
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
                 _, _, t_lo, t_hi = chunks[i + 1]
                 per_group = max(1, queue // self.copies)
-                groups = column_groups(tq, ctx.hw.matrix.cols, -(-(t_hi - t_lo) // per_group))
+                groups = tiling_cost.column_groups(tq, ctx.hw.matrix.cols, -(-(t_hi - t_lo) // per_group))
                 # (as many tap groups as column groups: fewer columns than wanted make them larger)
                 per_group = max(per_group, -(-(t_hi - t_lo) // len(groups)))
                 bounds = [min(t_hi, t_lo + j * per_group) for j in range(len(groups) + 1)]
@@ -953,6 +963,14 @@ class ConvKernel:
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
                 emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
+
+    def copy_column_groups(self, chunks: list[tuple[int, int, int, int]], tq: int) -> list[tuple[int, int]]:
+        """The column groups `chunked_im2col_products` copies and multiplies each chunk in
+        (pixels orientation), or [] (whole chunks): `tiling_cost.im2col_copy_groups`."""
+        if self.channels_wide:
+            return []
+        most = max(t_hi - t_lo for _, _, t_lo, t_hi in chunks)
+        return tiling_cost.im2col_copy_groups(self.ctx.hw, tq, most, self.copies)
 
     def interleaves_planes(self, bufs: "_Buffers", looped: bool, weights_loaded: bool) -> bool:
         """Are the stride-phase planes' products emitted between the planes' placements, one
