@@ -907,14 +907,8 @@ class ConvKernel:
                     else:
                         em.vec("copy", dst, [t * tc, c0], src, [0, offset + c0], tc, width)
 
-        # the copies run one chunk ahead of the matmuls when the vector queue holds them: the
-        # front end dispatches a chunk's copies before it waits on the matrix queue behind the
-        # chunk before's matmuls (more copies than the queue holds would hold up the matmuls'
-        # dispatch instead: the stem's 42 taps of its second chunk)
         chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows, self.bias_rows)
         assert not self.bias_rows or chunks[-1][3] > chunks[-1][2]  # (copy_taps fills them with its taps)
-        queue = ctx.hw.vector.queue_depth
-        ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
         groups = self.copy_column_groups(chunks, tq)
         if groups:
             # every chunk's copies by column groups of whole array-wide blocks (a block's
@@ -932,6 +926,12 @@ class ConvKernel:
                     if i + 1 < len(chunks):
                         copy_taps(*chunks[i + 1][2:], c0, width)
             return
+        # else whole chunks: the copies run one chunk ahead of the matmuls when the vector queue
+        # holds them: the front end dispatches a chunk's copies before it waits on the matrix
+        # queue behind the chunk before's matmuls (more copies than the queue holds would hold up
+        # the matmuls' dispatch instead: the stem's 42 taps of its second chunk)
+        queue = ctx.hw.vector.queue_depth
+        ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
         copy_taps(*chunks[0][2:])
         for i, (k0, k, _, _) in enumerate(chunks):
             if i + 1 < len(chunks) and ahead[i + 1]:
