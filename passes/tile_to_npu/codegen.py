@@ -91,7 +91,7 @@ class CodeGenerator:
         # (the next tile.gather_rows op, the register holding its row offset): selection.py
         self.shared_gather_row: tuple[Operation, int] | None = None
         self.kernel_groups = KernelGroups()
-        self.plan = plan_rotation(fn, self.degrade_level, pipelining)
+        self.plan = plan_rotation(fn, self.degrade_level, pipelining, vector_queue=hw.queue_depth("vector"))
         self.double_buffering = DoubleBuffering(self.plan, self.semaphores, self.tracker,
                                                 self.cursor, self.bindings, fn)
         self.peeled_loops = loops_to_peel(fn) if peeled_loops is None else peeled_loops
@@ -242,7 +242,8 @@ class CodeGenerator:
         # first iteration only: it is peeled, so every copy of the body decides statically
         after_first = op in self.after_first_loops
         if (op in self.plan.pipelined_loads and trip >= 4 and len(self.cursor.loops) + 1 <= loop_depth
-                and not after_first):
+                and not after_first and (self.plan.pipelined_loads[op] or op in self.plan.pipelined_preparation
+                                         or self._defers_epilogue(op, trip, 0))):
             self._emit_pipelined_for(op, trip, body)
             self.double_buffering.leave_rotation_loop(rings)
             return
@@ -499,19 +500,12 @@ class CodeGenerator:
         declarations = [o for o in body if isinstance(o, (t.AllocOp, t.ViewOp, t.WeightOp))]
         # stages by iterations ahead of the matrix ops: the loads (and their preparation)
         # ahead, a deferred epilogue one behind
-        stages: list[tuple[list, int]] = [(loads, 1)]
+        stages: list[tuple[list, int]] = [(loads, 1)] if loads else []
         if preparation:  # (without loads: the data it prepares was on chip before the loop)
             stages = ([(loads, 2)] if loads else []) + [(preparation, 1)]
-        ahead = stages[0][1]
-        epilogue = self.plan.deferred_epilogue.get(op)
-        if epilogue is not None and (epilogue.vector_ops <= self.hw.queue_depth("vector")
-                                     or (trip - ahead - 1) // 2 < 1):
-            # an epilogue the vector queue holds does not keep the front end from the next
-            # iteration's matmuls, and deferred it would start late: it releases the
-            # accumulator half the iteration after next needs (ResNet-50's 1x1 256->512 at
-            # stride 2 on edge: two vector ops behind 112 matmuls, 587,932 -> 623,940 cycles);
-            # without a hardware loop left the copies would be the program
-            epilogue = None
+        # (neither: a loop planned for its deferred epilogue alone)
+        ahead = stages[0][1] if stages else 0
+        epilogue = self.plan.deferred_epilogue.get(op) if self._defers_epilogue(op, trip, ahead) else None
         computed = 0
         if epilogue is not None:
             rest = [o for o in rest if o not in epilogue.ops]
@@ -557,6 +551,18 @@ class CodeGenerator:
         if epilogue is not None:
             self.double_buffering.end_deferred_epilogue()
         self.double_buffering.end_pipelined_loop(loads, preparation)
+
+    def _defers_epilogue(self, op: scf.ForOp, trip: int, ahead: int) -> bool:
+        """Whether the pipelined loop op (its stages `ahead` iterations ahead of the matrix ops)
+        issues its planned deferred epilogue one iteration behind. Not an epilogue the vector
+        queue holds: it does not keep the front end from the next iteration's matmuls, and
+        deferred it would start late, releasing the accumulator half the iteration after next
+        needs (ResNet-50's 1x1 256->512 at stride 2 on edge: two vector ops behind 112 matmuls,
+        587,932 -> 623,940 cycles). Nor without a hardware loop left: the copies would be the
+        program."""
+        epilogue = self.plan.deferred_epilogue.get(op)
+        return (epilogue is not None and epilogue.vector_ops > self.hw.queue_depth("vector")
+                and (trip - ahead - 1) // 2 >= 1)
 
     def open_loop(self, count: int, source_loop: scf.ForOp | None = None
                   ) -> tuple[HardwareLoop, list[Item]]:

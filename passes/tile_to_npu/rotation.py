@@ -102,11 +102,13 @@ def double_buffered_allocs(fn: func.FuncOp) -> list[t.AllocOp]:
 
 
 def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
-                  pipelining: bool, allocs: Iterable[t.AllocOp] | None = None) -> RotationPlan:
+                  pipelining: bool, allocs: Iterable[t.AllocOp] | None = None,
+                  vector_queue: int = 0) -> RotationPlan:
     """The rotation plan of fn's double-buffered `allocs` (default: all, in IR order). An
     alloc's rotation loop, and so its entries, depend on the degrade level of the top-level
     op holding its uses only: a plan for the allocs used in some top-level ops replaces
-    their entries in the plan of all (kernels.py)."""
+    their entries in the plan of all (kernels.py). `vector_queue`: the vector unit's queue
+    depth (a deferred epilogue longer than it is worth a load issued late)."""
     plan = RotationPlan()
     for alloc in double_buffered_allocs(fn) if allocs is None else allocs:
         users = users_through_views(alloc.buffer)
@@ -134,26 +136,60 @@ def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
         del plan.rotation_loop_of[alloc], plan.first_use[alloc], plan.last_use[alloc]
     plan.rotation_loops -= outer
     for loop in plan.rotation_loops if pipelining else ():
-        if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINING:
-            continue
-        loads = pipelinable_loads(loop, plan, fn)
-        # (preparation without loads: its data is on chip before the loop, e.g. the output the
-        # kernel before kept there; only with constant bounds, the emission of
-        # `CodeGenerator._emit_pipelined_for`)
-        preparation = ([] if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINED_PREPARATION
-                       or not (loads or constant_bounds(loop))
-                       else pipelinable_preparation(loop, plan, loads))
-        if loads or preparation:
-            plan.pipelined_loads[loop] = loads
-            if preparation:
-                plan.pipelined_preparation[loop] = preparation
-            epilogue = (None if degrade_level_of(loop) >= DegradeLevel.NO_PIPELINED_PREPARATION
-                        else deferrable_epilogue(loop, plan, loads, preparation))
-            if epilogue is not None:
-                plan.deferred_epilogue[loop] = epilogue
+        if degrade_level_of(loop) < DegradeLevel.NO_PIPELINING:
+            _plan_pipelining(loop, plan, fn, degrade_level_of(loop) < DegradeLevel.NO_PIPELINED_PREPARATION,
+                             vector_queue)
     _plan_ring_groups(plan, {loop for loop in plan.rotation_loops
                              if degrade_level_of(loop) >= DegradeLevel.SHARED_RING_CHAINS})
     return plan
+
+
+def _plan_pipelining(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp, staged: bool,
+                     vector_queue: int) -> None:
+    """The software pipelining of rotation loop `loop`: its loads issued an iteration ahead,
+    with `staged` (the degrade level allows it) their preparation too and the epilogue one
+    iteration behind (`deferrable_epilogue`)."""
+    loads = pipelinable_loads(loop, plan, fn)
+    # (preparation without loads: its data is on chip before the loop, e.g. the output the
+    # kernel before kept there; only with constant bounds, the emission of
+    # `CodeGenerator._emit_pipelined_for`)
+    preparation = (pipelinable_preparation(loop, plan, loads) if staged and (loads or constant_bounds(loop))
+                   else [])
+    epilogue = None
+    if staged and (loads or preparation or constant_bounds(loop)):
+        # (neither loads nor preparation: the operands were on chip before the loop, weights
+        # prefetched whole or a window built once, but the epilogue can still go behind)
+        epilogue = deferrable_epilogue(loop, plan, loads, preparation)
+        if epilogue is None and loads and _epilogue_loads(loop, loads) == loads:
+            # loads only the epilogue reads (a residual tile) cannot go ahead of a deferred
+            # epilogue (they would write the half the epilogue before still reads): they go
+            # with the epilogue, issued when the front end reaches it, where the long
+            # epilogue held the front end from the next iteration's matmuls (ResNet-50's
+            # stage-4 1x1 convs on server, "channels" orientation: 49 column adds). Not
+            # beside loads that stay ahead: the in-order load engine would put them behind
+            # the next iteration's (edge: its weight blocks)
+            kept: list[t.DmaOp] = []
+            deferred = deferrable_epilogue(loop, plan, kept, preparation)
+            if deferred is not None and deferred.vector_ops > vector_queue:
+                loads, epilogue = kept, deferred
+    if loads or preparation or epilogue is not None:
+        plan.pipelined_loads[loop] = loads
+        if preparation:
+            plan.pipelined_preparation[loop] = preparation
+        if epilogue is not None:
+            plan.deferred_epilogue[loop] = epilogue
+
+
+def _epilogue_loads(loop: scf.ForOp, loads: Sequence[t.DmaOp]) -> list[t.DmaOp]:
+    """The loads among `loads` whose buffers only ops after the loop body's last matrix op
+    use (the epilogue's operand tiles)."""
+    body = list(loop.body.block.ops)
+    matrix = [i for i, op in enumerate(body) if any(isinstance(o, t.MatmulOp) for o in op.walk())]
+    if not matrix:
+        return []
+    epilogue = {o for op in body[matrix[-1] + 1:] for o in op.walk()}
+    return [load for load in loads
+            if all(u in epilogue for u in users_through_views(root_buffer(load.dst)) if u is not load)]
 
 
 def _pipelined_allocs(plan: RotationPlan) -> set[Operation]:
