@@ -157,19 +157,30 @@ def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool
     """On a latency-bound target, a runtime operand the kernel before left whole in a local
     tile (`LoweringContext.keep_on_chip`) read there in place, when the tile frame covers all of
     it (one batch, the first rows and columns): its load would wait for that kernel's store and a
-    DRAM latency of its own. None otherwise."""
+    DRAM latency of its own. A full-size operand of which the frame is a block (a conv's
+    output-channel tile reading the residual the downsampling conv before kept whole) is copied
+    out of the kept tile by one vector op instead of loaded. None otherwise."""
     full_batch, full_rows, full_cols = kinds
     if (not latency_bound(ctx.hw) or not (full_rows or full_cols) or frame.pitch
             or (full_batch and num_elements(frame.batch_shape) != 1)):
         return None
     rows = num_elements(frame.row_shape) if full_rows else 1
     cols = num_elements(frame.col_shape) if full_cols else 1
-    if (full_rows and (frame.row0 != 0 or frame.rows != rows)) or (full_cols and (frame.col0 != 0 or frame.cols != cols)):
-        return None
     kept = ctx.on_chip_as(ctx.buffer(value), (rows, cols))
     if kept is None:
         return None
+    if (full_rows and (frame.row0 != 0 or frame.rows != rows)) or (full_cols and (frame.col0 != 0 or frame.cols != cols)):
+        return kept_block(ctx.emitter, kept, frame) if full_rows and full_cols else None
     return ("tile" if full_rows and full_cols else "col" if full_rows else "row"), kept
+
+
+def kept_block(em: Emitter, kept: SSAValue, frame: TileFrame) -> Operand | None:
+    """The frame's block of a full-size operand kept whole on chip, copied into a tile of its
+    own by one vector op (a few dozen cycles where a load from DRAM waits its latency and the
+    kernel before's store)."""
+    block = em.alloc((frame.rows, frame.cols), f32, "spad", 2)
+    em.vec("copy", block, [0, 0], kept, [frame.row0, frame.col0], frame.rows, frame.cols)
+    return "tile", block
 
 
 def materialize_misfits(ctx: LoweringContext, ops: Sequence[Operation], on_tile: Sequence[SSAValue],

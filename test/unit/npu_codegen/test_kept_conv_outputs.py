@@ -229,9 +229,11 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     second conv rounds its windows straight from it (windows.WindowLoader's `rounds_kept`), one
     row tile ahead of the matmuls (tile-to-npu's pipelined preparation without loads), and loads
     nothing of it back. Against the outputs not kept: the same bits, fewer cycles, fewer DMAs
-    of intermediates. Against the preparation not pipelined: the same bits, fewer cycles (without
-    it the kept trunk costs more than it saves: the vector unit rounds each row tile's window
-    after the epilogue of the tile before)."""
+    of intermediates. Against the preparation not pipelined: the same bits, fewer cycles (the
+    vector unit would round each row tile's window after the epilogue of the tile before).
+    Measured: 14,798 cycles; 17,902 with the outputs not kept; 17,318 without the pipelined
+    preparation (19,561 before the third conv's residual tiles were copied out of the kept trunk
+    instead of loaded: `elementwise._kept_operand`)."""
     from infer.passes.graph_to_tile import conv
     from infer.passes.testing import apply_pass
     from infer.passes.tile_to_npu import rotation
@@ -257,4 +259,4 @@ def test_f32_trunk_is_kept_whole_and_rounded_into_windows_ahead(monkeypatch):
     y_off, cycles_off, reloads_off = compile_and_run(text, weights, "server", "bf16", x)
     assert y.tobytes() == y_serial.tobytes() == y_off.tobytes()
     assert reloads < reloads_off
-    assert cycles < cycles_off < cycles_serial, (cycles, cycles_off, cycles_serial)
+    assert cycles < min(cycles_off, cycles_serial), (cycles, cycles_off, cycles_serial)
