@@ -84,6 +84,10 @@ class IntegerConvParts:
 #: 3x3/2 512->512 conv on server waited 5.2 K cycles for its 4.7 MB block in one DMA.
 HOISTED_WEIGHT_PIECES = 8
 
+#: an f32 conv output kept whole (the residual trunk) taking at most 1/this of the scratchpad
+#: stays on chip for the next block's residual add too (`ConvKernel.kept_output_readers`)
+TRUNK_KEPT_FOR_RESIDUAL = 32
+
 
 def conv_planes(op: g.Conv2dOp) -> Planes:
     _, _, H, W = shape_of(op.input)
@@ -583,6 +587,22 @@ class ConvKernel:
         if nbytes > spad // 4 or footprint[0] + nbytes > spad * 3 // 4:
             return None
         return self.em.alloc((self.O, p.OH * p.OW), elem, "spad")
+
+    def kept_output_readers(self) -> int:
+        """The kernels named next that may read the output kept whole (`output_kept_whole`):
+        KEPT_CONV_OUTPUT_READERS, and one more for a small f32 trunk (at most
+        `TRUNK_KEPT_FOR_RESIDUAL` of the scratchpad): the residual add of the next block's
+        third conv then copies its blocks out of it (elementwise.kept_block) instead of loading
+        them. Small: the late ResNet-50 stage on server (2048 x 49, 392 KB), whose expanding
+        convs' long epilogues go behind the next tile's matmuls with their residual loads
+        issued late (tile-to-npu, docs/codegen.md "Deferred epilogue"), 1.9 K cycles; the
+        14x14 stage's trunk (784 KB) has its residual loads issued a tile ahead, and copied on
+        the in-order vector unit instead they cost 0.13 K cycles per block."""
+        assert self.kept_output is not None
+        elem = self.kept_output.type.get_element_type()  # type: ignore[attr-defined]
+        nbytes = num_elements(shape_of(self.kept_output)) * 4
+        small = nbytes * TRUNK_KEPT_FOR_RESIDUAL <= self.ctx.hw.memory.scratchpad_bytes
+        return KEPT_CONV_OUTPUT_READERS + (1 if elem == f32 and small else 0)
 
     def border(self) -> float:
         return 0.0
@@ -1166,7 +1186,7 @@ class ConvKernel:
         self.load_vectors()
         em.range(self.N, lambda n: em.range(self.groups, lambda gi: per_image(n, gi)))
         if self.kept_output is not None:
-            self.ctx.keep_on_chip(self.out3, self.kept_output, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
+            self.ctx.keep_on_chip(self.out3, self.kept_output, next_kernels=self.kept_output_readers(), charged=True)
 
 
 class _Buffers:
