@@ -57,6 +57,7 @@ _PASSES: dict[str, str] = {
     "graph-fuse-norm-prologue": "infer.passes.graph_fuse_prologue:GraphFuseNormProloguePass",
     "graph-fuse-activation-prologue": "infer.passes.graph_fuse_activation_prologue:GraphFuseActivationProloguePass",
     "graph-subsample-strided-conv": "infer.passes.graph_subsample_strided_conv:GraphSubsampleStridedConvPass",
+    "graph-merge-summed-convs": "infer.passes.graph_merge_summed_convs:GraphMergeSummedConvsPass",
     "graph-lower-runtime-conv": "infer.passes.graph_lower_runtime_conv:GraphLowerRuntimeConvPass",
     "graph-quantize": "infer.passes.quantize.insert:GraphQuantizePass",
     "graph-quantize-kernels": "infer.passes.quantize.kernels:GraphQuantizeKernelsPass",

@@ -6,7 +6,8 @@ graph-shape-inference, so `infer-opt -p graph-optimize` is the same as
 (with the options below forwarded to the pass that owns them).
 
 `graph-prepare-tiling` = graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
-graph-raise-rms-norm, graph-raise-rotary, graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-dce, graph-fuse,
+graph-raise-rms-norm, graph-raise-rotary, graph-raise-attention, graph-raise-linear, graph-fold-batch-norm,
+graph-merge-summed-convs{target}, graph-dce, graph-fuse,
 graph-fuse-norm-prologue:
 the graph-level half of the compiler, leaving fused `graph.kernel` groups for graph -> tile
 lowering.
@@ -34,6 +35,7 @@ from infer.passes.graph_cse import GraphCSEPass
 from infer.passes.graph_dce import GraphDCEPass
 from infer.passes.graph_defer_paged_query import GraphDeferPagedQueryPass
 from infer.passes.graph_fold_batch_norm import GraphFoldBatchNormPass
+from infer.passes.graph_merge_summed_convs import GraphMergeSummedConvsPass
 from infer.passes.graph_raise_attention import GraphRaiseAttentionPass
 from infer.passes.graph_raise_linear import GraphRaiseLinearPass
 from infer.passes.graph_raise_activations import GraphRaiseActivationsPass
@@ -99,7 +101,9 @@ class GraphPrepareTilingPass(PipelinePass):
     batch-norm folding and fusion: what runs before graph -> tile.
 
     Options (forwarded): max-elements -> graph-constant-fold; erase-dead ->
-    graph-fold-batch-norm; max-epilogue, kinds, norm-epilogue -> graph-fuse (then graph-fuse-norm-prologue:
+    graph-fold-batch-norm; target -> graph-merge-summed-convs (after the folding: two convs
+    summed, merged where that saves the target's array passes; "": none); max-epilogue, kinds,
+    norm-epilogue -> graph-fuse (then graph-fuse-norm-prologue:
     RMSNorms into the packed-weight products they feed). Constant folding and
     shape inference run before fusion, so kernels never wrap constant work and
     their block arguments have final types.
@@ -112,6 +116,7 @@ class GraphPrepareTilingPass(PipelinePass):
     max_epilogue: int = DEFAULT_MAX_EPILOGUE
     kinds: tuple[str, ...] = ALL_KINDS
     norm_epilogue: bool = True
+    target: str = ""
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
@@ -124,6 +129,7 @@ class GraphPrepareTilingPass(PipelinePass):
             GraphRaiseAttentionPass(),
             GraphRaiseLinearPass(),
             GraphFoldBatchNormPass(erase_dead=self.erase_dead),
+            GraphMergeSummedConvsPass(target=self.target),
             GraphDCEPass(),
             GraphFusePass(max_epilogue=self.max_epilogue, kinds=self.kinds, norm_epilogue=self.norm_epilogue),
             GraphFuseNormProloguePass(),
@@ -135,7 +141,8 @@ class LowerToTilePass(PipelinePass):
     """Graph level to planned tile level for one hardware config.
 
     Options (forwarded): target, precision -> graph-defer-paged-query; target ->
-    graph-fuse-activation-prologue; target, precision, overrides, debug-tiling -> graph-to-tile;
+    graph-prepare-tiling's graph-merge-summed-convs, graph-fuse-activation-prologue; target,
+    precision, overrides, debug-tiling -> graph-to-tile;
     target, print-plan -> tile-plan-memory; max-epilogue -> graph-fuse.
     """
 
@@ -154,7 +161,7 @@ class LowerToTilePass(PipelinePass):
 
         return (
             GraphDeferPagedQueryPass(target=self.target, precision=self.precision),
-            GraphPrepareTilingPass(max_epilogue=self.max_epilogue),
+            GraphPrepareTilingPass(max_epilogue=self.max_epilogue, target=self.target),
             GraphFuseActivationProloguePass(target=self.target),
             GraphToTilePass(target=self.target, precision=self.precision, overrides=self.overrides,
                             debug_tiling=self.debug_tiling),

@@ -1,6 +1,6 @@
 """`compile-npu{target=edge precision=fp32}`: the whole compiler as one pass.
 
-    compile-npu = [graph-passes], graph-defer-paged-query{target precision}, graph-prepare-tiling,
+    compile-npu = [graph-passes], graph-defer-paged-query{target precision}, graph-prepare-tiling{target},
                   graph-fuse-activation-prologue{target},
                   graph-to-tile{target precision}, tile-plan-memory{target}, tile-to-npu{target}
 
@@ -81,7 +81,7 @@ class CompileNpuPass(PipelinePass):
         return (
             *self._graph_passes(),
             _stage("graph-defer-paged-query", target=self.target, precision=self.precision),
-            _stage("graph-prepare-tiling"),
+            _stage("graph-prepare-tiling", target=self.target),
             _stage("graph-fuse-activation-prologue", target=self.target),
             _stage("graph-to-tile", target=self.target, precision=self.precision, overrides=self.overrides,
                    **({"autotune": self.autotune, "autotune_cache": self.autotune_cache} if self.autotune else {})),

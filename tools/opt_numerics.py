@@ -62,6 +62,7 @@ PASS_NUMERICS: dict[str, str] = {
     "graph-fold-batch-norm": "rounding",  # scale/shift folded into the weights: fp32 reassociation
     "graph-raise-activations": "rounding",  # a GELU formula's five rounded steps as one function
     "graph-raise-linear": "rounding",  # the bias joins the sum first
+    "graph-merge-summed-convs": "rounding",  # two convs' sums as one, the biases summed first
     "graph-raise-rms-norm": "rounding",  # the norm's steps as one function
     "graph-raise-rotary": "rounding",  # the rotation's products and sum as one function
     "graph-raise-attention": "rounding",  # the scale applied once; fully masked rows give zeros

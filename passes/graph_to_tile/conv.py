@@ -53,8 +53,8 @@ from infer.passes import tiling_cost
 from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
-from infer.passes.graph_to_tile.conv_store import (KEPT_CONV_OUTPUT_READERS, stage_output_tile, store_output_tile,
-                                                  store_staged_rows)
+from infer.passes.graph_to_tile.conv_store import (KEPT_CONV_OUTPUT_READERS, kept_output_readers, stage_output_tile,
+                                                  store_output_tile, store_staged_rows)
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits, relu_alone, relu_of_sum)
@@ -83,10 +83,6 @@ class IntegerConvParts:
 #: the channels orientation: its first taps' matmuls start after their rows arrive. ResNet-50's
 #: 3x3/2 512->512 conv on server waited 5.2 K cycles for its 4.7 MB block in one DMA.
 HOISTED_WEIGHT_PIECES = 8
-
-#: an f32 conv output kept whole (the residual trunk) taking at most 1/this of the scratchpad
-#: stays on chip for the next block's residual add too (`ConvKernel.kept_output_readers`)
-TRUNK_KEPT_FOR_RESIDUAL = 32
 
 
 def conv_planes(op: g.Conv2dOp) -> Planes:
@@ -590,19 +586,17 @@ class ConvKernel:
 
     def kept_output_readers(self) -> int:
         """The kernels named next that may read the output kept whole (`output_kept_whole`):
-        KEPT_CONV_OUTPUT_READERS, and one more for a small f32 trunk (at most
-        `TRUNK_KEPT_FOR_RESIDUAL` of the scratchpad): the residual add of the next block's
-        third conv then copies its blocks out of it (elementwise.kept_block) instead of loading
-        them. Small: the late ResNet-50 stage on server (2048 x 49, 392 KB), whose expanding
-        convs' long epilogues go behind the next tile's matmuls with their residual loads
-        issued late (tile-to-npu, docs/codegen.md "Deferred epilogue"), 1.9 K cycles; the
-        14x14 stage's trunk (784 KB) has its residual loads issued a tile ahead, and copied on
-        the in-order vector unit instead they cost 0.13 K cycles per block."""
+        KEPT_CONV_OUTPUT_READERS, and for a small f32 trunk one more (conv_store
+        `kept_output_readers`): the residual add of the next block's third conv then copies its
+        blocks out of it (elementwise.kept_block) instead of loading them. Small: the late
+        ResNet-50 stage on server (2048 x 49, 392 KB), whose expanding convs' long epilogues go
+        behind the next tile's matmuls with their residual loads issued late (tile-to-npu,
+        docs/codegen.md "Deferred epilogue"), 1.9 K cycles; the 14x14 stage's trunk (784 KB)
+        has its residual loads issued a tile ahead, and copied on the in-order vector unit
+        instead they cost 0.13 K cycles per block."""
         assert self.kept_output is not None
         elem = self.kept_output.type.get_element_type()  # type: ignore[attr-defined]
-        nbytes = num_elements(shape_of(self.kept_output)) * 4
-        small = nbytes * TRUNK_KEPT_FOR_RESIDUAL <= self.ctx.hw.memory.scratchpad_bytes
-        return KEPT_CONV_OUTPUT_READERS + (1 if elem == f32 and small else 0)
+        return kept_output_readers(self.ctx, self.kept_output) if elem == f32 else KEPT_CONV_OUTPUT_READERS
 
     def border(self) -> float:
         return 0.0

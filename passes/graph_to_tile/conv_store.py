@@ -8,6 +8,7 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, bf16, i64
 from xdsl.ir import SSAValue
 
 from infer.dialects import tile as t
+from infer.dialects.dtypes import num_elements, numpy_dtype_of, shape_of
 from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import LoweringContext
 from infer.passes.graph_to_tile.planes import Planes
@@ -18,6 +19,22 @@ from infer.passes.graph_to_tile.planes import Planes
 #: after the block's downsampling conv; a residual read by a later block's epilogue is loaded
 #: from DRAM, long after the store)
 KEPT_CONV_OUTPUT_READERS = 2
+
+#: a kept output taking at most 1/this of the scratchpad stays on chip for one kernel more
+#: (`kept_output_readers`)
+SMALL_KEPT_OUTPUT = 32
+
+
+def kept_output_readers(ctx: LoweringContext, tile: SSAValue) -> int:
+    """The kernels named next that may read a whole output kept on chip in `tile`:
+    KEPT_CONV_OUTPUT_READERS, one more for a small one (at most 1/SMALL_KEPT_OUTPUT of the
+    scratchpad), whose bytes the kernels in between hardly miss: the 7x7 stage's residual trunk
+    for the next block's residual add (conv.py `ConvKernel.kept_output_readers`), a stem's
+    pooled output for the stacked input of the first bottleneck's merged convs
+    (copies.py `lower_concat`)."""
+    nbytes = num_elements(shape_of(tile)) * numpy_dtype_of(tile).itemsize
+    small = nbytes * SMALL_KEPT_OUTPUT <= ctx.hw.memory.scratchpad_bytes
+    return KEPT_CONV_OUTPUT_READERS + (1 if small else 0)
 
 
 def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index,

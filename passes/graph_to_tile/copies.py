@@ -21,11 +21,12 @@ from xdsl.dialects.builtin import f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from infer.dialects import graph as g
-from infer.dialects.dtypes import element_type_of, num_elements, shape_of
+from infer.dialects.dtypes import element_type_of, num_elements, numpy_dtype_of, shape_of
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile import integer_inputs
 from infer.passes.graph_to_tile.builder import Index
-from infer.passes.graph_to_tile.context import LoweringContext
+from infer.passes.graph_to_tile.context import LoweringContext, latency_bound
+from infer.passes.graph_to_tile.conv_store import kept_output_readers
 
 
 def _dims(shape: Sequence[int]) -> str:
@@ -245,8 +246,14 @@ def lower_concat(ctx: LoweringContext, op: Operation) -> None:
     out_shape = shape_of(op.output)
     axis = op.axis.value.data % len(out_shape)
     name = ctx.kernel_name()
+    # bf16 where the inputs are (storage.STACKING: all of them, or none)
+    out = (ctx.narrow_output_buffer(op.output) if all(ctx.held_as_bf16(v) for v in op.inputs)
+           else ctx.output_buffer(op.output))
+    if _concat_on_chip(ctx, op, out, axis):
+        ctx.debug(f"[graph-to-tile] {name}: concat of {len(op.inputs)} along axis {axis}: on chip, "
+                  "one vector copy per input kept there")
+        return
     ctx.debug(f"[graph-to-tile] {name}: concat of {len(op.inputs)} along axis {axis}: one DMA copy per input")
-    out = ctx.output_buffer(op.output)
     offset = 0
     for value in op.inputs:
         shape = shape_of(value)
@@ -254,6 +261,39 @@ def lower_concat(ctx: LoweringContext, op: Operation) -> None:
         start[axis] = offset
         copy_box(ctx, ctx.buffer(value), shape, [0] * len(shape), [1] * len(shape), out, out_shape, start, shape)
         offset += shape[axis]
+
+
+def _concat_on_chip(ctx: LoweringContext, op: g.ConcatOp, out: SSAValue, axis: int) -> bool:
+    """On a latency-bound target, a concat of one image's channels (NCHW, axis 1) whose inputs
+    the kernels before kept on chip (`LoweringContext.keep_on_chip`; a conv's whole output, a
+    pool's) is stacked on chip: one vector copy per input into a tile of the output, which is
+    stored and kept for the next kernels in its turn (a 1x1 conv reads it in place as its
+    window: graph-merge-summed-convs' stacked input). Their loads would wait for the inputs'
+    stores, and the conv's for the concat's, each with a DRAM latency of its own. False where
+    an input is not kept or the tile would take more than a quarter of the scratchpad (it
+    stays live to its last reader)."""
+    shape = shape_of(op.output)
+    if not latency_bound(ctx.hw) or axis != 1 or len(shape) < 2 or shape[0] != 1:
+        return False
+    pixels = num_elements(shape[2:])
+    kept = [ctx.on_chip_as(ctx.buffer(v), (shape_of(v)[1], pixels)) for v in op.inputs]
+    elem = element_type_of(out)
+    if any(k is None or element_type_of(k) != elem for k in kept):
+        return False
+    tile_shape = (shape[1], pixels)
+    if num_elements(tile_shape) * numpy_dtype_of(out).itemsize * 4 > ctx.hw.memory.scratchpad_bytes:
+        return False
+    em = ctx.emitter
+    stacked = em.alloc(tile_shape, elem, "spad")
+    row = 0
+    for value, tile in zip(op.inputs, kept, strict=True):
+        rows = shape_of(value)[1]
+        em.vec("copy", stacked, [row, 0], tile, [0, 0], rows, pixels)
+        row += rows
+    out2 = em.view(out, tile_shape)
+    em.dma(stacked, [0, 0], out2, [0, 0], list(tile_shape))
+    ctx.keep_on_chip(out2, stacked, next_kernels=kept_output_readers(ctx, stacked), charged=True)
+    return True
 
 
 def lower_broadcast(ctx: LoweringContext, op: Operation) -> None:

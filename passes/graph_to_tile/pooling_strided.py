@@ -42,7 +42,7 @@ from infer.dialects import tile as t
 from infer.passes import tiling_cost
 from infer.passes.graph_to_tile.builder import Index
 from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext, latency_bound
-from infer.passes.graph_to_tile.conv_store import KEPT_CONV_OUTPUT_READERS
+from infer.passes.graph_to_tile.conv_store import kept_output_readers
 from infer.passes.graph_to_tile.planes import Planes
 from infer.passes.graph_to_tile.windows import kept_window
 
@@ -304,4 +304,4 @@ def lower_kept_pool(ctx: LoweringContext, op: g.MaxPool2dOp, s: StridedPool, kep
         em.vec("max", result_rows, [0, 0], row_pairs, [0, 0], m, OW, row_pairs, [0, OW], bmode="tile")
     out2 = em.view(out, (n_planes, OH * OW))
     em.dma(result, [0, 0], out2, [0, 0], [n_planes, OH * OW])
-    ctx.keep_on_chip(out2, result, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
+    ctx.keep_on_chip(out2, result, next_kernels=kept_output_readers(ctx, result), charged=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue, Use
 
 from infer.dialects import graph as g
 from infer.dialects.dtypes import element_name_of
@@ -143,11 +143,33 @@ result is read only as bf16 activations (pooling.lower_max_pool_windows: a ResNe
 conv -> max pool -> convs)."""
 
 
+STACKING: tuple[type[Operation], ...] = (g.ConcatOp,)
+"""Op types whose every operand's bf16 rounding commutes with the op (each result element is
+one operand element): a stacked conv input (graph-merge-summed-convs) is held as bf16 where
+the conv reads it so and every tensor stacked into it is otherwise read so too (then all of
+them are bf16, and the stacking copies them as they are: copies.lower_concat)."""
+
+
+def _stacks_bf16(user: Operation, readers: dict[type[Operation], int]) -> bool:
+    """Is the stacking op `user`'s result read only as bf16 activations, and every one of its
+    operands, besides by `user`, too (none a function argument or returned)?"""
+    if not read_only_as_bf16_activations(user.results[0], readers):
+        return False
+    for operand in user.operands:
+        if isinstance(operand, BlockArgument) or element_name_of(operand) != "f32":
+            return False
+        if not all(_use_reads_bf16(use, readers) for use in operand.uses if use.operation is not user):
+            return False
+    return True
+
+
 def _bf16_activation_use(user: Operation, index: int, readers: dict[type[Operation], int]) -> bool:
     """Is operand `index` of `user` the activations of one of `readers` (a graph.linear or
     graph.conv2d) on a compile-time weight (the matrix unit reads them as bf16 and nothing
-    else), or the operand of an op that commutes with the rounding (`ROUNDING_COMMUTES`) whose
-    result is such?"""
+    else), or the operand of an op that commutes with the rounding (`ROUNDING_COMMUTES`,
+    `STACKING`) whose result is such?"""
+    if isinstance(user, STACKING):
+        return _stacks_bf16(user, readers)
     if ROUNDING_COMMUTES.get(type(user)) == index:
         return read_only_as_bf16_activations(user.results[0], readers)
     if readers.get(type(user)) != index:
@@ -170,18 +192,17 @@ def read_only_as_bf16_activations(value: SSAValue,
     uses = list(value.uses)
     if not uses or element_name_of(value) != "f32":
         return False
-    for use in uses:
-        user = use.operation
-        if isinstance(user, g.YieldOp):  # a kernel's result: what its users read
-            kernel = user.parent_op()
-            if not isinstance(kernel, g.KernelOp) or not read_only_as_bf16_activations(
-                    kernel.results[use.index], readers):
-                return False
-        elif isinstance(user, g.KernelOp):
-            inner = user.body.block.args[use.index]
-            if not inner.uses or not all(_bf16_activation_use(u.operation, u.index, readers)
-                                         for u in inner.uses):
-                return False
-        elif not _bf16_activation_use(user, use.index, readers):
-            return False
-    return True
+    return all(_use_reads_bf16(use, readers) for use in uses)
+
+
+def _use_reads_bf16(use: Use, readers: dict[type[Operation], int]) -> bool:
+    """Does `use` read its value only as bf16 activations (`read_only_as_bf16_activations`),
+    through graph.kernel regions?"""
+    user = use.operation
+    if isinstance(user, g.YieldOp):  # a kernel's result: what its users read
+        kernel = user.parent_op()
+        return isinstance(kernel, g.KernelOp) and read_only_as_bf16_activations(kernel.results[use.index], readers)
+    if isinstance(user, g.KernelOp):
+        inner = user.body.block.args[use.index]
+        return bool(inner.uses) and all(_bf16_activation_use(u.operation, u.index, readers) for u in inner.uses)
+    return _bf16_activation_use(user, use.index, readers)

@@ -46,12 +46,12 @@
 // PIPE:      runs (with the default options):
 // PIPE-NEXT:   graph-optimize, graph-cse, graph-lower-runtime-conv, graph-raise-activations,
 // PIPE-NEXT:     graph-raise-rms-norm, graph-raise-rotary, graph-raise-attention, graph-raise-linear,
-// PIPE-NEXT:     graph-fold-batch-norm, graph-dce, graph-fuse, graph-fuse-norm-prologue
+// PIPE-NEXT:     graph-fold-batch-norm, graph-merge-summed-convs, graph-dce, graph-fuse, graph-fuse-norm-prologue
 // PIPE:      stages, nested pipelines expanded:
 // PIPE-NEXT:   graph-canonicalize, graph-constant-fold, graph-dce, graph-shape-inference, graph-cse,
 // PIPE-NEXT:     graph-lower-runtime-conv, graph-raise-activations, graph-raise-rms-norm, graph-raise-rotary,
-// PIPE-NEXT:     graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-dce, graph-fuse,
-// PIPE-NEXT:     graph-fuse-norm-prologue
+// PIPE-NEXT:     graph-raise-attention, graph-raise-linear, graph-fold-batch-norm, graph-merge-summed-convs,
+// PIPE-NEXT:     graph-dce, graph-fuse, graph-fuse-norm-prologue
 
 // ONE:      tile-plan-memory (infer pass)
 // ONE:        alignment=<int> (default 0)

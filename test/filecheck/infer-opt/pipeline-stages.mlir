@@ -59,6 +59,7 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-attention
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-raise-linear
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fold-batch-norm
+// TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-merge-summed-convs
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-dce
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fuse
 // TIME-NEXT: {{ +[0-9.]+ \( *[0-9.]+%\)}}    graph-fuse-norm-prologue

@@ -107,10 +107,11 @@ def test_doc_example_is_the_pass_and_its_test() -> None:
 
 def test_prepare_tiling_pipeline_forwards_options() -> None:
     cls = infer_passes()["graph-prepare-tiling"]()
-    steps = cls(max_elements=9, erase_dead=False, max_epilogue=2, kinds=("matmul",)).passes()
+    steps = cls(max_elements=9, erase_dead=False, max_epilogue=2, kinds=("matmul",), target="server").passes()
     assert [p.name for p in steps] == ["graph-optimize", "graph-cse", "graph-lower-runtime-conv",
                                       "graph-raise-activations", "graph-raise-rms-norm", "graph-raise-rotary",
                                       "graph-raise-attention", "graph-raise-linear",
-                                      "graph-fold-batch-norm", "graph-dce", "graph-fuse", "graph-fuse-norm-prologue"]
-    assert steps[0].max_elements == 9 and not steps[8].erase_dead
-    assert steps[10].max_epilogue == 2 and steps[10].kinds == ("matmul",)
+                                      "graph-fold-batch-norm", "graph-merge-summed-convs", "graph-dce", "graph-fuse",
+                                      "graph-fuse-norm-prologue"]
+    assert steps[0].max_elements == 9 and not steps[8].erase_dead and steps[9].target == "server"
+    assert steps[11].max_epilogue == 2 and steps[11].kinds == ("matmul",)

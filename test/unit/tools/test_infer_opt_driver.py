@@ -66,8 +66,8 @@ def test_expanded_stages_are_flatten(name: str) -> None:
 def test_pipeline_options_name_the_stage_they_reach() -> None:
     doc = pass_doc("lower-to-tile", _own_passes()["lower-to-tile"].load())
     target = next(o for o in doc.options if o.name == "target")
-    assert target.doc.startswith("forwarded to graph-defer-paged-query, graph-fuse-activation-prologue, graph-to-tile, "
-                              "tile-plan-memory: "
+    assert target.doc.startswith("forwarded to graph-defer-paged-query, graph-merge-summed-convs, "
+                              "graph-fuse-activation-prologue, graph-to-tile, tile-plan-memory: "
                               "the hardware config")
 
 
