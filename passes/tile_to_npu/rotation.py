@@ -322,6 +322,13 @@ def pipelinable_loads(loop: scf.ForOp, plan: RotationPlan, fn: func.FuncOp) -> l
         if (not isinstance(alloc, t.AllocOp) or plan.rotation_loop_of.get(alloc) is not loop
                 or plan.first_use.get(alloc) is not op):
             continue
+        if any(isinstance(o, t.DmaOp) and o is not op and root_buffer(o.dst) is alloc.buffer for o in walk):
+            # a buffer several loads fill (a merged grouped conv's weight block, one DMA per
+            # group) stays in its iteration: issued early, this load's token went to the next
+            # of them as the buffer's first consumer, and the matmul reading this one's rows
+            # waited for nothing (a race the fuzzer found: 32 groups of 2 channels, 8 merged,
+            # on edge; MobileNetV2 edge 6,118,400 -> 6,173,697 cycles)
+            continue
         source = root_buffer(op.src)
         # a DRAM alloc the loop never writes is read-only here too: live allocs never share
         # bytes (tile-plan-memory), and the loop writes only other buffers
