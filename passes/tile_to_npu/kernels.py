@@ -247,7 +247,7 @@ class KernelByKernel:
             if allocs:
                 codegen.use_plan(_replace_entries(codegen.plan, plan_rotation(
                     self.fn, codegen.degrade_level, self.pipelining, allocs,
-                    codegen.hw.queue_depth("vector")), allocs))
+                    vector_queue=codegen.hw.queue_depth("vector")), allocs))
 
     def _window(self, k: int, first: int) -> int:
         """The first kernel of kernel k's window: from `first` (the kernel before k, or the
@@ -305,7 +305,7 @@ class KernelByKernel:
         if allocs:
             old = codegen.plan
             new = _replace_entries(old, plan_rotation(self.fn, codegen.degrade_level, self.pipelining,
-                                                      allocs, codegen.hw.queue_depth("vector")), allocs)
+                                                      allocs, vector_queue=codegen.hw.queue_depth("vector")), allocs)
             for alloc in allocs:
                 if _entries(old, alloc) != _entries(new, alloc):
                     back_to = min(back_to, self.kernel_of[top_level_op(alloc, self.fn)])

@@ -102,8 +102,8 @@ def double_buffered_allocs(fn: func.FuncOp) -> list[t.AllocOp]:
 
 
 def plan_rotation(fn: func.FuncOp, degrade_level_of: Callable[[Operation], int],
-                  pipelining: bool, allocs: Iterable[t.AllocOp] | None = None,
-                  vector_queue: int = 0) -> RotationPlan:
+                  pipelining: bool, allocs: Iterable[t.AllocOp] | None = None, *,
+                  vector_queue: int) -> RotationPlan:
     """The rotation plan of fn's double-buffered `allocs` (default: all, in IR order). An
     alloc's rotation loop, and so its entries, depend on the degrade level of the top-level
     op holding its uses only: a plan for the allocs used in some top-level ops replaces
