@@ -54,7 +54,7 @@ from infer.passes.tiling_tuning import pick_index
 from infer.passes.graph_to_tile.builder import Index, tile_extents
 from infer.passes.graph_to_tile.context import STAGE, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.conv_store import (KEPT_CONV_OUTPUT_READERS, kept_output_readers, stage_output_tile,
-                                                  store_output_tile, store_staged_rows)
+                                                  store_compact_tile, store_output_tile, store_staged_rows)
 from infer.passes.graph_to_tile.depthwise import is_depthwise, lower_depthwise_on_vector, vector_tiles
 from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, epilogue_cost, epilogue_footprint,
                                                    materialize_misfits, relu_alone, relu_of_sum)
@@ -63,6 +63,11 @@ from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, 
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.windows import (WindowLoader, copies_kept_rows, kept_window, loads_in_place, row_tile_plan,
                                                row_tiles)
+
+
+#: array-wide column blocks of the last im2col chunk's matmuls per group between the roundings
+#: of the output rows they complete (`ConvKernel._products_rounding_rows`)
+ROUNDED_ROW_GROUP_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -438,6 +443,8 @@ class ConvKernel:
         self.resident = (prefetch_packed(ctx, self.packs, *footprint) if footprint is not None and not helper and whole
                          else None)
         self._weight_origin: tuple[Index, Index] = (0, 0)
+        # the compact bf16 output tile the last im2col chunk's row rounding wrote (`finish` stores it)
+        self._rounded_rows: SSAValue | None = None
         # padded inputs: their planes prepared in DRAM first (planes.py); else built on chip
         self.planes = self.prepare_input()
         # the input the kernel before kept on chip, when it is this kernel's one window
@@ -524,6 +531,27 @@ class ConvKernel:
         bottleneck's f32 trunk at 28x28 on server, its relu fused with the bias add: 16.6 K
         cycles, as many as with the next conv's windows not prepared ahead)."""
         return self.kept_output is not None and self.kept_output.type.get_element_type() == f32  # type: ignore[attr-defined]
+
+    def rows_rounded_in_products(self, to: int, toh: int) -> str | None:
+        """The vector op ("relu", or "copy" for no epilogue op) that rounds the accumulator's
+        output rows into the compact bf16 output row by row between the column groups of the
+        last im2col chunk's matmuls (`chunked_im2col_products`), or None (the epilogue after
+        them). For the kernel's one tile of a chunked im2col conv in the "pixels" orientation
+        whose bias its matmuls add and whose epilogue is a relu alone or nothing, with a bf16
+        output not kept by row tiles: the whole-tile relu ran after the last matmul with the
+        array idle (ResNet-50's stem on server, 1.6 K cycles before its max pool could start).
+        One op per output row (every channel's OW valid columns of it): the padded-width rows
+        of the accumulator are no box of several rows."""
+        p, ops, value = self.p, self.epilogue_ops, self.op.results[0]
+        if self.channels_wide or not self.tiles.im2col or (self.bias is not None and not self.bias_rows):
+            return None
+        if not (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH):
+            return None
+        if self.kept_output is not None or self.defers_stores() or not self.ctx.is_bf16_buffer(self.out3):
+            return None
+        if ops and relu_alone(ops, value) is None:
+            return None
+        return "relu" if ops else "copy"
 
     def operand_copies(self) -> int:
         return self.ctx.bf16_copies
@@ -924,6 +952,7 @@ class ConvKernel:
         chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows, self.bias_rows)
         assert not self.bias_rows or chunks[-1][3] > chunks[-1][2]  # (copy_taps fills them with its taps)
         groups = self.copy_column_groups(chunks, tq)
+        rows_op = None if groups else self.rows_rounded_in_products(to, tq // p.Wq)
         if groups:
             # every chunk's copies by column groups of whole array-wide blocks (a block's
             # matmul reads its own columns): the first chunk's groups all ahead of its matmuls,
@@ -973,10 +1002,43 @@ class ConvKernel:
                 weights, at = self.weight_at(bufs, 0, tc, (k0, 0))
                 emit_tile_product(ctx, cols, weights, bufs.acc, tq, k, to, lhs_at=(0, k0), rhs_at=at,
                                   overwrite=first and k0 == 0)
+            elif rows_op is not None and i == len(chunks) - 1:
+                weights, at = self.weight_at(bufs, 0, tc, (0, k0))
+                self._products_rounding_rows(weights, at, cols, bufs.acc, to, k, tq, k0, first and k0 == 0, rows_op)
             else:
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
                 emit_tile_product(ctx, weights, cols, bufs.acc, to, k, tq, width_outer=True, lhs_at=at,
                                   rhs_at=(k0, 0), overwrite=first and k0 == 0)
+
+    def _products_rounding_rows(self, weights: Bf16Tile, at: tuple[Index, Index], cols: Bf16Tile, acc: SSAValue,
+                                to: int, k: int, tq: int, k0: int, overwrite: bool, op: str) -> None:
+        """The last im2col chunk's matmuls (depth rows [k0, k0 + k)) by column groups of
+        ROUNDED_ROW_GROUP_BLOCKS array-wide blocks, each followed by the rounding (`op`) of the
+        output rows the group before it completed into a compact bf16 tile, which `finish`
+        stores (`rows_rounded_in_products`). One group behind: the front end reaches those
+        rows' ops once the group before has drained, not while the matmuls after it wait to be
+        dispatched."""
+        em, p = self.em, self.p
+        toh = tq // p.Wq
+        compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
+        block = self.ctx.hw.matrix.cols
+        groups = tiling_cost.column_groups(tq, block, -(-tq // (block * ROUNDED_ROW_GROUP_BLOCKS)))
+        rounded = 0
+
+        def round_rows(upto: int) -> None:
+            nonlocal rounded
+            for oh in range(rounded, upto):
+                em.vec(op, compact, [0, oh * p.OW], acc, [0, oh * p.Wq], to, p.OW)
+            rounded = max(rounded, upto)
+
+        complete = 0  # output rows whose OW valid columns the groups so far computed
+        for c0, width in groups:
+            emit_tile_product(self.ctx, weights, cols, acc, to, k, width, width_outer=True, lhs_at=at,
+                              rhs_at=(k0, c0), acc_at=(0, c0), overwrite=overwrite)
+            round_rows(complete)
+            complete = (c0 + width - p.OW) // p.Wq + 1 if c0 + width >= p.OW else 0
+        round_rows(toh)
+        self._rounded_rows = compact
 
     def copy_column_groups(self, chunks: list[tuple[int, int, int, int]], tq: int) -> list[tuple[int, int]]:
         """The column groups `chunked_im2col_products` copies and multiplies each chunk in
@@ -1044,6 +1106,12 @@ class ConvKernel:
         tq = toh * p.Wq
         tile = bufs.acc
         r0 = em.add(em.mul(gi, self.Og), o0)
+        whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
+                 and latency_bound(self.ctx.hw))
+        if self._rounded_rows is not None:  # (`chunked_im2col_products` wrote the compact tile)
+            compact, self._rounded_rows = self._rounded_rows, None
+            store_compact_tile(self.ctx, p, self.out3, compact, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole)
+            return
         # the bias added by the transposition back from the "channels" orientation
         fused_bias = self.bias if bufs.acc_t is not None and self.bias_in_transpose else None
         if bufs.acc_t is not None:
@@ -1057,9 +1125,7 @@ class ConvKernel:
             return
         # the kernel's one tile, kept on chip where the next kernel's load of it would be a DRAM
         # round trip long against its transfer (context.latency_bound; on edge the scratchpad is
-        # small and the DRAM's bandwidth, not its latency, bounds the kernels)
-        whole = (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH
-                 and latency_bound(self.ctx.hw))
+        # small and the DRAM's bandwidth, not its latency, bounds the kernels): `whole`
         store_output_tile(self.ctx, p, self.out3, result_tile, em.add(em.mul(n, self.O), r0), oh0, to, toh, whole,
                           self.kept_output)
 

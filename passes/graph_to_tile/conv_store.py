@@ -42,7 +42,7 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
                       kept_output: SSAValue | None = None) -> None:
     """Store the [to, toh.Wq] f32 output tile (padded-width rows) into rows [out_row, out_row +
     to) and output rows [oh0, oh0 + toh) of `out3` [N.O, OH, OW]: a bf16 output through a compact
-    rounded copy (`_store_bf16`), an f32 one by a DMA of the valid columns of each row. `whole`:
+    rounded copy (`_round_bf16`, `store_compact_tile`), an f32 one by a DMA of the valid columns of each row. `whole`:
     the tile is the whole output (the kernel's only tile): its compact bf16 copy is kept on chip
     for the next kernels (`LoweringContext.keep_on_chip`), whose load of it would wait for this
     store and a DRAM latency of its own (conv.py `ConvKernel.kept_input`). `kept_output`: the
@@ -53,9 +53,7 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
     if kept_output is not None:
         _store_from_kept(em, p, out3, tile, out_row, oh0, to, toh, kept_output)
     elif ctx.is_bf16_buffer(out3):
-        compact = _store_bf16(em, p, out3, tile, out_row, oh0, to, toh)
-        if whole:
-            ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
+        store_compact_tile(ctx, p, out3, _round_bf16(em, p, tile, to, toh), out_row, oh0, to, toh, whole)
     elif p.Wq != p.OW:
         # the tile's own row count: an edge row tile's buffers hold its toh rows, not TOH
         tile_rows, tile_cols = tile.type.get_shape()  # type: ignore[attr-defined]
@@ -63,6 +61,17 @@ def store_output_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, tile: SSA
         em.dma(rows_view, [0, 0, 0], out3, [out_row, oh0, 0], [to, toh, p.OW])
     else:
         store_staged_rows(em, p, out3, tile, out_row, oh0, 0, to, toh)
+
+
+def store_compact_tile(ctx: LoweringContext, p: Planes, out3: SSAValue, compact: SSAValue, out_row: Index,
+                       oh0: Index, to: int, toh: int, whole: bool) -> None:
+    """Store the compact [to, toh.OW] bf16 output tile (no padded-width columns: each channel's
+    rows are one DRAM run, where short bf16 rows would waste most of their bursts) into rows
+    [out_row, out_row + to) and output rows [oh0, oh0 + toh) of `out3`; `whole` (the kernel's
+    only tile): kept on chip for the next kernels (`store_output_tile`)."""
+    store_staged_rows(ctx.emitter, p, out3, compact, out_row, oh0, 0, to, toh)
+    if whole:
+        ctx.keep_on_chip(out3, compact, next_kernels=KEPT_CONV_OUTPUT_READERS, charged=True)
 
 
 def stage_output_tile(em: Emitter, p: Planes, tile: SSAValue, to: int, toh: int, staged: SSAValue) -> None:
@@ -90,12 +99,10 @@ def store_staged_rows(em: Emitter, p: Planes, out3: SSAValue, staged: SSAValue, 
            [em.add(out_row, row0), em.mul(oh0, p.OW)], [rows, toh * p.OW])
 
 
-def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row: Index, oh0: Index, to: int,
-                toh: int) -> SSAValue:
-    """Store the [to, toh.Wq] f32 tile into the bf16 output: one vector copy rounds it into a
-    compact [to, toh.OW] bf16 tile (the padded-width columns dropped, so each channel's rows
-    are one DRAM run: short bf16 rows would waste most of their bursts), one DMA stores it.
-    Returns the compact tile."""
+def _round_bf16(em: Emitter, p: Planes, tile: SSAValue, to: int, toh: int) -> SSAValue:
+    """Round the [to, toh.Wq] f32 tile into a compact [to, toh.OW] bf16 tile, the padded-width
+    columns dropped (`store_compact_tile` stores it): by one vector copy, or by the epilogue's
+    last op writing it itself. Returns the compact tile."""
     rows, cols = tile.type.get_shape()  # type: ignore[attr-defined]
     held = cols // p.Wq  # output rows the tile's buffer holds (toh, or TOH for a short tile)
     last = _last_whole_tile_write(em, tile, to, toh * p.OW) if p.Wq == p.OW else None
@@ -121,7 +128,6 @@ def _store_bf16(em: Emitter, p: Planes, out3: SSAValue, tile: SSAValue, out_row:
     else:
         src, dst = em.view(tile, (rows * held, p.Wq)), em.view(compact, (to * toh, p.OW))
         em.range(to, lambda c: em.vec("copy", dst, [em.mul(c, toh), 0], src, [em.mul(c, held), 0], toh, p.OW))
-    store_staged_rows(em, p, out3, compact, out_row, oh0, 0, to, toh)
     return compact
 
 

@@ -157,6 +157,9 @@ class IntegerConvKernel(ConvKernel):
     bias_in_transpose = False  # (its int32 bias belongs to the integer epilogue)
     bias_in_im2col = False
 
+    def rows_rounded_in_products(self, to: int, toh: int) -> str | None:
+        return None  # (its epilogue requantizes the int32 accumulator: `epilogue`)
+
     def epilogue(self, tile: SSAValue, frame: TileFrame, to: int, tq: int, bias_added: bool = False) -> SSAValue:
         out_tile = (self.em.alloc((to, tq), self.epi.out_element(), "spad", 2) if self.epi.kind != "acc"
                     else None)
