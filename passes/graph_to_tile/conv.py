@@ -975,7 +975,14 @@ class ConvKernel:
         # the matmuls' dispatch instead: the stem's 42 taps of its second chunk)
         queue = ctx.hw.vector.queue_depth
         ahead = [(t_hi - t_lo) * self.copies <= queue for _, _, t_lo, t_hi in chunks]
-        copy_taps(*chunks[0][2:])
+        # with the second chunk's copies between column groups of the first chunk's matmuls,
+        # the first chunk's copies go by those column groups too, each group's right before its
+        # matmuls: the array starts after one group's copies instead of all of the chunk's (the
+        # server stem's first chunk: 8 taps over 12,880 columns, 608 cycles before its first
+        # matmul)
+        split_first = len(chunks) > 1 and not ahead[1] and self.interleaves_copies(tq, chunks[1])
+        if not split_first:
+            copy_taps(*chunks[0][2:])
         for i, (k0, k, _, _) in enumerate(chunks):
             if i + 1 < len(chunks) and ahead[i + 1]:
                 copy_taps(*chunks[i + 1][2:])
@@ -993,9 +1000,15 @@ class ConvKernel:
                 # (as many tap groups as column groups: fewer columns than wanted make them larger)
                 per_group = max(per_group, -(-(t_hi - t_lo) // len(groups)))
                 bounds = [min(t_hi, t_lo + j * per_group) for j in range(len(groups) + 1)]
-                for (c0, width), t_a, t_b in zip(groups, bounds, bounds[1:], strict=False):
+                if split_first and i == 0:
+                    copy_taps(*chunks[0][2:], *groups[0])
+                for g, ((c0, width), t_a, t_b) in enumerate(zip(groups, bounds, bounds[1:], strict=False)):
                     emit_tile_product(ctx, weights, cols, bufs.acc, to, k, width, width_outer=True, lhs_at=at,
                                       rhs_at=(k0, c0), acc_at=(0, c0), overwrite=first and k0 == 0)
+                    if split_first and i == 0 and g + 1 < len(groups):
+                        # (ahead of the next chunk's copies: the front end dispatches them once
+                        # this group's matmuls are queued, and the next group waits for its own)
+                        copy_taps(*chunks[0][2:], *groups[g + 1])
                     copy_taps(t_a, t_b)
                 continue
             if self.channels_wide:
