@@ -539,7 +539,8 @@ class ConvKernel:
         them). For the kernel's one tile of a chunked im2col conv in the "pixels" orientation
         whose bias its matmuls add and whose epilogue is a relu alone or nothing, with a bf16
         output not kept by row tiles: the whole-tile relu ran after the last matmul with the
-        array idle (ResNet-50's stem on server, 1.6 K cycles before its max pool could start).
+        array idle (ResNet-50's stem on server, 1.6 K cycles before its max pool could start;
+        its 3x3 64->64 convs at 56x56, 408 before the next conv could).
         One op per output row (every channel's OW valid columns of it): the padded-width rows
         of the accumulator are no box of several rows."""
         p, ops, value = self.p, self.epilogue_ops, self.op.results[0]
@@ -952,7 +953,7 @@ class ConvKernel:
         chunks = im2col_chunks(len(self.taps), tc, ctx.hw.matrix.rows, self.bias_rows)
         assert not self.bias_rows or chunks[-1][3] > chunks[-1][2]  # (copy_taps fills them with its taps)
         groups = self.copy_column_groups(chunks, tq)
-        rows_op = None if groups else self.rows_rounded_in_products(to, tq // p.Wq)
+        rows_op = self.rows_rounded_in_products(to, tq // p.Wq)
         if groups:
             # every chunk's copies by column groups of whole array-wide blocks (a block's
             # matmul reads its own columns): the first chunk's groups all ahead of its matmuls,
@@ -963,6 +964,9 @@ class ConvKernel:
                 copy_taps(*chunks[0][2:], c0, width)
             for i, (k0, k, _, _) in enumerate(chunks):
                 weights, at = self.weight_at(bufs, 0, tc, (0, k0))
+                if rows_op is not None and i == len(chunks) - 1:
+                    self._products_rounding_rows(weights, at, cols, bufs.acc, to, k, tq, k0, first and k0 == 0, rows_op)
+                    break
                 for c0, width in groups:
                     emit_tile_product(ctx, weights, cols, bufs.acc, to, k, width, width_outer=True, lhs_at=at,
                                       rhs_at=(k0, c0), acc_at=(0, c0), overwrite=first and k0 == 0)
