@@ -817,8 +817,10 @@ def conv_estimate(hw: HardwareConfig, s: ConvSpec, T: ConvTiles,
             groups = 1 if channels else max(1, len(im2col_copy_groups(hw, int(tq_avg), -(-R // TC), s.copies)))
             overlap = (s.taps - first / groups) * tap_copy
     per_tile = -(-int(avg_to * tq_avg) // L)
-    # the accumulator is zeroed first unless one product overwrites it (mul by 0, add)
-    fill = 0 if single and (s.taps == 1 or T.im2col) else 2
+    # the accumulator is zeroed first (mul by 0, add) unless the first product of its one
+    # channel step overwrites it (one tap, im2col, or the first tap's: conv.py
+    # `ConvKernel.FIRST_TAP_OVERWRITES`)
+    fill = 0 if single else 2
     # the "channels" orientation's transposition adds the bias (no pass of its own). Not counted
     # so for strided or one-step convs: there the pass stands in for per-tile costs the schedule
     # under-counts, and dropping it ranked slower tilings first (ResNet-50 server's 3x3/2 and

@@ -386,6 +386,12 @@ class ConvKernel:
 
     operand_type: Attribute = bf16  # windows and weight blocks
     accumulator_type: Attribute = f32
+    #: a one-step tile of several taps (no im2col) has its first tap's product overwrite the
+    #: accumulator, emitted ahead of the taps' loop nest, instead of zeroing the accumulator
+    #: first: the zeroing was a vector pass over the whole tile at the head of each such kernel,
+    #: behind the kernel before's epilogue and ahead of the window (ResNet-50 server: 100-300
+    #: cycles before the first matmul of each 3x3 conv at 28x28, 14x14 and 7x7)
+    FIRST_TAP_OVERWRITES = True
 
     def __init__(self, ctx: LoweringContext, name: str, op: g.Conv2dOp | MergedGroups, epilogue: Sequence[Operation],
                  result: SSAValue, p: Planes, tiles: tiling_cost.ConvTiles, w: np.ndarray,
@@ -413,9 +419,10 @@ class ConvKernel:
         # for that row's weights only, so the first ones start after a KH-th of a large block
         # (ResNet-50's 3x3 512->512: 4.7 MB) and the rest of it arrives beside them
         self.row_split_weights = tiling_cost.row_split_weights(self.tiles, len(p.phases), KH, Cg)
-        # the first matmul overwrites the accumulator when there is one product per tile
-        # (one channel step, and one tap or the taps folded by im2col); else it is zeroed first
-        self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col)
+        # the first matmul overwrites the accumulator with one channel step (one product per
+        # tile: one tap or the taps folded by im2col; or the first tap's, emitted ahead of the
+        # taps' loop nest: `over_taps`, FIRST_TAP_OVERWRITES); several steps zero it first
+        self.overwrites = self.single and (len(self.taps) == 1 or tiles.im2col or self.FIRST_TAP_OVERWRITES)
         # tiles emitted on their own (the edge row tiles) have their own buffers, single-buffered
         # and shared among them; the looped tiles' buffers rotate on their loop
         self._sets: dict[bool, _Buffers] = {}
@@ -832,11 +839,14 @@ class ConvKernel:
         khs, kws = plane_tap_grid(self.p, self.KH, self.KW, plane)
         return (khs[1] - khs[0] if len(khs) > 1 else 1), (kws[1] - kws[0] if len(kws) > 1 else 1)
 
-    def over_taps(self, body: Callable[..., None], planes: Sequence[int] | None = None) -> None:
+    def over_taps(self, body: Callable[..., None], planes: Sequence[int] | None = None,
+                  first: Callable[..., None] | None = None) -> None:
         """body(plane, tap index, window offset) for every tap (of `planes`, default all): per
         plane a loop nest over its taps (both affine in the loop variables: the taps of one
         plane are a grid). With `row_split_weights` the kernel rows are unrolled: body(plane,
-        tap index within the row, window offset, kernel row)."""
+        tap index within the row, window offset, kernel row). `first`: called instead of body
+        for the first tap, emitted ahead of the nest (the rest of its kernel row, then the other
+        rows): the product that overwrites the accumulator, which is then not zeroed first."""
         em, p = self.em, self.p
         for plane in range(len(p.phases)) if planes is None else planes:
             kh0, nh, kw0, nw = self.plane_taps(plane)
@@ -850,7 +860,8 @@ class ConvKernel:
             base_t, base_off = kh0 * self.KW + kw0, p.offset(kh0, kw0)
 
             def tap(a: Index, b: Index, plane: int = plane, base_t: int = base_t, base_off: int = base_off,
-                    dkh: int = dkh, dkw: int = dkw, row_step: int = row_step, col_step: int = col_step) -> None:
+                    dkh: int = dkh, dkw: int = dkw, row_step: int = row_step, col_step: int = col_step,
+                    body: Callable[..., None] = body) -> None:
                 offset = em.add(em.add(em.mul(a, row_step * p.Wq), em.mul(b, col_step)), base_off)
                 if split:  # a: a compile-time kernel row
                     body(plane, em.add(em.mul(b, dkw), base_t % self.KW), offset, kh0 + a * dkh)  # type: ignore[operator]
@@ -858,7 +869,16 @@ class ConvKernel:
                 t = em.add(em.add(em.mul(a, dkh * self.KW), em.mul(b, dkw)), base_t)
                 body(plane, t, offset)
 
-            if split:
+            if first is not None:  # (the first tap alone, then the taps after it)
+                tap(0, 0, body=first)  # type: ignore[call-arg]
+                em.range(nw - 1, lambda b, tap=tap: tap(0, em.add(b, 1)))
+                if split:
+                    for a in range(1, nh):
+                        em.range(nw, lambda b, a=a, tap=tap: tap(a, b))
+                else:
+                    em.range(nh - 1, lambda a, tap=tap, nw=nw: em.range(nw, lambda b: tap(em.add(a, 1), b)))
+                first = None
+            elif split:
                 for a in range(nh):
                     em.range(nw, lambda b, a=a, tap=tap: tap(a, b))
             else:
@@ -913,6 +933,10 @@ class ConvKernel:
 
         if len(self.taps) == 1:
             product(0, 0, 0, overwrite=first)
+        elif first and self.FIRST_TAP_OVERWRITES and (planes is None or planes[0] == 0):
+            # (the first plane's first tap overwrites: the taps of a one-step tile are its
+            # products, and plane 0 comes first, interleaved or not)
+            self.over_taps(product, planes, first=lambda *args: product(*args, overwrite=True))
         else:
             self.over_taps(product, planes)
 

@@ -64,19 +64,26 @@ def test_staged_row_tiles_are_predicted_as_two_recurrences_on_server() -> None:
     assert simulated <= 4_500, simulated
 
 
-@pytest.mark.parametrize("name, most_cycles", [("r50 3x3 256 14", 560_000), ("r50 3x3 64->64 56", 630_000)])
-def test_windows_padded_on_chip_are_predicted_as_pipelined(name: str, most_cycles: int) -> None:
+@pytest.mark.parametrize("name, most_cycles, bound", [("r50 3x3 256 14", 560_000, 0.10),
+                                                      ("r50 3x3 64->64 56", 630_000, 0.15)])
+def test_windows_padded_on_chip_are_predicted_as_pipelined(name: str, most_cycles: int, bound: float) -> None:
     """ResNet-50's stride-1 3x3 convs on edge: a step loop whose padded windows are built on chip
     is software-pipelined (its loads a step early), so the model counts the window building
     beside the step before's matmuls, as far as the matrix queue's lead on them reaches. The
     256->256 at 14x14 takes those windows (predicted 829 K against 550 K simulated when its steps
     were charged in series, so the planes prepared in DRAM, 586 K, were chosen); the 64->64 at
     56x56 keeps its planes: counted as pipelined, its windows of one-row tiles (four steps each,
-    whose pipeline refills at every tile) were predicted 623 K and simulated 824 K."""
+    whose pipeline refills at every tile) were predicted 623 K and simulated 824 K. The 64->64
+    is now 4-row one-step "channels" tiles from planes prepared in DRAM: 660 K predicted, 620 K
+    simulated while each tile zeroed its accumulator first, 585 K since its first tap's product
+    overwrites it (conv.py `ConvKernel.FIRST_TAP_OVERWRITES`): the zeroing had chained each tile
+    behind the epilogue before it on the in-order vector unit, as the model's serial step chain
+    counts (12.8 % over, within the issue's 15 %). Counting such tiles as pipelined instead
+    picked slower tilings for ResNet-50 (server 357 K -> 414 K cycles, edge 21.1 M -> 21.7 M)."""
     kernel = next(k for k in bench.kernels() if k.name == name)
     ops = bench.measure(kernel, "edge")
     predicted, simulated = sum(o[1] for o in ops), sum(o[2] for o in ops)
-    assert abs(bench.error(predicted, simulated)) <= 0.10, (predicted, simulated)
+    assert abs(bench.error(predicted, simulated)) <= bound, (predicted, simulated)
     assert simulated <= most_cycles, simulated
 
 
