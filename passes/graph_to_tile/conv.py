@@ -540,18 +540,20 @@ class ConvKernel:
         return self.kept_output is not None and self.kept_output.type.get_element_type() == f32  # type: ignore[attr-defined]
 
     def rows_rounded_in_products(self, to: int, toh: int) -> str | None:
-        """The vector op ("relu", or "copy" for no epilogue op) that rounds the accumulator's
-        output rows into the compact bf16 output row by row between the column groups of the
-        last im2col chunk's matmuls (`chunked_im2col_products`), or None (the epilogue after
-        them). For the kernel's one tile of a chunked im2col conv in the "pixels" orientation
-        whose bias its matmuls add and whose epilogue is a relu alone or nothing, with a bf16
-        output not kept by row tiles: the whole-tile relu ran after the last matmul with the
-        array idle (ResNet-50's stem on server, 1.6 K cycles before its max pool could start;
-        its 3x3 64->64 convs at 56x56, 408 before the next conv could).
-        One op per output row (every channel's OW valid columns of it): the padded-width rows
-        of the accumulator are no box of several rows."""
+        """The vector op that rounds the accumulator's output rows into the compact bf16 output
+        between the column groups of the tile's last matmuls (`_products_rounding_rows`: the
+        last im2col chunk's, or a 1x1 conv's one product), or None (the epilogue after them):
+        "relu" or "copy" where the matmuls add the bias (im2col bias rows) or there is none,
+        else "add_relu" or "add" of the bias. For the kernel's one tile, in the "pixels"
+        orientation, of a chunked im2col conv or a one-step 1x1 conv whose epilogue is a relu
+        alone or nothing, with a bf16 output not kept by row tiles: the whole-tile epilogue ran
+        after the last matmul with the array idle (ResNet-50 on server: the stem's relu, 1.6 K
+        cycles before its max pool could start; its 3x3 64->64 convs at 56x56 and the 1x1 64->64
+        after the pool, 408 each before the next conv could)."""
         p, ops, value = self.p, self.epilogue_ops, self.op.results[0]
-        if self.channels_wide or not self.tiles.im2col or (self.bias is not None and not self.bias_rows):
+        chunked = self.tiles.im2col and tiling_cost.chunked_im2col(len(self.taps), self.tiles.TC,
+                                                                   self.ctx.hw.matrix.rows, self.copies)
+        if self.channels_wide or not (chunked or (len(self.taps) == 1 and self.single)):
             return None
         if not (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH):
             return None
@@ -559,6 +561,10 @@ class ConvKernel:
             return None
         if ops and relu_alone(ops, value) is None:
             return None
+        if self.bias is not None and not self.bias_rows:
+            if ops and not fuses_relu(ops, value, self.result):  # (as the epilogue: `fuses_relu`)
+                return None
+            return "add_relu" if ops else "add"
         return "relu" if ops else "copy"
 
     def operand_copies(self) -> int:
@@ -931,7 +937,10 @@ class ConvKernel:
                 emit_tile_product(ctx, weights, bufs.windows[plane], bufs.acc, to, tc, tq, width_outer=True,
                                   lhs_at=at, rhs_at=(0, offset), overwrite=overwrite)
 
-        if len(self.taps) == 1:
+        if len(self.taps) == 1 and first and (op := self.rows_rounded_in_products(to, toh)) is not None:
+            weights, at = self.weight_at(bufs, 0, tc, (0, 0))
+            self._products_rounding_rows(weights, at, bufs.windows[0], bufs.acc, to, tc, tq, 0, True, op)
+        elif len(self.taps) == 1:
             product(0, 0, 0, overwrite=first)
         elif first and self.FIRST_TAP_OVERWRITES and (planes is None or planes[0] == 0):
             # (the first plane's first tap overwrites: the taps of a one-step tile are its
@@ -1053,23 +1062,29 @@ class ConvKernel:
 
     def _products_rounding_rows(self, weights: Bf16Tile, at: tuple[Index, Index], cols: Bf16Tile, acc: SSAValue,
                                 to: int, k: int, tq: int, k0: int, overwrite: bool, op: str) -> None:
-        """The last im2col chunk's matmuls (depth rows [k0, k0 + k)) by column groups of
-        ROUNDED_ROW_GROUP_BLOCKS array-wide blocks, each followed by the rounding (`op`) of the
-        output rows the group before it completed into a compact bf16 tile, which `finish`
-        stores (`rows_rounded_in_products`). One group behind: the front end reaches those
-        rows' ops once the group before has drained, not while the matmuls after it wait to be
-        dispatched."""
+        """The tile's last matmuls (depth rows [k0, k0 + k) of `cols`: the last im2col chunk, or
+        a 1x1 conv's window) by column groups of ROUNDED_ROW_GROUP_BLOCKS array-wide blocks,
+        each followed by the rounding (`op`, `rows_rounded_in_products`) of the output rows the
+        group before it completed into a compact bf16 tile, which `finish` stores. One group
+        behind: the front end reaches those rows' ops once the group before has drained, not
+        while the matmuls after it wait to be dispatched. One op per output row where the rows
+        have padded-width columns (every channel's OW valid columns of the row: no box of
+        several rows), else one per group."""
         em, p = self.em, self.p
         toh = tq // p.Wq
         compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
         block = self.ctx.hw.matrix.cols
         groups = tiling_cost.column_groups(tq, block, -(-tq // (block * ROUNDED_ROW_GROUP_BLOCKS)))
+        bias = ({"b": self.bias, "b_index": [0, 0], "bmode": "col"} if op in ("add", "add_relu") else {})
         rounded = 0
 
         def round_rows(upto: int) -> None:
             nonlocal rounded
-            for oh in range(rounded, upto):
-                em.vec(op, compact, [0, oh * p.OW], acc, [0, oh * p.Wq], to, p.OW)
+            if p.Wq == p.OW and upto > rounded:
+                em.vec(op, compact, [0, rounded * p.OW], acc, [0, rounded * p.OW], to, (upto - rounded) * p.OW, **bias)
+            elif p.Wq != p.OW:
+                for oh in range(rounded, upto):
+                    em.vec(op, compact, [0, oh * p.OW], acc, [0, oh * p.Wq], to, p.OW, **bias)
             rounded = max(rounded, upto)
 
         complete = 0  # output rows whose OW valid columns the groups so far computed
