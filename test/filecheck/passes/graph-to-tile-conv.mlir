@@ -57,20 +57,26 @@ func.func @main(%x: tensor<1x64x28x28xf32>, %res: tensor<1x64x28x28xf32>) -> ten
 // SERVER:      tile.fill {{.*}} {rows = 1984 : i64, cols = 1 : i64, value = 0.000000e+00 : f32} : memref<1984x30xbf16, "spad">
 // SERVER:      tile.vector "copy" {{.*}} {rows = 1984 : i64, cols = 28 : i64} : memref<1984x30xbf16, "spad">, memref<1984x28xf32, "spad">
 // the im2col (9 taps x 64 channels) in chunks of the array's 128 rows, the partial one (tap 0)
-// first, each by two column groups of array-wide blocks (the vector queue holds a chunk's 4
-// copies, 2 taps hi and lo, twice): the first chunk's copies all ahead of its matmuls, each
-// later chunk's group right after the chunk before's matmuls of those columns
-// SERVER-COUNT-2: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 512 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
+// first, each by column groups of array-wide blocks (the vector queue holds a chunk's 4
+// copies, 2 taps hi and lo, twice: 512 and 328 columns, the first group ramped up as 1, 2 and 1
+// blocks, `tiling_cost.im2col_copy_groups`): the first chunk's copies all ahead of its matmuls,
+// each later chunk's group right after the chunk before's matmuls of those columns
+// SERVER-COUNT-2: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 128 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
+// SERVER-COUNT-2: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 256 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
+// SERVER-COUNT-2: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 128 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
 // SERVER-COUNT-2: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 328 : i64} : memref<576x840xbf16, "spad">, memref<64x930xbf16, "spad">
+// SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64} : memref<64x576xbf16, "spad">, memref<576x840xbf16, "spad">, memref<64x840xf32, "acc">
+// SERVER-COUNT-4: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 128 : i64}
 // SERVER:      scf.for
-// SERVER-NEXT:   tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64} : memref<64x576xbf16, "spad">, memref<576x840xbf16, "spad">, memref<64x840xf32, "acc">
-// SERVER-COUNT-4: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 512 : i64}
+// SERVER:        tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64}
+// SERVER-COUNT-4: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 256 : i64}
+// SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64}
+// SERVER-COUNT-4: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 128 : i64}
 // SERVER:      scf.for
 // SERVER:        tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 128 : i64}
 // SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 64 : i64, n = 72 : i64}
 // SERVER-COUNT-4: tile.vector "copy" {{.*}} {rows = 64 : i64, cols = 328 : i64}
-// SERVER:      scf.for
-// SERVER-NEXT:   tile.matmul {{.*}} {m = 64 : i64, k = 128 : i64, n = 128 : i64, accumulate = true}
+// SERVER:      tile.matmul {{.*}} {m = 64 : i64, k = 128 : i64, n = 128 : i64, accumulate = true}
 // SERVER:      tile.vector "add" {{.*}} {rows = 64 : i64, cols = 840 : i64, bmode = "tile"}
 // SERVER:      tile.dma {{.*}} {tile.roofline = {macs = 28901376 : i64, {{.*}}class = "conv2d"}, shape = array<i64: 64, 28, 28>}
 
