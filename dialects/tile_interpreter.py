@@ -241,6 +241,8 @@ class TileFunctions(InterpreterFunctions):
         box = t._ints(op.shape)
         s = _box("dma source", src, src_idx, box, op.steps())
         d = _box("dma destination", dst, dst_idx, box)
+        if s.dtype != d.dtype:  # (the verifier's rule: numpy's copy would convert where the engine copies bytes)
+            raise InterpreterError(f"a DMA copies bytes: element types differ ({s.dtype} vs {d.dtype})")
         np.copyto(d, s)
         return ()
 

@@ -123,7 +123,9 @@ def copy_box(ctx: LoweringContext, src: SSAValue, in_shape: Sequence[int], in_st
     dims are one strided DMA box per tile (steps 0 there are broadcast on the vector
     unit), the leading dims are loops. Without broadcasts, when whole [rows, cols] boxes
     fit a staging tile, the innermost leading dim is the box's third (plane) dim: one DMA
-    moves TP planes (a positive step on that dim is a source step). A loop nest of its own."""
+    moves TP planes (a positive step on that dim is a source step). Where src and dst hold
+    different element types (a bf16 activation stacked into an f32 concat), each staged tile is
+    converted by a vector copy before it is stored: a DMA copies bytes. A loop nest of its own."""
     with ctx.stage(what="box copy"):
         _copy_box(ctx, src, in_shape, in_start, in_step, dst, out_shape, out_start, box)
 
@@ -152,6 +154,7 @@ def _copy_box(ctx: LoweringContext, src: SSAValue, in_shape: Sequence[int], in_s
     src3 = em.view(src, (planes_in, row_dim.in_size, col_dim.in_size))
     dst3 = em.view(dst, (planes_out, row_dim.out_size, col_dim.out_size))
     elem = element_type_of(src)
+    converts = elem != element_type_of(dst)
     capacity = ctx.staging_tile_elements
     TC = max(1, min(col_dim.extent, capacity))
     TR = max(1, min(row_dim.extent, capacity // TC, tiling_cost.dma_box_limits()[1]))  # rows of one DMA
@@ -159,7 +162,7 @@ def _copy_box(ctx: LoweringContext, src: SSAValue, in_shape: Sequence[int], in_s
     # planes need contiguous rows: with a column step the DMA's two strided dims are rows and
     # columns (one element per burst), and a third would be one transfer per plane
     planes = (not rows_broadcast and not cols_broadcast and bool(lead) and lead[-1].in_step > 0
-              and TR == row_dim.extent and TC == col_dim.extent and col_dim.in_step == 1)
+              and TR == row_dim.extent and TC == col_dim.extent and col_dim.in_step == 1 and not converts)
     TP = max(1, min(lead[-1].extent, capacity // (TR * TC), tiling_cost.dma_box_limits()[2])) if planes else 1
     buf3 = em.alloc((TP, TR, TC), elem, "spad", 2)
     # broadcasts: on the vector unit (TP = 1)
@@ -168,6 +171,8 @@ def _copy_box(ctx: LoweringContext, src: SSAValue, in_shape: Sequence[int], in_s
     col3 = em.alloc((1, TR, 1), elem, "spad", 2) if cols_broadcast and not rows_broadcast else None
     one3 = em.alloc((1, 1, 1), elem, "spad", 2) if cols_broadcast and rows_broadcast else None
     row_vector = em.alloc((1, TC), elem, "spad", 2) if cols_broadcast and rows_broadcast else None
+    # (converting: one plane per tile, so each tile is one [tr, tcn] box of the staged rows)
+    converted = em.alloc((1, TR, TC), element_type_of(dst), "spad", 2) if converts else None
     z = [0, 0]
 
     def tile(p: Index, q: Index, r0: Index, tr: int, c0: Index, tcn: int, tp: int = 1) -> None:
@@ -190,7 +195,11 @@ def _copy_box(ctx: LoweringContext, src: SSAValue, in_shape: Sequence[int], in_s
                 em.fill(row_vector, z, 1, tcn, 0.0)
                 em.vec("add", row_vector, z, row_vector, z, 1, tcn, em.view(one3, (1, 1)), z, bmode="col")
                 em.vec("add", buf2, z, buf2, z, tr, tcn, row_vector, z, bmode="row")
-        em.dma(buf3, [0, 0, 0], dst3, [q, em.add(row_dim.out_start, r0), em.add(col_dim.out_start, c0)],
+        out = buf3
+        if converted is not None:
+            em.vec("copy", em.view(converted, (TR, TC)), z, em.view(buf3, (TR, TC)), z, tr, tcn)
+            out = converted
+        em.dma(out, [0, 0, 0], dst3, [q, em.add(row_dim.out_start, r0), em.add(col_dim.out_start, c0)],
                [tp, tr, tcn])
 
     def nest(k: int, p: Index, q: Index) -> None:

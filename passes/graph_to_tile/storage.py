@@ -152,11 +152,14 @@ them are bf16, and the stacking copies them as they are: copies.lower_concat).""
 
 def _stacks_bf16(user: Operation, readers: dict[type[Operation], int]) -> bool:
     """Is the stacking op `user`'s result read only as bf16 activations, and every one of its
-    operands, besides by `user`, too (none a function argument or returned)?"""
+    operands, besides by `user`, too (none a function argument, a weight or a constant, which
+    keep their f32 storage, or returned)?"""
     if not read_only_as_bf16_activations(user.results[0], readers):
         return False
     for operand in user.operands:
         if isinstance(operand, BlockArgument) or element_name_of(operand) != "f32":
+            return False
+        if isinstance(operand.owner, g.WeightOp | g.ConstantOp):  # (held as given, f32)
             return False
         if not all(_use_reads_bf16(use, readers) for use in operand.uses if use.operation is not user):
             return False
