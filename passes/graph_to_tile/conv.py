@@ -65,9 +65,14 @@ from infer.passes.graph_to_tile.windows import (WindowLoader, copies_kept_rows, 
                                                row_tiles)
 
 
-#: array-wide column blocks of the last im2col chunk's matmuls per group between the roundings
-#: of the output rows they complete (`ConvKernel._products_rounding_rows`)
+#: array-wide column blocks of a tile's last matmuls per group between the roundings of the
+#: output rows they complete (`ConvKernel._products_rounding_rows`)
 ROUNDED_ROW_GROUP_BLOCKS = 8
+
+#: the most output rows of padded width rounded one op each, straight-line, between a tile's last
+#: matmuls (`ConvKernel.rows_rounded_in_products`): as a loop per group, each loop's exit drain
+#: stopped the front end until its rows were rounded (ResNet-50 server 356,386 -> 356,812 cycles)
+ROUNDED_ROWS_STRAIGHT_LINE = 128
 
 
 @dataclass(frozen=True)
@@ -556,6 +561,8 @@ class ConvKernel:
         if self.channels_wide or not (chunked or (len(self.taps) == 1 and self.single)):
             return None
         if not (self.N == 1 and self.groups == 1 and to == self.O and toh == p.OH):
+            return None
+        if p.Wq != p.OW and toh > ROUNDED_ROWS_STRAIGHT_LINE:
             return None
         if self.kept_output is not None or self.defers_stores() or not self.ctx.is_bf16_buffer(self.out3):
             return None
@@ -1069,7 +1076,7 @@ class ConvKernel:
         behind: the front end reaches those rows' ops once the group before has drained, not
         while the matmuls after it wait to be dispatched. One op per output row where the rows
         have padded-width columns (every channel's OW valid columns of the row: no box of
-        several rows), else one per group."""
+        several rows; straight-line, at most ROUNDED_ROWS_STRAIGHT_LINE), else one per group."""
         em, p = self.em, self.p
         toh = tq // p.Wq
         compact = em.alloc((to, toh * p.OW), bf16, "spad", 2)
