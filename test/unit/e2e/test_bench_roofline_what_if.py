@@ -22,3 +22,18 @@ def test_the_line_reports_the_last_program_run_on_each_changed_config():
     exe.run(inputs, mode="timing", config=unlimited(exe.config, ["dram"]))
     gain = 100 * (exe.last_report.cycles - report.cycles) / report.cycles
     assert gain < 0 and f"DRAM {gain:+.1f} %" in line
+
+
+def test_the_array_ceiling_is_the_roofline_over_the_array_bound_run_and_its_latencies():
+    # a 1x1 conv over a 14x14 map on server: 196 pixels fill 128 + 68 of the array's columns,
+    # so its array work alone keeps it below the latency ceiling
+    model = bench_roofline.conv_model(256, 14, 128, 1, 1, 0)
+    x = np.random.default_rng(0).standard_normal((1, 256, 14, 14)).astype(np.float32)
+    report, _ = bench_roofline.run(model, [x], "server")
+    ceiling = bench_roofline.array_ceiling(report)
+    exe, inputs = bench_roofline._last
+    exe.run(inputs, mode="timing", config=unlimited(exe.config, list(WHAT_IF_RESOURCES)))
+    array_bound = exe.last_report.cycles
+    assert report.dram_latency_cycles == 500
+    assert ceiling == report.roofline_cycles / (array_bound + 2 * 500)
+    assert report.roofline_fraction < ceiling < report.floor_fraction
