@@ -330,7 +330,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "function: one artifact, one entry point per function, the weights shared)")
     p.add_argument("--autotune", nargs="?", type=positive_int, const=AUTOTUNE_TOP, default=0, metavar="N",
                    help=f"simulate the cost model's top N tilings (default {AUTOTUNE_TOP}) of each distinct "
-                        "linear/matmul/conv/attention kernel and keep the fastest; results are cached "
+                        "linear/matmul/conv/attention kernel and keep the fastest; results are cached; the "
+                        "whole autotuned program is kept where it runs no slower than the cost model's "
                         "(docs/tiling.md, Autotuning)")
     p.add_argument("--autotune-cache", metavar="DIR",
                    help="where autotuning results are cached (default $XDG_CACHE_HOME/infer/autotune, "
