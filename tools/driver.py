@@ -249,6 +249,8 @@ def _compile(source: Any, target: str, precision: str, entry: Any, example_input
             overrides = ",".join(filter(None, (overrides, *e.fallback_overrides)))
             say(f"out of semaphores: lowering again with {', '.join(e.fallback_overrides)}")
     if autotune and main_program is not None:
+        if isinstance(say, ConsoleProgress) and say.total is not None:
+            say.expect(say.total - say.steps + 2)  # (the check's two messages)
         with timing.phase("autotuning: the whole program against the cost model's"):
             module, main_program, compiled, layer_ir, layer_weights = _whole_program_check(
                 (module, main_program, compiled, layer_ir, layer_weights), cfg,
@@ -289,13 +291,16 @@ def _whole_program_check(tuned: tuple, cfg: Any, lower_untuned: Callable[[], tup
     tuned_cycles = whole_program_cycles(tuned[1], cfg)
     if tuned_cycles is None:
         return tuned
+    say("autotuning: lowering the model again with the cost model's tilings, to compare the whole programs")
     try:
         untuned = lower_untuned()
     except OutOfSemaphores:
         return tuned
     untuned_cycles = whole_program_cycles(untuned[1], cfg)
-    if untuned_cycles is None or tuned_cycles <= untuned_cycles:
-        say(f"autotuned: {tuned_cycles:,} cycles against {untuned_cycles or 0:,} with the cost model's tilings")
+    if untuned_cycles is None:
+        return tuned
+    if tuned_cycles <= untuned_cycles:
+        say(f"autotuned: {tuned_cycles:,} cycles against {untuned_cycles:,} with the cost model's tilings")
         return tuned
     say(f"autotuned: {tuned_cycles:,} cycles against {untuned_cycles:,} with the cost model's tilings: "
         "keeping the cost model's")
