@@ -44,7 +44,7 @@ from infer.target import isa
 from infer.target.sim_access import ACC, DRAM, SPAD
 from infer.target.sim_constants import ConstantBytes, kept_conversion
 from infer.target.sim_core import (
-    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, may_hold_nan)
+    NP_DTYPES, DequantSpec, VectorSpec, accumulate_into, converted, default_nan, may_hold_nan)
 from infer.target.sim_decode import T_DMA, T_LD, T_LOADW, T_LOOP, T_MATMUL, T_SCALAR, T_VECTOR, Loop
 from infer.target.sim_dependence import (
     MAXD, OP_ACCUM, OP_DMA, OP_ENTER, OP_EXIT, OP_LOADW, OP_MATMUL, OP_PRODUCT, OP_VECTOR, OP_VENTER,
@@ -653,6 +653,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan, kept: dict[int, list[Any]] | None =
     products: dict[int, np.ndarray] = {}
     sat = 0
     hulls = plan.hulls
+    chain: np.ndarray | None = None  # the running sum of a chain of matmuls into one tile
     for op in plan.ops:
         kind = op[0]
         if kind != OP_LOADW and kind != OP_MATMUL and kind != OP_PRODUCT and acts:
@@ -665,13 +666,30 @@ def _run_plan(fr: FunctionalRun, plan: Plan, kept: dict[int, list[Any]] | None =
             if adapt is not None:
                 w = w.reshape(w.shape[:wd] + adapt + w.shape[wd:]) if type(adapt[0]) is int \
                     else w[adapt]
-            x, out = activations(op[3], w.dtype), view(op[4])
+            x = activations(op[3], w.dtype)
+            if chain is not None:  # the chain's next product: added to its temporary
+                add(chain, x @ w, out=chain)
+                if op[7]:  # the chain's last: the sum goes to the accumulator, then the NaN check
+                    out = view(op[4])
+                    out[...] = chain
+                    chain = None
+                    if may_hold_nan(out):
+                        default_nan(out)
+                continue
+            out = view(op[4])
             if threads is not None and out.size * x.shape[-1] >= MIN_PARALLEL_MACS \
                     and splittable(out):
                 def matmul_lanes(s: slice, x=x, w=w, out=out, op=op) -> int:
                     return accumulate_into(out[s], cut(x, s, out) @ cut(w, s, out), op[5], op[6],
                                            op[7])
                 sat += sum(threads.map(out.shape[0], matmul_lanes))
+            elif not op[7] and not op[5] and CHAIN_ACCUMULATIONS:
+                # the first of a chain of float matmuls into this accumulator tile (`_share_work`:
+                # the next operation but scratchpad weight loads is one more into it): summed
+                # in a contiguous temporary, the same additions in the same order, the
+                # accumulator read and written once instead of once per matmul
+                r = x @ w
+                chain = add(out, r) if op[6] else r
             else:
                 sat += accumulate_into(out, x @ w, op[5], op[6], op[7])
         elif kind == OP_LOADW:
@@ -773,6 +791,7 @@ def _run_plan(fr: FunctionalRun, plan: Plan, kept: dict[int, list[Any]] | None =
                     mem[(space, level - 1)][...] = last
                 else:
                     mem[space][lo:hi] = last
+    assert chain is None  # (a chain's last matmul has its NaN check: `_share_work`)
     if plan.weights is not None and plan.weights[0] >= 0:
         slot, wdims, _, _ = plan.weights
         fr.weights = np.ascontiguousarray(slots[slot][(-1,) * wdims])
@@ -835,6 +854,8 @@ def plan_constants(plan: Plan, cb: ConstantBytes, budget: int) -> tuple[dict[int
 #: Llama prefill on edge: 15 iterations of 63 or 126 tiles of 128 x 16, 7.7-15 MB a member,
 #: 2.37 -> 2.21 s)
 ITERATION_PRODUCT_ELEMENTS = 1 << 14
+#: sum the float matmuls of a chain into one accumulator tile in a temporary (see _run_plan)
+CHAIN_ACCUMULATIONS = True
 WHOLE_PRODUCT_BYTES = 2 << 20
 
 

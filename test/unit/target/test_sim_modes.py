@@ -274,12 +274,17 @@ def _fp32_emulation_program() -> Program:
         "halt")
 
 
-def test_fp32_emulation_shares_weights_and_nan_checks_exactly():
+@pytest.mark.parametrize("chained", [True, False])
+def test_fp32_emulation_shares_weights_and_nan_checks_exactly(chained, monkeypatch):
     """The fast mode converts a weight tile loaded twice once and makes the NaNs of a tile
     that three matmuls accumulate into the default NaN once (sim_lockstep._share_work, the
-    functional engine's flush_nans); the bits stay the reference's, NaN payloads and inf - inf
-    included."""
+    functional engine's flush_nans), and (`chained`) sums the three products in a temporary
+    that goes to the accumulator once (sim_lockstep.CHAIN_ACCUMULATIONS); the bits stay the
+    reference's, NaN payloads and inf - inf included."""
+    from infer.target import sim_lockstep
     from infer.target.sim_dependence import OP_LOADW, OP_MATMUL
+
+    monkeypatch.setattr(sim_lockstep, "CHAIN_ACCUMULATIONS", chained)
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0, 1 << 16, 2560, dtype=np.uint16)  # any bf16, NaNs included
