@@ -114,6 +114,8 @@ class FunctionalRun:
         self.fault: tuple[int, SimFault] | None = None
         self.weights: np.ndarray | None = None
         self.wdtype = -1
+        #: a replay's running sum of a chain of matmuls into one tile (sim_replay.chain_matmuls)
+        self.chain: np.ndarray | None = None
         self.stack: list[list[Any]] = []  # [start, end, remaining, Loop]
         #: the DRAM ranges [lo, hi) stored to (hulls), in execution order: the control pass
         #: checks `ld` against them; a data run reports them (Counters.dram_written)

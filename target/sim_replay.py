@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 MAX_STEPS = 1 << 18
 #: traces kept per (program, simulator, DRAM buffer): one per set of initial registers
 MAX_TRACES = 2
+#: replays sum each chain of float matmuls into one accumulator tile in a temporary
+#: (`chain_matmuls`)
+CHAIN_MATMULS = True
 
 
 @dataclasses.dataclass
@@ -75,6 +78,9 @@ class Trace:
     #: kept_steps without the DMA copies only kept conversions read (`drop_dead_copies`), once
     #: a replay of kept_steps has made every kept conversion
     lean_steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
+    #: (the steps a replay runs, those steps with their matmul chains summed in a temporary:
+    #: `chain_matmuls`)
+    chained: tuple[list[Any], list[Any]] | None = None
 
 
 class Cell:
@@ -202,6 +208,34 @@ def matmul(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, is_i
         fr.c.acc_saturations += accumulate_into(out, x @ w, True, accum)
     else:
         accumulate_into(out, x @ w, False, accum, nan_check=False)
+
+
+def chain_first(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, accum: bool) -> None:
+    """The first float `matmul` of a chain into one accumulator tile (`chain_matmuls`): its sum
+    starts in a contiguous temporary (the accumulator's tile plus the product, or the product)."""
+    fr = cell.run
+    w = fr.weights
+    if view is None:
+        x = fr.slots[slot]
+    else:
+        x = fr.slots[slot] = converted(view, w.dtype)
+    r = x @ w
+    fr.chain = np.add(out, r) if accum else r
+
+
+def chain_next(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray | None) -> None:
+    """A later float `matmul` of the chain: its product added to the temporary; the last one
+    (`out` given) writes the sum to the accumulator tile."""
+    fr = cell.run
+    w = fr.weights
+    if view is None:
+        x = fr.slots[slot]
+    else:
+        x = fr.slots[slot] = converted(view, w.dtype)
+    np.add(fr.chain, x @ w, out=fr.chain)
+    if out is not None:
+        out[...] = fr.chain
+        fr.chain = None
 
 
 def matmul_in_place(cell: Cell, dt: int, act: int, acc: int, m: int, astride: int,
@@ -430,6 +464,59 @@ def drop_dead_copies(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]], sp
     return [step for i, step in enumerate(steps) if i not in dead]
 
 
+_WEIGHT_STEPS = (loadw_converted, loadw_kept, loadw_again)
+
+
+def _same_tile(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a is b or a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def chain_matmuls(steps: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+                  ) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The steps with each chain of float `matmul`s into one accumulator tile (fp32 emulation's
+    three passes: between them only weight loads, each after the first accumulating) made a
+    `chain_first` and `chain_next` steps: the products are summed in a contiguous temporary, the
+    same additions in the same order, and the accumulator tile is read and written once, not
+    once per matmul (the NaN check that follows them stays where it is)."""
+    out: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+    i, n = 0, len(steps)
+    while i < n:
+        fn, args = steps[i]
+        if fn is not matmul or args[4]:
+            out.append((fn, args))
+            i += 1
+            continue
+        cell, slot, view, acc, _, accum = args
+        members = [i]  # the chain's matmul steps
+        j = i + 1
+        while j < n:
+            fj, aj = steps[j]
+            if fj in _WEIGHT_STEPS:
+                j += 1
+                continue
+            if fj is matmul and not aj[4] and aj[5] and _same_tile(aj[3], acc):
+                members.append(j)
+                j += 1
+                continue
+            break
+        if len(members) == 1:
+            out.append((fn, args))
+            i += 1
+            continue
+        last = members[-1]
+        for k in range(i, last + 1):
+            fk, ak = steps[k]
+            if k == i:
+                out.append((chain_first, (cell, slot, view, acc, accum)))
+            elif fk is matmul:
+                out.append((chain_next, (ak[0], ak[1], ak[2], acc if k == last else None)))
+            else:
+                out.append((fk, ak))
+        i = last + 1
+    return out
+
+
 def replay(fr: FunctionalRun, trace: Trace,
            constant_dram: tuple[tuple[int, int], ...] = ()) -> FunctionalRun:
     """Make the trace's calls with fr as the run; returns fr with the trace's counters, loop
@@ -444,11 +531,14 @@ def replay(fr: FunctionalRun, trace: Trace,
                                               default_budget())
             trace.kept_for, trace.lean_steps = constant_dram, None
         steps = trace.lean_steps or trace.kept_steps
+    chained = trace.chained
+    if chained is None or chained[0] is not steps:
+        chained = trace.chained = (steps, chain_matmuls(steps) if CHAIN_MATMULS else steps)
     fr.slots = [None] * trace.slots
     cell = trace.cell
     cell.run = fr
     try:
-        for fn, args in steps:
+        for fn, args in chained[1]:
             fn(*args)
     except _Faulted:
         pass

@@ -739,3 +739,34 @@ def test_reductions_with_products_whole_or_per_iteration(params, per_iteration, 
     monkeypatch.setattr(sim_lockstep, "WHOLE_PRODUCT_BYTES", big)
     prog, dram = tiled_kernel(params)
     assert_modes_agree(prog, dram)
+
+
+@pytest.mark.parametrize("chained", [True, False])
+def test_replayed_matmul_chains_sum_in_a_temporary_exactly(chained, monkeypatch):
+    """A replay sums each chain of float matmuls into one accumulator tile (the three passes of
+    fp32 emulation outside any loop) in a temporary written to the tile once
+    (sim_replay.chain_matmuls); replayed on new data, NaN payloads and infinities included, every
+    run computes the reference's bits."""
+    from infer.target import sim_replay
+
+    monkeypatch.setattr(sim_replay, "CHAIN_MATMULS", chained)
+    rng = np.random.default_rng(5)
+    prog = _fp32_emulation_program()
+    dec = decoded(prog, Simulator("edge").cfg)
+    sim = Simulator("edge")
+    dram = np.zeros(0x3000, np.uint8)
+    for _ in range(3):
+        bits = rng.integers(0, 1 << 16, 2560, dtype=np.uint16)
+        bits[rng.integers(0, 2560, 40)] = 0x7F80
+        bits[rng.integers(0, 2560, 40)] = 0xFF80
+        bits[rng.integers(0, 2560, 40)] = 0x7FA5
+        dram[:] = 0
+        dram[:5120] = bits.view(np.uint8)
+        want = dram.copy()
+        Simulator("edge").run(prog, want, mode="reference")
+        sim.reset()
+        sim.run(prog, dram, mode="fast")
+        assert dram.tobytes() == want.tobytes()
+    (trace,) = sim.operand_views(dec, dram)["replay traces"].values()
+    firsts = [f for f, _ in trace.chained[1] if f is sim_replay.chain_first]
+    assert len(firsts) == (1 if chained else 0)
