@@ -196,30 +196,31 @@ def loadw_again(cell: Cell, slot: int, dt: int) -> None:
     fr.wdtype = dt
 
 
-def matmul(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, is_int: bool,
-           accum: bool) -> None:
-    fr = cell.run
+def _product(fr: Any, slot: int, view: np.ndarray | None) -> np.ndarray:
+    """An `mx.matmul`'s product with the loaded weights: its activations converted from `view`
+    into conversion slot `slot`, or (view None) the conversion that slot holds."""
     w = fr.weights
     if view is None:
         x = fr.slots[slot]
     else:
         x = fr.slots[slot] = converted(view, w.dtype)
+    return x @ w
+
+
+def matmul(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, is_int: bool,
+           accum: bool) -> None:
+    fr = cell.run
     if is_int:
-        fr.c.acc_saturations += accumulate_into(out, x @ w, True, accum)
+        fr.c.acc_saturations += accumulate_into(out, _product(fr, slot, view), True, accum)
     else:
-        accumulate_into(out, x @ w, False, accum, nan_check=False)
+        accumulate_into(out, _product(fr, slot, view), False, accum, nan_check=False)
 
 
 def chain_first(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray, accum: bool) -> None:
     """The first float `matmul` of a chain into one accumulator tile (`chain_matmuls`): its sum
     starts in a contiguous temporary (the accumulator's tile plus the product, or the product)."""
     fr = cell.run
-    w = fr.weights
-    if view is None:
-        x = fr.slots[slot]
-    else:
-        x = fr.slots[slot] = converted(view, w.dtype)
-    r = x @ w
+    r = _product(fr, slot, view)
     fr.chain = np.add(out, r) if accum else r
 
 
@@ -227,12 +228,7 @@ def chain_next(cell: Cell, slot: int, view: np.ndarray | None, out: np.ndarray |
     """A later float `matmul` of the chain: its product added to the temporary; the last one
     (`out` given) writes the sum to the accumulator tile."""
     fr = cell.run
-    w = fr.weights
-    if view is None:
-        x = fr.slots[slot]
-    else:
-        x = fr.slots[slot] = converted(view, w.dtype)
-    np.add(fr.chain, x @ w, out=fr.chain)
+    np.add(fr.chain, _product(fr, slot, view), out=fr.chain)
     if out is not None:
         out[...] = fr.chain
         fr.chain = None
