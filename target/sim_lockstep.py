@@ -854,9 +854,9 @@ def plan_constants(plan: Plan, cb: ConstantBytes, budget: int) -> tuple[dict[int
 #: Llama prefill on edge: 15 iterations of 63 or 126 tiles of 128 x 16, 7.7-15 MB a member,
 #: 2.37 -> 2.21 s)
 ITERATION_PRODUCT_ELEMENTS = 1 << 14
+WHOLE_PRODUCT_BYTES = 2 << 20
 #: sum the float matmuls of a chain into one accumulator tile in a temporary (see _run_plan)
 CHAIN_ACCUMULATIONS = True
-WHOLE_PRODUCT_BYTES = 2 << 20
 
 
 def _iteration(p: np.ndarray | tuple[np.ndarray, np.ndarray], d: int, j: int) -> np.ndarray:
