@@ -61,8 +61,8 @@ from infer.passes.graph_to_tile.elementwise import (TileFrame, apply_epilogue, e
 from infer.passes.graph_to_tile.grouped_conv import MergedGroups, group_merges, merged_weights
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, emit_tile_product, packed_weight_parts, prefetch_packed
 from infer.passes.graph_to_tile.planes import Planes, PreparedWindows, prepare_estimate, prepare_planes
-from infer.passes.graph_to_tile.windows import (WindowLoader, copies_kept_rows, kept_window, loads_in_place, row_tile_plan,
-                                               row_tiles)
+from infer.passes.graph_to_tile.windows import (WindowLoader, copies_kept_rows, gathers_columns, kept_window,
+                                               loads_in_place, row_tile_plan, row_tiles, staged_width)
 
 
 #: array-wide column blocks of a tile's last matmuls per group between the roundings of the
@@ -189,8 +189,8 @@ class ConvFootprint:
         O, Cg, groups = self.O, self.Cg, self.groups
         P = len(p.phases)
         sw = p.stride[1]
-        even = p.W % sw == 0
-        width = p.W if even else -(-p.W // sw)
+        pixel_major = orientation == "channels"
+        width = staged_width(p, pixel_major)  # (WindowLoader's staging rows)
         nw = -(-p.W // sw)
         row_phases = len({rp for rp, _ in p.phases})
         rq, lw, tq = p.window_rows(toh), p.window_length(toh), toh * p.Wq
@@ -210,7 +210,7 @@ class ConvFootprint:
             in_place = loads_in_place(p, orientation == "channels", copies == 1 and staged == operand)
             if not prepared and not in_place:
                 spad += wb * row_phases * tc * rq * width * staged  # staging (input rows)
-                if orientation == "channels" or (sw > 1 and even):
+                if gathers_columns(p, pixel_major):
                     spad += wb * rq * nw * tc * (operand if copies == 1 else 4)  # gathered tile
             spad += wb * P * tc * lw * operand * copies  # the windows (bf16 hi(/lo), or int8)
             if im2col:

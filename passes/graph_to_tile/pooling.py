@@ -41,7 +41,7 @@ from infer.passes.graph_to_tile.context import MAX_IDENTITY, LoweringContext
 from infer.passes.graph_to_tile.planes import Planes, prepare_estimate, prepare_planes
 from infer.passes.graph_to_tile.pooling_strided import lower_stride_two_pool
 from infer.passes.graph_to_tile.reductions import reduce_rows
-from infer.passes.graph_to_tile.windows import WindowLoader, row_tile_plan, row_tiles
+from infer.passes.graph_to_tile.windows import WindowLoader, gathers_columns, row_tile_plan, row_tiles, staged_width
 
 
 def _average_divisors(op: g.AvgPool2dOp, H: int, W: int, OH: int, OW: int) -> np.ndarray:
@@ -166,13 +166,11 @@ def window_pool_buffers(p: Planes, tc: int, toh: int, in_bytes: int = 4, out_byt
     with `separable` taps the row maxima of each row phase of several kernel columns (f32)."""
     sep = separable_taps(p) if separable else None
     row_max = sum(tc * _row_max_rows(toh, rows) * p.Wq for cols, rows in sep if len(cols) > 1) if sep else 0
-    sw = p.stride[1]
-    even = p.W % sw == 0
-    nw = -(-p.W // sw)
+    nw = -(-p.W // p.stride[1])
     rq = p.window_rows(toh)
     row_phases = len({rp for rp, _ in p.phases})
-    staging = row_phases * tc * rq * (p.W if even else nw)
-    gathered = tc * rq * nw if sw > 1 and even else 0
+    staging = row_phases * tc * rq * staged_width(p, False)  # (WindowLoader's, channel-major)
+    gathered = tc * rq * nw if gathers_columns(p, False) else 0
     compact = tc * toh * p.OW * out_bytes if out_bytes != 4 else 0
     return (in_bytes * staging + 4 * (gathered + len(p.phases) * tc * p.window_length(toh) + tc * toh * p.Wq + row_max)
             + compact)

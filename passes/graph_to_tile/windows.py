@@ -68,6 +68,26 @@ def loads_in_place(p: Planes, pixel_major: bool, same_type: bool) -> bool:
     return p.raw and not pixel_major and same_type
 
 
+def staged_width(p: Planes, pixel_major: bool) -> int:
+    """Columns of a `WindowLoader`'s staging rows: the input's width W; an odd width with a
+    column stride widened to a multiple of the stride for a channel-major window (`widened`:
+    whole input rows, the column phases gathered on the vector unit) or, pixel-major, its
+    column phase (a DMA with element steps). (A kept input, which skips the staging rows, needs a
+    width the stride divides: `copies_kept_rows`.)"""
+    sw = p.stride[1]
+    if p.W % sw == 0:
+        return p.W
+    nw = -(-p.W // sw)
+    return nw if pixel_major else nw * sw
+
+
+def gathers_columns(p: Planes, pixel_major: bool) -> bool:
+    """Does a `WindowLoader` gather each plane into a contiguous tile before placing it (its
+    `gathered` buffer): a pixel-major window (the transpose) or a column stride (the phase taken
+    from whole or widened staging rows)."""
+    return pixel_major or p.stride[1] > 1
+
+
 def copies_kept_rows(p: Planes, N: int) -> bool:
     """Can a `WindowLoader` copy this input's rows from a kept tile (its `kept`): one image and
     a width the column stride divides (whole rows land in the staging tile, where a narrower
@@ -159,7 +179,7 @@ class WindowLoader:
         # an odd width's channel-major staging rows widened to nw.sw: whole rows, then the
         # column phases gathered on the vector unit as for an even width
         self.widened = not self.even and sw > 1 and not pixel_major and kept is None
-        width = W if self.even else self.nw * sw if self.widened else self.nw
+        width = staged_width(p, pixel_major)
         self.in_place = loads_in_place(p, pixel_major, len(targets) == 1 and targets[0] == self.src_elem)
         # a kept input of an unpadded stride-1 channel-major window in another element type (the
         # f32 residual trunk for bf16 windows): its rows are rounded into the window straight
@@ -175,7 +195,7 @@ class WindowLoader:
             self.staging = {rp: em.alloc((TC, self.RQ, width), self.src_elem, "spad", buffers)
                             for rp in sorted({rp for rp, _ in p.phases})}
         gather_elem = f32 if self.split or element_type_name(targets[0]) == "f32" else targets[0]
-        self.needs_gather = pixel_major or (sw > 1 and (self.even or self.widened))
+        self.needs_gather = gathers_columns(p, pixel_major)
         self.gathered = None
         if self.needs_gather:
             shape = (self.RQ * self.nw, TC) if pixel_major else (TC, self.RQ * self.nw)

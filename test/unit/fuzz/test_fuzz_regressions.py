@@ -391,3 +391,27 @@ def test_a_concat_of_inputs_held_in_different_types(target):
     type on the vector unit (copies.py `copy_box`), where they had copied the bytes."""
     weights = {"w1": normal(12, 12, seed=5) * 0.3, "w2": normal(8, 12, seed=6) * 0.3}
     check_with_weights(LINEAR_CONCAT_RELU, weights, [normal(16, 12, seed=7)], target, "bf16")
+
+
+ODD_WIDTH_STRIDED_GROUPED_CONV = """
+func.func @main(%x: tensor<1x12x33x33xf32>) -> tensor<1x9x17x16xf32> {
+  %w = graph.weight @w : tensor<9x4x3x3xf32>
+  %b = graph.weight @b : tensor<9xf32>
+  %y = graph.conv2d %x, %w, %b {groups = 3 : i64, padding = array<i64: 2, 1, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x12x33x33xf32>, tensor<9x4x3x3xf32>, tensor<9xf32>) -> tensor<1x9x17x16xf32>
+  func.return %y : tensor<1x9x17x16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_strided_conv_of_an_odd_width_fits_the_buffers_it_was_sized_for(target):
+    """A 3x3 stride-2 grouped conv (3 groups merged) of an odd width, 33 columns, windowed on
+    chip (fp32): the window loader widens an odd width's staging rows to a multiple of the
+    stride (34 columns) and gathers the column phases into a tile, but the cost model's
+    footprint counted 17-column staging rows and no gathered tile, so on edge the chosen tiles
+    needed 271,892 bytes of its 256 KiB scratchpad ('the chosen tiles do not fit: a tiling
+    cost-model bug'; 3 of 1,500 fuzz models on edge, seed 274). The footprint now reads the
+    loader's own rules (windows.py `staged_width`, `gathers_columns`), as pooling's does."""
+    check_with_weights(ODD_WIDTH_STRIDED_GROUPED_CONV, {"w": normal(9, 4, 3, 3, seed=1) * 0.2,
+                                                        "b": normal(9, seed=2)},
+                       [normal(1, 12, 33, 33)], target)
