@@ -229,7 +229,8 @@ class FunctionLowering:
         if latency_bound(ctx.hw):
             hoist_weight_prefetches(self.block, queue_depth=ctx.hw.matrix.queue_depth,
                                     lead_cycles=ctx.hw.dram.latency_cycles,
-                                    bytes_per_cycle=ctx.hw.dram.bytes_per_cycle)
+                                    bytes_per_cycle=ctx.hw.dram.bytes_per_cycle,
+                                    scratchpad_bytes=ctx.hw.memory.scratchpad_bytes)
             hoist_loads_around_row_gathers(self.block, ctx.hw.dma.channels + ctx.hw.dma.queue_depth,
                                            ctx.hw.memory.scratchpad_bytes)
         ctx.emitter.insert(func.ReturnOp())

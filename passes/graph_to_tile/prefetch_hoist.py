@@ -62,6 +62,7 @@ from xdsl.dialects.builtin import IntegerAttr, UnitAttr
 from xdsl.ir import Block, Operation
 
 from infer.dialects import tile as t
+from infer.passes.graph_to_tile.context import local_bytes
 from infer.passes.tile_memory_plan import LIVE_FROM_PREVIOUS
 from infer.passes.tile_to_npu.common import accessed_buffers, trip_count
 
@@ -120,11 +121,14 @@ def ends_in_products(ops: list[Operation]) -> bool:
 
 
 def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_depth: int,
-                            lead_cycles: int, bytes_per_cycle: float) -> int:
+                            lead_cycles: int, bytes_per_cycle: float,
+                            scratchpad_bytes: int | None = None) -> int:
     """Move each kernel's leading weight-prefetch DMAs into the kernel before, and with
     `preparation` its operand preparation (module docstring); returns how many DMAs moved.
     `queue_depth`: the matrix unit's instruction queue depth (`_dma_anchor`); `lead_cycles` and
-    `bytes_per_cycle`: the DRAM's latency and bandwidth (`_before_the_last_products`)."""
+    `bytes_per_cycle`: the DRAM's latency and bandwidth (`_before_the_last_products`);
+    `scratchpad_bytes`: the capacity the moved buffers and those of each kernel they pass
+    through must fit together (`_room_for`; None: not checked)."""
     kernels = kernel_groups(block)
     position = {op: i for i, op in enumerate(block.ops)}
     moved = 0
@@ -143,7 +147,12 @@ def hoist_weight_prefetches(block: Block, preparation: bool = True, *, queue_dep
         anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
         if anchor is None and number > 0 and _passed_over(before, run):
             # (a kernel before it hosts the DMAs; no preparation moves over the kernels between)
-            before, prepare, passed = _host_before(kernels[:number], run, lead_cycles, bytes_per_cycle), False, True
+            def fits(host: list[Operation], number=number, run=run) -> bool:
+                return _room_for(kernels[kernels.index(host):number + 1], run, scratchpad_bytes)
+            host = _host_before(kernels[:number], run, lead_cycles, bytes_per_cycle, fits)
+            if host is None:
+                continue
+            before, prepare, passed = host, False, True
             anchor = next((op for op in reversed(before) if holds_matmul(op)), None)
         if anchor is None:
             continue
@@ -242,7 +251,7 @@ def _passed_over(before: list[Operation], run: list[t.DmaOp]) -> bool:
 
 
 def _host_before(kernels: list[list[Operation]], run: list[t.DmaOp], lead_cycles: int,
-                 bytes_per_cycle: float) -> list[Operation]:
+                 bytes_per_cycle: float, fits: Callable[[list[Operation]], bool]) -> list[Operation] | None:
     """The kernel to host the weight DMAs `run` of a kernel after one without products
     (`_passed_over`): of the last HOST_SEARCH kernels with products in `kernels`, the last that
     takes them ahead of its products (`_ahead_of_the_products`), a kernel before the last only
@@ -252,13 +261,35 @@ def _host_before(kernels: list[list[Operation]], run: list[t.DmaOp], lead_cycles
     products (it loads its residual and stores its output, so they cannot go ahead of them)
     ResNet-50's FC weights arrived a transfer after the pool, the array idle 2.8 K cycles;
     ahead of the products of the conv before it (9 K rows against 4.6 K cycles of transfer)
-    they arrive while the two convs run: server 382,858 -> 380,034 cycles."""
+    they arrive while the two convs run: server 382,858 -> 380,034 cycles. Only a host whose
+    buffers and those of the kernels after it fit beside the DMAs' buffers (`fits`); None when
+    no such host is found."""
     need = lead_cycles + sum(_transfer_bytes(op) for op in run) / bytes_per_cycle
     hosts = [group for group in reversed(kernels) if any(holds_matmul(op) for op in group)][:HOST_SEARCH]
     for i, group in enumerate(hosts):
-        if _ahead_of_the_products(group, run) is not None and (i == 0 or _product_rows(group) >= need):
+        if _ahead_of_the_products(group, run) is not None and (i == 0 or _product_rows(group) >= need) \
+                and fits(group):
             return group
-    return hosts[0] if hosts else kernels[-1]
+    host = hosts[0] if hosts else kernels[-1]
+    return host if fits(host) else None
+
+
+def _room_for(spanned: list[list[Operation]], run: list[t.DmaOp], scratchpad_bytes: int | None) -> bool:
+    """Whether the scratchpad buffers of the DMAs `run` fit beside those of each kernel in
+    `spanned` (the kernels they are live through once moved: a buffer allocated in a kernel is
+    live for the whole of its nest). Moved into ResNet-50's last 3x3 conv on server (fp32,
+    10.1 MB of its own), the classifier's 8.2 MB of weights did not fit the 16 MiB scratchpad."""
+    if scratchpad_bytes is None:
+        return True
+    moving = sum(local_bytes(a) for a in {root_alloc(op.dst) for op in run} if a is not None
+                 and t.space_of(a.buffer) == "spad")
+    return all(moving + _spad_bytes(group) <= scratchpad_bytes for group in spanned)
+
+
+def _spad_bytes(ops: list[Operation]) -> int:
+    """The scratchpad bytes of the local allocs among ops and inside them."""
+    return sum(local_bytes(o) for op in ops for o in op.walk()
+               if isinstance(o, t.AllocOp) and t.space_of(o.buffer) == "spad")
 
 
 def _product_rows(ops: list[Operation]) -> int:
