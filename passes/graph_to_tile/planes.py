@@ -97,9 +97,23 @@ class Planes:
 
     @cached_property
     def Wq(self) -> int:
+        """Plane columns: a plane row's pitch in the flat layout (so the streamed or stationary
+        window row of `toh` output rows has toh.Wq elements, Wq - OW of each row garbage).
+
+        Stride 1: neighbouring rows share their padding columns, Wq = W + max(left, right)
+        (at least OW). A read past a row's last column lands in the next row's first columns:
+        padded column c >= Wq of row r is read at row r + 1, column c - Wq, which lies in that
+        row's left border (c - Wq < left, since c < W + left + right) while the padded element
+        itself is right border (c >= Wq >= W + left): the same border value. So a 3x3 conv with
+        padding 1 streams 57 of 56 useful columns per row instead of 58 (14x14: 15 instead of
+        16, 7x7: 8 instead of 9). The window's last row (`window_rows`' extra one) is then
+        read by valid outputs (the last row's right border): it is border, as the rows
+        outside the input are (`clip_phase`). Strided planes keep both borders."""
         if self.raw:
             return self.W
         sw, dw = self.stride[1], self.dilation[1]
+        if sw == 1:
+            return max(self.OW, self.W + max(self.pads[1], self.pads[3]))
         return max(self.OW + (dw * (self.KW - 1)) // sw, -(-(self.W + self.pads[1] + self.pads[3]) // sw))
 
     def tap(self, kh: int, kw: int) -> tuple[int, int, int]:

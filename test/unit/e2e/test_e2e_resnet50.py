@@ -1,6 +1,6 @@
 """ResNet-50 (issue 6): the ONNX model compiled for both configs, run on the simulator and
 compared with onnxruntime. The program stays compact (hardware loops, not an unrolled
-instruction list): fewer than 55k instructions, each executed several times on average.
+instruction list): fewer than 60k instructions, each executed several times on average.
 
 fp32 runs in `make test` (about a minute on 2 cores for both configs); bf16 is marked slow
 (`make eval`)."""
@@ -14,12 +14,14 @@ import infer
 from helpers.sim_modes import assert_sim_modes_agree
 
 # Static program size. An unrolled program (the failure this guards against, with the loops'
-# count assert below) measured 71,296 on fp32 edge; the compact one is 53,430 there since the
+# count assert below) measured 71,296 on fp32 edge; the compact one is 56,428 there since the
 # 3x3 convs build padded windows on chip (their row tiles that reach into the padding are
 # emitted on their own beside the row loop: docs/tiling.md, "The cost model against the
-# simulator") and row loops storing the tile before peel their first iteration ("Row tiles
-# stored by the next tile's steps").
-MAX_INSTRUCTIONS = 55_000
+# simulator"), row loops storing the tile before peel their first iteration ("Row tiles
+# stored by the next tile's steps") and, since neighbouring window rows share their padding
+# column, the 3x3 convs at 56x56 and 14x14 take tiles with more such row tiles (49,220 before,
+# with 3.1 % more instructions executed).
+MAX_INSTRUCTIONS = 60_000
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,16 @@ def placement(module) -> list[str]:
     return where
 
 
+#: the 3x3 convs in channel steps of 128 (2.6-2.8 MB of buffers each), so each conv's buffers and
+#: the next one's 4.7 MB of weights fit the share of the scratchpad two neighbouring kernels may
+#: take together (`LoweringContext.room_beside_previous`): both 3x3 convs' weights are
+#: prefetched. (The cost model takes one channel step of 512 since the 3x3 windows share their
+#: padding columns: 5.2 MB of buffers, the last conv's weights then load in its own kernel.)
+TILES = "kernel1=512x49x128,kernel2=512x49x128"
+
+
 def run(module, x: np.ndarray) -> tuple[np.ndarray, int, list[str]]:
-    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=bf16}", module)
+    apply_pass(f'graph-prepare-tiling,graph-to-tile{{target=server precision=bf16 overrides="{TILES}"}}', module)
     where = placement(module)
     apply_pass("tile-plan-memory{target=server}", module)
     (y,), counters = npu_matches_tile(module, [x], "server")

@@ -11,6 +11,7 @@ interpreter, race checker on), close to the graph interpreter."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from infer.dialects import tile as t
 from infer.passes.graph_to_tile import prefetch_hoist
@@ -89,3 +90,38 @@ def test_classifier_weights_requested_ahead_of_the_convs_before_the_pool(monkeyp
     assert y.tobytes() == y_own.tobytes()
     np.testing.assert_allclose(y, reference, rtol=0, atol=0.02 * float(np.abs(reference).max()))
     assert cycles < cycles_own, (cycles, cycles_own)
+
+
+def hosts_in_fp32() -> tuple[object, list[int]]:
+    """The tail lowered in fp32 (hi and lo weight tiles: the linear's weights are 8.2 MB) up to
+    the memory plan: (module, the op-marker groups holding the linear's weight DMAs)."""
+    module = parse_with_weights(*tail(), "tail.mlir")
+    apply_pass("graph-prepare-tiling,graph-to-tile{target=server precision=fp32}", module)
+    fn = next(op for op in module.walk() if op.name == "func.func")
+    groups = prefetch_hoist.kernel_groups(fn.body.block)
+    return module, [i for i, group in enumerate(groups) if any(
+        isinstance(op, t.DmaOp) and t.PREFETCH_FOR_NEXT_ATTR in op.attributes
+        and op.dst.type.get_shape() == (2048, 1000) for op in group)]
+
+
+def test_classifier_weights_go_only_where_they_fit(monkeypatch):
+    """In fp32 the 3x3 conv takes 10.1 MB of buffers (one channel step of 512), and the linear's
+    8.2 MB of weights do not fit the 16 MiB scratchpad beside them: they go into the last conv
+    instead (`_room_for`), and the program's buffers fit. Hosted by the 3x3 conv regardless, the
+    memory plan fails (ResNet-50's fp32 server compile did)."""
+    from infer.dialects.ir_io import IRError
+
+    module, where = hosts_in_fp32()
+    assert len(where) == 1, where
+    apply_pass("tile-plan-memory{target=server}", module)
+    rng = np.random.default_rng(23)
+    inputs = [rng.standard_normal((1, 2048, 7, 7)).astype(np.float32)]
+    (y,), _ = npu_matches_tile(module, inputs, "server")
+    reference = run_entry(parse_with_weights(*tail(), "tail.mlir"), inputs)[0]
+    np.testing.assert_allclose(y, reference, rtol=0, atol=1e-4 * float(np.abs(reference).max()))
+
+    monkeypatch.setattr(prefetch_hoist, "_room_for", lambda *args: True)
+    module, where_anyway = hosts_in_fp32()
+    assert where_anyway and where_anyway[0] < where[0], (where_anyway, where)
+    with pytest.raises(IRError, match="does not fit"):
+        apply_pass("tile-plan-memory{target=server}", module)
