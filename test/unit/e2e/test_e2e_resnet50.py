@@ -20,7 +20,7 @@ from helpers.sim_modes import assert_sim_modes_agree
 # simulator"), row loops storing the tile before peel their first iteration ("Row tiles
 # stored by the next tile's steps") and, since neighbouring window rows share their padding
 # column, the 3x3 convs at 56x56 and 14x14 take tiles with more such row tiles (49,220 before,
-# with 3.1 % more instructions executed).
+# which executed 3.4 % more: 3,823,338 instructions against 3,698,828).
 MAX_INSTRUCTIONS = 60_000
 
 
