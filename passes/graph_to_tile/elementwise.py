@@ -159,9 +159,12 @@ def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool
     it (one batch, the first rows and columns): its load would wait for that kernel's store and a
     DRAM latency of its own. A full-size operand of which the frame is a block (a conv's
     output-channel tile reading the residual the downsampling conv before kept whole) is copied
-    out of the kept tile by one vector op instead of loaded. None otherwise."""
+    out of the kept tile by one vector op instead of loaded. None otherwise, and where the frame
+    stacks several batch entries (`batch_count`): the operand, one entry broadcast over them, is
+    then loaded once per entry (a DMA source step of 0); read in place, an op over the 80 rows of
+    5 stacked [16, 9] entries read 80 rows of the 16-row kept tile (fuzz seed 276, server)."""
     full_batch, full_rows, full_cols = kinds
-    if (not latency_bound(ctx.hw) or not (full_rows or full_cols) or frame.pitch
+    if (not latency_bound(ctx.hw) or not (full_rows or full_cols) or frame.pitch or frame.batch_count > 1
             or (full_batch and num_elements(frame.batch_shape) != 1)):
         return None
     rows = num_elements(frame.row_shape) if full_rows else 1
