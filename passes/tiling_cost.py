@@ -629,10 +629,15 @@ def im2col_bias_rows(has_bias: bool, taps: int, tc: int, Cg: int, rows: int, ori
     conv.py `ConvKernel.bias_rows`): the whole bias pass over the output tile had run after the
     last matmul (the server stem: 1.6 K cycles on the vector unit). Where they fit in the depth's
     spare rows (no extra chunk, so no extra matmuls), in the "pixels" orientation (the operand's
-    rows are its depth), with one channel step and a float bias (`has_bias`)."""
+    rows are its depth), with one channel step and a float bias (`has_bias`), and where the last
+    chunk of a chunked operand (`conv.im2col_chunks`: the depth's last `rows` rows) begins a tap
+    of its own, whose copies fill the bias rows (`tc` + the bias rows at most `rows`): a 2x3 conv
+    of 15 channels on edge's 16 rows put the bias rows in a chunk whose only tap had begun in
+    the chunk before (an assertion of graph-to-tile; fuzz seed 278)."""
     spare = -(taps * tc) % rows
+    own_tap = taps * tc + IM2COL_BIAS_ROWS <= rows or tc + IM2COL_BIAS_ROWS <= rows
     return IM2COL_BIAS_ROWS if (has_bias and orientation == "pixels" and tc >= Cg
-                                and spare >= IM2COL_BIAS_ROWS) else 0
+                                and spare >= IM2COL_BIAS_ROWS and own_tap) else 0
 
 
 def column_groups(width: int, block: int, groups: int) -> list[tuple[int, int]]:
