@@ -134,6 +134,13 @@ def kernels() -> list[Kernel]:
         unary("max_pool2d", "small maxpool 2x2 8x16", "max_pool2d", (1, 8, 16, 16),
               " {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>}", quick=True, out=(1, 8, 8, 8)),
         unary("global_avg_pool", "r50 avgpool 2048x7", "global_avg_pool", (1, 2048, 7, 7), out=(1, 2048, 1, 1)),
+        unary("global_avg_pool", "small avgpool 32x16", "global_avg_pool", (1, 32, 16, 16), quick=True,
+              out=(1, 32, 1, 1)),
+        # reductions: MiniLM's sentence embedding (a sum over the tokens' hidden values) and a row sum
+        unary("reduce_sum", "minilm row sum 1x384", "reduce_sum", (1, 384),
+              " {axes = array<i64: 1>, keepdims = true}", quick=True, out=(1, 1)),
+        unary("reduce_sum", "row sums 512x1000", "reduce_sum", (512, 1000),
+              " {axes = array<i64: 1>, keepdims = true}", out=(512, 1)),
         # elementwise
         unary("elementwise", "minilm gelu 128x1536", "gelu", (128, 1536)),
         unary("elementwise", "llama silu 512x1408", "silu", (512, 1408)),

@@ -84,6 +84,11 @@ class GemmSpec:
     # the scratchpad (before its n loop), each n tile one whole-K weight tile (tk = K) whose
     # product writes the accumulator (no fill)
     resident_lhs: bool = False
+    # the activations are the tile the kernel before kept on chip (gemm.py's
+    # `_activations_on_chip`): each step copies its rows on the vector unit instead of loading
+    # them, so the only DRAM latency before the first matmul is a weight tile's (none with the
+    # weights resident)
+    lhs_on_chip: bool = False
     # flash attention with Q, K and V on chip before its loops (attention.py's resident
     # operands): no DMA per step, each step's tiles are vector copies
     resident_operands: bool = False
@@ -209,7 +214,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     lhs_row = tk * spec.lhs_bytes if spec.lhs_row_contig else spec.lhs_bytes
     lhs_rows = tm if spec.lhs_row_contig else tm * tk
     rhs_row = tn * spec.rhs_bytes
-    lhs_b = steps * lhs_rows * _burst_bytes(hw, lhs_row)
+    lhs_b = 0 if spec.lhs_on_chip else steps * lhs_rows * _burst_bytes(hw, lhs_row)
     rhs_b = (spec.batch * nn * nk if spec.resident_weights else steps) * tk * _burst_bytes(hw, rhs_row)
     out_b = out_tiles * (1 + spec.epi_tiles) * tm * _burst_bytes(hw, tn * spec.out_bytes)
     dmas = steps * 2 + out_tiles * (1 + spec.epi_tiles)
@@ -217,6 +222,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     # vector unit: fp32 -> bf16 hi (/lo) splits, accumulator fill, epilogue
     split = cost["copy"] + (cost["sub"] if spec.passes == 3 else 0)  # (Emitter.round_parts)
     vec_step = (-(-tm * tk // L) * split if spec.lhs_split else 0) + (-(-tk * tn // L) * split if spec.rhs_split else 0)
+    if spec.lhs_on_chip and spec.passes == 3:  # fp32 rows copied into the staging tile, then split
+        vec_step += -(-tm * tk // L) * cost["copy"]
     acc_fill = -(-tm * tn // L) * cost["mul"]  # the accumulator tile is zeroed first
     epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
     vector = steps * vec_step + out_tiles * (acc_fill + epi)
@@ -226,7 +233,7 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
         rhs_b = spec.batch * N * (_burst_bytes(hw, K * 4) + _burst_bytes(hw, spec.flash_dv * 4))
         memory = (lhs_b + rhs_b + out_b) // hw.dram.bytes_per_cycle
     cycles = _gemm_schedule(hw, spec, out_tiles, nk * spec.taps,
-                            0 if resident_ops else lhs_rows * _burst_bytes(hw, lhs_row),
+                            0 if resident_ops or spec.lhs_on_chip else lhs_rows * _burst_bytes(hw, lhs_row),
                             0 if spec.resident_weights or resident_ops else tk * _burst_bytes(hw, rhs_row),
                             tm * _burst_bytes(hw, tn * spec.out_bytes),
                             tn * 4, mm_per_step, max(stream, wload), vec_step, acc_fill, epi,
@@ -234,10 +241,13 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
                             pv_bytes=0 if resident_ops else tn * _burst_bytes(hw, spec.flash_dv * 4))
     if spec.resident_lhs:
         cycles = _resident_lhs_schedule(hw, spec, nm, out_tiles, tm, tn, K, mm_per_step * max(stream, wload), epi)
-        memory = (spec.batch * nm * tm * _burst_bytes(hw, K * spec.lhs_bytes) + out_b
+        memory = ((0 if spec.lhs_on_chip else spec.batch * nm * tm * _burst_bytes(hw, K * spec.lhs_bytes)) + out_b
                   + (0 if spec.resident_weights else out_tiles * K * _burst_bytes(hw, rhs_row))) // hw.dram.bytes_per_cycle
         vector = spec.batch * nm * -(-tm * K // L) * split + out_tiles * epi
-    cycles = max(cycles, max(matrix, memory, vector) + 2 * hw.dram.latency_cycles)
+    # the DRAM latencies no overlap hides: the first operand load's (none when the activations
+    # are on chip and the weights resident) and the last store's
+    first_load = not (spec.lhs_on_chip and (spec.resident_weights or spec.resident_operands))
+    cycles = max(cycles, max(matrix, memory, vector) + (1 + first_load) * hw.dram.latency_cycles)
     visited = (triangular_score_tiles(M, N, tm, tn, spec.causal_offset)
                if spec.flash_dv and spec.causal_offset is not None else None)
     if visited is not None:  # fully masked score tiles are skipped: the steps scale with the visits
@@ -356,8 +366,10 @@ def _resident_lhs_schedule(hw: HardwareConfig, spec: GemmSpec, nm: int, out_tile
     epilogue and store."""
     bw, vlat, fill = hw.dram.bytes_per_cycle, hw.vector.latency, hw.matrix.fill_drain_cycles
     split = hw.vector.cost["copy"] + (hw.vector.cost["sub"] if spec.passes == 3 else 0)
-    x_bytes = tm * _burst_bytes(hw, K * spec.lhs_bytes)
-    x_load = dma_round_trip(hw, x_bytes) + -(-tm * K // hw.vector.lanes) * split + vlat
+    x_bytes = 0 if spec.lhs_on_chip else tm * _burst_bytes(hw, K * spec.lhs_bytes)
+    if spec.lhs_on_chip and spec.passes == 3:  # copied out of the kept tile, then split
+        split += hw.vector.cost["copy"]
+    x_load = (dma_round_trip(hw, x_bytes) if x_bytes else 0) + -(-tm * K // hw.vector.lanes) * split + vlat
     w_bytes = 0 if spec.resident_weights else K * _burst_bytes(hw, tn * spec.rhs_bytes)
     out_bytes = tm * _burst_bytes(hw, tn * spec.out_bytes)
     period = max((w_bytes + out_bytes) / bw, mm_tile, epi + vlat)
@@ -1272,7 +1284,7 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
                 vec_cost: int, live_tiles: int, override: int | None = None,
                 whole_row: bool = False,
                 footprint: Callable[[int, int], int] | None = None, pipelined: bool = True,
-                rounds: int = 1, column_cost: float = 0) -> RowChoice:
+                rounds: int = 1, column_cost: float = 0, contiguous_rows: bool = False) -> RowChoice:
     """Row-tiled vector kernels (elementwise, norms, softmax, pooling): tiles of
     [TR, TC] elements, `live_tiles` fp32 tiles of that size in the scratchpad
     (x2 for double buffering). `whole_row` keeps TC = N (row reductions).
@@ -1281,7 +1293,9 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
     [tr, tc] tile (replaces the `live_tiles` estimate); candidates over the capacity
     are dropped. Cycles: `pipeline_cycles` over the tiles (`pipelined`, `rounds`: its
     options). `vec_cost`: vector cycles per `lanes` elements of the tile; `column_cost`: per
-    `lanes` rows (instructions on one column per row)."""
+    `lanes` rows (instructions on one column per row). `contiguous_rows`: the rows follow one
+    another in DRAM (a row-major [M, N] buffer), so a tile of whole rows is one contiguous run
+    of bytes, which tile-to-npu moves as one DMA row (its bursts counted once, not per row)."""
     L = hw.vector.lanes
     spad = hw.memory.scratchpad_bytes
     cap = spad // 2
@@ -1302,7 +1316,10 @@ def choose_rows(hw: HardwareConfig, M: int, N: int, *, bytes_in: int, bytes_out:
         if not override and footprint(tr, tc) > spad:
             continue
         nt = -(-M // tr) * -(-N // tc)
-        load_b, store_b = tr * _burst_bytes(hw, tc * bytes_in), tr * _burst_bytes(hw, tc * bytes_out)
+        if contiguous_rows and tc == N:
+            load_b, store_b = _burst_bytes(hw, tr * tc * bytes_in), _burst_bytes(hw, tr * tc * bytes_out)
+        else:
+            load_b, store_b = tr * _burst_bytes(hw, tc * bytes_in), tr * _burst_bytes(hw, tc * bytes_out)
         mem = nt * (load_b + store_b) // hw.dram.bytes_per_cycle
         vec_tile = -(-tr * tc // L) * vec_cost + -(-tr // L) * column_cost
         vec = nt * vec_tile

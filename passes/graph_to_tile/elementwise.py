@@ -177,6 +177,22 @@ def _kept_operand(ctx: LoweringContext, value: SSAValue, kinds: tuple[bool, bool
     return ("tile" if full_rows and full_cols else "col" if full_rows else "row"), kept
 
 
+def _held_whole(ctx: LoweringContext, value: SSAValue, split: Groups, batches: int) -> bool:
+    """Whether a one-tile kernel over the whole output (one batch entry per tile) reads
+    runtime operand `value` in place from the tile the kernel before left on chip
+    (`_kept_operand`'s conditions for a frame at the origin that covers everything)."""
+    kinds = classify(split, shape_of(value))
+    if kinds is None or ctx.constant(value) is not None or value not in ctx.buffers:
+        return False
+    full_batch, full_rows, full_cols = kinds
+    if not (full_rows or full_cols) or (full_batch and batches != 1):
+        return False
+    rows = num_elements(split[1]) if full_rows else 1
+    cols = num_elements(split[2] or (1,)) if full_cols else 1
+    tile = ctx.on_chip(ctx.buffer(value))  # (on_chip_as's test, without emitting its view)
+    return tile is not None and num_elements(shape_of(tile)) == rows * cols
+
+
 def kept_block(em: Emitter, kept: SSAValue, frame: TileFrame) -> Operand | None:
     """The frame's block of a full-size operand kept whole on chip, copied into a tile of its
     own by one vector op (a few dozen cycles where a load from DRAM waits its latency and the
@@ -706,13 +722,24 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
         if stacked.rows > rows_total and stacked.cols >= cols_total and stacked.cycles < per_entry.cycles:
             choice, entries = stacked, min(batches, stacked.rows // rows_total)
     choice.rows = min(choice.rows, rows_total)
-    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, "elementwise " + "+".join(o.name.split(".")[1] for o in ops),
                                         "x".join(map(str, out_shape)), choice))
 
     # the whole result in one tile: the next kernels may read it there (`KEPT_TILE_READERS`)
     one_tile = (latency_bound(ctx.hw) and max(entries, 1) >= batches and choice.rows >= rows_total
                 and choice.cols >= cols_total)
+    # the operands the kernel before left whole on chip are read in place (`_kept_operand`):
+    # the estimate loads only the others (none: the vector work, then the store)
+    held = [v for v in inputs if one_tile and entries <= 1 and v not in materialized
+            and _held_whole(ctx, v, split, batches)]
+    if held:
+        loaded = [v for v in full_inputs if v not in held]
+        tensors = [v for v in inputs if (array := ctx.constant(v)) is None or array.size > 1]  # not immediates
+        bytes_in = 0 if all(v in held for v in tensors) else 4 * max(1, len(loaded))
+        ctx.predict(tiling_cost.choose_rows(ctx.hw, batches * rows_total, cols_total, bytes_in=bytes_in,
+                                            override=choice.rows, **costs).cycles)
+    else:
+        ctx.predict(choice.cycles)
 
     def body(batch: Index, row0: Index, rows: int, col0: Index, cols: int, count: int = 1) -> None:
         frame = TileFrame(batch_shape, row_shape, col_shape, batch, row0, col0, rows, cols, batch_count=count)

@@ -282,12 +282,15 @@ def lower_gemm(ctx: LoweringContext, op: Operation, epilogue: Sequence[Operation
     # the whole packed weight prefetched across the kernel boundary when it fits (see
     # prefetch_weights): no weight DMA in the loop nest
     resident = prefetch_weights(ctx, packs, TN, spad_need - 2 * TKw * TN * 2 * copies, acc_need) if packs else None
-    if resident is not None or resident_x:
-        # the cost model's cycles of this nest with its weights and/or activations resident (the
-        # tiles stay those chosen for streaming them: residency is decided once they are known)
+    if resident is not None or resident_x or x_on_chip is not None:
+        # the cost model's cycles of this nest with its weights and/or activations resident, or
+        # its activations on chip already (the tiles stay those chosen for streaming them:
+        # residency is decided once they are known)
         estimate = tiling_cost.gemm_estimate(hw, M, N, K, TM, TN, TKw, replace(
-            spec, resident_weights=resident is not None, resident_lhs=resident_x))
+            spec, resident_weights=resident is not None, resident_lhs=resident_x,
+            lhs_on_chip=x_on_chip is not None))
         ctx.predict(estimate.cycles - choice.best.cycles)
+    if resident is not None or resident_x:
         ctx.debug(f"[graph-to-tile] {name}: " + ", ".join(
             ([f"weights resident ({resident.hi.type}), loaded during the kernel before"] if resident is not None else [])
             + ([f"activations resident per m tile ([{TM}, {K}]), whole-K weight tiles"] if resident_x else []))

@@ -57,7 +57,6 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     choice = rows_choice(ctx, op, M, D, narrow, override[0] if override else None)
     if _footprint(1, D, narrow, params) > ctx.hw.memory.scratchpad_bytes:
         raise error(op, f"a row of {D} elements does not fit the scratchpad of target '{ctx.hw.name}'")
-    ctx.predict(choice.cycles)
     ctx.debug(tiling_cost.describe_rows(name, op.name.split(".")[1], "x".join(map(str, shape)), choice))
     x2 = em.view(ctx.buffer(op.input), (M, D))
     out2 = em.view(out_buffer, (M, D))
@@ -73,6 +72,9 @@ def lower_rowwise(ctx: LoweringContext, op: Operation) -> None:
     if kept2 is not None and _footprint(M, D, narrow, params) <= ctx.hw.memory.scratchpad_bytes // 2:
         # rows on chip need no load pipeline: one tile, whose result stays on chip in turn
         TR = M
+        ctx.predict(rows_choice(ctx, op, M, D, narrow, M, from_chip=True).cycles)
+    else:
+        ctx.predict(choice.cycles)
     x_tile = em.alloc((TR, D), f32, "spad", 2)
     y_tile = em.alloc((TR, D), f32, "spad", 2)
     # a narrowed (bf16) output: the last instruction writes a bf16 tile (it rounds its f32 result
@@ -125,13 +127,15 @@ def _footprint(tr: int, d: int, narrow: bool, params: int) -> int:
 
 
 def rows_choice(ctx: LoweringContext, op: Operation, M: int, D: int, narrow: bool,
-                rows: int | None = None) -> tiling_cost.RowChoice:
+                rows: int | None = None, from_chip: bool = False) -> tiling_cost.RowChoice:
     """The row tiling of `lower_rowwise`'s kernel for `op` on [M, D] (a bf16 output: `narrow`),
     `rows` given by hand or chosen by the cost model (also gemm.py's estimate of a norm
-    epilogue lowered as a kernel of its own)."""
+    epilogue lowered as a kernel of its own). `from_chip`: the rows are copied on the vector
+    unit from the tile the kernel before kept, not loaded."""
     params = len(param_rows_of(op))
-    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=4, bytes_out=(2 if narrow else 4),
-                                     vec_cost=_row_vector_cost(ctx, op, params, True),
+    copy = ctx.hw.vector.cost.get("copy", 1) if from_chip else 0
+    choice = tiling_cost.choose_rows(ctx.hw, M, D, bytes_in=0 if from_chip else 4, bytes_out=(2 if narrow else 4),
+                                     vec_cost=_row_vector_cost(ctx, op, params, True) + copy,
                                      column_cost=_row_vector_cost(ctx, op, params, False), live_tiles=3,
                                      override=rows, whole_row=True,
                                      footprint=lambda tr, d: _footprint(tr, d, narrow, params))

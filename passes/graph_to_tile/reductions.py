@@ -85,8 +85,16 @@ def reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: i
     override of the rows per tile; `describe`: (kernel name, what, shape) for the tiling
     choice's debug line (the global pools, which are this reduction of [N.C, H.W])."""
     em = ctx.emitter
-    choice = tiling_cost.choose_rows(ctx.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=2, live_tiles=2, override=rows,
-                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8)  # x x2, part/res columns x2
+    cost = ctx.hw.vector.cost
+    # per chunk a row reduction over the tile (min: negated first; prod: a halving tree of
+    # about as many multiplies), per row the total's fill, its update per chunk and the scale
+    vec_cost = 2 * cost["mul"] if kind == "prod" else cost["rsum" if kind == "sum" else "rmax"] + (
+        cost["neg"] if kind == "min" else 0)
+    column_cost = cost["mul"] + cost["add"] + (cost["mul"] if scale is not None else 0)
+    choice = tiling_cost.choose_rows(ctx.hw, M, K, bytes_in=4, bytes_out=0, vec_cost=vec_cost,
+                                     column_cost=column_cost, live_tiles=2, override=rows,
+                                     footprint=lambda tr, tcn: tr * tcn * 8 + 2 * tr * 8,  # x x2, part/res columns x2
+                                     contiguous_rows=True)
     if describe is not None:
         ctx.debug(tiling_cost.describe_rows(*describe, choice))
     x2, out2 = em.view(src, (M, K)), em.view(dst, (M, 1))
@@ -94,8 +102,10 @@ def reduce_rows(ctx: LoweringContext, src: SSAValue, dst: SSAValue, M: int, K: i
     # (sum and max only read them) and the result stays on chip for the kernels after
     one_tile = latency_bound(ctx.hw) and M <= choice.rows and K <= choice.cols
     kept = ctx.on_chip_as(src, (M, K)) if one_tile and kind in ("sum", "max") else None
-    # read in place: the vector work, then the result's store (no load before it)
-    ctx.predict(choice.cycles if kept is None else int(choice.vector + tiling_cost.dma_round_trip(ctx.hw, M * 4)))
+    # choose_rows counts no store (its results are a column, not bytes per element): the last
+    # tile's result store ends the kernel; read in place, the vector work, then that store
+    last_store = tiling_cost.dma_round_trip(ctx.hw, min(M, choice.rows) * 4)
+    ctx.predict(int((choice.cycles if kept is None else choice.vector) + last_store))
     x_tile = em.alloc((choice.rows, choice.cols), f32, "spad", 2) if kept is None else kept
     partial = em.alloc((choice.rows, 1), f32, "spad", 2)
     total = em.alloc((choice.rows, 1), f32, "spad", 2)
