@@ -62,6 +62,9 @@ class GemmSpec:
     # product P.V of `flash_dv` columns; 0: a plain GEMM
     flash_dv: int = 0
     softmax_ops: int = 0
+    # flash attention over several key tiles: each score tile rescales the running O [TM,
+    # flash_dv] by alpha (one vector pass over O); a softmax over one key tile does not
+    flash_rescale: bool = True
     # flash attention: the score tiles of `interleave` heads interleaved stage by stage (one
     # head's softmax runs while the next head's scores are on the matrix unit), each with its
     # own buffers (`footprint` times interleave); `interleaves`: the counts the lowering can
@@ -226,6 +229,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
         vec_step += -(-tm * tk // L) * cost["copy"]
     acc_fill = -(-tm * tn // L) * cost["mul"]  # the accumulator tile is zeroed first
     epi = -(-tm * tn // L) * spec.epi_cost  # bias and epilogue ops (the acc fill is counted above)
+    if spec.flash_dv and spec.flash_rescale:
+        epi += -(-tm * spec.flash_dv // L) * cost["mul"]
     vector = steps * vec_step + out_tiles * (acc_fill + epi)
     resident_ops = spec.resident_operands
     if resident_ops:  # Q, K and V read once, before the loops
@@ -253,7 +258,8 @@ def gemm_estimate(hw: HardwareConfig, M: int, N: int, K: int, tm: int, tn: int, 
     if visited is not None:  # fully masked score tiles are skipped: the steps scale with the visits
         # (per query tile a fence after its key loop: one softmax chain not overlapped)
         share = visited / (nm * nn)
-        fence = spec.batch * (nm - 1) * (spec.softmax_ops * hw.vector.latency + mm_pv + hw.matrix.fill_drain_cycles)
+        fence = spec.batch * (nm - 1) * (spec.softmax_ops * hw.vector.latency + mm_pv + hw.matrix.fill_drain_cycles) \
+            // spec.interleave  # (the interleaved heads' fences overlap)
         matrix, memory, vector = int(matrix * share), int(memory * share), int(vector * share)
         cycles = int(cycles * share) + fence
     if not spec.schedule:
@@ -346,10 +352,12 @@ def _gemm_schedule(hw: HardwareConfig, spec: GemmSpec, out_tiles: int, steps: in
         flash = (mm_step + fill + max(epi + spec.softmax_ops * vlat, dma_round_trip(hw, pv_bytes) if pv_bytes else 0)
                  + mm_pv + fill)
         # interleaved heads: the latencies of `interleave` score tiles' chains overlap, their
-        # vector work (softmax, splits) runs in series on the one vector unit (measured on
-        # MiniLM's server attention: 2, 4, 6 heads within 12 % of this)
+        # vector work (softmax, splits) runs in series on the one vector unit, the split of the
+        # next key tile beside this tile's products (one head at a time, as on edge, the chain
+        # and the other split in series: MiniLM at sequence 256 on edge, 627 K predicted
+        # against 852 K simulated when the splits overlapped the chain too)
         work = epi + 2 * vec_step
-        period = max(period, work + (flash - work) / spec.interleave, mm_step + mm_pv)
+        period = max(period, work + (flash - epi - vec_step) / spec.interleave, mm_step + mm_pv)
         chain += flash - (mm_step + fill)
     if out_tiles < 3:  # a 2-trip tile loop does not rotate its buffers: the tiles run in series
         period = max(period, chain)

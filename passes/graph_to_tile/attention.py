@@ -69,11 +69,22 @@ from infer.passes.graph_to_tile import head_layout, integer_inputs
 from infer.passes.graph_to_tile.builder import Emitter, Index
 from infer.passes.graph_to_tile.context import NEG_INF, LoweringContext, error, latency_bound
 from infer.passes.graph_to_tile.matrix_unit import Bf16Tile, alloc_bf16_tile, emit_tile_product, split_on_chip
+from infer.target.hw import HardwareConfig
 
-SOFTMAX_COST = 12  # vector ops per score element (cost-model estimate of the online softmax)
 SOFTMAX_OPS = 12  # dependent vector instructions of one score tile's online softmax (kv_tile_body)
-ONE_KEY_TILE_SOFTMAX_COST = 4  # the same with one key tile (rmax, sub, exp, rsum: ONE_KEY_TILE_SOFTMAX)
 ONE_KEY_TILE_SOFTMAX_OPS = 4
+
+
+def softmax_cost(hw: HardwareConfig, passes: int, ones: int, adds: int) -> int:
+    """Vector cost units per score element of a score tile's softmax (kv_tile_body), from the
+    target's instruction costs: `adds` additive tiles (the causal band, the mask), the row max,
+    the subtraction of the row's max, exp, P's row sum (none with the ones column: P.[V | 1]
+    makes it) and in fp32 P's split into bf16 halves. The running softmax over several key
+    tiles also rescales O by alpha, per O element (`GemmSpec.flash_rescale`); its per-row
+    statistics are the dependent chain (`softmax_ops`)."""
+    c = hw.vector.cost
+    return (adds * c["add"] + c["rmax"] + c["sub"] + c["exp"] + (0 if ones else c["rsum"])
+            + (c["copy"] + c["sub"] if passes == 3 else 0))
 
 
 def lower_attention(ctx: LoweringContext, op: Operation) -> None:
@@ -112,8 +123,10 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
     # heads of 32x16 tiles) ran 126 cycles slower than one head at a time
     interleaves = tuple(u for u in (1, 2, 3, 4, 6, 8) if group % u == 0 or (group == 1 and Hkv % u == 0)) \
         if latency_bound(hw) else (1,)
+    adds = int(causal) + int(op.mask is not None)  # the causal band's and the mask's tiles
     spec = tiling_cost.GemmSpec(lhs_bytes=4, lhs_split=True, rhs_bytes=4, rhs_split=True, passes=ctx.matmul_passes,
-                                batch=B * Hq, epi_cost=SOFTMAX_COST - ones, footprint=footprint, flash_dv=Dv + ones,
+                                batch=B * Hq, footprint=footprint, flash_dv=Dv + ones,
+                                epi_cost=softmax_cost(hw, ctx.matmul_passes, ones, adds),
                                 softmax_ops=SOFTMAX_OPS - 3 * ones + (1 if causal or op.mask is not None else 0),
                                 causal_offset=offset if causal else None, interleaves=interleaves)
     choice = tiling_cost.choose_gemm(hw, Sq, Skv, D, spec, tk_cands=[D], override=None)
@@ -226,8 +239,9 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> None:
         # the cost model's cycles of the chosen tiling as emitted: its operands resident, or its
         # softmax over one key tile (no running statistics: fewer vector passes and a shorter
         # dependent chain per score tile)
-        one_tile_softmax = ({"epi_cost": ONE_KEY_TILE_SOFTMAX_COST - ones, "softmax_ops": ONE_KEY_TILE_SOFTMAX_OPS
-                             - ones + (1 if causal or op.mask is not None else 0)} if one_key_tile else {})
+        one_tile_softmax = ({"epi_cost": softmax_cost(hw, ctx.matmul_passes, ones, adds), "softmax_ops": ONE_KEY_TILE_SOFTMAX_OPS
+                             - ones + (1 if causal or op.mask is not None else 0), "flash_rescale": False}
+                            if one_key_tile else {})
         estimate = tiling_cost.gemm_estimate(hw, Sq, Skv, D, TQ, TKV, D, replace(
             spec, interleave=interleave, interleaves=(interleave,), resident_operands=resident,
             **one_tile_softmax))
