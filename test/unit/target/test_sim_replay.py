@@ -300,3 +300,35 @@ def test_without_constant_ranges_nothing_is_kept():
         assert buf.tobytes() == ref_mem and c.as_dict() == ref.as_dict()
     (trace,) = traces(sim, prog, buf).values()
     assert trace.kept_steps is None
+
+
+def test_constant_and_live_bytes_clear_only_what_they_set():
+    """ConstantBytes forgets (LiveBytes makes all live) by clearing (setting) only the range its
+    marks can be in, once per interpreted step of a trace: the same flags as clearing all of
+    the scratchpad every time, which took the Llama prefill's second run on server from 0.45 to
+    2.5 s."""
+    from infer.target.sim_constants import ConstantBytes, LiveBytes
+
+    spad = np.zeros(4096, np.uint8)
+    dram = np.zeros(1024, np.uint8)
+    cb = ConstantBytes(spad, dram, [(0, 512)])
+    weights = np.ndarray((4, 16), np.uint16, spad, 1024, (64, 2))
+    cb.copied(weights, np.ndarray((4, 16), np.uint16, dram, 0, (32, 2)))
+    assert cb.is_constant(weights)
+    cb.copied(np.ndarray((8,), np.uint32, spad, 3000, (4,)), np.ndarray((8,), np.uint32, dram, 600, (4,)))
+    assert not cb.is_constant(np.ndarray((8,), np.uint32, spad, 3000, (4,)))  # from non-constant DRAM
+    cb.forget_local()
+    assert not cb.flags.any() and not cb.is_constant(weights)
+    cb.copied(weights, np.ndarray((4, 16), np.uint16, dram, 0, (32, 2)))  # marked again after
+    assert cb.is_constant(weights)
+    cb.forget_all()
+    assert not cb.flags.any() and cb.dram_ranges == []
+
+    lb = LiveBytes(spad)
+    lb.read_all()
+    assert lb.live.all()
+    tile = np.ndarray((4, 8), np.float32, spad, 2048, (64, 4))
+    lb.killed(tile)
+    assert not lb.is_live(tile) and lb.is_live(weights)
+    lb.read_all()
+    assert lb.live.all() and lb.is_live(tile)
