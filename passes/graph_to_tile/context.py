@@ -438,13 +438,18 @@ class LoweringContext:
                 return None
             dram = owner.operands[0]
 
-    def on_chip_as(self, dram: SSAValue, shape: Sequence[int]) -> SSAValue | None:
-        """A `shape` view of the tile `on_chip` finds for `dram` when it holds exactly that many
-        elements (the whole buffer), else None."""
+    def held_whole(self, dram: SSAValue, shape: Sequence[int]) -> SSAValue | None:
+        """The tile `on_chip` finds for `dram` when it holds exactly as many elements as
+        `shape` (the whole buffer), else None."""
         tile = self.on_chip(dram)
         if tile is None or num_elements(shape_of(tile)) != num_elements(shape):
             return None
-        return self.emitter.view(tile, tuple(shape))
+        return tile
+
+    def on_chip_as(self, dram: SSAValue, shape: Sequence[int]) -> SSAValue | None:
+        """A `shape` view of the tile `held_whole` finds, else None."""
+        tile = self.held_whole(dram, shape)
+        return None if tile is None else self.emitter.view(tile, tuple(shape))
 
     # -- kernels ------------------------------------------------------------------
     def kernel_name(self) -> str:

@@ -189,8 +189,7 @@ def _held_whole(ctx: LoweringContext, value: SSAValue, split: Groups, batches: i
         return False
     rows = num_elements(split[1]) if full_rows else 1
     cols = num_elements(split[2] or (1,)) if full_cols else 1
-    tile = ctx.on_chip(ctx.buffer(value))  # (on_chip_as's test, without emitting its view)
-    return tile is not None and num_elements(shape_of(tile)) == rows * cols
+    return ctx.held_whole(ctx.buffer(value), (rows, cols)) is not None
 
 
 def kept_block(em: Emitter, kept: SSAValue, frame: TileFrame) -> Operand | None:
@@ -730,8 +729,8 @@ def lower_elementwise(ctx: LoweringContext, ops: Sequence[Operation], result: SS
                 and choice.cols >= cols_total)
     # the operands the kernel before left whole on chip are read in place (`_kept_operand`):
     # the estimate loads only the others (none: the vector work, then the store)
-    held = [v for v in inputs if one_tile and entries <= 1 and v not in materialized
-            and _held_whole(ctx, v, split, batches)]
+    held = [v for v in inputs if v not in materialized and _held_whole(ctx, v, split, batches)] \
+        if one_tile and entries <= 1 else []
     if held:
         loaded = [v for v in full_inputs if v not in held]
         tensors = [v for v in inputs if (array := ctx.constant(v)) is None or array.size > 1]  # not immediates
